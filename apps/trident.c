@@ -1,0 +1,34 @@
+/* trident: train, sample, bench. */
+#include <stdio.h>
+#include <string.h>
+
+#include "trident/base.h"
+#include "trident/comm.h"
+#include "trident/train.h"
+
+static void usage(void) {
+    printf("usage: trident <command> [flags]\n"
+           "  train    train a GPT (mpirun -np N trident train --dp D --tp T --pp P ...)\n"
+           "  sample   generate text from a checkpoint (--ckpt DIR)\n"
+           "  bench    train | sgemm | comm: print measured figures\n"
+           "Run 'trident <command> --help' for its flags.\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        usage();
+        return argc < 2 ? 2 : 0;
+    }
+    const char *cmd = argv[1];
+    int rc;
+    if (strcmp(cmd, "sample") == 0) return td_sample_main(argc - 2, argv + 2);
+    if (strcmp(cmd, "train") != 0 && strcmp(cmd, "bench") != 0) {
+        fprintf(stderr, "trident: error: unknown command '%s'; use train, sample or bench\n", cmd);
+        return TD_EXIT_USAGE;
+    }
+    td_comm_init(&argc, &argv);
+    rc = strcmp(cmd, "train") == 0 ? td_train_main(argc - 2, argv + 2)
+                                   : td_bench_main(argc - 2, argv + 2);
+    td_comm_finalize();
+    return rc;
+}

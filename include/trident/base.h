@@ -1,0 +1,97 @@
+/* base: errors and checks, rank-prefixed logging, the accounting allocator,
+ * counter-based random numbers and timers. Everything else depends on this;
+ * it depends on nothing (MPI reaches it only through the abort hook). */
+#ifndef TRIDENT_BASE_H
+#define TRIDENT_BASE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* ---- errors ------------------------------------------------------------ */
+
+/* Exit code for bad user input (flags, files); programmer errors abort(). */
+#define TD_EXIT_USAGE 2
+
+/* Called instead of exit() when set: the comm layer installs MPI_Abort here
+ * so that one rank's error never leaves its peers hanging. */
+void td_set_abort_hook(void (*hook)(int code));
+_Noreturn void td_die(int code);
+
+/* User-facing failure: one line "trident: error: <msg>" and a non-zero exit.
+ * The message should say what is wrong and what would be valid. */
+#define TD_CHECK(cond, ...)                                                   \
+    do {                                                                      \
+        if (!(cond)) td_fail(__VA_ARGS__);                                    \
+    } while (0)
+_Noreturn void td_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Programmer error: file:line and the failed condition, then abort. */
+#define TD_ASSERT(cond)                                                       \
+    do {                                                                      \
+        if (!(cond)) td_assert_failed(#cond, __FILE__, __LINE__);             \
+    } while (0)
+_Noreturn void td_assert_failed(const char *cond, const char *file, int line);
+
+/* ---- logging ----------------------------------------------------------- */
+
+/* Identity of this process in the grid, set once by the runtime. Single-rank
+ * runs keep the defaults (rank 0, no prefix). */
+void td_log_set_identity(int rank, int dp, int pp, int tp, int verbose);
+int td_log_rank(void);
+int td_log_verbose(void);
+/* Printed by rank 0 only (the step line, reports). */
+void td_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Printed by every rank when --verbose, prefixed "[rank r dp=i pp=j tp=k]". */
+void td_vlog(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* ---- accounting allocator --------------------------------------------- */
+
+/* Every large allocation names what it is for, so predicted and measured
+ * memory can be printed side by side (DESIGN.md principle 2). */
+typedef enum {
+    TD_MEM_PARAMS = 0, /* model weights as used by forward/backward */
+    TD_MEM_GRADS,      /* parameter gradients */
+    TD_MEM_OPTIM,      /* optimizer moments (Adam m and v) */
+    TD_MEM_MASTER,     /* fp32 master weights when training in low precision */
+    TD_MEM_GATHER,     /* gathered-parameter buffers (ZeRO-3) */
+    TD_MEM_ACTS,       /* activations and their gradients */
+    TD_MEM_COMM,       /* communication buffers */
+    TD_MEM_OTHER,      /* data, scratch */
+    TD_MEM_NCAT
+} td_mem_cat;
+
+const char *td_mem_cat_name(td_mem_cat cat);
+/* 64-byte aligned, zero-filled. Dies with a clear message when out of memory. */
+void *td_alloc(size_t bytes, td_mem_cat cat);
+void td_free(void *ptr);
+size_t td_mem_current(td_mem_cat cat);
+size_t td_mem_peak(td_mem_cat cat);
+size_t td_mem_total_current(void);
+size_t td_mem_total_peak(void);
+/* Peak of the sum over categories (not the sum of per-category peaks). */
+void td_mem_reset_peaks(void);
+
+/* ---- random numbers ---------------------------------------------------- */
+
+/* Counter-based: the value depends only on (seed, stream, index), so any
+ * shard or rank can reproduce any element without generating the others. */
+uint64_t td_rng_u64(uint64_t seed, uint64_t stream, uint64_t index);
+/* Uniform in [0, 1). */
+double td_rng_uniform(uint64_t seed, uint64_t stream, uint64_t index);
+/* Standard normal (Box-Muller on two counters). */
+double td_rng_normal(uint64_t seed, uint64_t stream, uint64_t index);
+
+/* ---- timers ------------------------------------------------------------ */
+
+double td_now_ms(void); /* monotonic clock */
+
+/* ---- small helpers ----------------------------------------------------- */
+
+static inline size_t td_round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
+static inline size_t td_min_sz(size_t a, size_t b) { return a < b ? a : b; }
+static inline size_t td_max_sz(size_t a, size_t b) { return a > b ? a : b; }
+/* Human-readable bytes into buf ("12.3 MiB"). Returns buf. */
+char *td_fmt_bytes(char *buf, size_t n, double bytes);
+
+#endif

@@ -1,0 +1,160 @@
+/* comm: the only module that talks to MPI.
+ *
+ * Collectives (all-reduce, reduce, broadcast, reduce-scatter, all-gather) and
+ * point-to-point (send, recv), blocking and nonblocking, for fp32 and bf16.
+ * Payloads are split into pieces of td_comm_piece_bytes() (Open MPI here loses
+ * ~10x bandwidth above a few MiB per call; the default follows `trident bench
+ * comm`). bf16 payloads are reduced in fp32 (converted per piece), so a sum
+ * over many ranks is rounded once.
+ *
+ * Every call is recorded in a small per-rank ring (sequence number, op, bytes,
+ * group and its world ranks, peer/root, call site). Waits poll with a
+ * deadline: a call that does not complete within td_comm_timeout() seconds
+ * prints the ring and the stuck call on every rank that is stuck, then
+ * MPI_Abort()s the job. Blocking calls are start + wait, so they are watched
+ * the same way.
+ *
+ * Call through the macros (td_allreduce, ...) so the call site is recorded. */
+#ifndef TRIDENT_COMM_H
+#define TRIDENT_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum { TD_F32 = 0, TD_BF16 = 1 } td_dtype;
+typedef enum { TD_SUM = 0, TD_MAX = 1 } td_redop;
+
+size_t td_dtype_size(td_dtype dt);
+/* bf16 <-> fp32, round-to-nearest-even. */
+uint16_t td_f32_to_bf16(float x);
+float td_bf16_to_f32(uint16_t x);
+
+typedef struct td_comm td_comm; /* a group: an MPI communicator with a name */
+
+/* MPI_Init (thread level FUNNELED), installs the MPI_Abort error hook. Safe to
+ * call once per process; single-process runs without mpirun work too. */
+void td_comm_init(int *argc, char ***argv);
+void td_comm_finalize(void);
+int td_comm_initialized(void);
+
+td_comm *td_comm_world(void);
+/* Collective over parent. color < 0 gives NULL (not a member). */
+td_comm *td_comm_split(td_comm *parent, int color, int key, const char *name);
+void td_comm_free(td_comm *c);
+int td_comm_rank(const td_comm *c);
+int td_comm_size(const td_comm *c);
+const char *td_comm_name(const td_comm *c);
+/* World rank of group member r. */
+int td_comm_world_rank_of(const td_comm *c, int r);
+
+/* Tunables. piece: bytes per MPI call (0 restores the default). timeout:
+ * seconds before a stuck call aborts the job (<= 0: wait forever). */
+void td_comm_set_piece_bytes(size_t bytes);
+size_t td_comm_piece_bytes(void);
+void td_comm_set_timeout(double seconds);
+double td_comm_timeout(void);
+/* Pieces of nonblocking collectives in MPI at once, per group (1..8; 0
+ * restores the default). Blocking calls run one piece at a time. */
+void td_comm_set_inflight(int pieces);
+int td_comm_inflight(void);
+
+/* ---- nonblocking ------------------------------------------------------- */
+
+/* A started operation. Fixed-size handle owned by the caller; must not be
+ * moved while active. */
+typedef struct td_request td_request;
+td_request *td_request_new(void);
+void td_request_free(td_request *r);
+
+/* Buffers must stay valid until completion. `count` is in elements.
+ * reduce_scatter: send[count * size] -> recv[count] (block r to rank r);
+ *   recv may be send + rank*count (the shard in place).
+ * all_gather: send[count] -> recv[count * size]; send may be recv + rank*count.
+ * Requests on one group issue their pieces in start order (MPI's rule for
+ * collectives), so they may be waited on in any order. Send/recv are one MPI
+ * message each, so MPI's matching order (TD_ANY_SOURCE included) holds. */
+#define td_allreduce_start(r, c, buf, count, dt, op) \
+    td_allreduce_start_at(r, c, buf, count, dt, op, __FILE__, __LINE__)
+#define td_reduce_start(r, c, buf, count, dt, root) \
+    td_reduce_start_at(r, c, buf, count, dt, root, __FILE__, __LINE__)
+#define td_broadcast_start(r, c, buf, count, dt, root) \
+    td_broadcast_start_at(r, c, buf, count, dt, root, __FILE__, __LINE__)
+#define td_reduce_scatter_start(r, c, send, recv, count, dt) \
+    td_reduce_scatter_start_at(r, c, send, recv, count, dt, __FILE__, __LINE__)
+#define td_all_gather_start(r, c, send, recv, count, dt) \
+    td_all_gather_start_at(r, c, send, recv, count, dt, __FILE__, __LINE__)
+#define td_send_start(r, c, buf, count, dt, peer, tag) \
+    td_send_start_at(r, c, buf, count, dt, peer, tag, __FILE__, __LINE__)
+#define td_recv_start(r, c, buf, count, dt, peer, tag) \
+    td_recv_start_at(r, c, buf, count, dt, peer, tag, __FILE__, __LINE__)
+
+void td_allreduce_start_at(td_request *r, td_comm *c, void *buf, size_t count, td_dtype dt,
+                           td_redop op, const char *file, int line);
+/* In place: on root buf receives the sum; other ranks' buf is left as sent. */
+void td_reduce_start_at(td_request *r, td_comm *c, void *buf, size_t count, td_dtype dt,
+                        int root, const char *file, int line);
+void td_broadcast_start_at(td_request *r, td_comm *c, void *buf, size_t count, td_dtype dt,
+                           int root, const char *file, int line);
+void td_reduce_scatter_start_at(td_request *r, td_comm *c, const void *send, void *recv,
+                                size_t count, td_dtype dt, const char *file, int line);
+void td_all_gather_start_at(td_request *r, td_comm *c, const void *send, void *recv,
+                            size_t count, td_dtype dt, const char *file, int line);
+void td_send_start_at(td_request *r, td_comm *c, const void *buf, size_t count, td_dtype dt,
+                      int peer, int tag, const char *file, int line);
+/* peer may be TD_ANY_SOURCE; td_request_source() tells who sent. */
+#define TD_ANY_SOURCE (-1)
+void td_recv_start_at(td_request *r, td_comm *c, void *buf, size_t count, td_dtype dt,
+                      int peer, int tag, const char *file, int line);
+int td_request_source(const td_request *r);
+
+/* Make progress without blocking; returns 1 when complete (and idle). */
+int td_test(td_request *r);
+/* Block until complete, watched by the timeout. Idle requests return at once. */
+void td_wait(td_request *r);
+int td_request_active(const td_request *r);
+
+/* ---- blocking ---------------------------------------------------------- */
+
+#define td_allreduce(c, buf, count, dt, op) \
+    td_allreduce_at(c, buf, count, dt, op, __FILE__, __LINE__)
+#define td_reduce(c, buf, count, dt, root) td_reduce_at(c, buf, count, dt, root, __FILE__, __LINE__)
+#define td_broadcast(c, buf, count, dt, root) \
+    td_broadcast_at(c, buf, count, dt, root, __FILE__, __LINE__)
+#define td_reduce_scatter(c, send, recv, count, dt) \
+    td_reduce_scatter_at(c, send, recv, count, dt, __FILE__, __LINE__)
+#define td_all_gather(c, send, recv, count, dt) \
+    td_all_gather_at(c, send, recv, count, dt, __FILE__, __LINE__)
+#define td_send(c, buf, count, dt, peer, tag) td_send_at(c, buf, count, dt, peer, tag, __FILE__, __LINE__)
+#define td_recv(c, buf, count, dt, peer, tag) td_recv_at(c, buf, count, dt, peer, tag, __FILE__, __LINE__)
+#define td_barrier(c) td_barrier_at(c, __FILE__, __LINE__)
+
+void td_allreduce_at(td_comm *c, void *buf, size_t count, td_dtype dt, td_redop op,
+                     const char *file, int line);
+void td_reduce_at(td_comm *c, void *buf, size_t count, td_dtype dt, int root, const char *file,
+                  int line);
+void td_broadcast_at(td_comm *c, void *buf, size_t count, td_dtype dt, int root,
+                     const char *file, int line);
+void td_reduce_scatter_at(td_comm *c, const void *send, void *recv, size_t count, td_dtype dt,
+                          const char *file, int line);
+void td_all_gather_at(td_comm *c, const void *send, void *recv, size_t count, td_dtype dt,
+                      const char *file, int line);
+void td_send_at(td_comm *c, const void *buf, size_t count, td_dtype dt, int peer, int tag,
+                const char *file, int line);
+/* Returns the source rank (useful with TD_ANY_SOURCE). */
+int td_recv_at(td_comm *c, void *buf, size_t count, td_dtype dt, int peer, int tag,
+               const char *file, int line);
+void td_barrier_at(td_comm *c, const char *file, int line);
+
+/* ---- trace ------------------------------------------------------------- */
+
+/* Print this rank's last `n` records (n <= ring size) to stderr. */
+void td_comm_dump(int n);
+/* Records made so far by this rank (for tests and stats). */
+uint64_t td_comm_calls(void);
+uint64_t td_comm_bytes(void);
+
+/* `trident bench comm [--sizes ...]`: bus bandwidth per op and payload size,
+ * raw single MPI call beside trident's pieces. Returns an exit code. */
+int td_comm_bench_main(int argc, char **argv);
+
+#endif

@@ -1,0 +1,52 @@
+/* data: tokenizers (char, byte), token files (nanoGPT raw uint16 .bin, llm.c
+ * .bin with its 256-int32 header) and the deterministic global sampler. */
+#ifndef TRIDENT_DATA_H
+#define TRIDENT_DATA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum { TD_TOK_CHAR = 0, TD_TOK_BYTE = 1, TD_TOK_IDS = 2 } td_tokenizer_kind;
+
+typedef struct {
+    td_tokenizer_kind kind;
+    int V;               /* vocabulary size */
+    uint32_t *chars;     /* [V] code points (char tokenizer only, sorted) */
+} td_tokenizer;
+
+const char *td_tokenizer_name(td_tokenizer_kind k);
+/* Char vocabulary = the sorted distinct code points of text; `what` names
+ * the source in errors. */
+void td_tokenizer_build_char(td_tokenizer *tk, const char *text, size_t n, const char *what);
+/* Encode UTF-8 text; unknown characters are a user error naming them.
+ * Returns the token count; *out is td_alloc'd. */
+size_t td_tokenizer_encode(const td_tokenizer *tk, const char *text, size_t n, int **out);
+/* Decode one token to UTF-8 into buf (ids print as "<123>"). Returns length. */
+int td_tokenizer_decode(const td_tokenizer *tk, int token, char *buf, int cap);
+void td_tokenizer_free(td_tokenizer *tk);
+
+typedef struct {
+    td_tokenizer tok;
+    int *train, *val;    /* token ids */
+    size_t n_train, n_val;
+    char description[256];
+} td_dataset;
+
+/* Loads PATH: a UTF-8 text file (tokenizer "char" or "byte", split 90/10),
+ * a nanoGPT train.bin (raw uint16, val.bin beside it) or an llm.c .bin
+ * (magic 20240520; *_train.bin with *_val.bin beside it); a token file
+ * without a val file beside it is split 90/10. vocab > 0 fixes V for token
+ * files (else max id + 1). Every failure is one clear error. T is checked
+ * against both splits (each must hold one sequence plus its target).
+ * "synthetic:V" gives 2^20 uniform random tokens (for benchmarks). */
+void td_data_load(td_dataset *d, const char *path, const char *tokenizer, int vocab, int T);
+void td_data_free(td_dataset *d);
+
+/* The global sampler: sequence `sample` of the global batch at `step` starts
+ * at a position that depends only on (seed, split, step, sample), so every
+ * layout sees the same global batch. Fills inputs/targets [count, T] for
+ * samples first .. first+count-1. split: 0 train, 1 val. */
+void td_data_batch(const td_dataset *d, int split, uint64_t seed, int64_t step, int first,
+                   int count, int T, int *inputs, int *targets);
+
+#endif

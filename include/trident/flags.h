@@ -1,0 +1,21 @@
+/* flags: table-driven command-line parsing with one clear error per mistake. */
+#ifndef TRIDENT_FLAGS_H
+#define TRIDENT_FLAGS_H
+
+typedef enum { TD_FLAG_INT, TD_FLAG_FLOAT, TD_FLAG_DOUBLE, TD_FLAG_STR, TD_FLAG_BOOL, TD_FLAG_U64 } td_flag_type;
+
+typedef struct {
+    const char *name;  /* "--layers" */
+    td_flag_type type;
+    void *ptr;
+    const char *help;
+} td_flag;
+
+/* Parses argv[0..argc) against flags[0..n); "--help" prints the table and
+ * exits 0; an unknown flag, a missing value or a malformed number is one
+ * error line naming the flag and exits non-zero. `cmd` names the subcommand
+ * in messages. */
+void td_flags_parse(const char *cmd, const td_flag *flags, int n, int argc, char **argv);
+void td_flags_print(const char *cmd, const td_flag *flags, int n);
+
+#endif

@@ -1,0 +1,83 @@
+/* kernels: forward and backward of every op of the GPT model on the CPU.
+ *
+ * Conventions (DESIGN.md): outputs first, then saved statistics, then inputs,
+ * weights, sizes. All tensors are row-major fp32 in flat buffers. Every
+ * backward ADDS into all of its gradient outputs (inputs' and parameters'),
+ * so gradient accumulation and residual branches need no extra copies; the
+ * caller zeroes what must start from zero. A NULL gradient output is skipped.
+ *
+ * Fast versions use OpenBLAS (single-threaded calls split across our own
+ * OpenMP threads) and OpenMP; *_ref versions are plain loops kept beside them
+ * as the oracle for tests (ggml style). Sizes: B batch, T time, C channels,
+ * NH heads, OC output channels, V real vocab, Vp padded vocab, N = B*T rows. */
+#ifndef TRIDENT_KERNELS_H
+#define TRIDENT_KERNELS_H
+
+#include <stddef.h>
+
+/* Threads used by the kernels (OpenMP). OpenBLAS is always driven with one
+ * thread per call so the two thread pools never compete. */
+void td_kernels_set_threads(int n);
+int td_kernels_threads(void);
+
+/* out[B,T,C] = wte[tokens[b,t], :] + wpe[t, :] */
+void td_embedding_forward(float *out, const int *tokens, const float *wte, const float *wpe,
+                          int B, int T, int C);
+void td_embedding_backward(float *dwte, float *dwpe, const float *dout, const int *tokens,
+                           int B, int T, int C);
+
+/* out[N,C] = (inp - mean) * rstd * w + b; saves mean[N], rstd[N]. eps = 1e-5. */
+void td_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                          const float *w, const float *b, int N, int C);
+void td_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
+                           const float *inp, const float *w, const float *mean,
+                           const float *rstd, int N, int C);
+
+/* out[N,OC] = inp[N,C] @ w[OC,C]^T + bias[OC] (bias may be NULL). */
+void td_matmul_forward(float *out, const float *inp, const float *w, const float *bias,
+                       int N, int C, int OC);
+void td_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
+                        const float *inp, const float *w, int N, int C, int OC);
+void td_matmul_forward_ref(float *out, const float *inp, const float *w, const float *bias,
+                           int N, int C, int OC);
+void td_matmul_backward_ref(float *dinp, float *dw, float *dbias, const float *dout,
+                            const float *inp, const float *w, int N, int C, int OC);
+
+/* Causal multi-head self-attention on a fused qkv[B,T,3C] (q, k, v each C
+ * wide, head h at columns h*C/NH). out[B,T,C]; att[B,NH,T,T] saves the
+ * softmax probabilities (fp32, entries above the diagonal are zero).
+ * scale = 1/sqrt(C/NH). */
+void td_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
+/* datt[B,NH,T,T] is scratch (overwritten, not accumulated). */
+void td_attention_backward(float *dqkv, float *datt, const float *dout, const float *qkv,
+                           const float *att, int B, int T, int C, int NH);
+void td_attention_forward_ref(float *out, float *att, const float *qkv, int B, int T, int C,
+                              int NH);
+void td_attention_backward_ref(float *dqkv, float *datt, const float *dout, const float *qkv,
+                               const float *att, int B, int T, int C, int NH);
+
+/* GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
+void td_gelu_forward(float *out, const float *inp, size_t n);
+void td_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
+
+/* out = a + b */
+void td_residual_forward(float *out, const float *a, const float *b, size_t n);
+/* da += dout; db += dout */
+void td_residual_backward(float *da, float *db, const float *dout, size_t n);
+
+/* Fused softmax + cross-entropy over the first V of Vp logit columns (the
+ * padded columns are masked out of the softmax). losses[N] per row. probs[N,Vp]
+ * may alias logits (in place); padded columns of probs are set to 0. */
+void td_softmax_xent_forward(float *losses, float *probs, const float *logits,
+                             const int *targets, int N, int V, int Vp);
+/* dlogits[N,Vp] = (probs - onehot(target)) * dloss[row]; padded columns get
+ * 0. The logits have no other consumer, so this one WRITES (the exception to
+ * the add rule) and dlogits may alias probs. */
+void td_softmax_xent_backward(float *dlogits, const float *probs, const int *targets,
+                              const float *dloss, int N, int V, int Vp);
+
+/* Measured single-thread sgemm rate in GFLOP/s (512^3, best of 6), cached:
+ * the denominator of MFU. */
+double td_sgemm_peak_gflops(void);
+
+#endif

@@ -1,0 +1,36 @@
+/* optim: AdamW over a range of the flat buffers, the learning-rate schedule
+ * and the global gradient norm. Ranges let ZeRO shards, parameter servers and
+ * replicated training share one implementation. */
+#ifndef TRIDENT_OPTIM_H
+#define TRIDENT_OPTIM_H
+
+#include <stddef.h>
+
+#include "trident/model.h"
+
+typedef struct {
+    float lr, min_lr, beta1, beta2, eps, weight_decay, clip;
+    int warmup, max_steps;
+} td_optim_config;
+
+/* Linear warm-up over `warmup` steps, then cosine decay to min_lr at
+ * max_steps (nanoGPT's get_lr). step counts from 0. */
+float td_lr_at(const td_optim_config *o, int step);
+
+/* AdamW on the flat elements [lo, hi): p, g, m, v point at element lo.
+ * step is 1-based (bias correction). g is multiplied by grad_scale first
+ * (the clipping coefficient). Weight decay (decoupled, p *= 1 - lr wd) only
+ * where the table says so. */
+void td_adamw_update(float *p, const float *g, float *m, float *v, size_t lo, size_t hi,
+                     const td_param_table *t, const td_optim_config *o, float lr, int step,
+                     float grad_scale);
+
+/* Sum of squares of x[0..n) in double, in a fixed order (blocks of 4096
+ * summed in sequence), so the result does not depend on the thread count. */
+double td_sumsq(const float *x, size_t n);
+
+/* Clipping coefficient for a global norm: min(1, clip / (norm + 1e-6)), or 1
+ * when clip <= 0 (PyTorch's clip_grad_norm_). */
+float td_clip_scale(double norm, float clip);
+
+#endif

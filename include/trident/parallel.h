@@ -1,0 +1,95 @@
+/* parallel: data-parallel strategies over the grid's dp group.
+ *
+ * A strategy owns the model state (parameters, gradients, AdamW moments) in
+ * whatever placement its mode needs, binds the model's unit hook so that
+ * gradient communication starts during backward, and finishes the step
+ * (reduction, global norm, clipping, AdamW, parameter sync).
+ *
+ *   mode allreduce, zero 0   replicated; bucketed all-reduce overlapped with backward
+ *   mode allreduce, zero 1   + optimizer state sharded; all-gather of params
+ *   mode allreduce, zero 2   + gradients sharded (reduce-scatter per unit)
+ *   mode allreduce, zero 3   + parameters sharded (FSDP: gather per unit, prefetch)
+ *   mode reduce-broadcast    reduce to dp rank 0, which updates and broadcasts
+ *   mode ps                  parameter servers hold sharded params + optimizer
+ *
+ * Every mode computes the same step: gradients are SUMS of per-token
+ * gradients scaled by 1/(global tokens) (the trainer sets dloss), so a sum
+ * over replicas is the global mean. */
+#ifndef TRIDENT_PARALLEL_H
+#define TRIDENT_PARALLEL_H
+
+#include <stddef.h>
+
+#include "trident/grid.h"
+#include "trident/model.h"
+#include "trident/optim.h"
+
+/* Gradient bucket size: large enough that per-call overhead is small, small
+ * enough that the first bucket starts early in backward (see bench/). */
+#define TD_DEFAULT_BUCKET_MB 1.0
+
+typedef enum { TD_DP_ALLREDUCE = 0, TD_DP_REDUCE_BROADCAST = 1, TD_DP_PS = 2 } td_dp_mode;
+
+typedef struct {
+    td_dp_mode mode;
+    int zero;                 /* 0..3 */
+    size_t bucket_bytes;      /* gradient bucket size (allreduce modes) */
+    int ps_staleness;         /* ps: how many steps a worker may run ahead */
+    unsigned long long seed;  /* parameter init */
+    int no_overlap;           /* start gradient communication after backward */
+    td_optim_config optim;
+} td_dp_config;
+
+/* Predicted bytes per category for this rank (the plan, before allocation). */
+typedef struct {
+    size_t bytes[8]; /* indexed by td_mem_cat */
+} td_mem_plan;
+
+typedef struct td_dp td_dp;
+
+/* Parses "allreduce" | "reduce-broadcast" | "ps"; a bad name is a user error. */
+td_dp_mode td_dp_mode_parse(const char *s);
+const char *td_dp_mode_name(td_dp_mode m);
+/* Unit padding the mode needs in the parameter table (ZeRO shards by dp). */
+int td_dp_unit_align(const td_dp_config *cfg, const td_grid *g);
+
+/* Allocates and initialises the model state (same init on every rank, then
+ * broadcast from the first rank of the dp group) and binds the model's hooks.
+ * On parameter-server ranks this allocates the server shard instead. */
+td_dp *td_dp_create(const td_dp_config *cfg, const td_grid *g, const td_param_table *t,
+                    td_gpt *model);
+void td_dp_destroy(td_dp *dp);
+
+/* The plan: bytes per category this rank will hold (model state, buffers);
+ * activations are added by the trainer. */
+td_mem_plan td_dp_memory_plan(const td_dp_config *cfg, const td_grid *g, const td_param_table *t);
+
+/* Before the first micro-batch of a step (ps: pull the parameters). */
+void td_dp_begin_step(td_dp *dp, int step);
+/* Training (forward then backward) or evaluation (forward only): ZeRO-3
+ * keeps the embeddings gathered between forward and backward only when
+ * training. */
+void td_dp_set_training(td_dp *dp, int training);
+/* Before each micro-batch: whether gradients communicate this micro-batch
+ * (replicated all-reduce only syncs on the last one). */
+void td_dp_begin_micro(td_dp *dp, int micro, int n_micro);
+/* After the last backward of a step: finish gradient communication, compute
+ * the exact global norm, clip, AdamW with this lr, sync parameters. Returns
+ * the global gradient norm (before clipping). step is 0-based. */
+double td_dp_finish_step(td_dp *dp, int step, float lr);
+
+/* Parameter-server ranks run this instead of training; returns when the
+ * workers are done. */
+void td_dp_serve(td_dp *dp, int steps);
+
+/* The full model state in the canonical layout (`canon`, unit_align 1) on
+ * world rank 0; m, v may be NULL. Collective over the whole world. */
+void td_dp_gather_state(td_dp *dp, const td_param_table *canon, float *params, float *m, float *v);
+
+/* Staleness statistics (ps): max and mean observed. */
+void td_dp_staleness(const td_dp *dp, int *max_seen, double *mean_seen);
+/* Share of gradient-communication time hidden behind backward, and total
+ * communication wait measured at finish (ms, last step). */
+void td_dp_overlap_stats(const td_dp *dp, double *exposed_ms, double *comm_ms);
+
+#endif

@@ -1,0 +1,66 @@
+/* train: the training step and loop (schedule + model + parallel + optim),
+ * metrics, memory report, evaluation, checkpoint and sample at the end. */
+#ifndef TRIDENT_TRAIN_H
+#define TRIDENT_TRAIN_H
+
+#include "trident/parallel.h"
+
+typedef struct {
+    /* data */
+    const char *data, *tokenizer;
+    int vocab;
+    /* model */
+    int layers, heads, embd, seq;
+    /* batch and schedule */
+    int batch, grad_accum, steps;
+    td_optim_config optim;
+    int eval_every, eval_iters, log_every;
+    unsigned long long seed;
+    int threads;
+    /* layout */
+    int dp, tp, pp, ps_servers, ps_staleness, zero;
+    const char *dp_mode;
+    double bucket_mb, comm_timeout, piece_mb;
+    int no_overlap;
+    /* output */
+    const char *out, *log;
+    int memory_report, verbose, sample_tokens;
+    const char *sample_prompt;
+    int timing_skip;  /* leading steps left out of the mean step time (1) */
+    int quiet;        /* no step lines (benchmarks) */
+} td_train_opts;
+
+void td_train_opts_default(td_train_opts *o);
+/* Parses `trident train` flags (argv after the subcommand); an unknown flag
+ * or a bad value is one clear error. */
+void td_train_opts_parse(td_train_opts *o, int argc, char **argv);
+/* Runs training; returns the final validation loss (NAN without eval). */
+int td_train_main(int argc, char **argv);
+
+/* Results of a run, for tests that drive the trainer in-process. */
+typedef struct {
+    int steps_done;
+    float *losses;        /* [steps] training loss of each step */
+    float *grad_norms;    /* [steps] */
+    double final_val_loss;
+    double tokens_per_s;  /* mean over steps after the first */
+    double step_ms;
+    int max_staleness;
+    double mean_staleness;
+    double exposed_comm_ms, comm_ms;
+    float *final_params;  /* canonical layout, world rank 0 only (if keep_state) */
+    float *final_m, *final_v;
+    size_t numel;         /* canonical */
+} td_train_result;
+
+/* Collective over the world; td_comm_init must have been called. */
+void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state);
+void td_train_result_free(td_train_result *r);
+
+/* `trident sample`. */
+int td_sample_main(int argc, char **argv);
+/* `trident bench train|sgemm`. */
+int td_bench_main(int argc, char **argv);
+
+
+#endif

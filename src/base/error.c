@@ -1,0 +1,36 @@
+/* Errors: one clear line, then an exit that takes the whole job down. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "trident/base.h"
+
+static void (*g_abort_hook)(int code);
+
+void td_set_abort_hook(void (*hook)(int code)) { g_abort_hook = hook; }
+
+_Noreturn void td_die(int code) {
+    fflush(stdout);
+    fflush(stderr);
+    if (g_abort_hook) g_abort_hook(code); /* MPI_Abort: peers must not hang */
+    exit(code);
+}
+
+_Noreturn void td_fail(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fflush(stdout);
+    fprintf(stderr, "trident: error: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    td_die(TD_EXIT_USAGE);
+}
+
+_Noreturn void td_assert_failed(const char *cond, const char *file, int line) {
+    fflush(stdout);
+    fprintf(stderr, "trident: internal error: assertion '%s' failed at %s:%d\n", cond, file, line);
+    fflush(stderr);
+    if (g_abort_hook) g_abort_hook(3);
+    abort();
+}

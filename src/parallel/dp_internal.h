@@ -1,0 +1,69 @@
+/* Shared state of the data-parallel strategies (private to src/parallel). */
+#ifndef TRIDENT_DP_INTERNAL_H
+#define TRIDENT_DP_INTERNAL_H
+
+#include "trident/base.h"
+#include "trident/comm.h"
+#include "trident/parallel.h"
+
+typedef struct {
+    int lo_unit, hi_unit;  /* units [lo, hi] (inclusive), contiguous in the flat buffer */
+    size_t lo, hi;         /* element range */
+    td_request *req;
+    double start_ms;
+} td_bucket;
+
+struct td_dp {
+    td_dp_config cfg;
+    const td_grid *g;
+    const td_param_table *t;
+    td_gpt *model;
+    td_comm *comm;          /* the dp group (workers) */
+    int D, r;               /* dp size and rank */
+    int n_units;
+
+    /* replicated state (zero 0, zero 1 params/grads, reduce-broadcast) */
+    float *params, *grads, *m, *v;
+
+    /* bucketed gradient sync during backward */
+    td_bucket *buckets;
+    int n_buckets, next_bucket;
+    int sync_this_micro;
+    int training;
+    double comm_ms, exposed_ms;
+
+    /* ZeRO (zero.c) and parameter server (ps.c) keep their own state */
+    struct td_zero *zero;
+    struct td_ps *ps;
+};
+
+/* buckets.c: bucketed all-reduce / reduce overlapped with backward */
+void td_buckets_build(td_dp *dp);
+void td_buckets_free(td_dp *dp);
+void td_buckets_on_unit_done(td_dp *dp, int unit);
+void td_buckets_progress(td_dp *dp);
+void td_buckets_wait_all(td_dp *dp);
+
+/* zero.c */
+void td_zero_create(td_dp *dp);
+void td_zero_destroy(td_dp *dp);
+void td_zero_hook(void *ctx, td_unit_event ev, int unit);
+double td_zero_finish_step(td_dp *dp, int step, float lr);
+void td_zero_gather_state(td_dp *dp, float *params, float *m, float *v); /* dp-rank 0, dp layout */
+void td_zero_plan(const td_dp_config *cfg, const td_param_table *t, int D, td_mem_plan *p);
+
+/* ps.c */
+void td_ps_create(td_dp *dp);
+void td_ps_destroy(td_dp *dp);
+void td_ps_begin_step(td_dp *dp, int step);
+double td_ps_finish_step(td_dp *dp, int step, float lr);
+void td_ps_serve(td_dp *dp, int steps);
+void td_ps_gather_state(td_dp *dp, float *params, float *m, float *v);
+void td_ps_plan(const td_dp_config *cfg, const td_grid *g, const td_param_table *t, td_mem_plan *p);
+void td_ps_staleness(const td_dp *dp, int *max_seen, double *mean_seen);
+
+/* Global norm and AdamW over [lo, hi) of full buffers (shared by modes). */
+void td_dp_adamw_range(td_dp *dp, float *p, const float *g, float *m, float *v, size_t lo,
+                       size_t hi, int step, float lr, float scale);
+
+#endif

@@ -1,0 +1,78 @@
+/* `trident bench`: train (throughput of the real training loop on synthetic
+ * tokens), sgemm (the machine's GEMM rate), comm (collective bandwidth). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "trident/base.h"
+#include "trident/comm.h"
+#include "trident/flags.h"
+#include "trident/kernels.h"
+#include "trident/train.h"
+
+static int bench_train(int argc, char **argv) {
+    td_train_opts o;
+    td_train_opts_default(&o);
+    int vocab = 65, warmup_steps = 5, steps = 50;
+    td_flag flags[] = {
+        {"--layers", TD_FLAG_INT, &o.layers, "blocks (4)"},
+        {"--heads", TD_FLAG_INT, &o.heads, "heads (4)"},
+        {"--embd", TD_FLAG_INT, &o.embd, "channels (128)"},
+        {"--seq", TD_FLAG_INT, &o.seq, "context (64)"},
+        {"--batch", TD_FLAG_INT, &o.batch, "global batch (12)"},
+        {"--grad-accum", TD_FLAG_INT, &o.grad_accum, "micro-batches (1)"},
+        {"--vocab", TD_FLAG_INT, &vocab, "vocabulary of the synthetic tokens (65)"},
+        {"--steps", TD_FLAG_INT, &steps, "timed steps (50)"},
+        {"--warmup-steps", TD_FLAG_INT, &warmup_steps, "untimed steps first (5)"},
+        {"--threads", TD_FLAG_INT, &o.threads, "threads per rank"},
+        {"--dp", TD_FLAG_INT, &o.dp, "data-parallel size"},
+        {"--dp-mode", TD_FLAG_STR, &o.dp_mode, "allreduce, reduce-broadcast, ps"},
+        {"--ps-servers", TD_FLAG_INT, &o.ps_servers, "parameter servers"},
+        {"--ps-staleness", TD_FLAG_INT, &o.ps_staleness, "ps staleness bound"},
+        {"--zero", TD_FLAG_INT, &o.zero, "ZeRO stage"},
+        {"--bucket-mb", TD_FLAG_DOUBLE, &o.bucket_mb, "bucket MiB"},
+        {"--no-overlap", TD_FLAG_BOOL, &o.no_overlap, "communicate after backward"},
+        {"--memory-report", TD_FLAG_BOOL, &o.memory_report, "detailed memory table"},
+    };
+    td_flags_parse("bench train", flags, (int)(sizeof flags / sizeof flags[0]), argc, argv);
+    TD_CHECK(steps > 0 && warmup_steps >= 0, "bench train: --steps must be positive");
+    char data[32];
+    snprintf(data, sizeof data, "synthetic:%d", vocab);
+    o.data = data;
+    o.steps = warmup_steps + steps;
+    o.timing_skip = warmup_steps;
+    o.eval_every = 0;
+    o.quiet = 1;
+    o.optim.warmup = 0;
+    o.optim.max_steps = o.steps;
+    td_train_result res;
+    td_train_run(&o, &res, 0);
+    if (td_log_rank() == 0) {
+        td_gpt_config cfg = {o.layers, o.heads, o.embd, o.seq, vocab, 0};
+        td_gpt_config_finish(&cfg);
+        int threads = o.threads > 0 ? o.threads : 1;
+        double flops = td_gpt_flops_per_token(&cfg) * res.tokens_per_s;
+        int workers = td_comm_size(td_comm_world()) - o.ps_servers;
+        printf("bench train: threads=%d step_ms=%.3f tokens_per_s=%.1f mfu=%.4f exposed_comm_ms=%.3f "
+               "comm_ms=%.3f max_staleness=%d\n",
+               threads, res.step_ms, res.tokens_per_s,
+               flops / (td_sgemm_peak_gflops() * 1e9 * threads * workers), res.exposed_comm_ms, res.comm_ms,
+               res.max_staleness);
+    }
+    td_train_result_free(&res);
+    return 0;
+}
+
+static int bench_sgemm(void) {
+    printf("bench sgemm: threads=1 n=512 gflops=%.1f (OpenBLAS, OPENBLAS_CORETYPE=%s)\n",
+           td_sgemm_peak_gflops(), getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "unset");
+    return 0;
+}
+
+int td_bench_main(int argc, char **argv) {
+    TD_CHECK(argc >= 1, "bench: say what to measure: train, sgemm or comm");
+    if (strcmp(argv[0], "train") == 0) return bench_train(argc - 1, argv + 1);
+    if (strcmp(argv[0], "sgemm") == 0) return bench_sgemm();
+    if (strcmp(argv[0], "comm") == 0) return td_comm_bench_main(argc - 1, argv + 1);
+    td_fail("bench: unknown benchmark '%s'; use train, sgemm or comm", argv[0]);
+}

@@ -1,0 +1,166 @@
+/* Step lines, JSON log, memory report. */
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+
+#include "report.h"
+#include "trident/base.h"
+#include "trident/comm.h"
+#include "trident/kernels.h"
+
+void td_report_open(td_report *r, const td_train_opts *o, const td_grid *g,
+                    const td_gpt_config *cfg, const td_param_table *t, const td_dataset *d,
+                    int threads, int Bm) {
+    memset(r, 0, sizeof *r);
+    r->o = o, r->g = g, r->cfg = cfg, r->Bm = Bm;
+    int workers = g->dp * g->tp * g->pp;
+    r->flops_per_step = td_gpt_flops_per_token(cfg) * (double)o->batch * cfg->T;
+    r->peak_flops = td_sgemm_peak_gflops() * 1e9 * threads * workers;
+    if (g->world_rank == 0 && o->log) {
+        r->log = fopen(o->log, "w");
+        TD_CHECK(r->log, "--log %s cannot be written: %s", o->log, strerror(errno));
+    }
+    td_grid_print(g);
+    td_log("data: %s; %zu train / %zu val tokens\n", d->description, d->n_train, d->n_val);
+    td_log("model: L=%d H=%d C=%d T=%d V=%d (padded %d); %zu parameters (%.2fM)\n", cfg->L, cfg->H,
+           cfg->C, cfg->T, cfg->V, cfg->Vp, t->n_real, t->n_real / 1e6);
+    td_log("batch: %d sequences x %d tokens per step = %d replicas x %d micro-batches x %d; "
+           "%d threads per rank; dp-mode %s, zero %d\n",
+           o->batch, cfg->T, g->dp, o->grad_accum, Bm, threads, o->dp_mode, o->zero);
+    td_log("optimizer: AdamW lr %g -> %g (warm-up %d, cosine), betas (%g, %g), wd %g, clip %g; "
+           "sgemm peak %.1f GFLOP/s per thread\n",
+           o->optim.lr, o->optim.min_lr, o->optim.warmup, o->optim.beta1, o->optim.beta2,
+           o->optim.weight_decay, o->optim.clip, td_sgemm_peak_gflops());
+    if (r->log) {
+        fprintf(r->log,
+                "{\"event\": \"start\", \"world\": %d, \"dp\": %d, \"tp\": %d, \"pp\": %d, "
+                "\"ps_servers\": %d, \"dp_mode\": \"%s\", \"zero\": %d, \"layers\": %d, "
+                "\"heads\": %d, \"embd\": %d, \"seq\": %d, \"vocab\": %d, \"params\": %zu, "
+                "\"batch\": %d, \"grad_accum\": %d, \"threads\": %d, \"steps\": %d",
+                g->world_size, g->dp, g->tp, g->pp, g->n_servers, o->dp_mode, o->zero, cfg->L,
+                cfg->H, cfg->C, cfg->T, cfg->V, t->n_real, o->batch, o->grad_accum, threads,
+                o->steps);
+        fflush(r->log); /* the memory plan closes this object */
+    }
+}
+
+/* All ranks' category bytes on rank 0: [rank][cat] planned and measured. */
+static void gather_bytes(const td_grid *g, const size_t *mine, uint64_t *all) {
+    uint64_t buf[TD_MEM_NCAT];
+    for (int c = 0; c < TD_MEM_NCAT; c++) buf[c] = mine[c];
+    if (g->world_size == 1) {
+        memcpy(all, buf, sizeof buf);
+        return;
+    }
+    /* raw 64-bit payload moved as pairs of 32-bit words (no reduction) */
+    td_all_gather(g->world, buf, all, TD_MEM_NCAT * 2, TD_F32);
+}
+
+void td_report_memory(td_report *r, const td_mem_plan *plan, int measured) {
+    const td_grid *g = r->g;
+    int W = g->world_size;
+    uint64_t *pl = td_alloc(sizeof(uint64_t) * TD_MEM_NCAT * W, TD_MEM_OTHER);
+    uint64_t *ms = td_alloc(sizeof(uint64_t) * TD_MEM_NCAT * W, TD_MEM_OTHER);
+    size_t peaks[TD_MEM_NCAT];
+    for (int c = 0; c < TD_MEM_NCAT; c++) peaks[c] = td_mem_peak(c);
+    gather_bytes(g, plan->bytes, pl);
+    gather_bytes(g, peaks, ms);
+    char b1[32], b2[32];
+    if (g->world_rank == 0) {
+        int detail = r->o->memory_report;
+        td_log("memory per rank (%s):\n", measured ? "planned vs measured peak after step 1" : "plan");
+        td_log("  %-5s", "rank");
+        for (int c = 0; c < TD_MEM_NCAT; c++)
+            if (detail || c <= TD_MEM_ACTS || c == TD_MEM_COMM) td_log(" %20s", td_mem_cat_name(c));
+        td_log(" %20s\n", "model state");
+        for (int w = 0; w < W; w++) {
+            td_log("  %-5d", w);
+            uint64_t state_p = 0, state_m = 0;
+            for (int c = 0; c < TD_MEM_NCAT; c++) {
+                uint64_t p = pl[w * TD_MEM_NCAT + c], m = ms[w * TD_MEM_NCAT + c];
+                if (c <= TD_MEM_GATHER) state_p += p, state_m += m;
+                if (!(detail || c <= TD_MEM_ACTS || c == TD_MEM_COMM)) continue;
+                if (measured) {
+                    char cell[48];
+                    snprintf(cell, sizeof cell, "%s/%s", td_fmt_bytes(b1, 32, (double)p),
+                             td_fmt_bytes(b2, 32, (double)m));
+                    td_log(" %20s", cell);
+                } else {
+                    td_log(" %20s", td_fmt_bytes(b1, 32, (double)p));
+                }
+            }
+            if (measured) {
+                char cell[48];
+                snprintf(cell, sizeof cell, "%s/%s", td_fmt_bytes(b1, 32, (double)state_p),
+                         td_fmt_bytes(b2, 32, (double)state_m));
+                td_log(" %20s\n", cell);
+            } else {
+                td_log(" %20s\n", td_fmt_bytes(b1, 32, (double)state_p));
+            }
+        }
+        if (r->log) {
+            fprintf(r->log, measured ? "{\"event\": \"memory\", \"ranks\": [" : ", \"memory_plan\": [");
+            for (int w = 0; w < W; w++) {
+                fprintf(r->log, "%s{", w ? ", " : "");
+                for (int c = 0; c < TD_MEM_NCAT; c++) {
+                    fprintf(r->log, "%s\"%s\": %llu", c ? ", " : "", td_mem_cat_name(c),
+                            (unsigned long long)pl[w * TD_MEM_NCAT + c]);
+                    if (measured)
+                        fprintf(r->log, ", \"%s_peak\": %llu", td_mem_cat_name(c),
+                                (unsigned long long)ms[w * TD_MEM_NCAT + c]);
+                }
+                fprintf(r->log, "}");
+            }
+            fprintf(r->log, "]}\n");
+            fflush(r->log);
+        }
+    }
+    td_free(pl);
+    td_free(ms);
+}
+
+void td_report_step(td_report *r, int step, float loss, float lr, double norm, double ms) {
+    double tps = (double)r->o->batch * r->cfg->T / (ms * 1e-3);
+    double mfu = r->flops_per_step / (ms * 1e-3) / r->peak_flops;
+    if (r->log) {
+        fprintf(r->log,
+                "{\"step\": %d, \"loss\": %.6f, \"lr\": %.6g, \"grad_norm\": %.6f, \"step_ms\": %.3f, "
+                "\"tokens_per_s\": %.1f, \"mfu\": %.4f}\n",
+                step, loss, lr, norm, ms, tps, mfu);
+        fflush(r->log);
+    }
+    if (!r->o->quiet && (step % r->o->log_every == 0 || step == r->o->steps - 1))
+        td_log("step %5d/%d | loss %.4f | lr %.2e | norm %.4f | %7.1f ms | %8.0f tok/s | MFU %4.1f%%\n",
+               step, r->o->steps, loss, lr, norm, ms, tps, 100.0 * mfu);
+    td_vlog("step %d loss %.6f norm %.6f %.1f ms\n", step, loss, norm, ms);
+}
+
+void td_report_eval(td_report *r, int step, double val_loss) {
+    td_log("eval  %5d | val loss %.4f (%d batches of %d sequences)\n", step, val_loss,
+           r->o->eval_iters, r->o->batch);
+    if (r->log) {
+        fprintf(r->log, "{\"step\": %d, \"val_loss\": %.6f}\n", step, val_loss);
+        fflush(r->log);
+    }
+}
+
+void td_report_summary(td_report *r, const td_train_result *res) {
+    if (r->g->is_server) return;
+    td_log("done: %d steps, %.1f ms/step, %.0f tokens/s, MFU %.1f%%", res->steps_done, res->step_ms,
+           res->tokens_per_s, 100.0 * r->flops_per_step / (res->step_ms * 1e-3) / r->peak_flops);
+    if (!isnan(res->final_val_loss)) td_log(", final val loss %.4f", res->final_val_loss);
+    td_log("\n");
+}
+
+void td_report_sample(td_report *r, const td_param_table *canon, const float *params,
+                      const td_tokenizer *tok, const td_train_opts *o) {
+    printf("sample (%d tokens, temperature 1.0, top-k 0):\n", o->sample_tokens);
+    td_generate(canon, params, tok, o->sample_prompt, o->sample_tokens, 1.0f, 0, o->seed, stdout);
+    printf("\n");
+    fflush(stdout);
+}
+
+void td_report_close(td_report *r) {
+    if (r->log) fclose(r->log);
+    r->log = NULL;
+}

@@ -1,0 +1,41 @@
+/* Progress output of a training run: stdout lines (rank 0), the JSON-lines
+ * log, the memory report (plan beside measurement, per rank). */
+#ifndef TRIDENT_REPORT_H
+#define TRIDENT_REPORT_H
+
+#include <stdio.h>
+
+#include "trident/data.h"
+#include "trident/grid.h"
+#include "trident/train.h"
+
+typedef struct {
+    const td_train_opts *o;
+    const td_grid *g;
+    const td_gpt_config *cfg;
+    FILE *log;            /* --log, rank 0 */
+    double flops_per_step;
+    double peak_flops;    /* measured sgemm rate x threads x compute ranks */
+    int Bm;
+} td_report;
+
+void td_report_open(td_report *r, const td_train_opts *o, const td_grid *g,
+                    const td_gpt_config *cfg, const td_param_table *t, const td_dataset *d,
+                    int threads, int Bm);
+/* Collective over the world. measured = 0: the plan at start; 1: plan
+ * beside measured peak after the first step. */
+void td_report_memory(td_report *r, const td_mem_plan *plan, int measured);
+void td_report_step(td_report *r, int step, float loss, float lr, double norm, double ms);
+void td_report_eval(td_report *r, int step, double val_loss);
+void td_report_summary(td_report *r, const td_train_result *res);
+void td_report_sample(td_report *r, const td_param_table *canon, const float *params,
+                      const td_tokenizer *tok, const td_train_opts *o);
+void td_report_close(td_report *r);
+
+/* Text generation from canonical-layout params (sample.c). Writes the decoded
+ * text to out, token by token. */
+void td_generate(const td_param_table *canon, const float *params, const td_tokenizer *tok,
+                 const char *prompt, int n_tokens, float temperature, int top_k,
+                 unsigned long long seed, FILE *out);
+
+#endif

@@ -1,0 +1,120 @@
+/* Text generation from a trained model, and `trident sample`. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "report.h"
+#include "trident/base.h"
+#include "trident/ckpt.h"
+#include "trident/flags.h"
+#include "trident/kernels.h"
+
+/* Index sampled from probs[0..V) restricted to the top_k largest (0 = all). */
+static int sample_token(const float *logits, int V, float temperature, int top_k, double u) {
+    float *p = malloc(sizeof(float) * (size_t)V);
+    TD_ASSERT(p);
+    float maxv = -INFINITY;
+    for (int i = 0; i < V; i++) maxv = fmaxf(maxv, logits[i]);
+    float kth = -INFINITY;
+    if (top_k > 0 && top_k < V) { /* threshold = k-th largest logit */
+        float *tmp = malloc(sizeof(float) * (size_t)V);
+        memcpy(tmp, logits, sizeof(float) * (size_t)V);
+        for (int k = 0; k < top_k; k++) {
+            int best = 0;
+            for (int i = 1; i < V; i++) if (tmp[i] > tmp[best]) best = i;
+            kth = tmp[best];
+            tmp[best] = -INFINITY;
+        }
+        free(tmp);
+    }
+    double sum = 0.0;
+    for (int i = 0; i < V; i++) {
+        p[i] = logits[i] < kth ? 0.0f : expf((logits[i] - maxv) / temperature);
+        sum += p[i];
+    }
+    double acc = 0.0, target = u * sum;
+    int tok = V - 1;
+    for (int i = 0; i < V; i++) {
+        acc += p[i];
+        if (acc > target) { tok = i; break; }
+    }
+    free(p);
+    return tok;
+}
+
+void td_generate(const td_param_table *canon, const float *params, const td_tokenizer *tok,
+                 const char *prompt, int n_tokens, float temperature, int top_k,
+                 unsigned long long seed, FILE *out) {
+    const td_gpt_config *c = &canon->cfg;
+    td_gpt m;
+    td_gpt_create(&m, canon, 1);
+    td_gpt_bind_flat(&m, (float *)params, NULL);
+    int cap = (int)strlen(prompt) + n_tokens + 1;
+    int *seq = td_alloc(sizeof(int) * (size_t)cap, TD_MEM_OTHER);
+    int len = 0;
+    if (prompt && *prompt) {
+        int *ids;
+        size_t n = td_tokenizer_encode(tok, prompt, strlen(prompt), &ids);
+        memcpy(seq, ids, sizeof(int) * n);
+        len = (int)n;
+        td_free(ids);
+        fputs(prompt, out);
+    } else {
+        /* start from a newline when the vocabulary has one, as nanoGPT does */
+        int nl = 0;
+        if (tok->kind == TD_TOK_BYTE) nl = '\n';
+        if (tok->kind == TD_TOK_CHAR)
+            for (int i = 0; i < tok->V; i++) if (tok->chars[i] == '\n') nl = i;
+        seq[len++] = nl;
+    }
+    int *window = td_alloc(sizeof(int) * c->T, TD_MEM_OTHER);
+    char buf[32];
+    for (int i = 0; i < n_tokens; i++) {
+        int start = len > c->T ? len - c->T : 0, n = len - start;
+        memset(window, 0, sizeof(int) * c->T);
+        memcpy(window, seq + start, sizeof(int) * n);
+        td_gpt_forward(&m, window, NULL); /* causal: positions >= n do not matter */
+        const float *logits = m.logits + (size_t)(n - 1) * c->Vp;
+        int next = sample_token(logits, c->V, temperature, top_k, td_rng_uniform(seed, 77, (uint64_t)i));
+        seq[len++] = next;
+        int k = td_tokenizer_decode(tok, next, buf, sizeof buf);
+        fwrite(buf, 1, (size_t)k, out);
+        if (tok->kind == TD_TOK_IDS) fputc(' ', out);
+    }
+    fflush(out);
+    td_free(window);
+    td_free(seq);
+    td_gpt_destroy(&m);
+}
+
+int td_sample_main(int argc, char **argv) {
+    const char *ckpt = NULL, *prompt = "";
+    int tokens = 200, top_k = 0, threads = 1;
+    float temperature = 1.0f;
+    unsigned long long seed = 1337;
+    const td_flag flags[] = {
+        {"--ckpt", TD_FLAG_STR, &ckpt, "checkpoint directory written by train --out"},
+        {"--tokens", TD_FLAG_INT, &tokens, "tokens to generate (200)"},
+        {"--temperature", TD_FLAG_FLOAT, &temperature, "softmax temperature > 0 (1.0)"},
+        {"--top-k", TD_FLAG_INT, &top_k, "sample from the k most likely tokens, 0 = all (0)"},
+        {"--prompt", TD_FLAG_STR, &prompt, "text to continue (default: a newline)"},
+        {"--seed", TD_FLAG_U64, &seed, "sampling seed (1337)"},
+        {"--threads", TD_FLAG_INT, &threads, "compute threads (1)"},
+    };
+    td_flags_parse("sample", flags, (int)(sizeof flags / sizeof flags[0]), argc, argv);
+    TD_CHECK(ckpt, "sample: --ckpt DIR is required (a directory written by 'trident train --out DIR')");
+    TD_CHECK(tokens >= 0, "--tokens must be >= 0 (got %d)", tokens);
+    TD_CHECK(temperature > 0, "--temperature must be > 0 (got %g)", temperature);
+    TD_CHECK(top_k >= 0, "--top-k must be >= 0 (got %d)", top_k);
+    TD_CHECK(threads > 0, "--threads must be positive");
+    td_kernels_set_threads(threads);
+    td_checkpoint ck;
+    td_ckpt_load(&ck, ckpt);
+    td_param_table canon;
+    td_param_table_build(&canon, &ck.cfg, 1);
+    td_generate(&canon, ck.params, &ck.tok, prompt, tokens, temperature, top_k, seed, stdout);
+    printf("\n");
+    td_param_table_free(&canon);
+    td_ckpt_free(&ck);
+    return 0;
+}

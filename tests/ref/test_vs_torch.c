@@ -1,0 +1,191 @@
+/* The whole model against PyTorch (tests/ref/gpt_ref.py, Debian's
+ * python3-torch) on the same weights and tokens: the loss and every
+ * parameter gradient of one step, then 10 AdamW steps (with clipping) whose
+ * losses, grad norms and final weights must match. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "trident/base.h"
+#include "trident/kernels.h"
+#include "trident/model.h"
+#include "trident/optim.h"
+
+#ifndef TD_SOURCE_DIR
+#define TD_SOURCE_DIR "."
+#endif
+
+enum { L = 2, H = 4, C = 32, T = 16, V = 37, B = 3, STEPS = 10 };
+
+static void wr(FILE *f, const void *p, size_t n) { TD_ASSERT(fwrite(p, 1, n, f) == n); }
+static void rd(FILE *f, void *p, size_t n) {
+    if (fread(p, 1, n, f) != n) {
+        fprintf(stderr, "FAIL: reference output truncated\n");
+        exit(1);
+    }
+}
+
+/* Worst |a - b| relative to max|b| of the tensor (elements near zero make a
+ * per-element relative error meaningless). */
+static double cmp(const float *a, const float *b, size_t n, size_t *worst) {
+    double maxb = 0.0, maxd = 0.0;
+    for (size_t i = 0; i < n; i++) maxb = fmax(maxb, fabs(b[i]));
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (d > maxd) maxd = d, *worst = i;
+    }
+    return maxb > 0 ? maxd / maxb : maxd;
+}
+
+int main(void) {
+    td_gpt_config cfg = {L, H, C, T, V, 0};
+    td_gpt_config_finish(&cfg);
+    td_param_table t;
+    td_param_table_build(&t, &cfg, 1);
+    float *params = td_alloc(sizeof(float) * t.numel, TD_MEM_PARAMS);
+    float *grads = td_alloc(sizeof(float) * t.numel, TD_MEM_GRADS);
+    float *m = td_alloc(sizeof(float) * t.numel, TD_MEM_OPTIM);
+    float *v = td_alloc(sizeof(float) * t.numel, TD_MEM_OPTIM);
+    td_param_init_range(&t, 42, 0, t.numel, params);
+    /* perturb biases and norm gains so that their gradients are exercised */
+    for (int i = 0; i < t.n_rows; i++) {
+        td_param *p = &t.rows[i];
+        if (p->ndim == 2) continue;
+        for (size_t k = 0; k < p->numel; k++)
+            params[p->offset + k] += (float)(0.1 * td_rng_normal(9, (uint64_t)i, k));
+    }
+    int *inputs = malloc(sizeof(int) * STEPS * B * T), *targets = malloc(sizeof(int) * STEPS * B * T);
+    for (int i = 0; i < STEPS * B * T; i++) {
+        inputs[i] = (int)(td_rng_u64(5, 1, (uint64_t)i) % V);
+        targets[i] = (int)(td_rng_u64(5, 2, (uint64_t)i) % V);
+    }
+    td_optim_config oc = {.lr = 1e-2f, .min_lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+                          .weight_decay = 0.1f, .clip = 1.0f, .warmup = 0, .max_steps = STEPS};
+
+    char in_path[] = "/tmp/td_ref_in_XXXXXX", out_path[256];
+    int fd = mkstemp(in_path);
+    TD_ASSERT(fd >= 0);
+    snprintf(out_path, sizeof out_path, "%s.out", in_path);
+    FILE *f = fdopen(fd, "wb");
+    int32_t hdr[8] = {0x46455254, L, H, C, T, V, B, STEPS};
+    float hp[6] = {oc.lr, oc.beta1, oc.beta2, oc.eps, oc.weight_decay, oc.clip};
+    wr(f, hdr, sizeof hdr);
+    wr(f, hp, sizeof hp);
+    int32_t nt = t.n_rows;
+    wr(f, &nt, 4);
+    for (int i = 0; i < t.n_rows; i++) {
+        td_param *p = &t.rows[i];
+        int32_t nl = (int32_t)strlen(p->name), nd = p->ndim;
+        int32_t sh[2] = {p->shape[0], p->shape[1]};
+        size_t n = p->numel;
+        if (strcmp(p->name, "transformer.wte.weight") == 0) sh[0] = V, n = (size_t)V * C;
+        wr(f, &nl, 4);
+        wr(f, p->name, (size_t)nl);
+        wr(f, &nd, 4);
+        wr(f, sh, 4 * (size_t)nd);
+        wr(f, params + p->offset, 4 * n);
+    }
+    wr(f, inputs, 4 * STEPS * B * T);
+    wr(f, targets, 4 * STEPS * B * T);
+    fclose(f);
+
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/tests/ref/gpt_ref.py %s %s", TD_SOURCE_DIR, in_path,
+             out_path);
+    if (system(cmd) != 0) {
+        fprintf(stderr, "FAIL: the PyTorch reference did not run (%s); install python3-torch\n", cmd);
+        return 1;
+    }
+    FILE *o = fopen(out_path, "rb");
+    TD_ASSERT(o);
+
+    td_gpt model;
+    td_gpt_create(&model, &t, B);
+    td_gpt_bind_flat(&model, params, grads);
+    int fails = 0;
+    /* Tolerances. Loss: 1e-5 relative, the issue's aim; fp32 sums of 48
+     * tokens reordered differ by ~1e-7. Gradients: 1e-4 of the tensor's
+     * largest element: GEMM reductions over up to 4C = 128 terms and 48 rows
+     * in a different order than PyTorch's give errors of ~1e-6 here; 1e-4
+     * leaves margin without hiding a wrong term (a missing or doubled path
+     * changes gradients by O(1) of their scale). */
+    const double tol_loss = 1e-5, tol_grad = 1e-4, tol_param = 1e-4;
+    float ref_loss0;
+    rd(o, &ref_loss0, 4);
+    double loss0 = td_gpt_forward(&model, inputs, targets) / (B * T);
+    td_gpt_backward(&model, 1.0f / (B * T));
+    double rel = fabs(loss0 - ref_loss0) / fabs(ref_loss0);
+    printf("loss0: trident %.7f torch %.7f rel %.2e %s\n", loss0, ref_loss0, rel,
+           rel <= tol_loss ? "ok" : "FAIL");
+    fails += rel > tol_loss;
+    double worst_grad = 0.0;
+    for (int i = 0; i < t.n_rows; i++) {
+        td_param *p = &t.rows[i];
+        size_t n = p->numel;
+        if (strcmp(p->name, "transformer.wte.weight") == 0) {
+            n = (size_t)V * C;
+            for (size_t k = n; k < p->numel; k++)
+                if (grads[p->offset + k] != 0.0f) {
+                    printf("FAIL: padded vocab row element %zu has gradient %g\n", k, grads[p->offset + k]);
+                    fails++;
+                    break;
+                }
+        }
+        float *ref = malloc(4 * n);
+        rd(o, ref, 4 * n);
+        size_t w = 0;
+        double e = cmp(grads + p->offset, ref, n, &w);
+        if (e > worst_grad) worst_grad = e;
+        if (e > tol_grad) {
+            printf("FAIL grad %s: worst element %zu trident %.8g torch %.8g (err %.2e of max)\n", p->name,
+                   w, grads[p->offset + w], ref[w], e);
+            fails++;
+        }
+        free(ref);
+    }
+    printf("gradients: %d tensors, worst error %.2e of the tensor max (tol %.0e) %s\n", t.n_rows,
+           worst_grad, tol_grad, worst_grad <= tol_grad ? "ok" : "FAIL");
+
+    /* 10 AdamW steps from the same start */
+    float ref_losses[STEPS], ref_norms[STEPS];
+    rd(o, ref_losses, sizeof ref_losses);
+    rd(o, ref_norms, sizeof ref_norms);
+    for (int s = 0; s < STEPS; s++) {
+        memset(grads, 0, sizeof(float) * t.numel);
+        double loss = td_gpt_forward(&model, inputs + s * B * T, targets + s * B * T) / (B * T);
+        td_gpt_backward(&model, 1.0f / (B * T));
+        double norm = sqrt(td_sumsq(grads, t.numel));
+        td_adamw_update(params, grads, m, v, 0, t.numel, &t, &oc, oc.lr, s + 1, td_clip_scale(norm, oc.clip));
+        double lr_ = fabs(loss - ref_losses[s]) / fabs(ref_losses[s]);
+        double nr = fabs(norm - ref_norms[s]) / fabs(ref_norms[s]);
+        int bad = lr_ > tol_loss || nr > tol_grad;
+        printf("step %d: loss %.7f torch %.7f rel %.2e | norm %.6f torch %.6f rel %.2e %s\n", s, loss,
+               ref_losses[s], lr_, norm, ref_norms[s], nr, bad ? "FAIL" : "ok");
+        fails += bad;
+    }
+    double worst_param = 0.0;
+    for (int i = 0; i < t.n_rows; i++) {
+        td_param *p = &t.rows[i];
+        size_t n = strcmp(p->name, "transformer.wte.weight") == 0 ? (size_t)V * C : p->numel;
+        float *ref = malloc(4 * n);
+        rd(o, ref, 4 * n);
+        size_t w = 0;
+        double e = cmp(params + p->offset, ref, n, &w);
+        if (e > worst_param) worst_param = e;
+        if (e > tol_param) {
+            printf("FAIL param %s after %d steps: element %zu trident %.8g torch %.8g (err %.2e)\n", p->name,
+                   STEPS, w, params[p->offset + w], ref[w], e);
+            fails++;
+        }
+        free(ref);
+    }
+    printf("parameters after %d steps: worst error %.2e of the tensor max (tol %.0e) %s\n", STEPS,
+           worst_param, tol_param, worst_param <= tol_param ? "ok" : "FAIL");
+    fclose(o);
+    remove(in_path);
+    remove(out_path);
+    td_gpt_destroy(&model);
+    printf(fails ? "test_vs_torch: FAILED (%d)\n" : "test_vs_torch: all passed%.0d\n", fails);
+    return fails ? 1 : 0;
+}
