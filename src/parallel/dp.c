@@ -158,10 +158,10 @@ void td_dp_gather_state(td_dp *dp, const td_param_table *canon, float *params, f
     int root = dp->g->world_rank == 0;
     size_t n = dp->t->numel;
     float *p_l = NULL, *m_l = NULL, *v_l = NULL;
-    if (root) {
+    if (root) { /* all three always travel: only the root knows whether m, v are wanted */
         p_l = td_alloc(n * sizeof(float), TD_MEM_OTHER);
-        if (m) m_l = td_alloc(n * sizeof(float), TD_MEM_OTHER);
-        if (m) v_l = td_alloc(n * sizeof(float), TD_MEM_OTHER);
+        m_l = td_alloc(n * sizeof(float), TD_MEM_OTHER);
+        v_l = td_alloc(n * sizeof(float), TD_MEM_OTHER);
     }
     if (dp->ps) {
         td_ps_gather_state(dp, p_l, m_l, v_l);
@@ -170,7 +170,8 @@ void td_dp_gather_state(td_dp *dp, const td_param_table *canon, float *params, f
     } else if (root) {
         /* replicated: dp rank 0 of the first grid row is world rank 0 */
         memcpy(p_l, dp->params, n * sizeof(float));
-        if (m) memcpy(m_l, dp->m, n * sizeof(float)), memcpy(v_l, dp->v, n * sizeof(float));
+        memcpy(m_l, dp->m, n * sizeof(float));
+        memcpy(v_l, dp->v, n * sizeof(float));
     }
     if (root) {
         td_param_relayout(params, canon, p_l, dp->t);

@@ -1,11 +1,292 @@
-/* Parameter server: placeholder until implemented. */
+/* Parameter servers. S extra ranks after the grid hold the parameters and
+ * AdamW state, each server a 1/S slice of every unit (the table pads units to
+ * a multiple of S). Workers push gradients and pull parameters each step.
+ *
+ * Protocol (all ints travel as exact small floats):
+ *   worker -> server  CTRL [kind, step]          kind GRAD: DATA [slice] follows
+ *                                                kind PULL: wants params for `step`
+ *                                                kind DONE: worker finished
+ *   server -> worker  HDR [version, norm] then PARAM [slice]
+ * A server applies the update of step s once every worker's step-s gradient
+ * has arrived, in step order, so the math is that of synchronous training;
+ * with staleness K a pull for step s is answered as soon as version >= s - K
+ * (stale-synchronous parallel), otherwise it waits for the missing updates.
+ * The global gradient norm is summed over the servers' slices (each element
+ * once) with an all-reduce among the servers, in the same update order. */
+#include <math.h>
+#include <string.h>
+
 #include "dp_internal.h"
 
-void td_ps_create(td_dp *dp) { td_fail("--dp-mode ps is not implemented yet"); }
-void td_ps_destroy(td_dp *dp) {}
-void td_ps_begin_step(td_dp *dp, int step) {}
-double td_ps_finish_step(td_dp *dp, int step, float lr) { return 0; }
-void td_ps_serve(td_dp *dp, int steps) {}
-void td_ps_gather_state(td_dp *dp, float *params, float *m, float *v) {}
-void td_ps_plan(const td_dp_config *cfg, const td_grid *g, const td_param_table *t, td_mem_plan *p) {}
-void td_ps_staleness(const td_dp *dp, int *max_seen, double *mean_seen) { *max_seen = 0; *mean_seen = 0; }
+enum { TAG_CTRL = 101, TAG_DATA = 102, TAG_HDR = 103, TAG_PARAM = 104 };
+enum { KIND_GRAD = 1, KIND_PULL = 2, KIND_DONE = 3 };
+
+struct td_ps {
+    int S, W;                /* servers, workers */
+    int K;                   /* staleness bound */
+    size_t slice;            /* elements of one server's slice (sum over units) */
+    float *sendbuf;          /* worker: [S][slice] packed gradients / received params */
+    td_request **reqs;       /* worker: per-server requests */
+    float *hdrs;             /* worker: [S][2] */
+    int pulled_for;          /* worker: step the params are valid for (-1 none) */
+    float last_norm;
+    int max_stale, n_pulls;
+    double sum_stale;
+    /* server */
+    float *p, *m, *v;        /* [slice] */
+    float *acc;              /* [(K+1)][slice] gradient sums of pending steps */
+    int *acc_count;          /* [(K+1)] workers that pushed for that step */
+    float *tmp;              /* [slice] receive buffer */
+    int version;             /* updates applied */
+    float *norms;            /* [steps] global norm of each update */
+};
+
+/* Offset of server s's part of unit u inside the flat buffer, and its size. */
+static size_t unit_slice(const td_dp *dp, int u, int s, size_t *len) {
+    size_t n = td_unit_numel(dp->t, u), part = n / (size_t)dp->ps->S;
+    *len = part;
+    return dp->t->unit_offset[u] + (size_t)s * part;
+}
+
+/* Copies server s's slices between the flat buffer and a packed buffer. */
+static void pack(const td_dp *dp, int s, const float *flat, float *packed) {
+    size_t k = 0, len;
+    for (int u = 0; u < dp->n_units; u++) {
+        size_t off = unit_slice(dp, u, s, &len);
+        memcpy(packed + k, flat + off, len * sizeof(float));
+        k += len;
+    }
+}
+static void unpack(const td_dp *dp, int s, const float *packed, float *flat) {
+    size_t k = 0, len;
+    for (int u = 0; u < dp->n_units; u++) {
+        size_t off = unit_slice(dp, u, s, &len);
+        memcpy(flat + off, packed + k, len * sizeof(float));
+        k += len;
+    }
+}
+
+static int server_world_rank(const td_dp *dp, int s) { return dp->g->dp * dp->g->tp * dp->g->pp + s; }
+
+void td_ps_plan(const td_dp_config *cfg, const td_grid *g, const td_param_table *t, td_mem_plan *p) {
+    size_t n = t->numel * sizeof(float), slice = n / (size_t)g->n_servers;
+    if (g->is_server) {
+        p->bytes[TD_MEM_PARAMS] = slice;
+        p->bytes[TD_MEM_OPTIM] = 2 * slice;
+        p->bytes[TD_MEM_GRADS] = (size_t)(cfg->ps_staleness + 1) * slice;
+        p->bytes[TD_MEM_COMM] = slice;
+    } else {
+        p->bytes[TD_MEM_PARAMS] = n;
+        p->bytes[TD_MEM_GRADS] = n;
+        p->bytes[TD_MEM_COMM] = n; /* packed slices for all servers */
+    }
+}
+
+void td_ps_create(td_dp *dp) {
+    const td_grid *g = dp->g;
+    TD_CHECK(g->tp == 1 && g->pp == 1, "--dp-mode ps works with --tp 1 --pp 1");
+    struct td_ps *ps = td_alloc(sizeof *ps, TD_MEM_OTHER);
+    dp->ps = ps;
+    ps->S = g->n_servers;
+    ps->W = g->dp;
+    ps->K = dp->cfg.ps_staleness;
+    ps->slice = dp->t->numel / (size_t)ps->S;
+    ps->pulled_for = -1;
+    TD_ASSERT(dp->t->unit_align % ps->S == 0);
+    if (g->is_server) {
+        int s = g->server_rank;
+        ps->p = td_alloc(ps->slice * sizeof(float), TD_MEM_PARAMS);
+        ps->m = td_alloc(ps->slice * sizeof(float), TD_MEM_OPTIM);
+        ps->v = td_alloc(ps->slice * sizeof(float), TD_MEM_OPTIM);
+        ps->acc = td_alloc((size_t)(ps->K + 1) * ps->slice * sizeof(float), TD_MEM_GRADS);
+        ps->acc_count = td_alloc(sizeof(int) * (size_t)(ps->K + 1), TD_MEM_OTHER);
+        ps->tmp = td_alloc(ps->slice * sizeof(float), TD_MEM_COMM);
+        /* the same counter-based init as every other layout, slice by slice */
+        size_t k = 0, len;
+        for (int u = 0; u < dp->n_units; u++) {
+            size_t off = unit_slice(dp, u, s, &len);
+            td_param_init_range(dp->t, dp->cfg.seed, off, off + len, ps->p + k);
+            k += len;
+        }
+        return;
+    }
+    size_t n = dp->t->numel;
+    dp->params = td_alloc(n * sizeof(float), TD_MEM_PARAMS);
+    dp->grads = td_alloc(n * sizeof(float), TD_MEM_GRADS);
+    ps->sendbuf = td_alloc(n * sizeof(float), TD_MEM_COMM);
+    ps->hdrs = td_alloc(sizeof(float) * 2 * (size_t)ps->S, TD_MEM_OTHER);
+    ps->reqs = td_alloc(sizeof(td_request *) * 2 * (size_t)ps->S, TD_MEM_OTHER);
+    for (int i = 0; i < 2 * ps->S; i++) ps->reqs[i] = td_request_new();
+    td_gpt_bind_flat(dp->model, dp->params, dp->grads);
+    dp->model->hook = NULL;
+}
+
+void td_ps_destroy(td_dp *dp) {
+    struct td_ps *ps = dp->ps;
+    if (ps->reqs)
+        for (int i = 0; i < 2 * ps->S; i++) td_request_free(ps->reqs[i]);
+    td_free(ps->reqs);
+    td_free(ps->hdrs);
+    td_free(ps->sendbuf);
+    td_free(ps->p);
+    td_free(ps->m);
+    td_free(ps->v);
+    td_free(ps->acc);
+    td_free(ps->acc_count);
+    td_free(ps->tmp);
+    td_free(ps->norms);
+    td_free(ps);
+    dp->ps = NULL;
+}
+
+static void send_ctrl(td_dp *dp, int s, int kind, int step) {
+    float msg[2] = {(float)kind, (float)step};
+    td_send(dp->g->world, msg, 2, TD_F32, server_world_rank(dp, s), TAG_CTRL);
+}
+
+/* Worker: parameters valid for `step` (version >= step - K). */
+static void pull(td_dp *dp, int step, int k_bound) {
+    struct td_ps *ps = dp->ps;
+    for (int s = 0; s < ps->S; s++) send_ctrl(dp, s, KIND_PULL, step - k_bound);
+    for (int s = 0; s < ps->S; s++) {
+        int src = server_world_rank(dp, s);
+        td_recv_start(ps->reqs[2 * s], dp->g->world, ps->hdrs + 2 * s, 2, TD_F32, src, TAG_HDR);
+        td_recv_start(ps->reqs[2 * s + 1], dp->g->world, ps->sendbuf + (size_t)s * ps->slice, ps->slice,
+                      TD_F32, src, TAG_PARAM);
+    }
+    int version = step;
+    for (int s = 0; s < ps->S; s++) {
+        td_wait(ps->reqs[2 * s]);
+        td_wait(ps->reqs[2 * s + 1]);
+        unpack(dp, s, ps->sendbuf + (size_t)s * ps->slice, dp->params);
+        if ((int)ps->hdrs[2 * s] < version) version = (int)ps->hdrs[2 * s];
+        ps->last_norm = ps->hdrs[2 * s + 1];
+    }
+    int stale = step - version;
+    if (stale > ps->max_stale) ps->max_stale = stale;
+    ps->sum_stale += stale;
+    ps->n_pulls++;
+    ps->pulled_for = step;
+}
+
+void td_ps_begin_step(td_dp *dp, int step) {
+    if (dp->ps->pulled_for != step) pull(dp, step, step == 0 ? 0 : dp->ps->K);
+}
+
+double td_ps_finish_step(td_dp *dp, int step, float lr) {
+    struct td_ps *ps = dp->ps;
+    for (int s = 0; s < ps->S; s++) pack(dp, s, dp->grads, ps->sendbuf + (size_t)s * ps->slice);
+    for (int s = 0; s < ps->S; s++) {
+        send_ctrl(dp, s, KIND_GRAD, step);
+        td_send_start(ps->reqs[2 * s], dp->g->world, ps->sendbuf + (size_t)s * ps->slice, ps->slice,
+                      TD_F32, server_world_rank(dp, s), TAG_DATA);
+    }
+    for (int s = 0; s < ps->S; s++) td_wait(ps->reqs[2 * s]);
+    memset(dp->grads, 0, dp->t->numel * sizeof(float));
+    int last = step == dp->cfg.optim.max_steps - 1;
+    /* the last step waits for every update so eval and checkpoint see them */
+    pull(dp, step + 1, last ? 0 : ps->K);
+    if (last)
+        for (int s = 0; s < ps->S; s++) send_ctrl(dp, s, KIND_DONE, step);
+    return ps->last_norm; /* norm of the newest update this worker has seen */
+}
+
+/* ---- server ------------------------------------------------------------ */
+
+static void reply(td_dp *dp, int worker_rank) {
+    struct td_ps *ps = dp->ps;
+    float hdr[2] = {(float)ps->version, ps->version > 0 ? ps->norms[ps->version - 1] : 0.0f};
+    td_send(dp->g->world, hdr, 2, TD_F32, worker_rank, TAG_HDR);
+    td_send(dp->g->world, ps->p, ps->slice, TD_F32, worker_rank, TAG_PARAM);
+}
+
+/* Applies every complete pending step in order. */
+static void apply_ready(td_dp *dp) {
+    struct td_ps *ps = dp->ps;
+    int s = dp->g->server_rank;
+    for (;;) {
+        int slot = ps->version % (ps->K + 1);
+        if (ps->acc_count[slot] < ps->W) return;
+        float *g = ps->acc + (size_t)slot * ps->slice;
+        float sq = (float)td_sumsq(g, ps->slice);
+        double sumsq = sq;
+        if (ps->S > 1) {
+            td_allreduce(dp->g->ps_comm, &sq, 1, TD_F32, TD_SUM);
+            sumsq = sq;
+        }
+        double norm = sqrt(sumsq);
+        float scale = td_clip_scale(norm, dp->cfg.optim.clip);
+        float lr = td_lr_at(&dp->cfg.optim, ps->version);
+        size_t k = 0, len;
+        for (int u = 0; u < dp->n_units; u++) {
+            size_t off = unit_slice(dp, u, s, &len);
+            td_adamw_update(ps->p + k, g + k, ps->m + k, ps->v + k, off, off + len, dp->t,
+                            &dp->cfg.optim, lr, ps->version + 1, scale);
+            k += len;
+        }
+        ps->norms[ps->version] = (float)norm;
+        memset(g, 0, ps->slice * sizeof(float));
+        ps->acc_count[slot] = 0;
+        ps->version++;
+    }
+}
+
+void td_ps_serve(td_dp *dp, int steps) {
+    struct td_ps *ps = dp->ps;
+    ps->norms = td_alloc(sizeof(float) * (size_t)(steps + 1), TD_MEM_OTHER);
+    int W = ps->W, done = 0;
+    int *waiting = td_alloc(sizeof(int) * (size_t)W, TD_MEM_OTHER); /* pull step per worker, -1 none */
+    for (int w = 0; w < W; w++) waiting[w] = -1;
+    while (done < W) {
+        float msg[2];
+        int src = td_recv(dp->g->world, msg, 2, TD_F32, TD_ANY_SOURCE, TAG_CTRL);
+        int kind = (int)msg[0], step = (int)msg[1];
+        TD_ASSERT(src >= 0 && src < W);
+        if (kind == KIND_GRAD) {
+            TD_ASSERT(step >= ps->version && step <= ps->version + ps->K);
+            td_recv(dp->g->world, ps->tmp, ps->slice, TD_F32, src, TAG_DATA);
+            int slot = step % (ps->K + 1);
+            float *acc = ps->acc + (size_t)slot * ps->slice;
+            for (size_t i = 0; i < ps->slice; i++) acc[i] += ps->tmp[i];
+            ps->acc_count[slot]++;
+            apply_ready(dp);
+        } else if (kind == KIND_PULL) {
+            waiting[src] = step;
+        } else {
+            TD_ASSERT(kind == KIND_DONE);
+            done++;
+        }
+        for (int w = 0; w < W; w++)
+            if (waiting[w] >= 0 && ps->version >= waiting[w]) {
+                reply(dp, w);
+                waiting[w] = -1;
+            }
+    }
+    td_free(waiting);
+}
+
+void td_ps_gather_state(td_dp *dp, float *params, float *m, float *v) {
+    struct td_ps *ps = dp->ps;
+    const td_grid *g = dp->g;
+    float *bufs[3] = {params, m, v};
+    if (g->is_server) {
+        float *mine[3] = {ps->p, ps->m, ps->v};
+        for (int i = 0; i < 3; i++) td_send(g->world, mine[i], ps->slice, TD_F32, 0, TAG_PARAM);
+    } else if (g->world_rank == 0) {
+        float *tmp = td_alloc(ps->slice * sizeof(float), TD_MEM_OTHER);
+        for (int s = 0; s < ps->S; s++)
+            for (int i = 0; i < 3; i++) {
+                td_recv(g->world, tmp, ps->slice, TD_F32, server_world_rank(dp, s), TAG_PARAM);
+                unpack(dp, s, tmp, bufs[i]);
+            }
+        td_free(tmp);
+    }
+}
+
+void td_ps_staleness(const td_dp *dp, int *max_seen, double *mean_seen) {
+    const struct td_ps *ps = dp->ps;
+    float st[2] = {(float)ps->max_stale, ps->n_pulls ? (float)(ps->sum_stale / ps->n_pulls) : 0.0f};
+    if (dp->g->dp > 1) td_allreduce(dp->g->dp_comm, st, 2, TD_F32, TD_MAX);
+    *max_seen = (int)st[0];
+    *mean_seen = st[1];
+}

@@ -1,9 +1,368 @@
-/* ZeRO stages 1-3: placeholder until the ZeRO issue's implementation lands. */
+/* ZeRO stages 1-3 over the dp group.
+ *
+ * Every unit u of the (padded) flat layout is split into D equal slices;
+ * dp rank r owns slice r of every unit. Its shard buffers (AdamW m and v,
+ * the gradient shard, and at stage 3 the parameters) are those slices packed
+ * unit after unit: shard_off[u] = sum of the slice sizes before u.
+ *
+ *   stage 1: full params and grads; on the last micro-batch each unit's
+ *            gradient is reduce-scattered as soon as its backward ends; each
+ *            rank updates its slices; the parameters are all-gathered.
+ *   stage 2: full params; gradients live in a small pool of unit buffers,
+ *            reduce-scattered after each unit's backward (every micro-batch)
+ *            and added into the gradient shard.
+ *   stage 3: + parameters sharded: each unit is all-gathered before its
+ *            forward and again before its backward, released after use, the
+ *            next unit's gather started early (prefetch). The embeddings
+ *            (used at both ends) and the tiny final norm stay gathered from
+ *            forward to backward when training.
+ * The order of gathers and reduce-scatters is the unit order of forward and
+ * backward: static and identical on every rank. */
+#include <math.h>
+#include <string.h>
+
 #include "dp_internal.h"
 
-void td_zero_create(td_dp *dp) { td_fail("--zero %d is not implemented yet", dp->cfg.zero); }
-void td_zero_destroy(td_dp *dp) {}
-void td_zero_hook(void *ctx, td_unit_event ev, int unit) {}
-double td_zero_finish_step(td_dp *dp, int step, float lr) { return 0; }
-void td_zero_gather_state(td_dp *dp, float *params, float *m, float *v) {}
-void td_zero_plan(const td_dp_config *cfg, const td_param_table *t, int D, td_mem_plan *p) {}
+#define POOL 2 /* block buffers in flight: the one in use + one prefetched/draining */
+
+typedef struct {
+    float *full;       /* [max block numel] gradient of one unit (stages 2, 3) */
+    float *shard;      /* [max slice] reduce-scatter output */
+    td_request *req;
+    int unit;          /* -1 free */
+} grad_slot;
+
+typedef struct {
+    float *buf;        /* gathered parameters of one unit */
+    td_request *req;
+    int unit;          /* -1 free */
+} gather_slot;
+
+struct td_zero {
+    int stage, L;
+    size_t *shard_off; /* [n_units + 1] */
+    size_t shard_n;    /* packed shard elements */
+    size_t max_block, max_slice;
+    float *gshard;     /* [shard_n] gradient shard (sum over micro-batches) */
+    float *pshard;     /* [shard_n] stage 3 parameters */
+    /* stage 1: per-unit reduce-scatter of the full gradient buffer */
+    td_request **unit_req;
+    float *rs_out;     /* [shard_n] stage-1 reduce-scatter output */
+    /* stages 2, 3: gradient buffers; index POOL is unit 0's own */
+    grad_slot gslots[POOL + 1];
+    /* stage 3: gathered parameters; POOL = unit 0, POOL + 1 = final norm */
+    gather_slot pslots[POOL + 2];
+    int *gather_of;    /* [n_units] pslot holding the unit, -1 none */
+    float *ag_tmp;     /* gather_state staging */
+};
+
+static size_t slice_len(const td_dp *dp, int u) { return td_unit_numel(dp->t, u) / (size_t)dp->D; }
+static size_t my_slice_off(const td_dp *dp, int u) {
+    return dp->t->unit_offset[u] + (size_t)dp->r * slice_len(dp, u);
+}
+
+void td_zero_plan(const td_dp_config *cfg, const td_param_table *t, int D, td_mem_plan *p) {
+    size_t n = t->numel * sizeof(float), sh = n / (size_t)D;
+    size_t max_block = 0, max_slice = 0;
+    int L = t->cfg.L;
+    for (int u = 1; u <= L + 1; u++) max_block = td_max_sz(max_block, td_unit_numel(t, u));
+    for (int u = 0; u < t->n_units; u++) max_slice = td_max_sz(max_slice, td_unit_numel(t, u) / D);
+    size_t u0 = td_unit_numel(t, 0) * sizeof(float), uf = td_unit_numel(t, L + 1) * sizeof(float);
+    max_block *= sizeof(float), max_slice *= sizeof(float);
+    p->bytes[TD_MEM_OPTIM] = 2 * sh;
+    p->bytes[TD_MEM_GRADS] = cfg->zero == 1 ? n : sh;
+    p->bytes[TD_MEM_PARAMS] = cfg->zero == 3 ? sh : n;
+    if (cfg->zero == 1) p->bytes[TD_MEM_COMM] = sh; /* reduce-scatter output */
+    else p->bytes[TD_MEM_COMM] = POOL * max_block + u0 + (POOL + 1) * max_slice;
+    if (cfg->zero == 3) p->bytes[TD_MEM_GATHER] = POOL * max_block + u0 + uf;
+}
+
+static float *grad_full_alloc(size_t n) { return td_alloc(n * sizeof(float), TD_MEM_COMM); }
+
+void td_zero_create(td_dp *dp) {
+    TD_CHECK(dp->g->tp == 1 && dp->g->pp == 1, "--zero works with --tp 1 --pp 1 in this build");
+    struct td_zero *z = td_alloc(sizeof *z, TD_MEM_OTHER);
+    dp->zero = z;
+    const td_param_table *t = dp->t;
+    int U = t->n_units;
+    z->stage = dp->cfg.zero;
+    z->L = t->cfg.L;
+    TD_ASSERT(t->unit_align % dp->D == 0);
+    z->shard_off = td_alloc(sizeof(size_t) * (size_t)(U + 1), TD_MEM_OTHER);
+    for (int u = 0; u < U; u++) {
+        z->shard_off[u + 1] = z->shard_off[u] + slice_len(dp, u);
+        z->max_slice = td_max_sz(z->max_slice, slice_len(dp, u));
+        if (u >= 1) z->max_block = td_max_sz(z->max_block, td_unit_numel(t, u));
+    }
+    z->shard_n = z->shard_off[U];
+    dp->m = td_alloc(z->shard_n * sizeof(float), TD_MEM_OPTIM);
+    dp->v = td_alloc(z->shard_n * sizeof(float), TD_MEM_OPTIM);
+
+    if (z->stage == 3) {
+        z->pshard = td_alloc(z->shard_n * sizeof(float), TD_MEM_PARAMS);
+        /* counter-based init: the slices equal those of a full init */
+        for (int u = 0; u < U; u++) {
+            size_t lo = my_slice_off(dp, u);
+            td_param_init_range(t, dp->cfg.seed, lo, lo + slice_len(dp, u), z->pshard + z->shard_off[u]);
+        }
+        for (int i = 0; i < POOL + 2; i++) {
+            size_t n = i < POOL ? z->max_block : td_unit_numel(t, i == POOL ? 0 : z->L + 1);
+            z->pslots[i].buf = td_alloc(n * sizeof(float), TD_MEM_GATHER);
+            z->pslots[i].req = td_request_new();
+            z->pslots[i].unit = -1;
+        }
+        z->gather_of = td_alloc(sizeof(int) * (size_t)U, TD_MEM_OTHER);
+        for (int u = 0; u < U; u++) z->gather_of[u] = -1;
+    } else {
+        dp->params = td_alloc(t->numel * sizeof(float), TD_MEM_PARAMS);
+        td_param_init_range(t, dp->cfg.seed, 0, t->numel, dp->params);
+        if (dp->D > 1) td_broadcast(dp->comm, dp->params, t->numel, TD_F32, 0);
+    }
+    if (z->stage == 1) {
+        dp->grads = td_alloc(t->numel * sizeof(float), TD_MEM_GRADS);
+        z->gshard = NULL;
+        z->rs_out = td_alloc(z->shard_n * sizeof(float), TD_MEM_COMM);
+        z->unit_req = td_alloc(sizeof(td_request *) * (size_t)U, TD_MEM_OTHER);
+        for (int u = 0; u < U; u++) z->unit_req[u] = td_request_new();
+    } else {
+        z->gshard = td_alloc(z->shard_n * sizeof(float), TD_MEM_GRADS);
+        for (int i = 0; i < POOL + 1; i++) {
+            z->gslots[i].full = grad_full_alloc(i < POOL ? z->max_block : td_unit_numel(t, 0));
+            z->gslots[i].shard = td_alloc(z->max_slice * sizeof(float), TD_MEM_COMM);
+            z->gslots[i].req = td_request_new();
+            z->gslots[i].unit = -1;
+        }
+    }
+    td_gpt_bind_flat(dp->model, dp->params, dp->grads);
+    dp->model->hook = td_zero_hook;
+    dp->model->hook_ctx = dp;
+}
+
+void td_zero_destroy(td_dp *dp) {
+    struct td_zero *z = dp->zero;
+    if (z->unit_req)
+        for (int u = 0; u < dp->n_units; u++) td_request_free(z->unit_req[u]);
+    for (int i = 0; i < POOL + 1; i++) {
+        td_free(z->gslots[i].full);
+        td_free(z->gslots[i].shard);
+        if (z->gslots[i].req) td_request_free(z->gslots[i].req);
+    }
+    for (int i = 0; i < POOL + 2; i++) {
+        td_free(z->pslots[i].buf);
+        if (z->pslots[i].req) td_request_free(z->pslots[i].req);
+    }
+    td_free(z->unit_req);
+    td_free(z->rs_out);
+    td_free(z->gshard);
+    td_free(z->pshard);
+    td_free(z->gather_of);
+    td_free(z->shard_off);
+    td_free(z);
+    dp->zero = NULL;
+}
+
+/* ---- stage 3 parameter gathers ---------------------------------------- */
+
+static int pslot_for(struct td_zero *z, int unit) {
+    if (unit == 0) return POOL;
+    if (unit == z->L + 1) return POOL + 1;
+    for (int i = 0; i < POOL; i++)
+        if (z->pslots[i].unit < 0) return i;
+    return -1;
+}
+
+/* Starts gathering `unit` if it is not gathered or in flight and a buffer is free. */
+static void gather_start(td_dp *dp, int unit) {
+    struct td_zero *z = dp->zero;
+    if (unit < 0 || unit >= dp->n_units || z->gather_of[unit] >= 0) return;
+    int s = pslot_for(z, unit);
+    if (s < 0 || z->pslots[s].unit >= 0) return;
+    gather_slot *g = &z->pslots[s];
+    g->unit = unit;
+    z->gather_of[unit] = s;
+    size_t n = slice_len(dp, unit);
+    if (dp->D == 1) {
+        memcpy(g->buf, z->pshard + z->shard_off[unit], n * sizeof(float));
+        return;
+    }
+    td_all_gather_start(g->req, dp->comm, z->pshard + z->shard_off[unit], g->buf, n, TD_F32);
+}
+
+static void gather_wait(td_dp *dp, int unit) {
+    struct td_zero *z = dp->zero;
+    gather_start(dp, unit);
+    int s = z->gather_of[unit];
+    TD_ASSERT(s >= 0); /* a buffer must be free: the order of events guarantees it */
+    td_wait(z->pslots[s].req);
+    dp->model->unit_params[unit] = z->pslots[s].buf;
+}
+
+static void gather_release(td_dp *dp, int unit) {
+    struct td_zero *z = dp->zero;
+    int s = z->gather_of[unit];
+    if (s < 0) return;
+    td_wait(z->pslots[s].req);
+    z->pslots[s].unit = -1;
+    z->gather_of[unit] = -1;
+    dp->model->unit_params[unit] = NULL;
+}
+
+/* ---- stage 2/3 gradient buffers ---------------------------------------- */
+
+static void gslot_drain(td_dp *dp, grad_slot *s) {
+    struct td_zero *z = dp->zero;
+    if (s->unit < 0) return;
+    td_wait(s->req);
+    size_t n = slice_len(dp, s->unit);
+    float *dst = z->gshard + z->shard_off[s->unit];
+    const float *src = dp->D == 1 ? s->full : s->shard;
+    for (size_t i = 0; i < n; i++) dst[i] += src[i];
+    s->unit = -1;
+}
+
+static void grads_begin(td_dp *dp, int unit) {
+    struct td_zero *z = dp->zero;
+    grad_slot *s = NULL;
+    if (unit == 0) {
+        s = &z->gslots[POOL];
+        gslot_drain(dp, s);
+    } else {
+        for (int i = 0; i < POOL && !s; i++)
+            if (z->gslots[i].unit < 0) s = &z->gslots[i];
+        if (!s) { /* drain the older in-flight reduce-scatter */
+            s = &z->gslots[0];
+            gslot_drain(dp, s);
+            grad_slot tmp = z->gslots[0];
+            z->gslots[0] = z->gslots[1]; /* keep slot 0 the oldest */
+            z->gslots[1] = tmp;
+            s = &z->gslots[1];
+        }
+    }
+    memset(s->full, 0, td_unit_numel(dp->t, unit) * sizeof(float));
+    s->unit = unit;
+    s->req = s->req;
+    dp->model->unit_grads[unit] = s->full;
+}
+
+static grad_slot *gslot_of(struct td_zero *z, int unit) {
+    for (int i = 0; i < POOL + 1; i++)
+        if (z->gslots[i].unit == unit) return &z->gslots[i];
+    return NULL;
+}
+
+static void grads_end(td_dp *dp, int unit) {
+    grad_slot *s = gslot_of(dp->zero, unit);
+    TD_ASSERT(s);
+    if (dp->D > 1)
+        td_reduce_scatter_start(s->req, dp->comm, s->full, s->shard, slice_len(dp, unit), TD_F32);
+    dp->model->unit_grads[unit] = NULL;
+}
+
+/* ---- the hook ----------------------------------------------------------- */
+
+void td_zero_hook(void *ctx, td_unit_event ev, int unit) {
+    td_dp *dp = ctx;
+    struct td_zero *z = dp->zero;
+    int L = z->L;
+    if (z->stage == 3) {
+        if (ev == TD_FWD_BEGIN) {
+            gather_wait(dp, unit);
+            gather_start(dp, unit == L + 1 ? -1 : unit + 1); /* prefetch */
+        } else if (ev == TD_FWD_END) {
+            int keep = dp->training && (unit == 0 || unit == L + 1);
+            if (!keep) gather_release(dp, unit);
+        } else if (ev == TD_BWD_BEGIN) {
+            gather_wait(dp, unit);
+            if (unit == L + 1) gather_start(dp, L);
+            else if (unit >= 2) gather_start(dp, unit - 1);
+            grads_begin(dp, unit);
+        } else {
+            grads_end(dp, unit);
+            gather_release(dp, unit);
+        }
+        return;
+    }
+    if (z->stage == 2) {
+        if (ev == TD_BWD_BEGIN) grads_begin(dp, unit);
+        else if (ev == TD_BWD_END) grads_end(dp, unit);
+        return;
+    }
+    /* stage 1: full gradients; reduce-scatter each unit on the last micro-batch */
+    if (ev == TD_BWD_END && dp->sync_this_micro && dp->D > 1 && !dp->cfg.no_overlap) {
+        size_t off = dp->t->unit_offset[unit];
+        td_reduce_scatter_start(z->unit_req[unit], dp->comm, dp->grads + off,
+                                z->rs_out + z->shard_off[unit], slice_len(dp, unit), TD_F32);
+    }
+    for (int u = 0; u < dp->n_units && z->unit_req; u++)
+        if (td_request_active(z->unit_req[u])) td_test(z->unit_req[u]);
+}
+
+/* ---- the step ----------------------------------------------------------- */
+
+double td_zero_finish_step(td_dp *dp, int step, float lr) {
+    struct td_zero *z = dp->zero;
+    double t0 = td_now_ms();
+    float *g = z->gshard;
+    if (z->stage == 1) {
+        for (int u = 0; u < dp->n_units; u++) {
+            size_t off = dp->t->unit_offset[u];
+            if (dp->D == 1) {
+                memcpy(z->rs_out + z->shard_off[u], dp->grads + off, slice_len(dp, u) * sizeof(float));
+            } else {
+                if (!td_request_active(z->unit_req[u]) && dp->cfg.no_overlap)
+                    td_reduce_scatter_start(z->unit_req[u], dp->comm, dp->grads + off,
+                                            z->rs_out + z->shard_off[u], slice_len(dp, u), TD_F32);
+                td_wait(z->unit_req[u]);
+            }
+        }
+        g = z->rs_out;
+        memset(dp->grads, 0, dp->t->numel * sizeof(float));
+    } else {
+        for (int i = 0; i < POOL + 1; i++) gslot_drain(dp, &z->gslots[i]);
+    }
+    dp->exposed_ms = td_now_ms() - t0;
+    /* exact global norm: every element lives in exactly one shard */
+    float sq = (float)td_sumsq(g, z->shard_n);
+    if (dp->D > 1) td_allreduce(dp->comm, &sq, 1, TD_F32, TD_SUM);
+    double norm = sqrt((double)sq);
+    float scale = td_clip_scale(norm, dp->cfg.optim.clip);
+    for (int u = 0; u < dp->n_units; u++) {
+        size_t lo = my_slice_off(dp, u), n = slice_len(dp, u), k = z->shard_off[u];
+        float *p = z->stage == 3 ? z->pshard + k : dp->params + lo;
+        td_dp_adamw_range(dp, p, g + k, dp->m + k, dp->v + k, lo, lo + n, step, lr, scale);
+    }
+    if (z->stage != 1) memset(z->gshard, 0, z->shard_n * sizeof(float));
+    if (z->stage != 3 && dp->D > 1) /* everyone needs the updated weights */
+        for (int u = 0; u < dp->n_units; u++) {
+            size_t off = dp->t->unit_offset[u], n = slice_len(dp, u);
+            td_all_gather(dp->comm, dp->params + off + (size_t)dp->r * n, dp->params + off, n, TD_F32);
+        }
+    return norm;
+}
+
+/* Packed shards of all ranks -> flat layout on dp rank 0. */
+static void gather_shards(td_dp *dp, const float *mine, float *flat) {
+    struct td_zero *z = dp->zero;
+    float *all = NULL;
+    if (dp->D > 1) {
+        all = td_alloc(z->shard_n * (size_t)dp->D * sizeof(float), TD_MEM_OTHER);
+        td_all_gather(dp->comm, mine, all, z->shard_n, TD_F32);
+    }
+    if (dp->r == 0 && flat) {
+        for (int r = 0; r < dp->D; r++)
+            for (int u = 0; u < dp->n_units; u++) {
+                size_t n = slice_len(dp, u);
+                const float *src = (dp->D > 1 ? all + (size_t)r * z->shard_n : mine) + z->shard_off[u];
+                memcpy(flat + dp->t->unit_offset[u] + (size_t)r * n, src, n * sizeof(float));
+            }
+    }
+    td_free(all);
+}
+
+void td_zero_gather_state(td_dp *dp, float *params, float *m, float *v) {
+    struct td_zero *z = dp->zero;
+    if (z->stage == 3) gather_shards(dp, z->pshard, params);
+    else if (dp->r == 0 && params) memcpy(params, dp->params, dp->t->numel * sizeof(float));
+    gather_shards(dp, dp->m, m);
+    gather_shards(dp, dp->v, v);
+}
