@@ -150,6 +150,9 @@ void td_report_summary(td_report *r, const td_train_result *res) {
            res->tokens_per_s, 100.0 * r->flops_per_step / (res->step_ms * 1e-3) / r->peak_flops);
     if (!isnan(res->final_val_loss)) td_log(", final val loss %.4f", res->final_val_loss);
     td_log("\n");
+    if (strcmp(r->o->dp_mode, "ps") == 0)
+        td_log("ps: staleness observed max %d, mean %.2f steps (bound --ps-staleness %d)\n",
+               res->max_staleness, res->mean_staleness, r->o->ps_staleness);
 }
 
 void td_report_sample(td_report *r, const td_param_table *canon, const float *params,

@@ -141,7 +141,7 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
             res->grad_norms[step] = (float)norm;
             res->steps_done = step + 1;
             td_report_step(&rep, step, loss, lr, norm, ms);
-            if (step == 0) td_report_memory(&rep, &plan, 1);
+            if (step == 0 && mode != TD_DP_PS) td_report_memory(&rep, &plan, 1);
             int last = step == o->steps - 1;
             if (o->eval_every > 0 && ((step + 1) % o->eval_every == 0 || last)) {
                 if (mode == TD_DP_PS) td_dp_begin_step(dp, step + 1); /* pull the fresh weights */
@@ -158,6 +158,8 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
         td_free(in);
         td_free(tg);
     }
+    /* servers run their own loop, so with ps the measured report waits for the end */
+    if (mode == TD_DP_PS) td_report_memory(&rep, &plan, 1);
     td_report_summary(&rep, res);
 
     /* final state, canonical layout, on world rank 0 */
