@@ -13,9 +13,11 @@ void td_gpt_config_finish(td_gpt_config *cfg) {
     TD_CHECK(cfg->C > 0, "--embd must be a positive integer (got %d)", cfg->C);
     TD_CHECK(cfg->T > 0, "--seq must be a positive integer (got %d)", cfg->T);
     TD_CHECK(cfg->V > 0, "vocabulary size must be positive (got %d)", cfg->V);
+    int suggest = cfg->H;
+    while (cfg->C % suggest) suggest--; /* the largest head count <= H that divides C */
     TD_CHECK(cfg->C % cfg->H == 0,
              "--embd %d is not divisible by --heads %d; use a head count that divides it (e.g. %d)",
-             cfg->C, cfg->H, cfg->C % 4 == 0 ? 4 : 1);
+             cfg->C, cfg->H, suggest);
     cfg->Vp = (int)td_round_up((size_t)cfg->V, TD_VOCAB_PAD);
 }
 
