@@ -11,8 +11,9 @@
  * group and its world ranks, peer/root, call site). Waits poll with a
  * deadline: a call that does not complete within td_comm_timeout() seconds
  * prints the ring and the stuck call on every rank that is stuck, then
- * MPI_Abort()s the job. Blocking calls are start + wait, so they are watched
- * the same way.
+ * MPI_Abort()s the job. Blocking collectives run MPI's blocking collective per
+ * piece (measured faster than nonblocking pieces + polling) and a watchdog
+ * thread holds them to the same deadline; blocking send/recv are start + wait.
  *
  * Call through the macros (td_allreduce, ...) so the call site is recorded. */
 #ifndef TRIDENT_COMM_H

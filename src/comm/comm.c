@@ -141,6 +141,7 @@ void td_comm_init(int *argc, char ***argv) {
 void td_comm_finalize(void) {
     if (!g_initialized) return;
     td_watchdog_stop();
+    td_requests_shutdown();
     td_comm_free(g_world);
     g_world = NULL;
     g_initialized = 0;

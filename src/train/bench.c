@@ -33,6 +33,7 @@ static int bench_train(int argc, char **argv) {
         {"--bucket-mb", TD_FLAG_DOUBLE, &o.bucket_mb, "bucket MiB"},
         {"--no-overlap", TD_FLAG_BOOL, &o.no_overlap, "communicate after backward"},
         {"--memory-report", TD_FLAG_BOOL, &o.memory_report, "detailed memory table"},
+        {"--log", TD_FLAG_STR, &o.log, "JSON-lines metrics file (memory plan and measurement)"},
     };
     td_flags_parse("bench train", flags, (int)(sizeof flags / sizeof flags[0]), argc, argv);
     TD_CHECK(steps > 0 && warmup_steps >= 0, "bench train: --steps must be positive");

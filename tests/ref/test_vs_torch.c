@@ -60,7 +60,7 @@ int main(void) {
         inputs[i] = (int)(td_rng_u64(5, 1, (uint64_t)i) % V);
         targets[i] = (int)(td_rng_u64(5, 2, (uint64_t)i) % V);
     }
-    td_optim_config oc = {.lr = 1e-2f, .min_lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+    td_optim_config oc = {.lr = 1e-3f, .min_lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
                           .weight_decay = 0.1f, .clip = 1.0f, .warmup = 0, .max_steps = STEPS};
 
     char in_path[] = "/tmp/td_ref_in_XXXXXX", out_path[256];
@@ -110,7 +110,7 @@ int main(void) {
      * in a different order than PyTorch's give errors of ~1e-6 here; 1e-4
      * leaves margin without hiding a wrong term (a missing or doubled path
      * changes gradients by O(1) of their scale). */
-    const double tol_loss = 1e-5, tol_grad = 1e-4, tol_param = 1e-4;
+    const double tol_loss = 1e-5, tol_grad = 1e-4;
     float ref_loss0;
     rd(o, &ref_loss0, 4);
     double loss0 = td_gpt_forward(&model, inputs, targets) / (B * T);
@@ -164,24 +164,44 @@ int main(void) {
                ref_losses[s], lr_, norm, ref_norms[s], nr, bad ? "FAIL" : "ok");
         fails += bad;
     }
-    double worst_param = 0.0;
+    /* Weights after 10 Adam steps are judged in units of how far Adam can
+     * move an element: |m_hat / sqrt(v_hat)| <= ~1, so at most lr per step.
+     * Where an element's gradient is near zero (e.g. c_proj columns behind a
+     * GELU unit that is off for the batch), fp32 rounding differences become
+     * O(1) relative differences of m/sqrt(v) and move it by a fraction of lr,
+     * so tensor-relative tolerances fail on healthy code. A wrong gradient
+     * term moves elements by O(lr) per step; 1% of lr x steps separates the
+     * two (measured worst: ~0.06%). */
+    double worst_param = 0.0, bound = 1e-2 * oc.lr * STEPS;
     for (int i = 0; i < t.n_rows; i++) {
         td_param *p = &t.rows[i];
         size_t n = strcmp(p->name, "transformer.wte.weight") == 0 ? (size_t)V * C : p->numel;
         float *ref = malloc(4 * n);
         rd(o, ref, 4 * n);
+        /* The key bias (c_attn.bias [C, 2C)) has an exactly zero gradient
+         * (a constant added to every key shifts each score row by a constant,
+         * which softmax ignores; its step-0 gradient is checked above). Its
+         * computed gradient is pure rounding noise that Adam normalises into
+         * updates of up to lr, different in each implementation, so the
+         * trajectory comparison leaves those elements out. */
+        if (strstr(p->name, "attn.c_attn.bias"))
+            for (int k = C; k < 2 * C; k++) ref[k] = params[p->offset + k];
         size_t w = 0;
-        double e = cmp(params + p->offset, ref, n, &w);
+        double e = 0.0;
+        for (size_t k = 0; k < n; k++) {
+            double d = fabs((double)params[p->offset + k] - ref[k]);
+            if (d > e) e = d, w = k;
+        }
         if (e > worst_param) worst_param = e;
-        if (e > tol_param) {
-            printf("FAIL param %s after %d steps: element %zu trident %.8g torch %.8g (err %.2e)\n", p->name,
-                   STEPS, w, params[p->offset + w], ref[w], e);
+        if (e > bound) {
+            printf("FAIL param %s after %d steps: element %zu trident %.8g torch %.8g (diff %.2e > %.1e)\n",
+                   p->name, STEPS, w, params[p->offset + w], ref[w], e, bound);
             fails++;
         }
         free(ref);
     }
-    printf("parameters after %d steps: worst error %.2e of the tensor max (tol %.0e) %s\n", STEPS,
-           worst_param, tol_param, worst_param <= tol_param ? "ok" : "FAIL");
+    printf("parameters after %d steps: worst difference %.2e = %.3f%% of lr x steps (tol 1%%) %s\n", STEPS,
+           worst_param, 100.0 * worst_param / (oc.lr * STEPS), worst_param <= bound ? "ok" : "FAIL");
     fclose(o);
     remove(in_path);
     remove(out_path);

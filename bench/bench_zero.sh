@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# ZeRO: per-rank model-state memory (measured by the accounting allocator)
+# beside the fp32 formula, and step time, for zero 0..3 at dp 2 and 4, on a
+# model of 14M parameters (L32 H6 C192 T64). fp32 training: weights 4,
+# gradients 4, Adam m+v 8 bytes per parameter (no separate master copy):
+#   zero0 16psi, zero1 8psi + 8psi/N, zero2 4psi + 12psi/N, zero3 16psi/N.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ -x build/trident ] || scripts/build.sh >/dev/null
+M="mpirun --allow-run-as-root --oversubscribe --bind-to none"
+CFG="--layers 32 --heads 6 --embd 192 --seq 64 --vocab 65 --steps ${STEPS:-6} --warmup-steps 2 --threads 1"
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+rows=()
+for D in 2 4; do
+  for Z in 0 1 2 3; do
+    out=$($M -np $D build/trident bench train $CFG --batch $((4 * D)) --dp $D --zero $Z --log "$tmp/z$Z-d$D.jsonl" 2>&1 | grep 'bench train:')
+    ms=$(sed -n 's/.*step_ms=\([0-9.]*\).*/\1/p' <<<"$out")
+    rows+=("$D $Z $ms $tmp/z$Z-d$D.jsonl")
+  done
+done
+/usr/bin/python3 - "${rows[@]}" <<'PY'
+import json, sys
+rows = [sys.argv[i:i + 4] for i in range(1, len(sys.argv), 4)]
+print("ZeRO, fp32, model-state bytes per rank (rank 0; params + grads + optimizer + gathered buffers),")
+print("measured peak vs the formula with psi = real parameters; comm buffers listed apart")
+print(f"{'dp':>3} {'zero':>4} {'psi':>10} {'formula':>10} {'measured':>10} {'ratio':>6} {'+comm':>9} {'step ms':>9} {'vs zero0':>8}")
+base_state, base_ms = {}, {}
+res = []
+for D, Z, ms, log in rows:
+    D, Z, ms = int(D), int(Z), float(ms)
+    start = mem = None
+    for line in open(log):
+        o = json.loads(line)
+        if o.get("event") == "start": start = o
+        if o.get("event") == "memory": mem = o["ranks"][0]
+    psi = start["params"]
+    f = {0: 16 * psi, 1: 8 * psi + 8 * psi / D, 2: 4 * psi + 12 * psi / D, 3: 16 * psi / D}[Z]
+    state = sum(mem[c + "_peak"] for c in ("params", "grads", "optimizer", "master", "gather"))
+    comm = mem["comm_peak"]
+    if Z == 0: base_state[D], base_ms[D] = state, ms
+    res.append((D, Z, psi, f, state, comm, ms))
+    print(f"{D:>3} {Z:>4} {psi:>10} {f/2**20:>8.1f}Mi {state/2**20:>8.1f}Mi {state/f:>6.3f} {comm/2**20:>7.1f}Mi {ms:>9.1f} {ms/base_ms[D]:>7.2f}x")
+ok = all(abs(s / f - 1) <= 0.05 for D, Z, p, f, s, c, ms in res)
+print(f"every stage within 5% of the formula: {'PASS' if ok else 'FAIL'}")
+for D, Z, p, f, s, c, ms in res:
+    if D == 4 and Z == 3:
+        r = (s + c) / base_state[4]
+        print(f"ZeRO-3 peak at dp=4 (model state + gathered + comm buffers) = {100*r:.1f}% of zero=0's model state (target < 30%: {'PASS' if r < 0.3 else 'FAIL'})")
+    if D == 2 and Z == 3:
+        print(f"ZeRO-3 step time at dp=2 = {ms/base_ms[2]:.2f}x zero=0 (target <= 1.25x: {'PASS' if ms/base_ms[2] <= 1.25 else 'FAIL'})")
+PY

@@ -1,0 +1,116 @@
+#!/usr/bin/python3
+"""Eager PyTorch baseline for `trident bench train`: the same GPT (the model in
+tests/ref/gpt_ref.py) trained on random tokens with AdamW and grad clipping.
+
+Run with /usr/bin/python3 (Debian's torch 1.13). Prints one line:
+  torch: threads=1 step_ms=63.1 tokens_per_s=12170.5
+step_ms is the mean over the --steps timed steps (total time / steps) of a full
+training step: zero_grad, forward, loss, backward, clip, optimizer step.
+"""
+
+import argparse
+import ctypes
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "ref"))
+from gpt_ref import GPT  # noqa: E402
+
+
+def positive(s):
+    v = int(s)
+    if v < 1:
+        raise argparse.ArgumentTypeError("must be >= 1, got %s" % s)
+    return v
+
+
+def nonnegative(s):
+    v = int(s)
+    if v < 0:
+        raise argparse.ArgumentTypeError("must be >= 0, got %s" % s)
+    return v
+
+
+def set_openblas_threads(n):
+    """Sets the thread count of the OpenBLAS that torch loaded; returns n, or
+    'default' when no OpenBLAS is loaded (torch then uses its own BLAS)."""
+    for lib in ("libopenblas.so.0", "libopenblas.so"):
+        try:
+            h = ctypes.CDLL(lib, mode=os.RTLD_NOLOAD | os.RTLD_GLOBAL)
+        except OSError:
+            continue
+        if hasattr(h, "openblas_set_num_threads"):
+            h.openblas_set_num_threads(ctypes.c_int(n))
+            return str(n)
+    return "default"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--layers", type=positive, default=4)
+    ap.add_argument("--heads", type=positive, default=4)
+    ap.add_argument("--embd", type=positive, default=128)
+    ap.add_argument("--seq", type=positive, default=64)
+    ap.add_argument("--batch", type=positive, default=12)
+    ap.add_argument("--vocab", type=positive, default=65)
+    ap.add_argument("--steps", type=positive, default=50)
+    ap.add_argument("--warmup-steps", type=nonnegative, default=5)
+    ap.add_argument("--threads", type=positive, default=1,
+                    help="torch intra-op threads (torch.set_num_threads)")
+    ap.add_argument("--blas-threads", type=positive, default=None,
+                    help="OpenBLAS threads for torch's GEMMs (default: --threads). Debian's torch calls the "
+                         "pthread OpenBLAS, which otherwise uses every core whatever --threads says")
+    ap.add_argument("--seed", type=int, default=1337)
+    args = ap.parse_args()
+    if args.embd % args.heads != 0:
+        ap.error("--embd %d must be divisible by --heads %d" % (args.embd, args.heads))
+
+    torch.set_num_threads(args.threads)
+    blas_threads = args.blas_threads or args.threads
+    blas_note = set_openblas_threads(blas_threads)
+    torch.manual_seed(args.seed)
+    model = GPT(args.layers, args.heads, args.embd, args.seq, args.vocab)
+    model.train()
+    opt = model.configure_optimizer(lr=1e-3, betas=(0.9, 0.99), eps=1e-8, weight_decay=0.1)
+    params = list(model.parameters())
+
+    # Random batches made up front so token generation is not timed.
+    nbatch = args.warmup_steps + args.steps
+    g = torch.Generator().manual_seed(args.seed)
+    data = torch.randint(0, args.vocab, (nbatch, args.batch, args.seq + 1), generator=g)
+    xs = data[:, :, :-1].contiguous()
+    ys = data[:, :, 1:].contiguous()
+
+    def step(i):
+        x = xs[i]
+        y = ys[i]
+        opt.zero_grad(set_to_none=True)
+        loss = model(x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        return loss
+
+    for i in range(args.warmup_steps):
+        step(i)
+    t0 = time.perf_counter()
+    for i in range(args.warmup_steps, nbatch):
+        loss = step(i)
+    elapsed = time.perf_counter() - t0
+    loss = float(loss)  # also makes sure the work is done before we report
+    if not torch.isfinite(torch.tensor(loss)):
+        sys.stderr.write("torch_gpt: error: non-finite loss %r\n" % loss)
+        return 1
+
+    step_ms = 1000.0 * elapsed / args.steps
+    tokens_per_s = args.batch * args.seq * args.steps / elapsed
+    print("torch: threads=%d step_ms=%.1f tokens_per_s=%.1f blas_threads=%s"
+          % (args.threads, step_ms, tokens_per_s, blas_note))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,49 @@
+/* bf16 <-> fp32. Reductions of bf16 payloads stage each piece in fp32, so a
+ * sum over many ranks is rounded to bf16 once, at the end. The bulk loops are
+ * branch-free so the compiler vectorises them (they run on every piece). */
+#include <string.h>
+
+#include "comm_internal.h"
+
+size_t td_dtype_size(td_dtype dt) {
+    TD_ASSERT(dt == TD_F32 || dt == TD_BF16);
+    return dt == TD_F32 ? 4 : 2;
+}
+
+MPI_Datatype td_mpi_type(td_dtype dt) { return dt == TD_F32 ? MPI_FLOAT : MPI_UINT16_T; }
+
+static inline uint32_t f32_bits(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    return u;
+}
+
+/* Round to nearest even on the 16 dropped bits; NaN stays NaN (quiet bit set,
+ * so a NaN with only low payload bits does not round into infinity). */
+static inline uint16_t to_bf16(uint32_t u) {
+    uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    uint32_t nan = (u >> 16) | 0x40u;
+    return (uint16_t)(((u & 0x7fffffffu) > 0x7f800000u) ? nan : rounded);
+}
+
+uint16_t td_f32_to_bf16(float x) { return to_bf16(f32_bits(x)); }
+
+float td_bf16_to_f32(uint16_t x) {
+    uint32_t u = (uint32_t)x << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* memcpy per element keeps the type punning defined; GCC turns it into plain
+ * vector moves. */
+void td_bf16_to_f32_n(float *dst, const uint16_t *src, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)src[i] << 16;
+        memcpy(&dst[i], &u, 4);
+    }
+}
+
+void td_f32_to_bf16_n(uint16_t *dst, const float *src, size_t n) {
+    for (size_t i = 0; i < n; i++) dst[i] = to_bf16(f32_bits(src[i]));
+}

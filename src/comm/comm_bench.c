@@ -1,0 +1,214 @@
+/* `trident bench comm`: bus bandwidth of each collective per payload size,
+ * one raw MPI call of the whole payload beside trident's pieces, then a
+ * piece-size sweep of all-reduce that the default piece size follows.
+ *
+ * Bus bandwidth as nccl-tests defines it, so numbers compare across rank
+ * counts: all-reduce bytes*2(n-1)/n/t, reduce-scatter and all-gather
+ * bytes*(n-1)/n/t (bytes = the whole gathered / scattered buffer), broadcast
+ * bytes/t. A time is the slowest rank's mean over the iterations of a trial;
+ * the best of the trials is kept, and the raw and trident trials alternate so
+ * drifts of a shared machine hit both alike. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm_internal.h"
+
+enum { OP_ALLREDUCE, OP_REDUCE_SCATTER, OP_ALL_GATHER, OP_BCAST, N_OPS };
+/* raw: one MPI call; td: blocking trident call; nb: trident start + wait;
+ * inb: raw MPI_Iallreduce + MPI_Wait of each piece (libnbc without our polling). */
+enum { IMPL_RAW, IMPL_TD, IMPL_NB, IMPL_INB };
+
+static const char *g_names[N_OPS] = {"allreduce", "reduce_scatter", "all_gather", "broadcast"};
+
+typedef struct {
+    td_comm *c;
+    int n;
+    float *a, *b; /* [max_bytes/4] each */
+    td_request *q;
+} bench;
+
+static void run_once(bench *B, int op, int impl, size_t bytes) {
+    MPI_Comm m = B->c->mpi;
+    size_t count = bytes / 4, per = count / (size_t)B->n; /* per-rank block of rs / ag */
+    if (impl == IMPL_INB) { /* allreduce only: MPI's nonblocking pieces, waited on */
+        size_t pe = td_max_sz(1, td_comm_piece_bytes() / 4);
+        for (size_t o = 0; o < count; o += pe) {
+            MPI_Request r;
+            int n = (int)td_min_sz(pe, count - o);
+            TD_MPI(MPI_Iallreduce(MPI_IN_PLACE, B->a + o, n, MPI_FLOAT, MPI_SUM, m, &r));
+            TD_MPI(MPI_Wait(&r, MPI_STATUS_IGNORE));
+        }
+        return;
+    }
+    if (impl == IMPL_RAW) {
+        switch (op) {
+        case OP_ALLREDUCE:
+            TD_MPI(MPI_Allreduce(MPI_IN_PLACE, B->a, (int)count, MPI_FLOAT, MPI_SUM, m));
+            break;
+        case OP_REDUCE_SCATTER:
+            TD_MPI(MPI_Reduce_scatter_block(B->a, B->b, (int)per, MPI_FLOAT, MPI_SUM, m));
+            break;
+        case OP_ALL_GATHER:
+            TD_MPI(MPI_Allgather(B->a, (int)per, MPI_FLOAT, B->b, (int)per, MPI_FLOAT, m));
+            break;
+        case OP_BCAST:
+            TD_MPI(MPI_Bcast(B->a, (int)count, MPI_FLOAT, 0, m));
+            break;
+        }
+        return;
+    }
+    td_request *q = impl == IMPL_NB ? B->q : NULL;
+    switch (op) {
+    case OP_ALLREDUCE:
+        if (q) td_allreduce_start(q, B->c, B->a, count, TD_F32, TD_SUM);
+        else td_allreduce(B->c, B->a, count, TD_F32, TD_SUM);
+        break;
+    case OP_REDUCE_SCATTER:
+        if (q) td_reduce_scatter_start(q, B->c, B->a, B->b, per, TD_F32);
+        else td_reduce_scatter(B->c, B->a, B->b, per, TD_F32);
+        break;
+    case OP_ALL_GATHER:
+        if (q) td_all_gather_start(q, B->c, B->a, B->b, per, TD_F32);
+        else td_all_gather(B->c, B->a, B->b, per, TD_F32);
+        break;
+    case OP_BCAST:
+        if (q) td_broadcast_start(q, B->c, B->a, count, TD_F32, 0);
+        else td_broadcast(B->c, B->a, count, TD_F32, 0);
+        break;
+    }
+    if (q) td_wait(q);
+}
+
+/* Seconds per call: the slowest rank's mean over `iters` calls. */
+static double trial(bench *B, int op, int impl, size_t bytes, int iters) {
+    TD_MPI(MPI_Barrier(B->c->mpi));
+    double t0 = td_now_ms();
+    for (int i = 0; i < iters; i++) run_once(B, op, impl, bytes);
+    double t = (td_now_ms() - t0) / 1000.0 / iters, tmax = 0;
+    TD_MPI(MPI_Allreduce(&t, &tmax, 1, MPI_DOUBLE, MPI_MAX, B->c->mpi));
+    return tmax;
+}
+
+static double bus_factor(int op, int n) {
+    if (op == OP_ALLREDUCE) return 2.0 * (n - 1) / n;
+    if (op == OP_BCAST) return 1.0;
+    return (double)(n - 1) / n;
+}
+
+static int auto_iters(size_t bytes, int iters) {
+    if (iters > 0) return iters;
+    size_t k = ((size_t)256 << 20) / td_max_sz(bytes, 1); /* ~256 MiB per trial */
+    return (int)td_max_sz(3, td_min_sz(k, 200));
+}
+
+/* Best-of-trials bus bandwidth (GB/s) for each impl in impls[0..k). */
+static void measure(bench *B, int op, size_t bytes, int iters, int trials, const int *impls,
+                    const int *inflight, int k, double *gbs) {
+    double best[8];
+    for (int j = 0; j < k; j++) {
+        td_comm_set_inflight(inflight ? inflight[j] : 0);
+        run_once(B, op, impls[j], bytes); /* warm-up: first-touch, MPI set-up */
+        best[j] = 1e30;
+    }
+    for (int t = 0; t < trials; t++)
+        for (int j = 0; j < k; j++) {
+            td_comm_set_inflight(inflight ? inflight[j] : 0);
+            double s = trial(B, op, impls[j], bytes, iters);
+            if (s < best[j]) best[j] = s;
+        }
+    td_comm_set_inflight(0);
+    for (int j = 0; j < k; j++) gbs[j] = (double)bytes * bus_factor(op, B->n) / best[j] / 1e9;
+}
+
+static size_t parse_bytes(const char *flag, const char *s) {
+    char *end;
+    double v = strtod(s, &end);
+    double mul = 1;
+    if (*end == 'k' || *end == 'K') mul = 1024, end++;
+    else if (*end == 'm' || *end == 'M') mul = 1024 * 1024, end++;
+    else if (*end == 'g' || *end == 'G') mul = 1024.0 * 1024 * 1024, end++;
+    if (*end == 'i' || *end == 'B') end++;
+    if (*end == 'B') end++;
+    TD_CHECK(end != s && *end == 0 && v > 0, "%s %s: expected a byte count such as 4096, 64K or 1M",
+             flag, s);
+    return (size_t)(v * mul);
+}
+
+static const char *usage =
+    "usage: trident bench comm [--min BYTES] [--max BYTES] [--iters N] [--trials N] "
+    "[--piece BYTES] [--no-sweep]  (run under mpirun -np 2 or more)";
+
+int td_comm_bench_main(int argc, char **argv) {
+    int own = !td_comm_initialized();
+    if (own) td_comm_init(NULL, NULL);
+    size_t lo = 4096, hi = (size_t)64 << 20, piece = 0;
+    int iters = 0, trials = 3, sweep = 1;
+    int words = 1; /* leading words ("trident", "bench", "comm") are the caller's to keep */
+    for (int i = 0; i < argc; i++) {
+        const char *f = argv[i];
+        int has = i + 1 < argc;
+        if (words && f[0] != '-') continue;
+        words = 0;
+        if (!strcmp(f, "--min") && has) lo = parse_bytes(f, argv[++i]);
+        else if (!strcmp(f, "--max") && has) hi = parse_bytes(f, argv[++i]);
+        else if (!strcmp(f, "--piece") && has) piece = parse_bytes(f, argv[++i]);
+        else if (!strcmp(f, "--iters") && has) iters = atoi(argv[++i]);
+        else if (!strcmp(f, "--trials") && has) trials = atoi(argv[++i]);
+        else if (!strcmp(f, "--no-sweep")) sweep = 0;
+        else td_fail("bench comm: unknown or incomplete option '%s'\n%s", f, usage);
+    }
+    TD_CHECK(lo >= 4 && lo <= hi && hi <= ((size_t)1 << 30), "bench comm: need 4 <= --min <= --max <= 1G");
+    TD_CHECK(trials >= 1 && iters >= 0, "bench comm: --trials >= 1 and --iters >= 1");
+    if (piece) td_comm_set_piece_bytes(piece);
+
+    bench B = {td_comm_world(), td_comm_size(td_comm_world()), NULL, NULL, td_request_new()};
+    B.a = td_alloc(hi, TD_MEM_COMM);
+    B.b = td_alloc(hi, TD_MEM_COMM);
+    char pb[32], sb[32];
+    const char *alg = getenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm");
+    td_log("trident bench comm: %d ranks, fp32, piece %s, nonblocking in-flight %d, best of %d "
+           "trials%s; bus bandwidth in GB/s (nccl-tests definition)%s%s\n",
+           B.n, td_fmt_bytes(pb, sizeof pb, (double)td_comm_piece_bytes()), td_comm_inflight(),
+           trials, iters ? "" : ", ~256 MiB per trial", alg ? "; libnbc iallreduce algorithm " : "",
+           alg ? alg : "");
+    td_log("  raw = one MPI call of the whole payload; trident = blocking call in pieces; "
+           "nb = trident start + wait\n");
+    const int impls[3] = {IMPL_RAW, IMPL_TD, IMPL_NB};
+    for (int op = 0; op < N_OPS; op++) {
+        td_log("\n%-15s %10s %9s %9s %9s %7s\n", g_names[op], "size", "raw", "trident", "nb",
+               "ratio");
+        for (size_t bytes = lo; bytes <= hi; bytes *= 4) {
+            size_t b = bytes / (4 * (size_t)B.n) * 4 * (size_t)B.n; /* whole blocks per rank */
+            if (b == 0) continue;
+            double g[3];
+            measure(&B, op, b, auto_iters(b, iters), trials, impls, NULL, 3, g);
+            td_log("%-15s %10s %9.3f %9.3f %9.3f %6.2fx\n", "", td_fmt_bytes(sb, sizeof sb, (double)b),
+                   g[0], g[1], g[2], g[1] / g[0]);
+        }
+    }
+    if (sweep) {
+        size_t b = hi / (4 * (size_t)B.n) * 4 * (size_t)B.n, keep = td_comm_piece_bytes();
+        td_log("\npiece sweep: allreduce of %s (raw single call: measured above)\n",
+               td_fmt_bytes(sb, sizeof sb, (double)b));
+        td_log("%10s %9s %9s %9s %9s %9s\n", "piece", "trident", "nb x1", "nb x2", "nb x4",
+               "Iar+Wait");
+        const int sw_impls[5] = {IMPL_TD, IMPL_NB, IMPL_NB, IMPL_NB, IMPL_INB};
+        const int sw_inflight[5] = {0, 1, 2, 4, 0};
+        for (size_t p = (size_t)64 << 10; p <= ((size_t)16 << 20) && p <= b; p *= 2) {
+            td_comm_set_piece_bytes(p);
+            double g[5];
+            measure(&B, OP_ALLREDUCE, b, auto_iters(b, iters), trials, sw_impls, sw_inflight, 5, g);
+            td_log("%10s %9.3f %9.3f %9.3f %9.3f %9.3f\n", td_fmt_bytes(pb, sizeof pb, (double)p),
+                   g[0], g[1], g[2], g[3], g[4]);
+        }
+        td_comm_set_piece_bytes(keep);
+        td_log("  nb xK = trident start + wait with K pieces in flight; Iar+Wait = MPI_Iallreduce "
+               "+ MPI_Wait per piece, no trident polling\n");
+    }
+    td_request_free(B.q);
+    td_free(B.a);
+    td_free(B.b);
+    if (own) td_comm_finalize();
+    return 0;
+}

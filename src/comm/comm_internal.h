@@ -1,0 +1,114 @@
+/* Internals shared by the comm sources: the group and request structs, the
+ * MPI error check, the trace ring and the piece engine. Nothing outside
+ * src/comm includes this (the public API is trident/comm.h). */
+#ifndef TRIDENT_COMM_INTERNAL_H
+#define TRIDENT_COMM_INTERNAL_H
+
+#include <mpi.h>
+
+#include "trident/base.h"
+#include "trident/comm.h"
+
+#define TD_COMM_LABEL 64     /* "dp{0,1}" */
+#define TD_MAX_INFLIGHT 8    /* slots per request; the budget is td_comm_inflight() */
+#define TD_TRACE_RING 64
+
+/* Every MPI call goes through this: a failure prints the call, the place and
+ * MPI's own message, dumps the trace ring and MPI_Abort()s the job. */
+#define TD_MPI(call)                                                          \
+    do {                                                                      \
+        int td_mpi_rc_ = (call);                                              \
+        if (td_mpi_rc_ != MPI_SUCCESS) td_mpi_failed(td_mpi_rc_, #call, __FILE__, __LINE__); \
+    } while (0)
+_Noreturn void td_mpi_failed(int rc, const char *what, const char *file, int line);
+
+struct td_comm {
+    MPI_Comm mpi;
+    int rank, size;
+    int *world_ranks;          /* [size]: world rank of each member */
+    char name[16];             /* "dp" */
+    char label[TD_COMM_LABEL]; /* "dp{0,1}": name and world ranks, for messages */
+    int inflight;              /* pieces of nonblocking collectives now in MPI */
+    unsigned walk_stamp;       /* progress walk that found an earlier collective still issuing */
+    int n_active;              /* active requests on this group */
+};
+
+typedef enum {
+    TD_OP_ALLREDUCE = 0,
+    TD_OP_REDUCE,
+    TD_OP_BCAST,
+    TD_OP_REDUCE_SCATTER,
+    TD_OP_ALL_GATHER,
+    TD_OP_SEND,
+    TD_OP_RECV,
+    TD_OP_BARRIER,
+    TD_OP_N
+} td_op;
+
+const char *td_op_name(td_op op);
+static inline int td_op_is_p2p(td_op op) { return op == TD_OP_SEND || op == TD_OP_RECV; }
+
+struct td_request {
+    int active;
+    td_op op;
+    td_comm *comm;
+    td_dtype dt;
+    td_redop redop;
+    void *buf;          /* in/out buffer; the output of reduce_scatter / all_gather */
+    const void *send;   /* input of reduce_scatter / all_gather / send */
+    size_t count;       /* elements, as the caller gave them */
+    int peer;           /* root of reduce/bcast, peer of send/recv (group rank) */
+    int tag, source;
+    int direct;         /* reduce_scatter: one fp32 piece, MPI reads `send` itself */
+    int in_place;       /* all_gather: send == recv + rank*count */
+    size_t piece_elems, n_pieces, next_piece, done_pieces;
+    MPI_Request mpi[TD_MAX_INFLIGHT];
+    size_t slot_piece[TD_MAX_INFLIGHT];  /* piece in the slot, SIZE_MAX when free */
+    MPI_Datatype slot_type[TD_MAX_INFLIGHT]; /* p2p: derived type to free, else MPI_DATATYPE_NULL */
+    size_t scratch_need;                 /* bytes per slot for this op */
+    void *scratch[TD_MAX_INFLIGHT];      /* fp32 staging (bf16 reduce, packing) */
+    size_t scratch_bytes[TD_MAX_INFLIGHT];
+    int *ag_ints;                        /* all_gather: displs[size] then counts[slot][size] */
+    int ag_ints_size;                    /* group size ag_ints was made for */
+    uint64_t seq;                        /* trace record */
+    td_request *prev, *next;             /* list of active requests, in start order */
+};
+
+/* ---- init state (comm.c) ----------------------------------------------- */
+int td_comm_world_rank(void);
+double td_comm_since_init_ms(void);
+/* Issues every piece still waiting on c (bounded in-flight, so this waits for
+ * some to finish); a collective on c may follow on every rank in the same order. */
+void td_comm_flush(td_comm *c);
+
+/* ---- trace (trace.c) --------------------------------------------------- */
+uint64_t td_trace_begin(td_op op, const td_comm *c, td_dtype dt, size_t bytes, int peer,
+                        const char *file, int line);
+void td_trace_end(uint64_t seq);
+/* One stuck call: print the message and the ring, then MPI_Abort (any thread). */
+_Noreturn void td_trace_stuck(uint64_t seq);
+/* Watchdog for calls that block inside MPI: armed around them. */
+void td_watchdog_start(void);
+void td_watchdog_stop(void);
+void td_watchdog_arm(uint64_t seq);
+void td_watchdog_disarm(void);
+
+/* ---- bf16 (bf16.c) ----------------------------------------------------- */
+void td_bf16_to_f32_n(float *dst, const uint16_t *src, size_t n);
+void td_f32_to_bf16_n(uint16_t *dst, const float *src, size_t n);
+MPI_Datatype td_mpi_type(td_dtype dt);
+
+/* ---- pieces (pieces.c) ------------------------------------------------- */
+/* Splits the request into pieces and sizes its scratch for `slots` slots. */
+void td_piece_plan(td_request *r, int slots);
+/* Stages piece p in slot s and hands it to MPI: the blocking call when
+ * `blocking` (then it is finished too), else the nonblocking one. */
+void td_piece_run(td_request *r, int s, size_t p, int blocking);
+/* After MPI completed the piece in slot s: unstage (bf16 back, unpack). */
+void td_piece_finish(td_request *r, int s);
+void td_piece_release(td_request *r); /* frees scratch and derived types */
+
+/* ---- requests (request.c) ---------------------------------------------- */
+void td_requests_shutdown(void);
+
+#endif

@@ -1,0 +1,311 @@
+/* Requests: starting, progressing and waiting on ops, and the blocking calls.
+ *
+ * Nonblocking collectives keep at most td_comm_inflight() pieces per group in
+ * MPI; td_test / td_wait progress every active request and issue more pieces.
+ * MPI requires all ranks to start collectives on a group in the same order,
+ * so pieces are issued strictly in start order per group: a later request on
+ * a group issues nothing until every earlier one has issued all its pieces.
+ * (Completion order, and which request the caller waits on first, then do not
+ * matter.)
+ *
+ * Blocking collectives call MPI's blocking collectives piece by piece:
+ * measured faster than nonblocking pieces (libnbc) plus MPI_Test polling, see
+ * `trident bench comm`. MPI forbids a blocking collective on one rank to match
+ * a nonblocking one on another, so a blocking call never switches to the
+ * request path; instead it first issues every piece still pending on its
+ * group (order again), and the watchdog thread watches it (trace.c). Blocking
+ * send / recv are start + wait: one message either way, and the wait keeps
+ * the other requests progressing. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "comm_internal.h"
+
+static td_request *g_head, *g_tail; /* active requests in start order */
+static unsigned g_walk;
+static uint64_t g_progress;          /* pieces completed so far: the wait deadline resets on it */
+static td_request g_blocking, g_p2p; /* the requests behind blocking calls */
+
+/* At finalize: the blocking calls' scratch goes back to the allocator. */
+void td_requests_shutdown(void) {
+    if (g_head)
+        fprintf(stderr, "trident: rank %d: warning: comm finalized with requests still active "
+                        "(first: #%llu)\n", td_comm_world_rank(), (unsigned long long)g_head->seq);
+    td_piece_release(&g_blocking);
+    td_piece_release(&g_p2p);
+}
+
+td_request *td_request_new(void) {
+    td_request *r = calloc(1, sizeof *r);
+    TD_ASSERT(r);
+    return r;
+}
+
+void td_request_free(td_request *r) {
+    if (!r) return;
+    td_wait(r);
+    td_piece_release(r);
+    free(r);
+}
+
+int td_request_active(const td_request *r) { return r->active; }
+int td_request_source(const td_request *r) { return r->source; }
+
+static void list_remove(td_request *r) {
+    if (r->prev) r->prev->next = r->next;
+    else g_head = r->next;
+    if (r->next) r->next->prev = r->prev;
+    else g_tail = r->prev;
+    r->prev = r->next = NULL;
+}
+
+static void complete(td_request *r) {
+    r->active = 0;
+    list_remove(r);
+    r->comm->n_active--;
+    td_trace_end(r->seq);
+}
+
+static void progress_all(void) {
+    for (td_request *r = g_head; r; r = r->next) {
+        for (int s = 0; s < TD_MAX_INFLIGHT; s++) {
+            if (r->slot_piece[s] == SIZE_MAX) continue;
+            int done = 0;
+            MPI_Status st;
+            TD_MPI(MPI_Test(&r->mpi[s], &done, &st));
+            if (!done) continue;
+            if (r->op == TD_OP_RECV) r->source = st.MPI_SOURCE;
+            td_piece_finish(r, s);
+            r->done_pieces++;
+            g_progress++;
+            if (!td_op_is_p2p(r->op)) r->comm->inflight--;
+        }
+    }
+    /* Issue in start order; a group is closed for this walk at the first
+     * collective that still has pieces it could not issue. */
+    g_walk++;
+    int budget = td_comm_inflight();
+    for (td_request *r = g_head; r; r = r->next) {
+        if (td_op_is_p2p(r->op) || r->next_piece == r->n_pieces) continue;
+        td_comm *c = r->comm;
+        if (c->walk_stamp == g_walk) continue;
+        for (int s = 0; s < TD_MAX_INFLIGHT && r->next_piece < r->n_pieces && c->inflight < budget; s++) {
+            /* Only slots whose scratch was planned (r->scratch_need) are usable. */
+            if (r->slot_piece[s] != SIZE_MAX) continue;
+            if (r->scratch_need && r->scratch_bytes[s] < r->scratch_need) break;
+            if (r->op == TD_OP_ALL_GATHER && r->ag_ints_size < c->size * (2 + s)) break;
+            td_piece_run(r, s, r->next_piece++, 0);
+            c->inflight++;
+        }
+        if (r->next_piece < r->n_pieces) c->walk_stamp = g_walk;
+    }
+    td_request *next;
+    for (td_request *r = g_head; r; r = next) {
+        next = r->next;
+        if (r->done_pieces == r->n_pieces) complete(r);
+    }
+}
+
+/* Polls until done() holds; aborts with the trace when no piece anywhere
+ * completes for td_comm_timeout() seconds (a slow but moving transfer is not
+ * a hang). `blame` is the record the report names. */
+static void poll_until(int (*done)(void *), void *arg, uint64_t (*blame)(void *)) {
+    double last = td_now_ms();
+    uint64_t seen = g_progress;
+    while (!done(arg)) {
+        progress_all();
+        double timeout = td_comm_timeout();
+        if (g_progress != seen) {
+            seen = g_progress;
+            last = td_now_ms();
+        } else if (timeout > 0 && td_now_ms() - last > timeout * 1000.0) {
+            td_trace_stuck(blame(arg));
+        }
+    }
+}
+
+static int req_done(void *a) { return !((td_request *)a)->active; }
+static uint64_t req_blame(void *a) { return ((td_request *)a)->seq; }
+
+int td_test(td_request *r) {
+    if (!r->active) return 1;
+    progress_all();
+    return !r->active;
+}
+
+void td_wait(td_request *r) {
+    if (r->active) poll_until(req_done, r, req_blame);
+}
+
+/* The first request on c that still has pieces to issue, or NULL. */
+static td_request *first_unissued(td_comm *c) {
+    for (td_request *r = g_head; r; r = r->next)
+        if (r->comm == c && !td_op_is_p2p(r->op) && r->next_piece < r->n_pieces) return r;
+    return NULL;
+}
+static int flushed(void *c) { return first_unissued(c) == NULL; }
+static uint64_t flush_blame(void *c) {
+    td_request *r = first_unissued(c);
+    return r ? r->seq : td_comm_calls();
+}
+
+void td_comm_flush(td_comm *c) { poll_until(flushed, c, flush_blame); }
+
+/* ---- starting ---------------------------------------------------------- */
+
+static td_request *begin(td_request *r, td_op op, td_comm *c, td_dtype dt, size_t count, int peer,
+                         const char *file, int line) {
+    TD_ASSERT(r && !r->active);
+    TD_ASSERT(c);
+    TD_ASSERT(dt == TD_F32 || dt == TD_BF16);
+    if (op == TD_OP_RECV)
+        TD_ASSERT(peer == TD_ANY_SOURCE || (peer >= 0 && peer < c->size));
+    else if (op == TD_OP_REDUCE || op == TD_OP_BCAST || op == TD_OP_SEND)
+        TD_ASSERT(peer >= 0 && peer < c->size);
+    r->op = op;
+    r->comm = c;
+    r->dt = dt;
+    r->redop = TD_SUM;
+    r->count = count;
+    r->peer = peer;
+    r->tag = 0;
+    r->source = -1;
+    r->buf = NULL;
+    r->send = NULL;
+    size_t bytes = count * td_dtype_size(dt);
+    if (op == TD_OP_REDUCE_SCATTER || op == TD_OP_ALL_GATHER) bytes *= (size_t)c->size;
+    if (op == TD_OP_BARRIER) bytes = 0;
+    r->seq = td_trace_begin(op, c, dt, bytes, peer, file, line);
+    return r;
+}
+
+static void start(td_request *r) {
+    td_piece_plan(r, td_comm_inflight());
+    if (r->n_pieces == 0) { /* empty collective: nothing to send on any rank */
+        td_trace_end(r->seq);
+        return;
+    }
+    r->active = 1;
+    r->prev = g_tail;
+    r->next = NULL;
+    if (g_tail) g_tail->next = r;
+    else g_head = r;
+    g_tail = r;
+    r->comm->n_active++;
+    if (td_op_is_p2p(r->op)) td_piece_run(r, 0, 0, 0); /* one message, no budget */
+    progress_all();
+}
+
+static void run_blocking(td_request *r) {
+    td_comm_flush(r->comm);
+    td_piece_plan(r, 1);
+    for (size_t p = 0; p < r->n_pieces; p++) {
+        /* Re-armed per piece: the timeout is about a call that stopped moving. */
+        td_watchdog_arm(r->seq);
+        td_piece_run(r, 0, p, 1);
+        td_watchdog_disarm();
+        if (g_head) progress_all(); /* other requests keep moving between pieces */
+    }
+    td_trace_end(r->seq);
+}
+
+void td_allreduce_start_at(td_request *r, td_comm *c, void *buf, size_t count, td_dtype dt,
+                           td_redop op, const char *file, int line) {
+    begin(r, TD_OP_ALLREDUCE, c, dt, count, -1, file, line)->buf = buf;
+    r->redop = op;
+    start(r);
+}
+
+void td_reduce_start_at(td_request *r, td_comm *c, void *buf, size_t count, td_dtype dt, int root,
+                        const char *file, int line) {
+    begin(r, TD_OP_REDUCE, c, dt, count, root, file, line)->buf = buf;
+    start(r);
+}
+
+void td_broadcast_start_at(td_request *r, td_comm *c, void *buf, size_t count, td_dtype dt,
+                           int root, const char *file, int line) {
+    begin(r, TD_OP_BCAST, c, dt, count, root, file, line)->buf = buf;
+    start(r);
+}
+
+void td_reduce_scatter_start_at(td_request *r, td_comm *c, const void *send, void *recv,
+                                size_t count, td_dtype dt, const char *file, int line) {
+    begin(r, TD_OP_REDUCE_SCATTER, c, dt, count, -1, file, line)->buf = recv;
+    r->send = send;
+    start(r);
+}
+
+void td_all_gather_start_at(td_request *r, td_comm *c, const void *send, void *recv,
+                            size_t count, td_dtype dt, const char *file, int line) {
+    begin(r, TD_OP_ALL_GATHER, c, dt, count, -1, file, line)->buf = recv;
+    r->send = send;
+    start(r);
+}
+
+void td_send_start_at(td_request *r, td_comm *c, const void *buf, size_t count, td_dtype dt,
+                      int peer, int tag, const char *file, int line) {
+    begin(r, TD_OP_SEND, c, dt, count, peer, file, line)->send = buf;
+    r->tag = tag;
+    start(r);
+}
+
+void td_recv_start_at(td_request *r, td_comm *c, void *buf, size_t count, td_dtype dt, int peer,
+                      int tag, const char *file, int line) {
+    begin(r, TD_OP_RECV, c, dt, count, peer, file, line)->buf = buf;
+    r->tag = tag;
+    start(r);
+}
+
+/* ---- blocking ---------------------------------------------------------- */
+
+void td_allreduce_at(td_comm *c, void *buf, size_t count, td_dtype dt, td_redop op,
+                     const char *file, int line) {
+    td_request *r = begin(&g_blocking, TD_OP_ALLREDUCE, c, dt, count, -1, file, line);
+    r->buf = buf;
+    r->redop = op;
+    run_blocking(r);
+}
+
+void td_reduce_at(td_comm *c, void *buf, size_t count, td_dtype dt, int root, const char *file,
+                  int line) {
+    begin(&g_blocking, TD_OP_REDUCE, c, dt, count, root, file, line)->buf = buf;
+    run_blocking(&g_blocking);
+}
+
+void td_broadcast_at(td_comm *c, void *buf, size_t count, td_dtype dt, int root,
+                     const char *file, int line) {
+    begin(&g_blocking, TD_OP_BCAST, c, dt, count, root, file, line)->buf = buf;
+    run_blocking(&g_blocking);
+}
+
+void td_reduce_scatter_at(td_comm *c, const void *send, void *recv, size_t count, td_dtype dt,
+                          const char *file, int line) {
+    begin(&g_blocking, TD_OP_REDUCE_SCATTER, c, dt, count, -1, file, line)->buf = recv;
+    g_blocking.send = send;
+    run_blocking(&g_blocking);
+}
+
+void td_all_gather_at(td_comm *c, const void *send, void *recv, size_t count, td_dtype dt,
+                      const char *file, int line) {
+    begin(&g_blocking, TD_OP_ALL_GATHER, c, dt, count, -1, file, line)->buf = recv;
+    g_blocking.send = send;
+    run_blocking(&g_blocking);
+}
+
+void td_barrier_at(td_comm *c, const char *file, int line) {
+    begin(&g_blocking, TD_OP_BARRIER, c, TD_F32, 0, -1, file, line);
+    run_blocking(&g_blocking);
+}
+
+void td_send_at(td_comm *c, const void *buf, size_t count, td_dtype dt, int peer, int tag,
+                const char *file, int line) {
+    td_send_start_at(&g_p2p, c, buf, count, dt, peer, tag, file, line);
+    td_wait(&g_p2p);
+}
+
+int td_recv_at(td_comm *c, void *buf, size_t count, td_dtype dt, int peer, int tag,
+               const char *file, int line) {
+    td_recv_start_at(&g_p2p, c, buf, count, dt, peer, tag, file, line);
+    td_wait(&g_p2p);
+    return g_p2p.source;
+}

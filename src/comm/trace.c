@@ -1,0 +1,208 @@
+/* The trace ring and the watchdog.
+ *
+ * Every comm call leaves a record (op, bytes, group with its world ranks,
+ * peer, call site, times) in a ring of the last TD_TRACE_RING calls. When a
+ * call is stuck past td_comm_timeout(), the rank prints which call, then the
+ * ring, then MPI_Abort()s: a hung job becomes a short, readable failure that
+ * names the group and the line where each rank waits.
+ *
+ * Waits on requests check the deadline themselves (td_wait polls). Calls that
+ * block inside MPI (the fast blocking collectives) cannot, so a watchdog
+ * thread watches them: the main thread publishes "call #seq started at t"
+ * with two atomic stores, and the thread wakes a few times per second to
+ * compare with the clock. That costs nothing on the data path, unlike
+ * polling MPI_Test, which we measured to lose bandwidth (see pieces.c). */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "comm_internal.h"
+
+typedef struct {
+    uint64_t seq; /* 0: empty */
+    td_op op;
+    td_dtype dt;
+    size_t bytes;
+    int peer;
+    const char *file; /* __FILE__ literal: static storage */
+    int line;
+    double t_start, t_end; /* ms since init; t_end < 0 while running */
+    char group[TD_COMM_LABEL];
+} td_record;
+
+static td_record g_ring[TD_TRACE_RING];
+static uint64_t g_seq, g_bytes;
+
+static const char *g_op_names[TD_OP_N] = {"allreduce",  "reduce", "broadcast", "reduce_scatter",
+                                          "all_gather", "send",   "recv",      "barrier"};
+const char *td_op_name(td_op op) { return g_op_names[op]; }
+
+static const char *base_name(const char *f) {
+    const char *b = f ? strrchr(f, '/') : NULL;
+    return b ? b + 1 : (f ? f : "?");
+}
+
+uint64_t td_trace_begin(td_op op, const td_comm *c, td_dtype dt, size_t bytes, int peer,
+                        const char *file, int line) {
+    td_record *r = &g_ring[++g_seq % TD_TRACE_RING];
+    r->seq = g_seq;
+    r->op = op;
+    r->dt = dt;
+    r->bytes = bytes;
+    r->peer = peer;
+    r->file = file;
+    r->line = line;
+    r->t_start = td_comm_since_init_ms();
+    r->t_end = -1;
+    snprintf(r->group, sizeof r->group, "%s", c->label);
+    g_bytes += bytes;
+    return g_seq;
+}
+
+void td_trace_end(uint64_t seq) {
+    td_record *r = &g_ring[seq % TD_TRACE_RING];
+    if (r->seq == seq) r->t_end = td_comm_since_init_ms();
+}
+
+uint64_t td_comm_calls(void) { return g_seq; }
+uint64_t td_comm_bytes(void) { return g_bytes; }
+
+static const char *dt_name(const td_record *r) {
+    if (r->op == TD_OP_BARRIER) return "-";
+    return r->dt == TD_F32 ? "fp32" : "bf16";
+}
+
+/* "root 1" / "peer 0" / "" for the op's extra argument. */
+static void peer_text(const td_record *r, char *out, size_t n) {
+    out[0] = 0;
+    if (r->op == TD_OP_REDUCE || r->op == TD_OP_BCAST) snprintf(out, n, ", root %d", r->peer);
+    if (r->op == TD_OP_SEND) snprintf(out, n, ", to %d", r->peer);
+    if (r->op == TD_OP_RECV) {
+        if (r->peer == TD_ANY_SOURCE) snprintf(out, n, ", from any");
+        else snprintf(out, n, ", from %d", r->peer);
+    }
+}
+
+static int format_record(char *out, size_t n, const td_record *r) {
+    char peer[32];
+    peer_text(r, peer, sizeof peer);
+    char state[48];
+    if (r->t_end >= 0) snprintf(state, sizeof state, "done in %.1f ms", r->t_end - r->t_start);
+    else snprintf(state, sizeof state, "STARTED, not done");
+    return snprintf(out, n, "  #%llu %s on %s (%zu B, %s%s) at %s:%d, t=%.1f ms, %s\n",
+                    (unsigned long long)r->seq, td_op_name(r->op), r->group, r->bytes, dt_name(r),
+                    peer, base_name(r->file), r->line, r->t_start, state);
+}
+
+/* Built in one buffer and written with one call, so ranks dumping at the same
+ * moment do not interleave line fragments. */
+static void dump_to_stderr(const char *head, int n) {
+    if (n > TD_TRACE_RING) n = TD_TRACE_RING;
+    size_t cap = 512 + (size_t)n * 256, len = 0;
+    char *buf = malloc(cap);
+    if (!buf) return;
+    if (head) len += (size_t)snprintf(buf + len, cap - len, "%s", head);
+    uint64_t first = g_seq > (uint64_t)n ? g_seq - (uint64_t)n + 1 : 1;
+    len += (size_t)snprintf(buf + len, cap - len, "trident: rank %d: last %llu comm calls:\n",
+                            td_comm_world_rank(), (unsigned long long)(g_seq - first + 1));
+    for (uint64_t s = first; s <= g_seq && len < cap; s++) {
+        const td_record *r = &g_ring[s % TD_TRACE_RING];
+        if (r->seq == s) len += (size_t)format_record(buf + len, cap - len, r);
+    }
+    if (len > cap) len = cap - 1;
+    fflush(stderr);
+    ssize_t w = write(2, buf, len);
+    (void)w;
+    free(buf);
+}
+
+void td_comm_dump(int n) { dump_to_stderr(NULL, n); }
+
+static atomic_int g_firing;
+
+_Noreturn void td_trace_stuck(uint64_t seq) {
+    double waited_s = td_comm_timeout();
+    /* One report per rank even if the main thread and the watchdog both see
+     * the deadline pass. */
+    if (atomic_exchange(&g_firing, 1)) {
+        for (;;) pause();
+    }
+    const td_record *r = &g_ring[seq % TD_TRACE_RING];
+    char head[512];
+    if (r->seq == seq) {
+        char peer[32];
+        peer_text(r, peer, sizeof peer);
+        snprintf(head, sizeof head,
+                 "trident: rank %d: %s #%llu %s on group %s (%zu B, %s%s) at %s:%d did not "
+                 "complete within %.1f s\n",
+                 td_comm_world_rank(), td_op_is_p2p(r->op) ? "p2p" : "collective",
+                 (unsigned long long)seq, td_op_name(r->op), r->group, r->bytes, dt_name(r), peer,
+                 base_name(r->file), r->line, waited_s);
+    } else {
+        snprintf(head, sizeof head, "trident: rank %d: comm call #%llu did not complete within %.1f s\n",
+                 td_comm_world_rank(), (unsigned long long)seq, waited_s);
+    }
+    dump_to_stderr(head, 16);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    abort();
+}
+
+/* ---- watchdog thread --------------------------------------------------- */
+
+static pthread_t g_thread;
+static atomic_int g_thread_on, g_thread_stop;
+static _Atomic uint64_t g_armed_seq;     /* 0: nothing armed */
+static _Atomic double g_armed_at_ms;
+
+void td_watchdog_arm(uint64_t seq) {
+    atomic_store(&g_armed_at_ms, td_now_ms());
+    atomic_store(&g_armed_seq, seq);
+}
+
+void td_watchdog_disarm(void) { atomic_store(&g_armed_seq, 0); }
+
+static void *watchdog_main(void *arg) {
+    (void)arg;
+    while (!atomic_load(&g_thread_stop)) {
+        double timeout = td_comm_timeout();
+        /* A twentieth of the timeout, within 10..250 ms: prompt enough for a
+         * 2 s test timeout, and a handful of wake-ups per second at most. */
+        double period = timeout > 0 ? timeout * 1000.0 / 20 : 250;
+        if (period < 10) period = 10;
+        if (period > 250) period = 250;
+        struct timespec ts = {0, (long)(period * 1e6)};
+        nanosleep(&ts, NULL);
+        uint64_t seq = atomic_load(&g_armed_seq);
+        if (!seq || timeout <= 0) continue;
+        double at = atomic_load(&g_armed_at_ms);
+        double waited = (td_now_ms() - at) / 1000.0;
+        /* Re-read: the call may have finished (or the next begun) meanwhile. */
+        if (waited > timeout && atomic_load(&g_armed_seq) == seq &&
+            atomic_load(&g_armed_at_ms) == at)
+            td_trace_stuck(seq);
+    }
+    return NULL;
+}
+
+void td_watchdog_start(void) {
+    if (atomic_load(&g_thread_on)) return;
+    atomic_store(&g_thread_stop, 0);
+    if (pthread_create(&g_thread, NULL, watchdog_main, NULL) != 0) {
+        /* Not fatal: waits on requests still check their own deadline. */
+        fprintf(stderr, "trident: rank %d: warning: no watchdog thread; blocking collectives "
+                        "are not watched by --comm-timeout\n", td_comm_world_rank());
+        return;
+    }
+    atomic_store(&g_thread_on, 1);
+}
+
+void td_watchdog_stop(void) {
+    if (!atomic_load(&g_thread_on)) return;
+    atomic_store(&g_thread_stop, 1);
+    pthread_join(g_thread, NULL);
+    atomic_store(&g_thread_on, 0);
+}

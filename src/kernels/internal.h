@@ -1,0 +1,134 @@
+/* Private helpers shared by the kernel files: thread splitting, the
+ * vectorisable exp, and fixed-order row sums. Not part of the public API. */
+#ifndef TRIDENT_KERNELS_INTERNAL_H
+#define TRIDENT_KERNELS_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "trident/kernels.h"
+
+/* Below this many floats touched, an OpenMP fork/join (~1-3 us) costs more
+ * than the loop itself, so the kernels run on the calling thread. */
+#define TD_K_PAR_MIN_ELEMS 16384
+
+/* Threads to use for a loop touching `work` elements. */
+static inline int td_k_threads_for(size_t work) {
+    int nt = td_kernels_threads();
+    return work < TD_K_PAR_MIN_ELEMS ? 1 : nt;
+}
+
+/* Part i of nt of [0, n): boundaries rounded to multiples of `align` so that
+ * every part but the last starts on a vector / cache-line boundary (no false
+ * sharing between threads, full BLAS micro-kernel tiles). */
+static inline void td_k_split(int n, int nt, int i, int align, int *lo, int *hi) {
+    long per = ((long)n + nt - 1) / nt;
+    per = (per + align - 1) / align * align;
+    long a = per * i, b = per * (i + 1);
+    *lo = (int)(a < n ? a : n);
+    *hi = (int)(b < n ? b : n);
+}
+
+/* Monotone map of a float's bits to int32 (and its inverse, the same
+ * formula): clamping in this integer domain vectorises, while a float
+ * compare-and-select does not under gcc's default -ftrapping-math. */
+static inline int32_t td_k_ford(float x) {
+    int32_t i;
+    memcpy(&i, &x, sizeof i);
+    return i ^ ((i >> 31) & 0x7fffffff);
+}
+static inline float td_k_fromord(int32_t o) {
+    int32_t i = o ^ ((o >> 31) & 0x7fffffff);
+    float x;
+    memcpy(&x, &i, sizeof x);
+    return x;
+}
+
+/* expf without libm calls, so loops using it auto-vectorise (glibc's expf
+ * is scalar-only without -ffast-math). Cephes expf: Cody-Waite reduction
+ * x = n ln2 + r, |r| <= ln2/2, degree-7 polynomial; relative error a few
+ * ulp (checked against double exp by the tests through softmax and GELU).
+ * Inputs are clamped to [-80, 80]: exp(-80) ~ 1.8e-35 stands in for exact
+ * underflow and keeps every result and its reciprocal a normal float
+ * (subnormals are slow); that is harmless where it is used (softmax terms
+ * beside a row max of 1, GELU's sigmoid). NaN in gives NaN out, so a
+ * diverged run still shows NaN; +-inf act as +-80. The same operations run
+ * in the scalar and vector versions of a loop, so results do not depend on
+ * where a loop is split. */
+static inline float td_k_expf(float x0) {
+    int32_t o = td_k_ford(x0);
+    const int32_t lo = td_k_ford(-80.0f), hi = td_k_ford(80.0f);
+    o = o < lo ? lo : o;
+    o = o > hi ? hi : o;
+    float x = td_k_fromord(o);
+    /* round to nearest via the 1.5*2^23 trick: vectorises, unlike rintf */
+    float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    float r = x - n * 0.693359375f;  /* ln2 high part: n*hi is exact */
+    r = r - n * -2.12194440e-4f;     /* ln2 low part */
+    float r2 = r * r;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r2 + r + 1.0f;
+    int32_t bits = ((int32_t)n + 127) << 23;
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    float y = p * scale;
+    /* NaN stays NaN. Pure integer arithmetic (the sign of inf - |x| bits
+     * is the NaN test): a select here would make gcc branch around the
+     * float work and refuse to vectorise. */
+    int32_t xb, yb;
+    memcpy(&xb, &x0, sizeof xb);
+    memcpy(&yb, &y, sizeof yb);
+    int32_t nan_mask = (0x7f800000 - (xb & 0x7fffffff)) >> 31;
+    yb |= nan_mask & 0x7fc00000;
+    memcpy(&y, &yb, sizeof y);
+    return y;
+}
+
+/* Sum of x[0..n) with 16 independent lanes combined in a fixed order: the
+ * lanes vectorise (a single float accumulator does not without
+ * -ffast-math) and are more accurate than one running sum. The result
+ * depends only on n and the data, never on threads. */
+static inline float td_k_sum(const float *x, int n) {
+    float acc[16] = {0};
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int j = 0; j < 16; j++) acc[j] += x[i + j];
+    for (int j = 0; j < 8; j++) acc[j] += acc[j + 8];
+    for (int j = 0; j < 4; j++) acc[j] += acc[j + 4];
+    float s = (acc[0] + acc[2]) + (acc[1] + acc[3]);
+    for (; i < n; i++) s += x[i];
+    return s;
+}
+
+/* Sum of x[i]*y[i], same lane scheme as td_k_sum. */
+static inline float td_k_dot(const float *x, const float *y, int n) {
+    float acc[16] = {0};
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int j = 0; j < 16; j++) acc[j] += x[i + j] * y[i + j];
+    for (int j = 0; j < 8; j++) acc[j] += acc[j + 8];
+    for (int j = 0; j < 4; j++) acc[j] += acc[j + 4];
+    float s = (acc[0] + acc[2]) + (acc[1] + acc[3]);
+    for (; i < n; i++) s += x[i] * y[i];
+    return s;
+}
+
+/* Max of x[0..n), n >= 1, as an integer max over td_k_ford (vectorises;
+ * a float max does not). A NaN with the sign bit clear wins, so a NaN row
+ * turns into NaN downstream instead of being skipped. */
+static inline float td_k_max(const float *x, int n) {
+    int32_t m = td_k_ford(x[0]);
+    for (int i = 1; i < n; i++) {
+        int32_t o = td_k_ford(x[i]);
+        m = o > m ? o : m;
+    }
+    return td_k_fromord(m);
+}
+
+#endif

@@ -1,0 +1,51 @@
+/* Fused softmax + cross-entropy over the first V of Vp logit columns.
+ *
+ * loss = logsumexp(x) - x[target] = log(sum exp(x - max)) - (x[target] -
+ * max), so nothing overflows; the exp terms are summed in fixed-order lanes.
+ * Rows are independent, so results are bitwise identical for any thread
+ * count. probs may alias logits: each row reads logits[target] before it
+ * overwrites the row. */
+#include <math.h>
+
+#include "internal.h"
+#include "trident/base.h"
+
+void td_softmax_xent_forward(float *losses, float *probs, const float *logits,
+                             const int *targets, int N, int V, int Vp) {
+    TD_ASSERT(V >= 1 && V <= Vp);
+    int nt = td_k_threads_for((size_t)N * Vp * 4);
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *x = logits + (size_t)n * Vp;
+        float *p = probs + (size_t)n * Vp;
+        int tgt = targets ? targets[n] : -1;
+        TD_ASSERT(!targets || (tgt >= 0 && tgt < V));
+        float mx = td_k_max(x, V);
+        float xt = tgt >= 0 ? x[tgt] : 0.0f; /* before p (maybe == x) is written */
+        for (int v = 0; v < V; v++) p[v] = td_k_expf(x[v] - mx);
+        float sum = td_k_sum(p, V);
+        float inv = 1.0f / sum;
+        for (int v = 0; v < V; v++) p[v] *= inv;
+        for (int v = V; v < Vp; v++) p[v] = 0.0f;
+        /* log(sum) - (x_t - max): x_t - max is exact for nearby values, so
+         * large logits cost no precision (log(sum) + max would round at
+         * the scale of max) */
+        if (losses && tgt >= 0) losses[n] = logf(sum) - (xt - mx);
+    }
+}
+
+void td_softmax_xent_backward(float *dlogits, const float *probs, const int *targets,
+                              const float *dloss, int N, int V, int Vp) {
+    int nt = td_k_threads_for((size_t)N * Vp);
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *p = probs + (size_t)n * Vp;
+        float *d = dlogits + (size_t)n * Vp;
+        float g = dloss[n];
+        int tgt = targets[n];
+        float pt = p[tgt]; /* before d (maybe == p) is written */
+        for (int v = 0; v < V; v++) d[v] = p[v] * g;
+        d[tgt] = (pt - 1.0f) * g;
+        for (int v = V; v < Vp; v++) d[v] = 0.0f;
+    }
+}

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Runs a command that is supposed to fail, and passes when it does so the
+# intended way: non-zero exit, within MAX_SECONDS, with every TEXT (fixed
+# strings) somewhere in its stdout+stderr.
+#   expect_fail.sh MAX_SECONDS TEXT [TEXT ...] -- COMMAND [ARGS ...]
+# `timeout` bounds a run that hangs instead; mpirun passes the TERM on to its
+# ranks, so nothing is left behind.
+set -u
+max=$1
+shift
+texts=()
+while [ $# -gt 0 ] && [ "$1" != "--" ]; do texts+=("$1"); shift; done
+[ $# -gt 0 ] && shift
+[ $# -gt 0 ] || { echo "expect_fail.sh: no command after --" >&2; exit 2; }
+
+start=$(date +%s%N)
+out=$(timeout -k 10 $((max * 2)) "$@" 2>&1)
+rc=$?
+elapsed_ms=$(( ($(date +%s%N) - start) / 1000000 ))
+echo "$out"
+echo "expect_fail.sh: exit code $rc after ${elapsed_ms} ms"
+
+fail() { echo "expect_fail.sh: FAIL: $*" >&2; exit 1; }
+[ "$rc" -ne 0 ] || fail "the command succeeded; it should have failed"
+[ "$rc" -ne 124 ] && [ "$rc" -ne 137 ] || fail "the command hung until timeout"
+[ "$elapsed_ms" -lt $((max * 1000)) ] || fail "took ${elapsed_ms} ms, limit ${max} s"
+for t in "${texts[@]}"; do
+    grep -qF -- "$t" <<<"$out" || fail "output lacks: $t"
+done
+echo "expect_fail.sh: ok (failed as expected)"

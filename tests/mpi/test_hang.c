@@ -1,0 +1,49 @@
+/* A collective that one rank never enters must end the job within the comm
+ * timeout, with a report that names the stuck call, its group and its world
+ * ranks. Expected to FAIL: registered through expect_fail.sh, which checks
+ * the non-zero exit, the time taken and the report text.
+ *
+ *   test_hang blocking     rank 0: td_allreduce on "dp"   (watchdog thread)
+ *   test_hang nonblocking  rank 0: start + td_wait        (polling wait)
+ *   test_hang recv         rank 0: td_recv from rank 1    (p2p wait)
+ * Rank 1 meanwhile sleeps 30 s outside MPI; mpirun kills it after the abort. */
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "trident/base.h"
+#include "trident/comm.h"
+
+int main(int argc, char **argv) {
+    td_comm_init(&argc, &argv);
+    td_comm *w = td_comm_world();
+    int me = td_comm_rank(w);
+    const char *mode = argc > 1 ? argv[1] : "blocking";
+    TD_CHECK(td_comm_size(w) == 2, "run test_hang with 2 ranks");
+    td_comm_set_timeout(2.0);
+    td_comm *dp = td_comm_split(w, 0, me, "dp");
+    float x[1024];
+    memset(x, 0, sizeof x);
+    td_allreduce(dp, x, 16, TD_F32, TD_SUM); /* a few good calls for the ring */
+    td_barrier(w);
+    if (me == 1) {
+        sleep(30);
+        fprintf(stderr, "test_hang: rank 1 woke up: the job was not ended\n");
+        td_comm_finalize();
+        return 0;
+    }
+    if (!strcmp(mode, "blocking")) {
+        td_allreduce(dp, x, 1024, TD_F32, TD_SUM);
+    } else if (!strcmp(mode, "nonblocking")) {
+        td_request *q = td_request_new();
+        td_allreduce_start(q, dp, x, 1024, TD_F32, TD_SUM);
+        td_wait(q);
+    } else if (!strcmp(mode, "recv")) {
+        td_recv(w, x, 1024, TD_F32, 1, 5);
+    } else {
+        td_fail("unknown mode '%s'; use blocking, nonblocking or recv", mode);
+    }
+    fprintf(stderr, "test_hang: rank 0 finished a call that could not finish\n");
+    td_comm_finalize();
+    return 0;
+}
