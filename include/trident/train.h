@@ -51,6 +51,8 @@ typedef struct {
     float *final_params;  /* canonical layout, world rank 0 only (if keep_state) */
     float *final_m, *final_v;
     size_t numel;         /* canonical */
+    size_t numel_layout;  /* this layout's padded flat size */
+    size_t mem_planned[8], mem_peak[8]; /* this rank, by td_mem_cat */
 } td_train_result;
 
 /* Collective over the world; td_comm_init must have been called. */

@@ -158,6 +158,8 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
         td_free(in);
         td_free(tg);
     }
+    res->numel_layout = table.numel;
+    for (int c = 0; c < TD_MEM_NCAT; c++) res->mem_planned[c] = plan.bytes[c], res->mem_peak[c] = td_mem_peak(c);
     /* servers run their own loop, so with ps the measured report waits for the end */
     if (mode == TD_DP_PS) td_report_memory(&rep, &plan, 1);
     td_report_summary(&rep, res);

@@ -100,6 +100,29 @@ int main(int argc, char **argv) {
     td_train_run(&o, &res, 1);
 
     int fails = 0;
+    /* Memory: every model-state category measured by the accounting
+     * allocator equals the plan exactly on every rank (the plan is computed
+     * before allocation from the same formulas), and with ZeRO the model
+     * state equals the fp32 (4 + 4 + 8) psi formula over the padded layout:
+     * stage 1: 8 psi + 8 psi/N, stage 2: 4 psi + 12 psi/N, stage 3: 16 psi/N. */
+    for (int c = TD_MEM_PARAMS; c <= TD_MEM_GATHER; c++)
+        if (res.mem_peak[c] != res.mem_planned[c]) {
+            printf("FAIL rank %d memory %s: measured peak %zu B, planned %zu B\n", td_comm_rank(td_comm_world()),
+                   td_mem_cat_name(c), res.mem_peak[c], res.mem_planned[c]);
+            fails++;
+        }
+    if (o.zero > 0) {
+        double psi = (double)res.numel_layout, N = td_comm_size(td_comm_world());
+        double f = o.zero == 1 ? 8 * psi + 8 * psi / N : o.zero == 2 ? 4 * psi + 12 * psi / N : 16 * psi / N;
+        size_t state = res.mem_peak[TD_MEM_PARAMS] + res.mem_peak[TD_MEM_GRADS] + res.mem_peak[TD_MEM_OPTIM];
+        if ((double)state != f) {
+            printf("FAIL zero %d: model state %zu B, formula %.0f B\n", o.zero, state, f);
+            fails++;
+        } else if (td_comm_rank(td_comm_world()) == 0) {
+            printf("memory: zero %d model state %zu B = formula over the padded layout (psi %zu)\n", o.zero,
+                   state, res.numel_layout);
+        }
+    }
     if (td_comm_rank(td_comm_world()) == 0) {
         float *ref_losses = malloc(sizeof(float) * o.steps), *P, *M, *V;
         td_param_table t;
