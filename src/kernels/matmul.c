@@ -8,10 +8,11 @@
  * OpenBLAS 0.3.21's Haswell kernels (OPENBLAS_CORETYPE=Haswell, also what
  * Zen gets) give every element the same bits whether a call covers all rows
  * or a slice of them, PROVIDED the slice boundaries fall on multiples of 24
- * rows of the row-major output (the packing block is 3 x 8 columns of the
- * column-major product); boundaries on multiples of 8/16/32 change bits
- * (measured over 120 shapes, NN/NT/TN). Splitting the other dimension is
- * not bit-stable at all. So all slices start on multiples of TD_MM_ALIGN =
+ * rows of the row-major output (presumably the 3 x 8 column packing block
+ * of the column-major product); boundaries on multiples of 8/16/32 change
+ * bits (measured over 120 shapes, NN/NT/TN, with and without the coretype
+ * variable on this Zen 3). Splitting the other dimension was not
+ * bit-stable for any alignment. So all slices start on multiples of TD_MM_ALIGN =
  * 48 (also whole 16-row tiles and 64-byte lines) and the results are bitwise
  * identical for any thread count; tests/unit/test_kernels.c checks this. A
  * different BLAS or kernel may need a different alignment. */

@@ -6,6 +6,10 @@
 #include "trident/base.h"
 #include "trident/kernels.h"
 
+/* OpenBLAS extension (its cblas.h has it too; repeated so that any cblas.h
+ * will do). */
+void openblas_set_num_threads(int num_threads);
+
 static int g_threads = 1;
 static int g_blas_ready = 0;
 
