@@ -147,7 +147,8 @@ static void send_ctrl(td_dp *dp, int s, int kind, int step) {
 /* Worker: parameters valid for `step` (version >= step - K). */
 static void pull(td_dp *dp, int step, int k_bound) {
     struct td_ps *ps = dp->ps;
-    for (int s = 0; s < ps->S; s++) send_ctrl(dp, s, KIND_PULL, step - k_bound);
+    int want = step - k_bound > 0 ? step - k_bound : 0; /* the oldest version acceptable */
+    for (int s = 0; s < ps->S; s++) send_ctrl(dp, s, KIND_PULL, want);
     for (int s = 0; s < ps->S; s++) {
         int src = server_world_rank(dp, s);
         td_recv_start(ps->reqs[2 * s], dp->g->world, ps->hdrs + 2 * s, 2, TD_F32, src, TAG_HDR);
