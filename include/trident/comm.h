@@ -44,6 +44,7 @@ td_comm *td_comm_split(td_comm *parent, int color, int key, const char *name);
 void td_comm_free(td_comm *c);
 int td_comm_rank(const td_comm *c);
 int td_comm_size(const td_comm *c);
+/* "dp{0,1}": the name given at the split and the members' world ranks. */
 const char *td_comm_name(const td_comm *c);
 /* World rank of group member r. */
 int td_comm_world_rank_of(const td_comm *c, int r);

@@ -9,15 +9,15 @@
 
 #include "comm_internal.h"
 
-/* Bytes per MPI call. Chosen with `trident bench comm` on the development
- * machine (Open MPI 4.1.4, vader): all-reduce of 64 MiB peaks between 256 KiB
- * and 4 MiB pieces on 2 and 4 ranks, while one 64 MiB call gets ~10x less;
- * 1 MiB sits in the middle of the plateau on both. See the report in
- * `trident bench comm` for the sweep. */
+/* Bytes per MPI call, from the piece sweep of `trident bench comm` on the
+ * development machine (2 cores, Open MPI 4.1.4, shared memory): all-reduce
+ * of 64 MiB on 2 ranks is within 10% of its best (~5.5 GB/s) from 512 KiB to
+ * 4 MiB pieces, and on 4 ranks (oversubscribed) peaks at 1 MiB; a single
+ * 64 MiB call gets 1.7 GB/s. Larger pieces also cost more scratch (bf16). */
 #define TD_COMM_DEFAULT_PIECE ((size_t)1 << 20)
-/* Pieces of nonblocking collectives in MPI at once, per group. More did not
- * add bandwidth in the sweep (2 cores share one memory bus) and each costs a
- * scratch piece for bf16. */
+/* Pieces of nonblocking collectives in MPI at once, per group. 1, 2 and 4
+ * were within noise at 1 MiB pieces in the sweep (2 cores share one memory
+ * bus); at 8 MiB+ pieces 2+ lost half. Each costs a scratch piece for bf16. */
 #define TD_COMM_DEFAULT_INFLIGHT 2
 
 static int g_initialized, g_we_initialized_mpi, g_world_rank;
@@ -71,7 +71,8 @@ static void make_label(td_comm *c) {
         while (j + 1 < c->size && c->world_ranks[j + 1] == c->world_ranks[j] + 1) j++;
         char item[32];
         if (j - i >= 2)
-            snprintf(item, sizeof item, "%s%d-%d", i ? "," : "", c->world_ranks[i], c->world_ranks[j]);
+            snprintf(item, sizeof item, "%s%d-%d", i ? "," : "", c->world_ranks[i],
+                     c->world_ranks[j]);
         else
             snprintf(item, sizeof item, "%s%d", i ? "," : "", c->world_ranks[i]), j = i;
         /* Room for the item, ",...,last}" and the terminator. */
@@ -112,6 +113,12 @@ void td_comm_init(int *argc, char ***argv) {
     int already = 0, provided = 0;
     TD_MPI(MPI_Initialized(&already));
     if (!already) {
+        /* Open MPI's libnbc runs every in-place MPI_Iallreduce (and every one
+         * below 4 ranks) as a binomial reduce-then-broadcast; its ring ran our
+         * nonblocking pieces ~1.4x faster (`trident bench comm` sweep, 2
+         * ranks). Only a default: a value set by the user or by mpirun --mca
+         * wins, and other MPIs ignore the variable. */
+        setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "1", 0);
         /* FUNNELED: only the main thread calls MPI; the watchdog thread only
          * ever calls MPI_Abort, when the job is lost anyway. */
         int rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
@@ -167,8 +174,9 @@ td_comm *td_comm_split(td_comm *parent, int color, int key, const char *name) {
 
 void td_comm_free(td_comm *c) {
     if (!c) return;
-    TD_CHECK(c->n_active == 0, "td_comm_free(%s) with %d requests still active; wait for them first",
-             c->label, c->n_active);
+    TD_CHECK(c->n_active == 0,
+             "td_comm_free(%s) with %d requests still active; wait for them first", c->label,
+             c->n_active);
     TD_MPI(MPI_Comm_free(&c->mpi));
     free(c->world_ranks);
     free(c);

@@ -61,20 +61,28 @@ static void run_once(bench *B, int op, int impl, size_t bytes) {
     td_request *q = impl == IMPL_NB ? B->q : NULL;
     switch (op) {
     case OP_ALLREDUCE:
-        if (q) td_allreduce_start(q, B->c, B->a, count, TD_F32, TD_SUM);
-        else td_allreduce(B->c, B->a, count, TD_F32, TD_SUM);
+        if (q)
+            td_allreduce_start(q, B->c, B->a, count, TD_F32, TD_SUM);
+        else
+            td_allreduce(B->c, B->a, count, TD_F32, TD_SUM);
         break;
     case OP_REDUCE_SCATTER:
-        if (q) td_reduce_scatter_start(q, B->c, B->a, B->b, per, TD_F32);
-        else td_reduce_scatter(B->c, B->a, B->b, per, TD_F32);
+        if (q)
+            td_reduce_scatter_start(q, B->c, B->a, B->b, per, TD_F32);
+        else
+            td_reduce_scatter(B->c, B->a, B->b, per, TD_F32);
         break;
     case OP_ALL_GATHER:
-        if (q) td_all_gather_start(q, B->c, B->a, B->b, per, TD_F32);
-        else td_all_gather(B->c, B->a, B->b, per, TD_F32);
+        if (q)
+            td_all_gather_start(q, B->c, B->a, B->b, per, TD_F32);
+        else
+            td_all_gather(B->c, B->a, B->b, per, TD_F32);
         break;
     case OP_BCAST:
-        if (q) td_broadcast_start(q, B->c, B->a, count, TD_F32, 0);
-        else td_broadcast(B->c, B->a, count, TD_F32, 0);
+        if (q)
+            td_broadcast_start(q, B->c, B->a, count, TD_F32, 0);
+        else
+            td_broadcast(B->c, B->a, count, TD_F32, 0);
         break;
     }
     if (q) td_wait(q);
@@ -102,13 +110,16 @@ static int auto_iters(size_t bytes, int iters) {
     return (int)td_max_sz(3, td_min_sz(k, 200));
 }
 
-/* Best-of-trials bus bandwidth (GB/s) for each impl in impls[0..k). */
+/* Best-of-trials bus bandwidth (GB/s) for each impl in impls[0..k), and in
+ * *first that of impls[0]'s first call (the warm-up: MPI's temporary buffers
+ * are page-faulted in on a first large call, which later calls reuse). */
 static void measure(bench *B, int op, size_t bytes, int iters, int trials, const int *impls,
-                    const int *inflight, int k, double *gbs) {
+                    const int *inflight, int k, double *gbs, double *first) {
     double best[8];
     for (int j = 0; j < k; j++) {
         td_comm_set_inflight(inflight ? inflight[j] : 0);
-        run_once(B, op, impls[j], bytes); /* warm-up: first-touch, MPI set-up */
+        double s = trial(B, op, impls[j], bytes, 1); /* warm-up: first-touch, MPI set-up */
+        if (j == 0 && first) *first = (double)bytes * bus_factor(op, B->n) / s / 1e9;
         best[j] = 1e30;
     }
     for (int t = 0; t < trials; t++)
@@ -125,9 +136,12 @@ static size_t parse_bytes(const char *flag, const char *s) {
     char *end;
     double v = strtod(s, &end);
     double mul = 1;
-    if (*end == 'k' || *end == 'K') mul = 1024, end++;
-    else if (*end == 'm' || *end == 'M') mul = 1024 * 1024, end++;
-    else if (*end == 'g' || *end == 'G') mul = 1024.0 * 1024 * 1024, end++;
+    if (*end == 'k' || *end == 'K')
+        mul = 1024, end++;
+    else if (*end == 'm' || *end == 'M')
+        mul = 1024 * 1024, end++;
+    else if (*end == 'g' || *end == 'G')
+        mul = 1024.0 * 1024 * 1024, end++;
     if (*end == 'i' || *end == 'B') end++;
     if (*end == 'B') end++;
     TD_CHECK(end != s && *end == 0 && v > 0, "%s %s: expected a byte count such as 4096, 64K or 1M",
@@ -137,31 +151,50 @@ static size_t parse_bytes(const char *flag, const char *s) {
 
 static const char *usage =
     "usage: trident bench comm [--min BYTES] [--max BYTES] [--iters N] [--trials N] "
-    "[--piece BYTES] [--no-sweep]  (run under mpirun -np 2 or more)";
+    "[--piece BYTES] [--ops allreduce,reduce_scatter,all_gather,broadcast] [--no-sweep]  (run "
+    "under "
+    "mpirun -np 2 or more)";
 
 int td_comm_bench_main(int argc, char **argv) {
     int own = !td_comm_initialized();
     if (own) td_comm_init(NULL, NULL);
     size_t lo = 4096, hi = (size_t)64 << 20, piece = 0;
     int iters = 0, trials = 3, sweep = 1;
+    const char *ops = NULL; /* comma-separated op names; NULL = all */
     int words = 1; /* leading words ("trident", "bench", "comm") are the caller's to keep */
     for (int i = 0; i < argc; i++) {
         const char *f = argv[i];
         int has = i + 1 < argc;
         if (words && f[0] != '-') continue;
         words = 0;
-        if (!strcmp(f, "--min") && has) lo = parse_bytes(f, argv[++i]);
-        else if (!strcmp(f, "--max") && has) hi = parse_bytes(f, argv[++i]);
-        else if (!strcmp(f, "--piece") && has) piece = parse_bytes(f, argv[++i]);
-        else if (!strcmp(f, "--iters") && has) iters = atoi(argv[++i]);
-        else if (!strcmp(f, "--trials") && has) trials = atoi(argv[++i]);
-        else if (!strcmp(f, "--no-sweep")) sweep = 0;
-        else td_fail("bench comm: unknown or incomplete option '%s'\n%s", f, usage);
+        if (!strcmp(f, "--min") && has)
+            lo = parse_bytes(f, argv[++i]);
+        else if (!strcmp(f, "--max") && has)
+            hi = parse_bytes(f, argv[++i]);
+        else if (!strcmp(f, "--piece") && has)
+            piece = parse_bytes(f, argv[++i]);
+        else if (!strcmp(f, "--iters") && has)
+            iters = atoi(argv[++i]);
+        else if (!strcmp(f, "--trials") && has)
+            trials = atoi(argv[++i]);
+        else if (!strcmp(f, "--no-sweep"))
+            sweep = 0;
+        else if (!strcmp(f, "--ops") && has)
+            ops = argv[++i];
+        else
+            td_fail("bench comm: unknown or incomplete option '%s'\n%s", f, usage);
     }
-    TD_CHECK(lo >= 4 && lo <= hi && hi <= ((size_t)1 << 30), "bench comm: need 4 <= --min <= --max <= 1G");
+    TD_CHECK(lo >= 4 && lo <= hi && hi <= ((size_t)1 << 30),
+             "bench comm: need 4 <= --min <= --max <= 1G");
     TD_CHECK(trials >= 1 && iters >= 0, "bench comm: --trials >= 1 and --iters >= 1");
     if (piece) td_comm_set_piece_bytes(piece);
 
+    if (td_comm_size(td_comm_world()) < 2) {
+        td_log("trident: error: bench comm measures traffic between ranks; run it under "
+               "mpirun -np 2 (or more)\n");
+        if (own) td_comm_finalize();
+        return TD_EXIT_USAGE;
+    }
     bench B = {td_comm_world(), td_comm_size(td_comm_world()), NULL, NULL, td_request_new()};
     B.a = td_alloc(hi, TD_MEM_COMM);
     B.b = td_alloc(hi, TD_MEM_COMM);
@@ -173,18 +206,20 @@ int td_comm_bench_main(int argc, char **argv) {
            trials, iters ? "" : ", ~256 MiB per trial", alg ? "; libnbc iallreduce algorithm " : "",
            alg ? alg : "");
     td_log("  raw = one MPI call of the whole payload; trident = blocking call in pieces; "
-           "nb = trident start + wait\n");
+           "nb = trident start + wait;\n  ratio = trident / raw; raw 1st = the first raw call of "
+           "that size alone (cold MPI buffers)\n");
     const int impls[3] = {IMPL_RAW, IMPL_TD, IMPL_NB};
     for (int op = 0; op < N_OPS; op++) {
-        td_log("\n%-15s %10s %9s %9s %9s %7s\n", g_names[op], "size", "raw", "trident", "nb",
-               "ratio");
+        if (ops && !strstr(ops, g_names[op])) continue;
+        td_log("\n%-15s %10s %9s %9s %9s %7s %9s\n", g_names[op], "size", "raw", "trident", "nb",
+               "ratio", "raw 1st");
         for (size_t bytes = lo; bytes <= hi; bytes *= 4) {
             size_t b = bytes / (4 * (size_t)B.n) * 4 * (size_t)B.n; /* whole blocks per rank */
             if (b == 0) continue;
-            double g[3];
-            measure(&B, op, b, auto_iters(b, iters), trials, impls, NULL, 3, g);
-            td_log("%-15s %10s %9.3f %9.3f %9.3f %6.2fx\n", "", td_fmt_bytes(sb, sizeof sb, (double)b),
-                   g[0], g[1], g[2], g[1] / g[0]);
+            double g[3], first = 0;
+            measure(&B, op, b, auto_iters(b, iters), trials, impls, NULL, 3, g, &first);
+            td_log("%-15s %10s %9.3f %9.3f %9.3f %6.2fx %9.3f\n", "",
+                   td_fmt_bytes(sb, sizeof sb, (double)b), g[0], g[1], g[2], g[1] / g[0], first);
         }
     }
     if (sweep) {
@@ -198,7 +233,8 @@ int td_comm_bench_main(int argc, char **argv) {
         for (size_t p = (size_t)64 << 10; p <= ((size_t)16 << 20) && p <= b; p *= 2) {
             td_comm_set_piece_bytes(p);
             double g[5];
-            measure(&B, OP_ALLREDUCE, b, auto_iters(b, iters), trials, sw_impls, sw_inflight, 5, g);
+            measure(&B, OP_ALLREDUCE, b, auto_iters(b, iters), trials, sw_impls, sw_inflight, 5, g,
+                    NULL);
             td_log("%10s %9.3f %9.3f %9.3f %9.3f %9.3f\n", td_fmt_bytes(pb, sizeof pb, (double)p),
                    g[0], g[1], g[2], g[3], g[4]);
         }

@@ -9,16 +9,16 @@
 #include "trident/base.h"
 #include "trident/comm.h"
 
-#define TD_COMM_LABEL 64     /* "dp{0,1}" */
-#define TD_MAX_INFLIGHT 8    /* slots per request; the budget is td_comm_inflight() */
+#define TD_COMM_LABEL 64  /* "dp{0,1}" */
+#define TD_MAX_INFLIGHT 8 /* slots per request; the budget is td_comm_inflight() */
 #define TD_TRACE_RING 64
 
 /* Every MPI call goes through this: a failure prints the call, the place and
  * MPI's own message, dumps the trace ring and MPI_Abort()s the job. */
-#define TD_MPI(call)                                                          \
-    do {                                                                      \
-        int td_mpi_rc_ = (call);                                              \
-        if (td_mpi_rc_ != MPI_SUCCESS) td_mpi_failed(td_mpi_rc_, #call, __FILE__, __LINE__); \
+#define TD_MPI(call)                                                                               \
+    do {                                                                                           \
+        int td_mpi_rc_ = (call);                                                                   \
+        if (td_mpi_rc_ != MPI_SUCCESS) td_mpi_failed(td_mpi_rc_, #call, __FILE__, __LINE__);       \
     } while (0)
 _Noreturn void td_mpi_failed(int rc, const char *what, const char *file, int line);
 
@@ -54,24 +54,24 @@ struct td_request {
     td_comm *comm;
     td_dtype dt;
     td_redop redop;
-    void *buf;          /* in/out buffer; the output of reduce_scatter / all_gather */
-    const void *send;   /* input of reduce_scatter / all_gather / send */
-    size_t count;       /* elements, as the caller gave them */
-    int peer;           /* root of reduce/bcast, peer of send/recv (group rank) */
+    void *buf;        /* in/out buffer; the output of reduce_scatter / all_gather */
+    const void *send; /* input of reduce_scatter / all_gather / send */
+    size_t count;     /* elements, as the caller gave them */
+    int peer;         /* root of reduce/bcast, peer of send/recv (group rank) */
     int tag, source;
-    int direct;         /* reduce_scatter: one fp32 piece, MPI reads `send` itself */
-    int in_place;       /* all_gather: send == recv + rank*count */
+    int direct;   /* reduce_scatter: one fp32 piece, MPI reads `send` itself */
+    int in_place; /* all_gather: send == recv + rank*count */
     size_t piece_elems, n_pieces, next_piece, done_pieces;
     MPI_Request mpi[TD_MAX_INFLIGHT];
-    size_t slot_piece[TD_MAX_INFLIGHT];  /* piece in the slot, SIZE_MAX when free */
+    size_t slot_piece[TD_MAX_INFLIGHT];      /* piece in the slot, SIZE_MAX when free */
     MPI_Datatype slot_type[TD_MAX_INFLIGHT]; /* p2p: derived type to free, else MPI_DATATYPE_NULL */
-    size_t scratch_need;                 /* bytes per slot for this op */
-    void *scratch[TD_MAX_INFLIGHT];      /* fp32 staging (bf16 reduce, packing) */
+    size_t scratch_need;                     /* bytes per slot for this op */
+    void *scratch[TD_MAX_INFLIGHT];          /* fp32 staging (bf16 reduce, packing) */
     size_t scratch_bytes[TD_MAX_INFLIGHT];
-    int *ag_ints;                        /* all_gather: displs[size] then counts[slot][size] */
-    int ag_ints_size;                    /* group size ag_ints was made for */
-    uint64_t seq;                        /* trace record */
-    td_request *prev, *next;             /* list of active requests, in start order */
+    int *ints;               /* displs[size] (all_gather), then counts[slot][size] */
+    int ints_size;           /* entries in ints */
+    uint64_t seq;            /* trace record */
+    td_request *prev, *next; /* list of active requests, in start order */
 };
 
 /* ---- init state (comm.c) ----------------------------------------------- */

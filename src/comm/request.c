@@ -29,8 +29,10 @@ static td_request g_blocking, g_p2p; /* the requests behind blocking calls */
 /* At finalize: the blocking calls' scratch goes back to the allocator. */
 void td_requests_shutdown(void) {
     if (g_head)
-        fprintf(stderr, "trident: rank %d: warning: comm finalized with requests still active "
-                        "(first: #%llu)\n", td_comm_world_rank(), (unsigned long long)g_head->seq);
+        fprintf(stderr,
+                "trident: rank %d: warning: comm finalized with requests still active "
+                "(first: #%llu)\n",
+                td_comm_world_rank(), (unsigned long long)g_head->seq);
     td_piece_release(&g_blocking);
     td_piece_release(&g_p2p);
 }
@@ -52,10 +54,14 @@ int td_request_active(const td_request *r) { return r->active; }
 int td_request_source(const td_request *r) { return r->source; }
 
 static void list_remove(td_request *r) {
-    if (r->prev) r->prev->next = r->next;
-    else g_head = r->next;
-    if (r->next) r->next->prev = r->prev;
-    else g_tail = r->prev;
+    if (r->prev)
+        r->prev->next = r->next;
+    else
+        g_head = r->next;
+    if (r->next)
+        r->next->prev = r->prev;
+    else
+        g_tail = r->prev;
     r->prev = r->next = NULL;
 }
 
@@ -89,11 +95,14 @@ static void progress_all(void) {
         if (td_op_is_p2p(r->op) || r->next_piece == r->n_pieces) continue;
         td_comm *c = r->comm;
         if (c->walk_stamp == g_walk) continue;
-        for (int s = 0; s < TD_MAX_INFLIGHT && r->next_piece < r->n_pieces && c->inflight < budget; s++) {
-            /* Only slots whose scratch was planned (r->scratch_need) are usable. */
+        for (int s = 0; s < TD_MAX_INFLIGHT; s++) {
+            if (r->next_piece == r->n_pieces || c->inflight >= budget) break;
             if (r->slot_piece[s] != SIZE_MAX) continue;
+            /* Only slots planned at start have scratch and count arrays. */
             if (r->scratch_need && r->scratch_bytes[s] < r->scratch_need) break;
-            if (r->op == TD_OP_ALL_GATHER && r->ag_ints_size < c->size * (2 + s)) break;
+            if ((r->op == TD_OP_ALL_GATHER || r->op == TD_OP_REDUCE_SCATTER) &&
+                r->ints_size < c->size * (2 + s))
+                break;
             td_piece_run(r, s, r->next_piece++, 0);
             c->inflight++;
         }
@@ -149,7 +158,9 @@ static uint64_t flush_blame(void *c) {
     return r ? r->seq : td_comm_calls();
 }
 
-void td_comm_flush(td_comm *c) { poll_until(flushed, c, flush_blame); }
+void td_comm_flush(td_comm *c) {
+    if (g_head) poll_until(flushed, c, flush_blame); /* nothing active: the common case */
+}
 
 /* ---- starting ---------------------------------------------------------- */
 
@@ -188,8 +199,10 @@ static void start(td_request *r) {
     r->active = 1;
     r->prev = g_tail;
     r->next = NULL;
-    if (g_tail) g_tail->next = r;
-    else g_head = r;
+    if (g_tail)
+        g_tail->next = r;
+    else
+        g_head = r;
     g_tail = r;
     r->comm->n_active++;
     if (td_op_is_p2p(r->op)) td_piece_run(r, 0, 0, 0); /* one message, no budget */
@@ -235,8 +248,8 @@ void td_reduce_scatter_start_at(td_request *r, td_comm *c, const void *send, voi
     start(r);
 }
 
-void td_all_gather_start_at(td_request *r, td_comm *c, const void *send, void *recv,
-                            size_t count, td_dtype dt, const char *file, int line) {
+void td_all_gather_start_at(td_request *r, td_comm *c, const void *send, void *recv, size_t count,
+                            td_dtype dt, const char *file, int line) {
     begin(r, TD_OP_ALL_GATHER, c, dt, count, -1, file, line)->buf = recv;
     r->send = send;
     start(r);
@@ -272,8 +285,8 @@ void td_reduce_at(td_comm *c, void *buf, size_t count, td_dtype dt, int root, co
     run_blocking(&g_blocking);
 }
 
-void td_broadcast_at(td_comm *c, void *buf, size_t count, td_dtype dt, int root,
-                     const char *file, int line) {
+void td_broadcast_at(td_comm *c, void *buf, size_t count, td_dtype dt, int root, const char *file,
+                     int line) {
     begin(&g_blocking, TD_OP_BCAST, c, dt, count, root, file, line)->buf = buf;
     run_blocking(&g_blocking);
 }

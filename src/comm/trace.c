@@ -58,7 +58,7 @@ uint64_t td_trace_begin(td_op op, const td_comm *c, td_dtype dt, size_t bytes, i
     r->line = line;
     r->t_start = td_comm_since_init_ms();
     r->t_end = -1;
-    snprintf(r->group, sizeof r->group, "%s", c->label);
+    memcpy(r->group, c->label, sizeof r->group); /* both TD_COMM_LABEL, NUL-terminated */
     g_bytes += bytes;
     return g_seq;
 }
@@ -82,8 +82,10 @@ static void peer_text(const td_record *r, char *out, size_t n) {
     if (r->op == TD_OP_REDUCE || r->op == TD_OP_BCAST) snprintf(out, n, ", root %d", r->peer);
     if (r->op == TD_OP_SEND) snprintf(out, n, ", to %d", r->peer);
     if (r->op == TD_OP_RECV) {
-        if (r->peer == TD_ANY_SOURCE) snprintf(out, n, ", from any");
-        else snprintf(out, n, ", from %d", r->peer);
+        if (r->peer == TD_ANY_SOURCE)
+            snprintf(out, n, ", from any");
+        else
+            snprintf(out, n, ", from %d", r->peer);
     }
 }
 
@@ -91,8 +93,10 @@ static int format_record(char *out, size_t n, const td_record *r) {
     char peer[32];
     peer_text(r, peer, sizeof peer);
     char state[48];
-    if (r->t_end >= 0) snprintf(state, sizeof state, "done in %.1f ms", r->t_end - r->t_start);
-    else snprintf(state, sizeof state, "STARTED, not done");
+    if (r->t_end >= 0)
+        snprintf(state, sizeof state, "done in %.1f ms", r->t_end - r->t_start);
+    else
+        snprintf(state, sizeof state, "STARTED, not done");
     return snprintf(out, n, "  #%llu %s on %s (%zu B, %s%s) at %s:%d, t=%.1f ms, %s\n",
                     (unsigned long long)r->seq, td_op_name(r->op), r->group, r->bytes, dt_name(r),
                     peer, base_name(r->file), r->line, r->t_start, state);
@@ -143,7 +147,8 @@ _Noreturn void td_trace_stuck(uint64_t seq) {
                  (unsigned long long)seq, td_op_name(r->op), r->group, r->bytes, dt_name(r), peer,
                  base_name(r->file), r->line, waited_s);
     } else {
-        snprintf(head, sizeof head, "trident: rank %d: comm call #%llu did not complete within %.1f s\n",
+        snprintf(head, sizeof head,
+                 "trident: rank %d: comm call #%llu did not complete within %.1f s\n",
                  td_comm_world_rank(), (unsigned long long)seq, waited_s);
     }
     dump_to_stderr(head, 16);
@@ -155,7 +160,7 @@ _Noreturn void td_trace_stuck(uint64_t seq) {
 
 static pthread_t g_thread;
 static atomic_int g_thread_on, g_thread_stop;
-static _Atomic uint64_t g_armed_seq;     /* 0: nothing armed */
+static _Atomic uint64_t g_armed_seq; /* 0: nothing armed */
 static _Atomic double g_armed_at_ms;
 
 void td_watchdog_arm(uint64_t seq) {
@@ -193,8 +198,10 @@ void td_watchdog_start(void) {
     atomic_store(&g_thread_stop, 0);
     if (pthread_create(&g_thread, NULL, watchdog_main, NULL) != 0) {
         /* Not fatal: waits on requests still check their own deadline. */
-        fprintf(stderr, "trident: rank %d: warning: no watchdog thread; blocking collectives "
-                        "are not watched by --comm-timeout\n", td_comm_world_rank());
+        fprintf(stderr,
+                "trident: rank %d: warning: no watchdog thread; blocking collectives "
+                "are not watched by --comm-timeout\n",
+                td_comm_world_rank());
         return;
     }
     atomic_store(&g_thread_on, 1);

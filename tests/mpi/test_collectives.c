@@ -12,9 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "test_collectives.h"
 #include "trident/base.h"
 #include "trident/comm.h"
-#include "test_collectives.h"
 
 int R, N; /* world rank and size */
 
@@ -24,8 +24,10 @@ float v(int rank, size_t i, int salt) {
 }
 
 static void put(void *buf, td_dtype dt, size_t i, float x) {
-    if (dt == TD_F32) ((float *)buf)[i] = x;
-    else ((uint16_t *)buf)[i] = td_f32_to_bf16(x);
+    if (dt == TD_F32)
+        ((float *)buf)[i] = x;
+    else
+        ((uint16_t *)buf)[i] = td_f32_to_bf16(x);
 }
 float get(const void *buf, td_dtype dt, size_t i) {
     return dt == TD_F32 ? ((const float *)buf)[i] : td_bf16_to_f32(((const uint16_t *)buf)[i]);
@@ -38,8 +40,8 @@ static const char *dtn(td_dtype dt) { return dt == TD_F32 ? "fp32" : "bf16"; }
 /* Exact comparison (see the top comment); the expected value goes through
  * bf16 once when the payload is bf16. Prints the worst element and ends the
  * job on mismatch. */
-void expect(const char *what, td_dtype dt, size_t count, const void *got,
-                   const float *want, size_t n) {
+void expect(const char *what, td_dtype dt, size_t count, const void *got, const float *want,
+            size_t n) {
     size_t worst = 0, bad = 0;
     double wd = -1;
     for (size_t i = 0; i < n; i++) {
@@ -51,9 +53,11 @@ void expect(const char *what, td_dtype dt, size_t count, const void *got,
     }
     if (!bad) return;
     float w = dt == TD_F32 ? want[worst] : td_bf16_to_f32(td_f32_to_bf16(want[worst]));
-    fprintf(stderr, "FAIL %s %s count %zu on rank %d of %d (piece %zu B, in-flight %d): %zu of %zu "
-            "elements differ; worst [%zu] got %.9g want %.9g\n", what, dtn(dt), count, R, N,
-            td_comm_piece_bytes(), td_comm_inflight(), bad, n, worst, get(got, dt, worst), w);
+    fprintf(stderr,
+            "FAIL %s %s count %zu on rank %d of %d (piece %zu B, in-flight %d): %zu of %zu "
+            "elements differ; worst [%zu] got %.9g want %.9g\n",
+            what, dtn(dt), count, R, N, td_comm_piece_bytes(), td_comm_inflight(), bad, n, worst,
+            get(got, dt, worst), w);
     td_die(1);
 }
 
@@ -68,7 +72,9 @@ float *wantbuf(size_t n) { return td_alloc(td_max_sz(n, 1) * sizeof(float), TD_M
 void *databuf(size_t n) { return td_alloc(td_max_sz(n, 1) * 4, TD_MEM_OTHER); }
 static int gr(const ctx *x, int r) { return td_comm_world_rank_of(x->c, r); } /* data key */
 
-static void run(td_request *q, int nb) { if (nb) td_wait(q); }
+static void run(td_request *q, int nb) {
+    if (nb) td_wait(q);
+}
 
 static void t_allreduce(const ctx *x, td_redop op) {
     int me = td_comm_rank(x->c), n = td_comm_size(x->c);
@@ -84,8 +90,10 @@ static void t_allreduce(const ctx *x, td_redop op) {
         w[i] = acc;
     }
     td_request *q = td_request_new();
-    if (x->nb) td_allreduce_start(q, x->c, b, x->count, x->dt, op);
-    else td_allreduce(x->c, b, x->count, x->dt, op);
+    if (x->nb)
+        td_allreduce_start(q, x->c, b, x->count, x->dt, op);
+    else
+        td_allreduce(x->c, b, x->count, x->dt, op);
     run(q, x->nb);
     expect(op == TD_SUM ? "allreduce sum" : "allreduce max", x->dt, x->count, b, w, x->count);
     td_request_free(q), td_free(b), td_free(w);
@@ -104,16 +112,20 @@ static void t_reduce_bcast(const ctx *x) {
             for (int r = 0; r < n; r++) w[i] += v(gr(x, r), i, x->salt);
         }
     }
-    if (x->nb) td_reduce_start(q, x->c, b, x->count, x->dt, root);
-    else td_reduce(x->c, b, x->count, x->dt, root);
+    if (x->nb)
+        td_reduce_start(q, x->c, b, x->count, x->dt, root);
+    else
+        td_reduce(x->c, b, x->count, x->dt, root);
     run(q, x->nb);
     expect("reduce", x->dt, x->count, b, w, x->count);
     /* Broadcast from another root; the others start from different bytes. */
     root = (root + 1) % n;
     fill(b, x->dt, x->count, gr(x, me), x->salt + 1, 0);
     for (size_t i = 0; i < x->count; i++) w[i] = v(gr(x, root), i, x->salt + 1);
-    if (x->nb) td_broadcast_start(q, x->c, b, x->count, x->dt, root);
-    else td_broadcast(x->c, b, x->count, x->dt, root);
+    if (x->nb)
+        td_broadcast_start(q, x->c, b, x->count, x->dt, root);
+    else
+        td_broadcast(x->c, b, x->count, x->dt, root);
     run(q, x->nb);
     expect("broadcast", x->dt, x->count, b, w, x->count);
     td_request_free(q), td_free(b), td_free(w);
@@ -132,8 +144,10 @@ static void t_scatter_gather(const ctx *x, int in_place) {
         for (int r = 0; r < n; r++) w[i] += v(gr(x, r), (size_t)me * cnt + i, x->salt);
     }
     void *out = in_place ? (char *)send + (size_t)me * cnt * es : recv;
-    if (x->nb) td_reduce_scatter_start(q, x->c, send, out, cnt, x->dt);
-    else td_reduce_scatter(x->c, send, out, cnt, x->dt);
+    if (x->nb)
+        td_reduce_scatter_start(q, x->c, send, out, cnt, x->dt);
+    else
+        td_reduce_scatter(x->c, send, out, cnt, x->dt);
     run(q, x->nb);
     expect(in_place ? "reduce_scatter in place" : "reduce_scatter", x->dt, cnt, out, w, cnt);
     /* all_gather: block r of the output is rank r's input. */
@@ -142,8 +156,10 @@ static void t_scatter_gather(const ctx *x, int in_place) {
     fill(in, x->dt, cnt, gr(x, me), x->salt + 2, 0);
     for (int r = 0; r < n; r++)
         for (size_t i = 0; i < cnt; i++) w[(size_t)r * cnt + i] = v(gr(x, r), i, x->salt + 2);
-    if (x->nb) td_all_gather_start(q, x->c, in, full, cnt, x->dt);
-    else td_all_gather(x->c, in, full, cnt, x->dt);
+    if (x->nb)
+        td_all_gather_start(q, x->c, in, full, cnt, x->dt);
+    else
+        td_all_gather(x->c, in, full, cnt, x->dt);
     run(q, x->nb);
     expect(in_place ? "all_gather in place" : "all_gather", x->dt, cnt, full, w, all);
     td_request_free(q), td_free(send), td_free(full), td_free(recv), td_free(w);
@@ -189,10 +205,16 @@ static void suite(td_comm *c, int salt) {
 }
 
 static void t_bf16_rounding(void) {
-    struct { float x; uint16_t want; } cases[] = {
-        {1.0f, 0x3f80}, {1.0f + 1.0f / 256, 0x3f80} /* tie: to even */,
-        {1.0f + 3.0f / 256, 0x3f82} /* tie: to even, upward */, {-2.0f, 0xc000},
-        {FLT_MAX, 0x7f80} /* rounds up to infinity */, {1.0f / 0.0f, 0x7f80},
+    struct {
+        float x;
+        uint16_t want;
+    } cases[] = {
+        {1.0f, 0x3f80},
+        {1.0f + 1.0f / 256, 0x3f80} /* tie: to even */,
+        {1.0f + 3.0f / 256, 0x3f82} /* tie: to even, upward */,
+        {-2.0f, 0xc000},
+        {FLT_MAX, 0x7f80} /* rounds up to infinity */,
+        {1.0f / 0.0f, 0x7f80},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
         TD_CHECK(td_f32_to_bf16(cases[i].x) == cases[i].want, "bf16(%g) = 0x%04x, want 0x%04x",
@@ -210,14 +232,18 @@ int main(int argc, char **argv) {
      * differ and the data keys (world ranks) catch any mix-up. */
     td_comm *half = td_comm_split(w, R % 2, N - R, "half");
     TD_CHECK(td_comm_world_rank_of(half, td_comm_rank(half)) == R, "world_rank_of(self)");
-    struct { size_t piece; int inflight; } passes[] = {{4096, 2}, {4100, 3}, {4096, 1}, {0, 0}};
+    struct {
+        size_t piece;
+        int inflight;
+    } passes[] = {{4096, 2}, {4100, 3}, {4096, 1}, {0, 0}};
     for (int p = 0; p < 4; p++) {
         td_comm_set_piece_bytes(passes[p].piece);
         td_comm_set_inflight(passes[p].inflight);
         suite(w, 100 * p);
         suite(half, 100 * p + 50);
         test_overlap(w, half);
-        td_log("pass %d (piece %zu B, in-flight %d): ok\n", p, td_comm_piece_bytes(), td_comm_inflight());
+        td_log("pass %d (piece %zu B, in-flight %d): ok\n", p, td_comm_piece_bytes(),
+               td_comm_inflight());
     }
     uint64_t calls = td_comm_calls();
     TD_CHECK(calls > 1000, "only %llu comm calls recorded", (unsigned long long)calls);

@@ -7,9 +7,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "test_collectives.h"
 #include "trident/base.h"
 #include "trident/comm.h"
-#include "test_collectives.h"
 
 enum { NREQ = 8 };
 
@@ -18,7 +18,8 @@ typedef struct {
     td_comm *c;
     td_dtype dt;
     size_t count; /* per-rank count */
-    int kind;     /* 0 allreduce sum, 1 allreduce max, 2 all_gather, 3 reduce_scatter, 4 bcast, 5 reduce */
+    /* 0 allreduce sum, 1 allreduce max, 2 all_gather, 3 reduce_scatter, 4 bcast, 5 reduce */
+    int kind;
     int root;
     void *in, *out;
     td_request *q;
@@ -34,12 +35,24 @@ static void job_start(job *j, int salt) {
     j->q = td_request_new();
     fill(j->in, j->dt, all, wr(j->c, me), salt, 0);
     switch (j->kind) {
-    case 0: td_allreduce_start(j->q, j->c, j->in, j->count, j->dt, TD_SUM); break;
-    case 1: td_allreduce_start(j->q, j->c, j->in, j->count, j->dt, TD_MAX); break;
-    case 2: td_all_gather_start(j->q, j->c, j->in, j->out, j->count, j->dt); break;
-    case 3: td_reduce_scatter_start(j->q, j->c, j->in, j->out, j->count, j->dt); break;
-    case 4: td_broadcast_start(j->q, j->c, j->in, j->count, j->dt, j->root); break;
-    case 5: td_reduce_start(j->q, j->c, j->in, j->count, j->dt, j->root); break;
+    case 0:
+        td_allreduce_start(j->q, j->c, j->in, j->count, j->dt, TD_SUM);
+        break;
+    case 1:
+        td_allreduce_start(j->q, j->c, j->in, j->count, j->dt, TD_MAX);
+        break;
+    case 2:
+        td_all_gather_start(j->q, j->c, j->in, j->out, j->count, j->dt);
+        break;
+    case 3:
+        td_reduce_scatter_start(j->q, j->c, j->in, j->out, j->count, j->dt);
+        break;
+    case 4:
+        td_broadcast_start(j->q, j->c, j->in, j->count, j->dt, j->root);
+        break;
+    case 5:
+        td_reduce_start(j->q, j->c, j->in, j->count, j->dt, j->root);
+        break;
     }
 }
 
@@ -62,11 +75,15 @@ static void job_check(job *j, int salt) {
                 if (y > acc) acc = y;
             }
             break;
-        case 2: acc = v(wr(j->c, (int)(i / cnt)), i % cnt, salt); break;
+        case 2:
+            acc = v(wr(j->c, (int)(i / cnt)), i % cnt, salt);
+            break;
         case 3:
             for (int r = 0; r < n; r++) acc += v(wr(j->c, r), (size_t)me * cnt + i, salt);
             break;
-        case 4: acc = v(wr(j->c, j->root), i, salt); break;
+        case 4:
+            acc = v(wr(j->c, j->root), i, salt);
+            break;
         }
         w[i] = acc;
     }
@@ -78,13 +95,43 @@ static void job_check(job *j, int salt) {
 static void t_many_in_flight(td_comm *w, td_comm *h) {
     int n = td_comm_size(w);
     job jobs[NREQ] = {
-        {.what = "overlap allreduce sum", .c = w, .dt = TD_F32, .count = 3584, .kind = 0, .root = 0},
-        {.what = "overlap allreduce max", .c = w, .dt = TD_BF16, .count = 2049, .kind = 1, .root = 0},
-        {.what = "overlap allreduce on half", .c = h, .dt = TD_F32, .count = 5000, .kind = 0, .root = 0},
+        {.what = "overlap allreduce sum",
+         .c = w,
+         .dt = TD_F32,
+         .count = 3584,
+         .kind = 0,
+         .root = 0},
+        {.what = "overlap allreduce max",
+         .c = w,
+         .dt = TD_BF16,
+         .count = 2049,
+         .kind = 1,
+         .root = 0},
+        {.what = "overlap allreduce on half",
+         .c = h,
+         .dt = TD_F32,
+         .count = 5000,
+         .kind = 0,
+         .root = 0},
         {.what = "overlap all_gather", .c = w, .dt = TD_F32, .count = 1025, .kind = 2, .root = 0},
-        {.what = "overlap reduce_scatter", .c = w, .dt = TD_BF16, .count = 777, .kind = 3, .root = 0},
-        {.what = "overlap bf16 sum on half", .c = h, .dt = TD_BF16, .count = 2500, .kind = 0, .root = 0},
-        {.what = "overlap broadcast", .c = w, .dt = TD_F32, .count = 3000, .kind = 4, .root = n - 1},
+        {.what = "overlap reduce_scatter",
+         .c = w,
+         .dt = TD_BF16,
+         .count = 777,
+         .kind = 3,
+         .root = 0},
+        {.what = "overlap bf16 sum on half",
+         .c = h,
+         .dt = TD_BF16,
+         .count = 2500,
+         .kind = 0,
+         .root = 0},
+        {.what = "overlap broadcast",
+         .c = w,
+         .dt = TD_F32,
+         .count = 3000,
+         .kind = 4,
+         .root = n - 1},
         {.what = "overlap reduce", .c = w, .dt = TD_BF16, .count = 2500, .kind = 5, .root = 0},
     };
     for (int k = 0; k < NREQ; k++) job_start(&jobs[k], 900 + k);
@@ -92,8 +139,11 @@ static void t_many_in_flight(td_comm *w, td_comm *h) {
      * them by polling td_test. */
     for (int k = 0; k < NREQ; k++) {
         job *j = &jobs[(k * 3 + R) % NREQ];
-        if (k % 2) while (!td_test(j->q)) {}
-        else td_wait(j->q);
+        if (k % 2)
+            while (!td_test(j->q)) {
+            }
+        else
+            td_wait(j->q);
         TD_CHECK(!td_request_active(j->q) && td_test(j->q), "request still active after wait");
     }
     for (int k = 0; k < NREQ; k++) job_check(&jobs[k], 900 + k);
@@ -101,7 +151,12 @@ static void t_many_in_flight(td_comm *w, td_comm *h) {
 
 /* A blocking call on a group with a request still issuing pieces there. */
 static void t_blocking_behind_request(td_comm *w, td_comm *h) {
-    job a = {.what = "request before blocking", .c = w, .dt = TD_F32, .count = 7000, .kind = 0, .root = 0};
+    job a = {.what = "request before blocking",
+             .c = w,
+             .dt = TD_F32,
+             .count = 7000,
+             .kind = 0,
+             .root = 0};
     job b = {.what = "request on half", .c = h, .dt = TD_BF16, .count = 3000, .kind = 0, .root = 0};
     job_start(&a, 70);
     job_start(&b, 71);
@@ -148,7 +203,8 @@ static void t_any_source(td_comm *w) {
     for (int k = n - 1; k >= 1; k--) {
         td_wait(q[k]);
         int src = td_request_source(q[k]);
-        TD_CHECK(src >= 1 && src < n && !seen[src], "any-source recv: bad or repeated source %d", src);
+        TD_CHECK(src >= 1 && src < n && !seen[src], "any-source recv: bad or repeated source %d",
+                 src);
         seen[src] = 1;
         size_t cnt = 100 * (size_t)src + 5;
         float *want = wantbuf(cnt);

@@ -14,16 +14,16 @@
 
 static int g_checks;
 
-#define EXPECT(cond, ...)                                                      \
-    do {                                                                       \
-        g_checks++;                                                            \
-        if (!(cond)) {                                                         \
-            fprintf(stderr, "FAIL rank %d, layout dp %d tp %d pp %d + %d: ",   \
-                    g->world_rank, g->dp, g->tp, g->pp, g->n_servers);         \
-            fprintf(stderr, __VA_ARGS__);                                      \
-            fprintf(stderr, " (%s:%d)\n", __FILE__, __LINE__);                 \
-            td_die(1);                                                         \
-        }                                                                      \
+#define EXPECT(cond, ...)                                                                          \
+    do {                                                                                           \
+        g_checks++;                                                                                \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "FAIL rank %d, layout dp %d tp %d pp %d + %d: ", g->world_rank, g->dp, \
+                    g->tp, g->pp, g->n_servers);                                                   \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fprintf(stderr, " (%s:%d)\n", __FILE__, __LINE__);                                     \
+            td_die(1);                                                                             \
+        }                                                                                          \
     } while (0)
 
 /* Group c must hold, at group rank r, world rank member(r) for r < n, with
@@ -44,9 +44,15 @@ static void check_group(const td_grid *g, td_comm *c, const char *name, int n, i
     EXPECT(mine == sum, "%s all-reduce of world ranks %g, want %g", name, mine, sum);
 }
 
-static int dp_member(const td_grid *g, int r) { return td_grid_rank_of(g, r, g->pp_rank, g->tp_rank); }
-static int tp_member(const td_grid *g, int r) { return td_grid_rank_of(g, g->dp_rank, g->pp_rank, r); }
-static int pp_member(const td_grid *g, int r) { return td_grid_rank_of(g, g->dp_rank, r, g->tp_rank); }
+static int dp_member(const td_grid *g, int r) {
+    return td_grid_rank_of(g, r, g->pp_rank, g->tp_rank);
+}
+static int tp_member(const td_grid *g, int r) {
+    return td_grid_rank_of(g, g->dp_rank, g->pp_rank, r);
+}
+static int pp_member(const td_grid *g, int r) {
+    return td_grid_rank_of(g, g->dp_rank, r, g->tp_rank);
+}
 static int mp_member(const td_grid *g, int r) {
     return td_grid_rank_of(g, g->dp_rank, r / g->tp, r % g->tp);
 }
