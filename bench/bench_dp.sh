@@ -33,8 +33,8 @@ awk -v t1="$t1" -v s1="$s1" -v t2="$t2" -v s2="$s2" -v e2="$e2" -v t3="$t3" -v s
   printf "  %-34s %10.0f %10.2f %14s\n", "dp=2 reduce-broadcast", t4, s4, "-"
   printf "  %-34s %10.0f %10.2f %14s\n", "dp=2 ps (1 server, 3 ranks)", t5, s5, "-"
   eff = t2 / (2 * t1)
-  printf "dp=2 scaling efficiency: %.1f%% (target >= 90%%: %s)\n", 100 * eff, eff >= 0.9 ? "PASS" : "BELOW"
-  hidden = e3 > 0 ? 1 - e2 / e3 : 0
+  printf "dp=2 scaling efficiency: %.1f%% (target >= 90%%: %s)\n", 100 * eff, ((eff >= 0.9) ? "PASS" : "BELOW")
+  hidden = (e3 > 0) ? 1 - e2 / e3 : 0
   printf "communication hidden by overlap: %.0f%% (exposed wait %.3f ms vs %.3f ms without overlap)\n", 100 * hidden, e2, e3
   printf "step time vs allreduce: reduce-broadcast %.2fx, ps %.2fx\n", s4 / s2, s5 / s2
 }'

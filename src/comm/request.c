@@ -67,6 +67,9 @@ static void list_remove(td_request *r) {
 
 static void complete(td_request *r) {
     r->active = 0;
+    /* scratch lives only while a request is in flight: a strategy may hold
+     * one request per unit, and idle scratch would add up to the model size */
+    td_piece_release(r);
     list_remove(r);
     r->comm->n_active--;
     td_trace_end(r->seq);

@@ -8,8 +8,8 @@
 #include "trident/grid.h"
 
 int td_grid_rank_of(const td_grid *g, int dp_rank, int pp_rank, int tp_rank) {
-    TD_ASSERT(dp_rank >= 0 && dp_rank < g->dp && pp_rank >= 0 && pp_rank < g->pp &&
-              tp_rank >= 0 && tp_rank < g->tp);
+    TD_ASSERT(dp_rank >= 0 && dp_rank < g->dp && pp_rank >= 0 && pp_rank < g->pp && tp_rank >= 0 &&
+              tp_rank < g->tp);
     return pp_rank * g->dp * g->tp + dp_rank * g->tp + tp_rank;
 }
 
@@ -25,14 +25,17 @@ static void factor_error(const char *msg) {
 static void check_factors(int *dp, int tp, int pp, int S, int N) {
     char msg[512];
     if (tp < 1 || pp < 1 || S < 0) {
-        snprintf(msg, sizeof msg, "--tp %d, --pp %d and --ps-servers %d: tp and pp must be >= 1 "
-                 "and servers >= 0", tp, pp, S);
+        snprintf(msg, sizeof msg,
+                 "--tp %d, --pp %d and --ps-servers %d: tp and pp must be >= 1 "
+                 "and servers >= 0",
+                 tp, pp, S);
         factor_error(msg);
     }
     if (*dp <= 0) {
         int workers = N - S;
         if (workers < tp * pp || workers % (tp * pp) != 0) {
-            snprintf(msg, sizeof msg, "--tp %d x --pp %d (+ %d server%s) does not divide the %d "
+            snprintf(msg, sizeof msg,
+                     "--tp %d x --pp %d (+ %d server%s) does not divide the %d "
                      "ranks mpirun started; use -np k*%d+%d for some k >= 1, or change the factors",
                      tp, pp, S, S == 1 ? "" : "s", N, tp * pp, S);
             factor_error(msg);
@@ -41,7 +44,8 @@ static void check_factors(int *dp, int tp, int pp, int S, int N) {
     }
     long want = (long)*dp * tp * pp + S;
     if (want != N) {
-        snprintf(msg, sizeof msg, "--dp %d x --tp %d x --pp %d (+ %d server%s) = %ld ranks, but "
+        snprintf(msg, sizeof msg,
+                 "--dp %d x --tp %d x --pp %d (+ %d server%s) = %ld ranks, but "
                  "mpirun started %d; use -np %ld or change the factors",
                  *dp, tp, pp, S, S == 1 ? "" : "s", want, N, want);
         factor_error(msg);
@@ -95,7 +99,8 @@ void td_grid_print(const td_grid *g) {
     if (g->world_rank != 0) return;
     char servers[48] = "";
     if (g->n_servers)
-        snprintf(servers, sizeof servers, " + %d server%s", g->n_servers, g->n_servers == 1 ? "" : "s");
+        snprintf(servers, sizeof servers, " + %d server%s", g->n_servers,
+                 g->n_servers == 1 ? "" : "s");
     char tps[48] = "";
     if (g->tp > 1) snprintf(tps, sizeof tps, "; each row lists tp 0..%d", g->tp - 1);
     td_log("grid: dp %d x tp %d x pp %d%s = %d ranks (tp fastest, then dp, then pp)%s\n", g->dp,
@@ -106,7 +111,8 @@ void td_grid_print(const td_grid *g) {
             size_t n = (size_t)snprintf(line, sizeof line, "  pp %d dp %d: rank%s", j, i,
                                         g->tp > 1 ? "s" : "");
             for (int k = 0; k < g->tp && n < sizeof line - 16; k++)
-                n += (size_t)snprintf(line + n, sizeof line - n, " %d", td_grid_rank_of(g, i, j, k));
+                n +=
+                    (size_t)snprintf(line + n, sizeof line - n, " %d", td_grid_rank_of(g, i, j, k));
             if (n >= sizeof line - 16) snprintf(line + n, sizeof line - n, " ...");
             td_log("%s\n", line);
         }

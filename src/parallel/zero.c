@@ -26,10 +26,11 @@
 #define POOL 2 /* block buffers in flight: the one in use + one prefetched/draining */
 
 typedef struct {
-    float *full;       /* [max block numel] gradient of one unit (stages 2, 3) */
-    float *shard;      /* [max slice] reduce-scatter output */
+    float *full;       /* [max block numel] gradient of one unit (stages 2, 3); the
+                        * reduce-scatter runs in place: slice r receives the sum */
     td_request *req;
     int unit;          /* -1 free */
+    int scattering;    /* its reduce-scatter has started */
 } grad_slot;
 
 typedef struct {
@@ -42,7 +43,7 @@ struct td_zero {
     int stage, L;
     size_t *shard_off; /* [n_units + 1] */
     size_t shard_n;    /* packed shard elements */
-    size_t max_block, max_slice;
+    size_t max_block;
     float *gshard;     /* [shard_n] gradient shard (sum over micro-batches) */
     float *pshard;     /* [shard_n] stage 3 parameters */
     /* stage 1: per-unit reduce-scatter of the full gradient buffer */
@@ -63,17 +64,22 @@ static size_t my_slice_off(const td_dp *dp, int u) {
 
 void td_zero_plan(const td_dp_config *cfg, const td_param_table *t, int D, td_mem_plan *p) {
     size_t n = t->numel * sizeof(float), sh = n / (size_t)D;
-    size_t max_block = 0, max_slice = 0;
+    size_t max_block = 0;
     int L = t->cfg.L;
     for (int u = 1; u <= L + 1; u++) max_block = td_max_sz(max_block, td_unit_numel(t, u));
-    for (int u = 0; u < t->n_units; u++) max_slice = td_max_sz(max_slice, td_unit_numel(t, u) / D);
     size_t u0 = td_unit_numel(t, 0) * sizeof(float), uf = td_unit_numel(t, L + 1) * sizeof(float);
-    max_block *= sizeof(float), max_slice *= sizeof(float);
+    max_block *= sizeof(float);
     p->bytes[TD_MEM_OPTIM] = 2 * sh;
     p->bytes[TD_MEM_GRADS] = cfg->zero == 1 ? n : sh;
     p->bytes[TD_MEM_PARAMS] = cfg->zero == 3 ? sh : n;
     if (cfg->zero == 1) p->bytes[TD_MEM_COMM] = sh; /* reduce-scatter output */
-    else p->bytes[TD_MEM_COMM] = POOL * max_block + u0 + (POOL + 1) * max_slice;
+    else p->bytes[TD_MEM_COMM] = POOL * max_block + u0;
+    /* the comm layer packs a reduce-scatter piece per in-flight slot unless a
+     * unit fits one piece and does not scatter in place (stage 1); one
+     * reduce-scatter is in flight at a time */
+    size_t unit_bytes = td_max_sz(max_block, u0), piece = td_comm_piece_bytes();
+    if (cfg->zero != 1 || unit_bytes > piece)
+        p->bytes[TD_MEM_COMM] += (size_t)td_comm_inflight() * td_min_sz(piece, unit_bytes);
     if (cfg->zero == 3) p->bytes[TD_MEM_GATHER] = POOL * max_block + u0 + uf;
 }
 
@@ -91,7 +97,6 @@ void td_zero_create(td_dp *dp) {
     z->shard_off = td_alloc(sizeof(size_t) * (size_t)(U + 1), TD_MEM_OTHER);
     for (int u = 0; u < U; u++) {
         z->shard_off[u + 1] = z->shard_off[u] + slice_len(dp, u);
-        z->max_slice = td_max_sz(z->max_slice, slice_len(dp, u));
         if (u >= 1) z->max_block = td_max_sz(z->max_block, td_unit_numel(t, u));
     }
     z->shard_n = z->shard_off[U];
@@ -128,7 +133,6 @@ void td_zero_create(td_dp *dp) {
         z->gshard = td_alloc(z->shard_n * sizeof(float), TD_MEM_GRADS);
         for (int i = 0; i < POOL + 1; i++) {
             z->gslots[i].full = grad_full_alloc(i < POOL ? z->max_block : td_unit_numel(t, 0));
-            z->gslots[i].shard = td_alloc(z->max_slice * sizeof(float), TD_MEM_COMM);
             z->gslots[i].req = td_request_new();
             z->gslots[i].unit = -1;
         }
@@ -144,7 +148,6 @@ void td_zero_destroy(td_dp *dp) {
         for (int u = 0; u < dp->n_units; u++) td_request_free(z->unit_req[u]);
     for (int i = 0; i < POOL + 1; i++) {
         td_free(z->gslots[i].full);
-        td_free(z->gslots[i].shard);
         if (z->gslots[i].req) td_request_free(z->gslots[i].req);
     }
     for (int i = 0; i < POOL + 2; i++) {
@@ -215,9 +218,10 @@ static void gslot_drain(td_dp *dp, grad_slot *s) {
     td_wait(s->req);
     size_t n = slice_len(dp, s->unit);
     float *dst = z->gshard + z->shard_off[s->unit];
-    const float *src = dp->D == 1 ? s->full : s->shard;
+    const float *src = s->full + (size_t)dp->r * n;
     for (size_t i = 0; i < n; i++) dst[i] += src[i];
     s->unit = -1;
+    s->scattering = 0;
 }
 
 static void grads_begin(td_dp *dp, int unit) {
@@ -250,11 +254,20 @@ static grad_slot *gslot_of(struct td_zero *z, int unit) {
     return NULL;
 }
 
+/* One reduce-scatter in flight at a time: MPI progresses only inside our
+ * calls, so a second one would not finish sooner, while each in-flight one
+ * holds the comm layer's piece scratch. The previous unit's reduce-scatter
+ * has had a whole block's backward to complete. */
 static void grads_end(td_dp *dp, int unit) {
-    grad_slot *s = gslot_of(dp->zero, unit);
+    struct td_zero *z = dp->zero;
+    grad_slot *s = gslot_of(z, unit);
     TD_ASSERT(s);
+    for (int i = 0; i < POOL + 1; i++)
+        if (&z->gslots[i] != s && z->gslots[i].scattering) gslot_drain(dp, &z->gslots[i]);
+    s->scattering = 1;
     if (dp->D > 1)
-        td_reduce_scatter_start(s->req, dp->comm, s->full, s->shard, slice_len(dp, unit), TD_F32);
+        td_reduce_scatter_start(s->req, dp->comm, s->full, s->full + (size_t)dp->r * slice_len(dp, unit),
+                                slice_len(dp, unit), TD_F32);
     dp->model->unit_grads[unit] = NULL;
 }
 
@@ -289,6 +302,7 @@ void td_zero_hook(void *ctx, td_unit_event ev, int unit) {
     }
     /* stage 1: full gradients; reduce-scatter each unit on the last micro-batch */
     if (ev == TD_BWD_END && dp->sync_this_micro && dp->D > 1 && !dp->cfg.no_overlap) {
+        if (unit + 1 < dp->n_units) td_wait(z->unit_req[unit + 1]); /* one in flight, as above */
         size_t off = dp->t->unit_offset[unit];
         td_reduce_scatter_start(z->unit_req[unit], dp->comm, dp->grads + off,
                                 z->rs_out + z->shard_off[unit], slice_len(dp, unit), TD_F32);

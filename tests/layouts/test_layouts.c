@@ -111,6 +111,21 @@ int main(int argc, char **argv) {
                    td_mem_cat_name(c), res.mem_peak[c], res.mem_planned[c]);
             fails++;
         }
+    /* The whole measured peak (model state, buffers, activations) within 5% of
+     * the predicted peak; data and scratch (other) are not planned. */
+    size_t planned = 0, measured = 0;
+    for (int c = 0; c < TD_MEM_NCAT; c++)
+        if (c != TD_MEM_OTHER) planned += res.mem_planned[c], measured += res.mem_peak[c];
+    if (fabs((double)measured - planned) > 0.05 * planned) {
+        printf("FAIL rank %d: measured peak %zu B, predicted %zu B (more than 5%% apart)\n",
+               td_comm_rank(td_comm_world()), measured, planned);
+        for (int c = 0; c < TD_MEM_NCAT; c++)
+            printf("  %s: planned %zu measured %zu\n", td_mem_cat_name(c), res.mem_planned[c], res.mem_peak[c]);
+        fails++;
+    } else if (td_comm_rank(td_comm_world()) == 0) {
+        printf("memory: measured peak %zu B vs predicted %zu B (%.2f%%)\n", measured, planned,
+               100.0 * ((double)measured - planned) / planned);
+    }
     if (o.zero > 0) {
         double psi = (double)res.numel_layout, N = td_comm_size(td_comm_world());
         double f = o.zero == 1 ? 8 * psi + 8 * psi / N : o.zero == 2 ? 4 * psi + 12 * psi / N : 16 * psi / N;
