@@ -19,7 +19,7 @@ static void *tu_ptrs[TU_MAX_ALLOCS];
 static int tu_nptrs = 0;
 
 /* Zero-filled, freed by tu_free_all(). */
-static void *tu_alloc(size_t bytes) {
+static inline void *tu_alloc(size_t bytes) {
     if (tu_nptrs == TU_MAX_ALLOCS) {
         fprintf(stderr, "test_util: too many allocations\n");
         exit(1);
@@ -31,32 +31,32 @@ static void *tu_alloc(size_t bytes) {
 #define TU_NEW(type, n) ((type *)tu_alloc(sizeof(type) * (size_t)(n)))
 
 /* Frees everything allocated since tu_mark() returned `mark`. */
-static int tu_mark(void) { return tu_nptrs; }
-static void tu_release(int mark) {
+static inline int tu_mark(void) { return tu_nptrs; }
+static inline void tu_release(int mark) {
     while (tu_nptrs > mark) td_free(tu_ptrs[--tu_nptrs]);
 }
-static void tu_free_all(void) { tu_release(0); }
+static inline void tu_free_all(void) { tu_release(0); }
 
 /* ---- data ---- */
 #define TU_SEED 20240611ULL
 
 /* x[i] = scale * N(0,1); `stream` names the tensor so tests are reproducible
  * and tensors independent. */
-static void tu_randn(float *x, size_t n, uint64_t stream, float scale) {
+static inline void tu_randn(float *x, size_t n, uint64_t stream, float scale) {
     for (size_t i = 0; i < n; i++) x[i] = scale * (float)td_rng_normal(TU_SEED, stream, i);
 }
 
-static void tu_rand_ints(int *x, size_t n, uint64_t stream, int hi) {
+static inline void tu_rand_ints(int *x, size_t n, uint64_t stream, int hi) {
     for (size_t i = 0; i < n; i++) x[i] = (int)(td_rng_u64(TU_SEED, stream, i) % (uint64_t)hi);
 }
 
-static double *tu_to_double(const float *f, size_t n) {
+static inline double *tu_to_double(const float *f, size_t n) {
     double *d = TU_NEW(double, n);
     for (size_t i = 0; i < n; i++) d[i] = f[i];
     return d;
 }
 
-static float *tu_copy(const float *f, size_t n) {
+static inline float *tu_copy(const float *f, size_t n) {
     float *c = TU_NEW(float, n);
     memcpy(c, f, n * sizeof(float));
     return c;
@@ -69,7 +69,7 @@ static float *tu_copy(const float *f, size_t n) {
  * the terms (~ the rms of the results), not with each result: an element
  * that is small through cancellation cannot have full relative accuracy.
  * floor_frac = 0 demands plain relative accuracy. NaN always fails. */
-static int tu_check_close(const char *name, const float *got, const double *exp, size_t n,
+static inline int tu_check_close(const char *name, const float *got, const double *exp, size_t n,
                           double rtol, double floor_frac) {
     double ss = 0.0;
     for (size_t i = 0; i < n; i++) ss += exp[i] * exp[i];
@@ -97,7 +97,7 @@ static int tu_check_close(const char *name, const float *got, const double *exp,
 }
 
 /* Same with a float expectation (fast vs _ref, twice vs once, ...). */
-static int tu_check_close_f(const char *name, const float *got, const float *exp, size_t n,
+static inline int tu_check_close_f(const char *name, const float *got, const float *exp, size_t n,
                             double rtol, double floor_frac) {
     double *e = (double *)malloc(n * sizeof(double));
     for (size_t i = 0; i < n; i++) e[i] = exp[i];
@@ -107,7 +107,7 @@ static int tu_check_close_f(const char *name, const float *got, const float *exp
 }
 
 /* Bitwise equality (memcmp: -0 vs +0 and NaN payloads count). */
-static int tu_check_bitwise(const char *name, const float *got, const float *exp, size_t n) {
+static inline int tu_check_bitwise(const char *name, const float *got, const float *exp, size_t n) {
     tu_checks++;
     size_t diff = 0, first = 0;
     for (size_t i = 0; i < n; i++)
@@ -127,7 +127,7 @@ static int tu_check_bitwise(const char *name, const float *got, const float *exp
 }
 
 /* Every element exactly +0 or -0. */
-static int tu_check_zero(const char *name, const float *got, size_t n) {
+static inline int tu_check_zero(const char *name, const float *got, size_t n) {
     tu_checks++;
     for (size_t i = 0; i < n; i++)
         if (got[i] != 0.0f) {
@@ -140,7 +140,7 @@ static int tu_check_zero(const char *name, const float *got, size_t n) {
 }
 
 /* Prints the verdict, frees the arena, returns the process exit code. */
-static int tu_finish(const char *suite) {
+static inline int tu_finish(const char *suite) {
     tu_free_all();
     printf("%s: %d checks, %d failed\n", suite, tu_checks, tu_failures);
     return tu_failures ? 1 : 0;
