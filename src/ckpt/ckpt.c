@@ -90,8 +90,10 @@ void td_ckpt_load(td_checkpoint *ck, const char *dir) {
     ck->tok.kind = (td_tokenizer_kind)hdr[8];
     ck->tok.V = hdr[9];
     td_gpt_config check = ck->cfg;
-    td_gpt_config_finish(&check);
-    TD_CHECK(check.Vp == ck->cfg.Vp && ck->tok.V == ck->cfg.V, "--ckpt %s: inconsistent header", dir);
+    td_gpt_config_finish(&check); /* validates the sizes; the stored padding is kept */
+    TD_CHECK(ck->cfg.Vp >= ck->cfg.V && ck->tok.V == ck->cfg.V,
+             "--ckpt %s: inconsistent header (vocab %d, padded %d, tokenizer %d)", dir, ck->cfg.V,
+             ck->cfg.Vp, ck->tok.V);
     td_param_table t;
     td_param_table_build(&t, &ck->cfg, 1);
     TD_CHECK(t.numel == n, "--ckpt %s: holds %llu parameters but its config implies %zu", dir,
