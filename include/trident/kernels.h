@@ -76,8 +76,8 @@ void td_softmax_xent_forward(float *losses, float *probs, const float *logits,
 void td_softmax_xent_backward(float *dlogits, const float *probs, const int *targets,
                               const float *dloss, int N, int V, int Vp);
 
-/* Measured single-thread sgemm rate in GFLOP/s (512^3, best of 6), cached:
- * the denominator of MFU. */
-double td_sgemm_peak_gflops(void);
+/* Measured sgemm rate in GFLOP/s of `threads` single-threaded 512^3 GEMMs
+ * running at once (all of them together), cached: the denominator of MFU. */
+double td_sgemm_peak_gflops(int threads);
 
 #endif

@@ -44,6 +44,7 @@ typedef struct {
     float *grad_norms;    /* [steps] */
     double final_val_loss;
     double tokens_per_s;  /* mean over steps after the first */
+    double mfu;           /* against one core's measured sgemm rate x compute threads */
     double step_ms;
     int max_staleness;
     double mean_staleness;

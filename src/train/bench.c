@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "trident/base.h"
 #include "trident/comm.h"
@@ -48,25 +49,22 @@ static int bench_train(int argc, char **argv) {
     o.optim.max_steps = o.steps;
     td_train_result res;
     td_train_run(&o, &res, 0);
-    if (td_log_rank() == 0) {
-        td_gpt_config cfg = {o.layers, o.heads, o.embd, o.seq, vocab, 0};
-        td_gpt_config_finish(&cfg);
-        int threads = o.threads > 0 ? o.threads : 1;
-        double flops = td_gpt_flops_per_token(&cfg) * res.tokens_per_s;
-        int workers = td_comm_size(td_comm_world()) - o.ps_servers;
+    if (td_log_rank() == 0)
         printf("bench train: threads=%d step_ms=%.3f tokens_per_s=%.1f mfu=%.4f exposed_comm_ms=%.3f "
                "comm_ms=%.3f max_staleness=%d\n",
-               threads, res.step_ms, res.tokens_per_s,
-               flops / (td_sgemm_peak_gflops() * 1e9 * threads * workers), res.exposed_comm_ms, res.comm_ms,
-               res.max_staleness);
-    }
+               o.threads > 0 ? o.threads : 1, res.step_ms, res.tokens_per_s, res.mfu, res.exposed_comm_ms,
+               res.comm_ms, res.max_staleness);
     td_train_result_free(&res);
     return 0;
 }
 
 static int bench_sgemm(void) {
-    printf("bench sgemm: threads=1 n=512 gflops=%.1f (OpenBLAS, OPENBLAS_CORETYPE=%s)\n",
-           td_sgemm_peak_gflops(), getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "unset");
+    const char *ct = getenv("OPENBLAS_CORETYPE");
+    int cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    for (int t = 1; t <= cores && t < 64; t *= 2)
+        printf("bench sgemm: threads=%d n=512 gflops=%.1f per_thread=%.1f (single-threaded OpenBLAS GEMMs "
+               "side by side, OPENBLAS_CORETYPE=%s)\n",
+               t, td_sgemm_peak_gflops(t), td_sgemm_peak_gflops(t) / t, ct ? ct : "unset");
     return 0;
 }
 

@@ -13,9 +13,17 @@ void td_report_open(td_report *r, const td_train_opts *o, const td_grid *g,
                     int threads, int Bm) {
     memset(r, 0, sizeof *r);
     r->o = o, r->g = g, r->cfg = cfg, r->Bm = Bm;
-    int workers = g->dp * g->tp * g->pp;
     r->flops_per_step = td_gpt_flops_per_token(cfg) * (double)o->batch * cfg->T;
-    r->peak_flops = td_sgemm_peak_gflops() * 1e9 * threads * workers;
+    /* capacity = one core's sgemm rate x compute threads. Measured after a
+     * barrier (a rank still loading data would slow its neighbour's
+     * measurement: a 2x low reading was seen) and the best rank's rate taken.
+     * Two single-threaded GEMMs in two processes run at the full rate each
+     * here (`trident bench sgemm` also prints the in-process concurrent rate) */
+    if (g->world_size > 1) td_barrier(g->world);
+    float peak = g->is_server ? 0.0f : (float)td_sgemm_peak_gflops(1);
+    if (g->world_size > 1) td_allreduce(g->world, &peak, 1, TD_F32, TD_MAX);
+    r->peak_gflops = peak;
+    r->peak_flops = peak * 1e9 * threads * (g->dp * g->tp * g->pp);
     if (g->world_rank == 0 && o->log) {
         r->log = fopen(o->log, "w");
         TD_CHECK(r->log, "--log %s cannot be written: %s", o->log, strerror(errno));
@@ -30,7 +38,7 @@ void td_report_open(td_report *r, const td_train_opts *o, const td_grid *g,
     td_log("optimizer: AdamW lr %g -> %g (warm-up %d, cosine), betas (%g, %g), wd %g, clip %g; "
            "sgemm peak %.1f GFLOP/s per thread\n",
            o->optim.lr, o->optim.min_lr, o->optim.warmup, o->optim.beta1, o->optim.beta2,
-           o->optim.weight_decay, o->optim.clip, td_sgemm_peak_gflops());
+           o->optim.weight_decay, o->optim.clip, r->peak_gflops);
     if (r->log) {
         fprintf(r->log,
                 "{\"event\": \"start\", \"world\": %d, \"dp\": %d, \"tp\": %d, \"pp\": %d, "

@@ -15,7 +15,8 @@ typedef struct {
     const td_gpt_config *cfg;
     FILE *log;            /* --log, rank 0 */
     double flops_per_step;
-    double peak_flops;    /* measured sgemm rate x threads x compute ranks */
+    double peak_flops;    /* one core's measured sgemm rate x compute threads */
+    double peak_gflops;   /* one core's measured sgemm rate (best rank) */
     int Bm;
 } td_report;
 

@@ -153,6 +153,7 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
         int timed = o->steps > o->timing_skip ? o->steps - o->timing_skip : o->steps;
         res->step_ms = timed_ms / timed;
         res->tokens_per_s = (double)o->batch * T / (res->step_ms * 1e-3);
+        res->mfu = rep.flops_per_step / (res->step_ms * 1e-3) / rep.peak_flops;
         td_dp_staleness(dp, &res->max_staleness, &res->mean_staleness);
         td_dp_overlap_stats(dp, &res->exposed_comm_ms, &res->comm_ms);
         td_free(in);
