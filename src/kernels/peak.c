@@ -11,8 +11,8 @@ void openblas_set_num_threads(int n);
  * process (the kernels drive OpenBLAS the same way), total GFLOP/s. ~50 ms
  * of warm-up first (an idle core starts slow), then the best of 10 rounds.
  * threads = 1 is the per-core rate MFU is measured against; larger counts
- * show how far in-process concurrency falls short of it (measured here: 2
- * threads reach ~1.6x, while two processes reach 2x). */
+ * show whether in-process concurrency reaches threads x that rate (here it
+ * varied between 1.6x and 1.95x for 2 threads from run to run). */
 static double measure(int threads) {
     enum { N = 512 };
     openblas_set_num_threads(1);

@@ -17,8 +17,7 @@ void td_report_open(td_report *r, const td_train_opts *o, const td_grid *g,
     /* capacity = one core's sgemm rate x compute threads. Measured after a
      * barrier (a rank still loading data would slow its neighbour's
      * measurement: a 2x low reading was seen) and the best rank's rate taken.
-     * Two single-threaded GEMMs in two processes run at the full rate each
-     * here (`trident bench sgemm` also prints the in-process concurrent rate) */
+     * (`trident bench sgemm` also prints the in-process concurrent rate) */
     if (g->world_size > 1) td_barrier(g->world);
     float peak = g->is_server ? 0.0f : (float)td_sgemm_peak_gflops(1);
     if (g->world_size > 1) td_allreduce(g->world, &peak, 1, TD_F32, TD_MAX);
