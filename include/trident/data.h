@@ -29,7 +29,7 @@ typedef struct {
     td_tokenizer tok;
     int *train, *val;    /* token ids */
     size_t n_train, n_val;
-    char description[256];
+    char description[8448]; /* fits two full paths */
 } td_dataset;
 
 /* Loads PATH: a UTF-8 text file (tokenizer "char" or "byte", split 90/10),
