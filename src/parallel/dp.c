@@ -114,6 +114,31 @@ void td_dp_begin_micro(td_dp *dp, int micro, int n_micro) {
     dp->next_bucket = 0;
 }
 
+size_t td_unit_slice(const td_param_table *t, int u, int parts, int s, size_t *len) {
+    size_t n = td_unit_numel(t, u);
+    TD_ASSERT(n % (size_t)parts == 0); /* the table pads units for this */
+    *len = n / (size_t)parts;
+    return t->unit_offset[u] + (size_t)s * *len;
+}
+
+void td_slices_pack(const td_param_table *t, int parts, int s, const float *flat, float *packed) {
+    size_t k = 0, len;
+    for (int u = 0; u < t->n_units; u++) {
+        size_t off = td_unit_slice(t, u, parts, s, &len);
+        memcpy(packed + k, flat + off, len * sizeof(float));
+        k += len;
+    }
+}
+
+void td_slices_unpack(const td_param_table *t, int parts, int s, const float *packed, float *flat) {
+    size_t k = 0, len;
+    for (int u = 0; u < t->n_units; u++) {
+        size_t off = td_unit_slice(t, u, parts, s, &len);
+        memcpy(flat + off, packed + k, len * sizeof(float));
+        k += len;
+    }
+}
+
 void td_dp_adamw_range(td_dp *dp, float *p, const float *g, float *m, float *v, size_t lo,
                        size_t hi, int step, float lr, float scale) {
     td_adamw_update(p, g, m, v, lo, hi, dp->t, &dp->cfg.optim, lr, step + 1, scale);

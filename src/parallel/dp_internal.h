@@ -62,6 +62,15 @@ void td_ps_gather_state(td_dp *dp, float *params, float *m, float *v);
 void td_ps_plan(const td_dp_config *cfg, const td_grid *g, const td_param_table *t, td_mem_plan *p);
 void td_ps_staleness(const td_dp *dp, int *max_seen, double *mean_seen);
 
+/* Sharded layouts (ZeRO over dp ranks, parameter servers) split every unit
+ * of the padded flat buffer into `parts` equal slices; part s owns slice s
+ * of each unit, and its shard packs those slices unit after unit.
+ * td_unit_slice: flat offset of part s's slice of unit u, its length in *len.
+ * td_slices_pack/unpack: part s's slices between flat and packed form. */
+size_t td_unit_slice(const td_param_table *t, int u, int parts, int s, size_t *len);
+void td_slices_pack(const td_param_table *t, int parts, int s, const float *flat, float *packed);
+void td_slices_unpack(const td_param_table *t, int parts, int s, const float *packed, float *flat);
+
 /* Global norm and AdamW over [lo, hi) of full buffers (shared by modes). */
 void td_dp_adamw_range(td_dp *dp, float *p, const float *g, float *m, float *v, size_t lo,
                        size_t hi, int step, float lr, float scale);

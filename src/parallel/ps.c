@@ -41,29 +41,14 @@ struct td_ps {
     float *norms;            /* [steps] global norm of each update */
 };
 
-/* Offset of server s's part of unit u inside the flat buffer, and its size. */
 static size_t unit_slice(const td_dp *dp, int u, int s, size_t *len) {
-    size_t n = td_unit_numel(dp->t, u), part = n / (size_t)dp->ps->S;
-    *len = part;
-    return dp->t->unit_offset[u] + (size_t)s * part;
+    return td_unit_slice(dp->t, u, dp->ps->S, s, len);
 }
-
-/* Copies server s's slices between the flat buffer and a packed buffer. */
 static void pack(const td_dp *dp, int s, const float *flat, float *packed) {
-    size_t k = 0, len;
-    for (int u = 0; u < dp->n_units; u++) {
-        size_t off = unit_slice(dp, u, s, &len);
-        memcpy(packed + k, flat + off, len * sizeof(float));
-        k += len;
-    }
+    td_slices_pack(dp->t, dp->ps->S, s, flat, packed);
 }
 static void unpack(const td_dp *dp, int s, const float *packed, float *flat) {
-    size_t k = 0, len;
-    for (int u = 0; u < dp->n_units; u++) {
-        size_t off = unit_slice(dp, u, s, &len);
-        memcpy(flat + off, packed + k, len * sizeof(float));
-        k += len;
-    }
+    td_slices_unpack(dp->t, dp->ps->S, s, packed, flat);
 }
 
 static int server_world_rank(const td_dp *dp, int s) { return dp->g->dp * dp->g->tp * dp->g->pp + s; }

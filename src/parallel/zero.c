@@ -57,9 +57,14 @@ struct td_zero {
     float *ag_tmp;     /* gather_state staging */
 };
 
-static size_t slice_len(const td_dp *dp, int u) { return td_unit_numel(dp->t, u) / (size_t)dp->D; }
+static size_t slice_len(const td_dp *dp, int u) {
+    size_t len;
+    td_unit_slice(dp->t, u, dp->D, 0, &len);
+    return len;
+}
 static size_t my_slice_off(const td_dp *dp, int u) {
-    return dp->t->unit_offset[u] + (size_t)dp->r * slice_len(dp, u);
+    size_t len;
+    return td_unit_slice(dp->t, u, dp->D, dp->r, &len);
 }
 
 void td_zero_plan(const td_dp_config *cfg, const td_param_table *t, int D, td_mem_plan *p) {
@@ -362,14 +367,9 @@ static void gather_shards(td_dp *dp, const float *mine, float *flat) {
         all = td_alloc(z->shard_n * (size_t)dp->D * sizeof(float), TD_MEM_OTHER);
         td_all_gather(dp->comm, mine, all, z->shard_n, TD_F32);
     }
-    if (dp->r == 0 && flat) {
+    if (dp->r == 0 && flat)
         for (int r = 0; r < dp->D; r++)
-            for (int u = 0; u < dp->n_units; u++) {
-                size_t n = slice_len(dp, u);
-                const float *src = (dp->D > 1 ? all + (size_t)r * z->shard_n : mine) + z->shard_off[u];
-                memcpy(flat + dp->t->unit_offset[u] + (size_t)r * n, src, n * sizeof(float));
-            }
-    }
+            td_slices_unpack(dp->t, dp->D, r, dp->D > 1 ? all + (size_t)r * z->shard_n : mine, flat);
     td_free(all);
 }
 
