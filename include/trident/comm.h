@@ -59,6 +59,15 @@ double td_comm_timeout(void);
  * restores the default). Blocking calls run one piece at a time. */
 void td_comm_set_inflight(int pieces);
 int td_comm_inflight(void);
+/* Groups whose ranks share one node all-reduce through a shared staging ring
+ * instead of MPI (on by default; TRIDENT_COMM_SHM=0 in the environment keeps
+ * MPI for every group). shm_chunk: fp32 bytes per ring slot in use
+ * (256 B .. 1 MiB; 0 restores the default). Every rank must use the same
+ * settings at the same calls. */
+void td_comm_set_shm(int on);
+int td_comm_shm(void);
+void td_comm_set_shm_chunk(size_t bytes);
+size_t td_comm_shm_chunk(void);
 
 /* ---- nonblocking ------------------------------------------------------- */
 

@@ -3,10 +3,18 @@
  * front of each block remembers its size and category. */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "trident/base.h"
 
 #define TD_ALIGN 64
+/* Blocks of 4 MiB and more start on a 2 MiB boundary and ask for transparent
+ * huge pages (the kernel here grants them on request only: THP "madvise").
+ * Flat buffers are streamed end to end by the kernels, the optimizer and the
+ * comm layer, and with 4 KiB pages every 4 KiB costs a TLB miss. Measured
+ * with `trident bench comm`, 2 ranks: all-reduce of 4 MiB in one MPI call
+ * went from ~9 to ~17 GB/s, of 64 MiB in 1 MiB pieces from ~5.5 to ~8.5. */
+#define TD_HUGE ((size_t)2 << 20)
 
 typedef struct {
     size_t bytes;
@@ -28,11 +36,17 @@ void *td_alloc(size_t bytes, td_mem_cat cat) {
     TD_ASSERT(cat >= 0 && cat < TD_MEM_NCAT);
     void *raw = NULL;
     size_t total = sizeof(td_block_header) + td_round_up(bytes ? bytes : 1, TD_ALIGN);
-    if (posix_memalign(&raw, TD_ALIGN, total) != 0) {
+    int huge = total >= 2 * TD_HUGE;
+    if (posix_memalign(&raw, huge ? TD_HUGE : TD_ALIGN, total) != 0) {
         char b[32];
         td_fail("out of memory allocating %s for %s; reduce --batch, --seq or the model size",
                 td_fmt_bytes(b, sizeof b, (double)bytes), g_names[cat]);
     }
+#ifdef MADV_HUGEPAGE
+    /* before the first touch, so the faults below get huge pages; advice
+     * only: a kernel without THP says no and nothing changes */
+    if (huge) (void)madvise(raw, td_round_up(total, 4096), MADV_HUGEPAGE);
+#endif
     memset(raw, 0, total);
     td_block_header *h = raw;
     h->bytes = bytes;

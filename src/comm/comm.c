@@ -105,6 +105,7 @@ static td_comm *wrap(MPI_Comm mpi, const char *name) {
     TD_MPI(MPI_Group_free(&wg));
     free(mine);
     make_label(c);
+    c->shm = td_shm_open(mpi, c->rank, c->size);
     return c;
 }
 
@@ -177,6 +178,7 @@ void td_comm_free(td_comm *c) {
     TD_CHECK(c->n_active == 0,
              "td_comm_free(%s) with %d requests still active; wait for them first", c->label,
              c->n_active);
+    td_shm_close(c->shm);
     TD_MPI(MPI_Comm_free(&c->mpi));
     free(c->world_ranks);
     free(c);

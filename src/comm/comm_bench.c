@@ -16,8 +16,9 @@
 
 enum { OP_ALLREDUCE, OP_REDUCE_SCATTER, OP_ALL_GATHER, OP_BCAST, N_OPS };
 /* raw: one MPI call; td: blocking trident call; nb: trident start + wait;
- * inb: raw MPI_Iallreduce + MPI_Wait of each piece (libnbc without our polling). */
-enum { IMPL_RAW, IMPL_TD, IMPL_NB, IMPL_INB };
+ * inb: raw MPI_Iallreduce + MPI_Wait of each piece (libnbc without our polling);
+ * pieces(_nb): trident call (start + wait) with the shared-memory ring off. */
+enum { IMPL_RAW, IMPL_TD, IMPL_NB, IMPL_INB, IMPL_PIECES, IMPL_PIECES_NB };
 
 static const char *g_names[N_OPS] = {"allreduce", "reduce_scatter", "all_gather", "broadcast"};
 
@@ -58,7 +59,10 @@ static void run_once(bench *B, int op, int impl, size_t bytes) {
         }
         return;
     }
-    td_request *q = impl == IMPL_NB ? B->q : NULL;
+    td_request *q = impl == IMPL_NB || impl == IMPL_PIECES_NB ? B->q : NULL;
+    int shm = td_comm_shm();
+    /* MPI in pieces even where a ring is open */
+    if (impl == IMPL_PIECES || impl == IMPL_PIECES_NB) td_comm_set_shm(0);
     switch (op) {
     case OP_ALLREDUCE:
         if (q)
@@ -86,6 +90,7 @@ static void run_once(bench *B, int op, int impl, size_t bytes) {
         break;
     }
     if (q) td_wait(q);
+    td_comm_set_shm(shm);
 }
 
 /* Seconds per call: the slowest rank's mean over `iters` calls. */
@@ -116,6 +121,7 @@ static int auto_iters(size_t bytes, int iters) {
 static void measure(bench *B, int op, size_t bytes, int iters, int trials, const int *impls,
                     const int *inflight, int k, double *gbs, double *first) {
     double best[8];
+    TD_ASSERT(k <= 8);
     for (int j = 0; j < k; j++) {
         td_comm_set_inflight(inflight ? inflight[j] : 0);
         double s = trial(B, op, impls[j], bytes, 1); /* warm-up: first-touch, MPI set-up */
@@ -205,30 +211,49 @@ int td_comm_bench_main(int argc, char **argv) {
            B.n, td_fmt_bytes(pb, sizeof pb, (double)td_comm_piece_bytes()), td_comm_inflight(),
            trials, iters ? "" : ", ~256 MiB per trial", alg ? "; libnbc iallreduce algorithm " : "",
            alg ? alg : "");
-    td_log("  raw = one MPI call of the whole payload; trident = blocking call in pieces; "
-           "nb = trident start + wait;\n  ratio = trident / raw; raw 1st = the first raw call of "
-           "that size alone (cold MPI buffers)\n");
-    const int impls[3] = {IMPL_RAW, IMPL_TD, IMPL_NB};
+    int shm = B.c->shm != NULL;
+    td_log("  raw = one MPI call of the whole payload; trident = blocking call (%s);\n"
+           "  pieces = blocking call through MPI in pieces; nb = trident start + wait;\n"
+           "  ratio = trident / raw; raw 1st = the first raw call of that size alone\n",
+           shm ? "all-reduce through the shared-memory ring, other ops MPI in pieces"
+               : "MPI in pieces: the ranks do not share one node");
+    const int impls[4] = {IMPL_RAW, IMPL_TD, IMPL_PIECES, IMPL_NB};
     for (int op = 0; op < N_OPS; op++) {
         if (ops && !strstr(ops, g_names[op])) continue;
-        td_log("\n%-15s %10s %9s %9s %9s %7s %9s\n", g_names[op], "size", "raw", "trident", "nb",
-               "ratio", "raw 1st");
+        td_log("\n%-15s %10s %9s %9s %9s %9s %7s %9s\n", g_names[op], "size", "raw", "trident",
+               "pieces", "nb", "ratio", "raw 1st");
         for (size_t bytes = lo; bytes <= hi; bytes *= 4) {
             size_t b = bytes / (4 * (size_t)B.n) * 4 * (size_t)B.n; /* whole blocks per rank */
             if (b == 0) continue;
-            double g[3], first = 0;
-            measure(&B, op, b, auto_iters(b, iters), trials, impls, NULL, 3, g, &first);
-            td_log("%-15s %10s %9.3f %9.3f %9.3f %6.2fx %9.3f\n", "",
-                   td_fmt_bytes(sb, sizeof sb, (double)b), g[0], g[1], g[2], g[1] / g[0], first);
+            double g[4], first = 0;
+            measure(&B, op, b, auto_iters(b, iters), trials, impls, NULL, 4, g, &first);
+            td_log("%-15s %10s %9.3f %9.3f %9.3f %9.3f %6.2fx %9.3f\n", "",
+                   td_fmt_bytes(sb, sizeof sb, (double)b), g[0], g[1], g[2], g[3], g[1] / g[0],
+                   first);
         }
     }
+    size_t b = hi / (4 * (size_t)B.n) * 4 * (size_t)B.n;
+    if (sweep && shm) {
+        size_t keep = td_comm_shm_chunk();
+        td_log("\nshm chunk sweep: allreduce of %s through the shared-memory ring\n%10s %9s\n",
+               td_fmt_bytes(sb, sizeof sb, (double)b), "chunk", "trident");
+        const int sw_impls[1] = {IMPL_TD};
+        for (size_t p = (size_t)16 << 10; p <= ((size_t)1 << 20); p *= 2) {
+            td_comm_set_shm_chunk(p);
+            double g[1];
+            measure(&B, OP_ALLREDUCE, b, auto_iters(b, iters), trials, sw_impls, NULL, 1, g, NULL);
+            td_log("%10s %9.3f\n", td_fmt_bytes(pb, sizeof pb, (double)p), g[0]);
+        }
+        td_comm_set_shm_chunk(keep);
+    }
     if (sweep) {
-        size_t b = hi / (4 * (size_t)B.n) * 4 * (size_t)B.n, keep = td_comm_piece_bytes();
-        td_log("\npiece sweep: allreduce of %s (raw single call: measured above)\n",
+        size_t keep = td_comm_piece_bytes();
+        td_log("\npiece sweep: allreduce of %s through MPI (raw single call: measured above)\n",
                td_fmt_bytes(sb, sizeof sb, (double)b));
-        td_log("%10s %9s %9s %9s %9s %9s\n", "piece", "trident", "nb x1", "nb x2", "nb x4",
+        td_log("%10s %9s %9s %9s %9s %9s\n", "piece", "pieces", "nb x1", "nb x2", "nb x4",
                "Iar+Wait");
-        const int sw_impls[5] = {IMPL_TD, IMPL_NB, IMPL_NB, IMPL_NB, IMPL_INB};
+        const int sw_impls[5] = {IMPL_PIECES, IMPL_PIECES_NB, IMPL_PIECES_NB, IMPL_PIECES_NB,
+                                 IMPL_INB};
         const int sw_inflight[5] = {0, 1, 2, 4, 0};
         for (size_t p = (size_t)64 << 10; p <= ((size_t)16 << 20) && p <= b; p *= 2) {
             td_comm_set_piece_bytes(p);
@@ -239,8 +264,8 @@ int td_comm_bench_main(int argc, char **argv) {
                    g[0], g[1], g[2], g[3], g[4]);
         }
         td_comm_set_piece_bytes(keep);
-        td_log("  nb xK = trident start + wait with K pieces in flight; Iar+Wait = MPI_Iallreduce "
-               "+ MPI_Wait per piece, no trident polling\n");
+        td_log("  nb xK = trident start + wait through MPI with K pieces in flight; Iar+Wait = "
+               "MPI_Iallreduce + MPI_Wait per piece, no trident polling\n");
     }
     td_request_free(B.q);
     td_free(B.a);

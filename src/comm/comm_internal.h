@@ -31,7 +31,35 @@ struct td_comm {
     int inflight;              /* pieces of nonblocking collectives now in MPI */
     unsigned walk_stamp;       /* progress walk that found an earlier collective still issuing */
     int n_active;              /* active requests on this group */
+    struct td_shm *shm;        /* shared staging ring when all members share a node, else NULL */
 };
+
+/* ---- shared memory (shm.c) --------------------------------------------- */
+/* Staging ring per rank: slots of fp32, reused round-robin by chunk number. */
+#define TD_SHM_SLOTS 4
+#define TD_SHM_SLOT_BYTES ((size_t)1 << 20)
+#define TD_SHM_DEFAULT_CHUNK ((size_t)256 << 10)
+typedef struct td_shm td_shm;
+/* Collective over mpi: the ring, or NULL when the members are not all on one
+ * node (or TRIDENT_COMM_SHM=0, or a group of one). */
+td_shm *td_shm_open(MPI_Comm mpi, int rank, int size);
+void td_shm_close(td_shm *s);
+typedef struct {
+    td_shm *shm;
+    void *buf;
+    size_t count, chunk_elems;
+    td_dtype dt;
+    td_redop redop;
+    uint64_t gen0, n_chunks; /* this op's chunks in the group's stream */
+    int moved;               /* the last td_shm_progress did some work */
+} td_shm_op;
+/* Every rank must begin the same ops on a group in the same order. */
+void td_shm_allreduce_begin(td_shm_op *op, td_shm *s, void *buf, size_t count, td_dtype dt,
+                            td_redop redop);
+/* Does what it can without waiting; 1 when the op is complete. */
+int td_shm_progress(td_shm_op *op);
+/* Until complete; aborts naming trace record seq after the comm timeout. */
+void td_shm_run(td_shm_op *op, uint64_t seq);
 
 typedef enum {
     TD_OP_ALLREDUCE = 0,
@@ -70,6 +98,8 @@ struct td_request {
     size_t scratch_bytes[TD_MAX_INFLIGHT];
     int *ints;               /* displs[size] (all_gather), then counts[slot][size] */
     int ints_size;           /* entries in ints */
+    int via_shm;             /* all-reduce through the group's shared ring, not MPI */
+    td_shm_op shm;
     uint64_t seq;            /* trace record */
     td_request *prev, *next; /* list of active requests, in start order */
 };
@@ -110,5 +140,8 @@ void td_piece_release(td_request *r); /* frees scratch and derived types */
 
 /* ---- requests (request.c) ---------------------------------------------- */
 void td_requests_shutdown(void);
+/* Progress every active request once (no-op when none): waits outside the
+ * request engine call it so peers waiting on our pieces keep moving. */
+void td_requests_poll(void);
 
 #endif

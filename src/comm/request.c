@@ -16,6 +16,7 @@
  * group (order again), and the watchdog thread watches it (trace.c). Blocking
  * send / recv are start + wait: one message either way, and the wait keeps
  * the other requests progressing. */
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -77,6 +78,11 @@ static void complete(td_request *r) {
 
 static void progress_all(void) {
     for (td_request *r = g_head; r; r = r->next) {
+        if (r->via_shm) { /* in start order, as the ring requires */
+            if (!r->done_pieces && td_shm_progress(&r->shm)) r->done_pieces = 1;
+            if (r->shm.moved) g_progress++;
+            continue;
+        }
         for (int s = 0; s < TD_MAX_INFLIGHT; s++) {
             if (r->slot_piece[s] == SIZE_MAX) continue;
             int done = 0;
@@ -124,16 +130,28 @@ static void progress_all(void) {
 static void poll_until(int (*done)(void *), void *arg, uint64_t (*blame)(void *)) {
     double last = td_now_ms();
     uint64_t seen = g_progress;
+    unsigned idle = 0;
     while (!done(arg)) {
         progress_all();
         double timeout = td_comm_timeout();
         if (g_progress != seen) {
             seen = g_progress;
             last = td_now_ms();
+            idle = 0;
         } else if (timeout > 0 && td_now_ms() - last > timeout * 1000.0) {
             td_trace_stuck(blame(arg));
+        } else if (++idle >= 64) {
+            /* Nothing moved for a while: with more ranks than cores the peer
+             * we wait for (a shared-ring chunk, or MPI progress) may need
+             * this core. Measured: 4 ranks on 2 cores ran the collectives
+             * test in 1.4 s with this, 11.7 s without. */
+            sched_yield();
         }
     }
+}
+
+void td_requests_poll(void) {
+    if (g_head) progress_all();
 }
 
 static int req_done(void *a) { return !((td_request *)a)->active; }
@@ -193,8 +211,22 @@ static td_request *begin(td_request *r, td_op op, td_comm *c, td_dtype dt, size_
     return r;
 }
 
+/* All-reduce on a group with a shared ring goes through it (one unit of
+ * progress, never issued to MPI); everything else is cut into MPI pieces. */
+static int use_shm(const td_request *r) {
+    return r->op == TD_OP_ALLREDUCE && r->count > 0 && r->comm->shm && td_comm_shm();
+}
+
 static void start(td_request *r) {
-    td_piece_plan(r, td_comm_inflight());
+    r->via_shm = use_shm(r);
+    if (r->via_shm) {
+        td_shm_allreduce_begin(&r->shm, r->comm->shm, r->buf, r->count, r->dt, r->redop);
+        r->n_pieces = r->next_piece = 1;
+        r->done_pieces = 0;
+        for (int s = 0; s < TD_MAX_INFLIGHT; s++) r->slot_piece[s] = SIZE_MAX;
+    } else {
+        td_piece_plan(r, td_comm_inflight());
+    }
     if (r->n_pieces == 0) { /* empty collective: nothing to send on any rank */
         td_trace_end(r->seq);
         return;
@@ -279,6 +311,14 @@ void td_allreduce_at(td_comm *c, void *buf, size_t count, td_dtype dt, td_redop 
     td_request *r = begin(&g_blocking, TD_OP_ALLREDUCE, c, dt, count, -1, file, line);
     r->buf = buf;
     r->redop = op;
+    r->via_shm = use_shm(r);
+    if (r->via_shm) {
+        td_comm_flush(c); /* MPI pieces started earlier on c go out first, as in run_blocking */
+        td_shm_allreduce_begin(&r->shm, c->shm, buf, count, dt, op);
+        td_shm_run(&r->shm, r->seq); /* polls the other requests while it waits */
+        td_trace_end(r->seq);
+        return;
+    }
     run_blocking(r);
 }
 

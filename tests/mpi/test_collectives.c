@@ -232,18 +232,24 @@ int main(int argc, char **argv) {
      * differ and the data keys (world ranks) catch any mix-up. */
     td_comm *half = td_comm_split(w, R % 2, N - R, "half");
     TD_CHECK(td_comm_world_rank_of(half, td_comm_rank(half)) == R, "world_rank_of(self)");
+    /* shm: all-reduce through the shared ring (every group here is on one
+     * node) with chunks of shm_chunk bytes, small enough that the ring wraps
+     * many times; or through MPI pieces like every other op. */
     struct {
         size_t piece;
-        int inflight;
-    } passes[] = {{4096, 2}, {4100, 3}, {4096, 1}, {0, 0}};
+        int inflight, shm;
+        size_t shm_chunk;
+    } passes[] = {{4096, 2, 1, 256}, {4100, 3, 1, 1280}, {4096, 1, 0, 0}, {0, 0, 1, 0}};
     for (int p = 0; p < 4; p++) {
         td_comm_set_piece_bytes(passes[p].piece);
         td_comm_set_inflight(passes[p].inflight);
+        td_comm_set_shm(passes[p].shm);
+        td_comm_set_shm_chunk(passes[p].shm_chunk);
         suite(w, 100 * p);
         suite(half, 100 * p + 50);
         test_overlap(w, half);
-        td_log("pass %d (piece %zu B, in-flight %d): ok\n", p, td_comm_piece_bytes(),
-               td_comm_inflight());
+        td_log("pass %d (piece %zu B, in-flight %d, all-reduce through %s): ok\n", p,
+               td_comm_piece_bytes(), td_comm_inflight(), td_comm_shm() ? "shared memory" : "MPI");
     }
     uint64_t calls = td_comm_calls();
     TD_CHECK(calls > 1000, "only %llu comm calls recorded", (unsigned long long)calls);
