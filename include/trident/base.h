@@ -65,6 +65,9 @@ const char *td_mem_cat_name(td_mem_cat cat);
 /* 64-byte aligned, zero-filled. Dies with a clear message when out of memory. */
 void *td_alloc(size_t bytes, td_mem_cat cat);
 void td_free(void *ptr);
+/* For memory that does not come from td_alloc (shared windows): counted in
+ * `cat` like td_alloc's blocks; delta < 0 when it is given back. */
+void td_mem_account(td_mem_cat cat, ptrdiff_t delta);
 size_t td_mem_current(td_mem_cat cat);
 size_t td_mem_peak(td_mem_cat cat);
 size_t td_mem_total_current(void);

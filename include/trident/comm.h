@@ -22,6 +22,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "trident/base.h"
+
 typedef enum { TD_F32 = 0, TD_BF16 = 1 } td_dtype;
 typedef enum { TD_SUM = 0, TD_MAX = 1 } td_redop;
 
@@ -65,6 +67,13 @@ int td_comm_inflight(void);
  * (256 B .. 1 MiB; 0 restores the default). Every rank must use the same
  * settings at the same calls. */
 void td_comm_set_shm(int on);
+/* Collective over c: `bytes` of zeroed memory, accounted as `cat`. When c has
+ * a shared ring (all members on one node) it is this rank's part of an MPI
+ * shared window, and an fp32 all-reduce on c of data inside it runs straight
+ * between the members' buffers, with no staging; elsewhere it is td_alloc
+ * memory. Free with td_comm_free_shared (collective as well). */
+void *td_comm_alloc_shared(td_comm *c, size_t bytes, td_mem_cat cat);
+void td_comm_free_shared(td_comm *c, void *p, td_mem_cat cat);
 int td_comm_shm(void);
 void td_comm_set_shm_chunk(size_t bytes);
 size_t td_comm_shm_chunk(void);

@@ -51,19 +51,23 @@ void *td_alloc(size_t bytes, td_mem_cat cat) {
     td_block_header *h = raw;
     h->bytes = bytes;
     h->cat = cat;
-    g_current[cat] += bytes;
-    if (g_current[cat] > g_peak[cat]) g_peak[cat] = g_current[cat];
-    g_total += bytes;
-    if (g_total > g_total_peak) g_total_peak = g_total;
+    td_mem_account(cat, (ptrdiff_t)bytes);
     return (char *)raw + sizeof(td_block_header);
+}
+
+void td_mem_account(td_mem_cat cat, ptrdiff_t delta) {
+    TD_ASSERT(cat >= 0 && cat < TD_MEM_NCAT);
+    TD_ASSERT(delta >= 0 || g_current[cat] >= (size_t)-delta);
+    g_current[cat] += (size_t)delta; /* wraps back down for negative deltas */
+    g_total += (size_t)delta;
+    if (g_current[cat] > g_peak[cat]) g_peak[cat] = g_current[cat];
+    if (g_total > g_total_peak) g_total_peak = g_total;
 }
 
 void td_free(void *ptr) {
     if (!ptr) return;
     td_block_header *h = (td_block_header *)((char *)ptr - sizeof(td_block_header));
-    TD_ASSERT(h->cat >= 0 && h->cat < TD_MEM_NCAT && g_current[h->cat] >= h->bytes);
-    g_current[h->cat] -= h->bytes;
-    g_total -= h->bytes;
+    td_mem_account(h->cat, -(ptrdiff_t)h->bytes);
     free(h);
 }
 

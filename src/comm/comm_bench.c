@@ -15,17 +15,29 @@
 #include "comm_internal.h"
 
 enum { OP_ALLREDUCE, OP_REDUCE_SCATTER, OP_ALL_GATHER, OP_BCAST, N_OPS };
-/* raw: one MPI call; td: blocking trident call; nb: trident start + wait;
+/* raw: one MPI call (raw_plain: on plain buffers); td: blocking trident call
+ * on shared buffers; nb: the same
+ * as start + wait; plain: blocking trident call on plain buffers;
  * inb: raw MPI_Iallreduce + MPI_Wait of each piece (libnbc without our polling);
  * pieces(_nb): trident call (start + wait) with the shared-memory ring off. */
-enum { IMPL_RAW, IMPL_TD, IMPL_NB, IMPL_INB, IMPL_PIECES, IMPL_PIECES_NB };
+enum {
+    IMPL_RAW,
+    IMPL_TD,
+    IMPL_NB,
+    IMPL_INB,
+    IMPL_PIECES,
+    IMPL_PIECES_NB,
+    IMPL_PLAIN,
+    IMPL_RAW_PLAIN
+};
 
 static const char *g_names[N_OPS] = {"allreduce", "reduce_scatter", "all_gather", "broadcast"};
 
 typedef struct {
     td_comm *c;
     int n;
-    float *a, *b; /* [max_bytes/4] each */
+    float *a, *b;   /* [max_bytes/4] each, plain memory (td_alloc) */
+    float *sa, *sb; /* the same from td_comm_alloc_shared, as the trainer's gradients */
     td_request *q;
 } bench;
 
@@ -42,51 +54,58 @@ static void run_once(bench *B, int op, int impl, size_t bytes) {
         }
         return;
     }
-    if (impl == IMPL_RAW) {
+    if (impl == IMPL_RAW || impl == IMPL_RAW_PLAIN) {
+        /* raw: the very buffers trident's own calls use (same payload, same
+         * memory); raw plain: td_alloc memory, huge pages, MPI's best case */
+        float *a = impl == IMPL_RAW ? B->sa : B->a, *b = impl == IMPL_RAW ? B->sb : B->b;
         switch (op) {
         case OP_ALLREDUCE:
-            TD_MPI(MPI_Allreduce(MPI_IN_PLACE, B->a, (int)count, MPI_FLOAT, MPI_SUM, m));
+            TD_MPI(MPI_Allreduce(MPI_IN_PLACE, a, (int)count, MPI_FLOAT, MPI_SUM, m));
             break;
         case OP_REDUCE_SCATTER:
-            TD_MPI(MPI_Reduce_scatter_block(B->a, B->b, (int)per, MPI_FLOAT, MPI_SUM, m));
+            TD_MPI(MPI_Reduce_scatter_block(a, b, (int)per, MPI_FLOAT, MPI_SUM, m));
             break;
         case OP_ALL_GATHER:
-            TD_MPI(MPI_Allgather(B->a, (int)per, MPI_FLOAT, B->b, (int)per, MPI_FLOAT, m));
+            TD_MPI(MPI_Allgather(a, (int)per, MPI_FLOAT, b, (int)per, MPI_FLOAT, m));
             break;
         case OP_BCAST:
-            TD_MPI(MPI_Bcast(B->a, (int)count, MPI_FLOAT, 0, m));
+            TD_MPI(MPI_Bcast(a, (int)count, MPI_FLOAT, 0, m));
             break;
         }
         return;
     }
     td_request *q = impl == IMPL_NB || impl == IMPL_PIECES_NB ? B->q : NULL;
+    /* trident's own calls run on the shared buffers; plain and pieces on
+     * the same plain buffers as raw MPI */
+    int shared = impl == IMPL_TD || impl == IMPL_NB;
+    float *a = shared ? B->sa : B->a, *b = shared ? B->sb : B->b;
     int shm = td_comm_shm();
     /* MPI in pieces even where a ring is open */
     if (impl == IMPL_PIECES || impl == IMPL_PIECES_NB) td_comm_set_shm(0);
     switch (op) {
     case OP_ALLREDUCE:
         if (q)
-            td_allreduce_start(q, B->c, B->a, count, TD_F32, TD_SUM);
+            td_allreduce_start(q, B->c, a, count, TD_F32, TD_SUM);
         else
-            td_allreduce(B->c, B->a, count, TD_F32, TD_SUM);
+            td_allreduce(B->c, a, count, TD_F32, TD_SUM);
         break;
     case OP_REDUCE_SCATTER:
         if (q)
-            td_reduce_scatter_start(q, B->c, B->a, B->b, per, TD_F32);
+            td_reduce_scatter_start(q, B->c, a, b, per, TD_F32);
         else
-            td_reduce_scatter(B->c, B->a, B->b, per, TD_F32);
+            td_reduce_scatter(B->c, a, b, per, TD_F32);
         break;
     case OP_ALL_GATHER:
         if (q)
-            td_all_gather_start(q, B->c, B->a, B->b, per, TD_F32);
+            td_all_gather_start(q, B->c, a, b, per, TD_F32);
         else
-            td_all_gather(B->c, B->a, B->b, per, TD_F32);
+            td_all_gather(B->c, a, b, per, TD_F32);
         break;
     case OP_BCAST:
         if (q)
-            td_broadcast_start(q, B->c, B->a, count, TD_F32, 0);
+            td_broadcast_start(q, B->c, a, count, TD_F32, 0);
         else
-            td_broadcast(B->c, B->a, count, TD_F32, 0);
+            td_broadcast(B->c, a, count, TD_F32, 0);
         break;
     }
     if (q) td_wait(q);
@@ -201,9 +220,12 @@ int td_comm_bench_main(int argc, char **argv) {
         if (own) td_comm_finalize();
         return TD_EXIT_USAGE;
     }
-    bench B = {td_comm_world(), td_comm_size(td_comm_world()), NULL, NULL, td_request_new()};
+    bench B = {td_comm_world(), td_comm_size(td_comm_world()), NULL, NULL, NULL, NULL,
+               td_request_new()};
     B.a = td_alloc(hi, TD_MEM_COMM);
     B.b = td_alloc(hi, TD_MEM_COMM);
+    B.sa = td_comm_alloc_shared(B.c, hi, TD_MEM_COMM);
+    B.sb = td_comm_alloc_shared(B.c, hi, TD_MEM_COMM);
     char pb[32], sb[32];
     const char *alg = getenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm");
     td_log("trident bench comm: %d ranks, fp32, piece %s, nonblocking in-flight %d, best of %d "
@@ -212,24 +234,33 @@ int td_comm_bench_main(int argc, char **argv) {
            trials, iters ? "" : ", ~256 MiB per trial", alg ? "; libnbc iallreduce algorithm " : "",
            alg ? alg : "");
     int shm = B.c->shm != NULL;
-    td_log("  raw = one MPI call of the whole payload; trident = blocking call (%s);\n"
-           "  pieces = blocking call through MPI in pieces; nb = trident start + wait;\n"
-           "  ratio = trident / raw; raw 1st = the first raw call of that size alone\n",
-           shm ? "all-reduce through the shared-memory ring, other ops MPI in pieces"
-               : "MPI in pieces: the ranks do not share one node");
-    const int impls[4] = {IMPL_RAW, IMPL_TD, IMPL_PIECES, IMPL_NB};
+    td_log("  raw = one MPI call of the whole payload on the buffers trident uses;\n"
+           "  raw plain = the same on td_alloc buffers (huge pages: MPI's best case here);\n"
+           "  trident = blocking call on buffers from td_comm_alloc_shared, as the trainer's "
+           "gradients (%s);\n"
+           "  plain = blocking call on the plain buffers (%s);\n"
+           "  pieces = blocking call through MPI in pieces, plain buffers; nb = trident start + "
+           "wait;\n"
+           "  ratio = trident / raw; vs plain = trident / raw plain; raw 1st = the first raw "
+           "call of that size alone\n",
+           shm ? "all-reduce straight between the ranks' buffers, other ops MPI in pieces"
+               : "MPI in pieces: the ranks do not share one node",
+           shm ? "all-reduce through the staging ring" : "MPI in pieces");
+    const int impls[6] = {IMPL_RAW, IMPL_RAW_PLAIN, IMPL_TD, IMPL_PLAIN, IMPL_PIECES, IMPL_NB};
     for (int op = 0; op < N_OPS; op++) {
         if (ops && !strstr(ops, g_names[op])) continue;
-        td_log("\n%-15s %10s %9s %9s %9s %9s %7s %9s\n", g_names[op], "size", "raw", "trident",
-               "pieces", "nb", "ratio", "raw 1st");
+        td_log("\n%-14s %10s %7s %7s %7s %7s %7s %7s %7s %8s %7s\n", g_names[op], "size", "raw",
+               "raw", "trident", "plain", "pieces", "nb", "ratio", "vs plain", "raw");
+        td_log("%-14s %10s %7s %7s %7s %7s %7s %7s %7s %8s %7s\n", "", "", "", "plain", "", "", "",
+               "", "", "", "1st");
         for (size_t bytes = lo; bytes <= hi; bytes *= 4) {
             size_t b = bytes / (4 * (size_t)B.n) * 4 * (size_t)B.n; /* whole blocks per rank */
             if (b == 0) continue;
-            double g[4], first = 0;
-            measure(&B, op, b, auto_iters(b, iters), trials, impls, NULL, 4, g, &first);
-            td_log("%-15s %10s %9.3f %9.3f %9.3f %9.3f %6.2fx %9.3f\n", "",
-                   td_fmt_bytes(sb, sizeof sb, (double)b), g[0], g[1], g[2], g[3], g[1] / g[0],
-                   first);
+            double g[6], first = 0;
+            measure(&B, op, b, auto_iters(b, iters), trials, impls, NULL, 6, g, &first);
+            td_log("%-14s %10s %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f %6.2fx %7.2fx %7.2f\n", "",
+                   td_fmt_bytes(sb, sizeof sb, (double)b), g[0], g[1], g[2], g[3], g[4], g[5],
+                   g[2] / g[0], g[2] / g[1], first);
         }
     }
     size_t b = hi / (4 * (size_t)B.n) * 4 * (size_t)B.n;
@@ -237,7 +268,7 @@ int td_comm_bench_main(int argc, char **argv) {
         size_t keep = td_comm_shm_chunk();
         td_log("\nshm chunk sweep: allreduce of %s through the shared-memory ring\n%10s %9s\n",
                td_fmt_bytes(sb, sizeof sb, (double)b), "chunk", "trident");
-        const int sw_impls[1] = {IMPL_TD};
+        const int sw_impls[1] = {IMPL_PLAIN};
         for (size_t p = (size_t)16 << 10; p <= ((size_t)1 << 20); p *= 2) {
             td_comm_set_shm_chunk(p);
             double g[1];
@@ -268,6 +299,8 @@ int td_comm_bench_main(int argc, char **argv) {
                "MPI_Iallreduce + MPI_Wait per piece, no trident polling\n");
     }
     td_request_free(B.q);
+    td_comm_free_shared(B.c, B.sa, TD_MEM_COMM);
+    td_comm_free_shared(B.c, B.sb, TD_MEM_COMM);
     td_free(B.a);
     td_free(B.b);
     if (own) td_comm_finalize();

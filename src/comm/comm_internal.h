@@ -50,10 +50,14 @@ typedef struct {
     size_t count, chunk_elems;
     td_dtype dt;
     td_redop redop;
-    uint64_t gen0, n_chunks; /* this op's chunks in the group's stream */
+    uint64_t gen0, n_chunks; /* ring: this op's chunks in the group's stream */
+    int direct;              /* straight between shared buffers, no ring */
+    uint64_t k;              /* direct: this op's number in the group */
+    int part_done;           /* direct: this rank's part is reduced */
     int moved;               /* the last td_shm_progress did some work */
 } td_shm_op;
-/* Every rank must begin the same ops on a group in the same order. */
+/* Every rank must begin the same ops on a group in the same order. fp32 data
+ * inside a td_comm_alloc_shared buffer of the group goes direct. */
 void td_shm_allreduce_begin(td_shm_op *op, td_shm *s, void *buf, size_t count, td_dtype dt,
                             td_redop redop);
 /* Does what it can without waiting; 1 when the op is complete. */

@@ -34,38 +34,15 @@
  * slow (more ranks than cores is common here) and aborting with the trace
  * after td_comm_timeout() seconds without progress. */
 #include <sched.h>
-#include <stdatomic.h>
-#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm_internal.h"
-
-#define LINE 64
-#if defined(__x86_64__) || defined(__i386__)
-#define cpu_relax() __builtin_ia32_pause()
-#else
-#define cpu_relax() ((void)0)
-#endif
-typedef struct {
-    _Alignas(LINE) _Atomic uint64_t staged;
-    _Alignas(LINE) _Atomic uint64_t reduced;
-    _Alignas(LINE) _Atomic uint64_t done;
-} td_shm_ctl;
+#include "shm_internal.h"
 
 /* Per rank: the counters, then the slots. */
 #define CTL_BYTES 4096
 #define SEGMENT_BYTES (CTL_BYTES + (size_t)TD_SHM_SLOTS * TD_SHM_SLOT_BYTES)
-
-struct td_shm {
-    MPI_Win win;
-    int n, me;
-    td_shm_ctl **ctl;  /* [n] */
-    float **slot;      /* [n]: rank j's slots, TD_SHM_SLOTS x slot capacity */
-    uint64_t next_gen; /* chunks handed to ops so far (identical on every rank) */
-    /* chunks this rank finished in each phase (mirrors its own counters) */
-    uint64_t staged, reduced, done;
-};
+_Static_assert(sizeof(td_shm_ctl) <= CTL_BYTES, "control block outgrew its page");
 
 static int g_shm_enabled = 1;
 static size_t g_chunk_bytes = TD_SHM_DEFAULT_CHUNK;
@@ -107,23 +84,22 @@ td_shm *td_shm_open(MPI_Comm mpi, int rank, int size) {
     /* each rank's segment on its own pages: first touch places it near its owner */
     TD_MPI(MPI_Info_set(info, "alloc_shared_noncontig", "true"));
     void *base = NULL;
-    /* + LINE: MPI promises no alignment; we align each segment ourselves */
-    TD_MPI(MPI_Win_allocate_shared((MPI_Aint)(SEGMENT_BYTES + LINE), 1, info, mpi, &base, &s->win));
+    /* + TD_LINE: MPI promises no alignment; we align each segment ourselves */
+    TD_MPI(
+        MPI_Win_allocate_shared((MPI_Aint)(SEGMENT_BYTES + TD_LINE), 1, info, mpi, &base, &s->win));
     TD_MPI(MPI_Info_free(&info));
     for (int j = 0; j < size; j++) {
         MPI_Aint bytes;
         int disp;
         void *p;
         TD_MPI(MPI_Win_shared_query(s->win, j, &bytes, &disp, &p));
-        TD_ASSERT((size_t)bytes >= SEGMENT_BYTES + LINE);
-        p = (void *)(((uintptr_t)p + LINE - 1) & ~(uintptr_t)(LINE - 1));
+        TD_ASSERT((size_t)bytes >= SEGMENT_BYTES + TD_LINE);
+        p = (void *)(((uintptr_t)p + TD_LINE - 1) & ~(uintptr_t)(TD_LINE - 1));
         s->ctl[j] = p;
         s->slot[j] = (float *)((char *)p + CTL_BYTES);
     }
     TD_ASSERT(atomic_is_lock_free(&s->ctl[rank]->staged));
-    atomic_init(&s->ctl[rank]->staged, 0);
-    atomic_init(&s->ctl[rank]->reduced, 0);
-    atomic_init(&s->ctl[rank]->done, 0);
+    memset(s->ctl[rank], 0, sizeof(td_shm_ctl)); /* every counter 0, every descriptor empty */
     memset(s->slot[rank], 0, (size_t)TD_SHM_SLOTS * TD_SHM_SLOT_BYTES); /* first touch */
     TD_MPI(MPI_Barrier(mpi)); /* every counter is zero before anyone reads it */
     return s;
@@ -131,6 +107,7 @@ td_shm *td_shm_open(MPI_Comm mpi, int rank, int size) {
 
 void td_shm_close(td_shm *s) {
     if (!s) return;
+    td_shm_regions_free(s);
     TD_MPI(MPI_Win_free(&s->win));
     free(s->ctl);
     free(s->slot);
@@ -146,6 +123,9 @@ void td_shm_allreduce_begin(td_shm_op *op, td_shm *s, void *buf, size_t count, t
     op->count = count;
     op->dt = dt;
     op->redop = redop;
+    op->moved = 0;
+    op->direct = dt == TD_F32 && td_shm_direct_begin(op, s, buf, count, redop);
+    if (op->direct) return;
     op->chunk_elems = g_chunk_bytes / 4;
     op->n_chunks = (count + op->chunk_elems - 1) / op->chunk_elems;
     op->gen0 = s->next_gen;
@@ -168,18 +148,6 @@ static void add_into(float *restrict out, const float *restrict in, size_t n, td
         for (size_t i = 0; i < n; i++) out[i] = out[i] > in[i] ? out[i] : in[i];
     else
         for (size_t i = 0; i < n; i++) out[i] += in[i];
-}
-
-static int all_reached(const td_shm *s, size_t field, uint64_t value) {
-    for (int j = 0; j < s->n; j++) {
-        const _Atomic uint64_t *c = (const _Atomic uint64_t *)((const char *)s->ctl[j] + field);
-        if (atomic_load_explicit(c, memory_order_acquire) < value) return 0;
-    }
-    return 1;
-}
-
-static void publish(_Atomic uint64_t *c, uint64_t value) {
-    atomic_store_explicit(c, value, memory_order_release);
 }
 
 /* The chunk's elements [lo, hi) of the payload, widened to fp32 in dst. */
@@ -226,6 +194,17 @@ static void reduce_part(const td_shm_op *op, const td_shm *s, uint64_t g, size_t
     float acc[B], tmp[B];
     size_t lo = part_lo(len, s->me, s->n), hi = part_lo(len, s->me + 1, s->n);
     float *slot = slot_of(s, s->me, g);
+    if (s->n == 2 && op->dt == TD_F32 && op->redop == TD_SUM) {
+        /* the common case in one pass: a + b is b + a exactly in IEEE */
+        float *restrict mine = (float *)op->buf + o, *restrict out = slot;
+        const float *restrict peer = slot_of(s, 1 - s->me, g);
+        for (size_t i = lo; i < hi; i++) {
+            float v = mine[i] + peer[i];
+            mine[i] = v;
+            out[i] = v;
+        }
+        return;
+    }
     for (size_t b = lo; b < hi; b += B) {
         size_t e = td_min_sz(hi, b + B), m = e - b;
         memcpy(acc, term(op, s, g, 0, o, b, e, tmp), m * 4);
@@ -245,6 +224,7 @@ static void gather_chunk(const td_shm_op *op, const td_shm *s, uint64_t g, size_
 }
 
 int td_shm_progress(td_shm_op *op) {
+    if (op->direct) return td_shm_direct_progress(op);
     td_shm *s = op->shm;
     const uint64_t end = op->gen0 + op->n_chunks;
     td_shm_ctl *mine = s->ctl[s->me];
@@ -255,31 +235,31 @@ int td_shm_progress(td_shm_op *op) {
         uint64_t g = s->staged;
         if (g >= op->gen0 && g < end &&
             (g < TD_SHM_SLOTS ||
-             all_reached(s, offsetof(td_shm_ctl, done), g - TD_SHM_SLOTS + 1))) {
+             td_shm_all_reached(s, offsetof(td_shm_ctl, done), g - TD_SHM_SLOTS + 1))) {
             size_t o = (size_t)(g - op->gen0) * op->chunk_elems;
             size_t len = td_min_sz(op->chunk_elems, op->count - o);
             stage_chunk(op, s, g, o, len);
-            publish(&mine->staged, ++s->staged);
+            td_shm_publish(&mine->staged, ++s->staged);
             step = 1;
         }
         /* 2. reduce my part once everyone staged the chunk */
         g = s->reduced;
         if (g >= op->gen0 && g < end && g < s->staged &&
-            all_reached(s, offsetof(td_shm_ctl, staged), g + 1)) {
+            td_shm_all_reached(s, offsetof(td_shm_ctl, staged), g + 1)) {
             size_t o = (size_t)(g - op->gen0) * op->chunk_elems;
             size_t len = td_min_sz(op->chunk_elems, op->count - o);
             reduce_part(op, s, g, o, len);
-            publish(&mine->reduced, ++s->reduced);
+            td_shm_publish(&mine->reduced, ++s->reduced);
             step = 1;
         }
         /* 3. gather every part once every rank reduced it */
         g = s->done;
         if (g >= op->gen0 && g < end && g < s->reduced &&
-            all_reached(s, offsetof(td_shm_ctl, reduced), g + 1)) {
+            td_shm_all_reached(s, offsetof(td_shm_ctl, reduced), g + 1)) {
             size_t o = (size_t)(g - op->gen0) * op->chunk_elems;
             size_t len = td_min_sz(op->chunk_elems, op->count - o);
             gather_chunk(op, s, g, o, len);
-            publish(&mine->done, ++s->done);
+            td_shm_publish(&mine->done, ++s->done);
             step = 1;
         }
         if (!step) break;
@@ -301,7 +281,7 @@ void td_shm_run(td_shm_op *op, uint64_t seq) {
          * give the core away: with more ranks than cores the peer we wait
          * for may need it. */
         if (++idle < 64) {
-            cpu_relax();
+            td_cpu_relax();
             continue;
         }
         if (idle == 64) idle_since = td_now_ms();

@@ -76,7 +76,12 @@ td_dp *td_dp_create(const td_dp_config *cfg, const td_grid *g, const td_param_ta
     }
     size_t n = t->numel;
     dp->params = td_alloc(n * sizeof(float), TD_MEM_PARAMS);
-    dp->grads = td_alloc(n * sizeof(float), TD_MEM_GRADS);
+    /* All-reduced gradients live where the group's ranks can reach each
+     * other's: on one node the buckets are then summed straight between the
+     * replicas' buffers, with no staging (comm.h, td_comm_alloc_shared). */
+    dp->grads_shared = cfg->mode == TD_DP_ALLREDUCE && dp->D > 1;
+    dp->grads = dp->grads_shared ? td_comm_alloc_shared(dp->comm, n * sizeof(float), TD_MEM_GRADS)
+                                 : td_alloc(n * sizeof(float), TD_MEM_GRADS);
     if (cfg->mode == TD_DP_ALLREDUCE || dp->r == 0) {
         dp->m = td_alloc(n * sizeof(float), TD_MEM_OPTIM);
         dp->v = td_alloc(n * sizeof(float), TD_MEM_OPTIM);
@@ -96,7 +101,10 @@ void td_dp_destroy(td_dp *dp) {
     if (dp->zero) td_zero_destroy(dp);
     td_buckets_free(dp);
     td_free(dp->params);
-    td_free(dp->grads);
+    if (dp->grads_shared)
+        td_comm_free_shared(dp->comm, dp->grads, TD_MEM_GRADS);
+    else
+        td_free(dp->grads);
     td_free(dp->m);
     td_free(dp->v);
     td_free(dp);

@@ -24,6 +24,7 @@ struct td_dp {
 
     /* replicated state (zero 0, zero 1 params/grads, reduce-broadcast) */
     float *params, *grads, *m, *v;
+    int grads_shared; /* grads from td_comm_alloc_shared (all-reduce mode, dp > 1) */
 
     /* bucketed gradient sync during backward */
     td_bucket *buckets;

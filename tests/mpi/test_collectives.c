@@ -96,6 +96,26 @@ static void t_allreduce(const ctx *x, td_redop op) {
         td_allreduce(x->c, b, x->count, x->dt, op);
     run(q, x->nb);
     expect(op == TD_SUM ? "allreduce sum" : "allreduce max", x->dt, x->count, b, w, x->count);
+    if (x->dt == TD_F32) {
+        /* Again inside a shared buffer (straight between ranks where the
+         * group is on one node), at an offset that differs per rank and is
+         * off the cache lines: each rank must find the others' data by
+         * their descriptors, not by its own layout. */
+        size_t off = 3 * (size_t)me + 1, bytes = (off + x->count + 5) * sizeof(float);
+        float *sh = td_comm_alloc_shared(x->c, bytes, TD_MEM_OTHER);
+        fill(sh + off, TD_F32, x->count, gr(x, me), x->salt, 0);
+        sh[off - 1] = sh[off + x->count] = 42.0f; /* guards: must stay untouched */
+        if (x->nb)
+            td_allreduce_start(q, x->c, sh + off, x->count, TD_F32, op);
+        else
+            td_allreduce(x->c, sh + off, x->count, TD_F32, op);
+        run(q, x->nb);
+        expect(op == TD_SUM ? "allreduce sum, shared buffer" : "allreduce max, shared buffer",
+               TD_F32, x->count, sh + off, w, x->count);
+        TD_CHECK(sh[off - 1] == 42.0f && sh[off + x->count] == 42.0f,
+                 "shared-buffer all-reduce wrote outside its range");
+        td_comm_free_shared(x->c, sh, TD_MEM_OTHER);
+    }
     td_request_free(q), td_free(b), td_free(w);
 }
 
