@@ -244,7 +244,7 @@ int td_comm_bench_main(int argc, char **argv) {
            "  ratio = trident / raw; vs plain = trident / raw plain; raw 1st = the first raw "
            "call of that size alone\n",
            shm ? "all-reduce straight between the ranks' buffers, other ops MPI in pieces"
-               : "MPI in pieces: the ranks do not share one node",
+               : "MPI in pieces: no shared ring (ranks on several nodes, or TRIDENT_COMM_SHM=0)",
            shm ? "all-reduce through the staging ring" : "MPI in pieces");
     const int impls[6] = {IMPL_RAW, IMPL_RAW_PLAIN, IMPL_TD, IMPL_PLAIN, IMPL_PIECES, IMPL_NB};
     for (int op = 0; op < N_OPS; op++) {

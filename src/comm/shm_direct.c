@@ -138,10 +138,12 @@ static float *peer_buffer(const td_shm_op *op, int j) {
     const td_shm *s = op->shm;
     const td_shm_desc *d = &s->ctl[j]->desc[op->k % TD_SHM_DESCS];
     td_shm_region *g = region_by_id(s, d->region);
-    TD_CHECK(g && d->count == op->count,
-             "all-reduce mismatch: this rank reduces %zu elements, group rank %d %llu "
-             "(every rank must make the same calls in the same order)",
-             op->count, j, (unsigned long long)d->count);
+    if (!g || d->count != op->count) {
+        td_comm_dump(4); /* names this call and its site */
+        td_fail("all-reduce mismatch: this rank reduces %zu elements, group rank %d %llu "
+                "(every rank must make the same calls in the same order)",
+                op->count, j, (unsigned long long)d->count);
+    }
     TD_ASSERT(d->offset + d->count * sizeof(float) <= g->size[j]);
     return (float *)(g->base[j] + d->offset);
 }

@@ -6,7 +6,11 @@
  *   test_hang blocking     rank 0: td_allreduce on "dp"   (watchdog thread)
  *   test_hang nonblocking  rank 0: start + td_wait        (polling wait)
  *   test_hang recv         rank 0: td_recv from rank 1    (p2p wait)
- * Rank 1 meanwhile sleeps 30 s outside MPI; mpirun kills it after the abort. */
+ *   test_hang shared       rank 0: td_allreduce inside a td_comm_alloc_shared
+ *                          buffer (straight between buffers: the shm wait)
+ * Rank 1 meanwhile sleeps 30 s outside MPI; mpirun kills it after the abort.
+ *   test_hang mismatch     both ranks all-reduce a shared buffer, with
+ *                          different counts: one clear error, not garbage */
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -25,7 +29,15 @@ int main(int argc, char **argv) {
     float x[1024];
     memset(x, 0, sizeof x);
     td_allreduce(dp, x, 16, TD_F32, TD_SUM); /* a few good calls for the ring */
+    float *sh = td_comm_alloc_shared(dp, sizeof x, TD_MEM_OTHER);
+    td_allreduce(dp, sh, 16, TD_F32, TD_SUM);
     td_barrier(w);
+    if (!strcmp(mode, "mismatch")) {
+        td_allreduce(dp, sh, me ? 512 : 1024, TD_F32, TD_SUM);
+        fprintf(stderr, "test_hang: mismatched all-reduce returned\n");
+        td_comm_finalize();
+        return 0;
+    }
     if (me == 1) {
         sleep(30);
         fprintf(stderr, "test_hang: rank 1 woke up: the job was not ended\n");
@@ -38,10 +50,12 @@ int main(int argc, char **argv) {
         td_request *q = td_request_new();
         td_allreduce_start(q, dp, x, 1024, TD_F32, TD_SUM);
         td_wait(q);
+    } else if (!strcmp(mode, "shared")) {
+        td_allreduce(dp, sh, 1024, TD_F32, TD_SUM);
     } else if (!strcmp(mode, "recv")) {
         td_recv(w, x, 1024, TD_F32, 1, 5);
     } else {
-        td_fail("unknown mode '%s'; use blocking, nonblocking or recv", mode);
+        td_fail("unknown mode '%s'; use blocking, nonblocking, recv, shared or mismatch", mode);
     }
     fprintf(stderr, "test_hang: rank 0 finished a call that could not finish\n");
     td_comm_finalize();
