@@ -223,50 +223,42 @@ static void gather_chunk(const td_shm_op *op, const td_shm *s, uint64_t g, size_
     }
 }
 
+/* Phase p of the next chunk this rank has for it, if its conditions hold:
+ * the chunk belongs to op, this rank finished the phase before on it, and
+ * the gate holds on every rank (stage: all are done with the chunk that used
+ * the slot before; reduce: all staged it; gather: all reduced it). */
+enum { STAGE, REDUCE, GATHER };
+static int try_phase(td_shm_op *op, int p) {
+    static void (*const run[3])(const td_shm_op *, const td_shm *, uint64_t, size_t,
+                                size_t) = {stage_chunk, reduce_part, gather_chunk};
+    static const size_t gate[3] = {offsetof(td_shm_ctl, done), offsetof(td_shm_ctl, staged),
+                                   offsetof(td_shm_ctl, reduced)};
+    td_shm *s = op->shm;
+    td_shm_ctl *mine = s->ctl[s->me];
+    uint64_t *local[3] = {&s->staged, &s->reduced, &s->done};
+    _Atomic uint64_t *shared[3] = {&mine->staged, &mine->reduced, &mine->done};
+    uint64_t g = *local[p];
+    if (g < op->gen0 || g >= op->gen0 + op->n_chunks) return 0;
+    if (p != STAGE && g >= *local[p - 1]) return 0;
+    uint64_t need = p != STAGE ? g + 1 : g < TD_SHM_SLOTS ? 0 : g - TD_SHM_SLOTS + 1;
+    if (need && !td_shm_all_reached(s, gate[p], need)) return 0;
+    size_t o = (size_t)(g - op->gen0) * op->chunk_elems;
+    run[p](op, s, g, o, td_min_sz(op->chunk_elems, op->count - o));
+    td_shm_publish(shared[p], ++*local[p]);
+    return 1;
+}
+
 int td_shm_progress(td_shm_op *op) {
     if (op->direct) return td_shm_direct_progress(op);
-    td_shm *s = op->shm;
-    const uint64_t end = op->gen0 + op->n_chunks;
-    td_shm_ctl *mine = s->ctl[s->me];
-    int moved = 0;
-    for (;;) {
-        int step = 0;
-        /* 1. stage the next chunk when its slot is free on every rank */
-        uint64_t g = s->staged;
-        if (g >= op->gen0 && g < end &&
-            (g < TD_SHM_SLOTS ||
-             td_shm_all_reached(s, offsetof(td_shm_ctl, done), g - TD_SHM_SLOTS + 1))) {
-            size_t o = (size_t)(g - op->gen0) * op->chunk_elems;
-            size_t len = td_min_sz(op->chunk_elems, op->count - o);
-            stage_chunk(op, s, g, o, len);
-            td_shm_publish(&mine->staged, ++s->staged);
-            step = 1;
-        }
-        /* 2. reduce my part once everyone staged the chunk */
-        g = s->reduced;
-        if (g >= op->gen0 && g < end && g < s->staged &&
-            td_shm_all_reached(s, offsetof(td_shm_ctl, staged), g + 1)) {
-            size_t o = (size_t)(g - op->gen0) * op->chunk_elems;
-            size_t len = td_min_sz(op->chunk_elems, op->count - o);
-            reduce_part(op, s, g, o, len);
-            td_shm_publish(&mine->reduced, ++s->reduced);
-            step = 1;
-        }
-        /* 3. gather every part once every rank reduced it */
-        g = s->done;
-        if (g >= op->gen0 && g < end && g < s->reduced &&
-            td_shm_all_reached(s, offsetof(td_shm_ctl, reduced), g + 1)) {
-            size_t o = (size_t)(g - op->gen0) * op->chunk_elems;
-            size_t len = td_min_sz(op->chunk_elems, op->count - o);
-            gather_chunk(op, s, g, o, len);
-            td_shm_publish(&mine->done, ++s->done);
-            step = 1;
-        }
-        if (!step) break;
-        moved = 1;
-    }
+    int moved = 0, step;
+    do {
+        step = try_phase(op, STAGE);
+        step |= try_phase(op, REDUCE);
+        step |= try_phase(op, GATHER);
+        moved |= step;
+    } while (step);
     op->moved = moved;
-    return s->done >= end;
+    return op->shm->done >= op->gen0 + op->n_chunks;
 }
 
 void td_shm_run(td_shm_op *op, uint64_t seq) {
