@@ -55,15 +55,20 @@ typedef struct {
     uint64_t k;              /* direct: this op's number in the group */
     int part_done;           /* direct: this rank's part is reduced */
     int moved;               /* the last td_shm_progress did some work */
+    uint64_t seq;            /* trace record, for reports */
 } td_shm_op;
 /* Every rank must begin the same ops on a group in the same order. fp32 data
  * inside a td_comm_alloc_shared buffer of the group goes direct. */
 void td_shm_allreduce_begin(td_shm_op *op, td_shm *s, void *buf, size_t count, td_dtype dt,
-                            td_redop redop);
+                            td_redop redop, uint64_t seq);
 /* Does what it can without waiting; 1 when the op is complete. */
 int td_shm_progress(td_shm_op *op);
-/* Until complete; aborts naming trace record seq after the comm timeout. */
-void td_shm_run(td_shm_op *op, uint64_t seq);
+/* Until complete; aborts naming the op's trace record after the comm timeout. */
+void td_shm_run(td_shm_op *op);
+/* One idle turn of a wait: spins briefly, then yields the core and polls the
+ * other requests; aborts naming record seq once nothing moved for the comm
+ * timeout. *idle counts idle turns (0 after progress), *since is set here. */
+void td_shm_idle(unsigned *idle, double *since, uint64_t seq);
 
 typedef enum {
     TD_OP_ALLREDUCE = 0,
@@ -100,9 +105,9 @@ struct td_request {
     size_t scratch_need;                     /* bytes per slot for this op */
     void *scratch[TD_MAX_INFLIGHT];          /* fp32 staging (bf16 reduce, packing) */
     size_t scratch_bytes[TD_MAX_INFLIGHT];
-    int *ints;               /* displs[size] (all_gather), then counts[slot][size] */
-    int ints_size;           /* entries in ints */
-    int via_shm;             /* all-reduce through the group's shared ring, not MPI */
+    int *ints;     /* displs[size] (all_gather), then counts[slot][size] */
+    int ints_size; /* entries in ints */
+    int via_shm;   /* all-reduce through the group's shared ring, not MPI */
     td_shm_op shm;
     uint64_t seq;            /* trace record */
     td_request *prev, *next; /* list of active requests, in start order */

@@ -220,7 +220,7 @@ static int use_shm(const td_request *r) {
 static void start(td_request *r) {
     r->via_shm = use_shm(r);
     if (r->via_shm) {
-        td_shm_allreduce_begin(&r->shm, r->comm->shm, r->buf, r->count, r->dt, r->redop);
+        td_shm_allreduce_begin(&r->shm, r->comm->shm, r->buf, r->count, r->dt, r->redop, r->seq);
         r->n_pieces = r->next_piece = 1;
         r->done_pieces = 0;
         for (int s = 0; s < TD_MAX_INFLIGHT; s++) r->slot_piece[s] = SIZE_MAX;
@@ -314,8 +314,8 @@ void td_allreduce_at(td_comm *c, void *buf, size_t count, td_dtype dt, td_redop 
     r->via_shm = use_shm(r);
     if (r->via_shm) {
         td_comm_flush(c); /* MPI pieces started earlier on c go out first, as in run_blocking */
-        td_shm_allreduce_begin(&r->shm, c->shm, buf, count, dt, op);
-        td_shm_run(&r->shm, r->seq); /* polls the other requests while it waits */
+        td_shm_allreduce_begin(&r->shm, c->shm, buf, count, dt, op, r->seq);
+        td_shm_run(&r->shm); /* polls the other requests while it waits */
         td_trace_end(r->seq);
         return;
     }

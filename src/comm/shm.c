@@ -117,8 +117,9 @@ void td_shm_close(td_shm *s) {
 /* ---- one all-reduce ---------------------------------------------------- */
 
 void td_shm_allreduce_begin(td_shm_op *op, td_shm *s, void *buf, size_t count, td_dtype dt,
-                            td_redop redop) {
+                            td_redop redop, uint64_t seq) {
     op->shm = s;
+    op->seq = seq;
     op->buf = buf;
     op->count = count;
     op->dt = dt;
@@ -261,26 +262,29 @@ int td_shm_progress(td_shm_op *op) {
     return op->shm->done >= op->gen0 + op->n_chunks;
 }
 
-void td_shm_run(td_shm_op *op, uint64_t seq) {
-    double idle_since = 0;
+void td_shm_idle(unsigned *idle, double *since, uint64_t seq) {
+    /* Spin briefly (a peer on another core is microseconds away), then give
+     * the core away: with more ranks than cores the peer we wait for may
+     * need it. */
+    if (++*idle < 64) {
+        td_cpu_relax();
+        return;
+    }
+    if (*idle == 64) *since = td_now_ms();
+    sched_yield();
+    td_requests_poll(); /* other ranks may wait on our nonblocking requests */
+    double timeout = td_comm_timeout();
+    if ((*idle & 255) == 0 && timeout > 0 && td_now_ms() - *since > timeout * 1000.0)
+        td_trace_stuck(seq);
+}
+
+void td_shm_run(td_shm_op *op) {
+    double since = 0;
     unsigned idle = 0;
     while (!td_shm_progress(op)) {
-        if (op->moved) {
+        if (op->moved)
             idle = 0;
-            continue;
-        }
-        /* Spin briefly (a peer on another core is microseconds away), then
-         * give the core away: with more ranks than cores the peer we wait
-         * for may need it. */
-        if (++idle < 64) {
-            td_cpu_relax();
-            continue;
-        }
-        if (idle == 64) idle_since = td_now_ms();
-        sched_yield();
-        td_requests_poll(); /* other ranks may wait on our nonblocking pieces */
-        double timeout = td_comm_timeout();
-        if ((idle & 255) == 0 && timeout > 0 && td_now_ms() - idle_since > timeout * 1000.0)
-            td_trace_stuck(seq);
+        else
+            td_shm_idle(&idle, &since, op->seq);
     }
 }

@@ -115,12 +115,15 @@ int td_shm_direct_begin(td_shm_op *op, td_shm *s, void *buf, size_t count, td_re
     td_shm_region *g = region_of(s, buf, count * sizeof(float));
     if (!g) return 0;
     uint64_t k = s->direct_started + 1;
-    /* desc[k % 64] last held op k-64: every rank must be past it. Ops
-     * finish in order, so this holds unless 64 are in flight at once. */
-    TD_CHECK(k <= TD_SHM_DESCS ||
-                 td_shm_all_reached(s, offsetof(td_shm_ctl, finished), k - TD_SHM_DESCS),
-             "more than %d shared-buffer all-reduces in flight on one group; wait for some",
-             TD_SHM_DESCS - 1);
+    /* desc[k % 64] last held op k-64: every rank must be past it before it
+     * is reused. With 64+ ops in flight (a deep model's buckets) that means
+     * waiting here, progressing every request meanwhile: the older ops only
+     * need the ranks' own turns to finish. */
+    double since = 0;
+    unsigned idle = 0;
+    while (k > TD_SHM_DESCS &&
+           !td_shm_all_reached(s, offsetof(td_shm_ctl, finished), k - TD_SHM_DESCS))
+        td_shm_idle(&idle, &since, op->seq);
     s->direct_started = k;
     td_shm_ctl *mine = s->ctl[s->me];
     td_shm_desc *d = &mine->desc[k % TD_SHM_DESCS];
@@ -140,9 +143,9 @@ static float *peer_buffer(const td_shm_op *op, int j) {
     td_shm_region *g = region_by_id(s, d->region);
     if (!g || d->count != op->count) {
         td_comm_dump(4); /* names this call and its site */
-        td_fail("all-reduce mismatch: this rank reduces %zu elements, group rank %d %llu "
+        td_fail("all-reduce #%llu mismatch: this rank reduces %zu elements, group rank %d %llu "
                 "(every rank must make the same calls in the same order)",
-                op->count, j, (unsigned long long)d->count);
+                (unsigned long long)op->seq, op->count, j, (unsigned long long)d->count);
     }
     TD_ASSERT(d->offset + d->count * sizeof(float) <= g->size[j]);
     return (float *)(g->base[j] + d->offset);

@@ -239,7 +239,33 @@ static void t_same_tag_order(td_comm *w) {
     td_free(s1), td_free(s2), td_free(r1), td_free(r2), td_free(want);
 }
 
+/* More all-reduces in flight inside one shared buffer than the direct path
+ * has descriptor slots (64): starting the 65th must wait for the oldest,
+ * not fail or reuse a slot still read. Waited on newest first. */
+static void t_deep_shared(td_comm *c, int salt) {
+    enum { NOPS = 100, LEN = 37 };
+    int n = td_comm_size(c);
+    float *sh = td_comm_alloc_shared(c, NOPS * LEN * sizeof(float), TD_MEM_OTHER);
+    float *w = wantbuf(NOPS * LEN);
+    td_request *q[NOPS];
+    fill(sh, TD_F32, NOPS * LEN, wr(c, td_comm_rank(c)), salt, 0);
+    for (size_t i = 0; i < NOPS * LEN; i++) {
+        w[i] = 0;
+        for (int r = 0; r < n; r++) w[i] += v(wr(c, r), i, salt);
+    }
+    for (int k = 0; k < NOPS; k++) {
+        q[k] = td_request_new();
+        td_allreduce_start(q[k], c, sh + k * LEN, LEN, TD_F32, TD_SUM);
+    }
+    for (int k = NOPS - 1; k >= 0; k--) td_request_free(q[k]); /* waits */
+    expect("100 all-reduces in flight in a shared buffer", TD_F32, NOPS * LEN, sh, w, NOPS * LEN);
+    td_comm_free_shared(c, sh, TD_MEM_OTHER);
+    td_free(w);
+}
+
 void test_overlap(td_comm *w, td_comm *half) {
+    t_deep_shared(w, 900);
+    t_deep_shared(half, 950);
     t_many_in_flight(w, half);
     t_blocking_behind_request(w, half);
     if (td_comm_size(w) > 1) {
