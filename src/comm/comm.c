@@ -105,7 +105,7 @@ static td_comm *wrap(MPI_Comm mpi, const char *name) {
     TD_MPI(MPI_Group_free(&wg));
     free(mine);
     make_label(c);
-    c->shm = td_shm_open(mpi, c->rank, c->size);
+    c->shm = td_shm_open(mpi, c->rank, c->size, c->label);
     return c;
 }
 

@@ -42,7 +42,7 @@ struct td_comm {
 typedef struct td_shm td_shm;
 /* Collective over mpi: the ring, or NULL when the members are not all on one
  * node (or TRIDENT_COMM_SHM=0, or a group of one). */
-td_shm *td_shm_open(MPI_Comm mpi, int rank, int size);
+td_shm *td_shm_open(MPI_Comm mpi, int rank, int size, const char *label);
 void td_shm_close(td_shm *s);
 typedef struct {
     td_shm *shm;

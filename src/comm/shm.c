@@ -34,8 +34,10 @@
  * slow (more ranks than cores is common here) and aborting with the trace
  * after td_comm_timeout() seconds without progress. */
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
 
 #include "shm_internal.h"
 
@@ -59,7 +61,32 @@ void td_comm_set_shm_chunk(size_t bytes) {
 }
 size_t td_comm_shm_chunk(void) { return g_chunk_bytes; }
 
-td_shm *td_shm_open(MPI_Comm mpi, int rank, int size) {
+int td_shm_room(MPI_Comm mpi, size_t bytes, const char *what) {
+    unsigned long long mine = bytes, all = 0;
+    TD_MPI(MPI_Allreduce(&mine, &all, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, mpi));
+    struct statvfs v;
+    /* no /dev/shm: Open MPI backs windows elsewhere, and MPI says if it fails */
+    unsigned long long avail =
+        statvfs("/dev/shm", &v) == 0 ? (unsigned long long)v.f_bavail * v.f_frsize : ~0ULL;
+    int ok = avail >= all + all / 8 + ((unsigned long long)1 << 20), all_ok = 0;
+    TD_MPI(MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, mpi));
+    if (!all_ok) {
+        char need[32], have[32];
+        td_fmt_bytes(need, sizeof need, (double)all);
+        td_fmt_bytes(have, sizeof have, (double)avail);
+        int r = 0;
+        TD_MPI(MPI_Comm_rank(mpi, &r));
+        if (r == 0) /* one note per group: the members share one /dev/shm */
+            fprintf(stderr,
+                    "trident: rank %d: note: /dev/shm has %s free but %s needs %s; it goes "
+                    "through MPI instead (a larger /dev/shm, e.g. docker --shm-size, restores "
+                    "the shared-memory path)\n",
+                    td_comm_world_rank(), have, what, need);
+    }
+    return all_ok;
+}
+
+td_shm *td_shm_open(MPI_Comm mpi, int rank, int size, const char *label) {
     if (size < 2) return NULL;
     const char *env = getenv("TRIDENT_COMM_SHM");
     if (env && !strcmp(env, "0")) return NULL;
@@ -71,6 +98,9 @@ td_shm *td_shm_open(MPI_Comm mpi, int rank, int size) {
     TD_MPI(MPI_Comm_size(node, &node_size));
     TD_MPI(MPI_Comm_free(&node));
     if (node_size != size) return NULL;
+    char what[TD_COMM_LABEL + 48];
+    snprintf(what, sizeof what, "the shared-memory all-reduce ring of %s", label);
+    if (!td_shm_room(mpi, SEGMENT_BYTES + TD_LINE, what)) return NULL;
 
     td_shm *s = calloc(1, sizeof *s);
     TD_ASSERT(s);

@@ -21,6 +21,7 @@
  *           more, the op is complete here.
  * Parts are disjoint and each element is written by its one owner, so ranks
  * never race; the same bits land everywhere. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,6 +33,9 @@ void *td_comm_alloc_shared(td_comm *c, size_t bytes, td_mem_cat cat) {
     td_shm *s = c->shm;
     if (!s || !td_comm_shm()) return td_alloc(bytes, cat);
     td_comm_flush(c); /* a collective over c: earlier pieces go first */
+    char what[TD_COMM_LABEL + 48];
+    snprintf(what, sizeof what, "a shared %s buffer on %s", td_mem_cat_name(cat), c->label);
+    if (!td_shm_room(c->mpi, bytes + TD_LINE, what)) return td_alloc(bytes, cat);
     td_shm_region *g = calloc(1, sizeof *g);
     TD_ASSERT(g);
     g->base = calloc((size_t)s->n, sizeof *g->base);

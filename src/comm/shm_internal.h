@@ -75,6 +75,11 @@ static inline void td_shm_publish(_Atomic uint64_t *c, uint64_t value) {
     atomic_store_explicit(c, value, memory_order_release);
 }
 
+/* Collective over mpi: 1 when /dev/shm (where Open MPI backs shared windows)
+ * has room for `bytes` from every member, on every member; else 0 on all,
+ * with one note saying what `what` falls back to. */
+int td_shm_room(MPI_Comm mpi, size_t bytes, const char *what);
+
 /* shm_direct.c, for shm.c: direct ops behind the td_shm_op interface. */
 int td_shm_direct_begin(td_shm_op *op, td_shm *s, void *buf, size_t count, td_redop redop);
 int td_shm_direct_progress(td_shm_op *op);
