@@ -74,6 +74,11 @@ void td_comm_set_shm(int on);
  * memory. Free with td_comm_free_shared (collective as well). */
 void *td_comm_alloc_shared(td_comm *c, size_t bytes, td_mem_cat cat);
 void td_comm_free_shared(td_comm *c, void *p, td_mem_cat cat);
+/* 1 when fp32 all-reduce, reduce-scatter and all-gather on c whose input is
+ * a td_comm_alloc_shared buffer run straight between the members' buffers
+ * (no MPI, no staging memory), as long as that buffer's allocation found
+ * room; 0 for NULL. Memory plans use it. */
+int td_comm_shares_memory(const td_comm *c);
 int td_comm_shm(void);
 void td_comm_set_shm_chunk(size_t bytes);
 size_t td_comm_shm_chunk(void);

@@ -44,9 +44,13 @@ typedef struct td_shm td_shm;
  * node (or TRIDENT_COMM_SHM=0, or a group of one). */
 td_shm *td_shm_open(MPI_Comm mpi, int rank, int size, const char *label);
 void td_shm_close(td_shm *s);
+/* What a shared-memory op computes. */
+typedef enum { TD_SHM_ALLREDUCE = 0, TD_SHM_REDUCE_SCATTER, TD_SHM_ALL_GATHER } td_shm_kind;
 typedef struct {
     td_shm *shm;
-    void *buf;
+    td_shm_kind kind;
+    void *buf;        /* all-reduce: in and out */
+    const void *send; /* reduce-scatter, all-gather (direct only): the shared input */
     size_t count, chunk_elems;
     td_dtype dt;
     td_redop redop;
@@ -61,6 +65,14 @@ typedef struct {
  * inside a td_comm_alloc_shared buffer of the group goes direct. */
 void td_shm_allreduce_begin(td_shm_op *op, td_shm *s, void *buf, size_t count, td_dtype dt,
                             td_redop redop, uint64_t seq);
+/* fp32 reduce-scatter / all-gather whose send buffer lies inside a shared
+ * buffer of the group: 1 and started straight between the buffers, or 0 and
+ * nothing done (the caller uses MPI). Arguments as td_reduce_scatter_start /
+ * td_all_gather_start (recv = buf). */
+int td_shm_reduce_scatter_begin(td_shm_op *op, td_shm *s, const void *send, void *recv,
+                                size_t count, uint64_t seq);
+int td_shm_all_gather_begin(td_shm_op *op, td_shm *s, const void *send, void *recv, size_t count,
+                            uint64_t seq);
 /* Does what it can without waiting; 1 when the op is complete. */
 int td_shm_progress(td_shm_op *op);
 /* Until complete; aborts naming the op's trace record after the comm timeout. */

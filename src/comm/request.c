@@ -211,16 +211,41 @@ static td_request *begin(td_request *r, td_op op, td_comm *c, td_dtype dt, size_
     return r;
 }
 
-/* All-reduce on a group with a shared ring goes through it (one unit of
- * progress, never issued to MPI); everything else is cut into MPI pieces. */
-static int use_shm(const td_request *r) {
-    return r->op == TD_OP_ALLREDUCE && r->count > 0 && r->comm->shm && td_comm_shm();
+/* Starts r in the group's shared memory when it can: every all-reduce
+ * (straight between shared buffers, else through the ring), and fp32
+ * reduce-scatter / all-gather whose input lies in a shared buffer. Returns 0
+ * with nothing done otherwise (MPI pieces then). */
+static int shm_begin(td_request *r) {
+    td_shm *s = r->comm->shm;
+    if (!s || !td_comm_shm() || r->count == 0) return 0;
+    switch (r->op) {
+    case TD_OP_ALLREDUCE:
+        td_shm_allreduce_begin(&r->shm, s, r->buf, r->count, r->dt, r->redop, r->seq);
+        return 1;
+    case TD_OP_REDUCE_SCATTER:
+        return r->dt == TD_F32 &&
+               td_shm_reduce_scatter_begin(&r->shm, s, r->send, r->buf, r->count, r->seq);
+    case TD_OP_ALL_GATHER:
+        return r->dt == TD_F32 &&
+               td_shm_all_gather_begin(&r->shm, s, r->send, r->buf, r->count, r->seq);
+    default:
+        return 0;
+    }
+}
+
+/* Blocking calls: through shared memory when shm_begin takes the op. */
+static int run_shm(td_request *r) {
+    td_comm_flush(r->comm); /* MPI pieces started earlier on the group go out first */
+    r->via_shm = shm_begin(r);
+    if (!r->via_shm) return 0;
+    td_shm_run(&r->shm); /* polls the other requests while it waits */
+    td_trace_end(r->seq);
+    return 1;
 }
 
 static void start(td_request *r) {
-    r->via_shm = use_shm(r);
+    r->via_shm = shm_begin(r);
     if (r->via_shm) {
-        td_shm_allreduce_begin(&r->shm, r->comm->shm, r->buf, r->count, r->dt, r->redop, r->seq);
         r->n_pieces = r->next_piece = 1;
         r->done_pieces = 0;
         for (int s = 0; s < TD_MAX_INFLIGHT; s++) r->slot_piece[s] = SIZE_MAX;
@@ -311,14 +336,7 @@ void td_allreduce_at(td_comm *c, void *buf, size_t count, td_dtype dt, td_redop 
     td_request *r = begin(&g_blocking, TD_OP_ALLREDUCE, c, dt, count, -1, file, line);
     r->buf = buf;
     r->redop = op;
-    r->via_shm = use_shm(r);
-    if (r->via_shm) {
-        td_comm_flush(c); /* MPI pieces started earlier on c go out first, as in run_blocking */
-        td_shm_allreduce_begin(&r->shm, c->shm, buf, count, dt, op, r->seq);
-        td_shm_run(&r->shm); /* polls the other requests while it waits */
-        td_trace_end(r->seq);
-        return;
-    }
+    if (run_shm(r)) return;
     run_blocking(r);
 }
 
@@ -338,14 +356,14 @@ void td_reduce_scatter_at(td_comm *c, const void *send, void *recv, size_t count
                           const char *file, int line) {
     begin(&g_blocking, TD_OP_REDUCE_SCATTER, c, dt, count, -1, file, line)->buf = recv;
     g_blocking.send = send;
-    run_blocking(&g_blocking);
+    if (!run_shm(&g_blocking)) run_blocking(&g_blocking);
 }
 
 void td_all_gather_at(td_comm *c, const void *send, void *recv, size_t count, td_dtype dt,
                       const char *file, int line) {
     begin(&g_blocking, TD_OP_ALL_GATHER, c, dt, count, -1, file, line)->buf = recv;
     g_blocking.send = send;
-    run_blocking(&g_blocking);
+    if (!run_shm(&g_blocking)) run_blocking(&g_blocking);
 }
 
 void td_barrier_at(td_comm *c, const char *file, int line) {

@@ -155,7 +155,9 @@ void td_shm_allreduce_begin(td_shm_op *op, td_shm *s, void *buf, size_t count, t
     op->dt = dt;
     op->redop = redop;
     op->moved = 0;
-    op->direct = dt == TD_F32 && td_shm_direct_begin(op, s, buf, count, redop);
+    op->kind = TD_SHM_ALLREDUCE;
+    op->send = buf;
+    op->direct = dt == TD_F32 && td_shm_direct_begin(op, s, buf, count);
     if (op->direct) return;
     op->chunk_elems = g_chunk_bytes / 4;
     op->n_chunks = (count + op->chunk_elems - 1) / op->chunk_elems;

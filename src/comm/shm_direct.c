@@ -67,6 +67,8 @@ void *td_comm_alloc_shared(td_comm *c, size_t bytes, td_mem_cat cat) {
     return g->base[s->me];
 }
 
+int td_comm_shares_memory(const td_comm *c) { return c && c->shm && td_comm_shm(); }
+
 static td_shm_region *region_of(const td_shm *s, const void *p, size_t bytes) {
     for (td_shm_region *g = s->regions; g; g = g->next) {
         const char *b = g->base[s->me];
@@ -113,10 +115,10 @@ void td_shm_regions_free(td_shm *s) {
     }
 }
 
-/* ---- one direct all-reduce --------------------------------------------- */
+/* ---- one direct op ----------------------------------------------------- */
 
-int td_shm_direct_begin(td_shm_op *op, td_shm *s, void *buf, size_t count, td_redop redop) {
-    td_shm_region *g = region_of(s, buf, count * sizeof(float));
+int td_shm_direct_begin(td_shm_op *op, td_shm *s, const void *send, size_t send_elems) {
+    td_shm_region *g = region_of(s, send, send_elems * sizeof(float));
     if (!g) return 0;
     uint64_t k = s->direct_started + 1;
     /* desc[k % 64] last held op k-64: every rank must be past it before it
@@ -132,35 +134,77 @@ int td_shm_direct_begin(td_shm_op *op, td_shm *s, void *buf, size_t count, td_re
     td_shm_ctl *mine = s->ctl[s->me];
     td_shm_desc *d = &mine->desc[k % TD_SHM_DESCS];
     d->region = g->id;
-    d->offset = (uint64_t)((const char *)buf - g->base[s->me]);
-    d->count = count;
+    d->offset = (uint64_t)((const char *)send - g->base[s->me]);
+    d->count = op->count;
+    d->kind = op->kind;
     td_shm_publish(&mine->entered, k); /* release: the descriptor is visible first */
+    op->direct = 1;
     op->k = k;
     op->part_done = 0;
     return 1;
 }
 
-/* Rank j's buffer for op k, from j's descriptor. */
-static float *peer_buffer(const td_shm_op *op, int j) {
+static void begin_common(td_shm_op *op, td_shm *s, td_shm_kind kind, const void *send, void *recv,
+                         size_t count, uint64_t seq) {
+    op->shm = s;
+    op->kind = kind;
+    op->send = send;
+    op->buf = recv;
+    op->count = count;
+    op->dt = TD_F32;
+    op->redop = TD_SUM;
+    op->seq = seq;
+    op->moved = 0;
+}
+
+int td_shm_reduce_scatter_begin(td_shm_op *op, td_shm *s, const void *send, void *recv,
+                                size_t count, uint64_t seq) {
+    begin_common(op, s, TD_SHM_REDUCE_SCATTER, send, recv, count, seq);
+    return td_shm_direct_begin(op, s, send, count * (size_t)s->n);
+}
+
+int td_shm_all_gather_begin(td_shm_op *op, td_shm *s, const void *send, void *recv, size_t count,
+                            uint64_t seq) {
+    begin_common(op, s, TD_SHM_ALL_GATHER, send, recv, count, seq);
+    return td_shm_direct_begin(op, s, send, count);
+}
+
+/* Rank j's input for op k, from j's descriptor. */
+static float *peer_input(const td_shm_op *op, int j) {
+    static const char *names[] = {"all-reduce", "reduce-scatter", "all-gather"};
+    static const char *with_article[] = {"an all-reduce", "a reduce-scatter", "an all-gather"};
     const td_shm *s = op->shm;
     const td_shm_desc *d = &s->ctl[j]->desc[op->k % TD_SHM_DESCS];
     td_shm_region *g = region_by_id(s, d->region);
-    if (!g || d->count != op->count) {
+    if (!g || d->count != op->count || d->kind != op->kind) {
         td_comm_dump(4); /* names this call and its site */
-        td_fail("all-reduce #%llu mismatch: this rank reduces %zu elements, group rank %d %llu "
+        td_fail("%s #%llu mismatch: here %zu elements, group rank %d started %s of %llu "
                 "(every rank must make the same calls in the same order)",
-                (unsigned long long)op->seq, op->count, j, (unsigned long long)d->count);
+                names[op->kind], (unsigned long long)op->seq, op->count, j,
+                d->kind < 3 ? with_article[d->kind] : "another op", (unsigned long long)d->count);
     }
-    TD_ASSERT(d->offset + d->count * sizeof(float) <= g->size[j]);
+    size_t elems = op->kind == TD_SHM_REDUCE_SCATTER ? op->count * (size_t)s->n : op->count;
+    TD_ASSERT(d->offset + elems * sizeof(float) <= g->size[j]);
     return (float *)(g->base[j] + d->offset);
 }
 
-static void reduce_my_part(td_shm_op *op) {
-    enum { B = 1024, MAXR = 64 };
+/* acc[0..m) = sum (or max) over ranks in rank order of in[j][0..m) */
+static void reduce_block(float *acc, float *const *in, int n, size_t o, size_t m, td_redop redop) {
+    memcpy(acc, in[0] + o, m * sizeof(float));
+    for (int j = 1; j < n; j++) {
+        const float *x = in[j] + o;
+        if (redop == TD_MAX)
+            for (size_t i = 0; i < m; i++) acc[i] = acc[i] > x[i] ? acc[i] : x[i];
+        else
+            for (size_t i = 0; i < m; i++) acc[i] += x[i];
+    }
+}
+
+/* All-reduce: my part of the payload, summed over every rank's buffer and
+ * written back into all of them. */
+static void allreduce_part(td_shm_op *op, float *const *buf) {
+    enum { B = 1024 };
     td_shm *s = op->shm;
-    TD_CHECK(s->n <= MAXR, "shared-buffer all-reduce supports up to %d ranks per node", MAXR);
-    float *buf[MAXR];
-    for (int j = 0; j < s->n; j++) buf[j] = peer_buffer(op, j);
     /* parts cut on 16-element (cache-line) bounds: no line has two writers */
     size_t lo = (op->count * (size_t)s->me / (size_t)s->n) & ~(size_t)15;
     size_t hi = s->me + 1 == s->n ? op->count
@@ -177,16 +221,48 @@ static void reduce_my_part(td_shm_op *op) {
     float acc[B];
     for (size_t o = lo; o < hi; o += B) {
         size_t m = td_min_sz(B, hi - o);
-        memcpy(acc, buf[0] + o, m * sizeof(float));
-        for (int j = 1; j < s->n; j++) {
-            const float *in = buf[j] + o;
-            if (op->redop == TD_MAX)
-                for (size_t i = 0; i < m; i++) acc[i] = acc[i] > in[i] ? acc[i] : in[i];
-            else
-                for (size_t i = 0; i < m; i++) acc[i] += in[i];
-        }
+        reduce_block(acc, buf, s->n, o, m, op->redop);
         for (int j = 0; j < s->n; j++) memcpy(buf[j] + o, acc, m * sizeof(float));
     }
+}
+
+/* Reduce-scatter: block `me` of every rank's input, summed into my output
+ * (which may be my own input's block: each piece is summed before written). */
+static void reduce_scatter_part(td_shm_op *op, float *const *in) {
+    enum { B = 1024 };
+    td_shm *s = op->shm;
+    float acc[B], *out = op->buf, *blk[64];
+    for (int j = 0; j < s->n; j++) blk[j] = in[j] + (size_t)s->me * op->count;
+    for (size_t o = 0; o < op->count; o += B) {
+        size_t m = td_min_sz(B, op->count - o);
+        reduce_block(acc, blk, s->n, o, m, TD_SUM);
+        memcpy(out + o, acc, m * sizeof(float));
+    }
+}
+
+/* All-gather: every rank's input into its block of my output (mine too,
+ * unless it is already there: the in-place form). */
+static void all_gather_part(td_shm_op *op, float *const *in) {
+    td_shm *s = op->shm;
+    float *out = op->buf;
+    for (int j = 0; j < s->n; j++) {
+        float *dst = out + (size_t)j * op->count;
+        if (dst != in[j]) memcpy(dst, in[j], op->count * sizeof(float));
+    }
+}
+
+static void do_my_part(td_shm_op *op) {
+    enum { MAXR = 64 };
+    td_shm *s = op->shm;
+    TD_CHECK(s->n <= MAXR, "shared-buffer collectives support up to %d ranks per node", MAXR);
+    float *in[MAXR];
+    for (int j = 0; j < s->n; j++) in[j] = peer_input(op, j);
+    if (op->kind == TD_SHM_ALLREDUCE)
+        allreduce_part(op, in);
+    else if (op->kind == TD_SHM_REDUCE_SCATTER)
+        reduce_scatter_part(op, in);
+    else
+        all_gather_part(op, in);
 }
 
 int td_shm_direct_progress(td_shm_op *op) {
@@ -197,10 +273,11 @@ int td_shm_direct_progress(td_shm_op *op) {
         if (s->direct_finished != op->k - 1 ||
             !td_shm_all_reached(s, offsetof(td_shm_ctl, entered), op->k))
             return 0;
-        reduce_my_part(op);
+        do_my_part(op);
         s->direct_finished = op->k;
         td_shm_publish(&s->ctl[s->me]->finished, op->k);
         op->part_done = op->moved = 1;
     }
+    /* every rank done reading my input (and, for all-reduce, writing my buffer) */
     return td_shm_all_reached(s, offsetof(td_shm_ctl, finished), op->k);
 }

@@ -23,8 +23,9 @@
 
 typedef struct {
     uint64_t region; /* td_shm_region id, the same on every rank */
-    uint64_t offset; /* bytes into this rank's part of the region */
-    uint64_t count;  /* fp32 elements */
+    uint64_t offset; /* bytes into this rank's part of the region: the op's input */
+    uint64_t count;  /* the op's count (fp32 elements, per rank for scatter/gather) */
+    uint64_t kind;   /* td_shm_kind, to name a mismatch */
 } td_shm_desc;
 
 /* One per rank, written only by its owner; every counter on its own line. */
@@ -81,7 +82,9 @@ static inline void td_shm_publish(_Atomic uint64_t *c, uint64_t value) {
 int td_shm_room(MPI_Comm mpi, size_t bytes, const char *what);
 
 /* shm_direct.c, for shm.c: direct ops behind the td_shm_op interface. */
-int td_shm_direct_begin(td_shm_op *op, td_shm *s, void *buf, size_t count, td_redop redop);
+/* op's kind, count, buffers and seq set: publishes `send` (send_elems fp32)
+ * when it lies in a shared region; 0 and nothing done otherwise. */
+int td_shm_direct_begin(td_shm_op *op, td_shm *s, const void *send, size_t send_elems);
 int td_shm_direct_progress(td_shm_op *op);
 void td_shm_regions_free(td_shm *s);
 

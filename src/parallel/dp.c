@@ -38,7 +38,7 @@ td_mem_plan td_dp_memory_plan(const td_dp_config *cfg, const td_grid *g, const t
     if (cfg->mode == TD_DP_PS) {
         td_ps_plan(cfg, g, t, &p);
     } else if (cfg->zero > 0) {
-        td_zero_plan(cfg, t, g->dp, &p);
+        td_zero_plan(cfg, t, g->dp, g->dp > 1 && td_comm_shares_memory(g->dp_comm), &p);
     } else {
         p.bytes[TD_MEM_PARAMS] = n;
         p.bytes[TD_MEM_GRADS] = n;
@@ -100,7 +100,10 @@ void td_dp_destroy(td_dp *dp) {
     if (dp->ps) td_ps_destroy(dp);
     if (dp->zero) td_zero_destroy(dp);
     td_buckets_free(dp);
-    td_free(dp->params);
+    if (dp->params_shared)
+        td_comm_free_shared(dp->comm, dp->params, TD_MEM_PARAMS);
+    else
+        td_free(dp->params);
     if (dp->grads_shared)
         td_comm_free_shared(dp->comm, dp->grads, TD_MEM_GRADS);
     else

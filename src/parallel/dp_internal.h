@@ -24,7 +24,8 @@ struct td_dp {
 
     /* replicated state (zero 0, zero 1 params/grads, reduce-broadcast) */
     float *params, *grads, *m, *v;
-    int grads_shared; /* grads from td_comm_alloc_shared (all-reduce mode, dp > 1) */
+    int grads_shared;  /* grads from td_comm_alloc_shared (collective inputs, dp > 1) */
+    int params_shared; /* params likewise (ZeRO 1/2 all-gather them in place) */
 
     /* bucketed gradient sync during backward */
     td_bucket *buckets;
@@ -51,7 +52,10 @@ void td_zero_destroy(td_dp *dp);
 void td_zero_hook(void *ctx, td_unit_event ev, int unit);
 double td_zero_finish_step(td_dp *dp, int step, float lr);
 void td_zero_gather_state(td_dp *dp, float *params, float *m, float *v); /* dp-rank 0, dp layout */
-void td_zero_plan(const td_dp_config *cfg, const td_param_table *t, int D, td_mem_plan *p);
+/* shared: the dp group shares memory (td_comm_shares_memory), so ZeRO's
+ * collectives need no MPI staging */
+void td_zero_plan(const td_dp_config *cfg, const td_param_table *t, int D, int shared,
+                  td_mem_plan *p);
 
 /* ps.c */
 void td_ps_create(td_dp *dp);

@@ -67,7 +67,8 @@ static size_t my_slice_off(const td_dp *dp, int u) {
     return td_unit_slice(dp->t, u, dp->D, dp->r, &len);
 }
 
-void td_zero_plan(const td_dp_config *cfg, const td_param_table *t, int D, td_mem_plan *p) {
+void td_zero_plan(const td_dp_config *cfg, const td_param_table *t, int D, int shared,
+                  td_mem_plan *p) {
     size_t n = t->numel * sizeof(float), sh = n / (size_t)D;
     size_t max_block = 0;
     int L = t->cfg.L;
@@ -79,16 +80,30 @@ void td_zero_plan(const td_dp_config *cfg, const td_param_table *t, int D, td_me
     p->bytes[TD_MEM_PARAMS] = cfg->zero == 3 ? sh : n;
     if (cfg->zero == 1) p->bytes[TD_MEM_COMM] = sh; /* reduce-scatter output */
     else p->bytes[TD_MEM_COMM] = POOL * max_block + u0;
-    /* the comm layer packs a reduce-scatter piece per in-flight slot unless a
-     * unit fits one piece and does not scatter in place (stage 1); one
-     * reduce-scatter is in flight at a time */
+    /* Through MPI the comm layer packs a reduce-scatter piece per in-flight
+     * slot unless a unit fits one piece and does not scatter in place (stage
+     * 1); one reduce-scatter is in flight at a time. Between shared buffers
+     * (one node) it needs nothing. */
     size_t unit_bytes = td_max_sz(max_block, u0), piece = td_comm_piece_bytes();
-    if (cfg->zero != 1 || unit_bytes > piece)
+    if (!shared && (cfg->zero != 1 || unit_bytes > piece))
         p->bytes[TD_MEM_COMM] += (size_t)td_comm_inflight() * td_min_sz(piece, unit_bytes);
     if (cfg->zero == 3) p->bytes[TD_MEM_GATHER] = POOL * max_block + u0 + uf;
 }
 
-static float *grad_full_alloc(size_t n) { return td_alloc(n * sizeof(float), TD_MEM_COMM); }
+/* Buffers other replicas read in a collective (reduce-scatter and all-gather
+ * inputs) are allocated shared: on one node those collectives then run
+ * straight between the replicas' buffers (comm.h, td_comm_alloc_shared). */
+static float *shared_alloc(td_dp *dp, size_t n, td_mem_cat cat) {
+    return dp->D > 1 ? td_comm_alloc_shared(dp->comm, n * sizeof(float), cat)
+                     : td_alloc(n * sizeof(float), cat);
+}
+
+static void shared_free(td_dp *dp, float *p, td_mem_cat cat) {
+    if (dp->D > 1)
+        td_comm_free_shared(dp->comm, p, cat);
+    else
+        td_free(p);
+}
 
 void td_zero_create(td_dp *dp) {
     TD_CHECK(dp->g->tp == 1 && dp->g->pp == 1, "--zero works with --tp 1 --pp 1 in this build");
@@ -109,7 +124,7 @@ void td_zero_create(td_dp *dp) {
     dp->v = td_alloc(z->shard_n * sizeof(float), TD_MEM_OPTIM);
 
     if (z->stage == 3) {
-        z->pshard = td_alloc(z->shard_n * sizeof(float), TD_MEM_PARAMS);
+        z->pshard = shared_alloc(dp, z->shard_n, TD_MEM_PARAMS);
         /* counter-based init: the slices equal those of a full init */
         for (int u = 0; u < U; u++) {
             size_t lo = my_slice_off(dp, u);
@@ -124,12 +139,14 @@ void td_zero_create(td_dp *dp) {
         z->gather_of = td_alloc(sizeof(int) * (size_t)U, TD_MEM_OTHER);
         for (int u = 0; u < U; u++) z->gather_of[u] = -1;
     } else {
-        dp->params = td_alloc(t->numel * sizeof(float), TD_MEM_PARAMS);
+        dp->params = shared_alloc(dp, t->numel, TD_MEM_PARAMS); /* all-gathered in place */
+        dp->params_shared = dp->D > 1;
         td_param_init_range(t, dp->cfg.seed, 0, t->numel, dp->params);
         if (dp->D > 1) td_broadcast(dp->comm, dp->params, t->numel, TD_F32, 0);
     }
     if (z->stage == 1) {
-        dp->grads = td_alloc(t->numel * sizeof(float), TD_MEM_GRADS);
+        dp->grads = shared_alloc(dp, t->numel, TD_MEM_GRADS); /* reduce-scattered */
+        dp->grads_shared = dp->D > 1;
         z->gshard = NULL;
         z->rs_out = td_alloc(z->shard_n * sizeof(float), TD_MEM_COMM);
         z->unit_req = td_alloc(sizeof(td_request *) * (size_t)U, TD_MEM_OTHER);
@@ -137,7 +154,8 @@ void td_zero_create(td_dp *dp) {
     } else {
         z->gshard = td_alloc(z->shard_n * sizeof(float), TD_MEM_GRADS);
         for (int i = 0; i < POOL + 1; i++) {
-            z->gslots[i].full = grad_full_alloc(i < POOL ? z->max_block : td_unit_numel(t, 0));
+            z->gslots[i].full =
+                shared_alloc(dp, i < POOL ? z->max_block : td_unit_numel(t, 0), TD_MEM_COMM);
             z->gslots[i].req = td_request_new();
             z->gslots[i].unit = -1;
         }
@@ -152,7 +170,7 @@ void td_zero_destroy(td_dp *dp) {
     if (z->unit_req)
         for (int u = 0; u < dp->n_units; u++) td_request_free(z->unit_req[u]);
     for (int i = 0; i < POOL + 1; i++) {
-        td_free(z->gslots[i].full);
+        if (z->gslots[i].full) shared_free(dp, z->gslots[i].full, TD_MEM_COMM);
         if (z->gslots[i].req) td_request_free(z->gslots[i].req);
     }
     for (int i = 0; i < POOL + 2; i++) {
@@ -162,7 +180,7 @@ void td_zero_destroy(td_dp *dp) {
     td_free(z->unit_req);
     td_free(z->rs_out);
     td_free(z->gshard);
-    td_free(z->pshard);
+    if (z->pshard) shared_free(dp, z->pshard, TD_MEM_PARAMS);
     td_free(z->gather_of);
     td_free(z->shard_off);
     td_free(z);

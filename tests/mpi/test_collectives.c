@@ -151,10 +151,21 @@ static void t_reduce_bcast(const ctx *x) {
     td_request_free(q), td_free(b), td_free(w);
 }
 
-static void t_scatter_gather(const ctx *x, int in_place) {
+/* shared: all three buffers inside one td_comm_alloc_shared buffer, at an
+ * offset that differs per rank (fp32 goes straight between the ranks'
+ * buffers; bf16 stays on MPI). */
+static void t_scatter_gather(const ctx *x, int in_place, int shared) {
     int me = td_comm_rank(x->c), n = td_comm_size(x->c);
     size_t cnt = x->count, es = td_dtype_size(x->dt), all = cnt * (size_t)n;
-    void *send = databuf(all), *full = databuf(all), *recv = databuf(cnt);
+    void *send, *full, *recv;
+    char *region = NULL;
+    if (shared) {
+        size_t off = (3 * (size_t)me + 1) * es;
+        region = td_comm_alloc_shared(x->c, off + (2 * all + cnt + 1) * es, TD_MEM_OTHER);
+        send = region + off, full = (char *)send + all * es, recv = (char *)full + all * es;
+    } else {
+        send = databuf(all), full = databuf(all), recv = databuf(cnt);
+    }
     float *w = wantbuf(all);
     td_request *q = td_request_new();
     /* reduce_scatter: block r of the sum lands on rank r. */
@@ -169,7 +180,9 @@ static void t_scatter_gather(const ctx *x, int in_place) {
     else
         td_reduce_scatter(x->c, send, out, cnt, x->dt);
     run(q, x->nb);
-    expect(in_place ? "reduce_scatter in place" : "reduce_scatter", x->dt, cnt, out, w, cnt);
+    expect(in_place ? (shared ? "reduce_scatter in place, shared" : "reduce_scatter in place")
+                    : (shared ? "reduce_scatter, shared" : "reduce_scatter"),
+           x->dt, cnt, out, w, cnt);
     /* all_gather: block r of the output is rank r's input. */
     memset(full, 0xff, all * es);
     void *in = in_place ? (char *)full + (size_t)me * cnt * es : recv;
@@ -181,8 +194,14 @@ static void t_scatter_gather(const ctx *x, int in_place) {
     else
         td_all_gather(x->c, in, full, cnt, x->dt);
     run(q, x->nb);
-    expect(in_place ? "all_gather in place" : "all_gather", x->dt, cnt, full, w, all);
-    td_request_free(q), td_free(send), td_free(full), td_free(recv), td_free(w);
+    expect(in_place ? (shared ? "all_gather in place, shared" : "all_gather in place")
+                    : (shared ? "all_gather, shared" : "all_gather"),
+           x->dt, cnt, full, w, all);
+    if (shared)
+        td_comm_free_shared(x->c, region, TD_MEM_OTHER);
+    else
+        td_free(send), td_free(full), td_free(recv);
+    td_request_free(q), td_free(w);
 }
 
 /* A token around the ring with blocking calls (rank 0 sends first, so it
@@ -218,8 +237,10 @@ static void suite(td_comm *c, int salt) {
                 t_allreduce(&x, TD_SUM);
                 t_allreduce(&x, TD_MAX);
                 t_reduce_bcast(&x);
-                t_scatter_gather(&x, 0);
-                t_scatter_gather(&x, 1);
+                for (int shared = 0; shared < 2; shared++) {
+                    t_scatter_gather(&x, 0, shared);
+                    t_scatter_gather(&x, 1, shared);
+                }
                 if (td_comm_size(c) > 1) t_p2p(&x);
             }
 }
