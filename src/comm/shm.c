@@ -148,15 +148,7 @@ void td_shm_close(td_shm *s) {
 
 void td_shm_allreduce_begin(td_shm_op *op, td_shm *s, void *buf, size_t count, td_dtype dt,
                             td_redop redop, uint64_t seq) {
-    op->shm = s;
-    op->seq = seq;
-    op->buf = buf;
-    op->count = count;
-    op->dt = dt;
-    op->redop = redop;
-    op->moved = 0;
-    op->kind = TD_SHM_ALLREDUCE;
-    op->send = buf;
+    td_shm_op_init(op, s, TD_SHM_ALLREDUCE, buf, buf, count, dt, redop, seq);
     op->direct = dt == TD_F32 && td_shm_direct_begin(op, s, buf, count);
     if (op->direct) return;
     op->chunk_elems = g_chunk_bytes / 4;

@@ -144,28 +144,15 @@ int td_shm_direct_begin(td_shm_op *op, td_shm *s, const void *send, size_t send_
     return 1;
 }
 
-static void begin_common(td_shm_op *op, td_shm *s, td_shm_kind kind, const void *send, void *recv,
-                         size_t count, uint64_t seq) {
-    op->shm = s;
-    op->kind = kind;
-    op->send = send;
-    op->buf = recv;
-    op->count = count;
-    op->dt = TD_F32;
-    op->redop = TD_SUM;
-    op->seq = seq;
-    op->moved = 0;
-}
-
 int td_shm_reduce_scatter_begin(td_shm_op *op, td_shm *s, const void *send, void *recv,
                                 size_t count, uint64_t seq) {
-    begin_common(op, s, TD_SHM_REDUCE_SCATTER, send, recv, count, seq);
+    td_shm_op_init(op, s, TD_SHM_REDUCE_SCATTER, send, recv, count, TD_F32, TD_SUM, seq);
     return td_shm_direct_begin(op, s, send, count * (size_t)s->n);
 }
 
 int td_shm_all_gather_begin(td_shm_op *op, td_shm *s, const void *send, void *recv, size_t count,
                             uint64_t seq) {
-    begin_common(op, s, TD_SHM_ALL_GATHER, send, recv, count, seq);
+    td_shm_op_init(op, s, TD_SHM_ALL_GATHER, send, recv, count, TD_F32, TD_SUM, seq);
     return td_shm_direct_begin(op, s, send, count);
 }
 

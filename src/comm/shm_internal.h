@@ -76,6 +76,20 @@ static inline void td_shm_publish(_Atomic uint64_t *c, uint64_t value) {
     atomic_store_explicit(c, value, memory_order_release);
 }
 
+static inline void td_shm_op_init(td_shm_op *op, td_shm *s, td_shm_kind kind, const void *send,
+                                  void *out, size_t count, td_dtype dt, td_redop redop,
+                                  uint64_t seq) {
+    op->shm = s;
+    op->kind = kind;
+    op->send = send;
+    op->buf = out;
+    op->count = count;
+    op->dt = dt;
+    op->redop = redop;
+    op->seq = seq;
+    op->moved = 0;
+}
+
 /* Collective over mpi: 1 when /dev/shm (where Open MPI backs shared windows)
  * has room for `bytes` from every member, on every member; else 0 on all,
  * with one note saying what `what` falls back to. */
