@@ -1,26 +1,29 @@
-/* All-reduce straight between buffers that every rank of a node-local group
- * can map: no staging, no copies.
+/* Collectives straight between buffers that every rank of a node-local
+ * group can map: no staging, no copies beyond the result itself.
  *
  * td_comm_alloc_shared() gives each rank its part of an MPI shared window
- * (plain td_alloc memory where the group has no shared ring). An fp32
- * all-reduce whose data lies inside such a region needs no ring: rank r sums
- * its part of the payload over every rank's buffer, in rank order, and writes
- * the sum back into every rank's buffer. Each rank reads and writes its
- * share once; measured on 2 ranks here, 64 MiB at ~12-18 GB/s bus
- * bandwidth against ~1.5-2 GB/s for one MPI_Allreduce of the same buffer.
- * The data-parallel gradient buffer is allocated this way (src/parallel).
+ * (plain td_alloc memory where the group has no shared ring or /dev/shm has
+ * no room). fp32 collectives whose input lies inside such a region run here:
+ *   all-reduce:     rank r sums its part of the payload over every rank's
+ *                   buffer, in rank order, and writes the sum back into all;
+ *   reduce-scatter: rank r sums block r of every rank's input into its own
+ *                   output;
+ *   all-gather:     rank r copies every rank's input into its own output.
+ * Measured on 2 ranks here: all-reduce of 64 MiB at 10-16 GB/s bus
+ * bandwidth against 1.6-2.0 for one MPI_Allreduce of the same buffers. The
+ * data-parallel and ZeRO buffers are allocated this way (src/parallel).
  *
  * Protocol, op k on the group (every rank starts the same direct ops in the
  * same order):
- *   start:  publish my descriptor (region, offset, count) in desc[k % 64],
- *           then entered = k (release);
- *   part:   once every rank entered k (their data is final), and my part of
- *           op k-1 is done: reduce my part across all buffers, write it to
- *           all of them; finished = k;
- *   done:   once every rank finished k: nobody writes into my buffer any
- *           more, the op is complete here.
- * Parts are disjoint and each element is written by its one owner, so ranks
- * never race; the same bits land everywhere. */
+ *   start:  publish my descriptor (region, offset, count, kind) in
+ *           desc[k % 64], then entered = k (release);
+ *   part:   once every rank entered k (their inputs are final), and my part
+ *           of op k-1 is done: do my part; finished = k;
+ *   done:   once every rank finished k: nobody reads my input or writes my
+ *           buffer any more, the op is complete here.
+ * Each element of an output is written by one rank only, and never one that
+ * another rank still reads, so ranks never race; the same bits land
+ * everywhere. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
