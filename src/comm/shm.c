@@ -6,9 +6,10 @@
  * and each reduce one part of every chunk, reading the others' staged copies
  * directly: each rank reads and writes its own payload once, and the rest
  * stays in cache. NCCL, oneCCL and DeepSpeed's CPU all-reduce work this way
- * within a node. Measured (`trident bench comm`, 2 ranks, this machine): 2-4x
- * MPI's bandwidth from 4 KiB to 256 KiB, ~1.1x MPI in 1 MiB pieces at 64 MiB,
- * ~0.85x a single MPI call at 1-4 MiB (where MPI's single copy wins).
+ * within a node. Measured (`trident bench comm`, 2 ranks, plain buffers on
+ * huge pages): 2-4x MPI's bandwidth from 4 KiB to 256 KiB, on par with one
+ * MPI call at 1-4 MiB (in cache, MPI's single copy is as good), and at
+ * 64 MiB ~1.15x MPI in 1 MiB pieces and ~4x one MPI call.
  *
  * The ring: every rank owns TD_SHM_SLOTS slots of up to TD_SHM_SLOT_BYTES of
  * fp32 and three counters on their own cache lines. The group works through
