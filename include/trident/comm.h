@@ -7,6 +7,12 @@
  * comm`). bf16 payloads are reduced in fp32 (converted per piece), so a sum
  * over many ranks is rounded once.
  *
+ * Within a node MPI is bypassed where it can be: a group whose members all
+ * share one node all-reduces through a shared staging ring, and fp32
+ * all-reduce, reduce-scatter and all-gather whose input lies in a
+ * td_comm_alloc_shared buffer run straight between the members' buffers
+ * (src/comm/shm.c, shm_direct.c). Results are the same bits on every rank.
+ *
  * Every call is recorded in a small per-rank ring (sequence number, op, bytes,
  * group and its world ranks, peer/root, call site). Waits poll with a
  * deadline: a call that does not complete within td_comm_timeout() seconds
