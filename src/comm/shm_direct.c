@@ -34,7 +34,7 @@
 
 void *td_comm_alloc_shared(td_comm *c, size_t bytes, td_mem_cat cat) {
     td_shm *s = c->shm;
-    if (!s || !td_comm_shm()) return td_alloc(bytes, cat);
+    if (!s || !td_comm_shm() || s->n > TD_SHM_MAX_RANKS) return td_alloc(bytes, cat);
     td_comm_flush(c); /* a collective over c: earlier pieces go first */
     char what[TD_COMM_LABEL + 48];
     snprintf(what, sizeof what, "a shared %s buffer on %s", td_mem_cat_name(cat), c->label);
@@ -70,7 +70,9 @@ void *td_comm_alloc_shared(td_comm *c, size_t bytes, td_mem_cat cat) {
     return g->base[s->me];
 }
 
-int td_comm_shares_memory(const td_comm *c) { return c && c->shm && td_comm_shm(); }
+int td_comm_shares_memory(const td_comm *c) {
+    return c && c->shm && td_comm_shm() && c->shm->n <= TD_SHM_MAX_RANKS;
+}
 
 static td_shm_region *region_of(const td_shm *s, const void *p, size_t bytes) {
     for (td_shm_region *g = s->regions; g; g = g->next) {
@@ -221,7 +223,7 @@ static void allreduce_part(td_shm_op *op, float *const *buf) {
 static void reduce_scatter_part(td_shm_op *op, float *const *in) {
     enum { B = 1024 };
     td_shm *s = op->shm;
-    float acc[B], *out = op->buf, *blk[64];
+    float acc[B], *out = op->buf, *blk[TD_SHM_MAX_RANKS];
     for (int j = 0; j < s->n; j++) blk[j] = in[j] + (size_t)s->me * op->count;
     for (size_t o = 0; o < op->count; o += B) {
         size_t m = td_min_sz(B, op->count - o);
@@ -242,10 +244,8 @@ static void all_gather_part(td_shm_op *op, float *const *in) {
 }
 
 static void do_my_part(td_shm_op *op) {
-    enum { MAXR = 64 };
     td_shm *s = op->shm;
-    TD_CHECK(s->n <= MAXR, "shared-buffer collectives support up to %d ranks per node", MAXR);
-    float *in[MAXR];
+    float *in[TD_SHM_MAX_RANKS]; /* no region exists on larger groups */
     for (int j = 0; j < s->n; j++) in[j] = peer_input(op, j);
     if (op->kind == TD_SHM_ALLREDUCE)
         allreduce_part(op, in);

@@ -20,6 +20,9 @@
 /* Direct ops published but not yet finished by every rank, at most: each
  * has a descriptor slot in its owner's control block. */
 #define TD_SHM_DESCS 64
+/* Direct ops keep one pointer per rank on the stack; larger node-local
+ * groups get plain buffers (and MPI) from td_comm_alloc_shared. */
+#define TD_SHM_MAX_RANKS 64
 
 typedef struct {
     uint64_t region; /* td_shm_region id, the same on every rank */
