@@ -2,15 +2,15 @@
 # Each bad input gives one clear error line ("trident: error: ...") naming
 # what is wrong, and a non-zero exit; never a crash, a hang or a default.
 set -u
-T=${1:?usage: test_bad_input.sh TRIDENT_BINARY SHARED_DIR}
-SHARED=${2:?}
+T=${1:?usage: test_bad_input.sh TRIDENT_BINARY DATA_DIR}
+DATA=${2:?}
 MPIRUN="mpirun --allow-run-as-root --oversubscribe --bind-to none"
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 fails=0
 printf 'hello world\n' > "$tmp/short.txt"
 : > "$tmp/empty.txt"
 printf '\xff\xfe bad utf8' > "$tmp/bad.txt"
-head -c 20000 "$SHARED/data/tinyshakespeare.txt" > "$tmp/small.txt"
+head -c 20000 "$DATA/tinyshakespeare.txt" > "$tmp/small.txt"
 mkdir -p "$tmp/otherckpt"
 printf 'TRIDENT1garbage' > "$tmp/otherckpt/model.bin"
 Q="--steps 2 --eval-every 0 --threads 1"

@@ -2,10 +2,10 @@
 # The same seed gives bitwise-identical losses across two runs (single
 # process, 2 threads, and dp=2 under mpirun), and a different seed does not.
 set -u
-T=${1:?usage: test_determinism.sh TRIDENT_BINARY SHARED_DIR}
-SHARED=${2:?}
+T=${1:?usage: test_determinism.sh TRIDENT_BINARY DATA_DIR}
+DATA=${2:?}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-args=(train --data "$SHARED/data/tinyshakespeare.txt" --layers 2 --embd 64 --heads 4 --seq 32
+args=(train --data "$DATA/tinyshakespeare.txt" --layers 2 --embd 64 --heads 4 --seq 32
       --batch 8 --steps 15 --eval-every 0 --warmup 2)
 losses() { grep -o '"loss": [-0-9.e]*' "$1" | tr '\n' ' '; }
 run() { local log=$1; shift; "$@" --log "$log" >/dev/null 2>&1 || { echo "FAIL: run failed: $*"; exit 1; }; }

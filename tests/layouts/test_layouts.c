@@ -14,8 +14,8 @@
 #include "trident/kernels.h"
 #include "trident/train.h"
 
-#ifndef TD_SHARED_DIR
-#define TD_SHARED_DIR "../shared"
+#ifndef TD_DATA_DIR
+#error "TD_DATA_DIR must name the repository's data/ folder"
 #endif
 
 /* The oracle: one process, the whole global batch, no strategy. */
@@ -88,7 +88,7 @@ int main(int argc, char **argv) {
     td_comm_init(&argc, &argv);
     td_train_opts o;
     td_train_opts_default(&o);
-    o.data = TD_SHARED_DIR "/data/tinyshakespeare.txt";
+    o.data = TD_DATA_DIR "/tinyshakespeare.txt";
     o.layers = 2, o.heads = 4, o.embd = 44, o.seq = 16, o.batch = 12, o.steps = 20;
     o.optim.warmup = 5;
     o.eval_every = 0;

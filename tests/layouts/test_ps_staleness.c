@@ -9,14 +9,14 @@
 #include "trident/comm.h"
 #include "trident/train.h"
 
-#ifndef TD_SHARED_DIR
-#define TD_SHARED_DIR "../shared"
+#ifndef TD_DATA_DIR
+#error "TD_DATA_DIR must name the repository's data/ folder"
 #endif
 
 static double run(int staleness, int *max_stale, double *mean_stale) {
     td_train_opts o;
     td_train_opts_default(&o);
-    o.data = TD_SHARED_DIR "/data/tinyshakespeare.txt";
+    o.data = TD_DATA_DIR "/tinyshakespeare.txt";
     o.layers = 2, o.heads = 4, o.embd = 64, o.seq = 32, o.batch = 16, o.steps = 200;
     o.optim.warmup = 20, o.optim.max_steps = o.steps;
     o.eval_every = 0, o.threads = 1, o.quiet = 1;
