@@ -15,8 +15,8 @@ typedef struct {
 } td_tokenizer;
 
 const char *td_tokenizer_name(td_tokenizer_kind k);
-/* Char vocabulary = the sorted distinct code points of text; `what` names
- * the source in errors. */
+/* Char vocabulary = the sorted distinct code points of strict UTF-8 text;
+ * `what` prefixes errors (e.g. "--data PATH"). */
 void td_tokenizer_build_char(td_tokenizer *tk, const char *text, size_t n, const char *what);
 /* Encode UTF-8 text; unknown characters are a user error naming them.
  * Returns the token count; *out is td_alloc'd. */
@@ -38,7 +38,12 @@ typedef struct {
  * without a val file beside it is split 90/10. vocab > 0 fixes V for token
  * files (else max id + 1). Every failure is one clear error. T is checked
  * against both splits (each must hold one sequence plus its target).
- * "synthetic:V" gives 2^20 uniform random tokens (for benchmarks). */
+ * "synthetic:V" gives 2^20 uniform random tokens (for benchmarks).
+ * tokenizer NULL means the user gave none: "char" for text; token files and
+ * synthetic data refuse a tokenizer. The bytes are parsed by src/formats
+ * (formats_data.h): llm.c-looking headers with a wrong magic or version are
+ * refused, an id >= vocab names the file that holds it, text is strict
+ * UTF-8 (errors give the byte offset). */
 void td_data_load(td_dataset *d, const char *path, const char *tokenizer, int vocab, int T);
 void td_data_free(td_dataset *d);
 

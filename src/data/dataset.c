@@ -7,25 +7,35 @@
 
 #include "trident/base.h"
 #include "trident/data.h"
+#include "trident/formats_data.h"
 
-#define LLMC_MAGIC 20240520
-#define LLMC_HEADER_INTS 256
+/* Opens a corpus file; `label` says how errors name it ("--data PATH", or
+ * the validation file found beside it). */
+static FILE *open_regular(const char *path, const char *label, uint64_t *size) {
+    struct stat st;
+    TD_CHECK(stat(path, &st) == 0, "%s: %s", label, strerror(errno));
+    TD_CHECK(S_ISREG(st.st_mode), "%s is not a regular file; give a text file or a .bin token file", label);
+    FILE *f = fopen(path, "rb");
+    TD_CHECK(f, "%s cannot be read: %s", label, strerror(errno));
+    TD_CHECK(st.st_size > 0, "%s is empty; give a non-empty text file or token file", label);
+    *size = (uint64_t)st.st_size;
+    return f;
+}
+
+static void read_exact(FILE *f, void *buf, size_t n, const char *label) {
+    size_t got = fread(buf, 1, n, f);
+    TD_CHECK(got == n, "%s: read failed after %zu of %zu bytes (%s)", label, got, n,
+             ferror(f) ? strerror(errno) : "the file shrank while it was read");
+}
 
 /* Reads a whole file; errors name the file and the reason. */
-static char *read_file(const char *path, size_t *n) {
-    struct stat st;
-    TD_CHECK(stat(path, &st) == 0, "--data %s: %s", path, strerror(errno));
-    TD_CHECK(S_ISREG(st.st_mode), "--data %s is not a regular file; give a text file or a .bin token file",
-             path);
-    FILE *f = fopen(path, "rb");
-    TD_CHECK(f, "--data %s cannot be read: %s", path, strerror(errno));
-    char *buf = td_alloc((size_t)st.st_size + 1, TD_MEM_OTHER);
-    size_t got = fread(buf, 1, (size_t)st.st_size, f);
-    int err = ferror(f);
+static char *read_file(const char *path, const char *label, size_t *n) {
+    uint64_t size;
+    FILE *f = open_regular(path, label, &size);
+    char *buf = td_alloc((size_t)size + 1, TD_MEM_OTHER);
+    read_exact(f, buf, (size_t)size, label);
     fclose(f);
-    TD_CHECK(!err && got == (size_t)st.st_size, "--data %s: read failed", path);
-    TD_CHECK(got > 0, "--data %s is empty; give a non-empty text file or token file", path);
-    *n = got;
+    *n = (size_t)size;
     return buf;
 }
 
@@ -34,37 +44,37 @@ static int ends_with(const char *s, const char *suffix) {
     return n >= m && strcmp(s + n - m, suffix) == 0;
 }
 
-/* Tokens of one .bin file (either format) into *out; returns the count. */
-static size_t load_bin(const char *path, int **out, int *max_id) {
-    size_t n;
-    char *buf = read_file(path, &n);
-    const unsigned char *data = (const unsigned char *)buf;
-    size_t count;
-    int32_t magic = 0;
-    if (n >= sizeof magic) memcpy(&magic, buf, sizeof magic);
-    if (magic == LLMC_MAGIC) {
-        TD_CHECK(n >= LLMC_HEADER_INTS * 4, "--data %s: llm.c header is truncated", path);
-        int32_t hdr[LLMC_HEADER_INTS];
-        memcpy(hdr, buf, sizeof hdr);
-        TD_CHECK(hdr[1] == 1, "--data %s: llm.c token file version %d is not supported (want 1, uint16)",
-                 path, hdr[1]);
-        count = (size_t)(uint32_t)hdr[2];
-        TD_CHECK(n >= LLMC_HEADER_INTS * 4 + count * 2,
-                 "--data %s: header says %zu tokens but the file holds %zu", path, count,
-                 (n - LLMC_HEADER_INTS * 4) / 2);
-        data += LLMC_HEADER_INTS * 4;
-    } else {
-        TD_CHECK(n % 2 == 0, "--data %s: a raw uint16 token file must have an even size (has %zu bytes)",
-                 path, n);
-        count = n / 2;
+/* Tokens of one .bin file (either format) into *out; returns the count. The
+ * header is probed before anything is allocated (src/formats/token_file.c
+ * decides the format and checks the sizes), then the tokens are read in
+ * chunks so the file's bytes are never held beside its ids. */
+static size_t load_bin(const char *path, const char *label, int **out, int *max_id) {
+    uint64_t size;
+    FILE *f = open_regular(path, label, &size);
+    unsigned char head[TD_TOKFILE_PROBE_BYTES];
+    size_t head_n = size < sizeof head ? (size_t)size : sizeof head;
+    read_exact(f, head, head_n, label);
+    td_tokfile tf;
+    td_err e;
+    TD_CHECK(td_tokfile_probe(head, head_n, size, &tf, &e) == 0, "%s: %s", label, e.msg);
+    size_t count = (size_t)tf.count;
+    int *ids = td_alloc(sizeof(int) * (count ? count : 1), TD_MEM_OTHER);
+    enum { CHUNK_TOKENS = 1 << 19 };
+    unsigned char *chunk = td_alloc(2 * CHUNK_TOKENS, TD_MEM_OTHER);
+    TD_CHECK(fseeko(f, (off_t)tf.offset, SEEK_SET) == 0, "%s: seek failed: %s", label, strerror(errno));
+    int mx = -1;
+    for (size_t done = 0; done < count;) {
+        size_t k = count - done < CHUNK_TOKENS ? count - done : CHUNK_TOKENS;
+        int m;
+        read_exact(f, chunk, 2 * k, label);
+        td_tokfile_decode(chunk, k, ids + done, &m);
+        if (m > mx) mx = m;
+        done += k;
     }
-    int *ids = td_alloc(sizeof(int) * count, TD_MEM_OTHER);
-    for (size_t i = 0; i < count; i++) {
-        ids[i] = data[2 * i] | (data[2 * i + 1] << 8);
-        if (ids[i] > *max_id) *max_id = ids[i];
-    }
-    td_free(buf);
+    td_free(chunk);
+    fclose(f);
     *out = ids;
+    *max_id = mx;
     return count;
 }
 
@@ -93,13 +103,18 @@ static void split_90_10(td_dataset *d, int *ids, size_t n) {
     td_free(ids);
 }
 
+/* tokenizer is NULL when the user gave none: text files then use "char",
+ * and token files / synthetic data refuse one (their tokens are ids). */
 void td_data_load(td_dataset *d, const char *path, const char *tokenizer, int vocab, int T) {
     memset(d, 0, sizeof *d);
     TD_CHECK(path && *path, "--data needs a path to a text file or a .bin token file");
+    td_err e;
     if (strncmp(path, "synthetic:", 10) == 0) {
         /* uniform random tokens, for benchmarks: synthetic:V */
-        int V = atoi(path + 10);
-        TD_CHECK(V > 1, "--data %s: use synthetic:V with a vocabulary V > 1", path);
+        int V;
+        TD_CHECK(td_synthetic_parse(path, &V, &e) == 0, "--data %s: %s", path, e.msg);
+        TD_CHECK(!tokenizer, "--tokenizer %s applies to text files only; --data %s gives token ids; "
+                             "drop --tokenizer", tokenizer, path);
         size_t n = (size_t)1 << 20;
         int *ids = td_alloc(sizeof(int) * n, TD_MEM_OTHER);
         for (size_t i = 0; i < n; i++) ids[i] = (int)(td_rng_u64(7, 99, i) % (uint64_t)V);
@@ -109,33 +124,49 @@ void td_data_load(td_dataset *d, const char *path, const char *tokenizer, int vo
         snprintf(d->description, sizeof d->description, "synthetic uniform tokens, vocab %d", V);
         return;
     }
+    char label[4200], vlabel[8448];
+    snprintf(label, sizeof label, "--data %s", path);
     if (ends_with(path, ".bin")) {
-        int max_id = -1, *ids;
-        size_t n = load_bin(path, &ids, &max_id);
+        TD_CHECK(!tokenizer, "--tokenizer %s applies to text files only; --data %s is a token file (.bin) "
+                             "of ids already; drop --tokenizer", tokenizer, path);
+        int max_train, max_val = -1, *ids;
+        size_t n = load_bin(path, label, &ids, &max_train);
         char vpath[4096];
-        if (val_path_for(path, vpath, sizeof vpath)) {
+        int has_val = val_path_for(path, vpath, sizeof vpath);
+        if (has_val) {
+            snprintf(vlabel, sizeof vlabel, "--data %s: its validation file %s", path, vpath);
+            d->n_val = load_bin(vpath, vlabel, &d->val, &max_val);
+        }
+        int max_id = max_train > max_val ? max_train : max_val;
+        /* each file is checked on its own, so an error names the file that
+         * holds the bad id */
+        if (vocab > 0) {
+            TD_CHECK(td_tokfile_check_ids(ids, n, vocab, &e) == 0, "%s: %s; use --vocab %d or more", label,
+                     e.msg, max_id + 1);
+            if (has_val)
+                TD_CHECK(td_tokfile_check_ids(d->val, d->n_val, vocab, &e) == 0,
+                         "%s: %s; use --vocab %d or more", vlabel, e.msg, max_id + 1);
+        }
+        if (has_val) {
             d->train = ids, d->n_train = n;
-            d->n_val = load_bin(vpath, &d->val, &max_id);
             snprintf(d->description, sizeof d->description, "%s + %s (token ids)", path, vpath);
         } else {
             split_90_10(d, ids, n);
             snprintf(d->description, sizeof d->description, "%s (token ids, split 90/10)", path);
         }
-        TD_CHECK(vocab <= 0 || max_id < vocab,
-                 "--data %s holds token id %d, which does not fit --vocab %d; use --vocab %d or more",
-                 path, max_id, vocab, max_id + 1);
         d->tok.kind = TD_TOK_IDS;
         d->tok.V = vocab > 0 ? vocab : max_id + 1;
     } else {
         TD_CHECK(vocab <= 0, "--vocab applies to token files (.bin) only; text files build their own");
-        size_t n;
-        char *text = read_file(path, &n);
         const char *tk = tokenizer ? tokenizer : "char";
+        TD_CHECK(strcmp(tk, "char") == 0 || strcmp(tk, "byte") == 0,
+                 "--tokenizer %s is not known; use char or byte", tk);
+        size_t n;
+        char *text = read_file(path, label, &n);
         if (strcmp(tk, "char") == 0) {
-            td_tokenizer_build_char(&d->tok, text, n, path);
+            td_tokenizer_build_char(&d->tok, text, n, label); /* strict UTF-8, errors name the offset */
         } else {
-            TD_CHECK(strcmp(tk, "byte") == 0, "--tokenizer %s is not known; use char or byte", tk);
-            d->tok.kind = TD_TOK_BYTE;
+            d->tok.kind = TD_TOK_BYTE; /* any bytes */
             d->tok.V = 256;
         }
         int *ids;

@@ -8,7 +8,7 @@
 
 void td_train_opts_default(td_train_opts *o) {
     memset(o, 0, sizeof *o);
-    o->tokenizer = "char";
+    o->tokenizer = NULL; /* NULL: not given (text files use char; token files refuse one) */
     o->layers = 4, o->heads = 4, o->embd = 128, o->seq = 64;
     o->batch = 12, o->grad_accum = 1, o->steps = 2000;
     o->optim = (td_optim_config){.lr = 1e-3f, .min_lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.99f,
