@@ -84,6 +84,16 @@ int td_tokfile_check_ids(const int *ids, size_t count, int vocab, td_err *e) {
     return 0;
 }
 
+/* At most 64 bytes of s with control bytes as '?': a message quoting a
+ * user's value stays one printable line (fuzzing found a newline in a spec
+ * splitting the error line in two). */
+static const char *printable(const char *s, char out[65]) {
+    size_t k = 0;
+    for (; s[k] && k < 64; k++) out[k] = (unsigned char)s[k] < 0x20 || s[k] == 0x7F ? '?' : s[k];
+    out[k] = 0;
+    return out;
+}
+
 int td_synthetic_parse(const char *spec, int *V, td_err *e) {
     static const char prefix[] = "synthetic:";
     const size_t plen = sizeof prefix - 1;
@@ -91,6 +101,7 @@ int td_synthetic_parse(const char *spec, int *V, td_err *e) {
         return td_err_set(e, "not a synthetic spec; use synthetic:V with V an integer from 2 to %d",
                           TD_VOCAB_MAX);
     const char *s = spec + plen;
+    char shown[65];
     if (!*s)
         return td_err_set(e, "no vocabulary size after 'synthetic:'; use synthetic:V with V an integer "
                              "from 2 to %d",
@@ -99,19 +110,19 @@ int td_synthetic_parse(const char *spec, int *V, td_err *e) {
     int too_big = 0;
     for (const char *p = s; *p; p++) {
         if (*p < '0' || *p > '9')
-            return td_err_set(e, "'%.64s' is not a whole number; use synthetic:V with V an integer from 2 "
+            return td_err_set(e, "'%s' is not a whole number; use synthetic:V with V an integer from 2 "
                                  "to %d",
-                              s, TD_VOCAB_MAX);
+                              printable(s, shown), TD_VOCAB_MAX);
         /* stop accumulating once past the limit so v never overflows */
         if (!too_big) v = v * 10 + (uint64_t)(*p - '0');
         if (v > TD_VOCAB_MAX) too_big = 1;
     }
     if (too_big)
-        return td_err_set(e, "vocabulary %.64s is larger than %d; use synthetic:V with V from 2 to %d", s,
-                          TD_VOCAB_MAX, TD_VOCAB_MAX);
+        return td_err_set(e, "vocabulary %s is larger than %d; use synthetic:V with V from 2 to %d",
+                          printable(s, shown), TD_VOCAB_MAX, TD_VOCAB_MAX);
     if (v < 2)
-        return td_err_set(e, "vocabulary %.64s is too small; use synthetic:V with V from 2 to %d", s,
-                          TD_VOCAB_MAX);
+        return td_err_set(e, "vocabulary %s is too small; use synthetic:V with V from 2 to %d",
+                          printable(s, shown), TD_VOCAB_MAX);
     *V = (int)v;
     return 0;
 }

@@ -317,6 +317,7 @@ static void test_synthetic(void) {
     synthetic_bad("synthetic:18446744073709551618", "is larger than"); /* wraps to 2 in 64 bits */
     synthetic_bad("synthetic:99999999999999999999999999999999abc", "is not a whole number");
     synthetic_bad("synth:3", "not a synthetic spec");
+    synthetic_bad("synthetic:1\n2", "'1?2' is not a whole number"); /* one line: found by fuzzing */
 }
 
 int main(void) {
