@@ -17,13 +17,17 @@ _Noreturn void td_die(int code) {
 }
 
 _Noreturn void td_fail(const char *fmt, ...) {
+    char msg[4096];
     va_list ap;
     va_start(ap, fmt);
-    fflush(stdout);
-    fprintf(stderr, "trident: error: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    /* One line, always: a file name or value with a newline or another
+     * control byte in it (the user's input) must not split the message. */
+    for (unsigned char *c = (unsigned char *)msg; *c; c++)
+        if (*c < 0x20 || *c == 0x7F) *c = '?';
+    fflush(stdout);
+    fprintf(stderr, "trident: error: %s\n", msg);
     td_die(TD_EXIT_USAGE);
 }
 

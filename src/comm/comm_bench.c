@@ -207,7 +207,7 @@ int td_comm_bench_main(int argc, char **argv) {
         else if (!strcmp(f, "--ops") && has)
             ops = argv[++i];
         else
-            td_fail("bench comm: unknown or incomplete option '%s'\n%s", f, usage);
+            td_fail("bench comm: unknown or incomplete option '%s'; %s", f, usage);
     }
     TD_CHECK(lo >= 4 && lo <= hi && hi <= ((size_t)1 << 30),
              "bench comm: need 4 <= --min <= --max <= 1G");
