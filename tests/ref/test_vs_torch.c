@@ -13,6 +13,7 @@
 #include "trident/kernels.h"
 #include "trident/model.h"
 #include "trident/optim.h"
+#include "ref_io.h"
 
 #ifndef TD_SOURCE_DIR
 #define TD_SOURCE_DIR "."
@@ -20,7 +21,6 @@
 
 enum { L = 2, H = 4, C = 32, T = 16, V = 37, B = 3, STEPS = 10 };
 
-static void wr(FILE *f, const void *p, size_t n) { TD_ASSERT(fwrite(p, 1, n, f) == n); }
 static void rd(FILE *f, void *p, size_t n) {
     if (fread(p, 1, n, f) != n) {
         fprintf(stderr, "FAIL: reference output truncated\n");
@@ -77,24 +77,11 @@ int main(void) {
     FILE *f = fdopen(fd, "wb");
     int32_t hdr[8] = {0x46455254, L, H, C, T, V, B, STEPS};
     float hp[6] = {oc.lr, oc.beta1, oc.beta2, oc.eps, oc.weight_decay, oc.clip};
-    wr(f, hdr, sizeof hdr);
-    wr(f, hp, sizeof hp);
-    int32_t nt = t.n_rows;
-    wr(f, &nt, 4);
-    for (int i = 0; i < t.n_rows; i++) {
-        td_param *p = &t.rows[i];
-        int32_t nl = (int32_t)strlen(p->name), nd = p->ndim;
-        int32_t sh[2] = {p->shape[0], p->shape[1]};
-        size_t n = p->numel;
-        if (strcmp(p->name, "transformer.wte.weight") == 0) sh[0] = V, n = (size_t)V * C;
-        wr(f, &nl, 4);
-        wr(f, p->name, (size_t)nl);
-        wr(f, &nd, 4);
-        wr(f, sh, 4 * (size_t)nd);
-        wr(f, params + p->offset, 4 * n);
-    }
-    wr(f, inputs, 4 * STEPS * B * T);
-    wr(f, targets, 4 * STEPS * B * T);
+    ref_write(f, hdr, sizeof hdr);
+    ref_write(f, hp, sizeof hp);
+    ref_write_tensors(f, &t, params, V, C);
+    ref_write(f, inputs, 4 * STEPS * B * T);
+    ref_write(f, targets, 4 * STEPS * B * T);
     fclose(f);
 
     char cmd[1024];
