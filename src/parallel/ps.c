@@ -14,7 +14,9 @@
  * The global gradient norm is summed over the servers' slices (each element
  * once) with an all-reduce among the servers, in the same update order. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "dp_internal.h"
 
@@ -30,6 +32,7 @@ struct td_ps {
     float *hdrs;             /* worker: [S][2] */
     int pulled_for;          /* worker: step the params are valid for (-1 none) */
     float last_norm;
+    int delay_ms;            /* worker: test-only sleep before each push (see test_delay) */
     int max_stale, n_pulls;
     double sum_stale;
     /* server */
@@ -49,6 +52,17 @@ static void pack(const td_dp *dp, int s, const float *flat, float *packed) {
 }
 static void unpack(const td_dp *dp, int s, const float *packed, float *flat) {
     td_slices_unpack(dp->t, dp->ps->S, s, packed, flat);
+}
+
+/* TEST ONLY: TRIDENT_TEST_PS_DELAY_MS=RANK:MS makes the worker of world
+ * rank RANK sleep MS milliseconds before it pushes each step's gradient, so
+ * tests/layouts/test_ps_staleness.c can make a worker slow on purpose and
+ * see stale-synchronous pulls happen. Not a user setting; unset, nothing. */
+static int test_delay(int world_rank) {
+    const char *env = getenv("TRIDENT_TEST_PS_DELAY_MS");
+    int r, ms;
+    if (!env || sscanf(env, "%d:%d", &r, &ms) != 2 || r != world_rank || ms <= 0) return 0;
+    return ms;
 }
 
 static int server_world_rank(const td_dp *dp, int s) { return dp->g->dp * dp->g->tp * dp->g->pp + s; }
@@ -95,6 +109,7 @@ void td_ps_create(td_dp *dp) {
         }
         return;
     }
+    ps->delay_ms = test_delay(g->world_rank);
     size_t n = dp->t->numel;
     dp->params = td_alloc(n * sizeof(float), TD_MEM_PARAMS);
     dp->grads = td_alloc(n * sizeof(float), TD_MEM_GRADS);
@@ -161,6 +176,10 @@ void td_ps_begin_step(td_dp *dp, int step) {
 
 double td_ps_finish_step(td_dp *dp, int step, float lr) {
     struct td_ps *ps = dp->ps;
+    if (ps->delay_ms > 0) {
+        struct timespec ts = {ps->delay_ms / 1000, (long)(ps->delay_ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
     for (int s = 0; s < ps->S; s++) pack(dp, s, dp->grads, ps->sendbuf + (size_t)s * ps->slice);
     for (int s = 0; s < ps->S; s++) {
         send_ctrl(dp, s, KIND_GRAD, step);

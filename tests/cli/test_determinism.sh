@@ -1,25 +1,32 @@
 #!/usr/bin/env bash
-# The same seed gives bitwise-identical losses across two runs (single
-# process, 2 threads, and dp=2 under mpirun), and a different seed does not.
+# The same seed gives bitwise-identical runs: every step's loss and gradient
+# norm and the final parameters and Adam state, compared as raw float32 bits
+# (det_run writes them; no decimal printing in between), across two separate
+# processes -- single process with 2 threads, and dp=2 under mpirun -- and a
+# different seed gives different losses.
 set -u
-T=${1:?usage: test_determinism.sh TRIDENT_BINARY DATA_DIR}
+D=${1:?usage: test_determinism.sh DET_RUN_BINARY DATA_DIR}
 DATA=${2:?}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-args=(train --data "$DATA/tinyshakespeare.txt" --layers 2 --embd 64 --heads 4 --seq 32
-      --batch 8 --steps 15 --eval-every 0 --warmup 2)
-losses() { grep -o '"loss": [-0-9.e]*' "$1" | tr '\n' ' '; }
-run() { local log=$1; shift; "$@" --log "$log" >/dev/null 2>&1 || { echo "FAIL: run failed: $*"; exit 1; }; }
-run "$tmp/a.jsonl" "$T" "${args[@]}" --threads 2 --seed 7
-run "$tmp/b.jsonl" "$T" "${args[@]}" --threads 2 --seed 7
-run "$tmp/c.jsonl" "$T" "${args[@]}" --threads 2 --seed 8
+args=(--data "$DATA/tinyshakespeare.txt" --layers 2 --embd 64 --heads 4 --seq 32
+      --batch 8 --steps 15 --eval-every 0 --warmup 2 --log-every 1000)
+run() { local out=$1; shift; "$@" >"$tmp/log" 2>&1 || { cat "$tmp/log"; echo "FAIL: run failed: $*"; exit 1; }; }
 M="mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2"
-run "$tmp/d.jsonl" $M "$T" "${args[@]}" --threads 1 --seed 7 --dp 2
-run "$tmp/e.jsonl" $M "$T" "${args[@]}" --threads 1 --seed 7 --dp 2
-a=$(losses "$tmp/a.jsonl"); b=$(losses "$tmp/b.jsonl"); c=$(losses "$tmp/c.jsonl")
-d=$(losses "$tmp/d.jsonl"); e=$(losses "$tmp/e.jsonl")
+run a "$D" "$tmp/a.bin" "${args[@]}" --threads 2 --seed 7
+run b "$D" "$tmp/b.bin" "${args[@]}" --threads 2 --seed 7
+run c "$D" "$tmp/c.bin" "${args[@]}" --threads 2 --seed 8
+run d $M "$D" "$tmp/d.bin" "${args[@]}" --threads 1 --seed 7 --dp 2
+run e $M "$D" "$tmp/e.bin" "${args[@]}" --threads 1 --seed 7 --dp 2
 fails=0
-[ -n "$a" ] && [ "$a" = "$b" ] || { echo "FAIL: same seed, different losses:"; echo " $a"; echo " $b"; fails=1; }
-[ "$a" != "$c" ] || { echo "FAIL: a different seed gave the same losses"; fails=1; }
-[ -n "$d" ] && [ "$d" = "$e" ] || { echo "FAIL: dp=2 runs differ:"; echo " $d"; echo " $e"; fails=1; }
-[ $fails -eq 0 ] && echo "determinism: 15 losses bitwise identical across runs (1 process and dp=2); seed 8 differs: ok"
+echo "1 process, 2 threads, seed 7, two runs:"
+"$D" --compare "$tmp/a.bin" "$tmp/b.bin" || { echo "FAIL: same seed, different bits (1 process)"; fails=1; }
+echo "dp=2, seed 7, two runs:"
+"$D" --compare "$tmp/d.bin" "$tmp/e.bin" || { echo "FAIL: same seed, different bits (dp=2)"; fails=1; }
+echo "seed 7 against seed 8 (must differ):"
+"$D" --compare "$tmp/a.bin" "$tmp/c.bin" >"$tmp/cmp" 2>&1; rc=$?
+cat "$tmp/cmp"
+if [ $rc -ne 1 ] || ! grep -q "losses differ" "$tmp/cmp"; then
+    echo "FAIL: seed 8 did not give different losses from seed 7"; fails=1
+fi
+[ $fails -eq 0 ] && echo "determinism: bitwise identical across runs (1 process and dp=2); seed 8 differs: ok"
 exit $fails

@@ -2,6 +2,7 @@
 """PyTorch reference for trident's GPT: loss, gradients and AdamW training.
 
 Usage: /usr/bin/python3 tests/ref/gpt_ref.py IN OUT
+(training and gradients, or with an evaluation input, the mean loss)
 
 The model is nanoGPT's GPT (pre-LN blocks, learned positions, bias=True, no
 dropout, lm_head tied to wte, LayerNorm eps 1e-5, explicit causal softmax
@@ -18,6 +19,12 @@ OUT (float32):
   loss0; grad of loss0 per tensor in IN order (no clipping);
   losses[nsteps]; grad_norms[nsteps] (before clipping);
   final parameters per tensor in IN order.
+
+Evaluation input (IN starts with EVAL_MAGIC 0x4C415654, 'TVAL'):
+  int32 magic, L, H, C, T, V, nseq; the tensors as above;
+  int32 inputs[nseq][T]; int32 targets[nseq][T]
+OUT (float64): the mean cross-entropy over all nseq*T tokens (each token's
+  loss in float32, summed in float64), then the token count.
 
 Training step s: loss on batch s, backward, clip_grad_norm_(all, clip) (none
 when clip <= 0), AdamW step with nanoGPT's grouping (weight decay on params
@@ -38,6 +45,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 MAGIC = 0x46455254
+EVAL_MAGIC = 0x4C415654
 
 
 class CausalSelfAttention(nn.Module):
@@ -124,7 +132,7 @@ class GPT(nn.Module):
                 else:
                     p.normal_(0.0, 0.02, generator=generator)
 
-    def forward(self, idx, targets):
+    def forward(self, idx, targets, reduction="mean"):
         b, t = idx.size()
         assert t <= self.block_size
         pos = torch.arange(0, t, dtype=torch.long, device=idx.device)
@@ -133,7 +141,8 @@ class GPT(nn.Module):
             x = block(x)
         x = self.transformer.ln_f(x)
         logits = F.linear(x, self.transformer.wte.weight)  # tied lm_head
-        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1),
+                               reduction=reduction)
 
     def configure_optimizer(self, lr, betas, eps, weight_decay):
         params = [p for p in self.parameters() if p.requires_grad]
@@ -207,38 +216,8 @@ def expected_shapes(L, C, T, V):
     return shapes
 
 
-def read_input(path):
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        raise InputError("%s: cannot read input file: %s" % (path, e.strerror))
-    r = Reader(data, path)
-    magic = r.i32(1, "magic")[0]
-    if magic != MAGIC:
-        raise InputError("%s: bad magic 0x%08x (expected 0x%08x)" % (path, magic & 0xffffffff, MAGIC))
-    L, H, C, T, V, B, nsteps = r.i32(7, "header ints L,H,C,T,V,B,nsteps")
-    cfg = dict(L=L, H=H, C=C, T=T, V=V, B=B, nsteps=nsteps)
-    for k, v in cfg.items():
-        if v < 1:
-            raise InputError("%s: header %s=%d must be >= 1" % (path, k, v))
-    if C % H != 0:
-        raise InputError("%s: C=%d is not divisible by H=%d" % (path, C, H))
-    lr, beta1, beta2, eps, wd, clip = r.f32(6, "header floats lr,beta1,beta2,eps,weight_decay,clip")
-    hyper = dict(lr=lr, beta1=beta1, beta2=beta2, eps=eps, weight_decay=wd, clip=clip)
-    for k, v in hyper.items():
-        if not math.isfinite(v):
-            raise InputError("%s: header %s=%r is not finite" % (path, k, v))
-    if not (0.0 <= beta1 < 1.0 and 0.0 <= beta2 < 1.0) or lr < 0 or eps < 0 or wd < 0:
-        raise InputError("%s: invalid optimizer settings %r (need lr,eps,wd >= 0, 0 <= betas < 1)"
-                         % (path, hyper))
-
-    # Reject absurd headers before building name tables or reading payloads.
-    nparams = V * C + T * C + 2 * C + L * (12 * C * C + 13 * C)
-    min_bytes = 4 * (nparams + 2 * nsteps * B * T)
-    if min_bytes > len(data):
-        raise InputError("%s: header (L=%d H=%d C=%d T=%d V=%d B=%d nsteps=%d) implies at least %d bytes, "
-                         "file has %d" % (path, L, H, C, T, V, B, nsteps, min_bytes, len(data)))
+def read_tensors(r, path, L, C, T, V):
+    """The per-tensor section: nanoGPT names and shapes, finite data."""
     want = expected_shapes(L, C, T, V)
     ntensors = r.i32(1, "ntensors")[0]
     if ntensors != len(want):
@@ -271,6 +250,42 @@ def read_input(path):
         if not np.all(np.isfinite(arr)):
             raise InputError("%s: tensor '%s' contains non-finite values" % (path, name))
         tensors.append((name, shape, arr))
+    return tensors
+
+
+def read_input(path):
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise InputError("%s: cannot read input file: %s" % (path, e.strerror))
+    r = Reader(data, path)
+    magic = r.i32(1, "magic")[0]
+    if magic != MAGIC:
+        raise InputError("%s: bad magic 0x%08x (expected 0x%08x)" % (path, magic & 0xffffffff, MAGIC))
+    L, H, C, T, V, B, nsteps = r.i32(7, "header ints L,H,C,T,V,B,nsteps")
+    cfg = dict(L=L, H=H, C=C, T=T, V=V, B=B, nsteps=nsteps)
+    for k, v in cfg.items():
+        if v < 1:
+            raise InputError("%s: header %s=%d must be >= 1" % (path, k, v))
+    if C % H != 0:
+        raise InputError("%s: C=%d is not divisible by H=%d" % (path, C, H))
+    lr, beta1, beta2, eps, wd, clip = r.f32(6, "header floats lr,beta1,beta2,eps,weight_decay,clip")
+    hyper = dict(lr=lr, beta1=beta1, beta2=beta2, eps=eps, weight_decay=wd, clip=clip)
+    for k, v in hyper.items():
+        if not math.isfinite(v):
+            raise InputError("%s: header %s=%r is not finite" % (path, k, v))
+    if not (0.0 <= beta1 < 1.0 and 0.0 <= beta2 < 1.0) or lr < 0 or eps < 0 or wd < 0:
+        raise InputError("%s: invalid optimizer settings %r (need lr,eps,wd >= 0, 0 <= betas < 1)"
+                         % (path, hyper))
+
+    # Reject absurd headers before building name tables or reading payloads.
+    nparams = V * C + T * C + 2 * C + L * (12 * C * C + 13 * C)
+    min_bytes = 4 * (nparams + 2 * nsteps * B * T)
+    if min_bytes > len(data):
+        raise InputError("%s: header (L=%d H=%d C=%d T=%d V=%d B=%d nsteps=%d) implies at least %d bytes, "
+                         "file has %d" % (path, L, H, C, T, V, B, nsteps, min_bytes, len(data)))
+    tensors = read_tensors(r, path, L, C, T, V)
 
     ntok = nsteps * B * T
     inputs = r.i32_array(ntok, "inputs").reshape(nsteps, B, T)
@@ -285,7 +300,61 @@ def read_input(path):
     return cfg, hyper, tensors, inputs, targets
 
 
+def read_eval_input(path):
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise InputError("%s: cannot read input file: %s" % (path, e.strerror))
+    r = Reader(data, path)
+    magic = r.i32(1, "magic")[0]
+    if magic != EVAL_MAGIC:
+        raise InputError("%s: bad magic 0x%08x (expected 0x%08x)" % (path, magic & 0xffffffff, EVAL_MAGIC))
+    L, H, C, T, V, nseq = r.i32(6, "header ints L,H,C,T,V,nseq")
+    cfg = dict(L=L, H=H, C=C, T=T, V=V, nseq=nseq)
+    for k, v in cfg.items():
+        if v < 1:
+            raise InputError("%s: header %s=%d must be >= 1" % (path, k, v))
+    if C % H != 0:
+        raise InputError("%s: C=%d is not divisible by H=%d" % (path, C, H))
+    nparams = V * C + T * C + 2 * C + L * (12 * C * C + 13 * C)
+    min_bytes = 4 * (nparams + 2 * nseq * T)
+    if min_bytes > len(data):
+        raise InputError("%s: header (L=%d H=%d C=%d T=%d V=%d nseq=%d) implies at least %d bytes, "
+                         "file has %d" % (path, L, H, C, T, V, nseq, min_bytes, len(data)))
+    tensors = read_tensors(r, path, L, C, T, V)
+    inputs = r.i32_array(nseq * T, "inputs").reshape(nseq, T)
+    targets = r.i32_array(nseq * T, "targets").reshape(nseq, T)
+    for what, a in (("inputs", inputs), ("targets", targets)):
+        if a.min() < 0 or a.max() >= V:
+            raise InputError("%s: %s hold token ids in [%d, %d], outside [0, %d)"
+                             % (path, what, a.min(), a.max(), V))
+    if r.pos != len(data):
+        raise InputError("%s: %d trailing bytes after targets (header says nseq=%d, T=%d)"
+                         % (path, len(data) - r.pos, nseq, T))
+    return cfg, tensors, inputs, targets
+
+
 # ------------------------------------------------------------------ running
+
+
+def run_eval(cfg, tensors, inputs, targets):
+    """Mean loss over every token, as a float64; the model in float32."""
+    model = GPT(cfg["L"], cfg["H"], cfg["C"], cfg["T"], cfg["V"])
+    params = dict(model.named_parameters())
+    with torch.no_grad():
+        for name, _, arr in tensors:
+            params[name].copy_(torch.from_numpy(arr))
+        total = 0.0
+        x_all, y_all = torch.from_numpy(inputs), torch.from_numpy(targets)
+        for i in range(0, cfg["nseq"], 16):
+            x, y = x_all[i:i + 16], y_all[i:i + 16]
+            # per-token losses (float32), summed in float64
+            loss = model(x, y, reduction="none")
+            total += float(loss.to(torch.float64).sum())
+    n = cfg["nseq"] * cfg["T"]
+    return total / n, n
+
 
 
 def run_reference(cfg, hyper, tensors, inputs, targets, dtype=torch.float32):
@@ -340,9 +409,22 @@ def main(argv):
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
     try:
+        with open(argv[1], "rb") as f:
+            head = f.read(4)
+        if len(head) == 4 and struct.unpack("<i", head)[0] == EVAL_MAGIC:
+            cfg, tensors, inputs, targets = read_eval_input(argv[1])
+            mean, n = run_eval(cfg, tensors, inputs, targets)
+            with open(argv[2], "wb") as f:
+                f.write(struct.pack("<dd", mean, float(n)))
+            print("gpt_ref: eval L=%d H=%d C=%d T=%d V=%d: mean loss %.9f over %d tokens"
+                  % (cfg["L"], cfg["H"], cfg["C"], cfg["T"], cfg["V"], mean, n))
+            return 0
         cfg, hyper, tensors, inputs, targets = read_input(argv[1])
     except InputError as e:
         sys.stderr.write("gpt_ref: error: %s\n" % e)
+        return 1
+    except OSError as e:
+        sys.stderr.write("gpt_ref: error: %s: %s\n" % (argv[1], e.strerror))
         return 1
     loss0, grads0, losses, norms, finals = run_reference(cfg, hyper, tensors, inputs, targets)
     try:

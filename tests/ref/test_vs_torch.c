@@ -1,7 +1,9 @@
 /* The whole model against PyTorch (tests/ref/gpt_ref.py, Debian's
  * python3-torch) on the same weights and tokens: the loss and every
- * parameter gradient of one step, then 10 AdamW steps (with clipping) whose
- * losses, grad norms and final weights must match. */
+ * parameter gradient of one step, then 10 AdamW steps whose losses, grad
+ * norms and final weights must match. The steps are chosen so that gradient
+ * clipping engages at every step and weight decay moves the weights by more
+ * than the tolerance (both asserted), so a build without either fails. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +13,7 @@
 #include "trident/kernels.h"
 #include "trident/model.h"
 #include "trident/optim.h"
+#include "ref_io.h"
 
 #ifndef TD_SOURCE_DIR
 #define TD_SOURCE_DIR "."
@@ -18,7 +21,6 @@
 
 enum { L = 2, H = 4, C = 32, T = 16, V = 37, B = 3, STEPS = 10 };
 
-static void wr(FILE *f, const void *p, size_t n) { TD_ASSERT(fwrite(p, 1, n, f) == n); }
 static void rd(FILE *f, void *p, size_t n) {
     if (fread(p, 1, n, f) != n) {
         fprintf(stderr, "FAIL: reference output truncated\n");
@@ -60,8 +62,13 @@ int main(void) {
         inputs[i] = (int)(td_rng_u64(5, 1, (uint64_t)i) % V);
         targets[i] = (int)(td_rng_u64(5, 2, (uint64_t)i) % V);
     }
+    /* clip: the pre-clip gradient norms of this case are 0.69..0.99 (printed
+     * below), so 0.25 clips every step, and the test asserts that it did.
+     * weight_decay: 1.0, so decay moves the largest 2-D weights by several
+     * times the parameter tolerance over the run (asserted below); at 0.1 a
+     * build without decay passed. */
     td_optim_config oc = {.lr = 1e-3f, .min_lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
-                          .weight_decay = 0.1f, .clip = 1.0f, .warmup = 0, .max_steps = STEPS};
+                          .weight_decay = 1.0f, .clip = 0.25f, .warmup = 0, .max_steps = STEPS};
 
     char in_path[] = "/tmp/td_ref_in_XXXXXX", out_path[256];
     int fd = mkstemp(in_path);
@@ -70,24 +77,11 @@ int main(void) {
     FILE *f = fdopen(fd, "wb");
     int32_t hdr[8] = {0x46455254, L, H, C, T, V, B, STEPS};
     float hp[6] = {oc.lr, oc.beta1, oc.beta2, oc.eps, oc.weight_decay, oc.clip};
-    wr(f, hdr, sizeof hdr);
-    wr(f, hp, sizeof hp);
-    int32_t nt = t.n_rows;
-    wr(f, &nt, 4);
-    for (int i = 0; i < t.n_rows; i++) {
-        td_param *p = &t.rows[i];
-        int32_t nl = (int32_t)strlen(p->name), nd = p->ndim;
-        int32_t sh[2] = {p->shape[0], p->shape[1]};
-        size_t n = p->numel;
-        if (strcmp(p->name, "transformer.wte.weight") == 0) sh[0] = V, n = (size_t)V * C;
-        wr(f, &nl, 4);
-        wr(f, p->name, (size_t)nl);
-        wr(f, &nd, 4);
-        wr(f, sh, 4 * (size_t)nd);
-        wr(f, params + p->offset, 4 * n);
-    }
-    wr(f, inputs, 4 * STEPS * B * T);
-    wr(f, targets, 4 * STEPS * B * T);
+    ref_write(f, hdr, sizeof hdr);
+    ref_write(f, hp, sizeof hp);
+    ref_write_tensors(f, &t, params, V, C);
+    ref_write(f, inputs, 4 * STEPS * B * T);
+    ref_write(f, targets, 4 * STEPS * B * T);
     fclose(f);
 
     char cmd[1024];
@@ -100,6 +94,8 @@ int main(void) {
     FILE *o = fopen(out_path, "rb");
     TD_ASSERT(o);
 
+    float *w0 = malloc(sizeof(float) * t.numel); /* initial weights, for the decay check */
+    memcpy(w0, params, sizeof(float) * t.numel);
     td_gpt model;
     td_gpt_create(&model, &t, B);
     td_gpt_bind_flat(&model, params, grads);
@@ -160,9 +156,16 @@ int main(void) {
         double lr_ = fabs(loss - ref_losses[s]) / fabs(ref_losses[s]);
         double nr = fabs(norm - ref_norms[s]) / fabs(ref_norms[s]);
         int bad = lr_ > tol_loss || nr > tol_grad;
-        printf("step %d: loss %.7f torch %.7f rel %.2e | norm %.6f torch %.6f rel %.2e %s\n", s, loss,
-               ref_losses[s], lr_, norm, ref_norms[s], nr, bad ? "FAIL" : "ok");
+        printf("step %d: loss %.7f torch %.7f rel %.2e | norm %.6f torch %.6f rel %.2e | clip %g %s\n", s,
+               loss, ref_losses[s], lr_, norm, ref_norms[s], nr, oc.clip, bad ? "FAIL" : "ok");
         fails += bad;
+        /* The case must keep clipping: a norm at or below the threshold
+         * would leave clipping untested without anyone noticing. */
+        if (!(norm > oc.clip)) {
+            printf("FAIL: step %d: gradient norm %.6f is not above --clip %g, so clipping is not exercised; "
+                   "lower the clip in this test\n", s, norm, oc.clip);
+            fails++;
+        }
     }
     /* Weights after 10 Adam steps are judged in units of how far Adam can
      * move an element: |m_hat / sqrt(v_hat)| <= ~1, so at most lr per step.
@@ -173,6 +176,21 @@ int main(void) {
      * term moves elements by O(lr) per step; 1% of lr x steps separates the
      * two (measured worst: ~0.06%). */
     double worst_param = 0.0, bound = 1e-2 * oc.lr * STEPS;
+    /* Weight decay must be visible above that bound: alone it shrinks a 2-D
+     * weight w by about STEPS x lr x wd x |w| (the initial weights, as the
+     * decay is the same with or without the rest of the update). Require the
+     * largest such shift to be >= 4x the bound, so a build without decay (or
+     * decaying the wrong tensors: 1-D gains near 1 would move by
+     * STEPS x lr x wd) fails the comparison below. */
+    double max_w = 0.0;
+    for (int i = 0; i < t.n_rows; i++)
+        if (t.rows[i].ndim == 2)
+            for (size_t k = 0; k < t.rows[i].numel; k++) max_w = fmax(max_w, fabs(w0[t.rows[i].offset + k]));
+    double decay_shift = STEPS * oc.lr * oc.weight_decay * max_w;
+    printf("weight decay: moves the largest 2-D weight (|w| %.4f) by ~%.2e = %.1fx the parameter tolerance "
+           "%.1e (need >= 4x) %s\n", max_w, decay_shift, decay_shift / bound, bound,
+           decay_shift >= 4 * bound ? "ok" : "FAIL");
+    fails += decay_shift < 4 * bound;
     for (int i = 0; i < t.n_rows; i++) {
         td_param *p = &t.rows[i];
         size_t n = strcmp(p->name, "transformer.wte.weight") == 0 ? (size_t)V * C : p->numel;
@@ -206,6 +224,7 @@ int main(void) {
     remove(in_path);
     remove(out_path);
     td_gpt_destroy(&model);
+    free(w0);
     printf(fails ? "test_vs_torch: FAILED (%d)\n" : "test_vs_torch: all passed%.0d\n", fails);
     return fails ? 1 : 0;
 }
