@@ -74,6 +74,28 @@ size_t td_mem_total_current(void);
 size_t td_mem_total_peak(void);
 /* Peak of the sum over categories (not the sum of per-category peaks). */
 void td_mem_reset_peaks(void);
+/* Restarts td_mem_total_peak only (a run measures its own peak; the
+ * per-category peaks are left alone). */
+void td_mem_reset_total_peak(void);
+
+/* ---- memory facts (sysmem.c; Linux /proc and cgroups, 0 = unknown) ----- */
+
+/* Resident set of this process now, and its high-water mark (VmHWM). */
+size_t td_rss_bytes(void);
+size_t td_rss_peak_bytes(void);
+/* Restarts the high-water mark at the current resident set; 0 if the
+ * kernel would not. */
+int td_rss_reset_peak(void);
+/* Memory this node can still give: the smaller of MemAvailable and the
+ * room under the tightest cgroup limit (v2 memory.max or v1
+ * memory.limit_in_bytes, minus usage not counting inactive page cache).
+ * source gets a description of where the figure came from. */
+size_t td_node_memory_available(char *source, size_t cap);
+/* Ranks of this job on this node (Open MPI's local size; 1 without it). */
+int td_local_ranks(void);
+/* "1073741824", "512K", "64M", "4G", "1T" (powers of 1024; "MiB"/"MB"
+ * read the same) into *out; 0 when s is not such a positive byte count. */
+int td_parse_bytes(const char *s, size_t *out);
 
 /* ---- random numbers ---------------------------------------------------- */
 

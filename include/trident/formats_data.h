@@ -55,7 +55,7 @@ int td_tokfile_check_ids(const int *ids, size_t count, int vocab, td_err *e);
 /* ---- synthetic:V ---------------------------------------------------------- */
 /* The largest vocabulary trident accepts anywhere (a sanity limit: beyond it
  * a token id no longer fits the embedding table of any sensible model). */
-#define TD_VOCAB_MAX (1 << 24)
+#define TD_VOCAB_MAX 16777216 /* 2^24, a plain literal: flag ranges quote it */
 /* spec is the whole --data value, "synthetic:V" with V a plain decimal
  * integer in 2..TD_VOCAB_MAX (no sign, spaces or suffix). */
 int td_synthetic_parse(const char *spec, int *V, td_err *e);

@@ -19,10 +19,20 @@
 
 #include <stddef.h>
 
+#include "trident/formats_data.h"
+
 /* Padded vocab Vp is a multiple of this: 64-byte rows for the CPU kernels
  * without paying much for small vocabularies (65 -> 80, 50257 -> 50272). */
 #define TD_VOCAB_PAD 16
 #define TD_MAX_LAYERS 256
+/* Largest sizes a config may have (plain literals: flag ranges quote them).
+ * Within them every product the table and the kernels form in int (3C, 4C,
+ * Vp) fits, and sizes in size_t cannot wrap; the memory check refuses
+ * what will not fit long before. Vocabulary: token files hold 16-bit ids and
+ * Unicode has 0x110000 code points, so 2^24 leaves room for padding rows. */
+#define TD_MAX_VOCAB TD_VOCAB_MAX /* the one limit, shared with the token-file parser */
+#define TD_MAX_EMBD 65536
+#define TD_MAX_SEQ 1048576
 
 typedef struct {
     int L;  /* layers */
@@ -34,7 +44,7 @@ typedef struct {
 } td_gpt_config;
 
 /* Fills Vp from V and checks every size; a bad size is a user error naming
- * the flag (C % H, positive sizes). */
+ * the flag (C % H, positive sizes, the maxima above). */
 void td_gpt_config_finish(td_gpt_config *cfg);
 
 /* Tensor-parallel split of a tensor (used from the tensor-parallel issue on;

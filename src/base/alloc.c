@@ -76,6 +76,8 @@ size_t td_mem_peak(td_mem_cat cat) { return g_peak[cat]; }
 size_t td_mem_total_current(void) { return g_total; }
 size_t td_mem_total_peak(void) { return g_total_peak; }
 
+void td_mem_reset_total_peak(void) { g_total_peak = g_total; }
+
 void td_mem_reset_peaks(void) {
     for (int c = 0; c < TD_MEM_NCAT; c++) g_peak[c] = g_current[c];
     g_total_peak = g_total;

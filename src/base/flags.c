@@ -1,5 +1,8 @@
 /* Command-line flags: --name value or --name=value; booleans take no value. */
+#include <ctype.h>
 #include <errno.h>
+#include <float.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,34 +20,94 @@ void td_flags_print(const char *cmd, const td_flag *flags, int n) {
                                                                                        : " X";
         char left[64];
         snprintf(left, sizeof left, "%s%s", flags[i].name, kind);
-        printf("  %-22s %s\n", left, flags[i].help);
+        if (flags[i].range) printf("  %-22s %s; valid %s\n", left, flags[i].help, flags[i].range);
+        else printf("  %-22s %s\n", left, flags[i].help);
     }
+}
+
+/* "[lo, hi)" and the like (see flags.h); a malformed range is a bug in the
+ * flag table, not in the user's input. */
+static void parse_range(const char *r, double *lo, double *hi, int *lo_open, int *hi_open) {
+    char *end;
+    TD_ASSERT(r[0] == '[' || r[0] == '(');
+    *lo_open = r[0] == '(';
+    *lo = strtod(r + 1, &end);
+    TD_ASSERT(end != r + 1 && *end == ',');
+    const char *h = end + 1;
+    *hi = strtod(h, &end);
+    TD_ASSERT(end != h && (*end == ']' || *end == ')') && end[1] == '\0');
+    *hi_open = *end == ')';
+}
+
+static int in_range(const char *r, double x) {
+    if (!r) return 1;
+    double lo, hi;
+    int lo_open, hi_open;
+    parse_range(r, &lo, &hi, &lo_open, &hi_open);
+    return (lo_open ? x > lo : x >= lo) && (hi_open ? x < hi : x <= hi);
+}
+
+/* Only what a reader would call a plain integer: strtol/strtoull also take
+ * leading spaces, a '+', and (strtoull) a '-' that wraps around, so that
+ * --seed " -1" used to become 18446744073709551615. */
+static int plain_integer(const char *s, int allow_minus) {
+    if (allow_minus && *s == '-') s++;
+    if (!*s) return 0;
+    for (; *s; s++)
+        if (*s < '0' || *s > '9') return 0;
+    return 1;
 }
 
 static void set_value(const char *cmd, const td_flag *f, const char *val) {
     char *end = NULL;
+    const char *valid = f->range ? f->range : "any";
     errno = 0;
     switch (f->type) {
     case TD_FLAG_INT: {
-        long x = strtol(val, &end, 10);
-        TD_CHECK(*val && !*end && !errno && x >= INT32_MIN && x <= INT32_MAX,
-                 "%s %s: '%s' is not an integer", cmd, f->name, val);
+        TD_CHECK(plain_integer(val, 1), "%s %s: '%s' is not an integer; valid: %s", cmd, f->name, val,
+                 f->range ? f->range : "[-2147483648, 2147483647]");
+        long long x = strtoll(val, &end, 10);
+        TD_CHECK(!errno && x >= INT32_MIN && x <= INT32_MAX && in_range(f->range, (double)x),
+                 "%s %s: '%s' is out of range; valid: %s", cmd, f->name, val,
+                 f->range ? f->range : "[-2147483648, 2147483647]");
         *(int *)f->ptr = (int)x;
         break;
     }
     case TD_FLAG_U64: {
+        TD_CHECK(plain_integer(val, 0),
+                 "%s %s: '%s' is not a non-negative integer (digits only); valid: %s", cmd, f->name,
+                 val, f->range ? f->range : "[0, 18446744073709551615]");
         unsigned long long x = strtoull(val, &end, 10);
-        TD_CHECK(*val && !*end && !errno && val[0] != '-', "%s %s: '%s' is not a non-negative integer",
-                 cmd, f->name, val);
+        TD_CHECK(!errno && in_range(f->range, (double)x), "%s %s: '%s' is out of range; valid: %s",
+                 cmd, f->name, val, f->range ? f->range : "[0, 18446744073709551615]");
         *(unsigned long long *)f->ptr = x;
         break;
     }
     case TD_FLAG_FLOAT:
     case TD_FLAG_DOUBLE: {
+        /* strtod also reads leading spaces, "inf" and "nan"; ERANGE is left
+         * to the checks below (an underflow to a denormal is harmless) */
         double x = strtod(val, &end);
-        TD_CHECK(*val && !*end && !errno, "%s %s: '%s' is not a number", cmd, f->name, val);
-        if (f->type == TD_FLAG_FLOAT) *(float *)f->ptr = (float)x;
-        else *(double *)f->ptr = x;
+        TD_CHECK(*val && !isspace((unsigned char)*val) && !*end, "%s %s: '%s' is not a number; valid: %s",
+                 cmd, f->name, val, valid);
+        TD_CHECK(isfinite(x), "%s %s: '%s' is not a finite number; valid: %s", cmd, f->name, val, valid);
+        if (f->type == TD_FLAG_FLOAT) {
+            /* checked on the double before narrowing: 1e39 would become inf */
+            TD_CHECK(fabs(x) <= FLT_MAX, "%s %s: '%s' does not fit a 32-bit float (largest %g); valid: %s",
+                     cmd, f->name, val, (double)FLT_MAX, valid);
+            float y = (float)x;
+            TD_CHECK(x == 0.0 || y != 0.0f,
+                     "%s %s: '%s' is too small for a 32-bit float (smallest %g); valid: %s", cmd, f->name,
+                     val, (double)FLT_TRUE_MIN, valid);
+            /* the range holds for the value the run uses, after rounding */
+            TD_CHECK(in_range(f->range, (double)y), "%s %s: '%s' is out of range; valid: %s", cmd,
+                     f->name, val, valid);
+            *(float *)f->ptr = y;
+        } else {
+            TD_CHECK(in_range(f->range, x), "%s %s: '%s' is out of range; valid: %s", cmd, f->name, val,
+                     valid);
+            *(double *)f->ptr = x;
+        }
         break;
     }
     case TD_FLAG_STR: *(const char **)f->ptr = val; break;

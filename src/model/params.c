@@ -11,14 +11,23 @@ void td_gpt_config_finish(td_gpt_config *cfg) {
     TD_CHECK(cfg->L <= TD_MAX_LAYERS, "--layers must be at most %d (got %d)", TD_MAX_LAYERS, cfg->L);
     TD_CHECK(cfg->H > 0, "--heads must be a positive integer (got %d)", cfg->H);
     TD_CHECK(cfg->C > 0, "--embd must be a positive integer (got %d)", cfg->C);
+    TD_CHECK(cfg->C <= TD_MAX_EMBD, "--embd must be at most %d (got %d)", TD_MAX_EMBD, cfg->C);
     TD_CHECK(cfg->T > 0, "--seq must be a positive integer (got %d)", cfg->T);
-    TD_CHECK(cfg->V > 0, "vocabulary size must be positive (got %d)", cfg->V);
+    TD_CHECK(cfg->T <= TD_MAX_SEQ, "--seq must be at most %d (got %d)", TD_MAX_SEQ, cfg->T);
+    /* V comes from --vocab, synthetic:V or the data; the padded Vp is
+     * rounded up in size_t and checked before it is narrowed to int (V near
+     * INT_MAX used to wrap Vp negative and plan 16 million TiB) */
+    TD_CHECK(cfg->V > 0 && cfg->V <= TD_MAX_VOCAB,
+             "vocabulary size %d (--vocab, or the data's) is out of range; valid: [1, %d]", cfg->V,
+             TD_MAX_VOCAB);
     int suggest = cfg->H;
     while (cfg->C % suggest) suggest--; /* the largest head count <= H that divides C */
     TD_CHECK(cfg->C % cfg->H == 0,
              "--embd %d is not divisible by --heads %d; use a head count that divides it (e.g. %d)",
              cfg->C, cfg->H, suggest);
-    cfg->Vp = (int)td_round_up((size_t)cfg->V, TD_VOCAB_PAD);
+    size_t Vp = td_round_up((size_t)cfg->V, TD_VOCAB_PAD);
+    TD_ASSERT(Vp <= (size_t)TD_MAX_VOCAB);
+    cfg->Vp = (int)Vp;
 }
 
 static void add_row(td_param_table *t, int *cap, const char *name, int d0, int d1, int unit,

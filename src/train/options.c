@@ -1,14 +1,17 @@
 /* `trident train` flags: defaults are nanoGPT's shakespeare-char CPU recipe. */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "trident/base.h"
 #include "trident/flags.h"
+#include "trident/model.h"
 #include "trident/train.h"
 
 void td_train_opts_default(td_train_opts *o) {
     memset(o, 0, sizeof *o);
     o->tokenizer = NULL; /* NULL: not given (text files use char; token files refuse one) */
+    o->vocab = -1;       /* unset: a token file's max id + 1 (an explicit --vocab is >= 1) */
     o->layers = 4, o->heads = 4, o->embd = 128, o->seq = 64;
     o->batch = 12, o->grad_accum = 1, o->steps = 2000;
     o->optim = (td_optim_config){.lr = 1e-3f, .min_lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.99f,
@@ -24,70 +27,78 @@ void td_train_opts_default(td_train_opts *o) {
     o->timing_skip = 1;
 }
 
+/* Flag ranges quote the model's maxima (plain literals, see model.h). */
+#define STR_(x) #x
+#define STR(x) STR_(x)
+#define POS "[1, 2147483647]"
+#define NONNEG "[0, 2147483647]"
+
 void td_train_opts_parse(td_train_opts *o, int argc, char **argv) {
     const td_flag flags[] = {
-        {"--data", TD_FLAG_STR, &o->data, "text file (UTF-8) or token file (.bin: nanoGPT uint16 or llm.c)"},
-        {"--tokenizer", TD_FLAG_STR, &o->tokenizer, "char (default) or byte, for text files"},
-        {"--vocab", TD_FLAG_INT, &o->vocab, "vocabulary size of a token file (default: max id + 1)"},
-        {"--layers", TD_FLAG_INT, &o->layers, "transformer blocks L (4)"},
-        {"--heads", TD_FLAG_INT, &o->heads, "attention heads H (4)"},
-        {"--embd", TD_FLAG_INT, &o->embd, "channels C, divisible by H (128)"},
-        {"--seq", TD_FLAG_INT, &o->seq, "context length T (64)"},
-        {"--batch", TD_FLAG_INT, &o->batch, "global batch in sequences per step (12)"},
-        {"--grad-accum", TD_FLAG_INT, &o->grad_accum, "micro-batches per step per replica (1)"},
-        {"--steps", TD_FLAG_INT, &o->steps, "optimizer steps (2000)"},
-        {"--lr", TD_FLAG_FLOAT, &o->optim.lr, "peak learning rate (1e-3)"},
-        {"--min-lr", TD_FLAG_FLOAT, &o->optim.min_lr, "final learning rate of the cosine decay (1e-4)"},
-        {"--warmup", TD_FLAG_INT, &o->optim.warmup, "linear warm-up steps (100)"},
-        {"--weight-decay", TD_FLAG_FLOAT, &o->optim.weight_decay, "AdamW decoupled weight decay, 2-D weights only (0.1)"},
-        {"--beta1", TD_FLAG_FLOAT, &o->optim.beta1, "AdamW beta1 (0.9)"},
-        {"--beta2", TD_FLAG_FLOAT, &o->optim.beta2, "AdamW beta2 (0.99)"},
-        {"--eps", TD_FLAG_FLOAT, &o->optim.eps, "AdamW epsilon (1e-8)"},
-        {"--clip", TD_FLAG_FLOAT, &o->optim.clip, "global gradient-norm clip, 0 = off (1.0)"},
-        {"--eval-every", TD_FLAG_INT, &o->eval_every, "steps between validation evals, 0 = never (250)"},
-        {"--eval-iters", TD_FLAG_INT, &o->eval_iters, "validation batches per eval (20)"},
-        {"--log-every", TD_FLAG_INT, &o->log_every, "steps between step lines on stdout (10)"},
-        {"--seed", TD_FLAG_U64, &o->seed, "seed for init and the data sampler (1337)"},
-        {"--threads", TD_FLAG_INT, &o->threads, "compute threads per rank (default: cores / local ranks)"},
-        {"--dp", TD_FLAG_INT, &o->dp, "data-parallel size (default: ranks / (tp*pp))"},
-        {"--tp", TD_FLAG_INT, &o->tp, "tensor-parallel size (1)"},
-        {"--pp", TD_FLAG_INT, &o->pp, "pipeline-parallel size (1)"},
-        {"--dp-mode", TD_FLAG_STR, &o->dp_mode, "allreduce (default), reduce-broadcast or ps"},
-        {"--ps-servers", TD_FLAG_INT, &o->ps_servers, "parameter-server ranks, with --dp-mode ps"},
-        {"--ps-staleness", TD_FLAG_INT, &o->ps_staleness, "steps a ps worker may run ahead (0 = synchronous)"},
-        {"--zero", TD_FLAG_INT, &o->zero, "ZeRO stage 0..3 (0 = replicated)"},
-        {"--bucket-mb", TD_FLAG_DOUBLE, &o->bucket_mb, "gradient bucket size in MiB (default from measurement)"},
-        {"--piece-mb", TD_FLAG_DOUBLE, &o->piece_mb, "bytes per MPI call in MiB (default from measurement)"},
-        {"--no-overlap", TD_FLAG_BOOL, &o->no_overlap, "start gradient communication after backward (for measuring overlap)"},
-        {"--comm-timeout", TD_FLAG_DOUBLE, &o->comm_timeout, "seconds before a stuck collective aborts the job (300)"},
-        {"--out", TD_FLAG_STR, &o->out, "directory for the final checkpoint"},
-        {"--log", TD_FLAG_STR, &o->log, "JSON-lines metrics file"},
-        {"--memory-report", TD_FLAG_BOOL, &o->memory_report, "print the per-rank memory plan in detail"},
-        {"--verbose", TD_FLAG_BOOL, &o->verbose, "every rank logs, prefixed with its grid position"},
-        {"--sample-tokens", TD_FLAG_INT, &o->sample_tokens, "print a sample of N tokens at the end (0)"},
-        {"--sample-prompt", TD_FLAG_STR, &o->sample_prompt, "prompt for that sample"},
+        {"--data", TD_FLAG_STR, &o->data, "text file (UTF-8) or token file (.bin: nanoGPT uint16 or llm.c)", NULL},
+        {"--tokenizer", TD_FLAG_STR, &o->tokenizer, "char (default) or byte, for text files", NULL},
+        {"--vocab", TD_FLAG_INT, &o->vocab, "vocabulary size of a token file (default: max id + 1)",
+         "[1, " STR(TD_MAX_VOCAB) "]"},
+        {"--layers", TD_FLAG_INT, &o->layers, "transformer blocks L (4)", "[1, " STR(TD_MAX_LAYERS) "]"},
+        {"--heads", TD_FLAG_INT, &o->heads, "attention heads H (4)", "[1, " STR(TD_MAX_EMBD) "]"},
+        {"--embd", TD_FLAG_INT, &o->embd, "channels C, divisible by H (128)", "[1, " STR(TD_MAX_EMBD) "]"},
+        {"--seq", TD_FLAG_INT, &o->seq, "context length T (64)", "[1, " STR(TD_MAX_SEQ) "]"},
+        {"--batch", TD_FLAG_INT, &o->batch, "global batch in sequences per step (12)", POS},
+        {"--grad-accum", TD_FLAG_INT, &o->grad_accum, "micro-batches per step per replica (1)", POS},
+        {"--steps", TD_FLAG_INT, &o->steps, "optimizer steps (2000)", POS},
+        {"--lr", TD_FLAG_FLOAT, &o->optim.lr, "peak learning rate (1e-3)", "(0, inf)"},
+        {"--min-lr", TD_FLAG_FLOAT, &o->optim.min_lr, "final learning rate of the cosine decay, <= lr (1e-4)", "[0, inf)"},
+        {"--warmup", TD_FLAG_INT, &o->optim.warmup, "linear warm-up steps (100)", NONNEG},
+        {"--weight-decay", TD_FLAG_FLOAT, &o->optim.weight_decay, "AdamW decoupled weight decay, 2-D weights only (0.1)", "[0, inf)"},
+        {"--beta1", TD_FLAG_FLOAT, &o->optim.beta1, "AdamW beta1 (0.9)", "[0, 1)"},
+        {"--beta2", TD_FLAG_FLOAT, &o->optim.beta2, "AdamW beta2 (0.99)", "[0, 1)"},
+        /* eps = 0 divides 0 by 0 for a parameter whose gradient stays 0 */
+        {"--eps", TD_FLAG_FLOAT, &o->optim.eps, "AdamW epsilon (1e-8)", "(0, inf)"},
+        {"--clip", TD_FLAG_FLOAT, &o->optim.clip, "global gradient-norm clip, 0 = off (1.0)", "[0, inf)"},
+        {"--eval-every", TD_FLAG_INT, &o->eval_every, "steps between validation evals, 0 = never (250)", NONNEG},
+        {"--eval-iters", TD_FLAG_INT, &o->eval_iters, "validation batches per eval (20)", POS},
+        {"--log-every", TD_FLAG_INT, &o->log_every, "steps between step lines on stdout (10)", POS},
+        {"--seed", TD_FLAG_U64, &o->seed, "seed for init and the data sampler (1337)", NULL},
+        {"--threads", TD_FLAG_INT, &o->threads, "compute threads per rank, 0 = default (cores / local ranks)", "[0, 4096]"},
+        {"--dp", TD_FLAG_INT, &o->dp, "data-parallel size, 0 = default (ranks / (tp*pp))", NONNEG},
+        {"--tp", TD_FLAG_INT, &o->tp, "tensor-parallel size (1)", POS},
+        {"--pp", TD_FLAG_INT, &o->pp, "pipeline-parallel size (1)", POS},
+        {"--dp-mode", TD_FLAG_STR, &o->dp_mode, "allreduce (default), reduce-broadcast or ps", NULL},
+        {"--ps-servers", TD_FLAG_INT, &o->ps_servers, "parameter-server ranks, with --dp-mode ps", NONNEG},
+        /* a server keeps K+1 gradient slices */
+        {"--ps-staleness", TD_FLAG_INT, &o->ps_staleness, "steps a ps worker may run ahead (0 = synchronous)", "[0, 1024]"},
+        {"--zero", TD_FLAG_INT, &o->zero, "ZeRO stage 0..3 (0 = replicated)", NULL},
+        /* MiB become bytes in size_t: bounded well below its range */
+        {"--bucket-mb", TD_FLAG_DOUBLE, &o->bucket_mb, "gradient bucket size in MiB, 0 = default (from measurement)", "[0, 1048576]"},
+        {"--piece-mb", TD_FLAG_DOUBLE, &o->piece_mb, "bytes per MPI call in MiB, 0 = default (from measurement)", "[0, 1048576]"},
+        {"--no-overlap", TD_FLAG_BOOL, &o->no_overlap, "start gradient communication after backward (for measuring overlap)", NULL},
+        {"--comm-timeout", TD_FLAG_DOUBLE, &o->comm_timeout, "seconds before a stuck collective aborts the job, 0 = wait forever (300)", "[0, 1e9]"},
+        {"--out", TD_FLAG_STR, &o->out, "directory for the final checkpoint (created if missing; its parent must exist)", NULL},
+        {"--log", TD_FLAG_STR, &o->log, "JSON-lines metrics file", NULL},
+        {"--memory-report", TD_FLAG_BOOL, &o->memory_report, "print the per-rank memory plan in detail", NULL},
+        {"--verbose", TD_FLAG_BOOL, &o->verbose, "every rank logs, prefixed with its grid position", NULL},
+        {"--sample-tokens", TD_FLAG_INT, &o->sample_tokens, "print a sample of N tokens at the end (0)", "[0, 10000000]"},
+        {"--sample-prompt", TD_FLAG_STR, &o->sample_prompt, "prompt for that sample", NULL},
     };
     td_flags_parse("train", flags, (int)(sizeof flags / sizeof flags[0]), argc, argv);
 
+    /* each number is in its range (td_flags_parse); what is left relates
+     * two flags */
     TD_CHECK(o->data, "train: --data is required (a UTF-8 text file or a .bin token file); "
                       "scripts/run.sh uses an English corpus from Debian's fortunes package");
-    TD_CHECK(o->batch > 0, "--batch must be a positive number of sequences (got %d)", o->batch);
-    TD_CHECK(o->grad_accum > 0, "--grad-accum must be positive (got %d)", o->grad_accum);
-    TD_CHECK(o->steps > 0, "--steps must be positive (got %d)", o->steps);
-    TD_CHECK(o->optim.lr > 0 && o->optim.min_lr >= 0 && o->optim.min_lr <= o->optim.lr,
-             "--lr must be positive and --min-lr in [0, lr] (got %g, %g)", o->optim.lr, o->optim.min_lr);
-    TD_CHECK(o->optim.warmup >= 0, "--warmup must be >= 0 (got %d)", o->optim.warmup);
-    TD_CHECK(o->optim.beta1 >= 0 && o->optim.beta1 < 1 && o->optim.beta2 >= 0 && o->optim.beta2 < 1,
-             "--beta1/--beta2 must be in [0, 1)");
-    TD_CHECK(o->optim.weight_decay >= 0, "--weight-decay must be >= 0");
-    TD_CHECK(o->eval_every >= 0, "--eval-every must be >= 0 (0 disables evaluation)");
-    TD_CHECK(o->eval_iters > 0 || o->eval_every == 0, "--eval-iters must be positive");
-    TD_CHECK(o->log_every > 0, "--log-every must be positive");
-    TD_CHECK(o->threads >= 0, "--threads must be positive");
-    TD_CHECK(o->tp > 0 && o->pp > 0 && o->dp >= 0, "--dp, --tp and --pp must be positive");
+    TD_CHECK(o->optim.min_lr <= o->optim.lr, "--min-lr %g is above --lr %g; valid: [0, lr]",
+             (double)o->optim.min_lr, (double)o->optim.lr);
+    TD_CHECK(o->grad_accum <= o->batch,
+             "--grad-accum %d is more micro-batches than --batch %d has sequences; valid: [1, %d]",
+             o->grad_accum, o->batch, o->batch);
+    /* a rank's forward and backward count rows (batch x seq) and attention
+     * pairs (batch x heads) in int */
+    TD_CHECK((long long)o->batch * o->seq <= INT_MAX,
+             "--batch %d x --seq %d = %lld tokens per step; valid: at most %d", o->batch, o->seq,
+             (long long)o->batch * o->seq, INT_MAX);
+    TD_CHECK((long long)o->batch * o->heads <= INT_MAX,
+             "--batch %d x --heads %d = %lld attention maps per step; valid: at most %d", o->batch,
+             o->heads, (long long)o->batch * o->heads, INT_MAX);
     TD_CHECK(o->zero >= 0 && o->zero <= 3, "--zero %d is not a ZeRO stage; use 0, 1, 2 or 3", o->zero);
-    TD_CHECK(o->ps_servers >= 0 && o->ps_staleness >= 0, "--ps-servers and --ps-staleness must be >= 0");
-    TD_CHECK(o->bucket_mb >= 0 && o->piece_mb >= 0, "--bucket-mb and --piece-mb must be >= 0");
-    TD_CHECK(o->sample_tokens >= 0, "--sample-tokens must be >= 0");
     o->optim.max_steps = o->steps;
 }

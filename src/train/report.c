@@ -51,16 +51,21 @@ void td_report_open(td_report *r, const td_train_opts *o, const td_grid *g,
     }
 }
 
+/* n 64-bit values of every rank, rank-major, on every rank (raw payload
+ * moved as pairs of 32-bit words: no reduction touches it). */
+static void gather_u64(const td_grid *g, const uint64_t *mine, int n, uint64_t *all) {
+    if (g->world_size == 1) {
+        memcpy(all, mine, sizeof(uint64_t) * (size_t)n);
+        return;
+    }
+    td_all_gather(g->world, mine, all, (size_t)n * 2, TD_F32);
+}
+
 /* All ranks' category bytes on rank 0: [rank][cat] planned and measured. */
 static void gather_bytes(const td_grid *g, const size_t *mine, uint64_t *all) {
     uint64_t buf[TD_MEM_NCAT];
     for (int c = 0; c < TD_MEM_NCAT; c++) buf[c] = mine[c];
-    if (g->world_size == 1) {
-        memcpy(all, buf, sizeof buf);
-        return;
-    }
-    /* raw 64-bit payload moved as pairs of 32-bit words (no reduction) */
-    td_all_gather(g->world, buf, all, TD_MEM_NCAT * 2, TD_F32);
+    gather_u64(g, buf, TD_MEM_NCAT, all);
 }
 
 void td_report_memory(td_report *r, const td_mem_plan *plan, int measured) {
@@ -70,6 +75,10 @@ void td_report_memory(td_report *r, const td_mem_plan *plan, int measured) {
     uint64_t *ms = td_alloc(sizeof(uint64_t) * TD_MEM_NCAT * W, TD_MEM_OTHER);
     size_t peaks[TD_MEM_NCAT];
     for (int c = 0; c < TD_MEM_NCAT; c++) peaks[c] = td_mem_peak(c);
+    if (!measured) {
+        r->planned_total = 0;
+        for (int c = 0; c < TD_MEM_NCAT; c++) r->planned_total += plan->bytes[c];
+    }
     gather_bytes(g, plan->bytes, pl);
     gather_bytes(g, peaks, ms);
     char b1[32], b2[32];
@@ -170,7 +179,50 @@ void td_report_sample(td_report *r, const td_param_table *canon, const float *pa
     fflush(stdout);
 }
 
+/* The process as the kernel sees it beside the plan. The high-water mark
+ * counts what the allocator does not: the program, libraries and their
+ * buffers (OpenBLAS, OpenMP, Open MPI's shared-memory transport), malloc
+ * outside td_alloc, and pages of other ranks' shared windows this rank
+ * touched; growth = high-water - baseline is the run's own. */
+static void report_rss(td_report *r) {
+    enum { HWM, BASE, PLAN, ALLOC, NV };
+    const td_grid *g = r->g;
+    size_t peak = td_mem_total_peak();
+    uint64_t mine[NV] = {td_rss_peak_bytes(), r->baseline.rss_baseline, r->planned_total,
+                         peak > r->baseline.alloc_baseline ? peak - r->baseline.alloc_baseline : 0};
+    uint64_t *all = td_alloc(sizeof(uint64_t) * NV * (size_t)g->world_size, TD_MEM_OTHER);
+    gather_u64(g, mine, NV, all);
+    if (g->world_rank == 0) {
+        char b[4][32];
+        td_log("resident set per rank (kernel's high-water mark; baseline = before the model was "
+               "allocated; allocator peak above its own baseline):\n");
+        td_log("  %-5s %12s %12s %12s %12s %24s\n", "rank", "high-water", "baseline", "planned",
+               "allocator", "(high-water-base)/plan");
+        for (int w = 0; w < g->world_size; w++) {
+            const uint64_t *x = all + (size_t)w * NV;
+            double ratio = x[PLAN] ? ((double)x[HWM] - (double)x[BASE]) / (double)x[PLAN] : 0.0;
+            td_log("  %-5d %12s %12s %12s %12s %24.2f\n", w, td_fmt_bytes(b[0], 32, (double)x[HWM]),
+                   td_fmt_bytes(b[1], 32, (double)x[BASE]), td_fmt_bytes(b[2], 32, (double)x[PLAN]),
+                   td_fmt_bytes(b[3], 32, (double)x[ALLOC]), ratio);
+        }
+        if (r->log) {
+            fprintf(r->log, "{\"event\": \"rss\", \"ranks\": [");
+            for (int w = 0; w < g->world_size; w++) {
+                const uint64_t *x = all + (size_t)w * NV;
+                fprintf(r->log,
+                        "%s{\"rss_peak\": %llu, \"rss_baseline\": %llu, \"planned\": %llu, "
+                        "\"alloc_peak\": %llu}",
+                        w ? ", " : "", (unsigned long long)x[HWM], (unsigned long long)x[BASE],
+                        (unsigned long long)x[PLAN], (unsigned long long)x[ALLOC]);
+            }
+            fprintf(r->log, "]}\n");
+        }
+    }
+    td_free(all);
+}
+
 void td_report_close(td_report *r) {
+    report_rss(r);
     if (r->log) fclose(r->log);
     r->log = NULL;
 }

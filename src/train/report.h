@@ -5,6 +5,7 @@
 
 #include <stdio.h>
 
+#include "preflight.h"
 #include "trident/data.h"
 #include "trident/grid.h"
 #include "trident/train.h"
@@ -18,6 +19,8 @@ typedef struct {
     double peak_flops;    /* one core's measured sgemm rate x compute threads */
     double peak_gflops;   /* one core's measured sgemm rate (best rank) */
     int Bm;
+    td_preflight_result baseline; /* resident set and allocator before the model */
+    size_t planned_total;         /* this rank's plan, all categories */
 } td_report;
 
 void td_report_open(td_report *r, const td_train_opts *o, const td_grid *g,
@@ -31,6 +34,10 @@ void td_report_eval(td_report *r, int step, double val_loss);
 void td_report_summary(td_report *r, const td_train_result *res);
 void td_report_sample(td_report *r, const td_param_table *canon, const float *params,
                       const td_tokenizer *tok, const td_train_opts *o);
+/* Collective over the world: first the resident-set report (each rank's
+ * high-water mark beside its baseline, its plan and the allocator's peak;
+ * on stdout and in the --log), then the log is closed. Call it last, after
+ * the checkpoint and the sample, so the high-water mark covers them. */
 void td_report_close(td_report *r);
 
 /* Text generation from canonical-layout params (sample.c). Writes the decoded

@@ -93,20 +93,17 @@ int td_sample_main(int argc, char **argv) {
     float temperature = 1.0f;
     unsigned long long seed = 1337;
     const td_flag flags[] = {
-        {"--ckpt", TD_FLAG_STR, &ckpt, "checkpoint directory written by train --out"},
-        {"--tokens", TD_FLAG_INT, &tokens, "tokens to generate (200)"},
-        {"--temperature", TD_FLAG_FLOAT, &temperature, "softmax temperature > 0 (1.0)"},
-        {"--top-k", TD_FLAG_INT, &top_k, "sample from the k most likely tokens, 0 = all (0)"},
-        {"--prompt", TD_FLAG_STR, &prompt, "text to continue (default: a newline)"},
-        {"--seed", TD_FLAG_U64, &seed, "sampling seed (1337)"},
-        {"--threads", TD_FLAG_INT, &threads, "compute threads (1)"},
+        {"--ckpt", TD_FLAG_STR, &ckpt, "checkpoint directory written by train --out", NULL},
+        {"--tokens", TD_FLAG_INT, &tokens, "tokens to generate (200)", "[0, 10000000]"},
+        {"--temperature", TD_FLAG_FLOAT, &temperature, "softmax temperature (1.0)", "(0, inf)"},
+        {"--top-k", TD_FLAG_INT, &top_k, "sample from the k most likely tokens, 0 = all (0)", "[0, 2147483647]"},
+        {"--prompt", TD_FLAG_STR, &prompt, "text to continue (default: a newline)", NULL},
+        {"--seed", TD_FLAG_U64, &seed, "sampling seed (1337)", NULL},
+        {"--threads", TD_FLAG_INT, &threads, "compute threads (1)", "[1, 4096]"},
     };
     td_flags_parse("sample", flags, (int)(sizeof flags / sizeof flags[0]), argc, argv);
     TD_CHECK(ckpt, "sample: --ckpt DIR is required (a directory written by 'trident train --out DIR')");
-    TD_CHECK(tokens >= 0, "--tokens must be >= 0 (got %d)", tokens);
-    TD_CHECK(temperature > 0, "--temperature must be > 0 (got %g)", temperature);
-    TD_CHECK(top_k >= 0, "--top-k must be >= 0 (got %d)", top_k);
-    TD_CHECK(threads > 0, "--threads must be positive");
+    /* each number was checked against its range as it was parsed */
     td_kernels_set_threads(threads);
     td_checkpoint ck;
     td_ckpt_load(&ck, ckpt);

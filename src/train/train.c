@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "preflight.h"
 #include "report.h"
 #include "trident/base.h"
 #include "trident/ckpt.h"
@@ -25,10 +26,10 @@ static int default_threads(void) {
 /* Per-replica batch split; a global batch that does not divide is a clear
  * error listing sizes that would work. */
 static void split_batch(const td_train_opts *o, int D, int *Bl, int *Bm) {
-    int unit = D * o->grad_accum;
+    long long unit = (long long)D * o->grad_accum; /* in int, dp x K could wrap */
     TD_CHECK(o->batch % unit == 0,
              "--batch %d does not split over %d data-parallel replicas x %d micro-batches; "
-             "use a multiple of %d (e.g. %d or %d)",
+             "use a multiple of %lld (e.g. %lld or %lld)",
              o->batch, D, o->grad_accum, unit, unit * (o->batch / unit > 0 ? o->batch / unit : 1),
              unit * (o->batch / unit + 1));
     *Bl = o->batch / D;
@@ -99,15 +100,19 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
     td_param_table_build(&table, &cfg, td_dp_unit_align(&dcfg, &g));
     td_param_table_build(&canon, &cfg, 1);
 
+    td_mem_plan plan = td_dp_memory_plan(&dcfg, &g, &table);
+    if (!g.is_server) plan.bytes[TD_MEM_ACTS] += td_gpt_activation_bytes(&cfg, Bm);
+    /* every check that needs no model, before the model is allocated */
+    td_preflight_result pf = td_preflight(o, &g, &cfg, &data, &plan, Bm);
+
     td_gpt model;
     memset(&model, 0, sizeof model);
     if (!g.is_server) td_gpt_create(&model, &table, Bm);
-    td_mem_plan plan = td_dp_memory_plan(&dcfg, &g, &table);
-    if (!g.is_server) plan.bytes[TD_MEM_ACTS] += td_gpt_activation_bytes(&cfg, Bm);
     td_dp *dp = td_dp_create(&dcfg, &g, &table, g.is_server ? NULL : &model);
 
     td_report rep;
     td_report_open(&rep, o, &g, &cfg, &table, &data, threads, Bm);
+    rep.baseline = pf;
     td_report_memory(&rep, &plan, 0);
 
     res->losses = td_alloc(sizeof(float) * o->steps, TD_MEM_OTHER);

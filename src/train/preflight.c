@@ -1,0 +1,283 @@
+/* Start-of-run checks (preflight.h). Each check writes its verdict instead
+ * of exiting, so that the ranks can agree on one message: the lowest
+ * failing rank prints it and aborts the job, the others wait to be ended.
+ * Every rank running TD_CHECK on its own would print the same line once per
+ * rank, or lose one rank's line to another's MPI_Abort. */
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "preflight.h"
+#include "trident/base.h"
+#include "trident/comm.h"
+#include "trident/formats_data.h"
+
+typedef struct {
+    int failed;
+    char msg[2048];   /* the one error line */
+    char extra[8192]; /* printed after it (the memory table) */
+} verdict;
+
+/* Returns 1, so that a check can end with "return refuse(...)". */
+__attribute__((format(printf, 2, 3))) static int refuse(verdict *v, const char *fmt, ...) {
+    if (v->failed) return 1; /* the first problem found is the one reported */
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(v->msg, sizeof v->msg, fmt, ap);
+    va_end(ap);
+    v->failed = 1;
+    return 1;
+}
+
+/* ---- --out ------------------------------------------------------------ */
+
+/* Creates DIR when missing (its last component only: a missing parent is
+ * more likely a typo than a wish for a tree), then writes, fsyncs and
+ * removes a probe file in it. created gets 1 when this call made DIR. */
+static int check_out(verdict *v, const char *out, int *created) {
+    struct stat st;
+    *created = 0;
+    if (!*out) return refuse(v, "--out needs a directory name");
+    if (stat(out, &st) == 0) {
+        if (!S_ISDIR(st.st_mode))
+            return refuse(v, "--out %s is an existing file, not a directory; name a directory "
+                             "(it is created if missing)", out);
+    } else if (errno == ENOENT) {
+        if (mkdir(out, 0777) != 0) {
+            int e = errno;
+            char copy[PATH_MAX];
+            snprintf(copy, sizeof copy, "%s", out);
+            const char *parent = dirname(copy);
+            struct stat ps;
+            if (e == ENOENT && stat(parent, &ps) != 0)
+                return refuse(v, "--out %s: its parent directory %s does not exist; create it first "
+                                 "(only the last component is created)", out, parent);
+            if (e == ENOTDIR)
+                return refuse(v, "--out %s: a component of its path is a file, not a directory", out);
+            return refuse(v, "--out %s cannot be created: %s", out, strerror(e));
+        }
+        *created = 1;
+    } else if (errno == ENOTDIR) {
+        return refuse(v, "--out %s: a component of its path is a file, not a directory", out);
+    } else {
+        return refuse(v, "--out %s cannot be used: %s", out, strerror(errno));
+    }
+    char probe[PATH_MAX + 64];
+    snprintf(probe, sizeof probe, "%s/.trident-probe-%ld", out, (long)getpid());
+    int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    const char *what = "creating a file in it";
+    int e = 0;
+    if (fd < 0) {
+        e = errno;
+    } else {
+        errno = 0;
+        if (write(fd, "trident\n", 8) != 8) {
+            e = errno ? errno : EIO;
+            what = "writing a file in it";
+        } else if (fsync(fd) != 0) {
+            e = errno;
+            what = "syncing a file in it";
+        }
+        if (close(fd) != 0 && !e) {
+            e = errno;
+            what = "closing a file in it";
+        }
+        unlink(probe);
+    }
+    if (!e) return 0;
+    if (*created) rmdir(out), *created = 0;
+    return refuse(v, "--out %s cannot be written (%s failed: %s); the checkpoint would be lost at "
+                     "the end of the run", out, what, strerror(e));
+}
+
+/* ---- --log ------------------------------------------------------------ */
+
+/* What trident itself writes directly in --out: a log there would collide
+ * with the checkpoint (model.bin and config.json today; step-NNNNNNNN/,
+ * latest and their temporary names with the step-directory layout). */
+static int checkpoint_name(const char *base) {
+    return strcmp(base, "model.bin") == 0 || strcmp(base, "config.json") == 0 ||
+           strcmp(base, "latest") == 0 || strncmp(base, "step-", 5) == 0 || base[0] == '.';
+}
+
+static int check_log(verdict *v, const char *log, const char *data, const char *out) {
+    struct stat st, ds;
+    if (!*log) return refuse(v, "--log needs a file name");
+    if (stat(log, &st) == 0) {
+        if (S_ISDIR(st.st_mode))
+            return refuse(v, "--log %s is a directory; name a file (JSON lines are written to it)", log);
+        if (data && stat(data, &ds) == 0 && ds.st_dev == st.st_dev && ds.st_ino == st.st_ino)
+            return refuse(v, "--log %s is the --data file %s; it would be overwritten; name another "
+                             "file", log, data);
+        if (S_ISREG(st.st_mode) && st.st_size > 0) {
+            /* --log truncates: only a log of an earlier run may be replaced */
+            static const char head[] = "{\"event\": \"start\"";
+            char buf[sizeof head] = {0};
+            FILE *f = fopen(log, "r");
+            size_t n = f ? fread(buf, 1, sizeof head - 1, f) : 0;
+            if (f) fclose(f);
+            if (n != sizeof head - 1 || memcmp(buf, head, n) != 0)
+                return refuse(v, "--log %s exists and is not a trident log (it does not start with "
+                                 "%s); it would be overwritten; remove it or name another file",
+                              log, head);
+        }
+        int fd = open(log, O_WRONLY); /* no O_TRUNC: a probe changes nothing */
+        if (fd < 0) return refuse(v, "--log %s cannot be written: %s", log, strerror(errno));
+        close(fd);
+    } else {
+        int fd = open(log, O_WRONLY | O_CREAT | O_EXCL, 0644);
+        if (fd < 0) return refuse(v, "--log %s cannot be created: %s", log, strerror(errno));
+        close(fd);
+        unlink(log);
+    }
+    if (!out) return 0;
+    /* compared by real path: "ck/./x", "ck/../ck/x" and links all count */
+    char rout[PATH_MAX], copy[PATH_MAX], rdir[PATH_MAX], bcopy[PATH_MAX];
+    snprintf(copy, sizeof copy, "%s", log);
+    snprintf(bcopy, sizeof bcopy, "%s", log);
+    const char *base = basename(bcopy);
+    if (!realpath(out, rout) || !realpath(dirname(copy), rdir)) return 0;
+    size_t n = strlen(rout);
+    int inside = strncmp(rdir, rout, n) == 0 && rdir[n] == '/';
+    if (inside)
+        return refuse(v, "--log %s is inside a directory of --out %s, where checkpoints are written; "
+                         "name a file outside it or directly in %s", log, out, out);
+    if (strcmp(rdir, rout) == 0 && checkpoint_name(base))
+        return refuse(v, "--log %s would take a name the checkpoint uses in --out %s (model.bin, "
+                         "config.json, latest, step-*, hidden temporary files); name another file",
+                      log, out);
+    return 0;
+}
+
+/* ---- --sample-prompt -------------------------------------------------- */
+
+/* The sample at the end encodes the prompt with the run's tokenizer, which
+ * dies on a character it lacks: after the whole run. Checked here, without
+ * dying, against the same vocabulary. */
+static int check_prompt(verdict *v, const char *prompt, const td_tokenizer *tok, const char *data) {
+    if (!prompt || !*prompt || tok->kind == TD_TOK_BYTE) return 0; /* bytes encode anything */
+    if (tok->kind == TD_TOK_IDS)
+        return refuse(v, "--sample-prompt needs a text tokenizer, but --data %s holds token ids; "
+                         "leave --sample-prompt out (the sample then starts from token 0)", data);
+    /* the formats library's encoder: the same strict UTF-8 and lookup the
+     * sample will use, but returning its error instead of dying */
+    size_t n = strlen(prompt), count;
+    int *ids = td_alloc(sizeof(int) * n, TD_MEM_OTHER);
+    td_err e;
+    int rc = td_utf8_encode_ids(tok->chars, (size_t)tok->V, (const unsigned char *)prompt, n, ids,
+                                &count, &e);
+    td_free(ids);
+    if (rc != 0)
+        return refuse(v, "--sample-prompt: %s (built from --data %s); use characters the training "
+                         "text contains", e.msg, data);
+    return 0;
+}
+
+/* ---- sizes and memory ------------------------------------------------- */
+
+/* The plan is exact size_t arithmetic, which wraps silently for absurd
+ * sizes; this is an upper estimate of the same sums in double, checked
+ * first: below 2^60 bytes nothing in the plan can have wrapped. */
+static int check_sizes(verdict *v, const td_train_opts *o, const td_gpt_config *c, int Bm) {
+    double L = c->L, C = c->C, T = c->T, H = c->H, Vp = c->Vp, B = Bm, N = B * T;
+    double params = (Vp + T) * C + L * (12 * C * C + 13 * C) + 2 * C;
+    double state = 4.0 * params * (8 + o->ps_staleness); /* params, grads, moments, buffers */
+    double att = B * H * T * T;
+    double acts = 4.0 * (L * (20 * N * C + 4 * N + att) + 20 * N * C + att + N * Vp + 4 * N);
+    double est = state + acts;
+    if (est < 0x1p60) return 0;
+    char b[32];
+    return refuse(v, "the model and batch would need about %s per rank (--layers %d --embd %d --seq %d, "
+                  "%d sequences per micro-batch, vocabulary %d); no machine has that much memory",
+                  td_fmt_bytes(b, sizeof b, est), c->L, c->C, c->T, Bm, c->V);
+}
+
+/* The memory this rank may use: TRIDENT_MEMORY_LIMIT or what the node
+ * still has (MemAvailable, the cgroup's room), shared by the ranks on the
+ * node. Refuses a plan above it, with the plan's table. */
+static int check_memory(verdict *v, const td_grid *g, const td_mem_plan *plan) {
+    char source[4600], b1[32], b2[32], b3[32];
+    size_t node;
+    const char *env = getenv("TRIDENT_MEMORY_LIMIT");
+    if (env) {
+        if (!td_parse_bytes(env, &node))
+            return refuse(v, "TRIDENT_MEMORY_LIMIT='%s' is not a byte count; use a positive number of "
+                             "bytes with an optional K, M, G or T (powers of 1024), e.g. 512M or 4G",
+                          env);
+        snprintf(source, sizeof source, "TRIDENT_MEMORY_LIMIT=%s", env);
+    } else {
+        node = td_node_memory_available(source, sizeof source);
+        if (node == 0) return 0; /* unknown: nothing to compare with */
+    }
+    int ranks = td_local_ranks();
+    size_t share = node / (size_t)ranks, total = 0;
+    for (int c = 0; c < TD_MEM_NCAT; c++) total += plan->bytes[c];
+    if (total <= share) return 0;
+    refuse(v, "memory: rank %d plans %s but each of the %d ranks on this node may use %s (%s, for "
+              "the node); use a smaller model, --batch or --seq, shard with --zero over more ranks, "
+              "or give the job more memory",
+           g->world_rank, td_fmt_bytes(b1, sizeof b1, (double)total), ranks,
+           td_fmt_bytes(b2, sizeof b2, (double)share), source);
+    size_t k = 0;
+    k += (size_t)snprintf(v->extra + k, sizeof v->extra - k, "  plan of rank %d:\n", g->world_rank);
+    for (int c = 0; c < TD_MEM_NCAT && k < sizeof v->extra; c++)
+        k += (size_t)snprintf(v->extra + k, sizeof v->extra - k, "    %-12s %12s\n", td_mem_cat_name(c),
+                              td_fmt_bytes(b1, sizeof b1, (double)plan->bytes[c]));
+    if (k < sizeof v->extra)
+        snprintf(v->extra + k, sizeof v->extra - k,
+                 "    %-12s %12s\n  limit: %s for the node (%s) / %d ranks = %s per rank\n", "total",
+                 td_fmt_bytes(b1, sizeof b1, (double)total), td_fmt_bytes(b2, sizeof b2, (double)node),
+                 source, ranks, td_fmt_bytes(b3, sizeof b3, (double)share));
+    return 1;
+}
+
+/* ---- the verdict ------------------------------------------------------ */
+
+static void agree(const verdict *v, const td_grid *g, const char *out, int created_out) {
+    int W = g->world_size;
+    float first = v->failed ? (float)(W - g->world_rank) : 0.0f; /* ranks < 2^24: exact */
+    if (W > 1) td_allreduce(g->world, &first, 1, TD_F32, TD_MAX);
+    if (first == 0.0f) return;
+    if (created_out) rmdir(out); /* a refused run leaves nothing behind */
+    if (W > 1) td_barrier(g->world); /* the directory is gone before anyone aborts */
+    if (g->world_rank == W - (int)first) {
+        fflush(stdout);
+        fprintf(stderr, "trident: error: %s\n%s", v->msg, v->extra);
+        td_die(TD_EXIT_USAGE); /* MPI_Abort under mpirun: the others end with it */
+    }
+    td_barrier(g->world); /* never completes: the failing rank aborts the job */
+    td_die(TD_EXIT_USAGE);
+}
+
+td_preflight_result td_preflight(const td_train_opts *o, const td_grid *g, const td_gpt_config *cfg,
+                                 const td_dataset *d, const td_mem_plan *plan, int Bm) {
+    verdict v;
+    memset(&v, 0, sizeof v);
+    int created_out = 0;
+    /* --out and --log are written by world rank 0 only, so only it probes
+     * them: on a cluster another node may not even see that path, and a
+     * probe there would create directories nobody uses */
+    if (g->world_rank == 0) {
+        if (o->out) check_out(&v, o->out, &created_out);
+        if (o->log) check_log(&v, o->log, strncmp(o->data, "synthetic:", 10) ? o->data : NULL, o->out);
+    }
+    /* the plan is only meaningful once the sizes are known not to wrap */
+    if (!check_prompt(&v, o->sample_prompt, &d->tok, o->data) &&
+        !check_sizes(&v, o, cfg, g->is_server ? 1 : Bm))
+        check_memory(&v, g, plan);
+    agree(&v, g, o->out, created_out);
+
+    td_preflight_result r;
+    td_rss_reset_peak();
+    td_mem_reset_total_peak();
+    r.rss_baseline = td_rss_bytes();
+    r.alloc_baseline = td_mem_total_current();
+    return r;
+}
