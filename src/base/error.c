@@ -2,6 +2,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "trident/base.h"
 
@@ -26,6 +27,11 @@ _Noreturn void td_fail(const char *fmt, ...) {
      * control byte in it (the user's input) must not split the message. */
     for (unsigned char *c = (unsigned char *)msg; *c; c++)
         if (*c < 0x20 || *c == 0x7F) *c = '?';
+    /* Most bad input is seen by every rank at once (all read the same flags
+     * and files). Rank 0 reports and its abort ends the job; the others hold
+     * back a moment so the user reads one line, not one per rank. A rank that
+     * alone sees its error still reports it, just later. */
+    if (g_abort_hook && td_log_rank() > 0) usleep(750 * 1000);
     fflush(stdout);
     fprintf(stderr, "trident: error: %s\n", msg);
     td_die(TD_EXIT_USAGE);

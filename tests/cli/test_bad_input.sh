@@ -31,8 +31,8 @@ PY
 Q="--steps 2 --eval-every 0 --threads 1"
 
 # expect NAME REGEX CMD...: non-zero exit, no signal death or timeout, no
-# sanitizer report, the output matches REGEX, exactly one "trident: error" line (MULTI=1 allows
-# more, for a case this test does not own the one-line rule of), and no
+# sanitizer report, the output matches REGEX, exactly one "trident: error" line (also
+# under mpirun, where every rank sees the same bad input), and no
 # training step ran (the step line is "step     0/2 | ...").
 expect() {
   local name=$1 re=$2; shift 2
@@ -50,7 +50,7 @@ expect() {
     echo "FAIL $name: sanitizer report:"; grep -m3 -E 'AddressSanitizer|runtime error:' <<<"$out"; fails=$((fails+1)); return
   fi
   n=$(grep -c 'trident: error' <<<"$out")
-  if [ "${MULTI:-0}" != 1 ] && [ "$n" -ne 1 ]; then
+  if [ "$n" -ne 1 ]; then
     echo "FAIL $name: $n 'trident: error' lines, want exactly 1:"; grep 'trident: error' <<<"$out"; fails=$((fails+1)); return
   fi
   if grep -qE '^step +[0-9]+/' <<<"$out"; then
@@ -91,7 +91,7 @@ expect factors-mismatch "--dp 2 x --tp 1 x --pp 1 \(\+ 0 servers\) = 2 ranks, bu
                        $MPIRUN -np 3 "$T" train --data "$tmp/small.txt" --dp 2 $Q
 # every rank finds the split wrong and says so (split_batch runs before the
 # start-of-run checks agree on one message)
-MULTI=1 expect batch-split-dp "--batch 12 does not split over 5 data-parallel replicas" \
+expect batch-split-dp "--batch 12 does not split over 5 data-parallel replicas" \
                        $MPIRUN -np 5 "$T" train --data "$tmp/small.txt" $Q
 
 # ---- numbers: finite, in range, plain; the range is in the message ----
