@@ -6,13 +6,16 @@
  *   worker -> server  CTRL [kind, step]          kind GRAD: DATA [slice] follows
  *                                                kind PULL: wants params for `step`
  *                                                kind DONE: worker finished
- *   server -> worker  HDR [version, norm] then PARAM [slice]
+ *   server -> worker  HDR [version, norm, fail_step, fail_row] then PARAM [slice]
  * A server applies the update of step s once every worker's step-s gradient
  * has arrived, in step order, so the math is that of synchronous training;
  * with staleness K a pull for step s is answered as soon as version >= s - K
  * (stale-synchronous parallel), otherwise it waits for the missing updates.
  * The global gradient norm is summed over the servers' slices (each element
- * once) with an all-reduce among the servers, in the same update order. */
+ * once) with an all-reduce among the servers, in the same update order.
+ * A non-finite norm is not applied: the servers agree on the first tensor
+ * holding a non-finite gradient, stop advancing, and answer every pull at
+ * once with fail_step >= 0; each worker then stops and says DONE. */
 #include <math.h>
 #include <string.h>
 
@@ -27,7 +30,8 @@ struct td_ps {
     size_t slice;            /* elements of one server's slice (sum over units) */
     float *sendbuf;          /* worker: [S][slice] packed gradients / received params */
     td_request **reqs;       /* worker: per-server requests */
-    float *hdrs;             /* worker: [S][2] */
+    float *hdrs;             /* worker: [S][4] */
+    int done_sent;           /* worker: DONE went to the servers */
     int pulled_for;          /* worker: step the params are valid for (-1 none) */
     float last_norm;
     int max_stale, n_pulls;
@@ -39,6 +43,7 @@ struct td_ps {
     float *tmp;              /* [slice] receive buffer */
     int version;             /* updates applied */
     float *norms;            /* [steps] global norm of each update */
+    int fail_step, fail_row; /* a non-finite update (-1: none); workers learn it from HDR */
 };
 
 static size_t unit_slice(const td_dp *dp, int u, int s, size_t *len) {
@@ -77,6 +82,7 @@ void td_ps_create(td_dp *dp) {
     ps->K = dp->cfg.ps_staleness;
     ps->slice = dp->t->numel / (size_t)ps->S;
     ps->pulled_for = -1;
+    ps->fail_step = ps->fail_row = -1;
     TD_ASSERT(dp->t->unit_align % ps->S == 0);
     if (g->is_server) {
         int s = g->server_rank;
@@ -99,7 +105,7 @@ void td_ps_create(td_dp *dp) {
     dp->params = td_alloc(n * sizeof(float), TD_MEM_PARAMS);
     dp->grads = td_alloc(n * sizeof(float), TD_MEM_GRADS);
     ps->sendbuf = td_alloc(n * sizeof(float), TD_MEM_COMM);
-    ps->hdrs = td_alloc(sizeof(float) * 2 * (size_t)ps->S, TD_MEM_OTHER);
+    ps->hdrs = td_alloc(sizeof(float) * 4 * (size_t)ps->S, TD_MEM_OTHER);
     ps->reqs = td_alloc(sizeof(td_request *) * 2 * (size_t)ps->S, TD_MEM_OTHER);
     for (int i = 0; i < 2 * ps->S; i++) ps->reqs[i] = td_request_new();
     td_gpt_bind_flat(dp->model, dp->params, dp->grads);
@@ -136,7 +142,7 @@ static void pull(td_dp *dp, int step, int k_bound) {
     for (int s = 0; s < ps->S; s++) send_ctrl(dp, s, KIND_PULL, want);
     for (int s = 0; s < ps->S; s++) {
         int src = server_world_rank(dp, s);
-        td_recv_start(ps->reqs[2 * s], dp->g->world, ps->hdrs + 2 * s, 2, TD_F32, src, TAG_HDR);
+        td_recv_start(ps->reqs[2 * s], dp->g->world, ps->hdrs + 4 * s, 4, TD_F32, src, TAG_HDR);
         td_recv_start(ps->reqs[2 * s + 1], dp->g->world, ps->sendbuf + (size_t)s * ps->slice, ps->slice,
                       TD_F32, src, TAG_PARAM);
     }
@@ -145,9 +151,11 @@ static void pull(td_dp *dp, int step, int k_bound) {
         td_wait(ps->reqs[2 * s]);
         td_wait(ps->reqs[2 * s + 1]);
         unpack(dp, s, ps->sendbuf + (size_t)s * ps->slice, dp->params);
-        if ((int)ps->hdrs[2 * s] < version) version = (int)ps->hdrs[2 * s];
-        ps->last_norm = ps->hdrs[2 * s + 1];
+        if ((int)ps->hdrs[4 * s] < version) version = (int)ps->hdrs[4 * s];
+        ps->last_norm = ps->hdrs[4 * s + 1];
+        if (ps->hdrs[4 * s + 2] >= 0) ps->fail_step = (int)ps->hdrs[4 * s + 2], ps->fail_row = (int)ps->hdrs[4 * s + 3];
     }
+    if (ps->fail_step >= 0) return; /* the servers stopped: no staleness to count */
     int stale = step - version;
     if (stale > ps->max_stale) ps->max_stale = stale;
     ps->sum_stale += stale;
@@ -172,17 +180,29 @@ double td_ps_finish_step(td_dp *dp, int step, float lr) {
     int last = step == dp->cfg.optim.max_steps - 1;
     /* the last step waits for every update so eval and checkpoint see them */
     pull(dp, step + 1, last ? 0 : ps->K);
-    if (last)
-        for (int s = 0; s < ps->S; s++) send_ctrl(dp, s, KIND_DONE, step);
+    if (ps->fail_step >= 0) { /* a non-finite update: stop here */
+        dp->bad_step = ps->fail_step, dp->bad_row = ps->fail_row;
+        td_ps_stop(dp, step);
+        return NAN;
+    }
+    if (last) td_ps_stop(dp, step);
     return ps->last_norm; /* norm of the newest update this worker has seen */
+}
+
+void td_ps_stop(td_dp *dp, int step) {
+    struct td_ps *ps = dp->ps;
+    if (dp->g->is_server || ps->done_sent) return;
+    for (int s = 0; s < ps->S; s++) send_ctrl(dp, s, KIND_DONE, step);
+    ps->done_sent = 1;
 }
 
 /* ---- server ------------------------------------------------------------ */
 
 static void reply(td_dp *dp, int worker_rank) {
     struct td_ps *ps = dp->ps;
-    float hdr[2] = {(float)ps->version, ps->version > 0 ? ps->norms[ps->version - 1] : 0.0f};
-    td_send(dp->g->world, hdr, 2, TD_F32, worker_rank, TAG_HDR);
+    float hdr[4] = {(float)ps->version, ps->version > 0 ? ps->norms[ps->version - 1] : 0.0f,
+                    (float)ps->fail_step, (float)ps->fail_row};
+    td_send(dp->g->world, hdr, 4, TD_F32, worker_rank, TAG_HDR);
     td_send(dp->g->world, ps->p, ps->slice, TD_F32, worker_rank, TAG_PARAM);
 }
 
@@ -190,7 +210,7 @@ static void reply(td_dp *dp, int worker_rank) {
 static void apply_ready(td_dp *dp) {
     struct td_ps *ps = dp->ps;
     int s = dp->g->server_rank;
-    for (;;) {
+    while (ps->fail_step < 0) {
         int slot = ps->version % (ps->K + 1);
         if (ps->acc_count[slot] < ps->W) return;
         float *g = ps->acc + (size_t)slot * ps->slice;
@@ -201,6 +221,21 @@ static void apply_ready(td_dp *dp) {
             sumsq = sq;
         }
         double norm = sqrt(sumsq);
+        if (!isfinite(norm)) { /* every server sees it: the first bad tensor over all slices */
+            int row = dp->t->n_rows;
+            size_t k = 0, len;
+            for (int u = 0; u < dp->n_units; u++) {
+                size_t off = unit_slice(dp, u, s, &len);
+                int r = td_dp_first_nonfinite(dp->t, g + k, off, len);
+                if (r < row) row = r;
+                k += len;
+            }
+            float neg = -(float)row; /* MAX of -row = MIN of row; exact in float */
+            if (ps->S > 1) td_allreduce(dp->g->ps_comm, &neg, 1, TD_F32, TD_MAX);
+            ps->fail_step = ps->version, ps->fail_row = (int)-neg;
+            dp->bad_step = ps->fail_step, dp->bad_row = ps->fail_row;
+            return;
+        }
         float scale = td_clip_scale(norm, dp->cfg.optim.clip);
         float lr = td_lr_at(&dp->cfg.optim, ps->version);
         size_t k = 0, len;
@@ -243,7 +278,7 @@ void td_ps_serve(td_dp *dp, int steps) {
             done++;
         }
         for (int w = 0; w < W; w++)
-            if (waiting[w] >= 0 && ps->version >= waiting[w]) {
+            if (waiting[w] >= 0 && (ps->version >= waiting[w] || ps->fail_step >= 0)) {
                 reply(dp, w);
                 waiting[w] = -1;
             }
@@ -251,22 +286,30 @@ void td_ps_serve(td_dp *dp, int steps) {
     td_free(waiting);
 }
 
-void td_ps_gather_state(td_dp *dp, float *params, float *m, float *v) {
+/* One unit to world rank 0 (worker 0): each server sends its slice of the
+ * unit straight into place in rank 0's unit buffer. */
+const float *td_ps_gather_unit(td_dp *dp, int section, int u, float *scratch) {
     struct td_ps *ps = dp->ps;
     const td_grid *g = dp->g;
-    float *bufs[3] = {params, m, v};
+    size_t len, off;
     if (g->is_server) {
-        float *mine[3] = {ps->p, ps->m, ps->v};
-        for (int i = 0; i < 3; i++) td_send(g->world, mine[i], ps->slice, TD_F32, 0, TAG_PARAM);
-    } else if (g->world_rank == 0) {
-        float *tmp = td_alloc(ps->slice * sizeof(float), TD_MEM_OTHER);
-        for (int s = 0; s < ps->S; s++)
-            for (int i = 0; i < 3; i++) {
-                td_recv(g->world, tmp, ps->slice, TD_F32, server_world_rank(dp, s), TAG_PARAM);
-                unpack(dp, s, tmp, bufs[i]);
-            }
-        td_free(tmp);
+        size_t k = 0;
+        for (int v = 0; v < u; v++) {
+            unit_slice(dp, v, g->server_rank, &len);
+            k += len;
+        }
+        unit_slice(dp, u, g->server_rank, &len);
+        const float *mine = section == 0 ? ps->p : section == 1 ? ps->m : ps->v;
+        td_send(g->world, mine + k, len, TD_F32, 0, TAG_PARAM);
+        return NULL;
     }
+    if (g->world_rank != 0) return NULL;
+    for (int s = 0; s < ps->S; s++) {
+        off = unit_slice(dp, u, s, &len);
+        td_recv(g->world, scratch + (off - dp->t->unit_offset[u]), len, TD_F32, server_world_rank(dp, s),
+                TAG_PARAM);
+    }
+    return scratch;
 }
 
 void td_ps_staleness(const td_dp *dp, int *max_seen, double *mean_seen) {

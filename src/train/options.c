@@ -60,7 +60,8 @@ void td_train_opts_parse(td_train_opts *o, int argc, char **argv) {
         {"--piece-mb", TD_FLAG_DOUBLE, &o->piece_mb, "bytes per MPI call in MiB (default from measurement)"},
         {"--no-overlap", TD_FLAG_BOOL, &o->no_overlap, "start gradient communication after backward (for measuring overlap)"},
         {"--comm-timeout", TD_FLAG_DOUBLE, &o->comm_timeout, "seconds before a stuck collective aborts the job (300)"},
-        {"--out", TD_FLAG_STR, &o->out, "directory for the final checkpoint"},
+        {"--out", TD_FLAG_STR, &o->out, "checkpoint directory: DIR/step-NNNNNNNN/ per save, DIR/latest the newest"},
+        {"--save-every", TD_FLAG_INT, &o->save_every, "also save to --out every K steps (0 = at the end only)"},
         {"--log", TD_FLAG_STR, &o->log, "JSON-lines metrics file"},
         {"--memory-report", TD_FLAG_BOOL, &o->memory_report, "print the per-rank memory plan in detail"},
         {"--verbose", TD_FLAG_BOOL, &o->verbose, "every rank logs, prefixed with its grid position"},
@@ -89,5 +90,7 @@ void td_train_opts_parse(td_train_opts *o, int argc, char **argv) {
     TD_CHECK(o->ps_servers >= 0 && o->ps_staleness >= 0, "--ps-servers and --ps-staleness must be >= 0");
     TD_CHECK(o->bucket_mb >= 0 && o->piece_mb >= 0, "--bucket-mb and --piece-mb must be >= 0");
     TD_CHECK(o->sample_tokens >= 0, "--sample-tokens must be >= 0");
+    TD_CHECK(o->save_every >= 0, "--save-every must be >= 0 (0 = save at the end only; got %d)", o->save_every);
+    TD_CHECK(o->save_every == 0 || o->out, "--save-every %d needs --out DIR to save into", o->save_every);
     o->optim.max_steps = o->steps;
 }
