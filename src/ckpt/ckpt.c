@@ -220,8 +220,8 @@ void td_ckpt_load(td_checkpoint *ck, const char *path) {
         char link[PATH_MAX + 16], target[PATH_MAX];
         snprintf(link, sizeof link, "%s/latest", path);
         ssize_t n = readlink(link, target, sizeof target - 1);
-        TD_CHECK(n > 0, "--ckpt %s: neither a step directory (no model.bin) nor a directory written by "
-                 "'trident train --out' (no latest link): %s", path, strerror(errno));
+        TD_CHECK(n > 0, "--ckpt %s: cannot open it as a step directory (no model.bin) or as a "
+                 "directory written by 'trident train --out' (no latest link): %s", path, strerror(errno));
         target[n] = 0;
         snprintf(ck->dir, sizeof ck->dir, "%s/latest", path);
         snprintf(file, sizeof file, "%s/model.bin", ck->dir);

@@ -84,7 +84,10 @@ int td_ckpt_header_parse(const void *buf, size_t avail, uint64_t file_len, td_ck
         FAIL("field has_optimizer: %d, valid is 0 or 1", (int)h->has_optimizer);
     if (h->reserved != 0) FAIL("field reserved: %d, valid is 0", (int)h->reserved);
     uint64_t want = td_ckpt_numel(h->layers, h->embd, h->seq, h->vocab_padded);
-    if (want == 0 || h->numel != want)
+    if (want == 0)
+        FAIL("field params: layers %d embd %d seq %d vocab_padded %d make a model whose size overflows 64 bits",
+             (int)h->layers, (int)h->embd, (int)h->seq, (int)h->vocab_padded);
+    if (h->numel != want)
         FAIL("field params: %" PRIu64 " elements, but layers %d embd %d seq %d vocab_padded %d make %" PRIu64,
              h->numel, (int)h->layers, (int)h->embd, (int)h->seq, (int)h->vocab_padded, want);
     uint64_t sec, nsec = h->has_optimizer ? 3 : 1, off = TD_CKPT_HEADER_BYTES;
