@@ -57,8 +57,9 @@ int td_ckpt_header_parse(const void *buf, size_t avail, uint64_t file_len, td_ck
 /* Char vocabulary (n little-endian uint32, unaligned): strictly increasing
  * Unicode scalar values. */
 int td_ckpt_vocab_check(const void *buf, uint64_t n, td_err *e);
-/* n floats (unaligned) all finite; `field` names the section in the error. */
-int td_ckpt_finite_check(const void *buf, uint64_t n, const char *field, td_err *e);
+/* n floats (unaligned) all finite, and >= 0 when nonneg (AdamW's v);
+ * `field` names the section in the error. */
+int td_ckpt_finite_check(const void *buf, uint64_t n, const char *field, int nonneg, td_err *e);
 /* A whole model.bin in memory: header, vocabulary and every float section. */
 int td_ckpt_parse(const void *buf, size_t len, td_ckpt_header *h, td_ckpt_layout *lay, td_err *e);
 

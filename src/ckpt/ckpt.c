@@ -202,7 +202,8 @@ static float *read_floats(int fd, const td_ckpt_header *h, uint64_t off, const c
     float *x = td_alloc(sizeof(float) * h->numel, cat);
     read_exact(fd, x, 4 * h->numel, off, path, field);
     td_err e;
-    TD_CHECK(td_ckpt_finite_check(x, h->numel, field, &e) == 0, "%s: %s", path, e.msg);
+    TD_CHECK(td_ckpt_finite_check(x, h->numel, field, strcmp(field, "adam_v") == 0, &e) == 0, "%s: %s",
+             path, e.msg);
     return x;
 }
 

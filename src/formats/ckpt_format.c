@@ -127,7 +127,7 @@ int td_ckpt_vocab_check(const void *buf, uint64_t n, td_err *e) {
     return 0;
 }
 
-int td_ckpt_finite_check(const void *buf, uint64_t n, const char *field, td_err *e) {
+int td_ckpt_finite_check(const void *buf, uint64_t n, const char *field, int nonneg, td_err *e) {
     const unsigned char *p = buf;
     for (uint64_t i = 0; i < n; i++) {
         float x;
@@ -135,6 +135,9 @@ int td_ckpt_finite_check(const void *buf, uint64_t n, const char *field, td_err 
         if (!isfinite(x))
             FAIL("field %s: element %" PRIu64 " of %" PRIu64 " is %s; a checkpoint holds finite values only",
                  field, i, n, isnan(x) ? "nan" : "inf");
+        if (nonneg && x < 0)
+            FAIL("field %s: element %" PRIu64 " of %" PRIu64 " is %g; second moments are >= 0", field, i, n,
+                 (double)x);
     }
     return 0;
 }
@@ -143,9 +146,9 @@ int td_ckpt_parse(const void *buf, size_t len, td_ckpt_header *h, td_ckpt_layout
     const unsigned char *p = buf;
     if (td_ckpt_header_parse(buf, len, len, h, lay, e)) return -1;
     if (h->tokenizer == 0 && td_ckpt_vocab_check(p + lay->vocab_off, (uint64_t)h->vocab, e)) return -1;
-    if (td_ckpt_finite_check(p + lay->params_off, h->numel, "params", e)) return -1;
-    if (h->has_optimizer && (td_ckpt_finite_check(p + lay->m_off, h->numel, "adam_m", e) ||
-                             td_ckpt_finite_check(p + lay->v_off, h->numel, "adam_v", e)))
+    if (td_ckpt_finite_check(p + lay->params_off, h->numel, "params", 0, e)) return -1;
+    if (h->has_optimizer && (td_ckpt_finite_check(p + lay->m_off, h->numel, "adam_m", 0, e) ||
+                             td_ckpt_finite_check(p + lay->v_off, h->numel, "adam_v", 1, e)))
         return -1;
     return 0;
 }

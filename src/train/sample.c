@@ -93,7 +93,7 @@ int td_sample_main(int argc, char **argv) {
     float temperature = 1.0f;
     unsigned long long seed = 1337;
     const td_flag flags[] = {
-        {"--ckpt", TD_FLAG_STR, &ckpt, "checkpoint directory written by train --out"},
+        {"--ckpt", TD_FLAG_STR, &ckpt, "DIR written by train --out (follows DIR/latest) or one of its step directories"},
         {"--tokens", TD_FLAG_INT, &tokens, "tokens to generate (200)"},
         {"--temperature", TD_FLAG_FLOAT, &temperature, "softmax temperature > 0 (1.0)"},
         {"--top-k", TD_FLAG_INT, &top_k, "sample from the k most likely tokens, 0 = all (0)"},

@@ -138,6 +138,8 @@ bad vocab-order "error: .*/model.bin: field vocabulary: entry 1 .* strictly incr
 bad nan-weight  "error: .*/model.bin: field params: element 3 of [0-9]+ is nan" 'struct.pack_into("<f", m, P + 12, float("nan"))'
 bad inf-moment  "error: .*/model.bin: field adam_v: element 0 of [0-9]+ is inf" \
   'n = struct.unpack_from("<Q", m, 56)[0]; struct.pack_into("<f", m, P + 8 * n, float("inf"))'
+bad negative-v  "error: .*/model.bin: field adam_v: element 2 of [0-9]+ is -1; second moments are >= 0" \
+  'n = struct.unpack_from("<Q", m, 56)[0]; struct.pack_into("<f", m, P + 8 * n + 8, -1.0)'
 bad huge-sizes  "error: .*/model.bin: field params: .* overflows 64 bits" \
   'struct.pack_into("<i", m, 8 + 4 * 3, 2147483632); struct.pack_into("<i", m, 8 + 4 * 2, 16)'
 bad config-layers  "error: .*/config.json: field layers: 2, but model.bin says 1" 'c = c.replace("\"layers\": 1", "\"layers\": 2")'
