@@ -98,8 +98,12 @@ const float *td_dp_gather_unit(td_dp *dp, int section, int u, float *scratch);
 /* Whether world rank 0 holds every parameter in this layout's flat buffer
  * (all modes but ZeRO-3); then *params points at it. */
 int td_dp_full_params(td_dp *dp, const float **params);
-/* Whether the mode can save while training (--save-every). */
-int td_dp_can_save_midrun(const td_dp *dp);
+/* Before a save during training (--save-every), on every training rank:
+ * parameter servers, busy serving, are asked for the state after
+ * steps_done updates. Returns 0 when they had stopped on a non-finite
+ * update instead (td_dp_nonfinite says where; world rank 0 only learns it
+ * here, the caller spreads it); 1 otherwise and for every other mode. */
+int td_dp_save_begin(td_dp *dp, int steps_done);
 
 /* After td_dp_finish_step: -1 when the global gradient norm was finite (the
  * update was applied); else the step was NOT applied and this returns the

@@ -241,7 +241,9 @@ int td_dp_full_params(td_dp *dp, const float **params) {
     return 1; /* replicated, and ps workers (pulled after the last update) */
 }
 
-int td_dp_can_save_midrun(const td_dp *dp) { return dp->ps == NULL; }
+int td_dp_save_begin(td_dp *dp, int steps_done) {
+    return dp->ps ? td_ps_save_begin(dp, steps_done) : 1;
+}
 
 void td_dp_stop(td_dp *dp, int step) {
     if (dp->ps) td_ps_stop(dp, step);

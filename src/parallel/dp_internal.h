@@ -66,6 +66,7 @@ double td_ps_finish_step(td_dp *dp, int step, float lr);
 void td_ps_serve(td_dp *dp, int steps);
 const float *td_ps_gather_unit(td_dp *dp, int section, int u, float *scratch);
 void td_ps_stop(td_dp *dp, int step);
+int td_ps_save_begin(td_dp *dp, int steps_done);
 void td_ps_plan(const td_dp_config *cfg, const td_grid *g, const td_param_table *t, td_mem_plan *p);
 void td_ps_staleness(const td_dp *dp, int *max_seen, double *mean_seen);
 

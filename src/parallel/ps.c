@@ -6,6 +6,8 @@
  *   worker -> server  CTRL [kind, step]          kind GRAD: DATA [slice] follows
  *                                                kind PULL: wants params for `step`
  *                                                kind DONE: worker finished
+ *                                                kind SAVE: (worker 0) send the state
+ *                                                after `step` updates, unit by unit
  *   server -> worker  HDR [version, norm, fail_step, fail_row] then PARAM [slice]
  * A server applies the update of step s once every worker's step-s gradient
  * has arrived, in step order, so the math is that of synchronous training;
@@ -22,7 +24,7 @@
 #include "dp_internal.h"
 
 enum { TAG_CTRL = 101, TAG_DATA = 102, TAG_HDR = 103, TAG_PARAM = 104 };
-enum { KIND_GRAD = 1, KIND_PULL = 2, KIND_DONE = 3 };
+enum { KIND_GRAD = 1, KIND_PULL = 2, KIND_DONE = 3, KIND_SAVE = 4 };
 
 struct td_ps {
     int S, W;                /* servers, workers */
@@ -257,6 +259,7 @@ void td_ps_serve(td_dp *dp, int steps) {
     ps->norms = td_alloc(sizeof(float) * (size_t)(steps + 1), TD_MEM_OTHER);
     int W = ps->W, done = 0;
     int *waiting = td_alloc(sizeof(int) * (size_t)W, TD_MEM_OTHER); /* pull step per worker, -1 none */
+    int save_for = -1; /* a save asked for by worker 0: the updates it must hold */
     for (int w = 0; w < W; w++) waiting[w] = -1;
     while (done < W) {
         float msg[2];
@@ -273,6 +276,9 @@ void td_ps_serve(td_dp *dp, int steps) {
             apply_ready(dp);
         } else if (kind == KIND_PULL) {
             waiting[src] = step;
+        } else if (kind == KIND_SAVE) {
+            TD_ASSERT(src == 0);
+            save_for = step;
         } else {
             TD_ASSERT(kind == KIND_DONE);
             done++;
@@ -282,8 +288,36 @@ void td_ps_serve(td_dp *dp, int steps) {
                 reply(dp, w);
                 waiting[w] = -1;
             }
+        /* worker 0 waits in the save, so no update past save_for can happen */
+        if (save_for >= 0 && (ps->version >= save_for || ps->fail_step >= 0)) {
+            float hdr[4] = {(float)ps->version, 0.0f, (float)ps->fail_step, (float)ps->fail_row};
+            td_send(dp->g->world, hdr, 4, TD_F32, 0, TAG_HDR);
+            if (ps->fail_step < 0) {
+                TD_ASSERT(ps->version == save_for);
+                for (int sec = 0; sec < 3; sec++)
+                    for (int u = 0; u < dp->n_units; u++) td_ps_gather_unit(dp, sec, u, NULL);
+            }
+            save_for = -1;
+        }
     }
     td_free(waiting);
+}
+
+int td_ps_save_begin(td_dp *dp, int steps_done) {
+    struct td_ps *ps = dp->ps;
+    if (dp->g->world_rank != 0) return 1;
+    for (int s = 0; s < ps->S; s++) send_ctrl(dp, s, KIND_SAVE, steps_done);
+    int ok = 1;
+    for (int s = 0; s < ps->S; s++) {
+        float hdr[4];
+        td_recv(dp->g->world, hdr, 4, TD_F32, server_world_rank(dp, s), TAG_HDR);
+        if (hdr[2] >= 0) {
+            ps->fail_step = dp->bad_step = (int)hdr[2];
+            ps->fail_row = dp->bad_row = (int)hdr[3];
+            ok = 0;
+        }
+    }
+    return ok;
 }
 
 /* One unit to world rank 0 (worker 0): each server sends its slice of the

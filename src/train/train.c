@@ -179,9 +179,6 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
     td_mem_plan plan = td_dp_memory_plan(&dcfg, &g, &table);
     if (!g.is_server) plan.bytes[TD_MEM_ACTS] += td_gpt_activation_bytes(&cfg, Bm);
     td_dp *dp = td_dp_create(&dcfg, &g, &table, g.is_server ? NULL : &model);
-    TD_CHECK(o->save_every == 0 || td_dp_can_save_midrun(dp),
-             "--save-every %d: with --dp-mode ps the checkpoint is written at the end only in this "
-             "build; use --save-every 0", o->save_every);
     TD_CHECK((fault->kind != TD_FAULT_NAN_LOSS && fault->kind != TD_FAULT_NAN_GRAD) ||
                  fault->rank < g.dp * g.tp * g.pp,
              "TRIDENT_FAULT: rank %d is not a training rank (0..%d)", fault->rank, g.dp * g.tp * g.pp - 1);
@@ -213,9 +210,16 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
             }
             double norm = td_dp_finish_step(dp, step, lr);
             if (td_fault_at(TD_FAULT_NAN_LOSS, step, g.world_rank)) loss_sum = NAN;
-            float ls = (float)loss_sum;
-            if (g.dp > 1) td_allreduce(g.dp_comm, &ls, 1, TD_F32, TD_SUM);
-            float loss = g.dp > 1 ? ls / ((float)o->batch * T) : (float)(loss_sum / ((double)o->batch * T));
+            /* the loss's sum also spreads a non-finite update: parameter
+             * servers tell each worker at its next pull, which with
+             * staleness need not be the same step for all (a count, then the
+             * sums of step and row: small integers, exact in float) */
+            int bad_step, bad_row = td_dp_nonfinite(dp, &bad_step), known = bad_row >= 0;
+            float red[4] = {(float)loss_sum, (float)known, known ? (float)bad_step : 0.0f,
+                            known ? (float)bad_row : 0.0f};
+            if (g.dp > 1) td_allreduce(g.dp_comm, red, 4, TD_F32, TD_SUM);
+            if (red[1] > 0) bad_step = (int)(red[2] / red[1]), bad_row = (int)(red[3] / red[1]);
+            float loss = g.dp > 1 ? red[0] / ((float)o->batch * T) : (float)(loss_sum / ((double)o->batch * T));
             double ms = td_now_ms() - t0;
             if (step >= o->timing_skip || o->steps <= o->timing_skip) timed_ms += ms;
             res->losses[step] = loss;
@@ -224,8 +228,7 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
             td_report_step(&rep, step, loss, lr, norm, ms);
             /* a non-finite loss or gradient norm stops every rank at this step
              * (all agree: the loss and the norm are global), before any save */
-            int bad_step, bad_row = td_dp_nonfinite(dp, &bad_step);
-            if (!isfinite(loss) || bad_row >= 0) {
+            if (!isfinite(loss) || red[1] > 0) {
                 res->stop_step = isfinite(loss) ? bad_step : step;
                 if (!isfinite(loss))
                     snprintf(res->stop_msg, sizeof res->stop_msg, "step %d: the loss is %s", step,
@@ -233,7 +236,7 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
                 else
                     snprintf(res->stop_msg, sizeof res->stop_msg,
                              "step %d: the gradient norm is %s; first non-finite gradient in %s", bad_step,
-                             isnan(norm) ? "nan" : "inf",
+                             isnan(norm) ? "nan" : isinf(norm) ? "inf" : "not finite",
                              bad_row < table.n_rows ? table.rows[bad_row].name : "no tensor (the norm overflowed)");
                 td_dp_stop(dp, step);
                 break;
@@ -246,8 +249,25 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
                 td_report_eval(&rep, step, vl);
                 if (last) res->final_val_loss = vl;
             }
-            if (o->out && o->save_every > 0 && (step + 1) % o->save_every == 0 && !last)
+            if (o->out && o->save_every > 0 && (step + 1) % o->save_every == 0 && !last) {
+                /* parameter servers are asked from inside their loop; world
+                 * rank 0 may learn there that they stopped on a non-finite
+                 * update, and tells the other workers */
+                float f[3] = {0.0f, 0.0f, 0.0f};
+                if (!td_dp_save_begin(dp, step + 1)) f[0] = 1.0f, bad_row = td_dp_nonfinite(dp, &bad_step);
+                if (f[0] > 0) f[1] = (float)bad_step, f[2] = (float)bad_row;
+                if (mode == TD_DP_PS && g.dp > 1) td_allreduce(g.dp_comm, f, 3, TD_F32, TD_SUM);
+                if (f[0] > 0) {
+                    bad_step = (int)f[1], bad_row = (int)f[2];
+                    res->stop_step = bad_step;
+                    snprintf(res->stop_msg, sizeof res->stop_msg,
+                             "step %d: the gradient norm is not finite; first non-finite gradient in %s", bad_step,
+                             bad_row < table.n_rows ? table.rows[bad_row].name : "no tensor (the norm overflowed)");
+                    td_dp_stop(dp, step);
+                    break;
+                }
                 save_checkpoint(dp, &table, &cfg, &data.tok, o, &g, step + 1, &plan, res, 0);
+            }
         }
         int timed = o->steps > o->timing_skip ? o->steps - o->timing_skip : o->steps;
         res->step_ms = timed_ms / timed;
