@@ -268,7 +268,14 @@ int td_json_parse_flat(const char *text, size_t n, td_json_object *out, td_err *
             if (c.i >= n || text[c.i] != ':') return jfail(&c, "expected ':'");
             c.i++;
             skip_ws(&c);
-            if (parse_value(&c, en)) return -1;
+            if (parse_value(&c, en)) { /* name the field whose value is malformed */
+                if (e) {
+                    char m[sizeof e->msg];
+                    snprintf(m, sizeof m, "%s", e->msg);
+                    td_err_set(e, "field %s: %s", en->key, m);
+                }
+                return -1;
+            }
             out->n++;
             skip_ws(&c);
             if (c.i < n && text[c.i] == ',') {

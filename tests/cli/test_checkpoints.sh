@@ -72,7 +72,7 @@ run nan-grad 3 "error: step 4: the gradient norm is nan; first non-finite gradie
   env TRIDENT_FAULT=nan-grad:4 "$T" train "${A[@]}" --out "$tmp/ng" && check_stopped nan-grad "$tmp/ng" 4
 # every dp mode finds the same tensor, the fault on rank 1 (its gradient
 # element lands in one rank's shard under ZeRO; the ranks agree on it)
-for mode in "2 --zero 1" "2 --zero 2" "2 --zero 3" "2 --dp-mode reduce-broadcast" "3 --dp-mode ps --ps-servers 1" \
+for mode in "2 --zero 0" "2 --zero 1" "2 --zero 2" "2 --zero 3" "2 --dp-mode reduce-broadcast" "3 --dp-mode ps --ps-servers 1" \
             "4 --dp-mode ps --ps-servers 2 --ps-staleness 1"; do
   np=${mode%% *}; flags=${mode#* }
   out="$tmp/m$np${flags// /}"
@@ -148,6 +148,7 @@ bad config-layers  "error: .*/config.json: field layers: 2, but model.bin says 1
 bad config-dup     "error: .*/config.json: byte [0-9]+: key \"seq\" appears twice" 'c = c.replace("{", "{\"seq\": 16, ", 1)'
 bad config-missing "error: .*/config.json: field has_optimizer: missing" 'c = c.replace(", \"has_optimizer\": true", "")'
 bad config-garbage "error: .*/config.json: byte [0-9]+: unexpected bytes after the object" 'c = c + "x"'
+bad config-cut     "error: .*/config.json: field has_optimizer: byte [0-9]+: expected a string, an integer, true or false" 'c = c[:-4]'
 bad config-type    "error: .*/config.json: field step: must be an integer" 'c = c.replace("\"step\": 8", "\"step\": \"8\"")'
 
 # --- two ranks, ZeRO-3: --out and --sample-tokens, the save within plan + one unit
