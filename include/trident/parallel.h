@@ -83,8 +83,37 @@ double td_dp_finish_step(td_dp *dp, int step, float lr);
 void td_dp_serve(td_dp *dp, int steps);
 
 /* The full model state in the canonical layout (`canon`, unit_align 1) on
- * world rank 0; m, v may be NULL. Collective over the whole world. */
+ * world rank 0; m, v may be NULL. Collective over the whole world. Holds the
+ * whole state twice on rank 0: for tests; checkpoints use td_dp_gather_unit. */
 void td_dp_gather_state(td_dp *dp, const td_param_table *canon, float *params, float *m, float *v);
+
+/* Unit u of section 0 (parameters), 1 (AdamW m) or 2 (AdamW v) in this
+ * strategy's layout, gathered to world rank 0, one unit at a time so that no
+ * rank ever holds a second copy of the state: returns a pointer to the
+ * unit's td_unit_numel(t, u) elements on world rank 0 (the strategy's own
+ * memory where it holds them, else `scratch`), NULL on other ranks. scratch
+ * holds the largest unit on every rank (sharded modes gather into it).
+ * Collective over the world. */
+const float *td_dp_gather_unit(td_dp *dp, int section, int u, float *scratch);
+/* Whether world rank 0 holds every parameter in this layout's flat buffer
+ * (all modes but ZeRO-3); then *params points at it. */
+int td_dp_full_params(td_dp *dp, const float **params);
+/* Before a save during training (--save-every), on every training rank:
+ * parameter servers, busy serving, are asked for the state after
+ * steps_done updates. Returns 0 when they had stopped on a non-finite
+ * update instead (td_dp_nonfinite says where; world rank 0 only learns it
+ * here, the caller spreads it); 1 otherwise and for every other mode. */
+int td_dp_save_begin(td_dp *dp, int steps_done);
+
+/* After td_dp_finish_step: -1 when the global gradient norm was finite (the
+ * update was applied); else the step was NOT applied and this returns the
+ * parameter-table row of the first tensor holding a non-finite gradient,
+ * agreed by every rank (the smallest row over the ranks' local scans), or
+ * t->n_rows when every element is finite and the norm itself overflowed.
+ * *step receives the step it happened at. */
+int td_dp_nonfinite(const td_dp *dp, int *step);
+/* The run stops before finishing: parameter servers leave their loop. */
+void td_dp_stop(td_dp *dp, int step);
 
 /* Staleness statistics (ps): max and mean observed. */
 void td_dp_staleness(const td_dp *dp, int *max_seen, double *mean_seen);

@@ -24,6 +24,7 @@ typedef struct {
     int no_overlap;
     /* output */
     const char *out, *log;
+    int save_every;   /* save to --out every K steps as well as at the end (0: the end only) */
     int memory_report, verbose, sample_tokens;
     const char *sample_prompt;
     int timing_skip;  /* leading steps left out of the mean step time (1) */
@@ -54,6 +55,14 @@ typedef struct {
     size_t numel;         /* canonical */
     size_t numel_layout;  /* this layout's padded flat size */
     size_t mem_planned[8], mem_peak[8]; /* this rank, by td_mem_cat */
+    /* a run that went wrong: stopped at stop_step (-1: it did not) with
+     * stop_msg, nothing saved from that step on; td_train_main exits 3 */
+    int stop_step;
+    char stop_msg[512];
+    /* the last checkpoint save on this rank: its peak of accounted memory, the
+     * plan's total and the bytes of the largest unit it gathered (the bound is
+     * plan + one unit) */
+    size_t save_peak, save_start, save_plan, save_unit;
 } td_train_result;
 
 /* Collective over the world; td_comm_init must have been called. */

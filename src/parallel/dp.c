@@ -61,6 +61,7 @@ td_dp *td_dp_create(const td_dp_config *cfg, const td_grid *g, const td_param_ta
     dp->r = g->is_server ? -1 : g->dp_rank;
     dp->n_units = t->n_units;
     dp->training = 1;
+    dp->bad_row = dp->bad_step = -1;
     TD_CHECK(cfg->zero >= 0 && cfg->zero <= 3, "--zero %d is not a ZeRO stage; use 0, 1, 2 or 3",
              cfg->zero);
     TD_CHECK(cfg->zero == 0 || cfg->mode == TD_DP_ALLREDUCE,
@@ -155,22 +156,56 @@ void td_dp_adamw_range(td_dp *dp, float *p, const float *g, float *m, float *v, 
     td_adamw_update(p, g, m, v, lo, hi, dp->t, &dp->cfg.optim, lr, step + 1, scale);
 }
 
+int td_dp_first_nonfinite(const td_param_table *t, const float *x, size_t lo, size_t n) {
+    for (int i = 0; i < t->n_rows; i++) {
+        const td_param *r = &t->rows[i];
+        size_t a = td_max_sz(lo, r->offset), b = td_min_sz(lo + n, r->offset + r->numel);
+        for (size_t k = a; k < b; k++)
+            if (!isfinite(x[k - lo])) return i;
+    }
+    return t->n_rows;
+}
+
+void td_dp_record_nonfinite(td_dp *dp, int step, int row) {
+    float neg = -(float)row; /* rows are small integers, exact in float; MAX of -row = MIN */
+    if (dp->D > 1) td_allreduce(dp->comm, &neg, 1, TD_F32, TD_MAX);
+    dp->bad_row = (int)-neg;
+    dp->bad_step = step;
+}
+
+int td_dp_nonfinite(const td_dp *dp, int *step) {
+    if (step) *step = dp->bad_step;
+    return dp->bad_row;
+}
+
 double td_dp_finish_step(td_dp *dp, int step, float lr) {
+    dp->bad_row = dp->bad_step = -1;
     if (dp->ps) return td_ps_finish_step(dp, step, lr);
     if (dp->zero) return td_zero_finish_step(dp, step, lr);
     size_t n = dp->t->numel;
     td_buckets_wait_all(dp);
     double norm = 0.0;
+    /* a non-finite norm: no update; the step's first bad tensor is found
+     * from the reduced gradient (the root's, under reduce-broadcast) */
     if (dp->cfg.mode == TD_DP_ALLREDUCE) {
         norm = sqrt(td_sumsq(dp->grads, n));
-        float scale = td_clip_scale(norm, dp->cfg.optim.clip);
-        td_dp_adamw_range(dp, dp->params, dp->grads, dp->m, dp->v, 0, n, step, lr, scale);
-    } else { /* reduce-broadcast: the root updates, then everyone receives */
-        float norm_f = 0.0f;
-        if (dp->r == 0) {
-            norm = sqrt(td_sumsq(dp->grads, n));
+        if (isfinite(norm)) {
             float scale = td_clip_scale(norm, dp->cfg.optim.clip);
             td_dp_adamw_range(dp, dp->params, dp->grads, dp->m, dp->v, 0, n, step, lr, scale);
+        } else {
+            td_dp_record_nonfinite(dp, step, td_dp_first_nonfinite(dp->t, dp->grads, 0, n));
+        }
+    } else { /* reduce-broadcast: the root updates, then everyone receives */
+        float norm_f = 0.0f;
+        int row = dp->t->n_rows;
+        if (dp->r == 0) {
+            norm = sqrt(td_sumsq(dp->grads, n));
+            if (isfinite(norm)) {
+                float scale = td_clip_scale(norm, dp->cfg.optim.clip);
+                td_dp_adamw_range(dp, dp->params, dp->grads, dp->m, dp->v, 0, n, step, lr, scale);
+            } else {
+                row = td_dp_first_nonfinite(dp->t, dp->grads, 0, n);
+            }
             norm_f = (float)norm;
         }
         if (dp->D > 1) {
@@ -178,6 +213,7 @@ double td_dp_finish_step(td_dp *dp, int step, float lr) {
             td_broadcast(dp->comm, &norm_f, 1, TD_F32, 0);
         }
         norm = norm_f;
+        if (!isfinite(norm)) td_dp_record_nonfinite(dp, step, row);
     }
     memset(dp->grads, 0, n * sizeof(float));
     return norm;
@@ -188,34 +224,48 @@ void td_dp_serve(td_dp *dp, int steps) {
     td_ps_serve(dp, steps);
 }
 
+const float *td_dp_gather_unit(td_dp *dp, int section, int u, float *scratch) {
+    TD_ASSERT(section >= 0 && section < 3 && u >= 0 && u < dp->n_units);
+    if (dp->ps) return td_ps_gather_unit(dp, section, u, scratch);
+    if (dp->zero) return td_zero_gather_unit(dp, section, u, scratch);
+    /* replicated: dp rank 0 of the first grid row is world rank 0, and holds
+     * the moments under reduce-broadcast too */
+    if (dp->g->world_rank != 0) return NULL;
+    const float *b = section == 0 ? dp->params : section == 1 ? dp->m : dp->v;
+    return b + dp->t->unit_offset[u];
+}
+
+int td_dp_full_params(td_dp *dp, const float **params) {
+    *params = dp->params;
+    if (dp->zero) return dp->cfg.zero < 3;
+    return 1; /* replicated, and ps workers (pulled after the last update) */
+}
+
+int td_dp_save_begin(td_dp *dp, int steps_done) {
+    return dp->ps ? td_ps_save_begin(dp, steps_done) : 1;
+}
+
+void td_dp_stop(td_dp *dp, int step) {
+    if (dp->ps) td_ps_stop(dp, step);
+}
+
 void td_dp_gather_state(td_dp *dp, const td_param_table *canon, float *params, float *m,
                         float *v) {
-    /* gather into this strategy's layout on world rank 0, then relayout */
-    int root = dp->g->world_rank == 0;
-    size_t n = dp->t->numel;
-    float *p_l = NULL, *m_l = NULL, *v_l = NULL;
-    if (root) { /* all three always travel: only the root knows whether m, v are wanted */
-        p_l = td_alloc(n * sizeof(float), TD_MEM_OTHER);
-        m_l = td_alloc(n * sizeof(float), TD_MEM_OTHER);
-        v_l = td_alloc(n * sizeof(float), TD_MEM_OTHER);
-    }
-    if (dp->ps) {
-        td_ps_gather_state(dp, p_l, m_l, v_l);
-    } else if (dp->zero) {
-        td_zero_gather_state(dp, p_l, m_l, v_l);
-    } else if (root) {
-        /* replicated: dp rank 0 of the first grid row is world rank 0 */
-        memcpy(p_l, dp->params, n * sizeof(float));
-        memcpy(m_l, dp->m, n * sizeof(float));
-        memcpy(v_l, dp->v, n * sizeof(float));
-    }
-    if (root) {
-        td_param_relayout(params, canon, p_l, dp->t);
-        if (m) td_param_relayout(m, canon, m_l, dp->t), td_param_relayout(v, canon, v_l, dp->t);
-        td_free(p_l);
-        td_free(m_l);
-        td_free(v_l);
-    }
+    const td_param_table *t = dp->t;
+    size_t max_unit = 0;
+    for (int u = 0; u < t->n_units; u++) max_unit = td_max_sz(max_unit, td_unit_numel(t, u));
+    float *scratch = td_alloc(max_unit * sizeof(float), TD_MEM_OTHER);
+    float *dst[3] = {params, m, v};
+    for (int s = 0; s < 3; s++) /* all three always travel: only the root knows what is wanted */
+        for (int u = 0; u < t->n_units; u++) {
+            const float *b = td_dp_gather_unit(dp, s, u, scratch);
+            if (!b || !dst[s]) continue;
+            for (int i = 0; i < t->n_rows; i++)
+                if (t->rows[i].unit == u)
+                    memcpy(dst[s] + canon->rows[i].offset, b + (t->rows[i].offset - t->unit_offset[u]),
+                           t->rows[i].numel * sizeof(float));
+        }
+    td_free(scratch);
 }
 
 void td_dp_staleness(const td_dp *dp, int *max_seen, double *mean_seen) {

@@ -33,6 +33,7 @@ struct td_dp {
     int sync_this_micro;
     int training;
     double comm_ms, exposed_ms;
+    int bad_row, bad_step; /* td_dp_nonfinite: -1, or the row and step of a non-finite gradient */
 
     /* ZeRO (zero.c) and parameter server (ps.c) keep their own state */
     struct td_zero *zero;
@@ -51,7 +52,7 @@ void td_zero_create(td_dp *dp);
 void td_zero_destroy(td_dp *dp);
 void td_zero_hook(void *ctx, td_unit_event ev, int unit);
 double td_zero_finish_step(td_dp *dp, int step, float lr);
-void td_zero_gather_state(td_dp *dp, float *params, float *m, float *v); /* dp-rank 0, dp layout */
+const float *td_zero_gather_unit(td_dp *dp, int section, int u, float *scratch);
 /* shared: the dp group shares memory (td_comm_shares_memory), so ZeRO's
  * collectives need no MPI staging */
 void td_zero_plan(const td_dp_config *cfg, const td_param_table *t, int D, int shared,
@@ -63,7 +64,9 @@ void td_ps_destroy(td_dp *dp);
 void td_ps_begin_step(td_dp *dp, int step);
 double td_ps_finish_step(td_dp *dp, int step, float lr);
 void td_ps_serve(td_dp *dp, int steps);
-void td_ps_gather_state(td_dp *dp, float *params, float *m, float *v);
+const float *td_ps_gather_unit(td_dp *dp, int section, int u, float *scratch);
+void td_ps_stop(td_dp *dp, int step);
+int td_ps_save_begin(td_dp *dp, int steps_done);
 void td_ps_plan(const td_dp_config *cfg, const td_grid *g, const td_param_table *t, td_mem_plan *p);
 void td_ps_staleness(const td_dp *dp, int *max_seen, double *mean_seen);
 
@@ -75,6 +78,13 @@ void td_ps_staleness(const td_dp *dp, int *max_seen, double *mean_seen);
 size_t td_unit_slice(const td_param_table *t, int u, int parts, int s, size_t *len);
 void td_slices_pack(const td_param_table *t, int parts, int s, const float *flat, float *packed);
 void td_slices_unpack(const td_param_table *t, int parts, int s, const float *packed, float *flat);
+
+/* Non-finite gradients: the table row of the first non-finite element among
+ * the flat elements [lo, lo + n) stored at x, or t->n_rows if none. */
+int td_dp_first_nonfinite(const td_param_table *t, const float *x, size_t lo, size_t n);
+/* Records a non-finite norm at `step`: the smallest of the ranks' rows over
+ * the dp group (collective over it). */
+void td_dp_record_nonfinite(td_dp *dp, int step, int row);
 
 /* Global norm and AdamW over [lo, hi) of full buffers (shared by modes). */
 void td_dp_adamw_range(td_dp *dp, float *p, const float *g, float *m, float *v, size_t lo,

@@ -6,13 +6,18 @@
  *   worker -> server  CTRL [kind, step]          kind GRAD: DATA [slice] follows
  *                                                kind PULL: wants params for `step`
  *                                                kind DONE: worker finished
- *   server -> worker  HDR [version, norm] then PARAM [slice]
+ *                                                kind SAVE: (worker 0) send the state
+ *                                                after `step` updates, unit by unit
+ *   server -> worker  HDR [version, norm, fail_step, fail_row] then PARAM [slice]
  * A server applies the update of step s once every worker's step-s gradient
  * has arrived, in step order, so the math is that of synchronous training;
  * with staleness K a pull for step s is answered as soon as version >= s - K
  * (stale-synchronous parallel), otherwise it waits for the missing updates.
  * The global gradient norm is summed over the servers' slices (each element
- * once) with an all-reduce among the servers, in the same update order. */
+ * once) with an all-reduce among the servers, in the same update order.
+ * A non-finite norm is not applied: the servers agree on the first tensor
+ * holding a non-finite gradient, stop advancing, and answer every pull at
+ * once with fail_step >= 0; each worker then stops and says DONE. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +26,7 @@
 #include "dp_internal.h"
 
 enum { TAG_CTRL = 101, TAG_DATA = 102, TAG_HDR = 103, TAG_PARAM = 104 };
-enum { KIND_GRAD = 1, KIND_PULL = 2, KIND_DONE = 3 };
+enum { KIND_GRAD = 1, KIND_PULL = 2, KIND_DONE = 3, KIND_SAVE = 4 };
 
 struct td_ps {
     int S, W;                /* servers, workers */
@@ -29,7 +34,8 @@ struct td_ps {
     size_t slice;            /* elements of one server's slice (sum over units) */
     float *sendbuf;          /* worker: [S][slice] packed gradients / received params */
     td_request **reqs;       /* worker: per-server requests */
-    float *hdrs;             /* worker: [S][2] */
+    float *hdrs;             /* worker: [S][4] */
+    int done_sent;           /* worker: DONE went to the servers */
     int pulled_for;          /* worker: step the params are valid for (-1 none) */
     float last_norm;
     int delay_ms;            /* worker: test-only sleep before each push (see test_delay) */
@@ -42,6 +48,7 @@ struct td_ps {
     float *tmp;              /* [slice] receive buffer */
     int version;             /* updates applied */
     float *norms;            /* [steps] global norm of each update */
+    int fail_step, fail_row; /* a non-finite update (-1: none); workers learn it from HDR */
 };
 
 static size_t unit_slice(const td_dp *dp, int u, int s, size_t *len) {
@@ -91,6 +98,7 @@ void td_ps_create(td_dp *dp) {
     ps->K = dp->cfg.ps_staleness;
     ps->slice = dp->t->numel / (size_t)ps->S;
     ps->pulled_for = -1;
+    ps->fail_step = ps->fail_row = -1;
     TD_ASSERT(dp->t->unit_align % ps->S == 0);
     if (g->is_server) {
         int s = g->server_rank;
@@ -114,7 +122,7 @@ void td_ps_create(td_dp *dp) {
     dp->params = td_alloc(n * sizeof(float), TD_MEM_PARAMS);
     dp->grads = td_alloc(n * sizeof(float), TD_MEM_GRADS);
     ps->sendbuf = td_alloc(n * sizeof(float), TD_MEM_COMM);
-    ps->hdrs = td_alloc(sizeof(float) * 2 * (size_t)ps->S, TD_MEM_OTHER);
+    ps->hdrs = td_alloc(sizeof(float) * 4 * (size_t)ps->S, TD_MEM_OTHER);
     ps->reqs = td_alloc(sizeof(td_request *) * 2 * (size_t)ps->S, TD_MEM_OTHER);
     for (int i = 0; i < 2 * ps->S; i++) ps->reqs[i] = td_request_new();
     td_gpt_bind_flat(dp->model, dp->params, dp->grads);
@@ -151,7 +159,7 @@ static void pull(td_dp *dp, int step, int k_bound) {
     for (int s = 0; s < ps->S; s++) send_ctrl(dp, s, KIND_PULL, want);
     for (int s = 0; s < ps->S; s++) {
         int src = server_world_rank(dp, s);
-        td_recv_start(ps->reqs[2 * s], dp->g->world, ps->hdrs + 2 * s, 2, TD_F32, src, TAG_HDR);
+        td_recv_start(ps->reqs[2 * s], dp->g->world, ps->hdrs + 4 * s, 4, TD_F32, src, TAG_HDR);
         td_recv_start(ps->reqs[2 * s + 1], dp->g->world, ps->sendbuf + (size_t)s * ps->slice, ps->slice,
                       TD_F32, src, TAG_PARAM);
     }
@@ -160,9 +168,11 @@ static void pull(td_dp *dp, int step, int k_bound) {
         td_wait(ps->reqs[2 * s]);
         td_wait(ps->reqs[2 * s + 1]);
         unpack(dp, s, ps->sendbuf + (size_t)s * ps->slice, dp->params);
-        if ((int)ps->hdrs[2 * s] < version) version = (int)ps->hdrs[2 * s];
-        ps->last_norm = ps->hdrs[2 * s + 1];
+        if ((int)ps->hdrs[4 * s] < version) version = (int)ps->hdrs[4 * s];
+        ps->last_norm = ps->hdrs[4 * s + 1];
+        if (ps->hdrs[4 * s + 2] >= 0) ps->fail_step = (int)ps->hdrs[4 * s + 2], ps->fail_row = (int)ps->hdrs[4 * s + 3];
     }
+    if (ps->fail_step >= 0) return; /* the servers stopped: no staleness to count */
     int stale = step - version;
     if (stale > ps->max_stale) ps->max_stale = stale;
     ps->sum_stale += stale;
@@ -191,17 +201,29 @@ double td_ps_finish_step(td_dp *dp, int step, float lr) {
     int last = step == dp->cfg.optim.max_steps - 1;
     /* the last step waits for every update so eval and checkpoint see them */
     pull(dp, step + 1, last ? 0 : ps->K);
-    if (last)
-        for (int s = 0; s < ps->S; s++) send_ctrl(dp, s, KIND_DONE, step);
+    if (ps->fail_step >= 0) { /* a non-finite update: stop here */
+        dp->bad_step = ps->fail_step, dp->bad_row = ps->fail_row;
+        td_ps_stop(dp, step);
+        return NAN;
+    }
+    if (last) td_ps_stop(dp, step);
     return ps->last_norm; /* norm of the newest update this worker has seen */
+}
+
+void td_ps_stop(td_dp *dp, int step) {
+    struct td_ps *ps = dp->ps;
+    if (dp->g->is_server || ps->done_sent) return;
+    for (int s = 0; s < ps->S; s++) send_ctrl(dp, s, KIND_DONE, step);
+    ps->done_sent = 1;
 }
 
 /* ---- server ------------------------------------------------------------ */
 
 static void reply(td_dp *dp, int worker_rank) {
     struct td_ps *ps = dp->ps;
-    float hdr[2] = {(float)ps->version, ps->version > 0 ? ps->norms[ps->version - 1] : 0.0f};
-    td_send(dp->g->world, hdr, 2, TD_F32, worker_rank, TAG_HDR);
+    float hdr[4] = {(float)ps->version, ps->version > 0 ? ps->norms[ps->version - 1] : 0.0f,
+                    (float)ps->fail_step, (float)ps->fail_row};
+    td_send(dp->g->world, hdr, 4, TD_F32, worker_rank, TAG_HDR);
     td_send(dp->g->world, ps->p, ps->slice, TD_F32, worker_rank, TAG_PARAM);
 }
 
@@ -209,7 +231,7 @@ static void reply(td_dp *dp, int worker_rank) {
 static void apply_ready(td_dp *dp) {
     struct td_ps *ps = dp->ps;
     int s = dp->g->server_rank;
-    for (;;) {
+    while (ps->fail_step < 0) {
         int slot = ps->version % (ps->K + 1);
         if (ps->acc_count[slot] < ps->W) return;
         float *g = ps->acc + (size_t)slot * ps->slice;
@@ -220,6 +242,21 @@ static void apply_ready(td_dp *dp) {
             sumsq = sq;
         }
         double norm = sqrt(sumsq);
+        if (!isfinite(norm)) { /* every server sees it: the first bad tensor over all slices */
+            int row = dp->t->n_rows;
+            size_t k = 0, len;
+            for (int u = 0; u < dp->n_units; u++) {
+                size_t off = unit_slice(dp, u, s, &len);
+                int r = td_dp_first_nonfinite(dp->t, g + k, off, len);
+                if (r < row) row = r;
+                k += len;
+            }
+            float neg = -(float)row; /* MAX of -row = MIN of row; exact in float */
+            if (ps->S > 1) td_allreduce(dp->g->ps_comm, &neg, 1, TD_F32, TD_MAX);
+            ps->fail_step = ps->version, ps->fail_row = (int)-neg;
+            dp->bad_step = ps->fail_step, dp->bad_row = ps->fail_row;
+            return;
+        }
         float scale = td_clip_scale(norm, dp->cfg.optim.clip);
         float lr = td_lr_at(&dp->cfg.optim, ps->version);
         size_t k = 0, len;
@@ -241,6 +278,7 @@ void td_ps_serve(td_dp *dp, int steps) {
     ps->norms = td_alloc(sizeof(float) * (size_t)(steps + 1), TD_MEM_OTHER);
     int W = ps->W, done = 0;
     int *waiting = td_alloc(sizeof(int) * (size_t)W, TD_MEM_OTHER); /* pull step per worker, -1 none */
+    int save_for = -1; /* a save asked for by worker 0: the updates it must hold */
     for (int w = 0; w < W; w++) waiting[w] = -1;
     while (done < W) {
         float msg[2];
@@ -257,35 +295,74 @@ void td_ps_serve(td_dp *dp, int steps) {
             apply_ready(dp);
         } else if (kind == KIND_PULL) {
             waiting[src] = step;
+        } else if (kind == KIND_SAVE) {
+            TD_ASSERT(src == 0);
+            save_for = step;
         } else {
             TD_ASSERT(kind == KIND_DONE);
             done++;
         }
         for (int w = 0; w < W; w++)
-            if (waiting[w] >= 0 && ps->version >= waiting[w]) {
+            if (waiting[w] >= 0 && (ps->version >= waiting[w] || ps->fail_step >= 0)) {
                 reply(dp, w);
                 waiting[w] = -1;
             }
+        /* worker 0 waits in the save, so no update past save_for can happen */
+        if (save_for >= 0 && (ps->version >= save_for || ps->fail_step >= 0)) {
+            float hdr[4] = {(float)ps->version, 0.0f, (float)ps->fail_step, (float)ps->fail_row};
+            td_send(dp->g->world, hdr, 4, TD_F32, 0, TAG_HDR);
+            if (ps->fail_step < 0) {
+                TD_ASSERT(ps->version == save_for);
+                for (int sec = 0; sec < 3; sec++)
+                    for (int u = 0; u < dp->n_units; u++) td_ps_gather_unit(dp, sec, u, NULL);
+            }
+            save_for = -1;
+        }
     }
     td_free(waiting);
 }
 
-void td_ps_gather_state(td_dp *dp, float *params, float *m, float *v) {
+int td_ps_save_begin(td_dp *dp, int steps_done) {
+    struct td_ps *ps = dp->ps;
+    if (dp->g->world_rank != 0) return 1;
+    for (int s = 0; s < ps->S; s++) send_ctrl(dp, s, KIND_SAVE, steps_done);
+    int ok = 1;
+    for (int s = 0; s < ps->S; s++) {
+        float hdr[4];
+        td_recv(dp->g->world, hdr, 4, TD_F32, server_world_rank(dp, s), TAG_HDR);
+        if (hdr[2] >= 0) {
+            ps->fail_step = dp->bad_step = (int)hdr[2];
+            ps->fail_row = dp->bad_row = (int)hdr[3];
+            ok = 0;
+        }
+    }
+    return ok;
+}
+
+/* One unit to world rank 0 (worker 0): each server sends its slice of the
+ * unit straight into place in rank 0's unit buffer. */
+const float *td_ps_gather_unit(td_dp *dp, int section, int u, float *scratch) {
     struct td_ps *ps = dp->ps;
     const td_grid *g = dp->g;
-    float *bufs[3] = {params, m, v};
+    size_t len, off;
     if (g->is_server) {
-        float *mine[3] = {ps->p, ps->m, ps->v};
-        for (int i = 0; i < 3; i++) td_send(g->world, mine[i], ps->slice, TD_F32, 0, TAG_PARAM);
-    } else if (g->world_rank == 0) {
-        float *tmp = td_alloc(ps->slice * sizeof(float), TD_MEM_OTHER);
-        for (int s = 0; s < ps->S; s++)
-            for (int i = 0; i < 3; i++) {
-                td_recv(g->world, tmp, ps->slice, TD_F32, server_world_rank(dp, s), TAG_PARAM);
-                unpack(dp, s, tmp, bufs[i]);
-            }
-        td_free(tmp);
+        size_t k = 0;
+        for (int v = 0; v < u; v++) {
+            unit_slice(dp, v, g->server_rank, &len);
+            k += len;
+        }
+        unit_slice(dp, u, g->server_rank, &len);
+        const float *mine = section == 0 ? ps->p : section == 1 ? ps->m : ps->v;
+        td_send(g->world, mine + k, len, TD_F32, 0, TAG_PARAM);
+        return NULL;
     }
+    if (g->world_rank != 0) return NULL;
+    for (int s = 0; s < ps->S; s++) {
+        off = unit_slice(dp, u, s, &len);
+        td_recv(g->world, scratch + (off - dp->t->unit_offset[u]), len, TD_F32, server_world_rank(dp, s),
+                TAG_PARAM);
+    }
+    return scratch;
 }
 
 void td_ps_staleness(const td_dp *dp, int *max_seen, double *mean_seen) {

@@ -54,7 +54,6 @@ struct td_zero {
     /* stage 3: gathered parameters; POOL = unit 0, POOL + 1 = final norm */
     gather_slot pslots[POOL + 2];
     int *gather_of;    /* [n_units] pslot holding the unit, -1 none */
-    float *ag_tmp;     /* gather_state staging */
 };
 
 static size_t slice_len(const td_dp *dp, int u) {
@@ -362,6 +361,14 @@ double td_zero_finish_step(td_dp *dp, int step, float lr) {
     float sq = (float)td_sumsq(g, z->shard_n);
     if (dp->D > 1) td_allreduce(dp->comm, &sq, 1, TD_F32, TD_SUM);
     double norm = sqrt((double)sq);
+    if (!isfinite(norm)) { /* no update; every rank scans its own slices */
+        int row = dp->t->n_rows;
+        for (int u = 0; u < dp->n_units && row == dp->t->n_rows; u++)
+            row = td_dp_first_nonfinite(dp->t, g + z->shard_off[u], my_slice_off(dp, u), slice_len(dp, u));
+        td_dp_record_nonfinite(dp, step, row);
+        if (z->stage != 1) memset(z->gshard, 0, z->shard_n * sizeof(float));
+        return norm;
+    }
     float scale = td_clip_scale(norm, dp->cfg.optim.clip);
     for (int u = 0; u < dp->n_units; u++) {
         size_t lo = my_slice_off(dp, u), n = slice_len(dp, u), k = z->shard_off[u];
@@ -377,24 +384,18 @@ double td_zero_finish_step(td_dp *dp, int step, float lr) {
     return norm;
 }
 
-/* Packed shards of all ranks -> flat layout on dp rank 0. */
-static void gather_shards(td_dp *dp, const float *mine, float *flat) {
+/* One unit to dp rank 0 (world rank 0: tp = pp = 1): the owners' slices
+ * are all-gathered into one unit-sized buffer, so no rank ever holds more
+ * than its shards plus one unit. */
+const float *td_zero_gather_unit(td_dp *dp, int section, int u, float *scratch) {
     struct td_zero *z = dp->zero;
-    float *all = NULL;
-    if (dp->D > 1) {
-        all = td_alloc(z->shard_n * (size_t)dp->D * sizeof(float), TD_MEM_OTHER);
-        td_all_gather(dp->comm, mine, all, z->shard_n, TD_F32);
-    }
-    if (dp->r == 0 && flat)
-        for (int r = 0; r < dp->D; r++)
-            td_slices_unpack(dp->t, dp->D, r, dp->D > 1 ? all + (size_t)r * z->shard_n : mine, flat);
-    td_free(all);
-}
-
-void td_zero_gather_state(td_dp *dp, float *params, float *m, float *v) {
-    struct td_zero *z = dp->zero;
-    if (z->stage == 3) gather_shards(dp, z->pshard, params);
-    else if (dp->r == 0 && params) memcpy(params, dp->params, dp->t->numel * sizeof(float));
-    gather_shards(dp, dp->m, m);
-    gather_shards(dp, dp->v, v);
+    if (section == 0 && z->stage < 3) /* every rank holds the full parameters */
+        return dp->r == 0 ? dp->params + dp->t->unit_offset[u] : NULL;
+    const float *mine = (section == 0 ? z->pshard : section == 1 ? dp->m : dp->v) + z->shard_off[u];
+    size_t n = slice_len(dp, u);
+    if (dp->D > 1)
+        td_all_gather(dp->comm, mine, scratch, n, TD_F32);
+    else
+        memcpy(scratch, mine, n * sizeof(float));
+    return dp->r == 0 ? scratch : NULL;
 }

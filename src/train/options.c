@@ -73,7 +73,8 @@ void td_train_opts_parse(td_train_opts *o, int argc, char **argv) {
         {"--piece-mb", TD_FLAG_DOUBLE, &o->piece_mb, "bytes per MPI call in MiB, 0 = default (from measurement)", "[0, 1048576]"},
         {"--no-overlap", TD_FLAG_BOOL, &o->no_overlap, "start gradient communication after backward (for measuring overlap)", NULL},
         {"--comm-timeout", TD_FLAG_DOUBLE, &o->comm_timeout, "seconds before a stuck collective aborts the job, 0 = wait forever (300)", "[0, 1e9]"},
-        {"--out", TD_FLAG_STR, &o->out, "directory for the final checkpoint (created if missing; its parent must exist)", NULL},
+        {"--out", TD_FLAG_STR, &o->out, "checkpoint directory: DIR/step-NNNNNNNN/ per save, DIR/latest the newest (created if missing; its parent must exist)", NULL},
+        {"--save-every", TD_FLAG_INT, &o->save_every, "also save to --out every K steps, 0 = at the end only (0)", NONNEG},
         {"--log", TD_FLAG_STR, &o->log, "JSON-lines metrics file", NULL},
         {"--memory-report", TD_FLAG_BOOL, &o->memory_report, "print the per-rank memory plan in detail", NULL},
         {"--verbose", TD_FLAG_BOOL, &o->verbose, "every rank logs, prefixed with its grid position", NULL},
@@ -100,5 +101,6 @@ void td_train_opts_parse(td_train_opts *o, int argc, char **argv) {
              "--batch %d x --heads %d = %lld attention maps per step; valid: at most %d", o->batch,
              o->heads, (long long)o->batch * o->heads, INT_MAX);
     TD_CHECK(o->zero >= 0 && o->zero <= 3, "--zero %d is not a ZeRO stage; use 0, 1, 2 or 3", o->zero);
+    TD_CHECK(o->save_every == 0 || o->out, "--save-every %d needs --out DIR to save into", o->save_every);
     o->optim.max_steps = o->steps;
 }

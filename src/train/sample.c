@@ -93,7 +93,7 @@ int td_sample_main(int argc, char **argv) {
     float temperature = 1.0f;
     unsigned long long seed = 1337;
     const td_flag flags[] = {
-        {"--ckpt", TD_FLAG_STR, &ckpt, "checkpoint directory written by train --out", NULL},
+        {"--ckpt", TD_FLAG_STR, &ckpt, "DIR written by train --out (follows DIR/latest) or one of its step directories", NULL},
         {"--tokens", TD_FLAG_INT, &tokens, "tokens to generate (200)", "[0, 10000000]"},
         {"--temperature", TD_FLAG_FLOAT, &temperature, "softmax temperature (1.0)", "(0, inf)"},
         {"--top-k", TD_FLAG_INT, &top_k, "sample from the k most likely tokens, 0 = all (0)", "[0, 2147483647]"},

@@ -11,6 +11,7 @@
 #include "trident/ckpt.h"
 #include "trident/comm.h"
 #include "trident/data.h"
+#include "trident/fault.h"
 #include "trident/kernels.h"
 #include "trident/train.h"
 
@@ -45,6 +46,77 @@ typedef struct {
     int Bl, Bm, K;
 } run_ctx;
 
+/* Test-only fault (fault.h): one element of a tensor's gradient turns NaN
+ * on this rank right after the tensor's backward, before the strategy's own
+ * hook starts communicating it; works the same under every dp mode. */
+typedef struct {
+    td_gpt *model;
+    td_unit_hook inner;
+    void *inner_ctx;
+    const td_param *row;
+} nan_grad_hook;
+
+static void nan_grad_event(void *ctx, td_unit_event ev, int unit) {
+    nan_grad_hook *f = ctx;
+    if (ev == TD_BWD_END && unit == f->row->unit) {
+        float *g = f->model->unit_grads[unit];
+        g[f->row->offset - f->model->table->unit_offset[unit] + f->row->numel / 2] = NAN;
+    }
+    if (f->inner) f->inner(f->inner_ctx, ev, unit);
+}
+
+static void backward(td_gpt *model, float dloss, int nan_grad) {
+    if (!nan_grad) {
+        td_gpt_backward(model, dloss);
+        return;
+    }
+    nan_grad_hook f = {model, model->hook, model->hook_ctx,
+                       td_param_find(model->table, TD_FAULT_GRAD_TENSOR)};
+    TD_ASSERT(f.row);
+    model->hook = nan_grad_event;
+    model->hook_ctx = &f;
+    td_gpt_backward(model, dloss);
+    model->hook = f.inner;
+    model->hook_ctx = f.inner_ctx;
+}
+
+/* Writes the state after `steps_done` steps to --out (ckpt.h), gathering one
+ * unit of one buffer at a time to world rank 0, which appends it to the file:
+ * no rank holds the state twice, each holds at most one unit beyond its
+ * plan. Collective over the world. `measure`: record this rank's peak. */
+static void save_checkpoint(td_dp *dp, const td_param_table *t, const td_gpt_config *cfg,
+                            const td_tokenizer *tok, const td_train_opts *o, const td_grid *g,
+                            int steps_done, const td_mem_plan *plan, td_train_result *res,
+                            int measure) {
+    size_t max_unit = 0, plan_total = 0;
+    for (int u = 0; u < t->n_units; u++) max_unit = td_max_sz(max_unit, td_unit_numel(t, u));
+    for (int c = 0; c < TD_MEM_NCAT; c++) plan_total += plan->bytes[c];
+    size_t start = td_mem_total_current();
+    if (measure) td_mem_reset_peaks(); /* after the run's own peaks were taken */
+    float *scratch = td_alloc(max_unit * sizeof(float), TD_MEM_OTHER);
+    td_ckpt_writer *w = g->world_rank == 0 ? td_ckpt_writer_open(o->out, cfg, tok, steps_done, 1) : NULL;
+    for (int s = 0; s < 3; s++)
+        for (int u = 0; u < t->n_units; u++) {
+            const float *b = td_dp_gather_unit(dp, s, u, scratch);
+            if (w) td_ckpt_writer_put(w, s, t, u, b);
+        }
+    char path[8192] = "";
+    if (w) td_ckpt_writer_commit(w, path, sizeof path);
+    td_free(scratch);
+    if (!measure) {
+        td_log("checkpoint: %s (step %d)\n", path, steps_done);
+        return;
+    }
+    res->save_peak = td_mem_total_peak();
+    res->save_start = start;
+    res->save_plan = plan_total;
+    res->save_unit = max_unit * sizeof(float);
+    td_log("checkpoint: %s (%zu parameters, step %d); memory during the save: peak %.3f MiB, "
+           "%.3f MiB at its start, plan %.3f MiB + one unit %.3f MiB\n",
+           path, t->n_real, steps_done, res->save_peak / 1048576.0, start / 1048576.0,
+           plan_total / 1048576.0, res->save_unit / 1048576.0);
+}
+
 /* Mean validation loss over eval_iters global batches (every token once). */
 static double evaluate(run_ctx *c) {
     const td_train_opts *o = c->o;
@@ -72,6 +144,8 @@ static double evaluate(run_ctx *c) {
 void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) {
     memset(res, 0, sizeof *res);
     res->final_val_loss = NAN;
+    res->stop_step = -1;
+    const td_fault *fault = td_fault_get(); /* a bad TRIDENT_FAULT fails before any work */
     td_dp_mode mode = td_dp_mode_parse(o->dp_mode);
     TD_CHECK(mode == TD_DP_PS || o->ps_servers == 0, "--ps-servers needs --dp-mode ps");
     TD_CHECK(mode != TD_DP_PS || o->ps_servers > 0, "--dp-mode ps needs --ps-servers S >= 1");
@@ -109,6 +183,9 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
     memset(&model, 0, sizeof model);
     if (!g.is_server) td_gpt_create(&model, &table, Bm);
     td_dp *dp = td_dp_create(&dcfg, &g, &table, g.is_server ? NULL : &model);
+    TD_CHECK((fault->kind != TD_FAULT_NAN_LOSS && fault->kind != TD_FAULT_NAN_GRAD) ||
+                 fault->rank < g.dp * g.tp * g.pp,
+             "TRIDENT_FAULT: rank %d is not a training rank (0..%d)", fault->rank, g.dp * g.tp * g.pp - 1);
 
     td_report rep;
     td_report_open(&rep, o, &g, &cfg, &table, &data, threads, Bm);
@@ -134,18 +211,41 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
                 td_dp_begin_micro(dp, k, c.K);
                 td_data_batch(&data, 0, o->seed, step, g.dp_rank * Bl + k * Bm, Bm, T, in, tg);
                 loss_sum += td_gpt_forward(&model, in, tg);
-                td_gpt_backward(&model, dloss);
+                backward(&model, dloss, k == c.K - 1 && td_fault_at(TD_FAULT_NAN_GRAD, step, g.world_rank));
             }
             double norm = td_dp_finish_step(dp, step, lr);
-            float ls = (float)loss_sum;
-            if (g.dp > 1) td_allreduce(g.dp_comm, &ls, 1, TD_F32, TD_SUM);
-            float loss = g.dp > 1 ? ls / ((float)o->batch * T) : (float)(loss_sum / ((double)o->batch * T));
+            if (td_fault_at(TD_FAULT_NAN_LOSS, step, g.world_rank)) loss_sum = NAN;
+            /* the loss's sum also spreads a non-finite update: parameter
+             * servers tell each worker at its next pull, which with
+             * staleness need not be the same step for all (a count, then the
+             * sums of step and row: small integers, exact in float) */
+            int bad_step, bad_row = td_dp_nonfinite(dp, &bad_step), known = bad_row >= 0;
+            float red[4] = {(float)loss_sum, (float)known, known ? (float)bad_step : 0.0f,
+                            known ? (float)bad_row : 0.0f};
+            if (g.dp > 1) td_allreduce(g.dp_comm, red, 4, TD_F32, TD_SUM);
+            if (red[1] > 0) bad_step = (int)(red[2] / red[1]), bad_row = (int)(red[3] / red[1]);
+            float loss = g.dp > 1 ? red[0] / ((float)o->batch * T) : (float)(loss_sum / ((double)o->batch * T));
             double ms = td_now_ms() - t0;
             if (step >= o->timing_skip || o->steps <= o->timing_skip) timed_ms += ms;
             res->losses[step] = loss;
             res->grad_norms[step] = (float)norm;
             res->steps_done = step + 1;
             td_report_step(&rep, step, loss, lr, norm, ms);
+            /* a non-finite loss or gradient norm stops every rank at this step
+             * (all agree: the loss and the norm are global), before any save */
+            if (!isfinite(loss) || red[1] > 0) {
+                res->stop_step = isfinite(loss) ? bad_step : step;
+                if (!isfinite(loss))
+                    snprintf(res->stop_msg, sizeof res->stop_msg, "step %d: the loss is %s", step,
+                             isnan(loss) ? "nan" : "inf");
+                else
+                    snprintf(res->stop_msg, sizeof res->stop_msg,
+                             "step %d: the gradient norm is %s; first non-finite gradient in %s", bad_step,
+                             isnan(norm) ? "nan" : isinf(norm) ? "inf" : "not finite",
+                             bad_row < table.n_rows ? table.rows[bad_row].name : "no tensor (the norm overflowed)");
+                td_dp_stop(dp, step);
+                break;
+            }
             if (step == 0 && mode != TD_DP_PS) td_report_memory(&rep, &plan, 1);
             int last = step == o->steps - 1;
             if (o->eval_every > 0 && ((step + 1) % o->eval_every == 0 || last)) {
@@ -153,6 +253,25 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
                 double vl = evaluate(&c);
                 td_report_eval(&rep, step, vl);
                 if (last) res->final_val_loss = vl;
+            }
+            if (o->out && o->save_every > 0 && (step + 1) % o->save_every == 0 && !last) {
+                /* parameter servers are asked from inside their loop; world
+                 * rank 0 may learn there that they stopped on a non-finite
+                 * update, and tells the other workers */
+                float f[3] = {0.0f, 0.0f, 0.0f};
+                if (!td_dp_save_begin(dp, step + 1)) f[0] = 1.0f, bad_row = td_dp_nonfinite(dp, &bad_step);
+                if (f[0] > 0) f[1] = (float)bad_step, f[2] = (float)bad_row;
+                if (mode == TD_DP_PS && g.dp > 1) td_allreduce(g.dp_comm, f, 3, TD_F32, TD_SUM);
+                if (f[0] > 0) {
+                    bad_step = (int)f[1], bad_row = (int)f[2];
+                    res->stop_step = bad_step;
+                    snprintf(res->stop_msg, sizeof res->stop_msg,
+                             "step %d: the gradient norm is not finite; first non-finite gradient in %s", bad_step,
+                             bad_row < table.n_rows ? table.rows[bad_row].name : "no tensor (the norm overflowed)");
+                    td_dp_stop(dp, step);
+                    break;
+                }
+                save_checkpoint(dp, &table, &cfg, &data.tok, o, &g, step + 1, &plan, res, 0);
             }
         }
         int timed = o->steps > o->timing_skip ? o->steps - o->timing_skip : o->steps;
@@ -164,36 +283,51 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
         td_free(in);
         td_free(tg);
     }
+    /* every rank, servers included, learns whether the run stopped; the
+     * training ranks already agree, servers learn it here */
+    float st[2] = {(float)res->stop_step, 0.0f};
+    td_allreduce(g.world, st, 1, TD_F32, TD_MAX);
+    if (res->stop_step < 0) res->stop_step = (int)st[0];
     res->numel_layout = table.numel;
     for (int c = 0; c < TD_MEM_NCAT; c++) res->mem_planned[c] = plan.bytes[c], res->mem_peak[c] = td_mem_peak(c);
+    int stopped = res->stop_step >= 0;
     /* servers run their own loop, so with ps the measured report waits for the end */
-    if (mode == TD_DP_PS) td_report_memory(&rep, &plan, 1);
-    td_report_summary(&rep, res);
+    if (mode == TD_DP_PS && !stopped) td_report_memory(&rep, &plan, 1);
+    if (!stopped) td_report_summary(&rep, res);
 
-    /* final state, canonical layout, on world rank 0 */
     int root = g.world_rank == 0;
-    float *P = NULL, *M = NULL, *Vv = NULL;
-    int want_state = keep_state || o->out || o->sample_tokens > 0;
-    if (want_state) {
+    if (!stopped && o->out) save_checkpoint(dp, &table, &cfg, &data.tok, o, &g, o->steps, &plan, res, 1);
+    if (!stopped && o->sample_tokens > 0) {
+        /* the model's own parameters where rank 0 holds them all; under
+         * ZeRO-3 the parameters alone are gathered, unit by unit, into one
+         * copy (a third of the state), after the save */
+        const float *P = NULL;
+        float *gathered = NULL;
+        if (!td_dp_full_params(dp, &P)) {
+            size_t max_unit = 0;
+            for (int u = 0; u < table.n_units; u++) max_unit = td_max_sz(max_unit, td_unit_numel(&table, u));
+            float *scratch = td_alloc(max_unit * sizeof(float), TD_MEM_OTHER);
+            if (root) gathered = td_alloc(table.numel * sizeof(float), TD_MEM_OTHER);
+            for (int u = 0; u < table.n_units; u++) {
+                const float *b = td_dp_gather_unit(dp, 0, u, scratch);
+                if (b) memcpy(gathered + table.unit_offset[u], b, td_unit_numel(&table, u) * sizeof(float));
+            }
+            td_free(scratch);
+            P = gathered;
+        }
+        if (root) td_report_sample(&rep, &table, P, &data.tok, o);
+        td_free(gathered);
+    }
+    if (keep_state && !stopped) { /* tests: the whole state in the canonical layout on rank 0 */
+        float *P = NULL, *M = NULL, *Vv = NULL;
         if (root) {
             P = td_alloc(sizeof(float) * canon.numel, TD_MEM_OTHER);
             M = td_alloc(sizeof(float) * canon.numel, TD_MEM_OTHER);
             Vv = td_alloc(sizeof(float) * canon.numel, TD_MEM_OTHER);
         }
         td_dp_gather_state(dp, &canon, P, M, Vv);
-    }
-    if (root && o->out) {
-        td_ckpt_save(o->out, &cfg, &data.tok, o->steps, P, M, Vv, canon.numel);
-        td_log("checkpoint: %s/model.bin (%zu parameters, step %d)\n", o->out, canon.n_real, o->steps);
-    }
-    if (root && o->sample_tokens > 0) td_report_sample(&rep, &canon, P, &data.tok, o);
-    if (keep_state && root) {
         res->final_params = P, res->final_m = M, res->final_v = Vv;
         res->numel = canon.numel;
-    } else {
-        td_free(P);
-        td_free(M);
-        td_free(Vv);
     }
     td_report_close(&rep);
     td_dp_destroy(dp);
@@ -219,6 +353,19 @@ int td_train_main(int argc, char **argv) {
     td_train_opts_parse(&o, argc, argv);
     td_train_result res;
     td_train_run(&o, &res, 0);
+    int rc = 0;
+    if (res.stop_step >= 0) {
+        /* one line, from rank 0; every rank exits non-zero after finalize */
+        if (td_log_rank() == 0) {
+            fflush(stdout);
+            fprintf(stderr, "trident: error: %s; the run stopped%s%s%s\n",
+                    res.stop_msg[0] ? res.stop_msg : "the run stopped on another rank",
+                    o.out ? " and saved nothing from this step on (--out " : "", o.out ? o.out : "",
+                    o.out ? ": earlier checkpoints and latest are untouched)" : "");
+            fflush(stderr);
+        }
+        rc = 3;
+    }
     td_train_result_free(&res);
-    return 0;
+    return rc;
 }

@@ -1,0 +1,33 @@
+/* fault: test-only fault injection, so tests can show that a run which goes
+ * wrong stops and loses nothing. Never set it in production runs.
+ *
+ *   TRIDENT_FAULT=nan-loss:STEP[:RANK]   the loss of step STEP (0-based, as the
+ *                                        step lines count) is NaN on world rank
+ *                                        RANK (default 0) before it is summed
+ *   TRIDENT_FAULT=nan-grad:STEP[:RANK]   one gradient element of
+ *                                        TD_FAULT_GRAD_TENSOR is NaN on RANK at
+ *                                        step STEP (after its backward)
+ *   TRIDENT_FAULT=save-fail:STEP         writing the checkpoint of step STEP
+ *                                        (steps done) fails as on a full disk
+ *
+ * The variable is parsed and validated here only; a malformed value is a
+ * one-line error naming it. */
+#ifndef TRIDENT_FAULT_H
+#define TRIDENT_FAULT_H
+
+typedef enum { TD_FAULT_NONE = 0, TD_FAULT_NAN_LOSS, TD_FAULT_NAN_GRAD, TD_FAULT_SAVE_FAIL } td_fault_kind;
+
+#define TD_FAULT_GRAD_TENSOR "transformer.h.0.mlp.c_fc.weight"
+
+typedef struct {
+    td_fault_kind kind;
+    int step;
+    int rank;
+} td_fault;
+
+/* The fault asked for (kind NONE without TRIDENT_FAULT); parsed on first use. */
+const td_fault *td_fault_get(void);
+/* Whether fault `kind` fires at `step` on world rank `rank` (rank -1: any). */
+int td_fault_at(td_fault_kind kind, int step, int rank);
+
+#endif

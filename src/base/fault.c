@@ -1,0 +1,57 @@
+/* Test-only fault injection (include/trident/fault.h): the one place that
+ * reads and validates TRIDENT_FAULT. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "trident/base.h"
+#include "trident/fault.h"
+
+static td_fault g_fault;
+static int g_parsed;
+
+static int parse_int(const char *s, char **end) {
+    errno = 0;
+    long v = strtol(s, end, 10);
+    if (*end == s || errno || v < 0 || v > 1000000000 || (s[0] < '0' || s[0] > '9')) return -1;
+    return (int)v;
+}
+
+const td_fault *td_fault_get(void) {
+    if (g_parsed) return &g_fault;
+    g_parsed = 1;
+    memset(&g_fault, 0, sizeof g_fault);
+    const char *s = getenv("TRIDENT_FAULT");
+    if (!s || !*s) return &g_fault;
+    static const struct {
+        const char *name;
+        td_fault_kind kind;
+        int has_rank;
+    } kinds[] = {{"nan-loss:", TD_FAULT_NAN_LOSS, 1},
+                 {"nan-grad:", TD_FAULT_NAN_GRAD, 1},
+                 {"save-fail:", TD_FAULT_SAVE_FAIL, 0}};
+    for (int k = 0; k < 3; k++) {
+        size_t n = strlen(kinds[k].name);
+        if (strncmp(s, kinds[k].name, n) != 0) continue;
+        char *end;
+        int step = parse_int(s + n, &end), rank = 0;
+        int ok = step >= 0;
+        if (ok && *end == ':' && kinds[k].has_rank) {
+            rank = parse_int(end + 1, &end);
+            ok = rank >= 0;
+        }
+        ok = ok && *end == 0;
+        TD_CHECK(ok, "TRIDENT_FAULT=%s: the step%s must be a non-negative integer (test-only fault "
+                 "switch: %sSTEP%s)", s, kinds[k].has_rank ? " and rank" : "", kinds[k].name,
+                 kinds[k].has_rank ? "[:RANK]" : "");
+        g_fault = (td_fault){kinds[k].kind, step, rank};
+        return &g_fault;
+    }
+    td_fail("TRIDENT_FAULT=%s is not known; the test-only faults are nan-loss:STEP[:RANK], "
+            "nan-grad:STEP[:RANK] and save-fail:STEP", s);
+}
+
+int td_fault_at(td_fault_kind kind, int step, int rank) {
+    const td_fault *f = td_fault_get();
+    return f->kind == kind && f->step == step && (rank < 0 || f->rank == rank);
+}
