@@ -17,6 +17,8 @@
  * so that one rank's error never leaves its peers hanging. */
 void td_set_abort_hook(void (*hook)(int code));
 _Noreturn void td_die(int code);
+/* The end of an error exit (after the hook): flush, exit with `code`. */
+_Noreturn void td_exit(int code);
 
 /* User-facing failure: one line "trident: error: <msg>" and a non-zero exit.
  * The message should say what is wrong and what would be valid. */

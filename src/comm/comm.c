@@ -55,7 +55,7 @@ static void abort_hook(int code) {
      * only adds runtime noise after the one clear error line */
     if (size == 1) {
         MPI_Finalize();
-        exit(code ? code : 1);
+        td_exit(code ? code : 1);
     }
     MPI_Abort(MPI_COMM_WORLD, code ? code : 1);
 }

@@ -182,6 +182,8 @@ int main(int argc, char **argv) {
         }
         printf("%s: %s\n", argc > 1 ? argv[1] : "layout", fails ? "FAILED" : "passed");
         free(ref_losses);
+        td_free(P), td_free(M), td_free(V);
+        td_param_table_free(&t);
     }
     td_train_result_free(&res);
     td_comm_finalize();

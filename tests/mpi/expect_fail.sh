@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs a command that is supposed to fail, and passes when it does so the
 # intended way: non-zero exit, within MAX_SECONDS, with every TEXT (fixed
-# strings) somewhere in its stdout+stderr.
+# strings) somewhere in its stdout+stderr, and no sanitizer report there.
 #   expect_fail.sh MAX_SECONDS TEXT [TEXT ...] -- COMMAND [ARGS ...]
 # `timeout` bounds a run that hangs instead; mpirun passes the TERM on to its
 # ranks, so nothing is left behind.
@@ -24,6 +24,11 @@ fail() { echo "expect_fail.sh: FAIL: $*" >&2; exit 1; }
 [ "$rc" -ne 0 ] || fail "the command succeeded; it should have failed"
 [ "$rc" -ne 124 ] && [ "$rc" -ne 137 ] || fail "the command hung until timeout"
 [ "$elapsed_ms" -lt $((max * 1000)) ] || fail "took ${elapsed_ms} ms, limit ${max} s"
+# In a sanitizer build (-DTD_SANITIZE=ON) a report is a bug even when the
+# job fails as intended; the report's own exit code would be hidden by it.
+if grep -qE -e 'ERROR: (Address|Leak)Sanitizer|runtime error: ' <<<"$out"; then
+    fail "a sanitizer report (above)"
+fi
 for t in "${texts[@]}"; do
     grep -qF -- "$t" <<<"$out" || fail "output lacks: $t"
 done

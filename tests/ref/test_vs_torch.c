@@ -225,6 +225,9 @@ int main(void) {
     remove(out_path);
     td_gpt_destroy(&model);
     free(w0);
+    td_free(params), td_free(grads), td_free(m), td_free(v);
+    free(inputs), free(targets);
+    td_param_table_free(&t);
     printf(fails ? "test_vs_torch: FAILED (%d)\n" : "test_vs_torch: all passed%.0d\n", fails);
     return fails ? 1 : 0;
 }
