@@ -12,20 +12,24 @@
 
 #include "trident/base.h"
 
-/* "Key:   123 kB" from a /proc file, in bytes; 0 when absent. */
-static size_t proc_kb(const char *path, const char *key) {
+/* The number after "KEY<sep>" on its own line of a /proc or cgroup file
+ * ("VmRSS:   123 kB", "inactive_file 4096"); 0 when absent. */
+static size_t keyed_number(const char *path, const char *key, char sep) {
     FILE *f = fopen(path, "r");
     if (!f) return 0;
     char line[256];
-    size_t n = strlen(key), kb = 0;
+    size_t n = strlen(key), v = 0;
     while (fgets(line, sizeof line, f))
-        if (strncmp(line, key, n) == 0 && line[n] == ':') {
-            kb = strtoull(line + n + 1, NULL, 10);
+        if (strncmp(line, key, n) == 0 && line[n] == sep) {
+            v = strtoull(line + n + 1, NULL, 10);
             break;
         }
     fclose(f);
-    return kb * 1024;
+    return v;
 }
+
+/* "Key:   123 kB" from a /proc file, in bytes; 0 when absent. */
+static size_t proc_kb(const char *path, const char *key) { return keyed_number(path, key, ':') * 1024; }
 
 size_t td_rss_bytes(void) { return proc_kb("/proc/self/status", "VmRSS"); }
 size_t td_rss_peak_bytes(void) { return proc_kb("/proc/self/status", "VmHWM"); }
@@ -76,17 +80,7 @@ static size_t read_u64_file(const char *path) {
 static size_t inactive_file(const char *dir, const char *key) {
     char path[4200];
     snprintf(path, sizeof path, "%s/memory.stat", dir);
-    FILE *f = fopen(path, "r");
-    if (!f) return 0;
-    char line[256];
-    size_t n = strlen(key), v = 0;
-    while (fgets(line, sizeof line, f))
-        if (strncmp(line, key, n) == 0 && line[n] == ' ') {
-            v = strtoull(line + n + 1, NULL, 10);
-            break;
-        }
-    fclose(f);
-    return v;
+    return keyed_number(path, key, ' ');
 }
 
 /* The tightest (limit - usage) over dir and its ancestors up to root; the

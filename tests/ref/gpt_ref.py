@@ -253,7 +253,8 @@ def read_tensors(r, path, L, C, T, V):
     return tensors
 
 
-def read_input(path):
+def open_input(path, want_magic):
+    """The file's bytes and a Reader past its magic, which must be want_magic."""
     try:
         with open(path, "rb") as f:
             data = f.read()
@@ -261,8 +262,13 @@ def read_input(path):
         raise InputError("%s: cannot read input file: %s" % (path, e.strerror))
     r = Reader(data, path)
     magic = r.i32(1, "magic")[0]
-    if magic != MAGIC:
-        raise InputError("%s: bad magic 0x%08x (expected 0x%08x)" % (path, magic & 0xffffffff, MAGIC))
+    if magic != want_magic:
+        raise InputError("%s: bad magic 0x%08x (expected 0x%08x)" % (path, magic & 0xffffffff, want_magic))
+    return data, r
+
+
+def read_input(path):
+    data, r = open_input(path, MAGIC)
     L, H, C, T, V, B, nsteps = r.i32(7, "header ints L,H,C,T,V,B,nsteps")
     cfg = dict(L=L, H=H, C=C, T=T, V=V, B=B, nsteps=nsteps)
     for k, v in cfg.items():
@@ -301,15 +307,7 @@ def read_input(path):
 
 
 def read_eval_input(path):
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        raise InputError("%s: cannot read input file: %s" % (path, e.strerror))
-    r = Reader(data, path)
-    magic = r.i32(1, "magic")[0]
-    if magic != EVAL_MAGIC:
-        raise InputError("%s: bad magic 0x%08x (expected 0x%08x)" % (path, magic & 0xffffffff, EVAL_MAGIC))
+    data, r = open_input(path, EVAL_MAGIC)
     L, H, C, T, V, nseq = r.i32(6, "header ints L,H,C,T,V,nseq")
     cfg = dict(L=L, H=H, C=C, T=T, V=V, nseq=nseq)
     for k, v in cfg.items():
