@@ -117,6 +117,16 @@ static void save_checkpoint(td_dp *dp, const td_param_table *t, const td_gpt_con
            plan_total / 1048576.0, res->save_unit / 1048576.0);
 }
 
+/* The stop of a run whose update at bad_step had a non-finite gradient
+ * norm: the message names the first tensor (table row) holding one. */
+static void stop_on_gradient(td_train_result *res, const td_param_table *t, int bad_step, int bad_row,
+                             const char *norm_is) {
+    res->stop_step = bad_step;
+    snprintf(res->stop_msg, sizeof res->stop_msg,
+             "step %d: the gradient norm is %s; first non-finite gradient in %s", bad_step, norm_is,
+             bad_row >= 0 && bad_row < t->n_rows ? t->rows[bad_row].name : "no tensor (the norm overflowed)");
+}
+
 /* Mean validation loss over eval_iters global batches (every token once). */
 static double evaluate(run_ctx *c) {
     const td_train_opts *o = c->o;
@@ -234,15 +244,13 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
             /* a non-finite loss or gradient norm stops every rank at this step
              * (all agree: the loss and the norm are global), before any save */
             if (!isfinite(loss) || red[1] > 0) {
-                res->stop_step = isfinite(loss) ? bad_step : step;
-                if (!isfinite(loss))
+                if (!isfinite(loss)) {
+                    res->stop_step = step;
                     snprintf(res->stop_msg, sizeof res->stop_msg, "step %d: the loss is %s", step,
                              isnan(loss) ? "nan" : "inf");
-                else
-                    snprintf(res->stop_msg, sizeof res->stop_msg,
-                             "step %d: the gradient norm is %s; first non-finite gradient in %s", bad_step,
-                             isnan(norm) ? "nan" : isinf(norm) ? "inf" : "not finite",
-                             bad_row < table.n_rows ? table.rows[bad_row].name : "no tensor (the norm overflowed)");
+                } else
+                    stop_on_gradient(res, &table, bad_step, bad_row,
+                                     isnan(norm) ? "nan" : isinf(norm) ? "inf" : "not finite");
                 td_dp_stop(dp, step);
                 break;
             }
@@ -263,11 +271,7 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
                 if (f[0] > 0) f[1] = (float)bad_step, f[2] = (float)bad_row;
                 if (mode == TD_DP_PS && g.dp > 1) td_allreduce(g.dp_comm, f, 3, TD_F32, TD_SUM);
                 if (f[0] > 0) {
-                    bad_step = (int)f[1], bad_row = (int)f[2];
-                    res->stop_step = bad_step;
-                    snprintf(res->stop_msg, sizeof res->stop_msg,
-                             "step %d: the gradient norm is not finite; first non-finite gradient in %s", bad_step,
-                             bad_row < table.n_rows ? table.rows[bad_row].name : "no tensor (the norm overflowed)");
+                    stop_on_gradient(res, &table, (int)f[1], (int)f[2], "not finite");
                     td_dp_stop(dp, step);
                     break;
                 }
