@@ -56,9 +56,22 @@ static int diff(const char *what, const float *a, const float *b, size_t n) {
     return 0;
 }
 
+static void run_bits_free(run_bits *r) {
+    free(r->losses), free(r->norms), free(r->p), free(r->m), free(r->v);
+}
+
+static int compare_loaded(const run_bits *pa, const run_bits *pb);
+
 static int compare(const char *pa, const char *pb) {
     run_bits a = {0}, b = {0};
-    if (!load(pa, &a) || !load(pb, &b)) return 2;
+    int rc = load(pa, &a) && load(pb, &b) ? compare_loaded(&a, &b) : 2;
+    run_bits_free(&a);
+    run_bits_free(&b);
+    return rc;
+}
+
+static int compare_loaded(const run_bits *pa, const run_bits *pb) {
+    run_bits a = *pa, b = *pb;
     if (a.steps != b.steps || a.numel != b.numel) {
         printf("  runs differ in shape: %d steps / %llu parameters vs %d / %llu\n", a.steps,
                (unsigned long long)a.numel, b.steps, (unsigned long long)b.numel);

@@ -45,6 +45,7 @@ int main(int argc, char **argv) {
     td_train_opts o;
     td_train_opts_default(&o);
     td_train_opts_parse(&o, na, args);
+    free(args); /* the options keep the strings, not the array */
     o.quiet = 1;
     td_train_result res;
     td_train_run(&o, &res, 1);
