@@ -98,7 +98,8 @@ static void model_open(model *x, const td_gpt_config *cfg, int align, const floa
     memcpy(x->params, params, sizeof(float) * x->t.numel);
     size_t before = td_mem_current(TD_MEM_ACTS);
     td_gpt_create(&x->m, &x->t, B);
-    check_int("activation bytes allocated == planned", (long long)(td_mem_current(TD_MEM_ACTS) - before),
+    long long got = (long long)(td_mem_current(TD_MEM_ACTS) - before);
+    check_int("activation bytes allocated == planned", got,
               (long long)td_gpt_activation_bytes(cfg, B));
     td_gpt_bind_flat(&x->m, x->params, x->grads);
 }
@@ -159,7 +160,8 @@ int main(void) {
     td_param_init_range(&ref, 1234, 0, ref.numel, p0);
     /* LayerNorm gains and biases away from 1 and 0 so their gradients matter */
     for (int i = 0; i < ref.n_rows; i++)
-        if (ref.rows[i].ndim == 1) tu_randn(p0 + ref.rows[i].offset, ref.rows[i].numel, 100 + i, 0.3f);
+        if (ref.rows[i].ndim == 1)
+            tu_randn(p0 + ref.rows[i].offset, ref.rows[i].numel, 100 + i, 0.3f);
     int *in = TU_NEW(int, N), *tg = TU_NEW(int, N);
     tu_rand_ints(in, N, 1, cfg.V);
     tu_rand_ints(tg, N, 2, cfg.V);
