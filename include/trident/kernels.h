@@ -70,6 +70,21 @@ void td_residual_backward(float *da, float *db, const float *dout, size_t n);
  * may alias logits (in place); padded columns of probs are set to 0. */
 void td_softmax_xent_forward(float *losses, float *probs, const float *logits,
                              const int *targets, int N, int V, int Vp);
+/* The same loss in three stages, so that a vocab-parallel head can reduce
+ * each row's max, sum of exponentials and target logit over tp between them.
+ * Run back to back they give bit for bit the fused kernel's losses and
+ * probabilities (same operations in the same order per row).
+ *   td_xent_max:     mx[n] = max of the row's first V logits.
+ *   td_xent_exp_sum: xt[n] = the row's target logit (0 when targets is NULL
+ *                    or the target is not in [0, V)), probs = exp(x - mx),
+ *                    sum[n] = their sum. probs may alias logits.
+ *   td_xent_finish:  probs /= sum, padded columns 0; losses[n] (with
+ *                    targets) = log(sum) - (xt - mx). */
+void td_xent_max(float *mx, const float *logits, int N, int V, int Vp);
+void td_xent_exp_sum(float *sum, float *xt, float *probs, const float *logits, const float *mx,
+                     const int *targets, int N, int V, int Vp);
+void td_xent_finish(float *losses, float *probs, const float *sum, const float *xt,
+                    const float *mx, const int *targets, int N, int V, int Vp);
 /* dlogits[N,Vp] = (probs - onehot(target)) * dloss[row]; padded columns get
  * 0. The logits have no other consumer, so this one WRITES (the exception to
  * the add rule) and dlogits may alias probs. */

@@ -1,6 +1,9 @@
 /* model: GPT-2 configuration, the parameter table, activations and the
- * forward/backward pass of one micro-batch. Knows nothing of MPI: parallel
- * strategies reach it only through the unit hook (DESIGN.md principle 4).
+ * forward/backward pass of one micro-batch, made of per-block functions
+ * (embedding, transformer block, final norm + head + loss) over explicit
+ * activation structs. Knows nothing of MPI (library trident_model): parallel
+ * strategies reach it only through the unit hook (DESIGN.md principle 4) and
+ * the communication table td_model_comm.
  *
  * Parameters live in one flat buffer laid out by UNIT, in forward order:
  *   unit 0      embeddings: wte[Vp,C], wpe[T,C]
@@ -51,6 +54,16 @@ void td_gpt_config_finish(td_gpt_config *cfg);
  * every tensor is TD_SPLIT_NONE while tp = 1). */
 typedef enum { TD_SPLIT_NONE, TD_SPLIT_ROW, TD_SPLIT_COL, TD_SPLIT_VOCAB } td_tp_split;
 
+/* What a row is, independent of its layer: the model finds every tensor by
+ * (kind, layer) in the table, never by its distance from another tensor. */
+typedef enum {
+    TD_T_WTE, TD_T_WPE,                                   /* unit 0 */
+    TD_T_LN1W, TD_T_LN1B, TD_T_QKVW, TD_T_QKVB, TD_T_ATTPROJW, TD_T_ATTPROJB,
+    TD_T_LN2W, TD_T_LN2B, TD_T_FCW, TD_T_FCB, TD_T_FCPROJW, TD_T_FCPROJB, /* units 1..L */
+    TD_T_LNFW, TD_T_LNFB,                                 /* unit L+1 */
+    TD_T_COUNT
+} td_tensor_kind;
+
 typedef struct {
     char name[64];     /* nanoGPT state_dict name */
     int ndim;
@@ -62,12 +75,8 @@ typedef struct {
     int layer;         /* -1 embeddings, 0..L-1 blocks, L final norm */
     int decay;         /* AdamW weight decay applies (2-D tensors) */
     td_tp_split split;
+    td_tensor_kind kind;
 } td_param;
-
-/* Offsets of the tensors inside one block unit (same for every block). */
-typedef struct {
-    size_t ln1w, ln1b, qkvw, qkvb, attprojw, attprojb, ln2w, ln2b, fcw, fcb, fcprojw, fcprojb;
-} td_block_offsets;
 
 typedef struct {
     td_gpt_config cfg;
@@ -78,7 +87,6 @@ typedef struct {
     int unit_align;
     int n_units;             /* L + 2 */
     size_t *unit_offset;     /* [n_units + 1], unit u is [unit_offset[u], unit_offset[u+1]) */
-    td_block_offsets blk;    /* in-unit offsets for blocks */
 } td_param_table;
 
 /* unit_align: 1 for the canonical layout (checkpoints), a multiple of dp for
@@ -90,6 +98,9 @@ void td_param_relayout(float *dst, const td_param_table *to, const float *src,
                        const td_param_table *from);
 void td_param_table_free(td_param_table *t);
 const td_param *td_param_find(const td_param_table *t, const char *name);
+/* The row of tensor `kind` of block `layer` (0..L-1); layer is ignored for
+ * the embedding and final-norm kinds. Never NULL for a built table. */
+const td_param *td_param_lookup(const td_param_table *t, td_tensor_kind kind, int layer);
 size_t td_unit_numel(const td_param_table *t, int unit);
 
 /* GPT-2 init of the elements [lo, hi) of the flat buffer into out[0..hi-lo):
@@ -110,6 +121,72 @@ void td_param_init_range(const td_param_table *t, unsigned long long seed, size_
 typedef enum { TD_FWD_BEGIN, TD_FWD_END, TD_BWD_BEGIN, TD_BWD_END } td_unit_event;
 typedef void (*td_unit_hook)(void *ctx, td_unit_event ev, int unit);
 
+/* Communication the model needs under tensor parallelism, supplied by the
+ * parallel layer (the model links without MPI). A NULL table or a NULL entry
+ * is a no-op, which is exactly right for tp = 1. Every buffer is this rank's
+ * and is reduced in place over the ranks of its tp group.
+ *
+ * tp_allreduce(ctx, buf, n, op): element-wise reduction of buf[0..n) over
+ *   tp. Called, with TD_REDUCE_SUM unless said otherwise, on:
+ *   - g, forward: the attention output projection's output attproj [N,C]
+ *     and the MLP second projection's output fcproj [N,C] (row-parallel
+ *     partial sums);
+ *   - f, backward: the gradient of ln_1's output [N,C] (before ln_1's
+ *     backward: the QKV projection's input gradient), of ln_2's output
+ *     [N,C] (the MLP first projection's input gradient) and of ln_f's output
+ *     [N,C] (the tied LM head's input gradient);
+ *   - the loss (vocab-parallel cross-entropy), forward: each row's logit max
+ *     [N] with TD_REDUCE_MAX, then each row's sum of exp(logit - max) [N] and
+ *     its target logit [N] (0 on ranks whose shard lacks the target).
+ * seq_all_gather(ctx, out, in, n_local) / seq_reduce_scatter(ctx, out, in,
+ *   n_local): sequence parallelism, in[n_local] -> out[tp * n_local] along
+ *   the token dimension and back (summing). Declared for the tensor-parallel
+ *   round; the model does not call them yet (its activations are not split
+ *   along the sequence). */
+typedef enum { TD_REDUCE_SUM, TD_REDUCE_MAX } td_reduce_op;
+typedef struct {
+    void *ctx;
+    void (*tp_allreduce)(void *ctx, float *buf, size_t n, td_reduce_op op);
+    void (*seq_all_gather)(void *ctx, float *out, const float *in, size_t n_local);
+    void (*seq_reduce_scatter)(void *ctx, float *out, const float *in, size_t n_local);
+} td_model_comm;
+
+/* Saved tensors of one block for one micro-batch (N = B*T rows), everything
+ * its backward reads. The block's input is the previous block's res3 (or the
+ * embedding's output) and is not part of it. */
+typedef struct {
+    float *ln1, *ln1_mean, *ln1_rstd; /* [N,C], [N], [N] */
+    float *qkv;                       /* [N,3C] */
+    float *atty;                      /* [N,C] */
+    float *att;                       /* [B,H,T,T] softmax probabilities */
+    float *attproj, *res2;            /* [N,C] */
+    float *ln2, *ln2_mean, *ln2_rstd; /* [N,C], [N], [N] */
+    float *fch, *fch_gelu;            /* [N,4C] */
+    float *fcproj, *res3;             /* [N,C]; res3 is the block's output */
+} td_block_acts;
+
+typedef struct {
+    float *encoded;                   /* [N,C] token + position embeddings */
+} td_embed_acts;
+
+typedef struct {
+    float *lnf, *lnf_mean, *lnf_rstd; /* [N,C], [N], [N] */
+    float *logits;     /* [N,Vp]; probabilities after a forward with targets,
+                          dlogits after the backward */
+    float *losses;     /* [N] */
+    float *row_max, *row_sum, *tgt_logit; /* [N] each: the loss's reduced terms */
+} td_head_acts;
+
+/* Backward scratch, reused by every block (overwritten, never accumulated
+ * across blocks except dres, the residual stream's gradient). */
+typedef struct {
+    float *dres, *dln, *datty; /* [N,C] */
+    float *dqkv;               /* [N,3C] */
+    float *datt;               /* [B,H,T,T] */
+    float *dfch, *dfchg;       /* [N,4C] */
+    float *dlosses;            /* [N] */
+} td_gpt_scratch;
+
 typedef struct td_gpt {
     td_gpt_config cfg;
     const td_param_table *table;
@@ -118,18 +195,19 @@ typedef struct td_gpt {
     float **unit_grads;      /* [n_units] current gradient base of each unit */
     td_unit_hook hook;       /* NULL: pointers are set once and never change */
     void *hook_ctx;
+    const td_model_comm *comm; /* NULL: tp = 1 */
+    /* Each tensor's offset inside its unit, looked up in the table by kind
+     * at create time (the same for every block). */
+    size_t off[TD_T_COUNT];
 
-    /* activations, sized for B x T (N = B*T rows) */
-    float *acts;             /* one allocation, carved below */
-    float *encoded;          /* [N,C] */
-    float **ln1, **ln1_mean, **ln1_rstd, **qkv, **atty, **att, **attproj, **res2, **ln2,
-        **ln2_mean, **ln2_rstd, **fch, **fch_gelu, **fcproj, **res3; /* [L] each */
-    float *lnf, *lnf_mean, *lnf_rstd; /* [N,C], [N], [N] */
-    float *logits;           /* [N,Vp]; holds probabilities after forward */
-    float *losses;           /* [N] */
-    /* backward scratch, reused by every layer */
-    float *grads_acts;
-    float *dres, *dln, *dqkv, *datty, *datt, *dfch, *dfchg, *dlosses;
+    /* activations, sized for B x T (N = B*T rows), one allocation */
+    float *acts;
+    td_embed_acts embed;
+    td_block_acts *blocks;   /* [L] */
+    td_head_acts head;
+    float *logits;           /* == head.logits (kept for callers) */
+    float *grads_acts;       /* backward scratch, one allocation */
+    td_gpt_scratch s;
     int *inputs, *targets;   /* [N] copies of the last batch */
     size_t acts_bytes;
 } td_gpt;
@@ -142,12 +220,41 @@ void td_gpt_destroy(td_gpt *m);
 void td_gpt_bind_flat(td_gpt *m, float *params, float *grads);
 
 /* Forward over inputs[B,T]. With targets, returns the SUM of the B*T token
- * losses (the caller divides by the global token count); without, returns 0
- * and leaves probabilities in m->logits. */
+ * losses (the caller divides by the global token count) and leaves
+ * probabilities in m->logits; without, returns 0 and leaves the logits. */
 double td_gpt_forward(td_gpt *m, const int *inputs, const int *targets);
 /* Backward of the last forward; every token's loss is weighted by
  * dloss (1 / tokens of the global batch). Adds into the gradients. */
 void td_gpt_backward(td_gpt *m, float dloss);
+
+/* Blocks [l0, l1) of one micro-batch, with the unit hook's events for
+ * their units (FWD_BEGIN/END, BWD_BEGIN/END of units l0+1 .. l1). x is block
+ * l0's input [N,C]: m->embed.encoded or m->blocks[l0-1].res3 in the whole
+ * pass, a received activation in a pipeline stage. Forward returns block
+ * l1-1's output (m->blocks[l1-1].res3). Backward takes in dres [N,C] the
+ * gradient of that output and leaves there the gradient of x. */
+const float *td_gpt_forward_blocks(td_gpt *m, int l0, int l1, const float *x);
+void td_gpt_backward_blocks(td_gpt *m, int l0, int l1, const float *x, float *dres);
+
+/* The per-block functions the passes are made of. They issue no hook
+ * events: the caller must have bound the units they read (unit_params, and
+ * unit_grads for backward). Weights come from m->unit_params via m->off;
+ * scratch from m->s.
+ *   embed:  unit 0 (wte, wpe). out[N,C] = wte[inputs] + wpe[t].
+ *   block l: unit l+1. a receives every saved tensor; rerunning it from the
+ *           same x reproduces a bit for bit (recomputation).
+ *   head:   unit L+1 (ln_f) and unit 0 (wte, tied). Returns the loss sum
+ *           (0 without targets). */
+void td_embed_forward(td_gpt *m, const int *inputs, td_embed_acts *a);
+void td_embed_backward(td_gpt *m, const int *inputs, const float *dres);
+void td_block_forward(td_gpt *m, int l, const float *x, td_block_acts *a);
+/* dres: in, the gradient of the block's output; out, that of x. */
+void td_block_backward(td_gpt *m, int l, const float *x, const td_block_acts *a, float *dres);
+double td_head_forward(td_gpt *m, const float *x, const int *targets, td_head_acts *a);
+/* Overwrites dres with the gradient of x (the last block's output). a->logits
+ * becomes dlogits. */
+void td_head_backward(td_gpt *m, const float *x, const int *targets, td_head_acts *a, float dloss,
+                      float *dres);
 
 /* FLOPs of one training step (forward + backward) per token, for MFU, as
  * PaLM and nanoGPT count them: 6 x matmul parameters + 12 L T C attention

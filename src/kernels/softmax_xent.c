@@ -34,6 +34,46 @@ void td_softmax_xent_forward(float *losses, float *probs, const float *logits,
     }
 }
 
+/* The fused forward in three stages (kernels.h). Each stage keeps the fused
+ * kernel's per-row operations and order, so with nothing between them the
+ * bits are the same; rows stay independent, so any thread count gives them. */
+void td_xent_max(float *mx, const float *logits, int N, int V, int Vp) {
+    TD_ASSERT(V >= 1 && V <= Vp);
+    int nt = td_k_threads_for((size_t)N * V);
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
+    for (int n = 0; n < N; n++) mx[n] = td_k_max(logits + (size_t)n * Vp, V);
+}
+
+void td_xent_exp_sum(float *sum, float *xt, float *probs, const float *logits, const float *mx,
+                     const int *targets, int N, int V, int Vp) {
+    int nt = td_k_threads_for((size_t)N * Vp * 3);
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *x = logits + (size_t)n * Vp;
+        float *p = probs + (size_t)n * Vp;
+        int tgt = targets ? targets[n] : -1;
+        xt[n] = tgt >= 0 && tgt < V ? x[tgt] : 0.0f; /* before p (maybe == x) is written */
+        float m = mx[n];
+        for (int v = 0; v < V; v++) p[v] = td_k_expf(x[v] - m);
+        sum[n] = td_k_sum(p, V);
+    }
+}
+
+void td_xent_finish(float *losses, float *probs, const float *sum, const float *xt,
+                    const float *mx, const int *targets, int N, int V, int Vp) {
+    int nt = td_k_threads_for((size_t)N * Vp);
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
+    for (int n = 0; n < N; n++) {
+        float *p = probs + (size_t)n * Vp;
+        float inv = 1.0f / sum[n];
+        for (int v = 0; v < V; v++) p[v] *= inv;
+        for (int v = V; v < Vp; v++) p[v] = 0.0f;
+        /* as in the fused kernel: x_t - max first, so large logits cost no
+         * precision */
+        if (losses && targets) losses[n] = logf(sum[n]) - (xt[n] - mx[n]);
+    }
+}
+
 void td_softmax_xent_backward(float *dlogits, const float *probs, const int *targets,
                               const float *dloss, int N, int V, int Vp) {
     int nt = td_k_threads_for((size_t)N * Vp);

@@ -30,8 +30,8 @@ void td_gpt_config_finish(td_gpt_config *cfg) {
     cfg->Vp = (int)Vp;
 }
 
-static void add_row(td_param_table *t, int *cap, const char *name, int d0, int d1, int unit,
-                    int layer, size_t *off) {
+static void add_row(td_param_table *t, int *cap, td_tensor_kind kind, const char *name, int d0,
+                    int d1, int unit, int layer, size_t *off) {
     if (t->n_rows == *cap) {
         *cap *= 2;
         td_param *r = td_alloc(sizeof(td_param) * (size_t)*cap, TD_MEM_OTHER);
@@ -50,6 +50,7 @@ static void add_row(td_param_table *t, int *cap, const char *name, int d0, int d
     p->layer = layer;
     p->decay = p->ndim == 2; /* nanoGPT: decay matrices and embeddings only */
     p->split = TD_SPLIT_NONE;
+    p->kind = kind;
     *off += p->numel;
 }
 
@@ -65,36 +66,34 @@ void td_param_table_build(td_param_table *t, const td_gpt_config *cfg, int unit_
     char name[64];
 
     t->unit_offset[0] = off;
-    add_row(t, &cap, "transformer.wte.weight", cfg->Vp, C, 0, -1, &off);
-    add_row(t, &cap, "transformer.wpe.weight", cfg->T, C, 0, -1, &off);
+    add_row(t, &cap, TD_T_WTE, "transformer.wte.weight", cfg->Vp, C, 0, -1, &off);
+    add_row(t, &cap, TD_T_WPE, "transformer.wpe.weight", cfg->T, C, 0, -1, &off);
     for (int l = 0; l < L; l++) {
         off = td_round_up(off, (size_t)unit_align);
-        size_t u0 = off;
         t->unit_offset[l + 1] = off;
-#define ROW(field, suffix, d0, d1)                                                     \
+#define ROW(kind, suffix, d0, d1)                                                      \
     do {                                                                               \
         snprintf(name, sizeof name, "transformer.h.%d.%s", l, suffix);                 \
-        t->blk.field = off - u0;                                                       \
-        add_row(t, &cap, name, d0, d1, l + 1, l, &off);                                \
+        add_row(t, &cap, kind, name, d0, d1, l + 1, l, &off);                          \
     } while (0)
-        ROW(ln1w, "ln_1.weight", C, 0);
-        ROW(ln1b, "ln_1.bias", C, 0);
-        ROW(qkvw, "attn.c_attn.weight", 3 * C, C);
-        ROW(qkvb, "attn.c_attn.bias", 3 * C, 0);
-        ROW(attprojw, "attn.c_proj.weight", C, C);
-        ROW(attprojb, "attn.c_proj.bias", C, 0);
-        ROW(ln2w, "ln_2.weight", C, 0);
-        ROW(ln2b, "ln_2.bias", C, 0);
-        ROW(fcw, "mlp.c_fc.weight", 4 * C, C);
-        ROW(fcb, "mlp.c_fc.bias", 4 * C, 0);
-        ROW(fcprojw, "mlp.c_proj.weight", C, 4 * C);
-        ROW(fcprojb, "mlp.c_proj.bias", C, 0);
+        ROW(TD_T_LN1W, "ln_1.weight", C, 0);
+        ROW(TD_T_LN1B, "ln_1.bias", C, 0);
+        ROW(TD_T_QKVW, "attn.c_attn.weight", 3 * C, C);
+        ROW(TD_T_QKVB, "attn.c_attn.bias", 3 * C, 0);
+        ROW(TD_T_ATTPROJW, "attn.c_proj.weight", C, C);
+        ROW(TD_T_ATTPROJB, "attn.c_proj.bias", C, 0);
+        ROW(TD_T_LN2W, "ln_2.weight", C, 0);
+        ROW(TD_T_LN2B, "ln_2.bias", C, 0);
+        ROW(TD_T_FCW, "mlp.c_fc.weight", 4 * C, C);
+        ROW(TD_T_FCB, "mlp.c_fc.bias", 4 * C, 0);
+        ROW(TD_T_FCPROJW, "mlp.c_proj.weight", C, 4 * C);
+        ROW(TD_T_FCPROJB, "mlp.c_proj.bias", C, 0);
 #undef ROW
     }
     off = td_round_up(off, (size_t)unit_align);
     t->unit_offset[L + 1] = off;
-    add_row(t, &cap, "transformer.ln_f.weight", C, 0, L + 1, L, &off);
-    add_row(t, &cap, "transformer.ln_f.bias", C, 0, L + 1, L, &off);
+    add_row(t, &cap, TD_T_LNFW, "transformer.ln_f.weight", C, 0, L + 1, L, &off);
+    add_row(t, &cap, TD_T_LNFB, "transformer.ln_f.bias", C, 0, L + 1, L, &off);
     off = td_round_up(off, (size_t)unit_align);
     t->unit_offset[L + 2] = off;
     t->unit_align = unit_align;
@@ -113,6 +112,14 @@ void td_param_table_free(td_param_table *t) {
 const td_param *td_param_find(const td_param_table *t, const char *name) {
     for (int i = 0; i < t->n_rows; i++)
         if (strcmp(t->rows[i].name, name) == 0) return &t->rows[i];
+    return NULL;
+}
+
+const td_param *td_param_lookup(const td_param_table *t, td_tensor_kind kind, int layer) {
+    int block = kind >= TD_T_LN1W && kind <= TD_T_FCPROJB;
+    for (int i = 0; i < t->n_rows; i++)
+        if (t->rows[i].kind == kind && (!block || t->rows[i].layer == layer)) return &t->rows[i];
+    TD_ASSERT(!"td_param_lookup: no such tensor");
     return NULL;
 }
 

@@ -1,8 +1,10 @@
-# Included by the top-level CMakeLists.txt after trident_core is defined.
+# Included by the top-level CMakeLists.txt after trident_model and
+# trident_core are defined.
 #
-# Under -DTD_SANITIZE=ON every executable that links trident_core (trident
-# itself and every test) carries its sanitizer runtime options and the
-# suppressions Open MPI needs, compiled in (runtime_defaults.c.in), so
+# Under -DTD_SANITIZE=ON every executable that links trident_model (directly,
+# or through trident_core: trident itself and every test) carries its
+# sanitizer runtime options and the suppressions Open MPI needs, compiled in
+# (runtime_defaults.c.in), so
 # `ctest` in a sanitizer build needs nothing else, nor does a test added
 # with a plain add_test, nor `mpirun build-asan/trident ...` by hand.
 # Nothing is set in the environment, so child processes (mpirun, bash,
@@ -18,10 +20,11 @@ if(TD_SANITIZE)
   list(JOIN _supp "\\n" TD_LSAN_SUPPRESSIONS)
   configure_file(${CMAKE_SOURCE_DIR}/tests/sanitize/runtime_defaults.c.in
                  ${CMAKE_BINARY_DIR}/td_sanitize_defaults.c @ONLY)
-  # INTERFACE: compiled into each executable that links trident_core. (In
+  # INTERFACE: compiled into each executable that links trident_model or
+  # trident_core (which links trident_model). (In
   # the static library the object would never be pulled in: nothing in the
   # program refers to these functions; the sanitizer runtime looks them up.)
-  target_sources(trident_core INTERFACE ${CMAKE_BINARY_DIR}/td_sanitize_defaults.c)
+  target_sources(trident_model INTERFACE ${CMAKE_BINARY_DIR}/td_sanitize_defaults.c)
 endif()
 
 # Sanitized code runs about 2-3x slower: test time limits (TIMEOUT; never a
