@@ -76,7 +76,8 @@ void td_dp_destroy(td_dp *dp);
 /* The plan: bytes per category this rank will hold (model state, buffers);
  * activations are added by the trainer. A pure function of its inputs: no
  * communicator needed. td_dp_create allocates exactly this. */
-td_mem_plan td_dp_memory_plan(const td_dp_config *cfg, const td_layout *lay, const td_param_table *t);
+td_mem_plan td_dp_memory_plan(const td_dp_config *cfg, const td_layout *lay,
+                              const td_param_table *t);
 
 /* Before the first micro-batch of a step (ps: pull the parameters). */
 void td_dp_begin_step(td_dp *dp, int step);

@@ -16,7 +16,9 @@
 /* Flat offset of part s's slice of unit u; its length in *len. */
 size_t td_param_unit_slice(const td_param_table *t, int u, int parts, int s, size_t *len);
 /* Part s's slices from the flat buffer into packed form, and back. */
-void td_param_slices_pack(const td_param_table *t, int parts, int s, const float *flat, float *packed);
-void td_param_slices_unpack(const td_param_table *t, int parts, int s, const float *packed, float *flat);
+void td_param_slices_pack(const td_param_table *t, int parts, int s, const float *flat,
+                          float *packed);
+void td_param_slices_unpack(const td_param_table *t, int parts, int s, const float *packed,
+                            float *flat);
 
 #endif

@@ -12,7 +12,8 @@ size_t td_param_unit_slice(const td_param_table *t, int u, int parts, int s, siz
     return t->unit_offset[u] + (size_t)s * *len;
 }
 
-void td_param_slices_pack(const td_param_table *t, int parts, int s, const float *flat, float *packed) {
+void td_param_slices_pack(const td_param_table *t, int parts, int s, const float *flat,
+                          float *packed) {
     size_t k = 0, len;
     for (int u = 0; u < t->n_units; u++) {
         size_t off = td_param_unit_slice(t, u, parts, s, &len);
@@ -21,7 +22,8 @@ void td_param_slices_pack(const td_param_table *t, int parts, int s, const float
     }
 }
 
-void td_param_slices_unpack(const td_param_table *t, int parts, int s, const float *packed, float *flat) {
+void td_param_slices_unpack(const td_param_table *t, int parts, int s, const float *packed,
+                            float *flat) {
     size_t k = 0, len;
     for (int u = 0; u < t->n_units; u++) {
         size_t off = td_param_unit_slice(t, u, parts, s, &len);

@@ -10,8 +10,10 @@
 static void replicated_hook(void *ctx, td_unit_event ev, int unit) {
     td_dp *dp = ctx;
     td_buckets *b = dp->impl;
-    if (ev == TD_BWD_END) td_buckets_on_unit_done(dp, b, unit);
-    else if (td_buckets_started(b) > 0) td_buckets_progress(b);
+    if (ev == TD_BWD_END)
+        td_buckets_on_unit_done(dp, b, unit);
+    else if (td_buckets_started(b) > 0)
+        td_buckets_progress(b);
 }
 
 void td_replicated_create(td_dp *dp) {

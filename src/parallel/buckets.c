@@ -5,8 +5,8 @@
 #include "dp_internal.h"
 
 typedef struct {
-    int lo_unit, hi_unit;  /* units [lo, hi] (inclusive), contiguous in the flat buffer */
-    size_t lo, hi;         /* element range */
+    int lo_unit, hi_unit; /* units [lo, hi] (inclusive), contiguous in the flat buffer */
+    size_t lo, hi;        /* element range */
     td_request *req;
     double start_ms;
 } td_bucket;
@@ -70,7 +70,8 @@ void td_buckets_on_unit_done(td_dp *dp, td_buckets *bs, int unit) {
     if (!dp->sync_this_micro || dp->D == 1 || dp->cfg.no_overlap) return;
     /* units finish in decreasing order; a bucket is ready once its lowest
      * unit is done */
-    while (bs->next < bs->n && bs->b[bs->next].lo_unit >= unit) start_bucket(dp, bs, &bs->b[bs->next++]);
+    while (bs->next < bs->n && bs->b[bs->next].lo_unit >= unit)
+        start_bucket(dp, bs, &bs->b[bs->next++]);
     td_buckets_progress(bs);
 }
 
@@ -84,7 +85,7 @@ void td_buckets_wait_all(td_dp *dp, td_buckets *bs) {
         if (bs->b[i].start_ms < first) first = bs->b[i].start_ms;
     }
     double t1 = td_now_ms();
-    dp->exposed_ms = t1 - t0;   /* what the step waited for */
-    dp->comm_ms = t1 - first;   /* from the first bucket's start to the last's end */
+    dp->exposed_ms = t1 - t0; /* what the step waited for */
+    dp->comm_ms = t1 - first; /* from the first bucket's start to the last's end */
     bs->next = 0;
 }

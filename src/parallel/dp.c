@@ -23,7 +23,8 @@ static const td_dp_ops *ops_of(const td_dp_config *cfg) {
 }
 
 td_layout td_layout_of_grid(const td_grid *g) {
-    td_layout l = {g->dp, g->tp, g->pp, g->n_servers, g->is_server ? -1 : g->dp_rank, g->is_server, 0};
+    td_layout l = {.dp = g->dp, .tp = g->tp, .pp = g->pp, .n_servers = g->n_servers,
+                   .dp_rank = g->is_server ? -1 : g->dp_rank, .is_server = g->is_server};
     l.dp_shares_memory = g->dp > 1 && !g->is_server && td_comm_shares_memory(g->dp_comm);
     return l;
 }
@@ -35,7 +36,8 @@ int td_dp_unit_align(const td_dp_config *cfg, const td_layout *lay) {
     return 16 * (shards > 0 ? shards : 1);
 }
 
-td_mem_plan td_dp_memory_plan(const td_dp_config *cfg, const td_layout *lay, const td_param_table *t) {
+td_mem_plan td_dp_memory_plan(const td_dp_config *cfg, const td_layout *lay,
+                              const td_param_table *t) {
     td_mem_plan p;
     memset(&p, 0, sizeof p);
     ops_of(cfg)->plan(cfg, lay, t, &p);

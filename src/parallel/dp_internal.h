@@ -7,11 +7,11 @@
 #ifndef TRIDENT_DP_INTERNAL_H
 #define TRIDENT_DP_INTERNAL_H
 
+#include "step.h"
 #include "trident/base.h"
 #include "trident/comm.h"
-#include "trident/param_slices.h"
 #include "trident/parallel.h"
-#include "step.h"
+#include "trident/param_slices.h"
 
 typedef struct td_dp_ops {
     /* bytes per category this rank will hold under `lay` (pure: no MPI) */
@@ -27,14 +27,15 @@ typedef struct td_dp_ops {
      * the parameters; a non-finite step sets dp->bad_row and dp->bad_step */
     double (*finish_step)(td_dp *dp, int step, float lr);
     const float *(*gather_unit)(td_dp *dp, int section, int u, float *scratch);
-    int (*full_params)(const td_dp *dp);     /* see td_dp_full_params */
-    void (*serve)(td_dp *dp, int steps);     /* NULL: no server ranks */
+    int (*full_params)(const td_dp *dp);          /* see td_dp_full_params */
+    void (*serve)(td_dp *dp, int steps);          /* NULL: no server ranks */
     int (*save_begin)(td_dp *dp, int steps_done); /* NULL: 1 */
-    void (*stop)(td_dp *dp, int step);       /* NULL: nothing to do */
+    void (*stop)(td_dp *dp, int step);            /* NULL: nothing to do */
     void (*staleness)(const td_dp *dp, int *max_seen, double *mean_seen); /* NULL: 0, 0 */
 } td_dp_ops;
 
-extern const td_dp_ops td_dp_allreduce_ops, td_dp_reduce_broadcast_ops, td_dp_zero_ops, td_dp_ps_ops;
+extern const td_dp_ops td_dp_allreduce_ops, td_dp_reduce_broadcast_ops, td_dp_zero_ops,
+    td_dp_ps_ops;
 
 struct td_dp {
     td_dp_config cfg;
@@ -42,8 +43,8 @@ struct td_dp {
     const td_grid *g;
     const td_param_table *t;
     td_gpt *model;
-    td_comm *comm;          /* the dp group (workers) */
-    int D, r;               /* dp size and rank */
+    td_comm *comm; /* the dp group (workers) */
+    int D, r;      /* dp size and rank */
     int n_units;
 
     /* flat buffers bound to the model (each mode says which it keeps) */

@@ -34,7 +34,8 @@ static double rb_finish(td_dp *dp, int step, float lr) {
     }
     /* every rank learns a non-finite step from the broadcast norm, and the
      * root's row */
-    if (!isfinite(norm_f)) td_dp_record_nonfinite(dp, step, td_step_agree_row(dp->comm, dp->D, row));
+    if (!isfinite(norm_f))
+        td_dp_record_nonfinite(dp, step, td_step_agree_row(dp->comm, dp->D, row));
     memset(dp->grads, 0, n * sizeof(float));
     return norm_f;
 }

@@ -1,8 +1,8 @@
 /* The one optimizer step of every data-parallel strategy (see step.h). */
 #include <math.h>
 
-#include "trident/base.h"
 #include "step.h"
+#include "trident/base.h"
 
 int td_step_first_nonfinite(const td_param_table *t, const float *x, size_t lo, size_t n) {
     for (int i = 0; i < t->n_rows; i++) {
@@ -48,8 +48,8 @@ td_step_result td_step_apply(const td_step_group *grp, const float *grads, const
     float scale = td_clip_scale(res.norm, grp->optim->clip);
     size_t k = 0;
     for (int i = 0; i < n_ranges; i++) {
-        td_adamw_update(r[i].p, grads + k, r[i].m, r[i].v, r[i].lo, r[i].lo + r[i].n, t, grp->optim, lr,
-                        step + 1, scale);
+        td_adamw_update(r[i].p, grads + k, r[i].m, r[i].v, r[i].lo, r[i].lo + r[i].n, t, grp->optim,
+                        lr, step + 1, scale);
         k += r[i].n;
     }
     return res;

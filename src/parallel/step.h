@@ -35,12 +35,14 @@ typedef struct {
     const td_optim_config *optim;
     td_comm *group; /* NULL: this rank steps alone */
     int group_size;
-    int sharded;
+    int sharded; /* 1: the ranks' ranges partition the model (see above) */
 } td_step_group;
 
+/* bad_row: -1 when the step was applied; else the agreed first row holding a
+ * non-finite gradient, or t->n_rows when all are finite and the norm overflowed */
 typedef struct {
-    double norm;  /* global gradient norm, before clipping */
-    int bad_row;  /* -1: applied; else the agreed first non-finite row (t->n_rows: none, the norm overflowed) */
+    double norm; /* global gradient norm, before clipping */
+    int bad_row;
 } td_step_result;
 
 /* grads: the owned gradients packed range after range (range k's at the sum

@@ -151,8 +151,8 @@ static void zero_create(td_dp *dp) {
     /* the step's ranges: slice r of every unit */
     for (int u = 0; u < U; u++) {
         size_t lo = my_slice_off(dp, u), k = z->shard_off[u];
-        z->ranges[u] = (td_step_range){lo, slice_len(dp, u), z->stage == 3 ? z->pshard + k : dp->params + lo,
-                                       dp->m + k, dp->v + k};
+        float *p = z->stage == 3 ? z->pshard + k : dp->params + lo;
+        z->ranges[u] = (td_step_range){lo, slice_len(dp, u), p, dp->m + k, dp->v + k};
     }
     td_gpt_bind_flat(dp->model, dp->params, dp->grads);
     dp->model->hook = zero_hook;

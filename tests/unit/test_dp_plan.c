@@ -8,8 +8,8 @@
  * tolerance. */
 #include <stdio.h>
 
-#include "trident/parallel.h"
 #include "test_util.h"
+#include "trident/parallel.h"
 
 static int fails = 0;
 
@@ -42,16 +42,19 @@ int main(void) {
                     lay.dp_shares_memory = shm;
                     const td_mem_plan *sh = shm ? &p : &q, *mpi = shm ? &q : &p;
                     if (sh->bytes[TD_MEM_COMM] > mpi->bytes[TD_MEM_COMM]) {
-                        printf("FAIL zero %d dp %d: shared memory plans %zu comm bytes, MPI %zu\n", zero, D,
-                               sh->bytes[TD_MEM_COMM], mpi->bytes[TD_MEM_COMM]);
+                        printf("FAIL zero %d dp %d: shared memory plans %zu comm bytes, MPI %zu\n",
+                               zero, D, sh->bytes[TD_MEM_COMM], mpi->bytes[TD_MEM_COMM]);
                         fails++;
                     }
                 }
-                snprintf(what, sizeof what, "zero %d dp %d shm %d: AdamW over the dp ranks", zero, D, shm);
+                snprintf(what, sizeof what, "zero %d dp %d shm %d: AdamW over the dp ranks", zero,
+                         D, shm);
                 expect(what, sum[TD_MEM_OPTIM], 2 * n);
-                snprintf(what, sizeof what, "zero %d dp %d shm %d: gradients over the dp ranks", zero, D, shm);
+                snprintf(what, sizeof what, "zero %d dp %d shm %d: gradients over the dp ranks",
+                         zero, D, shm);
                 expect(what, sum[TD_MEM_GRADS], zero == 1 ? D * n : n);
-                snprintf(what, sizeof what, "zero %d dp %d shm %d: parameters over the dp ranks", zero, D, shm);
+                snprintf(what, sizeof what, "zero %d dp %d shm %d: parameters over the dp ranks",
+                         zero, D, shm);
                 expect(what, sum[TD_MEM_PARAMS], zero == 3 ? n : D * n);
                 td_param_table_free(&t);
             }

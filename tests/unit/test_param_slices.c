@@ -7,8 +7,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "trident/param_slices.h"
 #include "test_util.h"
+#include "trident/param_slices.h"
 
 static int check_parts(const td_gpt_config *cfg, int parts) {
     td_param_table t;
@@ -20,8 +20,8 @@ static int check_parts(const td_gpt_config *cfg, int parts) {
             size_t len, off = td_param_unit_slice(&t, u, parts, s, &len);
             if (s == 0) len0 = len;
             if (off != next || len != len0) {
-                printf("FAIL parts %d unit %d slice %d: offset %zu length %zu, want %zu and %zu\n", parts, u, s,
-                       off, len, next, len0);
+                printf("FAIL parts %d unit %d slice %d: offset %zu length %zu, want %zu and %zu\n",
+                       parts, u, s, off, len, next, len0);
                 bad = 1;
                 break;
             }
@@ -34,7 +34,8 @@ static int check_parts(const td_gpt_config *cfg, int parts) {
         }
     }
     size_t n = t.numel, shard = n / (size_t)parts;
-    float *flat = td_alloc(n * sizeof(float), TD_MEM_OTHER), *back = td_alloc(n * sizeof(float), TD_MEM_OTHER);
+    float *flat = td_alloc(n * sizeof(float), TD_MEM_OTHER),
+          *back = td_alloc(n * sizeof(float), TD_MEM_OTHER);
     float *packed = td_alloc(shard * sizeof(float), TD_MEM_OTHER);
     for (size_t i = 0; i < n; i++) flat[i] = (float)i + 0.5f; /* distinct, exact in float here */
     for (size_t i = 0; i < n; i++) back[i] = -1.0f;
@@ -44,11 +45,12 @@ static int check_parts(const td_gpt_config *cfg, int parts) {
     }
     for (size_t i = 0; i < n && !bad; i++)
         if (memcmp(&flat[i], &back[i], sizeof(float)) != 0) {
-            printf("FAIL parts %d: element %zu came back as %g, want %g\n", parts, i, back[i], flat[i]);
+            printf("FAIL parts %d: element %zu came back as %g, want %g\n", parts, i, back[i],
+                   flat[i]);
             bad = 1;
         }
-    printf("%s parts %d: %d units, %zu elements, shards of %zu\n", bad ? "FAIL" : "ok  ", parts, t.n_units, n,
-           shard);
+    printf("%s parts %d: %d units, %zu elements, shards of %zu\n", bad ? "FAIL" : "ok  ", parts,
+           t.n_units, n, shard);
     td_free(flat);
     td_free(back);
     td_free(packed);
