@@ -40,6 +40,17 @@ typedef struct {
     td_optim_config optim;
 } td_dp_config;
 
+/* Where this rank sits, in plain numbers: what the memory plan and the unit
+ * padding depend on. td_layout_of_grid derives it from a live grid; a planner
+ * fills it in by hand, with no MPI. */
+typedef struct {
+    int dp, tp, pp, n_servers;
+    int dp_rank;          /* -1 on parameter servers */
+    int is_server;
+    int dp_shares_memory; /* the dp group's ranks share memory (one node): ZeRO's
+                           * collectives then need no MPI staging */
+} td_layout;
+
 /* Predicted bytes per category for this rank (the plan, before allocation). */
 typedef struct {
     size_t bytes[8]; /* indexed by td_mem_cat */
@@ -50,8 +61,10 @@ typedef struct td_dp td_dp;
 /* Parses "allreduce" | "reduce-broadcast" | "ps"; a bad name is a user error. */
 td_dp_mode td_dp_mode_parse(const char *s);
 const char *td_dp_mode_name(td_dp_mode m);
+/* The layout of this rank in a live grid (no communication). */
+td_layout td_layout_of_grid(const td_grid *g);
 /* Unit padding the mode needs in the parameter table (ZeRO shards by dp). */
-int td_dp_unit_align(const td_dp_config *cfg, const td_grid *g);
+int td_dp_unit_align(const td_dp_config *cfg, const td_layout *lay);
 
 /* Allocates and initialises the model state (same init on every rank, then
  * broadcast from the first rank of the dp group) and binds the model's hooks.
@@ -61,8 +74,10 @@ td_dp *td_dp_create(const td_dp_config *cfg, const td_grid *g, const td_param_ta
 void td_dp_destroy(td_dp *dp);
 
 /* The plan: bytes per category this rank will hold (model state, buffers);
- * activations are added by the trainer. */
-td_mem_plan td_dp_memory_plan(const td_dp_config *cfg, const td_grid *g, const td_param_table *t);
+ * activations are added by the trainer. A pure function of its inputs: no
+ * communicator needed. td_dp_create allocates exactly this. */
+td_mem_plan td_dp_memory_plan(const td_dp_config *cfg, const td_layout *lay,
+                              const td_param_table *t);
 
 /* Before the first micro-batch of a step (ps: pull the parameters). */
 void td_dp_begin_step(td_dp *dp, int step);

@@ -4,10 +4,24 @@
  * the layers below. No packing: a bucket is a range of the flat buffer. */
 #include "dp_internal.h"
 
-void td_buckets_build(td_dp *dp) {
+typedef struct {
+    int lo_unit, hi_unit; /* units [lo, hi] (inclusive), contiguous in the flat buffer */
+    size_t lo, hi;        /* element range */
+    td_request *req;
+    double start_ms;
+} td_bucket;
+
+struct td_buckets {
+    td_bucket *b;
+    int n, next; /* buckets, and the next one to start */
+    int root;    /* < 0: all-reduce; else reduce to this dp rank */
+};
+
+td_buckets *td_buckets_build(td_dp *dp, int root) {
     const td_param_table *t = dp->t;
-    dp->buckets = td_alloc(sizeof(td_bucket) * (size_t)t->n_units, TD_MEM_OTHER);
-    dp->n_buckets = 0;
+    td_buckets *bs = td_alloc(sizeof *bs, TD_MEM_OTHER);
+    bs->b = td_alloc(sizeof(td_bucket) * (size_t)t->n_units, TD_MEM_OTHER);
+    bs->root = root;
     int hi = t->n_units - 1;
     while (hi >= 0) {
         int lo = hi;
@@ -17,55 +31,61 @@ void td_buckets_build(td_dp *dp) {
             lo--;
             bytes += td_unit_numel(t, lo) * sizeof(float);
         }
-        td_bucket *b = &dp->buckets[dp->n_buckets++];
+        td_bucket *b = &bs->b[bs->n++];
         b->lo_unit = lo, b->hi_unit = hi;
         b->lo = t->unit_offset[lo], b->hi = t->unit_offset[hi + 1];
         b->req = td_request_new();
         hi = lo - 1;
     }
+    return bs;
 }
 
-void td_buckets_free(td_dp *dp) {
-    for (int i = 0; i < dp->n_buckets; i++) td_request_free(dp->buckets[i].req);
-    td_free(dp->buckets);
-    dp->buckets = NULL;
+void td_buckets_free(td_buckets *bs) {
+    if (!bs) return;
+    for (int i = 0; i < bs->n; i++) td_request_free(bs->b[i].req);
+    td_free(bs->b);
+    td_free(bs);
 }
 
-static void start_bucket(td_dp *dp, td_bucket *b) {
+void td_buckets_reset(td_buckets *bs) { bs->next = 0; }
+
+int td_buckets_started(const td_buckets *bs) { return bs->next; }
+
+static void start_bucket(td_dp *dp, td_buckets *bs, td_bucket *b) {
     b->start_ms = td_now_ms();
     float *g = dp->grads + b->lo;
     size_t n = b->hi - b->lo;
-    if (dp->cfg.mode == TD_DP_REDUCE_BROADCAST)
-        td_reduce_start(b->req, dp->comm, g, n, TD_F32, 0);
+    if (bs->root >= 0)
+        td_reduce_start(b->req, dp->comm, g, n, TD_F32, bs->root);
     else
         td_allreduce_start(b->req, dp->comm, g, n, TD_F32, TD_SUM);
 }
 
-void td_buckets_progress(td_dp *dp) {
-    for (int i = 0; i < dp->next_bucket; i++)
-        if (td_request_active(dp->buckets[i].req)) td_test(dp->buckets[i].req);
+void td_buckets_progress(td_buckets *bs) {
+    for (int i = 0; i < bs->next; i++)
+        if (td_request_active(bs->b[i].req)) td_test(bs->b[i].req);
 }
 
-void td_buckets_on_unit_done(td_dp *dp, int unit) {
+void td_buckets_on_unit_done(td_dp *dp, td_buckets *bs, int unit) {
     if (!dp->sync_this_micro || dp->D == 1 || dp->cfg.no_overlap) return;
     /* units finish in decreasing order; a bucket is ready once its lowest
      * unit is done */
-    while (dp->next_bucket < dp->n_buckets && dp->buckets[dp->next_bucket].lo_unit >= unit)
-        start_bucket(dp, &dp->buckets[dp->next_bucket++]);
-    td_buckets_progress(dp);
+    while (bs->next < bs->n && bs->b[bs->next].lo_unit >= unit)
+        start_bucket(dp, bs, &bs->b[bs->next++]);
+    td_buckets_progress(bs);
 }
 
-void td_buckets_wait_all(td_dp *dp) {
+void td_buckets_wait_all(td_dp *dp, td_buckets *bs) {
     if (dp->D == 1) return;
     double t0 = td_now_ms(), first = t0;
     /* a bucket not started yet (e.g. no hook fired) starts now */
-    while (dp->next_bucket < dp->n_buckets) start_bucket(dp, &dp->buckets[dp->next_bucket++]);
-    for (int i = 0; i < dp->n_buckets; i++) {
-        td_wait(dp->buckets[i].req);
-        if (dp->buckets[i].start_ms < first) first = dp->buckets[i].start_ms;
+    while (bs->next < bs->n) start_bucket(dp, bs, &bs->b[bs->next++]);
+    for (int i = 0; i < bs->n; i++) {
+        td_wait(bs->b[i].req);
+        if (bs->b[i].start_ms < first) first = bs->b[i].start_ms;
     }
     double t1 = td_now_ms();
-    dp->exposed_ms = t1 - t0;   /* what the step waited for */
-    dp->comm_ms = t1 - first;   /* from the first bucket's start to the last's end */
-    dp->next_bucket = 0;
+    dp->exposed_ms = t1 - t0; /* what the step waited for */
+    dp->comm_ms = t1 - first; /* from the first bucket's start to the last's end */
+    bs->next = 0;
 }

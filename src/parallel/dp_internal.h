@@ -1,93 +1,89 @@
-/* Shared state of the data-parallel strategies (private to src/parallel). */
+/* Shared state of the data-parallel strategies (private to src/parallel).
+ *
+ * Each mode is a module behind one table of operations (td_dp_ops):
+ * allreduce.c (replicated, bucketed all-reduce; buckets.c), reduce_broadcast.c,
+ * zero.c, ps.c. dp.c holds the public API and dispatches to the table; every
+ * mode's finish runs the one step pipeline of step.c on the ranges it owns. */
 #ifndef TRIDENT_DP_INTERNAL_H
 #define TRIDENT_DP_INTERNAL_H
 
+#include "step.h"
 #include "trident/base.h"
 #include "trident/comm.h"
 #include "trident/parallel.h"
+#include "trident/param_slices.h"
 
-typedef struct {
-    int lo_unit, hi_unit;  /* units [lo, hi] (inclusive), contiguous in the flat buffer */
-    size_t lo, hi;         /* element range */
-    td_request *req;
-    double start_ms;
-} td_bucket;
+typedef struct td_dp_ops {
+    /* bytes per category this rank will hold under `lay` (pure: no MPI) */
+    void (*plan)(const td_dp_config *cfg, const td_layout *lay, const td_param_table *t,
+                 td_mem_plan *p);
+    /* allocates the state into dp->impl (and dp->params/grads/m/v where
+     * the mode keeps flat buffers) and binds the model's hook */
+    void (*create)(td_dp *dp);
+    void (*destroy)(td_dp *dp);
+    void (*begin_step)(td_dp *dp, int step); /* NULL: nothing to do */
+    void (*begin_micro)(td_dp *dp);          /* NULL: nothing to do */
+    /* reduce the gradients, run the step pipeline on the owned ranges, sync
+     * the parameters; a non-finite step sets dp->bad_row and dp->bad_step */
+    double (*finish_step)(td_dp *dp, int step, float lr);
+    const float *(*gather_unit)(td_dp *dp, int section, int u, float *scratch);
+    int (*full_params)(const td_dp *dp);          /* see td_dp_full_params */
+    void (*serve)(td_dp *dp, int steps);          /* NULL: no server ranks */
+    int (*save_begin)(td_dp *dp, int steps_done); /* NULL: 1 */
+    void (*stop)(td_dp *dp, int step);            /* NULL: nothing to do */
+    void (*staleness)(const td_dp *dp, int *max_seen, double *mean_seen); /* NULL: 0, 0 */
+} td_dp_ops;
+
+extern const td_dp_ops td_dp_allreduce_ops, td_dp_reduce_broadcast_ops, td_dp_zero_ops,
+    td_dp_ps_ops;
 
 struct td_dp {
     td_dp_config cfg;
+    const td_dp_ops *ops;
     const td_grid *g;
     const td_param_table *t;
     td_gpt *model;
-    td_comm *comm;          /* the dp group (workers) */
-    int D, r;               /* dp size and rank */
+    td_comm *comm; /* the dp group (workers) */
+    int D, r;      /* dp size and rank */
     int n_units;
 
-    /* replicated state (zero 0, zero 1 params/grads, reduce-broadcast) */
+    /* flat buffers bound to the model (each mode says which it keeps) */
     float *params, *grads, *m, *v;
     int grads_shared;  /* grads from td_comm_alloc_shared (collective inputs, dp > 1) */
     int params_shared; /* params likewise (ZeRO 1/2 all-gather them in place) */
 
-    /* bucketed gradient sync during backward */
-    td_bucket *buckets;
-    int n_buckets, next_bucket;
-    int sync_this_micro;
+    int sync_this_micro; /* the last micro-batch of the step: gradients communicate */
     int training;
     double comm_ms, exposed_ms;
     int bad_row, bad_step; /* td_dp_nonfinite: -1, or the row and step of a non-finite gradient */
 
-    /* ZeRO (zero.c) and parameter server (ps.c) keep their own state */
-    struct td_zero *zero;
-    struct td_ps *ps;
+    void *impl; /* the mode's own state */
 };
 
-/* buckets.c: bucketed all-reduce / reduce overlapped with backward */
-void td_buckets_build(td_dp *dp);
-void td_buckets_free(td_dp *dp);
-void td_buckets_on_unit_done(td_dp *dp, int unit);
-void td_buckets_progress(td_dp *dp);
-void td_buckets_wait_all(td_dp *dp);
+/* allocation of buffers other replicas read in collectives: shared between
+ * the dp group's ranks when dp > 1 (comm.h, td_comm_alloc_shared) */
+float *td_dp_alloc_shared(td_dp *dp, size_t n, td_mem_cat cat);
+void td_dp_free_shared(td_dp *dp, float *p, td_mem_cat cat);
 
-/* zero.c */
-void td_zero_create(td_dp *dp);
-void td_zero_destroy(td_dp *dp);
-void td_zero_hook(void *ctx, td_unit_event ev, int unit);
-double td_zero_finish_step(td_dp *dp, int step, float lr);
-const float *td_zero_gather_unit(td_dp *dp, int section, int u, float *scratch);
-/* shared: the dp group shares memory (td_comm_shares_memory), so ZeRO's
- * collectives need no MPI staging */
-void td_zero_plan(const td_dp_config *cfg, const td_param_table *t, int D, int shared,
-                  td_mem_plan *p);
+/* allreduce.c: the replicated state, shared with reduce_broadcast.c */
+void td_replicated_create(td_dp *dp);
+void td_replicated_destroy(td_dp *dp);
+void td_replicated_begin_micro(td_dp *dp);
+const float *td_replicated_gather_unit(td_dp *dp, int section, int u, float *scratch);
+int td_replicated_full_params(const td_dp *dp);
 
-/* ps.c */
-void td_ps_create(td_dp *dp);
-void td_ps_destroy(td_dp *dp);
-void td_ps_begin_step(td_dp *dp, int step);
-double td_ps_finish_step(td_dp *dp, int step, float lr);
-void td_ps_serve(td_dp *dp, int steps);
-const float *td_ps_gather_unit(td_dp *dp, int section, int u, float *scratch);
-void td_ps_stop(td_dp *dp, int step);
-int td_ps_save_begin(td_dp *dp, int steps_done);
-void td_ps_plan(const td_dp_config *cfg, const td_grid *g, const td_param_table *t, td_mem_plan *p);
-void td_ps_staleness(const td_dp *dp, int *max_seen, double *mean_seen);
+/* buckets.c: bucketed all-reduce (root < 0) or reduce to `root`,
+ * overlapped with backward */
+typedef struct td_buckets td_buckets;
+td_buckets *td_buckets_build(td_dp *dp, int root);
+void td_buckets_free(td_buckets *b);
+void td_buckets_reset(td_buckets *b);
+void td_buckets_on_unit_done(td_dp *dp, td_buckets *b, int unit);
+void td_buckets_progress(td_buckets *b);
+int td_buckets_started(const td_buckets *b);
+void td_buckets_wait_all(td_dp *dp, td_buckets *b);
 
-/* Sharded layouts (ZeRO over dp ranks, parameter servers) split every unit
- * of the padded flat buffer into `parts` equal slices; part s owns slice s
- * of each unit, and its shard packs those slices unit after unit.
- * td_unit_slice: flat offset of part s's slice of unit u, its length in *len.
- * td_slices_pack/unpack: part s's slices between flat and packed form. */
-size_t td_unit_slice(const td_param_table *t, int u, int parts, int s, size_t *len);
-void td_slices_pack(const td_param_table *t, int parts, int s, const float *flat, float *packed);
-void td_slices_unpack(const td_param_table *t, int parts, int s, const float *packed, float *flat);
-
-/* Non-finite gradients: the table row of the first non-finite element among
- * the flat elements [lo, lo + n) stored at x, or t->n_rows if none. */
-int td_dp_first_nonfinite(const td_param_table *t, const float *x, size_t lo, size_t n);
-/* Records a non-finite norm at `step`: the smallest of the ranks' rows over
- * the dp group (collective over it). */
+/* Records a non-finite step: the agreed row at `step`. */
 void td_dp_record_nonfinite(td_dp *dp, int step, int row);
-
-/* Global norm and AdamW over [lo, hi) of full buffers (shared by modes). */
-void td_dp_adamw_range(td_dp *dp, float *p, const float *g, float *m, float *v, size_t lo,
-                       size_t hi, int step, float lr, float scale);
 
 #endif

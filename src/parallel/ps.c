@@ -46,19 +46,21 @@ struct td_ps {
     float *acc;              /* [(K+1)][slice] gradient sums of pending steps */
     int *acc_count;          /* [(K+1)] workers that pushed for that step */
     float *tmp;              /* [slice] receive buffer */
+    td_step_range *ranges;   /* [n_units] this server's slices, for the step */
     int version;             /* updates applied */
     float *norms;            /* [steps] global norm of each update */
     int fail_step, fail_row; /* a non-finite update (-1: none); workers learn it from HDR */
 };
 
+static struct td_ps *PS(const td_dp *dp) { return dp->impl; }
 static size_t unit_slice(const td_dp *dp, int u, int s, size_t *len) {
-    return td_unit_slice(dp->t, u, dp->ps->S, s, len);
+    return td_param_unit_slice(dp->t, u, PS(dp)->S, s, len);
 }
 static void pack(const td_dp *dp, int s, const float *flat, float *packed) {
-    td_slices_pack(dp->t, dp->ps->S, s, flat, packed);
+    td_param_slices_pack(dp->t, PS(dp)->S, s, flat, packed);
 }
 static void unpack(const td_dp *dp, int s, const float *packed, float *flat) {
-    td_slices_unpack(dp->t, dp->ps->S, s, packed, flat);
+    td_param_slices_unpack(dp->t, PS(dp)->S, s, packed, flat);
 }
 
 /* TEST ONLY: TRIDENT_TEST_PS_DELAY_MS=RANK:MS makes the worker of world
@@ -72,11 +74,15 @@ static int test_delay(int world_rank) {
     return ms;
 }
 
+static void ps_stop(td_dp *dp, int step);
+static const float *ps_gather_unit(td_dp *dp, int section, int u, float *scratch);
+
 static int server_world_rank(const td_dp *dp, int s) { return dp->g->dp * dp->g->tp * dp->g->pp + s; }
 
-void td_ps_plan(const td_dp_config *cfg, const td_grid *g, const td_param_table *t, td_mem_plan *p) {
-    size_t n = t->numel * sizeof(float), slice = n / (size_t)g->n_servers;
-    if (g->is_server) {
+static void ps_plan(const td_dp_config *cfg, const td_layout *lay, const td_param_table *t,
+                    td_mem_plan *p) {
+    size_t n = t->numel * sizeof(float), slice = n / (size_t)lay->n_servers;
+    if (lay->is_server) {
         p->bytes[TD_MEM_PARAMS] = slice;
         p->bytes[TD_MEM_OPTIM] = 2 * slice;
         p->bytes[TD_MEM_GRADS] = (size_t)(cfg->ps_staleness + 1) * slice;
@@ -88,11 +94,11 @@ void td_ps_plan(const td_dp_config *cfg, const td_grid *g, const td_param_table 
     }
 }
 
-void td_ps_create(td_dp *dp) {
+static void ps_create(td_dp *dp) {
     const td_grid *g = dp->g;
     TD_CHECK(g->tp == 1 && g->pp == 1, "--dp-mode ps works with --tp 1 --pp 1");
     struct td_ps *ps = td_alloc(sizeof *ps, TD_MEM_OTHER);
-    dp->ps = ps;
+    dp->impl = ps;
     ps->S = g->n_servers;
     ps->W = g->dp;
     ps->K = dp->cfg.ps_staleness;
@@ -108,11 +114,14 @@ void td_ps_create(td_dp *dp) {
         ps->acc = td_alloc((size_t)(ps->K + 1) * ps->slice * sizeof(float), TD_MEM_GRADS);
         ps->acc_count = td_alloc(sizeof(int) * (size_t)(ps->K + 1), TD_MEM_OTHER);
         ps->tmp = td_alloc(ps->slice * sizeof(float), TD_MEM_COMM);
-        /* the same counter-based init as every other layout, slice by slice */
+        ps->ranges = td_alloc(sizeof(td_step_range) * (size_t)dp->n_units, TD_MEM_OTHER);
+        /* the same counter-based init as every other layout, slice by slice;
+         * the slices are also the ranges this server owns in the step */
         size_t k = 0, len;
         for (int u = 0; u < dp->n_units; u++) {
             size_t off = unit_slice(dp, u, s, &len);
             td_param_init_range(dp->t, dp->cfg.seed, off, off + len, ps->p + k);
+            ps->ranges[u] = (td_step_range){off, len, ps->p + k, ps->m + k, ps->v + k};
             k += len;
         }
         return;
@@ -129,8 +138,8 @@ void td_ps_create(td_dp *dp) {
     dp->model->hook = NULL;
 }
 
-void td_ps_destroy(td_dp *dp) {
-    struct td_ps *ps = dp->ps;
+static void ps_destroy(td_dp *dp) {
+    struct td_ps *ps = dp->impl;
     if (ps->reqs)
         for (int i = 0; i < 2 * ps->S; i++) td_request_free(ps->reqs[i]);
     td_free(ps->reqs);
@@ -142,9 +151,10 @@ void td_ps_destroy(td_dp *dp) {
     td_free(ps->acc);
     td_free(ps->acc_count);
     td_free(ps->tmp);
+    td_free(ps->ranges);
     td_free(ps->norms);
     td_free(ps);
-    dp->ps = NULL;
+    dp->impl = NULL;
 }
 
 static void send_ctrl(td_dp *dp, int s, int kind, int step) {
@@ -154,7 +164,7 @@ static void send_ctrl(td_dp *dp, int s, int kind, int step) {
 
 /* Worker: parameters valid for `step` (version >= step - K). */
 static void pull(td_dp *dp, int step, int k_bound) {
-    struct td_ps *ps = dp->ps;
+    struct td_ps *ps = dp->impl;
     int want = step - k_bound > 0 ? step - k_bound : 0; /* the oldest version acceptable */
     for (int s = 0; s < ps->S; s++) send_ctrl(dp, s, KIND_PULL, want);
     for (int s = 0; s < ps->S; s++) {
@@ -180,12 +190,12 @@ static void pull(td_dp *dp, int step, int k_bound) {
     ps->pulled_for = step;
 }
 
-void td_ps_begin_step(td_dp *dp, int step) {
-    if (dp->ps->pulled_for != step) pull(dp, step, step == 0 ? 0 : dp->ps->K);
+static void ps_begin_step(td_dp *dp, int step) {
+    if (PS(dp)->pulled_for != step) pull(dp, step, step == 0 ? 0 : PS(dp)->K);
 }
 
-double td_ps_finish_step(td_dp *dp, int step, float lr) {
-    struct td_ps *ps = dp->ps;
+static double ps_finish(td_dp *dp, int step, float lr) {
+    struct td_ps *ps = dp->impl;
     if (ps->delay_ms > 0) {
         struct timespec ts = {ps->delay_ms / 1000, (long)(ps->delay_ms % 1000) * 1000000L};
         nanosleep(&ts, NULL);
@@ -203,15 +213,15 @@ double td_ps_finish_step(td_dp *dp, int step, float lr) {
     pull(dp, step + 1, last ? 0 : ps->K);
     if (ps->fail_step >= 0) { /* a non-finite update: stop here */
         dp->bad_step = ps->fail_step, dp->bad_row = ps->fail_row;
-        td_ps_stop(dp, step);
+        ps_stop(dp, step);
         return NAN;
     }
-    if (last) td_ps_stop(dp, step);
+    if (last) ps_stop(dp, step);
     return ps->last_norm; /* norm of the newest update this worker has seen */
 }
 
-void td_ps_stop(td_dp *dp, int step) {
-    struct td_ps *ps = dp->ps;
+static void ps_stop(td_dp *dp, int step) {
+    struct td_ps *ps = dp->impl;
     if (dp->g->is_server || ps->done_sent) return;
     for (int s = 0; s < ps->S; s++) send_ctrl(dp, s, KIND_DONE, step);
     ps->done_sent = 1;
@@ -220,7 +230,7 @@ void td_ps_stop(td_dp *dp, int step) {
 /* ---- server ------------------------------------------------------------ */
 
 static void reply(td_dp *dp, int worker_rank) {
-    struct td_ps *ps = dp->ps;
+    struct td_ps *ps = dp->impl;
     float hdr[4] = {(float)ps->version, ps->version > 0 ? ps->norms[ps->version - 1] : 0.0f,
                     (float)ps->fail_step, (float)ps->fail_row};
     td_send(dp->g->world, hdr, 4, TD_F32, worker_rank, TAG_HDR);
@@ -229,52 +239,29 @@ static void reply(td_dp *dp, int worker_rank) {
 
 /* Applies every complete pending step in order. */
 static void apply_ready(td_dp *dp) {
-    struct td_ps *ps = dp->ps;
-    int s = dp->g->server_rank;
+    struct td_ps *ps = dp->impl;
     while (ps->fail_step < 0) {
         int slot = ps->version % (ps->K + 1);
         if (ps->acc_count[slot] < ps->W) return;
         float *g = ps->acc + (size_t)slot * ps->slice;
-        float sq = (float)td_sumsq(g, ps->slice);
-        double sumsq = sq;
-        if (ps->S > 1) {
-            td_allreduce(dp->g->ps_comm, &sq, 1, TD_F32, TD_SUM);
-            sumsq = sq;
-        }
-        double norm = sqrt(sumsq);
-        if (!isfinite(norm)) { /* every server sees it: the first bad tensor over all slices */
-            int row = dp->t->n_rows;
-            size_t k = 0, len;
-            for (int u = 0; u < dp->n_units; u++) {
-                size_t off = unit_slice(dp, u, s, &len);
-                int r = td_dp_first_nonfinite(dp->t, g + k, off, len);
-                if (r < row) row = r;
-                k += len;
-            }
-            float neg = -(float)row; /* MAX of -row = MIN of row; exact in float */
-            if (ps->S > 1) td_allreduce(dp->g->ps_comm, &neg, 1, TD_F32, TD_MAX);
-            ps->fail_step = ps->version, ps->fail_row = (int)-neg;
+        /* the servers' slices partition the model */
+        td_step_group grp = {dp->t, &dp->cfg.optim, dp->g->ps_comm, ps->S, 1};
+        td_step_result res = td_step_apply(&grp, g, ps->ranges, dp->n_units, ps->version,
+                                           td_lr_at(&dp->cfg.optim, ps->version));
+        if (res.bad_row >= 0) { /* every server sees it: stop advancing */
+            ps->fail_step = ps->version, ps->fail_row = res.bad_row;
             dp->bad_step = ps->fail_step, dp->bad_row = ps->fail_row;
             return;
         }
-        float scale = td_clip_scale(norm, dp->cfg.optim.clip);
-        float lr = td_lr_at(&dp->cfg.optim, ps->version);
-        size_t k = 0, len;
-        for (int u = 0; u < dp->n_units; u++) {
-            size_t off = unit_slice(dp, u, s, &len);
-            td_adamw_update(ps->p + k, g + k, ps->m + k, ps->v + k, off, off + len, dp->t,
-                            &dp->cfg.optim, lr, ps->version + 1, scale);
-            k += len;
-        }
-        ps->norms[ps->version] = (float)norm;
+        ps->norms[ps->version] = (float)res.norm;
         memset(g, 0, ps->slice * sizeof(float));
         ps->acc_count[slot] = 0;
         ps->version++;
     }
 }
 
-void td_ps_serve(td_dp *dp, int steps) {
-    struct td_ps *ps = dp->ps;
+static void ps_serve(td_dp *dp, int steps) {
+    struct td_ps *ps = dp->impl;
     ps->norms = td_alloc(sizeof(float) * (size_t)(steps + 1), TD_MEM_OTHER);
     int W = ps->W, done = 0;
     int *waiting = td_alloc(sizeof(int) * (size_t)W, TD_MEM_OTHER); /* pull step per worker, -1 none */
@@ -314,7 +301,7 @@ void td_ps_serve(td_dp *dp, int steps) {
             if (ps->fail_step < 0) {
                 TD_ASSERT(ps->version == save_for);
                 for (int sec = 0; sec < 3; sec++)
-                    for (int u = 0; u < dp->n_units; u++) td_ps_gather_unit(dp, sec, u, NULL);
+                    for (int u = 0; u < dp->n_units; u++) ps_gather_unit(dp, sec, u, NULL);
             }
             save_for = -1;
         }
@@ -322,8 +309,8 @@ void td_ps_serve(td_dp *dp, int steps) {
     td_free(waiting);
 }
 
-int td_ps_save_begin(td_dp *dp, int steps_done) {
-    struct td_ps *ps = dp->ps;
+static int ps_save_begin(td_dp *dp, int steps_done) {
+    struct td_ps *ps = dp->impl;
     if (dp->g->world_rank != 0) return 1;
     for (int s = 0; s < ps->S; s++) send_ctrl(dp, s, KIND_SAVE, steps_done);
     int ok = 1;
@@ -341,8 +328,8 @@ int td_ps_save_begin(td_dp *dp, int steps_done) {
 
 /* One unit to world rank 0 (worker 0): each server sends its slice of the
  * unit straight into place in rank 0's unit buffer. */
-const float *td_ps_gather_unit(td_dp *dp, int section, int u, float *scratch) {
-    struct td_ps *ps = dp->ps;
+static const float *ps_gather_unit(td_dp *dp, int section, int u, float *scratch) {
+    struct td_ps *ps = dp->impl;
     const td_grid *g = dp->g;
     size_t len, off;
     if (g->is_server) {
@@ -365,10 +352,30 @@ const float *td_ps_gather_unit(td_dp *dp, int section, int u, float *scratch) {
     return scratch;
 }
 
-void td_ps_staleness(const td_dp *dp, int *max_seen, double *mean_seen) {
-    const struct td_ps *ps = dp->ps;
+static void ps_staleness(const td_dp *dp, int *max_seen, double *mean_seen) {
+    const struct td_ps *ps = dp->impl;
     float st[2] = {(float)ps->max_stale, ps->n_pulls ? (float)(ps->sum_stale / ps->n_pulls) : 0.0f};
     if (dp->g->dp > 1) td_allreduce(dp->g->dp_comm, st, 2, TD_F32, TD_MAX);
     *max_seen = (int)st[0];
     *mean_seen = st[1];
 }
+
+/* ps workers hold the full parameters, pulled after the last update */
+static int ps_full_params(const td_dp *dp) {
+    (void)dp;
+    return 1;
+}
+
+const td_dp_ops td_dp_ps_ops = {
+    .plan = ps_plan,
+    .create = ps_create,
+    .destroy = ps_destroy,
+    .begin_step = ps_begin_step,
+    .finish_step = ps_finish,
+    .gather_unit = ps_gather_unit,
+    .full_params = ps_full_params,
+    .serve = ps_serve,
+    .save_begin = ps_save_begin,
+    .stop = ps_stop,
+    .staleness = ps_staleness,
+};

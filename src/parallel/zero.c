@@ -18,7 +18,6 @@
  *            forward to backward when training.
  * The order of gathers and reduce-scatters is the unit order of forward and
  * backward: static and identical on every rank. */
-#include <math.h>
 #include <string.h>
 
 #include "dp_internal.h"
@@ -54,20 +53,22 @@ struct td_zero {
     /* stage 3: gathered parameters; POOL = unit 0, POOL + 1 = final norm */
     gather_slot pslots[POOL + 2];
     int *gather_of;    /* [n_units] pslot holding the unit, -1 none */
+    td_step_range *ranges; /* [n_units] the owned slices, for the step */
 };
 
 static size_t slice_len(const td_dp *dp, int u) {
     size_t len;
-    td_unit_slice(dp->t, u, dp->D, 0, &len);
+    td_param_unit_slice(dp->t, u, dp->D, 0, &len);
     return len;
 }
 static size_t my_slice_off(const td_dp *dp, int u) {
     size_t len;
-    return td_unit_slice(dp->t, u, dp->D, dp->r, &len);
+    return td_param_unit_slice(dp->t, u, dp->D, dp->r, &len);
 }
 
-void td_zero_plan(const td_dp_config *cfg, const td_param_table *t, int D, int shared,
-                  td_mem_plan *p) {
+static void zero_plan(const td_dp_config *cfg, const td_layout *lay, const td_param_table *t,
+                      td_mem_plan *p) {
+    int D = lay->dp, shared = lay->dp > 1 && lay->dp_shares_memory;
     size_t n = t->numel * sizeof(float), sh = n / (size_t)D;
     size_t max_block = 0;
     int L = t->cfg.L;
@@ -89,25 +90,12 @@ void td_zero_plan(const td_dp_config *cfg, const td_param_table *t, int D, int s
     if (cfg->zero == 3) p->bytes[TD_MEM_GATHER] = POOL * max_block + u0 + uf;
 }
 
-/* Buffers other replicas read in a collective (reduce-scatter and all-gather
- * inputs) are allocated shared: on one node those collectives then run
- * straight between the replicas' buffers (comm.h, td_comm_alloc_shared). */
-static float *shared_alloc(td_dp *dp, size_t n, td_mem_cat cat) {
-    return dp->D > 1 ? td_comm_alloc_shared(dp->comm, n * sizeof(float), cat)
-                     : td_alloc(n * sizeof(float), cat);
-}
+static void zero_hook(void *ctx, td_unit_event ev, int unit);
 
-static void shared_free(td_dp *dp, float *p, td_mem_cat cat) {
-    if (dp->D > 1)
-        td_comm_free_shared(dp->comm, p, cat);
-    else
-        td_free(p);
-}
-
-void td_zero_create(td_dp *dp) {
+static void zero_create(td_dp *dp) {
     TD_CHECK(dp->g->tp == 1 && dp->g->pp == 1, "--zero works with --tp 1 --pp 1 in this build");
     struct td_zero *z = td_alloc(sizeof *z, TD_MEM_OTHER);
-    dp->zero = z;
+    dp->impl = z;
     const td_param_table *t = dp->t;
     int U = t->n_units;
     z->stage = dp->cfg.zero;
@@ -119,11 +107,12 @@ void td_zero_create(td_dp *dp) {
         if (u >= 1) z->max_block = td_max_sz(z->max_block, td_unit_numel(t, u));
     }
     z->shard_n = z->shard_off[U];
+    z->ranges = td_alloc(sizeof(td_step_range) * (size_t)U, TD_MEM_OTHER);
     dp->m = td_alloc(z->shard_n * sizeof(float), TD_MEM_OPTIM);
     dp->v = td_alloc(z->shard_n * sizeof(float), TD_MEM_OPTIM);
 
     if (z->stage == 3) {
-        z->pshard = shared_alloc(dp, z->shard_n, TD_MEM_PARAMS);
+        z->pshard = td_dp_alloc_shared(dp, z->shard_n, TD_MEM_PARAMS);
         /* counter-based init: the slices equal those of a full init */
         for (int u = 0; u < U; u++) {
             size_t lo = my_slice_off(dp, u);
@@ -138,13 +127,13 @@ void td_zero_create(td_dp *dp) {
         z->gather_of = td_alloc(sizeof(int) * (size_t)U, TD_MEM_OTHER);
         for (int u = 0; u < U; u++) z->gather_of[u] = -1;
     } else {
-        dp->params = shared_alloc(dp, t->numel, TD_MEM_PARAMS); /* all-gathered in place */
+        dp->params = td_dp_alloc_shared(dp, t->numel, TD_MEM_PARAMS); /* all-gathered in place */
         dp->params_shared = dp->D > 1;
         td_param_init_range(t, dp->cfg.seed, 0, t->numel, dp->params);
         if (dp->D > 1) td_broadcast(dp->comm, dp->params, t->numel, TD_F32, 0);
     }
     if (z->stage == 1) {
-        dp->grads = shared_alloc(dp, t->numel, TD_MEM_GRADS); /* reduce-scattered */
+        dp->grads = td_dp_alloc_shared(dp, t->numel, TD_MEM_GRADS); /* reduce-scattered */
         dp->grads_shared = dp->D > 1;
         z->gshard = NULL;
         z->rs_out = td_alloc(z->shard_n * sizeof(float), TD_MEM_COMM);
@@ -154,22 +143,28 @@ void td_zero_create(td_dp *dp) {
         z->gshard = td_alloc(z->shard_n * sizeof(float), TD_MEM_GRADS);
         for (int i = 0; i < POOL + 1; i++) {
             z->gslots[i].full =
-                shared_alloc(dp, i < POOL ? z->max_block : td_unit_numel(t, 0), TD_MEM_COMM);
+                td_dp_alloc_shared(dp, i < POOL ? z->max_block : td_unit_numel(t, 0), TD_MEM_COMM);
             z->gslots[i].req = td_request_new();
             z->gslots[i].unit = -1;
         }
     }
+    /* the step's ranges: slice r of every unit */
+    for (int u = 0; u < U; u++) {
+        size_t lo = my_slice_off(dp, u), k = z->shard_off[u];
+        float *p = z->stage == 3 ? z->pshard + k : dp->params + lo;
+        z->ranges[u] = (td_step_range){lo, slice_len(dp, u), p, dp->m + k, dp->v + k};
+    }
     td_gpt_bind_flat(dp->model, dp->params, dp->grads);
-    dp->model->hook = td_zero_hook;
+    dp->model->hook = zero_hook;
     dp->model->hook_ctx = dp;
 }
 
-void td_zero_destroy(td_dp *dp) {
-    struct td_zero *z = dp->zero;
+static void zero_destroy(td_dp *dp) {
+    struct td_zero *z = dp->impl;
     if (z->unit_req)
         for (int u = 0; u < dp->n_units; u++) td_request_free(z->unit_req[u]);
     for (int i = 0; i < POOL + 1; i++) {
-        if (z->gslots[i].full) shared_free(dp, z->gslots[i].full, TD_MEM_COMM);
+        if (z->gslots[i].full) td_dp_free_shared(dp, z->gslots[i].full, TD_MEM_COMM);
         if (z->gslots[i].req) td_request_free(z->gslots[i].req);
     }
     for (int i = 0; i < POOL + 2; i++) {
@@ -179,11 +174,12 @@ void td_zero_destroy(td_dp *dp) {
     td_free(z->unit_req);
     td_free(z->rs_out);
     td_free(z->gshard);
-    if (z->pshard) shared_free(dp, z->pshard, TD_MEM_PARAMS);
+    if (z->pshard) td_dp_free_shared(dp, z->pshard, TD_MEM_PARAMS);
     td_free(z->gather_of);
     td_free(z->shard_off);
+    td_free(z->ranges);
     td_free(z);
-    dp->zero = NULL;
+    dp->impl = NULL;
 }
 
 /* ---- stage 3 parameter gathers ---------------------------------------- */
@@ -198,7 +194,7 @@ static int pslot_for(struct td_zero *z, int unit) {
 
 /* Starts gathering `unit` if it is not gathered or in flight and a buffer is free. */
 static void gather_start(td_dp *dp, int unit) {
-    struct td_zero *z = dp->zero;
+    struct td_zero *z = dp->impl;
     if (unit < 0 || unit >= dp->n_units || z->gather_of[unit] >= 0) return;
     int s = pslot_for(z, unit);
     if (s < 0 || z->pslots[s].unit >= 0) return;
@@ -214,7 +210,7 @@ static void gather_start(td_dp *dp, int unit) {
 }
 
 static void gather_wait(td_dp *dp, int unit) {
-    struct td_zero *z = dp->zero;
+    struct td_zero *z = dp->impl;
     gather_start(dp, unit);
     int s = z->gather_of[unit];
     TD_ASSERT(s >= 0); /* a buffer must be free: the order of events guarantees it */
@@ -223,7 +219,7 @@ static void gather_wait(td_dp *dp, int unit) {
 }
 
 static void gather_release(td_dp *dp, int unit) {
-    struct td_zero *z = dp->zero;
+    struct td_zero *z = dp->impl;
     int s = z->gather_of[unit];
     if (s < 0) return;
     td_wait(z->pslots[s].req);
@@ -235,7 +231,7 @@ static void gather_release(td_dp *dp, int unit) {
 /* ---- stage 2/3 gradient buffers ---------------------------------------- */
 
 static void gslot_drain(td_dp *dp, grad_slot *s) {
-    struct td_zero *z = dp->zero;
+    struct td_zero *z = dp->impl;
     if (s->unit < 0) return;
     td_wait(s->req);
     size_t n = slice_len(dp, s->unit);
@@ -247,7 +243,7 @@ static void gslot_drain(td_dp *dp, grad_slot *s) {
 }
 
 static void grads_begin(td_dp *dp, int unit) {
-    struct td_zero *z = dp->zero;
+    struct td_zero *z = dp->impl;
     grad_slot *s = NULL;
     if (unit == 0) {
         s = &z->gslots[POOL];
@@ -281,7 +277,7 @@ static grad_slot *gslot_of(struct td_zero *z, int unit) {
  * holds the comm layer's piece scratch. The previous unit's reduce-scatter
  * has had a whole block's backward to complete. */
 static void grads_end(td_dp *dp, int unit) {
-    struct td_zero *z = dp->zero;
+    struct td_zero *z = dp->impl;
     grad_slot *s = gslot_of(z, unit);
     TD_ASSERT(s);
     for (int i = 0; i < POOL + 1; i++)
@@ -295,9 +291,9 @@ static void grads_end(td_dp *dp, int unit) {
 
 /* ---- the hook ----------------------------------------------------------- */
 
-void td_zero_hook(void *ctx, td_unit_event ev, int unit) {
+static void zero_hook(void *ctx, td_unit_event ev, int unit) {
     td_dp *dp = ctx;
-    struct td_zero *z = dp->zero;
+    struct td_zero *z = dp->impl;
     int L = z->L;
     if (z->stage == 3) {
         if (ev == TD_FWD_BEGIN) {
@@ -335,8 +331,8 @@ void td_zero_hook(void *ctx, td_unit_event ev, int unit) {
 
 /* ---- the step ----------------------------------------------------------- */
 
-double td_zero_finish_step(td_dp *dp, int step, float lr) {
-    struct td_zero *z = dp->zero;
+static double zero_finish(td_dp *dp, int step, float lr) {
+    struct td_zero *z = dp->impl;
     double t0 = td_now_ms();
     float *g = z->gshard;
     if (z->stage == 1) {
@@ -357,38 +353,28 @@ double td_zero_finish_step(td_dp *dp, int step, float lr) {
         for (int i = 0; i < POOL + 1; i++) gslot_drain(dp, &z->gslots[i]);
     }
     dp->exposed_ms = td_now_ms() - t0;
-    /* exact global norm: every element lives in exactly one shard */
-    float sq = (float)td_sumsq(g, z->shard_n);
-    if (dp->D > 1) td_allreduce(dp->comm, &sq, 1, TD_F32, TD_SUM);
-    double norm = sqrt((double)sq);
-    if (!isfinite(norm)) { /* no update; every rank scans its own slices */
-        int row = dp->t->n_rows;
-        for (int u = 0; u < dp->n_units && row == dp->t->n_rows; u++)
-            row = td_dp_first_nonfinite(dp->t, g + z->shard_off[u], my_slice_off(dp, u), slice_len(dp, u));
-        td_dp_record_nonfinite(dp, step, row);
-        if (z->stage != 1) memset(z->gshard, 0, z->shard_n * sizeof(float));
-        return norm;
-    }
-    float scale = td_clip_scale(norm, dp->cfg.optim.clip);
-    for (int u = 0; u < dp->n_units; u++) {
-        size_t lo = my_slice_off(dp, u), n = slice_len(dp, u), k = z->shard_off[u];
-        float *p = z->stage == 3 ? z->pshard + k : dp->params + lo;
-        td_dp_adamw_range(dp, p, g + k, dp->m + k, dp->v + k, lo, lo + n, step, lr, scale);
-    }
+    /* every element lives in exactly one shard: the ranks' ranges
+     * partition the model */
+    td_step_group grp = {dp->t, &dp->cfg.optim, dp->comm, dp->D, 1};
+    td_step_result res = td_step_apply(&grp, g, z->ranges, dp->n_units, step, lr);
     if (z->stage != 1) memset(z->gshard, 0, z->shard_n * sizeof(float));
+    if (res.bad_row >= 0) { /* no update */
+        td_dp_record_nonfinite(dp, step, res.bad_row);
+        return res.norm;
+    }
     if (z->stage != 3 && dp->D > 1) /* everyone needs the updated weights */
         for (int u = 0; u < dp->n_units; u++) {
             size_t off = dp->t->unit_offset[u], n = slice_len(dp, u);
             td_all_gather(dp->comm, dp->params + off + (size_t)dp->r * n, dp->params + off, n, TD_F32);
         }
-    return norm;
+    return res.norm;
 }
 
 /* One unit to dp rank 0 (world rank 0: tp = pp = 1): the owners' slices
  * are all-gathered into one unit-sized buffer, so no rank ever holds more
  * than its shards plus one unit. */
-const float *td_zero_gather_unit(td_dp *dp, int section, int u, float *scratch) {
-    struct td_zero *z = dp->zero;
+static const float *zero_gather_unit(td_dp *dp, int section, int u, float *scratch) {
+    struct td_zero *z = dp->impl;
     if (section == 0 && z->stage < 3) /* every rank holds the full parameters */
         return dp->r == 0 ? dp->params + dp->t->unit_offset[u] : NULL;
     const float *mine = (section == 0 ? z->pshard : section == 1 ? dp->m : dp->v) + z->shard_off[u];
@@ -399,3 +385,14 @@ const float *td_zero_gather_unit(td_dp *dp, int section, int u, float *scratch) 
         memcpy(scratch, mine, n * sizeof(float));
     return dp->r == 0 ? scratch : NULL;
 }
+
+static int zero_full_params(const td_dp *dp) { return dp->cfg.zero < 3; }
+
+const td_dp_ops td_dp_zero_ops = {
+    .plan = zero_plan,
+    .create = zero_create,
+    .destroy = zero_destroy,
+    .finish_step = zero_finish,
+    .gather_unit = zero_gather_unit,
+    .full_params = zero_full_params,
+};

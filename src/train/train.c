@@ -180,11 +180,12 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
     td_dp_config dcfg = {.mode = mode, .zero = o->zero, .ps_staleness = o->ps_staleness,
                          .seed = o->seed, .optim = o->optim, .no_overlap = o->no_overlap};
     dcfg.bucket_bytes = (size_t)((o->bucket_mb > 0 ? o->bucket_mb : TD_DEFAULT_BUCKET_MB) * 1048576.0);
+    td_layout lay = td_layout_of_grid(&g);
     td_param_table table, canon;
-    td_param_table_build(&table, &cfg, td_dp_unit_align(&dcfg, &g));
+    td_param_table_build(&table, &cfg, td_dp_unit_align(&dcfg, &lay));
     td_param_table_build(&canon, &cfg, 1);
 
-    td_mem_plan plan = td_dp_memory_plan(&dcfg, &g, &table);
+    td_mem_plan plan = td_dp_memory_plan(&dcfg, &lay, &table);
     if (!g.is_server) plan.bytes[TD_MEM_ACTS] += td_gpt_activation_bytes(&cfg, Bm);
     /* every check that needs no model, before the model is allocated */
     td_preflight_result pf = td_preflight(o, &g, &cfg, &data, &plan, Bm);

@@ -1,0 +1,24 @@
+/* param_slices: "slice s of every unit" of a parameter table's flat layout.
+ *
+ * Sharded placements (ZeRO over dp ranks, parameter servers; later the
+ * planner and resharding checkpoints) split every unit of the padded flat
+ * buffer into `parts` equal slices (the table pads each unit to a multiple
+ * of unit_align, which the caller makes a multiple of parts); part s owns
+ * slice s of each unit, and its shard packs those slices unit after unit.
+ * Pure functions of the table: no MPI, no allocation. */
+#ifndef TRIDENT_PARAM_SLICES_H
+#define TRIDENT_PARAM_SLICES_H
+
+#include <stddef.h>
+
+#include "trident/model.h"
+
+/* Flat offset of part s's slice of unit u; its length in *len. */
+size_t td_param_unit_slice(const td_param_table *t, int u, int parts, int s, size_t *len);
+/* Part s's slices from the flat buffer into packed form, and back. */
+void td_param_slices_pack(const td_param_table *t, int parts, int s, const float *flat,
+                          float *packed);
+void td_param_slices_unpack(const td_param_table *t, int parts, int s, const float *packed,
+                            float *flat);
+
+#endif

@@ -1,0 +1,94 @@
+/* Replicated data parallelism: every dp rank holds the whole model state.
+ * The state and its bucketed gradient sync are shared with
+ * reduce_broadcast.c; this file's mode all-reduces the gradients and every
+ * replica applies the same update to its own copy. */
+#include <string.h>
+
+#include "dp_internal.h"
+
+/* Bucket bookkeeping on each unit event. */
+static void replicated_hook(void *ctx, td_unit_event ev, int unit) {
+    td_dp *dp = ctx;
+    td_buckets *b = dp->impl;
+    if (ev == TD_BWD_END)
+        td_buckets_on_unit_done(dp, b, unit);
+    else if (td_buckets_started(b) > 0)
+        td_buckets_progress(b);
+}
+
+void td_replicated_create(td_dp *dp) {
+    int allreduce = dp->cfg.mode == TD_DP_ALLREDUCE;
+    size_t n = dp->t->numel;
+    dp->params = td_alloc(n * sizeof(float), TD_MEM_PARAMS);
+    /* All-reduced gradients live where the group's ranks can reach each
+     * other's: on one node the buckets are then summed straight between the
+     * replicas' buffers, with no staging (comm.h, td_comm_alloc_shared). */
+    dp->grads_shared = allreduce && dp->D > 1;
+    dp->grads = dp->grads_shared ? td_dp_alloc_shared(dp, n, TD_MEM_GRADS)
+                                 : td_alloc(n * sizeof(float), TD_MEM_GRADS);
+    /* reduce-broadcast: only the root updates, so only it holds moments */
+    if (allreduce || dp->r == 0) {
+        dp->m = td_alloc(n * sizeof(float), TD_MEM_OPTIM);
+        dp->v = td_alloc(n * sizeof(float), TD_MEM_OPTIM);
+    }
+    td_param_init_range(dp->t, dp->cfg.seed, 0, n, dp->params);
+    /* replicas start identical whatever their seeds */
+    if (dp->D > 1) td_broadcast(dp->comm, dp->params, n, TD_F32, 0);
+    dp->impl = td_buckets_build(dp, allreduce ? -1 : 0);
+    td_gpt_bind_flat(dp->model, dp->params, dp->grads);
+    dp->model->hook = replicated_hook;
+    dp->model->hook_ctx = dp;
+}
+
+void td_replicated_destroy(td_dp *dp) {
+    td_buckets_free(dp->impl);
+    dp->impl = NULL; /* the flat buffers: td_dp_destroy */
+}
+
+void td_replicated_begin_micro(td_dp *dp) { td_buckets_reset(dp->impl); }
+
+const float *td_replicated_gather_unit(td_dp *dp, int section, int u, float *scratch) {
+    (void)scratch;
+    /* dp rank 0 of the first grid row is world rank 0, and holds the
+     * moments under reduce-broadcast too */
+    if (dp->g->world_rank != 0) return NULL;
+    const float *b = section == 0 ? dp->params : section == 1 ? dp->m : dp->v;
+    return b + dp->t->unit_offset[u];
+}
+
+int td_replicated_full_params(const td_dp *dp) {
+    (void)dp;
+    return 1;
+}
+
+static void allreduce_plan(const td_dp_config *cfg, const td_layout *lay, const td_param_table *t,
+                           td_mem_plan *p) {
+    (void)cfg, (void)lay;
+    size_t n = t->numel * sizeof(float);
+    p->bytes[TD_MEM_PARAMS] = n;
+    p->bytes[TD_MEM_GRADS] = n;
+    p->bytes[TD_MEM_OPTIM] = 2 * n;
+}
+
+/* Every replica owns the whole (all-reduced) gradient: one range, the norm
+ * its own; a non-finite row is agreed over the dp group all the same. */
+static double allreduce_finish(td_dp *dp, int step, float lr) {
+    size_t n = dp->t->numel;
+    td_buckets_wait_all(dp, dp->impl);
+    td_step_group grp = {dp->t, &dp->cfg.optim, dp->comm, dp->D, 0};
+    td_step_range all = {0, n, dp->params, dp->m, dp->v};
+    td_step_result res = td_step_apply(&grp, dp->grads, &all, 1, step, lr);
+    if (res.bad_row >= 0) td_dp_record_nonfinite(dp, step, res.bad_row);
+    memset(dp->grads, 0, n * sizeof(float));
+    return res.norm;
+}
+
+const td_dp_ops td_dp_allreduce_ops = {
+    .plan = allreduce_plan,
+    .create = td_replicated_create,
+    .destroy = td_replicated_destroy,
+    .begin_micro = td_replicated_begin_micro,
+    .finish_step = allreduce_finish,
+    .gather_unit = td_replicated_gather_unit,
+    .full_params = td_replicated_full_params,
+};

@@ -1,0 +1,51 @@
+/* Reduce-broadcast data parallelism: the gradients are reduced to dp rank
+ * 0, which alone holds the AdamW moments, runs the step and broadcasts the
+ * updated parameters. The replicated state is allreduce.c's. */
+#include <math.h>
+#include <string.h>
+
+#include "dp_internal.h"
+
+static void rb_plan(const td_dp_config *cfg, const td_layout *lay, const td_param_table *t,
+                    td_mem_plan *p) {
+    (void)cfg;
+    size_t n = t->numel * sizeof(float);
+    p->bytes[TD_MEM_PARAMS] = n;
+    p->bytes[TD_MEM_GRADS] = n;
+    p->bytes[TD_MEM_OPTIM] = lay->dp_rank == 0 ? 2 * n : 0;
+}
+
+static double rb_finish(td_dp *dp, int step, float lr) {
+    size_t n = dp->t->numel;
+    td_buckets_wait_all(dp, dp->impl);
+    /* the root owns the whole reduced gradient and steps alone */
+    float norm_f = 0.0f;
+    int row = dp->t->n_rows;
+    if (dp->r == 0) {
+        td_step_group grp = {dp->t, &dp->cfg.optim, NULL, 1, 0};
+        td_step_range all = {0, n, dp->params, dp->m, dp->v};
+        td_step_result res = td_step_apply(&grp, dp->grads, &all, 1, step, lr);
+        if (res.bad_row >= 0) row = res.bad_row;
+        norm_f = (float)res.norm;
+    }
+    if (dp->D > 1) {
+        td_broadcast(dp->comm, dp->params, n, TD_F32, 0);
+        td_broadcast(dp->comm, &norm_f, 1, TD_F32, 0);
+    }
+    /* every rank learns a non-finite step from the broadcast norm, and the
+     * root's row */
+    if (!isfinite(norm_f))
+        td_dp_record_nonfinite(dp, step, td_step_agree_row(dp->comm, dp->D, row));
+    memset(dp->grads, 0, n * sizeof(float));
+    return norm_f;
+}
+
+const td_dp_ops td_dp_reduce_broadcast_ops = {
+    .plan = rb_plan,
+    .create = td_replicated_create,
+    .destroy = td_replicated_destroy,
+    .begin_micro = td_replicated_begin_micro,
+    .finish_step = rb_finish,
+    .gather_unit = td_replicated_gather_unit,
+    .full_params = td_replicated_full_params,
+};

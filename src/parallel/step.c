@@ -1,0 +1,56 @@
+/* The one optimizer step of every data-parallel strategy (see step.h). */
+#include <math.h>
+
+#include "step.h"
+#include "trident/base.h"
+
+int td_step_first_nonfinite(const td_param_table *t, const float *x, size_t lo, size_t n) {
+    for (int i = 0; i < t->n_rows; i++) {
+        const td_param *r = &t->rows[i];
+        size_t a = td_max_sz(lo, r->offset), b = td_min_sz(lo + n, r->offset + r->numel);
+        for (size_t k = a; k < b; k++)
+            if (!isfinite(x[k - lo])) return i;
+    }
+    return t->n_rows;
+}
+
+int td_step_agree_row(td_comm *group, int group_size, int row) {
+    float neg = -(float)row; /* rows are small integers, exact in float; MAX of -row = MIN */
+    if (group && group_size > 1) td_allreduce(group, &neg, 1, TD_F32, TD_MAX);
+    return (int)-neg;
+}
+
+td_step_result td_step_apply(const td_step_group *grp, const float *grads, const td_step_range *r,
+                             int n_ranges, int step, float lr) {
+    const td_param_table *t = grp->t;
+    int together = grp->group && grp->group_size > 1;
+    size_t total = 0;
+    for (int i = 0; i < n_ranges; i++) total += r[i].n;
+    td_step_result res = {0.0, -1};
+    double sumsq = td_sumsq(grads, total);
+    if (grp->sharded) {
+        float sq = (float)sumsq;
+        if (together) td_allreduce(grp->group, &sq, 1, TD_F32, TD_SUM);
+        sumsq = sq;
+    }
+    res.norm = sqrt(sumsq);
+    if (!isfinite(res.norm)) { /* no update: every rank scans what it owns */
+        int row = t->n_rows;
+        size_t k = 0;
+        for (int i = 0; i < n_ranges; i++) {
+            int ri = td_step_first_nonfinite(t, grads + k, r[i].lo, r[i].n);
+            if (ri < row) row = ri;
+            k += r[i].n;
+        }
+        res.bad_row = td_step_agree_row(together ? grp->group : NULL, grp->group_size, row);
+        return res;
+    }
+    float scale = td_clip_scale(res.norm, grp->optim->clip);
+    size_t k = 0;
+    for (int i = 0; i < n_ranges; i++) {
+        td_adamw_update(r[i].p, grads + k, r[i].m, r[i].v, r[i].lo, r[i].lo + r[i].n, t, grp->optim,
+                        lr, step + 1, scale);
+        k += r[i].n;
+    }
+    return res;
+}

@@ -1,0 +1,61 @@
+/* The one optimizer step of every data-parallel strategy (private to
+ * src/parallel): the global gradient norm, the non-finite check, clipping
+ * and AdamW, over the ranges of the flat buffers this rank owns once its
+ * strategy has reduced the gradients.
+ *
+ * The ranks of `group` take the step together:
+ *   sharded = 0  every rank owns the whole model (replicated): the norm is
+ *                its own, summed in double;
+ *   sharded = 1  the ranks' ranges partition the model (ZeRO shards, server
+ *                slices): each rank's sum of squares is rounded to float and
+ *                the floats are all-reduced over the group (fp32 sum, the
+ *                order these modes have always used, kept so that every
+ *                mode stays bit-identical to before).
+ * A non-finite norm applies nothing; the first tensor holding a non-finite
+ * gradient is the smallest table row over the ranks' scans, agreed over the
+ * group. */
+#ifndef TRIDENT_STEP_H
+#define TRIDENT_STEP_H
+
+#include <stddef.h>
+
+#include "trident/comm.h"
+#include "trident/model.h"
+#include "trident/optim.h"
+
+/* Flat elements [lo, lo + n) of the model; p, m, v point at element lo of
+ * the parameters and AdamW moments wherever the strategy keeps them. */
+typedef struct {
+    size_t lo, n;
+    float *p, *m, *v;
+} td_step_range;
+
+typedef struct {
+    const td_param_table *t;
+    const td_optim_config *optim;
+    td_comm *group; /* NULL: this rank steps alone */
+    int group_size;
+    int sharded; /* 1: the ranks' ranges partition the model (see above) */
+} td_step_group;
+
+/* bad_row: -1 when the step was applied; else the agreed first row holding a
+ * non-finite gradient, or t->n_rows when all are finite and the norm overflowed */
+typedef struct {
+    double norm; /* global gradient norm, before clipping */
+    int bad_row;
+} td_step_result;
+
+/* grads: the owned gradients packed range after range (range k's at the sum
+ * of the lengths before it), so the sum of squares runs over one contiguous
+ * buffer in td_sumsq's fixed block order. step is 0-based. Collective over
+ * the group. */
+td_step_result td_step_apply(const td_step_group *grp, const float *grads, const td_step_range *r,
+                             int n_ranges, int step, float lr);
+
+/* The table row of the first non-finite element among the flat elements
+ * [lo, lo + n) stored at x, or t->n_rows if none. */
+int td_step_first_nonfinite(const td_param_table *t, const float *x, size_t lo, size_t n);
+/* The smallest of the ranks' rows over a group (collective over it). */
+int td_step_agree_row(td_comm *group, int group_size, int row);
+
+#endif
