@@ -25,6 +25,22 @@ void td_embedding_forward(float *out, const int *tokens, const float *wte, const
                           int B, int T, int C);
 void td_embedding_backward(float *dwte, float *dwpe, const float *dout, const int *tokens,
                            int B, int T, int C);
+/* The same in two parts, for a vocab-parallel embedding (a rank holds wte
+ * rows [lo, lo + rows)) and rows split along the sequence:
+ *   shard_forward:  out[n] = wte[tokens[n] - lo], 0 where the token is not
+ *                   in the shard (the tp ranks' outputs sum to the lookup);
+ *   position_forward: out[n] += wpe[(n0 + n) % T] for n in [0, N) (rows of
+ *                   a micro-batch starting at global row n0);
+ *   shard_backward: dwte[tokens[n] - lo] += dout[n] for tokens in the shard;
+ *   position_backward: dwpe[(n0 + n) % T] += dout[n].
+ * Each element receives its terms in the fused kernels' order, so with
+ * lo = 0 and n0 = 0 the two parts give their bits. */
+void td_embedding_shard_forward(float *out, const int *tokens, const float *wte, int lo, int rows,
+                                int N, int C);
+void td_position_forward(float *out, const float *wpe, int n0, int N, int T, int C);
+void td_embedding_shard_backward(float *dwte, const float *dout, const int *tokens, int lo, int rows,
+                                 int N, int C);
+void td_position_backward(float *dwpe, const float *dout, int n0, int N, int T, int C);
 
 /* out[N,C] = (inp - mean) * rstd * w + b; saves mean[N], rstd[N]. eps = 1e-5. */
 void td_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
@@ -74,15 +90,19 @@ void td_softmax_xent_forward(float *losses, float *probs, const float *logits,
  * each row's max, sum of exponentials and target logit over tp between them.
  * Run back to back they give bit for bit the fused kernel's losses and
  * probabilities (same operations in the same order per row).
- *   td_xent_max:     mx[n] = max of the row's first V logits.
+ * Under a vocab-parallel head a rank holds columns [lo, lo + Vp) of the
+ * vocabulary, of which the first V are real (V may be 0 on a rank holding
+ * only padding); targets stay global ids.
+ *   td_xent_max:     mx[n] = max of the row's first V logits (-FLT_MAX when
+ *                    V = 0, so the max over tp ranks ignores it).
  *   td_xent_exp_sum: xt[n] = the row's target logit (0 when targets is NULL
- *                    or the target is not in [0, V)), probs = exp(x - mx),
- *                    sum[n] = their sum. probs may alias logits.
+ *                    or the target is not in [lo, lo + V)), probs =
+ *                    exp(x - mx), sum[n] = their sum. probs may alias logits.
  *   td_xent_finish:  probs /= sum, padded columns 0; losses[n] (with
  *                    targets) = log(sum) - (xt - mx). */
 void td_xent_max(float *mx, const float *logits, int N, int V, int Vp);
 void td_xent_exp_sum(float *sum, float *xt, float *probs, const float *logits, const float *mx,
-                     const int *targets, int N, int V, int Vp);
+                     const int *targets, int lo, int N, int V, int Vp);
 void td_xent_finish(float *losses, float *probs, const float *sum, const float *xt,
                     const float *mx, const int *targets, int N, int V, int Vp);
 /* dlogits[N,Vp] = (probs - onehot(target)) * dloss[row]; padded columns get
@@ -90,6 +110,10 @@ void td_xent_finish(float *losses, float *probs, const float *sum, const float *
  * the add rule) and dlogits may alias probs. */
 void td_softmax_xent_backward(float *dlogits, const float *probs, const int *targets,
                               const float *dloss, int N, int V, int Vp);
+/* The same for a vocab shard [lo, lo + Vp) with V real columns: targets
+ * outside the shard take no one-hot term. */
+void td_xent_backward(float *dlogits, const float *probs, const int *targets, int lo,
+                      const float *dloss, int N, int V, int Vp);
 
 /* Measured sgemm rate in GFLOP/s of `threads` single-threaded 512^3 GEMMs
  * running at once (all of them together), cached: the denominator of MFU. */

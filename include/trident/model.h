@@ -6,12 +6,14 @@
  * the communication table td_model_comm.
  *
  * Parameters live in one flat buffer laid out by UNIT, in forward order:
- *   unit 0      embeddings: wte[Vp,C], wpe[T,C]
+ *   unit 0      embeddings: wte[Vp/tp,C] (this rank's vocabulary rows), wpe[T,C]
  *   unit 1..L   block l-1: ln_1 w,b[C], c_attn w[3C,C] b[3C], attn c_proj
  *               w[C,C] b[C], ln_2 w,b[C], c_fc w[4C,C] b[4C], mlp c_proj
  *               w[C,4C] b[C]
  *   unit L+1    ln_f w,b[C]
- * so a unit is a contiguous range: data-parallel buckets and ZeRO shards are
+ * Under tensor parallelism each rank's table holds its slices of the split
+ * tensors (td_tp_split) in the same order, so units keep their meaning and
+ * a unit is a contiguous range: data-parallel buckets and ZeRO shards are
  * ranges, and ZeRO-3 can gather one block at a time. Gradients (and the
  * optimizer moments) use the same offsets. Each unit starts and ends on a
  * multiple of unit_align elements (zero padding between units belongs to no
@@ -43,15 +45,23 @@ typedef struct {
     int C;  /* channels */
     int T;  /* context length */
     int V;  /* real vocabulary */
-    int Vp; /* padded vocabulary (logit columns >= V are masked) */
+    int Vp; /* V padded for one process (tp 1), the layout of checkpoint files
+               and sampling; a tp layout pads further (td_param_table.Vp) */
 } td_gpt_config;
 
 /* Fills Vp from V and checks every size; a bad size is a user error naming
  * the flag (C % H, positive sizes, the maxima above). */
 void td_gpt_config_finish(td_gpt_config *cfg);
 
-/* Tensor-parallel split of a tensor (used from the tensor-parallel issue on;
- * every tensor is TD_SPLIT_NONE while tp = 1). */
+/* Tensor-parallel split of a tensor over the tp ranks. trident stores a
+ * weight as [out, in], so (Megatron's names):
+ *   TD_SPLIT_COL    column-parallel: split by output features = the stored
+ *                   rows (dim 0); its bias is split the same way
+ *   TD_SPLIT_ROW    row-parallel: split by input features = the stored
+ *                   columns (dim 1); its bias is replicated, added once
+ *   TD_SPLIT_VOCAB  the token embedding (tied LM head): rows split by
+ *                   vocabulary id, padded as the layout needs
+ *   TD_SPLIT_NONE   replicated on every tp rank (LayerNorm, positions) */
 typedef enum { TD_SPLIT_NONE, TD_SPLIT_ROW, TD_SPLIT_COL, TD_SPLIT_VOCAB } td_tp_split;
 
 /* What a row is, independent of its layer: the model finds every tensor by
@@ -66,32 +76,62 @@ typedef enum {
 
 typedef struct {
     char name[64];     /* nanoGPT state_dict name */
+    int id;            /* stable tensor id: the row's index, the same in every
+                          layout (initialization, checkpoints) */
     int ndim;
-    int shape[2];      /* global shape */
-    int local_shape[2];/* this rank's shape (== shape while tp = 1) */
-    size_t offset;     /* first element in the flat buffer */
-    size_t numel;
+    int shape[2];      /* global shape: the real vocabulary for wte, no padding */
+    int local_shape[2];/* this rank's slice (wte: with the layout's padding rows) */
+    size_t offset;     /* first element of the slice in the flat buffer */
+    size_t numel;      /* elements of the slice */
     int unit;          /* 0 embeddings, 1..L blocks, L+1 final norm */
     int layer;         /* -1 embeddings, 0..L-1 blocks, L final norm */
     int decay;         /* AdamW weight decay applies (2-D tensors) */
     td_tp_split split;
+    int split_dim;     /* the dimension split over tp: 0 (COL, VOCAB), 1 (ROW), -1 */
+    int groups;        /* fused tensors: split_dim is `groups` equal parts, each
+                          split over tp on its own (the QKV weight: q, k, v) */
+    int split_lo;      /* global index along split_dim where this rank's slice
+                          of each group starts */
     td_tensor_kind kind;
 } td_param;
 
 typedef struct {
     td_gpt_config cfg;
+    int tp, tp_rank;         /* the tensor-parallel layout this table is for */
+    int Vp;                  /* padded vocabulary of this layout: V rounded up to
+                                TD_VOCAB_PAD x tp (a layout property: no tensor's
+                                global shape, checkpoint or loss includes it) */
+    int vocab_lo, vocab_local; /* this rank's wte rows: [vocab_lo, vocab_lo + vocab_local) */
     int n_rows;
     td_param *rows;          /* [n_rows], flat-buffer order */
     size_t numel;            /* flat buffer size in elements (with padding) */
-    size_t n_real;           /* parameters excluding vocab and unit padding */
+    size_t n_real;           /* this rank's parameters excluding vocab and unit padding */
+    size_t n_global;         /* the model's parameters (global shapes), any layout */
     int unit_align;
     int n_units;             /* L + 2 */
     size_t *unit_offset;     /* [n_units + 1], unit u is [unit_offset[u], unit_offset[u+1]) */
 } td_param_table;
 
-/* unit_align: 1 for the canonical layout (checkpoints), a multiple of dp for
- * sharded layouts. */
+/* The layout a table is built for: unit padding (1 for the canonical layout
+ * of checkpoints, a multiple of dp for sharded layouts) and this rank's place
+ * on the tp axis. Pipeline stages will add the blocks a rank holds. */
+typedef struct {
+    int unit_align;
+    int tp, tp_rank;
+} td_table_layout;
+
+/* Checks that a model splits over tp (tp divides the heads, hence C and
+ * 4C; with sequence parallelism also the sequence): one clear error naming
+ * the flags otherwise. */
+void td_gpt_check_tp(const td_gpt_config *cfg, int tp, int seq_parallel);
+void td_param_table_build_layout(td_param_table *t, const td_gpt_config *cfg,
+                                 const td_table_layout *lay);
+/* The table of one process (tp 1). */
 void td_param_table_build(td_param_table *t, const td_gpt_config *cfg, int unit_align);
+/* Global element index (row-major in p->shape) of element k of tp rank r's
+ * slice of row p (any rank of the table's tp, not only its own); -1 for a
+ * padding row of the vocabulary. */
+long long td_param_global_index(const td_param_table *t, const td_param *p, int r, size_t k);
 /* Copies every tensor from a buffer in layout `from` to layout `to` (same
  * model, different unit padding); padding in `dst` is zeroed. */
 void td_param_relayout(float *dst, const td_param_table *to, const float *src,
@@ -105,8 +145,9 @@ size_t td_unit_numel(const td_param_table *t, int unit);
 
 /* GPT-2 init of the elements [lo, hi) of the flat buffer into out[0..hi-lo):
  * normal(0, 0.02), residual projections 0.02/sqrt(2L), biases 0, LayerNorm
- * gains 1, vocab padding rows 0. Counter-based, so any range (a shard)
- * initialises identically to the same range of the whole buffer. */
+ * gains 1, vocab padding rows 0. Each value is a function of (seed, tensor
+ * id, global element index) alone, so every layout (tp slices, ZeRO shards)
+ * initializes every global element identically. */
 void td_param_init_range(const td_param_table *t, unsigned long long seed, size_t lo, size_t hi,
                          float *out);
 
@@ -122,27 +163,33 @@ typedef enum { TD_FWD_BEGIN, TD_FWD_END, TD_BWD_BEGIN, TD_BWD_END } td_unit_even
 typedef void (*td_unit_hook)(void *ctx, td_unit_event ev, int unit);
 
 /* Communication the model needs under tensor parallelism, supplied by the
- * parallel layer (the model links without MPI). A NULL table or a NULL entry
- * is a no-op, which is exactly right for tp = 1. Every buffer is this rank's
- * and is reduced in place over the ranks of its tp group.
+ * parallel layer (the model links without MPI). A NULL table is right for
+ * tp = 1 only. Every buffer is this rank's.
  *
- * tp_allreduce(ctx, buf, n, op): element-wise reduction of buf[0..n) over
- *   tp. Called, with TD_REDUCE_SUM unless said otherwise, on:
- *   - g, forward: the attention output projection's output attproj [N,C]
- *     and the MLP second projection's output fcproj [N,C] (row-parallel
- *     partial sums);
- *   - f, backward: the gradient of ln_1's output [N,C] (before ln_1's
- *     backward: the QKV projection's input gradient), of ln_2's output
- *     [N,C] (the MLP first projection's input gradient) and of ln_f's output
- *     [N,C] (the tied LM head's input gradient);
- *   - the loss (vocab-parallel cross-entropy), forward: each row's logit max
- *     [N] with TD_REDUCE_MAX, then each row's sum of exp(logit - max) [N] and
- *     its target logit [N] (0 on ranks whose shard lacks the target).
- * seq_all_gather(ctx, out, in, n_local) / seq_reduce_scatter(ctx, out, in,
- *   n_local): sequence parallelism, in[n_local] -> out[tp * n_local] along
- *   the token dimension and back (summing). Declared for the tensor-parallel
- *   round; the model does not call them yet (its activations are not split
- *   along the sequence). */
+ * Megatron's conjugate operators sit at the boundaries of each sub-block
+ * (attention, MLP), of the vocab-parallel embedding and of the tied head.
+ * Without sequence parallelism they are all-reduces of [N,C] (N = B*T):
+ *   g, forward: the row-parallel outputs (attention and MLP output
+ *     projections, the embedding lookup: partial sums over tp);
+ *   f, backward: the input gradients of the column-parallel projections
+ *     (QKV, the MLP's first, the tied head's), before each LayerNorm's
+ *     backward.
+ * With sequence parallelism the regions between them (LayerNorm, residual
+ * stream, dropout-free here) hold N/tp rows each; every g becomes a
+ * reduce-scatter to the rank's rows and every f an all-gather of them before
+ * the column-parallel projection (forward) / of the output gradient before
+ * the row-parallel one (backward), with a reduce-scatter for the input
+ * gradient.
+ *
+ * tp_allreduce(ctx, buf, n, op): element-wise reduction of buf[0..n) in
+ *   place, TD_REDUCE_SUM for g and f; also the loss: each row's logit max
+ *   [N] (TD_REDUCE_MAX), then its sum of exponentials and target logit [N],
+ *   and, with sequence parallelism, the partial gradients of the replicated
+ *   LayerNorm parameters [2C].
+ * seq_all_gather(ctx, out, in, n_local): in[n_local] -> out[tp * n_local],
+ *   rank r's part at out + r * n_local (in may be that part of out).
+ * seq_reduce_scatter(ctx, out, in, n_local): in[tp * n_local] summed over
+ *   tp, rank r keeps part r in out[n_local]. */
 typedef enum { TD_REDUCE_SUM, TD_REDUCE_MAX } td_reduce_op;
 typedef struct {
     void *ctx;
@@ -151,70 +198,97 @@ typedef struct {
     void (*seq_reduce_scatter)(void *ctx, float *out, const float *in, size_t n_local);
 } td_model_comm;
 
-/* Saved tensors of one block for one micro-batch (N = B*T rows), everything
- * its backward reads. The block's input is the previous block's res3 (or the
- * embedding's output) and is not part of it. */
+/* Sizes of this rank's share of the model and of one micro-batch: the
+ * activations and the plan are both computed from them. */
 typedef struct {
-    float *ln1, *ln1_mean, *ln1_rstd; /* [N,C], [N], [N] */
-    float *qkv;                       /* [N,3C] */
-    float *atty;                      /* [N,C] */
-    float *att;                       /* [B,H,T,T] softmax probabilities */
-    float *attproj, *res2;            /* [N,C] */
-    float *ln2, *ln2_mean, *ln2_rstd; /* [N,C], [N], [N] */
-    float *fch, *fch_gelu;            /* [N,4C] */
-    float *fcproj, *res3;             /* [N,C]; res3 is the block's output */
+    int B, T, C, N; /* micro-batch, sequence, channels, N = B*T rows */
+    int Ns;         /* rows this rank holds outside the tensor-parallel
+                       regions: N, or N/tp with sequence parallelism */
+    int row0;       /* the first of them among the N */
+    int Ca, Ha;     /* attention width and heads on this rank: C/tp, H/tp */
+    int F;          /* MLP hidden features on this rank: 4C/tp */
+    int Vl, Vreal;  /* vocabulary columns on this rank (with padding), real ones */
+    int vocab_lo;
+    int tp, tp_rank, sp;
+} td_gpt_dims;
+
+void td_gpt_dims_of(td_gpt_dims *d, const td_param_table *t, int B, int seq_parallel);
+
+/* Saved tensors of one block for one micro-batch, everything its backward
+ * reads (sizes in td_gpt_dims). The block's input is the previous block's
+ * res3 (or the embedding's output) and is not part of it. With sequence
+ * parallelism ln1 and ln2 hold all N rows (gathered: the QKV and MLP
+ * weight gradients need them), the rest of the residual stream Ns. */
+typedef struct {
+    float *ln1, *ln1_mean, *ln1_rstd; /* [N,C], [Ns], [Ns] */
+    float *qkv;                       /* [N,3Ca] */
+    float *atty;                      /* [N,Ca] */
+    float *att;                       /* [B,Ha,T,T] softmax probabilities */
+    float *attproj, *res2;            /* [Ns,C] */
+    float *ln2, *ln2_mean, *ln2_rstd; /* [N,C], [Ns], [Ns] */
+    float *fch, *fch_gelu;            /* [N,F] */
+    float *fcproj, *res3;             /* [Ns,C]; res3 is the block's output */
 } td_block_acts;
 
 typedef struct {
-    float *encoded;                   /* [N,C] token + position embeddings */
+    float *encoded;                   /* [Ns,C] token + position embeddings */
 } td_embed_acts;
 
 typedef struct {
-    float *lnf, *lnf_mean, *lnf_rstd; /* [N,C], [N], [N] */
-    float *logits;     /* [N,Vp]; probabilities after a forward with targets,
+    float *lnf, *lnf_mean, *lnf_rstd; /* [N,C] (gathered), [Ns], [Ns] */
+    float *logits;     /* [N,Vl]; probabilities after a forward with targets,
                           dlogits after the backward */
     float *losses;     /* [N] */
     float *row_max, *row_sum, *tgt_logit; /* [N] each: the loss's reduced terms */
 } td_head_acts;
 
-/* Backward scratch, reused by every block (overwritten, never accumulated
- * across blocks except dres, the residual stream's gradient). */
+/* Scratch, reused by every block (overwritten, never accumulated across
+ * blocks except dres, the residual stream's gradient). The last three exist
+ * with sequence parallelism only (NULL otherwise). */
 typedef struct {
-    float *dres, *dln, *datty; /* [N,C] */
-    float *dqkv;               /* [N,3C] */
-    float *datt;               /* [B,H,T,T] */
-    float *dfch, *dfchg;       /* [N,4C] */
+    float *dres;               /* [Ns,C] */
+    float *dln;                /* [N,C] a column-parallel input gradient (partial) */
+    float *datty;              /* [N,Ca] */
+    float *dqkv;               /* [N,3Ca] */
+    float *datt;               /* [B,Ha,T,T] */
+    float *dfch, *dfchg;       /* [N,F] */
     float *dlosses;            /* [N] */
+    float *full;               /* [N,C] a row-parallel output before its reduce-scatter,
+                                  or dres gathered */
+    float *dln_local;          /* [Ns,C] dln after its reduce-scatter */
+    float *dnorm;              /* [2C] a LayerNorm's partial weight and bias gradients */
 } td_gpt_scratch;
 
 typedef struct td_gpt {
     td_gpt_config cfg;
     const td_param_table *table;
     int B;                   /* micro-batch the activations are sized for */
+    td_gpt_dims d;
     float **unit_params;     /* [n_units] current parameter base of each unit */
     float **unit_grads;      /* [n_units] current gradient base of each unit */
     td_unit_hook hook;       /* NULL: pointers are set once and never change */
     void *hook_ctx;
-    const td_model_comm *comm; /* NULL: tp = 1 */
+    const td_model_comm *comm; /* required when the table's tp > 1 */
     /* Each tensor's offset inside its unit, looked up in the table by kind
      * at create time (the same for every block). */
     size_t off[TD_T_COUNT];
 
-    /* activations, sized for B x T (N = B*T rows), one allocation */
+    /* activations, sized for B x T, one allocation */
     float *acts;
     td_embed_acts embed;
     td_block_acts *blocks;   /* [L] */
     td_head_acts head;
     float *logits;           /* == head.logits (kept for callers) */
-    float *grads_acts;       /* backward scratch, one allocation */
+    float *grads_acts;       /* scratch, one allocation */
     td_gpt_scratch s;
     int *inputs, *targets;   /* [N] copies of the last batch */
     size_t acts_bytes;
 } td_gpt;
 
-/* Bytes of activations + backward scratch for micro-batch B (the plan). */
-size_t td_gpt_activation_bytes(const td_gpt_config *cfg, int B);
-void td_gpt_create(td_gpt *m, const td_param_table *t, int B);
+/* Bytes of activations + scratch for micro-batch B on this table's rank,
+ * with or without sequence parallelism (the plan). */
+size_t td_gpt_activation_bytes(const td_param_table *t, int B, int seq_parallel);
+void td_gpt_create(td_gpt *m, const td_param_table *t, int B, int seq_parallel);
 void td_gpt_destroy(td_gpt *m);
 /* Points every unit at a whole flat buffer (replicated training). */
 void td_gpt_bind_flat(td_gpt *m, float *params, float *grads);
@@ -229,9 +303,9 @@ void td_gpt_backward(td_gpt *m, float dloss);
 
 /* Blocks [l0, l1) of one micro-batch, with the unit hook's events for
  * their units (FWD_BEGIN/END, BWD_BEGIN/END of units l0+1 .. l1). x is block
- * l0's input [N,C]: m->embed.encoded or m->blocks[l0-1].res3 in the whole
+ * l0's input [Ns,C] (td_gpt_dims): m->embed.encoded or m->blocks[l0-1].res3 in the whole
  * pass, a received activation in a pipeline stage. Forward returns block
- * l1-1's output (m->blocks[l1-1].res3). Backward takes in dres [N,C] the
+ * l1-1's output (m->blocks[l1-1].res3). Backward takes in dres [Ns,C] the
  * gradient of that output and leaves there the gradient of x. */
 const float *td_gpt_forward_blocks(td_gpt *m, int l0, int l1, const float *x);
 void td_gpt_backward_blocks(td_gpt *m, int l0, int l1, const float *x, float *dres);
@@ -240,11 +314,14 @@ void td_gpt_backward_blocks(td_gpt *m, int l0, int l1, const float *x, float *dr
  * events: the caller must have bound the units they read (unit_params, and
  * unit_grads for backward). Weights come from m->unit_params via m->off;
  * scratch from m->s.
- *   embed:  unit 0 (wte, wpe). out[N,C] = wte[inputs] + wpe[t].
+ *   embed:  unit 0 (wte, wpe). out[Ns,C] = wte[inputs] + wpe[t] (this
+ *           rank's rows; the vocab-parallel lookup is reduced over tp).
  *   block l: unit l+1. a receives every saved tensor; rerunning it from the
  *           same x reproduces a bit for bit (recomputation).
  *   head:   unit L+1 (ln_f) and unit 0 (wte, tied). Returns the loss sum
- *           (0 without targets). */
+ *           over all N rows (0 without targets), the same on every tp rank.
+ * Under tensor parallelism every tp rank calls each of them in the same
+ * order (they communicate through m->comm). */
 void td_embed_forward(td_gpt *m, const int *inputs, td_embed_acts *a);
 void td_embed_backward(td_gpt *m, const int *inputs, const float *dres);
 void td_block_forward(td_gpt *m, int l, const float *x, td_block_acts *a);

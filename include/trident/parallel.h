@@ -19,6 +19,7 @@
 #define TRIDENT_PARALLEL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "trident/grid.h"
 #include "trident/model.h"
@@ -50,6 +51,35 @@ typedef struct {
     int dp_shares_memory; /* the dp group's ranks share memory (one node): ZeRO's
                            * collectives then need no MPI staging */
 } td_layout;
+
+/* Tensor parallelism (tp.c): the model's communication table over the
+ * grid's tp group. Traffic is counted per operation: calls and payload bytes
+ * (the whole tensor: n elements for an all-reduce, tp x n_local for an
+ * all-gather or reduce-scatter), as the comm layer's trace records them. */
+enum { TD_TP_ALLREDUCE, TD_TP_ALL_GATHER, TD_TP_REDUCE_SCATTER, TD_TP_NOPS };
+typedef struct {
+    uint64_t calls[TD_TP_NOPS], bytes[TD_TP_NOPS];
+} td_tp_traffic;
+
+typedef struct {
+    td_model_comm ops;
+    td_comm *group;
+    int size;
+    uint64_t calls[TD_TP_NOPS], bytes[TD_TP_NOPS]; /* since the last reset */
+} td_tp_comm;
+
+void td_tp_comm_init(td_tp_comm *c, const td_grid *g);
+/* The table to give the model: NULL when tp = 1. */
+const td_model_comm *td_tp_comm_ops(const td_tp_comm *c);
+void td_tp_comm_reset(td_tp_comm *c);
+/* The tp traffic of one training step (forward + backward of n_micro
+ * micro-batches of B sequences) by the formula: per block and micro-batch 4
+ * all-reduces of B x T x C (with sequence parallelism 4 all-gathers and 4
+ * reduce-scatters of the same size), the embedding's and the head's one
+ * each, the loss's 3 reductions of B x T values, and with sequence
+ * parallelism the LayerNorms' partial gradients (2C each). */
+void td_tp_formula(td_tp_traffic *f, const td_gpt_config *cfg, int B, int n_micro, int tp,
+                   int seq_parallel);
 
 /* Predicted bytes per category for this rank (the plan, before allocation). */
 typedef struct {
@@ -103,13 +133,23 @@ void td_dp_serve(td_dp *dp, int steps);
 void td_dp_gather_state(td_dp *dp, const td_param_table *canon, float *params, float *m, float *v);
 
 /* Unit u of section 0 (parameters), 1 (AdamW m) or 2 (AdamW v) in this
- * strategy's layout, gathered to world rank 0, one unit at a time so that no
- * rank ever holds a second copy of the state: returns a pointer to the
- * unit's td_unit_numel(t, u) elements on world rank 0 (the strategy's own
- * memory where it holds them, else `scratch`), NULL on other ranks. scratch
- * holds the largest unit on every rank (sharded modes gather into it).
- * Collective over the world. */
+ * strategy's layout, gathered to dp rank 0 (world rank 0 when tp = pp = 1),
+ * one unit at a time so that no rank ever holds a second copy of the state:
+ * returns a pointer to the unit's td_unit_numel(t, u) elements on dp rank 0
+ * (the strategy's own memory where it holds them, else `scratch`), NULL on
+ * other ranks. scratch holds the largest unit on every rank (sharded modes
+ * gather into it). Collective over the dp group (and parameter servers). */
 const float *td_dp_gather_unit(td_dp *dp, int section, int u, float *scratch);
+/* Unit u of section s as above, with every tp rank's slices put together:
+ * on world rank 0 (NULL elsewhere), laid out as the rows of *layout say: t
+ * itself when tp = 1, else `canon` (tp 1, unit_align 1: global shapes, the
+ * vocabulary padded for one process). scratch holds
+ * td_tp_gather_scratch_floats(t, canon) floats on every rank. Collective
+ * over the world. Checkpoints, sampling and tests read the state this way. */
+const float *td_tp_gather_unit(td_dp *dp, const td_grid *g, const td_param_table *t,
+                               const td_param_table *canon, int section, int u, float *scratch,
+                               const td_param_table **layout);
+size_t td_tp_gather_scratch_floats(const td_param_table *t, const td_param_table *canon);
 /* Whether world rank 0 holds every parameter in this layout's flat buffer
  * (all modes but ZeRO-3); then *params points at it. */
 int td_dp_full_params(td_dp *dp, const float **params);

@@ -19,6 +19,7 @@ typedef struct {
     int threads;
     /* layout */
     int dp, tp, pp, ps_servers, ps_staleness, zero;
+    int seq_parallel; /* --sequence-parallel */
     const char *dp_mode;
     double bucket_mb, comm_timeout, piece_mb;
     int no_overlap;
@@ -63,6 +64,9 @@ typedef struct {
      * plan's total and the bytes of the largest unit it gathered (the bound is
      * plan + one unit) */
     size_t save_peak, save_start, save_plan, save_unit;
+    /* tensor parallelism: this rank's tp traffic in the last training step,
+     * as the comm layer recorded it, and the formula's (parallel.h) */
+    td_tp_traffic tp_measured, tp_formula;
 } td_train_result;
 
 /* Collective over the world; td_comm_init must have been called. */

@@ -28,6 +28,33 @@ void td_embedding_forward(float *out, const int *tokens, const float *wte, const
     }
 }
 
+void td_embedding_shard_forward(float *out, const int *tokens, const float *wte, int lo, int rows,
+                                int N, int C) {
+    int nt = td_k_threads_for((size_t)N * C);
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
+    for (int n = 0; n < N; n++) {
+        int tok = tokens[n];
+        TD_ASSERT(tok >= 0);
+        float *restrict o = out + (size_t)n * C;
+        if (tok < lo || tok - lo >= rows) {
+            for (int c = 0; c < C; c++) o[c] = 0.0f;
+            continue;
+        }
+        const float *restrict e = wte + (size_t)(tok - lo) * C;
+        for (int c = 0; c < C; c++) o[c] = e[c];
+    }
+}
+
+void td_position_forward(float *out, const float *wpe, int n0, int N, int T, int C) {
+    int nt = td_k_threads_for((size_t)N * C);
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *restrict p = wpe + (size_t)((n0 + n) % T) * C;
+        float *restrict o = out + (size_t)n * C;
+        for (int c = 0; c < C; c++) o[c] += p[c];
+    }
+}
+
 /* Vocab-id boundaries bound[0..nt] giving each thread about N/nt tokens. */
 static void emb_vocab_split(int *bound, const int *tokens, int N, int nt) {
     int vmax = 0;
@@ -46,6 +73,44 @@ static void emb_vocab_split(int *bound, const int *tokens, int N, int nt) {
     }
     bound[nt] = vmax + 1;
     td_free(count);
+}
+
+void td_embedding_shard_backward(float *dwte, const float *dout, const int *tokens, int lo, int rows,
+                                 int N, int C) {
+    int nt = td_k_threads_for((size_t)N * C);
+    if (nt > 64) nt = 64;
+    int vb[65]; /* dwte row ranges per thread */
+    if (nt > 1) emb_vocab_split(vb, tokens, N, nt);
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        int i = omp_get_thread_num(), k = omp_get_num_threads();
+        int v0 = k > 1 ? vb[i] : 0, v1 = k > 1 ? vb[i + 1] : 0x7fffffff;
+        for (int n = 0; n < N; n++) {
+            int tok = tokens[n];
+            if (tok < v0 || tok >= v1 || tok < lo || tok - lo >= rows) continue;
+            const float *restrict g = dout + (size_t)n * C;
+            float *restrict d = dwte + (size_t)(tok - lo) * C;
+            for (int c = 0; c < C; c++) d[c] += g[c];
+        }
+    }
+}
+
+void td_position_backward(float *dwpe, const float *dout, int n0, int N, int T, int C) {
+    int nt = td_k_threads_for((size_t)N * C);
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        int t0, t1;
+        td_k_split(T, omp_get_num_threads(), omp_get_thread_num(), 1, &t0, &t1);
+        for (int t = t0; t < t1; t++) {
+            float *restrict d = dwpe + (size_t)t * C;
+            /* rows n with (n0 + n) % T == t, in increasing n */
+            int first = ((t - n0) % T + T) % T;
+            for (int n = first; n < N; n += T) {
+                const float *restrict g = dout + (size_t)n * C;
+                for (int c = 0; c < C; c++) d[c] += g[c];
+            }
+        }
+    }
 }
 
 void td_embedding_backward(float *dwte, float *dwpe, const float *dout, const int *tokens,

@@ -5,6 +5,7 @@
  * Rows are independent, so results are bitwise identical for any thread
  * count. probs may alias logits: each row reads logits[target] before it
  * overwrites the row. */
+#include <float.h>
 #include <math.h>
 
 #include "internal.h"
@@ -38,20 +39,24 @@ void td_softmax_xent_forward(float *losses, float *probs, const float *logits,
  * kernel's per-row operations and order, so with nothing between them the
  * bits are the same; rows stay independent, so any thread count gives them. */
 void td_xent_max(float *mx, const float *logits, int N, int V, int Vp) {
-    TD_ASSERT(V >= 1 && V <= Vp);
+    TD_ASSERT(V >= 0 && V <= Vp);
+    if (V == 0) { /* a shard of padding only: the max over tp ignores it */
+        for (int n = 0; n < N; n++) mx[n] = -FLT_MAX;
+        return;
+    }
     int nt = td_k_threads_for((size_t)N * V);
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
     for (int n = 0; n < N; n++) mx[n] = td_k_max(logits + (size_t)n * Vp, V);
 }
 
 void td_xent_exp_sum(float *sum, float *xt, float *probs, const float *logits, const float *mx,
-                     const int *targets, int N, int V, int Vp) {
+                     const int *targets, int lo, int N, int V, int Vp) {
     int nt = td_k_threads_for((size_t)N * Vp * 3);
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
     for (int n = 0; n < N; n++) {
         const float *x = logits + (size_t)n * Vp;
         float *p = probs + (size_t)n * Vp;
-        int tgt = targets ? targets[n] : -1;
+        int tgt = targets ? targets[n] - lo : -1;
         xt[n] = tgt >= 0 && tgt < V ? x[tgt] : 0.0f; /* before p (maybe == x) is written */
         float m = mx[n];
         for (int v = 0; v < V; v++) p[v] = td_k_expf(x[v] - m);
@@ -76,16 +81,23 @@ void td_xent_finish(float *losses, float *probs, const float *sum, const float *
 
 void td_softmax_xent_backward(float *dlogits, const float *probs, const int *targets,
                               const float *dloss, int N, int V, int Vp) {
+    for (int n = 0; n < N; n++) TD_ASSERT(targets[n] >= 0 && targets[n] < V);
+    td_xent_backward(dlogits, probs, targets, 0, dloss, N, V, Vp);
+}
+
+void td_xent_backward(float *dlogits, const float *probs, const int *targets, int lo,
+                      const float *dloss, int N, int V, int Vp) {
     int nt = td_k_threads_for((size_t)N * Vp);
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
     for (int n = 0; n < N; n++) {
         const float *p = probs + (size_t)n * Vp;
         float *d = dlogits + (size_t)n * Vp;
         float g = dloss[n];
-        int tgt = targets[n];
-        float pt = p[tgt]; /* before d (maybe == p) is written */
+        int tgt = targets[n] - lo;
+        int mine = tgt >= 0 && tgt < V;
+        float pt = mine ? p[tgt] : 0.0f; /* before d (maybe == p) is written */
         for (int v = 0; v < V; v++) d[v] = p[v] * g;
-        d[tgt] = (pt - 1.0f) * g;
+        if (mine) d[tgt] = (pt - 1.0f) * g;
         for (int v = V; v < Vp; v++) d[v] = 0.0f;
     }
 }

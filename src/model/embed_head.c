@@ -1,44 +1,58 @@
 /* The ends of the model: token + position embedding, and the final
- * LayerNorm + tied LM head + cross-entropy. The loss is computed in stages so
- * that a vocab-parallel head can reduce each row's max, sum of exponentials
- * and target logit over tp in between (td_model_comm); with no table the
+ * LayerNorm + tied LM head + cross-entropy.
+ *
+ * Vocab-parallel (Megatron): each tp rank holds rows [vocab_lo, vocab_lo +
+ * Vl) of wte. The embedding looks up the tokens of its shard (zeros for the
+ * rest) and the partial lookups are summed over tp like a row-parallel
+ * output; positions are added after, once. The head computes only its
+ * shard's logits [N,Vl] and the loss never materializes the full row: each
+ * row's max, sum of exponentials and target logit are reduced over tp
+ * between the stages of the cross-entropy (td_xent_*); with tp = 1 the
  * stages give the fused kernel's bits. */
 #include <string.h>
 
 #include "internal.h"
-#include "trident/base.h"
 #include "trident/kernels.h"
 
 enum { EMBED_UNIT = 0 };
 static int head_unit(const td_gpt *m) { return m->cfg.L + 1; }
 
 void td_embed_forward(td_gpt *m, const int *inputs, td_embed_acts *a) {
-    const td_gpt_config *c = &m->cfg;
-    td_embedding_forward(a->encoded, inputs, td_m_w(m, EMBED_UNIT, TD_T_WTE),
-                         td_m_w(m, EMBED_UNIT, TD_T_WPE), m->B, c->T, c->C);
+    const td_gpt_dims *d = &m->d;
+    float *part = d->sp ? m->s.full : a->encoded;
+    td_embedding_shard_forward(part, inputs, td_m_w(m, EMBED_UNIT, TD_T_WTE), d->vocab_lo, d->Vl,
+                               d->N, d->C);
+    td_m_reduce_rows(m, part, a->encoded);
+    td_position_forward(a->encoded, td_m_w(m, EMBED_UNIT, TD_T_WPE), d->row0, d->Ns, d->T, d->C);
 }
 
 void td_embed_backward(td_gpt *m, const int *inputs, const float *dres) {
-    const td_gpt_config *c = &m->cfg;
-    td_embedding_backward(td_m_g(m, EMBED_UNIT, TD_T_WTE), td_m_g(m, EMBED_UNIT, TD_T_WPE), dres,
-                          inputs, m->B, c->T, c->C);
+    const td_gpt_dims *d = &m->d;
+    const float *dfull = td_m_gather_grad(m, dres); /* every shard of wte sees every row */
+    td_embedding_shard_backward(td_m_g(m, EMBED_UNIT, TD_T_WTE), dfull, inputs, d->vocab_lo, d->Vl,
+                                d->N, d->C);
+    /* from all N rows: the position gradient is the same on every tp rank */
+    td_position_backward(td_m_g(m, EMBED_UNIT, TD_T_WPE), dfull, 0, d->N, d->T, d->C);
 }
 
 double td_head_forward(td_gpt *m, const float *x, const int *targets, td_head_acts *a) {
-    const td_gpt_config *c = &m->cfg;
-    int N = m->B * c->T, C = c->C, V = c->V, Vp = c->Vp, u = head_unit(m);
-    td_layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, x, td_m_w(m, u, TD_T_LNFW),
-                         td_m_w(m, u, TD_T_LNFB), N, C);
-    /* LM head tied to wte: logits[N,Vp] = lnf @ wte^T */
-    td_matmul_forward(a->logits, a->lnf, td_m_w(m, EMBED_UNIT, TD_T_WTE), NULL, N, C, Vp);
+    const td_gpt_dims *d = &m->d;
+    int N = d->N, C = d->C, u = head_unit(m);
+    /* the head's input: all rows */
+    td_m_norm_forward(m, a->lnf, a->lnf_mean, a->lnf_rstd, x, td_m_w(m, u, TD_T_LNFW),
+                      td_m_w(m, u, TD_T_LNFB));
+    /* LM head tied to this rank's wte rows: logits[N,Vl] = lnf @ wte^T */
+    td_matmul_forward(a->logits, a->lnf, td_m_w(m, EMBED_UNIT, TD_T_WTE), NULL, N, C, d->Vl);
     if (!targets) return 0.0;
-    for (int i = 0; i < N; i++) TD_ASSERT(targets[i] >= 0 && targets[i] < V);
-    td_xent_max(a->row_max, a->logits, N, V, Vp);
+    for (int i = 0; i < N; i++) TD_ASSERT(targets[i] >= 0 && targets[i] < m->cfg.V);
+    td_xent_max(a->row_max, a->logits, N, d->Vreal, d->Vl);
     td_m_tp_allreduce(m, a->row_max, (size_t)N, TD_REDUCE_MAX);
-    td_xent_exp_sum(a->row_sum, a->tgt_logit, a->logits, a->logits, a->row_max, targets, N, V, Vp);
+    td_xent_exp_sum(a->row_sum, a->tgt_logit, a->logits, a->logits, a->row_max, targets, d->vocab_lo,
+                    N, d->Vreal, d->Vl);
     td_m_tp_allreduce(m, a->row_sum, (size_t)N, TD_REDUCE_SUM);
     td_m_tp_allreduce(m, a->tgt_logit, (size_t)N, TD_REDUCE_SUM);
-    td_xent_finish(a->losses, a->logits, a->row_sum, a->tgt_logit, a->row_max, targets, N, V, Vp);
+    td_xent_finish(a->losses, a->logits, a->row_sum, a->tgt_logit, a->row_max, targets, N, d->Vreal,
+                   d->Vl);
     double sum = 0.0;
     for (int i = 0; i < N; i++) sum += a->losses[i];
     return sum;
@@ -46,17 +60,16 @@ double td_head_forward(td_gpt *m, const float *x, const int *targets, td_head_ac
 
 void td_head_backward(td_gpt *m, const float *x, const int *targets, td_head_acts *a, float dloss,
                       float *dres) {
-    const td_gpt_config *c = &m->cfg;
-    int N = m->B * c->T, C = c->C, u = head_unit(m);
+    const td_gpt_dims *d = &m->d;
+    int N = d->N, C = d->C, u = head_unit(m);
     td_gpt_scratch *s = &m->s;
     for (int i = 0; i < N; i++) s->dlosses[i] = dloss;
     /* dlogits overwrite the probabilities in place */
-    td_softmax_xent_backward(a->logits, a->logits, targets, s->dlosses, N, c->V, c->Vp);
-    memset(s->dln, 0, sizeof(float) * N * C);
+    td_xent_backward(a->logits, a->logits, targets, d->vocab_lo, s->dlosses, N, d->Vreal, d->Vl);
+    memset(s->dln, 0, sizeof(float) * (size_t)N * C);
     td_matmul_backward(s->dln, td_m_g(m, EMBED_UNIT, TD_T_WTE), NULL, a->logits, a->lnf,
-                       td_m_w(m, EMBED_UNIT, TD_T_WTE), N, C, c->Vp);
-    td_m_tp_allreduce(m, s->dln, (size_t)N * C, TD_REDUCE_SUM); /* f: the head's input */
-    memset(dres, 0, sizeof(float) * N * C);
-    td_layernorm_backward(dres, td_m_g(m, u, TD_T_LNFW), td_m_g(m, u, TD_T_LNFB), s->dln, x,
-                          td_m_w(m, u, TD_T_LNFW), a->lnf_mean, a->lnf_rstd, N, C);
+                       td_m_w(m, EMBED_UNIT, TD_T_WTE), N, C, d->Vl);
+    memset(dres, 0, sizeof(float) * (size_t)d->Ns * C);
+    td_m_norm_backward(m, dres, x, a->lnf_mean, a->lnf_rstd, td_m_w(m, u, TD_T_LNFW),
+                       td_m_g(m, u, TD_T_LNFW), td_m_g(m, u, TD_T_LNFB));
 }

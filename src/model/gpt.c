@@ -7,34 +7,55 @@
 #include "internal.h"
 #include "trident/base.h"
 
-/* Per-block activation floats for N = B*T rows (td_block_acts). */
-static size_t block_floats(const td_gpt_config *c, int B) {
-    size_t N = (size_t)B * c->T, C = c->C;
-    return N * C * 7 + N * 3 * C + N * 4 * C * 2 + N * 4 + (size_t)B * c->H * c->T * c->T;
+void td_gpt_dims_of(td_gpt_dims *d, const td_param_table *t, int B, int seq_parallel) {
+    const td_gpt_config *c = &t->cfg;
+    td_gpt_check_tp(c, t->tp, seq_parallel);
+    memset(d, 0, sizeof *d);
+    d->B = B, d->T = c->T, d->C = c->C, d->N = B * c->T;
+    d->tp = t->tp, d->tp_rank = t->tp_rank, d->sp = seq_parallel;
+    d->Ns = seq_parallel ? d->N / t->tp : d->N;
+    d->row0 = seq_parallel ? t->tp_rank * d->Ns : 0;
+    d->Ca = c->C / t->tp, d->Ha = c->H / t->tp, d->F = 4 * c->C / t->tp;
+    d->Vl = t->vocab_local, d->vocab_lo = t->vocab_lo;
+    int real = c->V - t->vocab_lo;
+    d->Vreal = real < 0 ? 0 : real > d->Vl ? d->Vl : real;
 }
 
-static size_t act_floats(const td_gpt_config *c, int B) {
-    size_t N = (size_t)B * c->T;
-    return N * c->C                           /* encoded */
-           + (size_t)c->L * block_floats(c, B) /* blocks */
-           + N * c->C + 2 * N                 /* ln_f */
-           + N * c->Vp + N                    /* logits, losses */
-           + 3 * N;                           /* row max, sum of exps, target logit */
+/* Per-block activation floats (td_block_acts). */
+static size_t block_floats(const td_gpt_dims *d) {
+    size_t N = d->N, Ns = d->Ns, C = d->C;
+    return 2 * N * C + 4 * Ns                        /* ln1, ln2 and their statistics */
+           + N * 3 * d->Ca + N * d->Ca               /* qkv, atty */
+           + (size_t)d->B * d->Ha * d->T * d->T      /* att */
+           + 4 * Ns * C                              /* attproj, res2, fcproj, res3 */
+           + 2 * N * d->F;                           /* fch, fch_gelu */
 }
 
-static size_t grad_floats(const td_gpt_config *c, int B) {
-    size_t N = (size_t)B * c->T;
-    return N * c->C * 3          /* dres, dln, datty */
-           + N * 3 * c->C        /* dqkv */
-           + (size_t)B * c->H * c->T * c->T /* datt */
-           + N * 4 * c->C * 2    /* dfch, dfchg */
-           + N;                  /* dlosses */
+static size_t act_floats(const td_gpt_dims *d, int L) {
+    size_t N = d->N, Ns = d->Ns;
+    return Ns * d->C                                 /* encoded */
+           + (size_t)L * block_floats(d)             /* blocks */
+           + N * d->C + 2 * Ns                       /* ln_f (gathered) */
+           + N * d->Vl + N                           /* logits, losses */
+           + 3 * N;                                  /* row max, sum of exps, target logit */
 }
 
-size_t td_gpt_activation_bytes(const td_gpt_config *cfg, int B) {
-    size_t N = (size_t)B * cfg->T;
-    return (act_floats(cfg, B) + grad_floats(cfg, B)) * sizeof(float) + 2 * N * sizeof(int) +
-           (size_t)cfg->L * sizeof(td_block_acts);
+static size_t scratch_floats(const td_gpt_dims *d) {
+    size_t N = d->N, C = d->C;
+    size_t f = d->Ns * C + N * C                     /* dres, dln */
+               + N * d->Ca + N * 3 * d->Ca           /* datty, dqkv */
+               + (size_t)d->B * d->Ha * d->T * d->T  /* datt */
+               + 2 * N * d->F                        /* dfch, dfchg */
+               + N;                                  /* dlosses */
+    if (d->sp) f += N * C + d->Ns * C + 2 * C;       /* full, dln_local, dnorm */
+    return f;
+}
+
+size_t td_gpt_activation_bytes(const td_param_table *t, int B, int seq_parallel) {
+    td_gpt_dims d;
+    td_gpt_dims_of(&d, t, B, seq_parallel);
+    return (act_floats(&d, t->cfg.L) + scratch_floats(&d)) * sizeof(float) +
+           2 * (size_t)d.N * sizeof(int) + (size_t)t->cfg.L * sizeof(td_block_acts);
 }
 
 static float *carve(float **cur, size_t n) {
@@ -63,67 +84,73 @@ static void find_offsets(td_gpt *m, const td_param_table *t) {
     TD_ASSERT(td_param_lookup(t, TD_T_LNFB, 0)->unit == m->cfg.L + 1);
 }
 
-void td_gpt_create(td_gpt *m, const td_param_table *t, int B) {
+void td_gpt_create(td_gpt *m, const td_param_table *t, int B, int seq_parallel) {
     memset(m, 0, sizeof *m);
     m->cfg = t->cfg;
     m->table = t;
     m->B = B;
-    const td_gpt_config *c = &m->cfg;
-    int L = c->L, C = c->C, NH = c->H, T = c->T;
-    size_t N = (size_t)B * T;
+    td_gpt_dims_of(&m->d, t, B, seq_parallel);
+    const td_gpt_dims *d = &m->d;
+    int L = m->cfg.L;
+    size_t N = d->N, Ns = d->Ns, C = d->C, att = (size_t)d->B * d->Ha * d->T * d->T;
     find_offsets(m, t);
     m->unit_params = td_alloc(sizeof(float *) * t->n_units, TD_MEM_OTHER);
     m->unit_grads = td_alloc(sizeof(float *) * t->n_units, TD_MEM_OTHER);
 
-    m->acts = td_alloc(act_floats(c, B) * sizeof(float), TD_MEM_ACTS);
+    m->acts = td_alloc(act_floats(d, L) * sizeof(float), TD_MEM_ACTS);
     m->blocks = td_alloc(sizeof(td_block_acts) * (size_t)L, TD_MEM_ACTS);
     float *cur = m->acts;
-    m->embed.encoded = carve(&cur, N * C);
+    m->embed.encoded = carve(&cur, Ns * C);
     for (int l = 0; l < L; l++) {
         td_block_acts *a = &m->blocks[l];
         a->ln1 = carve(&cur, N * C);
-        a->ln1_mean = carve(&cur, N);
-        a->ln1_rstd = carve(&cur, N);
-        a->qkv = carve(&cur, N * 3 * C);
-        a->atty = carve(&cur, N * C);
-        a->att = carve(&cur, (size_t)B * NH * T * T);
-        a->attproj = carve(&cur, N * C);
-        a->res2 = carve(&cur, N * C);
+        a->ln1_mean = carve(&cur, Ns);
+        a->ln1_rstd = carve(&cur, Ns);
+        a->qkv = carve(&cur, N * 3 * d->Ca);
+        a->atty = carve(&cur, N * d->Ca);
+        a->att = carve(&cur, att);
+        a->attproj = carve(&cur, Ns * C);
+        a->res2 = carve(&cur, Ns * C);
         a->ln2 = carve(&cur, N * C);
-        a->ln2_mean = carve(&cur, N);
-        a->ln2_rstd = carve(&cur, N);
-        a->fch = carve(&cur, N * 4 * C);
-        a->fch_gelu = carve(&cur, N * 4 * C);
-        a->fcproj = carve(&cur, N * C);
-        a->res3 = carve(&cur, N * C);
+        a->ln2_mean = carve(&cur, Ns);
+        a->ln2_rstd = carve(&cur, Ns);
+        a->fch = carve(&cur, N * d->F);
+        a->fch_gelu = carve(&cur, N * d->F);
+        a->fcproj = carve(&cur, Ns * C);
+        a->res3 = carve(&cur, Ns * C);
     }
     td_head_acts *h = &m->head;
     h->lnf = carve(&cur, N * C);
-    h->lnf_mean = carve(&cur, N);
-    h->lnf_rstd = carve(&cur, N);
-    h->logits = carve(&cur, N * c->Vp);
+    h->lnf_mean = carve(&cur, Ns);
+    h->lnf_rstd = carve(&cur, Ns);
+    h->logits = carve(&cur, N * d->Vl);
     h->losses = carve(&cur, N);
     h->row_max = carve(&cur, N);
     h->row_sum = carve(&cur, N);
     h->tgt_logit = carve(&cur, N);
     m->logits = h->logits;
-    TD_ASSERT((size_t)(cur - m->acts) == act_floats(c, B));
+    TD_ASSERT((size_t)(cur - m->acts) == act_floats(d, L));
 
-    m->grads_acts = td_alloc(grad_floats(c, B) * sizeof(float), TD_MEM_ACTS);
+    m->grads_acts = td_alloc(scratch_floats(d) * sizeof(float), TD_MEM_ACTS);
     cur = m->grads_acts;
     td_gpt_scratch *s = &m->s;
-    s->dres = carve(&cur, N * C);
+    s->dres = carve(&cur, Ns * C);
     s->dln = carve(&cur, N * C);
-    s->datty = carve(&cur, N * C);
-    s->dqkv = carve(&cur, N * 3 * C);
-    s->datt = carve(&cur, (size_t)B * NH * T * T);
-    s->dfch = carve(&cur, N * 4 * C);
-    s->dfchg = carve(&cur, N * 4 * C);
+    s->datty = carve(&cur, N * d->Ca);
+    s->dqkv = carve(&cur, N * 3 * d->Ca);
+    s->datt = carve(&cur, att);
+    s->dfch = carve(&cur, N * d->F);
+    s->dfchg = carve(&cur, N * d->F);
     s->dlosses = carve(&cur, N);
-    TD_ASSERT((size_t)(cur - m->grads_acts) == grad_floats(c, B));
+    if (d->sp) {
+        s->full = carve(&cur, N * C);
+        s->dln_local = carve(&cur, Ns * C);
+        s->dnorm = carve(&cur, 2 * C);
+    }
+    TD_ASSERT((size_t)(cur - m->grads_acts) == scratch_floats(d));
     m->inputs = td_alloc(N * sizeof(int), TD_MEM_ACTS);
     m->targets = td_alloc(N * sizeof(int), TD_MEM_ACTS);
-    m->acts_bytes = td_gpt_activation_bytes(c, B);
+    m->acts_bytes = td_gpt_activation_bytes(t, B, seq_parallel);
 }
 
 void td_gpt_destroy(td_gpt *m) {
@@ -177,6 +204,7 @@ void td_gpt_backward_blocks(td_gpt *m, int l0, int l1, const float *x, float *dr
 
 double td_gpt_forward(td_gpt *m, const int *inputs, const int *targets) {
     int L = m->cfg.L, N = m->B * m->cfg.T;
+    TD_ASSERT(m->d.tp == 1 || m->comm); /* tensor parallelism needs its communication */
     memcpy(m->inputs, inputs, sizeof(int) * N);
     if (targets) memcpy(m->targets, targets, sizeof(int) * N);
 

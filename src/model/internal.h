@@ -1,8 +1,11 @@
 /* Shared by the model's files: a tensor's weights and gradient by kind, and
- * the communication table's calls (no-ops without one). */
+ * the communication table's operations at Megatron's conjugate points. */
 #ifndef TRIDENT_MODEL_INTERNAL_H
 #define TRIDENT_MODEL_INTERNAL_H
 
+#include <string.h>
+
+#include "trident/base.h"
 #include "trident/model.h"
 
 /* Unit of block l (units: 0 embeddings, 1..L blocks, L+1 final norm). */
@@ -17,7 +20,71 @@ static inline float *td_m_g(const td_gpt *m, int unit, td_tensor_kind k) {
 }
 
 static inline void td_m_tp_allreduce(const td_gpt *m, float *buf, size_t n, td_reduce_op op) {
-    if (m->comm && m->comm->tp_allreduce) m->comm->tp_allreduce(m->comm->ctx, buf, n, op);
+    if (m->d.tp > 1) m->comm->tp_allreduce(m->comm->ctx, buf, n, op);
 }
+
+/* Where this rank's Ns rows sit inside a full [N,C] buffer. */
+static inline float *td_m_my_rows(const td_gpt *m, float *full) {
+    return full + (size_t)m->d.row0 * (size_t)m->d.C;
+}
+
+/* Into a tensor-parallel region (forward f, backward of g): full[N,C],
+ * whose own rows the caller has written at td_m_my_rows, receives every
+ * rank's rows. A no-op without sequence parallelism (full is replicated). */
+static inline void td_m_gather_rows(const td_gpt *m, float *full) {
+    if (m->d.sp) {
+        size_t n = (size_t)m->d.Ns * (size_t)m->d.C;
+        m->comm->seq_all_gather(m->comm->ctx, full, td_m_my_rows(m, full), n);
+    }
+}
+
+/* Out of a tensor-parallel region (forward g, backward f): the partial
+ * sums part[N,C] are summed over tp into this rank's rows out[Ns,C]:
+ * an all-reduce in place (out == part) or a reduce-scatter. */
+static inline void td_m_reduce_rows(const td_gpt *m, float *part, float *out) {
+    if (m->d.tp == 1) {
+        TD_ASSERT(out == part);
+    } else if (m->d.sp) {
+        m->comm->seq_reduce_scatter(m->comm->ctx, out, part, (size_t)m->d.Ns * (size_t)m->d.C);
+    } else {
+        TD_ASSERT(out == part);
+        m->comm->tp_allreduce(m->comm->ctx, part, (size_t)m->d.N * (size_t)m->d.C, TD_REDUCE_SUM);
+    }
+}
+
+/* The backward of a g: the gradient dout[Ns,C] of this rank's rows, as all
+ * N rows (gathered into scratch with sequence parallelism; dout itself
+ * otherwise, where every rank holds every row). */
+static inline const float *td_m_gather_grad(const td_gpt *m, const float *dout) {
+    if (!m->d.sp) return dout;
+    memcpy(td_m_my_rows(m, m->s.full), dout, sizeof(float) * (size_t)m->d.Ns * (size_t)m->d.C);
+    td_m_gather_rows(m, m->s.full);
+    return m->s.full;
+}
+
+/* A LayerNorm's weight and bias gradients: with sequence parallelism each
+ * rank sees only its rows, so they are computed into scratch, summed over
+ * tp and then added (the parameters are replicated and so must their
+ * gradients be); otherwise straight into the gradient buffers. */
+static inline float *td_m_norm_grad(const td_gpt *m, float *g, int which) {
+    return m->d.sp ? m->s.dnorm + (size_t)which * (size_t)m->d.C : g;
+}
+static inline void td_m_norm_grad_begin(const td_gpt *m) {
+    if (m->d.sp)
+        for (int i = 0; i < 2 * m->d.C; i++) m->s.dnorm[i] = 0.0f;
+}
+static inline void td_m_norm_grad_end(const td_gpt *m, float *gw, float *gb) {
+    if (!m->d.sp) return;
+    int C = m->d.C;
+    td_m_tp_allreduce(m, m->s.dnorm, 2 * (size_t)C, TD_REDUCE_SUM);
+    for (int i = 0; i < C; i++) gw[i] += m->s.dnorm[i], gb[i] += m->s.dnorm[C + i];
+}
+
+/* block.c: a LayerNorm feeding a column-parallel projection (ln_1, ln_2,
+ * ln_f), forward and backward. */
+void td_m_norm_forward(td_gpt *m, float *out, float *mean, float *rstd, const float *x,
+                       const float *w, const float *b);
+void td_m_norm_backward(td_gpt *m, float *dres, const float *x, const float *mean,
+                        const float *rstd, const float *w, float *gw, float *gb);
 
 #endif

@@ -30,77 +30,156 @@ void td_gpt_config_finish(td_gpt_config *cfg) {
     cfg->Vp = (int)Vp;
 }
 
-static void add_row(td_param_table *t, int *cap, td_tensor_kind kind, const char *name, int d0,
-                    int d1, int unit, int layer, size_t *off) {
-    if (t->n_rows == *cap) {
-        *cap *= 2;
-        td_param *r = td_alloc(sizeof(td_param) * (size_t)*cap, TD_MEM_OTHER);
+void td_gpt_check_tp(const td_gpt_config *cfg, int tp, int seq_parallel) {
+    TD_CHECK(tp >= 1, "--tp must be a positive integer (got %d)", tp);
+    /* heads split over tp ranks; tp | H implies tp | C and tp | 4C */
+    TD_CHECK(cfg->H % tp == 0,
+             "--tp %d does not divide --heads %d: tensor parallelism splits the heads (and the "
+             "MLP's 4C = %d features) over tp ranks; use a tp that divides %d",
+             tp, cfg->H, 4 * cfg->C, cfg->H);
+    TD_CHECK(!seq_parallel || tp > 1,
+             "--sequence-parallel needs --tp 2 or more (it splits the sequence over the tp ranks)");
+    TD_CHECK(!seq_parallel || cfg->T % tp == 0,
+             "--sequence-parallel: --tp %d does not divide --seq %d; use a sequence length that "
+             "is a multiple of %d",
+             tp, cfg->T, tp);
+}
+
+typedef struct {
+    td_param_table *t;
+    int cap;
+    size_t off;
+} builder;
+
+/* One row: global shape [d0, d1] (d1 = 0: a vector), split over the table's
+ * tp as `split` with `groups` fused parts along the split dimension. */
+static void add_row(builder *bd, td_tensor_kind kind, const char *name, int d0, int d1,
+                    td_tp_split split, int groups, int unit, int layer) {
+    td_param_table *t = bd->t;
+    if (t->n_rows == bd->cap) {
+        bd->cap *= 2;
+        td_param *r = td_alloc(sizeof(td_param) * (size_t)bd->cap, TD_MEM_OTHER);
         memcpy(r, t->rows, sizeof(td_param) * (size_t)t->n_rows);
         td_free(t->rows);
         t->rows = r;
     }
-    td_param *p = &t->rows[t->n_rows++];
+    td_param *p = &t->rows[t->n_rows];
+    memset(p, 0, sizeof *p);
+    p->id = t->n_rows++;
     snprintf(p->name, sizeof p->name, "%s", name);
     p->ndim = d1 > 0 ? 2 : 1;
     p->shape[0] = p->local_shape[0] = d0;
     p->shape[1] = p->local_shape[1] = d1 > 0 ? d1 : 1;
-    p->numel = (size_t)d0 * (size_t)(d1 > 0 ? d1 : 1);
-    p->offset = *off;
+    p->split = t->tp > 1 || split == TD_SPLIT_VOCAB ? split : TD_SPLIT_NONE;
+    p->split_dim = p->split == TD_SPLIT_NONE ? -1 : p->split == TD_SPLIT_ROW ? 1 : 0;
+    p->groups = groups;
+    if (p->split == TD_SPLIT_VOCAB) { /* padded to the layout's Vp, then split */
+        p->local_shape[0] = t->vocab_local;
+        p->split_lo = t->vocab_lo;
+    } else if (p->split_dim >= 0) {
+        int extent = p->shape[p->split_dim] / groups; /* one group's global extent */
+        TD_ASSERT(extent % t->tp == 0);
+        p->local_shape[p->split_dim] = p->shape[p->split_dim] / t->tp;
+        p->split_lo = t->tp_rank * (extent / t->tp);
+    }
+    p->numel = (size_t)p->local_shape[0] * (size_t)p->local_shape[1];
+    p->offset = bd->off;
     p->unit = unit;
     p->layer = layer;
     p->decay = p->ndim == 2; /* nanoGPT: decay matrices and embeddings only */
-    p->split = TD_SPLIT_NONE;
     p->kind = kind;
-    *off += p->numel;
+    bd->off += p->numel;
+}
+
+void td_param_table_build_layout(td_param_table *t, const td_gpt_config *cfg,
+                                 const td_table_layout *lay) {
+    TD_ASSERT(lay->unit_align >= 1 && lay->tp >= 1 && lay->tp_rank >= 0 && lay->tp_rank < lay->tp);
+    td_gpt_check_tp(cfg, lay->tp, 0);
+    memset(t, 0, sizeof *t);
+    t->cfg = *cfg;
+    t->tp = lay->tp;
+    t->tp_rank = lay->tp_rank;
+    size_t Vp = td_round_up((size_t)cfg->V, (size_t)TD_VOCAB_PAD * (size_t)lay->tp);
+    TD_CHECK(Vp <= (size_t)TD_MAX_VOCAB,
+             "vocabulary %d padded for --tp %d exceeds the largest vocabulary %d", cfg->V, lay->tp,
+             TD_MAX_VOCAB);
+    t->Vp = (int)Vp;
+    t->vocab_local = t->Vp / lay->tp;
+    t->vocab_lo = lay->tp_rank * t->vocab_local;
+    int L = cfg->L, C = cfg->C, unit_align = lay->unit_align;
+    builder bd = {t, 16, 0};
+    t->rows = td_alloc(sizeof(td_param) * (size_t)bd.cap, TD_MEM_OTHER);
+    t->n_units = L + 2;
+    t->unit_offset = td_alloc(sizeof(size_t) * (size_t)(t->n_units + 1), TD_MEM_OTHER);
+    char name[64];
+
+    t->unit_offset[0] = 0;
+    add_row(&bd, TD_T_WTE, "transformer.wte.weight", cfg->V, C, TD_SPLIT_VOCAB, 1, 0, -1);
+    add_row(&bd, TD_T_WPE, "transformer.wpe.weight", cfg->T, C, TD_SPLIT_NONE, 1, 0, -1);
+    for (int l = 0; l < L; l++) {
+        bd.off = td_round_up(bd.off, (size_t)unit_align);
+        t->unit_offset[l + 1] = bd.off;
+#define ROW(kind, suffix, d0, d1, split, groups)                                       \
+    do {                                                                               \
+        snprintf(name, sizeof name, "transformer.h.%d.%s", l, suffix);                 \
+        add_row(&bd, kind, name, d0, d1, split, groups, l + 1, l);                     \
+    } while (0)
+        /* Megatron: QKV and the MLP's first projection column-parallel (heads
+         * and features split), both output projections row-parallel */
+        ROW(TD_T_LN1W, "ln_1.weight", C, 0, TD_SPLIT_NONE, 1);
+        ROW(TD_T_LN1B, "ln_1.bias", C, 0, TD_SPLIT_NONE, 1);
+        ROW(TD_T_QKVW, "attn.c_attn.weight", 3 * C, C, TD_SPLIT_COL, 3);
+        ROW(TD_T_QKVB, "attn.c_attn.bias", 3 * C, 0, TD_SPLIT_COL, 3);
+        ROW(TD_T_ATTPROJW, "attn.c_proj.weight", C, C, TD_SPLIT_ROW, 1);
+        ROW(TD_T_ATTPROJB, "attn.c_proj.bias", C, 0, TD_SPLIT_NONE, 1);
+        ROW(TD_T_LN2W, "ln_2.weight", C, 0, TD_SPLIT_NONE, 1);
+        ROW(TD_T_LN2B, "ln_2.bias", C, 0, TD_SPLIT_NONE, 1);
+        ROW(TD_T_FCW, "mlp.c_fc.weight", 4 * C, C, TD_SPLIT_COL, 1);
+        ROW(TD_T_FCB, "mlp.c_fc.bias", 4 * C, 0, TD_SPLIT_COL, 1);
+        ROW(TD_T_FCPROJW, "mlp.c_proj.weight", C, 4 * C, TD_SPLIT_ROW, 1);
+        ROW(TD_T_FCPROJB, "mlp.c_proj.bias", C, 0, TD_SPLIT_NONE, 1);
+#undef ROW
+    }
+    bd.off = td_round_up(bd.off, (size_t)unit_align);
+    t->unit_offset[L + 1] = bd.off;
+    add_row(&bd, TD_T_LNFW, "transformer.ln_f.weight", C, 0, TD_SPLIT_NONE, 1, L + 1, L);
+    add_row(&bd, TD_T_LNFB, "transformer.ln_f.bias", C, 0, TD_SPLIT_NONE, 1, L + 1, L);
+    bd.off = td_round_up(bd.off, (size_t)unit_align);
+    t->unit_offset[L + 2] = bd.off;
+    t->unit_align = unit_align;
+    t->numel = bd.off;
+    t->n_real = t->n_global = 0;
+    for (int i = 0; i < t->n_rows; i++) {
+        const td_param *p = &t->rows[i];
+        t->n_real += p->numel;
+        t->n_global += (size_t)p->shape[0] * (size_t)p->shape[1];
+    }
+    /* this rank's vocabulary padding rows hold no parameters */
+    int vocab_real = cfg->V - t->vocab_lo;
+    vocab_real = vocab_real < 0 ? 0 : vocab_real > t->vocab_local ? t->vocab_local : vocab_real;
+    t->n_real -= (size_t)(t->vocab_local - vocab_real) * (size_t)C;
 }
 
 void td_param_table_build(td_param_table *t, const td_gpt_config *cfg, int unit_align) {
-    TD_ASSERT(unit_align >= 1);
-    memset(t, 0, sizeof *t);
-    t->cfg = *cfg;
-    int L = cfg->L, C = cfg->C, cap = 16;
-    t->rows = td_alloc(sizeof(td_param) * (size_t)cap, TD_MEM_OTHER);
-    t->n_units = L + 2;
-    t->unit_offset = td_alloc(sizeof(size_t) * (size_t)(t->n_units + 1), TD_MEM_OTHER);
-    size_t off = 0;
-    char name[64];
+    td_table_layout lay = {unit_align, 1, 0};
+    td_param_table_build_layout(t, cfg, &lay);
+}
 
-    t->unit_offset[0] = off;
-    add_row(t, &cap, TD_T_WTE, "transformer.wte.weight", cfg->Vp, C, 0, -1, &off);
-    add_row(t, &cap, TD_T_WPE, "transformer.wpe.weight", cfg->T, C, 0, -1, &off);
-    for (int l = 0; l < L; l++) {
-        off = td_round_up(off, (size_t)unit_align);
-        t->unit_offset[l + 1] = off;
-#define ROW(kind, suffix, d0, d1)                                                      \
-    do {                                                                               \
-        snprintf(name, sizeof name, "transformer.h.%d.%s", l, suffix);                 \
-        add_row(t, &cap, kind, name, d0, d1, l + 1, l, &off);                          \
-    } while (0)
-        ROW(TD_T_LN1W, "ln_1.weight", C, 0);
-        ROW(TD_T_LN1B, "ln_1.bias", C, 0);
-        ROW(TD_T_QKVW, "attn.c_attn.weight", 3 * C, C);
-        ROW(TD_T_QKVB, "attn.c_attn.bias", 3 * C, 0);
-        ROW(TD_T_ATTPROJW, "attn.c_proj.weight", C, C);
-        ROW(TD_T_ATTPROJB, "attn.c_proj.bias", C, 0);
-        ROW(TD_T_LN2W, "ln_2.weight", C, 0);
-        ROW(TD_T_LN2B, "ln_2.bias", C, 0);
-        ROW(TD_T_FCW, "mlp.c_fc.weight", 4 * C, C);
-        ROW(TD_T_FCB, "mlp.c_fc.bias", 4 * C, 0);
-        ROW(TD_T_FCPROJW, "mlp.c_proj.weight", C, 4 * C);
-        ROW(TD_T_FCPROJB, "mlp.c_proj.bias", C, 0);
-#undef ROW
+long long td_param_global_index(const td_param_table *t, const td_param *p, int r, size_t k) {
+    TD_ASSERT(r >= 0 && r < t->tp && k < p->numel);
+    size_t cols = (size_t)p->local_shape[1];
+    size_t i = k / cols, j = k % cols; /* local row and column */
+    if (p->split == TD_SPLIT_VOCAB) {
+        size_t row = (size_t)r * (size_t)t->vocab_local + i;
+        return row < (size_t)p->shape[0] ? (long long)(row * cols + j) : -1;
     }
-    off = td_round_up(off, (size_t)unit_align);
-    t->unit_offset[L + 1] = off;
-    add_row(t, &cap, TD_T_LNFW, "transformer.ln_f.weight", C, 0, L + 1, L, &off);
-    add_row(t, &cap, TD_T_LNFB, "transformer.ln_f.bias", C, 0, L + 1, L, &off);
-    off = td_round_up(off, (size_t)unit_align);
-    t->unit_offset[L + 2] = off;
-    t->unit_align = unit_align;
-    t->numel = off;
-    t->n_real = 0;
-    for (int i = 0; i < t->n_rows; i++) t->n_real += t->rows[i].numel;
-    t->n_real -= (size_t)(cfg->Vp - cfg->V) * (size_t)C;
+    if (p->split_dim == 0) { /* local rows: groups of local_shape[0]/groups rows */
+        size_t per = (size_t)p->local_shape[0] / (size_t)p->groups, g = i / per;
+        i = g * ((size_t)p->shape[0] / (size_t)p->groups) + (size_t)r * per + i % per;
+    } else if (p->split_dim == 1) {
+        j += (size_t)r * cols;
+    }
+    return (long long)(i * (size_t)p->shape[1] + j);
 }
 
 void td_param_table_free(td_param_table *t) {
@@ -143,15 +222,13 @@ void td_param_init_range(const td_param_table *t, unsigned long long seed, size_
         int is_bias = ends_with(p->name, ".bias");
         double std = 0.02;
         if (ends_with(p->name, "c_proj.weight")) std = 0.02 / sqrt(2.0 * cfg->L);
-        size_t real_end = p->numel; /* wte rows >= V are padding, kept at 0 */
-        if (strcmp(p->name, "transformer.wte.weight") == 0) real_end = (size_t)cfg->V * cfg->C;
         for (size_t e = a; e < b; e++) {
-            size_t k = e - p->offset;
+            long long k = td_param_global_index(t, p, t->tp_rank, e - p->offset);
             float v;
             if (is_bias) v = 0.0f;
             else if (is_ln) v = 1.0f;
-            else if (k >= real_end) v = 0.0f;
-            else v = (float)(std * td_rng_normal(seed, (uint64_t)i, k));
+            else if (k < 0) v = 0.0f; /* vocabulary padding */
+            else v = (float)(std * td_rng_normal(seed, (uint64_t)p->id, (uint64_t)k));
             out[e - lo] = v;
         }
     }

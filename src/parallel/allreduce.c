@@ -49,9 +49,8 @@ void td_replicated_begin_micro(td_dp *dp) { td_buckets_reset(dp->impl); }
 
 const float *td_replicated_gather_unit(td_dp *dp, int section, int u, float *scratch) {
     (void)scratch;
-    /* dp rank 0 of the first grid row is world rank 0, and holds the
-     * moments under reduce-broadcast too */
-    if (dp->g->world_rank != 0) return NULL;
+    /* dp rank 0 holds the moments under reduce-broadcast too */
+    if (dp->r != 0) return NULL;
     const float *b = section == 0 ? dp->params : section == 1 ? dp->m : dp->v;
     return b + dp->t->unit_offset[u];
 }
@@ -75,7 +74,7 @@ static void allreduce_plan(const td_dp_config *cfg, const td_layout *lay, const 
 static double allreduce_finish(td_dp *dp, int step, float lr) {
     size_t n = dp->t->numel;
     td_buckets_wait_all(dp, dp->impl);
-    td_step_group grp = {dp->t, &dp->cfg.optim, dp->comm, dp->D, 0};
+    td_step_group grp = {dp->t, &dp->cfg.optim, dp->comm, dp->D, 0, dp->g->tp_comm, dp->g->tp};
     td_step_range all = {0, n, dp->params, dp->m, dp->v};
     td_step_result res = td_step_apply(&grp, dp->grads, &all, 1, step, lr);
     if (res.bad_row >= 0) td_dp_record_nonfinite(dp, step, res.bad_row);

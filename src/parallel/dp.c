@@ -148,18 +148,17 @@ void td_dp_stop(td_dp *dp, int step) {
 void td_dp_gather_state(td_dp *dp, const td_param_table *canon, float *params, float *m,
                         float *v) {
     const td_param_table *t = dp->t;
-    size_t max_unit = 0;
-    for (int u = 0; u < t->n_units; u++) max_unit = td_max_sz(max_unit, td_unit_numel(t, u));
-    float *scratch = td_alloc(max_unit * sizeof(float), TD_MEM_OTHER);
+    float *scratch = td_alloc(td_tp_gather_scratch_floats(t, canon) * sizeof(float), TD_MEM_OTHER);
     float *dst[3] = {params, m, v};
     for (int s = 0; s < 3; s++) /* all three always travel: only the root knows what is wanted */
         for (int u = 0; u < t->n_units; u++) {
-            const float *b = td_dp_gather_unit(dp, s, u, scratch);
+            const td_param_table *in;
+            const float *b = td_tp_gather_unit(dp, dp->g, t, canon, s, u, scratch, &in);
             if (!b || !dst[s]) continue;
-            for (int i = 0; i < t->n_rows; i++)
-                if (t->rows[i].unit == u)
-                    memcpy(dst[s] + canon->rows[i].offset, b + (t->rows[i].offset - t->unit_offset[u]),
-                           t->rows[i].numel * sizeof(float));
+            for (int i = 0; i < in->n_rows; i++)
+                if (in->rows[i].unit == u)
+                    memcpy(dst[s] + canon->rows[i].offset, b + (in->rows[i].offset - in->unit_offset[u]),
+                           in->rows[i].numel * sizeof(float));
         }
     td_free(scratch);
 }

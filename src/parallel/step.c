@@ -20,6 +20,25 @@ int td_step_agree_row(td_comm *group, int group_size, int row) {
     return (int)-neg;
 }
 
+/* This tp rank's share of the squared norm over its ranges: every element
+ * of the split tensors' slices, the replicated tensors on tp rank 0 only
+ * (each piece summed in td_sumsq's fixed order). */
+static double tp_sumsq(const td_param_table *t, const float *grads, const td_step_range *r,
+                       int n_ranges) {
+    double sum = 0.0;
+    size_t k = 0;
+    for (int i = 0; i < n_ranges; i++) {
+        for (int j = 0; j < t->n_rows; j++) {
+            const td_param *p = &t->rows[j];
+            if (p->split == TD_SPLIT_NONE && t->tp_rank != 0) continue;
+            size_t a = td_max_sz(r[i].lo, p->offset), b = td_min_sz(r[i].lo + r[i].n, p->offset + p->numel);
+            if (a < b) sum += td_sumsq(grads + k + (a - r[i].lo), b - a);
+        }
+        k += r[i].n;
+    }
+    return sum;
+}
+
 td_step_result td_step_apply(const td_step_group *grp, const float *grads, const td_step_range *r,
                              int n_ranges, int step, float lr) {
     const td_param_table *t = grp->t;
@@ -27,10 +46,16 @@ td_step_result td_step_apply(const td_step_group *grp, const float *grads, const
     size_t total = 0;
     for (int i = 0; i < n_ranges; i++) total += r[i].n;
     td_step_result res = {0.0, -1};
-    double sumsq = td_sumsq(grads, total);
+    int tp = grp->tp_group && grp->tp > 1;
+    double sumsq = tp ? tp_sumsq(t, grads, r, n_ranges) : td_sumsq(grads, total);
     if (grp->sharded) {
         float sq = (float)sumsq;
         if (together) td_allreduce(grp->group, &sq, 1, TD_F32, TD_SUM);
+        sumsq = sq;
+    }
+    if (tp) {
+        float sq = (float)sumsq;
+        td_allreduce(grp->tp_group, &sq, 1, TD_F32, TD_SUM);
         sumsq = sq;
     }
     res.norm = sqrt(sumsq);
@@ -43,6 +68,7 @@ td_step_result td_step_apply(const td_step_group *grp, const float *grads, const
             k += r[i].n;
         }
         res.bad_row = td_step_agree_row(together ? grp->group : NULL, grp->group_size, row);
+        if (tp) res.bad_row = td_step_agree_row(grp->tp_group, grp->tp, res.bad_row);
         return res;
     }
     float scale = td_clip_scale(res.norm, grp->optim->clip);

@@ -11,6 +11,8 @@
  *                the floats are all-reduced over the group (fp32 sum, the
  *                order these modes have always used, kept so that every
  *                mode stays bit-identical to before).
+ * With tensor parallelism the partial sums are then summed over the tp
+ * group (fp32), counting replicated tensors once.
  * A non-finite norm applies nothing; the first tensor holding a non-finite
  * gradient is the smallest table row over the ranks' scans, agreed over the
  * group. */
@@ -36,6 +38,12 @@ typedef struct {
     td_comm *group; /* NULL: this rank steps alone */
     int group_size;
     int sharded; /* 1: the ranks' ranges partition the model (see above) */
+    /* Tensor parallelism: the tp peers hold the other slices of the split
+     * tensors and copies of the replicated ones (td_tp_split). The norm sums
+     * the split rows of every tp rank and the replicated rows once (tp rank
+     * 0's), and the non-finite row is agreed over tp as well. NULL / 1: none. */
+    td_comm *tp_group;
+    int tp;
 } td_step_group;
 
 /* bad_row: -1 when the step was applied; else the agreed first row holding a

@@ -93,7 +93,7 @@ static void zero_plan(const td_dp_config *cfg, const td_layout *lay, const td_pa
 static void zero_hook(void *ctx, td_unit_event ev, int unit);
 
 static void zero_create(td_dp *dp) {
-    TD_CHECK(dp->g->tp == 1 && dp->g->pp == 1, "--zero works with --tp 1 --pp 1 in this build");
+    TD_CHECK(dp->g->pp == 1, "--zero works with --pp 1 in this build");
     struct td_zero *z = td_alloc(sizeof *z, TD_MEM_OTHER);
     dp->impl = z;
     const td_param_table *t = dp->t;
@@ -355,7 +355,7 @@ static double zero_finish(td_dp *dp, int step, float lr) {
     dp->exposed_ms = td_now_ms() - t0;
     /* every element lives in exactly one shard: the ranks' ranges
      * partition the model */
-    td_step_group grp = {dp->t, &dp->cfg.optim, dp->comm, dp->D, 1};
+    td_step_group grp = {dp->t, &dp->cfg.optim, dp->comm, dp->D, 1, dp->g->tp_comm, dp->g->tp};
     td_step_result res = td_step_apply(&grp, g, z->ranges, dp->n_units, step, lr);
     if (z->stage != 1) memset(z->gshard, 0, z->shard_n * sizeof(float));
     if (res.bad_row >= 0) { /* no update */
@@ -370,7 +370,7 @@ static double zero_finish(td_dp *dp, int step, float lr) {
     return res.norm;
 }
 
-/* One unit to dp rank 0 (world rank 0: tp = pp = 1): the owners' slices
+/* One unit to dp rank 0: the owners' slices
  * are all-gathered into one unit-sized buffer, so no rank ever holds more
  * than its shards plus one unit. */
 static const float *zero_gather_unit(td_dp *dp, int section, int u, float *scratch) {

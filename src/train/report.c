@@ -30,7 +30,12 @@ void td_report_open(td_report *r, const td_train_opts *o, const td_grid *g,
     td_grid_print(g);
     td_log("data: %s; %zu train / %zu val tokens\n", d->description, d->n_train, d->n_val);
     td_log("model: L=%d H=%d C=%d T=%d V=%d (padded %d); %zu parameters (%.2fM)\n", cfg->L, cfg->H,
-           cfg->C, cfg->T, cfg->V, cfg->Vp, t->n_real, t->n_real / 1e6);
+           cfg->C, cfg->T, cfg->V, t->Vp, t->n_global, t->n_global / 1e6);
+    if (g->tp > 1)
+        td_log("tensor parallel: tp %d%s; %zu parameters per tp rank (heads %d, MLP features %d, "
+               "vocabulary rows %d of %d)\n",
+               g->tp, o->seq_parallel ? ", sequence parallel" : "", t->n_real, cfg->H / g->tp,
+               4 * cfg->C / g->tp, t->vocab_local, t->Vp);
     td_log("batch: %d sequences x %d tokens per step = %d replicas x %d micro-batches x %d; "
            "%d threads per rank; dp-mode %s, zero %d\n",
            o->batch, cfg->T, g->dp, o->grad_accum, Bm, threads, o->dp_mode, o->zero);
@@ -45,7 +50,7 @@ void td_report_open(td_report *r, const td_train_opts *o, const td_grid *g,
                 "\"heads\": %d, \"embd\": %d, \"seq\": %d, \"vocab\": %d, \"params\": %zu, "
                 "\"batch\": %d, \"grad_accum\": %d, \"threads\": %d, \"steps\": %d",
                 g->world_size, g->dp, g->tp, g->pp, g->n_servers, o->dp_mode, o->zero, cfg->L,
-                cfg->H, cfg->C, cfg->T, cfg->V, t->n_real, o->batch, o->grad_accum, threads,
+                cfg->H, cfg->C, cfg->T, cfg->V, t->n_global, o->batch, o->grad_accum, threads,
                 o->steps);
         fflush(r->log); /* the memory plan closes this object */
     }
@@ -166,6 +171,28 @@ void td_report_summary(td_report *r, const td_train_result *res) {
            res->tokens_per_s, 100.0 * r->flops_per_step / (res->step_ms * 1e-3) / r->peak_flops);
     if (!isnan(res->final_val_loss)) td_log(", final val loss %.4f", res->final_val_loss);
     td_log("\n");
+    if (r->g->tp > 1) {
+        /* what the comm layer recorded in the last step beside the formula */
+        static const char *op[TD_TP_NOPS] = {"all-reduce", "all-gather", "reduce-scatter"};
+        for (int k = 0; k < TD_TP_NOPS; k++)
+            if (res->tp_measured.calls[k] || res->tp_formula.calls[k])
+                td_log("tp traffic per step: %-14s %5llu calls %12llu bytes (formula %llu calls %llu "
+                       "bytes)\n",
+                       op[k], (unsigned long long)res->tp_measured.calls[k],
+                       (unsigned long long)res->tp_measured.bytes[k],
+                       (unsigned long long)res->tp_formula.calls[k],
+                       (unsigned long long)res->tp_formula.bytes[k]);
+        if (r->log) {
+            fprintf(r->log, "{\"event\": \"tp_traffic\"");
+            for (int k = 0; k < TD_TP_NOPS; k++)
+                fprintf(r->log, ", \"%s_calls\": %llu, \"%s_bytes\": %llu, \"%s_formula_bytes\": %llu",
+                        op[k], (unsigned long long)res->tp_measured.calls[k], op[k],
+                        (unsigned long long)res->tp_measured.bytes[k], op[k],
+                        (unsigned long long)res->tp_formula.bytes[k]);
+            fprintf(r->log, "}\n");
+            fflush(r->log);
+        }
+    }
     if (strcmp(r->o->dp_mode, "ps") == 0)
         td_log("ps: staleness observed max %d, mean %.2f steps (bound --ps-staleness %d)\n",
                res->max_staleness, res->mean_staleness, r->o->ps_staleness);

@@ -47,7 +47,7 @@ void td_generate(const td_param_table *canon, const float *params, const td_toke
                  unsigned long long seed, FILE *out) {
     const td_gpt_config *c = &canon->cfg;
     td_gpt m;
-    td_gpt_create(&m, canon, 1);
+    td_gpt_create(&m, canon, 1, 0);
     td_gpt_bind_flat(&m, (float *)params, NULL);
     int cap = (int)strlen(prompt) + n_tokens + 1;
     int *seq = td_alloc(sizeof(int) * (size_t)cap, TD_MEM_OTHER);

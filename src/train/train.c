@@ -84,21 +84,21 @@ static void backward(td_gpt *model, float dloss, int nan_grad) {
  * unit of one buffer at a time to world rank 0, which appends it to the file:
  * no rank holds the state twice, each holds at most one unit beyond its
  * plan. Collective over the world. `measure`: record this rank's peak. */
-static void save_checkpoint(td_dp *dp, const td_param_table *t, const td_gpt_config *cfg,
-                            const td_tokenizer *tok, const td_train_opts *o, const td_grid *g,
-                            int steps_done, const td_mem_plan *plan, td_train_result *res,
-                            int measure) {
-    size_t max_unit = 0, plan_total = 0;
-    for (int u = 0; u < t->n_units; u++) max_unit = td_max_sz(max_unit, td_unit_numel(t, u));
+static void save_checkpoint(td_dp *dp, const td_param_table *t, const td_param_table *canon,
+                            const td_gpt_config *cfg, const td_tokenizer *tok,
+                            const td_train_opts *o, const td_grid *g, int steps_done,
+                            const td_mem_plan *plan, td_train_result *res, int measure) {
+    size_t scratch_n = td_tp_gather_scratch_floats(t, canon), plan_total = 0;
     for (int c = 0; c < TD_MEM_NCAT; c++) plan_total += plan->bytes[c];
     size_t start = td_mem_total_current();
     if (measure) td_mem_reset_peaks(); /* after the run's own peaks were taken */
-    float *scratch = td_alloc(max_unit * sizeof(float), TD_MEM_OTHER);
+    float *scratch = td_alloc(scratch_n * sizeof(float), TD_MEM_OTHER);
     td_ckpt_writer *w = g->world_rank == 0 ? td_ckpt_writer_open(o->out, cfg, tok, steps_done, 1) : NULL;
     for (int s = 0; s < 3; s++)
         for (int u = 0; u < t->n_units; u++) {
-            const float *b = td_dp_gather_unit(dp, s, u, scratch);
-            if (w) td_ckpt_writer_put(w, s, t, u, b);
+            const td_param_table *in;
+            const float *b = td_tp_gather_unit(dp, g, t, canon, s, u, scratch, &in);
+            if (w) td_ckpt_writer_put(w, s, in, u, b);
         }
     char path[8192] = "";
     if (w) td_ckpt_writer_commit(w, path, sizeof path);
@@ -110,10 +110,10 @@ static void save_checkpoint(td_dp *dp, const td_param_table *t, const td_gpt_con
     res->save_peak = td_mem_total_peak();
     res->save_start = start;
     res->save_plan = plan_total;
-    res->save_unit = max_unit * sizeof(float);
+    res->save_unit = scratch_n * sizeof(float); /* one unit, or with tp its slices and assembly */
     td_log("checkpoint: %s (%zu parameters, step %d); memory during the save: peak %.3f MiB, "
            "%.3f MiB at its start, plan %.3f MiB + one unit %.3f MiB\n",
-           path, t->n_real, steps_done, res->save_peak / 1048576.0, start / 1048576.0,
+           path, t->n_global, steps_done, res->save_peak / 1048576.0, start / 1048576.0,
            plan_total / 1048576.0, res->save_unit / 1048576.0);
 }
 
@@ -159,11 +159,12 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
     td_dp_mode mode = td_dp_mode_parse(o->dp_mode);
     TD_CHECK(mode == TD_DP_PS || o->ps_servers == 0, "--ps-servers needs --dp-mode ps");
     TD_CHECK(mode != TD_DP_PS || o->ps_servers > 0, "--dp-mode ps needs --ps-servers S >= 1");
+    TD_CHECK(mode != TD_DP_PS || o->tp == 1,
+             "--dp-mode ps is data-parallel only and does not combine with --tp %d; use --dp-mode "
+             "allreduce or reduce-broadcast with tensor parallelism", o->tp);
     td_grid g;
     td_grid_create(&g, o->dp, o->tp, o->pp, mode == TD_DP_PS ? o->ps_servers : 0);
-    TD_CHECK(g.tp == 1 && g.pp == 1,
-             "--tp %d --pp %d: tensor and pipeline parallelism are not in this build yet; use --tp 1 --pp 1",
-             g.tp, g.pp);
+    TD_CHECK(g.pp == 1, "--pp %d: pipeline parallelism is not in this build yet; use --pp 1", g.pp);
     td_log_set_identity(g.world_rank, g.dp_rank, g.pp_rank, g.tp_rank, o->verbose);
     td_comm_set_timeout(o->comm_timeout);
     if (o->piece_mb > 0) td_comm_set_piece_bytes((size_t)(o->piece_mb * 1048576.0));
@@ -174,6 +175,7 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
     td_data_load(&data, o->data, o->tokenizer, o->vocab, o->seq);
     td_gpt_config cfg = {o->layers, o->heads, o->embd, o->seq, data.tok.V, 0};
     td_gpt_config_finish(&cfg);
+    td_gpt_check_tp(&cfg, g.tp, o->seq_parallel);
     int Bl, Bm;
     split_batch(o, g.dp, &Bl, &Bm);
 
@@ -182,17 +184,23 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
     dcfg.bucket_bytes = (size_t)((o->bucket_mb > 0 ? o->bucket_mb : TD_DEFAULT_BUCKET_MB) * 1048576.0);
     td_layout lay = td_layout_of_grid(&g);
     td_param_table table, canon;
-    td_param_table_build(&table, &cfg, td_dp_unit_align(&dcfg, &lay));
+    td_table_layout tlay = {td_dp_unit_align(&dcfg, &lay), g.tp, g.is_server ? 0 : g.tp_rank};
+    td_param_table_build_layout(&table, &cfg, &tlay);
     td_param_table_build(&canon, &cfg, 1);
 
     td_mem_plan plan = td_dp_memory_plan(&dcfg, &lay, &table);
-    if (!g.is_server) plan.bytes[TD_MEM_ACTS] += td_gpt_activation_bytes(&cfg, Bm);
+    if (!g.is_server) plan.bytes[TD_MEM_ACTS] += td_gpt_activation_bytes(&table, Bm, o->seq_parallel);
     /* every check that needs no model, before the model is allocated */
     td_preflight_result pf = td_preflight(o, &g, &cfg, &data, &plan, Bm);
 
     td_gpt model;
     memset(&model, 0, sizeof model);
-    if (!g.is_server) td_gpt_create(&model, &table, Bm);
+    td_tp_comm tpc;
+    td_tp_comm_init(&tpc, &g);
+    if (!g.is_server) {
+        td_gpt_create(&model, &table, Bm, o->seq_parallel);
+        model.comm = td_tp_comm_ops(&tpc);
+    }
     td_dp *dp = td_dp_create(&dcfg, &g, &table, g.is_server ? NULL : &model);
     TD_CHECK((fault->kind != TD_FAULT_NAN_LOSS && fault->kind != TD_FAULT_NAN_GRAD) ||
                  fault->rank < g.dp * g.tp * g.pp,
@@ -217,6 +225,7 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
             double t0 = td_now_ms();
             float lr = td_lr_at(&o->optim, step);
             td_dp_begin_step(dp, step);
+            td_tp_comm_reset(&tpc);
             double loss_sum = 0.0;
             for (int k = 0; k < c.K; k++) {
                 td_dp_begin_micro(dp, k, c.K);
@@ -225,6 +234,8 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
                 backward(&model, dloss, k == c.K - 1 && td_fault_at(TD_FAULT_NAN_GRAD, step, g.world_rank));
             }
             double norm = td_dp_finish_step(dp, step, lr);
+            memcpy(res->tp_measured.calls, tpc.calls, sizeof tpc.calls);
+            memcpy(res->tp_measured.bytes, tpc.bytes, sizeof tpc.bytes);
             if (td_fault_at(TD_FAULT_NAN_LOSS, step, g.world_rank)) loss_sum = NAN;
             /* the loss's sum also spreads a non-finite update: parameter
              * servers tell each worker at its next pull, which with
@@ -276,7 +287,7 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
                     td_dp_stop(dp, step);
                     break;
                 }
-                save_checkpoint(dp, &table, &cfg, &data.tok, o, &g, step + 1, &plan, res, 0);
+                save_checkpoint(dp, &table, &canon, &cfg, &data.tok, o, &g, step + 1, &plan, res, 0);
             }
         }
         int timed = o->steps > o->timing_skip ? o->steps - o->timing_skip : o->steps;
@@ -294,6 +305,7 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
     td_allreduce(g.world, st, 1, TD_F32, TD_MAX);
     if (res->stop_step < 0) res->stop_step = (int)st[0];
     res->numel_layout = table.numel;
+    td_tp_formula(&res->tp_formula, &cfg, Bm, o->grad_accum, g.tp, o->seq_parallel);
     for (int c = 0; c < TD_MEM_NCAT; c++) res->mem_planned[c] = plan.bytes[c], res->mem_peak[c] = td_mem_peak(c);
     int stopped = res->stop_step >= 0;
     /* servers run their own loop, so with ps the measured report waits for the end */
@@ -301,26 +313,28 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
     if (!stopped) td_report_summary(&rep, res);
 
     int root = g.world_rank == 0;
-    if (!stopped && o->out) save_checkpoint(dp, &table, &cfg, &data.tok, o, &g, o->steps, &plan, res, 1);
+    if (!stopped && o->out)
+        save_checkpoint(dp, &table, &canon, &cfg, &data.tok, o, &g, o->steps, &plan, res, 1);
     if (!stopped && o->sample_tokens > 0) {
         /* the model's own parameters where rank 0 holds them all; under
          * ZeRO-3 the parameters alone are gathered, unit by unit, into one
          * copy (a third of the state), after the save */
         const float *P = NULL;
         float *gathered = NULL;
-        if (!td_dp_full_params(dp, &P)) {
-            size_t max_unit = 0;
-            for (int u = 0; u < table.n_units; u++) max_unit = td_max_sz(max_unit, td_unit_numel(&table, u));
-            float *scratch = td_alloc(max_unit * sizeof(float), TD_MEM_OTHER);
-            if (root) gathered = td_alloc(table.numel * sizeof(float), TD_MEM_OTHER);
+        const td_param_table *in = &table;
+        if (g.tp > 1 || !td_dp_full_params(dp, &P)) {
+            /* with tp the slices are put together in the canonical layout */
+            float *scratch = td_alloc(td_tp_gather_scratch_floats(&table, &canon) * sizeof(float), TD_MEM_OTHER);
+            if (g.tp > 1) in = &canon;
+            if (root) gathered = td_alloc(in->numel * sizeof(float), TD_MEM_OTHER);
             for (int u = 0; u < table.n_units; u++) {
-                const float *b = td_dp_gather_unit(dp, 0, u, scratch);
-                if (b) memcpy(gathered + table.unit_offset[u], b, td_unit_numel(&table, u) * sizeof(float));
+                const float *b = td_tp_gather_unit(dp, &g, &table, &canon, 0, u, scratch, &in);
+                if (b) memcpy(gathered + in->unit_offset[u], b, td_unit_numel(in, u) * sizeof(float));
             }
             td_free(scratch);
             P = gathered;
         }
-        if (root) td_report_sample(&rep, &table, P, &data.tok, o);
+        if (root) td_report_sample(&rep, in, P, &data.tok, o);
         td_free(gathered);
     }
     if (keep_state && !stopped) { /* tests: the whole state in the canonical layout on rank 0 */

@@ -32,7 +32,7 @@ static double fixed_batch_loss(const td_gpt_config *cfg, const float *params, co
     td_param_table_build(&t, cfg, 1);
     int B = 4, T = cfg->T;
     td_gpt m;
-    td_gpt_create(&m, &t, B);
+    td_gpt_create(&m, &t, B, 0);
     td_gpt_bind_flat(&m, (float *)params, NULL);
     int *in = malloc(sizeof(int) * B * T), *tg = malloc(sizeof(int) * B * T);
     td_data_batch(d, 1, 1234, 0, 0, B, T, in, tg);

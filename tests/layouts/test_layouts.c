@@ -32,7 +32,7 @@ static void reference(const td_train_opts *o, float *losses, float **P, float **
     td_param_init_range(t, o->seed, 0, n, p);
     int B = o->batch, T = o->seq;
     td_gpt model;
-    td_gpt_create(&model, t, B);
+    td_gpt_create(&model, t, B, 0);
     td_gpt_bind_flat(&model, p, g);
     int *in = malloc(sizeof(int) * B * T), *tg = malloc(sizeof(int) * B * T);
     for (int s = 0; s < o->steps; s++) {

@@ -97,7 +97,7 @@ int main(void) {
     float *w0 = malloc(sizeof(float) * t.numel); /* initial weights, for the decay check */
     memcpy(w0, params, sizeof(float) * t.numel);
     td_gpt model;
-    td_gpt_create(&model, &t, B);
+    td_gpt_create(&model, &t, B, 0);
     td_gpt_bind_flat(&model, params, grads);
     int fails = 0;
     /* Tolerances. Loss: 1e-5 relative, the issue's aim; fp32 sums of 48
