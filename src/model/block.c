@@ -89,7 +89,7 @@ void td_block_backward(td_gpt *m, int l, const float *x, const td_block_acts *a,
     memset(s->dln, 0, sizeof(float) * (size_t)N * C);
     td_matmul_backward(s->dln, G(TD_T_FCW), G(TD_T_FCB), s->dfch, a->ln2, W(TD_T_FCW), N, C, d->F);
     td_m_norm_backward(m, dres, a->res2, a->ln2_mean, a->ln2_rstd, W(TD_T_LN2W), G(TD_T_LN2W),
-                  G(TD_T_LN2B));
+                       G(TD_T_LN2B));
     /* attention branch */
     row_parallel_backward(m, s->datty, G(TD_T_ATTPROJW), G(TD_T_ATTPROJB), dres, a->atty,
                           W(TD_T_ATTPROJW), d->Ca);
@@ -98,7 +98,8 @@ void td_block_backward(td_gpt *m, int l, const float *x, const td_block_acts *a,
     memset(s->dln, 0, sizeof(float) * (size_t)N * C);
     td_matmul_backward(s->dln, G(TD_T_QKVW), G(TD_T_QKVB), s->dqkv, a->ln1, W(TD_T_QKVW), N, C,
                        3 * d->Ca);
-    td_m_norm_backward(m, dres, x, a->ln1_mean, a->ln1_rstd, W(TD_T_LN1W), G(TD_T_LN1W), G(TD_T_LN1B));
+    td_m_norm_backward(m, dres, x, a->ln1_mean, a->ln1_rstd, W(TD_T_LN1W), G(TD_T_LN1W),
+                       G(TD_T_LN1B));
 #undef W
 #undef G
 }

@@ -47,8 +47,8 @@ double td_head_forward(td_gpt *m, const float *x, const int *targets, td_head_ac
     for (int i = 0; i < N; i++) TD_ASSERT(targets[i] >= 0 && targets[i] < m->cfg.V);
     td_xent_max(a->row_max, a->logits, N, d->Vreal, d->Vl);
     td_m_tp_allreduce(m, a->row_max, (size_t)N, TD_REDUCE_MAX);
-    td_xent_exp_sum(a->row_sum, a->tgt_logit, a->logits, a->logits, a->row_max, targets, d->vocab_lo,
-                    N, d->Vreal, d->Vl);
+    td_xent_exp_sum(a->row_sum, a->tgt_logit, a->logits, a->logits, a->row_max, targets,
+                    d->vocab_lo, N, d->Vreal, d->Vl);
     td_m_tp_allreduce(m, a->row_sum, (size_t)N, TD_REDUCE_SUM);
     td_m_tp_allreduce(m, a->tgt_logit, (size_t)N, TD_REDUCE_SUM);
     td_xent_finish(a->losses, a->logits, a->row_sum, a->tgt_logit, a->row_max, targets, N, d->Vreal,

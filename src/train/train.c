@@ -153,6 +153,7 @@ static double evaluate(run_ctx *c) {
 
 void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) {
     memset(res, 0, sizeof *res);
+    td_mem_reset_peaks(); /* the peaks reported are this run's (tests run several in one process) */
     res->final_val_loss = NAN;
     res->stop_step = -1;
     const td_fault *fault = td_fault_get(); /* a bad TRIDENT_FAULT fails before any work */

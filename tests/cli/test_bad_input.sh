@@ -93,6 +93,17 @@ expect factors-mismatch "--dp 2 x --tp 1 x --pp 1 \(\+ 0 servers\) = 2 ranks, bu
 # start-of-run checks agree on one message)
 expect batch-split-dp "--batch 12 does not split over 5 data-parallel replicas" \
                        $MPIRUN -np 5 "$T" train --data "$tmp/small.txt" $Q
+# tensor parallelism: what does not split, and what does not combine
+expect tp-heads       "--tp 3 does not divide --heads 4" \
+                       $MPIRUN -np 3 "$T" train --data "$tmp/small.txt" --tp 3 $Q
+expect sp-seq         "--sequence-parallel: --tp 2 does not divide --seq 63" \
+                       $MPIRUN -np 2 "$T" train --data "$tmp/small.txt" --tp 2 --sequence-parallel --seq 63 $Q
+expect sp-no-tp       "--sequence-parallel needs --tp 2 or more" \
+                       "$T" train --data "$tmp/small.txt" --sequence-parallel $Q
+expect ps-tp          "--dp-mode ps is data-parallel only and does not combine with --tp 2" \
+                       $MPIRUN -np 3 "$T" train --data "$tmp/small.txt" --tp 2 --dp-mode ps --ps-servers 1 $Q
+expect pp-not-yet     "--pp 2: pipeline parallelism is not in this build yet" \
+                       $MPIRUN -np 2 "$T" train --data "$tmp/small.txt" --pp 2 $Q
 
 # ---- numbers: finite, in range, plain; the range is in the message ----
 S="$T train --data $tmp/small.txt $Q"
