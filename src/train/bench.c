@@ -27,6 +27,8 @@ static int bench_train(int argc, char **argv) {
         {"--warmup-steps", TD_FLAG_INT, &warmup_steps, "untimed steps first (5)", NULL},
         {"--threads", TD_FLAG_INT, &o.threads, "threads per rank", NULL},
         {"--dp", TD_FLAG_INT, &o.dp, "data-parallel size", NULL},
+        {"--tp", TD_FLAG_INT, &o.tp, "tensor-parallel size", NULL},
+        {"--sequence-parallel", TD_FLAG_BOOL, &o.seq_parallel, "sequence parallelism (tp >= 2)", NULL},
         {"--dp-mode", TD_FLAG_STR, &o.dp_mode, "allreduce, reduce-broadcast, ps", NULL},
         {"--ps-servers", TD_FLAG_INT, &o.ps_servers, "parameter servers", NULL},
         {"--ps-staleness", TD_FLAG_INT, &o.ps_staleness, "ps staleness bound", NULL},

@@ -213,6 +213,42 @@ static void test_embedding(void) {
     tu_release(mark);
 }
 
+/* The vocab-parallel parts (a shard of wte rows, positions from a row
+ * offset): summed over shards they must give the fused kernel's bits, the
+ * last shard holding rows beyond V (padding), and the backward over shards
+ * and over row halves the fused gradients' bits (same terms, same order). */
+static void test_embedding_shards(void) {
+    int B = 2, T = 5, C = 20, V = 7, N = B * T, rows = 3, shards = 3, mark = tu_mark();
+    int *tok = TU_NEW(int, N);
+    tu_rand_ints(tok, N, 1, V);
+    tok[0] = V - 1, tok[1] = 0; /* the ends of the vocabulary */
+    int Vp = rows * shards;     /* 9 >= V: the last shard holds rows 6, 7, 8 of which 7, 8 pad */
+    float *wte = TU_NEW(float, Vp * C), *wpe = TU_NEW(float, T * C), *dout = TU_NEW(float, N * C);
+    tu_randn(wte, V * C, 2, 1.0f);
+    tu_randn(wpe, T * C, 3, 1.0f);
+    tu_randn(dout, N * C, 4, 1.0f);
+    float *fused = TU_NEW(float, N * C), *sum = TU_NEW(float, N * C), *part = TU_NEW(float, N * C);
+    td_embedding_forward(fused, tok, wte, wpe, B, T, C);
+    for (int r = 0; r < shards; r++) {
+        td_embedding_shard_forward(part, tok, wte + (size_t)r * rows * C, r * rows, rows, N, C);
+        for (int i = 0; i < N * C; i++) sum[i] = r ? sum[i] + part[i] : part[i];
+    }
+    /* positions on two row blocks, as sequence parallelism splits them */
+    td_position_forward(sum, wpe, 0, N / 2, T, C);
+    td_position_forward(sum + (size_t)(N / 2) * C, wpe, N / 2, N - N / 2, T, C);
+    tu_check_bitwise("embedding shards + positions = fused (fwd)", sum, fused, N * C);
+    float *dwte = TU_NEW(float, Vp * C), *dwpe = TU_NEW(float, T * C);
+    float *swte = TU_NEW(float, Vp * C), *swpe = TU_NEW(float, T * C);
+    td_embedding_backward(dwte, dwpe, dout, tok, B, T, C);
+    for (int r = 0; r < shards; r++)
+        td_embedding_shard_backward(swte + (size_t)r * rows * C, dout, tok, r * rows, rows, N, C);
+    td_position_backward(swpe, dout, 0, N / 2, T, C);
+    td_position_backward(swpe, dout + (size_t)(N / 2) * C, N / 2, N - N / 2, T, C);
+    tu_check_bitwise("embedding shards bwd dwte = fused", swte, dwte, Vp * C);
+    tu_check_bitwise("positions bwd over row halves dwpe = fused", swpe, dwpe, T * C);
+    tu_release(mark);
+}
+
 /* ---- layernorm ---------------------------------------------------------------- */
 
 struct ln_ctx { int N, C; double *x, *w, *b, *dout, *tmp; };
@@ -517,15 +553,72 @@ static void xent_case(const char *tag, int N, int V, int Vp, float scale) {
     tu_release(mark);
 }
 
+/* The staged cross-entropy over vocabulary shards [lo, lo + Vl) with the
+ * reductions (max, sums) done between the stages, as the vocab-parallel head
+ * does over tp: losses, probabilities and dlogits against double. The last
+ * shard of the second case holds only padding (V = 0 there). */
+static void xent_shard_case(const char *tag, int N, int V, int Vp, int shards) {
+    int mark = tu_mark(), Vl = Vp / shards;
+    size_t nl = (size_t)N * Vp;
+    float *logits = TU_NEW(float, nl), *dloss = TU_NEW(float, N);
+    int *tgt = TU_NEW(int, N);
+    tu_randn(logits, nl, 70, 3.0f);
+    tu_rand_ints(tgt, N, 71, V);
+    tgt[0] = V - 1; /* the last real column, in a shard of its own or beside padding */
+    tu_randn(dloss, N, 72, 1.0f);
+    double *rl = TU_NEW(double, N), *rp = TU_NEW(double, nl);
+    dref_xent(rl, rp, tu_to_double(logits, nl), tgt, N, V, Vp);
+    /* each shard's logits as its own [N, Vl] buffer */
+    float *sh = TU_NEW(float, nl), *mx = TU_NEW(float, N), *m1 = TU_NEW(float, N);
+    float *sum = TU_NEW(float, N), *xt = TU_NEW(float, N), *s1 = TU_NEW(float, N), *x1 = TU_NEW(float, N);
+    float *losses = TU_NEW(float, N);
+    int real[16];
+    for (int r = 0; r < shards; r++) {
+        int v = V - r * Vl;
+        real[r] = v < 0 ? 0 : v > Vl ? Vl : v;
+        for (int n = 0; n < N; n++)
+            for (int j = 0; j < Vl; j++) sh[(size_t)r * N * Vl + (size_t)n * Vl + j] = logits[(size_t)n * Vp + r * Vl + j];
+    }
+    for (int r = 0; r < shards; r++) {
+        td_xent_max(m1, sh + (size_t)r * N * Vl, N, real[r], Vl);
+        for (int n = 0; n < N; n++) mx[n] = r == 0 || m1[n] > mx[n] ? m1[n] : mx[n];
+    }
+    for (int r = 0; r < shards; r++) {
+        td_xent_exp_sum(s1, x1, sh + (size_t)r * N * Vl, sh + (size_t)r * N * Vl, mx, tgt, r * Vl, N, real[r], Vl);
+        for (int n = 0; n < N; n++) sum[n] = r ? sum[n] + s1[n] : s1[n], xt[n] = r ? xt[n] + x1[n] : x1[n];
+    }
+    float *probs = TU_NEW(float, nl), *dl = TU_NEW(float, nl);
+    for (int r = 0; r < shards; r++) {
+        float *p = sh + (size_t)r * N * Vl;
+        td_xent_finish(losses, p, sum, xt, mx, tgt, N, real[r], Vl);
+        for (int n = 0; n < N; n++)
+            for (int j = 0; j < Vl; j++) probs[(size_t)n * Vp + r * Vl + j] = p[(size_t)n * Vl + j];
+        td_xent_backward(p, p, tgt, r * Vl, dloss, N, real[r], Vl);
+        for (int n = 0; n < N; n++)
+            for (int j = 0; j < Vl; j++) dl[(size_t)n * Vp + r * Vl + j] = p[(size_t)n * Vl + j];
+    }
+    tu_check_close(nm(tag, "losses vs double"), losses, rl, N, TOL_FWD, FLOOR);
+    tu_check_close(nm(tag, "probs vs double"), probs, rp, nl, TOL_FWD, FLOOR);
+    double *rd = TU_NEW(double, nl); /* dlogits = (p - onehot) * dloss in double */
+    for (int n = 0; n < N; n++)
+        for (int v = 0; v < Vp; v++)
+            rd[(size_t)n * Vp + v] = (rp[(size_t)n * Vp + v] - (v == tgt[n])) * dloss[n] * (v < V);
+    tu_check_close(nm(tag, "dlogits vs double"), dl, rd, nl, TOL_FWD, FLOOR);
+    tu_release(mark);
+}
+
 static void test_softmax_xent(void) {
     xent_case("softmax_xent V=5 Vp=8", 6, 5, 8, 2.0f);
     /* the benchmark vocabulary, logits spread wide: exp over a large range */
     xent_case("softmax_xent V=65 Vp=128", 16, 65, 128, 4.0f);
+    xent_shard_case("xent 2 vocab shards V=65 Vp=128", 16, 65, 128, 2);
+    xent_shard_case("xent 3 vocab shards V=5 Vp=12 (last all padding)", 6, 5, 12, 3);
 }
 
 int main(void) {
     td_kernels_set_threads(1);
     test_embedding();
+    test_embedding_shards();
     test_layernorm();
     test_layernorm_offset();
     test_matmul();
