@@ -27,8 +27,9 @@
 #     each unit - wte + wpe, each block, ln_f - padded to 16 floats), and
 #     whether activations with sequence parallelism are below those without.
 #
-# Threads per rank = 2 / ranks, at least 1: tp 4 puts 4 ranks on 2 cores and
-# is labelled "oversubscribed"; its times say little about tp itself.
+# Threads per rank = CORES / ranks, at least 1: tp 4 puts 4 ranks on 2 cores
+# and is labelled "oversubscribed"; its times say little about tp itself.
+# The default run takes ~2 minutes on the quiet 2-core machine (~4 loaded).
 # A benchmark never fails on speed or on a mismatch it prints (it says
 # "NO"); it exits non-zero only when something cannot be built or run.
 #
@@ -108,8 +109,10 @@ run_layout() {
     exit 1
   fi
   [[ -s "$log.jsonl" ]] || die "$name wrote no --log file: $(head -c 300 "$log.out")"
-  printf '   run %d/%d %-8s tp %d%s, %d thread(s) per rank: %s\n' "$rep" "$REPS" "$name" "$tp" \
-    "$( ((sp)) && echo ', sequence parallel' || true)" "$threads" "$(grep '^done:' "$log.out" || echo '?')"
+  local what="tp $tp"
+  if ((sp)); then what+=", sequence parallel"; fi
+  printf '   run %d/%d %-8s %s, %d thread(s) per rank: %s\n' "$rep" "$REPS" "$name" "$what" "$threads" \
+    "$(grep '^done:' "$log.out" || echo '?')"
 }
 
 for ((r = 1; r <= REPS; r++)); do
