@@ -29,7 +29,7 @@
 #
 # Threads per rank = CORES / ranks, at least 1: tp 4 puts 4 ranks on 2 cores
 # and is labelled "oversubscribed"; its times say little about tp itself.
-# The default run takes ~2 minutes on the quiet 2-core machine (~4 loaded).
+# The default run takes ~1 minute on the quiet 2-core machine (~4 when loaded).
 # A benchmark never fails on speed or on a mismatch it prints (it says
 # "NO"); it exits non-zero only when something cannot be built or run.
 #
