@@ -1,0 +1,40 @@
+/* Internals of the GPT-2 tokenizer (src/data/bpe*.c): the character classes
+ * of its pre-tokenization pattern and the pattern itself, written by hand. */
+#ifndef TRIDENT_BPE_INTERNAL_H
+#define TRIDENT_BPE_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum { TD_UC_OTHER = 0, TD_UC_LETTER = 1, TD_UC_NUMBER = 2, TD_UC_SPACE = 3 };
+
+typedef struct {
+    uint32_t lo, hi; /* inclusive */
+    uint32_t cls;    /* TD_UC_* */
+} td_uc_range;
+
+/* bpe_unicode.c (generated from the reference's JavaScript engine) */
+extern const char td_bpe_unicode_version[];
+extern const int td_bpe_uc_nranges;
+extern const td_uc_range td_bpe_uc_ranges[];
+
+/* The class of a code point: \p{L}, \p{N}, \s or none (as JavaScript's
+ * RegExp with the u flag has them). */
+int td_bpe_uc_class(uint32_t cp);
+
+/* The end of the match of GPT-2's pattern
+ *   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+ * that starts at s[i] (i < n), matching as JavaScript does (leftmost
+ * alternative first, greedy, with backtracking where it changes the result).
+ * The text is UTF-8; bytes that are not (never in checked text) count as
+ * one "other" character each, so any input is safe to scan. */
+size_t td_bpe_pretok_next(const unsigned char *s, size_t n, size_t i);
+
+/* A split point at or after `from` (<= n) where every match of the pattern
+ * ends, so text before and after it can be pre-tokenized apart with the same
+ * pieces: s[p-1] is a printable ASCII character and s[p] ASCII whitespace
+ * (the match holding s[p-1] cannot take whitespace, and none looks back).
+ * Returns n when there is none. */
+size_t td_bpe_split_point(const unsigned char *s, size_t n, size_t from);
+
+#endif
