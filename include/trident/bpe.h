@@ -48,4 +48,11 @@ size_t td_bpe_encode(td_bpe_enc *enc, const unsigned char *s, size_t n, int *ids
 size_t td_bpe_encode_threads(td_bpe_enc **encs, int threads, const unsigned char *s, size_t n,
                              int *ids);
 
+/* A split point at or after `from` (<= n) where every match of the pattern
+ * ends, so text before and after it can be pre-tokenized apart with the same
+ * pieces: s[p-1] is a printable ASCII character and s[p] ASCII whitespace
+ * (the match holding s[p-1] cannot take whitespace, and none looks back).
+ * Returns n when there is none. */
+size_t td_bpe_split_point(const unsigned char *s, size_t n, size_t from);
+
 #endif

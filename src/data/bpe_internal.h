@@ -30,11 +30,4 @@ int td_bpe_uc_class(uint32_t cp);
  * one "other" character each, so any input is safe to scan. */
 size_t td_bpe_pretok_next(const unsigned char *s, size_t n, size_t i);
 
-/* A split point at or after `from` (<= n) where every match of the pattern
- * ends, so text before and after it can be pre-tokenized apart with the same
- * pieces: s[p-1] is a printable ASCII character and s[p] ASCII whitespace
- * (the match holding s[p-1] cannot take whitespace, and none looks back).
- * Returns n when there is none. */
-size_t td_bpe_split_point(const unsigned char *s, size_t n, size_t from);
-
 #endif

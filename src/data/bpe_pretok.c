@@ -7,6 +7,7 @@
  * JavaScript's (it includes U+FEFF and not U+0085), \p{L} and \p{N} are its
  * Unicode tables (bpe_unicode.c). */
 #include "bpe_internal.h"
+#include "trident/bpe.h"
 
 /* Classes of the first 256 code points, the common case, without a search. */
 static unsigned char latin1[256];
