@@ -48,7 +48,7 @@ static void files(void) {
     td_gpt_config cfg = {1, 2, 16, 8, 5, 0};
     td_gpt_config_finish(&cfg);
     uint32_t chars[5] = {'\n', 'a', 'b', 'c', 0x4E2D};
-    td_tokenizer tok = {TD_TOK_CHAR, 5, chars};
+    td_tokenizer tok = {TD_TOK_CHAR, 5, chars, NULL};
     size_t n = td_ckpt_numel(cfg.L, cfg.C, cfg.T, cfg.Vp);
     float *p = malloc(n * 4), *m = malloc(n * 4), *v = malloc(n * 4);
     fill(p, n, 0.5f), fill(m, n, -0.25f), fill(v, n, 0.125f);
