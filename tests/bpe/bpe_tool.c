@@ -3,6 +3,11 @@
  *                                       ids into OUT (no <|endoftext|>)
  *   bpe_tool roundtrip FILE             decode(encode(FILE)) == FILE, and
  *                                       1 thread == 2 and 3 threads
+ *   bpe_tool shards DIR TEXT            the shards `trident tokenize` wrote
+ *                                       from TEXT, loaded as `train --data
+ *                                       DIR --tokenizer gpt2` loads them,
+ *                                       equal `train --data TEXT
+ *                                       --tokenizer gpt2`'s tokens
  *   bpe_tool classes OUT                the pattern's class of every code
  *                                       point, one byte each (0 other,
  *                                       1 letter, 2 number, 3 space)
@@ -14,6 +19,7 @@
 #include "../../src/data/bpe_internal.h"
 #include "trident/base.h"
 #include "trident/bpe.h"
+#include "trident/data.h"
 #include "trident/formats_data.h"
 
 static unsigned char *slurp(const char *path, size_t *n) {
@@ -48,6 +54,32 @@ int main(int argc, char **argv) {
         TD_CHECK(f && fwrite(t, 1, 0x110000, f) == 0x110000 && fclose(f) == 0, "%s: write failed",
                  argv[2]);
         free(t);
+        return 0;
+    }
+    if (strcmp(argv[1], "shards") == 0) {
+        TD_CHECK(argc == 4, "shards needs DIR TEXT");
+        td_dataset a, b;
+        td_data_load(&a, argv[2], "gpt2", -1, 16);
+        td_data_load(&b, argv[3], "gpt2", -1, 16);
+        const char *name[2] = {"train", "val"};
+        for (int split = 0; split < 2; split++) {
+            const int *x = split ? a.val : a.train, *y = split ? b.val : b.train;
+            size_t nx = split ? a.n_val : a.n_train, ny = split ? b.n_val : b.n_train, i = 0;
+            while (i < nx && i < ny && x[i] == y[i]) i++;
+            if (i < nx || nx != ny) {
+                printf("shards %s: %s split: %zu tokens from the shards, %zu from the text; first "
+                       "difference at token %zu\n", argv[2], name[split], nx, ny, i);
+                return 1;
+            }
+        }
+        if (a.tok.kind != TD_TOK_GPT2 || a.tok.V != TD_GPT2_VOCAB) {
+            printf("shards %s: loaded with tokenizer %s, vocabulary %d\n", argv[2],
+                   td_tokenizer_name(a.tok.kind), a.tok.V);
+            return 1;
+        }
+        printf("shards %s: %zu train + %zu val tokens equal the in-memory encoding of %s "
+               "(<|endoftext|> first, split 90/10)\n", argv[2], a.n_train, a.n_val, argv[3]);
+        td_data_free(&a), td_data_free(&b);
         return 0;
     }
     size_t n, bad;
