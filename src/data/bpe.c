@@ -303,6 +303,16 @@ static size_t merge_heap(const td_bpe *b, const unsigned char *p, size_t n, int 
     return k;
 }
 
+long td_bpe_rank_of(const td_bpe *b, const unsigned char *p, size_t n) {
+    uint32_t r = find_token(b, p, n);
+    return r == UINT32_MAX ? -1 : (long)r;
+}
+
+size_t td_bpe_merge_with(const td_bpe *b, const unsigned char *p, size_t n, int *out, int heap) {
+    TD_ASSERT(n >= 2 && (heap || n <= SCAN_MAX));
+    return heap ? merge_heap(b, p, n, out) : merge_scan(b, p, n, out);
+}
+
 /* ---- encoders with a cache of pieces ----------------------------------- */
 
 /* Pieces of up to this many bytes are cached; the cache starts over when

@@ -30,4 +30,11 @@ int td_bpe_uc_class(uint32_t cp);
  * one "other" character each, so any input is safe to scan. */
 size_t td_bpe_pretok_next(const unsigned char *s, size_t n, size_t i);
 
+struct td_bpe;
+/* For tests: the rank of the token with bytes p[0..n) (-1: none), and the
+ * merge of one piece by the array scan (heap == 0, n <= 256) or the heap. */
+long td_bpe_rank_of(const struct td_bpe *b, const unsigned char *p, size_t n);
+size_t td_bpe_merge_with(const struct td_bpe *b, const unsigned char *p, size_t n, int *out,
+                         int heap);
+
 #endif
