@@ -58,6 +58,7 @@ printf '%-44s %10s\n' "encoder" "MB/s"
 printf '%-44s %10s   (whole tokenize run %s MB/s)\n' "trident, 1 thread" "$t1" "$w1"
 printf '%-44s %10s   (whole tokenize run %s MB/s)\n' "trident, $N threads" "$tn" "$wn"
 printf '%-44s %10s\n' "$(sed 's/: [0-9.]* MB\/s.*//' "$tmp/js_line")" "$js"
-awk -v a="$t1" -v b="$tn" -v j="$js" 'BEGIN {
-  r = a / j; printf "ratio trident 1 thread / js-tiktoken: %.1fx (target >= 2x: %s); %d threads / 1 thread: %.2fx\n",
-    r, r >= 2 ? "PASS" : "BELOW", '"$N"', b / a }'
+awk -v a="$t1" -v b="$tn" -v j="$js" -v n="$N" 'BEGIN {
+  r = a / j
+  printf "ratio trident 1 thread / js-tiktoken: %.1fx (target >= 2x: %s); %d threads / 1 thread: %.2fx\n",
+    r, (r >= 2 ? "PASS" : "BELOW"), n, b / a }'
