@@ -136,7 +136,7 @@ int td_tokenize_main(int argc, char **argv) {
          "[1, 2147483647]"},
         {"--val-fraction", TD_FLAG_DOUBLE, &val_fraction,
          "last fraction of the tokens for validation (0.1)", "[0, 1)"},
-        {"--threads", TD_FLAG_INT, &threads, "encoding threads, 0 = one per core (0)", "[0, 4096]"},
+        {"--threads", TD_FLAG_INT, &threads, "encoding threads, 0 = one per core (0)", "[0, 256]"},
     };
     int nflags = (int)(sizeof flags / sizeof flags[0]);
     /* IN... are the arguments that are neither flags nor their values */
