@@ -8,7 +8,9 @@
 #   scripts/js_tiktoken.sh check    exit 0 if node and the package are there
 set -euo pipefail
 ver=1.0.21
-dir=${TD_JS_TIKTOKEN_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/trident/js-tiktoken-$ver}
+# HOME may be unset under some CI runners; ~ then comes from the user database
+home=${HOME:-$(cd ~ && pwd)}
+dir=${TD_JS_TIKTOKEN_DIR:-${XDG_CACHE_HOME:-$home/.cache}/trident/js-tiktoken-$ver}
 present() {
   command -v node >/dev/null &&
     [ "$(node -p "require('$dir/node_modules/js-tiktoken/package.json').version" 2>/dev/null)" = "$ver" ]
