@@ -51,6 +51,10 @@ if [ $? -eq 0 ] && iconv -f UTF-8 -t UTF-8 "$tmp/sample" >/dev/null 2>&1 && [ "$
   ok "trident sample decodes gpt2 tokens to valid UTF-8 ($(wc -c <"$tmp/sample") bytes)"
 else fail "sample is not valid UTF-8" "$(head -c 300 "$tmp/sample")"; fi
 
+out=$("$T" sample --ckpt "$tmp/ck" --tokens 5 --prompt "Wherefore art thou, Ромео? " 2>&1)
+if [ $? -eq 0 ] && grep -q "^Wherefore art thou, Ромео? " <<<"$out"; then ok "sample --prompt (UTF-8) encodes with gpt2"
+else fail "sample --prompt" "$out"; fi
+
 # two documents: <|endoftext|> A <|endoftext|> B, the same as encoding each
 printf 'Hello world.\n' >"$tmp/a.txt"; printf ' <|endoftext|> is text here\n' >"$tmp/b.txt"
 "$T" tokenize --tokenizer gpt2 "$tmp/a.txt" "$tmp/b.txt" --out "$tmp/docs" --val-fraction 0 >/dev/null 2>&1
@@ -90,5 +94,7 @@ expect no-inputs "no input files" "$T" tokenize --tokenizer gpt2 --out "$tmp/x5"
 expect bad-fraction "tokenize --val-fraction: '1' is out of range; valid: \[0, 1)" \
   "$T" tokenize --tokenizer gpt2 "$text" --out "$tmp/x6" --val-fraction 1
 expect gpt2-vocab "--vocab 100 with --tokenizer gpt2" "$T" train --data "$tmp/one" --tokenizer gpt2 --vocab 100 $Q
+expect bad-prompt "--sample-prompt: the text is not valid UTF-8 at byte 2" \
+  "$T" train --data "$tmp/one" --tokenizer gpt2 --sample-prompt "$(printf 'ab\xff')" --sample-tokens 3 $Q
 [ $fails -eq 0 ] && echo "tokenize cli: all passed"
 exit $fails
