@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Installs the Debian packages trident needs, only those missing.
-# Safe without a terminal (CI): noninteractive, no prompts.
+# Installs the Debian packages trident needs, only those missing, and the
+# reference GPT-2 tokenizer of the tests (js-tiktoken, an npm package, into a
+# cache directory: scripts/js_tiktoken.sh). Safe without a terminal (CI):
+# noninteractive, no prompts.
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libopenblas-dev
       python3-torch gnuplot-nox fortunes clang libclang-rt-14-dev)
@@ -8,9 +10,15 @@ missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# node and npm: Debian's packages only where no node is installed at all (a
+# machine may have its own Node.js, whose npm Debian's package would conflict
+# with)
+command -v node >/dev/null || missing+=(nodejs)
+command -v npm >/dev/null || missing+=(npm)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "deps: installing ${missing[*]}"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -q
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}" </dev/null
 fi
+"$(dirname "$0")/js_tiktoken.sh" install

@@ -5,25 +5,45 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
-typedef enum { TD_TOK_CHAR = 0, TD_TOK_BYTE = 1, TD_TOK_IDS = 2 } td_tokenizer_kind;
+typedef enum { TD_TOK_CHAR = 0, TD_TOK_BYTE = 1, TD_TOK_IDS = 2, TD_TOK_GPT2 = 3 } td_tokenizer_kind;
 
+struct td_bpe;
 typedef struct {
     td_tokenizer_kind kind;
     int V;               /* vocabulary size */
     uint32_t *chars;     /* [V] code points (char tokenizer only, sorted) */
+    const struct td_bpe *bpe; /* GPT-2's tables (gpt2 only; shared, never freed) */
 } td_tokenizer;
 
 const char *td_tokenizer_name(td_tokenizer_kind k);
 /* Char vocabulary = the sorted distinct code points of strict UTF-8 text;
  * `what` prefixes errors (e.g. "--data PATH"). */
 void td_tokenizer_build_char(td_tokenizer *tk, const char *text, size_t n, const char *what);
-/* Encode UTF-8 text; unknown characters are a user error naming them.
- * Returns the token count; *out is td_alloc'd. */
+/* GPT-2's byte-level BPE (vocabulary 50257; src/data/bpe.c), its tables
+ * loaded from td_bpe_gpt2_path() (a missing or corrupt file is an error). */
+void td_tokenizer_gpt2(td_tokenizer *tk);
+/* Encode UTF-8 text; unknown characters are a user error naming them
+ * (gpt2: text that is not UTF-8 is an error giving the byte offset; the
+ * encoding is ordinary, a literal <|endoftext|> is text). Returns the token
+ * count; *out is td_alloc'd. */
 size_t td_tokenizer_encode(const td_tokenizer *tk, const char *text, size_t n, int **out);
-/* Decode one token to UTF-8 into buf (ids print as "<123>"). Returns length. */
+/* Decode one token into buf (ids print as "<123>"): UTF-8, except that a
+ * gpt2 token may hold part of a character (print through td_utf8_out).
+ * cap >= 256 holds any token. Returns the length. */
 int td_tokenizer_decode(const td_tokenizer *tk, int token, char *buf, int cap);
 void td_tokenizer_free(td_tokenizer *tk);
+
+/* Printing decoded tokens as valid UTF-8: bytes of a character split across
+ * tokens are held until it is complete; bytes that cannot start or continue
+ * one print as U+FFFD. Flush at the end (an unfinished character: U+FFFD). */
+typedef struct {
+    unsigned char held[4];
+    int n;
+} td_utf8_out;
+void td_utf8_out_write(td_utf8_out *u, const char *bytes, int n, FILE *out);
+void td_utf8_out_flush(td_utf8_out *u, FILE *out);
 
 typedef struct {
     td_tokenizer tok;
@@ -53,5 +73,9 @@ void td_data_free(td_dataset *d);
  * samples first .. first+count-1. split: 0 train, 1 val. */
 void td_data_batch(const td_dataset *d, int split, uint64_t seed, int64_t step, int first,
                    int count, int T, int *inputs, int *targets);
+
+/* `trident tokenize --tokenizer gpt2 IN... --out DIR`: llm.c token shards
+ * (src/data/tokenize_cmd.c). */
+int td_tokenize_main(int argc, char **argv);
 
 #endif

@@ -5,7 +5,7 @@
  * model.bin (version 2, little-endian, packed):
  *   offset  0  char[8]   magic "TRIDENT1"
  *           8  int32[12] version, layers, heads, embd, seq, vocab, vocab_padded,
- *                        step, tokenizer (0 char, 1 byte, 2 ids), tokenizer_vocab,
+ *                        step, tokenizer (0 char, 1 byte, 2 ids, 3 gpt2), tokenizer_vocab,
  *                        has_optimizer (0/1), reserved (0)
  *          56  uint64    params: elements of each of the float sections
  *          64  uint32[vocab] code points, strictly increasing (char tokenizer only)

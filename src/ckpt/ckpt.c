@@ -250,6 +250,7 @@ void td_ckpt_load(td_checkpoint *ck, const char *path) {
         read_exact(fd, ck->tok.chars, lay.vocab_bytes, lay.vocab_off, file, "vocabulary");
         TD_CHECK(td_ckpt_vocab_check(ck->tok.chars, (uint64_t)h.vocab, &e) == 0, "%s: %s", file, e.msg);
     }
+    if (h.tokenizer == TD_TOK_GPT2) td_tokenizer_gpt2(&ck->tok); /* its tables, to decode samples */
     ck->params = read_floats(fd, &h, lay.params_off, file, "params", TD_MEM_PARAMS);
     if (h.has_optimizer) {
         ck->m = read_floats(fd, &h, lay.m_off, file, "adam_m", TD_MEM_OPTIM);

@@ -1,11 +1,14 @@
 /* Loading a corpus: text files and the token-file formats people have. */
 #include <errno.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include "data_internal.h"
 #include "trident/base.h"
+#include "trident/bpe.h"
 #include "trident/data.h"
 #include "trident/formats_data.h"
 
@@ -48,7 +51,7 @@ static int ends_with(const char *s, const char *suffix) {
  * header is probed before anything is allocated (src/formats/token_file.c
  * decides the format and checks the sizes), then the tokens are read in
  * chunks so the file's bytes are never held beside its ids. */
-static size_t load_bin(const char *path, const char *label, int **out, int *max_id) {
+size_t td_data_load_bin(const char *path, const char *label, int **out, int *max_id) {
     uint64_t size;
     FILE *f = open_regular(path, label, &size);
     unsigned char head[TD_TOKFILE_PROBE_BYTES];
@@ -103,6 +106,27 @@ static void split_90_10(td_dataset *d, int *ids, size_t n) {
     td_free(ids);
 }
 
+/* A text file as GPT-2 tokens: <|endoftext|>, then the text's ordinary
+ * encoding (as `trident tokenize` writes a document), on all threads. */
+static size_t encode_gpt2(td_dataset *d, const char *text, size_t n, const char *label, int **out) {
+    size_t bad;
+    td_err e;
+    TD_CHECK(td_utf8_check((const unsigned char *)text, n, &bad, &e) == 0,
+             "%s: %s; --tokenizer gpt2 reads UTF-8 text (use --tokenizer byte for other bytes)", label,
+             e.msg);
+    td_tokenizer_gpt2(&d->tok);
+    int threads = omp_get_max_threads();
+    td_bpe_enc **encs = td_alloc(sizeof *encs * (size_t)threads, TD_MEM_OTHER);
+    for (int t = 0; t < threads; t++) encs[t] = td_bpe_enc_new(d->tok.bpe);
+    int *ids = td_alloc(sizeof(int) * (n + 1), TD_MEM_OTHER);
+    ids[0] = TD_GPT2_EOT;
+    size_t count = 1 + td_bpe_encode_threads(encs, threads, (const unsigned char *)text, n, ids + 1);
+    for (int t = 0; t < threads; t++) td_bpe_enc_free(encs[t]);
+    td_free(encs);
+    *out = ids;
+    return count;
+}
+
 /* tokenizer is NULL when the user gave none: text files then use "char",
  * and token files / synthetic data refuse one (their tokens are ids). */
 void td_data_load(td_dataset *d, const char *path, const char *tokenizer, int vocab, int T) {
@@ -126,16 +150,30 @@ void td_data_load(td_dataset *d, const char *path, const char *tokenizer, int vo
     }
     char label[4200], vlabel[8448];
     snprintf(label, sizeof label, "--data %s", path);
-    if (ends_with(path, ".bin")) {
-        TD_CHECK(!tokenizer, "--tokenizer %s applies to text files only; --data %s is a token file (.bin) "
-                             "of ids already; drop --tokenizer", tokenizer, path);
+    /* token files of GPT-2 ids may say so: vocabulary 50257, samples decoded */
+    int gpt2 = tokenizer && strcmp(tokenizer, "gpt2") == 0;
+    if (gpt2) {
+        TD_CHECK(vocab <= 0 || vocab == TD_GPT2_VOCAB, "--vocab %d with --tokenizer gpt2, whose "
+                 "vocabulary is %d; leave --vocab out", vocab, TD_GPT2_VOCAB);
+        if (vocab <= 0) vocab = TD_GPT2_VOCAB;
+    }
+    if (td_data_is_shard_set(path)) {
+        TD_CHECK(!tokenizer || gpt2, "--tokenizer %s applies to text files only; --data %s is a set "
+                 "of token shards; drop --tokenizer, or give gpt2 for GPT-2 ids", tokenizer, path);
+        int max_id = td_data_load_shards(d, path, vocab);
+        if (gpt2) td_tokenizer_gpt2(&d->tok);
+        else d->tok.kind = TD_TOK_IDS, d->tok.V = vocab > 0 ? vocab : max_id + 1;
+    } else if (ends_with(path, ".bin")) {
+        TD_CHECK(!tokenizer || gpt2, "--tokenizer %s applies to text files only; --data %s is a token "
+                 "file (.bin) of ids already; drop --tokenizer, or give gpt2 for GPT-2 ids",
+                 tokenizer, path);
         int max_train, max_val = -1, *ids;
-        size_t n = load_bin(path, label, &ids, &max_train);
+        size_t n = td_data_load_bin(path, label, &ids, &max_train);
         char vpath[4096];
         int has_val = val_path_for(path, vpath, sizeof vpath);
         if (has_val) {
             snprintf(vlabel, sizeof vlabel, "--data %s: its validation file %s", path, vpath);
-            d->n_val = load_bin(vpath, vlabel, &d->val, &max_val);
+            d->n_val = td_data_load_bin(vpath, vlabel, &d->val, &max_val);
         }
         int max_id = max_train > max_val ? max_train : max_val;
         /* each file is checked on its own, so an error names the file that
@@ -154,27 +192,33 @@ void td_data_load(td_dataset *d, const char *path, const char *tokenizer, int vo
             split_90_10(d, ids, n);
             snprintf(d->description, sizeof d->description, "%s (token ids, split 90/10)", path);
         }
-        d->tok.kind = TD_TOK_IDS;
-        d->tok.V = vocab > 0 ? vocab : max_id + 1;
+        if (gpt2) td_tokenizer_gpt2(&d->tok);
+        else d->tok.kind = TD_TOK_IDS, d->tok.V = vocab > 0 ? vocab : max_id + 1;
     } else {
-        TD_CHECK(vocab <= 0, "--vocab applies to token files (.bin) only; text files build their own");
         const char *tk = tokenizer ? tokenizer : "char";
-        TD_CHECK(strcmp(tk, "char") == 0 || strcmp(tk, "byte") == 0,
-                 "--tokenizer %s is not known; use char or byte", tk);
+        TD_CHECK(strcmp(tk, "char") == 0 || strcmp(tk, "byte") == 0 || gpt2,
+                 "--tokenizer %s is not known; use char, byte or gpt2", tk);
+        TD_CHECK(vocab <= 0 || gpt2, "--vocab applies to token files (.bin) only; text files build their own");
         size_t n;
         char *text = read_file(path, label, &n);
-        if (strcmp(tk, "char") == 0) {
-            td_tokenizer_build_char(&d->tok, text, n, label); /* strict UTF-8, errors name the offset */
-        } else {
-            d->tok.kind = TD_TOK_BYTE; /* any bytes */
-            d->tok.V = 256;
-        }
         int *ids;
-        size_t count = td_tokenizer_encode(&d->tok, text, n, &ids);
+        size_t count;
+        if (gpt2) {
+            count = encode_gpt2(d, text, n, label, &ids);
+        } else {
+            if (strcmp(tk, "char") == 0) {
+                td_tokenizer_build_char(&d->tok, text, n, label); /* strict UTF-8, errors name the offset */
+            } else {
+                d->tok.kind = TD_TOK_BYTE; /* any bytes */
+                d->tok.V = 256;
+            }
+            count = td_tokenizer_encode(&d->tok, text, n, &ids);
+        }
         td_free(text);
         split_90_10(d, ids, count);
-        snprintf(d->description, sizeof d->description, "%s (%s-level, vocab %d, split 90/10)", path,
-                 d->tok.kind == TD_TOK_CHAR ? "character" : "byte", d->tok.V);
+        snprintf(d->description, sizeof d->description, "%s (%s, vocab %d, split 90/10)", path,
+                 d->tok.kind == TD_TOK_CHAR ? "character-level" : gpt2 ? "GPT-2 BPE" : "byte-level",
+                 d->tok.V);
     }
     TD_CHECK(d->n_train > (size_t)T && d->n_val > (size_t)T,
              "--data %s is too short for --seq %d: the train split has %zu tokens and the val split "

@@ -1,14 +1,23 @@
-/* Character-level (code points of UTF-8 text) and byte-level tokenizers. */
+/* Character-level (code points of UTF-8 text), byte-level and GPT-2 BPE
+ * tokenizers behind one interface. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "trident/base.h"
+#include "trident/bpe.h"
 #include "trident/data.h"
 #include "trident/formats_data.h"
 
 const char *td_tokenizer_name(td_tokenizer_kind k) {
-    return k == TD_TOK_CHAR ? "char" : k == TD_TOK_BYTE ? "byte" : "ids";
+    return k == TD_TOK_CHAR ? "char" : k == TD_TOK_BYTE ? "byte" : k == TD_TOK_GPT2 ? "gpt2" : "ids";
+}
+
+void td_tokenizer_gpt2(td_tokenizer *tk) {
+    memset(tk, 0, sizeof *tk);
+    tk->kind = TD_TOK_GPT2;
+    tk->bpe = td_bpe_gpt2();
+    tk->V = td_bpe_vocab(tk->bpe);
 }
 
 /* Builds the char vocabulary from text (sorted distinct code points);
@@ -32,6 +41,13 @@ size_t td_tokenizer_encode(const td_tokenizer *tk, const char *text, size_t n, i
     size_t count = 0;
     if (tk->kind == TD_TOK_BYTE) {
         for (size_t i = 0; i < n; i++) ids[count++] = s[i];
+    } else if (tk->kind == TD_TOK_GPT2) {
+        td_err e;
+        size_t bad;
+        TD_CHECK(td_utf8_check(s, n, &bad, &e) == 0, "the text to encode with gpt2: %s", e.msg);
+        td_bpe_enc *enc = td_bpe_enc_new(tk->bpe);
+        count = td_bpe_encode(enc, s, n, ids);
+        td_bpe_enc_free(enc);
     } else {
         TD_CHECK(tk->kind == TD_TOK_CHAR, "this model's tokens are ids from a token file; "
                                           "it has no text tokenizer to encode a prompt with");
@@ -46,6 +62,11 @@ int td_tokenizer_decode(const td_tokenizer *tk, int token, char *buf, int cap) {
     TD_ASSERT(cap >= 16);
     if (token < 0 || token >= tk->V) return snprintf(buf, (size_t)cap, "<%d>", token);
     if (tk->kind == TD_TOK_BYTE) return buf[0] = (char)token, 1;
+    if (tk->kind == TD_TOK_GPT2) {
+        int len;
+        const unsigned char *t = td_bpe_token(tk->bpe, token, &len);
+        if (t && len <= cap) return memcpy(buf, t, (size_t)len), len;
+    }
     if (tk->kind == TD_TOK_CHAR) {
         unsigned char u[4];
         int k = td_utf8_put(tk->chars[token], u);
@@ -57,4 +78,39 @@ int td_tokenizer_decode(const td_tokenizer *tk, int token, char *buf, int cap) {
 void td_tokenizer_free(td_tokenizer *tk) {
     td_free(tk->chars);
     memset(tk, 0, sizeof *tk);
+}
+
+/* The length of the sequence a lead byte starts (0: none can), and whether
+ * b may stand at position i of it (Unicode Table 3-7). */
+static int seq_len(unsigned b) { return b < 0x80 ? 1 : b < 0xC2 ? 0 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : b < 0xF5 ? 4 : 0; }
+static int cont_ok(unsigned lead, int i, unsigned b) {
+    if (i == 1 && lead == 0xE0) return b >= 0xA0 && b <= 0xBF;
+    if (i == 1 && lead == 0xED) return b >= 0x80 && b <= 0x9F;
+    if (i == 1 && lead == 0xF0) return b >= 0x90 && b <= 0xBF;
+    if (i == 1 && lead == 0xF4) return b >= 0x80 && b <= 0x8F;
+    return (b & 0xC0) == 0x80;
+}
+
+void td_utf8_out_write(td_utf8_out *u, const char *bytes, int n, FILE *out) {
+    for (int k = 0; k < n; k++) {
+        unsigned b = (unsigned char)bytes[k];
+        if (u->n > 0 && !cont_ok(u->held[0], u->n, b)) { /* the held start is broken */
+            fputs("\xEF\xBF\xBD", out);
+            u->n = 0;
+        }
+        if (u->n == 0 && seq_len(b) == 0) { /* nothing starts with b */
+            fputs("\xEF\xBF\xBD", out);
+            continue;
+        }
+        u->held[u->n++] = (unsigned char)b;
+        if (u->n == seq_len(u->held[0])) {
+            fwrite(u->held, 1, (size_t)u->n, out);
+            u->n = 0;
+        }
+    }
+}
+
+void td_utf8_out_flush(td_utf8_out *u, FILE *out) {
+    if (u->n) fputs("\xEF\xBF\xBD", out);
+    u->n = 0;
 }

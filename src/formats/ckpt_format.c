@@ -8,7 +8,9 @@
 
 #include "trident/formats_ckpt.h"
 
-static const char *tok_name(int32_t k) { return k == 0 ? "char" : k == 1 ? "byte" : "ids"; }
+static const char *tok_name(int32_t k) {
+    return k == 0 ? "char" : k == 1 ? "byte" : k == 3 ? "gpt2" : "ids";
+}
 
 static int mul_ok(uint64_t a, uint64_t b, uint64_t *r) { return !__builtin_mul_overflow(a, b, r); }
 static int add_ok(uint64_t a, uint64_t b, uint64_t *r) { return !__builtin_add_overflow(a, b, r); }
@@ -74,12 +76,14 @@ int td_ckpt_header_parse(const void *buf, size_t avail, uint64_t file_len, td_ck
         FAIL("field vocab_padded: %d, but vocab %d pads to %" PRId64, (int)h->vocab_padded,
              (int)h->vocab, vp);
     if (h->step < 0) FAIL("field step: %d, valid is >= 0", (int)h->step);
-    if (h->tokenizer < 0 || h->tokenizer > 2)
-        FAIL("field tokenizer: %d, valid is 0 (char), 1 (byte) or 2 (ids)", (int)h->tokenizer);
+    if (h->tokenizer < 0 || h->tokenizer > 3)
+        FAIL("field tokenizer: %d, valid is 0 (char), 1 (byte), 2 (ids) or 3 (gpt2)", (int)h->tokenizer);
     if (h->tokenizer_vocab != h->vocab)
         FAIL("field tokenizer_vocab: %d, but field vocab is %d", (int)h->tokenizer_vocab, (int)h->vocab);
     if (h->tokenizer == 1 && h->vocab != 256)
         FAIL("field vocab: %d, but the byte tokenizer has 256", (int)h->vocab);
+    if (h->tokenizer == 3 && h->vocab != 50257)
+        FAIL("field vocab: %d, but the gpt2 tokenizer has 50257", (int)h->vocab);
     if (h->has_optimizer != 0 && h->has_optimizer != 1)
         FAIL("field has_optimizer: %d, valid is 0 or 1", (int)h->has_optimizer);
     if (h->reserved != 0) FAIL("field reserved: %d, valid is 0", (int)h->reserved);

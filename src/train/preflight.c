@@ -166,6 +166,13 @@ static int check_prompt(verdict *v, const char *prompt, const td_tokenizer *tok,
     if (tok->kind == TD_TOK_IDS)
         return refuse(v, "--sample-prompt needs a text tokenizer, but --data %s holds token ids; "
                          "leave --sample-prompt out (the sample then starts from token 0)", data);
+    if (tok->kind == TD_TOK_GPT2) { /* any UTF-8 text encodes */
+        size_t bad;
+        td_err e;
+        if (td_utf8_check((const unsigned char *)prompt, strlen(prompt), &bad, &e) != 0)
+            return refuse(v, "--sample-prompt: %s; gpt2 encodes UTF-8 text", e.msg);
+        return 0;
+    }
     /* the formats library's encoder: the same strict UTF-8 and lookup the
      * sample will use, but returning its error instead of dying */
     size_t n = strlen(prompt), count;

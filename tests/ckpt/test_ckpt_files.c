@@ -48,7 +48,7 @@ static void files(void) {
     td_gpt_config cfg = {1, 2, 16, 8, 5, 0};
     td_gpt_config_finish(&cfg);
     uint32_t chars[5] = {'\n', 'a', 'b', 'c', 0x4E2D};
-    td_tokenizer tok = {TD_TOK_CHAR, 5, chars};
+    td_tokenizer tok = {TD_TOK_CHAR, 5, chars, NULL};
     size_t n = td_ckpt_numel(cfg.L, cfg.C, cfg.T, cfg.Vp);
     float *p = malloc(n * 4), *m = malloc(n * 4), *v = malloc(n * 4);
     fill(p, n, 0.5f), fill(m, n, -0.25f), fill(v, n, 0.125f);
@@ -93,7 +93,7 @@ static void header(void) {
     struct { int idx; int32_t val; const char *field; } bad[] = {
         {0, 3, "field version"}, {1, 0, "field layers"}, {1, 257, "field layers"}, {2, 0, "field heads"},
         {2, 5, "field embd"}, {4, -1, "field seq"}, {5, 0, "field vocab"}, {6, 96, "field vocab_padded"},
-        {7, -2, "field step"}, {8, 3, "field tokenizer"}, {9, 64, "field tokenizer_vocab"},
+        {7, -2, "field step"}, {8, 4, "field tokenizer"}, {8, 3, "field vocab: 65, but the gpt2"}, {9, 64, "field tokenizer_vocab"},
         {10, 2, "field has_optimizer"}, {11, 1, "field reserved"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         unsigned char c[TD_CKPT_HEADER_BYTES];

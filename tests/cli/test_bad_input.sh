@@ -71,7 +71,7 @@ absent() {
 expect missing-data    "error: --data .*/nope.txt: No such file"  "$T" train --data "$tmp/nope.txt" $Q
 expect no-data         "error: train: --data is required"        "$T" train $Q
 expect empty-data      "error: --data .* is empty"                "$T" train --data "$tmp/empty.txt" $Q
-expect unreadable-dir  "error: --data .* is not a regular file"   "$T" train --data "$tmp" $Q
+expect unreadable-dir  "error: --data .*: a directory without .bin token files" "$T" train --data "$tmp" $Q
 expect bad-utf8        "is not valid UTF-8"                       "$T" train --data "$tmp/bad.txt" $Q
 expect short-corpus    "too short for --seq 64"                   "$T" train --data "$tmp/short.txt" $Q
 expect heads-divide    "--embd 130 is not divisible by --heads 4" "$T" train --data "$tmp/small.txt" --embd 130 $Q

@@ -135,7 +135,7 @@ bad truncated   "error: .*/model.bin: field params: .* \(truncated\)"          '
 bad trailing    "error: .*/model.bin: end of file: 1 trailing bytes"           'm += b"\0"'
 bad magic       "error: .*/model.bin: field magic: .*not a trident checkpoint" 'm[0:8] = b"GPT2CKPT"'
 bad version     "error: .*/model.bin: field version: 1; this build reads version 2" 'struct.pack_into("<i", m, 8, 1)'
-bad tokenizer   "error: .*/model.bin: field tokenizer: 7, valid is 0 \(char\), 1 \(byte\) or 2 \(ids\)" 'struct.pack_into("<i", m, 8 + 4 * 8, 7)'
+bad tokenizer   "error: .*/model.bin: field tokenizer: 7, valid is 0 \(char\), 1 \(byte\), 2 \(ids\) or 3 \(gpt2\)" 'struct.pack_into("<i", m, 8 + 4 * 8, 7)'
 bad vocab-order "error: .*/model.bin: field vocabulary: entry 1 .* strictly increasing" 'struct.pack_into("<I", m, 68, 0)'
 bad nan-weight  "error: .*/model.bin: field params: element 3 of [0-9]+ is nan" 'struct.pack_into("<f", m, P + 12, float("nan"))'
 bad inf-moment  "error: .*/model.bin: field adam_v: element 0 of [0-9]+ is inf" \

@@ -1,0 +1,74 @@
+// GPT-2's byte-level BPE ranks, from the npm package js-tiktoken (MIT), into
+// trident's compact binary rank file (format: include/trident/formats_bpe.h).
+// The conversion is done once and the result committed as data/gpt2.bpe, so
+// a build needs no registry; `check` re-derives it from the installed package
+// and compares byte for byte (the test bpe_ranks_file runs that).
+//   node gen_gpt2_bpe.cjs write PKG_DIR OUT
+//   node gen_gpt2_bpe.cjs check PKG_DIR FILE
+// PKG_DIR holds node_modules/js-tiktoken (scripts/js_tiktoken.sh dir).
+'use strict';
+const fs = require('fs');
+const path = require('path');
+const [mode, pkgDir, file] = process.argv.slice(2);
+if (!['write', 'check'].includes(mode) || !pkgDir || !file) {
+  console.error('usage: gen_gpt2_bpe.cjs write|check PKG_DIR FILE');
+  process.exit(2);
+}
+const mod = path.join(pkgDir, 'node_modules', 'js-tiktoken');
+const version = require(path.join(mod, 'package.json')).version;
+const g = require(path.join(mod, 'dist', 'ranks', 'gpt2.cjs'));
+const enc = g.default || g;
+
+// js-tiktoken's own reading of its compressed ranks ("! OFFSET b64 b64 ...":
+// consecutive ranks from OFFSET), as in its Tiktoken constructor
+const ranks = [];
+for (const line of enc.bpe_ranks.split('\n').filter(Boolean)) {
+  const [, off, ...toks] = line.split(' ');
+  toks.forEach((t, i) => { ranks[parseInt(off, 10) + i] = Buffer.from(t, 'base64'); });
+}
+for (let i = 0; i < ranks.length; i++) if (!ranks[i]) throw new Error(`rank ${i} missing`);
+const specials = Object.entries(enc.special_tokens).map(([text, id]) => [id, Buffer.from(text, 'utf8')]);
+specials.sort((a, b) => a[0] - b[0]);
+if (enc.explicit_n_vocab !== ranks.length + specials.length) throw new Error('vocabulary size');
+
+const lengths = Buffer.from(ranks.map((b) => {
+  if (b.length < 1 || b.length > 255) throw new Error('token length');
+  return b.length;
+}));
+const data = Buffer.concat(ranks);
+const spec = Buffer.concat(specials.map(([id, text]) => {
+  const h = Buffer.alloc(5);
+  h.writeUInt32LE(id, 0);
+  h.writeUInt8(text.length, 4);
+  return Buffer.concat([h, text]);
+}));
+const payload = Buffer.concat([lengths, data, spec]);
+// FNV-1a, 64 bit, over everything after the header
+let hash = 0xcbf29ce484222325n;
+for (const byte of payload) hash = BigInt.asUintN(64, (hash ^ BigInt(byte)) * 0x100000001b3n);
+const head = Buffer.alloc(32);
+head.write('TRIDBPE1', 0, 'latin1');
+head.writeUInt32LE(ranks.length, 8);
+head.writeUInt32LE(specials.length, 12);
+head.writeUInt32LE(data.length, 16);
+head.writeUInt32LE(0, 20);
+head.writeBigUInt64LE(hash, 24);
+const out = Buffer.concat([head, payload]);
+
+if (mode === 'write') {
+  fs.writeFileSync(file, out);
+  console.log(`${file}: ${ranks.length} ranks + ${specials.length} special from js-tiktoken ${version}, ${out.length} bytes`);
+} else {
+  const have = fs.readFileSync(file);
+  if (have.equals(out)) {
+    console.log(`${file}: equal to js-tiktoken ${version}'s gpt2 ranks (${ranks.length} ranks, ` +
+                `${specials.map(([id, t]) => `${t} = ${id}`).join(', ')}; ${out.length} bytes)`);
+    process.exit(0);
+  }
+  let i = 0;
+  while (i < have.length && i < out.length && have[i] === out[i]) i++;
+  console.error(`${file}: differs from js-tiktoken ${version}'s gpt2 ranks at byte ${i} ` +
+                `(${have.length} bytes, the package gives ${out.length}); regenerate with ` +
+                `node scripts/gen_gpt2_bpe.cjs write PKG_DIR ${file}`);
+  process.exit(1);
+}

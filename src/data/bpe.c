@@ -1,0 +1,422 @@
+/* GPT-2's byte-level BPE: the tables and the merge (the pattern is in
+ * bpe_pretok.c). Two hash tables make the merge fast: the tokens by their
+ * bytes (a piece that is a whole token, the common case, costs one probe),
+ * and every pair of tokens whose joined bytes form a token, by the pair of
+ * ids (so a merge step never joins bytes). Each encoder keeps a cache of
+ * the pieces it has merged, as the reference implementations do. */
+#include <errno.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "bpe_internal.h"
+#include "trident/base.h"
+#include "trident/bpe.h"
+#include "trident/formats_bpe.h"
+
+#ifndef TD_GPT2_BPE_PATH
+#define TD_GPT2_BPE_PATH "data/gpt2.bpe"
+#endif
+
+struct td_bpe {
+    unsigned char *bytes; /* the file; f points into it */
+    td_bpe_file f;
+    int max_len;        /* the longest token, in bytes */
+    uint32_t *tok_slot; /* [tok_mask + 1] ranks by bytes; UINT32_MAX = empty */
+    uint32_t tok_mask;
+    uint64_t *pair_key;  /* [pair_mask + 1] (left << 32 | right); UINT64_MAX = empty */
+    uint32_t *pair_rank; /* the rank of the joined token */
+    uint32_t pair_mask;
+    int vocab, eot;
+};
+
+/* ---- hashing ------------------------------------------------------------ */
+
+static inline uint64_t load_le(const unsigned char *p, size_t k) {
+    uint64_t w = 0;
+    memcpy(&w, p, k); /* little-endian hosts: the bytes in order */
+    return w;
+}
+
+/* A fast hash of short byte strings: 8 bytes per multiply. */
+static inline uint64_t hash_bytes(const unsigned char *p, size_t n) {
+    uint64_t h = 0x9E3779B97F4A7C15ULL ^ (n * 0xFF51AFD7ED558CCDULL);
+    for (; n >= 8; p += 8, n -= 8) h = (h ^ load_le(p, 8)) * 0xC4CEB9FE1A85EC53ULL, h ^= h >> 29;
+    if (n) h = (h ^ load_le(p, n)) * 0xC4CEB9FE1A85EC53ULL;
+    return h ^ (h >> 32);
+}
+
+static inline uint64_t hash_pair(uint64_t key) {
+    key *= 0x9E3779B97F4A7C15ULL;
+    return key ^ (key >> 31);
+}
+
+static size_t pow2_at_least(size_t n) {
+    size_t c = 1;
+    while (c < n) c <<= 1;
+    return c;
+}
+
+static inline const unsigned char *tok_bytes(const td_bpe *b, uint32_t r, size_t *len) {
+    *len = b->f.offset[r + 1] - b->f.offset[r];
+    return b->f.data + b->f.offset[r];
+}
+
+/* The rank of the token with bytes p[0..n), or UINT32_MAX. */
+static inline uint32_t find_token(const td_bpe *b, const unsigned char *p, size_t n) {
+    if (n > (size_t)b->max_len) return UINT32_MAX;
+    for (size_t i = hash_bytes(p, n) & b->tok_mask;; i = (i + 1) & b->tok_mask) {
+        uint32_t r = b->tok_slot[i];
+        if (r == UINT32_MAX) return r;
+        size_t len;
+        const unsigned char *t = tok_bytes(b, r, &len);
+        if (len == n && memcmp(t, p, n) == 0) return r;
+    }
+}
+
+/* The rank of the token joining tokens a and b, or UINT32_MAX. */
+static inline uint32_t find_pair(const td_bpe *b, uint32_t x, uint32_t y) {
+    uint64_t key = (uint64_t)x << 32 | y;
+    for (size_t i = hash_pair(key) & b->pair_mask;; i = (i + 1) & b->pair_mask) {
+        if (b->pair_key[i] == key) return b->pair_rank[i];
+        if (b->pair_key[i] == UINT64_MAX) return UINT32_MAX;
+    }
+}
+
+/* ---- loading ------------------------------------------------------------ */
+
+static int build(td_bpe *b, td_err *e) {
+    const td_bpe_file *f = &b->f;
+    size_t cap = pow2_at_least(2 * (size_t)f->n_ranks);
+    b->tok_mask = (uint32_t)(cap - 1);
+    b->tok_slot = malloc(cap * sizeof *b->tok_slot);
+    if (!b->tok_slot) return td_err_set(e, "out of memory for the token table");
+    memset(b->tok_slot, 0xFF, cap * sizeof *b->tok_slot);
+    size_t splits = 0;
+    for (uint32_t r = 0; r < f->n_ranks; r++) {
+        size_t len;
+        const unsigned char *t = tok_bytes(b, r, &len);
+        if ((int)len > b->max_len) b->max_len = (int)len;
+        splits += len - 1;
+        size_t i = hash_bytes(t, len) & b->tok_mask;
+        while (b->tok_slot[i] != UINT32_MAX) i = (i + 1) & b->tok_mask;
+        b->tok_slot[i] = r; /* the parser has refused duplicates */
+    }
+    /* every split of every token into two tokens: at most `splits` pairs */
+    cap = pow2_at_least(2 * splits + 2);
+    b->pair_mask = (uint32_t)(cap - 1);
+    b->pair_key = malloc(cap * sizeof *b->pair_key);
+    b->pair_rank = malloc(cap * sizeof *b->pair_rank);
+    if (!b->pair_key || !b->pair_rank) return td_err_set(e, "out of memory for the pair table");
+    memset(b->pair_key, 0xFF, cap * sizeof *b->pair_key);
+    for (uint32_t r = 0; r < f->n_ranks; r++) {
+        size_t len;
+        const unsigned char *t = tok_bytes(b, r, &len);
+        for (size_t k = 1; k < len; k++) {
+            uint32_t x = find_token(b, t, k), y = find_token(b, t + k, len - k);
+            if (x == UINT32_MAX || y == UINT32_MAX) continue;
+            uint64_t key = (uint64_t)x << 32 | y;
+            size_t i = hash_pair(key) & b->pair_mask;
+            while (b->pair_key[i] != UINT64_MAX) i = (i + 1) & b->pair_mask;
+            b->pair_key[i] = key; /* (x, y) joins to one byte string: never twice */
+            b->pair_rank[i] = r;
+        }
+    }
+    b->vocab = (int)f->n_ranks;
+    b->eot = -1;
+    for (uint32_t k = 0; k < f->n_special; k++) {
+        const td_bpe_special *s = &f->special[k];
+        if ((int)s->id >= b->vocab) b->vocab = (int)s->id + 1;
+        if (s->len == 13 && memcmp(s->text, "<|endoftext|>", 13) == 0) b->eot = (int)s->id;
+    }
+    return 0;
+}
+
+int td_bpe_load(const char *path, td_bpe **out, td_err *e) {
+    *out = NULL;
+    struct stat st;
+    if (stat(path, &st) != 0) return td_err_set(e, "%s", strerror(errno));
+    if (!S_ISREG(st.st_mode)) return td_err_set(e, "not a regular file");
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return td_err_set(e, "cannot be read: %s", strerror(errno));
+    td_bpe *b = calloc(1, sizeof *b);
+    if (b) b->bytes = malloc((size_t)st.st_size + 1);
+    if (!b || !b->bytes) {
+        fclose(fp);
+        free(b);
+        return td_err_set(e, "out of memory for %lld bytes", (long long)st.st_size);
+    }
+    size_t got = fread(b->bytes, 1, (size_t)st.st_size, fp);
+    int rerr = ferror(fp);
+    fclose(fp);
+    int rc = got != (size_t)st.st_size
+                 ? td_err_set(e, "read %zu of %lld bytes (%s)", got, (long long)st.st_size,
+                              rerr ? strerror(errno) : "the file shrank while it was read")
+             : td_bpe_file_parse(b->bytes, got, &b->f, e) != 0 ? -1
+                                                               : build(b, e);
+    if (rc != 0) return td_bpe_free(b), -1;
+    *out = b;
+    return 0;
+}
+
+void td_bpe_free(td_bpe *b) {
+    if (!b) return;
+    td_bpe_file_free(&b->f);
+    free(b->tok_slot);
+    free(b->pair_key);
+    free(b->pair_rank);
+    free(b->bytes);
+    free(b);
+}
+
+const char *td_bpe_gpt2_path(void) {
+    const char *env = getenv("TRIDENT_GPT2_BPE");
+    return env && *env ? env : TD_GPT2_BPE_PATH;
+}
+
+const td_bpe *td_bpe_gpt2(void) {
+    static td_bpe *gpt2;
+    if (gpt2) return gpt2;
+    const char *path = td_bpe_gpt2_path();
+    const char *fix =
+        getenv("TRIDENT_GPT2_BPE")
+            ? "unset TRIDENT_GPT2_BPE or point it at data/gpt2.bpe of a trident checkout"
+            : "set TRIDENT_GPT2_BPE to data/gpt2.bpe of a trident checkout";
+    td_err e;
+    TD_CHECK(td_bpe_load(path, &gpt2, &e) == 0, "GPT-2 tokenizer file %s: %s; %s", path, e.msg,
+             fix);
+    TD_CHECK(gpt2->f.n_ranks == TD_GPT2_EOT && gpt2->f.n_special == 1 && gpt2->eot == TD_GPT2_EOT,
+             "GPT-2 tokenizer file %s holds %u ranks and %u special tokens (<|endoftext|> = %d), "
+             "not GPT-2's 50256 and <|endoftext|> = 50256; %s",
+             path, gpt2->f.n_ranks, gpt2->f.n_special, gpt2->eot, fix);
+    return gpt2;
+}
+
+int td_bpe_vocab(const td_bpe *b) { return b->vocab; }
+int td_bpe_eot(const td_bpe *b) { return b->eot; }
+
+const unsigned char *td_bpe_token(const td_bpe *b, int id, int *len) {
+    if (id >= 0 && (uint32_t)id < b->f.n_ranks) {
+        size_t n;
+        const unsigned char *t = tok_bytes(b, (uint32_t)id, &n);
+        return *len = (int)n, t;
+    }
+    for (uint32_t k = 0; k < b->f.n_special; k++)
+        if ((int)b->f.special[k].id == id)
+            return *len = (int)b->f.special[k].len, b->f.special[k].text;
+    return *len = 0, NULL;
+}
+
+/* ---- the merge ---------------------------------------------------------- */
+
+/* Pieces up to this many bytes merge by scanning an array (the scan is
+ * quadratic but tiny); longer ones through a heap, so a megabyte-long word
+ * stays n log n. Both pick the same pair at every step. */
+#define SCAN_MAX 256
+
+static size_t merge_scan(const td_bpe *b, const unsigned char *p, size_t n, int *out) {
+    uint32_t tok[SCAN_MAX], rank[SCAN_MAX];
+    for (size_t i = 0; i < n; i++) tok[i] = b->f.byte_rank[p[i]];
+    for (size_t i = 0; i + 1 < n; i++) rank[i] = find_pair(b, tok[i], tok[i + 1]);
+    while (n > 1) {
+        size_t best = 0;
+        for (size_t i = 1; i + 1 < n; i++)
+            if (rank[i] < rank[best]) best = i;
+        if (rank[best] == UINT32_MAX) break;
+        tok[best] = rank[best];
+        memmove(tok + best + 1, tok + best + 2, (n - best - 2) * sizeof *tok);
+        memmove(rank + best, rank + best + 1, (n - best - 2) * sizeof *rank);
+        n--;
+        if (best > 0) rank[best - 1] = find_pair(b, tok[best - 1], tok[best]);
+        if (best + 1 < n) rank[best] = find_pair(b, tok[best], tok[best + 1]);
+    }
+    for (size_t i = 0; i < n; i++) out[i] = (int)tok[i];
+    return n;
+}
+
+typedef struct {
+    uint32_t rank, pos, left, right; /* the pair (left, right) of parts starting at pos */
+} heap_item;
+
+static inline int before(const heap_item *a, const heap_item *b) {
+    return a->rank != b->rank ? a->rank < b->rank : a->pos < b->pos;
+}
+
+static void heap_push(heap_item *h, size_t *n, heap_item x) {
+    size_t i = (*n)++;
+    while (i > 0 && before(&x, &h[(i - 1) / 2])) h[i] = h[(i - 1) / 2], i = (i - 1) / 2;
+    h[i] = x;
+}
+
+static heap_item heap_pop(heap_item *h, size_t *n) {
+    heap_item top = h[0], x = h[--*n];
+    size_t i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= *n) break;
+        if (c + 1 < *n && before(&h[c + 1], &h[c])) c++;
+        if (!before(&h[c], &x)) break;
+        h[i] = h[c], i = c;
+    }
+    h[i] = x;
+    return top;
+}
+
+/* Parts as a linked list over their first byte's position; heap entries go
+ * stale when a part merges and are skipped when popped: an entry is live
+ * while its part and the next still hold the tokens it names (a part's
+ * token only grows, so the same ids mean the same bytes). */
+static size_t merge_heap(const td_bpe *b, const unsigned char *p, size_t n, int *out) {
+    uint32_t *tok = malloc(n * sizeof *tok), *next = malloc(n * sizeof *next),
+             *prev = malloc(n * sizeof *prev);
+    heap_item *h = malloc(3 * n * sizeof *h); /* n - 1 pairs, then at most 2 per merge */
+    TD_CHECK(tok && next && prev && h, "out of memory merging a %zu-byte piece of text", n);
+    size_t hn = 0;
+    for (size_t i = 0; i < n; i++)
+        tok[i] = b->f.byte_rank[p[i]], next[i] = (uint32_t)(i + 1), prev[i] = (uint32_t)i - 1;
+    for (size_t i = 0; i + 1 < n; i++) {
+        uint32_t r = find_pair(b, tok[i], tok[i + 1]);
+        if (r != UINT32_MAX) heap_push(h, &hn, (heap_item){r, (uint32_t)i, tok[i], tok[i + 1]});
+    }
+    while (hn) {
+        heap_item it = heap_pop(h, &hn);
+        uint32_t i = it.pos, j = next[i];
+        if (tok[i] != it.left || j >= n || tok[j] != it.right) continue;
+        tok[i] = it.rank;
+        tok[j] = UINT32_MAX; /* dead: no live entry can name it */
+        next[i] = next[j];
+        if (next[i] < n) prev[next[i]] = i;
+        if (i > 0) {
+            uint32_t q = prev[i], r = find_pair(b, tok[q], tok[i]);
+            if (r != UINT32_MAX) heap_push(h, &hn, (heap_item){r, q, tok[q], tok[i]});
+        }
+        if (next[i] < n) {
+            uint32_t q = next[i], r = find_pair(b, tok[i], tok[q]);
+            if (r != UINT32_MAX) heap_push(h, &hn, (heap_item){r, i, tok[i], tok[q]});
+        }
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < n; i = next[i]) out[k++] = (int)tok[i];
+    free(tok), free(next), free(prev), free(h);
+    return k;
+}
+
+long td_bpe_rank_of(const td_bpe *b, const unsigned char *p, size_t n) {
+    uint32_t r = find_token(b, p, n);
+    return r == UINT32_MAX ? -1 : (long)r;
+}
+
+size_t td_bpe_merge_with(const td_bpe *b, const unsigned char *p, size_t n, int *out, int heap) {
+    TD_ASSERT(n >= 2 && (heap || n <= SCAN_MAX));
+    return heap ? merge_heap(b, p, n, out) : merge_scan(b, p, n, out);
+}
+
+/* ---- encoders with a cache of pieces ----------------------------------- */
+
+/* Pieces of up to this many bytes are cached; the cache starts over when
+ * it holds CACHE_SLOTS / 2 pieces or its arenas fill. */
+#define CACHE_PIECE_MAX 64
+#define CACHE_SLOTS (1u << 17)
+#define CACHE_BYTES (CACHE_SLOTS / 2 * 16)
+
+typedef struct {
+    uint64_t hash;
+    uint32_t off, len;   /* the piece: bytes[off .. off + len) */
+    uint32_t toff, ntok; /* its tokens: toks[toff .. toff + ntok) */
+} cache_entry;
+
+struct td_bpe_enc {
+    const td_bpe *b;
+    cache_entry *slot; /* [CACHE_SLOTS]; len 0 = empty */
+    unsigned char *bytes;
+    int *toks;
+    size_t used, nbytes, ntoks;
+};
+
+td_bpe_enc *td_bpe_enc_new(const td_bpe *b) {
+    td_bpe_enc *enc = calloc(1, sizeof *enc);
+    TD_CHECK(enc, "out of memory for a tokenizer cache");
+    enc->b = b;
+    enc->slot = calloc(CACHE_SLOTS, sizeof *enc->slot);
+    enc->bytes = malloc(CACHE_BYTES);
+    enc->toks = malloc(CACHE_BYTES * sizeof *enc->toks);
+    TD_CHECK(enc->slot && enc->bytes && enc->toks, "out of memory for a tokenizer cache");
+    return enc;
+}
+
+void td_bpe_enc_free(td_bpe_enc *enc) {
+    if (!enc) return;
+    free(enc->slot), free(enc->bytes), free(enc->toks), free(enc);
+}
+
+/* Tokens of one piece p[0..n) into out; returns their count. */
+static size_t encode_piece(td_bpe_enc *enc, const unsigned char *p, size_t n, int *out) {
+    const td_bpe *b = enc->b;
+    uint32_t r = find_token(b, p, n);
+    if (r != UINT32_MAX) return out[0] = (int)r, 1;
+    if (n > CACHE_PIECE_MAX)
+        return n > SCAN_MAX ? merge_heap(b, p, n, out) : merge_scan(b, p, n, out);
+    uint64_t h = hash_bytes(p, n);
+    size_t i = h & (CACHE_SLOTS - 1);
+    for (; enc->slot[i].len; i = (i + 1) & (CACHE_SLOTS - 1)) {
+        cache_entry *c = &enc->slot[i];
+        if (c->hash == h && c->len == n && memcmp(enc->bytes + c->off, p, n) == 0) {
+            memcpy(out, enc->toks + c->toff, c->ntok * sizeof *out);
+            return c->ntok;
+        }
+    }
+    size_t k = merge_scan(b, p, n, out);
+    if (enc->used + 1 > CACHE_SLOTS / 2 || enc->nbytes + n > CACHE_BYTES ||
+        enc->ntoks + k > CACHE_BYTES) {
+        memset(enc->slot, 0, CACHE_SLOTS * sizeof *enc->slot);
+        enc->used = enc->nbytes = enc->ntoks = 0;
+        i = h & (CACHE_SLOTS - 1);
+    }
+    memcpy(enc->bytes + enc->nbytes, p, n);
+    memcpy(enc->toks + enc->ntoks, out, k * sizeof *out);
+    enc->slot[i] =
+        (cache_entry){h, (uint32_t)enc->nbytes, (uint32_t)n, (uint32_t)enc->ntoks, (uint32_t)k};
+    enc->used++, enc->nbytes += n, enc->ntoks += k;
+    return k;
+}
+
+size_t td_bpe_encode(td_bpe_enc *enc, const unsigned char *s, size_t n, int *ids) {
+    size_t count = 0;
+    for (size_t i = 0; i < n;) {
+        size_t j = td_bpe_pretok_next(s, n, i);
+        count += encode_piece(enc, s + i, j - i, ids + count);
+        i = j;
+    }
+    return count;
+}
+
+size_t td_bpe_encode_threads(td_bpe_enc **encs, int threads, const unsigned char *s, size_t n,
+                             int *ids) {
+    if (threads <= 1 || n < (1u << 16)) return td_bpe_encode(encs[0], s, n, ids);
+    /* chunks of at least 64 KiB, about 8 per thread for balance; each is
+     * encoded into its own slice of ids (room for its bytes), then packed */
+    size_t target = n / ((size_t)threads * 8);
+    if (target < (1u << 16)) target = 1u << 16;
+    size_t cap = n / target + 2, nchunks = 0;
+    size_t *start = malloc((cap + 1) * sizeof *start), *count = malloc(cap * sizeof *count);
+    TD_CHECK(start && count, "out of memory splitting %zu bytes of text", n);
+    for (size_t p = 0; p < n && nchunks < cap;) {
+        start[nchunks++] = p;
+        p = p + target >= n ? n : td_bpe_split_point(s, n, p + target);
+    }
+    start[nchunks] = n;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+    for (size_t c = 0; c < nchunks; c++) {
+        td_bpe_enc *enc = encs[omp_get_thread_num()];
+        count[c] = td_bpe_encode(enc, s + start[c], start[c + 1] - start[c], ids + start[c]);
+    }
+    size_t total = 0;
+    for (size_t c = 0; c < nchunks; c++) {
+        memmove(ids + total, ids + start[c], count[c] * sizeof *ids);
+        total += count[c];
+    }
+    free(start), free(count);
+    return total;
+}

@@ -1,0 +1,236 @@
+/* `trident tokenize`: text files to llm.c token shards with GPT-2's BPE.
+ * Each input file is a document: <|endoftext|>, then its text's ordinary
+ * encoding (llm.c's convention; a literal <|endoftext|> inside is text).
+ * The documents' tokens, in input order, are split train / val by
+ * --val-fraction (the last fraction is val, as `train` splits a text file)
+ * and written as NAME_train_000000.bin, ..., NAME_val_000000.bin, ... of at
+ * most --shard-tokens tokens each (256 int32 header: 20240520, 1, count;
+ * then uint16 tokens). Threads encode chunks split where the pattern splits
+ * anyway, so every thread count writes the same bytes. */
+#include <errno.h>
+#include <fcntl.h>
+#include <glob.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "trident/base.h"
+#include "trident/bpe.h"
+#include "trident/data.h"
+#include "trident/flags.h"
+#include "trident/formats_data.h"
+
+/* Text is encoded in segments of about this size, so progress shows and
+ * the int scratch stays small; every segment is split over the threads. */
+#define SEGMENT (16u << 20)
+/* Inputs from this size on get a progress line on stderr. */
+#define PROGRESS_MIN (16u << 20)
+
+typedef struct {
+    uint16_t *tok;
+    size_t n, cap;
+} tokens;
+
+static void push(tokens *t, const int *ids, size_t k) {
+    if (t->n + k > t->cap) {
+        t->cap = (t->n + k) * 3 / 2 + 1024;
+        t->tok = realloc(t->tok, t->cap * sizeof *t->tok);
+        TD_CHECK(t->tok, "tokenize: out of memory for %zu tokens (2 bytes each)", t->cap);
+    }
+    for (size_t i = 0; i < k; i++) t->tok[t->n + i] = (uint16_t)ids[i]; /* GPT-2 ids < 65536 */
+    t->n += k;
+}
+
+typedef struct {
+    double t0, last, encode_ms;
+    uint64_t done, total, ntok;
+    int show, tty;
+} progress;
+
+static void progress_print(progress *p, int final) {
+    double now = td_now_ms();
+    if (!p->show || (!final && now - p->last < (p->tty ? 250 : 5000))) return;
+    p->last = now;
+    double s = (now - p->t0) / 1e3, rate = s > 0 ? p->done / s : 0;
+    double eta = rate > 0 ? (p->total - p->done) / rate : 0;
+    fprintf(stderr,
+            "%stokenize: %6.1f%% %8.1f / %.1f MB  %6.1f MB/s  %6.2f M tokens/s  ETA %4.0f s%s",
+            p->tty ? "\r" : "", 100.0 * p->done / (p->total ? p->total : 1), p->done / 1e6,
+            p->total / 1e6, rate / 1e6, s > 0 ? p->ntok / s / 1e6 : 0.0, eta,
+            p->tty && !final ? "" : "\n");
+    fflush(stderr);
+}
+
+/* Encodes one input file as a document onto t. */
+static void encode_file(const char *path, td_bpe_enc **encs, int threads, tokens *t, progress *p,
+                        int *scratch) {
+    int fd = open(path, O_RDONLY);
+    struct stat st;
+    TD_CHECK(fd >= 0 && fstat(fd, &st) == 0, "tokenize: input %s: %s", path, strerror(errno));
+    TD_CHECK(S_ISREG(st.st_mode), "tokenize: input %s is not a regular file; give text files",
+             path);
+    size_t n = (size_t)st.st_size;
+    const unsigned char *s = NULL;
+    if (n) {
+        s = mmap(NULL, n, PROT_READ, MAP_PRIVATE, fd, 0);
+        TD_CHECK(s != MAP_FAILED, "tokenize: input %s cannot be read: %s", path, strerror(errno));
+    }
+    close(fd);
+    size_t bad;
+    td_err e;
+    TD_CHECK(td_utf8_check(s, n, &bad, &e) == 0, "tokenize: input %s: %s; gpt2 reads UTF-8 text",
+             path, e.msg);
+    int eot = TD_GPT2_EOT;
+    push(t, &eot, 1);
+    for (size_t a = 0; a < n;) {
+        size_t b = n - a <= SEGMENT ? n : td_bpe_split_point(s, n, a + SEGMENT);
+        double t0 = td_now_ms();
+        size_t k = td_bpe_encode_threads(encs, threads, s + a, b - a, scratch);
+        p->encode_ms += td_now_ms() - t0;
+        push(t, scratch, k);
+        p->done += b - a, p->ntok += k;
+        progress_print(p, 0);
+        a = b;
+    }
+    if (n) munmap((void *)s, n);
+}
+
+/* Writes tok[0..n) as shards NAME_SPLIT_%06d.bin; returns how many. */
+static int write_shards(const char *dir, const char *name, const char *split, const uint16_t *tok,
+                        size_t n, size_t per) {
+    int k = 0;
+    for (size_t at = 0; at < n; at += per, k++) {
+        size_t m = n - at < per ? n - at : per;
+        char path[4400], tmp[4500];
+        snprintf(path, sizeof path, "%s/%s_%s_%06d.bin", dir, name, split, k);
+        snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+        int32_t head[256] = {TD_LLMC_TOKENS_MAGIC, TD_LLMC_TOKENS_VERSION, (int32_t)m};
+        FILE *f = fopen(tmp, "wb");
+        TD_CHECK(f, "tokenize --out %s: cannot create %s: %s", dir, tmp, strerror(errno));
+        int ok = fwrite(head, sizeof head, 1, f) == 1 && fwrite(tok + at, 2, m, f) == m;
+        ok = (fclose(f) == 0) && ok;
+        if (!ok || rename(tmp, path) != 0) {
+            int err = errno;
+            unlink(tmp);
+            TD_CHECK(0, "tokenize --out %s: writing %s failed: %s", dir, path, strerror(err));
+        }
+    }
+    return k;
+}
+
+int td_tokenize_main(int argc, char **argv) {
+    const char *tokenizer = NULL, *out = NULL, *name = NULL;
+    int shard_tokens = 100000000, threads = 0;
+    double val_fraction = 0.1;
+    const td_flag flags[] = {
+        {"--tokenizer", TD_FLAG_STR, &tokenizer, "gpt2 (required; GPT-2's byte-level BPE)", NULL},
+        {"--out", TD_FLAG_STR, &out,
+         "directory for the shards (created if missing; its parent must exist)", NULL},
+        {"--name", TD_FLAG_STR, &name,
+         "shard name prefix (default: the first input's name without extension)", NULL},
+        {"--shard-tokens", TD_FLAG_INT, &shard_tokens, "tokens per shard (100000000)",
+         "[1, 2147483647]"},
+        {"--val-fraction", TD_FLAG_DOUBLE, &val_fraction,
+         "last fraction of the tokens for validation (0.1)", "[0, 1)"},
+        {"--threads", TD_FLAG_INT, &threads, "encoding threads, 0 = one per core (0)", "[0, 256]"},
+    };
+    int nflags = (int)(sizeof flags / sizeof flags[0]);
+    /* IN... are the arguments that are neither flags nor their values */
+    char **fargv = malloc(sizeof(char *) * (size_t)(argc + 1)),
+         **in = malloc(sizeof(char *) * (size_t)(argc + 1));
+    int fargc = 0, nin = 0;
+    for (int i = 0; i < argc; i++) {
+        if (strncmp(argv[i], "--", 2) != 0 && strcmp(argv[i], "-h") != 0) {
+            in[nin++] = argv[i];
+            continue;
+        }
+        fargv[fargc++] = argv[i];
+        for (int k = 0; k < nflags; k++)
+            if (strcmp(argv[i], flags[k].name) == 0 && flags[k].type != TD_FLAG_BOOL &&
+                i + 1 < argc)
+                fargv[fargc++] = argv[++i];
+    }
+    td_flags_parse("tokenize", flags, nflags, fargc, fargv);
+    TD_CHECK(tokenizer, "tokenize: --tokenizer is required; valid: gpt2");
+    TD_CHECK(strcmp(tokenizer, "gpt2") == 0, "tokenize --tokenizer %s is not known; valid: gpt2",
+             tokenizer);
+    TD_CHECK(nin > 0,
+             "tokenize: no input files; usage: trident tokenize --tokenizer gpt2 IN... --out DIR");
+    TD_CHECK(out, "tokenize: --out DIR is required (the directory for the shards)");
+    for (int i = 0; i < nin; i++) {
+        struct stat st;
+        TD_CHECK(stat(in[i], &st) == 0, "tokenize: input %s: %s", in[i], strerror(errno));
+        TD_CHECK(S_ISREG(st.st_mode), "tokenize: input %s is not a regular file; give text files",
+                 in[i]);
+    }
+    char base[256];
+    if (!name) {
+        const char *b = strrchr(in[0], '/');
+        b = b ? b + 1 : in[0];
+        snprintf(base, sizeof base, "%s", b);
+        char *dot = strrchr(base, '.');
+        if (dot && dot != base) *dot = '\0';
+        name = base;
+    }
+    TD_CHECK(*name && !strchr(name, '/'),
+             "tokenize --name '%s': give a file name prefix without '/'", name);
+    struct stat st;
+    if (stat(out, &st) != 0) {
+        TD_CHECK(errno == ENOENT && mkdir(out, 0777) == 0,
+                 "tokenize --out %s: cannot create it: %s (its parent must exist)", out,
+                 strerror(errno));
+    } else {
+        TD_CHECK(S_ISDIR(st.st_mode), "tokenize --out %s is an existing file, not a directory",
+                 out);
+    }
+    /* stale shards of an earlier run would be read by `train --data DIR` */
+    char pattern[4400];
+    snprintf(pattern, sizeof pattern, "%s/%s_*.bin", out, name);
+    glob_t g;
+    int old = glob(pattern, 0, NULL, &g) == 0 ? (int)g.gl_pathc : 0;
+    TD_CHECK(old == 0,
+             "tokenize --out %s already holds %d shard(s) named %s_*.bin (e.g. %s); remove "
+             "them or choose another --out or --name",
+             out, old, name, old ? g.gl_pathv[0] : "");
+    globfree(&g);
+
+    const td_bpe *bpe = td_bpe_gpt2();
+    if (threads == 0) threads = omp_get_num_procs();
+    td_bpe_enc **encs = malloc(sizeof *encs * (size_t)threads);
+    for (int t = 0; t < threads; t++) encs[t] = td_bpe_enc_new(bpe);
+    int *scratch = malloc(sizeof(int) * (SEGMENT + (1u << 20)));
+    TD_CHECK(encs && scratch, "tokenize: out of memory");
+    progress p = {.t0 = td_now_ms(), .tty = isatty(2)};
+    for (int i = 0; i < nin; i++) {
+        stat(in[i], &st);
+        p.total += (uint64_t)st.st_size;
+    }
+    p.show = p.total >= PROGRESS_MIN;
+    p.last = p.t0;
+    tokens t = {0};
+    for (int i = 0; i < nin; i++) encode_file(in[i], encs, threads, &t, &p, scratch);
+    progress_print(&p, 1);
+
+    /* n_train = floor(n (1 - F)) in integers (F to a millionth), so F = 0.1
+     * splits exactly as `train` splits a text file (n * 9 / 10) */
+    unsigned long long ppm = (unsigned long long)(val_fraction * 1e6 + 0.5);
+    size_t n_train = (size_t)((unsigned __int128)t.n * (1000000 - ppm) / 1000000);
+    int ktrain = write_shards(out, name, "train", t.tok, n_train, (size_t)shard_tokens);
+    int kval = write_shards(out, name, "val", t.tok + n_train, t.n - n_train, (size_t)shard_tokens);
+    double secs = (td_now_ms() - p.t0) / 1e3, enc_s = p.encode_ms / 1e3;
+    printf(
+        "tokenize: %d file(s), %llu bytes -> %zu tokens (train %zu in %d shard(s), val %zu in %d) "
+        "in %s/%s_*.bin\n",
+        nin, (unsigned long long)p.total, t.n, n_train, ktrain, t.n - n_train, kval, out, name);
+    printf("tokenize: encoding %.2f MB/s, %.2f M tokens/s at %d thread(s) (%.3f s); whole run %.3f "
+           "s\n",
+           enc_s > 0 ? p.total / 1e6 / enc_s : 0.0, enc_s > 0 ? t.n / 1e6 / enc_s : 0.0, threads,
+           enc_s, secs);
+    for (int i = 0; i < threads; i++) td_bpe_enc_free(encs[i]);
+    free(encs), free(scratch), free(t.tok), free(fargv), free(in);
+    return 0;
+}

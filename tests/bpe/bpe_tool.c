@@ -1,0 +1,138 @@
+/* The GPT-2 tokenizer as the reference tests drive it (tests/bpe/test_bpe_ref.sh):
+ *   bpe_tool encode FILE OUT [THREADS]  ordinary encoding of FILE as int32
+ *                                       ids into OUT (no <|endoftext|>)
+ *   bpe_tool roundtrip FILE             decode(encode(FILE)) == FILE, and
+ *                                       1 thread == 2 and 3 threads
+ *   bpe_tool shards DIR TEXT            the shards `trident tokenize` wrote
+ *                                       from TEXT, loaded as `train --data
+ *                                       DIR --tokenizer gpt2` loads them,
+ *                                       equal `train --data TEXT
+ *                                       --tokenizer gpt2`'s tokens
+ *   bpe_tool classes OUT                the pattern's class of every code
+ *                                       point, one byte each (0 other,
+ *                                       1 letter, 2 number, 3 space)
+ * Exits 1 on any mismatch, printing the first. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../src/data/bpe_internal.h"
+#include "trident/base.h"
+#include "trident/bpe.h"
+#include "trident/data.h"
+#include "trident/formats_data.h"
+
+static unsigned char *slurp(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    TD_CHECK(f, "%s: cannot open", path);
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *buf = malloc((size_t)len + 1);
+    TD_CHECK(buf && fread(buf, 1, (size_t)len, f) == (size_t)len, "%s: read failed", path);
+    fclose(f);
+    *n = (size_t)len;
+    return buf;
+}
+
+static size_t encode(const unsigned char *s, size_t n, int threads, int **ids) {
+    const td_bpe *b = td_bpe_gpt2();
+    td_bpe_enc *encs[8];
+    for (int t = 0; t < threads; t++) encs[t] = td_bpe_enc_new(b);
+    *ids = malloc(sizeof(int) * (n ? n : 1));
+    size_t k = td_bpe_encode_threads(encs, threads, s, n, *ids);
+    for (int t = 0; t < threads; t++) td_bpe_enc_free(encs[t]);
+    return k;
+}
+
+int main(int argc, char **argv) {
+    TD_CHECK(argc >= 3, "usage: bpe_tool encode FILE OUT [THREADS] | roundtrip FILE | classes OUT");
+    if (strcmp(argv[1], "classes") == 0) {
+        unsigned char *t = malloc(0x110000);
+        for (uint32_t cp = 0; cp < 0x110000; cp++) t[cp] = (unsigned char)td_bpe_uc_class(cp);
+        FILE *f = fopen(argv[2], "wb");
+        TD_CHECK(f && fwrite(t, 1, 0x110000, f) == 0x110000 && fclose(f) == 0, "%s: write failed",
+                 argv[2]);
+        free(t);
+        return 0;
+    }
+    if (strcmp(argv[1], "shards") == 0) {
+        TD_CHECK(argc == 4, "shards needs DIR TEXT");
+        td_dataset a, b;
+        td_data_load(&a, argv[2], "gpt2", -1, 16);
+        td_data_load(&b, argv[3], "gpt2", -1, 16);
+        const char *name[2] = {"train", "val"};
+        for (int split = 0; split < 2; split++) {
+            const int *x = split ? a.val : a.train, *y = split ? b.val : b.train;
+            size_t nx = split ? a.n_val : a.n_train, ny = split ? b.n_val : b.n_train, i = 0;
+            while (i < nx && i < ny && x[i] == y[i]) i++;
+            if (i < nx || nx != ny) {
+                printf("shards %s: %s split: %zu tokens from the shards, %zu from the text; first "
+                       "difference at token %zu\n", argv[2], name[split], nx, ny, i);
+                return 1;
+            }
+        }
+        if (a.tok.kind != TD_TOK_GPT2 || a.tok.V != TD_GPT2_VOCAB) {
+            printf("shards %s: loaded with tokenizer %s, vocabulary %d\n", argv[2],
+                   td_tokenizer_name(a.tok.kind), a.tok.V);
+            return 1;
+        }
+        printf("shards %s: %zu train + %zu val tokens equal the in-memory encoding of %s "
+               "(<|endoftext|> first, split 90/10)\n", argv[2], a.n_train, a.n_val, argv[3]);
+        td_data_free(&a), td_data_free(&b);
+        return 0;
+    }
+    size_t n, bad;
+    unsigned char *s = slurp(argv[2], &n);
+    td_err e;
+    TD_CHECK(td_utf8_check(s, n, &bad, &e) == 0, "%s: %s", argv[2], e.msg);
+    int *ids;
+    if (strcmp(argv[1], "encode") == 0) {
+        TD_CHECK(argc >= 4, "encode needs OUT");
+        int threads = argc > 4 ? atoi(argv[4]) : 1;
+        TD_CHECK(threads >= 1 && threads <= 8, "THREADS: 1..8");
+        size_t k = encode(s, n, threads, &ids);
+        FILE *f = fopen(argv[3], "wb");
+        TD_CHECK(f && fwrite(ids, sizeof(int), k, f) == k && fclose(f) == 0, "%s: write failed",
+                 argv[3]);
+        free(ids), free(s);
+        return 0;
+    }
+    TD_CHECK(strcmp(argv[1], "roundtrip") == 0, "unknown mode %s", argv[1]);
+    size_t k = encode(s, n, 1, &ids);
+    const td_bpe *b = td_bpe_gpt2();
+    unsigned char *back = malloc(n + 1);
+    size_t m = 0;
+    for (size_t i = 0; i < k; i++) {
+        int len;
+        const unsigned char *t = td_bpe_token(b, ids[i], &len);
+        if (!t || ids[i] == td_bpe_eot(b) || m + (size_t)len > n ||
+            memcmp(s + m, t, (size_t)len) != 0) {
+            printf("roundtrip %s: token %zu (id %d) does not decode to the bytes at offset %zu\n",
+                   argv[2], i, ids[i], m);
+            return 1;
+        }
+        m += (size_t)len;
+    }
+    if (m != n) {
+        printf("roundtrip %s: the tokens decode to %zu of %zu bytes\n", argv[2], m, n);
+        return 1;
+    }
+    for (int threads = 2; threads <= 3; threads++) {
+        int *par;
+        size_t kp = encode(s, n, threads, &par);
+        size_t i = 0;
+        while (i < k && i < kp && par[i] == ids[i]) i++;
+        if (i < k || kp != k) {
+            printf("roundtrip %s: %d threads give %zu tokens, 1 thread %zu; first difference at "
+                   "token %zu\n",
+                   argv[2], threads, kp, k, i);
+            return 1;
+        }
+        free(par);
+    }
+    printf("roundtrip %s: %zu bytes -> %zu tokens -> the same bytes; 1, 2 and 3 threads agree\n",
+           argv[2], n, k);
+    free(ids), free(back), free(s);
+    return 0;
+}
