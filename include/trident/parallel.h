@@ -72,6 +72,10 @@ void td_tp_comm_init(td_tp_comm *c, const td_grid *g);
 /* The table to give the model: NULL when tp = 1. */
 const td_model_comm *td_tp_comm_ops(const td_tp_comm *c);
 void td_tp_comm_reset(td_tp_comm *c);
+/* Communication buffers the tp operations need on this rank (the plan's
+ * comm category): the comm layer's packing scratch for sequence
+ * parallelism's reduce-scatters, 0 otherwise. */
+size_t td_tp_comm_plan_bytes(const td_param_table *t, int B, int seq_parallel);
 /* The tp traffic of one training step (forward + backward of n_micro
  * micro-batches of B sequences) by the formula: per block and micro-batch 4
  * all-reduces of B x T x C (with sequence parallelism 4 all-gathers and 4

@@ -50,6 +50,20 @@ void td_tp_comm_reset(td_tp_comm *c) {
     memset(c->bytes, 0, sizeof c->bytes);
 }
 
+size_t td_tp_comm_plan_bytes(const td_param_table *t, int B, int seq_parallel) {
+    if (t->tp == 1 || !seq_parallel) return 0;
+    /* Sequence parallelism reduce-scatters from model scratch, which is no
+     * shared buffer, so the comm layer sends MPI pieces: one piece moves
+     * piece / (tp x 4) elements of every rank's block, and anything larger
+     * than one piece is packed into a scratch buffer of the comm layer's
+     * blocking request (kept, so its peak is the largest). All-gathers and
+     * all-reduces need none. */
+    size_t tp = (size_t)t->tp, count = (size_t)B * t->cfg.T / tp * (size_t)t->cfg.C;
+    size_t piece_elems = td_max_sz(1, td_comm_piece_bytes() / (tp * sizeof(float)));
+    if (count <= piece_elems) return 0; /* one piece: MPI reads the input as it is */
+    return piece_elems * tp * sizeof(float);
+}
+
 void td_tp_formula(td_tp_traffic *f, const td_gpt_config *cfg, int B, int n_micro, int tp,
                    int seq_parallel) {
     memset(f, 0, sizeof *f);

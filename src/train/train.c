@@ -190,7 +190,10 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
     td_param_table_build(&canon, &cfg, 1);
 
     td_mem_plan plan = td_dp_memory_plan(&dcfg, &lay, &table);
-    if (!g.is_server) plan.bytes[TD_MEM_ACTS] += td_gpt_activation_bytes(&table, Bm, o->seq_parallel);
+    if (!g.is_server) {
+        plan.bytes[TD_MEM_ACTS] += td_gpt_activation_bytes(&table, Bm, o->seq_parallel);
+        plan.bytes[TD_MEM_COMM] += td_tp_comm_plan_bytes(&table, Bm, o->seq_parallel);
+    }
     /* every check that needs no model, before the model is allocated */
     td_preflight_result pf = td_preflight(o, &g, &cfg, &data, &plan, Bm);
 

@@ -2,9 +2,11 @@
  *  - parameters: the measured bytes equal the split share plus the
  *    replicated tensors, by a formula written here from the config (not
  *    from the parameter table);
- *  - activations: measured = planned exactly, with and without sequence
- *    parallelism, and sequence parallelism saves exactly what its formula
- *    says (the residual stream's tensors divided by tp, less its scratch);
+ *  - activations and communication buffers: measured = planned exactly,
+ *    with and without sequence parallelism (whose reduce-scatters, split in
+ *    small MPI pieces here, need the comm layer's packing scratch), and
+ *    sequence parallelism saves exactly what its formula says (the residual
+ *    stream's tensors divided by tp, less its scratch);
  *  - initialization: one step at learning rate 0 leaves the initial
  *    parameters; gathered from every tp rank into the canonical layout they
  *    equal the single-process init bit for bit. */
@@ -49,6 +51,10 @@ int main(int argc, char **argv) {
     td_train_result res[2];
     for (int sp = 0; sp < 2; sp++) {
         o.seq_parallel = sp;
+        /* 4 KiB MPI pieces: the reduce-scatters of sequence parallelism then
+         * span several pieces and the comm layer packs them in scratch,
+         * which the plan must hold */
+        o.piece_mb = sp ? 4096.0 / 1048576.0 : 0.0;
         td_train_run(&o, &res[sp], 1);
     }
 
@@ -66,6 +72,10 @@ int main(int argc, char **argv) {
                  sp ? "activations measured = planned (sequence parallel)"
                     : "activations measured = planned",
                  res[sp].mem_peak[TD_MEM_ACTS], res[sp].mem_planned[TD_MEM_ACTS]);
+        check_eq(rank,
+                 sp ? "comm buffers measured = planned (sequence parallel, 4 KiB pieces)"
+                    : "comm buffers measured = planned",
+                 res[sp].mem_peak[TD_MEM_COMM], res[sp].mem_planned[TD_MEM_COMM]);
     }
     /* what sequence parallelism saves per rank: of N = B*T rows it keeps
      * Ns = N/tp in the residual stream: per block attproj, res2, fcproj,
