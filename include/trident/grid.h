@@ -20,6 +20,10 @@ typedef struct {
     td_comm *pp_comm;   /* same (dp, tp), varying pp */
     td_comm *mp_comm;   /* model-parallel group: same dp, all (pp, tp) */
     td_comm *ps_comm;   /* servers only (NULL elsewhere): for the global grad norm */
+    /* The embedding group: the first and the last pipeline stage of one
+     * (dp, tp) coordinate, which both hold the tied token embedding / LM head
+     * and sum its gradients every step. NULL when pp = 1 and on middle stages. */
+    td_comm *embed_comm;
     int pp_prev, pp_next; /* world ranks of pipeline neighbours, -1 at the ends */
 } td_grid;
 

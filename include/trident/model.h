@@ -110,14 +110,21 @@ typedef struct {
     int unit_align;
     int n_units;             /* L + 2 */
     size_t *unit_offset;     /* [n_units + 1], unit u is [unit_offset[u], unit_offset[u+1]) */
+    /* [n_units] 1 for the units this rank holds (a pipeline stage holds some
+     * blocks; the first the embeddings, the last the final norm and, tied to
+     * the head, the embeddings too), 0 for the others: their rows stay in the
+     * table (row index = tensor id in every layout) with numel 0, and the
+     * unit is empty. All 1 without pipeline parallelism. */
+    unsigned char *held;
 } td_param_table;
 
 /* The layout a table is built for: unit padding (1 for the canonical layout
- * of checkpoints, a multiple of dp for sharded layouts) and this rank's place
- * on the tp axis. Pipeline stages will add the blocks a rank holds. */
+ * of checkpoints, a multiple of dp for sharded layouts), this rank's place
+ * on the tp axis and the units its pipeline stage holds. */
 typedef struct {
     int unit_align;
     int tp, tp_rank;
+    const unsigned char *held; /* [L+2] units held (td_param_table.held); NULL: all */
 } td_table_layout;
 
 /* Checks that a model splits over tp (tp divides the heads, hence C and
@@ -284,6 +291,34 @@ typedef struct td_gpt {
     int *inputs, *targets;   /* [N] copies of the last batch */
     size_t acts_bytes;
 } td_gpt;
+
+/* Pipeline stages keep one slot of activations per in-flight micro-batch
+ * (of one model chunk): the saved tensors of the chunk's blocks, the head's
+ * when the chunk ends the model, the chunk's input x (received, or the
+ * embedding's output when the chunk starts the model) and dx, the gradient
+ * of the chunk's output (received, or from the head), which the backward
+ * turns into the gradient of x in place. */
+typedef struct {
+    int n_blocks; /* blocks per chunk (the largest chunk of the stage) */
+    int head;     /* the stage runs the final norm + head + loss */
+} td_slot_shape;
+
+typedef struct {
+    td_slot_shape shape;
+    float *x, *dx;          /* [Ns,C] each */
+    td_block_acts *blocks;  /* [n_blocks] block l0 + i of the chunk at i */
+    td_head_acts head;      /* when shape.head */
+    int *inputs, *targets;  /* [N] this micro-batch's tokens */
+    float *mem;             /* the one float allocation */
+} td_gpt_slot;
+
+size_t td_gpt_slot_bytes(const td_param_table *t, int B, int seq_parallel, const td_slot_shape *sh);
+void td_gpt_slot_create(td_gpt_slot *s, const td_gpt *m, const td_slot_shape *sh);
+void td_gpt_slot_destroy(td_gpt_slot *s);
+/* A model for a pipeline stage: unit pointers and the backward scratch
+ * only (td_gpt_scratch_bytes); activations live in slots. */
+void td_gpt_create_stage(td_gpt *m, const td_param_table *t, int B, int seq_parallel);
+size_t td_gpt_scratch_bytes(const td_param_table *t, int B, int seq_parallel);
 
 /* Bytes of activations + scratch for micro-batch B on this table's rank,
  * with or without sequence parallelism (the plan). */

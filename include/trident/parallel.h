@@ -84,6 +84,10 @@ size_t td_tp_comm_plan_bytes(const td_param_table *t, int B, int seq_parallel);
  * parallelism the LayerNorms' partial gradients (2C each). */
 void td_tp_formula(td_tp_traffic *f, const td_gpt_config *cfg, int B, int n_micro, int tp,
                    int seq_parallel);
+/* The same for a pipeline stage running n_blocks blocks, the embedding
+ * and/or the head. */
+void td_tp_formula_stage(td_tp_traffic *f, const td_gpt_config *cfg, int B, int n_micro, int tp,
+                         int seq_parallel, int n_blocks, int embed, int head);
 
 /* Predicted bytes per category for this rank (the plan, before allocation). */
 typedef struct {
@@ -122,6 +126,12 @@ void td_dp_set_training(td_dp *dp, int training);
 /* Before each micro-batch: whether gradients communicate this micro-batch
  * (replicated all-reduce only syncs on the last one). */
 void td_dp_begin_micro(td_dp *dp, int micro, int n_micro);
+/* Pipeline stages run backward actions of several micro-batches in the
+ * schedule's order: td_dp_begin_pipeline before the first (nothing
+ * communicates yet), then td_dp_set_final_backward(1) around the backward of
+ * a unit whose gradient is then final (its last micro-batch), 0 otherwise. */
+void td_dp_begin_pipeline(td_dp *dp);
+void td_dp_set_final_backward(td_dp *dp, int final);
 /* After the last backward of a step: finish gradient communication, compute
  * the exact global norm, clip, AdamW with this lr, sync parameters. Returns
  * the global gradient norm (before clipping). step is 0-based. */

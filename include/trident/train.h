@@ -3,7 +3,7 @@
 #ifndef TRIDENT_TRAIN_H
 #define TRIDENT_TRAIN_H
 
-#include "trident/parallel.h"
+#include "trident/pipeline.h"
 
 typedef struct {
     /* data */
@@ -20,6 +20,10 @@ typedef struct {
     /* layout */
     int dp, tp, pp, ps_servers, ps_staleness, zero;
     int seq_parallel; /* --sequence-parallel */
+    /* pipeline parallelism: --schedule, --virtual-stages, --pp-partition;
+     * its micro-batches are --grad-accum's (alias --micro-batches) */
+    const char *schedule, *pp_partition;
+    int virtual_stages;
     const char *dp_mode;
     double bucket_mb, comm_timeout, piece_mb;
     int no_overlap;
@@ -67,6 +71,8 @@ typedef struct {
     /* tensor parallelism: this rank's tp traffic in the last training step,
      * as the comm layer recorded it, and the formula's (parallel.h) */
     td_tp_traffic tp_measured, tp_formula;
+    /* pipeline parallelism: this rank's stage times, summed over the steps */
+    td_pp_stats pp_stats;
 } td_train_result;
 
 /* Collective over the world; td_comm_init must have been called. */

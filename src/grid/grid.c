@@ -81,6 +81,8 @@ void td_grid_create(td_grid *g, int dp, int tp, int pp, int n_servers) {
     g->pp_comm = td_comm_split(w, s ? -1 : i * tp + k, j, "pp");
     g->mp_comm = td_comm_split(w, s ? -1 : i, j * tp + k, "mp");
     g->ps_comm = td_comm_split(w, s ? 0 : -1, g->server_rank, "ps");
+    int ends = !s && pp > 1 && (j == 0 || j == pp - 1);
+    g->embed_comm = td_comm_split(w, ends ? i * tp + k : -1, j, "embed");
     td_log_set_identity(me, i, j, k, td_log_verbose());
 }
 
@@ -90,6 +92,7 @@ void td_grid_destroy(td_grid *g) {
     td_comm_free(g->pp_comm);
     td_comm_free(g->mp_comm);
     td_comm_free(g->ps_comm);
+    td_comm_free(g->embed_comm);
     memset(g, 0, sizeof *g);
 }
 

@@ -64,18 +64,20 @@ static float *carve(float **cur, size_t n) {
     return p;
 }
 
-/* In-unit offset of each tensor kind, found through the table; every block
- * must agree (blocks are units of identical shape). */
+/* In-unit offset of each tensor kind, found through the table; every held
+ * block must agree (blocks are units of identical shape). A pipeline stage's
+ * table leaves the units it does not hold empty: their offsets are unused. */
 static void find_offsets(td_gpt *m, const td_param_table *t) {
     for (int k = 0; k < TD_T_COUNT; k++) {
         int block = k >= TD_T_LN1W && k <= TD_T_FCPROJB;
-        int n = block ? m->cfg.L : 1;
+        int n = block ? m->cfg.L : 1, found = 0;
         for (int l = 0; l < n; l++) {
             const td_param *p = td_param_lookup(t, (td_tensor_kind)k, l);
-            size_t off = p->offset - t->unit_offset[p->unit];
-            if (l == 0) m->off[k] = off;
-            TD_ASSERT(off == m->off[k]);
             TD_ASSERT(!block || p->unit == td_m_block_unit(l));
+            if (!t->held[p->unit]) continue;
+            size_t off = p->offset - t->unit_offset[p->unit];
+            if (!found) m->off[k] = off, found = 1;
+            TD_ASSERT(off == m->off[k]);
         }
     }
     TD_ASSERT(td_param_lookup(t, TD_T_WTE, 0)->unit == 0);
@@ -84,55 +86,106 @@ static void find_offsets(td_gpt *m, const td_param_table *t) {
     TD_ASSERT(td_param_lookup(t, TD_T_LNFB, 0)->unit == m->cfg.L + 1);
 }
 
-void td_gpt_create(td_gpt *m, const td_param_table *t, int B, int seq_parallel) {
+static void carve_block(td_block_acts *a, const td_gpt_dims *d, float **cur) {
+    size_t N = d->N, Ns = d->Ns, C = d->C, att = (size_t)d->B * d->Ha * d->T * d->T;
+    a->ln1 = carve(cur, N * C);
+    a->ln1_mean = carve(cur, Ns);
+    a->ln1_rstd = carve(cur, Ns);
+    a->qkv = carve(cur, N * 3 * d->Ca);
+    a->atty = carve(cur, N * d->Ca);
+    a->att = carve(cur, att);
+    a->attproj = carve(cur, Ns * C);
+    a->res2 = carve(cur, Ns * C);
+    a->ln2 = carve(cur, N * C);
+    a->ln2_mean = carve(cur, Ns);
+    a->ln2_rstd = carve(cur, Ns);
+    a->fch = carve(cur, N * d->F);
+    a->fch_gelu = carve(cur, N * d->F);
+    a->fcproj = carve(cur, Ns * C);
+    a->res3 = carve(cur, Ns * C);
+}
+
+static size_t head_floats(const td_gpt_dims *d) {
+    size_t N = d->N;
+    return N * d->C + 2 * (size_t)d->Ns + N * d->Vl + N + 3 * N;
+}
+
+static void carve_head(td_head_acts *h, const td_gpt_dims *d, float **cur) {
+    size_t N = d->N, Ns = d->Ns, C = d->C;
+    h->lnf = carve(cur, N * C);
+    h->lnf_mean = carve(cur, Ns);
+    h->lnf_rstd = carve(cur, Ns);
+    h->logits = carve(cur, N * d->Vl);
+    h->losses = carve(cur, N);
+    h->row_max = carve(cur, N);
+    h->row_sum = carve(cur, N);
+    h->tgt_logit = carve(cur, N);
+}
+
+/* ---- pipeline stages: one activation slot per in-flight micro-batch ---- */
+
+static size_t slot_floats(const td_gpt_dims *d, const td_slot_shape *sh) {
+    size_t NsC = (size_t)d->Ns * d->C;
+    return 2 * NsC                                         /* x, dx */
+           + (size_t)sh->n_blocks * block_floats(d)
+           + (sh->head ? head_floats(d) : 0);
+}
+
+size_t td_gpt_slot_bytes(const td_param_table *t, int B, int seq_parallel, const td_slot_shape *sh) {
+    td_gpt_dims d;
+    td_gpt_dims_of(&d, t, B, seq_parallel);
+    return slot_floats(&d, sh) * sizeof(float) + 2 * (size_t)d.N * sizeof(int) +
+           (size_t)sh->n_blocks * sizeof(td_block_acts);
+}
+
+void td_gpt_slot_create(td_gpt_slot *s, const td_gpt *m, const td_slot_shape *sh) {
+    const td_gpt_dims *d = &m->d;
+    memset(s, 0, sizeof *s);
+    s->shape = *sh;
+    s->mem = td_alloc(slot_floats(d, sh) * sizeof(float), TD_MEM_ACTS);
+    s->blocks = td_alloc(sizeof(td_block_acts) * (size_t)(sh->n_blocks > 0 ? sh->n_blocks : 1), TD_MEM_ACTS);
+    float *cur = s->mem;
+    size_t NsC = (size_t)d->Ns * d->C;
+    s->x = carve(&cur, NsC);
+    s->dx = carve(&cur, NsC);
+    for (int i = 0; i < sh->n_blocks; i++) carve_block(&s->blocks[i], d, &cur);
+    if (sh->head) carve_head(&s->head, d, &cur);
+    TD_ASSERT((size_t)(cur - s->mem) == slot_floats(d, sh));
+    s->inputs = td_alloc((size_t)d->N * sizeof(int), TD_MEM_ACTS);
+    s->targets = td_alloc((size_t)d->N * sizeof(int), TD_MEM_ACTS);
+}
+
+void td_gpt_slot_destroy(td_gpt_slot *s) {
+    td_free(s->mem);
+    td_free(s->blocks);
+    td_free(s->inputs);
+    td_free(s->targets);
+    memset(s, 0, sizeof *s);
+}
+
+size_t td_gpt_scratch_bytes(const td_param_table *t, int B, int seq_parallel) {
+    td_gpt_dims d;
+    td_gpt_dims_of(&d, t, B, seq_parallel);
+    return scratch_floats(&d) * sizeof(float);
+}
+
+static void create_common(td_gpt *m, const td_param_table *t, int B, int seq_parallel) {
     memset(m, 0, sizeof *m);
     m->cfg = t->cfg;
     m->table = t;
     m->B = B;
     td_gpt_dims_of(&m->d, t, B, seq_parallel);
-    const td_gpt_dims *d = &m->d;
-    int L = m->cfg.L;
-    size_t N = d->N, Ns = d->Ns, C = d->C, att = (size_t)d->B * d->Ha * d->T * d->T;
     find_offsets(m, t);
     m->unit_params = td_alloc(sizeof(float *) * t->n_units, TD_MEM_OTHER);
     m->unit_grads = td_alloc(sizeof(float *) * t->n_units, TD_MEM_OTHER);
+}
 
-    m->acts = td_alloc(act_floats(d, L) * sizeof(float), TD_MEM_ACTS);
-    m->blocks = td_alloc(sizeof(td_block_acts) * (size_t)L, TD_MEM_ACTS);
-    float *cur = m->acts;
-    m->embed.encoded = carve(&cur, Ns * C);
-    for (int l = 0; l < L; l++) {
-        td_block_acts *a = &m->blocks[l];
-        a->ln1 = carve(&cur, N * C);
-        a->ln1_mean = carve(&cur, Ns);
-        a->ln1_rstd = carve(&cur, Ns);
-        a->qkv = carve(&cur, N * 3 * d->Ca);
-        a->atty = carve(&cur, N * d->Ca);
-        a->att = carve(&cur, att);
-        a->attproj = carve(&cur, Ns * C);
-        a->res2 = carve(&cur, Ns * C);
-        a->ln2 = carve(&cur, N * C);
-        a->ln2_mean = carve(&cur, Ns);
-        a->ln2_rstd = carve(&cur, Ns);
-        a->fch = carve(&cur, N * d->F);
-        a->fch_gelu = carve(&cur, N * d->F);
-        a->fcproj = carve(&cur, Ns * C);
-        a->res3 = carve(&cur, Ns * C);
-    }
-    td_head_acts *h = &m->head;
-    h->lnf = carve(&cur, N * C);
-    h->lnf_mean = carve(&cur, Ns);
-    h->lnf_rstd = carve(&cur, Ns);
-    h->logits = carve(&cur, N * d->Vl);
-    h->losses = carve(&cur, N);
-    h->row_max = carve(&cur, N);
-    h->row_sum = carve(&cur, N);
-    h->tgt_logit = carve(&cur, N);
-    m->logits = h->logits;
-    TD_ASSERT((size_t)(cur - m->acts) == act_floats(d, L));
-
+/* Backward scratch, shared by every block and micro-batch. */
+static void create_scratch(td_gpt *m) {
+    const td_gpt_dims *d = &m->d;
+    size_t N = d->N, Ns = d->Ns, C = d->C, att = (size_t)d->B * d->Ha * d->T * d->T;
     m->grads_acts = td_alloc(scratch_floats(d) * sizeof(float), TD_MEM_ACTS);
-    cur = m->grads_acts;
+    float *cur = m->grads_acts;
     td_gpt_scratch *s = &m->s;
     s->dres = carve(&cur, Ns * C);
     s->dln = carve(&cur, N * C);
@@ -148,6 +201,30 @@ void td_gpt_create(td_gpt *m, const td_param_table *t, int B, int seq_parallel) 
         s->dnorm = carve(&cur, 2 * C);
     }
     TD_ASSERT((size_t)(cur - m->grads_acts) == scratch_floats(d));
+}
+
+void td_gpt_create_stage(td_gpt *m, const td_param_table *t, int B, int seq_parallel) {
+    create_common(m, t, B, seq_parallel);
+    create_scratch(m);
+    m->acts_bytes = td_gpt_scratch_bytes(t, B, seq_parallel);
+}
+
+void td_gpt_create(td_gpt *m, const td_param_table *t, int B, int seq_parallel) {
+    create_common(m, t, B, seq_parallel);
+    const td_gpt_dims *d = &m->d;
+    int L = m->cfg.L;
+    size_t Ns = d->Ns, C = d->C;
+
+    m->acts = td_alloc(act_floats(d, L) * sizeof(float), TD_MEM_ACTS);
+    m->blocks = td_alloc(sizeof(td_block_acts) * (size_t)L, TD_MEM_ACTS);
+    float *cur = m->acts;
+    m->embed.encoded = carve(&cur, Ns * C);
+    for (int l = 0; l < L; l++) carve_block(&m->blocks[l], d, &cur);
+    carve_head(&m->head, d, &cur);
+    m->logits = m->head.logits;
+    TD_ASSERT((size_t)(cur - m->acts) == act_floats(d, L));
+    create_scratch(m);
+    size_t N = d->N;
     m->inputs = td_alloc(N * sizeof(int), TD_MEM_ACTS);
     m->targets = td_alloc(N * sizeof(int), TD_MEM_ACTS);
     m->acts_bytes = td_gpt_activation_bytes(t, B, seq_parallel);

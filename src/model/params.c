@@ -82,7 +82,7 @@ static void add_row(builder *bd, td_tensor_kind kind, const char *name, int d0, 
         p->local_shape[p->split_dim] = p->shape[p->split_dim] / t->tp;
         p->split_lo = t->tp_rank * (extent / t->tp);
     }
-    p->numel = (size_t)p->local_shape[0] * (size_t)p->local_shape[1];
+    p->numel = t->held[unit] ? (size_t)p->local_shape[0] * (size_t)p->local_shape[1] : 0;
     p->offset = bd->off;
     p->unit = unit;
     p->layer = layer;
@@ -111,6 +111,8 @@ void td_param_table_build_layout(td_param_table *t, const td_gpt_config *cfg,
     t->rows = td_alloc(sizeof(td_param) * (size_t)bd.cap, TD_MEM_OTHER);
     t->n_units = L + 2;
     t->unit_offset = td_alloc(sizeof(size_t) * (size_t)(t->n_units + 1), TD_MEM_OTHER);
+    t->held = td_alloc((size_t)t->n_units, TD_MEM_OTHER);
+    for (int u = 0; u < t->n_units; u++) t->held[u] = lay->held ? lay->held[u] != 0 : 1;
     char name[64];
 
     t->unit_offset[0] = 0;
@@ -157,11 +159,11 @@ void td_param_table_build_layout(td_param_table *t, const td_gpt_config *cfg,
     /* this rank's vocabulary padding rows hold no parameters */
     int vocab_real = cfg->V - t->vocab_lo;
     vocab_real = vocab_real < 0 ? 0 : vocab_real > t->vocab_local ? t->vocab_local : vocab_real;
-    t->n_real -= (size_t)(t->vocab_local - vocab_real) * (size_t)C;
+    if (t->held[0]) t->n_real -= (size_t)(t->vocab_local - vocab_real) * (size_t)C;
 }
 
 void td_param_table_build(td_param_table *t, const td_gpt_config *cfg, int unit_align) {
-    td_table_layout lay = {unit_align, 1, 0};
+    td_table_layout lay = {unit_align, 1, 0, NULL};
     td_param_table_build_layout(t, cfg, &lay);
 }
 
@@ -185,6 +187,7 @@ long long td_param_global_index(const td_param_table *t, const td_param *p, int 
 void td_param_table_free(td_param_table *t) {
     td_free(t->rows);
     td_free(t->unit_offset);
+    td_free(t->held);
     memset(t, 0, sizeof *t);
 }
 

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "dp_internal.h"
+#include "trident/pipeline.h"
 
 td_dp_mode td_dp_mode_parse(const char *s) {
     if (strcmp(s, "allreduce") == 0) return TD_DP_ALLREDUCE;
@@ -60,6 +61,13 @@ td_dp *td_dp_create(const td_dp_config *cfg, const td_grid *g, const td_param_ta
                     td_gpt *model) {
     TD_CHECK(cfg->zero >= 0 && cfg->zero <= 3, "--zero %d is not a ZeRO stage; use 0, 1, 2 or 3",
              cfg->zero);
+    TD_CHECK(g->pp == 1 || cfg->zero <= 1,
+             "--zero %d with --pp %d: ZeRO-2 and ZeRO-3 shard gradients (and parameters) per "
+             "micro-batch, which a pipeline schedule interleaves; use --zero 0 or 1 with pipeline "
+             "parallelism", cfg->zero, g->pp);
+    TD_CHECK(g->pp == 1 || cfg->mode != TD_DP_PS,
+             "--dp-mode ps does not combine with --pp %d; use --dp-mode allreduce or "
+             "reduce-broadcast with pipeline parallelism", g->pp);
     TD_CHECK(cfg->zero == 0 || cfg->mode == TD_DP_ALLREDUCE,
              "--zero %d needs --dp-mode allreduce (ZeRO shards over the all-reduce group; %s has "
              "its own placement)", cfg->zero, td_dp_mode_name(cfg->mode));
@@ -107,6 +115,20 @@ void td_dp_begin_micro(td_dp *dp, int micro, int n_micro) {
     if (dp->ops->begin_micro) dp->ops->begin_micro(dp);
 }
 
+td_step_group td_dp_step_group(const td_dp *dp, td_comm *group, int size, int sharded) {
+    const td_grid *g = dp->g;
+    td_step_group s = {dp->t, &dp->cfg.optim, group, size, sharded, g->tp_comm, g->tp,
+                       g->pp_comm, g->pp, g->pp > 1 && g->pp_rank == g->pp - 1};
+    return s;
+}
+
+void td_dp_begin_pipeline(td_dp *dp) {
+    dp->sync_this_micro = 0;
+    if (dp->ops->begin_micro) dp->ops->begin_micro(dp);
+}
+
+void td_dp_set_final_backward(td_dp *dp, int final) { dp->sync_this_micro = final; }
+
 void td_dp_record_nonfinite(td_dp *dp, int step, int row) {
     dp->bad_row = row;
     dp->bad_step = step;
@@ -148,12 +170,12 @@ void td_dp_stop(td_dp *dp, int step) {
 void td_dp_gather_state(td_dp *dp, const td_param_table *canon, float *params, float *m,
                         float *v) {
     const td_param_table *t = dp->t;
-    float *scratch = td_alloc(td_tp_gather_scratch_floats(t, canon) * sizeof(float), TD_MEM_OTHER);
+    float *scratch = td_alloc(td_pp_gather_scratch_floats(t, canon) * sizeof(float), TD_MEM_OTHER);
     float *dst[3] = {params, m, v};
     for (int s = 0; s < 3; s++) /* all three always travel: only the root knows what is wanted */
         for (int u = 0; u < t->n_units; u++) {
             const td_param_table *in;
-            const float *b = td_tp_gather_unit(dp, dp->g, t, canon, s, u, scratch, &in);
+            const float *b = td_pp_gather_unit(dp, dp->g, t, canon, s, u, scratch, &in);
             if (!b || !dst[s]) continue;
             for (int i = 0; i < in->n_rows; i++)
                 if (in->rows[i].unit == u)

@@ -83,6 +83,10 @@ void td_buckets_progress(td_buckets *b);
 int td_buckets_started(const td_buckets *b);
 void td_buckets_wait_all(td_dp *dp, td_buckets *b);
 
+/* The step group of this rank's strategy: `group` (size, sharded) as
+ * step.h says, with the grid's tp and pp groups. */
+td_step_group td_dp_step_group(const td_dp *dp, td_comm *group, int size, int sharded);
+
 /* Records a non-finite step: the agreed row at `step`. */
 void td_dp_record_nonfinite(td_dp *dp, int step, int row);
 

@@ -22,7 +22,7 @@ static double rb_finish(td_dp *dp, int step, float lr) {
     float norm_f = 0.0f;
     int row = dp->t->n_rows;
     if (dp->r == 0) {
-        td_step_group grp = {dp->t, &dp->cfg.optim, NULL, 1, 0, dp->g->tp_comm, dp->g->tp};
+        td_step_group grp = td_dp_step_group(dp, NULL, 1, 0);
         td_step_range all = {0, n, dp->params, dp->m, dp->v};
         td_step_result res = td_step_apply(&grp, dp->grads, &all, 1, step, lr);
         if (res.bad_row >= 0) row = res.bad_row;

@@ -20,17 +20,20 @@ int td_step_agree_row(td_comm *group, int group_size, int row) {
     return (int)-neg;
 }
 
-/* This tp rank's share of the squared norm over its ranges: every element
- * of the split tensors' slices, the replicated tensors on tp rank 0 only
- * (each piece summed in td_sumsq's fixed order). */
-static double tp_sumsq(const td_param_table *t, const float *grads, const td_step_range *r,
-                       int n_ranges) {
+/* This rank's share of the squared norm over its ranges when some of its
+ * elements are counted elsewhere: every element of the split tensors'
+ * slices, the tp-replicated tensors on tp rank 0 only, the tied embedding
+ * on the first pipeline stage only (each piece summed in td_sumsq's fixed
+ * order). */
+static double counted_sumsq(const td_param_table *t, const float *grads, const td_step_range *r,
+                            int n_ranges, int skip_tied) {
     double sum = 0.0;
     size_t k = 0;
     for (int i = 0; i < n_ranges; i++) {
         for (int j = 0; j < t->n_rows; j++) {
             const td_param *p = &t->rows[j];
             if (p->split == TD_SPLIT_NONE && t->tp_rank != 0) continue;
+            if (skip_tied && p->unit == 0) continue;
             size_t a = td_max_sz(r[i].lo, p->offset), b = td_min_sz(r[i].lo + r[i].n, p->offset + p->numel);
             if (a < b) sum += td_sumsq(grads + k + (a - r[i].lo), b - a);
         }
@@ -46,8 +49,9 @@ td_step_result td_step_apply(const td_step_group *grp, const float *grads, const
     size_t total = 0;
     for (int i = 0; i < n_ranges; i++) total += r[i].n;
     td_step_result res = {0.0, -1};
-    int tp = grp->tp_group && grp->tp > 1;
-    double sumsq = tp ? tp_sumsq(t, grads, r, n_ranges) : td_sumsq(grads, total);
+    int tp = grp->tp_group && grp->tp > 1, pp = grp->pp_group && grp->pp > 1;
+    double sumsq = tp || grp->skip_tied ? counted_sumsq(t, grads, r, n_ranges, grp->skip_tied)
+                                        : td_sumsq(grads, total);
     if (grp->sharded) {
         float sq = (float)sumsq;
         if (together) td_allreduce(grp->group, &sq, 1, TD_F32, TD_SUM);
@@ -56,6 +60,11 @@ td_step_result td_step_apply(const td_step_group *grp, const float *grads, const
     if (tp) {
         float sq = (float)sumsq;
         td_allreduce(grp->tp_group, &sq, 1, TD_F32, TD_SUM);
+        sumsq = sq;
+    }
+    if (pp) {
+        float sq = (float)sumsq;
+        td_allreduce(grp->pp_group, &sq, 1, TD_F32, TD_SUM);
         sumsq = sq;
     }
     res.norm = sqrt(sumsq);
@@ -69,6 +78,7 @@ td_step_result td_step_apply(const td_step_group *grp, const float *grads, const
         }
         res.bad_row = td_step_agree_row(together ? grp->group : NULL, grp->group_size, row);
         if (tp) res.bad_row = td_step_agree_row(grp->tp_group, grp->tp, res.bad_row);
+        if (pp) res.bad_row = td_step_agree_row(grp->pp_group, grp->pp, res.bad_row);
         return res;
     }
     float scale = td_clip_scale(res.norm, grp->optim->clip);

@@ -44,6 +44,13 @@ typedef struct {
      * 0's), and the non-finite row is agreed over tp as well. NULL / 1: none. */
     td_comm *tp_group;
     int tp;
+    /* Pipeline parallelism: the other stages hold the other units; the norm
+     * and the non-finite row are summed / agreed over pp as well. The last
+     * stage's copy of the tied embedding (unit 0, summed with the first
+     * stage's before this step) is left out of the norm (skip_tied). */
+    td_comm *pp_group;
+    int pp;
+    int skip_tied;
 } td_step_group;
 
 /* bad_row: -1 when the step was applied; else the agreed first row holding a

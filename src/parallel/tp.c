@@ -64,28 +64,34 @@ size_t td_tp_comm_plan_bytes(const td_param_table *t, int B, int seq_parallel) {
     return piece_elems * tp * sizeof(float);
 }
 
-void td_tp_formula(td_tp_traffic *f, const td_gpt_config *cfg, int B, int n_micro, int tp,
-                   int seq_parallel) {
+void td_tp_formula_stage(td_tp_traffic *f, const td_gpt_config *cfg, int B, int n_micro, int tp,
+                         int seq_parallel, int n_blocks, int embed, int head) {
     memset(f, 0, sizeof *f);
     if (tp == 1) return;
     uint64_t NC = (uint64_t)B * cfg->T * cfg->C * sizeof(float), N = (uint64_t)B * cfg->T * 4;
-    uint64_t L = (uint64_t)cfg->L, K = (uint64_t)n_micro;
+    uint64_t L = (uint64_t)n_blocks, K = (uint64_t)n_micro;
     /* per block: attention and MLP, a g in forward and an f in backward each;
      * plus the embedding's g (forward) and the tied head's f (backward) */
-    uint64_t big = (4 * L + 2) * K;
+    uint64_t big = (4 * L + (uint64_t)embed + (uint64_t)head) * K;
     /* the loss: each row's max, sum of exponentials and target logit */
-    f->calls[TD_TP_ALLREDUCE] = 3 * K;
-    f->bytes[TD_TP_ALLREDUCE] = 3 * N * K;
+    f->calls[TD_TP_ALLREDUCE] = head ? 3 * K : 0;
+    f->bytes[TD_TP_ALLREDUCE] = head ? 3 * N * K : 0;
     if (seq_parallel) {
         f->calls[TD_TP_ALL_GATHER] = f->calls[TD_TP_REDUCE_SCATTER] = big;
         f->bytes[TD_TP_ALL_GATHER] = f->bytes[TD_TP_REDUCE_SCATTER] = big * NC;
         /* the replicated LayerNorms' partial gradients (ln_1, ln_2, ln_f) */
-        f->calls[TD_TP_ALLREDUCE] += (2 * L + 1) * K;
-        f->bytes[TD_TP_ALLREDUCE] += (2 * L + 1) * K * 2 * (uint64_t)cfg->C * sizeof(float);
+        uint64_t norms = (2 * L + (uint64_t)head) * K;
+        f->calls[TD_TP_ALLREDUCE] += norms;
+        f->bytes[TD_TP_ALLREDUCE] += norms * 2 * (uint64_t)cfg->C * sizeof(float);
     } else {
         f->calls[TD_TP_ALLREDUCE] += big;
         f->bytes[TD_TP_ALLREDUCE] += big * NC;
     }
+}
+
+void td_tp_formula(td_tp_traffic *f, const td_gpt_config *cfg, int B, int n_micro, int tp,
+                   int seq_parallel) {
+    td_tp_formula_stage(f, cfg, B, n_micro, tp, seq_parallel, cfg->L, 1, 1);
 }
 
 size_t td_tp_gather_scratch_floats(const td_param_table *t, const td_param_table *canon) {

@@ -93,7 +93,6 @@ static void zero_plan(const td_dp_config *cfg, const td_layout *lay, const td_pa
 static void zero_hook(void *ctx, td_unit_event ev, int unit);
 
 static void zero_create(td_dp *dp) {
-    TD_CHECK(dp->g->pp == 1, "--zero works with --pp 1 in this build");
     struct td_zero *z = td_alloc(sizeof *z, TD_MEM_OTHER);
     dp->impl = z;
     const td_param_table *t = dp->t;
@@ -355,7 +354,7 @@ static double zero_finish(td_dp *dp, int step, float lr) {
     dp->exposed_ms = td_now_ms() - t0;
     /* every element lives in exactly one shard: the ranks' ranges
      * partition the model */
-    td_step_group grp = {dp->t, &dp->cfg.optim, dp->comm, dp->D, 1, dp->g->tp_comm, dp->g->tp};
+    td_step_group grp = td_dp_step_group(dp, dp->comm, dp->D, 1);
     td_step_result res = td_step_apply(&grp, g, z->ranges, dp->n_units, step, lr);
     if (z->stage != 1) memset(z->gshard, 0, z->shard_n * sizeof(float));
     if (res.bad_row >= 0) { /* no update */

@@ -21,6 +21,9 @@ void td_train_opts_default(td_train_opts *o) {
     o->threads = 0; /* 0: cores / ranks on this node */
     o->dp = 0, o->tp = 1, o->pp = 1;
     o->dp_mode = "allreduce";
+    o->schedule = "1f1b";
+    o->pp_partition = "uniform";
+    o->virtual_stages = 1;
     o->bucket_mb = 0.0; /* 0: measured default */
     o->comm_timeout = 300.0;
     o->sample_prompt = "";
@@ -44,7 +47,8 @@ void td_train_opts_parse(td_train_opts *o, int argc, char **argv) {
         {"--embd", TD_FLAG_INT, &o->embd, "channels C, divisible by H (128)", "[1, " STR(TD_MAX_EMBD) "]"},
         {"--seq", TD_FLAG_INT, &o->seq, "context length T (64)", "[1, " STR(TD_MAX_SEQ) "]"},
         {"--batch", TD_FLAG_INT, &o->batch, "global batch in sequences per step (12)", POS},
-        {"--grad-accum", TD_FLAG_INT, &o->grad_accum, "micro-batches per step per replica (1)", POS},
+        {"--grad-accum", TD_FLAG_INT, &o->grad_accum, "micro-batches per step per replica (1); the pipeline's micro-batches", POS},
+        {"--micro-batches", TD_FLAG_INT, &o->grad_accum, "the same as --grad-accum: micro-batches per step per replica, which a pipeline schedule runs in flight", POS},
         {"--steps", TD_FLAG_INT, &o->steps, "optimizer steps (2000)", POS},
         {"--lr", TD_FLAG_FLOAT, &o->optim.lr, "peak learning rate (1e-3)", "(0, inf)"},
         {"--min-lr", TD_FLAG_FLOAT, &o->optim.min_lr, "final learning rate of the cosine decay, <= lr (1e-4)", "[0, inf)"},
@@ -63,7 +67,10 @@ void td_train_opts_parse(td_train_opts *o, int argc, char **argv) {
         {"--dp", TD_FLAG_INT, &o->dp, "data-parallel size, 0 = default (ranks / (tp*pp))", NONNEG},
         {"--tp", TD_FLAG_INT, &o->tp, "tensor-parallel size (1): Megatron layers, heads and vocabulary split over tp ranks", POS},
         {"--sequence-parallel", TD_FLAG_BOOL, &o->seq_parallel, "split LayerNorm and residual activations along the sequence over the tp ranks (needs --tp >= 2)", NULL},
-        {"--pp", TD_FLAG_INT, &o->pp, "pipeline-parallel size (1)", POS},
+        {"--pp", TD_FLAG_INT, &o->pp, "pipeline-parallel size (1): contiguous chunks of blocks per stage", POS},
+        {"--schedule", TD_FLAG_STR, &o->schedule, "pipeline schedule: gpipe, 1f1b (default), interleaved or zb-h1 (`trident schedule` draws them)", NULL},
+        {"--virtual-stages", TD_FLAG_INT, &o->virtual_stages, "model chunks per stage, with --schedule interleaved (1)", "[1, " STR(TD_MAX_LAYERS) "]"},
+        {"--pp-partition", TD_FLAG_STR, &o->pp_partition, "blocks per stage: uniform (default), auto (measured costs, the slowest stage minimized) or a,b,c (one count per stage and chunk)", NULL},
         {"--dp-mode", TD_FLAG_STR, &o->dp_mode, "allreduce (default), reduce-broadcast or ps", NULL},
         {"--ps-servers", TD_FLAG_INT, &o->ps_servers, "parameter-server ranks, with --dp-mode ps", NONNEG},
         /* a server keeps K+1 gradient slices */
@@ -91,7 +98,7 @@ void td_train_opts_parse(td_train_opts *o, int argc, char **argv) {
     TD_CHECK(o->optim.min_lr <= o->optim.lr, "--min-lr %g is above --lr %g; valid: [0, lr]",
              (double)o->optim.min_lr, (double)o->optim.lr);
     TD_CHECK(o->grad_accum <= o->batch,
-             "--grad-accum %d is more micro-batches than --batch %d has sequences; valid: [1, %d]",
+             "--grad-accum %d (--micro-batches) is more micro-batches than --batch %d has sequences; valid: [1, %d]",
              o->grad_accum, o->batch, o->batch);
     /* a rank's forward and backward count rows (batch x seq) and attention
      * pairs (batch x heads) in int */

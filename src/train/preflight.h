@@ -29,4 +29,11 @@ typedef struct {
 td_preflight_result td_preflight(const td_train_opts *o, const td_grid *g, const td_gpt_config *cfg,
                                  const td_dataset *d, const td_mem_plan *plan, int Bm);
 
+/* Pipeline parallelism (pipeline_setup.c): builds and validates the
+ * schedule and splits the blocks over the stages (--pp-partition auto
+ * measures on rank 0; collective over the world then). A user error is one
+ * line and exit before any model memory is allocated. */
+void td_pipeline_setup(const td_train_opts *o, const td_grid *g, const td_gpt_config *cfg, int Bm,
+                       td_schedule *sched, td_pp_split *sp);
+
 #endif

@@ -13,6 +13,7 @@
 #include "trident/data.h"
 #include "trident/fault.h"
 #include "trident/kernels.h"
+#include "trident/pipeline.h"
 #include "trident/train.h"
 
 /* Default threads: the cores of this node shared by the ranks on it. */
@@ -43,8 +44,23 @@ typedef struct {
     td_dataset *data;
     td_gpt *model;
     td_dp *dp;
+    td_pp *pp; /* pipeline parallelism, else NULL */
     int Bl, Bm, K;
 } run_ctx;
+
+/* Micro-batch mb of this replica at (split, step): what the pipeline's
+ * first and last stages read (the same rows the plain loop reads). */
+typedef struct {
+    run_ctx *c;
+    int split, step;
+} batch_at;
+
+static void pp_batch(void *ctx, int mb, int *in, int *tg) {
+    batch_at *b = ctx;
+    run_ctx *c = b->c;
+    td_data_batch(c->data, b->split, c->o->seed, b->step, c->g->dp_rank * c->Bl + mb * c->Bm, c->Bm,
+                  c->o->seq, in, tg);
+}
 
 /* Test-only fault (fault.h): one element of a tensor's gradient turns NaN
  * on this rank right after the tensor's backward, before the strategy's own
@@ -88,7 +104,7 @@ static void save_checkpoint(td_dp *dp, const td_param_table *t, const td_param_t
                             const td_gpt_config *cfg, const td_tokenizer *tok,
                             const td_train_opts *o, const td_grid *g, int steps_done,
                             const td_mem_plan *plan, td_train_result *res, int measure) {
-    size_t scratch_n = td_tp_gather_scratch_floats(t, canon), plan_total = 0;
+    size_t scratch_n = td_pp_gather_scratch_floats(t, canon), plan_total = 0;
     for (int c = 0; c < TD_MEM_NCAT; c++) plan_total += plan->bytes[c];
     size_t start = td_mem_total_current();
     if (measure) td_mem_reset_peaks(); /* after the run's own peaks were taken */
@@ -97,7 +113,7 @@ static void save_checkpoint(td_dp *dp, const td_param_table *t, const td_param_t
     for (int s = 0; s < 3; s++)
         for (int u = 0; u < t->n_units; u++) {
             const td_param_table *in;
-            const float *b = td_tp_gather_unit(dp, g, t, canon, s, u, scratch, &in);
+            const float *b = td_pp_gather_unit(dp, g, t, canon, s, u, scratch, &in);
             if (w) td_ckpt_writer_put(w, s, in, u, b);
         }
     char path[8192] = "";
@@ -134,16 +150,26 @@ static double evaluate(run_ctx *c) {
     int *in = td_alloc(sizeof(int) * N, TD_MEM_OTHER), *tg = td_alloc(sizeof(int) * N, TD_MEM_OTHER);
     td_dp_set_training(c->dp, 0);
     double sum = 0.0;
-    for (int it = 0; it < o->eval_iters; it++)
+    for (int it = 0; it < o->eval_iters; it++) {
+        if (c->pp) { /* the loss comes from the last stage */
+            batch_at b = {c, 1, it};
+            sum += td_pp_forward_only(c->pp, c->K, pp_batch, &b);
+            continue;
+        }
         for (int k = 0; k < c->K; k++) {
             td_data_batch(c->data, 1, o->seed, it, c->g->dp_rank * c->Bl + k * c->Bm, c->Bm, T, in, tg);
             sum += td_gpt_forward(c->model, in, tg);
         }
+    }
     td_dp_set_training(c->dp, 1);
     float s = (float)sum; /* float sum of per-rank sums: the order is fixed */
     double total = sum;
     if (c->g->dp > 1) {
         td_allreduce(c->g->dp_comm, &s, 1, TD_F32, TD_SUM);
+        total = s;
+    }
+    if (c->pp) { /* only the last stage's sum is not 0 */
+        td_allreduce(c->g->pp_comm, &s, 1, TD_F32, TD_SUM);
         total = s;
     }
     td_free(in);
@@ -163,9 +189,11 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
     TD_CHECK(mode != TD_DP_PS || o->tp == 1,
              "--dp-mode ps is data-parallel only and does not combine with --tp %d; use --dp-mode "
              "allreduce or reduce-broadcast with tensor parallelism", o->tp);
+    TD_CHECK(o->pp == 1 || mode != TD_DP_PS,
+             "--dp-mode ps does not combine with --pp %d; use --dp-mode allreduce or "
+             "reduce-broadcast with pipeline parallelism", o->pp);
     td_grid g;
     td_grid_create(&g, o->dp, o->tp, o->pp, mode == TD_DP_PS ? o->ps_servers : 0);
-    TD_CHECK(g.pp == 1, "--pp %d: pipeline parallelism is not in this build yet; use --pp 1", g.pp);
     td_log_set_identity(g.world_rank, g.dp_rank, g.pp_rank, g.tp_rank, o->verbose);
     td_comm_set_timeout(o->comm_timeout);
     if (o->piece_mb > 0) td_comm_set_piece_bytes((size_t)(o->piece_mb * 1048576.0));
@@ -179,19 +207,32 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
     td_gpt_check_tp(&cfg, g.tp, o->seq_parallel);
     int Bl, Bm;
     split_batch(o, g.dp, &Bl, &Bm);
+    /* pipeline: the schedule and the blocks of each stage, checked before
+     * any allocation or communication */
+    int piped = g.pp > 1;
+    td_schedule sched;
+    td_pp_split split;
+    unsigned char held[TD_MAX_LAYERS + 2];
+    memset(&sched, 0, sizeof sched);
+    if (piped) {
+        td_pipeline_setup(o, &g, &cfg, Bm, &sched, &split);
+        td_pp_held_units(&split, cfg.L, g.pp_rank, held);
+    }
 
     td_dp_config dcfg = {.mode = mode, .zero = o->zero, .ps_staleness = o->ps_staleness,
                          .seed = o->seed, .optim = o->optim, .no_overlap = o->no_overlap};
     dcfg.bucket_bytes = (size_t)((o->bucket_mb > 0 ? o->bucket_mb : TD_DEFAULT_BUCKET_MB) * 1048576.0);
     td_layout lay = td_layout_of_grid(&g);
     td_param_table table, canon;
-    td_table_layout tlay = {td_dp_unit_align(&dcfg, &lay), g.tp, g.is_server ? 0 : g.tp_rank};
+    td_table_layout tlay = {td_dp_unit_align(&dcfg, &lay), g.tp, g.is_server ? 0 : g.tp_rank,
+                            piped ? held : NULL};
     td_param_table_build_layout(&table, &cfg, &tlay);
     td_param_table_build(&canon, &cfg, 1);
 
     td_mem_plan plan = td_dp_memory_plan(&dcfg, &lay, &table);
     if (!g.is_server) {
-        plan.bytes[TD_MEM_ACTS] += td_gpt_activation_bytes(&table, Bm, o->seq_parallel);
+        plan.bytes[TD_MEM_ACTS] += piped ? td_pp_activation_bytes(&table, Bm, o->seq_parallel, &split, &sched, g.pp_rank)
+                                         : td_gpt_activation_bytes(&table, Bm, o->seq_parallel);
         plan.bytes[TD_MEM_COMM] += td_tp_comm_plan_bytes(&table, Bm, o->seq_parallel);
     }
     /* every check that needs no model, before the model is allocated */
@@ -202,10 +243,14 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
     td_tp_comm tpc;
     td_tp_comm_init(&tpc, &g);
     if (!g.is_server) {
-        td_gpt_create(&model, &table, Bm, o->seq_parallel);
+        if (piped)
+            td_gpt_create_stage(&model, &table, Bm, o->seq_parallel);
+        else
+            td_gpt_create(&model, &table, Bm, o->seq_parallel);
         model.comm = td_tp_comm_ops(&tpc);
     }
     td_dp *dp = td_dp_create(&dcfg, &g, &table, g.is_server ? NULL : &model);
+    td_pp *pp = piped ? td_pp_create(&g, &model, dp, &sched, &split) : NULL;
     TD_CHECK((fault->kind != TD_FAULT_NAN_LOSS && fault->kind != TD_FAULT_NAN_GRAD) ||
                  fault->rank < g.dp * g.tp * g.pp,
              "TRIDENT_FAULT: rank %d is not a training rank (0..%d)", fault->rank, g.dp * g.tp * g.pp - 1);
@@ -220,7 +265,7 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
     if (g.is_server) {
         td_dp_serve(dp, o->steps);
     } else {
-        run_ctx c = {o, &g, &data, &model, dp, Bl, Bm, o->grad_accum};
+        run_ctx c = {o, &g, &data, &model, dp, pp, Bl, Bm, o->grad_accum};
         int T = o->seq, N = Bm * T;
         int *in = td_alloc(sizeof(int) * N, TD_MEM_OTHER), *tg = td_alloc(sizeof(int) * N, TD_MEM_OTHER);
         float dloss = 1.0f / ((float)o->batch * T); /* global mean over all tokens */
@@ -230,13 +275,18 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
             float lr = td_lr_at(&o->optim, step);
             td_dp_begin_step(dp, step);
             td_tp_comm_reset(&tpc);
+            if (pp && step == o->timing_skip) td_pp_stats_reset(pp); /* the bubble of timed steps */
             double loss_sum = 0.0;
-            for (int k = 0; k < c.K; k++) {
-                td_dp_begin_micro(dp, k, c.K);
-                td_data_batch(&data, 0, o->seed, step, g.dp_rank * Bl + k * Bm, Bm, T, in, tg);
-                loss_sum += td_gpt_forward(&model, in, tg);
-                backward(&model, dloss, k == c.K - 1 && td_fault_at(TD_FAULT_NAN_GRAD, step, g.world_rank));
-            }
+            if (pp) {
+                batch_at b = {&c, 0, step};
+                loss_sum = td_pp_train_step(pp, dloss, pp_batch, &b);
+            } else
+                for (int k = 0; k < c.K; k++) {
+                    td_dp_begin_micro(dp, k, c.K);
+                    td_data_batch(&data, 0, o->seed, step, g.dp_rank * Bl + k * Bm, Bm, T, in, tg);
+                    loss_sum += td_gpt_forward(&model, in, tg);
+                    backward(&model, dloss, k == c.K - 1 && td_fault_at(TD_FAULT_NAN_GRAD, step, g.world_rank));
+                }
             double norm = td_dp_finish_step(dp, step, lr);
             memcpy(res->tp_measured.calls, tpc.calls, sizeof tpc.calls);
             memcpy(res->tp_measured.bytes, tpc.bytes, sizeof tpc.bytes);
@@ -249,8 +299,9 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
             float red[4] = {(float)loss_sum, (float)known, known ? (float)bad_step : 0.0f,
                             known ? (float)bad_row : 0.0f};
             if (g.dp > 1) td_allreduce(g.dp_comm, red, 4, TD_F32, TD_SUM);
+            if (pp) td_allreduce(g.pp_comm, red, 4, TD_F32, TD_SUM); /* the loss is the last stage's */
             if (red[1] > 0) bad_step = (int)(red[2] / red[1]), bad_row = (int)(red[3] / red[1]);
-            float loss = g.dp > 1 ? red[0] / ((float)o->batch * T) : (float)(loss_sum / ((double)o->batch * T));
+            float loss = g.dp > 1 || pp ? red[0] / ((float)o->batch * T) : (float)(loss_sum / ((double)o->batch * T));
             double ms = td_now_ms() - t0;
             if (step >= o->timing_skip || o->steps <= o->timing_skip) timed_ms += ms;
             res->losses[step] = loss;
@@ -309,7 +360,16 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
     td_allreduce(g.world, st, 1, TD_F32, TD_MAX);
     if (res->stop_step < 0) res->stop_step = (int)st[0];
     res->numel_layout = table.numel;
-    td_tp_formula(&res->tp_formula, &cfg, Bm, o->grad_accum, g.tp, o->seq_parallel);
+    if (piped && !g.is_server) {
+        td_slot_shape sh = td_pp_slot_shape(&split, g.pp_rank);
+        int nb = 0;
+        for (int l = 0; l < cfg.L; l++) nb += held[l + 1];
+        (void)sh;
+        td_tp_formula_stage(&res->tp_formula, &cfg, Bm, o->grad_accum, g.tp, o->seq_parallel, nb,
+                            g.pp_rank == 0, g.pp_rank == g.pp - 1);
+        td_pp_stats_get(pp, &res->pp_stats);
+    } else
+        td_tp_formula(&res->tp_formula, &cfg, Bm, o->grad_accum, g.tp, o->seq_parallel);
     for (int c = 0; c < TD_MEM_NCAT; c++) res->mem_planned[c] = plan.bytes[c], res->mem_peak[c] = td_mem_peak(c);
     int stopped = res->stop_step >= 0;
     /* servers run their own loop, so with ps the measured report waits for the end */
@@ -326,13 +386,13 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
         const float *P = NULL;
         float *gathered = NULL;
         const td_param_table *in = &table;
-        if (g.tp > 1 || !td_dp_full_params(dp, &P)) {
-            /* with tp the slices are put together in the canonical layout */
-            float *scratch = td_alloc(td_tp_gather_scratch_floats(&table, &canon) * sizeof(float), TD_MEM_OTHER);
-            if (g.tp > 1) in = &canon;
+        if (g.tp > 1 || piped || !td_dp_full_params(dp, &P)) {
+            /* with tp or pp the pieces are put together in the canonical layout */
+            float *scratch = td_alloc(td_pp_gather_scratch_floats(&table, &canon) * sizeof(float), TD_MEM_OTHER);
+            if (g.tp > 1 || piped) in = &canon;
             if (root) gathered = td_alloc(in->numel * sizeof(float), TD_MEM_OTHER);
             for (int u = 0; u < table.n_units; u++) {
-                const float *b = td_tp_gather_unit(dp, &g, &table, &canon, 0, u, scratch, &in);
+                const float *b = td_pp_gather_unit(dp, &g, &table, &canon, 0, u, scratch, &in);
                 if (b) memcpy(gathered + in->unit_offset[u], b, td_unit_numel(in, u) * sizeof(float));
             }
             td_free(scratch);
@@ -353,11 +413,13 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
         res->numel = canon.numel;
     }
     td_report_close(&rep);
+    td_pp_destroy(pp);
     td_dp_destroy(dp);
     if (!g.is_server) td_gpt_destroy(&model);
     td_param_table_free(&table);
     td_param_table_free(&canon);
     td_data_free(&data);
+    if (piped) td_schedule_free(&sched);
     td_grid_destroy(&g);
 }
 

@@ -132,7 +132,7 @@ expect seed-overflow   "--seed: '18446744073709551616' is out of range"         
 expect vocab-zero      "--vocab: '0' is out of range; valid: \[1, 16777216\]"        "$T" train --data "$tmp/tok/train.bin" $Q --vocab 0
 expect vocab-neg       "--vocab: '-1' is out of range"                               "$T" train --data "$tmp/tok/train.bin" $Q --vocab -1
 expect ps-staleness    "--ps-staleness: '5000' is out of range; valid: \[0, 1024\]"  $S --ps-staleness 5000
-expect grad-accum-big  "--grad-accum 13 is more micro-batches than --batch 12"       $S --grad-accum 13
+expect grad-accum-big  "--grad-accum 13 (--micro-batches) is more micro-batches than --batch 12"       $S --grad-accum 13
 expect sample-temp     "sample --temperature: 'nan' is not a finite number"          "$T" sample --ckpt "$tmp/none" --temperature nan
 expect sample-tokens   "sample --tokens: '-1' is out of range"                       "$T" sample --ckpt "$tmp/none" --tokens -1
 expect sample-seed     "sample --seed: '-5' is not a non-negative integer"           "$T" sample --ckpt "$tmp/none" --seed -5

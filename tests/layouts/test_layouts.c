@@ -131,7 +131,7 @@ int main(int argc, char **argv) {
     }
     if (o.zero > 0) {
         /* ZeRO shards each tp rank's slices over its dp group */
-        double psi = (double)res.numel_layout, N = td_comm_size(td_comm_world()) / o.tp;
+        double psi = (double)res.numel_layout, N = td_comm_size(td_comm_world()) / (o.tp * o.pp);
         double f = o.zero == 1 ? 8 * psi + 8 * psi / N : o.zero == 2 ? 4 * psi + 12 * psi / N : 16 * psi / N;
         size_t state = res.mem_peak[TD_MEM_PARAMS] + res.mem_peak[TD_MEM_GRADS] + res.mem_peak[TD_MEM_OPTIM];
         if ((double)state != f) {
@@ -140,6 +140,27 @@ int main(int argc, char **argv) {
         } else if (td_comm_rank(td_comm_world()) == 0) {
             printf("memory: zero %d model state %zu B = formula over the padded layout (psi %zu)\n", o.zero,
                    state, res.numel_layout);
+        }
+    }
+    if (o.pp > 1) {
+        /* Activations a stage stashes, by the slots the executor held at
+         * once (each slot one micro-batch chunk; ACTS above equals the plan):
+         * GPipe all M micro-batches, 1F1B P - s on stage s, zb-h1 at most P
+         * (its weight-gradient halves fill the bubble without raising the
+         * peak), interleaved within its schedule's bound. */
+        const td_pp_stats *ps = &res.pp_stats;
+        int P = o.pp, M = o.grad_accum, s = ps->stage;
+        int is_gpipe = strcmp(o.schedule, "gpipe") == 0, is_1f1b = strcmp(o.schedule, "1f1b") == 0;
+        int want = is_gpipe ? M : is_1f1b ? (P - s < M ? P - s : M) : -1;
+        int cap = strcmp(o.schedule, "zb-h1") == 0 ? (P < M ? P : M) : want >= 0 ? want : o.virtual_stages * M;
+        if ((want >= 0 && ps->max_inflight != want) || ps->max_inflight > cap || ps->max_inflight < 1) {
+            printf("FAIL rank %d stage %d (%s, pp %d, %d micro-batches): %d micro-batch chunks in flight, "
+                   "expected %s %d\n", td_comm_rank(td_comm_world()), s, o.schedule, P, M, ps->max_inflight,
+                   want >= 0 ? "exactly" : "at most", want >= 0 ? want : cap);
+            fails++;
+        } else {
+            printf("pipeline stage %d: %d micro-batch chunks in flight (%s, pp %d, M %d)\n", s,
+                   ps->max_inflight, o.schedule, P, M);
         }
     }
     if (td_comm_rank(td_comm_world()) == 0) {

@@ -1,0 +1,384 @@
+/* The pipeline executor: one stage runs its action list (schedule.h) for a
+ * step, with nonblocking point-to-point transfers over the grid's pp group.
+ *
+ * Slots. A micro-batch chunk holds a slot of activations (model.h) from its
+ * forward (or the receive of its input) until its backward (zb-h1: its
+ * weight-gradient half) is done and the gradient it sent has left. Slots are
+ * taken strictly in the order of the action list, by a scan that runs ahead
+ * of execution and posts each input receive as soon as a slot is free, so
+ * transfers overlap compute; a stage never holds more slots than the
+ * schedule's peak.
+ *
+ * Why it cannot hang when the schedule is valid (td_schedule_validate
+ * simulates it): sends never block; a stage blocks only (a) on a receive
+ * its list consumes next, which the peer's list sends, and (b) for a slot,
+ * on the gradient send of a finished chunk, whose receive the peer posted
+ * right after that chunk's forward, before it could have been sent. */
+#include <string.h>
+
+#include "trident/base.h"
+#include "trident/comm.h"
+#include "trident/pipeline.h"
+
+enum { ACT = 0, GRAD = 1 };
+
+typedef struct {
+    td_gpt_slot s;
+    int mb, chunk;        /* -1: free */
+    int done;             /* its backward (weight half) ran and its input's gradient was sent
+                             (or needs none): free once `send` completes */
+    int computed, sent;   /* the two halves of done */
+    td_request *recv_act, *recv_grad, *send;
+} slot;
+
+struct td_pp {
+    const td_grid *g;
+    td_gpt *m;
+    td_dp *dp;
+    const td_schedule *sched;
+    td_pp_split sp;
+    int P, V, M, s, L;    /* stages, chunks, micro-batches, this stage, layers */
+    int n_slots;
+    slot *slots;
+    int *slot_of;         /* [M*V] slot index of (mb, chunk), -1 none */
+    int scan;             /* next action the slot scan looks at */
+    int *final_bwd;       /* [n actions] 1: the last backward (weight) action of its chunk */
+    int *final_head;      /* [n actions] 1: the last backward action that runs the head */
+    double loss;
+    td_pp_batch_fn batch;
+    void *batch_ctx;
+    float dloss;
+    td_pp_stats st;
+};
+
+/* ---- where things are ---------------------------------------------------- */
+
+static int vstage(const td_pp *pp, int chunk) { return chunk * pp->P + pp->s; }
+static int block_lo(const td_pp *pp, int chunk) { return pp->sp.first[vstage(pp, chunk)]; }
+static int block_hi(const td_pp *pp, int chunk) { return pp->sp.first[vstage(pp, chunk) + 1]; }
+static int is_first(const td_pp *pp, int chunk) { return vstage(pp, chunk) == 0; }
+static int is_last(const td_pp *pp, int chunk) { return vstage(pp, chunk) == pp->P * pp->V - 1; }
+
+/* A message's tag: which boundary (the virtual stage that produced the
+ * activation), which micro-batch, activation or gradient. */
+static int tag_of(const td_pp *pp, int kind, int mb, int producer_v) {
+    return 2 * (mb * pp->P * pp->V + producer_v) + kind;
+}
+
+static int pp_peer_next(const td_pp *pp) { return (pp->s + 1) % pp->P; }
+static int pp_peer_prev(const td_pp *pp) { return (pp->s + pp->P - 1) % pp->P; }
+
+static size_t act_count(const td_pp *pp) { return (size_t)pp->m->d.Ns * (size_t)pp->m->d.C; }
+
+/* ---- slots --------------------------------------------------------------- */
+
+static int slot_free(slot *sl) {
+    if (sl->mb >= 0 && !sl->done) return 0;
+    if (td_request_active(sl->send) && !td_test(sl->send)) return 0;
+    if (sl->mb >= 0) sl->mb = -1; /* its gradient has left: reusable */
+    return 1;
+}
+
+/* A free slot for (mb, chunk), or -1; `wait`: block on the oldest finished
+ * slot's send instead of failing (see (b) above). */
+static int slot_take(td_pp *pp, int mb, int chunk, int wait) {
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < pp->n_slots; i++) {
+            slot *sl = &pp->slots[i];
+            if (pass == 1 && sl->done && sl->mb >= 0) {
+                double t0 = td_now_ms();
+                td_wait(sl->send);
+                pp->st.wait_ms += td_now_ms() - t0;
+            }
+            if (slot_free(sl)) {
+                sl->mb = mb, sl->chunk = chunk, sl->done = sl->computed = sl->sent = 0;
+                pp->slot_of[mb * pp->V + chunk] = i;
+                int held = 0;
+                for (int k = 0; k < pp->n_slots; k++) held += pp->slots[k].mb >= 0;
+                if (held > pp->st.max_inflight) pp->st.max_inflight = held;
+                return i;
+            }
+        }
+        if (!wait) return -1;
+    }
+    TD_ASSERT(!"pipeline: more micro-batches in flight than the schedule's peak");
+    return -1;
+}
+
+static slot *slot_get(td_pp *pp, int mb, int chunk) {
+    int i = pp->slot_of[mb * pp->V + chunk];
+    TD_ASSERT(i >= 0);
+    return &pp->slots[i];
+}
+
+static void post_recv_act(td_pp *pp, slot *sl) {
+    int v = vstage(pp, sl->chunk);
+    td_recv_start(sl->recv_act, pp->g->pp_comm, sl->s.x, act_count(pp), TD_F32, pp_peer_prev(pp),
+                  tag_of(pp, ACT, sl->mb, v - 1));
+}
+
+/* Takes slots (and posts input receives) in list order, as far as free
+ * slots allow; with `upto` >= 0 it must get at least to that action. */
+static void scan(td_pp *pp, int upto) {
+    const td_action *a = pp->sched->a[pp->s];
+    int n = pp->sched->n[pp->s];
+    while (pp->scan < n) {
+        const td_action *x = &a[pp->scan];
+        int needs = (x->kind == TD_A_RECV_ACT) || (x->kind == TD_A_FWD && is_first(pp, x->chunk));
+        if (needs && pp->slot_of[x->mb * pp->V + x->chunk] < 0) {
+            int i = slot_take(pp, x->mb, x->chunk, pp->scan <= upto);
+            if (i < 0) return;
+            if (x->kind == TD_A_RECV_ACT) post_recv_act(pp, &pp->slots[i]);
+        }
+        pp->scan++;
+    }
+}
+
+/* ---- unit events (the strategy's hook) ----------------------------------- */
+
+static void event(td_pp *pp, td_unit_event ev, int unit) {
+    if (pp->m->hook) pp->m->hook(pp->m->hook_ctx, ev, unit);
+}
+
+/* ---- the actions ----------------------------------------------------------- */
+
+static void forward(td_pp *pp, slot *sl, int training) {
+    td_gpt *m = pp->m;
+    int c = sl->chunk, l0 = block_lo(pp, c), l1 = block_hi(pp, c);
+    if (is_first(pp, c) || is_last(pp, c)) pp->batch(pp->batch_ctx, sl->mb, sl->s.inputs, sl->s.targets);
+    if (is_first(pp, c)) {
+        event(pp, TD_FWD_BEGIN, 0);
+        td_embed_acts e = {sl->s.x};
+        td_embed_forward(m, sl->s.inputs, &e);
+        event(pp, TD_FWD_END, 0);
+    }
+    const float *x = sl->s.x;
+    for (int l = l0; l < l1; l++) {
+        event(pp, TD_FWD_BEGIN, l + 1);
+        td_block_forward(m, l, x, &sl->s.blocks[l - l0]);
+        x = sl->s.blocks[l - l0].res3;
+        event(pp, TD_FWD_END, l + 1);
+    }
+    if (is_last(pp, c)) {
+        int L = pp->L;
+        event(pp, TD_FWD_BEGIN, L + 1);
+        pp->loss += td_head_forward(m, x, sl->s.targets, &sl->s.head);
+        event(pp, TD_FWD_END, L + 1);
+    } else if (training) {
+        /* the gradient of this output will come back: its receive is posted
+         * now, before the peer can send it (see (b) above) */
+        td_recv_start(sl->recv_grad, pp->g->pp_comm, sl->s.dx, act_count(pp), TD_F32,
+                      pp_peer_next(pp), tag_of(pp, GRAD, sl->mb, vstage(pp, c)));
+    }
+}
+
+static const float *chunk_output(const td_pp *pp, const slot *sl) {
+    int n = block_hi(pp, sl->chunk) - block_lo(pp, sl->chunk);
+    return sl->s.blocks[n - 1].res3;
+}
+
+/* The backward of one chunk (the whole of it, or zb-h1's input half). */
+static void backward(td_pp *pp, slot *sl, int final, int head_final) {
+    td_gpt *m = pp->m;
+    int c = sl->chunk, l0 = block_lo(pp, c), l1 = block_hi(pp, c), L = pp->L;
+    td_dp_set_final_backward(pp->dp, head_final);
+    if (is_last(pp, c)) {
+        event(pp, TD_BWD_BEGIN, L + 1);
+        td_head_backward(m, chunk_output(pp, sl), sl->s.targets, &sl->s.head, pp->dloss, sl->s.dx);
+        event(pp, TD_BWD_END, L + 1);
+    }
+    td_dp_set_final_backward(pp->dp, final);
+    for (int l = l1 - 1; l >= l0; l--) {
+        const float *x = l > l0 ? sl->s.blocks[l - l0 - 1].res3 : sl->s.x;
+        event(pp, TD_BWD_BEGIN, l + 1);
+        td_block_backward(m, l, x, &sl->s.blocks[l - l0], sl->s.dx);
+        event(pp, TD_BWD_END, l + 1);
+    }
+    /* the embedding's gradient (unit 0) is final only after the embedding
+     * group's sum: its BWD_END comes at the end of the step */
+    if (is_first(pp, c)) td_embed_backward(m, sl->s.inputs, sl->s.dx);
+    td_dp_set_final_backward(pp->dp, 0);
+}
+
+static void send(td_pp *pp, slot *sl, int kind) {
+    int v = vstage(pp, sl->chunk);
+    if (kind == ACT)
+        td_send_start(sl->send, pp->g->pp_comm, chunk_output(pp, sl), act_count(pp), TD_F32,
+                      pp_peer_next(pp), tag_of(pp, ACT, sl->mb, v));
+    else
+        td_send_start(sl->send, pp->g->pp_comm, sl->s.dx, act_count(pp), TD_F32, pp_peer_prev(pp),
+                      tag_of(pp, GRAD, sl->mb, v - 1));
+}
+
+static void wait_recv(td_pp *pp, td_request *r) {
+    double t0 = td_now_ms();
+    td_wait(r);
+    pp->st.wait_ms += td_now_ms() - t0;
+}
+
+static void run_action(td_pp *pp, int i) {
+    const td_action *x = &pp->sched->a[pp->s][i];
+    scan(pp, i);
+    double t0 = td_now_ms();
+    switch (x->kind) {
+    case TD_A_RECV_ACT:
+        wait_recv(pp, slot_get(pp, x->mb, x->chunk)->recv_act);
+        return;
+    case TD_A_RECV_GRAD:
+        wait_recv(pp, slot_get(pp, x->mb, x->chunk)->recv_grad);
+        return;
+    case TD_A_SEND_ACT:
+    case TD_A_SEND_GRAD: {
+        slot *sl = slot_get(pp, x->mb, x->chunk);
+        /* the activation's send has completed by the time the gradient is
+         * back (the peer received it before computing that gradient) */
+        if (td_request_active(sl->send)) td_wait(sl->send);
+        send(pp, sl, x->kind == TD_A_SEND_ACT ? ACT : GRAD);
+        if (x->kind == TD_A_SEND_GRAD) {
+            sl->sent = 1;
+            sl->done = sl->computed;
+        }
+        pp->st.send_ms += td_now_ms() - t0;
+        return;
+    }
+    case TD_A_FWD:
+        forward(pp, slot_get(pp, x->mb, x->chunk), 1);
+        pp->st.fwd_ms += td_now_ms() - t0;
+        break;
+    case TD_A_BWD: {
+        slot *sl = slot_get(pp, x->mb, x->chunk);
+        backward(pp, sl, pp->final_bwd[i], pp->final_head[i]);
+        sl->computed = 1;
+        sl->sent |= is_first(pp, sl->chunk); /* the first chunk's gradient goes nowhere */
+        sl->done = sl->sent;
+        pp->st.bwd_ms += td_now_ms() - t0;
+        break;
+    }
+    default:
+        TD_ASSERT(!"pipeline: action not supported by this executor yet");
+    }
+    pp->st.compute_ms += td_now_ms() - t0;
+}
+
+/* ---- create / step ----------------------------------------------------------- */
+
+td_pp *td_pp_create(const td_grid *g, td_gpt *model, td_dp *dp, const td_schedule *sched,
+                    const td_pp_split *sp) {
+    td_pp *pp = td_alloc(sizeof *pp, TD_MEM_OTHER);
+    memset(pp, 0, sizeof *pp);
+    pp->g = g, pp->m = model, pp->dp = dp, pp->sched = sched, pp->sp = *sp;
+    pp->P = sched->P, pp->V = sched->V, pp->M = sched->M, pp->s = g->pp_rank, pp->L = model->cfg.L;
+    TD_ASSERT(pp->P == g->pp && sp->P == pp->P && sp->V == pp->V);
+    pp->n_slots = sched->peak[pp->s];
+    pp->st.stage = pp->s;
+    pp->slots = td_alloc(sizeof(slot) * (size_t)pp->n_slots, TD_MEM_OTHER);
+    td_slot_shape sh = td_pp_slot_shape(sp, pp->s);
+    for (int i = 0; i < pp->n_slots; i++) {
+        slot *sl = &pp->slots[i];
+        td_gpt_slot_create(&sl->s, model, &sh);
+        sl->mb = sl->chunk = -1;
+        sl->recv_act = td_request_new();
+        sl->recv_grad = td_request_new();
+        sl->send = td_request_new();
+    }
+    pp->slot_of = td_alloc(sizeof(int) * (size_t)(pp->M * pp->V), TD_MEM_OTHER);
+    int n = sched->n[pp->s];
+    pp->final_bwd = td_alloc(sizeof(int) * (size_t)(n > 0 ? n : 1), TD_MEM_OTHER);
+    pp->final_head = td_alloc(sizeof(int) * (size_t)(n > 0 ? n : 1), TD_MEM_OTHER);
+    /* a unit's gradient is final after the last backward (zb-h1: weight)
+     * action of its chunk; the head's after the last that runs the head */
+    for (int c = 0; c < pp->V; c++) {
+        int last = -1, last_head = -1;
+        for (int i = 0; i < n; i++) {
+            const td_action *x = &sched->a[pp->s][i];
+            if (x->chunk != c) continue;
+            if (x->kind == TD_A_BWD || x->kind == TD_A_BWD_WEIGHT) last = i;
+            if (x->kind == TD_A_BWD || x->kind == TD_A_BWD_INPUT) last_head = i;
+        }
+        if (last >= 0) pp->final_bwd[last] = 1;
+        if (last_head >= 0 && is_last(pp, c)) pp->final_head[last_head] = 1;
+    }
+    return pp;
+}
+
+void td_pp_destroy(td_pp *pp) {
+    if (!pp) return;
+    for (int i = 0; i < pp->n_slots; i++) {
+        slot *sl = &pp->slots[i];
+        td_gpt_slot_destroy(&sl->s);
+        td_request_free(sl->recv_act);
+        td_request_free(sl->recv_grad);
+        td_request_free(sl->send);
+    }
+    td_free(pp->slots);
+    td_free(pp->slot_of);
+    td_free(pp->final_bwd);
+    td_free(pp->final_head);
+    td_free(pp);
+}
+
+static void begin(td_pp *pp, td_pp_batch_fn batch, void *ctx) {
+    pp->batch = batch, pp->batch_ctx = ctx;
+    pp->loss = 0.0;
+    pp->scan = 0;
+    for (int i = 0; i < pp->M * pp->V; i++) pp->slot_of[i] = -1;
+    for (int i = 0; i < pp->n_slots; i++) pp->slots[i].mb = -1;
+}
+
+/* Every send has left (its receive was posted by a peer still running). */
+static void drain(td_pp *pp) {
+    double t0 = td_now_ms();
+    for (int i = 0; i < pp->n_slots; i++)
+        if (td_request_active(pp->slots[i].send)) td_wait(pp->slots[i].send);
+    pp->st.send_ms += td_now_ms() - t0;
+}
+
+double td_pp_train_step(td_pp *pp, float dloss, td_pp_batch_fn batch, void *ctx) {
+    double t0 = td_now_ms();
+    begin(pp, batch, ctx);
+    pp->dloss = dloss;
+    td_dp_begin_pipeline(pp->dp);
+    int n = pp->sched->n[pp->s];
+    for (int i = 0; i < n; i++) run_action(pp, i);
+    drain(pp);
+    pp->st.step_ms += td_now_ms() - t0;
+    pp->st.steps++;
+    /* the tied embedding: first and last stage sum their gradients, then it
+     * is final and its data-parallel reduction may start */
+    const td_param_table *t = pp->m->table;
+    if (t->held[0]) {
+        event(pp, TD_BWD_BEGIN, 0);
+        if (pp->g->embed_comm)
+            td_allreduce(pp->g->embed_comm, pp->m->unit_grads[0], td_unit_numel(t, 0), TD_F32, TD_SUM);
+        td_dp_set_final_backward(pp->dp, 1);
+        event(pp, TD_BWD_END, 0);
+        td_dp_set_final_backward(pp->dp, 0);
+    }
+    return pp->loss;
+}
+
+double td_pp_forward_only(td_pp *pp, int n_micro, td_pp_batch_fn batch, void *ctx) {
+    begin(pp, batch, ctx);
+    slot *sl = &pp->slots[0];
+    td_comm *c = pp->g->pp_comm;
+    for (int mb = 0; mb < n_micro; mb++)
+        for (int ch = 0; ch < pp->V; ch++) {
+            int v = vstage(pp, ch);
+            sl->mb = mb, sl->chunk = ch;
+            if (!is_first(pp, ch))
+                td_recv(c, sl->s.x, act_count(pp), TD_F32, pp_peer_prev(pp), tag_of(pp, ACT, mb, v - 1));
+            forward(pp, sl, 0);
+            if (!is_last(pp, ch))
+                td_send(c, chunk_output(pp, sl), act_count(pp), TD_F32, pp_peer_next(pp), tag_of(pp, ACT, mb, v));
+        }
+    sl->mb = -1;
+    return pp->loss;
+}
+
+void td_pp_stats_get(const td_pp *pp, td_pp_stats *s) { *s = pp->st; }
+void td_pp_stats_reset(td_pp *pp) {
+    int keep = pp->st.max_inflight;
+    memset(&pp->st, 0, sizeof pp->st);
+    pp->st.stage = pp->s;
+    pp->st.max_inflight = keep; /* a high-water mark over the whole run */
+}

@@ -1,0 +1,106 @@
+/* Pipeline setup: the schedule, its validation and the blocks of each
+ * stage (uniform, explicit, or auto from measured costs), all before any
+ * model memory is allocated; rank 0 prints what was chosen. */
+#include <string.h>
+
+#include "preflight.h"
+#include "trident/base.h"
+#include "trident/comm.h"
+#include "trident/kernels.h"
+
+/* Best of `reps` timings (ms) of the embedding, one block and the head,
+ * each forward + backward, on one micro-batch of B sequences, measured on a
+ * one-block model at tp 1 (blocks are identical, so one stands for all). */
+static void measure_costs(const td_gpt_config *cfg, int B, double *embed, double *block, double *head) {
+    td_gpt_config c1 = *cfg;
+    c1.L = 1;
+    td_param_table t;
+    td_param_table_build(&t, &c1, 16);
+    td_gpt m;
+    td_gpt_create(&m, &t, B, 0);
+    float *p = td_alloc(t.numel * sizeof(float), TD_MEM_OTHER);
+    float *gr = td_alloc(t.numel * sizeof(float), TD_MEM_OTHER);
+    td_param_init_range(&t, 1, 0, t.numel, p);
+    memset(gr, 0, t.numel * sizeof(float));
+    td_gpt_bind_flat(&m, p, gr);
+    int N = B * cfg->T;
+    for (int i = 0; i < N; i++) {
+        m.inputs[i] = (int)(td_rng_u64(7, 0, (uint64_t)i) % (uint64_t)cfg->V);
+        m.targets[i] = (int)(td_rng_u64(7, 1, (uint64_t)i) % (uint64_t)cfg->V);
+    }
+    *embed = *block = *head = 1e300;
+    for (int rep = 0; rep < 3; rep++) {
+        double t0 = td_now_ms();
+        td_embed_forward(&m, m.inputs, &m.embed);
+        double t1 = td_now_ms();
+        td_block_forward(&m, 0, m.embed.encoded, &m.blocks[0]);
+        double t2 = td_now_ms();
+        td_head_forward(&m, m.blocks[0].res3, m.targets, &m.head);
+        td_head_backward(&m, m.blocks[0].res3, m.targets, &m.head, 1.0f / (float)N, m.s.dres);
+        double t3 = td_now_ms();
+        td_block_backward(&m, 0, m.embed.encoded, &m.blocks[0], m.s.dres);
+        double t4 = td_now_ms();
+        td_embed_backward(&m, m.inputs, m.s.dres);
+        double t5 = td_now_ms();
+        if (rep == 0) continue; /* the first touches fresh memory */
+        double e = (t1 - t0) + (t5 - t4), b = (t2 - t1) + (t4 - t3), h = t3 - t2;
+        if (e < *embed) *embed = e;
+        if (b < *block) *block = b;
+        if (h < *head) *head = h;
+    }
+    td_free(p);
+    td_free(gr);
+    td_gpt_destroy(&m);
+    td_param_table_free(&t);
+}
+
+static void print_split(const td_pp_split *sp, const td_schedule *s, int M) {
+    char line[2048];
+    size_t n = 0;
+    for (int v = 0; v < sp->P * sp->V && n < sizeof line - 32; v++)
+        n += (size_t)snprintf(line + n, sizeof line - n, "%s[%d,%d)", v ? " " : "", sp->first[v],
+                              sp->first[v + 1]);
+    td_log("pipeline: %s, pp %d x %d micro-batches%s; blocks per %s: %s\n", td_sched_name(s->kind), sp->P,
+           M, sp->V > 1 ? " x 2 chunks" : "", sp->V > 1 ? "stage and chunk (chunk-major)" : "stage", line);
+    n = 0;
+    for (int st = 0; st < sp->P && n < sizeof line - 16; st++)
+        n += (size_t)snprintf(line + n, sizeof line - n, "%s%d", st ? " " : "", s->peak[st]);
+    td_log("pipeline: activation slots (micro-batch chunks in flight) per stage: %s (schedule bound %d)\n",
+           line, s->bound);
+}
+
+void td_pipeline_setup(const td_train_opts *o, const td_grid *g, const td_gpt_config *cfg, int Bm,
+                       td_schedule *sched, td_pp_split *sp) {
+    char err[512];
+    td_sched_kind kind = td_sched_parse(o->schedule);
+    int M = o->grad_accum, V = o->virtual_stages;
+    if (td_schedule_build(sched, kind, g->pp, M, V, err, sizeof err) != 0) td_fail("%s", err);
+    /* the executor relies on the schedule being consistent: a broken one
+     * is a bug, caught here rather than as a hang */
+    if (td_schedule_validate(sched, err, sizeof err) != 0)
+        td_fail("internal: the %s schedule for pp %d, %d micro-batches, %d chunks is invalid: %s",
+                td_sched_name(kind), g->pp, M, V, err);
+    if (strcmp(o->pp_partition, "auto") != 0) {
+        td_pp_split_parse(sp, o->pp_partition, cfg->L, g->pp, V);
+        if (g->world_rank == 0) print_split(sp, sched, M);
+        return;
+    }
+    double c[3] = {0, 0, 0};
+    if (g->world_rank == 0) measure_costs(cfg, Bm, &c[0], &c[1], &c[2]);
+    float cf[3] = {(float)c[0], (float)c[1], (float)c[2]};
+    td_broadcast(g->world, cf, 3, TD_F32, 0); /* every rank splits alike */
+    for (int i = 0; i < 3; i++) c[i] = cf[i];
+    double blocks[TD_MAX_LAYERS];
+    for (int l = 0; l < cfg->L; l++) blocks[l] = c[1];
+    double worst = td_pp_split_auto(sp, blocks, c[0], c[2], cfg->L, g->pp, V);
+    if (g->world_rank != 0) return;
+    print_split(sp, sched, M);
+    td_log("pipeline: --pp-partition auto: measured per micro-batch (forward + backward, tp 1): "
+           "embedding %.2f ms, block %.2f ms, head %.2f ms; predicted stage times:", c[0], c[1], c[2]);
+    for (int v = 0; v < sp->P * sp->V; v++) {
+        double t = (sp->first[v + 1] - sp->first[v]) * c[1] + (v == 0 ? c[0] : 0) +
+                   (v == sp->P * sp->V - 1 ? c[2] : 0);
+        td_log(" %.2f", t);
+    }
+    td_log(" ms (slowest %.2f)\n", worst);
+}
