@@ -45,16 +45,22 @@ static void row_parallel_forward(td_gpt *m, float *out, const float *inp, const 
     td_m_reduce_rows(m, part, out);
 }
 
-/* Its backward: dout [Ns,C] is gathered to all N rows (the backward of the
- * reduce-scatter) and gives the input gradient dinp[N,K] (overwritten), the
- * weight's and the bias's; the bias gradient comes from all rows on every
- * rank, so it is the same everywhere without a reduction. */
-static void row_parallel_backward(td_gpt *m, float *dinp, float *dw, float *db, const float *dout,
-                                  const float *inp, const float *w, int K) {
+/* Its backward, input half: dout [Ns,C] is gathered to all N rows (the
+ * backward of the reduce-scatter) and gives the input gradient dinp[N,K]
+ * (overwritten). Returns the gathered output gradient [N,C], which the
+ * weight half needs: copied into keep[N,C] when keep is given (a stash that
+ * outlives the scratch and dout), else where it lies (m->s.full or dout). */
+static const float *row_parallel_backward_input(td_gpt *m, float *dinp, const float *dout,
+                                                const float *w, int K, float *keep) {
     const td_gpt_dims *d = &m->d;
     const float *dfull = td_m_gather_grad(m, dout);
+    if (keep) {
+        memcpy(keep, dfull, sizeof(float) * (size_t)d->N * d->C);
+        dfull = keep;
+    }
     memset(dinp, 0, sizeof(float) * (size_t)d->N * K);
-    td_matmul_backward(dinp, dw, db, dfull, inp, w, d->N, K, d->C);
+    td_matmul_backward(dinp, NULL, NULL, dfull, NULL, w, d->N, K, d->C);
+    return dfull;
 }
 
 void td_block_forward(td_gpt *m, int l, const float *x, td_block_acts *a) {
@@ -75,31 +81,124 @@ void td_block_forward(td_gpt *m, int l, const float *x, td_block_acts *a) {
 #undef W
 }
 
-void td_block_backward(td_gpt *m, int l, const float *x, const td_block_acts *a, float *dres) {
+/* A block's backward is made of four pieces per sub-block (MLP, then
+ * attention): the input half of the row-parallel projection, the
+ * column-parallel projection's input gradient (into s->dln), the linear
+ * layers' weight half, and the LayerNorm's backward (which adds into dres).
+ * The input halves and the norms hold all the communication; the weight
+ * half is two td_matmul_backward calls without dinp, which give the same
+ * bits as the fused call (matmul.c: 48-row slices; test_kernel_threads). */
+
+/* MLP, input half: dres [Ns,C] holds d(res3) (= d(res2) through the
+ * identity). The fc output gradient goes to dfch[N,F]; returns the
+ * gathered fcproj output gradient [N,C] (in keep when given). Leaves the
+ * partial gradient of ln2 in s->dln. */
+static const float *mlp_backward_input(td_gpt *m, int u, const td_block_acts *a, const float *dres,
+                                       float *dfch, float *keep) {
     const td_gpt_dims *d = &m->d;
-    int u = td_m_block_unit(l), N = d->N, C = d->C;
     td_gpt_scratch *s = &m->s;
+    size_t nf = (size_t)d->N * d->F;
+    const float *dfcproj = row_parallel_backward_input(m, s->dfchg, dres,
+                                                       td_m_w(m, u, TD_T_FCPROJW), d->F, keep);
+    memset(dfch, 0, sizeof(float) * nf);
+    td_gelu_backward(dfch, a->fch, s->dfchg, nf);
+    memset(s->dln, 0, sizeof(float) * (size_t)d->N * d->C);
+    td_matmul_backward(s->dln, NULL, NULL, dfch, NULL, td_m_w(m, u, TD_T_FCW), d->N, d->C, d->F);
+    return dfcproj;
+}
+
+/* MLP, weight half: fcproj's and fc's weight and bias gradients from their
+ * saved inputs (a) and output gradients dfcproj[N,C], dfch[N,F]. Every
+ * rank sees all N rows here, so no reduction follows (the row-parallel
+ * bias gradient is the same on every tp rank). */
+static void mlp_backward_weight(td_gpt *m, int u, const td_block_acts *a, const float *dfcproj,
+                                const float *dfch) {
+    const td_gpt_dims *d = &m->d;
+    td_matmul_backward(NULL, td_m_g(m, u, TD_T_FCPROJW), td_m_g(m, u, TD_T_FCPROJB), dfcproj,
+                       a->fch_gelu, NULL, d->N, d->F, d->C);
+    td_matmul_backward(NULL, td_m_g(m, u, TD_T_FCW), td_m_g(m, u, TD_T_FCB), dfch, a->ln2, NULL,
+                       d->N, d->C, d->F);
+}
+
+/* Attention, input half: dres holds d(res2); the QKV output gradient goes
+ * to dqkv[N,3Ca]; returns the gathered attproj output gradient [N,C] (in
+ * keep when given). Leaves the partial gradient of ln1 in s->dln. */
+static const float *attn_backward_input(td_gpt *m, int u, const td_block_acts *a,
+                                        const float *dres, float *dqkv, float *keep) {
+    const td_gpt_dims *d = &m->d;
+    td_gpt_scratch *s = &m->s;
+    const float *dattproj = row_parallel_backward_input(m, s->datty, dres,
+                                                        td_m_w(m, u, TD_T_ATTPROJW), d->Ca, keep);
+    memset(dqkv, 0, sizeof(float) * (size_t)d->N * 3 * d->Ca);
+    td_attention_backward(dqkv, s->datt, s->datty, a->qkv, a->att, d->B, d->T, d->Ca, d->Ha);
+    memset(s->dln, 0, sizeof(float) * (size_t)d->N * d->C);
+    td_matmul_backward(s->dln, NULL, NULL, dqkv, NULL, td_m_w(m, u, TD_T_QKVW), d->N, d->C,
+                       3 * d->Ca);
+    return dattproj;
+}
+
+static void attn_backward_weight(td_gpt *m, int u, const td_block_acts *a, const float *dattproj,
+                                 const float *dqkv) {
+    const td_gpt_dims *d = &m->d;
+    td_matmul_backward(NULL, td_m_g(m, u, TD_T_ATTPROJW), td_m_g(m, u, TD_T_ATTPROJB), dattproj,
+                       a->atty, NULL, d->N, d->Ca, d->C);
+    td_matmul_backward(NULL, td_m_g(m, u, TD_T_QKVW), td_m_g(m, u, TD_T_QKVB), dqkv, a->ln1, NULL,
+                       d->N, d->C, 3 * d->Ca);
+}
+
+/* The input half of block l, and with keep == NULL the whole backward. The
+ * whole backward runs each weight half right after its input half, on the
+ * output gradients where they lie in scratch (s->dfch, s->dqkv, and
+ * s->full or dres itself for the row-parallel ones): before the LayerNorm's
+ * backward adds into dres (which, without sequence parallelism, IS the
+ * fcproj output gradient) and while they are in cache, so it copies
+ * nothing. With a stash, the output gradients are written to it instead and
+ * the weight halves are left to td_block_backward_weight. */
+static void block_backward(td_gpt *m, int l, const float *x, const td_block_acts *a, float *dres,
+                           td_block_wstash *keep) {
+    td_gpt_scratch *s = &m->s;
+    int u = td_m_block_unit(l);
 #define W(k) td_m_w(m, u, k)
 #define G(k) td_m_g(m, u, k)
-    /* MLP branch; dres holds d(res3) = d(res2) through the identity */
-    row_parallel_backward(m, s->dfchg, G(TD_T_FCPROJW), G(TD_T_FCPROJB), dres, a->fch_gelu,
-                          W(TD_T_FCPROJW), d->F);
-    memset(s->dfch, 0, sizeof(float) * (size_t)N * d->F);
-    td_gelu_backward(s->dfch, a->fch, s->dfchg, (size_t)N * d->F);
-    memset(s->dln, 0, sizeof(float) * (size_t)N * C);
-    td_matmul_backward(s->dln, G(TD_T_FCW), G(TD_T_FCB), s->dfch, a->ln2, W(TD_T_FCW), N, C, d->F);
+    float *dfch = keep ? keep->dfch : s->dfch, *dqkv = keep ? keep->dqkv : s->dqkv;
+    const float *dfcproj = mlp_backward_input(m, u, a, dres, dfch, keep ? keep->dfcproj : NULL);
+    if (!keep) mlp_backward_weight(m, u, a, dfcproj, dfch);
     td_m_norm_backward(m, dres, a->res2, a->ln2_mean, a->ln2_rstd, W(TD_T_LN2W), G(TD_T_LN2W),
                        G(TD_T_LN2B));
-    /* attention branch */
-    row_parallel_backward(m, s->datty, G(TD_T_ATTPROJW), G(TD_T_ATTPROJB), dres, a->atty,
-                          W(TD_T_ATTPROJW), d->Ca);
-    memset(s->dqkv, 0, sizeof(float) * (size_t)N * 3 * d->Ca);
-    td_attention_backward(s->dqkv, s->datt, s->datty, a->qkv, a->att, d->B, d->T, d->Ca, d->Ha);
-    memset(s->dln, 0, sizeof(float) * (size_t)N * C);
-    td_matmul_backward(s->dln, G(TD_T_QKVW), G(TD_T_QKVB), s->dqkv, a->ln1, W(TD_T_QKVW), N, C,
-                       3 * d->Ca);
+    const float *dattproj = attn_backward_input(m, u, a, dres, dqkv, keep ? keep->dattproj : NULL);
+    if (!keep) attn_backward_weight(m, u, a, dattproj, dqkv);
     td_m_norm_backward(m, dres, x, a->ln1_mean, a->ln1_rstd, W(TD_T_LN1W), G(TD_T_LN1W),
                        G(TD_T_LN1B));
 #undef W
 #undef G
+}
+
+void td_block_backward(td_gpt *m, int l, const float *x, const td_block_acts *a, float *dres) {
+    block_backward(m, l, x, a, dres, NULL);
+}
+
+/* ---- split backward (zero-bubble pipelines) ---- */
+
+size_t td_block_wstash_floats(const td_gpt_dims *d) {
+    return (size_t)d->N * ((size_t)3 * d->Ca + 2 * (size_t)d->C + (size_t)d->F);
+}
+
+void td_block_wstash_carve(td_block_wstash *w, const td_gpt_dims *d, float *buf) {
+    size_t N = (size_t)d->N;
+    w->dqkv = buf;
+    w->dattproj = w->dqkv + N * 3 * d->Ca;
+    w->dfch = w->dattproj + N * d->C;
+    w->dfcproj = w->dfch + N * d->F;
+}
+
+void td_block_backward_input(td_gpt *m, int l, const float *x, const td_block_acts *a, float *dres,
+                             td_block_wstash *w) {
+    TD_ASSERT(w && w->dqkv && w->dattproj && w->dfch && w->dfcproj);
+    block_backward(m, l, x, a, dres, w);
+}
+
+void td_block_backward_weight(td_gpt *m, int l, const td_block_acts *a, const td_block_wstash *w) {
+    int u = td_m_block_unit(l);
+    mlp_backward_weight(m, u, a, w->dfcproj, w->dfch);
+    attn_backward_weight(m, u, a, w->dattproj, w->dqkv);
 }

@@ -1,8 +1,9 @@
 /* Kernel thread-count independence: every kernel's forward and backward
  * with 2 and 3 threads compared bitwise with 1 thread, and the fast matmul
  * and attention against their *_ref loops at the benchmark shape and an odd
- * one. Split from test_kernels.c (same oracles and tolerances; see its
- * header): TOL_FAST_BIG 1e-4 for fast vs _ref where the _ref loops add up to
+ * one, and matmul's backward as its two halves against the fused call.
+ * Split from test_kernels.c (same oracles and tolerances; see its header):
+ * TOL_FAST_BIG 1e-4 for fast vs _ref where the _ref loops add up to
  * 771 terms one by one, with the rms floor FLOOR. */
 #include <math.h>
 #include <stdio.h>
@@ -21,7 +22,8 @@
 typedef struct { int B, T, C, NH, OC, V, Vp; } shape;
 
 /* Each runner computes forward and backward of one kernel with the current
- * thread count and appends every output (gradients start from the same
+ * thread count (use_ref 1: the _ref loops; 2, matmul: the backward as two
+ * calls, input gradient then weight and bias gradients) and appends every output (gradients start from the same
  * random values, so add-into is covered) to res; with res == NULL it only
  * counts. */
 #define APPEND(ptr, cnt)                                                   \
@@ -39,8 +41,13 @@ static size_t run_matmul(float *res, const shape *s, int use_ref) {
     tu_randn(x, N * C, 70, 1.0f), tu_randn(w, OC * C, 71, 0.1f), tu_randn(bias, OC, 72, 1.0f);
     tu_randn(dout, N * OC, 73, 1.0f), tu_randn(dx, N * C, 74, 1.0f);
     tu_randn(dw, OC * C, 75, 1.0f), tu_randn(db, OC, 76, 1.0f);
-    (use_ref ? td_matmul_forward_ref : td_matmul_forward)(out, x, w, bias, N, C, OC);
-    (use_ref ? td_matmul_backward_ref : td_matmul_backward)(dx, dw, db, dout, x, w, N, C, OC);
+    (use_ref == 1 ? td_matmul_forward_ref : td_matmul_forward)(out, x, w, bias, N, C, OC);
+    if (use_ref == 2) { /* the halves a split backward calls (model/block.c) */
+        td_matmul_backward(dx, NULL, NULL, dout, NULL, w, N, C, OC);
+        td_matmul_backward(NULL, dw, db, dout, x, NULL, N, C, OC);
+    } else {
+        (use_ref ? td_matmul_backward_ref : td_matmul_backward)(dx, dw, db, dout, x, w, N, C, OC);
+    }
     APPEND(out, N * OC); APPEND(dx, N * C); APPEND(dw, OC * C); APPEND(db, OC);
     tu_release(mark);
     return k;
@@ -148,6 +155,14 @@ static void thread_case(const char *name, runner run, const shape *s) {
         if (!tu_check_bitwise(label, rk, r1, n) && run == run_matmul)
             printf("      (matmul is bitwise only if OpenBLAS keeps the 24-row property "
                    "described in src/kernels/matmul.c)\n");
+        if (run == run_matmul) {
+            /* dinp alone splits rows evenly, not balanced against dw: same
+             * bits only through the 48-row slice property */
+            float *halves = TU_NEW(float, n);
+            run(halves, s, 2);
+            snprintf(label, sizeof label, "%s: dinp and dw halves vs fused (%d threads)", name, nt);
+            tu_check_bitwise(label, halves, rk, n);
+        }
         if (run == run_matmul || run == run_attention) {
             float *ref = TU_NEW(float, n);
             run(ref, s, 1);
