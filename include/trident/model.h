@@ -292,6 +292,30 @@ typedef struct td_gpt {
     size_t acts_bytes;
 } td_gpt;
 
+/* Split backward of a block, for zero-bubble pipeline schedules (ZB-H1):
+ * B, the input half, computes the gradient of the block's input (what the
+ * previous stage waits for) and W, the weight half, the weight and bias
+ * gradients of the four linear layers (QKV, attention projection, MLP fc,
+ * MLP projection), which can run later to fill a bubble. B then W adds the
+ * same bits as td_block_backward (which is built from the same pieces).
+ *
+ * The stash holds what W needs besides the block's saved activations (the
+ * linear layers' inputs, in td_block_acts): their output gradients, all N
+ * rows of them on every tp rank (sizes in td_gpt_dims):
+ *   dqkv     [N,3Ca]  QKV (column-parallel: this rank's heads)
+ *   dattproj [N,C]    attention projection (row-parallel; with sequence
+ *                     parallelism gathered from every rank's Ns rows)
+ *   dfch     [N,F]    MLP fc (column-parallel: this rank's features)
+ *   dfcproj  [N,C]    MLP projection (row-parallel; gathered likewise)
+ * One stash per micro-batch between its B and its W; the caller owns the
+ * memory (td_block_wstash_floats floats, carved in that order). */
+typedef struct {
+    float *dqkv, *dattproj, *dfch, *dfcproj;
+} td_block_wstash;
+size_t td_block_wstash_floats(const td_gpt_dims *d);
+/* Points w's tensors into buf[td_block_wstash_floats(d)]. */
+void td_block_wstash_carve(td_block_wstash *w, const td_gpt_dims *d, float *buf);
+
 /* Pipeline stages keep one slot of activations per in-flight micro-batch
  * (of one model chunk): the saved tensors of the chunk's blocks, the head's
  * when the chunk ends the model, the chunk's input x (received, or the
@@ -301,12 +325,14 @@ typedef struct td_gpt {
 typedef struct {
     int n_blocks; /* blocks per chunk (the largest chunk of the stage) */
     int head;     /* the stage runs the final norm + head + loss */
+    int wstash;   /* split backward (zb-h1): a weight-gradient stash per block */
 } td_slot_shape;
 
 typedef struct {
     td_slot_shape shape;
     float *x, *dx;          /* [Ns,C] each */
     td_block_acts *blocks;  /* [n_blocks] block l0 + i of the chunk at i */
+    td_block_wstash *w;     /* [n_blocks] with shape.wstash, else NULL */
     td_head_acts head;      /* when shape.head */
     int *inputs, *targets;  /* [N] this micro-batch's tokens */
     float *mem;             /* the one float allocation */
@@ -373,29 +399,6 @@ void td_head_backward(td_gpt *m, const float *x, const int *targets, td_head_act
  * (the causal half is not subtracted). */
 double td_gpt_flops_per_token(const td_gpt_config *cfg);
 
-/* Split backward of a block, for zero-bubble pipeline schedules (ZB-H1):
- * B, the input half, computes the gradient of the block's input (what the
- * previous stage waits for) and W, the weight half, the weight and bias
- * gradients of the four linear layers (QKV, attention projection, MLP fc,
- * MLP projection), which can run later to fill a bubble. B then W adds the
- * same bits as td_block_backward (which is built from the same pieces).
- *
- * The stash holds what W needs besides the block's saved activations (the
- * linear layers' inputs, in td_block_acts): their output gradients, all N
- * rows of them on every tp rank (sizes in td_gpt_dims):
- *   dqkv     [N,3Ca]  QKV (column-parallel: this rank's heads)
- *   dattproj [N,C]    attention projection (row-parallel; with sequence
- *                     parallelism gathered from every rank's Ns rows)
- *   dfch     [N,F]    MLP fc (column-parallel: this rank's features)
- *   dfcproj  [N,C]    MLP projection (row-parallel; gathered likewise)
- * One stash per micro-batch between its B and its W; the caller owns the
- * memory (td_block_wstash_floats floats, carved in that order). */
-typedef struct {
-    float *dqkv, *dattproj, *dfch, *dfcproj;
-} td_block_wstash;
-size_t td_block_wstash_floats(const td_gpt_dims *d);
-/* Points w's tensors into buf[td_block_wstash_floats(d)]. */
-void td_block_wstash_carve(td_block_wstash *w, const td_gpt_dims *d, float *buf);
 /* B: like td_block_backward (dres in: the gradient of the block's output;
  * out: that of x), adding every parameter gradient except the four linear
  * layers' weights and biases; their output gradients go to w. LayerNorm

@@ -41,7 +41,7 @@ double td_pp_split_auto(td_pp_split *sp, const double *block_cost, double embed_
 /* The units stage s holds: held[L+2] (model.h td_param_table.held). */
 void td_pp_held_units(const td_pp_split *sp, int L, int stage, unsigned char *held);
 /* The slot shape of stage s (model.h) and how many slots its schedule needs. */
-td_slot_shape td_pp_slot_shape(const td_pp_split *sp, int stage);
+td_slot_shape td_pp_slot_shape(const td_pp_split *sp, const td_schedule *sched, int stage);
 /* Activation bytes of stage s: the model's scratch plus the schedule's peak
  * of in-flight micro-batch chunks times a slot (the plan). */
 size_t td_pp_activation_bytes(const td_param_table *t, int B, int seq_parallel, const td_pp_split *sp,

@@ -128,6 +128,7 @@ static size_t slot_floats(const td_gpt_dims *d, const td_slot_shape *sh) {
     size_t NsC = (size_t)d->Ns * d->C;
     return 2 * NsC                                         /* x, dx */
            + (size_t)sh->n_blocks * block_floats(d)
+           + (sh->wstash ? (size_t)sh->n_blocks * td_block_wstash_floats(d) : 0)
            + (sh->head ? head_floats(d) : 0);
 }
 
@@ -135,7 +136,7 @@ size_t td_gpt_slot_bytes(const td_param_table *t, int B, int seq_parallel, const
     td_gpt_dims d;
     td_gpt_dims_of(&d, t, B, seq_parallel);
     return slot_floats(&d, sh) * sizeof(float) + 2 * (size_t)d.N * sizeof(int) +
-           (size_t)sh->n_blocks * sizeof(td_block_acts);
+           (size_t)sh->n_blocks * (sizeof(td_block_acts) + (sh->wstash ? sizeof(td_block_wstash) : 0));
 }
 
 void td_gpt_slot_create(td_gpt_slot *s, const td_gpt *m, const td_slot_shape *sh) {
@@ -149,6 +150,13 @@ void td_gpt_slot_create(td_gpt_slot *s, const td_gpt *m, const td_slot_shape *sh
     s->x = carve(&cur, NsC);
     s->dx = carve(&cur, NsC);
     for (int i = 0; i < sh->n_blocks; i++) carve_block(&s->blocks[i], d, &cur);
+    if (sh->wstash) {
+        s->w = td_alloc(sizeof(td_block_wstash) * (size_t)(sh->n_blocks > 0 ? sh->n_blocks : 1), TD_MEM_ACTS);
+        for (int i = 0; i < sh->n_blocks; i++) {
+            td_block_wstash_carve(&s->w[i], d, cur);
+            cur += td_block_wstash_floats(d);
+        }
+    }
     if (sh->head) carve_head(&s->head, d, &cur);
     TD_ASSERT((size_t)(cur - s->mem) == slot_floats(d, sh));
     s->inputs = td_alloc((size_t)d->N * sizeof(int), TD_MEM_ACTS);
@@ -158,6 +166,7 @@ void td_gpt_slot_create(td_gpt_slot *s, const td_gpt *m, const td_slot_shape *sh
 void td_gpt_slot_destroy(td_gpt_slot *s) {
     td_free(s->mem);
     td_free(s->blocks);
+    td_free(s->w);
     td_free(s->inputs);
     td_free(s->targets);
     memset(s, 0, sizeof *s);

@@ -177,8 +177,11 @@ static const float *chunk_output(const td_pp *pp, const slot *sl) {
     return sl->s.blocks[n - 1].res3;
 }
 
-/* The backward of one chunk (the whole of it, or zb-h1's input half). */
-static void backward(td_pp *pp, slot *sl, int final, int head_final) {
+/* The backward of one chunk: the whole of it, or zb-h1's input half
+ * (split), whose block weight gradients wait in the slot's stashes for
+ * weight_grads. Unit events for blocks come with their last half, so the
+ * strategy sees BWD_END when a unit's gradient of this micro-batch is done. */
+static void backward(td_pp *pp, slot *sl, int final, int head_final, int split) {
     td_gpt *m = pp->m;
     int c = sl->chunk, l0 = block_lo(pp, c), l1 = block_hi(pp, c), L = pp->L;
     td_dp_set_final_backward(pp->dp, head_final);
@@ -190,6 +193,10 @@ static void backward(td_pp *pp, slot *sl, int final, int head_final) {
     td_dp_set_final_backward(pp->dp, final);
     for (int l = l1 - 1; l >= l0; l--) {
         const float *x = l > l0 ? sl->s.blocks[l - l0 - 1].res3 : sl->s.x;
+        if (split) {
+            td_block_backward_input(m, l, x, &sl->s.blocks[l - l0], sl->s.dx, &sl->s.w[l - l0]);
+            continue;
+        }
         event(pp, TD_BWD_BEGIN, l + 1);
         td_block_backward(m, l, x, &sl->s.blocks[l - l0], sl->s.dx);
         event(pp, TD_BWD_END, l + 1);
@@ -197,6 +204,18 @@ static void backward(td_pp *pp, slot *sl, int final, int head_final) {
     /* the embedding's gradient (unit 0) is final only after the embedding
      * group's sum: its BWD_END comes at the end of the step */
     if (is_first(pp, c)) td_embed_backward(m, sl->s.inputs, sl->s.dx);
+    td_dp_set_final_backward(pp->dp, 0);
+}
+
+/* zb-h1's weight half of a chunk's backward. */
+static void weight_grads(td_pp *pp, slot *sl, int final) {
+    int l0 = block_lo(pp, sl->chunk), l1 = block_hi(pp, sl->chunk);
+    td_dp_set_final_backward(pp->dp, final);
+    for (int l = l1 - 1; l >= l0; l--) {
+        event(pp, TD_BWD_BEGIN, l + 1);
+        td_block_backward_weight(pp->m, l, &sl->s.blocks[l - l0], &sl->s.w[l - l0]);
+        event(pp, TD_BWD_END, l + 1);
+    }
     td_dp_set_final_backward(pp->dp, 0);
 }
 
@@ -245,17 +264,25 @@ static void run_action(td_pp *pp, int i) {
         forward(pp, slot_get(pp, x->mb, x->chunk), 1);
         pp->st.fwd_ms += td_now_ms() - t0;
         break;
-    case TD_A_BWD: {
+    case TD_A_BWD:
+    case TD_A_BWD_INPUT: {
         slot *sl = slot_get(pp, x->mb, x->chunk);
-        backward(pp, sl, pp->final_bwd[i], pp->final_head[i]);
-        sl->computed = 1;
+        int split = x->kind == TD_A_BWD_INPUT;
+        backward(pp, sl, pp->final_bwd[i], pp->final_head[i], split);
+        sl->computed = !split;
         sl->sent |= is_first(pp, sl->chunk); /* the first chunk's gradient goes nowhere */
-        sl->done = sl->sent;
+        sl->done = sl->sent && sl->computed;
         pp->st.bwd_ms += td_now_ms() - t0;
         break;
     }
-    default:
-        TD_ASSERT(!"pipeline: action not supported by this executor yet");
+    case TD_A_BWD_WEIGHT: {
+        slot *sl = slot_get(pp, x->mb, x->chunk);
+        weight_grads(pp, sl, pp->final_bwd[i]);
+        sl->computed = 1;
+        sl->done = sl->sent;
+        pp->st.wgrad_ms += td_now_ms() - t0;
+        break;
+    }
     }
     pp->st.compute_ms += td_now_ms() - t0;
 }
@@ -272,7 +299,7 @@ td_pp *td_pp_create(const td_grid *g, td_gpt *model, td_dp *dp, const td_schedul
     pp->n_slots = sched->peak[pp->s];
     pp->st.stage = pp->s;
     pp->slots = td_alloc(sizeof(slot) * (size_t)pp->n_slots, TD_MEM_OTHER);
-    td_slot_shape sh = td_pp_slot_shape(sp, pp->s);
+    td_slot_shape sh = td_pp_slot_shape(sp, sched, pp->s);
     for (int i = 0; i < pp->n_slots; i++) {
         slot *sl = &pp->slots[i];
         td_gpt_slot_create(&sl->s, model, &sh);

@@ -84,8 +84,8 @@ void td_pp_held_units(const td_pp_split *sp, int L, int stage, unsigned char *he
     if (stage == P - 1) held[L + 1] = 1;
 }
 
-td_slot_shape td_pp_slot_shape(const td_pp_split *sp, int stage) {
-    td_slot_shape sh = {0, stage == sp->P - 1};
+td_slot_shape td_pp_slot_shape(const td_pp_split *sp, const td_schedule *sched, int stage) {
+    td_slot_shape sh = {0, stage == sp->P - 1, sched->kind == TD_SCHED_ZBH1};
     for (int c = 0; c < sp->V; c++) {
         int v = c * sp->P + stage, n = sp->first[v + 1] - sp->first[v];
         if (n > sh.n_blocks) sh.n_blocks = n;
@@ -95,7 +95,7 @@ td_slot_shape td_pp_slot_shape(const td_pp_split *sp, int stage) {
 
 size_t td_pp_activation_bytes(const td_param_table *t, int B, int seq_parallel, const td_pp_split *sp,
                               const td_schedule *sched, int stage) {
-    td_slot_shape sh = td_pp_slot_shape(sp, stage);
+    td_slot_shape sh = td_pp_slot_shape(sp, sched, stage);
     size_t slots = (size_t)sched->peak[stage];
     return td_gpt_scratch_bytes(t, B, seq_parallel) + slots * td_gpt_slot_bytes(t, B, seq_parallel, &sh);
 }

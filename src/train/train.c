@@ -361,10 +361,8 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
     if (res->stop_step < 0) res->stop_step = (int)st[0];
     res->numel_layout = table.numel;
     if (piped && !g.is_server) {
-        td_slot_shape sh = td_pp_slot_shape(&split, g.pp_rank);
         int nb = 0;
         for (int l = 0; l < cfg.L; l++) nb += held[l + 1];
-        (void)sh;
         td_tp_formula_stage(&res->tp_formula, &cfg, Bm, o->grad_accum, g.tp, o->seq_parallel, nb,
                             g.pp_rank == 0, g.pp_rank == g.pp - 1);
         td_pp_stats_get(pp, &res->pp_stats);

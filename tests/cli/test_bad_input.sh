@@ -102,8 +102,23 @@ expect sp-no-tp       "--sequence-parallel needs --tp 2 or more" \
                        "$T" train --data "$tmp/small.txt" --sequence-parallel $Q
 expect ps-tp          "--dp-mode ps is data-parallel only and does not combine with --tp 2" \
                        $MPIRUN -np 3 "$T" train --data "$tmp/small.txt" --tp 2 --dp-mode ps --ps-servers 1 $Q
-expect pp-not-yet     "--pp 2: pipeline parallelism is not in this build yet" \
-                       $MPIRUN -np 2 "$T" train --data "$tmp/small.txt" --pp 2 $Q
+# pipeline parallelism: what does not combine, split or schedule
+expect pp-zero3       "--zero 3 with --pp 2: ZeRO-2 and ZeRO-3 shard" \
+                       $MPIRUN -np 4 "$T" train --data "$tmp/small.txt" --pp 2 --dp 2 --zero 3 $Q
+expect pp-ps          "--dp-mode ps does not combine with --pp 2" \
+                       $MPIRUN -np 3 "$T" train --data "$tmp/small.txt" --pp 2 --dp-mode ps --ps-servers 1 $Q
+expect pp-schedule    "--schedule zigzag" \
+                       $MPIRUN -np 2 "$T" train --data "$tmp/small.txt" --pp 2 --schedule zigzag $Q
+expect pp-interleaved-m "--micro-batches 3 is not a multiple of --pp 2" \
+                       $MPIRUN -np 2 "$T" train --data "$tmp/small.txt" --pp 2 --schedule interleaved --virtual-stages 2 --micro-batches 3 --batch 12 $Q
+expect pp-virtual     "--virtual-stages.*interleaved" \
+                       $MPIRUN -np 2 "$T" train --data "$tmp/small.txt" --pp 2 --virtual-stages 2 --micro-batches 2 $Q
+expect pp-layers      "--layers 4 does not split into --pp 2 x --virtual-stages 4 = 8 chunks" \
+                       $MPIRUN -np 2 "$T" train --data "$tmp/small.txt" --pp 2 --schedule interleaved --virtual-stages 4 --micro-batches 2 $Q
+expect pp-partition   "--pp-partition 3,2: 2 counts summing to 5; expected 2 counts" \
+                       $MPIRUN -np 2 "$T" train --data "$tmp/small.txt" --pp 2 --pp-partition 3,2 $Q
+expect pp-partition-word "--pp-partition even: expected uniform, auto or 2 block counts" \
+                       $MPIRUN -np 2 "$T" train --data "$tmp/small.txt" --pp 2 --pp-partition even $Q
 
 # ---- numbers: finite, in range, plain; the range is in the message ----
 S="$T train --data $tmp/small.txt $Q"
