@@ -1,4 +1,4 @@
-/* trident: train, sample, tokenize, bench. */
+/* trident: train, verify, sample, tokenize, bench. */
 #include <stdio.h>
 #include <string.h>
 
@@ -10,6 +10,8 @@
 static void usage(void) {
     printf("usage: trident <command> [flags]\n"
            "  train    train a GPT (mpirun -np N trident train --dp D --tp T --pp P ...)\n"
+           "  verify   train K steps in a layout and in one process; compare losses and gradients\n"
+           "           (mpirun -np N trident verify [train flags])\n"
            "  sample   generate text from a checkpoint (--ckpt DIR)\n"
            "  tokenize text files to GPT-2 token shards (--tokenizer gpt2 IN... --out DIR)\n"
            "  bench    train | sgemm | comm: print measured figures\n"
@@ -25,13 +27,14 @@ int main(int argc, char **argv) {
     int rc;
     if (strcmp(cmd, "sample") == 0) return td_sample_main(argc - 2, argv + 2);
     if (strcmp(cmd, "tokenize") == 0) return td_tokenize_main(argc - 2, argv + 2);
-    if (strcmp(cmd, "train") != 0 && strcmp(cmd, "bench") != 0) {
-        fprintf(stderr, "trident: error: unknown command '%s'; use train, sample, tokenize or bench\n", cmd);
+    if (strcmp(cmd, "train") != 0 && strcmp(cmd, "bench") != 0 && strcmp(cmd, "verify") != 0) {
+        fprintf(stderr, "trident: error: unknown command '%s'; use train, verify, sample, tokenize or bench\n", cmd);
         return TD_EXIT_USAGE;
     }
     td_comm_init(&argc, &argv);
-    rc = strcmp(cmd, "train") == 0 ? td_train_main(argc - 2, argv + 2)
-                                   : td_bench_main(argc - 2, argv + 2);
+    rc = strcmp(cmd, "train") == 0    ? td_train_main(argc - 2, argv + 2)
+         : strcmp(cmd, "verify") == 0 ? td_verify_main(argc - 2, argv + 2)
+                                      : td_bench_main(argc - 2, argv + 2);
     td_comm_finalize();
     return rc;
 }

@@ -9,13 +9,20 @@
  *                                        step STEP (after its backward)
  *   TRIDENT_FAULT=save-fail:STEP         writing the checkpoint of step STEP
  *                                        (steps done) fails as on a full disk
+ *   TRIDENT_FAULT=skip-embed-sum:STEP    a broken reduction: at step STEP the
+ *                                        pipeline's embedding group does not
+ *                                        sum the tied embedding's gradients
+ *                                        (every rank skips it, so nothing hangs;
+ *                                        `trident verify` must name the tensor)
  *
  * The variable is parsed and validated here only; a malformed value is a
  * one-line error naming it. */
 #ifndef TRIDENT_FAULT_H
 #define TRIDENT_FAULT_H
 
-typedef enum { TD_FAULT_NONE = 0, TD_FAULT_NAN_LOSS, TD_FAULT_NAN_GRAD, TD_FAULT_SAVE_FAIL } td_fault_kind;
+typedef enum {
+    TD_FAULT_NONE = 0, TD_FAULT_NAN_LOSS, TD_FAULT_NAN_GRAD, TD_FAULT_SAVE_FAIL, TD_FAULT_SKIP_EMBED_SUM
+} td_fault_kind;
 
 #define TD_FAULT_GRAD_TENSOR "transformer.h.0.mlp.c_fc.weight"
 

@@ -184,6 +184,14 @@ int td_dp_nonfinite(const td_dp *dp, int *step);
 /* The run stops before finishing: parameter servers leave their loop. */
 void td_dp_stop(td_dp *dp, int step);
 
+/* `trident verify`: a probe that sees, at every optimizer step, each range
+ * [lo, lo + n) of this rank's flat buffer whose reduced gradient it owns
+ * (the whole model replicated, a ZeRO shard, a server slice), before the
+ * norm; NULL turns it off. */
+typedef void (*td_grad_probe)(void *ctx, const td_param_table *t, int step, size_t lo, size_t n,
+                              const float *grads);
+void td_dp_set_grad_probe(td_grad_probe fn, void *ctx);
+
 /* Staleness statistics (ps): max and mean observed. */
 void td_dp_staleness(const td_dp *dp, int *max_seen, double *mean_seen);
 /* Share of gradient-communication time hidden behind backward, and total

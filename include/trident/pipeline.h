@@ -70,7 +70,7 @@ void td_pp_destroy(td_pp *pp);
 /* One training step's forward and backward of every micro-batch, then the
  * embedding group's sum; the caller then runs td_dp_finish_step. Returns the
  * sum of the token losses on the last stage (0 elsewhere). */
-double td_pp_train_step(td_pp *pp, float dloss, td_pp_batch_fn batch, void *ctx);
+double td_pp_train_step(td_pp *pp, int step, float dloss, td_pp_batch_fn batch, void *ctx);
 /* Forward only (evaluation) of n_micro micro-batches in order; the loss sum
  * on the last stage, 0 elsewhere. */
 double td_pp_forward_only(td_pp *pp, int n_micro, td_pp_batch_fn batch, void *ctx);

@@ -44,6 +44,8 @@ void td_train_opts_parse(td_train_opts *o, int argc, char **argv);
 int td_train_main(int argc, char **argv);
 
 /* Results of a run, for tests that drive the trainer in-process. */
+#define TD_MAX_PP_REPORT 64
+
 typedef struct {
     int steps_done;
     float *losses;        /* [steps] training loss of each step */
@@ -71,14 +73,20 @@ typedef struct {
     /* tensor parallelism: this rank's tp traffic in the last training step,
      * as the comm layer recorded it, and the formula's (parallel.h) */
     td_tp_traffic tp_measured, tp_formula;
-    /* pipeline parallelism: this rank's stage times, summed over the steps */
+    /* pipeline parallelism: this rank's stage times, summed over the timed
+     * steps; the bubble (stage step time - compute) / compute averaged over
+     * the stages, and the theory's figure from the measured T_F, T_B, T_W */
     td_pp_stats pp_stats;
+    double pp_bubble, pp_bubble_theory;
+    double pp_stage_bubble[TD_MAX_PP_REPORT]; /* per stage (the first TD_MAX_PP_REPORT) */
 } td_train_result;
 
 /* Collective over the world; td_comm_init must have been called. */
 void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state);
 void td_train_result_free(td_train_result *r);
 
+/* `trident verify` (verify.c): the layout against one process. */
+int td_verify_main(int argc, char **argv);
 /* `trident sample`. */
 int td_sample_main(int argc, char **argv);
 /* `trident bench train|sgemm`. */

@@ -29,8 +29,9 @@ const td_fault *td_fault_get(void) {
         int has_rank;
     } kinds[] = {{"nan-loss:", TD_FAULT_NAN_LOSS, 1},
                  {"nan-grad:", TD_FAULT_NAN_GRAD, 1},
-                 {"save-fail:", TD_FAULT_SAVE_FAIL, 0}};
-    for (int k = 0; k < 3; k++) {
+                 {"save-fail:", TD_FAULT_SAVE_FAIL, 0},
+                 {"skip-embed-sum:", TD_FAULT_SKIP_EMBED_SUM, 0}};
+    for (int k = 0; k < (int)(sizeof kinds / sizeof kinds[0]); k++) {
         size_t n = strlen(kinds[k].name);
         if (strncmp(s, kinds[k].name, n) != 0) continue;
         char *end;
@@ -48,7 +49,7 @@ const td_fault *td_fault_get(void) {
         return &g_fault;
     }
     td_fail("TRIDENT_FAULT=%s is not known; the test-only faults are nan-loss:STEP[:RANK], "
-            "nan-grad:STEP[:RANK] and save-fail:STEP", s);
+            "nan-grad:STEP[:RANK], save-fail:STEP and skip-embed-sum:STEP", s);
 }
 
 int td_fault_at(td_fault_kind kind, int step, int rank) {

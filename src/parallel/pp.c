@@ -18,6 +18,7 @@
 
 #include "trident/base.h"
 #include "trident/comm.h"
+#include "trident/fault.h"
 #include "trident/pipeline.h"
 
 enum { ACT = 0, GRAD = 1 };
@@ -360,7 +361,7 @@ static void drain(td_pp *pp) {
     pp->st.send_ms += td_now_ms() - t0;
 }
 
-double td_pp_train_step(td_pp *pp, float dloss, td_pp_batch_fn batch, void *ctx) {
+double td_pp_train_step(td_pp *pp, int step, float dloss, td_pp_batch_fn batch, void *ctx) {
     double t0 = td_now_ms();
     begin(pp, batch, ctx);
     pp->dloss = dloss;
@@ -375,7 +376,7 @@ double td_pp_train_step(td_pp *pp, float dloss, td_pp_batch_fn batch, void *ctx)
     const td_param_table *t = pp->m->table;
     if (t->held[0]) {
         event(pp, TD_BWD_BEGIN, 0);
-        if (pp->g->embed_comm)
+        if (pp->g->embed_comm && !td_fault_at(TD_FAULT_SKIP_EMBED_SUM, step, -1))
             td_allreduce(pp->g->embed_comm, pp->m->unit_grads[0], td_unit_numel(t, 0), TD_F32, TD_SUM);
         td_dp_set_final_backward(pp->dp, 1);
         event(pp, TD_BWD_END, 0);

@@ -2,6 +2,7 @@
 #include <math.h>
 
 #include "step.h"
+#include "trident/parallel.h"
 #include "trident/base.h"
 
 int td_step_first_nonfinite(const td_param_table *t, const float *x, size_t lo, size_t n) {
@@ -42,8 +43,23 @@ static double counted_sumsq(const td_param_table *t, const float *grads, const t
     return sum;
 }
 
+static td_grad_probe g_probe;
+static void *g_probe_ctx;
+
+void td_dp_set_grad_probe(td_grad_probe fn, void *ctx) {
+    g_probe = fn;
+    g_probe_ctx = ctx;
+}
+
 td_step_result td_step_apply(const td_step_group *grp, const float *grads, const td_step_range *r,
                              int n_ranges, int step, float lr) {
+    if (g_probe) {
+        size_t k = 0;
+        for (int i = 0; i < n_ranges; i++) {
+            g_probe(g_probe_ctx, grp->t, step, r[i].lo, r[i].n, grads + k);
+            k += r[i].n;
+        }
+    }
     const td_param_table *t = grp->t;
     int together = grp->group && grp->group_size > 1;
     size_t total = 0;

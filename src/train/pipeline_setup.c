@@ -104,3 +104,50 @@ void td_pipeline_setup(const td_train_opts *o, const td_grid *g, const td_gpt_co
     }
     td_log(" ms (slowest %.2f)\n", worst);
 }
+
+void td_pipeline_report(const td_grid *g, const td_schedule *sched, const td_pp_stats *st,
+                        td_train_result *res) {
+    /* each stage's figures from its (dp 0, tp 0) rank, summed over the world */
+    int P = g->pp, lead = g->dp_rank == 0 && g->tp_rank == 0;
+    enum { STEP, COMPUTE, WAIT, SEND, F, B, W, NF };
+    float *v = td_alloc(sizeof(float) * (size_t)(P * NF), TD_MEM_OTHER);
+    memset(v, 0, sizeof(float) * (size_t)(P * NF));
+    if (lead && st->steps > 0) {
+        float *x = v + g->pp_rank * NF, n = (float)st->steps;
+        x[STEP] = (float)st->step_ms / n, x[COMPUTE] = (float)st->compute_ms / n;
+        x[WAIT] = (float)st->wait_ms / n, x[SEND] = (float)st->send_ms / n;
+        x[F] = (float)st->fwd_ms / n, x[B] = (float)st->bwd_ms / n, x[W] = (float)st->wgrad_ms / n;
+    }
+    td_allreduce(g->world, v, (size_t)(P * NF), TD_F32, TD_SUM);
+    double bubble = 0, tf = 0, tb = 0, tw = 0;
+    int M = sched->M, V = sched->V;
+    for (int s = 0; s < P; s++) {
+        const float *x = v + s * NF;
+        double b = x[COMPUTE] > 0 ? (x[STEP] - x[COMPUTE]) / x[COMPUTE] : 0;
+        if (s < TD_MAX_PP_REPORT) res->pp_stage_bubble[s] = b;
+        bubble += b / P;
+        /* per micro-batch chunk, averaged over stages */
+        tf += x[F] / (M * V) / P, tb += x[B] / (M * V) / P, tw += x[W] / (M * V) / P;
+    }
+    if (sched->kind != TD_SCHED_ZBH1) tb += tw, tw = 0; /* a whole backward is one action */
+    res->pp_bubble = bubble;
+    res->pp_bubble_theory = td_schedule_bubble_theory(sched->kind, P, M, V, tf, tb, tw);
+    if (g->world_rank == 0) {
+        td_log("pipeline bubble: measured %.3f (mean over stages of (step - compute) / compute), "
+               "theory %.3f", bubble, res->pp_bubble_theory);
+        if (sched->kind == TD_SCHED_ZBH1)
+            td_log(" from T_F %.2f, T_B %.2f, T_W %.2f ms", tf, tb, tw);
+        td_log("\n");
+        for (int s = 0; s < P; s++) {
+            const float *x = v + s * NF;
+            char w[48] = "";
+            if (sched->kind == TD_SCHED_ZBH1) snprintf(w, sizeof w, ", weight %.2f", x[W]);
+            td_log("  stage %d: step %.2f ms = compute %.2f (forward %.2f, backward %.2f%s) + waiting %.2f "
+                   "+ sends %.2f + other %.2f; bubble %.3f\n",
+                   s, x[STEP], x[COMPUTE], x[F], x[B], w,
+                   x[WAIT], x[SEND], x[STEP] - x[COMPUTE] - x[WAIT] - x[SEND],
+                   s < TD_MAX_PP_REPORT ? res->pp_stage_bubble[s] : 0.0);
+        }
+    }
+    td_free(v);
+}

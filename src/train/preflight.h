@@ -35,5 +35,11 @@ td_preflight_result td_preflight(const td_train_opts *o, const td_grid *g, const
  * line and exit before any model memory is allocated. */
 void td_pipeline_setup(const td_train_opts *o, const td_grid *g, const td_gpt_config *cfg, int Bm,
                        td_schedule *sched, td_pp_split *sp);
+/* The bubble of the timed steps: each stage's step time split into compute,
+ * waiting and sends, printed by rank 0 beside the schedule's theory (with
+ * the measured forward, backward and weight-gradient times) and stored in
+ * res. Collective over the world. */
+void td_pipeline_report(const td_grid *g, const td_schedule *sched, const td_pp_stats *st,
+                        td_train_result *res);
 
 #endif

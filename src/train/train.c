@@ -279,7 +279,7 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
             double loss_sum = 0.0;
             if (pp) {
                 batch_at b = {&c, 0, step};
-                loss_sum = td_pp_train_step(pp, dloss, pp_batch, &b);
+                loss_sum = td_pp_train_step(pp, step, dloss, pp_batch, &b);
             } else
                 for (int k = 0; k < c.K; k++) {
                     td_dp_begin_micro(dp, k, c.K);
@@ -366,6 +366,7 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
         td_tp_formula_stage(&res->tp_formula, &cfg, Bm, o->grad_accum, g.tp, o->seq_parallel, nb,
                             g.pp_rank == 0, g.pp_rank == g.pp - 1);
         td_pp_stats_get(pp, &res->pp_stats);
+        if (res->stop_step < 0) td_pipeline_report(&g, &sched, &res->pp_stats, res);
     } else
         td_tp_formula(&res->tp_formula, &cfg, Bm, o->grad_accum, g.tp, o->seq_parallel);
     for (int c = 0; c < TD_MEM_NCAT; c++) res->mem_planned[c] = plan.bytes[c], res->mem_peak[c] = td_mem_peak(c);

@@ -1,0 +1,179 @@
+/* `trident verify`: the layout-equivalence oracle as a user command. Under
+ * mpirun with a layout's train flags it trains K steps in that layout and,
+ * on every rank, the same K steps in one plain process (the whole global
+ * batch, no strategy), then prints each step's relative loss difference
+ * and, where a reduced gradient differs, the first tensor (and the rank)
+ * where it does. Exit status 1 beyond the tolerances. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "trident/base.h"
+#include "trident/comm.h"
+#include "trident/data.h"
+#include "trident/kernels.h"
+#include "trident/train.h"
+
+/* fp32 layouts only reorder sums: ~1e-7 relative per step (README figures) */
+#define LOSS_TOL 1e-5
+/* a reduced gradient element against one process, relative to the largest
+ * element of its tensor: reordered fp32 sums differ by ~1e-6 of it, a
+ * missing or doubled reduction by O(1) */
+#define GRAD_TOL 1e-4
+
+typedef struct {
+    int K;
+    td_param_table canon;
+    float *ref_grads;  /* [K][canon.numel] */
+    float *ref_max;    /* [K][n_rows] largest |gradient| of each tensor */
+    float *ref_losses; /* [K] */
+    float *worst;      /* [K] this rank's largest relative gradient error */
+    int *worst_row;    /* [K] its tensor */
+    /* the first (step, row) past GRAD_TOL on this rank, and its element */
+    int bad_step, bad_row;
+    long long bad_elem;
+    float bad_val, bad_ref;
+} verify_ctx;
+
+/* The oracle: one process, the whole global batch (as test_layouts, but
+ * keeping each step's gradient). */
+static void reference(const td_train_opts *o, verify_ctx *v) {
+    td_dataset d;
+    td_data_load(&d, o->data, o->tokenizer, o->vocab, o->seq);
+    td_gpt_config cfg = {o->layers, o->heads, o->embd, o->seq, d.tok.V, 0};
+    td_gpt_config_finish(&cfg);
+    td_param_table_build(&v->canon, &cfg, 1);
+    const td_param_table *t = &v->canon;
+    size_t n = t->numel;
+    v->ref_grads = td_alloc(sizeof(float) * n * (size_t)v->K, TD_MEM_OTHER);
+    v->ref_max = td_alloc(sizeof(float) * (size_t)t->n_rows * (size_t)v->K, TD_MEM_OTHER);
+    float *p = td_alloc(n * 4, TD_MEM_OTHER), *g = td_alloc(n * 4, TD_MEM_OTHER);
+    float *m = td_alloc(n * 4, TD_MEM_OTHER), *vv = td_alloc(n * 4, TD_MEM_OTHER);
+    memset(g, 0, n * 4), memset(m, 0, n * 4), memset(vv, 0, n * 4);
+    td_param_init_range(t, o->seed, 0, n, p);
+    int B = o->batch, T = o->seq;
+    td_gpt model;
+    td_gpt_create(&model, t, B, 0);
+    td_gpt_bind_flat(&model, p, g);
+    int *in = td_alloc(sizeof(int) * (size_t)B * T, TD_MEM_OTHER), *tg = td_alloc(sizeof(int) * (size_t)B * T, TD_MEM_OTHER);
+    for (int s = 0; s < v->K; s++) {
+        td_data_batch(&d, 0, o->seed, s, 0, B, T, in, tg);
+        double sum = td_gpt_forward(&model, in, tg);
+        td_gpt_backward(&model, 1.0f / ((float)B * T));
+        memcpy(v->ref_grads + (size_t)s * n, g, n * 4);
+        for (int i = 0; i < t->n_rows; i++) {
+            float mx = 0;
+            for (size_t k = 0; k < t->rows[i].numel; k++) mx = fmaxf(mx, fabsf(g[t->rows[i].offset + k]));
+            v->ref_max[(size_t)s * t->n_rows + i] = mx;
+        }
+        double norm = sqrt(td_sumsq(g, n));
+        td_adamw_update(p, g, m, vv, 0, n, t, &o->optim, td_lr_at(&o->optim, s), s + 1,
+                        td_clip_scale(norm, o->optim.clip));
+        memset(g, 0, n * 4);
+        v->ref_losses[s] = (float)(sum / ((double)B * T));
+    }
+    td_free(in), td_free(tg);
+    td_gpt_destroy(&model);
+    td_free(p), td_free(g), td_free(m), td_free(vv);
+    td_data_free(&d);
+}
+
+/* Every owned, reduced gradient element against the oracle's, at its
+ * global index. */
+static void probe(void *ctx, const td_param_table *t, int step, size_t lo, size_t n, const float *grads) {
+    verify_ctx *v = ctx;
+    if (step >= v->K) return;
+    const td_param_table *c = &v->canon;
+    for (int i = 0; i < t->n_rows; i++) {
+        const td_param *p = &t->rows[i];
+        size_t a = td_max_sz(lo, p->offset), b = td_min_sz(lo + n, p->offset + p->numel);
+        float mx = v->ref_max[(size_t)step * c->n_rows + i];
+        const float *ref = v->ref_grads + (size_t)step * c->numel + c->rows[i].offset;
+        for (size_t e = a; e < b; e++) {
+            long long gi = td_param_global_index(t, p, t->tp_rank, e - p->offset);
+            if (gi < 0) continue; /* vocabulary padding */
+            float x = grads[e - lo], r = ref[gi];
+            double err = fabs((double)x - r) / (mx > 0 ? mx : 1.0f);
+            if (!(err <= v->worst[step])) v->worst[step] = isnan(err) ? INFINITY : (float)err, v->worst_row[step] = i;
+            int earlier = v->bad_step < 0 || step < v->bad_step || (step == v->bad_step && i < v->bad_row);
+            if (!(err <= GRAD_TOL) && earlier)
+                v->bad_step = step, v->bad_row = i, v->bad_elem = gi, v->bad_val = x, v->bad_ref = r;
+        }
+    }
+}
+
+int td_verify_main(int argc, char **argv) {
+    td_train_opts o;
+    td_train_opts_default(&o);
+    o.steps = 5;          /* a few steps show a wrong reduction */
+    o.eval_every = 0;
+    o.sample_tokens = 0;
+    td_train_opts_parse(&o, argc, argv);
+    TD_CHECK(!o.out, "verify: --out is not used (verify saves nothing)");
+    o.quiet = 1;
+    int me = td_comm_rank(td_comm_world()), N = td_comm_size(td_comm_world());
+    verify_ctx v;
+    memset(&v, 0, sizeof v);
+    v.K = o.steps;
+    v.bad_step = v.bad_row = -1;
+    /* the oracle first, on every rank: each checks what it owns */
+    v.ref_losses = td_alloc(sizeof(float) * (size_t)v.K, TD_MEM_OTHER);
+    v.worst = td_alloc(sizeof(float) * (size_t)v.K, TD_MEM_OTHER);
+    v.worst_row = td_alloc(sizeof(int) * (size_t)v.K, TD_MEM_OTHER);
+    memset(v.worst, 0, sizeof(float) * (size_t)v.K);
+    memset(v.worst_row, 0, sizeof(int) * (size_t)v.K);
+    reference(&o, &v);
+
+    td_dp_set_grad_probe(probe, &v);
+    td_train_result res;
+    td_train_run(&o, &res, 0);
+    td_dp_set_grad_probe(NULL, NULL);
+
+    /* the largest gradient error of each step over the ranks, and the
+     * first mismatch (smallest step, then row, then rank) */
+    td_allreduce(td_comm_world(), v.worst, (size_t)v.K, TD_F32, TD_MAX);
+    const td_param_table *c = &v.canon;
+    float key = v.bad_step < 0 ? -1e30f : -(float)((double)v.bad_step * c->n_rows + v.bad_row);
+    td_allreduce(td_comm_world(), &key, 1, TD_F32, TD_MAX); /* MAX of -key = MIN */
+    float who = (v.bad_step >= 0 && -(float)((double)v.bad_step * c->n_rows + v.bad_row) == key) ? -(float)me : -1e30f;
+    td_allreduce(td_comm_world(), &who, 1, TD_F32, TD_MAX);
+    int first_rank = (int)-who;
+    float detail[3] = {0, 0, 0};
+    if (me == first_rank && key > -1e30f) detail[0] = (float)v.bad_elem, detail[1] = v.bad_val, detail[2] = v.bad_ref;
+    td_allreduce(td_comm_world(), detail, 3, TD_F32, TD_SUM);
+
+    int fails = res.stop_step >= 0 || res.steps_done != v.K;
+    if (me == 0) {
+        int tp = o.tp, pp = o.pp, dp = o.dp > 0 ? o.dp : N / (tp * pp);
+        printf("verify: dp %d x tp %d x pp %d (%s, zero %d%s%s) against one process: %d steps of batch %d\n",
+               dp, tp, pp, o.dp_mode, o.zero, pp > 1 ? ", schedule " : "", pp > 1 ? o.schedule : "", v.K,
+               o.batch);
+        double worst = 0;
+        for (int s = 0; s < res.steps_done && s < v.K; s++) {
+            double rel = fabs((double)res.losses[s] - v.ref_losses[s]) / fabs((double)v.ref_losses[s]);
+            if (!(rel <= worst)) worst = rel;
+            printf("  step %d: loss %.7f, one process %.7f, relative difference %.2e; largest gradient "
+                   "error %.2e of its tensor's max (%s)\n",
+                   s, res.losses[s], v.ref_losses[s], rel, v.worst[s], c->rows[v.worst_row[s]].name);
+        }
+        if (!(worst <= LOSS_TOL)) fails = 1;
+        if (key > -1e30f) {
+            int k = (int)-key, step = k / c->n_rows, row = k % c->n_rows;
+            int r = first_rank, t_ = r % tp, d_ = (r / tp) % dp, p_ = r / (tp * dp);
+            printf("verify: first gradient mismatch at step %d in %s on rank %d (dp %d, pp %d, tp %d): "
+                   "element %lld is %.6g, one process %.6g (tolerance %.0e of the tensor's max)\n",
+                   step, c->rows[row].name, r, d_, p_, t_, (long long)detail[0], detail[1], detail[2], GRAD_TOL);
+            fails = 1;
+        }
+        printf("verify: %s: largest relative loss difference %.2e (tolerance %.0e)%s\n", fails ? "FAILED" : "passed",
+               worst, LOSS_TOL, fails ? "" : "; every reduced gradient matches");
+        fflush(stdout);
+    }
+    td_train_result_free(&res);
+    td_free(v.ref_grads), td_free(v.ref_max), td_free(v.ref_losses), td_free(v.worst), td_free(v.worst_row);
+    td_param_table_free(&v.canon);
+    float f = (float)fails;
+    td_allreduce(td_comm_world(), &f, 1, TD_F32, TD_MAX);
+    return f > 0 ? 1 : 0;
+}
