@@ -34,6 +34,7 @@ typedef struct {
     int bad_step, bad_row;
     long long bad_elem;
     float bad_val, bad_ref;
+    float *seen;       /* [canon.numel] 1 where some rank compared the element at step 0 */
 } verify_ctx;
 
 /* The oracle: one process, the whole global batch (as test_layouts, but
@@ -48,6 +49,8 @@ static void reference(const td_train_opts *o, verify_ctx *v) {
     size_t n = t->numel;
     v->ref_grads = td_alloc(sizeof(float) * n * (size_t)v->K, TD_MEM_OTHER);
     v->ref_max = td_alloc(sizeof(float) * (size_t)t->n_rows * (size_t)v->K, TD_MEM_OTHER);
+    v->seen = td_alloc(sizeof(float) * n, TD_MEM_OTHER);
+    memset(v->seen, 0, sizeof(float) * n);
     float *p = td_alloc(n * 4, TD_MEM_OTHER), *g = td_alloc(n * 4, TD_MEM_OTHER);
     float *m = td_alloc(n * 4, TD_MEM_OTHER), *vv = td_alloc(n * 4, TD_MEM_OTHER);
     memset(g, 0, n * 4), memset(m, 0, n * 4), memset(vv, 0, n * 4);
@@ -93,6 +96,7 @@ static void probe(void *ctx, const td_param_table *t, int step, size_t lo, size_
         for (size_t e = a; e < b; e++) {
             long long gi = td_param_global_index(t, p, t->tp_rank, e - p->offset);
             if (gi < 0) continue; /* vocabulary padding */
+            if (step == 0) v->seen[c->rows[i].offset + gi] = 1.0f;
             float x = grads[e - lo], r = ref[gi];
             double err = fabs((double)x - r) / (mx > 0 ? mx : 1.0f);
             if (!(err <= v->worst[step])) v->worst[step] = isnan(err) ? INFINITY : (float)err, v->worst_row[step] = i;
@@ -142,6 +146,15 @@ int td_verify_main(int argc, char **argv) {
     float detail[3] = {0, 0, 0};
     if (me == first_rank && key > -1e30f) detail[0] = (float)v.bad_elem, detail[1] = v.bad_val, detail[2] = v.bad_ref;
     td_allreduce(td_comm_world(), detail, 3, TD_F32, TD_SUM);
+    /* every element was compared by some rank (else "matches" would be
+     * vacuous for what nobody probed) */
+    td_allreduce(td_comm_world(), v.seen, c->numel, TD_F32, TD_MAX);
+    size_t unseen = 0, first_unseen = 0;
+    for (int i = c->n_rows; i-- > 0;) { /* real elements only: not the vocabulary's padding rows */
+        const td_param *p = &c->rows[i];
+        for (size_t k = (size_t)p->shape[0] * (size_t)p->shape[1]; k-- > 0;)
+            if (v.seen[p->offset + k] == 0.0f) unseen++, first_unseen = p->offset + k;
+    }
 
     int fails = res.stop_step >= 0 || res.steps_done != v.K;
     if (me == 0) {
@@ -158,6 +171,14 @@ int td_verify_main(int argc, char **argv) {
                    s, res.losses[s], v.ref_losses[s], rel, v.worst[s], c->rows[v.worst_row[s]].name);
         }
         if (!(worst <= LOSS_TOL)) fails = 1;
+        if (unseen) {
+            int row = 0;
+            for (int i = 0; i < c->n_rows; i++)
+                if (c->rows[i].offset <= first_unseen) row = i;
+            printf("verify: %zu gradient elements were compared by no rank (first in %s)\n", unseen,
+                   c->rows[row].name);
+            fails = 1;
+        }
         if (key > -1e30f) {
             int k = (int)-key, step = k / c->n_rows, row = k % c->n_rows;
             int r = first_rank, t_ = r % tp, d_ = (r / tp) % dp, p_ = r / (tp * dp);
@@ -171,6 +192,7 @@ int td_verify_main(int argc, char **argv) {
         fflush(stdout);
     }
     td_train_result_free(&res);
+    td_free(v.seen);
     td_free(v.ref_grads), td_free(v.ref_max), td_free(v.ref_losses), td_free(v.worst), td_free(v.worst_row);
     td_param_table_free(&v.canon);
     float f = (float)fails;
