@@ -135,7 +135,7 @@ int td_schedule_simulate(const td_schedule *s, double tf, double tb, double tw, 
     for (int st = 0; st < P && !rc; st++)
         if (next[st] < s->n[st]) {
             describe(what, sizeof what, st, next[st], &s->a[st][next[st]]);
-            snprintf(err, errlen, "deadlock: %s waits for a message that is never sent", what);
+            snprintf(err, errlen, "deadlock: %s blocks, and so does every other unfinished stage", what);
             rc = -1;
         }
     for (int c = 0; c < P * P * 2 && !rc; c++)
