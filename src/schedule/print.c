@@ -62,7 +62,7 @@ void td_schedule_print(FILE *f, const td_schedule *s, double tf, double tb, doub
                     memcpy(row + c * (width + 1) + (width - w), buf, (size_t)w); /* right-aligned */
                 }
             }
-            row[cols * (width + 1)] = '\0';
+            row[cols > 0 ? cols * (width + 1) - 1 : 0] = '\0'; /* no trailing blank */
             fprintf(f, "stage %2d |%s\n", st, row);
         }
         free(row);
