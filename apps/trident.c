@@ -1,10 +1,11 @@
-/* trident: train, verify, sample, tokenize, bench. */
+/* trident: train, verify, sample, tokenize, schedule, bench. */
 #include <stdio.h>
 #include <string.h>
 
 #include "trident/base.h"
 #include "trident/comm.h"
 #include "trident/data.h"
+#include "trident/schedule.h"
 #include "trident/train.h"
 
 static void usage(void) {
@@ -14,6 +15,7 @@ static void usage(void) {
            "           (mpirun -np N trident verify [train flags])\n"
            "  sample   generate text from a checkpoint (--ckpt DIR)\n"
            "  tokenize text files to GPT-2 token shards (--tokenizer gpt2 IN... --out DIR)\n"
+           "  schedule print and check a pipeline schedule (--pp P --micro-batches M --schedule S)\n"
            "  bench    train | sgemm | comm: print measured figures\n"
            "Run 'trident <command> --help' for its flags.\n");
 }
@@ -27,8 +29,11 @@ int main(int argc, char **argv) {
     int rc;
     if (strcmp(cmd, "sample") == 0) return td_sample_main(argc - 2, argv + 2);
     if (strcmp(cmd, "tokenize") == 0) return td_tokenize_main(argc - 2, argv + 2);
+    if (strcmp(cmd, "schedule") == 0) return td_schedule_main(argc - 2, argv + 2);
     if (strcmp(cmd, "train") != 0 && strcmp(cmd, "bench") != 0 && strcmp(cmd, "verify") != 0) {
-        fprintf(stderr, "trident: error: unknown command '%s'; use train, verify, sample, tokenize or bench\n", cmd);
+        fprintf(stderr,
+                "trident: error: unknown command '%s'; use train, verify, sample, tokenize, schedule or bench\n",
+                cmd);
         return TD_EXIT_USAGE;
     }
     td_comm_init(&argc, &argv);
