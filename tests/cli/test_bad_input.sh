@@ -107,7 +107,7 @@ expect pp-zero3       "--zero 3 with --pp 2: ZeRO-2 and ZeRO-3 shard" \
                        $MPIRUN -np 4 "$T" train --data "$tmp/small.txt" --pp 2 --dp 2 --zero 3 $Q
 expect pp-ps          "--dp-mode ps does not combine with --pp 2" \
                        $MPIRUN -np 3 "$T" train --data "$tmp/small.txt" --pp 2 --dp-mode ps --ps-servers 1 $Q
-expect pp-schedule    "--schedule zigzag" \
+expect pp-schedule    "--schedule 'zigzag' is not a schedule; valid: gpipe, 1f1b, interleaved, zb-h1" \
                        $MPIRUN -np 2 "$T" train --data "$tmp/small.txt" --pp 2 --schedule zigzag $Q
 expect pp-interleaved-m "--micro-batches 3 is not a multiple of --pp 2" \
                        $MPIRUN -np 2 "$T" train --data "$tmp/small.txt" --pp 2 --schedule interleaved --virtual-stages 2 --micro-batches 3 --batch 12 $Q
@@ -147,7 +147,7 @@ expect seed-overflow   "--seed: '18446744073709551616' is out of range"         
 expect vocab-zero      "--vocab: '0' is out of range; valid: \[1, 16777216\]"        "$T" train --data "$tmp/tok/train.bin" $Q --vocab 0
 expect vocab-neg       "--vocab: '-1' is out of range"                               "$T" train --data "$tmp/tok/train.bin" $Q --vocab -1
 expect ps-staleness    "--ps-staleness: '5000' is out of range; valid: \[0, 1024\]"  $S --ps-staleness 5000
-expect grad-accum-big  "--grad-accum 13 (--micro-batches) is more micro-batches than --batch 12"       $S --grad-accum 13
+expect grad-accum-big  "--grad-accum 13 \(--micro-batches\) is more micro-batches than --batch 12"       $S --grad-accum 13
 expect sample-temp     "sample --temperature: 'nan' is not a finite number"          "$T" sample --ckpt "$tmp/none" --temperature nan
 expect sample-tokens   "sample --tokens: '-1' is out of range"                       "$T" sample --ckpt "$tmp/none" --tokens -1
 expect sample-seed     "sample --seed: '-5' is not a non-negative integer"           "$T" sample --ckpt "$tmp/none" --seed -5
