@@ -12,7 +12,8 @@
  * against the oracle's gradient at its global index. Also: the slices tile
  * every tensor, vocabulary padding is covered and its gradient stays 0, the
  * replicated tensors' gradients are bitwise equal on every tp rank, and the
- * tp traffic of one step equals td_tp_formula exactly.
+ * tp traffic of one step equals td_tp_formula exactly. And a block's split
+ * backward (input half, weight half) against its whole backward, bitwise.
  *
  * Every check is reduced over the world and printed once by rank 0 (the
  * failing rank prints its worst element), so every rank exits alike. */
@@ -170,6 +171,69 @@ static void check_block(ctx *x) {
     cmp_grads(&gr, x->t, x->g, x->full, x->gref, 1);
     name_of(name, sizeof name, x, "block: every parameter gradient");
     verdict(&gr, name, TOL);
+}
+
+/* Bitwise: the first element whose bits differ makes the check fail. */
+static void cmp_bits(check *c, const char *what, const float *got, const float *exp, size_t n) {
+    for (size_t i = 0; i < n && c->worst == 0.0; i++)
+        if (memcmp(&got[i], &exp[i], sizeof(float)) != 0)
+            c->worst = INFINITY, snprintf(c->where, sizeof c->where,
+                                          "%s[%zu]: got %.9g expected %.9g", what, i,
+                                          (double)got[i], (double)exp[i]);
+}
+
+static void fill_nan(float *p, size_t n) {
+    for (size_t i = 0; i < n && p; i++) p[i] = NAN;
+}
+
+/* The split backward (td_block_backward_input, then _weight) against the
+ * whole block backward of the same tp model, bitwise: the input gradient
+ * rows and every gradient on this rank. Between B and W the scratch is
+ * filled with NaN (W must read only the saved activations and its stash)
+ * and W must not communicate: in a zero-bubble pipeline each rank runs it
+ * at its own time, so a collective in it would pair with another rank's. */
+static void check_block_split(ctx *x, const td_tp_comm *tpc) {
+    td_gpt *m = x->m;
+    const td_gpt_dims *d = &m->d;
+    size_t nc = (size_t)x->N * x->C, mine = (size_t)x->row0 * x->C, ns = (size_t)x->Ns * x->C;
+    size_t N = (size_t)d->N, C = (size_t)d->C;
+    float *in = TU_NEW(float, nc), *dy = TU_NEW(float, nc);
+    tu_randn(in, nc, 51, 1.0f);
+    tu_randn(dy, nc, 52, 1.0f);
+    td_block_forward(m, 0, in + mine, &m->blocks[0]);
+    zero_grads(x);
+    float *dwhole = tu_copy(dy + mine, ns);
+    td_block_backward(m, 0, in + mine, &m->blocks[0], dwhole);
+    float *gwhole = tu_copy(x->g, x->t->numel);
+
+    zero_grads(x);
+    td_block_wstash w;
+    td_block_wstash_carve(&w, d, TU_NEW(float, td_block_wstash_floats(d)));
+    float *dsplit = tu_copy(dy + mine, ns);
+    td_block_backward_input(m, 0, in + mine, &m->blocks[0], dsplit, &w);
+    fill_nan(m->s.dres, ns), fill_nan(m->s.dln, N * C), fill_nan(m->s.datty, N * d->Ca);
+    fill_nan(m->s.dqkv, N * 3 * d->Ca), fill_nan(m->s.dfch, N * d->F);
+    fill_nan(m->s.dfchg, N * d->F), fill_nan(m->s.datt, (size_t)d->B * d->Ha * d->T * d->T);
+    fill_nan(m->s.full, N * C), fill_nan(m->s.dln_local, ns), fill_nan(m->s.dnorm, 2 * C);
+    uint64_t calls[TD_TP_NOPS];
+    memcpy(calls, tpc->calls, sizeof calls);
+    td_block_backward_weight(m, 0, &m->blocks[0], &w);
+
+    char name[96];
+    check dx = {0}, gr = {0}, quiet = {0};
+    cmp_bits(&dx, "dx", dsplit, dwhole, ns);
+    name_of(name, sizeof name, x, "split block: B's input gradient = whole");
+    verdict(&dx, name, 0.0);
+    cmp_bits(&gr, "grad", x->g, gwhole, x->t->numel);
+    name_of(name, sizeof name, x, "split block: B+W gradients = whole");
+    verdict(&gr, name, 0.0);
+    for (int k = 0; k < TD_TP_NOPS; k++)
+        if (tpc->calls[k] != calls[k])
+            quiet.worst = INFINITY, snprintf(quiet.where, sizeof quiet.where,
+                                             "W made %llu calls of tp op %d",
+                                             (unsigned long long)(tpc->calls[k] - calls[k]), k);
+    name_of(name, sizeof name, x, "split block: W communicates nothing");
+    verdict(&quiet, name, 0.0);
 }
 
 static void check_head(ctx *x) {
@@ -370,6 +434,7 @@ int main(int argc, char **argv) {
         int mark = tu_mark();
         check_embed(&x);
         check_block(&x);
+        check_block_split(&x, &tpc);
         check_head(&x);
         check_model(&x, &tpc, &g);
         tu_release(mark);
