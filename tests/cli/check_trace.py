@@ -1,14 +1,16 @@
 #!/usr/bin/python3
 """Checks a `trident train --trace` file (Chrome trace-event JSON).
 
-Usage: check_trace.py FILE RANKS FORWARDS_PER_LANE
+Usage: check_trace.py FILE RANKS FORWARDS_PER_LANE [SERVERS]
 Exits 1 naming the first problem found. Checks: the file parses; every event
 has name, ph, ts, pid, tid; complete events ("X") have dur >= 0 and nest on
 their lane (viewers drop slices that overlap without nesting); B/E pairs
 balance per lane; async pairs ("b"/"e") match by (lane, id) with the end not
 before the start; the lanes are exactly the ranks 0..RANKS-1, each named by a
 thread_name metadata event; each lane has a compute event and a collective;
-each lane has FORWARDS_PER_LANE forward events ("F mb k", compute).
+each lane has FORWARDS_PER_LANE forward events ("F mb k", compute). The
+last SERVERS lanes (parameter servers, default 0) compute nothing: they
+need a communication event (collective or p2p) and no forward.
 Standard library only (json)."""
 import json
 import sys
@@ -25,9 +27,10 @@ def ns(x):
 
 
 def main():
-    if len(sys.argv) != 4:
-        fail("usage: check_trace.py FILE RANKS FORWARDS_PER_LANE")
+    if len(sys.argv) not in (4, 5):
+        fail("usage: check_trace.py FILE RANKS FORWARDS_PER_LANE [SERVERS]")
     path, ranks, forwards = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    servers = int(sys.argv[4]) if len(sys.argv) == 5 else 0
     try:
         with open(path, encoding="utf-8") as f:
             doc = json.load(f)
@@ -105,13 +108,15 @@ def main():
                      % (lane, e["name"], a, z, stack[-1][2], stack[-1][0], stack[-1][1]))
             stack.append((a, z, e["name"]))
         cats = {e.get("cat") for e in evs}
-        for want in ("compute", "collective"):
-            if want not in cats:
+        server = lane >= ranks - servers
+        for want in (("collective|p2p",) if server else ("compute", "collective")):
+            if not cats & set(want.split("|")):
                 fail("lane %d has no %s event (categories: %s)" % (lane, want, sorted(map(str, cats))))
         nf = sum(1 for e in evs if e["ph"] == "X" and e.get("cat") == "compute"
                  and e["name"].startswith("F "))
-        if nf != forwards:
-            fail("lane %d has %d forward events, want %d (steps x micro-batches)" % (lane, nf, forwards))
+        if nf != (0 if server else forwards):
+            fail("lane %d has %d forward events, want %d (steps x micro-batches%s)"
+                 % (lane, nf, 0 if server else forwards, ", a server" if server else ""))
     n = sum(len(v) for v in lanes.values())
     print("check_trace: ok: %s: %d events on %d lanes, %d forwards each"
           % (path, n, len(lanes), forwards))

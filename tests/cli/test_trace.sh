@@ -2,7 +2,8 @@
 # --trace FILE: a training run under mpirun (4 ranks, dp 2 x tp 2, 3 steps of
 # 2 micro-batches) writes a Chrome trace-event file that check_trace.py
 # accepts (it parses, events are complete and nest, one lane per rank, the
-# forward count is steps x micro-batches); the checker rejects corrupted
+# forward count is steps x micro-batches), and so does a parameter-server
+# run (a server's lane, p2p events); the checker rejects corrupted
 # copies (so it can fail); a bad --trace path fails before step 1 with one
 # error line and leaves nothing behind.
 # Usage: test_trace.sh TRIDENT_BINARY DATA_DIR [KEEP.json]
@@ -23,13 +24,16 @@ B=(--data "$tmp/small.txt" --layers 2 --heads 2 --embd 32 --seq 16 --batch 8 --g
    --steps $STEPS --eval-every $STEPS --eval-iters 1 --threads 1)
 A=("${B[@]}" --dp 2 --tp 2)
 
-# --- a valid trace ------------------------------------------------------------
+# --- a valid trace: dp 2 x tp 2 ------------------------------------------------------------
 out=$(timeout 300 $MPIRUN -np 4 "$T" train "${A[@]}" --trace "$tmp/t.json" 2>&1 </dev/null); rc=$?
 if [ $rc -ne 0 ]; then
   fail "run: exit code $rc"; echo "$out" | tail -5
 elif ! grep -q "^trace: $tmp/t.json (4 lanes" <<<"$out"; then
   fail "run: no 'trace: FILE (4 lanes' line"; echo "$out" | tail -5
 fi
+# a sanitizer build reports memory errors and undefined behaviour
+sanitized() { grep -qE 'ERROR: AddressSanitizer|runtime error:' <<<"$1"; }
+sanitized "$out" && { fail "run: sanitizer report:"; grep -m3 -E 'AddressSanitizer|runtime error:' <<<"$out"; }
 [ -e "$tmp/t.json.tmp" ] && fail "run: the temporary $tmp/t.json.tmp was left behind"
 if $CHECK "$tmp/t.json" 4 $((STEPS * K)); then
   echo "ok   trace: valid"
@@ -41,6 +45,15 @@ for cat in compute data collective optimizer eval; do
   grep -q "\"cat\":\"$cat\"" "$tmp/t.json" || fail "trace: no event of category $cat"
 done
 [ -n "$KEEP" ] && cp "$tmp/t.json" "$KEEP"
+
+# --- parameter servers: a lane each, point-to-point traffic -------------------
+out=$(timeout 300 $MPIRUN -np 3 "$T" train "${B[@]}" --dp-mode ps --ps-servers 1 --trace "$tmp/ps.json" 2>&1 </dev/null) \
+  || { fail "ps run: exit code $?"; echo "$out" | tail -5; }
+if $CHECK "$tmp/ps.json" 3 $((STEPS * K)) 1; then
+  grep -q '"cat":"p2p"' "$tmp/ps.json" && echo "ok   ps trace: valid, with p2p events" || fail "ps trace: no p2p event"
+else
+  fail "ps trace: check_trace.py rejects it"
+fi
 
 # --- the checker can fail: corrupted copies ------------------------------------
 # corrupt NAME PYTHON: applies PYTHON to the event list `ev`, writes the copy,
@@ -79,6 +92,7 @@ expect() {
   local out rc
   out=$(timeout 120 $MPIRUN -np 2 "$T" train "${B[@]}" "$@" 2>&1 </dev/null); rc=$?
   if [ $rc -eq 0 ] || [ $rc -ge 124 ]; then fail "$name: exit code $rc (want a clean non-zero exit)"; return; fi
+  sanitized "$out" && { fail "$name: sanitizer report:"; grep -m3 -E 'AddressSanitizer|runtime error:' <<<"$out"; return; }
   grep -qE -e "$re" <<<"$out" || { fail "$name: output does not match /$re/:"; echo "$out" | tail -3; return; }
   [ "$(grep -c 'trident: error' <<<"$out")" -eq 1 ] || { fail "$name: not exactly one error line"; echo "$out" | tail -5; return; }
   grep -q '^step ' <<<"$out" && { fail "$name: a step ran before the error"; return; }
