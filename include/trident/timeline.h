@@ -40,13 +40,14 @@
  * to now. Enabling again discards what was recorded. */
 void td_timeline_enable(size_t capacity);
 int td_timeline_enabled(void);
-void td_timeline_disable(void); /* frees the events */
-double td_timeline_now_us(void); /* microseconds on this rank's clock since its epoch */
+void td_timeline_disable(void);   /* frees the events */
+double td_timeline_now_us(void);  /* microseconds on this rank's clock since its epoch */
 void td_timeline_set_epoch(void); /* epoch = now (called right after a barrier so lanes line up) */
 /* One complete event from t0_us to t1_us (td_timeline_now_us times; t1 < t0
  * is stored as a zero duration). mb: micro-batch, chunk: model chunk of a
  * pipeline stage, -1 for none; both go into "args". No-op when disabled. */
-void td_timeline_add(const char *name, const char *cat, double t0_us, double t1_us, int mb, int chunk);
+void td_timeline_add(const char *name, const char *cat, double t0_us, double t1_us, int mb,
+                     int chunk);
 /* The same for an interval that may overlap others on this lane. */
 void td_timeline_add_async(const char *name, const char *cat, double t0_us, double t1_us, int mb,
                            int chunk);

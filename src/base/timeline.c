@@ -64,7 +64,8 @@ static void copy_field(char *out, size_t n, const char *s) {
     size_t len = s ? strlen(s) : 0;
     if (len >= n) {
         len = n - 1;
-        while (len > 0 && ((unsigned char)s[len] & 0xC0) == 0x80) len--; /* s[len]: first byte cut */
+        while (len > 0 && ((unsigned char)s[len] & 0xC0) == 0x80)
+            len--; /* s[len]: first byte cut */
     }
     if (len) memcpy(out, s, len);
     out[len] = 0;
@@ -89,7 +90,8 @@ static void add(const char *name, const char *cat, double t0_us, double t1_us, i
     g_n++;
 }
 
-void td_timeline_add(const char *name, const char *cat, double t0_us, double t1_us, int mb, int chunk) {
+void td_timeline_add(const char *name, const char *cat, double t0_us, double t1_us, int mb,
+                     int chunk) {
     if (g_on) add(name, cat, t0_us, t1_us, mb, chunk, 0);
 }
 
@@ -159,10 +161,13 @@ char *td_timeline_json(int lane, const char *lane_name, size_t *len, long *dropp
     b.p[0] = 0;
     /* metadata: the lane's name, and lanes ordered by number in viewers
      * that would otherwise order them by name ("rank 10" before "rank 2") */
-    put(&b, "{\"name\":\"thread_name\",\"ph\":\"M\",\"ts\":0,\"pid\":0,\"tid\":%d,\"args\":{\"name\":", lane);
+    put(&b,
+        "{\"name\":\"thread_name\",\"ph\":\"M\",\"ts\":0,\"pid\":0,\"tid\":%d,\"args\":{\"name\":",
+        lane);
     put_str(&b, lane_name ? lane_name : "");
-    put(&b, "}},\n{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"ts\":0,\"pid\":0,\"tid\":%d,"
-            "\"args\":{\"sort_index\":%d}}",
+    put(&b,
+        "}},\n{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"ts\":0,\"pid\":0,\"tid\":%d,"
+        "\"args\":{\"sort_index\":%d}}",
         lane, lane);
     for (size_t i = 0; i < g_n; i++) {
         const td_tl_event *e = &g_blocks[i / BLOCK_EVENTS][i % BLOCK_EVENTS];
@@ -178,8 +183,8 @@ char *td_timeline_json(int lane, const char *lane_name, size_t *len, long *dropp
             put(&b, ",\"ph\":\"b\",\"id\":%llu,\"ts\":%.3f,\"pid\":0,\"tid\":%d,\"args\":{",
                 ((unsigned long long)lane << 32) + i, a / 1e3, lane);
         else
-            put(&b, ",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":0,\"tid\":%d,\"args\":{", a / 1e3,
-                (z - a) / 1e3, lane);
+            put(&b, ",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":0,\"tid\":%d,\"args\":{",
+                a / 1e3, (z - a) / 1e3, lane);
         if (e->mb >= 0) put(&b, "\"mb\":%d%s", e->mb, e->chunk >= 0 ? "," : "");
         if (e->chunk >= 0) put(&b, "\"chunk\":%d", e->chunk);
         put(&b, "}}");

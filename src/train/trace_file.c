@@ -45,7 +45,8 @@ static void unpack_head(const float h[4], size_t *len, long *dropped) {
 
 /* Rank 0's writes: any failure is the one error line of the run's end. */
 static void put(FILE *f, const char *tmp, const char *path, const void *p, size_t n) {
-    TD_CHECK(fwrite(p, 1, n, f) == n, "--trace %s: writing %s failed: %s", path, tmp, strerror(errno));
+    TD_CHECK(fwrite(p, 1, n, f) == n, "--trace %s: writing %s failed: %s", path, tmp,
+             strerror(errno));
 }
 
 void td_trace_file_write(const char *path, const td_grid *g) {
@@ -69,7 +70,8 @@ void td_trace_file_write(const char *path, const td_grid *g) {
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *f = fopen(tmp, "w");
     TD_CHECK(f, "--trace %s: cannot create %s: %s", path, tmp, strerror(errno));
-    static const char head[] = "{\"traceEvents\":[\n", tail[] = "\n],\n\"displayTimeUnit\":\"ms\"}\n";
+    static const char head[] = "{\"traceEvents\":[\n",
+                      tail[] = "\n],\n\"displayTimeUnit\":\"ms\"}\n";
     put(f, tmp, path, head, sizeof head - 1);
     put(f, tmp, path, text, len);
     free(text);

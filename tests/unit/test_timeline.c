@@ -63,12 +63,14 @@ int main(void) {
     /* t1 < t0: zero duration */
     td_timeline_add("back", "data", 5, 4, -1, -1);
     j = td_timeline_json(0, "lane \"0\"", &len, &dropped);
-    check(strstr(j, "\"name\":\"a\\\"b\\\\c\\u000ad\\u0009e\"") != NULL, "quote, backslash, control escaped", j);
+    check(strstr(j, "\"name\":\"a\\\"b\\\\c\\u000ad\\u0009e\"") != NULL,
+          "quote, backslash, control escaped", j);
     char want[96];
     snprintf(want, sizeof want, "\"name\":\"%.46s\",", longname);
     check(strstr(j, want) != NULL, "a cut name ends before a split UTF-8 sequence", j);
     check(strstr(j, "\"args\":{\"mb\":2,\"chunk\":1}") && strstr(j, "\"args\":{\"chunk\":3}") &&
-              strstr(j, "\"cat\":\"p2p\",\"ph\":\"X\",\"ts\":0.000,\"dur\":1.000,\"pid\":0,\"tid\":0,\"args\":{}}"),
+              strstr(j, "\"cat\":\"p2p\",\"ph\":\"X\",\"ts\":0.000,\"dur\":1.000,\"pid\":0,\"tid\":"
+                        "0,\"args\":{}}"),
           "args: mb and chunk, chunk alone, none", j);
     check(strstr(j, "\"ts\":5.000,\"dur\":0.000") != NULL, "end before start: zero duration", j);
     check(strstr(j, "\"args\":{\"name\":\"lane \\\"0\\\"\"}") != NULL, "lane name escaped", j);
@@ -81,9 +83,12 @@ int main(void) {
     td_timeline_add("parent", "compute", 1.0004, 3.0004, -1, -1);
     td_timeline_add("child", "collective", 2.9996, 3.0003, -1, -1);
     j = td_timeline_json(0, "", &len, &dropped);
-    check(strstr(j, "\"name\":\"parent\",\"cat\":\"compute\",\"ph\":\"X\",\"ts\":1.000,\"dur\":2.000") &&
-              strstr(j, "\"name\":\"child\",\"cat\":\"collective\",\"ph\":\"X\",\"ts\":3.000,\"dur\":0.000"),
-          "whole nanoseconds: the child still ends inside its parent", j);
+    check(
+        strstr(j,
+               "\"name\":\"parent\",\"cat\":\"compute\",\"ph\":\"X\",\"ts\":1.000,\"dur\":2.000") &&
+            strstr(j, "\"name\":\"child\",\"cat\":\"collective\",\"ph\":\"X\",\"ts\":3.000,\"dur\":"
+                      "0.000"),
+        "whole nanoseconds: the child still ends inside its parent", j);
     free(j);
 
     /* async pairs: ids lane * 2^32 + event number, begin and end */
@@ -91,8 +96,10 @@ int main(void) {
     td_timeline_add("F mb 0", "compute", 0, 10, 0, -1);
     td_timeline_add_async("allreduce dp{0,1}", "collective", 5, 20, -1, -1);
     j = td_timeline_json(3, "", &len, &dropped);
-    check(strstr(j, "\"ph\":\"b\",\"id\":12884901889,\"ts\":5.000,\"pid\":0,\"tid\":3,\"args\":{}}") &&
-              strstr(j, "\"name\":\"allreduce dp{0,1}\",\"cat\":\"collective\",\"ph\":\"e\",\"id\":12884901889,"
+    check(strstr(j,
+                 "\"ph\":\"b\",\"id\":12884901889,\"ts\":5.000,\"pid\":0,\"tid\":3,\"args\":{}}") &&
+              strstr(j, "\"name\":\"allreduce "
+                        "dp{0,1}\",\"cat\":\"collective\",\"ph\":\"e\",\"id\":12884901889,"
                         "\"ts\":20.000,\"pid\":0,\"tid\":3}"),
           "async: a b/e pair with id 3 * 2^32 + 1", j);
     free(j);
