@@ -29,6 +29,7 @@ typedef struct {
     int no_overlap;
     /* output */
     const char *out, *log;
+    const char *trace; /* --trace: Chrome trace-event JSON of the run (NULL: none) */
     int save_every;   /* save to --out every K steps as well as at the end (0: the end only) */
     int memory_report, verbose, sample_tokens;
     const char *sample_prompt;

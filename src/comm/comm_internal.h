@@ -122,6 +122,8 @@ struct td_request {
     int via_shm;   /* all-reduce through the group's shared ring, not MPI */
     td_shm_op shm;
     uint64_t seq;            /* trace record */
+    int tl_on;               /* started while the timeline records: its start time is tl_t0 */
+    double tl_t0;            /* td_timeline_now_us() at the start */
     td_request *prev, *next; /* list of active requests, in start order */
 };
 

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 
 #include "comm_internal.h"
+#include "trident/timeline.h"
 
 static td_request *g_head, *g_tail; /* active requests in start order */
 static unsigned g_walk;
@@ -66,6 +67,31 @@ static void list_remove(td_request *r) {
     r->prev = r->next = NULL;
 }
 
+/* The end of r's trace record, and with --trace its timeline event, from
+ * its start to here (for a started request: to when a test or wait found it
+ * complete). The start is kept in the request, not read back from
+ * the ring: a nonblocking request may outlive its record when more than
+ * TD_TRACE_RING calls start while it is in flight. */
+static void trace_done(td_request *r) {
+    td_trace_end(r->seq);
+    if (!r->tl_on || !td_timeline_enabled()) return;
+    r->tl_on = 0;
+    char name[128]; /* the timeline keeps TD_TIMELINE_NAME - 1 characters of it */
+    const char *op = td_op_name(r->op);
+    if (r->op == TD_OP_SEND)
+        snprintf(name, sizeof name, "%s %s to %d", op, r->comm->label, r->comm->world_ranks[r->peer]);
+    else if (r->op == TD_OP_RECV && r->source >= 0)
+        snprintf(name, sizeof name, "%s %s from %d", op, r->comm->label, r->comm->world_ranks[r->source]);
+    else
+        snprintf(name, sizeof name, "%s %s", op, r->comm->label);
+    const char *cat = td_op_is_p2p(r->op) ? "p2p" : "collective";
+    /* a started request overlaps the caller's work: an async event */
+    if (r == &g_blocking || r == &g_p2p)
+        td_timeline_add(name, cat, r->tl_t0, td_timeline_now_us(), -1, -1);
+    else
+        td_timeline_add_async(name, cat, r->tl_t0, td_timeline_now_us(), -1, -1);
+}
+
 static void complete(td_request *r) {
     r->active = 0;
     /* scratch lives only while a request is in flight: a strategy may hold
@@ -73,7 +99,7 @@ static void complete(td_request *r) {
     td_piece_release(r);
     list_remove(r);
     r->comm->n_active--;
-    td_trace_end(r->seq);
+    trace_done(r);
 }
 
 static void progress_all(void) {
@@ -208,6 +234,8 @@ static td_request *begin(td_request *r, td_op op, td_comm *c, td_dtype dt, size_
     if (op == TD_OP_REDUCE_SCATTER || op == TD_OP_ALL_GATHER) bytes *= (size_t)c->size;
     if (op == TD_OP_BARRIER) bytes = 0;
     r->seq = td_trace_begin(op, c, dt, bytes, peer, file, line);
+    r->tl_on = td_timeline_enabled(); /* off: this one branch */
+    if (r->tl_on) r->tl_t0 = td_timeline_now_us();
     return r;
 }
 
@@ -239,7 +267,7 @@ static int run_shm(td_request *r) {
     r->via_shm = shm_begin(r);
     if (!r->via_shm) return 0;
     td_shm_run(&r->shm); /* polls the other requests while it waits */
-    td_trace_end(r->seq);
+    trace_done(r);
     return 1;
 }
 
@@ -253,7 +281,7 @@ static void start(td_request *r) {
         td_piece_plan(r, td_comm_inflight());
     }
     if (r->n_pieces == 0) { /* empty collective: nothing to send on any rank */
-        td_trace_end(r->seq);
+        trace_done(r);
         return;
     }
     r->active = 1;
@@ -279,7 +307,7 @@ static void run_blocking(td_request *r) {
         td_watchdog_disarm();
         if (g_head) progress_all(); /* other requests keep moving between pieces */
     }
-    td_trace_end(r->seq);
+    trace_done(r);
 }
 
 void td_allreduce_start_at(td_request *r, td_comm *c, void *buf, size_t count, td_dtype dt,

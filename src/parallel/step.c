@@ -2,8 +2,9 @@
 #include <math.h>
 
 #include "step.h"
-#include "trident/parallel.h"
 #include "trident/base.h"
+#include "trident/parallel.h"
+#include "trident/timeline.h"
 
 int td_step_first_nonfinite(const td_param_table *t, const float *x, size_t lo, size_t n) {
     for (int i = 0; i < t->n_rows; i++) {
@@ -51,8 +52,8 @@ void td_dp_set_grad_probe(td_grad_probe fn, void *ctx) {
     g_probe_ctx = ctx;
 }
 
-td_step_result td_step_apply(const td_step_group *grp, const float *grads, const td_step_range *r,
-                             int n_ranges, int step, float lr) {
+static td_step_result apply(const td_step_group *grp, const float *grads, const td_step_range *r,
+                            int n_ranges, int step, float lr) {
     if (g_probe) {
         size_t k = 0;
         for (int i = 0; i < n_ranges; i++) {
@@ -104,5 +105,16 @@ td_step_result td_step_apply(const td_step_group *grp, const float *grads, const
                         lr, step + 1, scale);
         k += r[i].n;
     }
+    return res;
+}
+
+/* With --trace the whole of it is one "optimizer" event: the norm's
+ * all-reduces inside show as collectives nested in it. */
+td_step_result td_step_apply(const td_step_group *grp, const float *grads, const td_step_range *r,
+                             int n_ranges, int step, float lr) {
+    if (!td_timeline_enabled()) return apply(grp, grads, r, n_ranges, step, lr);
+    double t0 = td_timeline_now_us();
+    td_step_result res = apply(grp, grads, r, n_ranges, step, lr);
+    td_timeline_add("optimizer", "optimizer", t0, td_timeline_now_us(), -1, -1);
     return res;
 }

@@ -84,6 +84,7 @@ void td_train_opts_parse(td_train_opts *o, int argc, char **argv) {
         {"--out", TD_FLAG_STR, &o->out, "checkpoint directory: DIR/step-NNNNNNNN/ per save, DIR/latest the newest (created if missing; its parent must exist)", NULL},
         {"--save-every", TD_FLAG_INT, &o->save_every, "also save to --out every K steps, 0 = at the end only (0)", NONNEG},
         {"--log", TD_FLAG_STR, &o->log, "JSON-lines metrics file", NULL},
+        {"--trace", TD_FLAG_STR, &o->trace, "Chrome trace-event JSON of the run, one lane per rank (Perfetto, chrome://tracing; at most 1M events per rank)", NULL},
         {"--memory-report", TD_FLAG_BOOL, &o->memory_report, "print the per-rank memory plan in detail", NULL},
         {"--verbose", TD_FLAG_BOOL, &o->verbose, "every rank logs, prefixed with its grid position", NULL},
         {"--sample-tokens", TD_FLAG_INT, &o->sample_tokens, "print a sample of N tokens at the end (0)", "[0, 10000000]"},

@@ -107,6 +107,28 @@ static int checkpoint_name(const char *base) {
            strcmp(base, "latest") == 0 || strncmp(base, "step-", 5) == 0 || base[0] == '.';
 }
 
+/* A file flag's path (--log, --trace) must not collide with what the
+ * checkpoint writes in --out. */
+static int check_outside_out(verdict *v, const char *flag, const char *path, const char *out) {
+    if (!out) return 0;
+    /* compared by real path: "ck/./x", "ck/../ck/x" and links all count */
+    char rout[PATH_MAX], copy[PATH_MAX], rdir[PATH_MAX], bcopy[PATH_MAX];
+    snprintf(copy, sizeof copy, "%s", path);
+    snprintf(bcopy, sizeof bcopy, "%s", path);
+    const char *base = basename(bcopy);
+    if (!realpath(out, rout) || !realpath(dirname(copy), rdir)) return 0;
+    size_t n = strlen(rout);
+    int inside = strncmp(rdir, rout, n) == 0 && rdir[n] == '/';
+    if (inside)
+        return refuse(v, "%s %s is inside a directory of --out %s, where checkpoints are written; "
+                         "name a file outside it or directly in %s", flag, path, out, out);
+    if (strcmp(rdir, rout) == 0 && checkpoint_name(base))
+        return refuse(v, "%s %s would take a name the checkpoint uses in --out %s (model.bin, "
+                         "config.json, latest, step-*, hidden temporary files); name another file",
+                      flag, path, out);
+    return 0;
+}
+
 static int check_log(verdict *v, const char *log, const char *data, const char *out) {
     struct stat st, ds;
     if (!*log) return refuse(v, "--log needs a file name");
@@ -137,23 +159,48 @@ static int check_log(verdict *v, const char *log, const char *data, const char *
         close(fd);
         unlink(log);
     }
-    if (!out) return 0;
-    /* compared by real path: "ck/./x", "ck/../ck/x" and links all count */
-    char rout[PATH_MAX], copy[PATH_MAX], rdir[PATH_MAX], bcopy[PATH_MAX];
-    snprintf(copy, sizeof copy, "%s", log);
-    snprintf(bcopy, sizeof bcopy, "%s", log);
-    const char *base = basename(bcopy);
-    if (!realpath(out, rout) || !realpath(dirname(copy), rdir)) return 0;
-    size_t n = strlen(rout);
-    int inside = strncmp(rdir, rout, n) == 0 && rdir[n] == '/';
-    if (inside)
-        return refuse(v, "--log %s is inside a directory of --out %s, where checkpoints are written; "
-                         "name a file outside it or directly in %s", log, out, out);
-    if (strcmp(rdir, rout) == 0 && checkpoint_name(base))
-        return refuse(v, "--log %s would take a name the checkpoint uses in --out %s (model.bin, "
-                         "config.json, latest, step-*, hidden temporary files); name another file",
-                      log, out);
-    return 0;
+    return check_outside_out(v, "--log", log, out);
+}
+
+/* ---- --trace ---------------------------------------------------------- */
+
+/* The trace is written at the end as FILE.tmp, then renamed to FILE: both
+ * must be possible now. An existing FILE is replaced only if it is a trace. */
+static int check_trace(verdict *v, const char *trace, const char *log, const char *data,
+                       const char *out) {
+    struct stat st, ds;
+    if (!*trace) return refuse(v, "--trace needs a file name");
+    if (log && strcmp(log, trace) == 0)
+        return refuse(v, "--trace %s is also the --log file; name two different files", trace);
+    if (stat(trace, &st) == 0) {
+        if (S_ISDIR(st.st_mode))
+            return refuse(v, "--trace %s is a directory; name a file (a Chrome trace-event JSON file "
+                             "is written to it)", trace);
+        if (data && stat(data, &ds) == 0 && ds.st_dev == st.st_dev && ds.st_ino == st.st_ino)
+            return refuse(v, "--trace %s is the --data file %s; it would be overwritten; name another "
+                             "file", trace, data);
+        if (S_ISREG(st.st_mode) && st.st_size > 0) {
+            static const char head[] = "{\"traceEvents\":[";
+            char buf[sizeof head] = {0};
+            FILE *f = fopen(trace, "r");
+            size_t n = f ? fread(buf, 1, sizeof head - 1, f) : 0;
+            if (f) fclose(f);
+            if (n != sizeof head - 1 || memcmp(buf, head, n) != 0)
+                return refuse(v, "--trace %s exists and is not a trident trace (it does not start with "
+                                 "%s); it would be overwritten; remove it or name another file",
+                              trace, head);
+        }
+    }
+    char tmp[PATH_MAX + 8];
+    snprintf(tmp, sizeof tmp, "%s.tmp", trace);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    if (fd < 0 && errno == EEXIST) /* a run that died while writing left it */
+        fd = open(tmp, O_WRONLY);
+    else if (fd >= 0)
+        unlink(tmp);
+    if (fd < 0) return refuse(v, "--trace %s cannot be written (creating %s: %s)", trace, tmp, strerror(errno));
+    close(fd);
+    return check_outside_out(v, "--trace", trace, out);
 }
 
 /* ---- --sample-prompt -------------------------------------------------- */
@@ -268,12 +315,14 @@ td_preflight_result td_preflight(const td_train_opts *o, const td_grid *g, const
     verdict v;
     memset(&v, 0, sizeof v);
     int created_out = 0;
-    /* --out and --log are written by world rank 0 only, so only it probes
+    /* --out, --log and --trace are written by world rank 0 only, so only it probes
      * them: on a cluster another node may not even see that path, and a
      * probe there would create directories nobody uses */
     if (g->world_rank == 0) {
         if (o->out) check_out(&v, o->out, &created_out);
-        if (o->log) check_log(&v, o->log, strncmp(o->data, "synthetic:", 10) ? o->data : NULL, o->out);
+        const char *data = strncmp(o->data, "synthetic:", 10) ? o->data : NULL;
+        if (o->log) check_log(&v, o->log, data, o->out);
+        if (o->trace) check_trace(&v, o->trace, o->log, data, o->out);
     }
     /* the plan is only meaningful once the sizes are known not to wrap */
     if (!check_prompt(&v, o->sample_prompt, &d->tok, o->data) &&

@@ -20,7 +20,8 @@ typedef struct {
  * per-rank memory plan (activations included) are known and before any
  * large allocation. Checks --out (created if missing, then a probe file
  * written, fsynced and removed), --log (writable; not the data, not a
- * checkpoint file, not an existing file that is not a trident log),
+ * checkpoint file, not an existing file that is not a trident log), --trace
+ * (the same, and FILE.tmp creatable for the atomic write),
  * --sample-prompt (every character in the vocabulary), sizes that would
  * overflow, and the plan against the memory this rank may use
  * (TRIDENT_MEMORY_LIMIT overrides the detected figure). A failure on any

@@ -7,6 +7,7 @@
 
 #include "preflight.h"
 #include "report.h"
+#include "trace_file.h"
 #include "trident/base.h"
 #include "trident/ckpt.h"
 #include "trident/comm.h"
@@ -14,6 +15,7 @@
 #include "trident/fault.h"
 #include "trident/kernels.h"
 #include "trident/pipeline.h"
+#include "trident/timeline.h"
 #include "trident/train.h"
 
 /* Default threads: the cores of this node shared by the ranks on it. */
@@ -23,6 +25,19 @@ static int default_threads(void) {
     int ranks = local ? atoi(local) : 1;
     int t = (int)(cores / (ranks > 0 ? ranks : 1));
     return t > 0 ? t : 1;
+}
+
+/* --trace: the time now while the timeline records (0 otherwise, unread),
+ * and an event from t0 to now named "<what> mb k" (or "<what>" for k < 0). */
+static double tl_now(void) { return td_timeline_enabled() ? td_timeline_now_us() : 0.0; }
+static void tl_mark(const char *what, const char *cat, int mb, double t0) {
+    if (!td_timeline_enabled()) return;
+    char name[32];
+    if (mb >= 0)
+        snprintf(name, sizeof name, "%s mb %d", what, mb);
+    else
+        snprintf(name, sizeof name, "%s", what);
+    td_timeline_add(name, cat, t0, td_timeline_now_us(), mb, -1);
 }
 
 /* Per-replica batch split; a global batch that does not divide is a clear
@@ -260,6 +275,10 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
     rep.baseline = pf;
     td_report_memory(&rep, &plan, 0);
 
+    if (o->trace) { /* the epochs of all lanes at one barrier */
+        td_barrier(g.world);
+        td_trace_file_start(&g);
+    }
     res->losses = td_alloc(sizeof(float) * o->steps, TD_MEM_OTHER);
     res->grad_norms = td_alloc(sizeof(float) * o->steps, TD_MEM_OTHER);
     if (g.is_server) {
@@ -283,9 +302,15 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
             } else
                 for (int k = 0; k < c.K; k++) {
                     td_dp_begin_micro(dp, k, c.K);
+                    double t = tl_now();
                     td_data_batch(&data, 0, o->seed, step, g.dp_rank * Bl + k * Bm, Bm, T, in, tg);
+                    tl_mark("data", "data", k, t);
+                    t = tl_now();
                     loss_sum += td_gpt_forward(&model, in, tg);
+                    tl_mark("F", "compute", k, t);
+                    t = tl_now();
                     backward(&model, dloss, k == c.K - 1 && td_fault_at(TD_FAULT_NAN_GRAD, step, g.world_rank));
+                    tl_mark("B", "compute", k, t);
                 }
             double norm = td_dp_finish_step(dp, step, lr);
             memcpy(res->tp_measured.calls, tpc.calls, sizeof tpc.calls);
@@ -325,7 +350,9 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
             int last = step == o->steps - 1;
             if (o->eval_every > 0 && ((step + 1) % o->eval_every == 0 || last)) {
                 if (mode == TD_DP_PS) td_dp_begin_step(dp, step + 1); /* pull the fresh weights */
+                double t = tl_now();
                 double vl = evaluate(&c);
+                tl_mark("eval", "eval", -1, t);
                 td_report_eval(&rep, step, vl);
                 if (last) res->final_val_loss = vl;
             }
@@ -411,6 +438,7 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
         res->final_params = P, res->final_m = M, res->final_v = Vv;
         res->numel = canon.numel;
     }
+    if (o->trace) td_trace_file_write(o->trace, &g); /* a stopped run's trace too */
     td_report_close(&rep);
     td_pp_destroy(pp);
     td_dp_destroy(dp);
