@@ -20,6 +20,7 @@
 #include "trident/comm.h"
 #include "trident/fault.h"
 #include "trident/pipeline.h"
+#include "trident/timeline.h"
 
 enum { ACT = 0, GRAD = 1 };
 
@@ -230,22 +231,35 @@ static void send(td_pp *pp, slot *sl, int kind) {
                       tag_of(pp, GRAD, sl->mb, v - 1));
 }
 
-static void wait_recv(td_pp *pp, td_request *r) {
-    double t0 = td_now_ms();
+static void wait_recv(td_pp *pp, td_request *r, const char *what, int mb, int chunk) {
+    double t0 = td_now_ms(), u0 = td_timeline_enabled() ? td_timeline_now_us() : 0;
     td_wait(r);
     pp->st.wait_ms += td_now_ms() - t0;
+    if (td_timeline_enabled()) td_timeline_add(what, "p2p", u0, td_timeline_now_us(), mb, chunk);
+}
+
+/* --trace: one event per compute action, "F mb k" / "B mb k" / "W mb k"
+ * (with the chunk when there are several): the lanes draw the schedule. */
+static void trace_compute(const td_pp *pp, const char *what, const td_action *x, double u0) {
+    if (!td_timeline_enabled()) return;
+    char name[48];
+    if (pp->V > 1)
+        snprintf(name, sizeof name, "%s mb %d chunk %d", what, x->mb, x->chunk);
+    else
+        snprintf(name, sizeof name, "%s mb %d", what, x->mb);
+    td_timeline_add(name, "compute", u0, td_timeline_now_us(), x->mb, x->chunk);
 }
 
 static void run_action(td_pp *pp, int i) {
     const td_action *x = &pp->sched->a[pp->s][i];
     scan(pp, i);
-    double t0 = td_now_ms();
+    double t0 = td_now_ms(), u0 = td_timeline_enabled() ? td_timeline_now_us() : 0;
     switch (x->kind) {
     case TD_A_RECV_ACT:
-        wait_recv(pp, slot_get(pp, x->mb, x->chunk)->recv_act);
+        wait_recv(pp, slot_get(pp, x->mb, x->chunk)->recv_act, "wait activation", x->mb, x->chunk);
         return;
     case TD_A_RECV_GRAD:
-        wait_recv(pp, slot_get(pp, x->mb, x->chunk)->recv_grad);
+        wait_recv(pp, slot_get(pp, x->mb, x->chunk)->recv_grad, "wait gradient", x->mb, x->chunk);
         return;
     case TD_A_SEND_ACT:
     case TD_A_SEND_GRAD: {
@@ -264,6 +278,7 @@ static void run_action(td_pp *pp, int i) {
     case TD_A_FWD:
         forward(pp, slot_get(pp, x->mb, x->chunk), 1);
         pp->st.fwd_ms += td_now_ms() - t0;
+        trace_compute(pp, "F", x, u0);
         break;
     case TD_A_BWD:
     case TD_A_BWD_INPUT: {
@@ -274,6 +289,7 @@ static void run_action(td_pp *pp, int i) {
         sl->sent |= is_first(pp, sl->chunk); /* the first chunk's gradient goes nowhere */
         sl->done = sl->sent && sl->computed;
         pp->st.bwd_ms += td_now_ms() - t0;
+        trace_compute(pp, "B", x, u0);
         break;
     }
     case TD_A_BWD_WEIGHT: {
@@ -282,6 +298,7 @@ static void run_action(td_pp *pp, int i) {
         sl->computed = 1;
         sl->done = sl->sent;
         pp->st.wgrad_ms += td_now_ms() - t0;
+        trace_compute(pp, "W", x, u0);
         break;
     }
     }

@@ -55,6 +55,21 @@ else
   fail "ps trace: check_trace.py rejects it"
 fi
 
+# --- a pipeline: dp 2 x tp 2 x pp 2 (1F1B over 4 micro-batches), 8 lanes -----
+P=(--data "$tmp/small.txt" --layers 2 --heads 2 --embd 32 --seq 16 --batch 16 --micro-batches 4
+   --steps $STEPS --eval-every 0 --threads 1 --dp 2 --tp 2 --pp 2)
+out=$(timeout 300 $MPIRUN -np 8 "$T" train "${P[@]}" --trace "$tmp/pp.json" 2>&1 </dev/null) \
+  || { fail "pipeline run: exit code $?"; echo "$out" | tail -5; }
+if $CHECK "$tmp/pp.json" 8 $((STEPS * 4)); then
+  for what in '"name":"B mb 3"' '"cat":"p2p"' '"name":"wait gradient"'; do
+    grep -q "$what" "$tmp/pp.json" || fail "pipeline trace: no $what event"
+  done
+  echo "ok   pipeline trace: valid, 8 lanes, forwards and backwards per micro-batch, p2p"
+else
+  fail "pipeline trace: check_trace.py rejects it"
+fi
+[ -n "${KEEP_PP:-}" ] && cp "$tmp/pp.json" "$KEEP_PP"
+
 # --- the checker can fail: corrupted copies ------------------------------------
 # corrupt NAME PYTHON: applies PYTHON to the event list `ev`, writes the copy,
 # and wants check_trace.py to refuse it
