@@ -3,7 +3,9 @@
 # rank, a box per event coloured by kind (forward, backward, weight-grad,
 # p2p, collective, optimizer, data, eval), x = time in ms. Events on the
 # rank's thread fill the upper band of its lane, nested ones (a blocking
-# collective inside a forward) drawn narrower on top; nonblocking
+# collective inside a forward) drawn narrower on top, forward / backward /
+# weight boxes wide enough labelled F3, B3, W3 (micro-batch 3; B3.1: chunk
+# 1), so a pipeline's schedule reads off the picture; nonblocking
 # communication, which overlaps them, runs in the thin band below.
 # Usage: render_trace.sh TRACE.json OUT.png
 # Needs gnuplot (scripts/deps.sh installs gnuplot-nox) and python3 (stdlib).
@@ -42,8 +44,17 @@ def kind(name, cat):
         return {"F": "forward", "B": "backward", "W": "weight-grad"}.get(name[:1], "compute")
     return cat if cat in ("p2p", "collective", "optimizer", "data", "eval") else "other"
 
-rows = {}
+rows, labels = {}, []
 lanes = sorted(set(spans) | set(names))
+t_max = max(s[1] for v in spans.values() for s in v)
+min_w = (t_max - t_min) / 1e3 / 120  # ms: boxes wide enough for a label
+
+def short(name):
+    # "F mb 3" -> F3, "B mb 3 chunk 1" -> B3.1: the schedule's notation
+    p = name.split()
+    if len(p) >= 3 and p[1] == "mb":
+        return p[0] + p[2] + ("." + p[4] if len(p) >= 5 and p[3] == "chunk" else "")
+    return None
 for lane in lanes:
     # depth of each complete event: how many enclose it
     stack = []
@@ -57,6 +68,10 @@ for lane in lanes:
             d = min(len(stack), 3)
             stack.append(t1)
             y0, y1 = lane - 0.40 + 0.09 * d, lane + 0.15 - 0.09 * d
+            lab = short(name) if cat == "compute" and d == 0 else None
+            if lab and x1 - x0 >= min_w:
+                labels.append('set label "%s" at %.6f,%.3f center front font ",8" tc rgb "white"'
+                              % (lab, (x0 + x1) / 2, lane - 0.32))
         rows.setdefault(kind(name, cat), []).append("%.6f %d %.6f %.6f %.3f %.3f" % ((x0 + x1) / 2, lane, x0, x1, y0, y1))
 for k, r in rows.items():
     open("%s/%s.dat" % (tmp, k), "w").write("\n".join(r) + "\n")
@@ -65,6 +80,7 @@ with open(tmp + "/settings.gp", "w") as f:
     f.write("set ytics (%s)\n" % tics)
     f.write("set yrange [%f:%f]\n" % (max(lanes) + 0.6, min(lanes) - 0.6))  # rank 0 on top
     f.write("lanes = %d\n" % len(lanes))
+    f.write("\n".join(labels) + "\n")
 PY
 
 # kinds in drawing order: enclosing work first, what nests in it on top
