@@ -49,7 +49,9 @@ size_t td_pp_activation_bytes(const td_param_table *t, int B, int seq_parallel, 
 
 /* Time per stage and step, for the bubble (ms, summed since the last reset). */
 typedef struct {
-    double step_ms;    /* from the schedule's start to its last action's end */
+    double step_ms;    /* from the schedule's start until the pipeline has flushed
+                          (the last stage to finish: the longest stage time) */
+    double own_ms;     /* from the schedule's start to this stage's last action's end */
     double compute_ms; /* forward / backward / weight-gradient actions */
     double fwd_ms, bwd_ms, wgrad_ms; /* the compute split by kind */
     double wait_ms;    /* blocked on a receive (or a slot's send) */

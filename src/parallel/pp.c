@@ -386,7 +386,13 @@ double td_pp_train_step(td_pp *pp, int step, float dloss, td_pp_batch_fn batch, 
     int n = pp->sched->n[pp->s];
     for (int i = 0; i < n; i++) run_action(pp, i);
     drain(pp);
-    pp->st.step_ms += td_now_ms() - t0;
+    /* a stage's step lasts until the pipeline has flushed (the global norm
+     * waits for every stage): the longest stage's time, all stages having
+     * started together after the previous step's pp-wide reductions */
+    float ms = (float)(td_now_ms() - t0);
+    pp->st.own_ms += ms;
+    td_allreduce(pp->g->pp_comm, &ms, 1, TD_F32, TD_MAX);
+    pp->st.step_ms += ms;
     pp->st.steps++;
     /* the tied embedding: first and last stage sum their gradients, then it
      * is final and its data-parallel reduction may start */
