@@ -129,27 +129,42 @@ static int check_outside_out(verdict *v, const char *flag, const char *path, con
     return 0;
 }
 
-static int check_log(verdict *v, const char *log, const char *data, const char *out) {
+/* An output file (--log, --trace) that exists may be replaced only if it is
+ * a file of that kind from an earlier run (its first bytes are `head`), never
+ * a directory or the data. Returns 1 (refused) or 0; *exists says whether
+ * it does. */
+static int check_replaceable(verdict *v, const char *flag, const char *path, const char *data,
+                             const char *head, const char *kind, const char *writes, int *exists) {
     struct stat st, ds;
+    *exists = stat(path, &st) == 0;
+    if (!*exists) return 0;
+    if (S_ISDIR(st.st_mode))
+        return refuse(v, "%s %s is a directory; name a file (%s written to it)", flag, path, writes);
+    if (data && stat(data, &ds) == 0 && ds.st_dev == st.st_dev && ds.st_ino == st.st_ino)
+        return refuse(v, "%s %s is the --data file %s; it would be overwritten; name another file", flag,
+                      path, data);
+    if (S_ISREG(st.st_mode) && st.st_size > 0) {
+        size_t want = strlen(head);
+        char buf[64] = {0};
+        TD_ASSERT(want < sizeof buf);
+        FILE *f = fopen(path, "r");
+        size_t n = f ? fread(buf, 1, want, f) : 0;
+        if (f) fclose(f);
+        if (n != want || memcmp(buf, head, n) != 0)
+            return refuse(v, "%s %s exists and is not a trident %s (it does not start with %s); it would "
+                             "be overwritten; remove it or name another file",
+                          flag, path, kind, head);
+    }
+    return 0;
+}
+
+static int check_log(verdict *v, const char *log, const char *data, const char *out) {
     if (!*log) return refuse(v, "--log needs a file name");
-    if (stat(log, &st) == 0) {
-        if (S_ISDIR(st.st_mode))
-            return refuse(v, "--log %s is a directory; name a file (JSON lines are written to it)", log);
-        if (data && stat(data, &ds) == 0 && ds.st_dev == st.st_dev && ds.st_ino == st.st_ino)
-            return refuse(v, "--log %s is the --data file %s; it would be overwritten; name another "
-                             "file", log, data);
-        if (S_ISREG(st.st_mode) && st.st_size > 0) {
-            /* --log truncates: only a log of an earlier run may be replaced */
-            static const char head[] = "{\"event\": \"start\"";
-            char buf[sizeof head] = {0};
-            FILE *f = fopen(log, "r");
-            size_t n = f ? fread(buf, 1, sizeof head - 1, f) : 0;
-            if (f) fclose(f);
-            if (n != sizeof head - 1 || memcmp(buf, head, n) != 0)
-                return refuse(v, "--log %s exists and is not a trident log (it does not start with "
-                                 "%s); it would be overwritten; remove it or name another file",
-                              log, head);
-        }
+    int exists;
+    /* --log truncates: only a log of an earlier run may be replaced */
+    if (check_replaceable(v, "--log", log, data, "{\"event\": \"start\"", "log", "JSON lines are", &exists))
+        return 1;
+    if (exists) {
         int fd = open(log, O_WRONLY); /* no O_TRUNC: a probe changes nothing */
         if (fd < 0) return refuse(v, "--log %s cannot be written: %s", log, strerror(errno));
         close(fd);
@@ -168,29 +183,13 @@ static int check_log(verdict *v, const char *log, const char *data, const char *
  * must be possible now. An existing FILE is replaced only if it is a trace. */
 static int check_trace(verdict *v, const char *trace, const char *log, const char *data,
                        const char *out) {
-    struct stat st, ds;
     if (!*trace) return refuse(v, "--trace needs a file name");
     if (log && strcmp(log, trace) == 0)
         return refuse(v, "--trace %s is also the --log file; name two different files", trace);
-    if (stat(trace, &st) == 0) {
-        if (S_ISDIR(st.st_mode))
-            return refuse(v, "--trace %s is a directory; name a file (a Chrome trace-event JSON file "
-                             "is written to it)", trace);
-        if (data && stat(data, &ds) == 0 && ds.st_dev == st.st_dev && ds.st_ino == st.st_ino)
-            return refuse(v, "--trace %s is the --data file %s; it would be overwritten; name another "
-                             "file", trace, data);
-        if (S_ISREG(st.st_mode) && st.st_size > 0) {
-            static const char head[] = "{\"traceEvents\":[";
-            char buf[sizeof head] = {0};
-            FILE *f = fopen(trace, "r");
-            size_t n = f ? fread(buf, 1, sizeof head - 1, f) : 0;
-            if (f) fclose(f);
-            if (n != sizeof head - 1 || memcmp(buf, head, n) != 0)
-                return refuse(v, "--trace %s exists and is not a trident trace (it does not start with "
-                                 "%s); it would be overwritten; remove it or name another file",
-                              trace, head);
-        }
-    }
+    int exists;
+    if (check_replaceable(v, "--trace", trace, data, "{\"traceEvents\":[", "trace",
+                          "a Chrome trace-event JSON file is", &exists))
+        return 1;
     char tmp[PATH_MAX + 8];
     snprintf(tmp, sizeof tmp, "%s.tmp", trace);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0644);
