@@ -9,7 +9,8 @@
 #     2 chunks per stage, zb-h1) at M = 2, 4, 8, 16 micro-batches of one
 #     sequence each: the step time and the bubble as the trainer measures it,
 #     (stage step time - stage compute time) / stage compute time averaged
-#     over stages and timed steps, beside the theory it prints: (P-1)/M for
+#     over stages and timed steps (of the fastest of REPS runs), beside
+#     the theory it prints: (P-1)/M for
 #     gpipe and 1f1b, (P-1)/(V M) for interleaved, (P-1)(T_F + T_B - T_W) /
 #     (M (T_F + T_B + T_W)) for zb-h1 with the measured T_F, T_B, T_W; and
 #     whether |measured - theory| <= 0.05 (the issue's bound for pp 2, 1f1b,
@@ -85,9 +86,13 @@ for P in $PS; do
         if [ $((M % P)) -ne 0 ]; then printf '%-4s %-12s %4s | %9s |\n' "$P" "$S" "$M" "-"; continue; fi
         extra="--virtual-stages 2"
       fi
-      res=$(run "$P" $MODEL --pp "$P" --schedule "$S" $extra --micro-batches "$M" --batch "$M" \
-                --threads "$th") || exit 1
-      read -r ms meas theo imb <<<"$res"
+      best=""
+      for r in $(seq "$REPS"); do # the fastest of REPS runs: interference only slows a run down
+        res=$(run "$P" $MODEL --pp "$P" --schedule "$S" $extra --micro-batches "$M" --batch "$M" \
+                  --threads "$th") || exit 1
+        if [ -z "$best" ] || awk -v a="${res%% *}" -v b="${best%% *}" 'BEGIN { exit !(a < b) }'; then best=$res; fi
+      done
+      read -r ms meas theo imb <<<"$best"
       BUB[$P,$S,$M]=$meas
       ok=$(awk -v a="$meas" -v b="$theo" 'BEGIN { d = a - b; if (d < 0) d = -d; print (d <= 0.05 ? "yes" : "NO") }')
       diff=$(awk -v a="$meas" -v b="$theo" 'BEGIN { printf "%+.3f", a - b }')

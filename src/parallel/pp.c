@@ -138,7 +138,21 @@ static void scan(td_pp *pp, int upto) {
 
 /* ---- unit events (the strategy's hook) ----------------------------------- */
 
+/* MPI moves a large message only while both ends are inside an MPI call:
+ * a peer computing a whole chunk would hold a transfer (and the slot whose
+ * gradient is leaving) for that long. Every block boundary gives pending
+ * transfers a turn. */
+static void progress(td_pp *pp) {
+    for (int i = 0; i < pp->n_slots; i++) {
+        slot *sl = &pp->slots[i];
+        if (td_request_active(sl->send)) td_test(sl->send);
+        if (td_request_active(sl->recv_act)) td_test(sl->recv_act);
+        if (td_request_active(sl->recv_grad)) td_test(sl->recv_grad);
+    }
+}
+
 static void event(td_pp *pp, td_unit_event ev, int unit) {
+    progress(pp);
     if (pp->m->hook) pp->m->hook(pp->m->hook_ctx, ev, unit);
 }
 
