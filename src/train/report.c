@@ -193,6 +193,16 @@ void td_report_summary(td_report *r, const td_train_result *res) {
             fflush(r->log);
         }
     }
+    if (r->g->pp > 1 && r->log) {
+        fprintf(r->log, "{\"event\": \"pipeline\", \"schedule\": \"%s\", \"pp\": %d, \"micro_batches\": %d, "
+                        "\"virtual_stages\": %d, \"bubble\": %.6f, \"bubble_theory\": %.6f, \"stage_bubble\": [",
+                r->o->schedule, r->g->pp, r->o->grad_accum, r->o->virtual_stages, res->pp_bubble,
+                res->pp_bubble_theory);
+        for (int s = 0; s < r->g->pp && s < TD_MAX_PP_REPORT; s++)
+            fprintf(r->log, "%s%.6f", s ? ", " : "", res->pp_stage_bubble[s]);
+        fprintf(r->log, "]}\n");
+        fflush(r->log);
+    }
     if (strcmp(r->o->dp_mode, "ps") == 0)
         td_log("ps: staleness observed max %d, mean %.2f steps (bound --ps-staleness %d)\n",
                res->max_staleness, res->mean_staleness, r->o->ps_staleness);
