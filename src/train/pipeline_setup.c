@@ -69,6 +69,17 @@ static void print_split(const td_pp_split *sp, const td_schedule *s, int M) {
            line, s->bound);
 }
 
+void td_pipeline_check(const td_train_opts *o) {
+    char err[512];
+    td_schedule sched;
+    td_pp_split sp;
+    if (td_schedule_build(&sched, td_sched_parse(o->schedule), o->pp, o->grad_accum, o->virtual_stages, err,
+                          sizeof err) != 0)
+        td_fail("%s", err);
+    td_schedule_free(&sched);
+    if (strcmp(o->pp_partition, "auto") != 0) td_pp_split_parse(&sp, o->pp_partition, o->layers, o->pp, o->virtual_stages);
+}
+
 void td_pipeline_setup(const td_train_opts *o, const td_grid *g, const td_gpt_config *cfg, int Bm,
                        td_schedule *sched, td_pp_split *sp) {
     char err[512];

@@ -36,6 +36,9 @@ td_preflight_result td_preflight(const td_train_opts *o, const td_grid *g, const
  * line and exit before any model memory is allocated. */
 void td_pipeline_setup(const td_train_opts *o, const td_grid *g, const td_gpt_config *cfg, int Bm,
                        td_schedule *sched, td_pp_split *sp);
+/* The same checks from the flags alone, before the grid is made (no
+ * communication yet): the schedule and an explicit or uniform split. */
+void td_pipeline_check(const td_train_opts *o);
 /* The bubble of the timed steps: each stage's step time split into compute,
  * waiting and sends, printed by rank 0 beside the schedule's theory (with
  * the measured forward, backward and weight-gradient times) and stored in

@@ -207,6 +207,7 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
     TD_CHECK(o->pp == 1 || mode != TD_DP_PS,
              "--dp-mode ps does not combine with --pp %d; use --dp-mode allreduce or "
              "reduce-broadcast with pipeline parallelism", o->pp);
+    if (o->pp > 1) td_pipeline_check(o); /* a schedule or split that cannot work, before any communication */
     td_grid g;
     td_grid_create(&g, o->dp, o->tp, o->pp, mode == TD_DP_PS ? o->ps_servers : 0);
     td_log_set_identity(g.world_rank, g.dp_rank, g.pp_rank, g.tp_rank, o->verbose);
