@@ -46,8 +46,10 @@ _Noreturn void td_fail(const char *fmt, ...) {
     /* Most bad input is seen by every rank at once (all read the same flags
      * and files). Rank 0 reports and its abort ends the job; the others hold
      * back a moment so the user reads one line, not one per rank. A rank that
-     * alone sees its error still reports it, just later. */
-    if (g_abort_hook && td_log_rank() > 0) usleep(750 * 1000);
+     * alone sees its error still reports it, just later. 2 s, not less: on a
+     * loaded 2-core machine (8 ranks, a build beside them) rank 0's abort
+     * took more than 0.75 s to reach the others, which then printed too. */
+    if (g_abort_hook && td_log_rank() > 0) usleep(2000 * 1000);
     fflush(stdout);
     fprintf(stderr, "trident: error: %s\n", msg);
     td_die(TD_EXIT_USAGE);
