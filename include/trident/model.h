@@ -266,6 +266,15 @@ typedef struct {
     float *dnorm;              /* [2C] a LayerNorm's partial weight and bias gradients */
 } td_gpt_scratch;
 
+/* Activation recomputation (--recompute). NONE keeps every block's saved
+ * tensors (L sets of td_block_acts). BLOCK keeps each block's output [Ns,C]
+ * (the next block's input: the residual stream) and one shared set of the
+ * other saved tensors; the backward of block l first reruns its forward from
+ * its input into that set (bit for bit the same tensors, model.h's promise
+ * for td_block_forward), then runs its backward. Costs one more forward of
+ * every block per step (and, under tp, its communication again). */
+typedef enum { TD_RECOMPUTE_NONE, TD_RECOMPUTE_BLOCK } td_recompute;
+
 typedef struct td_gpt {
     td_gpt_config cfg;
     const td_param_table *table;
@@ -280,10 +289,13 @@ typedef struct td_gpt {
      * at create time (the same for every block). */
     size_t off[TD_T_COUNT];
 
+    td_recompute recompute;
     /* activations, sized for B x T, one allocation */
     float *acts;
     td_embed_acts embed;
-    td_block_acts *blocks;   /* [L] */
+    td_block_acts *blocks;   /* [L]; with TD_RECOMPUTE_BLOCK every block's res3
+                                is its own and the other tensors are one set
+                                shared by all blocks (block 0's res3 lies in it) */
     td_head_acts head;
     float *logits;           /* == head.logits (kept for callers) */
     float *grads_acts;       /* scratch, one allocation */
@@ -350,6 +362,9 @@ size_t td_gpt_scratch_bytes(const td_param_table *t, int B, int seq_parallel);
  * with or without sequence parallelism (the plan). */
 size_t td_gpt_activation_bytes(const td_param_table *t, int B, int seq_parallel);
 void td_gpt_create(td_gpt *m, const td_param_table *t, int B, int seq_parallel);
+/* The same with a recomputation mode (the two above are TD_RECOMPUTE_NONE). */
+size_t td_gpt_activation_bytes_rc(const td_param_table *t, int B, int seq_parallel, td_recompute rc);
+void td_gpt_create_rc(td_gpt *m, const td_param_table *t, int B, int seq_parallel, td_recompute rc);
 void td_gpt_destroy(td_gpt *m);
 /* Points every unit at a whole flat buffer (replicated training). */
 void td_gpt_bind_flat(td_gpt *m, float *params, float *grads);
@@ -370,6 +385,9 @@ void td_gpt_backward(td_gpt *m, float dloss);
  * gradient of that output and leaves there the gradient of x. */
 const float *td_gpt_forward_blocks(td_gpt *m, int l0, int l1, const float *x);
 void td_gpt_backward_blocks(td_gpt *m, int l0, int l1, const float *x, float *dres);
+/* (With m->recompute == TD_RECOMPUTE_BLOCK the backward reruns each block's
+ * forward between its BWD_BEGIN and its backward: the unit's parameters are
+ * bound there, and under tp its forward communication happens again.) */
 
 /* The per-block functions the passes are made of. They issue no hook
  * events: the caller must have bound the units they read (unit_params, and
