@@ -293,6 +293,10 @@ typedef struct td_gpt {
     /* activations, sized for B x T, one allocation */
     float *acts;
     td_embed_acts embed;
+    td_block_acts rc_set;    /* a pipeline stage with TD_RECOMPUTE_BLOCK: one
+                                block's saved tensors, which every slot's blocks
+                                share (but for res3) and each block's backward
+                                recomputes whole; unused (NULL) otherwise */
     td_block_acts *blocks;   /* [L]; with TD_RECOMPUTE_BLOCK every block's res3
                                 is its own and the other tensors are one set
                                 shared by all blocks (block 0's res3 lies in it) */
@@ -338,6 +342,10 @@ typedef struct {
     int n_blocks; /* blocks per chunk (the largest chunk of the stage) */
     int head;     /* the stage runs the final norm + head + loss */
     int wstash;   /* split backward (zb-h1): a weight-gradient stash per block */
+    int recompute; /* --recompute block: a block keeps only its output res3; its
+                      other tensors point into the stage model's shared rc_set
+                      (the backward reruns the block's forward there); not
+                      with wstash (W reads the saved tensors) */
 } td_slot_shape;
 
 typedef struct {
@@ -357,6 +365,10 @@ void td_gpt_slot_destroy(td_gpt_slot *s);
  * only (td_gpt_scratch_bytes); activations live in slots. */
 void td_gpt_create_stage(td_gpt *m, const td_param_table *t, int B, int seq_parallel);
 size_t td_gpt_scratch_bytes(const td_param_table *t, int B, int seq_parallel);
+/* With a recomputation mode: TD_RECOMPUTE_BLOCK adds m->rc_set, which
+ * td_gpt_stage_bytes counts (scratch + rc_set; the slots are planned apart). */
+void td_gpt_create_stage_rc(td_gpt *m, const td_param_table *t, int B, int seq_parallel, td_recompute rc);
+size_t td_gpt_stage_bytes(const td_param_table *t, int B, int seq_parallel, td_recompute rc);
 
 /* Bytes of activations + scratch for micro-batch B on this table's rank,
  * with or without sequence parallelism (the plan). */

@@ -138,7 +138,7 @@ static void carve_head(td_head_acts *h, const td_gpt_dims *d, float **cur) {
 static size_t slot_floats(const td_gpt_dims *d, const td_slot_shape *sh) {
     size_t NsC = (size_t)d->Ns * d->C;
     return 2 * NsC                                         /* x, dx */
-           + (size_t)sh->n_blocks * block_floats(d)
+           + (size_t)sh->n_blocks * (sh->recompute ? NsC : block_floats(d)) /* blocks (or res3 only) */
            + (sh->wstash ? (size_t)sh->n_blocks * td_block_wstash_floats(d) : 0)
            + (sh->head ? head_floats(d) : 0);
 }
@@ -160,7 +160,14 @@ void td_gpt_slot_create(td_gpt_slot *s, const td_gpt *m, const td_slot_shape *sh
     size_t NsC = (size_t)d->Ns * d->C;
     s->x = carve(&cur, NsC);
     s->dx = carve(&cur, NsC);
-    for (int i = 0; i < sh->n_blocks; i++) carve_block(&s->blocks[i], d, &cur);
+    TD_ASSERT(!sh->recompute || (m->rc_set.ln1 && !sh->wstash));
+    for (int i = 0; i < sh->n_blocks; i++) {
+        if (sh->recompute) {
+            s->blocks[i] = m->rc_set; /* scratch for the forward; only res3 is kept */
+            s->blocks[i].res3 = carve(&cur, NsC);
+        } else
+            carve_block(&s->blocks[i], d, &cur);
+    }
     if (sh->wstash) {
         s->w = td_alloc(sizeof(td_block_wstash) * (size_t)(sh->n_blocks > 0 ? sh->n_blocks : 1), TD_MEM_ACTS);
         for (int i = 0; i < sh->n_blocks; i++) {
@@ -223,10 +230,25 @@ static void create_scratch(td_gpt *m) {
     TD_ASSERT((size_t)(cur - m->grads_acts) == scratch_floats(d));
 }
 
-void td_gpt_create_stage(td_gpt *m, const td_param_table *t, int B, int seq_parallel) {
+size_t td_gpt_stage_bytes(const td_param_table *t, int B, int seq_parallel, td_recompute rc) {
+    td_gpt_dims d;
+    td_gpt_dims_of(&d, t, B, seq_parallel);
+    return (scratch_floats(&d) + (rc == TD_RECOMPUTE_BLOCK ? block_floats(&d) : 0)) * sizeof(float);
+}
+
+void td_gpt_create_stage_rc(td_gpt *m, const td_param_table *t, int B, int seq_parallel, td_recompute rc) {
     create_common(m, t, B, seq_parallel);
+    m->recompute = rc;
     create_scratch(m);
-    m->acts_bytes = td_gpt_scratch_bytes(t, B, seq_parallel);
+    if (rc == TD_RECOMPUTE_BLOCK) {
+        float *cur = m->acts = td_alloc(block_floats(&m->d) * sizeof(float), TD_MEM_ACTS);
+        carve_block(&m->rc_set, &m->d, &cur);
+    }
+    m->acts_bytes = td_gpt_stage_bytes(t, B, seq_parallel, rc);
+}
+
+void td_gpt_create_stage(td_gpt *m, const td_param_table *t, int B, int seq_parallel) {
+    td_gpt_create_stage_rc(m, t, B, seq_parallel, TD_RECOMPUTE_NONE);
 }
 
 void td_gpt_create_rc(td_gpt *m, const td_param_table *t, int B, int seq_parallel, td_recompute rc) {

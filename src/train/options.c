@@ -115,11 +115,12 @@ void td_train_opts_parse(td_train_opts *o, int argc, char **argv) {
     TD_CHECK(o->save_every == 0 || o->out, "--save-every %d needs --out DIR to save into", o->save_every);
     TD_CHECK(strcmp(o->recompute, "none") == 0 || strcmp(o->recompute, "block") == 0,
              "--recompute '%s' is not a mode; valid: none, block", o->recompute);
-    /* pipeline slots keep every block's saved tensors per micro-batch
-     * (td_gpt_slot); recomputation is not wired into them */
-    TD_CHECK(o->pp == 1 || strcmp(o->recompute, "none") == 0,
-             "--recompute %s does not combine with --pp %d (pipeline stages keep every block's "
-             "activations); use --recompute none with pipeline parallelism", o->recompute, o->pp);
+    /* zb-h1's weight half (W) reads a block's saved tensors long after its
+     * input half: recomputing them for W is not done */
+    TD_CHECK(o->pp == 1 || strcmp(o->recompute, "none") == 0 || strcmp(o->schedule, "zb-h1") != 0,
+             "--recompute %s does not combine with --schedule zb-h1 (its weight-gradient half needs "
+             "every block's saved tensors); use gpipe, 1f1b or interleaved, or --recompute none",
+             o->recompute);
     o->optim.max_steps = o->steps;
 }
 
