@@ -43,22 +43,27 @@ static void run(td_train_opts *o, const char *mode, int argc, char **argv, td_tr
  * shapes in model.h's td_block_acts), for micro-batch Bm. */
 static size_t block_saved_bytes(const td_train_opts *o, int Bm) {
     size_t tp = (size_t)o->tp, N = (size_t)Bm * o->seq, C = (size_t)o->embd;
-    size_t Ns = o->seq_parallel ? N / tp : N, Ca = C / tp, Ha = (size_t)o->heads / tp, F = 4 * C / tp;
-    size_t floats = 2 * N * C + 4 * Ns   /* ln1, ln2 [N,C]; their mean and rstd [Ns] */
+    size_t Ns = o->seq_parallel ? N / tp : N, Ca = C / tp, Ha = (size_t)o->heads / tp,
+           F = 4 * C / tp;
+    size_t floats = 2 * N * C + 4 * Ns    /* ln1, ln2 [N,C]; their mean and rstd [Ns] */
                     + N * 3 * Ca + N * Ca /* qkv, atty */
                     + (size_t)Bm * Ha * o->seq * o->seq /* att */
-                    + 3 * Ns * C           /* attproj, res2, fcproj */
-                    + 2 * N * F;           /* fch, fch_gelu */
+                    + 3 * Ns * C                        /* attproj, res2, fcproj */
+                    + 2 * N * F;                        /* fch, fch_gelu */
     return floats * sizeof(float);
 }
 
 static int traffic_ok(const td_train_result *r, const char *mode, int me) {
     int ok = 1;
     for (int k = 0; k < TD_TP_NOPS; k++)
-        if (r->tp_measured.calls[k] != r->tp_formula.calls[k] || r->tp_measured.bytes[k] != r->tp_formula.bytes[k]) {
-            printf("FAIL rank %d recompute %s: tp op %d moved %llu calls / %llu B, formula %llu / %llu\n", me,
-                   mode, k, (unsigned long long)r->tp_measured.calls[k], (unsigned long long)r->tp_measured.bytes[k],
-                   (unsigned long long)r->tp_formula.calls[k], (unsigned long long)r->tp_formula.bytes[k]);
+        if (r->tp_measured.calls[k] != r->tp_formula.calls[k] ||
+            r->tp_measured.bytes[k] != r->tp_formula.bytes[k]) {
+            printf("FAIL rank %d recompute %s: tp op %d moved %llu calls / %llu B, formula %llu / "
+                   "%llu\n",
+                   me, mode, k, (unsigned long long)r->tp_measured.calls[k],
+                   (unsigned long long)r->tp_measured.bytes[k],
+                   (unsigned long long)r->tp_formula.calls[k],
+                   (unsigned long long)r->tp_formula.bytes[k]);
             ok = 0;
         }
     return ok;
@@ -78,14 +83,15 @@ int main(int argc, char **argv) {
     const char *names[2] = {"none", "block"};
     for (int k = 0; k < 2; k++)
         if (rs[k]->mem_peak[TD_MEM_ACTS] != rs[k]->mem_planned[TD_MEM_ACTS]) {
-            printf("FAIL rank %d recompute %s: activations measured %zu B, planned %zu B\n", me, names[k],
-                   rs[k]->mem_peak[TD_MEM_ACTS], rs[k]->mem_planned[TD_MEM_ACTS]);
+            printf("FAIL rank %d recompute %s: activations measured %zu B, planned %zu B\n", me,
+                   names[k], rs[k]->mem_peak[TD_MEM_ACTS], rs[k]->mem_planned[TD_MEM_ACTS]);
             fails++;
         }
     /* parameter servers (the last ranks of the grid) hold no activations */
     int server = me >= world - o.ps_servers;
     int dp = (world - o.ps_servers) / (o.tp * o.pp), Bm = o.batch / dp / o.grad_accum;
-    size_t blk = block_saved_bytes(&o, Bm), out = (size_t)Bm * o.seq / (o.seq_parallel ? o.tp : 1) * o.embd * 4;
+    size_t blk = block_saved_bytes(&o, Bm),
+           out = (size_t)Bm * o.seq / (o.seq_parallel ? o.tp : 1) * o.embd * 4;
     long long want = server ? 0 : (long long)(o.layers - 1) * (long long)blk;
     int exact = 1;
     if (o.pp > 1) {
@@ -94,19 +100,26 @@ int main(int argc, char **argv) {
          * shared block (its output included) to recompute into. Slots:
          * GPipe M, 1F1B min(P - s, M) (test_layouts checks those counts);
          * other schedules and uneven splits are only required to save. */
-        int P = o.pp, M = o.grad_accum, st = block.pp_stats.stage, n = o.layers / (P * o.virtual_stages);
-        int slots = strcmp(o.schedule, "gpipe") == 0 ? M : strcmp(o.schedule, "1f1b") == 0 ? (P - st < M ? P - st : M) : -1;
-        exact = slots > 0 && o.layers % (P * o.virtual_stages) == 0 && strcmp(o.pp_partition, "uniform") == 0;
+        int P = o.pp, M = o.grad_accum, st = block.pp_stats.stage,
+            n = o.layers / (P * o.virtual_stages);
+        int slots = strcmp(o.schedule, "gpipe") == 0  ? M
+                    : strcmp(o.schedule, "1f1b") == 0 ? (P - st < M ? P - st : M)
+                                                      : -1;
+        exact = slots > 0 && o.layers % (P * o.virtual_stages) == 0 &&
+                strcmp(o.pp_partition, "uniform") == 0;
         want = (long long)slots * n * (long long)blk - (long long)(blk + out);
     }
-    long long saved = (long long)none.mem_peak[TD_MEM_ACTS] - (long long)block.mem_peak[TD_MEM_ACTS];
+    long long saved =
+        (long long)none.mem_peak[TD_MEM_ACTS] - (long long)block.mem_peak[TD_MEM_ACTS];
     if ((!server && saved <= 0) || (exact && saved != want)) {
-        printf("FAIL rank %d: activations %zu B without recomputation, %zu B with: saved %lld B, formula %lld B%s\n",
+        printf("FAIL rank %d: activations %zu B without recomputation, %zu B with: saved %lld B, "
+               "formula %lld B%s\n",
                me, none.mem_peak[TD_MEM_ACTS], block.mem_peak[TD_MEM_ACTS], saved, want,
                exact ? "" : " (not checked exactly here)");
         fails++;
     } else if (!server && (me == 0 || o.pp > 1)) {
-        printf("rank %d activations (measured = planned): %.2f KiB -> %.2f KiB with recompute block (saved %lld B%s)\n",
+        printf("rank %d activations (measured = planned): %.2f KiB -> %.2f KiB with recompute "
+               "block (saved %lld B%s)\n",
                me, none.mem_peak[TD_MEM_ACTS] / 1024.0, block.mem_peak[TD_MEM_ACTS] / 1024.0, saved,
                exact ? " = formula" : "");
     }
@@ -118,13 +131,15 @@ int main(int argc, char **argv) {
         for (int s = 0; s < STEPS && same; s++)
             if (memcmp(&none.losses[s], &block.losses[s], sizeof(float)) ||
                 memcmp(&none.grad_norms[s], &block.grad_norms[s], sizeof(float))) {
-                printf("FAIL step %d: recompute block loss %.9g norm %.9g, none loss %.9g norm %.9g\n", s,
-                       block.losses[s], block.grad_norms[s], none.losses[s], none.grad_norms[s]);
+                printf(
+                    "FAIL step %d: recompute block loss %.9g norm %.9g, none loss %.9g norm %.9g\n",
+                    s, block.losses[s], block.grad_norms[s], none.losses[s], none.grad_norms[s]);
                 same = 0;
             }
         fails += !same;
         printf("losses and gradient norms: %d steps %s (last loss %.7f, norm %.7f)\n", STEPS,
-               same ? "bit for bit equal" : "DIFFERENT", none.losses[STEPS - 1], none.grad_norms[STEPS - 1]);
+               same ? "bit for bit equal" : "DIFFERENT", none.losses[STEPS - 1],
+               none.grad_norms[STEPS - 1]);
         /* final state: parameters and both moments, every element */
         const char *what[3] = {"params", "adam m", "adam v"};
         const float *a[3] = {none.final_params, none.final_m, none.final_v};
@@ -134,7 +149,8 @@ int main(int argc, char **argv) {
             for (size_t i = 0; i < none.numel; i++)
                 if (memcmp(&a[k][i], &b[k][i], sizeof(float)) && diff++ == 0) first = i;
             if (diff) {
-                printf("FAIL final %s: %zu of %zu elements differ, first %zu: %.9g with recompute, %.9g without\n",
+                printf("FAIL final %s: %zu of %zu elements differ, first %zu: %.9g with recompute, "
+                       "%.9g without\n",
                        what[k], diff, none.numel, first, b[k][first], a[k][first]);
                 fails++;
             } else
