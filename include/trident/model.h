@@ -266,6 +266,15 @@ typedef struct {
     float *dnorm;              /* [2C] a LayerNorm's partial weight and bias gradients */
 } td_gpt_scratch;
 
+/* Activation recomputation (--recompute). NONE keeps every block's saved
+ * tensors (L sets of td_block_acts). BLOCK keeps each block's output [Ns,C]
+ * (the next block's input: the residual stream) and one shared set of the
+ * other saved tensors; the backward of block l first reruns its forward from
+ * its input into that set (bit for bit the same tensors, model.h's promise
+ * for td_block_forward), then runs its backward. Costs one more forward of
+ * every block per step (and, under tp, its communication again). */
+typedef enum { TD_RECOMPUTE_NONE, TD_RECOMPUTE_BLOCK } td_recompute;
+
 typedef struct td_gpt {
     td_gpt_config cfg;
     const td_param_table *table;
@@ -280,10 +289,17 @@ typedef struct td_gpt {
      * at create time (the same for every block). */
     size_t off[TD_T_COUNT];
 
+    td_recompute recompute;
     /* activations, sized for B x T, one allocation */
     float *acts;
     td_embed_acts embed;
-    td_block_acts *blocks;   /* [L] */
+    td_block_acts rc_set;    /* a pipeline stage with TD_RECOMPUTE_BLOCK: one
+                                block's saved tensors, which every slot's blocks
+                                share (but for res3) and each block's backward
+                                recomputes whole; unused (NULL) otherwise */
+    td_block_acts *blocks;   /* [L]; with TD_RECOMPUTE_BLOCK every block's res3
+                                is its own and the other tensors are one set
+                                shared by all blocks (block 0's res3 lies in it) */
     td_head_acts head;
     float *logits;           /* == head.logits (kept for callers) */
     float *grads_acts;       /* scratch, one allocation */
@@ -326,6 +342,10 @@ typedef struct {
     int n_blocks; /* blocks per chunk (the largest chunk of the stage) */
     int head;     /* the stage runs the final norm + head + loss */
     int wstash;   /* split backward (zb-h1): a weight-gradient stash per block */
+    int recompute; /* --recompute block: a block keeps only its output res3; its
+                      other tensors point into the stage model's shared rc_set
+                      (the backward reruns the block's forward there); not
+                      with wstash (W reads the saved tensors) */
 } td_slot_shape;
 
 typedef struct {
@@ -345,11 +365,18 @@ void td_gpt_slot_destroy(td_gpt_slot *s);
  * only (td_gpt_scratch_bytes); activations live in slots. */
 void td_gpt_create_stage(td_gpt *m, const td_param_table *t, int B, int seq_parallel);
 size_t td_gpt_scratch_bytes(const td_param_table *t, int B, int seq_parallel);
+/* With a recomputation mode: TD_RECOMPUTE_BLOCK adds m->rc_set, which
+ * td_gpt_stage_bytes counts (scratch + rc_set; the slots are planned apart). */
+void td_gpt_create_stage_rc(td_gpt *m, const td_param_table *t, int B, int seq_parallel, td_recompute rc);
+size_t td_gpt_stage_bytes(const td_param_table *t, int B, int seq_parallel, td_recompute rc);
 
 /* Bytes of activations + scratch for micro-batch B on this table's rank,
  * with or without sequence parallelism (the plan). */
 size_t td_gpt_activation_bytes(const td_param_table *t, int B, int seq_parallel);
 void td_gpt_create(td_gpt *m, const td_param_table *t, int B, int seq_parallel);
+/* The same with a recomputation mode (the two above are TD_RECOMPUTE_NONE). */
+size_t td_gpt_activation_bytes_rc(const td_param_table *t, int B, int seq_parallel, td_recompute rc);
+void td_gpt_create_rc(td_gpt *m, const td_param_table *t, int B, int seq_parallel, td_recompute rc);
 void td_gpt_destroy(td_gpt *m);
 /* Points every unit at a whole flat buffer (replicated training). */
 void td_gpt_bind_flat(td_gpt *m, float *params, float *grads);
@@ -370,6 +397,9 @@ void td_gpt_backward(td_gpt *m, float dloss);
  * gradient of that output and leaves there the gradient of x. */
 const float *td_gpt_forward_blocks(td_gpt *m, int l0, int l1, const float *x);
 void td_gpt_backward_blocks(td_gpt *m, int l0, int l1, const float *x, float *dres);
+/* (With m->recompute == TD_RECOMPUTE_BLOCK the backward reruns each block's
+ * forward between its BWD_BEGIN and its backward: the unit's parameters are
+ * bound there, and under tp its forward communication happens again.) */
 
 /* The per-block functions the passes are made of. They issue no hook
  * events: the caller must have bound the units they read (unit_params, and

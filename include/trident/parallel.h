@@ -88,6 +88,12 @@ void td_tp_formula(td_tp_traffic *f, const td_gpt_config *cfg, int B, int n_micr
  * and/or the head. */
 void td_tp_formula_stage(td_tp_traffic *f, const td_gpt_config *cfg, int B, int n_micro, int tp,
                          int seq_parallel, int n_blocks, int embed, int head);
+/* Adds what activation recomputation (--recompute block) moves on top: the
+ * forward of every block is run again in its backward, so per block and
+ * micro-batch its two g operators again (2 all-reduces of B x T x C; with
+ * sequence parallelism 2 all-gathers and 2 reduce-scatters). */
+void td_tp_formula_add_recompute(td_tp_traffic *f, const td_gpt_config *cfg, int B, int n_micro,
+                                 int tp, int seq_parallel, int n_blocks);
 
 /* Predicted bytes per category for this rank (the plan, before allocation). */
 typedef struct {

@@ -20,6 +20,7 @@ typedef struct {
     /* layout */
     int dp, tp, pp, ps_servers, ps_staleness, zero;
     int seq_parallel; /* --sequence-parallel */
+    const char *recompute; /* --recompute none|block (td_train_recompute) */
     /* pipeline parallelism: --schedule, --virtual-stages, --pp-partition;
      * its micro-batches are --grad-accum's (alias --micro-batches) */
     const char *schedule, *pp_partition;
@@ -41,6 +42,8 @@ void td_train_opts_default(td_train_opts *o);
 /* Parses `trident train` flags (argv after the subcommand); an unknown flag
  * or a bad value is one clear error. */
 void td_train_opts_parse(td_train_opts *o, int argc, char **argv);
+/* The model's recomputation mode named by --recompute (checked by the parse). */
+td_recompute td_train_recompute(const td_train_opts *o);
 /* Runs training; returns the final validation loss (NAN without eval). */
 int td_train_main(int argc, char **argv);
 

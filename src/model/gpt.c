@@ -31,10 +31,17 @@ static size_t block_floats(const td_gpt_dims *d) {
            + 2 * N * d->F;                           /* fch, fch_gelu */
 }
 
-static size_t act_floats(const td_gpt_dims *d, int L) {
+/* Saved tensors of L blocks: L full sets, or with recomputation one shared
+ * set (holding block 0's res3) and the other L - 1 blocks' outputs res3. */
+static size_t blocks_floats(const td_gpt_dims *d, int L, td_recompute rc) {
+    if (rc == TD_RECOMPUTE_BLOCK) return block_floats(d) + (size_t)(L - 1) * d->Ns * d->C;
+    return (size_t)L * block_floats(d);
+}
+
+static size_t act_floats(const td_gpt_dims *d, int L, td_recompute rc) {
     size_t N = d->N, Ns = d->Ns;
     return Ns * d->C                                 /* encoded */
-           + (size_t)L * block_floats(d)             /* blocks */
+           + blocks_floats(d, L, rc)                 /* blocks */
            + N * d->C + 2 * Ns                       /* ln_f (gathered) */
            + N * d->Vl + N                           /* logits, losses */
            + 3 * N;                                  /* row max, sum of exps, target logit */
@@ -51,11 +58,15 @@ static size_t scratch_floats(const td_gpt_dims *d) {
     return f;
 }
 
-size_t td_gpt_activation_bytes(const td_param_table *t, int B, int seq_parallel) {
+size_t td_gpt_activation_bytes_rc(const td_param_table *t, int B, int seq_parallel, td_recompute rc) {
     td_gpt_dims d;
     td_gpt_dims_of(&d, t, B, seq_parallel);
-    return (act_floats(&d, t->cfg.L) + scratch_floats(&d)) * sizeof(float) +
+    return (act_floats(&d, t->cfg.L, rc) + scratch_floats(&d)) * sizeof(float) +
            2 * (size_t)d.N * sizeof(int) + (size_t)t->cfg.L * sizeof(td_block_acts);
+}
+
+size_t td_gpt_activation_bytes(const td_param_table *t, int B, int seq_parallel) {
+    return td_gpt_activation_bytes_rc(t, B, seq_parallel, TD_RECOMPUTE_NONE);
 }
 
 static float *carve(float **cur, size_t n) {
@@ -127,7 +138,7 @@ static void carve_head(td_head_acts *h, const td_gpt_dims *d, float **cur) {
 static size_t slot_floats(const td_gpt_dims *d, const td_slot_shape *sh) {
     size_t NsC = (size_t)d->Ns * d->C;
     return 2 * NsC                                         /* x, dx */
-           + (size_t)sh->n_blocks * block_floats(d)
+           + (size_t)sh->n_blocks * (sh->recompute ? NsC : block_floats(d)) /* blocks (or res3 only) */
            + (sh->wstash ? (size_t)sh->n_blocks * td_block_wstash_floats(d) : 0)
            + (sh->head ? head_floats(d) : 0);
 }
@@ -149,7 +160,14 @@ void td_gpt_slot_create(td_gpt_slot *s, const td_gpt *m, const td_slot_shape *sh
     size_t NsC = (size_t)d->Ns * d->C;
     s->x = carve(&cur, NsC);
     s->dx = carve(&cur, NsC);
-    for (int i = 0; i < sh->n_blocks; i++) carve_block(&s->blocks[i], d, &cur);
+    TD_ASSERT(!sh->recompute || (m->rc_set.ln1 && !sh->wstash));
+    for (int i = 0; i < sh->n_blocks; i++) {
+        if (sh->recompute) {
+            s->blocks[i] = m->rc_set; /* scratch for the forward; only res3 is kept */
+            s->blocks[i].res3 = carve(&cur, NsC);
+        } else
+            carve_block(&s->blocks[i], d, &cur);
+    }
     if (sh->wstash) {
         s->w = td_alloc(sizeof(td_block_wstash) * (size_t)(sh->n_blocks > 0 ? sh->n_blocks : 1), TD_MEM_ACTS);
         for (int i = 0; i < sh->n_blocks; i++) {
@@ -212,31 +230,58 @@ static void create_scratch(td_gpt *m) {
     TD_ASSERT((size_t)(cur - m->grads_acts) == scratch_floats(d));
 }
 
-void td_gpt_create_stage(td_gpt *m, const td_param_table *t, int B, int seq_parallel) {
-    create_common(m, t, B, seq_parallel);
-    create_scratch(m);
-    m->acts_bytes = td_gpt_scratch_bytes(t, B, seq_parallel);
+size_t td_gpt_stage_bytes(const td_param_table *t, int B, int seq_parallel, td_recompute rc) {
+    td_gpt_dims d;
+    td_gpt_dims_of(&d, t, B, seq_parallel);
+    return (scratch_floats(&d) + (rc == TD_RECOMPUTE_BLOCK ? block_floats(&d) : 0)) * sizeof(float);
 }
 
-void td_gpt_create(td_gpt *m, const td_param_table *t, int B, int seq_parallel) {
+void td_gpt_create_stage_rc(td_gpt *m, const td_param_table *t, int B, int seq_parallel, td_recompute rc) {
     create_common(m, t, B, seq_parallel);
+    m->recompute = rc;
+    create_scratch(m);
+    if (rc == TD_RECOMPUTE_BLOCK) {
+        float *cur = m->acts = td_alloc(block_floats(&m->d) * sizeof(float), TD_MEM_ACTS);
+        carve_block(&m->rc_set, &m->d, &cur);
+    }
+    m->acts_bytes = td_gpt_stage_bytes(t, B, seq_parallel, rc);
+}
+
+void td_gpt_create_stage(td_gpt *m, const td_param_table *t, int B, int seq_parallel) {
+    td_gpt_create_stage_rc(m, t, B, seq_parallel, TD_RECOMPUTE_NONE);
+}
+
+void td_gpt_create_rc(td_gpt *m, const td_param_table *t, int B, int seq_parallel, td_recompute rc) {
+    create_common(m, t, B, seq_parallel);
+    m->recompute = rc;
     const td_gpt_dims *d = &m->d;
     int L = m->cfg.L;
     size_t Ns = d->Ns, C = d->C;
 
-    m->acts = td_alloc(act_floats(d, L) * sizeof(float), TD_MEM_ACTS);
+    m->acts = td_alloc(act_floats(d, L, rc) * sizeof(float), TD_MEM_ACTS);
     m->blocks = td_alloc(sizeof(td_block_acts) * (size_t)L, TD_MEM_ACTS);
     float *cur = m->acts;
     m->embed.encoded = carve(&cur, Ns * C);
-    for (int l = 0; l < L; l++) carve_block(&m->blocks[l], d, &cur);
+    for (int l = 0; l < L; l++) {
+        if (rc == TD_RECOMPUTE_BLOCK && l > 0) {
+            /* the shared set, with this block's own output (the next input) */
+            m->blocks[l] = m->blocks[0];
+            m->blocks[l].res3 = carve(&cur, Ns * C);
+        } else
+            carve_block(&m->blocks[l], d, &cur);
+    }
     carve_head(&m->head, d, &cur);
     m->logits = m->head.logits;
-    TD_ASSERT((size_t)(cur - m->acts) == act_floats(d, L));
+    TD_ASSERT((size_t)(cur - m->acts) == act_floats(d, L, rc));
     create_scratch(m);
     size_t N = d->N;
     m->inputs = td_alloc(N * sizeof(int), TD_MEM_ACTS);
     m->targets = td_alloc(N * sizeof(int), TD_MEM_ACTS);
-    m->acts_bytes = td_gpt_activation_bytes(t, B, seq_parallel);
+    m->acts_bytes = td_gpt_activation_bytes_rc(t, B, seq_parallel, rc);
+}
+
+void td_gpt_create(td_gpt *m, const td_param_table *t, int B, int seq_parallel) {
+    td_gpt_create_rc(m, t, B, seq_parallel, TD_RECOMPUTE_NONE);
 }
 
 void td_gpt_destroy(td_gpt *m) {
@@ -282,8 +327,12 @@ void td_gpt_backward_blocks(td_gpt *m, int l0, int l1, const float *x, float *dr
     TD_ASSERT(0 <= l0 && l0 < l1 && l1 <= m->cfg.L);
     for (int l = l1 - 1; l >= l0; l--) {
         int u = td_m_block_unit(l);
+        const float *in = l > l0 ? m->blocks[l - 1].res3 : x;
         event(m, TD_BWD_BEGIN, u);
-        td_block_backward(m, l, l > l0 ? m->blocks[l - 1].res3 : x, &m->blocks[l], dres);
+        /* the shared set holds another block's tensors: rebuild block l's
+         * (its res3 is rewritten with the same bits; nothing reads it again) */
+        if (m->recompute == TD_RECOMPUTE_BLOCK) td_block_forward(m, l, in, &m->blocks[l]);
+        td_block_backward(m, l, in, &m->blocks[l], dres);
         event(m, TD_BWD_END, u);
     }
 }

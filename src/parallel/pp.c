@@ -214,7 +214,12 @@ static void backward(td_pp *pp, slot *sl, int final, int head_final, int split) 
             continue;
         }
         event(pp, TD_BWD_BEGIN, l + 1);
-        td_block_backward(m, l, x, &sl->s.blocks[l - l0], sl->s.dx);
+        const td_block_acts *a = &sl->s.blocks[l - l0];
+        if (sl->s.shape.recompute) { /* the slot kept the output only: rebuild the rest */
+            td_block_forward(m, l, x, &m->rc_set);
+            a = &m->rc_set;
+        }
+        td_block_backward(m, l, x, a, sl->s.dx);
         event(pp, TD_BWD_END, l + 1);
     }
     /* the embedding's gradient (unit 0) is final only after the embedding
@@ -332,6 +337,8 @@ td_pp *td_pp_create(const td_grid *g, td_gpt *model, td_dp *dp, const td_schedul
     pp->st.stage = pp->s;
     pp->slots = td_alloc(sizeof(slot) * (size_t)pp->n_slots, TD_MEM_OTHER);
     td_slot_shape sh = td_pp_slot_shape(sp, sched, pp->s);
+    sh.recompute = model->recompute == TD_RECOMPUTE_BLOCK;
+    TD_ASSERT(!sh.recompute || !sh.wstash); /* refused with zb-h1 (options.c) */
     for (int i = 0; i < pp->n_slots; i++) {
         slot *sl = &pp->slots[i];
         td_gpt_slot_create(&sl->s, model, &sh);

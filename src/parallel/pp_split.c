@@ -85,7 +85,7 @@ void td_pp_held_units(const td_pp_split *sp, int L, int stage, unsigned char *he
 }
 
 td_slot_shape td_pp_slot_shape(const td_pp_split *sp, const td_schedule *sched, int stage) {
-    td_slot_shape sh = {0, stage == sp->P - 1, sched->kind == TD_SCHED_ZBH1};
+    td_slot_shape sh = {0, stage == sp->P - 1, sched->kind == TD_SCHED_ZBH1, 0};
     for (int c = 0; c < sp->V; c++) {
         int v = c * sp->P + stage, n = sp->first[v + 1] - sp->first[v];
         if (n > sh.n_blocks) sh.n_blocks = n;
@@ -94,8 +94,9 @@ td_slot_shape td_pp_slot_shape(const td_pp_split *sp, const td_schedule *sched, 
 }
 
 size_t td_pp_activation_bytes(const td_param_table *t, int B, int seq_parallel, const td_pp_split *sp,
-                              const td_schedule *sched, int stage) {
+                              const td_schedule *sched, int stage, td_recompute rc) {
     td_slot_shape sh = td_pp_slot_shape(sp, sched, stage);
+    sh.recompute = rc == TD_RECOMPUTE_BLOCK;
     size_t slots = (size_t)sched->peak[stage];
-    return td_gpt_scratch_bytes(t, B, seq_parallel) + slots * td_gpt_slot_bytes(t, B, seq_parallel, &sh);
+    return td_gpt_stage_bytes(t, B, seq_parallel, rc) + slots * td_gpt_slot_bytes(t, B, seq_parallel, &sh);
 }

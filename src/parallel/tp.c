@@ -89,6 +89,23 @@ void td_tp_formula_stage(td_tp_traffic *f, const td_gpt_config *cfg, int B, int 
     }
 }
 
+void td_tp_formula_add_recompute(td_tp_traffic *f, const td_gpt_config *cfg, int B, int n_micro,
+                                 int tp, int seq_parallel, int n_blocks) {
+    if (tp == 1) return;
+    uint64_t NC = (uint64_t)B * cfg->T * cfg->C * sizeof(float);
+    /* a block's forward: ln_1 and ln_2 feed column-parallel projections (f:
+     * an all-gather with sequence parallelism, nothing without), attention
+     * and MLP outputs leave row-parallel ones (g: a reduce-scatter, or an
+     * all-reduce) */
+    uint64_t g = 2 * (uint64_t)n_blocks * (uint64_t)n_micro;
+    if (seq_parallel) {
+        f->calls[TD_TP_ALL_GATHER] += g, f->bytes[TD_TP_ALL_GATHER] += g * NC;
+        f->calls[TD_TP_REDUCE_SCATTER] += g, f->bytes[TD_TP_REDUCE_SCATTER] += g * NC;
+    } else {
+        f->calls[TD_TP_ALLREDUCE] += g, f->bytes[TD_TP_ALLREDUCE] += g * NC;
+    }
+}
+
 void td_tp_formula(td_tp_traffic *f, const td_gpt_config *cfg, int B, int n_micro, int tp,
                    int seq_parallel) {
     td_tp_formula_stage(f, cfg, B, n_micro, tp, seq_parallel, cfg->L, 1, 1);

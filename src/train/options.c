@@ -21,6 +21,7 @@ void td_train_opts_default(td_train_opts *o) {
     o->threads = 0; /* 0: cores / ranks on this node */
     o->dp = 0, o->tp = 1, o->pp = 1;
     o->dp_mode = "allreduce";
+    o->recompute = "none";
     o->schedule = "1f1b";
     o->pp_partition = "uniform";
     o->virtual_stages = 1;
@@ -67,6 +68,7 @@ void td_train_opts_parse(td_train_opts *o, int argc, char **argv) {
         {"--dp", TD_FLAG_INT, &o->dp, "data-parallel size, 0 = default (ranks / (tp*pp))", NONNEG},
         {"--tp", TD_FLAG_INT, &o->tp, "tensor-parallel size (1): Megatron layers, heads and vocabulary split over tp ranks", POS},
         {"--sequence-parallel", TD_FLAG_BOOL, &o->seq_parallel, "split LayerNorm and residual activations along the sequence over the tp ranks (needs --tp >= 2)", NULL},
+        {"--recompute", TD_FLAG_STR, &o->recompute, "activation recomputation: none (default) or block (keep each block's input, rerun its forward in the backward)", NULL},
         {"--pp", TD_FLAG_INT, &o->pp, "pipeline-parallel size (1): contiguous chunks of blocks per stage", POS},
         {"--schedule", TD_FLAG_STR, &o->schedule, "pipeline schedule: gpipe, 1f1b (default), interleaved or zb-h1 (`trident schedule` draws them)", NULL},
         {"--virtual-stages", TD_FLAG_INT, &o->virtual_stages, "model chunks per stage, with --schedule interleaved (1)", "[1, " STR(TD_MAX_LAYERS) "]"},
@@ -111,5 +113,17 @@ void td_train_opts_parse(td_train_opts *o, int argc, char **argv) {
              o->heads, (long long)o->batch * o->heads, INT_MAX);
     TD_CHECK(o->zero >= 0 && o->zero <= 3, "--zero %d is not a ZeRO stage; use 0, 1, 2 or 3", o->zero);
     TD_CHECK(o->save_every == 0 || o->out, "--save-every %d needs --out DIR to save into", o->save_every);
+    TD_CHECK(strcmp(o->recompute, "none") == 0 || strcmp(o->recompute, "block") == 0,
+             "--recompute '%s' is not a mode; valid: none, block", o->recompute);
+    /* zb-h1's weight half (W) reads a block's saved tensors long after its
+     * input half: recomputing them for W is not done */
+    TD_CHECK(o->pp == 1 || strcmp(o->recompute, "none") == 0 || strcmp(o->schedule, "zb-h1") != 0,
+             "--recompute %s does not combine with --schedule zb-h1 (its weight-gradient half needs "
+             "every block's saved tensors); use gpipe, 1f1b or interleaved, or --recompute none",
+             o->recompute);
     o->optim.max_steps = o->steps;
+}
+
+td_recompute td_train_recompute(const td_train_opts *o) {
+    return o->recompute && strcmp(o->recompute, "block") == 0 ? TD_RECOMPUTE_BLOCK : TD_RECOMPUTE_NONE;
 }

@@ -11,7 +11,8 @@
 /* Best of `reps` timings (ms) of the embedding, one block and the head,
  * each forward + backward, on one micro-batch of B sequences, measured on a
  * one-block model at tp 1 (blocks are identical, so one stands for all). */
-static void measure_costs(const td_gpt_config *cfg, int B, double *embed, double *block, double *head) {
+static void measure_costs(const td_gpt_config *cfg, int B, int recompute, double *embed, double *block,
+                          double *head) {
     td_gpt_config c1 = *cfg;
     c1.L = 1;
     td_param_table t;
@@ -43,7 +44,8 @@ static void measure_costs(const td_gpt_config *cfg, int B, double *embed, double
         td_embed_backward(&m, m.inputs, m.s.dres);
         double t5 = td_now_ms();
         if (rep == 0) continue; /* the first touches fresh memory */
-        double e = (t1 - t0) + (t5 - t4), b = (t2 - t1) + (t4 - t3), h = t3 - t2;
+        /* --recompute block runs each block's forward once more in its backward */
+        double e = (t1 - t0) + (t5 - t4), b = (recompute ? 2 : 1) * (t2 - t1) + (t4 - t3), h = t3 - t2;
         if (e < *embed) *embed = e;
         if (b < *block) *block = b;
         if (h < *head) *head = h;
@@ -97,7 +99,8 @@ void td_pipeline_setup(const td_train_opts *o, const td_grid *g, const td_gpt_co
         return;
     }
     double c[3] = {0, 0, 0};
-    if (g->world_rank == 0) measure_costs(cfg, Bm, &c[0], &c[1], &c[2]);
+    if (g->world_rank == 0)
+        measure_costs(cfg, Bm, td_train_recompute(o) == TD_RECOMPUTE_BLOCK, &c[0], &c[1], &c[2]);
     float cf[3] = {(float)c[0], (float)c[1], (float)c[2]};
     td_broadcast(g->world, cf, 3, TD_F32, 0); /* every rank splits alike */
     for (int i = 0; i < 3; i++) c[i] = cf[i];
@@ -106,8 +109,10 @@ void td_pipeline_setup(const td_train_opts *o, const td_grid *g, const td_gpt_co
     double worst = td_pp_split_auto(sp, blocks, c[0], c[2], cfg->L, g->pp, V);
     if (g->world_rank != 0) return;
     print_split(sp, sched, M);
-    td_log("pipeline: --pp-partition auto: measured per micro-batch (forward + backward, tp 1): "
-           "embedding %.2f ms, block %.2f ms, head %.2f ms; predicted stage times:", c[0], c[1], c[2]);
+    td_log("pipeline: --pp-partition auto: measured per micro-batch (forward + backward, tp 1%s): "
+           "embedding %.2f ms, block %.2f ms, head %.2f ms; predicted stage times:",
+           td_train_recompute(o) == TD_RECOMPUTE_BLOCK ? ", blocks with their recomputed forward" : "", c[0],
+           c[1], c[2]);
     for (int v = 0; v < sp->P * sp->V; v++) {
         double t = (sp->first[v + 1] - sp->first[v]) * c[1] + (v == 0 ? c[0] : 0) +
                    (v == sp->P * sp->V - 1 ? c[2] : 0);

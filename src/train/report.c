@@ -37,8 +37,8 @@ void td_report_open(td_report *r, const td_train_opts *o, const td_grid *g,
                g->tp, o->seq_parallel ? ", sequence parallel" : "", t->n_real, cfg->H / g->tp,
                4 * cfg->C / g->tp, t->vocab_local, t->Vp);
     td_log("batch: %d sequences x %d tokens per step = %d replicas x %d micro-batches x %d; "
-           "%d threads per rank; dp-mode %s, zero %d\n",
-           o->batch, cfg->T, g->dp, o->grad_accum, Bm, threads, o->dp_mode, o->zero);
+           "%d threads per rank; dp-mode %s, zero %d, recompute %s\n",
+           o->batch, cfg->T, g->dp, o->grad_accum, Bm, threads, o->dp_mode, o->zero, o->recompute);
     td_log("optimizer: AdamW lr %g -> %g (warm-up %d, cosine), betas (%g, %g), wd %g, clip %g; "
            "sgemm peak %.1f GFLOP/s per thread\n",
            o->optim.lr, o->optim.min_lr, o->optim.warmup, o->optim.beta1, o->optim.beta2,
@@ -48,10 +48,11 @@ void td_report_open(td_report *r, const td_train_opts *o, const td_grid *g,
                 "{\"event\": \"start\", \"world\": %d, \"dp\": %d, \"tp\": %d, \"pp\": %d, "
                 "\"ps_servers\": %d, \"dp_mode\": \"%s\", \"zero\": %d, \"layers\": %d, "
                 "\"heads\": %d, \"embd\": %d, \"seq\": %d, \"vocab\": %d, \"params\": %zu, "
-                "\"batch\": %d, \"grad_accum\": %d, \"threads\": %d, \"steps\": %d",
+                "\"batch\": %d, \"grad_accum\": %d, \"threads\": %d, \"steps\": %d, "
+                "\"recompute\": \"%s\"",
                 g->world_size, g->dp, g->tp, g->pp, g->n_servers, o->dp_mode, o->zero, cfg->L,
                 cfg->H, cfg->C, cfg->T, cfg->V, t->n_global, o->batch, o->grad_accum, threads,
-                o->steps);
+                o->steps, o->recompute);
         fflush(r->log); /* the memory plan closes this object */
     }
 }

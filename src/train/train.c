@@ -247,8 +247,10 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
 
     td_mem_plan plan = td_dp_memory_plan(&dcfg, &lay, &table);
     if (!g.is_server) {
-        plan.bytes[TD_MEM_ACTS] += piped ? td_pp_activation_bytes(&table, Bm, o->seq_parallel, &split, &sched, g.pp_rank)
-                                         : td_gpt_activation_bytes(&table, Bm, o->seq_parallel);
+        plan.bytes[TD_MEM_ACTS] += piped ? td_pp_activation_bytes(&table, Bm, o->seq_parallel, &split, &sched, g.pp_rank,
+                                                                  td_train_recompute(o))
+                                         : td_gpt_activation_bytes_rc(&table, Bm, o->seq_parallel,
+                                                                      td_train_recompute(o));
         plan.bytes[TD_MEM_COMM] += td_tp_comm_plan_bytes(&table, Bm, o->seq_parallel);
     }
     /* every check that needs no model, before the model is allocated */
@@ -260,9 +262,9 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
     td_tp_comm_init(&tpc, &g);
     if (!g.is_server) {
         if (piped)
-            td_gpt_create_stage(&model, &table, Bm, o->seq_parallel);
+            td_gpt_create_stage_rc(&model, &table, Bm, o->seq_parallel, td_train_recompute(o));
         else
-            td_gpt_create(&model, &table, Bm, o->seq_parallel);
+            td_gpt_create_rc(&model, &table, Bm, o->seq_parallel, td_train_recompute(o));
         model.comm = td_tp_comm_ops(&tpc);
     }
     td_dp *dp = td_dp_create(&dcfg, &g, &table, g.is_server ? NULL : &model);
@@ -393,10 +395,15 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
         for (int l = 0; l < cfg.L; l++) nb += held[l + 1];
         td_tp_formula_stage(&res->tp_formula, &cfg, Bm, o->grad_accum, g.tp, o->seq_parallel, nb,
                             g.pp_rank == 0, g.pp_rank == g.pp - 1);
+        if (td_train_recompute(o) == TD_RECOMPUTE_BLOCK)
+            td_tp_formula_add_recompute(&res->tp_formula, &cfg, Bm, o->grad_accum, g.tp, o->seq_parallel, nb);
         td_pp_stats_get(pp, &res->pp_stats);
         if (res->stop_step < 0) td_pipeline_report(&g, &sched, &res->pp_stats, res);
-    } else
+    } else {
         td_tp_formula(&res->tp_formula, &cfg, Bm, o->grad_accum, g.tp, o->seq_parallel);
+        if (td_train_recompute(o) == TD_RECOMPUTE_BLOCK)
+            td_tp_formula_add_recompute(&res->tp_formula, &cfg, Bm, o->grad_accum, g.tp, o->seq_parallel, cfg.L);
+    }
     for (int c = 0; c < TD_MEM_NCAT; c++) res->mem_planned[c] = plan.bytes[c], res->mem_peak[c] = td_mem_peak(c);
     int stopped = res->stop_step >= 0;
     /* servers run their own loop, so with ps the measured report waits for the end */

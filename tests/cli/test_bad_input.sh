@@ -119,6 +119,11 @@ expect pp-partition   "--pp-partition 3,2: 2 counts summing to 5; expected 2 cou
                        $MPIRUN -np 2 "$T" train --data "$tmp/small.txt" --pp 2 --pp-partition 3,2 $Q
 expect pp-partition-word "--pp-partition even: expected uniform, auto or 2 block counts" \
                        $MPIRUN -np 2 "$T" train --data "$tmp/small.txt" --pp 2 --pp-partition even $Q
+# activation recomputation: a mode, and not with zb-h1's split backward
+expect recompute-mode "--recompute 'full' is not a mode; valid: none, block" \
+                       "$T" train --data "$tmp/small.txt" --recompute full $Q
+expect recompute-zbh1 "--recompute block does not combine with --schedule zb-h1" \
+                       $MPIRUN -np 2 "$T" train --data "$tmp/small.txt" --pp 2 --schedule zb-h1 --recompute block $Q
 
 # ---- numbers: finite, in range, plain; the range is in the message ----
 S="$T train --data $tmp/small.txt $Q"

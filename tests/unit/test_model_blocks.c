@@ -2,7 +2,8 @@
  * whole pass against the per-block functions called by hand in the same
  * order, and against the range entry points split as two pipeline stages
  * would run them; a block's forward recomputed from its saved input; the
- * staged cross-entropy against the fused kernel; the communication table's
+ * staged cross-entropy against the fused kernel; the whole pass with
+ * --recompute block (one shared set of saved tensors); the communication table's
  * calls (an identity table must change no bit); the tensors the model finds
  * through the table at the offsets the flat buffer has always had; the
  * activation plan against what create allocates. Every comparison is
@@ -91,17 +92,23 @@ typedef struct {
     float *params, *grads;
 } model;
 
-static void model_open(model *x, const td_gpt_config *cfg, int align, const float *params) {
+static void model_open_rc(model *x, const td_gpt_config *cfg, int align, const float *params,
+                          td_recompute rc) {
     td_param_table_build(&x->t, cfg, align);
     x->params = TU_NEW(float, x->t.numel);
     x->grads = TU_NEW(float, x->t.numel);
     memcpy(x->params, params, sizeof(float) * x->t.numel);
     size_t before = td_mem_current(TD_MEM_ACTS);
-    td_gpt_create(&x->m, &x->t, B, 0);
+    td_gpt_create_rc(&x->m, &x->t, B, 0, rc);
     long long got = (long long)(td_mem_current(TD_MEM_ACTS) - before);
-    check_int("activation bytes allocated == planned", got,
-              (long long)td_gpt_activation_bytes(&x->t, B, 0));
+    check_int(rc == TD_RECOMPUTE_BLOCK ? "activation bytes allocated == planned (recompute block)"
+                                       : "activation bytes allocated == planned",
+              got, (long long)td_gpt_activation_bytes_rc(&x->t, B, 0, rc));
     td_gpt_bind_flat(&x->m, x->params, x->grads);
+}
+
+static void model_open(model *x, const td_gpt_config *cfg, int align, const float *params) {
+    model_open_rc(x, cfg, align, params, TD_RECOMPUTE_NONE);
 }
 
 static void model_close(model *x) {
@@ -218,6 +225,27 @@ int main(void) {
     compare("communication table at tp 1", la, &a, ld, &d);
     check_int("tp_allreduce calls at tp 1", cnt.sum_calls + cnt.max_calls, 0);
 
+    /* E: --recompute block, the whole pass: the same loss, gradients and
+     * dlogits bit for bit, the hook's events in the same order (the rerun
+     * happens inside each block's BWD_BEGIN..BWD_END), and (L - 1) blocks'
+     * saved tensors but their outputs fewer bytes planned and allocated */
+    model e;
+    model_open_rc(&e, &cfg, 5, p0, TD_RECOMPUTE_BLOCK);
+    event_log eve = {0};
+    e.m.hook = record, e.m.hook_ctx = &eve;
+    double le = td_gpt_forward(&e.m, in, tg);
+    td_gpt_backward(&e.m, dloss);
+    compare("recompute block, whole pass", la, &a, le, &e);
+    check_events(&eve, L);
+    {
+        size_t saved = 0;
+        for (int i = 0; i < 14; i++) saved += block_acts_len(&a.m, i); /* all but res3 */
+        check_int("recompute block: activation bytes saved",
+                  (long long)td_gpt_activation_bytes(&a.t, B, 0) -
+                      (long long)td_gpt_activation_bytes_rc(&e.t, B, 0, TD_RECOMPUTE_BLOCK),
+                  (long long)((L - 1) * saved * sizeof(float)));
+    }
+
     /* Recomputation: rerun each block's forward from its saved input into
      * fresh buffers; every saved tensor must come back bit for bit */
     for (int l = 0; l < L; l++) {
@@ -248,7 +276,7 @@ int main(void) {
         tu_check_bitwise("staged xent: probabilities vs fused", p2, p1, (size_t)N * cfg.Vp);
     }
 
-    model_close(&a), model_close(&b), model_close(&c), model_close(&d);
+    model_close(&a), model_close(&b), model_close(&c), model_close(&d), model_close(&e);
     td_param_table_free(&ref);
     return tu_finish("test_model_blocks");
 }
