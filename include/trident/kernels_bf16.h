@@ -57,10 +57,13 @@ void td_matmul_bf16_forward_ref(void *out, td_ktype out_type, const td_bf16 *inp
 void td_matmul_bf16_backward_ref(void *dinp, td_ktype dinp_type, float *dw, float *dbias,
                                  const td_bf16 *dout, const td_bf16 *inp, const td_bf16 *w,
                                  int N, int C, int OC);
-/* The same forward through oneDNN's fp32 matmul (the benchmark's baseline
+/* The same GEMMs through oneDNN's fp32 matmul (the benchmark's baseline
  * and the fallback's engine). */
 void td_matmul_dnnl_f32_forward(float *out, const float *inp, const float *w, const float *bias,
                                 int N, int C, int OC);
+/* dinp += dout @ w; dw += dout^T @ inp (no dbias), oneDNN fp32. */
+void td_matmul_dnnl_f32_backward(float *dinp, float *dw, const float *dout, const float *inp,
+                                 const float *w, int N, int C, int OC);
 
 /* 1 when oneDNN runs bf16 natively here (AVX512-BF16 or newer and not
  * capped by ONEDNN_MAX_CPU_ISA), 0 when it emulates or converts. */

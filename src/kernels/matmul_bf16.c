@@ -215,6 +215,20 @@ void td_matmul_dnnl_f32_forward(float *out, const float *inp, const float *w, co
     dn_gemm(&k, out, inp, w, bias);
 }
 
+void td_matmul_dnnl_f32_backward(float *dinp, float *dw, const float *dout, const float *inp,
+                                 const float *w, int N, int C, int OC) {
+    if (dinp) {
+        gemm_key k = {.M = N, .K = OC, .N = C, .ta = TD_K_F32, .tb = TD_K_F32, .tc = TD_K_F32,
+                      .sum = 1};
+        dn_gemm(&k, dinp, dout, w, NULL);
+    }
+    if (dw) {
+        gemm_key k = {.M = OC, .K = N, .N = C, .a_trans = 1, .ta = TD_K_F32, .tb = TD_K_F32,
+                      .tc = TD_K_F32, .sum = 1};
+        dn_gemm(&k, dw, dout, inp, NULL);
+    }
+}
+
 /* dbias[o] += sum over rows of dout[:, o], in double per 64 columns (as the
  * fp32 kernel), rows in order: the same bits for any thread count. */
 static void dbias_bf16(float *dbias, const td_bf16 *dout, int N, int OC) {
