@@ -1,0 +1,356 @@
+/* bf16 linear layer through oneDNN's matmul primitive (kernels_bf16.h).
+ *
+ * Every GEMM of the layer is one form, C[M,N] (+)= A[M,K] @ B[K,N], with A
+ * and B read through strides (transposed views cost nothing):
+ *   forward  out = inp @ w^T:   A = inp [N,C],     B = w viewed [C,OC]
+ *   dinp    += dout @ w:        A = dout [N,OC],   B = w [OC,C]
+ *   dw      += dout^T @ inp:    A = dout viewed [OC,N], B = inp [N,C]
+ * "+=" is oneDNN's sum post-op (dst = acc + dst, the accumulator fp32), so
+ * dw accumulates in the fp32 master-grad buffer without a bf16 rounding.
+ *
+ * Primitives are cached by (shape, views, data types, bias, sum, threads)
+ * and created once: creation costs ~0.1-1 ms (JIT) against ~0.1-5 ms per
+ * GEMM. The thread count is part of the key because oneDNN's brgemm matmul
+ * fixes its work partition for the thread count at creation. oneDNN runs on
+ * the same libgomp as our kernels (its threading runtime is OpenMP) and
+ * takes its thread count from omp_get_max_threads(); we set that to
+ * td_kernels_threads() around creation and execution and restore it, so it
+ * follows td_kernels_set_threads. OpenBLAS stays pinned to one thread
+ * (threads.c), so the two never run pools at the same time.
+ *
+ * The scratchpad is user-managed: one buffer from td_alloc, grown to the
+ * largest need, so the accounting allocator sees oneDNN's workspace (its
+ * copies of B in blocked layout live there). */
+#include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "internal.h"
+#include "trident/base.h"
+#include "trident/kernels_bf16.h"
+
+#define DN_CHECK(call)                                                                    \
+    do {                                                                                  \
+        dnnl_status_t st_ = (call);                                                       \
+        TD_CHECK(st_ == dnnl_success, "oneDNN call %s failed (status %d)", #call, (int)st_); \
+    } while (0)
+
+typedef struct {
+    int M, K, N;
+    int a_trans, b_trans; /* A stored [K,M] / B stored [N,K] */
+    td_ktype ta, tb, tc;
+    int bias, sum, threads;
+} gemm_key;
+
+typedef struct {
+    gemm_key key;
+    int converted; /* no oneDNN kernel for these types: run the fp32 entry */
+    dnnl_primitive_t prim;
+    dnnl_memory_t a, b, c, bias, scratch;
+    size_t scratch_bytes;
+    char impl[96];
+} gemm_entry;
+
+#define DN_MAX_ENTRIES 256 /* a model needs ~5 shapes x 3 kinds per thread count */
+static gemm_entry g_cache[DN_MAX_ENTRIES];
+static int g_entries = 0;
+static dnnl_engine_t g_engine;
+static dnnl_stream_t g_stream;
+static void *g_scratch;
+static size_t g_scratch_bytes;
+
+static void dn_init(void) {
+    if (g_engine) return;
+    DN_CHECK(dnnl_engine_create(&g_engine, dnnl_cpu, 0));
+    DN_CHECK(dnnl_stream_create(&g_stream, g_engine, dnnl_stream_default_flags));
+}
+
+static dnnl_data_type_t dn_type(td_ktype t) { return t == TD_K_BF16 ? dnnl_bf16 : dnnl_f32; }
+
+/* rows x cols matrix, row-major, or the transposed view of a row-major
+ * [cols, rows] array. */
+static void dn_md(dnnl_memory_desc_t *md, int rows, int cols, int trans, td_ktype t) {
+    dnnl_dims_t dims = {rows, cols};
+    dnnl_dims_t strides = {trans ? 1 : cols, trans ? rows : 1};
+    DN_CHECK(dnnl_memory_desc_init_by_strides(md, 2, dims, dn_type(t), strides));
+}
+
+/* Creates the primitive for k; returns 0 when oneDNN has no implementation
+ * for these data types on this CPU but its reference loops (bf16 before
+ * AVX-512: under ONEDNN_MAX_CPU_ISA=AVX2 here it reports unimplemented). */
+static int dn_create(gemm_entry *e) {
+    const gemm_key *k = &e->key;
+    dnnl_memory_desc_t a_md, b_md, c_md, bias_md;
+    dn_md(&a_md, k->M, k->K, k->a_trans, k->ta);
+    dn_md(&b_md, k->K, k->N, k->b_trans, k->tb);
+    dn_md(&c_md, k->M, k->N, 0, k->tc);
+    dn_md(&bias_md, 1, k->N, 0, TD_K_F32);
+    dnnl_matmul_desc_t desc;
+    DN_CHECK(dnnl_matmul_desc_init(&desc, &a_md, &b_md, k->bias ? &bias_md : NULL, &c_md));
+    dnnl_primitive_attr_t attr;
+    DN_CHECK(dnnl_primitive_attr_create(&attr));
+    DN_CHECK(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user));
+    dnnl_post_ops_t po = NULL;
+    if (k->sum) {
+        DN_CHECK(dnnl_post_ops_create(&po));
+        DN_CHECK(dnnl_post_ops_append_sum(po, 1.0f));
+        DN_CHECK(dnnl_primitive_attr_set_post_ops(attr, po));
+    }
+    dnnl_primitive_desc_t pd;
+    dnnl_status_t st = dnnl_primitive_desc_create(&pd, &desc, attr, g_engine, NULL);
+    if (po) dnnl_post_ops_destroy(po);
+    dnnl_primitive_attr_destroy(attr);
+    if (st == dnnl_unimplemented) return 0;
+    DN_CHECK(st);
+    const char *impl = NULL;
+    DN_CHECK(dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl));
+    snprintf(e->impl, sizeof e->impl, "%s", impl ? impl : "?");
+    /* oneDNN's reference loops ("ref:any") take any type but run ~100x
+     * slower than converting to fp32 and using its fp32 GEMM. */
+    if (!strncmp(e->impl, "ref", 3) && (k->ta == TD_K_BF16 || k->tb == TD_K_BF16)) {
+        dnnl_primitive_desc_destroy(pd);
+        return 0;
+    }
+    const dnnl_memory_desc_t *sp = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    e->scratch_bytes = sp ? dnnl_memory_desc_get_size(sp) : 0;
+    DN_CHECK(dnnl_primitive_create(&e->prim, pd));
+    DN_CHECK(dnnl_memory_create(&e->a, &a_md, g_engine, DNNL_MEMORY_NONE));
+    DN_CHECK(dnnl_memory_create(&e->b, &b_md, g_engine, DNNL_MEMORY_NONE));
+    DN_CHECK(dnnl_memory_create(&e->c, &c_md, g_engine, DNNL_MEMORY_NONE));
+    if (k->bias) DN_CHECK(dnnl_memory_create(&e->bias, &bias_md, g_engine, DNNL_MEMORY_NONE));
+    if (e->scratch_bytes) DN_CHECK(dnnl_memory_create(&e->scratch, sp, g_engine, DNNL_MEMORY_NONE));
+    dnnl_primitive_desc_destroy(pd);
+    return 1;
+}
+
+static gemm_entry *dn_lookup(const gemm_key *k) {
+    for (int i = 0; i < g_entries; i++)
+        if (!memcmp(&g_cache[i].key, k, sizeof *k)) return &g_cache[i];
+    TD_ASSERT(g_entries < DN_MAX_ENTRIES);
+    dn_init();
+    gemm_entry *e = &g_cache[g_entries++];
+    memset(e, 0, sizeof *e);
+    e->key = *k;
+    if (!dn_create(e)) {
+        TD_ASSERT(k->ta == TD_K_BF16 || k->tb == TD_K_BF16);
+        e->converted = 1;
+        snprintf(e->impl, sizeof e->impl, "no bf16 matmul on this CPU: converted to fp32");
+    }
+    if (e->scratch_bytes > g_scratch_bytes) {
+        td_free(g_scratch);
+        g_scratch = td_alloc(e->scratch_bytes, TD_MEM_OTHER);
+        g_scratch_bytes = e->scratch_bytes;
+    }
+    return e;
+}
+
+
+/* bf16 -> fp32 copy of n elements, or the pointer itself when fp32. */
+static const float *as_f32(const void *p, td_ktype t, size_t n, float **owned) {
+    *owned = NULL;
+    if (t == TD_K_F32) return p;
+    *owned = td_alloc(n * sizeof(float), TD_MEM_OTHER);
+    td_bf16_to_float_n(*owned, p, n);
+    return *owned;
+}
+
+static void dn_gemm(const gemm_key *k0, void *c, const void *a, const void *b, const float *bias) {
+    gemm_key k = *k0;
+    k.threads = td_kernels_threads();
+    int saved = omp_get_max_threads();
+    omp_set_num_threads(k.threads);
+    gemm_entry *e = dn_lookup(&k);
+    if (e->converted) {
+        /* Without a bf16 kernel: convert the operands (and a bf16 C that is
+         * summed into) to fp32, run the fp32 primitive, round C back. */
+        float *fa, *fb, *fc;
+        const float *pa = as_f32(a, k.ta, (size_t)k.M * k.K, &fa);
+        const float *pb = as_f32(b, k.tb, (size_t)k.K * k.N, &fb);
+        gemm_key kf = k;
+        kf.ta = kf.tb = kf.tc = TD_K_F32;
+        float *pc = c;
+        fc = NULL;
+        if (k.tc == TD_K_BF16) {
+            pc = fc = td_alloc((size_t)k.M * k.N * sizeof(float), TD_MEM_OTHER);
+            if (k.sum) td_bf16_to_float_n(fc, c, (size_t)k.M * k.N);
+        }
+        omp_set_num_threads(saved);
+        dn_gemm(&kf, pc, pa, pb, bias);
+        if (fc) td_bf16_from_float_n(c, fc, (size_t)k.M * k.N);
+        td_free(fa);
+        td_free(fb);
+        td_free(fc);
+        return;
+    }
+    DN_CHECK(dnnl_memory_set_data_handle(e->a, (void *)a));
+    DN_CHECK(dnnl_memory_set_data_handle(e->b, (void *)b));
+    DN_CHECK(dnnl_memory_set_data_handle(e->c, c));
+    dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, e->a}, {DNNL_ARG_WEIGHTS, e->b}, {DNNL_ARG_DST, e->c}};
+    int nargs = 3;
+    if (k.bias) {
+        DN_CHECK(dnnl_memory_set_data_handle(e->bias, (void *)bias));
+        args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, e->bias};
+    }
+    if (e->scratch) {
+        DN_CHECK(dnnl_memory_set_data_handle(e->scratch, g_scratch));
+        args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, e->scratch};
+    }
+    DN_CHECK(dnnl_primitive_execute(e->prim, g_stream, nargs, args));
+    DN_CHECK(dnnl_stream_wait(g_stream));
+    omp_set_num_threads(saved);
+}
+
+void td_matmul_bf16_forward(void *out, td_ktype out_type, const td_bf16 *inp, const td_bf16 *w,
+                            const float *bias, int N, int C, int OC) {
+    gemm_key k = {.M = N, .K = C, .N = OC, .b_trans = 1, .ta = TD_K_BF16, .tb = TD_K_BF16,
+                  .tc = out_type, .bias = bias != NULL};
+    dn_gemm(&k, out, inp, w, bias);
+}
+
+void td_matmul_dnnl_f32_forward(float *out, const float *inp, const float *w, const float *bias,
+                                int N, int C, int OC) {
+    gemm_key k = {.M = N, .K = C, .N = OC, .b_trans = 1, .ta = TD_K_F32, .tb = TD_K_F32,
+                  .tc = TD_K_F32, .bias = bias != NULL};
+    dn_gemm(&k, out, inp, w, bias);
+}
+
+void td_matmul_dnnl_f32_backward(float *dinp, float *dw, const float *dout, const float *inp,
+                                 const float *w, int N, int C, int OC) {
+    if (dinp) {
+        gemm_key k = {.M = N, .K = OC, .N = C, .ta = TD_K_F32, .tb = TD_K_F32, .tc = TD_K_F32,
+                      .sum = 1};
+        dn_gemm(&k, dinp, dout, w, NULL);
+    }
+    if (dw) {
+        gemm_key k = {.M = OC, .K = N, .N = C, .a_trans = 1, .ta = TD_K_F32, .tb = TD_K_F32,
+                      .tc = TD_K_F32, .sum = 1};
+        dn_gemm(&k, dw, dout, inp, NULL);
+    }
+}
+
+/* dbias[o] += sum over rows of dout[:, o], in double per 64 columns (as the
+ * fp32 kernel), rows in order: the same bits for any thread count. */
+static void dbias_bf16(float *dbias, const td_bf16 *dout, int N, int OC) {
+    int nt = td_k_threads_for((size_t)N * OC);
+    int nblk = (OC + 63) / 64;
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
+    for (int blk = 0; blk < nblk; blk++) {
+        int j0 = blk * 64, len = j0 + 64 < OC ? 64 : OC - j0;
+        double acc[64] = {0};
+        for (int n = 0; n < N; n++)
+            for (int j = 0; j < len; j++) acc[j] += td_bf16_to_float(dout[(size_t)n * OC + j0 + j]);
+        for (int j = 0; j < len; j++) dbias[j0 + j] = (float)(dbias[j0 + j] + acc[j]);
+    }
+}
+
+void td_matmul_bf16_backward(void *dinp, td_ktype dinp_type, float *dw, float *dbias,
+                             const td_bf16 *dout, const td_bf16 *inp, const td_bf16 *w, int N,
+                             int C, int OC) {
+    if (dinp) {
+        gemm_key k = {.M = N, .K = OC, .N = C, .ta = TD_K_BF16, .tb = TD_K_BF16,
+                      .tc = dinp_type, .sum = 1};
+        dn_gemm(&k, dinp, dout, w, NULL);
+    }
+    if (dw) {
+        gemm_key k = {.M = OC, .K = N, .N = C, .a_trans = 1, .ta = TD_K_BF16, .tb = TD_K_BF16,
+                      .tc = TD_K_F32, .sum = 1};
+        dn_gemm(&k, dw, dout, inp, NULL);
+    }
+    if (dbias) dbias_bf16(dbias, dout, N, OC);
+}
+
+/* ---- reference: fp32 copies through the plain loops ---- */
+
+static float *to_f32_copy(const td_bf16 *p, size_t n) {
+    float *f = td_alloc(n * sizeof(float), TD_MEM_OTHER);
+    for (size_t i = 0; i < n; i++) f[i] = td_bf16_to_float(p[i]);
+    return f;
+}
+
+static void store(void *dst, td_ktype t, const float *src, size_t n) {
+    if (t == TD_K_F32)
+        memcpy(dst, src, n * sizeof(float));
+    else
+        for (size_t i = 0; i < n; i++) ((td_bf16 *)dst)[i] = td_bf16_from_float_ref(src[i]);
+}
+
+void td_matmul_bf16_forward_ref(void *out, td_ktype out_type, const td_bf16 *inp,
+                                const td_bf16 *w, const float *bias, int N, int C, int OC) {
+    float *fi = to_f32_copy(inp, (size_t)N * C), *fw = to_f32_copy(w, (size_t)OC * C);
+    float *fo = td_alloc((size_t)N * OC * sizeof(float), TD_MEM_OTHER);
+    td_matmul_forward_ref(fo, fi, fw, bias, N, C, OC);
+    store(out, out_type, fo, (size_t)N * OC);
+    td_free(fi);
+    td_free(fw);
+    td_free(fo);
+}
+
+void td_matmul_bf16_backward_ref(void *dinp, td_ktype dinp_type, float *dw, float *dbias,
+                                 const td_bf16 *dout, const td_bf16 *inp, const td_bf16 *w,
+                                 int N, int C, int OC) {
+    float *fd = to_f32_copy(dout, (size_t)N * OC), *fi = to_f32_copy(inp, (size_t)N * C);
+    float *fw = to_f32_copy(w, (size_t)OC * C), *fdi = NULL;
+    if (dinp) { /* the fp32 ref adds into dinp: start from its current value */
+        if (dinp_type == TD_K_BF16) {
+            fdi = to_f32_copy(dinp, (size_t)N * C);
+        } else {
+            fdi = td_alloc((size_t)N * C * sizeof(float), TD_MEM_OTHER);
+            memcpy(fdi, dinp, (size_t)N * C * sizeof(float));
+        }
+    }
+    td_matmul_backward_ref(fdi, dw, dbias, fd, fi, fw, N, C, OC);
+    if (dinp) store(dinp, dinp_type, fdi, (size_t)N * C);
+    td_free(fd);
+    td_free(fi);
+    td_free(fw);
+    td_free(fdi);
+}
+
+/* ---- reports ---- */
+
+int td_bf16_native(void) {
+    dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+    return ((unsigned)isa & (unsigned)dnnl_cpu_isa_avx512_core_bf16) ==
+           (unsigned)dnnl_cpu_isa_avx512_core_bf16;
+}
+
+static const char *tname(td_ktype t) { return t == TD_K_BF16 ? "bf16" : "f32"; }
+
+int td_matmul_bf16_describe(void (*fn)(const char *line, void *ctx), void *ctx) {
+    char line[256];
+    const dnnl_version_t *v = dnnl_version();
+    snprintf(line, sizeof line, "oneDNN %d.%d.%d, cpu isa 0x%x: bf16 %s", v->major, v->minor,
+             v->patch, (unsigned)dnnl_get_effective_cpu_isa(),
+             td_bf16_native() ? "native (avx512_bf16)" : "not native (emulated or converted to fp32)");
+    fn(line, ctx);
+    for (int i = 0; i < g_entries; i++) {
+        const gemm_key *k = &g_cache[i].key;
+        snprintf(line, sizeof line, "matmul %dx%dx%d %s%s*%s%s->%s%s%s threads=%d: %s", k->M, k->K,
+                 k->N, tname(k->ta), k->a_trans ? "^T" : "", tname(k->tb), k->b_trans ? "^T" : "",
+                 tname(k->tc), k->bias ? " +bias" : "", k->sum ? " +=" : "", k->threads,
+                 g_cache[i].impl);
+        fn(line, ctx);
+    }
+    return g_entries;
+}
+
+size_t td_matmul_bf16_scratch_bytes(void) { return g_scratch_bytes; }
+
+void td_matmul_bf16_release(void) {
+    for (int i = 0; i < g_entries; i++) {
+        gemm_entry *e = &g_cache[i];
+        if (e->prim) dnnl_primitive_destroy(e->prim);
+        dnnl_memory_t mems[5] = {e->a, e->b, e->c, e->bias, e->scratch};
+        for (int j = 0; j < 5; j++)
+            if (mems[j]) dnnl_memory_destroy(mems[j]);
+    }
+    g_entries = 0;
+    td_free(g_scratch);
+    g_scratch = NULL;
+    g_scratch_bytes = 0;
+    if (g_stream) dnnl_stream_destroy(g_stream);
+    if (g_engine) dnnl_engine_destroy(g_engine);
+    g_stream = NULL;
+    g_engine = NULL;
+}
