@@ -69,7 +69,7 @@ static void allreduce_plan(const td_dp_config *cfg, const td_layout *lay, const 
     if (td_gpay_on(cfg, lay->dp)) { /* bf16 / top-k buffers over the buckets */
         size_t *lo = td_alloc(sizeof(size_t) * 2 * (size_t)t->n_units, TD_MEM_OTHER);
         int nb = td_bucket_ranges(t, cfg->bucket_bytes, lo, lo + t->n_units);
-        td_gpay_plan(cfg, lay->dp, t, nb, lo + t->n_units, p);
+        td_gpay_plan(cfg, lay->dp, t, nb, lo, lo + t->n_units, p);
         td_free(lo);
     }
 }

@@ -96,7 +96,7 @@ typedef struct td_gpay td_gpay;
 int td_gpay_on(const td_dp_config *cfg, int D);
 /* Bytes per category the payload holds for these ranges (pure). */
 void td_gpay_plan(const td_dp_config *cfg, int D, const td_param_table *t, int n_ranges,
-                  const size_t *len, td_mem_plan *p);
+                  const size_t *lo, const size_t *len, td_mem_plan *p);
 td_gpay *td_gpay_create(td_dp *dp, int n_ranges, const size_t *lo, const size_t *len);
 void td_gpay_free(td_dp *dp, td_gpay *g);
 /* Packs range i (bf16, or top-k with the residual) and starts its

@@ -90,10 +90,10 @@ static void zero_plan(const td_dp_config *cfg, const td_layout *lay, const td_pa
     if (!shared && !gpay && (cfg->zero != 1 || unit_bytes > piece))
         p->bytes[TD_MEM_COMM] += (size_t)td_comm_inflight() * td_min_sz(piece, unit_bytes);
     if (gpay) { /* top-k: the units are the buckets */
-        size_t *len = td_alloc(sizeof(size_t) * (size_t)t->n_units, TD_MEM_OTHER);
-        for (int u = 0; u < t->n_units; u++) len[u] = td_unit_numel(t, u);
-        td_gpay_plan(cfg, D, t, t->n_units, len, p);
-        td_free(len);
+        size_t *lo = td_alloc(sizeof(size_t) * 2 * (size_t)t->n_units, TD_MEM_OTHER);
+        for (int u = 0; u < t->n_units; u++) lo[u] = t->unit_offset[u], lo[t->n_units + u] = td_unit_numel(t, u);
+        td_gpay_plan(cfg, D, t, t->n_units, lo, lo + t->n_units, p);
+        td_free(lo);
     }
     if (cfg->zero == 3) p->bytes[TD_MEM_GATHER] = POOL * max_block + u0 + uf;
 }
