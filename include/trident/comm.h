@@ -183,6 +183,13 @@ void td_comm_dump(int n);
 /* Records made so far by this rank (for tests and stats). */
 uint64_t td_comm_calls(void);
 uint64_t td_comm_bytes(void);
+/* Bytes this rank has handed to calls as its own data so far: the payload
+ * of an all-reduce, reduce or send, its block of an all-gather, its whole
+ * input of a reduce-scatter, the root's payload of a broadcast (0 on the
+ * others and for receives). At 2 ranks this is what the rank puts on the
+ * wire for an all-reduce or an all-gather. td_comm_bytes() counts instead
+ * the whole tensor of a call (an all-gather's every block). */
+uint64_t td_comm_sent_bytes(void);
 
 /* `trident bench comm [--sizes ...]`: bus bandwidth per op and payload size,
  * raw single MPI call beside trident's pieces. Returns an exit code. */

@@ -39,6 +39,14 @@ typedef struct {
     unsigned long long seed;  /* parameter init */
     int no_overlap;           /* start gradient communication after backward */
     td_optim_config optim;
+    /* The payload of the gradient reduction (grad_payload.h): TD_F32 (the
+     * plain sum), or TD_BF16 (rounded to bf16, summed in fp32); topk_ratio
+     * > 0: top-k sparsification of each bucket instead, with error feedback
+     * unless topk_no_ef. Replicated all-reduce (bf16, top-k) and ZeRO-1
+     * (top-k) only: td_dp_payload_check says what else is refused. */
+    int grad_dtype; /* td_dtype */
+    double topk_ratio;
+    int topk_no_ef;
 } td_dp_config;
 
 /* Where this rank sits, in plain numbers: what the memory plan and the unit
@@ -101,6 +109,16 @@ typedef struct {
 } td_mem_plan;
 
 typedef struct td_dp td_dp;
+
+/* --grad-reduce-dtype fp32|bf16 (a td_dtype) and --grad-compress none |
+ * topk:R | topk:R:noef (0 < R <= 1): a bad value is a user error naming the
+ * flag. */
+int td_grad_dtype_parse(const char *s);
+void td_grad_compress_parse(const char *s, double *ratio, int *no_ef);
+/* Refuses (user error) the payloads a mode does not support: bf16 needs
+ * --dp-mode allreduce with --zero 0, top-k --dp-mode allreduce with --zero 0
+ * or 1, and the two do not combine. Pure: call it before the first step. */
+void td_dp_payload_check(const td_dp_config *cfg);
 
 /* Parses "allreduce" | "reduce-broadcast" | "ps"; a bad name is a user error. */
 td_dp_mode td_dp_mode_parse(const char *s);
@@ -197,6 +215,11 @@ void td_dp_stop(td_dp *dp, int step);
 typedef void (*td_grad_probe)(void *ctx, const td_param_table *t, int step, size_t lo, size_t n,
                               const float *grads);
 void td_dp_set_grad_probe(td_grad_probe fn, void *ctx);
+
+/* Gradient traffic of the last step on this rank, as the comm layer counted
+ * it (td_comm_sent_bytes over the gradient reduction's calls), beside the
+ * bytes an fp32 reduction of the same elements hands to the comm layer. */
+void td_dp_grad_traffic(const td_dp *dp, uint64_t *sent, uint64_t *dense);
 
 /* Staleness statistics (ps): max and mean observed. */
 void td_dp_staleness(const td_dp *dp, int *max_seen, double *mean_seen);

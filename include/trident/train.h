@@ -27,6 +27,7 @@ typedef struct {
     int virtual_stages;
     const char *dp_mode;
     double bucket_mb, comm_timeout, piece_mb;
+    const char *grad_reduce_dtype, *grad_compress; /* fp32|bf16, none|topk:R[:noef] */
     int no_overlap;
     /* output */
     const char *out, *log;
@@ -61,6 +62,9 @@ typedef struct {
     int max_staleness;
     double mean_staleness;
     double exposed_comm_ms, comm_ms;
+    /* data-parallel gradient traffic per step on this rank (mean over the
+     * steps), as the comm layer counted it, and fp32's for the same elements */
+    double grad_sent_bytes, grad_dense_bytes;
     float *final_params;  /* canonical layout, world rank 0 only (if keep_state) */
     float *final_m, *final_v;
     size_t numel;         /* canonical */

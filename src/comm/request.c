@@ -234,6 +234,12 @@ static td_request *begin(td_request *r, td_op op, td_comm *c, td_dtype dt, size_
     if (op == TD_OP_REDUCE_SCATTER || op == TD_OP_ALL_GATHER) bytes *= (size_t)c->size;
     if (op == TD_OP_BARRIER) bytes = 0;
     r->seq = td_trace_begin(op, c, dt, bytes, peer, file, line);
+    /* what this rank contributes of its own: its block of an all-gather, the
+     * root's payload of a broadcast, nothing of a receive */
+    size_t own = count * td_dtype_size(dt);
+    if (op == TD_OP_REDUCE_SCATTER) own *= (size_t)c->size;
+    if (op == TD_OP_RECV || op == TD_OP_BARRIER || (op == TD_OP_BCAST && c->rank != peer)) own = 0;
+    td_trace_count_sent(own);
     r->tl_on = td_timeline_enabled(); /* off: this one branch */
     if (r->tl_on) r->tl_t0 = td_timeline_now_us();
     return r;

@@ -35,7 +35,7 @@ typedef struct {
 } td_record;
 
 static td_record g_ring[TD_TRACE_RING];
-static uint64_t g_seq, g_bytes;
+static uint64_t g_seq, g_bytes, g_sent;
 
 static const char *g_op_names[TD_OP_N] = {"allreduce",  "reduce", "broadcast", "reduce_scatter",
                                           "all_gather", "send",   "recv",      "barrier"};
@@ -70,6 +70,8 @@ void td_trace_end(uint64_t seq) {
 
 uint64_t td_comm_calls(void) { return g_seq; }
 uint64_t td_comm_bytes(void) { return g_bytes; }
+void td_trace_count_sent(size_t bytes) { g_sent += bytes; }
+uint64_t td_comm_sent_bytes(void) { return g_sent; }
 
 static const char *dt_name(const td_record *r) {
     if (r->op == TD_OP_BARRIER) return "-";

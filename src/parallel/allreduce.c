@@ -41,7 +41,7 @@ void td_replicated_create(td_dp *dp) {
 }
 
 void td_replicated_destroy(td_dp *dp) {
-    td_buckets_free(dp->impl);
+    td_buckets_free(dp, dp->impl);
     dp->impl = NULL; /* the flat buffers: td_dp_destroy */
 }
 
@@ -62,11 +62,16 @@ int td_replicated_full_params(const td_dp *dp) {
 
 static void allreduce_plan(const td_dp_config *cfg, const td_layout *lay, const td_param_table *t,
                            td_mem_plan *p) {
-    (void)cfg, (void)lay;
     size_t n = t->numel * sizeof(float);
     p->bytes[TD_MEM_PARAMS] = n;
     p->bytes[TD_MEM_GRADS] = n;
     p->bytes[TD_MEM_OPTIM] = 2 * n;
+    if (td_gpay_on(cfg, lay->dp)) { /* bf16 / top-k buffers over the buckets */
+        size_t *lo = td_alloc(sizeof(size_t) * 2 * (size_t)t->n_units, TD_MEM_OTHER);
+        int nb = td_bucket_ranges(t, cfg->bucket_bytes, lo, lo + t->n_units);
+        td_gpay_plan(cfg, lay->dp, t, nb, lo, lo + t->n_units, p);
+        td_free(lo);
+    }
 }
 
 /* Every replica owns the whole (all-reduced) gradient: one range, the norm

@@ -5,7 +5,7 @@
 #include "dp_internal.h"
 
 typedef struct {
-    int lo_unit, hi_unit; /* units [lo, hi] (inclusive), contiguous in the flat buffer */
+    int lo_unit;          /* its lowest unit: the bucket is ready once that unit's backward ends */
     size_t lo, hi;        /* element range */
     td_request *req;
     double start_ms;
@@ -15,33 +15,50 @@ struct td_buckets {
     td_bucket *b;
     int n, next; /* buckets, and the next one to start */
     int root;    /* < 0: all-reduce; else reduce to this dp rank */
+    td_gpay *pay; /* bf16 / top-k payload, NULL: fp32 */
 };
+
+int td_bucket_ranges(const td_param_table *t, size_t bucket_bytes, size_t *lo, size_t *len) {
+    int n = 0, hi = t->n_units - 1;
+    while (hi >= 0) {
+        int l = hi;
+        size_t bytes = td_unit_numel(t, l) * sizeof(float);
+        /* grow downwards while the bucket is below the target size */
+        while (l > 0 && bytes < bucket_bytes) {
+            l--;
+            bytes += td_unit_numel(t, l) * sizeof(float);
+        }
+        lo[n] = t->unit_offset[l];
+        len[n++] = t->unit_offset[hi + 1] - t->unit_offset[l];
+        hi = l - 1;
+    }
+    return n;
+}
 
 td_buckets *td_buckets_build(td_dp *dp, int root) {
     const td_param_table *t = dp->t;
     td_buckets *bs = td_alloc(sizeof *bs, TD_MEM_OTHER);
     bs->b = td_alloc(sizeof(td_bucket) * (size_t)t->n_units, TD_MEM_OTHER);
     bs->root = root;
-    int hi = t->n_units - 1;
-    while (hi >= 0) {
-        int lo = hi;
-        size_t bytes = td_unit_numel(t, lo) * sizeof(float);
-        /* grow downwards while the bucket is below the target size */
-        while (lo > 0 && bytes < dp->cfg.bucket_bytes) {
-            lo--;
-            bytes += td_unit_numel(t, lo) * sizeof(float);
-        }
-        td_bucket *b = &bs->b[bs->n++];
-        b->lo_unit = lo, b->hi_unit = hi;
-        b->lo = t->unit_offset[lo], b->hi = t->unit_offset[hi + 1];
+    size_t *lo = td_alloc(sizeof(size_t) * (size_t)t->n_units, TD_MEM_OTHER);
+    size_t *len = td_alloc(sizeof(size_t) * (size_t)t->n_units, TD_MEM_OTHER);
+    bs->n = td_bucket_ranges(t, dp->cfg.bucket_bytes, lo, len);
+    for (int i = 0; i < bs->n; i++) {
+        td_bucket *b = &bs->b[i];
+        b->lo = lo[i], b->hi = lo[i] + len[i];
+        b->lo_unit = 0;
+        while (t->unit_offset[b->lo_unit] < b->lo) b->lo_unit++;
         b->req = td_request_new();
-        hi = lo - 1;
     }
+    bs->pay = root < 0 ? td_gpay_create(dp, bs->n, lo, len) : NULL;
+    td_free(lo);
+    td_free(len);
     return bs;
 }
 
-void td_buckets_free(td_buckets *bs) {
+void td_buckets_free(td_dp *dp, td_buckets *bs) {
     if (!bs) return;
+    td_gpay_free(dp, bs->pay);
     for (int i = 0; i < bs->n; i++) td_request_free(bs->b[i].req);
     td_free(bs->b);
     td_free(bs);
@@ -55,10 +72,16 @@ static void start_bucket(td_dp *dp, td_buckets *bs, td_bucket *b) {
     b->start_ms = td_now_ms();
     float *g = dp->grads + b->lo;
     size_t n = b->hi - b->lo;
+    if (bs->pay) {
+        td_gpay_start(dp, bs->pay, (int)(b - bs->b), b->req);
+        return;
+    }
+    uint64_t sent0 = td_comm_sent_bytes();
     if (bs->root >= 0)
         td_reduce_start(b->req, dp->comm, g, n, TD_F32, bs->root);
     else
         td_allreduce_start(b->req, dp->comm, g, n, TD_F32, TD_SUM);
+    td_dp_count_grad(dp, sent0, n);
 }
 
 void td_buckets_progress(td_buckets *bs) {
@@ -82,6 +105,7 @@ void td_buckets_wait_all(td_dp *dp, td_buckets *bs) {
     while (bs->next < bs->n) start_bucket(dp, bs, &bs->b[bs->next++]);
     for (int i = 0; i < bs->n; i++) {
         td_wait(bs->b[i].req);
+        if (bs->pay) td_gpay_finish(dp, bs->pay, i);
         if (bs->b[i].start_ms < first) first = bs->b[i].start_ms;
     }
     double t1 = td_now_ms();

@@ -1,6 +1,7 @@
 /* Data-parallel strategy: the public API, dispatching to the mode's module
  * (allreduce.c, reduce_broadcast.c, zero.c, ps.c) through its td_dp_ops,
  * and what every mode shares. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "dp_internal.h"
@@ -15,6 +16,41 @@ td_dp_mode td_dp_mode_parse(const char *s) {
 
 const char *td_dp_mode_name(td_dp_mode m) {
     return m == TD_DP_ALLREDUCE ? "allreduce" : m == TD_DP_REDUCE_BROADCAST ? "reduce-broadcast" : "ps";
+}
+
+int td_grad_dtype_parse(const char *s) {
+    if (strcmp(s, "fp32") == 0) return TD_F32;
+    if (strcmp(s, "bf16") == 0) return TD_BF16;
+    td_fail("--grad-reduce-dtype %s is not known; use fp32 or bf16", s);
+}
+
+void td_grad_compress_parse(const char *s, double *ratio, int *no_ef) {
+    *ratio = 0.0;
+    *no_ef = 0;
+    if (strcmp(s, "none") == 0) return;
+    char *end = NULL;
+    double r = strncmp(s, "topk:", 5) == 0 ? strtod(s + 5, &end) : 0.0;
+    int ok = end && end != s + 5 && r > 0 && r <= 1;
+    if (ok && strcmp(end, ":noef") == 0)
+        *no_ef = 1;
+    else if (ok && *end != 0)
+        ok = 0;
+    TD_CHECK(ok, "--grad-compress %s is not valid; use none, topk:R or topk:R:noef with 0 < R <= 1 "
+                 "(e.g. topk:0.01)", s);
+    *ratio = r;
+}
+
+void td_dp_payload_check(const td_dp_config *cfg) {
+    int topk = cfg->topk_ratio > 0, bf16 = cfg->grad_dtype == TD_BF16;
+    TD_CHECK(!(topk && bf16), "--grad-compress topk sends fp32 values; use it with "
+                              "--grad-reduce-dtype fp32");
+    if (!topk && !bf16) return;
+    const char *flag = topk ? "--grad-compress topk" : "--grad-reduce-dtype bf16";
+    TD_CHECK(cfg->mode == TD_DP_ALLREDUCE,
+             "%s needs --dp-mode allreduce (%s reduces gradients its own way)", flag,
+             td_dp_mode_name(cfg->mode));
+    TD_CHECK(cfg->zero <= (topk ? 1 : 0), "%s works with --zero %s, not --zero %d", flag,
+             topk ? "0 or 1" : "0", cfg->zero);
 }
 
 static const td_dp_ops *ops_of(const td_dp_config *cfg) {
@@ -71,6 +107,7 @@ td_dp *td_dp_create(const td_dp_config *cfg, const td_grid *g, const td_param_ta
     TD_CHECK(cfg->zero == 0 || cfg->mode == TD_DP_ALLREDUCE,
              "--zero %d needs --dp-mode allreduce (ZeRO shards over the all-reduce group; %s has "
              "its own placement)", cfg->zero, td_dp_mode_name(cfg->mode));
+    td_dp_payload_check(cfg);
     td_dp *dp = td_alloc(sizeof(td_dp), TD_MEM_OTHER);
     dp->cfg = *cfg;
     dp->ops = ops_of(cfg);
@@ -104,6 +141,7 @@ void td_dp_destroy(td_dp *dp) {
 }
 
 void td_dp_begin_step(td_dp *dp, int step) {
+    dp->grad_sent = dp->grad_dense = 0;
     if (dp->ops->begin_step) dp->ops->begin_step(dp, step);
 }
 
@@ -197,4 +235,9 @@ void td_dp_staleness(const td_dp *dp, int *max_seen, double *mean_seen) {
 void td_dp_overlap_stats(const td_dp *dp, double *exposed_ms, double *comm_ms) {
     *exposed_ms = dp->exposed_ms;
     *comm_ms = dp->comm_ms;
+}
+
+void td_dp_grad_traffic(const td_dp *dp, uint64_t *sent, uint64_t *dense) {
+    *sent = dp->grad_sent;
+    *dense = dp->grad_dense;
 }

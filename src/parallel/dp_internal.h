@@ -56,6 +56,8 @@ struct td_dp {
     int training;
     double comm_ms, exposed_ms;
     int bad_row, bad_step; /* td_dp_nonfinite: -1, or the row and step of a non-finite gradient */
+    /* gradient traffic since td_dp_begin_step (td_dp_grad_traffic) */
+    uint64_t grad_sent, grad_dense;
 
     void *impl; /* the mode's own state */
 };
@@ -76,12 +78,35 @@ int td_replicated_full_params(const td_dp *dp);
  * overlapped with backward */
 typedef struct td_buckets td_buckets;
 td_buckets *td_buckets_build(td_dp *dp, int root);
-void td_buckets_free(td_buckets *b);
+void td_buckets_free(td_dp *dp, td_buckets *b);
 void td_buckets_reset(td_buckets *b);
 void td_buckets_on_unit_done(td_dp *dp, td_buckets *b, int unit);
 void td_buckets_progress(td_buckets *b);
 int td_buckets_started(const td_buckets *b);
 void td_buckets_wait_all(td_dp *dp, td_buckets *b);
+
+/* buckets.c: the element ranges of the buckets (pure: the plan uses it);
+ * lo and len hold t->n_units entries, the count is returned */
+int td_bucket_ranges(const td_param_table *t, size_t bucket_bytes, size_t *lo, size_t *len);
+
+/* grad_payload.c: bf16 or top-k reduction of ranges of dp->grads (all
+ * ranges together cover the flat buffer once). NULL from create when the
+ * payload is plain fp32 or dp = 1: the caller runs its fp32 collective. */
+typedef struct td_gpay td_gpay;
+int td_gpay_on(const td_dp_config *cfg, int D);
+/* Bytes per category the payload holds for these ranges (pure). */
+void td_gpay_plan(const td_dp_config *cfg, int D, const td_param_table *t, int n_ranges,
+                  const size_t *lo, const size_t *len, td_mem_plan *p);
+td_gpay *td_gpay_create(td_dp *dp, int n_ranges, const size_t *lo, const size_t *len);
+void td_gpay_free(td_dp *dp, td_gpay *g);
+/* Packs range i (bf16, or top-k with the residual) and starts its
+ * collective on req; counts the traffic. */
+void td_gpay_start(td_dp *dp, td_gpay *g, int i, td_request *req);
+/* After req completed: the reduced (dense, fp32) sum into dp->grads. */
+void td_gpay_finish(td_dp *dp, td_gpay *g, int i);
+/* Counts an fp32 gradient collective of n elements started since
+ * td_comm_sent_bytes() was sent0. */
+void td_dp_count_grad(td_dp *dp, uint64_t sent0, size_t n);
 
 /* The step group of this rank's strategy: `group` (size, sharded) as
  * step.h says, with the grid's tp and pp groups. */

@@ -48,6 +48,7 @@ struct td_zero {
     /* stage 1: per-unit reduce-scatter of the full gradient buffer */
     td_request **unit_req;
     float *rs_out;     /* [shard_n] stage-1 reduce-scatter output */
+    td_gpay *pay;      /* stage 1 with top-k: each unit's pairs all-gathered instead */
     /* stages 2, 3: gradient buffers; index POOL is unit 0's own */
     grad_slot gslots[POOL + 1];
     /* stage 3: gathered parameters; POOL = unit 0, POOL + 1 = final norm */
@@ -85,8 +86,15 @@ static void zero_plan(const td_dp_config *cfg, const td_layout *lay, const td_pa
      * 1); one reduce-scatter is in flight at a time. Between shared buffers
      * (one node) it needs nothing. */
     size_t unit_bytes = td_max_sz(max_block, u0), piece = td_comm_piece_bytes();
-    if (!shared && (cfg->zero != 1 || unit_bytes > piece))
+    int gpay = cfg->zero == 1 && td_gpay_on(cfg, D);
+    if (!shared && !gpay && (cfg->zero != 1 || unit_bytes > piece))
         p->bytes[TD_MEM_COMM] += (size_t)td_comm_inflight() * td_min_sz(piece, unit_bytes);
+    if (gpay) { /* top-k: the units are the buckets */
+        size_t *lo = td_alloc(sizeof(size_t) * 2 * (size_t)t->n_units, TD_MEM_OTHER);
+        for (int u = 0; u < t->n_units; u++) lo[u] = t->unit_offset[u], lo[t->n_units + u] = td_unit_numel(t, u);
+        td_gpay_plan(cfg, D, t, t->n_units, lo, lo + t->n_units, p);
+        td_free(lo);
+    }
     if (cfg->zero == 3) p->bytes[TD_MEM_GATHER] = POOL * max_block + u0 + uf;
 }
 
@@ -138,6 +146,10 @@ static void zero_create(td_dp *dp) {
         z->rs_out = td_alloc(z->shard_n * sizeof(float), TD_MEM_COMM);
         z->unit_req = td_alloc(sizeof(td_request *) * (size_t)U, TD_MEM_OTHER);
         for (int u = 0; u < U; u++) z->unit_req[u] = td_request_new();
+        size_t *lo = td_alloc(sizeof(size_t) * 2 * (size_t)U, TD_MEM_OTHER);
+        for (int u = 0; u < U; u++) lo[u] = t->unit_offset[u], lo[U + u] = td_unit_numel(t, u);
+        z->pay = td_gpay_create(dp, U, lo, lo + U);
+        td_free(lo);
     } else {
         z->gshard = td_alloc(z->shard_n * sizeof(float), TD_MEM_GRADS);
         for (int i = 0; i < POOL + 1; i++) {
@@ -171,6 +183,7 @@ static void zero_destroy(td_dp *dp) {
         if (z->pslots[i].req) td_request_free(z->pslots[i].req);
     }
     td_free(z->unit_req);
+    td_gpay_free(dp, z->pay);
     td_free(z->rs_out);
     td_free(z->gshard);
     if (z->pshard) td_dp_free_shared(dp, z->pshard, TD_MEM_PARAMS);
@@ -282,10 +295,36 @@ static void grads_end(td_dp *dp, int unit) {
     for (int i = 0; i < POOL + 1; i++)
         if (&z->gslots[i] != s && z->gslots[i].scattering) gslot_drain(dp, &z->gslots[i]);
     s->scattering = 1;
-    if (dp->D > 1)
+    if (dp->D > 1) {
+        uint64_t sent0 = td_comm_sent_bytes();
         td_reduce_scatter_start(s->req, dp->comm, s->full, s->full + (size_t)dp->r * slice_len(dp, unit),
                                 slice_len(dp, unit), TD_F32);
+        td_dp_count_grad(dp, sent0, td_unit_numel(dp->t, unit));
+    }
     dp->model->unit_grads[unit] = NULL;
+}
+
+/* Stage 1: unit u's gradient reduction, fp32 reduce-scatter into rs_out or
+ * top-k pairs all-gathered (finished in unit_reduce_finish). */
+static void unit_reduce_start(td_dp *dp, int u) {
+    struct td_zero *z = dp->impl;
+    if (z->pay) {
+        td_gpay_start(dp, z->pay, u, z->unit_req[u]);
+        return;
+    }
+    uint64_t sent0 = td_comm_sent_bytes();
+    td_reduce_scatter_start(z->unit_req[u], dp->comm, dp->grads + dp->t->unit_offset[u],
+                            z->rs_out + z->shard_off[u], slice_len(dp, u), TD_F32);
+    td_dp_count_grad(dp, sent0, td_unit_numel(dp->t, u));
+}
+
+/* After unit u's request completed: with top-k every rank holds the dense
+ * sum of the unit, of which its slice is its shard. */
+static void unit_reduce_finish(td_dp *dp, int u) {
+    struct td_zero *z = dp->impl;
+    if (!z->pay) return;
+    td_gpay_finish(dp, z->pay, u);
+    memcpy(z->rs_out + z->shard_off[u], dp->grads + my_slice_off(dp, u), slice_len(dp, u) * sizeof(float));
 }
 
 /* ---- the hook ----------------------------------------------------------- */
@@ -320,9 +359,7 @@ static void zero_hook(void *ctx, td_unit_event ev, int unit) {
     /* stage 1: full gradients; reduce-scatter each unit on the last micro-batch */
     if (ev == TD_BWD_END && dp->sync_this_micro && dp->D > 1 && !dp->cfg.no_overlap) {
         if (unit + 1 < dp->n_units) td_wait(z->unit_req[unit + 1]); /* one in flight, as above */
-        size_t off = dp->t->unit_offset[unit];
-        td_reduce_scatter_start(z->unit_req[unit], dp->comm, dp->grads + off,
-                                z->rs_out + z->shard_off[unit], slice_len(dp, unit), TD_F32);
+        unit_reduce_start(dp, unit);
     }
     for (int u = 0; u < dp->n_units && z->unit_req; u++)
         if (td_request_active(z->unit_req[u])) td_test(z->unit_req[u]);
@@ -340,10 +377,9 @@ static double zero_finish(td_dp *dp, int step, float lr) {
             if (dp->D == 1) {
                 memcpy(z->rs_out + z->shard_off[u], dp->grads + off, slice_len(dp, u) * sizeof(float));
             } else {
-                if (!td_request_active(z->unit_req[u]) && dp->cfg.no_overlap)
-                    td_reduce_scatter_start(z->unit_req[u], dp->comm, dp->grads + off,
-                                            z->rs_out + z->shard_off[u], slice_len(dp, u), TD_F32);
+                if (!td_request_active(z->unit_req[u]) && dp->cfg.no_overlap) unit_reduce_start(dp, u);
                 td_wait(z->unit_req[u]);
+                unit_reduce_finish(dp, u);
             }
         }
         g = z->rs_out;

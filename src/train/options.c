@@ -6,6 +6,7 @@
 #include "trident/base.h"
 #include "trident/flags.h"
 #include "trident/model.h"
+#include "trident/parallel.h"
 #include "trident/train.h"
 
 void td_train_opts_default(td_train_opts *o) {
@@ -26,6 +27,8 @@ void td_train_opts_default(td_train_opts *o) {
     o->pp_partition = "uniform";
     o->virtual_stages = 1;
     o->bucket_mb = 0.0; /* 0: measured default */
+    o->grad_reduce_dtype = "fp32";
+    o->grad_compress = "none";
     o->comm_timeout = 300.0;
     o->sample_prompt = "";
     o->timing_skip = 1;
@@ -81,6 +84,8 @@ void td_train_opts_parse(td_train_opts *o, int argc, char **argv) {
         /* MiB become bytes in size_t: bounded well below its range */
         {"--bucket-mb", TD_FLAG_DOUBLE, &o->bucket_mb, "gradient bucket size in MiB, 0 = default (from measurement)", "[0, 1048576]"},
         {"--piece-mb", TD_FLAG_DOUBLE, &o->piece_mb, "bytes per MPI call in MiB, 0 = default (from measurement)", "[0, 1048576]"},
+        {"--grad-reduce-dtype", TD_FLAG_STR, &o->grad_reduce_dtype, "payload of the data-parallel gradient reduction: fp32 (default) or bf16 (half the bytes, summed in fp32; --zero 0)", NULL},
+        {"--grad-compress", TD_FLAG_STR, &o->grad_compress, "none (default), topk:R (each bucket's R share of largest gradients as index/value pairs, the rest fed back next step; 0 < R <= 1; --zero 0 or 1) or topk:R:noef (the rest dropped)", NULL},
         {"--no-overlap", TD_FLAG_BOOL, &o->no_overlap, "start gradient communication after backward (for measuring overlap)", NULL},
         {"--comm-timeout", TD_FLAG_DOUBLE, &o->comm_timeout, "seconds before a stuck collective aborts the job, 0 = wait forever (300)", "[0, 1e9]"},
         {"--out", TD_FLAG_STR, &o->out, "checkpoint directory: DIR/step-NNNNNNNN/ per save, DIR/latest the newest (created if missing; its parent must exist)", NULL},
@@ -121,6 +126,11 @@ void td_train_opts_parse(td_train_opts *o, int argc, char **argv) {
              "--recompute %s does not combine with --schedule zb-h1 (its weight-gradient half needs "
              "every block's saved tensors); use gpipe, 1f1b or interleaved, or --recompute none",
              o->recompute);
+    /* the payload flags alone (their combination with the layout: td_dp_payload_check) */
+    double ratio;
+    int no_ef;
+    td_grad_dtype_parse(o->grad_reduce_dtype);
+    td_grad_compress_parse(o->grad_compress, &ratio, &no_ef);
     o->optim.max_steps = o->steps;
 }
 

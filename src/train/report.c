@@ -172,6 +172,20 @@ void td_report_summary(td_report *r, const td_train_result *res) {
            res->tokens_per_s, 100.0 * r->flops_per_step / (res->step_ms * 1e-3) / r->peak_flops);
     if (!isnan(res->final_val_loss)) td_log(", final val loss %.4f", res->final_val_loss);
     td_log("\n");
+    if (r->g->dp > 1 && res->grad_dense_bytes > 0) {
+        /* what the comm layer counted for the gradient reduction, beside fp32 */
+        td_log("dp gradient traffic per step (rank 0, %s payload, %s): %.0f bytes sent, dense fp32 "
+               "%.0f bytes (%.2f%%)\n", r->o->grad_reduce_dtype, r->o->grad_compress,
+               res->grad_sent_bytes, res->grad_dense_bytes,
+               100.0 * res->grad_sent_bytes / res->grad_dense_bytes);
+        if (r->log) {
+            fprintf(r->log, "{\"event\": \"grad_traffic\", \"grad_reduce_dtype\": \"%s\", "
+                            "\"grad_compress\": \"%s\", \"sent_bytes\": %.0f, \"dense_bytes\": %.0f}\n",
+                    r->o->grad_reduce_dtype, r->o->grad_compress, res->grad_sent_bytes,
+                    res->grad_dense_bytes);
+            fflush(r->log);
+        }
+    }
     if (r->g->tp > 1) {
         /* what the comm layer recorded in the last step beside the formula */
         static const char *op[TD_TP_NOPS] = {"all-reduce", "all-gather", "reduce-scatter"};

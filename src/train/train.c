@@ -238,6 +238,9 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
     td_dp_config dcfg = {.mode = mode, .zero = o->zero, .ps_staleness = o->ps_staleness,
                          .seed = o->seed, .optim = o->optim, .no_overlap = o->no_overlap};
     dcfg.bucket_bytes = (size_t)((o->bucket_mb > 0 ? o->bucket_mb : TD_DEFAULT_BUCKET_MB) * 1048576.0);
+    dcfg.grad_dtype = td_grad_dtype_parse(o->grad_reduce_dtype);
+    td_grad_compress_parse(o->grad_compress, &dcfg.topk_ratio, &dcfg.topk_no_ef);
+    td_dp_payload_check(&dcfg); /* before anything is allocated */
     td_layout lay = td_layout_of_grid(&g);
     td_param_table table, canon;
     td_table_layout tlay = {td_dp_unit_align(&dcfg, &lay), g.tp, g.is_server ? 0 : g.tp_rank,
@@ -291,7 +294,7 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
         int T = o->seq, N = Bm * T;
         int *in = td_alloc(sizeof(int) * N, TD_MEM_OTHER), *tg = td_alloc(sizeof(int) * N, TD_MEM_OTHER);
         float dloss = 1.0f / ((float)o->batch * T); /* global mean over all tokens */
-        double timed_ms = 0.0;
+        double timed_ms = 0.0, grad_sent = 0.0, grad_dense = 0.0;
         for (int step = 0; step < o->steps; step++) {
             double t0 = td_now_ms();
             float lr = td_lr_at(&o->optim, step);
@@ -316,6 +319,9 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
                     tl_mark("B", "compute", k, t);
                 }
             double norm = td_dp_finish_step(dp, step, lr);
+            uint64_t gsent, gdense;
+            td_dp_grad_traffic(dp, &gsent, &gdense);
+            grad_sent += (double)gsent, grad_dense += (double)gdense;
             memcpy(res->tp_measured.calls, tpc.calls, sizeof tpc.calls);
             memcpy(res->tp_measured.bytes, tpc.bytes, sizeof tpc.bytes);
             if (td_fault_at(TD_FAULT_NAN_LOSS, step, g.world_rank)) loss_sum = NAN;
@@ -381,6 +387,10 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
         res->mfu = rep.flops_per_step / (res->step_ms * 1e-3) / rep.peak_flops;
         td_dp_staleness(dp, &res->max_staleness, &res->mean_staleness);
         td_dp_overlap_stats(dp, &res->exposed_comm_ms, &res->comm_ms);
+        if (res->steps_done > 0) {
+            res->grad_sent_bytes = grad_sent / res->steps_done;
+            res->grad_dense_bytes = grad_dense / res->steps_done;
+        }
         td_free(in);
         td_free(tg);
     }

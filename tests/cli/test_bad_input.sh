@@ -82,6 +82,20 @@ expect unknown-flag    "unknown flag '--lerning-rate'"            "$T" train --d
 expect bad-tokenizer   "--tokenizer wordpiece is not known"       "$T" train --data "$tmp/small.txt" --tokenizer wordpiece $Q
 expect bad-zero        "--zero 5 is not a ZeRO stage"             "$T" train --data "$tmp/small.txt" --zero 5 $Q
 expect bad-dp-mode     "--dp-mode ring is not known"              "$T" train --data "$tmp/small.txt" --dp-mode ring $Q
+expect grad-dtype      "--grad-reduce-dtype fp16 is not known; use fp32 or bf16" "$T" train --data "$tmp/small.txt" --grad-reduce-dtype fp16 $Q
+expect topk-zero-ratio "--grad-compress topk:0 is not valid; use none, topk:R or topk:R:noef with 0 < R <= 1" \
+                       "$T" train --data "$tmp/small.txt" --grad-compress topk:0 $Q
+expect topk-big-ratio  "--grad-compress topk:1.5 is not valid"    "$T" train --data "$tmp/small.txt" --grad-compress topk:1.5 $Q
+expect topk-suffix     "--grad-compress topk:0.01:ef is not valid" "$T" train --data "$tmp/small.txt" --grad-compress topk:0.01:ef $Q
+expect compress-name   "--grad-compress gzip is not valid"         "$T" train --data "$tmp/small.txt" --grad-compress gzip $Q
+expect topk-bf16       "--grad-compress topk sends fp32 values; use it with --grad-reduce-dtype fp32" \
+                       "$T" train --data "$tmp/small.txt" --grad-compress topk:0.01 --grad-reduce-dtype bf16 $Q
+expect topk-zero2      "--grad-compress topk works with --zero 0 or 1, not --zero 2" \
+                       "$T" train --data "$tmp/small.txt" --grad-compress topk:0.01 --zero 2 $Q
+expect bf16-zero1      "--grad-reduce-dtype bf16 works with --zero 0, not --zero 1" \
+                       "$T" train --data "$tmp/small.txt" --grad-reduce-dtype bf16 --zero 1 $Q
+expect bf16-reduce-bc  "--grad-reduce-dtype bf16 needs --dp-mode allreduce \(reduce-broadcast reduces" \
+                       "$T" train --data "$tmp/small.txt" --grad-reduce-dtype bf16 --dp-mode reduce-broadcast $Q
 expect batch-split     "--batch 12 does not split over 1 data-parallel replicas x 5 micro-batches" \
                        "$T" train --data "$tmp/small.txt" --grad-accum 5 $Q
 expect missing-ckpt    "--ckpt .*/none: cannot open"              "$T" sample --ckpt "$tmp/none"
@@ -100,6 +114,8 @@ expect sp-seq         "--sequence-parallel: --tp 2 does not divide --seq 63" \
                        $MPIRUN -np 2 "$T" train --data "$tmp/small.txt" --tp 2 --sequence-parallel --seq 63 $Q
 expect sp-no-tp       "--sequence-parallel needs --tp 2 or more" \
                        "$T" train --data "$tmp/small.txt" --sequence-parallel $Q
+expect topk-ps        "--grad-compress topk needs --dp-mode allreduce \(ps reduces gradients its own way\)" \
+                       $MPIRUN -np 3 "$T" train --data "$tmp/small.txt" --dp-mode ps --ps-servers 1 --grad-compress topk:0.01 $Q
 expect ps-tp          "--dp-mode ps is data-parallel only and does not combine with --tp 2" \
                        $MPIRUN -np 3 "$T" train --data "$tmp/small.txt" --tp 2 --dp-mode ps --ps-servers 1 $Q
 # pipeline parallelism: what does not combine, split or schedule

@@ -1,0 +1,200 @@
+/* The payload of a data-parallel gradient reduction when it is not the plain
+ * fp32 sum (trident/grad_payload.h): bf16 all-reduce, or top-k pairs
+ * all-gathered and summed in rank order. A strategy hands its ranges
+ * (buckets, or ZeRO-1's units) to td_gpay_create and calls start/finish
+ * where it would start/wait its fp32 collective; afterwards dp->grads holds
+ * the reduced dense gradient, so the step pipeline (norm, clipping, AdamW)
+ * sees exactly what it sees in fp32. */
+#include <string.h>
+
+#include "dp_internal.h"
+#include "trident/grad_payload.h"
+
+typedef struct {
+    size_t lo, n, k;  /* flat elements [lo, lo + n); k pairs (top-k) */
+    /* top-k: the 1-D tensors' elements in the range (biases, LayerNorm:
+     * the rows without weight decay), [lo, lo + n) of the flat buffer per
+     * segment, sent dense in fp32 beside the pairs */
+    int n_seg;
+    size_t *seg_lo, *seg_n;
+    size_t n_dense;
+    float *dense;     /* [n_dense] their gradients, all-reduced (inside dense_all) */
+    td_request *dense_req;
+    float *pairs;     /* top-k: [2k] this rank's pairs (inside send_all) */
+    float *gathered;  /* top-k: [D * 2k] every rank's pairs */
+    uint16_t *half;   /* bf16: [n] the payload, reduced in place */
+} gpay_range;
+
+struct td_gpay {
+    int n_ranges;
+    gpay_range *r;
+    float *send_all, *recv_all; /* top-k: the ranges' pairs back to back */
+    float *dense_all;           /* top-k: the ranges' 1-D elements back to back */
+    uint16_t *half_all;         /* bf16 */
+    uint32_t *idx;              /* top-k: [max k] selection scratch */
+    float *residual;            /* top-k with error feedback: [numel] what was not sent */
+};
+
+int td_gpay_on(const td_dp_config *cfg, int D) {
+    return D > 1 && (cfg->grad_dtype == TD_BF16 || cfg->topk_ratio > 0);
+}
+
+/* Elements of [lo, lo + n) in rows without weight decay (1-D tensors);
+ * with segs, their segments are written to seg_lo, seg_n. */
+static size_t dense_part(const td_param_table *t, size_t lo, size_t n, int *n_seg, size_t *seg_lo,
+                         size_t *seg_n) {
+    size_t total = 0;
+    int m = 0;
+    for (int i = 0; i < t->n_rows; i++) {
+        const td_param *p = &t->rows[i];
+        size_t a = td_max_sz(lo, p->offset), b = td_min_sz(lo + n, p->offset + p->numel);
+        if (p->decay || a >= b) continue;
+        if (seg_lo) seg_lo[m] = a, seg_n[m] = b - a;
+        m++;
+        total += b - a;
+    }
+    if (n_seg) *n_seg = m;
+    return total;
+}
+
+/* Pairs of a top-k range: R of what is not sent dense. */
+static size_t range_k(const td_dp_config *cfg, const td_param_table *t, size_t lo, size_t n) {
+    return td_topk_count(cfg->topk_ratio, n - dense_part(t, lo, n, NULL, NULL, NULL));
+}
+
+/* Sizes in elements over the ranges: sum of 2k, largest k, sum of n, sum of
+ * the dense (1-D) parts. */
+static void sizes(const td_dp_config *cfg, const td_param_table *t, int n_ranges, const size_t *lo,
+                  const size_t *len, size_t *pairs, size_t *max_k, size_t *total, size_t *dense) {
+    *pairs = *max_k = *total = *dense = 0;
+    for (int i = 0; i < n_ranges; i++) {
+        *total += len[i];
+        if (cfg->topk_ratio > 0) {
+            size_t k = range_k(cfg, t, lo[i], len[i]);
+            *pairs += 2 * k;
+            *max_k = td_max_sz(*max_k, k);
+            *dense += dense_part(t, lo[i], len[i], NULL, NULL, NULL);
+        }
+    }
+}
+
+void td_gpay_plan(const td_dp_config *cfg, int D, const td_param_table *t, int n_ranges,
+                  const size_t *lo, const size_t *len, td_mem_plan *p) {
+    if (!td_gpay_on(cfg, D)) return;
+    size_t pairs, max_k, total, dense;
+    sizes(cfg, t, n_ranges, lo, len, &pairs, &max_k, &total, &dense);
+    if (cfg->topk_ratio > 0) {
+        /* the residual is gradient state (a step's unsent part) */
+        if (!cfg->topk_no_ef) p->bytes[TD_MEM_GRADS] += t->numel * sizeof(float);
+        p->bytes[TD_MEM_COMM] +=
+            (pairs + (size_t)D * pairs + dense) * sizeof(float) + max_k * sizeof(uint32_t);
+    } else {
+        p->bytes[TD_MEM_COMM] += total * sizeof(uint16_t);
+    }
+}
+
+td_gpay *td_gpay_create(td_dp *dp, int n_ranges, const size_t *lo, const size_t *len) {
+    if (!td_gpay_on(&dp->cfg, dp->D)) return NULL;
+    td_gpay *g = td_alloc(sizeof *g, TD_MEM_OTHER);
+    g->n_ranges = n_ranges;
+    g->r = td_alloc(sizeof(gpay_range) * (size_t)n_ranges, TD_MEM_OTHER);
+    size_t pairs, max_k, total, dense;
+    sizes(&dp->cfg, dp->t, n_ranges, lo, len, &pairs, &max_k, &total, &dense);
+    int topk = dp->cfg.topk_ratio > 0;
+    if (topk) {
+        /* the send side in the group's shared memory: on one node the
+         * all-gather then copies straight from the peers' pairs */
+        g->send_all = td_dp_alloc_shared(dp, pairs, TD_MEM_COMM);
+        g->recv_all = td_alloc((size_t)dp->D * pairs * sizeof(float), TD_MEM_COMM);
+        g->dense_all = td_dp_alloc_shared(dp, dense, TD_MEM_COMM);
+        g->idx = td_alloc(max_k * sizeof(uint32_t), TD_MEM_COMM);
+        if (!dp->cfg.topk_no_ef) g->residual = td_alloc(dp->t->numel * sizeof(float), TD_MEM_GRADS);
+    } else {
+        g->half_all = td_alloc(total * sizeof(uint16_t), TD_MEM_COMM);
+    }
+    size_t at_pairs = 0, at_half = 0, at_dense = 0;
+    for (int i = 0; i < n_ranges; i++) {
+        gpay_range *r = &g->r[i];
+        r->lo = lo[i], r->n = len[i];
+        if (topk) {
+            r->k = range_k(&dp->cfg, dp->t, r->lo, r->n);
+            r->n_dense = dense_part(dp->t, r->lo, r->n, &r->n_seg, NULL, NULL);
+            r->seg_lo = td_alloc(sizeof(size_t) * (size_t)(r->n_seg + 1), TD_MEM_OTHER);
+            r->seg_n = td_alloc(sizeof(size_t) * (size_t)(r->n_seg + 1), TD_MEM_OTHER);
+            dense_part(dp->t, r->lo, r->n, NULL, r->seg_lo, r->seg_n);
+            r->dense = g->dense_all + at_dense;
+            r->dense_req = td_request_new();
+            at_dense += r->n_dense;
+            r->pairs = g->send_all + at_pairs;
+            r->gathered = g->recv_all + (size_t)dp->D * at_pairs;
+            at_pairs += 2 * r->k;
+        } else {
+            r->half = g->half_all + at_half;
+            at_half += r->n;
+        }
+    }
+    return g;
+}
+
+void td_gpay_free(td_dp *dp, td_gpay *g) {
+    if (!g) return;
+    for (int i = 0; i < g->n_ranges; i++) {
+        td_free(g->r[i].seg_lo);
+        td_free(g->r[i].seg_n);
+        if (g->r[i].dense_req) td_request_free(g->r[i].dense_req);
+    }
+    if (g->send_all) td_dp_free_shared(dp, g->send_all, TD_MEM_COMM);
+    if (g->dense_all) td_dp_free_shared(dp, g->dense_all, TD_MEM_COMM);
+    td_free(g->recv_all);
+    td_free(g->idx);
+    td_free(g->residual);
+    td_free(g->half_all);
+    td_free(g->r);
+    td_free(g);
+}
+
+void td_dp_count_grad(td_dp *dp, uint64_t sent0, size_t n) {
+    dp->grad_sent += td_comm_sent_bytes() - sent0;
+    dp->grad_dense += n * sizeof(float);
+}
+
+void td_gpay_start(td_dp *dp, td_gpay *g, int i, td_request *req) {
+    gpay_range *r = &g->r[i];
+    float *grad = dp->grads + r->lo;
+    uint64_t sent0 = td_comm_sent_bytes();
+    if (dp->cfg.topk_ratio > 0) {
+        /* the 1-D tensors travel whole: a few thousand elements that every
+         * token's activations pass through (LayerNorm, biases), which a
+         * share of the bucket by magnitude starves */
+        float *d = r->dense;
+        for (int j = 0; j < r->n_seg; j++) {
+            float *x = dp->grads + r->seg_lo[j];
+            memcpy(d, x, r->seg_n[j] * sizeof(float));
+            memset(x, 0, r->seg_n[j] * sizeof(float)); /* so never selected, no residual */
+            d += r->seg_n[j];
+        }
+        td_topk_pack(grad, g->residual ? g->residual + r->lo : NULL, r->n, r->k, g->idx, r->pairs);
+        /* k is the same on every rank: a fixed-size gather */
+        td_all_gather_start(req, dp->comm, r->pairs, r->gathered, 2 * r->k, TD_F32);
+        if (r->n_dense) td_allreduce_start(r->dense_req, dp->comm, r->dense, r->n_dense, TD_F32, TD_SUM);
+    } else {
+        for (size_t j = 0; j < r->n; j++) r->half[j] = td_f32_to_bf16(grad[j]);
+        td_allreduce_start(req, dp->comm, r->half, r->n, TD_BF16, TD_SUM);
+    }
+    td_dp_count_grad(dp, sent0, r->n);
+}
+
+void td_gpay_finish(td_dp *dp, td_gpay *g, int i) {
+    gpay_range *r = &g->r[i];
+    float *grad = dp->grads + r->lo;
+    if (dp->cfg.topk_ratio > 0) {
+        td_topk_unpack_sum(grad, r->n, r->gathered, dp->D, r->k);
+        td_wait(r->dense_req);
+        const float *d = r->dense;
+        for (int j = 0; j < r->n_seg; j++) {
+            memcpy(dp->grads + r->seg_lo[j], d, r->seg_n[j] * sizeof(float));
+            d += r->seg_n[j];
+        }
+    } else
+        for (size_t j = 0; j < r->n; j++) grad[j] = td_bf16_to_f32(r->half[j]);
+}
