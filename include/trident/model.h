@@ -95,8 +95,23 @@ typedef struct {
     td_tensor_kind kind;
 } td_param;
 
+/* Arithmetic of the forward and backward pass (--precision). FP32 computes
+ * in fp32 throughout. BF16 and FP16 keep a reduced-precision compute copy of
+ * the linear layers' weights (refreshed from the fp32 parameters, which
+ * become the master weights, whenever they change) and store the
+ * activations and their gradients in the reduced type; every kernel computes
+ * in fp32 and GEMMs accumulate in fp32 (kernels_bf16.h). LayerNorm
+ * statistics, logits, the loss and every parameter gradient stay fp32, and
+ * so does everything that is summed over tensor-parallel ranks (the
+ * row-parallel partial outputs and column-parallel input gradients are
+ * reduced in fp32, then rounded). */
+typedef enum { TD_PREC_FP32 = 0, TD_PREC_BF16 = 1, TD_PREC_FP16 = 2 } td_precision;
+/* "fp32", "bf16", "fp16" */
+const char *td_precision_name(td_precision p);
+
 typedef struct {
     td_gpt_config cfg;
+    td_precision prec;       /* the arithmetic of the model this table is for */
     int tp, tp_rank;         /* the tensor-parallel layout this table is for */
     int Vp;                  /* padded vocabulary of this layout: V rounded up to
                                 TD_VOCAB_PAD x tp (a layout property: no tensor's
@@ -125,6 +140,7 @@ typedef struct {
     int unit_align;
     int tp, tp_rank;
     const unsigned char *held; /* [L+2] units held (td_param_table.held); NULL: all */
+    td_precision prec;         /* of the model (activation sizes); 0 = fp32 */
 } td_table_layout;
 
 /* Checks that a model splits over tp (tp divides the heads, hence C and
@@ -217,6 +233,9 @@ typedef struct {
     int Vl, Vreal;  /* vocabulary columns on this rank (with padding), real ones */
     int vocab_lo;
     int tp, tp_rank, sp;
+    td_precision prec;
+    int lp;         /* reduced precision (prec != FP32) */
+    size_t es;      /* bytes of an activation element: 4, or 2 under lp */
 } td_gpt_dims;
 
 void td_gpt_dims_of(td_gpt_dims *d, const td_param_table *t, int B, int seq_parallel);
@@ -226,23 +245,29 @@ void td_gpt_dims_of(td_gpt_dims *d, const td_param_table *t, int B, int seq_para
  * res3 (or the embedding's output) and is not part of it. With sequence
  * parallelism ln1 and ln2 hold all N rows (gathered: the QKV and MLP
  * weight gradients need them), the rest of the residual stream Ns. */
+/* td_act: an activation (or activation gradient) buffer, elements of the
+ * model's precision (td_gpt_dims.es bytes each: float under FP32, td_bf16 /
+ * td_f16 under reduced precision). float* marks what is fp32 in every
+ * precision. */
+typedef void td_act;
+
 typedef struct {
-    float *ln1, *ln1_mean, *ln1_rstd; /* [N,C], [Ns], [Ns] */
-    float *qkv;                       /* [N,3Ca] */
-    float *atty;                      /* [N,Ca] */
-    float *att;                       /* [B,Ha,T,T] softmax probabilities */
-    float *attproj, *res2;            /* [Ns,C] */
-    float *ln2, *ln2_mean, *ln2_rstd; /* [N,C], [Ns], [Ns] */
-    float *fch, *fch_gelu;            /* [N,F] */
-    float *fcproj, *res3;             /* [Ns,C]; res3 is the block's output */
+    td_act *ln1; float *ln1_mean, *ln1_rstd; /* [N,C], [Ns], [Ns] */
+    td_act *qkv;                      /* [N,3Ca] */
+    td_act *atty;                     /* [N,Ca] */
+    td_act *att;                      /* [B,Ha,T,T] softmax probabilities */
+    td_act *attproj, *res2;           /* [Ns,C] */
+    td_act *ln2; float *ln2_mean, *ln2_rstd; /* [N,C], [Ns], [Ns] */
+    td_act *fch, *fch_gelu;           /* [N,F] */
+    td_act *fcproj, *res3;            /* [Ns,C]; res3 is the block's output */
 } td_block_acts;
 
 typedef struct {
-    float *encoded;                   /* [Ns,C] token + position embeddings */
+    td_act *encoded;                  /* [Ns,C] token + position embeddings */
 } td_embed_acts;
 
 typedef struct {
-    float *lnf, *lnf_mean, *lnf_rstd; /* [N,C] (gathered), [Ns], [Ns] */
+    td_act *lnf; float *lnf_mean, *lnf_rstd; /* [N,C] (gathered), [Ns], [Ns] */
     float *logits;     /* [N,Vl]; probabilities after a forward with targets,
                           dlogits after the backward */
     float *losses;     /* [N] */
@@ -253,17 +278,22 @@ typedef struct {
  * blocks except dres, the residual stream's gradient). The last three exist
  * with sequence parallelism only (NULL otherwise). */
 typedef struct {
-    float *dres;               /* [Ns,C] */
-    float *dln;                /* [N,C] a column-parallel input gradient (partial) */
-    float *datty;              /* [N,Ca] */
-    float *dqkv;               /* [N,3Ca] */
-    float *datt;               /* [B,Ha,T,T] */
-    float *dfch, *dfchg;       /* [N,F] */
+    td_act *dres;              /* [Ns,C] */
+    float *dln;                /* [N,C] a column-parallel input gradient (partial), fp32 */
+    td_act *datty;             /* [N,Ca] */
+    td_act *dqkv;              /* [N,3Ca] */
+    float *datt;               /* [B,Ha,T,T] (fp32 only: the reduced-precision
+                                  attention backward keeps its own per row) */
+    td_act *dfch, *dfchg;      /* [N,F] */
     float *dlosses;            /* [N] */
-    float *full;               /* [N,C] a row-parallel output before its reduce-scatter,
-                                  or dres gathered */
-    float *dln_local;          /* [Ns,C] dln after its reduce-scatter */
+    float *full;               /* [N,C] fp32: a row-parallel output before its reduction
+                                  (sp, or always under lp), or dres gathered (sp;
+                                  activation elements then) */
+    float *dln_local;          /* [Ns,C] fp32: dln after its reduce-scatter (sp), or
+                                  any fp32 rows under lp */
     float *dnorm;              /* [2C] a LayerNorm's partial weight and bias gradients */
+    td_act *dln_lp;            /* [Ns,C] lp only: dln rounded for the LayerNorm backward */
+    td_act *dlogits_lp;        /* [N,Vl] lp only: dlogits rounded for the head's GEMM */
 } td_gpt_scratch;
 
 /* Activation recomputation (--recompute). NONE keeps every block's saved
@@ -302,7 +332,16 @@ typedef struct td_gpt {
                                 shared by all blocks (block 0's res3 lies in it) */
     td_head_acts head;
     float *logits;           /* == head.logits (kept for callers) */
-    float *grads_acts;       /* scratch, one allocation */
+    void *grads_acts;        /* scratch, one allocation */
+    /* Reduced precision: each unit's compute copy (the whole unit rounded,
+     * at the fp32 offsets m->off), refreshed on a unit's FWD/BWD_BEGIN when
+     * the fp32 source moved (another buffer bound) or changed (params_epoch,
+     * advanced by td_gpt_params_changed). One allocation, TD_MEM_PARAMS. */
+    void **unit_params_lp;   /* [n_units], NULL under FP32 */
+    const float **lp_src;    /* [n_units] the buffer each copy was made from */
+    unsigned *lp_epoch;      /* [n_units] params_epoch at that time */
+    unsigned params_epoch;
+    void *params_lp;
     td_gpt_scratch s;
     int *inputs, *targets;   /* [N] copies of the last batch */
     size_t acts_bytes;
@@ -326,11 +365,11 @@ typedef struct td_gpt {
  * One stash per micro-batch between its B and its W; the caller owns the
  * memory (td_block_wstash_floats floats, carved in that order). */
 typedef struct {
-    float *dqkv, *dattproj, *dfch, *dfcproj;
+    td_act *dqkv, *dattproj, *dfch, *dfcproj;
 } td_block_wstash;
-size_t td_block_wstash_floats(const td_gpt_dims *d);
-/* Points w's tensors into buf[td_block_wstash_floats(d)]. */
-void td_block_wstash_carve(td_block_wstash *w, const td_gpt_dims *d, float *buf);
+size_t td_block_wstash_bytes(const td_gpt_dims *d);
+/* Points w's tensors into buf[td_block_wstash_bytes(d)]. */
+void td_block_wstash_carve(td_block_wstash *w, const td_gpt_dims *d, void *buf);
 
 /* Pipeline stages keep one slot of activations per in-flight micro-batch
  * (of one model chunk): the saved tensors of the chunk's blocks, the head's
@@ -350,12 +389,12 @@ typedef struct {
 
 typedef struct {
     td_slot_shape shape;
-    float *x, *dx;          /* [Ns,C] each */
+    td_act *x, *dx;         /* [Ns,C] each */
     td_block_acts *blocks;  /* [n_blocks] block l0 + i of the chunk at i */
     td_block_wstash *w;     /* [n_blocks] with shape.wstash, else NULL */
     td_head_acts head;      /* when shape.head */
     int *inputs, *targets;  /* [N] this micro-batch's tokens */
-    float *mem;             /* the one float allocation */
+    void *mem;              /* the one allocation */
 } td_gpt_slot;
 
 size_t td_gpt_slot_bytes(const td_param_table *t, int B, int seq_parallel, const td_slot_shape *sh);
@@ -380,6 +419,17 @@ void td_gpt_create_rc(td_gpt *m, const td_param_table *t, int B, int seq_paralle
 void td_gpt_destroy(td_gpt *m);
 /* Points every unit at a whole flat buffer (replicated training). */
 void td_gpt_bind_flat(td_gpt *m, float *params, float *grads);
+/* The fp32 parameters changed (an optimizer step, a pull, a load): the
+ * reduced-precision compute copies are stale and are remade on each unit's
+ * next use. A no-op under FP32. */
+void td_gpt_params_changed(td_gpt *m);
+/* Bytes of the compute copies under reduced precision (0 under FP32): the
+ * plan's TD_MEM_PARAMS beside the fp32 master weights. */
+size_t td_gpt_compute_param_bytes(const td_param_table *t);
+/* GEMM accounting (--gemm-stats): when enabled, every GEMM of the model
+ * adds its FLOPs and its wall time; read (and optionally reset) here. */
+void td_gpt_gemm_stats_enable(int on);
+void td_gpt_gemm_stats(double *flops, double *ms, int reset);
 
 /* Forward over inputs[B,T]. With targets, returns the SUM of the B*T token
  * losses (the caller divides by the global token count) and leaves
@@ -395,8 +445,8 @@ void td_gpt_backward(td_gpt *m, float dloss);
  * pass, a received activation in a pipeline stage. Forward returns block
  * l1-1's output (m->blocks[l1-1].res3). Backward takes in dres [Ns,C] the
  * gradient of that output and leaves there the gradient of x. */
-const float *td_gpt_forward_blocks(td_gpt *m, int l0, int l1, const float *x);
-void td_gpt_backward_blocks(td_gpt *m, int l0, int l1, const float *x, float *dres);
+const td_act *td_gpt_forward_blocks(td_gpt *m, int l0, int l1, const td_act *x);
+void td_gpt_backward_blocks(td_gpt *m, int l0, int l1, const td_act *x, td_act *dres);
 /* (With m->recompute == TD_RECOMPUTE_BLOCK the backward reruns each block's
  * forward between its BWD_BEGIN and its backward: the unit's parameters are
  * bound there, and under tp its forward communication happens again.) */
@@ -414,15 +464,15 @@ void td_gpt_backward_blocks(td_gpt *m, int l0, int l1, const float *x, float *dr
  * Under tensor parallelism every tp rank calls each of them in the same
  * order (they communicate through m->comm). */
 void td_embed_forward(td_gpt *m, const int *inputs, td_embed_acts *a);
-void td_embed_backward(td_gpt *m, const int *inputs, const float *dres);
-void td_block_forward(td_gpt *m, int l, const float *x, td_block_acts *a);
+void td_embed_backward(td_gpt *m, const int *inputs, const td_act *dres);
+void td_block_forward(td_gpt *m, int l, const td_act *x, td_block_acts *a);
 /* dres: in, the gradient of the block's output; out, that of x. */
-void td_block_backward(td_gpt *m, int l, const float *x, const td_block_acts *a, float *dres);
-double td_head_forward(td_gpt *m, const float *x, const int *targets, td_head_acts *a);
+void td_block_backward(td_gpt *m, int l, const td_act *x, const td_block_acts *a, td_act *dres);
+double td_head_forward(td_gpt *m, const td_act *x, const int *targets, td_head_acts *a);
 /* Overwrites dres with the gradient of x (the last block's output). a->logits
  * becomes dlogits. */
-void td_head_backward(td_gpt *m, const float *x, const int *targets, td_head_acts *a, float dloss,
-                      float *dres);
+void td_head_backward(td_gpt *m, const td_act *x, const int *targets, td_head_acts *a, float dloss,
+                      td_act *dres);
 
 /* FLOPs of one training step (forward + backward) per token, for MFU, as
  * PaLM and nanoGPT count them: 6 x matmul parameters + 12 L T C attention
@@ -434,7 +484,7 @@ double td_gpt_flops_per_token(const td_gpt_config *cfg);
  * layers' weights and biases; their output gradients go to w. LayerNorm
  * gradients are added here. All of the block's tensor-parallel
  * communication happens in B. */
-void td_block_backward_input(td_gpt *m, int l, const float *x, const td_block_acts *a, float *dres,
+void td_block_backward_input(td_gpt *m, int l, const td_act *x, const td_block_acts *a, td_act *dres,
                              td_block_wstash *w);
 /* W: adds the four linear layers' weight and bias gradients from a (the
  * same micro-batch's saved activations) and w. Reads no scratch and never

@@ -38,6 +38,9 @@ typedef struct {
     int ps_staleness;         /* ps: how many steps a worker may run ahead */
     unsigned long long seed;  /* parameter init */
     int no_overlap;           /* start gradient communication after backward */
+    int master;               /* the fp32 parameters are master weights (the
+                                 model computes from reduced-precision copies):
+                                 planned and allocated as TD_MEM_MASTER */
     td_optim_config optim;
     /* The payload of the gradient reduction (grad_payload.h): TD_F32 (the
      * plain sum), or TD_BF16 (rounded to bf16, summed in fp32); topk_ratio
@@ -119,6 +122,10 @@ void td_grad_compress_parse(const char *s, double *ratio, int *no_ef);
  * --dp-mode allreduce with --zero 0, top-k --dp-mode allreduce with --zero 0
  * or 1, and the two do not combine. Pure: call it before the first step. */
 void td_dp_payload_check(const td_dp_config *cfg);
+/* The memory category of the fp32 parameter buffers. */
+static inline td_mem_cat td_dp_param_cat(const td_dp_config *cfg) {
+    return cfg->master ? TD_MEM_MASTER : TD_MEM_PARAMS;
+}
 
 /* Parses "allreduce" | "reduce-broadcast" | "ps"; a bad name is a user error. */
 td_dp_mode td_dp_mode_parse(const char *s);

@@ -21,6 +21,8 @@ typedef struct {
     int dp, tp, pp, ps_servers, ps_staleness, zero;
     int seq_parallel; /* --sequence-parallel */
     const char *recompute; /* --recompute none|block (td_train_recompute) */
+    const char *precision; /* --precision fp32|bf16 (td_train_precision) */
+    int gemm_stats;        /* --gemm-stats */
     /* pipeline parallelism: --schedule, --virtual-stages, --pp-partition;
      * its micro-batches are --grad-accum's (alias --micro-batches) */
     const char *schedule, *pp_partition;
@@ -45,6 +47,8 @@ void td_train_opts_default(td_train_opts *o);
 void td_train_opts_parse(td_train_opts *o, int argc, char **argv);
 /* The model's recomputation mode named by --recompute (checked by the parse). */
 td_recompute td_train_recompute(const td_train_opts *o);
+/* The model's arithmetic named by --precision (checked by the parse). */
+td_precision td_train_precision(const td_train_opts *o);
 /* Runs training; returns the final validation loss (NAN without eval). */
 int td_train_main(int argc, char **argv);
 
@@ -65,6 +69,7 @@ typedef struct {
     /* data-parallel gradient traffic per step on this rank (mean over the
      * steps), as the comm layer counted it, and fp32's for the same elements */
     double grad_sent_bytes, grad_dense_bytes;
+    double gemm_flops, gemm_ms; /* --gemm-stats: per timed step, rank 0's model */
     float *final_params;  /* canonical layout, world rank 0 only (if keep_state) */
     float *final_m, *final_v;
     size_t numel;         /* canonical */

@@ -10,39 +10,51 @@
 #include <string.h>
 
 #include "internal.h"
-#include "trident/kernels.h"
 
 /* A LayerNorm feeding a column-parallel projection (ln_1, ln_2 and, from
  * embed_head.c, ln_f): this rank's rows of
  * x[Ns,C] normalised into its rows of out[N,C], which then holds every row. */
-void td_m_norm_forward(td_gpt *m, float *out, float *mean, float *rstd, const float *x,
+void td_m_norm_forward(td_gpt *m, td_act *out, float *mean, float *rstd, const td_act *x,
                        const float *w, const float *b) {
-    td_layernorm_forward(td_m_my_rows(m, out), mean, rstd, x, w, b, m->d.Ns, m->d.C);
+    td_m_layernorm_forward(m, td_m_my_rows(m, out), mean, rstd, x, w, b, m->d.Ns);
     td_m_gather_rows(m, out);
 }
 
 /* The backward through a column-parallel projection's input and the
- * LayerNorm before it: s->dln [N,C] holds this rank's partial input gradient;
- * it is reduced to this rank's rows and the norm's backward adds the
- * gradient of its input x[Ns,C] into dres. */
-void td_m_norm_backward(td_gpt *m, float *dres, const float *x, const float *mean,
+ * LayerNorm before it: s->dln [N,C] (fp32) holds this rank's partial input
+ * gradient; it is reduced to this rank's rows (in fp32: a sum over tp) and
+ * the norm's backward adds the gradient of its input x[Ns,C] into dres. */
+void td_m_norm_backward(td_gpt *m, td_act *dres, const td_act *x, const float *mean,
                         const float *rstd, const float *w, float *gw, float *gb) {
     td_gpt_scratch *s = &m->s;
     float *dln = m->d.sp ? s->dln_local : s->dln;
     td_m_reduce_rows(m, s->dln, dln);
+    const td_act *dout = dln;
+    if (m->d.lp) { /* the norm's kernel reads activation gradients */
+        td_m_round_n(m, s->dln_lp, dln, (size_t)m->d.Ns * m->d.C);
+        dout = s->dln_lp;
+    }
     td_m_norm_grad_begin(m);
-    td_layernorm_backward(dres, td_m_norm_grad(m, gw, 0), td_m_norm_grad(m, gb, 1), dln, x, w, mean,
-                          rstd, m->d.Ns, m->d.C);
+    td_m_layernorm_backward(m, dres, td_m_norm_grad(m, gw, 0), td_m_norm_grad(m, gb, 1), dout, x, w,
+                            mean, rstd, m->d.Ns);
     td_m_norm_grad_end(m, gw, gb);
 }
 
-/* A row-parallel projection: out[Ns,C] = reduce(inp[N,K] @ w^T) + bias. */
-static void row_parallel_forward(td_gpt *m, float *out, const float *inp, const float *w,
-                                 const float *bias, int K) {
+/* A row-parallel projection: out[Ns,C] = reduce(inp[N,K] @ w^T) + bias.
+ * The partial sums are fp32 (summed over tp in fp32, then rounded under
+ * reduced precision). */
+static void row_parallel_forward(td_gpt *m, td_act *out, const td_act *inp, int u,
+                                 td_tensor_kind wk, const float *bias, int K) {
     const td_gpt_dims *d = &m->d;
-    float *part = d->sp ? m->s.full : out;
-    td_matmul_forward(part, inp, w, d->tp_rank == 0 ? bias : NULL, d->N, K, d->C);
-    td_m_reduce_rows(m, part, out);
+    float *part = d->sp || d->lp ? m->s.full : out;
+    td_m_matmul_forward(m, part, 1, inp, u, wk, d->tp_rank == 0 ? bias : NULL, d->N, K, d->C);
+    if (!d->lp) {
+        td_m_reduce_rows(m, part, out);
+        return;
+    }
+    float *rows = d->sp ? m->s.dln_local : part;
+    td_m_reduce_rows(m, part, rows);
+    td_m_round_n(m, out, rows, (size_t)d->Ns * d->C);
 }
 
 /* Its backward, input half: dout [Ns,C] is gathered to all N rows (the
@@ -50,34 +62,34 @@ static void row_parallel_forward(td_gpt *m, float *out, const float *inp, const 
  * (overwritten). Returns the gathered output gradient [N,C], which the
  * weight half needs: copied into keep[N,C] when keep is given (a stash that
  * outlives the scratch and dout), else where it lies (m->s.full or dout). */
-static const float *row_parallel_backward_input(td_gpt *m, float *dinp, const float *dout,
-                                                const float *w, int K, float *keep) {
+static const td_act *row_parallel_backward_input(td_gpt *m, td_act *dinp, const td_act *dout,
+                                                 int u, td_tensor_kind wk, int K, td_act *keep) {
     const td_gpt_dims *d = &m->d;
-    const float *dfull = td_m_gather_grad(m, dout);
+    const td_act *dfull = td_m_gather_grad(m, dout);
     if (keep) {
-        memcpy(keep, dfull, sizeof(float) * (size_t)d->N * d->C);
+        memcpy(keep, dfull, d->es * (size_t)d->N * d->C);
         dfull = keep;
     }
-    memset(dinp, 0, sizeof(float) * (size_t)d->N * K);
-    td_matmul_backward(dinp, NULL, NULL, dfull, NULL, w, d->N, K, d->C);
+    memset(dinp, 0, d->es * (size_t)d->N * K);
+    td_m_matmul_backward(m, dinp, 0, NULL, NULL, dfull, NULL, u, wk, d->N, K, d->C);
     return dfull;
 }
 
-void td_block_forward(td_gpt *m, int l, const float *x, td_block_acts *a) {
+void td_block_forward(td_gpt *m, int l, const td_act *x, td_block_acts *a) {
     const td_gpt_dims *d = &m->d;
     int u = td_m_block_unit(l), N = d->N, C = d->C;
     size_t ns = (size_t)d->Ns * C;
 #define W(k) td_m_w(m, u, k)
     td_m_norm_forward(m, a->ln1, a->ln1_mean, a->ln1_rstd, x, W(TD_T_LN1W), W(TD_T_LN1B));
-    td_matmul_forward(a->qkv, a->ln1, W(TD_T_QKVW), W(TD_T_QKVB), N, C, 3 * d->Ca);
-    td_attention_forward(a->atty, a->att, a->qkv, d->B, d->T, d->Ca, d->Ha);
-    row_parallel_forward(m, a->attproj, a->atty, W(TD_T_ATTPROJW), W(TD_T_ATTPROJB), d->Ca);
-    td_residual_forward(a->res2, x, a->attproj, ns);
+    td_m_matmul_forward(m, a->qkv, 0, a->ln1, u, TD_T_QKVW, W(TD_T_QKVB), N, C, 3 * d->Ca);
+    td_m_attention_forward(m, a->atty, a->att, a->qkv);
+    row_parallel_forward(m, a->attproj, a->atty, u, TD_T_ATTPROJW, W(TD_T_ATTPROJB), d->Ca);
+    td_m_residual_forward(m, a->res2, x, a->attproj, ns);
     td_m_norm_forward(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, W(TD_T_LN2W), W(TD_T_LN2B));
-    td_matmul_forward(a->fch, a->ln2, W(TD_T_FCW), W(TD_T_FCB), N, C, d->F);
-    td_gelu_forward(a->fch_gelu, a->fch, (size_t)N * d->F);
-    row_parallel_forward(m, a->fcproj, a->fch_gelu, W(TD_T_FCPROJW), W(TD_T_FCPROJB), d->F);
-    td_residual_forward(a->res3, a->res2, a->fcproj, ns);
+    td_m_matmul_forward(m, a->fch, 0, a->ln2, u, TD_T_FCW, W(TD_T_FCB), N, C, d->F);
+    td_m_gelu_forward(m, a->fch_gelu, a->fch, (size_t)N * d->F);
+    row_parallel_forward(m, a->fcproj, a->fch_gelu, u, TD_T_FCPROJW, W(TD_T_FCPROJB), d->F);
+    td_m_residual_forward(m, a->res3, a->res2, a->fcproj, ns);
 #undef W
 }
 
@@ -86,24 +98,23 @@ void td_block_forward(td_gpt *m, int l, const float *x, td_block_acts *a) {
  * column-parallel projection's input gradient (into s->dln), the linear
  * layers' weight half, and the LayerNorm's backward (which adds into dres).
  * The input halves and the norms hold all the communication; the weight
- * half is two td_matmul_backward calls without dinp, which give the same
+ * half is two matmul backward calls without dinp, which give the same
  * bits as the fused call (matmul.c: 48-row slices; test_kernel_threads). */
 
 /* MLP, input half: dres [Ns,C] holds d(res3) (= d(res2) through the
  * identity). The fc output gradient goes to dfch[N,F]; returns the
  * gathered fcproj output gradient [N,C] (in keep when given). Leaves the
  * partial gradient of ln2 in s->dln. */
-static const float *mlp_backward_input(td_gpt *m, int u, const td_block_acts *a, const float *dres,
-                                       float *dfch, float *keep) {
+static const td_act *mlp_backward_input(td_gpt *m, int u, const td_block_acts *a,
+                                        const td_act *dres, td_act *dfch, td_act *keep) {
     const td_gpt_dims *d = &m->d;
     td_gpt_scratch *s = &m->s;
     size_t nf = (size_t)d->N * d->F;
-    const float *dfcproj = row_parallel_backward_input(m, s->dfchg, dres,
-                                                       td_m_w(m, u, TD_T_FCPROJW), d->F, keep);
-    memset(dfch, 0, sizeof(float) * nf);
-    td_gelu_backward(dfch, a->fch, s->dfchg, nf);
+    const td_act *dfcproj = row_parallel_backward_input(m, s->dfchg, dres, u, TD_T_FCPROJW, d->F, keep);
+    memset(dfch, 0, d->es * nf);
+    td_m_gelu_backward(m, dfch, a->fch, s->dfchg, nf);
     memset(s->dln, 0, sizeof(float) * (size_t)d->N * d->C);
-    td_matmul_backward(s->dln, NULL, NULL, dfch, NULL, td_m_w(m, u, TD_T_FCW), d->N, d->C, d->F);
+    td_m_matmul_backward(m, s->dln, 1, NULL, NULL, dfch, NULL, u, TD_T_FCW, d->N, d->C, d->F);
     return dfcproj;
 }
 
@@ -111,39 +122,38 @@ static const float *mlp_backward_input(td_gpt *m, int u, const td_block_acts *a,
  * saved inputs (a) and output gradients dfcproj[N,C], dfch[N,F]. Every
  * rank sees all N rows here, so no reduction follows (the row-parallel
  * bias gradient is the same on every tp rank). */
-static void mlp_backward_weight(td_gpt *m, int u, const td_block_acts *a, const float *dfcproj,
-                                const float *dfch) {
+static void mlp_backward_weight(td_gpt *m, int u, const td_block_acts *a, const td_act *dfcproj,
+                                const td_act *dfch) {
     const td_gpt_dims *d = &m->d;
-    td_matmul_backward(NULL, td_m_g(m, u, TD_T_FCPROJW), td_m_g(m, u, TD_T_FCPROJB), dfcproj,
-                       a->fch_gelu, NULL, d->N, d->F, d->C);
-    td_matmul_backward(NULL, td_m_g(m, u, TD_T_FCW), td_m_g(m, u, TD_T_FCB), dfch, a->ln2, NULL,
-                       d->N, d->C, d->F);
+    td_m_matmul_backward(m, NULL, 0, td_m_g(m, u, TD_T_FCPROJW), td_m_g(m, u, TD_T_FCPROJB), dfcproj,
+                         a->fch_gelu, u, TD_T_FCPROJW, d->N, d->F, d->C);
+    td_m_matmul_backward(m, NULL, 0, td_m_g(m, u, TD_T_FCW), td_m_g(m, u, TD_T_FCB), dfch, a->ln2, u,
+                         TD_T_FCW, d->N, d->C, d->F);
 }
 
 /* Attention, input half: dres holds d(res2); the QKV output gradient goes
  * to dqkv[N,3Ca]; returns the gathered attproj output gradient [N,C] (in
  * keep when given). Leaves the partial gradient of ln1 in s->dln. */
-static const float *attn_backward_input(td_gpt *m, int u, const td_block_acts *a,
-                                        const float *dres, float *dqkv, float *keep) {
+static const td_act *attn_backward_input(td_gpt *m, int u, const td_block_acts *a,
+                                         const td_act *dres, td_act *dqkv, td_act *keep) {
     const td_gpt_dims *d = &m->d;
     td_gpt_scratch *s = &m->s;
-    const float *dattproj = row_parallel_backward_input(m, s->datty, dres,
-                                                        td_m_w(m, u, TD_T_ATTPROJW), d->Ca, keep);
-    memset(dqkv, 0, sizeof(float) * (size_t)d->N * 3 * d->Ca);
-    td_attention_backward(dqkv, s->datt, s->datty, a->qkv, a->att, d->B, d->T, d->Ca, d->Ha);
+    const td_act *dattproj =
+        row_parallel_backward_input(m, s->datty, dres, u, TD_T_ATTPROJW, d->Ca, keep);
+    memset(dqkv, 0, d->es * (size_t)d->N * 3 * d->Ca);
+    td_m_attention_backward(m, dqkv, s->datty, a->qkv, a->att);
     memset(s->dln, 0, sizeof(float) * (size_t)d->N * d->C);
-    td_matmul_backward(s->dln, NULL, NULL, dqkv, NULL, td_m_w(m, u, TD_T_QKVW), d->N, d->C,
-                       3 * d->Ca);
+    td_m_matmul_backward(m, s->dln, 1, NULL, NULL, dqkv, NULL, u, TD_T_QKVW, d->N, d->C, 3 * d->Ca);
     return dattproj;
 }
 
-static void attn_backward_weight(td_gpt *m, int u, const td_block_acts *a, const float *dattproj,
-                                 const float *dqkv) {
+static void attn_backward_weight(td_gpt *m, int u, const td_block_acts *a, const td_act *dattproj,
+                                 const td_act *dqkv) {
     const td_gpt_dims *d = &m->d;
-    td_matmul_backward(NULL, td_m_g(m, u, TD_T_ATTPROJW), td_m_g(m, u, TD_T_ATTPROJB), dattproj,
-                       a->atty, NULL, d->N, d->Ca, d->C);
-    td_matmul_backward(NULL, td_m_g(m, u, TD_T_QKVW), td_m_g(m, u, TD_T_QKVB), dqkv, a->ln1, NULL,
-                       d->N, d->C, 3 * d->Ca);
+    td_m_matmul_backward(m, NULL, 0, td_m_g(m, u, TD_T_ATTPROJW), td_m_g(m, u, TD_T_ATTPROJB),
+                         dattproj, a->atty, u, TD_T_ATTPROJW, d->N, d->Ca, d->C);
+    td_m_matmul_backward(m, NULL, 0, td_m_g(m, u, TD_T_QKVW), td_m_g(m, u, TD_T_QKVB), dqkv, a->ln1, u,
+                         TD_T_QKVW, d->N, d->C, 3 * d->Ca);
 }
 
 /* The input half of block l, and with keep == NULL the whole backward. The
@@ -154,18 +164,18 @@ static void attn_backward_weight(td_gpt *m, int u, const td_block_acts *a, const
  * fcproj output gradient) and while they are in cache, so it copies
  * nothing. With a stash, the output gradients are written to it instead and
  * the weight halves are left to td_block_backward_weight. */
-static void block_backward(td_gpt *m, int l, const float *x, const td_block_acts *a, float *dres,
+static void block_backward(td_gpt *m, int l, const td_act *x, const td_block_acts *a, td_act *dres,
                            td_block_wstash *keep) {
     td_gpt_scratch *s = &m->s;
     int u = td_m_block_unit(l);
 #define W(k) td_m_w(m, u, k)
 #define G(k) td_m_g(m, u, k)
-    float *dfch = keep ? keep->dfch : s->dfch, *dqkv = keep ? keep->dqkv : s->dqkv;
-    const float *dfcproj = mlp_backward_input(m, u, a, dres, dfch, keep ? keep->dfcproj : NULL);
+    td_act *dfch = keep ? keep->dfch : s->dfch, *dqkv = keep ? keep->dqkv : s->dqkv;
+    const td_act *dfcproj = mlp_backward_input(m, u, a, dres, dfch, keep ? keep->dfcproj : NULL);
     if (!keep) mlp_backward_weight(m, u, a, dfcproj, dfch);
     td_m_norm_backward(m, dres, a->res2, a->ln2_mean, a->ln2_rstd, W(TD_T_LN2W), G(TD_T_LN2W),
                        G(TD_T_LN2B));
-    const float *dattproj = attn_backward_input(m, u, a, dres, dqkv, keep ? keep->dattproj : NULL);
+    const td_act *dattproj = attn_backward_input(m, u, a, dres, dqkv, keep ? keep->dattproj : NULL);
     if (!keep) attn_backward_weight(m, u, a, dattproj, dqkv);
     td_m_norm_backward(m, dres, x, a->ln1_mean, a->ln1_rstd, W(TD_T_LN1W), G(TD_T_LN1W),
                        G(TD_T_LN1B));
@@ -173,25 +183,26 @@ static void block_backward(td_gpt *m, int l, const float *x, const td_block_acts
 #undef G
 }
 
-void td_block_backward(td_gpt *m, int l, const float *x, const td_block_acts *a, float *dres) {
+void td_block_backward(td_gpt *m, int l, const td_act *x, const td_block_acts *a, td_act *dres) {
     block_backward(m, l, x, a, dres, NULL);
 }
 
 /* ---- split backward (zero-bubble pipelines) ---- */
 
-size_t td_block_wstash_floats(const td_gpt_dims *d) {
-    return (size_t)d->N * ((size_t)3 * d->Ca + 2 * (size_t)d->C + (size_t)d->F);
+size_t td_block_wstash_bytes(const td_gpt_dims *d) {
+    return d->es * (size_t)d->N * ((size_t)3 * d->Ca + 2 * (size_t)d->C + (size_t)d->F);
 }
 
-void td_block_wstash_carve(td_block_wstash *w, const td_gpt_dims *d, float *buf) {
+void td_block_wstash_carve(td_block_wstash *w, const td_gpt_dims *d, void *buf) {
     size_t N = (size_t)d->N;
-    w->dqkv = buf;
-    w->dattproj = w->dqkv + N * 3 * d->Ca;
-    w->dfch = w->dattproj + N * d->C;
-    w->dfcproj = w->dfch + N * d->F;
+    char *p = buf;
+    w->dqkv = p;
+    w->dattproj = p += d->es * N * 3 * d->Ca;
+    w->dfch = p += d->es * N * d->C;
+    w->dfcproj = p += d->es * N * d->F;
 }
 
-void td_block_backward_input(td_gpt *m, int l, const float *x, const td_block_acts *a, float *dres,
+void td_block_backward_input(td_gpt *m, int l, const td_act *x, const td_block_acts *a, td_act *dres,
                              td_block_wstash *w) {
     TD_ASSERT(w && w->dqkv && w->dattproj && w->dfch && w->dfcproj);
     block_backward(m, l, x, a, dres, w);

@@ -17,32 +17,44 @@
 enum { EMBED_UNIT = 0 };
 static int head_unit(const td_gpt *m) { return m->cfg.L + 1; }
 
+/* Under reduced precision the lookup and the position add run in fp32
+ * (the partial lookups are summed over tp in fp32) and the sum is rounded
+ * into the activation once. */
 void td_embed_forward(td_gpt *m, const int *inputs, td_embed_acts *a) {
     const td_gpt_dims *d = &m->d;
-    float *part = d->sp ? m->s.full : a->encoded;
+    float *part = d->sp || d->lp ? m->s.full : a->encoded;
+    float *rows = !d->lp ? a->encoded : d->sp ? m->s.dln_local : part;
     td_embedding_shard_forward(part, inputs, td_m_w(m, EMBED_UNIT, TD_T_WTE), d->vocab_lo, d->Vl,
                                d->N, d->C);
-    td_m_reduce_rows(m, part, a->encoded);
-    td_position_forward(a->encoded, td_m_w(m, EMBED_UNIT, TD_T_WPE), d->row0, d->Ns, d->T, d->C);
+    td_m_reduce_rows(m, part, rows);
+    td_position_forward(rows, td_m_w(m, EMBED_UNIT, TD_T_WPE), d->row0, d->Ns, d->T, d->C);
+    if (d->lp) td_m_round_n(m, a->encoded, rows, (size_t)d->Ns * d->C);
 }
 
-void td_embed_backward(td_gpt *m, const int *inputs, const float *dres) {
+void td_embed_backward(td_gpt *m, const int *inputs, const td_act *dres) {
     const td_gpt_dims *d = &m->d;
-    const float *dfull = td_m_gather_grad(m, dres); /* every shard of wte sees every row */
-    td_embedding_shard_backward(td_m_g(m, EMBED_UNIT, TD_T_WTE), dfull, inputs, d->vocab_lo, d->Vl,
-                                d->N, d->C);
+    const td_act *dfull = td_m_gather_grad(m, dres); /* every shard of wte sees every row */
+    const float *g = dfull;
+    if (d->lp) { /* widened into s->dln, free at this point of the backward */
+        td_m_widen_n(m, m->s.dln, dfull, (size_t)d->N * d->C);
+        g = m->s.dln;
+    }
+    td_embedding_shard_backward(td_m_g(m, EMBED_UNIT, TD_T_WTE), g, inputs, d->vocab_lo, d->Vl, d->N,
+                                d->C);
     /* from all N rows: the position gradient is the same on every tp rank */
-    td_position_backward(td_m_g(m, EMBED_UNIT, TD_T_WPE), dfull, 0, d->N, d->T, d->C);
+    td_position_backward(td_m_g(m, EMBED_UNIT, TD_T_WPE), g, 0, d->N, d->T, d->C);
 }
 
-double td_head_forward(td_gpt *m, const float *x, const int *targets, td_head_acts *a) {
+/* The logits are fp32 in every precision (the GEMM writes them so), and so
+ * is the whole cross-entropy. */
+double td_head_forward(td_gpt *m, const td_act *x, const int *targets, td_head_acts *a) {
     const td_gpt_dims *d = &m->d;
     int N = d->N, C = d->C, u = head_unit(m);
     /* the head's input: all rows */
     td_m_norm_forward(m, a->lnf, a->lnf_mean, a->lnf_rstd, x, td_m_w(m, u, TD_T_LNFW),
                       td_m_w(m, u, TD_T_LNFB));
     /* LM head tied to this rank's wte rows: logits[N,Vl] = lnf @ wte^T */
-    td_matmul_forward(a->logits, a->lnf, td_m_w(m, EMBED_UNIT, TD_T_WTE), NULL, N, C, d->Vl);
+    td_m_matmul_forward(m, a->logits, 1, a->lnf, EMBED_UNIT, TD_T_WTE, NULL, N, C, d->Vl);
     if (!targets) return 0.0;
     for (int i = 0; i < N; i++) TD_ASSERT(targets[i] >= 0 && targets[i] < m->cfg.V);
     td_xent_max(a->row_max, a->logits, N, d->Vreal, d->Vl);
@@ -58,18 +70,23 @@ double td_head_forward(td_gpt *m, const float *x, const int *targets, td_head_ac
     return sum;
 }
 
-void td_head_backward(td_gpt *m, const float *x, const int *targets, td_head_acts *a, float dloss,
-                      float *dres) {
+void td_head_backward(td_gpt *m, const td_act *x, const int *targets, td_head_acts *a, float dloss,
+                      td_act *dres) {
     const td_gpt_dims *d = &m->d;
     int N = d->N, C = d->C, u = head_unit(m);
     td_gpt_scratch *s = &m->s;
     for (int i = 0; i < N; i++) s->dlosses[i] = dloss;
     /* dlogits overwrite the probabilities in place */
     td_xent_backward(a->logits, a->logits, targets, d->vocab_lo, s->dlosses, N, d->Vreal, d->Vl);
+    const td_act *dlogits = a->logits;
+    if (d->lp) { /* the GEMM reads them in the reduced type */
+        td_m_round_n(m, s->dlogits_lp, a->logits, (size_t)N * d->Vl);
+        dlogits = s->dlogits_lp;
+    }
     memset(s->dln, 0, sizeof(float) * (size_t)N * C);
-    td_matmul_backward(s->dln, td_m_g(m, EMBED_UNIT, TD_T_WTE), NULL, a->logits, a->lnf,
-                       td_m_w(m, EMBED_UNIT, TD_T_WTE), N, C, d->Vl);
-    memset(dres, 0, sizeof(float) * (size_t)d->Ns * C);
+    td_m_matmul_backward(m, s->dln, 1, td_m_g(m, EMBED_UNIT, TD_T_WTE), NULL, dlogits, a->lnf,
+                         EMBED_UNIT, TD_T_WTE, N, C, d->Vl);
+    memset(dres, 0, d->es * (size_t)d->Ns * C);
     td_m_norm_backward(m, dres, x, a->lnf_mean, a->lnf_rstd, td_m_w(m, u, TD_T_LNFW),
                        td_m_g(m, u, TD_T_LNFW), td_m_g(m, u, TD_T_LNFB));
 }

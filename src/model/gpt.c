@@ -19,59 +19,79 @@ void td_gpt_dims_of(td_gpt_dims *d, const td_param_table *t, int B, int seq_para
     d->Vl = t->vocab_local, d->vocab_lo = t->vocab_lo;
     int real = c->V - t->vocab_lo;
     d->Vreal = real < 0 ? 0 : real > d->Vl ? d->Vl : real;
+    d->prec = t->prec, d->lp = t->prec != TD_PREC_FP32;
+    d->es = d->lp ? 2 : sizeof(float);
+    /* the tensor-parallel collectives move reduced-precision rows as fp32
+     * pairs (internal.h: td_m_gather_rows) */
+    TD_CHECK(!d->lp || d->tp == 1 || ((size_t)d->Ns * (size_t)d->C) % 2 == 0,
+             "--precision %s with --tp needs an even number of elements per rank's rows "
+             "(--seq x --channels); got %d x %d",
+             td_precision_name(d->prec), d->Ns, d->C);
 }
 
-/* Per-block activation floats (td_block_acts). */
-static size_t block_floats(const td_gpt_dims *d) {
-    size_t N = d->N, Ns = d->Ns, C = d->C;
-    return 2 * N * C + 4 * Ns                        /* ln1, ln2 and their statistics */
-           + N * 3 * d->Ca + N * d->Ca               /* qkv, atty */
-           + (size_t)d->B * d->Ha * d->T * d->T      /* att */
-           + 4 * Ns * C                              /* attproj, res2, fcproj, res3 */
-           + 2 * N * d->F;                           /* fch, fch_gelu */
+/* Bytes of n activation elements / n fp32 values, kept 4-byte aligned so
+ * that fp32 tensors carved after an odd count of 2-byte elements stay
+ * aligned (a no-op under FP32: the sizes are those of the fp32 model). */
+static size_t A(const td_gpt_dims *d, size_t n) { return td_round_up(n * d->es, 4); }
+static size_t F(size_t n) { return n * sizeof(float); }
+
+/* Per-block activation bytes (td_block_acts), in carve_block's order. */
+static size_t block_bytes(const td_gpt_dims *d) {
+    size_t N = d->N, Ns = d->Ns, C = d->C, att = (size_t)d->B * d->Ha * d->T * d->T;
+    return 2 * (A(d, N * C) + F(2 * Ns))              /* ln1, ln2 and their statistics */
+           + A(d, N * 3 * d->Ca) + A(d, N * d->Ca)    /* qkv, atty */
+           + A(d, att)                                /* att */
+           + 4 * A(d, Ns * C)                         /* attproj, res2, fcproj, res3 */
+           + 2 * A(d, N * d->F);                      /* fch, fch_gelu */
 }
 
 /* Saved tensors of L blocks: L full sets, or with recomputation one shared
  * set (holding block 0's res3) and the other L - 1 blocks' outputs res3. */
-static size_t blocks_floats(const td_gpt_dims *d, int L, td_recompute rc) {
-    if (rc == TD_RECOMPUTE_BLOCK) return block_floats(d) + (size_t)(L - 1) * d->Ns * d->C;
-    return (size_t)L * block_floats(d);
+static size_t blocks_bytes(const td_gpt_dims *d, int L, td_recompute rc) {
+    if (rc == TD_RECOMPUTE_BLOCK) return block_bytes(d) + (size_t)(L - 1) * A(d, (size_t)d->Ns * d->C);
+    return (size_t)L * block_bytes(d);
 }
 
-static size_t act_floats(const td_gpt_dims *d, int L, td_recompute rc) {
-    size_t N = d->N, Ns = d->Ns;
-    return Ns * d->C                                 /* encoded */
-           + blocks_floats(d, L, rc)                 /* blocks */
-           + N * d->C + 2 * Ns                       /* ln_f (gathered) */
-           + N * d->Vl + N                           /* logits, losses */
-           + 3 * N;                                  /* row max, sum of exps, target logit */
+static size_t head_bytes(const td_gpt_dims *d) {
+    size_t N = d->N;
+    return A(d, N * d->C) + F(2 * (size_t)d->Ns)      /* ln_f (gathered), statistics */
+           + F(N * d->Vl + N + 3 * N);                /* logits, losses, row max, sum of
+                                                         exps, target logit (fp32 always) */
 }
 
-static size_t scratch_floats(const td_gpt_dims *d) {
-    size_t N = d->N, C = d->C;
-    size_t f = d->Ns * C + N * C                     /* dres, dln */
-               + N * d->Ca + N * 3 * d->Ca           /* datty, dqkv */
-               + (size_t)d->B * d->Ha * d->T * d->T  /* datt */
-               + 2 * N * d->F                        /* dfch, dfchg */
-               + N;                                  /* dlosses */
-    if (d->sp) f += N * C + d->Ns * C + 2 * C;       /* full, dln_local, dnorm */
+static size_t act_bytes(const td_gpt_dims *d, int L, td_recompute rc) {
+    return A(d, (size_t)d->Ns * d->C)                 /* encoded */
+           + blocks_bytes(d, L, rc) + head_bytes(d);
+}
+
+static size_t scratch_bytes(const td_gpt_dims *d) {
+    size_t N = d->N, C = d->C, Ns = d->Ns;
+    size_t f = A(d, Ns * C) + F(N * C)                /* dres, dln */
+               + A(d, N * d->Ca) + A(d, N * 3 * d->Ca) /* datty, dqkv */
+               + (d->lp ? 0 : F((size_t)d->B * d->Ha * d->T * d->T)) /* datt */
+               + 2 * A(d, N * d->F)                   /* dfch, dfchg */
+               + F(N);                                /* dlosses */
+    if (d->sp || d->lp) f += F(N * C) + F(Ns * C);    /* full, dln_local */
+    if (d->sp) f += F(2 * C);                         /* dnorm */
+    if (d->lp) f += A(d, Ns * C) + A(d, N * d->Vl);   /* dln_lp, dlogits_lp */
     return f;
 }
 
 size_t td_gpt_activation_bytes_rc(const td_param_table *t, int B, int seq_parallel, td_recompute rc) {
     td_gpt_dims d;
     td_gpt_dims_of(&d, t, B, seq_parallel);
-    return (act_floats(&d, t->cfg.L, rc) + scratch_floats(&d)) * sizeof(float) +
-           2 * (size_t)d.N * sizeof(int) + (size_t)t->cfg.L * sizeof(td_block_acts);
+    return act_bytes(&d, t->cfg.L, rc) + scratch_bytes(&d) + 2 * (size_t)d.N * sizeof(int) +
+           (size_t)t->cfg.L * sizeof(td_block_acts);
 }
 
 size_t td_gpt_activation_bytes(const td_param_table *t, int B, int seq_parallel) {
     return td_gpt_activation_bytes_rc(t, B, seq_parallel, TD_RECOMPUTE_NONE);
 }
 
-static float *carve(float **cur, size_t n) {
-    float *p = *cur;
-    *cur += n;
+/* The next `bytes` of an allocation (sizes from A and F above). */
+static void *carve(char **cur, size_t bytes) {
+    void *p = *cur;
+    *cur += bytes;
     return p;
 }
 
@@ -97,56 +117,51 @@ static void find_offsets(td_gpt *m, const td_param_table *t) {
     TD_ASSERT(td_param_lookup(t, TD_T_LNFB, 0)->unit == m->cfg.L + 1);
 }
 
-static void carve_block(td_block_acts *a, const td_gpt_dims *d, float **cur) {
+static void carve_block(td_block_acts *a, const td_gpt_dims *d, char **cur) {
     size_t N = d->N, Ns = d->Ns, C = d->C, att = (size_t)d->B * d->Ha * d->T * d->T;
-    a->ln1 = carve(cur, N * C);
-    a->ln1_mean = carve(cur, Ns);
-    a->ln1_rstd = carve(cur, Ns);
-    a->qkv = carve(cur, N * 3 * d->Ca);
-    a->atty = carve(cur, N * d->Ca);
-    a->att = carve(cur, att);
-    a->attproj = carve(cur, Ns * C);
-    a->res2 = carve(cur, Ns * C);
-    a->ln2 = carve(cur, N * C);
-    a->ln2_mean = carve(cur, Ns);
-    a->ln2_rstd = carve(cur, Ns);
-    a->fch = carve(cur, N * d->F);
-    a->fch_gelu = carve(cur, N * d->F);
-    a->fcproj = carve(cur, Ns * C);
-    a->res3 = carve(cur, Ns * C);
+    a->ln1 = carve(cur, A(d, N * C));
+    a->ln1_mean = carve(cur, F(Ns));
+    a->ln1_rstd = carve(cur, F(Ns));
+    a->qkv = carve(cur, A(d, N * 3 * d->Ca));
+    a->atty = carve(cur, A(d, N * d->Ca));
+    a->att = carve(cur, A(d, att));
+    a->attproj = carve(cur, A(d, Ns * C));
+    a->res2 = carve(cur, A(d, Ns * C));
+    a->ln2 = carve(cur, A(d, N * C));
+    a->ln2_mean = carve(cur, F(Ns));
+    a->ln2_rstd = carve(cur, F(Ns));
+    a->fch = carve(cur, A(d, N * d->F));
+    a->fch_gelu = carve(cur, A(d, N * d->F));
+    a->fcproj = carve(cur, A(d, Ns * C));
+    a->res3 = carve(cur, A(d, Ns * C));
 }
 
-static size_t head_floats(const td_gpt_dims *d) {
-    size_t N = d->N;
-    return N * d->C + 2 * (size_t)d->Ns + N * d->Vl + N + 3 * N;
-}
-
-static void carve_head(td_head_acts *h, const td_gpt_dims *d, float **cur) {
+static void carve_head(td_head_acts *h, const td_gpt_dims *d, char **cur) {
     size_t N = d->N, Ns = d->Ns, C = d->C;
-    h->lnf = carve(cur, N * C);
-    h->lnf_mean = carve(cur, Ns);
-    h->lnf_rstd = carve(cur, Ns);
-    h->logits = carve(cur, N * d->Vl);
-    h->losses = carve(cur, N);
-    h->row_max = carve(cur, N);
-    h->row_sum = carve(cur, N);
-    h->tgt_logit = carve(cur, N);
+    h->lnf = carve(cur, A(d, N * C));
+    h->lnf_mean = carve(cur, F(Ns));
+    h->lnf_rstd = carve(cur, F(Ns));
+    h->logits = carve(cur, F(N * d->Vl));
+    h->losses = carve(cur, F(N));
+    h->row_max = carve(cur, F(N));
+    h->row_sum = carve(cur, F(N));
+    h->tgt_logit = carve(cur, F(N));
 }
 
 /* ---- pipeline stages: one activation slot per in-flight micro-batch ---- */
 
-static size_t slot_floats(const td_gpt_dims *d, const td_slot_shape *sh) {
-    size_t NsC = (size_t)d->Ns * d->C;
+static size_t slot_mem_bytes(const td_gpt_dims *d, const td_slot_shape *sh) {
+    size_t NsC = A(d, (size_t)d->Ns * d->C);
     return 2 * NsC                                         /* x, dx */
-           + (size_t)sh->n_blocks * (sh->recompute ? NsC : block_floats(d)) /* blocks (or res3 only) */
-           + (sh->wstash ? (size_t)sh->n_blocks * td_block_wstash_floats(d) : 0)
-           + (sh->head ? head_floats(d) : 0);
+           + (size_t)sh->n_blocks * (sh->recompute ? NsC : block_bytes(d)) /* blocks (or res3 only) */
+           + (sh->wstash ? (size_t)sh->n_blocks * td_block_wstash_bytes(d) : 0)
+           + (sh->head ? head_bytes(d) : 0);
 }
 
 size_t td_gpt_slot_bytes(const td_param_table *t, int B, int seq_parallel, const td_slot_shape *sh) {
     td_gpt_dims d;
     td_gpt_dims_of(&d, t, B, seq_parallel);
-    return slot_floats(&d, sh) * sizeof(float) + 2 * (size_t)d.N * sizeof(int) +
+    return slot_mem_bytes(&d, sh) + 2 * (size_t)d.N * sizeof(int) +
            (size_t)sh->n_blocks * (sizeof(td_block_acts) + (sh->wstash ? sizeof(td_block_wstash) : 0));
 }
 
@@ -154,10 +169,10 @@ void td_gpt_slot_create(td_gpt_slot *s, const td_gpt *m, const td_slot_shape *sh
     const td_gpt_dims *d = &m->d;
     memset(s, 0, sizeof *s);
     s->shape = *sh;
-    s->mem = td_alloc(slot_floats(d, sh) * sizeof(float), TD_MEM_ACTS);
+    s->mem = td_alloc(slot_mem_bytes(d, sh), TD_MEM_ACTS);
     s->blocks = td_alloc(sizeof(td_block_acts) * (size_t)(sh->n_blocks > 0 ? sh->n_blocks : 1), TD_MEM_ACTS);
-    float *cur = s->mem;
-    size_t NsC = (size_t)d->Ns * d->C;
+    char *cur = s->mem;
+    size_t NsC = A(d, (size_t)d->Ns * d->C);
     s->x = carve(&cur, NsC);
     s->dx = carve(&cur, NsC);
     TD_ASSERT(!sh->recompute || (m->rc_set.ln1 && !sh->wstash));
@@ -172,11 +187,11 @@ void td_gpt_slot_create(td_gpt_slot *s, const td_gpt *m, const td_slot_shape *sh
         s->w = td_alloc(sizeof(td_block_wstash) * (size_t)(sh->n_blocks > 0 ? sh->n_blocks : 1), TD_MEM_ACTS);
         for (int i = 0; i < sh->n_blocks; i++) {
             td_block_wstash_carve(&s->w[i], d, cur);
-            cur += td_block_wstash_floats(d);
+            cur += td_block_wstash_bytes(d);
         }
     }
     if (sh->head) carve_head(&s->head, d, &cur);
-    TD_ASSERT((size_t)(cur - s->mem) == slot_floats(d, sh));
+    TD_ASSERT((size_t)(cur - (char *)s->mem) == slot_mem_bytes(d, sh));
     s->inputs = td_alloc((size_t)d->N * sizeof(int), TD_MEM_ACTS);
     s->targets = td_alloc((size_t)d->N * sizeof(int), TD_MEM_ACTS);
 }
@@ -193,7 +208,7 @@ void td_gpt_slot_destroy(td_gpt_slot *s) {
 size_t td_gpt_scratch_bytes(const td_param_table *t, int B, int seq_parallel) {
     td_gpt_dims d;
     td_gpt_dims_of(&d, t, B, seq_parallel);
-    return scratch_floats(&d) * sizeof(float);
+    return scratch_bytes(&d);
 }
 
 static void create_common(td_gpt *m, const td_param_table *t, int B, int seq_parallel) {
@@ -205,35 +220,62 @@ static void create_common(td_gpt *m, const td_param_table *t, int B, int seq_par
     find_offsets(m, t);
     m->unit_params = td_alloc(sizeof(float *) * t->n_units, TD_MEM_OTHER);
     m->unit_grads = td_alloc(sizeof(float *) * t->n_units, TD_MEM_OTHER);
+    if (m->d.lp) { /* the compute copies, one per held unit */
+        m->params_lp = td_alloc(td_gpt_compute_param_bytes(t), TD_MEM_PARAMS);
+        m->unit_params_lp = td_alloc(sizeof(void *) * t->n_units, TD_MEM_OTHER);
+        m->lp_src = td_alloc(sizeof(float *) * t->n_units, TD_MEM_OTHER);
+        m->lp_epoch = td_alloc(sizeof(unsigned) * t->n_units, TD_MEM_OTHER);
+        char *cur = m->params_lp;
+        for (int u = 0; u < t->n_units; u++) {
+            m->unit_params_lp[u] = cur;
+            cur += td_round_up(td_unit_numel(t, u) * m->d.es, 64);
+            m->lp_src[u] = NULL;
+            m->lp_epoch[u] = 0;
+        }
+        m->params_epoch = 1;
+    }
 }
+
+size_t td_gpt_compute_param_bytes(const td_param_table *t) {
+    if (t->prec == TD_PREC_FP32) return 0;
+    size_t b = 0;
+    for (int u = 0; u < t->n_units; u++) b += td_round_up(td_unit_numel(t, u) * 2, 64);
+    return b;
+}
+
+void td_gpt_params_changed(td_gpt *m) { m->params_epoch++; }
 
 /* Backward scratch, shared by every block and micro-batch. */
 static void create_scratch(td_gpt *m) {
     const td_gpt_dims *d = &m->d;
     size_t N = d->N, Ns = d->Ns, C = d->C, att = (size_t)d->B * d->Ha * d->T * d->T;
-    m->grads_acts = td_alloc(scratch_floats(d) * sizeof(float), TD_MEM_ACTS);
-    float *cur = m->grads_acts;
+    m->grads_acts = td_alloc(scratch_bytes(d), TD_MEM_ACTS);
+    char *cur = m->grads_acts;
     td_gpt_scratch *s = &m->s;
-    s->dres = carve(&cur, Ns * C);
-    s->dln = carve(&cur, N * C);
-    s->datty = carve(&cur, N * d->Ca);
-    s->dqkv = carve(&cur, N * 3 * d->Ca);
-    s->datt = carve(&cur, att);
-    s->dfch = carve(&cur, N * d->F);
-    s->dfchg = carve(&cur, N * d->F);
-    s->dlosses = carve(&cur, N);
-    if (d->sp) {
-        s->full = carve(&cur, N * C);
-        s->dln_local = carve(&cur, Ns * C);
-        s->dnorm = carve(&cur, 2 * C);
+    s->dres = carve(&cur, A(d, Ns * C));
+    s->dln = carve(&cur, F(N * C));
+    s->datty = carve(&cur, A(d, N * d->Ca));
+    s->dqkv = carve(&cur, A(d, N * 3 * d->Ca));
+    s->datt = d->lp ? NULL : carve(&cur, F(att));
+    s->dfch = carve(&cur, A(d, N * d->F));
+    s->dfchg = carve(&cur, A(d, N * d->F));
+    s->dlosses = carve(&cur, F(N));
+    if (d->sp || d->lp) {
+        s->full = carve(&cur, F(N * C));
+        s->dln_local = carve(&cur, F(Ns * C));
     }
-    TD_ASSERT((size_t)(cur - m->grads_acts) == scratch_floats(d));
+    if (d->sp) s->dnorm = carve(&cur, F(2 * C));
+    if (d->lp) {
+        s->dln_lp = carve(&cur, A(d, Ns * C));
+        s->dlogits_lp = carve(&cur, A(d, N * d->Vl));
+    }
+    TD_ASSERT((size_t)(cur - (char *)m->grads_acts) == scratch_bytes(d));
 }
 
 size_t td_gpt_stage_bytes(const td_param_table *t, int B, int seq_parallel, td_recompute rc) {
     td_gpt_dims d;
     td_gpt_dims_of(&d, t, B, seq_parallel);
-    return (scratch_floats(&d) + (rc == TD_RECOMPUTE_BLOCK ? block_floats(&d) : 0)) * sizeof(float);
+    return scratch_bytes(&d) + (rc == TD_RECOMPUTE_BLOCK ? block_bytes(&d) : 0);
 }
 
 void td_gpt_create_stage_rc(td_gpt *m, const td_param_table *t, int B, int seq_parallel, td_recompute rc) {
@@ -241,7 +283,8 @@ void td_gpt_create_stage_rc(td_gpt *m, const td_param_table *t, int B, int seq_p
     m->recompute = rc;
     create_scratch(m);
     if (rc == TD_RECOMPUTE_BLOCK) {
-        float *cur = m->acts = td_alloc(block_floats(&m->d) * sizeof(float), TD_MEM_ACTS);
+        m->acts = td_alloc(block_bytes(&m->d), TD_MEM_ACTS);
+        char *cur = (char *)m->acts;
         carve_block(&m->rc_set, &m->d, &cur);
     }
     m->acts_bytes = td_gpt_stage_bytes(t, B, seq_parallel, rc);
@@ -258,21 +301,21 @@ void td_gpt_create_rc(td_gpt *m, const td_param_table *t, int B, int seq_paralle
     int L = m->cfg.L;
     size_t Ns = d->Ns, C = d->C;
 
-    m->acts = td_alloc(act_floats(d, L, rc) * sizeof(float), TD_MEM_ACTS);
+    m->acts = td_alloc(act_bytes(d, L, rc), TD_MEM_ACTS);
     m->blocks = td_alloc(sizeof(td_block_acts) * (size_t)L, TD_MEM_ACTS);
-    float *cur = m->acts;
-    m->embed.encoded = carve(&cur, Ns * C);
+    char *cur = (char *)m->acts;
+    m->embed.encoded = carve(&cur, A(d, Ns * C));
     for (int l = 0; l < L; l++) {
         if (rc == TD_RECOMPUTE_BLOCK && l > 0) {
             /* the shared set, with this block's own output (the next input) */
             m->blocks[l] = m->blocks[0];
-            m->blocks[l].res3 = carve(&cur, Ns * C);
+            m->blocks[l].res3 = carve(&cur, A(d, Ns * C));
         } else
             carve_block(&m->blocks[l], d, &cur);
     }
     carve_head(&m->head, d, &cur);
     m->logits = m->head.logits;
-    TD_ASSERT((size_t)(cur - m->acts) == act_floats(d, L, rc));
+    TD_ASSERT((size_t)(cur - (char *)m->acts) == act_bytes(d, L, rc));
     create_scratch(m);
     size_t N = d->N;
     m->inputs = td_alloc(N * sizeof(int), TD_MEM_ACTS);
@@ -292,6 +335,10 @@ void td_gpt_destroy(td_gpt *m) {
     td_free(m->targets);
     td_free(m->unit_params);
     td_free(m->unit_grads);
+    td_free(m->params_lp);
+    td_free(m->unit_params_lp);
+    td_free(m->lp_src);
+    td_free(m->lp_epoch);
     memset(m, 0, sizeof *m);
 }
 
@@ -302,16 +349,31 @@ void td_gpt_bind_flat(td_gpt *m, float *params, float *grads) {
     }
 }
 
+/* Under reduced precision a unit's compute copy is remade on use when its
+ * fp32 source is another buffer (a ZeRO-3 gather, a rebinding) or the
+ * parameters changed since it was made: checked at every use, so no caller
+ * (whole pass, pipeline executor, recomputation) has to say when. */
+void *td_m_unit_lp(td_gpt *m, int u) {
+    const float *src = m->unit_params[u];
+    TD_ASSERT(m->d.lp && src);
+    if (m->lp_src[u] != src || m->lp_epoch[u] != m->params_epoch) {
+        td_m_round_n(m, m->unit_params_lp[u], src, td_unit_numel(m->table, u));
+        m->lp_src[u] = src;
+        m->lp_epoch[u] = m->params_epoch;
+    }
+    return m->unit_params_lp[u];
+}
+
 static void event(td_gpt *m, td_unit_event ev, int unit) {
     if (m->hook) m->hook(m->hook_ctx, ev, unit);
 }
 
 /* Input of block l in the whole pass. */
-static const float *block_input(const td_gpt *m, int l) {
+static const td_act *block_input(const td_gpt *m, int l) {
     return l > 0 ? m->blocks[l - 1].res3 : m->embed.encoded;
 }
 
-const float *td_gpt_forward_blocks(td_gpt *m, int l0, int l1, const float *x) {
+const td_act *td_gpt_forward_blocks(td_gpt *m, int l0, int l1, const td_act *x) {
     TD_ASSERT(0 <= l0 && l0 < l1 && l1 <= m->cfg.L);
     for (int l = l0; l < l1; l++) {
         int u = td_m_block_unit(l);
@@ -323,11 +385,11 @@ const float *td_gpt_forward_blocks(td_gpt *m, int l0, int l1, const float *x) {
     return x;
 }
 
-void td_gpt_backward_blocks(td_gpt *m, int l0, int l1, const float *x, float *dres) {
+void td_gpt_backward_blocks(td_gpt *m, int l0, int l1, const td_act *x, td_act *dres) {
     TD_ASSERT(0 <= l0 && l0 < l1 && l1 <= m->cfg.L);
     for (int l = l1 - 1; l >= l0; l--) {
         int u = td_m_block_unit(l);
-        const float *in = l > l0 ? m->blocks[l - 1].res3 : x;
+        const td_act *in = l > l0 ? m->blocks[l - 1].res3 : x;
         event(m, TD_BWD_BEGIN, u);
         /* the shared set holds another block's tensors: rebuild block l's
          * (its res3 is rewritten with the same bits; nothing reads it again) */
@@ -345,7 +407,7 @@ double td_gpt_forward(td_gpt *m, const int *inputs, const int *targets) {
 
     event(m, TD_FWD_BEGIN, 0);
     td_embed_forward(m, inputs, &m->embed);
-    const float *x = td_gpt_forward_blocks(m, 0, L, m->embed.encoded);
+    const td_act *x = td_gpt_forward_blocks(m, 0, L, m->embed.encoded);
     event(m, TD_FWD_BEGIN, L + 1);
     double sum = td_head_forward(m, x, targets, &m->head);
     event(m, TD_FWD_END, L + 1);

@@ -23,17 +23,28 @@ static inline void td_m_tp_allreduce(const td_gpt *m, float *buf, size_t n, td_r
     if (m->d.tp > 1) m->comm->tp_allreduce(m->comm->ctx, buf, n, op);
 }
 
-/* Where this rank's Ns rows sit inside a full [N,C] buffer. */
-static inline float *td_m_my_rows(const td_gpt *m, float *full) {
+/* Element i of an activation buffer (td_gpt_dims.es bytes each). */
+static inline td_act *td_m_at(const td_gpt *m, const td_act *p, size_t i) {
+    return (char *)p + i * m->d.es;
+}
+
+/* Where this rank's Ns rows sit inside a full [N,C] activation buffer. */
+static inline td_act *td_m_my_rows(const td_gpt *m, td_act *full) {
+    return td_m_at(m, full, (size_t)m->d.row0 * (size_t)m->d.C);
+}
+/* The same in an fp32 [N,C] buffer. */
+static inline float *td_m_my_rows_f32(const td_gpt *m, float *full) {
     return full + (size_t)m->d.row0 * (size_t)m->d.C;
 }
 
-/* Into a tensor-parallel region (forward f, backward of g): full[N,C],
- * whose own rows the caller has written at td_m_my_rows, receives every
- * rank's rows. A no-op without sequence parallelism (full is replicated). */
-static inline void td_m_gather_rows(const td_gpt *m, float *full) {
+/* Into a tensor-parallel region (forward f, backward of g): full[N,C] of
+ * activations, whose own rows the caller has written at td_m_my_rows,
+ * receives every rank's rows. A no-op without sequence parallelism (full is
+ * replicated). An all-gather only moves bytes, so reduced-precision rows
+ * travel as fp32 pairs (dims_of checks the count is even). */
+static inline void td_m_gather_rows(const td_gpt *m, td_act *full) {
     if (m->d.sp) {
-        size_t n = (size_t)m->d.Ns * (size_t)m->d.C;
+        size_t n = (size_t)m->d.Ns * (size_t)m->d.C * m->d.es / sizeof(float);
         m->comm->seq_all_gather(m->comm->ctx, full, td_m_my_rows(m, full), n);
     }
 }
@@ -55,9 +66,9 @@ static inline void td_m_reduce_rows(const td_gpt *m, float *part, float *out) {
 /* The backward of a g: the gradient dout[Ns,C] of this rank's rows, as all
  * N rows (gathered into scratch with sequence parallelism; dout itself
  * otherwise, where every rank holds every row). */
-static inline const float *td_m_gather_grad(const td_gpt *m, const float *dout) {
+static inline const td_act *td_m_gather_grad(const td_gpt *m, const td_act *dout) {
     if (!m->d.sp) return dout;
-    memcpy(td_m_my_rows(m, m->s.full), dout, sizeof(float) * (size_t)m->d.Ns * (size_t)m->d.C);
+    memcpy(td_m_my_rows(m, m->s.full), dout, m->d.es * (size_t)m->d.Ns * (size_t)m->d.C);
     td_m_gather_rows(m, m->s.full);
     return m->s.full;
 }
@@ -82,9 +93,37 @@ static inline void td_m_norm_grad_end(const td_gpt *m, float *gw, float *gb) {
 
 /* block.c: a LayerNorm feeding a column-parallel projection (ln_1, ln_2,
  * ln_f), forward and backward. */
-void td_m_norm_forward(td_gpt *m, float *out, float *mean, float *rstd, const float *x,
+void td_m_norm_forward(td_gpt *m, td_act *out, float *mean, float *rstd, const td_act *x,
                        const float *w, const float *b);
-void td_m_norm_backward(td_gpt *m, float *dres, const float *x, const float *mean,
+void td_m_norm_backward(td_gpt *m, td_act *dres, const td_act *x, const float *mean,
                         const float *rstd, const float *w, float *gw, float *gb);
+
+/* ---- the kernels in the model's precision (ops.c) ------------------------
+ * Under FP32 each is the kernels.h call the model has always made (same
+ * bits); under BF16/FP16 the kernels_bf16.h family: activations in the
+ * reduced type, math and parameters in fp32. The GEMMs name their weight by
+ * (unit, kind): the fp32 weight or the unit's compute copy. out32 / dinp32:
+ * the output is fp32 whatever the precision (a partial sum to be reduced). */
+void *td_m_unit_lp(td_gpt *m, int u); /* gpt.c: unit u's compute copy, made fresh */
+void td_m_round_n(const td_gpt *m, td_act *dst, const float *src, size_t n);
+void td_m_widen_n(const td_gpt *m, float *dst, const td_act *src, size_t n);
+void td_m_matmul_forward(td_gpt *m, void *out, int out32, const td_act *inp, int unit,
+                         td_tensor_kind wk, const float *bias, int N, int C, int OC);
+void td_m_matmul_backward(td_gpt *m, void *dinp, int dinp32, float *dw, float *dbias,
+                          const td_act *dout, const td_act *inp, int unit, td_tensor_kind wk,
+                          int N, int C, int OC);
+void td_m_layernorm_forward(const td_gpt *m, td_act *out, float *mean, float *rstd,
+                            const td_act *inp, const float *w, const float *b, int N);
+void td_m_layernorm_backward(const td_gpt *m, td_act *dinp, float *dw, float *db,
+                             const td_act *dout, const td_act *inp, const float *w,
+                             const float *mean, const float *rstd, int N);
+void td_m_gelu_forward(const td_gpt *m, td_act *out, const td_act *inp, size_t n);
+void td_m_gelu_backward(const td_gpt *m, td_act *dinp, const td_act *inp, const td_act *dout,
+                        size_t n);
+void td_m_residual_forward(const td_gpt *m, td_act *out, const td_act *a, const td_act *b,
+                           size_t n);
+void td_m_attention_forward(const td_gpt *m, td_act *out, td_act *att, const td_act *qkv);
+void td_m_attention_backward(const td_gpt *m, td_act *dqkv, const td_act *dout,
+                             const td_act *qkv, const td_act *att);
 
 #endif

@@ -99,6 +99,7 @@ void td_param_table_build_layout(td_param_table *t, const td_gpt_config *cfg,
     t->cfg = *cfg;
     t->tp = lay->tp;
     t->tp_rank = lay->tp_rank;
+    t->prec = lay->prec;
     size_t Vp = td_round_up((size_t)cfg->V, (size_t)TD_VOCAB_PAD * (size_t)lay->tp);
     TD_CHECK(Vp <= (size_t)TD_MAX_VOCAB,
              "vocabulary %d padded for --tp %d exceeds the largest vocabulary %d", cfg->V, lay->tp,
@@ -163,7 +164,7 @@ void td_param_table_build_layout(td_param_table *t, const td_gpt_config *cfg,
 }
 
 void td_param_table_build(td_param_table *t, const td_gpt_config *cfg, int unit_align) {
-    td_table_layout lay = {unit_align, 1, 0, NULL};
+    td_table_layout lay = {unit_align, 1, 0, NULL, TD_PREC_FP32};
     td_param_table_build_layout(t, cfg, &lay);
 }
 
@@ -253,4 +254,8 @@ void td_param_relayout(float *dst, const td_param_table *to, const float *src,
         memcpy(dst + to->rows[i].offset, src + from->rows[i].offset,
                sizeof(float) * to->rows[i].numel);
     }
+}
+
+const char *td_precision_name(td_precision p) {
+    return p == TD_PREC_BF16 ? "bf16" : p == TD_PREC_FP16 ? "fp16" : "fp32";
 }

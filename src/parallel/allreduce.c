@@ -19,7 +19,7 @@ static void replicated_hook(void *ctx, td_unit_event ev, int unit) {
 void td_replicated_create(td_dp *dp) {
     int allreduce = dp->cfg.mode == TD_DP_ALLREDUCE;
     size_t n = dp->t->numel;
-    dp->params = td_alloc(n * sizeof(float), TD_MEM_PARAMS);
+    dp->params = td_alloc(n * sizeof(float), td_dp_param_cat(&dp->cfg));
     /* All-reduced gradients live where the group's ranks can reach each
      * other's: on one node the buckets are then summed straight between the
      * replicas' buffers, with no staging (comm.h, td_comm_alloc_shared). */
@@ -63,7 +63,7 @@ int td_replicated_full_params(const td_dp *dp) {
 static void allreduce_plan(const td_dp_config *cfg, const td_layout *lay, const td_param_table *t,
                            td_mem_plan *p) {
     size_t n = t->numel * sizeof(float);
-    p->bytes[TD_MEM_PARAMS] = n;
+    p->bytes[td_dp_param_cat(cfg)] = n;
     p->bytes[TD_MEM_GRADS] = n;
     p->bytes[TD_MEM_OPTIM] = 2 * n;
     if (td_gpay_on(cfg, lay->dp)) { /* bf16 / top-k buffers over the buckets */

@@ -128,7 +128,7 @@ void td_dp_destroy(td_dp *dp) {
     dp->ops->destroy(dp);
     /* the flat buffers, whichever the mode kept */
     if (dp->params_shared)
-        td_dp_free_shared(dp, dp->params, TD_MEM_PARAMS);
+        td_dp_free_shared(dp, dp->params, td_dp_param_cat(&dp->cfg));
     else
         td_free(dp->params);
     if (dp->grads_shared)

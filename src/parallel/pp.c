@@ -71,6 +71,9 @@ static int pp_peer_next(const td_pp *pp) { return (pp->s + 1) % pp->P; }
 static int pp_peer_prev(const td_pp *pp) { return (pp->s + pp->P - 1) % pp->P; }
 
 static size_t act_count(const td_pp *pp) { return (size_t)pp->m->d.Ns * (size_t)pp->m->d.C; }
+/* Activations and their gradients travel in the model's precision: fp32,
+ * or 2-byte elements (p2p moves them unchanged; TD_BF16 names the size). */
+static td_dtype act_dtype(const td_pp *pp) { return pp->m->d.lp ? TD_BF16 : TD_F32; }
 
 /* ---- slots --------------------------------------------------------------- */
 
@@ -115,7 +118,7 @@ static slot *slot_get(td_pp *pp, int mb, int chunk) {
 
 static void post_recv_act(td_pp *pp, slot *sl) {
     int v = vstage(pp, sl->chunk);
-    td_recv_start(sl->recv_act, pp->g->pp_comm, sl->s.x, act_count(pp), TD_F32, pp_peer_prev(pp),
+    td_recv_start(sl->recv_act, pp->g->pp_comm, sl->s.x, act_count(pp), act_dtype(pp), pp_peer_prev(pp),
                   tag_of(pp, ACT, sl->mb, v - 1));
 }
 
@@ -183,7 +186,7 @@ static void forward(td_pp *pp, slot *sl, int training) {
     } else if (training) {
         /* the gradient of this output will come back: its receive is posted
          * now, before the peer can send it (see (b) above) */
-        td_recv_start(sl->recv_grad, pp->g->pp_comm, sl->s.dx, act_count(pp), TD_F32,
+        td_recv_start(sl->recv_grad, pp->g->pp_comm, sl->s.dx, act_count(pp), act_dtype(pp),
                       pp_peer_next(pp), tag_of(pp, GRAD, sl->mb, vstage(pp, c)));
     }
 }
@@ -243,10 +246,10 @@ static void weight_grads(td_pp *pp, slot *sl, int final) {
 static void send(td_pp *pp, slot *sl, int kind) {
     int v = vstage(pp, sl->chunk);
     if (kind == ACT)
-        td_send_start(sl->send, pp->g->pp_comm, chunk_output(pp, sl), act_count(pp), TD_F32,
+        td_send_start(sl->send, pp->g->pp_comm, chunk_output(pp, sl), act_count(pp), act_dtype(pp),
                       pp_peer_next(pp), tag_of(pp, ACT, sl->mb, v));
     else
-        td_send_start(sl->send, pp->g->pp_comm, sl->s.dx, act_count(pp), TD_F32, pp_peer_prev(pp),
+        td_send_start(sl->send, pp->g->pp_comm, sl->s.dx, act_count(pp), act_dtype(pp), pp_peer_prev(pp),
                       tag_of(pp, GRAD, sl->mb, v - 1));
 }
 
@@ -438,10 +441,10 @@ double td_pp_forward_only(td_pp *pp, int n_micro, td_pp_batch_fn batch, void *ct
             int v = vstage(pp, ch);
             sl->mb = mb, sl->chunk = ch;
             if (!is_first(pp, ch))
-                td_recv(c, sl->s.x, act_count(pp), TD_F32, pp_peer_prev(pp), tag_of(pp, ACT, mb, v - 1));
+                td_recv(c, sl->s.x, act_count(pp), act_dtype(pp), pp_peer_prev(pp), tag_of(pp, ACT, mb, v - 1));
             forward(pp, sl, 0);
             if (!is_last(pp, ch))
-                td_send(c, chunk_output(pp, sl), act_count(pp), TD_F32, pp_peer_next(pp), tag_of(pp, ACT, mb, v));
+                td_send(c, chunk_output(pp, sl), act_count(pp), act_dtype(pp), pp_peer_next(pp), tag_of(pp, ACT, mb, v));
         }
     sl->mb = -1;
     return pp->loss;

@@ -83,12 +83,12 @@ static void ps_plan(const td_dp_config *cfg, const td_layout *lay, const td_para
                     td_mem_plan *p) {
     size_t n = t->numel * sizeof(float), slice = n / (size_t)lay->n_servers;
     if (lay->is_server) {
-        p->bytes[TD_MEM_PARAMS] = slice;
+        p->bytes[td_dp_param_cat(cfg)] = slice;
         p->bytes[TD_MEM_OPTIM] = 2 * slice;
         p->bytes[TD_MEM_GRADS] = (size_t)(cfg->ps_staleness + 1) * slice;
         p->bytes[TD_MEM_COMM] = slice;
     } else {
-        p->bytes[TD_MEM_PARAMS] = n;
+        p->bytes[td_dp_param_cat(cfg)] = n;
         p->bytes[TD_MEM_GRADS] = n;
         p->bytes[TD_MEM_COMM] = n; /* packed slices for all servers */
     }
@@ -108,7 +108,7 @@ static void ps_create(td_dp *dp) {
     TD_ASSERT(dp->t->unit_align % ps->S == 0);
     if (g->is_server) {
         int s = g->server_rank;
-        ps->p = td_alloc(ps->slice * sizeof(float), TD_MEM_PARAMS);
+        ps->p = td_alloc(ps->slice * sizeof(float), td_dp_param_cat(&dp->cfg));
         ps->m = td_alloc(ps->slice * sizeof(float), TD_MEM_OPTIM);
         ps->v = td_alloc(ps->slice * sizeof(float), TD_MEM_OPTIM);
         ps->acc = td_alloc((size_t)(ps->K + 1) * ps->slice * sizeof(float), TD_MEM_GRADS);
@@ -128,7 +128,7 @@ static void ps_create(td_dp *dp) {
     }
     ps->delay_ms = test_delay(g->world_rank);
     size_t n = dp->t->numel;
-    dp->params = td_alloc(n * sizeof(float), TD_MEM_PARAMS);
+    dp->params = td_alloc(n * sizeof(float), td_dp_param_cat(&dp->cfg));
     dp->grads = td_alloc(n * sizeof(float), TD_MEM_GRADS);
     ps->sendbuf = td_alloc(n * sizeof(float), TD_MEM_COMM);
     ps->hdrs = td_alloc(sizeof(float) * 4 * (size_t)ps->S, TD_MEM_OTHER);

@@ -10,7 +10,7 @@ static void rb_plan(const td_dp_config *cfg, const td_layout *lay, const td_para
                     td_mem_plan *p) {
     (void)cfg;
     size_t n = t->numel * sizeof(float);
-    p->bytes[TD_MEM_PARAMS] = n;
+    p->bytes[td_dp_param_cat(cfg)] = n;
     p->bytes[TD_MEM_GRADS] = n;
     p->bytes[TD_MEM_OPTIM] = lay->dp_rank == 0 ? 2 * n : 0;
 }

@@ -78,7 +78,7 @@ static void zero_plan(const td_dp_config *cfg, const td_layout *lay, const td_pa
     max_block *= sizeof(float);
     p->bytes[TD_MEM_OPTIM] = 2 * sh;
     p->bytes[TD_MEM_GRADS] = cfg->zero == 1 ? n : sh;
-    p->bytes[TD_MEM_PARAMS] = cfg->zero == 3 ? sh : n;
+    p->bytes[td_dp_param_cat(cfg)] = cfg->zero == 3 ? sh : n;
     if (cfg->zero == 1) p->bytes[TD_MEM_COMM] = sh; /* reduce-scatter output */
     else p->bytes[TD_MEM_COMM] = POOL * max_block + u0;
     /* Through MPI the comm layer packs a reduce-scatter piece per in-flight
@@ -119,7 +119,7 @@ static void zero_create(td_dp *dp) {
     dp->v = td_alloc(z->shard_n * sizeof(float), TD_MEM_OPTIM);
 
     if (z->stage == 3) {
-        z->pshard = td_dp_alloc_shared(dp, z->shard_n, TD_MEM_PARAMS);
+        z->pshard = td_dp_alloc_shared(dp, z->shard_n, td_dp_param_cat(&dp->cfg));
         /* counter-based init: the slices equal those of a full init */
         for (int u = 0; u < U; u++) {
             size_t lo = my_slice_off(dp, u);
@@ -134,7 +134,7 @@ static void zero_create(td_dp *dp) {
         z->gather_of = td_alloc(sizeof(int) * (size_t)U, TD_MEM_OTHER);
         for (int u = 0; u < U; u++) z->gather_of[u] = -1;
     } else {
-        dp->params = td_dp_alloc_shared(dp, t->numel, TD_MEM_PARAMS); /* all-gathered in place */
+        dp->params = td_dp_alloc_shared(dp, t->numel, td_dp_param_cat(&dp->cfg)); /* all-gathered in place */
         dp->params_shared = dp->D > 1;
         td_param_init_range(t, dp->cfg.seed, 0, t->numel, dp->params);
         if (dp->D > 1) td_broadcast(dp->comm, dp->params, t->numel, TD_F32, 0);
@@ -186,7 +186,7 @@ static void zero_destroy(td_dp *dp) {
     td_gpay_free(dp, z->pay);
     td_free(z->rs_out);
     td_free(z->gshard);
-    if (z->pshard) td_dp_free_shared(dp, z->pshard, TD_MEM_PARAMS);
+    if (z->pshard) td_dp_free_shared(dp, z->pshard, td_dp_param_cat(&dp->cfg));
     td_free(z->gather_of);
     td_free(z->shard_off);
     td_free(z->ranges);

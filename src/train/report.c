@@ -7,6 +7,7 @@
 #include "trident/base.h"
 #include "trident/comm.h"
 #include "trident/kernels.h"
+#include "trident/kernels_bf16.h"
 
 void td_report_open(td_report *r, const td_train_opts *o, const td_grid *g,
                     const td_gpt_config *cfg, const td_param_table *t, const td_dataset *d,
@@ -157,6 +158,60 @@ void td_report_step(td_report *r, int step, float loss, float lr, double norm, d
     td_vlog("step %d loss %.6f norm %.6f %.1f ms\n", step, loss, norm, ms);
 }
 
+void td_report_precision(td_report *r, const td_mem_plan *plan) {
+    const td_train_opts *o = r->o;
+    td_precision p = td_train_precision(o);
+    const char *rt = td_precision_name(p);
+    int lp = p != TD_PREC_FP32, zero = strcmp(o->dp_mode, "allreduce") == 0 ? o->zero : 0;
+    int ps = strcmp(o->dp_mode, "ps") == 0;
+    char reduce[96];
+    if (strcmp(o->grad_compress, "none") != 0)
+        snprintf(reduce, sizeof reduce, "fp32 (index, value) pairs, %s", o->grad_compress);
+    else if (strcmp(o->grad_reduce_dtype, "bf16") == 0)
+        snprintf(reduce, sizeof reduce, "bf16 payload, summed in fp32");
+    else
+        snprintf(reduce, sizeof reduce, "fp32");
+    td_log("precision %s: dtype of each stage of the step\n", rt);
+    if (lp)
+        td_log("  parameter storage   fp32 master weights + %s compute copies of every weight "
+               "(%.2f MiB per rank, refreshed after each update)\n",
+               rt, plan->bytes[TD_MEM_PARAMS] / 1048576.0);
+    else
+        td_log("  parameter storage   fp32\n");
+    if (lp)
+        td_log("  compute             GEMMs %s x %s -> fp32 accumulation (oneDNN matmul, %s); "
+               "LayerNorm, softmax, GELU, attention, loss in fp32 on %s inputs\n",
+               rt, rt, td_bf16_native() ? "native AVX512-BF16" : "no native bf16 here: emulated/converted",
+               rt);
+    else
+        td_log("  compute             fp32 (OpenBLAS sgemm and trident's kernels)\n");
+    td_log("  activations         %s%s\n", rt,
+           lp ? " (LayerNorm statistics, logits and the loss in fp32)" : "");
+    td_log("  gradient accum.     fp32 (the GEMMs add into the fp32 gradient buffers)\n");
+    td_log("  gradient reduction  %s\n", r->g->dp > 1 ? reduce : "none (dp 1)");
+    td_log("  master weights      %s\n",
+           !lp ? "none (the fp32 parameters are the weights)"
+           : ps ? "fp32 on the parameter servers, pulled by workers"
+           : zero == 3 ? "fp32, sharded over dp (ZeRO-3)" : "fp32, replicated over dp");
+    td_log("  optimizer moments   fp32 AdamW m and v%s\n",
+           ps ? " on the parameter servers" : zero >= 1 ? ", sharded over dp" : "");
+    if (r->log) {
+        fprintf(r->log, ", \"precision\": \"%s\", \"bf16_native\": %d", rt, lp ? td_bf16_native() : 0);
+        fflush(r->log);
+    }
+}
+
+static void print_line(const char *line, void *ctx) {
+    (void)ctx;
+    td_log("  %s\n", line);
+}
+
+void td_report_gemm_impl(td_report *r) {
+    if (td_train_precision(r->o) == TD_PREC_FP32 || r->g->is_server) return;
+    td_log("GEMMs (oneDNN primitives, one per shape):\n");
+    td_matmul_bf16_describe(print_line, NULL);
+}
+
 void td_report_eval(td_report *r, int step, double val_loss) {
     td_log("eval  %5d | val loss %.4f (%d batches of %d sequences)\n", step, val_loss,
            r->o->eval_iters, r->o->batch);
@@ -172,6 +227,10 @@ void td_report_summary(td_report *r, const td_train_result *res) {
            res->tokens_per_s, 100.0 * r->flops_per_step / (res->step_ms * 1e-3) / r->peak_flops);
     if (!isnan(res->final_val_loss)) td_log(", final val loss %.4f", res->final_val_loss);
     td_log("\n");
+    if (r->o->gemm_stats && res->gemm_ms > 0)
+        td_log("gemm: %.3e flop/step, %.1f ms/step, %.1f GFLOP/s (rank 0, timed steps, every GEMM "
+               "of forward and backward)\n",
+               res->gemm_flops, res->gemm_ms, res->gemm_flops / (res->gemm_ms * 1e6));
     if (r->g->dp > 1 && res->grad_dense_bytes > 0) {
         /* what the comm layer counted for the gradient reduction, beside fp32 */
         td_log("dp gradient traffic per step (rank 0, %s payload, %s): %.0f bytes sent, dense fp32 "

@@ -39,6 +39,12 @@ void td_report_sample(td_report *r, const td_param_table *canon, const float *pa
  * on stdout and in the --log), then the log is closed. Call it last, after
  * the checkpoint and the sample, so the high-water mark covers them. */
 void td_report_close(td_report *r);
+/* At start (rank 0): the dtype of each stage of the step under --precision,
+ * and whether the CPU runs bf16 natively. */
+void td_report_precision(td_report *r, const td_mem_plan *plan);
+/* After the first step (rank 0): the implementation oneDNN chose for each
+ * GEMM shape (reduced precision only; fp32 GEMMs are OpenBLAS sgemm). */
+void td_report_gemm_impl(td_report *r);
 
 /* Text generation from canonical-layout params (sample.c). Writes the decoded
  * text to out, token by token. */

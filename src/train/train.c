@@ -236,7 +236,8 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
     }
 
     td_dp_config dcfg = {.mode = mode, .zero = o->zero, .ps_staleness = o->ps_staleness,
-                         .seed = o->seed, .optim = o->optim, .no_overlap = o->no_overlap};
+                         .seed = o->seed, .optim = o->optim, .no_overlap = o->no_overlap,
+                         .master = td_train_precision(o) != TD_PREC_FP32};
     dcfg.bucket_bytes = (size_t)((o->bucket_mb > 0 ? o->bucket_mb : TD_DEFAULT_BUCKET_MB) * 1048576.0);
     dcfg.grad_dtype = td_grad_dtype_parse(o->grad_reduce_dtype);
     td_grad_compress_parse(o->grad_compress, &dcfg.topk_ratio, &dcfg.topk_no_ef);
@@ -244,7 +245,7 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
     td_layout lay = td_layout_of_grid(&g);
     td_param_table table, canon;
     td_table_layout tlay = {td_dp_unit_align(&dcfg, &lay), g.tp, g.is_server ? 0 : g.tp_rank,
-                            piped ? held : NULL};
+                            piped ? held : NULL, td_train_precision(o)};
     td_param_table_build_layout(&table, &cfg, &tlay);
     td_param_table_build(&canon, &cfg, 1);
 
@@ -255,6 +256,7 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
                                          : td_gpt_activation_bytes_rc(&table, Bm, o->seq_parallel,
                                                                       td_train_recompute(o));
         plan.bytes[TD_MEM_COMM] += td_tp_comm_plan_bytes(&table, Bm, o->seq_parallel);
+        plan.bytes[TD_MEM_PARAMS] += td_gpt_compute_param_bytes(&table); /* reduced-precision copies */
     }
     /* every check that needs no model, before the model is allocated */
     td_preflight_result pf = td_preflight(o, &g, &cfg, &data, &plan, Bm);
@@ -269,6 +271,7 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
         else
             td_gpt_create_rc(&model, &table, Bm, o->seq_parallel, td_train_recompute(o));
         model.comm = td_tp_comm_ops(&tpc);
+        td_gpt_gemm_stats_enable(o->gemm_stats);
     }
     td_dp *dp = td_dp_create(&dcfg, &g, &table, g.is_server ? NULL : &model);
     td_pp *pp = piped ? td_pp_create(&g, &model, dp, &sched, &split) : NULL;
@@ -279,6 +282,7 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
     td_report rep;
     td_report_open(&rep, o, &g, &cfg, &table, &data, threads, Bm);
     rep.baseline = pf;
+    td_report_precision(&rep, &plan);
     td_report_memory(&rep, &plan, 0);
 
     if (o->trace) { /* the epochs of all lanes at one barrier */
@@ -299,8 +303,10 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
             double t0 = td_now_ms();
             float lr = td_lr_at(&o->optim, step);
             td_dp_begin_step(dp, step);
+            td_gpt_params_changed(&model); /* a pull (ps) or the last step's update */
             td_tp_comm_reset(&tpc);
             if (pp && step == o->timing_skip) td_pp_stats_reset(pp); /* the bubble of timed steps */
+            if (step == o->timing_skip) td_gpt_gemm_stats(NULL, NULL, 1); /* GEMMs of timed steps */
             double loss_sum = 0.0;
             if (pp) {
                 batch_at b = {&c, 0, step};
@@ -319,6 +325,7 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
                     tl_mark("B", "compute", k, t);
                 }
             double norm = td_dp_finish_step(dp, step, lr);
+            td_gpt_params_changed(&model); /* eval and the next step see the update */
             uint64_t gsent, gdense;
             td_dp_grad_traffic(dp, &gsent, &gdense);
             grad_sent += (double)gsent, grad_dense += (double)gdense;
@@ -356,6 +363,7 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
                 break;
             }
             if (step == 0 && mode != TD_DP_PS) td_report_memory(&rep, &plan, 1);
+            if (step == 0) td_report_gemm_impl(&rep); /* the primitives exist now */
             int last = step == o->steps - 1;
             if (o->eval_every > 0 && ((step + 1) % o->eval_every == 0 || last)) {
                 if (mode == TD_DP_PS) td_dp_begin_step(dp, step + 1); /* pull the fresh weights */
@@ -385,6 +393,11 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
         res->step_ms = timed_ms / timed;
         res->tokens_per_s = (double)o->batch * T / (res->step_ms * 1e-3);
         res->mfu = rep.flops_per_step / (res->step_ms * 1e-3) / rep.peak_flops;
+        if (o->gemm_stats) {
+            td_gpt_gemm_stats(&res->gemm_flops, &res->gemm_ms, 0);
+            int n = o->steps > o->timing_skip ? o->steps - o->timing_skip : o->steps;
+            res->gemm_flops /= n, res->gemm_ms /= n;
+        }
         td_dp_staleness(dp, &res->max_staleness, &res->mean_staleness);
         td_dp_overlap_stats(dp, &res->exposed_comm_ms, &res->comm_ms);
         if (res->steps_done > 0) {

@@ -208,7 +208,7 @@ static void check_block_split(ctx *x, const td_tp_comm *tpc) {
 
     zero_grads(x);
     td_block_wstash w;
-    td_block_wstash_carve(&w, d, TU_NEW(float, td_block_wstash_floats(d)));
+    td_block_wstash_carve(&w, d, TU_NEW(char, td_block_wstash_bytes(d)));
     float *dsplit = tu_copy(dy + mine, ns);
     td_block_backward_input(m, 0, in + mine, &m->blocks[0], dsplit, &w);
     fill_nan(m->s.dres, ns), fill_nan(m->s.dln, N * C), fill_nan(m->s.datty, N * d->Ca);
@@ -388,7 +388,7 @@ int main(int argc, char **argv) {
 
     td_param_table full, t;
     td_param_table_build(&full, &CFG, 1);
-    td_table_layout lay = {16, tp, g.tp_rank, NULL};
+    td_table_layout lay = {16, tp, g.tp_rank, NULL, TD_PREC_FP32};
     td_param_table_build_layout(&t, &CFG, &lay);
     TD_ASSERT(full.n_rows == t.n_rows);
     check_layout(&t);

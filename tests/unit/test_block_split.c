@@ -96,7 +96,7 @@ static void rig_open(rig *r, const td_gpt_config *cfg0, int B) {
         tu_randn(r->dy[k], r->nc, 320 + (uint64_t)k, 1.0f);
         td_block_forward(&r->m, 0, r->x[k], &r->a[k]);
         td_block_wstash_carve(&r->w[k], &r->m.d,
-                              TU_NEW(float, td_block_wstash_floats(&r->m.d)));
+                              TU_NEW(char, td_block_wstash_bytes(&r->m.d)));
     }
 }
 
@@ -143,9 +143,9 @@ static void run_case(const td_gpt_config *cfg, int B, int threads) {
     snprintf(tag, sizeof tag, "N %d C %d, %d thr", d->N, d->C, threads);
 
     /* the stash: four output gradients, N x (3C + C + 4C + C) at tp 1 */
-    snprintf(nm, sizeof nm, "%s: stash floats == 9 N C", tag);
+    snprintf(nm, sizeof nm, "%s: stash bytes == 9 N C floats", tag);
     tu_checks++;
-    size_t want = (size_t)9 * d->N * d->C, got = td_block_wstash_floats(d);
+    size_t want = (size_t)9 * d->N * d->C * sizeof(float), got = td_block_wstash_bytes(d);
     if (got == want) printf("PASS  %-52s %zu\n", nm, got);
     else tu_failures++, printf("FAIL  %-52s got %zu expected %zu\n", nm, got, want);
 
