@@ -23,13 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "trident/base.h"
-#include "trident/comm.h"
-#include "trident/train.h"
-
-#ifndef TD_DATA_DIR
-#error "TD_DATA_DIR must name the repository's data/ folder"
-#endif
+#include "train_run.h"
 
 #define LAST 50
 
@@ -41,26 +35,10 @@ int main(int argc, char **argv) {
     int first_flag = compare ? 6 : 3;
     if (compare && argc < 6) td_fail("compare needs FILE LOSS_TOL RATIO_LO RATIO_HI");
     td_train_opts o;
-    td_train_opts_default(&o);
-    o.data = TD_DATA_DIR "/tinyshakespeare.txt";
-    o.steps = 500;
-    o.eval_every = 0;
-    o.threads = 1;
-    o.quiet = 1;
-    td_train_opts_parse(&o, argc - first_flag, argv + first_flag);
     td_train_result res;
-    td_train_run(&o, &res, 0);
-
-    int fails = 0, rank = td_comm_rank(td_comm_world());
-    for (int c = TD_MEM_PARAMS; c <= TD_MEM_GATHER; c++)
-        if (res.mem_peak[c] != res.mem_planned[c]) {
-            printf("FAIL rank %d memory %s: measured peak %zu B, planned %zu B\n", rank, td_mem_cat_name(c),
-                   res.mem_peak[c], res.mem_planned[c]);
-            fails++;
-        }
-    double mean = 0.0;
-    for (int s = o.steps - LAST; s < o.steps; s++) mean += res.losses[s];
-    mean /= LAST;
+    double mean;
+    int fails = tr_train(argc - first_flag, argv + first_flag, 500, LAST, &o, &res, &mean);
+    int rank = td_comm_rank(td_comm_world());
     double sent = res.grad_sent_bytes;
     if (!(sent > 0) || res.steps_done != o.steps) {
         printf("FAIL rank %d: %d of %d steps, %.0f gradient bytes per step\n", rank, res.steps_done,
