@@ -13,8 +13,9 @@
  *
  * This CPU has no fp16 arithmetic (no AVX512-FP16) and oneDNN 2.6.3 has no
  * fp16 matmul for it (primitive creation reports "unimplemented"), so the
- * GEMMs convert their fp16 operands to fp32 once per GEMM and run oneDNN's
- * fp32 matmul (td_matmul_dnnl_f32_*); td_matmul_bf16_describe lists these
+ * GEMMs convert their fp16 operands to fp32 once per GEMM (into a
+ * persistent buffer) and run oneDNN's fp32 matmul (td_matmul_dnnl_f32_*),
+ * at about its rate; td_matmul_bf16_describe lists these
  * as "f16 converted to f32". The other kernels share bf16's implementation
  * (tiles converted to fp32, the fp32 kernel, rounding back). fp16 is here
  * for its loss-scaling semantics, not for speed. */
@@ -61,13 +62,16 @@ void td_matmul_f16_backward_ref(void *dinp, td_ktype dinp_type, float *dw, float
 /* 1 when oneDNN has a non-reference fp16 matmul on this CPU (probed once),
  * 0 when the GEMMs convert to fp32 (oneDNN 2.6.3 on any x86 CPU). */
 int td_f16_native(void);
-/* Bytes of fp32 operand copies a converting fp16 GEMM call holds at once,
- * for any of forward and backward with fp32 or fp16 outputs at (N, C, OC):
- * 4 (N C + OC C + N OC), reached by forward to fp16 and by dinp in fp16
- * (its two operands and the fp32 image of the fp16 output). Allocated
- * through td_alloc (TD_MEM_OTHER) per call and freed before it returns. A
- * pure function of the shape, for the memory plan. */
+/* Bytes of fp32 copies a converting fp16 GEMM needs at (N, C, OC), for
+ * any of forward and backward with fp32 or fp16 outputs: 4 (N C + OC C +
+ * N OC), each term rounded up to 16 floats, reached by forward to fp16 and
+ * by dinp in fp16 (two operands and the fp32 image of the output). The
+ * copies live in one persistent buffer (TD_MEM_OTHER) grown to the largest
+ * need and freed by td_matmul_bf16_release; so the memory plan reserves
+ * the maximum of this pure function over the model's linear layers. */
 size_t td_matmul_f16_convert_bytes(int N, int C, int OC);
+/* Bytes of that buffer now (shared with bf16's converting fallback). */
+size_t td_matmul_convert_scratch_bytes(void);
 
 /* ---- other kernels: fp16 activations, fp32 math and parameters ---------- */
 

@@ -28,11 +28,15 @@
  * Where oneDNN has no kernel for a 16-bit type (fp16 on any x86 CPU in
  * oneDNN 2.6.3: creation reports "unimplemented"; bf16 below AVX-512), the
  * GEMM is "converted": its 16-bit operands are copied to fp32 once per GEMM
- * (td_alloc, freed before return) and the fp32 primitive of the same shape
- * runs; a 16-bit C is converted in (when summed into) and rounded back
- * once. Products of fp16 (11-bit) or bf16 (8-bit) values are exact in
- * fp32, so this computes what a native kernel with fp32 accumulation
- * would, up to the order of the sums. */
+ * and the fp32 primitive of the same shape runs; a 16-bit C is converted in
+ * (when summed into) and rounded back once. Products of fp16 (11-bit) or
+ * bf16 (8-bit) values are exact in fp32, so this computes what a native
+ * kernel with fp32 accumulation would, up to the order of the sums. The
+ * copies live in one persistent buffer (td_alloc, TD_MEM_OTHER) grown to
+ * the largest need, td_matmul_f16_convert_bytes of the largest shape: a
+ * fresh allocation per call cost as much as the GEMM itself (page faults
+ * and zeroing of ~10 MB: 9 ms against 18 ms for the qkv forward, measured
+ * at 1 thread), the conversions themselves ~0.5 ms. */
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
 #include <stdio.h>
@@ -71,6 +75,8 @@ static dnnl_engine_t g_engine;
 static dnnl_stream_t g_stream;
 static void *g_scratch;
 static size_t g_scratch_bytes;
+static float *g_conv; /* fp32 copies of a converting GEMM's 16-bit operands */
+static size_t g_conv_bytes;
 
 static void dn_init(void) {
     if (g_engine) return;
@@ -183,14 +189,29 @@ static void lowp_from_f32(void *dst, td_ktype t, const float *src, size_t n) {
         td_f16_from_float_n(dst, src, n);
 }
 
-/* fp32 copy of n elements of type t, or the pointer itself when fp32. */
-static const float *as_f32(const void *p, td_ktype t, size_t n, float **owned) {
-    *owned = NULL;
-    if (t == TD_K_F32) return p;
-    *owned = td_alloc(n * sizeof(float), TD_MEM_OTHER);
-    lowp_to_f32(*owned, p, t, n);
-    return *owned;
+/* Floats reserved in g_conv for an operand of n elements of type t: none
+ * when fp32, else n rounded up to whole 64-byte lines (each copy starts
+ * aligned for oneDNN's loads). */
+static size_t conv_floats(td_ktype t, size_t n) { return t == TD_K_F32 ? 0 : (n + 15) / 16 * 16; }
+
+/* The fp32 image of n elements of type t: the pointer itself when fp32,
+ * else a copy at *next in g_conv (advanced past it). */
+static float *as_f32(const void *p, td_ktype t, size_t n, float **next) {
+    if (t == TD_K_F32) return (float *)p;
+    float *f = *next;
+    *next += conv_floats(t, n);
+    lowp_to_f32(f, p, t, n);
+    return f;
 }
+
+size_t td_matmul_f16_convert_bytes(int N, int C, int OC) {
+    /* forward: inp, w, out; dinp: dout, w, dinp; dw: dout, inp (+ fp32 dw) */
+    return sizeof(float) * (conv_floats(TD_K_F16, (size_t)N * C) +
+                            conv_floats(TD_K_F16, (size_t)OC * C) +
+                            conv_floats(TD_K_F16, (size_t)N * OC));
+}
+
+size_t td_matmul_convert_scratch_bytes(void) { return g_conv_bytes; }
 
 static void dn_gemm(const gemm_key *k0, void *c, const void *a, const void *b, const float *bias) {
     gemm_key k = *k0;
@@ -200,26 +221,25 @@ static void dn_gemm(const gemm_key *k0, void *c, const void *a, const void *b, c
     gemm_entry *e = dn_lookup(&k);
     if (e->converted) {
         /* Without a 16-bit kernel: convert the operands (and a 16-bit C
-         * that is summed into) to fp32, run the fp32 primitive, round C
-         * back. At most M K + K N + M N floats at once
-         * (td_matmul_f16_convert_bytes). */
-        float *fa, *fb, *fc;
-        const float *pa = as_f32(a, k.ta, (size_t)k.M * k.K, &fa);
-        const float *pb = as_f32(b, k.tb, (size_t)k.K * k.N, &fb);
+         * that is summed into) to fp32 in g_conv, run the fp32 primitive,
+         * round C back. */
+        size_t na = (size_t)k.M * k.K, nb = (size_t)k.K * k.N, nc = (size_t)k.M * k.N;
+        size_t need = sizeof(float) * (conv_floats(k.ta, na) + conv_floats(k.tb, nb) +
+                                       conv_floats(k.tc, nc));
+        if (need > g_conv_bytes) {
+            td_free(g_conv);
+            g_conv = td_alloc(need, TD_MEM_OTHER);
+            g_conv_bytes = need;
+        }
+        float *next = g_conv;
+        const float *pa = as_f32(a, k.ta, na, &next), *pb = as_f32(b, k.tb, nb, &next);
+        float *pc = k.tc == TD_K_F32 ? c : next;
+        if (k.tc != TD_K_F32 && k.sum) lowp_to_f32(pc, c, k.tc, nc);
         gemm_key kf = k;
         kf.ta = kf.tb = kf.tc = TD_K_F32;
-        float *pc = c;
-        fc = NULL;
-        if (k.tc != TD_K_F32) {
-            pc = fc = td_alloc((size_t)k.M * k.N * sizeof(float), TD_MEM_OTHER);
-            if (k.sum) lowp_to_f32(fc, c, k.tc, (size_t)k.M * k.N);
-        }
         omp_set_num_threads(saved);
         dn_gemm(&kf, pc, pa, pb, bias);
-        if (fc) lowp_from_f32(c, k.tc, fc, (size_t)k.M * k.N);
-        td_free(fa);
-        td_free(fb);
-        td_free(fc);
+        if (k.tc != TD_K_F32) lowp_from_f32(c, k.tc, pc, nc);
         return;
     }
     DN_CHECK(dnnl_memory_set_data_handle(e->a, (void *)a));
@@ -322,10 +342,6 @@ void td_matmul_f16_backward(void *dinp, td_ktype dinp_type, float *dw, float *db
                             const td_f16 *dout, const td_f16 *inp, const td_f16 *w, int N, int C,
                             int OC) {
     lowp_backward(TD_K_F16, dinp, dinp_type, dw, dbias, dout, inp, w, N, C, OC);
-}
-
-size_t td_matmul_f16_convert_bytes(int N, int C, int OC) {
-    return sizeof(float) * ((size_t)N * C + (size_t)OC * C + (size_t)N * OC);
 }
 
 /* ---- reference: fp32 copies through the plain loops ---- */
@@ -460,6 +476,9 @@ void td_matmul_bf16_release(void) {
     td_free(g_scratch);
     g_scratch = NULL;
     g_scratch_bytes = 0;
+    td_free(g_conv);
+    g_conv = NULL;
+    g_conv_bytes = 0;
     if (g_stream) dnnl_stream_destroy(g_stream);
     if (g_engine) dnnl_engine_destroy(g_engine);
     g_stream = NULL;
