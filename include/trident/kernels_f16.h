@@ -15,8 +15,8 @@
  * fp16 matmul for it (primitive creation reports "unimplemented"), so the
  * GEMMs convert their fp16 operands to fp32 once per GEMM (into a
  * persistent buffer) and run oneDNN's fp32 matmul (td_matmul_dnnl_f32_*),
- * at about its rate; td_matmul_bf16_describe lists these
- * as "f16 converted to f32". The other kernels share bf16's implementation
+ * at about its rate; td_matmul_bf16_describe lists these as "f16
+ * converted to f32". The other kernels share bf16's implementation
  * (tiles converted to fp32, the fp32 kernel, rounding back). fp16 is here
  * for its loss-scaling semantics, not for speed. */
 #ifndef TRIDENT_KERNELS_F16_H
@@ -60,7 +60,8 @@ void td_matmul_f16_backward_ref(void *dinp, td_ktype dinp_type, float *dw, float
                                 const td_f16 *dout, const td_f16 *inp, const td_f16 *w, int N,
                                 int C, int OC);
 /* 1 when oneDNN has a non-reference fp16 matmul on this CPU (probed once),
- * 0 when the GEMMs convert to fp32 (oneDNN 2.6.3 on any x86 CPU). */
+ * 0 when the GEMMs convert to fp32 (oneDNN 2.6.3 on this avx512_core_bf16
+ * CPU). */
 int td_f16_native(void);
 /* Bytes of fp32 copies a converting fp16 GEMM needs at (N, C, OC), for
  * any of forward and backward with fp32 or fp16 outputs: 4 (N C + OC C +

@@ -25,18 +25,19 @@
  * largest need, so the accounting allocator sees oneDNN's workspace (its
  * copies of B in blocked layout live there).
  *
- * Where oneDNN has no kernel for a 16-bit type (fp16 on any x86 CPU in
- * oneDNN 2.6.3: creation reports "unimplemented"; bf16 below AVX-512), the
- * GEMM is "converted": its 16-bit operands are copied to fp32 once per GEMM
- * and the fp32 primitive of the same shape runs; a 16-bit C is converted in
- * (when summed into) and rounded back once. Products of fp16 (11-bit) or
- * bf16 (8-bit) values are exact in fp32, so this computes what a native
- * kernel with fp32 accumulation would, up to the order of the sums. The
- * copies live in one persistent buffer (td_alloc, TD_MEM_OTHER) grown to
- * the largest need, td_matmul_f16_convert_bytes of the largest shape: a
- * fresh allocation per call cost as much as the GEMM itself (page faults
- * and zeroing of ~10 MB: 9 ms against 18 ms for the qkv forward, measured
- * at 1 thread), the conversions themselves ~0.5 ms. */
+ * Where oneDNN has no kernel for a 16-bit type (fp16 in oneDNN 2.6.3 on
+ * this avx512_core_bf16 CPU: creation reports "unimplemented"; bf16 below
+ * AVX-512), the GEMM is "converted": its 16-bit operands are copied to
+ * fp32 once per GEMM and the fp32 primitive of the same shape runs; a
+ * 16-bit C is converted in (when summed into) and rounded back once.
+ * Products of fp16 (11-bit) or bf16 (8-bit) values are exact in fp32, so
+ * this computes what a native kernel with fp32 accumulation would, up to
+ * the order of the sums. The copies live in one persistent buffer
+ * (td_alloc, TD_MEM_OTHER) grown to the largest need,
+ * td_matmul_f16_convert_bytes of the largest shape: a fresh allocation per
+ * call cost as much as the GEMM itself (page faults and zeroing of ~10 MB:
+ * 9 ms against 18 ms for the qkv forward at 1 thread, on the loaded shared
+ * machine), the conversions themselves ~0.5 ms. */
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
 #include <stdio.h>
@@ -106,7 +107,7 @@ static void dn_md(dnnl_memory_desc_t *md, int rows, int cols, int trans, td_ktyp
 /* Creates the primitive for k; returns 0 when oneDNN has no implementation
  * for these data types on this CPU but its reference loops (bf16 before
  * AVX-512: under ONEDNN_MAX_CPU_ISA=AVX2 here it reports unimplemented;
- * fp16 always, in 2.6.3). */
+ * fp16 here, in 2.6.3). */
 static int dn_create(gemm_entry *e) {
     const gemm_key *k = &e->key;
     dnnl_memory_desc_t a_md, b_md, c_md, bias_md;
