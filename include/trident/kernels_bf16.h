@@ -22,8 +22,9 @@
 
 typedef uint16_t td_bf16;
 
-/* Element type of a GEMM operand or of an activation gradient. */
-typedef enum { TD_K_F32 = 0, TD_K_BF16 = 1 } td_ktype;
+/* Element type of a GEMM operand or of an activation gradient (TD_K_F16:
+ * the fp16 family of kernels_f16.h). */
+typedef enum { TD_K_F32 = 0, TD_K_BF16 = 1, TD_K_F16 = 2 } td_ktype;
 
 /* ---- conversions ---------------------------------------------------------
  * fp32 -> bf16 rounds to nearest, ties to even, on the 16 dropped bits;
@@ -70,7 +71,9 @@ void td_matmul_dnnl_f32_backward(float *dinp, float *dw, const float *dout, cons
 int td_bf16_native(void);
 /* One line per cached primitive: "<kind> MxKxN <types> threads=t: <impl>",
  * plus a first line naming the CPU ISA oneDNN uses; calls fn per line (the
- * startup report). Returns the number of primitives. */
+ * startup report). Returns the number of primitives. The cache, this report,
+ * the scratchpad and release are shared with the fp16 GEMMs (kernels_f16.h),
+ * whose entries read "f16 converted to f32" where oneDNN has no fp16 matmul. */
 int td_matmul_bf16_describe(void (*fn)(const char *line, void *ctx), void *ctx);
 /* Bytes of the oneDNN scratchpad buffer (user mode: allocated through
  * td_alloc, TD_MEM_OTHER), the largest any cached primitive needs. */
@@ -112,5 +115,8 @@ void td_softmax_xent_bf16_forward(float *losses, td_bf16 *probs, const td_bf16 *
                                   const int *targets, int N, int V, int Vp);
 void td_softmax_xent_bf16_backward(td_bf16 *dlogits, const td_bf16 *probs, const int *targets,
                                    const float *dloss, int N, int V, int Vp);
+
+/* The fp16 family: the same kernels with td_f16 in place of td_bf16. */
+#include "trident/kernels_f16.h"
 
 #endif

@@ -1,4 +1,7 @@
-/* bf16 linear layer through oneDNN's matmul primitive (kernels_bf16.h).
+/* bf16 and fp16 linear layers through oneDNN's matmul primitive
+ * (kernels_bf16.h, kernels_f16.h). One implementation: the element type is
+ * part of each GEMM's key, and the public bf16 / fp16 functions are
+ * wrappers naming it.
  *
  * Every GEMM of the layer is one form, C[M,N] (+)= A[M,K] @ B[K,N], with A
  * and B read through strides (transposed views cost nothing):
@@ -20,7 +23,21 @@
  *
  * The scratchpad is user-managed: one buffer from td_alloc, grown to the
  * largest need, so the accounting allocator sees oneDNN's workspace (its
- * copies of B in blocked layout live there). */
+ * copies of B in blocked layout live there).
+ *
+ * Where oneDNN has no kernel for a 16-bit type (fp16 in oneDNN 2.6.3 on
+ * this avx512_core_bf16 CPU: creation reports "unimplemented"; bf16 below
+ * AVX-512), the GEMM is "converted": its 16-bit operands are copied to
+ * fp32 once per GEMM and the fp32 primitive of the same shape runs; a
+ * 16-bit C is converted in (when summed into) and rounded back once.
+ * Products of fp16 (11-bit) or bf16 (8-bit) values are exact in fp32, so
+ * this computes what a native kernel with fp32 accumulation would, up to
+ * the order of the sums. The copies live in one persistent buffer
+ * (td_alloc, TD_MEM_OTHER) grown to the largest need,
+ * td_matmul_f16_convert_bytes of the largest shape: a fresh allocation per
+ * call cost as much as the GEMM itself (page faults and zeroing of ~10 MB:
+ * 9 ms against 18 ms for the qkv forward at 1 thread, on the loaded shared
+ * machine), the conversions themselves ~0.5 ms. */
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
 #include <stdio.h>
@@ -59,6 +76,8 @@ static dnnl_engine_t g_engine;
 static dnnl_stream_t g_stream;
 static void *g_scratch;
 static size_t g_scratch_bytes;
+static float *g_conv; /* fp32 copies of a converting GEMM's 16-bit operands */
+static size_t g_conv_bytes;
 
 static void dn_init(void) {
     if (g_engine) return;
@@ -66,7 +85,16 @@ static void dn_init(void) {
     DN_CHECK(dnnl_stream_create(&g_stream, g_engine, dnnl_stream_default_flags));
 }
 
-static dnnl_data_type_t dn_type(td_ktype t) { return t == TD_K_BF16 ? dnnl_bf16 : dnnl_f32; }
+static dnnl_data_type_t dn_type(td_ktype t) {
+    return t == TD_K_BF16 ? dnnl_bf16 : t == TD_K_F16 ? dnnl_f16 : dnnl_f32;
+}
+
+static const char *tname(td_ktype t) {
+    return t == TD_K_BF16 ? "bf16" : t == TD_K_F16 ? "f16" : "f32";
+}
+
+/* The 16-bit operand type of a key (TD_K_F32 when all fp32). */
+static td_ktype lowp_of(const gemm_key *k) { return k->ta != TD_K_F32 ? k->ta : k->tb; }
 
 /* rows x cols matrix, row-major, or the transposed view of a row-major
  * [cols, rows] array. */
@@ -78,7 +106,8 @@ static void dn_md(dnnl_memory_desc_t *md, int rows, int cols, int trans, td_ktyp
 
 /* Creates the primitive for k; returns 0 when oneDNN has no implementation
  * for these data types on this CPU but its reference loops (bf16 before
- * AVX-512: under ONEDNN_MAX_CPU_ISA=AVX2 here it reports unimplemented). */
+ * AVX-512: under ONEDNN_MAX_CPU_ISA=AVX2 here it reports unimplemented;
+ * fp16 here, in 2.6.3). */
 static int dn_create(gemm_entry *e) {
     const gemm_key *k = &e->key;
     dnnl_memory_desc_t a_md, b_md, c_md, bias_md;
@@ -108,7 +137,7 @@ static int dn_create(gemm_entry *e) {
     snprintf(e->impl, sizeof e->impl, "%s", impl ? impl : "?");
     /* oneDNN's reference loops ("ref:any") take any type but run ~100x
      * slower than converting to fp32 and using its fp32 GEMM. */
-    if (!strncmp(e->impl, "ref", 3) && (k->ta == TD_K_BF16 || k->tb == TD_K_BF16)) {
+    if (!strncmp(e->impl, "ref", 3) && lowp_of(k) != TD_K_F32) {
         dnnl_primitive_desc_destroy(pd);
         return 0;
     }
@@ -133,9 +162,11 @@ static gemm_entry *dn_lookup(const gemm_key *k) {
     memset(e, 0, sizeof *e);
     e->key = *k;
     if (!dn_create(e)) {
-        TD_ASSERT(k->ta == TD_K_BF16 || k->tb == TD_K_BF16);
+        td_ktype t = lowp_of(k);
+        TD_ASSERT(t != TD_K_F32);
         e->converted = 1;
-        snprintf(e->impl, sizeof e->impl, "no bf16 matmul on this CPU: converted to fp32");
+        snprintf(e->impl, sizeof e->impl, "no %s matmul on this CPU: %s converted to f32",
+                 tname(t), tname(t));
     }
     if (e->scratch_bytes > g_scratch_bytes) {
         td_free(g_scratch);
@@ -145,15 +176,43 @@ static gemm_entry *dn_lookup(const gemm_key *k) {
     return e;
 }
 
-
-/* bf16 -> fp32 copy of n elements, or the pointer itself when fp32. */
-static const float *as_f32(const void *p, td_ktype t, size_t n, float **owned) {
-    *owned = NULL;
-    if (t == TD_K_F32) return p;
-    *owned = td_alloc(n * sizeof(float), TD_MEM_OTHER);
-    td_bf16_to_float_n(*owned, p, n);
-    return *owned;
+/* n 16-bit elements of type t to fp32 and back (bulk, threaded). */
+static void lowp_to_f32(float *dst, const void *src, td_ktype t, size_t n) {
+    if (t == TD_K_BF16)
+        td_bf16_to_float_n(dst, src, n);
+    else
+        td_f16_to_float_n(dst, src, n);
 }
+static void lowp_from_f32(void *dst, td_ktype t, const float *src, size_t n) {
+    if (t == TD_K_BF16)
+        td_bf16_from_float_n(dst, src, n);
+    else
+        td_f16_from_float_n(dst, src, n);
+}
+
+/* Floats reserved in g_conv for an operand of n elements of type t: none
+ * when fp32, else n rounded up to whole 64-byte lines (each copy starts
+ * aligned for oneDNN's loads). */
+static size_t conv_floats(td_ktype t, size_t n) { return t == TD_K_F32 ? 0 : (n + 15) / 16 * 16; }
+
+/* The fp32 image of n elements of type t: the pointer itself when fp32,
+ * else a copy at *next in g_conv (advanced past it). */
+static float *as_f32(const void *p, td_ktype t, size_t n, float **next) {
+    if (t == TD_K_F32) return (float *)p;
+    float *f = *next;
+    *next += conv_floats(t, n);
+    lowp_to_f32(f, p, t, n);
+    return f;
+}
+
+size_t td_matmul_f16_convert_bytes(int N, int C, int OC) {
+    /* forward: inp, w, out; dinp: dout, w, dinp; dw: dout, inp (+ fp32 dw) */
+    return sizeof(float) * (conv_floats(TD_K_F16, (size_t)N * C) +
+                            conv_floats(TD_K_F16, (size_t)OC * C) +
+                            conv_floats(TD_K_F16, (size_t)N * OC));
+}
+
+size_t td_matmul_convert_scratch_bytes(void) { return g_conv_bytes; }
 
 static void dn_gemm(const gemm_key *k0, void *c, const void *a, const void *b, const float *bias) {
     gemm_key k = *k0;
@@ -162,25 +221,26 @@ static void dn_gemm(const gemm_key *k0, void *c, const void *a, const void *b, c
     omp_set_num_threads(k.threads);
     gemm_entry *e = dn_lookup(&k);
     if (e->converted) {
-        /* Without a bf16 kernel: convert the operands (and a bf16 C that is
-         * summed into) to fp32, run the fp32 primitive, round C back. */
-        float *fa, *fb, *fc;
-        const float *pa = as_f32(a, k.ta, (size_t)k.M * k.K, &fa);
-        const float *pb = as_f32(b, k.tb, (size_t)k.K * k.N, &fb);
+        /* Without a 16-bit kernel: convert the operands (and a 16-bit C
+         * that is summed into) to fp32 in g_conv, run the fp32 primitive,
+         * round C back. */
+        size_t na = (size_t)k.M * k.K, nb = (size_t)k.K * k.N, nc = (size_t)k.M * k.N;
+        size_t need = sizeof(float) * (conv_floats(k.ta, na) + conv_floats(k.tb, nb) +
+                                       conv_floats(k.tc, nc));
+        if (need > g_conv_bytes) {
+            td_free(g_conv);
+            g_conv = td_alloc(need, TD_MEM_OTHER);
+            g_conv_bytes = need;
+        }
+        float *next = g_conv;
+        const float *pa = as_f32(a, k.ta, na, &next), *pb = as_f32(b, k.tb, nb, &next);
+        float *pc = k.tc == TD_K_F32 ? c : next;
+        if (k.tc != TD_K_F32 && k.sum) lowp_to_f32(pc, c, k.tc, nc);
         gemm_key kf = k;
         kf.ta = kf.tb = kf.tc = TD_K_F32;
-        float *pc = c;
-        fc = NULL;
-        if (k.tc == TD_K_BF16) {
-            pc = fc = td_alloc((size_t)k.M * k.N * sizeof(float), TD_MEM_OTHER);
-            if (k.sum) td_bf16_to_float_n(fc, c, (size_t)k.M * k.N);
-        }
         omp_set_num_threads(saved);
         dn_gemm(&kf, pc, pa, pb, bias);
-        if (fc) td_bf16_from_float_n(c, fc, (size_t)k.M * k.N);
-        td_free(fa);
-        td_free(fb);
-        td_free(fc);
+        if (k.tc != TD_K_F32) lowp_from_f32(c, k.tc, pc, nc);
         return;
     }
     DN_CHECK(dnnl_memory_set_data_handle(e->a, (void *)a));
@@ -201,10 +261,11 @@ static void dn_gemm(const gemm_key *k0, void *c, const void *a, const void *b, c
     omp_set_num_threads(saved);
 }
 
-void td_matmul_bf16_forward(void *out, td_ktype out_type, const td_bf16 *inp, const td_bf16 *w,
-                            const float *bias, int N, int C, int OC) {
-    gemm_key k = {.M = N, .K = C, .N = OC, .b_trans = 1, .ta = TD_K_BF16, .tb = TD_K_BF16,
-                  .tc = out_type, .bias = bias != NULL};
+/* The layer's forward with 16-bit operands of type t. */
+static void lowp_forward(td_ktype t, void *out, td_ktype out_type, const void *inp, const void *w,
+                         const float *bias, int N, int C, int OC) {
+    gemm_key k = {.M = N, .K = C, .N = OC, .b_trans = 1, .ta = t, .tb = t, .tc = out_type,
+                  .bias = bias != NULL};
     dn_gemm(&k, out, inp, w, bias);
 }
 
@@ -229,9 +290,16 @@ void td_matmul_dnnl_f32_backward(float *dinp, float *dw, const float *dout, cons
     }
 }
 
+/* Element i of a 16-bit array of type t as fp32 (t is loop-invariant in
+ * the callers: the compiler hoists the test out of their loops). */
+static inline float lowp_elem(const void *p, td_ktype t, size_t i) {
+    return t == TD_K_BF16 ? td_bf16_to_float(((const td_bf16 *)p)[i])
+                          : td_f16_to_float(((const td_f16 *)p)[i]);
+}
+
 /* dbias[o] += sum over rows of dout[:, o], in double per 64 columns (as the
  * fp32 kernel), rows in order: the same bits for any thread count. */
-static void dbias_bf16(float *dbias, const td_bf16 *dout, int N, int OC) {
+static void dbias_lowp(float *dbias, const void *dout, td_ktype t, int N, int OC) {
     int nt = td_k_threads_for((size_t)N * OC);
     int nblk = (OC + 63) / 64;
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
@@ -239,45 +307,73 @@ static void dbias_bf16(float *dbias, const td_bf16 *dout, int N, int OC) {
         int j0 = blk * 64, len = j0 + 64 < OC ? 64 : OC - j0;
         double acc[64] = {0};
         for (int n = 0; n < N; n++)
-            for (int j = 0; j < len; j++) acc[j] += td_bf16_to_float(dout[(size_t)n * OC + j0 + j]);
+            for (int j = 0; j < len; j++) acc[j] += lowp_elem(dout, t, (size_t)n * OC + j0 + j);
         for (int j = 0; j < len; j++) dbias[j0 + j] = (float)(dbias[j0 + j] + acc[j]);
     }
 }
 
-void td_matmul_bf16_backward(void *dinp, td_ktype dinp_type, float *dw, float *dbias,
-                             const td_bf16 *dout, const td_bf16 *inp, const td_bf16 *w, int N,
-                             int C, int OC) {
+static void lowp_backward(td_ktype t, void *dinp, td_ktype dinp_type, float *dw, float *dbias,
+                          const void *dout, const void *inp, const void *w, int N, int C, int OC) {
     if (dinp) {
-        gemm_key k = {.M = N, .K = OC, .N = C, .ta = TD_K_BF16, .tb = TD_K_BF16,
-                      .tc = dinp_type, .sum = 1};
+        gemm_key k = {.M = N, .K = OC, .N = C, .ta = t, .tb = t, .tc = dinp_type, .sum = 1};
         dn_gemm(&k, dinp, dout, w, NULL);
     }
     if (dw) {
-        gemm_key k = {.M = OC, .K = N, .N = C, .a_trans = 1, .ta = TD_K_BF16, .tb = TD_K_BF16,
-                      .tc = TD_K_F32, .sum = 1};
+        gemm_key k = {.M = OC, .K = N, .N = C, .a_trans = 1, .ta = t, .tb = t, .tc = TD_K_F32,
+                      .sum = 1};
         dn_gemm(&k, dw, dout, inp, NULL);
     }
-    if (dbias) dbias_bf16(dbias, dout, N, OC);
+    if (dbias) dbias_lowp(dbias, dout, t, N, OC);
+}
+
+void td_matmul_bf16_forward(void *out, td_ktype out_type, const td_bf16 *inp, const td_bf16 *w,
+                            const float *bias, int N, int C, int OC) {
+    lowp_forward(TD_K_BF16, out, out_type, inp, w, bias, N, C, OC);
+}
+void td_matmul_bf16_backward(void *dinp, td_ktype dinp_type, float *dw, float *dbias,
+                             const td_bf16 *dout, const td_bf16 *inp, const td_bf16 *w, int N,
+                             int C, int OC) {
+    lowp_backward(TD_K_BF16, dinp, dinp_type, dw, dbias, dout, inp, w, N, C, OC);
+}
+void td_matmul_f16_forward(void *out, td_ktype out_type, const td_f16 *inp, const td_f16 *w,
+                           const float *bias, int N, int C, int OC) {
+    lowp_forward(TD_K_F16, out, out_type, inp, w, bias, N, C, OC);
+}
+void td_matmul_f16_backward(void *dinp, td_ktype dinp_type, float *dw, float *dbias,
+                            const td_f16 *dout, const td_f16 *inp, const td_f16 *w, int N, int C,
+                            int OC) {
+    lowp_backward(TD_K_F16, dinp, dinp_type, dw, dbias, dout, inp, w, N, C, OC);
 }
 
 /* ---- reference: fp32 copies through the plain loops ---- */
 
-static float *to_f32_copy(const td_bf16 *p, size_t n) {
+static float *to_f32_copy(const void *p, td_ktype t, size_t n) {
     float *f = td_alloc(n * sizeof(float), TD_MEM_OTHER);
-    for (size_t i = 0; i < n; i++) f[i] = td_bf16_to_float(p[i]);
+    for (size_t i = 0; i < n; i++) {
+        if (t == TD_K_F32)
+            f[i] = ((const float *)p)[i];
+        else if (t == TD_K_BF16)
+            f[i] = td_bf16_to_float(((const td_bf16 *)p)[i]);
+        else
+            f[i] = td_f16_to_float_ref(((const td_f16 *)p)[i]);
+    }
     return f;
 }
 
 static void store(void *dst, td_ktype t, const float *src, size_t n) {
-    if (t == TD_K_F32)
-        memcpy(dst, src, n * sizeof(float));
-    else
-        for (size_t i = 0; i < n; i++) ((td_bf16 *)dst)[i] = td_bf16_from_float_ref(src[i]);
+    for (size_t i = 0; i < n; i++) {
+        if (t == TD_K_F32)
+            ((float *)dst)[i] = src[i];
+        else if (t == TD_K_BF16)
+            ((td_bf16 *)dst)[i] = td_bf16_from_float_ref(src[i]);
+        else
+            ((td_f16 *)dst)[i] = td_f16_from_float_ref(src[i]);
+    }
 }
 
-void td_matmul_bf16_forward_ref(void *out, td_ktype out_type, const td_bf16 *inp,
-                                const td_bf16 *w, const float *bias, int N, int C, int OC) {
-    float *fi = to_f32_copy(inp, (size_t)N * C), *fw = to_f32_copy(w, (size_t)OC * C);
+static void lowp_forward_ref(td_ktype t, void *out, td_ktype out_type, const void *inp,
+                             const void *w, const float *bias, int N, int C, int OC) {
+    float *fi = to_f32_copy(inp, t, (size_t)N * C), *fw = to_f32_copy(w, t, (size_t)OC * C);
     float *fo = td_alloc((size_t)N * OC * sizeof(float), TD_MEM_OTHER);
     td_matmul_forward_ref(fo, fi, fw, bias, N, C, OC);
     store(out, out_type, fo, (size_t)N * OC);
@@ -286,25 +382,38 @@ void td_matmul_bf16_forward_ref(void *out, td_ktype out_type, const td_bf16 *inp
     td_free(fo);
 }
 
-void td_matmul_bf16_backward_ref(void *dinp, td_ktype dinp_type, float *dw, float *dbias,
-                                 const td_bf16 *dout, const td_bf16 *inp, const td_bf16 *w,
-                                 int N, int C, int OC) {
-    float *fd = to_f32_copy(dout, (size_t)N * OC), *fi = to_f32_copy(inp, (size_t)N * C);
-    float *fw = to_f32_copy(w, (size_t)OC * C), *fdi = NULL;
-    if (dinp) { /* the fp32 ref adds into dinp: start from its current value */
-        if (dinp_type == TD_K_BF16) {
-            fdi = to_f32_copy(dinp, (size_t)N * C);
-        } else {
-            fdi = td_alloc((size_t)N * C * sizeof(float), TD_MEM_OTHER);
-            memcpy(fdi, dinp, (size_t)N * C * sizeof(float));
-        }
-    }
+static void lowp_backward_ref(td_ktype t, void *dinp, td_ktype dinp_type, float *dw, float *dbias,
+                              const void *dout, const void *inp, const void *w, int N, int C,
+                              int OC) {
+    float *fd = to_f32_copy(dout, t, (size_t)N * OC), *fi = to_f32_copy(inp, t, (size_t)N * C);
+    float *fw = to_f32_copy(w, t, (size_t)OC * C);
+    /* the fp32 ref adds into dinp: start from its current value */
+    float *fdi = dinp ? to_f32_copy(dinp, dinp_type, (size_t)N * C) : NULL;
     td_matmul_backward_ref(fdi, dw, dbias, fd, fi, fw, N, C, OC);
     if (dinp) store(dinp, dinp_type, fdi, (size_t)N * C);
     td_free(fd);
     td_free(fi);
     td_free(fw);
     td_free(fdi);
+}
+
+void td_matmul_bf16_forward_ref(void *out, td_ktype out_type, const td_bf16 *inp,
+                                const td_bf16 *w, const float *bias, int N, int C, int OC) {
+    lowp_forward_ref(TD_K_BF16, out, out_type, inp, w, bias, N, C, OC);
+}
+void td_matmul_bf16_backward_ref(void *dinp, td_ktype dinp_type, float *dw, float *dbias,
+                                 const td_bf16 *dout, const td_bf16 *inp, const td_bf16 *w,
+                                 int N, int C, int OC) {
+    lowp_backward_ref(TD_K_BF16, dinp, dinp_type, dw, dbias, dout, inp, w, N, C, OC);
+}
+void td_matmul_f16_forward_ref(void *out, td_ktype out_type, const td_f16 *inp, const td_f16 *w,
+                               const float *bias, int N, int C, int OC) {
+    lowp_forward_ref(TD_K_F16, out, out_type, inp, w, bias, N, C, OC);
+}
+void td_matmul_f16_backward_ref(void *dinp, td_ktype dinp_type, float *dw, float *dbias,
+                                const td_f16 *dout, const td_f16 *inp, const td_f16 *w, int N,
+                                int C, int OC) {
+    lowp_backward_ref(TD_K_F16, dinp, dinp_type, dw, dbias, dout, inp, w, N, C, OC);
 }
 
 /* ---- reports ---- */
@@ -315,14 +424,33 @@ int td_bf16_native(void) {
            (unsigned)dnnl_cpu_isa_avx512_core_bf16;
 }
 
-static const char *tname(td_ktype t) { return t == TD_K_BF16 ? "bf16" : "f32"; }
+/* Probed once: can oneDNN create a non-reference fp16 matmul here? */
+int td_f16_native(void) {
+    static int native = -1;
+    if (native < 0) {
+        dn_init();
+        gemm_entry e;
+        memset(&e, 0, sizeof e);
+        e.key = (gemm_key){.M = 16, .K = 16, .N = 16, .ta = TD_K_F16, .tb = TD_K_F16,
+                           .tc = TD_K_F32};
+        native = dn_create(&e);
+        if (native) { /* only the probe: release what it made */
+            dnnl_primitive_destroy(e.prim);
+            dnnl_memory_t mems[5] = {e.a, e.b, e.c, e.bias, e.scratch};
+            for (int j = 0; j < 5; j++)
+                if (mems[j]) dnnl_memory_destroy(mems[j]);
+        }
+    }
+    return native;
+}
 
 int td_matmul_bf16_describe(void (*fn)(const char *line, void *ctx), void *ctx) {
     char line[256];
     const dnnl_version_t *v = dnnl_version();
-    snprintf(line, sizeof line, "oneDNN %d.%d.%d, cpu isa 0x%x: bf16 %s", v->major, v->minor,
-             v->patch, (unsigned)dnnl_get_effective_cpu_isa(),
-             td_bf16_native() ? "native (avx512_bf16)" : "not native (emulated or converted to fp32)");
+    snprintf(line, sizeof line, "oneDNN %d.%d.%d, cpu isa 0x%x: bf16 %s; f16 %s", v->major,
+             v->minor, v->patch, (unsigned)dnnl_get_effective_cpu_isa(),
+             td_bf16_native() ? "native (avx512_bf16)" : "not native (emulated or converted to fp32)",
+             td_f16_native() ? "native" : "converted to f32 (no f16 matmul in oneDNN here)");
     fn(line, ctx);
     for (int i = 0; i < g_entries; i++) {
         const gemm_key *k = &g_cache[i].key;
@@ -349,6 +477,9 @@ void td_matmul_bf16_release(void) {
     td_free(g_scratch);
     g_scratch = NULL;
     g_scratch_bytes = 0;
+    td_free(g_conv);
+    g_conv = NULL;
+    g_conv_bytes = 0;
     if (g_stream) dnnl_stream_destroy(g_stream);
     if (g_engine) dnnl_engine_destroy(g_engine);
     g_stream = NULL;

@@ -1,4 +1,4 @@
-/* The bf16 non-GEMM kernels (src/kernels/bf16_ops.c) against the fp32
+/* The bf16 non-GEMM kernels (src/kernels/lowp_ops.c) against the fp32
  * kernels of kernels.h run on the same bf16-valued inputs (converted to
  * fp32), and 1 vs 2 threads bitwise.
  *
