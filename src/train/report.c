@@ -147,14 +147,31 @@ void td_report_step(td_report *r, int step, float loss, float lr, double norm, d
     if (r->log) {
         fprintf(r->log,
                 "{\"step\": %d, \"loss\": %.6f, \"lr\": %.6g, \"grad_norm\": %.6f, \"step_ms\": %.3f, "
-                "\"tokens_per_s\": %.1f, \"mfu\": %.4f}\n",
+                "\"tokens_per_s\": %.1f, \"mfu\": %.4f",
                 step, loss, lr, norm, ms, tps, mfu);
+        if (r->loss_scale > 0) fprintf(r->log, ", \"loss_scale\": %.9g", r->loss_scale);
+        fprintf(r->log, "}\n");
         fflush(r->log);
     }
     if (!r->o->quiet && (step % r->o->log_every == 0 || step == r->o->steps - 1))
         td_log("step %5d/%d | loss %.4f | lr %.2e | norm %.4f | %7.1f ms | %8.0f tok/s | MFU %4.1f%%\n",
                step, r->o->steps, loss, lr, norm, ms, tps, 100.0 * mfu);
     td_vlog("step %d loss %.6f norm %.6f %.1f ms\n", step, loss, norm, ms);
+}
+
+void td_report_skip(td_report *r, int step, const char *where, int row, int rank, int micro,
+                    float scale_before, float scale_after, int skipped) {
+    /* always printed: a skip is rare and every one matters */
+    td_log("step %5d/%d skipped | %s | loss scale %g -> %g | %d skipped so far\n", step, r->o->steps,
+           where, (double)scale_before, (double)scale_after, skipped);
+    if (r->log) {
+        fprintf(r->log,
+                "{\"event\": \"skip\", \"step\": %d, \"tensor_row\": %d, \"rank\": %d, "
+                "\"micro_batch\": %d, \"loss_scale_before\": %.9g, \"loss_scale\": %.9g, "
+                "\"skipped\": %d, \"reason\": \"%s\"}\n",
+                step, row, rank, micro, scale_before, scale_after, skipped, where);
+        fflush(r->log);
+    }
 }
 
 void td_report_eval(td_report *r, int step, double val_loss) {
@@ -172,6 +189,13 @@ void td_report_summary(td_report *r, const td_train_result *res) {
            res->tokens_per_s, 100.0 * r->flops_per_step / (res->step_ms * 1e-3) / r->peak_flops);
     if (!isnan(res->final_val_loss)) td_log(", final val loss %.4f", res->final_val_loss);
     td_log("\n");
+    if (r->loss_scale > 0) {
+        td_log("loss scaling (%s): final scale %g, %d steps skipped\n", r->o->loss_scale,
+               (double)res->loss_scale, res->skipped_steps);
+        if (r->log)
+            fprintf(r->log, "{\"event\": \"loss_scale\", \"loss_scale\": %.9g, \"skipped\": %d}\n",
+                    res->loss_scale, res->skipped_steps);
+    }
     if (r->g->dp > 1 && res->grad_dense_bytes > 0) {
         /* what the comm layer counted for the gradient reduction, beside fp32 */
         td_log("dp gradient traffic per step (rank 0, %s payload, %s): %.0f bytes sent, dense fp32 "
