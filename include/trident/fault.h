@@ -41,6 +41,9 @@ typedef struct {
 
 /* The fault asked for (kind NONE without TRIDENT_FAULT); parsed on first use. */
 const td_fault *td_fault_get(void);
+/* Reads TRIDENT_FAULT again at the next use (tests running several
+ * trainings, each with its own fault, in one process). */
+void td_fault_reload(void);
 /* Whether fault `kind` fires at `step` on world rank `rank` (rank -1: any). */
 int td_fault_at(td_fault_kind kind, int step, int rank);
 

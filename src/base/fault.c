@@ -55,6 +55,8 @@ const td_fault *td_fault_get(void) {
             "skip-embed-sum:STEP", s);
 }
 
+void td_fault_reload(void) { g_parsed = 0; }
+
 int td_fault_at(td_fault_kind kind, int step, int rank) {
     const td_fault *f = td_fault_get();
     return f->kind == kind && f->step == step && (rank < 0 || f->rank == rank);
