@@ -190,7 +190,7 @@ void td_report_summary(td_report *r, const td_train_result *res) {
     if (!isnan(res->final_val_loss)) td_log(", final val loss %.4f", res->final_val_loss);
     td_log("\n");
     if (r->loss_scale > 0) {
-        td_log("loss scaling (%s): final scale %g, skipped steps %d\n", r->o->loss_scale,
+        td_log("loss scaling (%s): final scale %g, skipped steps %d\n", r->o->loss_scale ? r->o->loss_scale : "auto",
                (double)res->loss_scale, res->skipped_steps);
         if (r->log)
             fprintf(r->log, "{\"event\": \"loss_scale\", \"loss_scale\": %.9g, \"skipped\": %d}\n",

@@ -130,7 +130,8 @@ static void stop_on_gradient(td_train_result *res, const td_param_table *t, int 
  * before any communication. */
 static void loss_scale_setup(const td_train_opts *o, td_dp_mode mode, td_loss_scaler *s) {
     float init = 1.0f;
-    td_loss_scale_mode m = td_loss_scale_parse(o->loss_scale, o->fp16, &init);
+    const char *flag = o->loss_scale ? o->loss_scale : "auto"; /* opts filled in by hand */
+    td_loss_scale_mode m = td_loss_scale_parse(flag, o->fp16, &init);
     if (m == TD_LOSS_SCALE_DYNAMIC) init = o->loss_scale_init > 0 ? o->loss_scale_init : TD_LOSS_SCALE_INIT;
     int window = o->loss_scale_window > 0 ? o->loss_scale_window : td_loss_scale_window_env();
     td_loss_scaler_init(s, m, init, window);
@@ -139,7 +140,7 @@ static void loss_scale_setup(const td_train_opts *o, td_dp_mode mode, td_loss_sc
              "--loss-scale %s (%s) does not combine with --dp-mode ps: its servers apply each "
              "worker's gradients on their own, so no step can be skipped or unscaled on every rank "
              "together; use --dp-mode allreduce or reduce-broadcast, or --loss-scale none",
-             o->loss_scale, td_loss_scale_mode_name(m));
+             flag, td_loss_scale_mode_name(m));
     double ratio;
     int no_ef;
     td_grad_compress_parse(o->grad_compress, &ratio, &no_ef);
@@ -147,7 +148,7 @@ static void loss_scale_setup(const td_train_opts *o, td_dp_mode mode, td_loss_sc
              "--loss-scale %s (%s) does not combine with --grad-compress %s: its error-feedback "
              "residual would carry gradients of another scale (and a skipped step's infinities) into "
              "later steps; use --grad-compress topk:R:noef, or --loss-scale none",
-             o->loss_scale, td_loss_scale_mode_name(m), o->grad_compress);
+             flag, td_loss_scale_mode_name(m), o->grad_compress);
 }
 
 /* A skipped step (dynamic loss scaling) that ends the run: stop_msg says why. */
