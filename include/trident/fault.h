@@ -7,6 +7,12 @@
  *   TRIDENT_FAULT=nan-grad:STEP[:RANK]   one gradient element of
  *                                        TD_FAULT_GRAD_TENSOR is NaN on RANK at
  *                                        step STEP (after its backward)
+ *   TRIDENT_FAULT=grad-inf:STEP[:RANK]   as nan-grad with +inf, at the first
+ *                                        attempt of optimizer step STEP only
+ *                                        (a step skipped by dynamic loss
+ *                                        scaling is retried clean)
+ *   TRIDENT_FAULT=grad-inf-stuck:STEP[:RANK]  the same at every attempt of
+ *                                        step STEP: the step never passes
  *   TRIDENT_FAULT=save-fail:STEP         writing the checkpoint of step STEP
  *                                        (steps done) fails as on a full disk
  *   TRIDENT_FAULT=skip-embed-sum:STEP    a broken reduction: at step STEP the
@@ -21,7 +27,8 @@
 #define TRIDENT_FAULT_H
 
 typedef enum {
-    TD_FAULT_NONE = 0, TD_FAULT_NAN_LOSS, TD_FAULT_NAN_GRAD, TD_FAULT_SAVE_FAIL, TD_FAULT_SKIP_EMBED_SUM
+    TD_FAULT_NONE = 0, TD_FAULT_NAN_LOSS, TD_FAULT_NAN_GRAD, TD_FAULT_SAVE_FAIL, TD_FAULT_SKIP_EMBED_SUM,
+    TD_FAULT_GRAD_INF, TD_FAULT_GRAD_INF_STUCK
 } td_fault_kind;
 
 #define TD_FAULT_GRAD_TENSOR "transformer.h.0.mlp.c_fc.weight"
@@ -34,6 +41,9 @@ typedef struct {
 
 /* The fault asked for (kind NONE without TRIDENT_FAULT); parsed on first use. */
 const td_fault *td_fault_get(void);
+/* Reads TRIDENT_FAULT again at the next use (tests running several
+ * trainings, each with its own fault, in one process). */
+void td_fault_reload(void);
 /* Whether fault `kind` fires at `step` on world rank `rank` (rank -1: any). */
 int td_fault_at(td_fault_kind kind, int step, int rank);
 

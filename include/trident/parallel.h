@@ -163,6 +163,12 @@ void td_dp_begin_micro(td_dp *dp, int micro, int n_micro);
  * a unit whose gradient is then final (its last micro-batch), 0 otherwise. */
 void td_dp_begin_pipeline(td_dp *dp);
 void td_dp_set_final_backward(td_dp *dp, int final);
+/* Loss scaling (loss_scale.h): the gradients of the coming step are the
+ * loss's multiplied by `scale` (the trainer scaled dloss); the step pipeline
+ * divides them by it before the norm, clipping and AdamW, so the norm
+ * returned and the update are the unscaled gradient's. 1 until set. The
+ * same value on every rank. */
+void td_dp_set_loss_scale(td_dp *dp, float scale);
 /* After the last backward of a step: finish gradient communication, compute
  * the exact global norm, clip, AdamW with this lr, sync parameters. Returns
  * the global gradient norm (before clipping). step is 0-based. */

@@ -31,6 +31,15 @@ typedef struct {
     double bucket_mb, comm_timeout, piece_mb;
     const char *grad_reduce_dtype, *grad_compress; /* fp32|bf16, none|topk:R[:noef] */
     int no_overlap;
+    /* --loss-scale auto|dynamic|none|S (loss_scale.h); auto is dynamic when
+     * fp16 is set (by --precision fp16), none otherwise. loss_scale_init:
+     * dynamic's starting scale, 0 = 2^16; loss_scale_window: clean steps
+     * before it doubles, 0 = TRIDENT_LOSS_SCALE_WINDOW or 1000 (both for
+     * tests driving the trainer in-process) */
+    const char *loss_scale;
+    int fp16;
+    float loss_scale_init;
+    int loss_scale_window;
     /* output */
     const char *out, *log;
     const char *trace; /* --trace: Chrome trace-event JSON of the run (NULL: none) */
@@ -79,6 +88,13 @@ typedef struct {
      * stop_msg, nothing saved from that step on; td_train_main exits 3 */
     int stop_step;
     char stop_msg[512];
+    /* loss scaling: steps skipped on a non-finite gradient (dynamic), the
+     * scale at the end, and the last skip's first non-finite gradient: its
+     * table row, the smallest world rank whose own backward produced it and
+     * that rank's micro-batch (-1 where unknown, see README) */
+    int skipped_steps;
+    float loss_scale;
+    int skip_row, skip_rank, skip_micro;
     /* the last checkpoint save on this rank: its peak of accounted memory, the
      * plan's total and the bytes of the largest unit it gathered (the bound is
      * plan + one unit) */

@@ -29,6 +29,8 @@ const td_fault *td_fault_get(void) {
         int has_rank;
     } kinds[] = {{"nan-loss:", TD_FAULT_NAN_LOSS, 1},
                  {"nan-grad:", TD_FAULT_NAN_GRAD, 1},
+                 {"grad-inf:", TD_FAULT_GRAD_INF, 1},
+                 {"grad-inf-stuck:", TD_FAULT_GRAD_INF_STUCK, 1},
                  {"save-fail:", TD_FAULT_SAVE_FAIL, 0},
                  {"skip-embed-sum:", TD_FAULT_SKIP_EMBED_SUM, 0}};
     for (int k = 0; k < (int)(sizeof kinds / sizeof kinds[0]); k++) {
@@ -49,8 +51,11 @@ const td_fault *td_fault_get(void) {
         return &g_fault;
     }
     td_fail("TRIDENT_FAULT=%s is not known; the test-only faults are nan-loss:STEP[:RANK], "
-            "nan-grad:STEP[:RANK], save-fail:STEP and skip-embed-sum:STEP", s);
+            "nan-grad:STEP[:RANK], grad-inf:STEP[:RANK], grad-inf-stuck:STEP[:RANK], save-fail:STEP and "
+            "skip-embed-sum:STEP", s);
 }
+
+void td_fault_reload(void) { g_parsed = 0; }
 
 int td_fault_at(td_fault_kind kind, int step, int rank) {
     const td_fault *f = td_fault_get();

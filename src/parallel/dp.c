@@ -120,6 +120,7 @@ td_dp *td_dp_create(const td_dp_config *cfg, const td_grid *g, const td_param_ta
     dp->n_units = t->n_units;
     dp->training = 1;
     dp->bad_row = dp->bad_step = -1;
+    dp->loss_scale = 1.0f;
     dp->ops->create(dp);
     return dp;
 }
@@ -156,7 +157,7 @@ void td_dp_begin_micro(td_dp *dp, int micro, int n_micro) {
 td_step_group td_dp_step_group(const td_dp *dp, td_comm *group, int size, int sharded) {
     const td_grid *g = dp->g;
     td_step_group s = {dp->t, &dp->cfg.optim, group, size, sharded, g->tp_comm, g->tp,
-                       g->pp_comm, g->pp, g->pp > 1 && g->pp_rank == g->pp - 1};
+                       g->pp_comm, g->pp, g->pp > 1 && g->pp_rank == g->pp - 1, dp->loss_scale};
     return s;
 }
 
@@ -166,6 +167,8 @@ void td_dp_begin_pipeline(td_dp *dp) {
 }
 
 void td_dp_set_final_backward(td_dp *dp, int final) { dp->sync_this_micro = final; }
+
+void td_dp_set_loss_scale(td_dp *dp, float scale) { dp->loss_scale = scale; }
 
 void td_dp_record_nonfinite(td_dp *dp, int step, int row) {
     dp->bad_row = row;

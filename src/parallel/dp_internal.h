@@ -55,6 +55,7 @@ struct td_dp {
     int sync_this_micro; /* the last micro-batch of the step: gradients communicate */
     int training;
     double comm_ms, exposed_ms;
+    float loss_scale;      /* td_dp_set_loss_scale: what the gradients are multiplied by */
     int bad_row, bad_step; /* td_dp_nonfinite: -1, or the row and step of a non-finite gradient */
     /* gradient traffic since td_dp_begin_step (td_dp_grad_traffic) */
     uint64_t grad_sent, grad_dense;

@@ -67,8 +67,11 @@ static td_step_result apply(const td_step_group *grp, const float *grads, const 
     for (int i = 0; i < n_ranges; i++) total += r[i].n;
     td_step_result res = {0.0, -1};
     int tp = grp->tp_group && grp->tp > 1, pp = grp->pp_group && grp->pp > 1;
+    /* 1/scale: a power of two scales the double sum exactly */
+    double unscale = grp->loss_scale > 0.0f ? 1.0 / grp->loss_scale : 1.0;
     double sumsq = tp || grp->skip_tied ? counted_sumsq(t, grads, r, n_ranges, grp->skip_tied)
                                         : td_sumsq(grads, total);
+    sumsq *= unscale * unscale;
     if (grp->sharded) {
         float sq = (float)sumsq;
         if (together) td_allreduce(grp->group, &sq, 1, TD_F32, TD_SUM);
@@ -98,7 +101,7 @@ static td_step_result apply(const td_step_group *grp, const float *grads, const 
         if (pp) res.bad_row = td_step_agree_row(grp->pp_group, grp->pp, res.bad_row);
         return res;
     }
-    float scale = td_clip_scale(res.norm, grp->optim->clip);
+    float scale = td_clip_scale(res.norm, grp->optim->clip) * (float)unscale;
     size_t k = 0;
     for (int i = 0; i < n_ranges; i++) {
         td_adamw_update(r[i].p, grads + k, r[i].m, r[i].v, r[i].lo, r[i].lo + r[i].n, t, grp->optim,

@@ -13,6 +13,10 @@
  *                mode stays bit-identical to before).
  * With tensor parallelism the partial sums are then summed over the tp
  * group (fp32), counting replicated tensors once.
+ * Loss scaling is undone here, once for every strategy: the sum of squares
+ * is multiplied by 1/scale^2 in double before any rounding to float, and
+ * 1/scale joins the clipping coefficient AdamW multiplies by, so with a
+ * power-of-two scale the norm and the update are bitwise the unscaled ones.
  * A non-finite norm applies nothing; the first tensor holding a non-finite
  * gradient is the smallest table row over the ranks' scans, agreed over the
  * group. */
@@ -51,12 +55,16 @@ typedef struct {
     td_comm *pp_group;
     int pp;
     int skip_tied;
+    /* Loss scaling (loss_scale.h): the gradients arrive multiplied by this;
+     * the norm pass and AdamW see them divided by it again (0 or 1: not
+     * scaled). The same on every rank. */
+    float loss_scale;
 } td_step_group;
 
 /* bad_row: -1 when the step was applied; else the agreed first row holding a
  * non-finite gradient, or t->n_rows when all are finite and the norm overflowed */
 typedef struct {
-    double norm; /* global gradient norm, before clipping */
+    double norm; /* global gradient norm of the unscaled gradients, before clipping */
     int bad_row;
 } td_step_result;
 

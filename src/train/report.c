@@ -148,8 +148,10 @@ void td_report_step(td_report *r, int step, float loss, float lr, double norm, d
     if (r->log) {
         fprintf(r->log,
                 "{\"step\": %d, \"loss\": %.6f, \"lr\": %.6g, \"grad_norm\": %.6f, \"step_ms\": %.3f, "
-                "\"tokens_per_s\": %.1f, \"mfu\": %.4f}\n",
+                "\"tokens_per_s\": %.1f, \"mfu\": %.4f",
                 step, loss, lr, norm, ms, tps, mfu);
+        if (r->loss_scale > 0) fprintf(r->log, ", \"loss_scale\": %.9g", r->loss_scale);
+        fprintf(r->log, "}\n");
         fflush(r->log);
     }
     if (!r->o->quiet && (step % r->o->log_every == 0 || step == r->o->steps - 1))
@@ -201,6 +203,21 @@ void td_report_precision(td_report *r, const td_mem_plan *plan) {
     }
 }
 
+void td_report_skip(td_report *r, int step, const char *where, int row, int rank, int micro,
+                    float scale_before, float scale_after, int skipped) {
+    /* always printed: a skip is rare and every one matters */
+    td_log("step %5d/%d skipped | %s | loss scale %g -> %g | %d skipped so far\n", step, r->o->steps,
+           where, (double)scale_before, (double)scale_after, skipped);
+    if (r->log) {
+        fprintf(r->log,
+                "{\"event\": \"skip\", \"step\": %d, \"tensor_row\": %d, \"rank\": %d, "
+                "\"micro_batch\": %d, \"loss_scale_before\": %.9g, \"loss_scale\": %.9g, "
+                "\"skipped\": %d, \"reason\": \"%s\"}\n",
+                step, row, rank, micro, scale_before, scale_after, skipped, where);
+        fflush(r->log);
+    }
+}
+
 static void print_line(const char *line, void *ctx) {
     (void)ctx;
     td_log("  %s\n", line);
@@ -231,6 +248,13 @@ void td_report_summary(td_report *r, const td_train_result *res) {
         td_log("gemm: %.3e flop/step, %.1f ms/step, %.1f GFLOP/s (rank 0, timed steps, every GEMM "
                "of forward and backward)\n",
                res->gemm_flops, res->gemm_ms, res->gemm_flops / (res->gemm_ms * 1e6));
+    if (r->loss_scale > 0) {
+        td_log("loss scaling (%s): final scale %g, skipped steps %d\n", r->o->loss_scale ? r->o->loss_scale : "auto",
+               (double)res->loss_scale, res->skipped_steps);
+        if (r->log)
+            fprintf(r->log, "{\"event\": \"loss_scale\", \"loss_scale\": %.9g, \"skipped\": %d}\n",
+                    res->loss_scale, res->skipped_steps);
+    }
     if (r->g->dp > 1 && res->grad_dense_bytes > 0) {
         /* what the comm layer counted for the gradient reduction, beside fp32 */
         td_log("dp gradient traffic per step (rank 0, %s payload, %s): %.0f bytes sent, dense fp32 "

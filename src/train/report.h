@@ -21,6 +21,7 @@ typedef struct {
     int Bm;
     td_preflight_result baseline; /* resident set and allocator before the model */
     size_t planned_total;         /* this rank's plan, all categories */
+    float loss_scale;             /* the step's loss scale, 0: no loss scaling (not logged) */
 } td_report;
 
 void td_report_open(td_report *r, const td_train_opts *o, const td_grid *g,
@@ -30,6 +31,11 @@ void td_report_open(td_report *r, const td_train_opts *o, const td_grid *g,
  * beside measured peak after the first step. */
 void td_report_memory(td_report *r, const td_mem_plan *plan, int measured);
 void td_report_step(td_report *r, int step, float loss, float lr, double norm, double ms);
+/* A step skipped on a non-finite gradient (dynamic loss scaling): `where`
+ * names the first non-finite gradient; row, rank and micro-batch as
+ * td_train_result says; the scale before and after; skipped steps so far. */
+void td_report_skip(td_report *r, int step, const char *where, int row, int rank, int micro,
+                    float scale_before, float scale_after, int skipped);
 void td_report_eval(td_report *r, int step, double val_loss);
 void td_report_summary(td_report *r, const td_train_result *res);
 void td_report_sample(td_report *r, const td_param_table *canon, const float *params,

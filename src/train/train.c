@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "grad_watch.h"
 #include "preflight.h"
 #include "report.h"
 #include "trace_file.h"
@@ -14,6 +15,7 @@
 #include "trident/data.h"
 #include "trident/fault.h"
 #include "trident/kernels.h"
+#include "trident/loss_scale.h"
 #include "trident/pipeline.h"
 #include "trident/timeline.h"
 #include "trident/train.h"
@@ -77,40 +79,6 @@ static void pp_batch(void *ctx, int mb, int *in, int *tg) {
                   c->o->seq, in, tg);
 }
 
-/* Test-only fault (fault.h): one element of a tensor's gradient turns NaN
- * on this rank right after the tensor's backward, before the strategy's own
- * hook starts communicating it; works the same under every dp mode. */
-typedef struct {
-    td_gpt *model;
-    td_unit_hook inner;
-    void *inner_ctx;
-    const td_param *row;
-} nan_grad_hook;
-
-static void nan_grad_event(void *ctx, td_unit_event ev, int unit) {
-    nan_grad_hook *f = ctx;
-    if (ev == TD_BWD_END && unit == f->row->unit) {
-        float *g = f->model->unit_grads[unit];
-        g[f->row->offset - f->model->table->unit_offset[unit] + f->row->numel / 2] = NAN;
-    }
-    if (f->inner) f->inner(f->inner_ctx, ev, unit);
-}
-
-static void backward(td_gpt *model, float dloss, int nan_grad) {
-    if (!nan_grad) {
-        td_gpt_backward(model, dloss);
-        return;
-    }
-    nan_grad_hook f = {model, model->hook, model->hook_ctx,
-                       td_param_find(model->table, TD_FAULT_GRAD_TENSOR)};
-    TD_ASSERT(f.row);
-    model->hook = nan_grad_event;
-    model->hook_ctx = &f;
-    td_gpt_backward(model, dloss);
-    model->hook = f.inner;
-    model->hook_ctx = f.inner_ctx;
-}
-
 /* Writes the state after `steps_done` steps to --out (ckpt.h), gathering one
  * unit of one buffer at a time to world rank 0, which appends it to the file:
  * no rank holds the state twice, each holds at most one unit beyond its
@@ -158,6 +126,45 @@ static void stop_on_gradient(td_train_result *res, const td_param_table *t, int 
              bad_row >= 0 && bad_row < t->n_rows ? t->rows[bad_row].name : "no tensor (the norm overflowed)");
 }
 
+/* --loss-scale: the scaler, and the layouts it does not combine with,
+ * before any communication. */
+static void loss_scale_setup(const td_train_opts *o, td_dp_mode mode, td_loss_scaler *s) {
+    float init = 1.0f;
+    const char *flag = o->loss_scale ? o->loss_scale : "auto"; /* opts filled in by hand */
+    td_loss_scale_mode m = td_loss_scale_parse(flag, o->fp16, &init);
+    if (m == TD_LOSS_SCALE_DYNAMIC) init = o->loss_scale_init > 0 ? o->loss_scale_init : TD_LOSS_SCALE_INIT;
+    int window = o->loss_scale_window > 0 ? o->loss_scale_window : td_loss_scale_window_env();
+    td_loss_scaler_init(s, m, init, window);
+    if (m == TD_LOSS_SCALE_NONE) return;
+    TD_CHECK(mode != TD_DP_PS,
+             "--loss-scale %s (%s) does not combine with --dp-mode ps: its servers apply each "
+             "worker's gradients on their own, so no step can be skipped or unscaled on every rank "
+             "together; use --dp-mode allreduce or reduce-broadcast, or --loss-scale none",
+             flag, td_loss_scale_mode_name(m));
+    double ratio;
+    int no_ef;
+    td_grad_compress_parse(o->grad_compress, &ratio, &no_ef);
+    TD_CHECK(ratio == 0 || no_ef,
+             "--loss-scale %s (%s) does not combine with --grad-compress %s: its error-feedback "
+             "residual would carry gradients of another scale (and a skipped step's infinities) into "
+             "later steps; use --grad-compress topk:R:noef, or --loss-scale none",
+             flag, td_loss_scale_mode_name(m), o->grad_compress);
+}
+
+/* A skipped step (dynamic loss scaling) that ends the run: stop_msg says why. */
+static void stop_on_scale(td_train_result *res, const td_loss_scaler *s, int why, int step,
+                          const char *where) {
+    res->stop_step = step;
+    if (why == TD_LOSS_SCALE_BELOW_ONE)
+        snprintf(res->stop_msg, sizeof res->stop_msg,
+                 "step %d: the loss scale fell below 1 (%g) on a non-finite gradient (%s): the "
+                 "gradient overflows unscaled", step, (double)s->scale, where);
+    else
+        snprintf(res->stop_msg, sizeof res->stop_msg,
+                 "step %d: %d steps in a row skipped on a non-finite gradient (the last: %s); "
+                 "loss scale now %g", step, s->consecutive, where, (double)s->scale);
+}
+
 /* Mean validation loss over eval_iters global batches (every token once). */
 static double evaluate(run_ctx *c) {
     const td_train_opts *o = c->o;
@@ -197,6 +204,7 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
     td_mem_reset_peaks(); /* the peaks reported are this run's (tests run several in one process) */
     res->final_val_loss = NAN;
     res->stop_step = -1;
+    res->skip_row = res->skip_rank = res->skip_micro = -1;
     const td_fault *fault = td_fault_get(); /* a bad TRIDENT_FAULT fails before any work */
     td_dp_mode mode = td_dp_mode_parse(o->dp_mode);
     TD_CHECK(mode == TD_DP_PS || o->ps_servers == 0, "--ps-servers needs --dp-mode ps");
@@ -207,6 +215,8 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
     TD_CHECK(o->pp == 1 || mode != TD_DP_PS,
              "--dp-mode ps does not combine with --pp %d; use --dp-mode allreduce or "
              "reduce-broadcast with pipeline parallelism", o->pp);
+    td_loss_scaler scaler;
+    loss_scale_setup(o, mode, &scaler);
     if (o->pp > 1) td_pipeline_check(o); /* a schedule or split that cannot work, before any communication */
     td_grid g;
     td_grid_create(&g, o->dp, o->tp, o->pp, mode == TD_DP_PS ? o->ps_servers : 0);
@@ -275,8 +285,8 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
     }
     td_dp *dp = td_dp_create(&dcfg, &g, &table, g.is_server ? NULL : &model);
     td_pp *pp = piped ? td_pp_create(&g, &model, dp, &sched, &split) : NULL;
-    TD_CHECK((fault->kind != TD_FAULT_NAN_LOSS && fault->kind != TD_FAULT_NAN_GRAD) ||
-                 fault->rank < g.dp * g.tp * g.pp,
+    TD_CHECK(fault->kind == TD_FAULT_NONE || fault->kind == TD_FAULT_SAVE_FAIL ||
+                 fault->kind == TD_FAULT_SKIP_EMBED_SUM || fault->rank < g.dp * g.tp * g.pp,
              "TRIDENT_FAULT: rank %d is not a training rank (0..%d)", fault->rank, g.dp * g.tp * g.pp - 1);
 
     td_report rep;
@@ -298,6 +308,8 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
         int T = o->seq, N = Bm * T;
         int *in = td_alloc(sizeof(int) * N, TD_MEM_OTHER), *tg = td_alloc(sizeof(int) * N, TD_MEM_OTHER);
         float dloss = 1.0f / ((float)o->batch * T); /* global mean over all tokens */
+        td_grad_watch watch;
+        td_grad_watch_init(&watch, &model, td_loss_scaler_skips(&scaler));
         double timed_ms = 0.0, grad_sent = 0.0, grad_dense = 0.0;
         for (int step = 0; step < o->steps; step++) {
             double t0 = td_now_ms();
@@ -308,9 +320,22 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
             if (pp && step == o->timing_skip) td_pp_stats_reset(pp); /* the bubble of timed steps */
             if (step == o->timing_skip) td_gpt_gemm_stats(NULL, NULL, 1); /* GEMMs of timed steps */
             double loss_sum = 0.0;
-            if (pp) {
+            /* test faults: nan-grad; grad-inf at the step's first attempt
+             * (a skipped step is retried), grad-inf-stuck at every one */
+            int nan_f = td_fault_at(TD_FAULT_NAN_GRAD, step, g.world_rank);
+            int inf_f = td_fault_at(TD_FAULT_GRAD_INF_STUCK, step, g.world_rank) ||
+                        (td_fault_at(TD_FAULT_GRAD_INF, step, g.world_rank) && scaler.consecutive == 0);
+            const td_param *frow = nan_f || inf_f ? td_param_find(&table, TD_FAULT_GRAD_TENSOR) : NULL;
+            TD_ASSERT(!(nan_f || inf_f) || frow);
+            /* loss scaling: dloss scaled here, the gradients unscaled in the step pipeline */
+            td_dp_set_loss_scale(dp, scaler.scale);
+            float dloss_s = dloss * scaler.scale;
+            td_grad_watch_begin(&watch, frow != NULL);
+            watch.fault_value = nan_f ? NAN : INFINITY;
+            if (pp) { /* the micro-batch of a unit event is not known here */
                 batch_at b = {&c, 0, step};
-                loss_sum = td_pp_train_step(pp, step, dloss, pp_batch, &b);
+                watch.fault_row = frow;
+                loss_sum = td_pp_train_step(pp, step, dloss_s, pp_batch, &b);
             } else
                 for (int k = 0; k < c.K; k++) {
                     td_dp_begin_micro(dp, k, c.K);
@@ -321,9 +346,12 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
                     loss_sum += td_gpt_forward(&model, in, tg);
                     tl_mark("F", "compute", k, t);
                     t = tl_now();
-                    backward(&model, dloss, k == c.K - 1 && td_fault_at(TD_FAULT_NAN_GRAD, step, g.world_rank));
+                    watch.micro = k;
+                    watch.fault_row = k == c.K - 1 ? frow : NULL;
+                    td_gpt_backward(&model, dloss_s);
                     tl_mark("B", "compute", k, t);
                 }
+            td_grad_watch_end(&watch);
             double norm = td_dp_finish_step(dp, step, lr);
             td_gpt_params_changed(&model); /* eval and the next step see the update */
             uint64_t gsent, gdense;
@@ -345,9 +373,33 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
             float loss = g.dp > 1 || pp ? red[0] / ((float)o->batch * T) : (float)(loss_sum / ((double)o->batch * T));
             double ms = td_now_ms() - t0;
             if (step >= o->timing_skip || o->steps <= o->timing_skip) timed_ms += ms;
+            if (red[1] > 0 && isfinite(loss) && td_loss_scaler_skips(&scaler)) {
+                /* dynamic loss scaling: every rank agreed on the overflow, so
+                 * every rank skips the step (nothing was applied), halves the
+                 * scale and runs the same step again: neither the step count,
+                 * the lr schedule nor AdamW's t advance */
+                float before = scaler.scale;
+                int why = td_loss_scaler_update(&scaler, 1);
+                td_grad_watch_origin(&watch, &g, bad_row, &res->skip_rank, &res->skip_micro);
+                res->skipped_steps = scaler.skipped, res->skip_row = bad_row;
+                char where[320];
+                snprintf(where, sizeof where, "first non-finite gradient in %s, rank %d, micro-batch %d",
+                         bad_row >= 0 && bad_row < table.n_rows ? table.rows[bad_row].name : "no tensor (the norm overflowed)",
+                         res->skip_rank, res->skip_micro);
+                td_report_skip(&rep, step, where, res->skip_row, res->skip_rank, res->skip_micro, before,
+                               scaler.scale, scaler.skipped);
+                if (why != TD_LOSS_SCALE_OK) {
+                    stop_on_scale(res, &scaler, why, step, where);
+                    td_dp_stop(dp, step);
+                    break;
+                }
+                step--; /* the loop's step++ brings the same step back */
+                continue;
+            }
             res->losses[step] = loss;
             res->grad_norms[step] = (float)norm;
             res->steps_done = step + 1;
+            rep.loss_scale = scaler.mode != TD_LOSS_SCALE_NONE ? scaler.scale : 0.0f;
             td_report_step(&rep, step, loss, lr, norm, ms);
             /* a non-finite loss or gradient norm stops every rank at this step
              * (all agree: the loss and the norm are global), before any save */
@@ -362,6 +414,7 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
                 td_dp_stop(dp, step);
                 break;
             }
+            td_loss_scaler_update(&scaler, 0); /* a clean step: growth after the window */
             if (step == 0 && mode != TD_DP_PS) td_report_memory(&rep, &plan, 1);
             if (step == 0) td_report_gemm_impl(&rep); /* the primitives exist now */
             int last = step == o->steps - 1;
@@ -406,7 +459,9 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
         }
         td_free(in);
         td_free(tg);
+        td_grad_watch_free(&watch);
     }
+    res->loss_scale = scaler.scale;
     /* every rank, servers included, learns whether the run stopped; the
      * training ranks already agree, servers learn it here */
     float st[2] = {(float)res->stop_step, 0.0f};

@@ -96,6 +96,15 @@ expect bf16-zero1      "--grad-reduce-dtype bf16 works with --zero 0, not --zero
                        "$T" train --data "$tmp/small.txt" --grad-reduce-dtype bf16 --zero 1 $Q
 expect bf16-reduce-bc  "--grad-reduce-dtype bf16 needs --dp-mode allreduce \(reduce-broadcast reduces" \
                        "$T" train --data "$tmp/small.txt" --grad-reduce-dtype bf16 --dp-mode reduce-broadcast $Q
+expect loss-scale-name "--loss-scale fast is not valid; use auto, dynamic, none or a static scale S with 1 <= S <= 4294967296" \
+                       "$T" train --data "$tmp/small.txt" --loss-scale fast $Q
+expect loss-scale-low  "--loss-scale 0.5 is not valid" "$T" train --data "$tmp/small.txt" --loss-scale 0.5 $Q
+expect loss-scale-ps   "--loss-scale dynamic \(dynamic\) does not combine with --dp-mode ps" \
+                       $MPIRUN -np 2 "$T" train --data "$tmp/small.txt" --dp-mode ps --ps-servers 1 --loss-scale dynamic $Q
+expect loss-scale-topk "--loss-scale 1024 \(static\) does not combine with --grad-compress topk:0.01: its error-feedback" \
+                       "$T" train --data "$tmp/small.txt" --grad-compress topk:0.01 --loss-scale 1024 $Q
+expect loss-scale-window "TRIDENT_LOSS_SCALE_WINDOW=0 is not valid; use an integer in \[1, 1000000000\]" \
+                       env TRIDENT_LOSS_SCALE_WINDOW=0 "$T" train --data "$tmp/small.txt" --loss-scale dynamic $Q
 expect batch-split     "--batch 12 does not split over 1 data-parallel replicas x 5 micro-batches" \
                        "$T" train --data "$tmp/small.txt" --grad-accum 5 $Q
 expect missing-ckpt    "--ckpt .*/none: cannot open"              "$T" sample --ckpt "$tmp/none"

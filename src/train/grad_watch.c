@@ -1,0 +1,82 @@
+/* The training loop's watch over fresh gradients (grad_watch.h). */
+#include <stdint.h>
+#include <string.h>
+
+#include "grad_watch.h"
+#include "trident/base.h"
+#include "trident/comm.h"
+
+/* Whether x[0..n) holds a NaN or an infinity (exponent bits all ones): an
+ * integer OR over the whole span, which the compiler vectorizes where a
+ * loop with an early exit is not (0.04 ms against 0.25 ms for 0.8M floats
+ * here). */
+static int any_nonfinite(const float *x, size_t n) {
+    uint32_t bad = 0;
+    for (size_t k = 0; k < n; k++) {
+        uint32_t b;
+        memcpy(&b, x + k, sizeof b);
+        bad |= (~b & 0x7f800000u) == 0;
+    }
+    return bad != 0;
+}
+
+static void watch_event(void *ctx, td_unit_event ev, int unit) {
+    td_grad_watch *w = ctx;
+    if (ev == TD_BWD_END) {
+        const td_param_table *t = w->model->table;
+        float *g = w->model->unit_grads[unit];
+        size_t base = t->unit_offset[unit];
+        const td_param *f = w->fault_row;
+        if (f && unit == f->unit) g[f->offset - base + f->numel / 2] = w->fault_value;
+        for (int i = 0; w->first_micro && i < t->n_rows; i++) {
+            const td_param *r = &t->rows[i];
+            if (r->unit != unit || w->first_micro[i] != TD_WATCH_FINITE) continue;
+            if (any_nonfinite(g + (r->offset - base), r->numel)) w->first_micro[i] = w->micro;
+        }
+    }
+    if (w->inner) w->inner(w->inner_ctx, ev, unit);
+}
+
+void td_grad_watch_init(td_grad_watch *w, td_gpt *model, int track) {
+    memset(w, 0, sizeof *w);
+    w->model = model;
+    if (track && model->table)
+        w->first_micro = td_alloc(sizeof(int) * (size_t)model->table->n_rows, TD_MEM_OTHER);
+}
+
+void td_grad_watch_free(td_grad_watch *w) {
+    td_free(w->first_micro);
+    w->first_micro = NULL;
+}
+
+void td_grad_watch_begin(td_grad_watch *w, int any_fault) {
+    w->fault_row = NULL;
+    w->micro = TD_WATCH_UNKNOWN;
+    if (w->first_micro)
+        for (int i = 0; i < w->model->table->n_rows; i++) w->first_micro[i] = TD_WATCH_FINITE;
+    if (!any_fault && !w->first_micro) return;
+    w->inner = w->model->hook;
+    w->inner_ctx = w->model->hook_ctx;
+    w->model->hook = watch_event;
+    w->model->hook_ctx = w;
+    w->installed = 1;
+}
+
+void td_grad_watch_end(td_grad_watch *w) {
+    if (!w->installed) return;
+    w->model->hook = w->inner;
+    w->model->hook_ctx = w->inner_ctx;
+    w->installed = 0;
+}
+
+void td_grad_watch_origin(const td_grad_watch *w, const td_grid *g, int row, int *rank, int *micro) {
+    int mine = w->first_micro && row >= 0 && row < w->model->table->n_rows &&
+               w->first_micro[row] != TD_WATCH_FINITE;
+    /* ranks are small integers, exact in float: MAX of -rank = MIN */
+    float v[2] = {mine ? -(float)g->world_rank : -1e30f, 0.0f};
+    if (g->world_size > 1) td_allreduce(g->world, v, 1, TD_F32, TD_MAX);
+    *rank = v[0] > -1e29f ? (int)-v[0] : -1;
+    v[1] = *rank == g->world_rank && w->first_micro[row] >= 0 ? (float)w->first_micro[row] : -1.0f;
+    if (g->world_size > 1) td_allreduce(g->world, &v[1], 1, TD_F32, TD_MAX);
+    *micro = (int)v[1];
+}
