@@ -1,8 +1,10 @@
 /* The model's kernels in its precision (--precision): one call site per op
  * in block.c and embed_head.c, and here the choice of kernel family.
  * FP32 calls exactly the kernels.h functions the model always called, so
- * fp32 training keeps its bits; BF16 calls kernels_bf16.h (activations in
- * bf16, math in fp32, GEMMs through oneDNN with fp32 accumulation). The
+ * fp32 training keeps its bits; BF16 and FP16 call their kernel family
+ * (kernels_bf16.h, kernels_f16.h: activations in the 16-bit type, math in
+ * fp32, GEMMs through oneDNN with fp32 accumulation; fp16's converted to
+ * fp32, no fp16 GEMM on this CPU). The
  * GEMMs are also timed here when td_gpt_gemm_stats_enable is on (the
  * benchmark's achieved GEMM rate). */
 #include "internal.h"
@@ -27,18 +29,55 @@ static void stats_end(double t0, double flops) {
     g_flops += flops;
 }
 
+/* The reduced-precision kernel family of each precision: kernels_bf16.h and
+ * kernels_f16.h have the same signatures, and td_bf16 and td_f16 are both
+ * uint16_t, so one table type holds either (no casts). */
+typedef uint16_t h16;
+typedef struct {
+    td_ktype k;
+    void (*round_n)(h16 *dst, const float *src, size_t n);
+    void (*widen_n)(float *dst, const h16 *src, size_t n);
+    void (*mm_fwd)(void *out, td_ktype out_type, const h16 *inp, const h16 *w, const float *bias,
+                   int N, int C, int OC);
+    void (*mm_bwd)(void *dinp, td_ktype dinp_type, float *dw, float *dbias, const h16 *dout,
+                   const h16 *inp, const h16 *w, int N, int C, int OC);
+    void (*ln_fwd)(h16 *out, float *mean, float *rstd, const h16 *inp, const float *w,
+                   const float *b, int N, int C);
+    void (*ln_bwd)(h16 *dinp, float *dw, float *db, const h16 *dout, const h16 *inp,
+                   const float *w, const float *mean, const float *rstd, int N, int C);
+    void (*gelu_fwd)(h16 *out, const h16 *inp, size_t n);
+    void (*gelu_bwd)(h16 *dinp, const h16 *inp, const h16 *dout, size_t n);
+    void (*res_fwd)(h16 *out, const h16 *a, const h16 *b, size_t n);
+    void (*att_fwd)(h16 *out, h16 *att, const h16 *qkv, int B, int T, int C, int NH);
+    void (*att_bwd)(h16 *dqkv, const h16 *dout, const h16 *qkv, const h16 *att, int B, int T,
+                    int C, int NH);
+} lp_family;
+
+static const lp_family BF16 = {
+    TD_K_BF16, td_bf16_from_float_n, td_bf16_to_float_n, td_matmul_bf16_forward,
+    td_matmul_bf16_backward, td_layernorm_bf16_forward, td_layernorm_bf16_backward,
+    td_gelu_bf16_forward, td_gelu_bf16_backward, td_residual_bf16_forward,
+    td_attention_bf16_forward, td_attention_bf16_backward,
+};
+
+static const lp_family F16 = {
+    TD_K_F16, td_f16_from_float_n, td_f16_to_float_n, td_matmul_f16_forward,
+    td_matmul_f16_backward, td_layernorm_f16_forward, td_layernorm_f16_backward,
+    td_gelu_f16_forward, td_gelu_f16_backward, td_residual_f16_forward,
+    td_attention_f16_forward, td_attention_f16_backward,
+};
+
+static const lp_family *fam(const td_gpt *m) {
+    TD_ASSERT(m->d.lp);
+    return m->d.prec == TD_PREC_FP16 ? &F16 : &BF16;
+}
+
 void td_m_round_n(const td_gpt *m, td_act *dst, const float *src, size_t n) {
-    switch (m->d.prec) {
-    case TD_PREC_BF16: td_bf16_from_float_n(dst, src, n); return;
-    default: TD_ASSERT(0 && "td_m_round_n: not a reduced precision");
-    }
+    fam(m)->round_n(dst, src, n);
 }
 
 void td_m_widen_n(const td_gpt *m, float *dst, const td_act *src, size_t n) {
-    switch (m->d.prec) {
-    case TD_PREC_BF16: td_bf16_to_float_n(dst, src, n); return;
-    default: TD_ASSERT(0 && "td_m_widen_n: not a reduced precision");
-    }
+    fam(m)->widen_n(dst, src, n);
 }
 
 static const void *weight_lp(td_gpt *m, int unit, td_tensor_kind k) {
@@ -51,8 +90,7 @@ void td_m_matmul_forward(td_gpt *m, void *out, int out32, const td_act *inp, int
     if (!m->d.lp)
         td_matmul_forward(out, inp, td_m_w(m, unit, wk), bias, N, C, OC);
     else
-        td_matmul_bf16_forward(out, out32 ? TD_K_F32 : TD_K_BF16, inp, weight_lp(m, unit, wk), bias, N,
-                               C, OC);
+        fam(m)->mm_fwd(out, out32 ? TD_K_F32 : fam(m)->k, inp, weight_lp(m, unit, wk), bias, N, C, OC);
     stats_end(t0, 2.0 * N * C * OC);
 }
 
@@ -63,8 +101,8 @@ void td_m_matmul_backward(td_gpt *m, void *dinp, int dinp32, float *dw, float *d
     if (!m->d.lp)
         td_matmul_backward(dinp, dw, dbias, dout, inp, dinp ? td_m_w(m, unit, wk) : NULL, N, C, OC);
     else
-        td_matmul_bf16_backward(dinp, dinp32 ? TD_K_F32 : TD_K_BF16, dw, dbias, dout, inp,
-                                dinp ? weight_lp(m, unit, wk) : NULL, N, C, OC);
+        fam(m)->mm_bwd(dinp, dinp32 ? TD_K_F32 : fam(m)->k, dw, dbias, dout, inp,
+                       dinp ? weight_lp(m, unit, wk) : NULL, N, C, OC);
     stats_end(t0, 2.0 * N * C * OC * ((dinp ? 1 : 0) + (dw ? 1 : 0)));
 }
 
@@ -73,7 +111,7 @@ void td_m_layernorm_forward(const td_gpt *m, td_act *out, float *mean, float *rs
     if (!m->d.lp)
         td_layernorm_forward(out, mean, rstd, inp, w, b, N, m->d.C);
     else
-        td_layernorm_bf16_forward(out, mean, rstd, inp, w, b, N, m->d.C);
+        fam(m)->ln_fwd(out, mean, rstd, inp, w, b, N, m->d.C);
 }
 
 void td_m_layernorm_backward(const td_gpt *m, td_act *dinp, float *dw, float *db,
@@ -82,14 +120,14 @@ void td_m_layernorm_backward(const td_gpt *m, td_act *dinp, float *dw, float *db
     if (!m->d.lp)
         td_layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, m->d.C);
     else
-        td_layernorm_bf16_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, m->d.C);
+        fam(m)->ln_bwd(dinp, dw, db, dout, inp, w, mean, rstd, N, m->d.C);
 }
 
 void td_m_gelu_forward(const td_gpt *m, td_act *out, const td_act *inp, size_t n) {
     if (!m->d.lp)
         td_gelu_forward(out, inp, n);
     else
-        td_gelu_bf16_forward(out, inp, n);
+        fam(m)->gelu_fwd(out, inp, n);
 }
 
 void td_m_gelu_backward(const td_gpt *m, td_act *dinp, const td_act *inp, const td_act *dout,
@@ -97,7 +135,7 @@ void td_m_gelu_backward(const td_gpt *m, td_act *dinp, const td_act *inp, const 
     if (!m->d.lp)
         td_gelu_backward(dinp, inp, dout, n);
     else
-        td_gelu_bf16_backward(dinp, inp, dout, n);
+        fam(m)->gelu_bwd(dinp, inp, dout, n);
 }
 
 void td_m_residual_forward(const td_gpt *m, td_act *out, const td_act *a, const td_act *b,
@@ -105,7 +143,7 @@ void td_m_residual_forward(const td_gpt *m, td_act *out, const td_act *a, const 
     if (!m->d.lp)
         td_residual_forward(out, a, b, n);
     else
-        td_residual_bf16_forward(out, a, b, n);
+        fam(m)->res_fwd(out, a, b, n);
 }
 
 void td_m_attention_forward(const td_gpt *m, td_act *out, td_act *att, const td_act *qkv) {
@@ -113,7 +151,7 @@ void td_m_attention_forward(const td_gpt *m, td_act *out, td_act *att, const td_
     if (!d->lp)
         td_attention_forward(out, att, qkv, d->B, d->T, d->Ca, d->Ha);
     else
-        td_attention_bf16_forward(out, att, qkv, d->B, d->T, d->Ca, d->Ha);
+        fam(m)->att_fwd(out, att, qkv, d->B, d->T, d->Ca, d->Ha);
 }
 
 void td_m_attention_backward(const td_gpt *m, td_act *dqkv, const td_act *dout,
@@ -122,5 +160,5 @@ void td_m_attention_backward(const td_gpt *m, td_act *dqkv, const td_act *dout,
     if (!d->lp)
         td_attention_backward(dqkv, m->s.datt, dout, qkv, att, d->B, d->T, d->Ca, d->Ha);
     else
-        td_attention_bf16_backward(dqkv, dout, qkv, att, d->B, d->T, d->Ca, d->Ha);
+        fam(m)->att_bwd(dqkv, dout, qkv, att, d->B, d->T, d->Ca, d->Ha);
 }

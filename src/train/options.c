@@ -74,7 +74,7 @@ void td_train_opts_parse(td_train_opts *o, int argc, char **argv) {
         {"--dp", TD_FLAG_INT, &o->dp, "data-parallel size, 0 = default (ranks / (tp*pp))", NONNEG},
         {"--tp", TD_FLAG_INT, &o->tp, "tensor-parallel size (1): Megatron layers, heads and vocabulary split over tp ranks", POS},
         {"--sequence-parallel", TD_FLAG_BOOL, &o->seq_parallel, "split LayerNorm and residual activations along the sequence over the tp ranks (needs --tp >= 2)", NULL},
-        {"--precision", TD_FLAG_STR, &o->precision, "arithmetic of forward and backward: fp32 (default) or bf16 (bf16 weights copies, activations and GEMMs through oneDNN; fp32 master weights, gradients and AdamW)", NULL},
+        {"--precision", TD_FLAG_STR, &o->precision, "arithmetic of forward and backward: fp32 (default), bf16 (bf16 weight copies, activations and GEMMs through oneDNN; fp32 master weights, gradients and AdamW) or fp16 (the same in fp16, GEMMs converted to fp32 here, dynamic loss scaling)", NULL},
         {"--gemm-stats", TD_FLAG_BOOL, &o->gemm_stats, "time every GEMM of the model and print the achieved GEMM rate per step", NULL},
         {"--recompute", TD_FLAG_STR, &o->recompute, "activation recomputation: none (default) or block (keep each block's input, rerun its forward in the backward)", NULL},
         {"--pp", TD_FLAG_INT, &o->pp, "pipeline-parallel size (1): contiguous chunks of blocks per stage", POS},
@@ -124,8 +124,10 @@ void td_train_opts_parse(td_train_opts *o, int argc, char **argv) {
              o->heads, (long long)o->batch * o->heads, INT_MAX);
     TD_CHECK(o->zero >= 0 && o->zero <= 3, "--zero %d is not a ZeRO stage; use 0, 1, 2 or 3", o->zero);
     TD_CHECK(o->save_every == 0 || o->out, "--save-every %d needs --out DIR to save into", o->save_every);
-    TD_CHECK(strcmp(o->precision, "fp32") == 0 || strcmp(o->precision, "bf16") == 0,
-             "--precision '%s' is not a precision; valid: fp32, bf16", o->precision);
+    TD_CHECK(strcmp(o->precision, "fp32") == 0 || strcmp(o->precision, "bf16") == 0 ||
+                 strcmp(o->precision, "fp16") == 0,
+             "--precision '%s' is not a precision; valid: fp32, bf16, fp16", o->precision);
+    o->fp16 = td_train_precision(o) == TD_PREC_FP16; /* dynamic loss scaling under --loss-scale auto */
     TD_CHECK(strcmp(o->recompute, "none") == 0 || strcmp(o->recompute, "block") == 0,
              "--recompute '%s' is not a mode; valid: none, block", o->recompute);
     /* zb-h1's weight half (W) reads a block's saved tensors long after its

@@ -183,7 +183,9 @@ void td_report_precision(td_report *r, const td_mem_plan *plan) {
     if (lp)
         td_log("  compute             GEMMs %s x %s -> fp32 accumulation (oneDNN matmul, %s); "
                "LayerNorm, softmax, GELU, attention, loss in fp32 on %s inputs\n",
-               rt, rt, td_bf16_native() ? "native AVX512-BF16" : "no native bf16 here: emulated/converted",
+               rt, rt,
+               p == TD_PREC_FP16 ? (td_f16_native() ? "native fp16" : "no fp16 matmul here: operands converted to fp32")
+               : td_bf16_native() ? "native AVX512-BF16" : "no native bf16 here: emulated/converted",
                rt);
     else
         td_log("  compute             fp32 (OpenBLAS sgemm and trident's kernels)\n");
@@ -198,7 +200,8 @@ void td_report_precision(td_report *r, const td_mem_plan *plan) {
     td_log("  optimizer moments   fp32 AdamW m and v%s\n",
            ps ? " on the parameter servers" : zero >= 1 ? ", sharded over dp" : "");
     if (r->log) {
-        fprintf(r->log, ", \"precision\": \"%s\", \"bf16_native\": %d", rt, lp ? td_bf16_native() : 0);
+        fprintf(r->log, ", \"precision\": \"%s\", \"native\": %d", rt,
+                p == TD_PREC_FP16 ? td_f16_native() : lp ? td_bf16_native() : 0);
         fflush(r->log);
     }
 }

@@ -149,7 +149,7 @@ expect recompute-mode "--recompute 'full' is not a mode; valid: none, block" \
                        "$T" train --data "$tmp/small.txt" --recompute full $Q
 expect recompute-zbh1 "--recompute block does not combine with --schedule zb-h1" \
                        $MPIRUN -np 2 "$T" train --data "$tmp/small.txt" --pp 2 --schedule zb-h1 --recompute block $Q
-expect precision-name "--precision 'fp8' is not a precision; valid: fp32, bf16" \
+expect precision-name "--precision 'fp8' is not a precision; valid: fp32, bf16, fp16" \
                        "$T" train --data "$tmp/small.txt" --precision fp8 $Q
 
 # ---- numbers: finite, in range, plain; the range is in the message ----
