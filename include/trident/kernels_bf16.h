@@ -80,6 +80,9 @@ int td_matmul_bf16_describe(void (*fn)(const char *line, void *ctx), void *ctx);
 size_t td_matmul_bf16_scratch_bytes(void);
 /* Destroys every cached primitive and frees the scratchpad. */
 void td_matmul_bf16_release(void);
+/* Frees the tile buffers the non-GEMM 16-bit kernels keep between calls
+ * (TD_MEM_OTHER, grown to the largest tile any call needed). */
+void td_lowp_release_scratch(void);
 
 /* ---- other kernels: bf16 activations, fp32 math and parameters ---------- */
 

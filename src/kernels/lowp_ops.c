@@ -17,8 +17,7 @@
  * the end are one-line wrappers. Only the conversions differ between the
  * two: bf16 (8 significand bits, fp32's range) and fp16 (11 bits, range
  * 2^-24..65504, overflow to inf) round the same fp32 tile differently.
- * Scratch comes from td_alloc (TD_MEM_OTHER) per call, as the fp32
- * layernorm backward does. */
+ * Scratch comes from a pool of persistent buffers (scratch() below). */
 #include <limits.h>
 
 #include "internal.h"
@@ -49,7 +48,37 @@ static const void *at_c(const lp_type *t, const void *p, size_t i) {
     return (const char *)p + i * t->size;
 }
 
-static float *scratch(size_t n) { return td_alloc(n * sizeof(float), TD_MEM_OTHER); }
+/* Tile buffers: a few fp32 buffers kept between calls, each grown to the
+ * largest request. A fresh td_alloc per call zeroed and faulted its pages
+ * every time (profiled: a sixth of a bf16 training step). scratch() hands
+ * out the next buffer and release() gives it back; a kernel holds at most
+ * LP_SLOTS at once. The kernels run on the caller's thread, one at a time
+ * (never from inside a parallel region), so the pool needs no lock. The
+ * buffers are TD_MEM_OTHER and stay until td_lowp_release_scratch. */
+#define LP_SLOTS 6
+static float *g_slot[LP_SLOTS];
+static size_t g_cap[LP_SLOTS];
+static int g_used;
+
+static float *scratch(size_t n) {
+    TD_ASSERT(g_used < LP_SLOTS);
+    int i = g_used++;
+    if (g_cap[i] < n) {
+        td_free(g_slot[i]);
+        g_slot[i] = td_alloc(n * sizeof(float), TD_MEM_OTHER);
+        g_cap[i] = n;
+    }
+    return g_slot[i];
+}
+
+static void release(float *p) {
+    if (p) g_used--;
+}
+
+void td_lowp_release_scratch(void) {
+    TD_ASSERT(g_used == 0);
+    for (int i = 0; i < LP_SLOTS; i++) td_free(g_slot[i]), g_slot[i] = NULL, g_cap[i] = 0;
+}
 
 /* Rows per tile for rows of `width` elements (at least one row). */
 static int tile_rows(int width) {
@@ -67,8 +96,8 @@ static void gelu_fwd(const lp_type *t, void *out, const void *inp, size_t n) {
         td_gelu_forward(y, x, len);
         t->from_f32(at(t, out, i), y, len);
     }
-    td_free(x);
-    td_free(y);
+    release(x);
+    release(y);
 }
 
 static void gelu_bwd(const lp_type *t, void *dinp, const void *inp, const void *dout, size_t n) {
@@ -81,9 +110,9 @@ static void gelu_bwd(const lp_type *t, void *dinp, const void *inp, const void *
         td_gelu_backward(dx, x, g, len);
         t->from_f32(at(t, dinp, i), dx, len);
     }
-    td_free(x);
-    td_free(g);
-    td_free(dx);
+    release(x);
+    release(g);
+    release(dx);
 }
 
 static void residual_fwd(const lp_type *t, void *out, const void *a, const void *b, size_t n) {
@@ -95,8 +124,8 @@ static void residual_fwd(const lp_type *t, void *out, const void *a, const void 
         td_residual_forward(x, x, y, len);
         t->from_f32(at(t, out, i), x, len);
     }
-    td_free(x);
-    td_free(y);
+    release(x);
+    release(y);
 }
 
 static void residual_bwd(const lp_type *t, void *da, void *db, const void *dout, size_t n) {
@@ -110,9 +139,9 @@ static void residual_bwd(const lp_type *t, void *da, void *db, const void *dout,
         if (da) t->from_f32(at(t, da, i), x, len);
         if (db) t->from_f32(at(t, db, i), y, len);
     }
-    td_free(g);
-    td_free(x);
-    td_free(y);
+    release(g);
+    release(x);
+    release(y);
 }
 
 /* ---- layernorm: tiles of whole rows ---- */
@@ -128,8 +157,8 @@ static void layernorm_fwd(const lp_type *t, void *out, float *mean, float *rstd,
         td_layernorm_forward(y, mean ? mean + n0 : NULL, rstd ? rstd + n0 : NULL, x, w, b, rows, C);
         t->from_f32(at(t, out, off), y, len);
     }
-    td_free(x);
-    td_free(y);
+    release(x);
+    release(y);
 }
 
 /* dw, db (fp32) receive one partial sum per tile, tiles in row order. */
@@ -148,9 +177,9 @@ static void layernorm_bwd(const lp_type *t, void *dinp, float *dw, float *db, co
         td_layernorm_backward(dx, dw, db, g, x, w, mean + n0, rstd + n0, rows, C);
         if (dx) t->from_f32(at(t, dinp, off), dx, len);
     }
-    td_free(x);
-    td_free(g);
-    td_free(dx);
+    release(x);
+    release(g);
+    release(dx);
 }
 
 /* ---- attention: one batch row (all heads) per tile ---- */
@@ -165,9 +194,9 @@ static void attention_fwd(const lp_type *t, void *out, void *att, const void *qk
         t->from_f32(at(t, out, b * no), o, no);
         t->from_f32(at(t, att, b * na), a, na);
     }
-    td_free(q);
-    td_free(o);
-    td_free(a);
+    release(q);
+    release(o);
+    release(a);
 }
 
 static void attention_bwd(const lp_type *t, void *dqkv, const void *dout, const void *qkv,
@@ -183,11 +212,11 @@ static void attention_bwd(const lp_type *t, void *dqkv, const void *dout, const 
         td_attention_backward(dq, da, g, q, a, 1, T, C, NH);
         t->from_f32(at(t, dqkv, b * nq), dq, nq);
     }
-    td_free(q);
-    td_free(dq);
-    td_free(g);
-    td_free(a);
-    td_free(da);
+    release(q);
+    release(dq);
+    release(g);
+    release(a);
+    release(da);
 }
 
 /* ---- embedding: tiles of rows; wte, wpe and their gradients fp32 ---- */
@@ -203,7 +232,7 @@ static void embedding_fwd(const lp_type *t, void *out, const int *tokens, const 
         td_position_forward(y, wpe, n0, rows, T, C);
         t->from_f32(at(t, out, (size_t)n0 * C), y, (size_t)rows * C);
     }
-    td_free(y);
+    release(y);
 }
 
 static void embedding_bwd(const lp_type *t, float *dwte, float *dwpe, const void *dout,
@@ -216,7 +245,7 @@ static void embedding_bwd(const lp_type *t, float *dwte, float *dwpe, const void
         if (dwte) td_embedding_shard_backward(dwte, g, tokens + n0, 0, INT_MAX, rows, C);
         if (dwpe) td_position_backward(dwpe, g, n0, rows, T, C);
     }
-    td_free(g);
+    release(g);
 }
 
 /* ---- softmax + cross-entropy: tiles of rows ---- */
@@ -233,7 +262,7 @@ static void xent_fwd(const lp_type *t, float *losses, void *probs, const void *l
                                 rows, V, Vp);
         t->from_f32(at(t, probs, off), x, len); /* after the read: probs may alias logits */
     }
-    td_free(x);
+    release(x);
 }
 
 static void xent_bwd(const lp_type *t, void *dlogits, const void *probs, const int *targets,
@@ -247,7 +276,7 @@ static void xent_bwd(const lp_type *t, void *dlogits, const void *probs, const i
         td_softmax_xent_backward(p, p, targets + n0, dloss + n0, rows, V, Vp);
         t->from_f32(at(t, dlogits, off), p, len);
     }
-    td_free(p);
+    release(p);
 }
 
 /* ---- the public functions: bf16 ---- */
