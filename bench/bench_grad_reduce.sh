@@ -26,7 +26,8 @@ printf "  %-34s %14s %10s %10s %9s\n" "payload" "bytes/step" "vs fp32" "step ms"
 read s0 d0 m0 <<<"$(run)"
 for p in "fp32|" "bf16|--grad-reduce-dtype bf16" "topk 10%|--grad-compress topk:0.1" \
          "topk 1%|--grad-compress topk:0.01" "topk 1%, no error feedback|--grad-compress topk:0.01:noef" \
-         "topk 1%, ZeRO-1|--grad-compress topk:0.01 --zero 1"; do
+         "topk 1%, ZeRO-1|--grad-compress topk:0.01 --zero 1" \
+         "topk 1% of the gradient (:grad)|--grad-compress topk:0.01:grad"; do
   name=${p%%|*}; flags=${p#*|}
   if [ "$name" = fp32 ]; then s=$s0 m=$m0; else read s _ m <<<"$(run $flags)"; fi
   awk -v n="$name" -v s="$s" -v d="$s0" -v m="$m" -v m0="$m0" \

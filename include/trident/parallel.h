@@ -45,11 +45,13 @@ typedef struct {
     /* The payload of the gradient reduction (grad_payload.h): TD_F32 (the
      * plain sum), or TD_BF16 (rounded to bf16, summed in fp32); topk_ratio
      * > 0: top-k sparsification of each bucket instead, with error feedback
-     * unless topk_no_ef. Replicated all-reduce (bf16, top-k) and ZeRO-1
-     * (top-k) only: td_dp_payload_check says what else is refused. */
+     * unless topk_no_ef: of each rank's local AdamW update (the step applies
+     * the averaged sparse update), or with topk_grad of the gradient (the
+     * step sees the dense sum). Replicated all-reduce (bf16, top-k) and
+     * ZeRO-1 (top-k) only: td_dp_payload_check says what else is refused. */
     int grad_dtype; /* td_dtype */
     double topk_ratio;
-    int topk_no_ef;
+    int topk_no_ef, topk_grad;
 } td_dp_config;
 
 /* Where this rank sits, in plain numbers: what the memory plan and the unit
@@ -114,10 +116,10 @@ typedef struct {
 typedef struct td_dp td_dp;
 
 /* --grad-reduce-dtype fp32|bf16 (a td_dtype) and --grad-compress none |
- * topk:R | topk:R:noef (0 < R <= 1): a bad value is a user error naming the
+ * topk:R[:grad][:noef] (0 < R <= 1): a bad value is a user error naming the
  * flag. */
 int td_grad_dtype_parse(const char *s);
-void td_grad_compress_parse(const char *s, double *ratio, int *no_ef);
+void td_grad_compress_parse(const char *s, double *ratio, int *no_ef, int *grad_scheme);
 /* Refuses (user error) the payloads a mode does not support: bf16 needs
  * --dp-mode allreduce with --zero 0, top-k --dp-mode allreduce with --zero 0
  * or 1, and the two do not combine. Pure: call it before the first step. */

@@ -24,18 +24,22 @@ int td_grad_dtype_parse(const char *s) {
     td_fail("--grad-reduce-dtype %s is not known; use fp32 or bf16", s);
 }
 
-void td_grad_compress_parse(const char *s, double *ratio, int *no_ef) {
+void td_grad_compress_parse(const char *s, double *ratio, int *no_ef, int *grad_scheme) {
     *ratio = 0.0;
-    *no_ef = 0;
+    *no_ef = *grad_scheme = 0;
     if (strcmp(s, "none") == 0) return;
     char *end = NULL;
     double r = strncmp(s, "topk:", 5) == 0 ? strtod(s + 5, &end) : 0.0;
     int ok = end && end != s + 5 && r > 0 && r <= 1;
+    if (ok && strncmp(end, ":grad", 5) == 0 && (end[5] == 0 || end[5] == ':')) {
+        *grad_scheme = 1;
+        end += 5;
+    }
     if (ok && strcmp(end, ":noef") == 0)
         *no_ef = 1;
     else if (ok && *end != 0)
         ok = 0;
-    TD_CHECK(ok, "--grad-compress %s is not valid; use none, topk:R or topk:R:noef with 0 < R <= 1 "
+    TD_CHECK(ok, "--grad-compress %s is not valid; use none or topk:R[:grad][:noef] with 0 < R <= 1 "
                  "(e.g. topk:0.01)", s);
     *ratio = r;
 }
@@ -142,6 +146,7 @@ void td_dp_destroy(td_dp *dp) {
 }
 
 void td_dp_begin_step(td_dp *dp, int step) {
+    dp->step = step;
     dp->grad_sent = dp->grad_dense = 0;
     if (dp->ops->begin_step) dp->ops->begin_step(dp, step);
 }

@@ -52,6 +52,7 @@ struct td_dp {
     int grads_shared;  /* grads from td_comm_alloc_shared (collective inputs, dp > 1) */
     int params_shared; /* params likewise (ZeRO 1/2 all-gather them in place) */
 
+    int step;            /* of td_dp_begin_step (the top-k update's learning rate) */
     int sync_this_micro; /* the last micro-batch of the step: gradients communicate */
     int training;
     double comm_ms, exposed_ms;

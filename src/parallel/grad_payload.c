@@ -2,13 +2,18 @@
  * fp32 sum (trident/grad_payload.h): bf16 all-reduce, or top-k pairs
  * all-gathered and summed in rank order. A strategy hands its ranges
  * (buckets, or ZeRO-1's units) to td_gpay_create and calls start/finish
- * where it would start/wait its fp32 collective; afterwards dp->grads holds
- * the reduced dense gradient, so the step pipeline (norm, clipping, AdamW)
- * sees exactly what it sees in fp32. */
+ * where it would start/wait its fp32 collective. Afterwards dp->grads holds
+ * the reduced dense gradient (bf16, topk:R:grad), so the step pipeline
+ * (norm, clipping, AdamW) sees what it sees in fp32; or, for topk:R, the 2-D
+ * tensors' averaged sparse AdamW update is already in dp->params and their
+ * gradient is zero, so the step applies only their weight decay (and its
+ * norm and clipping cover the 1-D tensors, sent whole). */
+#include <math.h>
 #include <string.h>
 
 #include "dp_internal.h"
 #include "trident/grad_payload.h"
+#include "trident/optim.h"
 
 typedef struct {
     size_t lo, n, k;  /* flat elements [lo, lo + n); k pairs (top-k) */
@@ -20,6 +25,7 @@ typedef struct {
     size_t n_dense;
     float *dense;     /* [n_dense] their gradients, all-reduced (inside dense_all) */
     td_request *dense_req;
+    int local_steps;  /* topk:R: AdamW steps taken on this rank's moments (bias correction) */
     float *pairs;     /* top-k: [2k] this rank's pairs (inside send_all) */
     float *gathered;  /* top-k: [D * 2k] every rank's pairs */
     uint16_t *half;   /* bf16: [n] the payload, reduced in place */
@@ -32,8 +38,15 @@ struct td_gpay {
     float *dense_all;           /* top-k: the ranges' 1-D elements back to back */
     uint16_t *half_all;         /* bf16 */
     uint32_t *idx;              /* top-k: [max k] selection scratch */
-    float *residual;            /* top-k with error feedback: [numel] what was not sent */
+    /* top-k: [numel] what was not sent: of the gradient (topk:R:grad, with
+     * error feedback only) or of this rank's AdamW update (topk:R; without
+     * error feedback the update's scratch, cleared every step) */
+    float *residual;
+    float *local_m, *local_v;   /* topk:R: [numel] this rank's AdamW moments of its own gradient */
 };
+
+/* The top-k of the AdamW update (topk:R) rather than of the gradient. */
+static int update_scheme(const td_dp_config *cfg) { return cfg->topk_ratio > 0 && !cfg->topk_grad; }
 
 int td_gpay_on(const td_dp_config *cfg, int D) {
     return D > 1 && (cfg->grad_dtype == TD_BF16 || cfg->topk_ratio > 0);
@@ -84,8 +97,10 @@ void td_gpay_plan(const td_dp_config *cfg, int D, const td_param_table *t, int n
     size_t pairs, max_k, total, dense;
     sizes(cfg, t, n_ranges, lo, len, &pairs, &max_k, &total, &dense);
     if (cfg->topk_ratio > 0) {
-        /* the residual is gradient state (a step's unsent part) */
-        if (!cfg->topk_no_ef) p->bytes[TD_MEM_GRADS] += t->numel * sizeof(float);
+        /* the residual is gradient state (a step's unsent part); the local
+         * moments are optimizer state beside the step's own */
+        if (!cfg->topk_no_ef || update_scheme(cfg)) p->bytes[TD_MEM_GRADS] += t->numel * sizeof(float);
+        if (update_scheme(cfg)) p->bytes[TD_MEM_OPTIM] += 2 * t->numel * sizeof(float);
         p->bytes[TD_MEM_COMM] +=
             (pairs + (size_t)D * pairs + dense) * sizeof(float) + max_k * sizeof(uint32_t);
     } else {
@@ -108,7 +123,12 @@ td_gpay *td_gpay_create(td_dp *dp, int n_ranges, const size_t *lo, const size_t 
         g->recv_all = td_alloc((size_t)dp->D * pairs * sizeof(float), TD_MEM_COMM);
         g->dense_all = td_dp_alloc_shared(dp, dense, TD_MEM_COMM);
         g->idx = td_alloc(max_k * sizeof(uint32_t), TD_MEM_COMM);
-        if (!dp->cfg.topk_no_ef) g->residual = td_alloc(dp->t->numel * sizeof(float), TD_MEM_GRADS);
+        size_t bytes = dp->t->numel * sizeof(float);
+        if (!dp->cfg.topk_no_ef || update_scheme(&dp->cfg)) g->residual = td_alloc(bytes, TD_MEM_GRADS);
+        if (update_scheme(&dp->cfg)) {
+            g->local_m = td_alloc(bytes, TD_MEM_OPTIM);
+            g->local_v = td_alloc(bytes, TD_MEM_OPTIM);
+        }
     } else {
         g->half_all = td_alloc(total * sizeof(uint16_t), TD_MEM_COMM);
     }
@@ -148,6 +168,8 @@ void td_gpay_free(td_dp *dp, td_gpay *g) {
     td_free(g->recv_all);
     td_free(g->idx);
     td_free(g->residual);
+    td_free(g->local_m);
+    td_free(g->local_v);
     td_free(g->half_all);
     td_free(g->r);
     td_free(g);
@@ -173,7 +195,22 @@ void td_gpay_start(td_dp *dp, td_gpay *g, int i, td_request *req) {
             memset(x, 0, r->seg_n[j] * sizeof(float)); /* so never selected, no residual */
             d += r->seg_n[j];
         }
-        td_topk_pack(grad, g->residual ? g->residual + r->lo : NULL, r->n, r->k, g->idx, r->pairs);
+        if (update_scheme(&dp->cfg)) {
+            /* this rank's AdamW step from its own gradient (scaled by D: the
+             * dense gradient is the ranks' sum) added to what it has not sent
+             * yet. No weight decay here: the step applies it to the params,
+             * identical on every rank. A non-finite gradient makes a NaN
+             * update, selected first, so every rank's check still sees it. */
+            float *acc = g->residual + r->lo;
+            if (dp->cfg.topk_no_ef) memset(acc, 0, r->n * sizeof(float));
+            td_optim_config o = dp->cfg.optim;
+            o.weight_decay = 0.0f;
+            td_adamw_update(acc, grad, g->local_m + r->lo, g->local_v + r->lo, r->lo, r->lo + r->n, dp->t,
+                            &o, td_lr_at(&o, dp->step), ++r->local_steps, (float)dp->D);
+            td_topk_take(acc, r->n, r->k, g->idx, r->pairs);
+        } else {
+            td_topk_pack(grad, g->residual ? g->residual + r->lo : NULL, r->n, r->k, g->idx, r->pairs);
+        }
         /* k is the same on every rank: a fixed-size gather */
         td_all_gather_start(req, dp->comm, r->pairs, r->gathered, 2 * r->k, TD_F32);
         if (r->n_dense) td_allreduce_start(r->dense_req, dp->comm, r->dense, r->n_dense, TD_F32, TD_SUM);
@@ -189,6 +226,17 @@ void td_gpay_finish(td_dp *dp, td_gpay *g, int i) {
     float *grad = dp->grads + r->lo;
     if (dp->cfg.topk_ratio > 0) {
         td_topk_unpack_sum(grad, r->n, r->gathered, dp->D, r->k);
+        if (update_scheme(&dp->cfg)) {
+            /* the mean update, on every rank in the same order: the same
+             * bits. A non-finite one stays in grads for the step's check. */
+            int finite = 1;
+            for (size_t j = 0; j < r->n; j++) finite &= isfinite(grad[j]) != 0;
+            if (finite) {
+                float *p = dp->params + r->lo;
+                for (size_t j = 0; j < r->n; j++) p[j] += grad[j] / (float)dp->D;
+                memset(grad, 0, r->n * sizeof(float));
+            }
+        }
         td_wait(r->dense_req);
         const float *d = r->dense;
         for (int j = 0; j < r->n_seg; j++) {

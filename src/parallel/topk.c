@@ -67,6 +67,15 @@ void td_topk_pack(float *g, float *residual, size_t n, size_t k, uint32_t *idx, 
     }
 }
 
+void td_topk_take(float *v, size_t n, size_t k, uint32_t *idx, float *pairs) {
+    td_topk_select(v, n, k, idx);
+    for (size_t j = 0; j < k; j++) {
+        memcpy(&pairs[2 * j], &idx[j], 4);
+        pairs[2 * j + 1] = v[idx[j]];
+        v[idx[j]] = 0.0f; /* sent: what stays is the residual */
+    }
+}
+
 void td_topk_unpack_sum(float *out, size_t n, const float *gathered, int D, size_t k) {
     memset(out, 0, n * sizeof(float));
     for (int r = 0; r < D; r++) {

@@ -90,8 +90,8 @@ void td_train_opts_parse(td_train_opts *o, int argc, char **argv) {
         {"--bucket-mb", TD_FLAG_DOUBLE, &o->bucket_mb, "gradient bucket size in MiB, 0 = default (from measurement)", "[0, 1048576]"},
         {"--piece-mb", TD_FLAG_DOUBLE, &o->piece_mb, "bytes per MPI call in MiB, 0 = default (from measurement)", "[0, 1048576]"},
         {"--grad-reduce-dtype", TD_FLAG_STR, &o->grad_reduce_dtype, "payload of the data-parallel gradient reduction: fp32 (default) or bf16 (half the bytes, summed in fp32; --zero 0)", NULL},
-        {"--grad-compress", TD_FLAG_STR, &o->grad_compress, "none (default), topk:R (each bucket's R share of largest gradients as index/value pairs, the rest fed back next step; 0 < R <= 1; --zero 0 or 1) or topk:R:noef (the rest dropped)", NULL},
         {"--loss-scale", TD_FLAG_STR, &o->loss_scale, "loss scaling: auto (default: dynamic with fp16, else none), dynamic (2^16, halved on a non-finite gradient, whose step is skipped; doubled after 1000 clean steps), none, or a static scale S in [1, 2^32]", NULL},
+        {"--grad-compress", TD_FLAG_STR, &o->grad_compress, "none (default), topk:R (each rank's local AdamW update, each bucket's R share of largest as index/value pairs, the rest fed back next step; 0 < R <= 1; --zero 0 or 1), topk:R:grad (the gradient's largest instead, AdamW after the sum); :noef drops the rest", NULL},
         {"--no-overlap", TD_FLAG_BOOL, &o->no_overlap, "start gradient communication after backward (for measuring overlap)", NULL},
         {"--comm-timeout", TD_FLAG_DOUBLE, &o->comm_timeout, "seconds before a stuck collective aborts the job, 0 = wait forever (300)", "[0, 1e9]"},
         {"--out", TD_FLAG_STR, &o->out, "checkpoint directory: DIR/step-NNNNNNNN/ per save, DIR/latest the newest (created if missing; its parent must exist)", NULL},
@@ -138,9 +138,9 @@ void td_train_opts_parse(td_train_opts *o, int argc, char **argv) {
              o->recompute);
     /* the payload flags alone (their combination with the layout: td_dp_payload_check) */
     double ratio;
-    int no_ef;
+    int no_ef, grad_scheme;
     td_grad_dtype_parse(o->grad_reduce_dtype);
-    td_grad_compress_parse(o->grad_compress, &ratio, &no_ef);
+    td_grad_compress_parse(o->grad_compress, &ratio, &no_ef, &grad_scheme);
     float static_scale;
     td_loss_scale_parse(o->loss_scale, o->fp16, &static_scale);
     o->optim.max_steps = o->steps;

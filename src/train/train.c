@@ -250,7 +250,7 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
                          .master = td_train_precision(o) != TD_PREC_FP32};
     dcfg.bucket_bytes = (size_t)((o->bucket_mb > 0 ? o->bucket_mb : TD_DEFAULT_BUCKET_MB) * 1048576.0);
     dcfg.grad_dtype = td_grad_dtype_parse(o->grad_reduce_dtype);
-    td_grad_compress_parse(o->grad_compress, &dcfg.topk_ratio, &dcfg.topk_no_ef);
+    td_grad_compress_parse(o->grad_compress, &dcfg.topk_ratio, &dcfg.topk_no_ef, &dcfg.topk_grad);
     td_dp_payload_check(&dcfg); /* before anything is allocated */
     td_layout lay = td_layout_of_grid(&g);
     td_param_table table, canon;

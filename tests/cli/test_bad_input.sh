@@ -83,10 +83,13 @@ expect bad-tokenizer   "--tokenizer wordpiece is not known"       "$T" train --d
 expect bad-zero        "--zero 5 is not a ZeRO stage"             "$T" train --data "$tmp/small.txt" --zero 5 $Q
 expect bad-dp-mode     "--dp-mode ring is not known"              "$T" train --data "$tmp/small.txt" --dp-mode ring $Q
 expect grad-dtype      "--grad-reduce-dtype fp16 is not known; use fp32 or bf16" "$T" train --data "$tmp/small.txt" --grad-reduce-dtype fp16 $Q
-expect topk-zero-ratio "--grad-compress topk:0 is not valid; use none, topk:R or topk:R:noef with 0 < R <= 1" \
+expect topk-zero-ratio "--grad-compress topk:0 is not valid; use none or topk:R\[:grad\]\[:noef\] with 0 < R <= 1" \
                        "$T" train --data "$tmp/small.txt" --grad-compress topk:0 $Q
 expect topk-big-ratio  "--grad-compress topk:1.5 is not valid"    "$T" train --data "$tmp/small.txt" --grad-compress topk:1.5 $Q
 expect topk-suffix     "--grad-compress topk:0.01:ef is not valid" "$T" train --data "$tmp/small.txt" --grad-compress topk:0.01:ef $Q
+expect topk-order      "--grad-compress topk:0.01:noef:grad is not valid" \
+                       "$T" train --data "$tmp/small.txt" --grad-compress topk:0.01:noef:grad $Q
+expect topk-gradx      "--grad-compress topk:0.01:gradx is not valid" "$T" train --data "$tmp/small.txt" --grad-compress topk:0.01:gradx $Q
 expect compress-name   "--grad-compress gzip is not valid"         "$T" train --data "$tmp/small.txt" --grad-compress gzip $Q
 expect topk-bf16       "--grad-compress topk sends fp32 values; use it with --grad-reduce-dtype fp32" \
                        "$T" train --data "$tmp/small.txt" --grad-compress topk:0.01 --grad-reduce-dtype bf16 $Q

@@ -71,9 +71,11 @@ run nan-loss 3 "error: step 5: the loss is nan; the run stopped" \
 run nan-grad 3 "error: step 4: the gradient norm is nan; first non-finite gradient in transformer.h.0.mlp.c_fc.weight" \
   env TRIDENT_FAULT=nan-grad:4 "$T" train "${A[@]}" --out "$tmp/ng" && check_stopped nan-grad "$tmp/ng" 4
 # every dp mode finds the same tensor, the fault on rank 1 (its gradient
-# element lands in one rank's shard under ZeRO; the ranks agree on it)
+# element lands in one rank's shard under ZeRO; the ranks agree on it; top-k
+# of the AdamW update: the NaN update is sent first and stays in the grads)
 for mode in "2 --zero 0" "2 --zero 1" "2 --zero 2" "2 --zero 3" "2 --dp-mode reduce-broadcast" "3 --dp-mode ps --ps-servers 1" \
-            "4 --dp-mode ps --ps-servers 2 --ps-staleness 1"; do
+            "4 --dp-mode ps --ps-servers 2 --ps-staleness 1" \
+            "2 --grad-compress topk:0.01" "2 --grad-compress topk:0.01 --zero 1"; do
   np=${mode%% *}; flags=${mode#* }
   out="$tmp/m$np${flags// /}"
   run "nan-grad np$np $flags" nz \

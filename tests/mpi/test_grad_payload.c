@@ -7,7 +7,14 @@
  *   3. top-k over the group: every rank's pairs all-gathered and summed in
  *      rank order equal the sum recomputed from every rank's data, bitwise,
  *      on every rank;
- *   4. bf16 reduction: gradients rounded to bf16 (nearest even), all-reduced
+ *   4. td_topk_take: the indices of td_topk_select, sent + left = the input
+ *      exactly, nothing left where sent;
+ *   5. the update scheme's error feedback over 30 steps: every rank adds a
+ *      step's update to what it has not sent, takes the top-k, and applies the
+ *      mean of the gathered pairs; the applied total plus the ranks' mean
+ *      residual equals the mean of all updates (double reference), and every
+ *      rank holds the same bits;
+ *   6. bf16 reduction: gradients rounded to bf16 (nearest even), all-reduced
  *      with fp32 accumulation, equal bf16(exact sum of the bf16 inputs)
  *      bitwise. The inputs (8 significant bits, exponents within 2^-10..2^0)
  *      sum exactly in fp32 at up to 4 ranks, so one final rounding is the
@@ -117,6 +124,94 @@ static void check_pack(void) {
     free(g), free(g0), free(res), free(res0), free(pairs), free(sent), free(idx);
 }
 
+static void check_take(void) {
+    size_t n = 7000, k = td_topk_count(0.01, n);
+    float *v = malloc(n * 4), *v0 = malloc(n * 4), *pairs = malloc(2 * k * 4), *sent = calloc(n, 4);
+    uint32_t *idx = malloc(k * 4), *want = malloc(k * 4);
+    fill(v, n, 1); /* ties: the order must be select's */
+    for (size_t i = 0; i < n; i += 3) v[i] *= (float)(1.0 + urand());
+    memcpy(v0, v, n * 4);
+    td_topk_select(v0, n, k, want);
+    td_topk_take(v, n, k, idx, pairs);
+    size_t bad = n;
+    for (size_t j = 0; j < k; j++) {
+        uint32_t i;
+        memcpy(&i, &pairs[2 * j], 4);
+        if (i != want[j]) bad = j;
+        else sent[i] = pairs[2 * j + 1];
+    }
+    if (bad < n) {
+        printf("FAIL take: pair %zu has index %u, select says %u\n", bad, idx[bad], want[bad]);
+        fails++;
+    } else {
+        for (size_t i = 0; i < n; i++) /* one side is zero: the sum is exact */
+            if (sent[i] + v[i] != v0[i] || (sent[i] != 0 && v[i] != 0)) bad = i;
+        if (bad < n) {
+            printf("FAIL take: element %zu sent %g + left %g, want %g\n", bad, sent[bad], v[bad], v0[bad]);
+            fails++;
+        } else {
+            printf("top-k take: select's %zu indices, sent + left = input on all %zu elements\n", k, n);
+        }
+    }
+    free(v), free(v0), free(pairs), free(sent), free(idx), free(want);
+}
+
+static void check_update_feedback(td_comm *w, int rank, int D) {
+    enum { STEPS = 30 };
+    size_t n = 4000, k = td_topk_count(0.01, n);
+    float *acc = calloc(n, 4), *params = calloc(n, 4), *u = malloc(n * 4), *pairs = malloc(2 * k * 4);
+    float *gathered = malloc((size_t)D * 2 * k * 4), *sum = malloc(n * 4), *res_all = malloc((size_t)D * n * 4);
+    double *want = calloc(n, sizeof(double));
+    uint32_t *idx = malloc(k * 4);
+    rng_state = 99; /* every rank makes every rank's updates, for the reference */
+    for (int s = 0; s < STEPS; s++)
+        for (int r = 0; r < D; r++) {
+            fill(u, n, 0);
+            for (size_t i = 0; i < n; i++) want[i] += (double)u[i] / D;
+            if (r != rank) continue;
+            for (size_t i = 0; i < n; i++) acc[i] += u[i];
+        }
+    /* the same updates again, now exchanged step by step */
+    memset(acc, 0, n * 4);
+    rng_state = 99;
+    for (int s = 0; s < STEPS; s++) {
+        for (int r = 0; r < D; r++) {
+            fill(u, n, 0);
+            if (r == rank)
+                for (size_t i = 0; i < n; i++) acc[i] += u[i];
+        }
+        td_topk_take(acc, n, k, idx, pairs);
+        td_all_gather(w, pairs, gathered, 2 * k, TD_F32);
+        td_topk_unpack_sum(sum, n, gathered, D, k);
+        for (size_t i = 0; i < n; i++) params[i] += sum[i] / (float)D;
+    }
+    td_all_gather(w, acc, res_all, n, TD_F32);
+    /* tolerance: 30 float additions of values below 1 per element, each
+     * rounding by 2^-24 of a total below ~30: 1e-4 absolute is ample, and
+     * a lost pair (a value of ~0.1-1) is far above it */
+    double worst = 0.0;
+    size_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+        double got = params[i];
+        for (int r = 0; r < D; r++) got += (double)res_all[(size_t)r * n + i] / D;
+        if (fabs(got - want[i]) > worst) worst = fabs(got - want[i]), at = i;
+    }
+    float *p0 = malloc(n * 4); /* rank 0's params: every rank must hold the same bits */
+    memcpy(p0, params, n * 4);
+    td_broadcast(w, p0, n, TD_F32, 0);
+    int same = memcmp(p0, params, n * 4) == 0;
+    if (worst > 1e-4 || !same) {
+        printf("FAIL rank %d update feedback: element %zu off by %g (tolerance 1e-4)%s\n", rank, at, worst,
+               same ? "" : "; params differ from rank 0's");
+        fails++;
+    } else if (rank == 0) {
+        printf("top-k update feedback over %d ranks, %d steps: applied + residual = all updates (worst %.2g), "
+               "params identical\n", D, STEPS, worst);
+    }
+    free(acc), free(params), free(u), free(pairs), free(gathered), free(sum), free(res_all), free(want),
+        free(idx), free(p0);
+}
+
 static void check_topk_group(td_comm *w, int rank, int D) {
     size_t n = 20000, k = td_topk_count(0.01, n);
     float *all = malloc((size_t)D * n * 4), *pairs = malloc(2 * k * 4);
@@ -188,6 +283,8 @@ int main(int argc, char **argv) {
     check_select();
     check_pack();
     check_topk_group(w, rank, D);
+    check_take();
+    check_update_feedback(w, rank, D);
     check_bf16(w, rank, D);
     td_comm_finalize();
     return fails ? 1 : 0;
