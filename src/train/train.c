@@ -142,8 +142,8 @@ static void loss_scale_setup(const td_train_opts *o, td_dp_mode mode, td_loss_sc
              "together; use --dp-mode allreduce or reduce-broadcast, or --loss-scale none",
              flag, td_loss_scale_mode_name(m));
     double ratio;
-    int no_ef;
-    td_grad_compress_parse(o->grad_compress, &ratio, &no_ef);
+    int no_ef, grad_scheme;
+    td_grad_compress_parse(o->grad_compress, &ratio, &no_ef, &grad_scheme);
     TD_CHECK(ratio == 0 || no_ef,
              "--loss-scale %s (%s) does not combine with --grad-compress %s: its error-feedback "
              "residual would carry gradients of another scale (and a skipped step's infinities) into "
