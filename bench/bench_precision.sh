@@ -214,7 +214,7 @@ def read_trident(p, t, r):
     if not m:
         fail(f"{base}.out: no 'done:' line: {out[-300:]}")
     x = {"ms": float(m.group(1)), "tps": float(m.group(2)), "gemm": None}
-    g = re.search(r"^gemm: " + NUM + r" flop/step, " + NUM + r" ms/step, " + NUM + r" GFLOP/s", out, re.M)
+    g = re.search(r"\bgemm: " + NUM + r" flop/step, " + NUM + r" ms/step, " + NUM + r" GFLOP/s", out, re.M)
     if g:
         x["gemm"] = dict(zip(("flop", "ms", "gflops"), map(float, g.groups())))
     mem = None
