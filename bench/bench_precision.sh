@@ -20,9 +20,10 @@
 #     the engine the precision's GEMMs run on (fp32: OpenBLAS, the MFU
 #     denominator; bf16: oneDNN bf16; fp16: oneDNN f32, as fp16 operands are
 #     converted to fp32 on a CPU without native fp16) and against "alone":
-#     the same engine's rate on the model's linear-layer shapes run alone by
-#     bench_gemm (qkv, attproj, fc, fcproj per block and the head; fwd, dinp,
-#     dw), weighted by their flops;
+#     the same precision's rate on the model's linear-layer shapes run alone
+#     by bench_gemm (qkv, attproj, fc, fcproj per block and the head; fwd,
+#     dinp, dw; fp16: its f16_conv column where bench_gemm has it), weighted
+#     by their flops (--gemm-stats times the same linear-layer GEMMs);
 #   - the acceptance ratios, PASS or FAIL beside each: bf16 tokens/s
 #     >= 1.5x trident fp32 and >= 1.2x the best PyTorch figure (each side at
 #     its best thread count); the bf16 step's GEMM rate >= 60% of the bf16
@@ -170,7 +171,9 @@ def fail(msg):
 
 
 # ---- bench_gemm: peaks and per-shape rates per thread count
-peaks, rates = {}, {}  # peaks[t] = {blas, dnnl_f32, dnnl_bf16}; rates[t][(layer, kind)] = same
+# peaks[t] = {blas, dnnl_f32, dnnl_bf16}; rates[t][(layer, kind)] = the same keys, plus
+# f16_conv (fp16 converted to fp32) where bench_gemm has that column
+peaks, rates = {}, {}
 cur = None
 for line in open(f"{tmp}/gemm.log"):
     m = re.match(r"threads (\d+)\s+peaks: openblas f32 (\S+) .* onednn f32 (\S+) .* onednn bf16 (\S+) ", line)
@@ -179,17 +182,22 @@ for line in open(f"{tmp}/gemm.log"):
         peaks[cur] = dict(zip(("blas", "dnnl_f32", "dnnl_bf16"), map(float, m.group(2, 3, 4))))
         rates[cur] = {}
         continue
-    m = re.match(r"(\w+)\s+\d+x\d+->\d+\s+(fwd|dinp|dw)\s+(\S+)\s+(\S+)\s+(\S+)\s", line)
-    if m and cur is not None:
-        rates[cur][(m.group(1), m.group(2))] = dict(zip(("blas", "dnnl_f32", "dnnl_bf16"),
-                                                        map(float, m.group(3, 4, 5))))
+    # layer shape kind blas_f32 dnnl_f32 dnnl_bf16 bf16/f32 f32%pk bf16%pk [f16_conv f16/f32]
+    w = line.split()
+    if cur is not None and len(w) >= 9 and re.fullmatch(r"\d+x\d+->\d+", w[1]) and w[2] in ("fwd", "dinp", "dw"):
+        r = dict(zip(("blas", "dnnl_f32", "dnnl_bf16"), map(float, w[3:6])))
+        if len(w) >= 11:
+            r["f16_conv"] = float(w[9])
+        rates[cur][(w[0], w[2])] = r
 for t in threads:
     if t not in peaks or len(rates[t]) != 15:
         fail(f"bench_gemm printed no complete table for threads {t}: {open(f'{tmp}/gemm.log').read()[:300]}")
 
-# the engine each precision's GEMMs run on, and the model's linear GEMMs (flop, layer)
-ENGINE = {"fp32": ("blas", "OpenBLAS f32"), "bf16": ("dnnl_bf16", "oneDNN bf16"),
-          "fp16": ("dnnl_f32", "oneDNN f32 (fp16 converted)")}
+# the engine each precision's GEMMs run on: (its rate in bench_gemm's table, its peak, name);
+# fp16 has no peak of its own (converted to fp32 for oneDNN's f32 matmul on this CPU)
+has_f16 = all("f16_conv" in r for t in threads for r in rates[t].values())
+ENGINE = {"fp32": ("blas", "blas", "OpenBLAS f32"), "bf16": ("dnnl_bf16", "dnnl_bf16", "oneDNN bf16"),
+          "fp16": ("f16_conv" if has_f16 else "dnnl_f32", "dnnl_f32", "fp16 converted, oneDNN f32 peak")}
 SHAPES = {"qkv": (C, 3 * C, L), "attproj": (C, C, L), "fc": (C, 4 * C, L), "fcproj": (4 * C, C, L),
           "head": (C, VP, 1)}
 linear_flop = sum(2.0 * N * c * oc * n * 3 for c, oc, n in SHAPES.values())
@@ -273,10 +281,10 @@ for p in precisions:
         if "refused" in x:
             print(f"{lead} n/a (refused: {x['refused']})")
             continue
-        eng = ENGINE[p][0]
+        eng, peak_eng, _ = ENGINE[p]
         if x["gemm"]:
             gr = x["gemm"]["gflops"]
-            gemm = f"{gr:>10.1f} {100 * gr / peaks[t][eng]:>5.0f}% {100 * gr / alone_rate(t, eng):>5.0f}%"
+            gemm = f"{gr:>10.1f} {100 * gr / peaks[t][peak_eng]:>5.0f}% {100 * gr / alone_rate(t, eng):>5.0f}%"
         else:
             gemm = f"{'n/a':>10} {'n/a':>6} {'n/a':>6}"
         m = x["mem"]
@@ -296,8 +304,9 @@ for t in threads:
     pk = peaks[t]
     print(f"  threads {t}: peaks OpenBLAS f32 {pk['blas']:.0f}, oneDNN f32 {pk['dnnl_f32']:.0f}, oneDNN bf16 "
           f"{pk['dnnl_bf16']:.0f}; alone OpenBLAS f32 {alone_rate(t, 'blas'):.0f}, oneDNN f32 "
-          f"{alone_rate(t, 'dnnl_f32'):.0f}, oneDNN bf16 {alone_rate(t, 'dnnl_bf16'):.0f}")
-print(f"  engines: " + "; ".join(f"{p} -> {ENGINE[p][1]}" for p in precisions))
+          f"{alone_rate(t, 'dnnl_f32'):.0f}, oneDNN bf16 {alone_rate(t, 'dnnl_bf16'):.0f}"
+          + (f", fp16 converted {alone_rate(t, 'f16_conv'):.0f}" if has_f16 else ""))
+print(f"  engines: " + "; ".join(f"{p} -> {ENGINE[p][2]}" for p in precisions))
 print(f"  linear-layer GEMM flop per step: {linear_flop:.3e}"
       + "".join(f"; --gemm-stats {p}: {tr[(p, t)]['gemm']['flop']:.3e}" for p in precisions
                 for t in threads[:1] if tr[(p, t)] and tr[(p, t)].get("gemm")))
