@@ -34,8 +34,7 @@
 # the bench goes on; when the binary has no --precision flag at all, fp32
 # runs without it (fp32 is then the only precision). A benchmark never fails
 # on speed: it exits non-zero only when something cannot be built or run.
-# 3.7 minutes measured on the 2-core machine while others shared it (less
-# when it is quiet).
+# Measured on the 2-core machine: 2 minutes at load ~1, 3.7 at load ~5.
 #
 # Environment: REPS (1), STEPS (4: trident step 0 untimed, 3 timed; torch 3
 # timed), WARMUP (2 torch warm-up steps), THREADS ("1 2"), PYTHON
