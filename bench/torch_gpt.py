@@ -3,9 +3,15 @@
 tests/ref/gpt_ref.py) trained on random tokens with AdamW and grad clipping.
 
 Run with /usr/bin/python3 (Debian's torch 1.13). Prints one line:
-  torch: threads=1 step_ms=63.1 tokens_per_s=12170.5 blas_threads=2
+  torch: threads=1 step_ms=63.1 tokens_per_s=12170.5 blas_threads=2 precision=fp32
 step_ms is the mean over the --steps timed steps (total time / steps) of a full
 training step: zero_grad, forward, loss, backward, clip, optimizer step.
+
+--precision bf16 runs forward and loss under torch.autocast("cpu",
+dtype=torch.bfloat16), PyTorch's own CPU mixed precision: parameters, their
+gradients and AdamW stay fp32, autocast runs the linear layers and matmuls in
+bf16 (through oneDNN, whose threads follow --threads), the rest as it chooses.
+Backward runs outside the autocast region, as torch's documentation says.
 
 --threads sets torch.set_num_threads. Debian's torch does its GEMMs in the
 pthread OpenBLAS, which by default uses every core whatever --threads says;
@@ -73,6 +79,8 @@ def main():
     ap.add_argument("--blas-threads", type=positive, default=None,
                     help="OpenBLAS threads for torch's GEMMs (default: leave OpenBLAS as torch ships it, "
                          "which on Debian is the pthread build using every core whatever --threads says)")
+    ap.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                    help="fp32, or bf16 autocast on the CPU (torch.autocast)")
     ap.add_argument("--seed", type=int, default=1337)
     args = ap.parse_args()
     if args.embd % args.heads != 0:
@@ -93,11 +101,14 @@ def main():
     xs = data[:, :, :-1].contiguous()
     ys = data[:, :, 1:].contiguous()
 
+    use_bf16 = args.precision == "bf16"
+
     def step(i):
         x = xs[i]
         y = ys[i]
         opt.zero_grad(set_to_none=True)
-        loss = model(x, y)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=use_bf16):
+            loss = model(x, y)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
@@ -116,8 +127,8 @@ def main():
 
     step_ms = 1000.0 * elapsed / args.steps
     tokens_per_s = args.batch * args.seq * args.steps / elapsed
-    print("torch: threads=%d step_ms=%.1f tokens_per_s=%.1f blas_threads=%s"
-          % (args.threads, step_ms, tokens_per_s, blas_note))
+    print("torch: threads=%d step_ms=%.1f tokens_per_s=%.1f blas_threads=%s precision=%s"
+          % (args.threads, step_ms, tokens_per_s, blas_note, args.precision))
     return 0
 
 
