@@ -66,6 +66,10 @@ void td_matmul_dnnl_f32_forward(float *out, const float *inp, const float *w, co
 void td_matmul_dnnl_f32_backward(float *dinp, float *dw, const float *dout, const float *inp,
                                  const float *w, int N, int C, int OC);
 
+/* One thread's measured GEMM rate with 16-bit operands of type t
+ * (TD_K_BF16: oneDNN's bf16 kernel; TD_K_F16: converted to fp32), GFLOP/s:
+ * the MFU denominator under --precision bf16|fp16. */
+double td_matmul_lowp_peak_gflops(td_ktype t);
 /* 1 when oneDNN runs bf16 natively here (AVX512-BF16 or newer and not
  * capped by ONEDNN_MAX_CPU_ISA), 0 when it emulates or converts. */
 int td_bf16_native(void);

@@ -492,3 +492,33 @@ void td_matmul_bf16_release(void) {
     g_stream = NULL;
     g_engine = NULL;
 }
+
+/* One thread's rate of a 1024^3 GEMM with operands of type t (oneDNN's bf16
+ * kernel, or fp16 converted to fp32), best of 5 after ~30 ms of warm-up:
+ * the MFU denominator of a reduced-precision run, as td_sgemm_peak_gflops
+ * is fp32's. Cached per type. */
+double td_matmul_lowp_peak_gflops(td_ktype t) {
+    enum { N = 1024 };
+    static double cached[3];
+    TD_ASSERT(t == TD_K_BF16 || t == TD_K_F16);
+    if (cached[t] > 0) return cached[t];
+    int saved = td_kernels_threads();
+    td_kernels_set_threads(1);
+    uint16_t *a = td_alloc(sizeof(uint16_t) * N * N, TD_MEM_OTHER);
+    uint16_t *b = td_alloc(sizeof(uint16_t) * N * N, TD_MEM_OTHER);
+    float *c = td_alloc(sizeof(float) * N * N, TD_MEM_OTHER);
+    for (int i = 0; i < N * N; i++) a[i] = b[i] = 0x3f80; /* 1.0 in bf16; 1.875 in fp16 */
+    double best = 1e30, start = td_now_ms();
+    for (int rep = 0; rep < 5 || td_now_ms() - start < 30.0; rep++) {
+        double t0 = td_now_ms();
+        lowp_forward(t, c, TD_K_F32, a, b, NULL, N, N, N);
+        double dt = td_now_ms() - t0;
+        if (rep > 0 && dt < best) best = dt; /* the first call creates the primitive */
+        if (rep > 50) break;
+    }
+    td_free(a);
+    td_free(b);
+    td_free(c);
+    td_kernels_set_threads(saved);
+    return cached[t] = 2.0 * N * N * (double)N / (best * 1e-3) / 1e9;
+}

@@ -20,7 +20,12 @@ void td_report_open(td_report *r, const td_train_opts *o, const td_grid *g,
      * measurement: a 2x low reading was seen) and the best rank's rate taken.
      * (`trident bench sgemm` also prints the in-process concurrent rate) */
     if (g->world_size > 1) td_barrier(g->world);
-    float peak = g->is_server ? 0.0f : (float)td_sgemm_peak_gflops(1);
+    td_precision prec = td_train_precision(o);
+    /* the peak of the GEMMs the run computes with: fp32 sgemm, oneDNN bf16,
+     * or fp16 operands converted to fp32 */
+    float peak = g->is_server ? 0.0f
+                 : prec == TD_PREC_FP32 ? (float)td_sgemm_peak_gflops(1)
+                 : (float)td_matmul_lowp_peak_gflops(prec == TD_PREC_BF16 ? TD_K_BF16 : TD_K_F16);
     if (g->world_size > 1) td_allreduce(g->world, &peak, 1, TD_F32, TD_MAX);
     r->peak_gflops = peak;
     r->peak_flops = peak * 1e9 * threads * (g->dp * g->tp * g->pp);
@@ -41,9 +46,11 @@ void td_report_open(td_report *r, const td_train_opts *o, const td_grid *g,
            "%d threads per rank; dp-mode %s, zero %d, recompute %s\n",
            o->batch, cfg->T, g->dp, o->grad_accum, Bm, threads, o->dp_mode, o->zero, o->recompute);
     td_log("optimizer: AdamW lr %g -> %g (warm-up %d, cosine), betas (%g, %g), wd %g, clip %g; "
-           "sgemm peak %.1f GFLOP/s per thread\n",
+           "%s peak %.1f GFLOP/s per thread\n",
            o->optim.lr, o->optim.min_lr, o->optim.warmup, o->optim.beta1, o->optim.beta2,
-           o->optim.weight_decay, o->optim.clip, r->peak_gflops);
+           o->optim.weight_decay, o->optim.clip,
+           prec == TD_PREC_FP32 ? "sgemm" : prec == TD_PREC_BF16 ? "bf16 GEMM" : "fp16 GEMM (via fp32)",
+           r->peak_gflops);
     if (r->log) {
         fprintf(r->log,
                 "{\"event\": \"start\", \"world\": %d, \"dp\": %d, \"tp\": %d, \"pp\": %d, "
