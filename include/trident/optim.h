@@ -24,6 +24,13 @@ float td_lr_at(const td_optim_config *o, int step);
 void td_adamw_update(float *p, const float *g, float *m, float *v, size_t lo, size_t hi,
                      const td_param_table *t, const td_optim_config *o, float lr, int step,
                      float grad_scale);
+/* The same, except that for the 2-D tensors g holds a ready-made update
+ * (the top-k update scheme's mean of the ranks' sparse AdamW steps, see
+ * grad_payload.h): their elements become (p + g) (1 - lr wd), and their
+ * m and v are left alone. The 1-D tensors step as in td_adamw_update. */
+void td_adamw_update_2d_given(float *p, const float *g, float *m, float *v, size_t lo, size_t hi,
+                              const td_param_table *t, const td_optim_config *o, float lr,
+                              int step, float grad_scale);
 
 /* Sum of squares of x[0..n) in double, in a fixed order (blocks of 4096
  * summed in sequence), so the result does not depend on the thread count. */

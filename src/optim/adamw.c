@@ -29,9 +29,18 @@ static void adamw_span(float *p, const float *g, float *m, float *v, size_t n, f
     }
 }
 
-void td_adamw_update(float *p, const float *g, float *m, float *v, size_t lo, size_t hi,
-                     const td_param_table *t, const td_optim_config *o, float lr, int step,
-                     float grad_scale) {
+/* p[i] = (p[i] + u[i]) (1 - lr wd): an update computed elsewhere, then the
+ * decoupled decay AdamW would apply (in that order: the bits of adding u and
+ * stepping AdamW with a zero gradient and zero moments). */
+static void given_span(float *p, const float *u, size_t n, float lr, float wd) {
+    float decay = 1.0f - lr * wd;
+#pragma omp parallel for num_threads(td_kernels_threads()) schedule(static) if (n > 65536)
+    for (size_t i = 0; i < n; i++) p[i] = (p[i] + u[i]) * decay;
+}
+
+static void update_rows(float *p, const float *g, float *m, float *v, size_t lo, size_t hi,
+                        const td_param_table *t, const td_optim_config *o, float lr, int step,
+                        float grad_scale, int given_2d) {
     TD_ASSERT(step >= 1 && lo <= hi && hi <= t->numel);
     /* bias corrections in double, as torch computes them in Python floats */
     float bc1 = (float)(1.0 - pow(o->beta1, step));
@@ -41,9 +50,25 @@ void td_adamw_update(float *p, const float *g, float *m, float *v, size_t lo, si
         size_t a = td_max_sz(lo, r->offset), b = td_min_sz(hi, r->offset + r->numel);
         if (a >= b) continue;
         size_t k = a - lo;
-        adamw_span(p + k, g + k, m + k, v + k, b - a, lr, o->beta1, o->beta2, o->eps,
-                   r->decay ? o->weight_decay : 0.0f, bc1, bc2_sqrt, grad_scale);
+        float wd = r->decay ? o->weight_decay : 0.0f;
+        if (given_2d && r->ndim == 2)
+            given_span(p + k, g + k, b - a, lr, wd);
+        else
+            adamw_span(p + k, g + k, m + k, v + k, b - a, lr, o->beta1, o->beta2, o->eps, wd, bc1,
+                       bc2_sqrt, grad_scale);
     }
+}
+
+void td_adamw_update(float *p, const float *g, float *m, float *v, size_t lo, size_t hi,
+                     const td_param_table *t, const td_optim_config *o, float lr, int step,
+                     float grad_scale) {
+    update_rows(p, g, m, v, lo, hi, t, o, lr, step, grad_scale, 0);
+}
+
+void td_adamw_update_2d_given(float *p, const float *g, float *m, float *v, size_t lo, size_t hi,
+                              const td_param_table *t, const td_optim_config *o, float lr,
+                              int step, float grad_scale) {
+    update_rows(p, g, m, v, lo, hi, t, o, lr, step, grad_scale, 1);
 }
 
 double td_sumsq(const float *x, size_t n) {

@@ -162,7 +162,8 @@ void td_dp_begin_micro(td_dp *dp, int micro, int n_micro) {
 td_step_group td_dp_step_group(const td_dp *dp, td_comm *group, int size, int sharded) {
     const td_grid *g = dp->g;
     td_step_group s = {dp->t, &dp->cfg.optim, group, size, sharded, g->tp_comm, g->tp,
-                       g->pp_comm, g->pp, g->pp > 1 && g->pp_rank == g->pp - 1, dp->loss_scale};
+                       g->pp_comm, g->pp, g->pp > 1 && g->pp_rank == g->pp - 1, dp->loss_scale,
+                       td_gpay_updates(&dp->cfg, dp->D)};
     return s;
 }
 

@@ -96,6 +96,10 @@ int td_bucket_ranges(const td_param_table *t, size_t bucket_bytes, size_t *lo, s
  * payload is plain fp32 or dp = 1: the caller runs its fp32 collective. */
 typedef struct td_gpay td_gpay;
 int td_gpay_on(const td_dp_config *cfg, int D);
+/* The top-k update scheme is on (topk:R at dp > 1): after the reduction the
+ * 2-D tensors' gradient elements hold the mean of the ranks' sparse AdamW
+ * updates, which the step pipeline applies (td_step_group.updates_2d). */
+int td_gpay_updates(const td_dp_config *cfg, int D);
 /* Bytes per category the payload holds for these ranges (pure). */
 void td_gpay_plan(const td_dp_config *cfg, int D, const td_param_table *t, int n_ranges,
                   const size_t *lo, const size_t *len, td_mem_plan *p);

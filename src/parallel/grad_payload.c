@@ -5,9 +5,10 @@
  * where it would start/wait its fp32 collective. Afterwards dp->grads holds
  * the reduced dense gradient (bf16, topk:R:grad), so the step pipeline
  * (norm, clipping, AdamW) sees what it sees in fp32; or, for topk:R, the 2-D
- * tensors' averaged sparse AdamW update is already in dp->params and their
- * gradient is zero, so the step applies only their weight decay (and its
- * norm and clipping cover the 1-D tensors, sent whole). */
+ * tensors' elements hold the mean of the ranks' sparse AdamW updates, which
+ * the step pipeline adds to the parameters with their weight decay
+ * (td_step_group.updates_2d; its norm and clipping cover the 1-D tensors,
+ * sent whole). */
 #include <math.h>
 #include <string.h>
 
@@ -47,6 +48,8 @@ struct td_gpay {
 
 /* The top-k of the AdamW update (topk:R) rather than of the gradient. */
 static int update_scheme(const td_dp_config *cfg) { return cfg->topk_ratio > 0 && !cfg->topk_grad; }
+
+int td_gpay_updates(const td_dp_config *cfg, int D) { return td_gpay_on(cfg, D) && update_scheme(cfg); }
 
 int td_gpay_on(const td_dp_config *cfg, int D) {
     return D > 1 && (cfg->grad_dtype == TD_BF16 || cfg->topk_ratio > 0);
@@ -226,17 +229,9 @@ void td_gpay_finish(td_dp *dp, td_gpay *g, int i) {
     float *grad = dp->grads + r->lo;
     if (dp->cfg.topk_ratio > 0) {
         td_topk_unpack_sum(grad, r->n, r->gathered, dp->D, r->k);
-        if (update_scheme(&dp->cfg)) {
-            /* the mean update, on every rank in the same order: the same
-             * bits. A non-finite one stays in grads for the step's check. */
-            int finite = 1;
-            for (size_t j = 0; j < r->n; j++) finite &= isfinite(grad[j]) != 0;
-            if (finite) {
-                float *p = dp->params + r->lo;
-                for (size_t j = 0; j < r->n; j++) p[j] += grad[j] / (float)dp->D;
-                memset(grad, 0, r->n * sizeof(float));
-            }
-        }
+        if (update_scheme(&dp->cfg)) /* the mean update, the same bits on every rank;
+                                        the step pipeline applies it */
+            for (size_t j = 0; j < r->n; j++) grad[j] /= (float)dp->D;
         td_wait(r->dense_req);
         const float *d = r->dense;
         for (int j = 0; j < r->n_seg; j++) {

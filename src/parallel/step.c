@@ -28,7 +28,7 @@ int td_step_agree_row(td_comm *group, int group_size, int row) {
  * on the first pipeline stage only (each piece summed in td_sumsq's fixed
  * order). */
 static double counted_sumsq(const td_param_table *t, const float *grads, const td_step_range *r,
-                            int n_ranges, int skip_tied) {
+                            int n_ranges, int skip_tied, int skip_2d) {
     double sum = 0.0;
     size_t k = 0;
     for (int i = 0; i < n_ranges; i++) {
@@ -36,6 +36,7 @@ static double counted_sumsq(const td_param_table *t, const float *grads, const t
             const td_param *p = &t->rows[j];
             if (p->split == TD_SPLIT_NONE && t->tp_rank != 0) continue;
             if (skip_tied && p->unit == 0) continue;
+            if (skip_2d && p->ndim == 2) continue;
             size_t a = td_max_sz(r[i].lo, p->offset), b = td_min_sz(r[i].lo + r[i].n, p->offset + p->numel);
             if (a < b) sum += td_sumsq(grads + k + (a - r[i].lo), b - a);
         }
@@ -69,8 +70,12 @@ static td_step_result apply(const td_step_group *grp, const float *grads, const 
     int tp = grp->tp_group && grp->tp > 1, pp = grp->pp_group && grp->pp > 1;
     /* 1/scale: a power of two scales the double sum exactly */
     double unscale = grp->loss_scale > 0.0f ? 1.0 / grp->loss_scale : 1.0;
-    double sumsq = tp || grp->skip_tied ? counted_sumsq(t, grads, r, n_ranges, grp->skip_tied)
-                                        : td_sumsq(grads, total);
+    double sumsq = tp || grp->skip_tied || grp->updates_2d
+                       ? counted_sumsq(t, grads, r, n_ranges, grp->skip_tied, grp->updates_2d)
+                       : td_sumsq(grads, total);
+    /* given updates are not gradients (no norm), but a non-finite one must
+     * stop the step like a gradient: it turns this sum into NaN (0 x inf) */
+    if (grp->updates_2d) sumsq += 0.0 * td_sumsq(grads, total);
     sumsq *= unscale * unscale;
     if (grp->sharded) {
         float sq = (float)sumsq;
@@ -104,8 +109,9 @@ static td_step_result apply(const td_step_group *grp, const float *grads, const 
     float scale = td_clip_scale(res.norm, grp->optim->clip) * (float)unscale;
     size_t k = 0;
     for (int i = 0; i < n_ranges; i++) {
-        td_adamw_update(r[i].p, grads + k, r[i].m, r[i].v, r[i].lo, r[i].lo + r[i].n, t, grp->optim,
-                        lr, step + 1, scale);
+        (grp->updates_2d ? td_adamw_update_2d_given : td_adamw_update)(
+            r[i].p, grads + k, r[i].m, r[i].v, r[i].lo, r[i].lo + r[i].n, t, grp->optim, lr, step + 1,
+            scale);
         k += r[i].n;
     }
     return res;

@@ -59,6 +59,12 @@ typedef struct {
      * the norm pass and AdamW see them divided by it again (0 or 1: not
      * scaled). The same on every rank. */
     float loss_scale;
+    /* The top-k update scheme (grad_payload.h): the 2-D tensors' elements of
+     * grads hold the mean of the ranks' sparse AdamW updates, not gradients.
+     * The norm and clipping cover the other (1-D) tensors; the updates join
+     * only the non-finite check, then are added to the parameters with the
+     * decoupled decay (td_adamw_update_2d_given). */
+    int updates_2d;
 } td_step_group;
 
 /* bad_row: -1 when the step was applied; else the agreed first row holding a
