@@ -66,6 +66,41 @@ PYEOF
 a=$("$T" sample --ckpt "$tmp/ck" --tokens 30 --seed 3 2>&1); b=$("$T" sample --ckpt "$tmp/from_hf" --tokens 30 --seed 3 2>&1)
 [ -n "$a" ] && [ "$a" = "$b" ] && echo "ok   sample: the imported checkpoint samples the same text" || fail "sample: '$a' vs '$b'"
 
+# --- a GPT2LMHeadModel-style file: "transformer." names, the tied head stored,
+# the attn.bias mask buffers, F16 data: imported as its values, exactly ------
+mkdir "$tmp/lm" "$tmp/lm2"; cp "$tmp/hf/config.json" "$tmp/lm/"
+cat > "$tmp/f16.py" <<'PYEOF'
+import json, struct, sys
+import numpy as np
+def read(path):
+    s = open(path, "rb").read(); n = struct.unpack("<Q", s[:8])[0]; hdr = json.loads(s[8:8 + n])
+    return {k: np.frombuffer(s[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]],
+                             dtype="<f4" if v["dtype"] == "F32" else "<f2").reshape(v["shape"])
+            for k, v in hdr.items() if k != "__metadata__"}
+src = read(sys.argv[2])
+if sys.argv[1] in ("make", "untied"):
+    out = {"transformer." + k: v.astype("<f2") for k, v in src.items()}
+    out["lm_head.weight"] = out["transformer.wte.weight"] * (2 if sys.argv[1] == "untied" else 1)
+    for l in range(2):
+        out["transformer.h.%d.attn.bias" % l] = np.tril(np.ones((1, 1, 16, 16), dtype="<f2"))
+    hdr, blobs, at = {"__metadata__": {"format": "pt"}}, [], 0
+    for k, v in out.items():
+        b = v.tobytes(); hdr[k] = {"dtype": "F16", "shape": list(v.shape), "data_offsets": [at, at + len(b)]}
+        blobs.append(b); at += len(b)
+    h = json.dumps(hdr).encode(); h += b" " * (-len(h) % 8)
+    open(sys.argv[3], "wb").write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+else:
+    back = read(sys.argv[3])
+    assert back.keys() == src.keys()
+    for k in src:
+        assert np.array_equal(back[k], src[k].astype("<f2").astype("<f4")), k
+    print("ok   GPT2LMHeadModel-style F16 file imported exactly (re-exported values = the file's)")
+PYEOF
+$PY "$tmp/f16.py" make "$tmp/hf/model.safetensors" "$tmp/lm/model.safetensors" || fail "GPT2LMHeadModel-style file"
+"$T" import --format safetensors --in "$tmp/lm/model.safetensors" --out "$tmp/from_lm" >/dev/null || fail "import F16 file"
+"$T" export --ckpt "$tmp/from_lm" --format safetensors --out "$tmp/lm2/model.safetensors" >/dev/null || fail "re-export"
+$PY "$tmp/f16.py" check "$tmp/hf/model.safetensors" "$tmp/lm2/model.safetensors" || fail "F16 import values"
+
 # --- bad input ----------------------------------------------------------------------
 # bad NAME REGEX ARGS...: import fails cleanly, says REGEX, and --out $tmp/bad stays absent
 bad() {
@@ -133,6 +168,9 @@ st "$tmp/s10" 'pass'; rm "$tmp/s10/config.json"
 bad "safetensors without config.json" "s10/config.json: cannot read it" "${S[@]}" --in "$tmp/s10/model.safetensors"
 printf '\xe8\x03\x00\x00\x00\x00\x00\x00{}' > "$tmp/huge.safetensors"
 bad "safetensors length prefix past the file" "huge.safetensors: header length: 1000 bytes, but the file has only 2" "${S[@]}" --in "$tmp/huge.safetensors" --config "$tmp/hf/config.json"
+mkdir "$tmp/untied"; cp "$tmp/hf/config.json" "$tmp/untied/"
+$PY "$tmp/f16.py" untied "$tmp/hf/model.safetensors" "$tmp/untied/model.safetensors"
+bad "safetensors untied head" "tensor \"lm_head.weight\" differs from \"wte.weight\"" "${S[@]}" --in "$tmp/untied/model.safetensors"
 mkdir -p "$tmp/full"; touch "$tmp/full/keep"
 out=$("$T" import "${S[@]}" --in "$tmp/hf/model.safetensors" --out "$tmp/full" 2>&1) && fail "non-empty --out accepted" \
   || { grep -q "exists and is not empty" <<<"$out" && [ "$(ls "$tmp/full")" = keep ] && echo "ok   non-empty --out refused: $out" || fail "non-empty --out: $out"; }

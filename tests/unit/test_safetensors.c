@@ -17,16 +17,7 @@
 #include "trident/formats_safetensors.h"
 #include "test_util.h"
 
-#define EXPECT(cond, ...)                                                                          \
-    do {                                                                                           \
-        tu_checks++;                                                                               \
-        if (!(cond)) {                                                                             \
-            tu_failures++;                                                                         \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                           \
-            printf(__VA_ARGS__);                                                                   \
-            printf("\n");                                                                          \
-        }                                                                                          \
-    } while (0)
+#define EXPECT TU_EXPECT
 
 /* ---- JSON ---------------------------------------------------------------- */
 
