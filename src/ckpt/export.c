@@ -19,6 +19,8 @@
 #include "trident/formats_gpt2.h"
 #include "trident/formats_safetensors.h"
 
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "both formats are little-endian; so is this writer");
+
 const td_hf_kind td_hf_kinds[TD_T_COUNT] = {
     [TD_T_WTE] = {"wte.weight", 0},          [TD_T_WPE] = {"wpe.weight", 0},
     [TD_T_LN1W] = {"ln_1.weight", 0},        [TD_T_LN1B] = {"ln_1.bias", 0},

@@ -25,6 +25,8 @@
 #include "trident/kernels_bf16.h"
 #include "trident/kernels_f16.h"
 
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "both formats are little-endian; so is this reader");
+
 /* The whole file (untrusted: its size comes from fstat, not from it). */
 static unsigned char *read_all(const char *path, size_t *len) {
     int fd = open(path, O_RDONLY);
@@ -257,6 +259,10 @@ int td_import_main(int argc, char **argv) {
              "import: --format %s is not known; use safetensors or llmc", format ? format : "(missing)");
     TD_CHECK(in, "import: --in FILE is required");
     TD_CHECK(out, "import: --out DIR is required");
+    TD_CHECK(!config || strcmp(format, "safetensors") == 0,
+             "import: --config applies to --format safetensors (an llm.c file holds its sizes)");
+    TD_CHECK(!data || (tokenizer && strcmp(tokenizer, "char") == 0),
+             "import: --data applies to --tokenizer char only (its characters are the vocabulary)");
     DIR *d = opendir(out); /* never mix an import into existing checkpoints */
     if (d) {
         struct dirent *de;

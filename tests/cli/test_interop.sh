@@ -130,6 +130,7 @@ patch "$tmp/model.bin" "$tmp/heads.bin" 20 5
 bad "llmc heads not dividing channels" "heads.bin: field header\[6\] \(channels\): 32 is not divisible" "${L[@]}" --in "$tmp/heads.bin"
 cp "$tmp/model.bin" "$tmp/nan.bin"; printf '\x00\x00\xc0\x7f' | dd of="$tmp/nan.bin" bs=1 seek=1100 conv=notrunc 2>/dev/null
 bad "llmc NaN weight" "nan.bin: tensor wte.weight: element 19 is not finite" "${L[@]}" --in "$tmp/nan.bin"
+bad "llmc with --config" "--config applies to --format safetensors" "${L[@]}" --in "$tmp/model.bin" --config "$tmp/hf/config.json"
 bad "llmc char without --data" "--tokenizer char needs --data" --format llmc --tokenizer char --in "$tmp/model.bin"
 
 # safetensors: rewrite the header (python), keep or cut the data
