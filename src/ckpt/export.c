@@ -185,6 +185,9 @@ int td_export_main(int argc, char **argv) {
     TD_CHECK(out, "export: --out FILE is required");
     TD_CHECK(format && (strcmp(format, "safetensors") == 0 || strcmp(format, "llmc") == 0),
              "export: --format %s is not known; use safetensors or llmc", format ? format : "(missing)");
+    const char *base = strrchr(out, '/') ? strrchr(out, '/') + 1 : out;
+    TD_CHECK(strcmp(format, "llmc") == 0 || strcmp(base, "config.json") != 0,
+             "export: --out %s: safetensors writes config.json beside the model; name the model otherwise", out);
     td_checkpoint ck;
     td_ckpt_load(&ck, ckpt);
     td_param_table canon;

@@ -172,6 +172,12 @@ bad "safetensors length prefix past the file" "huge.safetensors: header length: 
 mkdir "$tmp/untied"; cp "$tmp/hf/config.json" "$tmp/untied/"
 $PY "$tmp/f16.py" untied "$tmp/hf/model.safetensors" "$tmp/untied/model.safetensors"
 bad "safetensors untied head" "tensor \"lm_head.weight\" differs from \"wte.weight\"" "${S[@]}" --in "$tmp/untied/model.safetensors"
+# export: a missing directory, a model named config.json
+out=$("$T" export --ckpt "$tmp/ck" --format llmc --out "$tmp/nodir/m.bin" 2>&1) && fail "export into a missing directory" \
+  || { grep -q "^trident: error: export: --out .*nodir/m.bin: cannot create it: .*nothing was written" <<<"$out" \
+       && [ ! -e "$tmp/nodir" ] && echo "ok   export into a missing directory: $out" || fail "export missing dir: $out"; }
+out=$("$T" export --ckpt "$tmp/ck" --format safetensors --out "$tmp/hf/config.json" 2>&1) && fail "export over config.json" \
+  || { grep -q "name the model otherwise" <<<"$out" && echo "ok   export named config.json: $out" || fail "export config.json: $out"; }
 mkdir -p "$tmp/full"; touch "$tmp/full/keep"
 out=$("$T" import "${S[@]}" --in "$tmp/hf/model.safetensors" --out "$tmp/full" 2>&1) && fail "non-empty --out accepted" \
   || { grep -q "exists and is not empty" <<<"$out" && [ "$(ls "$tmp/full")" = keep ] && echo "ok   non-empty --out refused: $out" || fail "non-empty --out: $out"; }
