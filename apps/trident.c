@@ -1,10 +1,11 @@
-/* trident: train, verify, sample, tokenize, schedule, bench. */
+/* trident: train, verify, sample, tokenize, schedule, plan, bench. */
 #include <stdio.h>
 #include <string.h>
 
 #include "trident/base.h"
 #include "trident/comm.h"
 #include "trident/data.h"
+#include "trident/planner.h"
 #include "trident/schedule.h"
 #include "trident/train.h"
 
@@ -16,6 +17,7 @@ static void usage(void) {
            "  sample   generate text from a checkpoint (--ckpt DIR)\n"
            "  tokenize text files to GPT-2 token shards (--tokenizer gpt2 IN... --out DIR)\n"
            "  schedule print and check a pipeline schedule (--pp P --micro-batches M --schedule S)\n"
+           "  plan     rank layouts by predicted memory and step time (--model M --global-batch B --gpus N)\n"
            "  bench    train | sgemm | comm: print measured figures\n"
            "Run 'trident <command> --help' for its flags.\n");
 }
@@ -30,9 +32,10 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "sample") == 0) return td_sample_main(argc - 2, argv + 2);
     if (strcmp(cmd, "tokenize") == 0) return td_tokenize_main(argc - 2, argv + 2);
     if (strcmp(cmd, "schedule") == 0) return td_schedule_main(argc - 2, argv + 2);
+    if (strcmp(cmd, "plan") == 0) return td_plan_main(argc - 2, argv + 2);
     if (strcmp(cmd, "train") != 0 && strcmp(cmd, "bench") != 0 && strcmp(cmd, "verify") != 0) {
         fprintf(stderr,
-                "trident: error: unknown command '%s'; use train, verify, sample, tokenize, schedule or bench\n",
+                "trident: error: unknown command '%s'; use train, verify, sample, tokenize, schedule, plan or bench\n",
                 cmd);
         return TD_EXIT_USAGE;
     }
