@@ -51,9 +51,12 @@ typedef struct {
     double mem_states, mem_acts, mem_comm, mem_bytes; /* the busiest stage */
     double t[TD_COST_N]; /* seconds per step by cost (dp: the part not hidden behind backward) */
     double step_s;
+    double dp_traffic_s; /* the dp collectives' whole time, hidden or not */
     double tflops_per_device; /* Megatron's count (eq. 3: 96 with full recompute, 72 without) */
     double mfu;               /* model FLOPs (72) over peak */
-    int dominant;             /* the largest t[] */
+    int dominant; /* the largest t[]; dp collectives not wholly hidden count
+                     with their whole time (the step waits for them, compute
+                     running beside) */
 } td_plan_eval;
 
 /* Presets: 0, or -1 for an unknown name (the caller reports). */
@@ -84,8 +87,8 @@ double td_plan_allgather_s(double bytes, int n, double bw, double lat); /* = red
 double td_plan_dp_volume(double psi, int d, int zero, int m);
 
 /* 0 if the layout is valid for this model, cluster and global batch, else
- * -1 with the reason in why. */
-int td_plan_check(const td_plan_model *m, const td_plan_cluster *c, int global_batch,
+ * -1 with the reason in why. tp_across_nodes: tp may exceed a node. */
+int td_plan_check(const td_plan_model *m, const td_plan_cluster *c, int global_batch, int tp_across_nodes,
                   const td_plan_layout *l, char *why, size_t whylen);
 /* Memory and step time of a valid layout: each replica runs micro_batches
  * micro-batches of micro_batch sequences; FLOPs count the global batch. */
@@ -95,6 +98,7 @@ void td_plan_evaluate(const td_plan_model *m, const td_plan_cluster *c, int glob
 /* Choices fixed by flags: 0 (or -1 for sched, rc, sp, zero) means free. */
 typedef struct {
     int dp, tp, pp, zero, micro_batches, sched, v, rc, sp;
+    int tp_across_nodes; /* allow tp groups larger than a node (on the inter-node links) */
     int zero3_only; /* tp = pp = 1, zero = 3; dp need not divide the global
                        batch (the busiest replica runs ceil(global / dp)) */
 } td_plan_fixed;

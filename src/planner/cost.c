@@ -168,6 +168,7 @@ void td_plan_evaluate(const td_plan_model *m, const td_plan_cluster *c, int glob
         else /* gather, gather, reduce-scatter beside every micro-batch's forward and backward */
             exposed = mb * fmax(0, 3 * piece - lps * (tf + tb + trc));
         e->t[TD_COST_DP] = exposed;
+        e->dp_traffic_s = piece * (l->zero <= 1 ? 2 : l->zero == 2 ? mb + 1 : 3.0 * mb);
     }
     /* AdamW over the owned fp32 states: master, m, v read and written, the
      * gradient read, the 2-byte copy written (28 bytes per element) */
@@ -175,9 +176,11 @@ void td_plan_evaluate(const td_plan_model *m, const td_plan_cluster *c, int glob
 
     e->step_s = 0;
     e->dominant = 0;
+    double worst = 0;
     for (int i = 0; i < TD_COST_N; i++) {
         e->step_s += e->t[i];
-        if (e->t[i] > e->t[e->dominant]) e->dominant = i;
+        double w = i == TD_COST_DP && e->t[i] > 0 ? e->dp_traffic_s : e->t[i];
+        if (w > worst) worst = w, e->dominant = i;
     }
     double gpus = (double)d * t * p;
     e->tflops_per_device = td_plan_flops(m, global_batch, l->rc == TD_PLAN_RC_FULL ? 96 : 72) / (gpus * e->step_s) / 1e12;

@@ -25,13 +25,18 @@ static const char *sched_label(const td_plan_layout *l, char *buf, size_t n) {
     return buf;
 }
 
+/* the dominant cost's seconds (dp: its whole time when not all hidden) */
+static double dominant_s(const td_plan_eval *e) {
+    return e->dominant == TD_COST_DP ? e->dp_traffic_s : e->t[e->dominant];
+}
+
 static void print_row(const char *tag, const td_plan_eval *e) {
     char s[32];
     const td_plan_layout *l = &e->lay;
     printf("%-5s %5d %3d %3d %4d %4d %5d  %-14s %-9s %-3s %8.3g %9.3g %8.3g %5.1f%%  %s (%.0f%%)\n", tag, l->dp, l->tp,
            l->pp, l->zero, l->micro_batch, l->micro_batches, sched_label(l, s, sizeof s), rc_name(l->rc),
            l->sp ? "yes" : "no", e->mem_bytes / 1e9, e->step_s, e->tflops_per_device, 100 * e->mfu,
-           td_plan_cost_name(e->dominant), 100 * e->t[e->dominant] / e->step_s);
+           td_plan_cost_name(e->dominant), 100 * dominant_s(e) / e->step_s);
 }
 
 static void print_costs(const char *tag, const td_plan_eval *e) {
@@ -95,6 +100,7 @@ int td_plan_main(int argc, char **argv) {
         {"--virtual-stages", TD_FLAG_INT, &fix.v, "fix the chunks per stage of interleaved", "[2, 100000]"},
         {"--recompute", TD_FLAG_STR, &rc_s, "fix recomputation: none, selective or block (full)", NULL},
         {"--sequence-parallel", TD_FLAG_BOOL, &sp, "only plans with sequence parallelism", NULL},
+        {"--tp-across-nodes", TD_FLAG_BOOL, &fix.tp_across_nodes, "allow tp groups larger than a node", NULL},
         {"--top", TD_FLAG_INT, &top, "plans to print (5)", "[1, 1000000]"},
         {"--json", TD_FLAG_BOOL, &json, "print the ranked plans as a JSON array", NULL},
         {"--calibrate", TD_FLAG_BOOL, &calibrate, "measure this machine for --cluster local", NULL},
@@ -177,10 +183,14 @@ int td_plan_main(int argc, char **argv) {
             printf("best ZeRO-3-only plan (tp = pp = 1)%s:\n", batch % gpus ? ", the busiest replica's share of an "
                                                                             "uneven batch" : "");
             print_row("z3", e);
-            printf("it is %.2fx slower than plan 1; dominant cost %s. Seconds per step by cost:\n",
-                   e->step_s / best->step_s, td_plan_cost_name(e->dominant));
+            printf("it is %.2fx slower than plan 1; dominant cost %s (%.3g s). Seconds per step by cost "
+                   "(dp comm: the part not hidden behind compute):\n",
+                   e->step_s / best->step_s, td_plan_cost_name(e->dominant), dominant_s(e));
             print_costs("plan 1", best);
             print_costs("z3", e);
+            printf("ZeRO-3's collectives take %.3g s per step (%.3g s not hidden behind compute); plan 1's dp "
+                   "collectives %.3g s, its tp collectives %.3g s\n",
+                   e->dp_traffic_s, e->t[TD_COST_DP], best->dp_traffic_s, best->t[TD_COST_TP]);
         }
         td_plan_result_free(&zr);
     }

@@ -12,7 +12,7 @@ void td_plan_fixed_init(td_plan_fixed *f) {
     f->zero = f->sched = f->rc = f->sp = -1;
 }
 
-int td_plan_check(const td_plan_model *m, const td_plan_cluster *c, int global_batch,
+int td_plan_check(const td_plan_model *m, const td_plan_cluster *c, int global_batch, int tp_across_nodes,
                   const td_plan_layout *l, char *why, size_t n) {
 #define BAD(...) return snprintf(why, n, __VA_ARGS__), -1
     if (l->dp < 1 || l->tp < 1 || l->pp < 1 || l->micro_batch < 1 || l->micro_batches < 1)
@@ -20,7 +20,7 @@ int td_plan_check(const td_plan_model *m, const td_plan_cluster *c, int global_b
     if ((long)l->dp * l->tp * l->pp != c->gpus)
         BAD("dp %d x tp %d x pp %d is not the %d devices", l->dp, l->tp, l->pp, c->gpus);
     if (m->H % l->tp) BAD("tp %d does not divide the %d heads", l->tp, m->H);
-    if (l->tp > c->gpus_per_node) BAD("tp %d spans more than a node's %d devices", l->tp, c->gpus_per_node);
+    if (l->tp > c->gpus_per_node && !tp_across_nodes) BAD("tp %d spans more than a node's %d devices", l->tp, c->gpus_per_node);
     if (m->L % l->pp) BAD("pp %d does not divide the %d layers", l->pp, m->L);
     if ((long)l->dp * l->micro_batch * l->micro_batches != global_batch)
         BAD("dp %d x micro-batch %d x %d micro-batches is not the global batch %d", l->dp, l->micro_batch,
@@ -49,9 +49,9 @@ static int cmp_step(const void *a, const void *b) {
 /* check_batch: the global batch the layout's sizes must add up to (dp x
  * ceil(global / dp) for an uneven ZeRO-3-only split) */
 static void consider(const td_plan_model *m, const td_plan_cluster *c, int global_batch, int check_batch,
-                     const td_plan_layout *l, td_plan_result *r, size_t *cap) {
+                     const td_plan_fixed *fix, const td_plan_layout *l, td_plan_result *r, size_t *cap) {
     char why[160];
-    if (td_plan_check(m, c, check_batch, l, why, sizeof why) != 0) {
+    if (td_plan_check(m, c, check_batch, fix->tp_across_nodes, l, why, sizeof why) != 0) {
         if (!r->invalid++) snprintf(r->first_invalid, sizeof r->first_invalid, "%s", why);
         return;
     }
@@ -103,7 +103,7 @@ void td_plan_search(const td_plan_model *m, const td_plan_cluster *c, int global
                 for (int v = 1; v <= (sched == TD_SCHED_INTERLEAVED ? m->L / pp : 1); v++) {
                     if (sched == TD_SCHED_INTERLEAVED && (v < 2 || (fix->v && v != fix->v))) continue;
                     td_plan_layout l = {dp, tp, pp, zero, b, local / b, sched, v, rc, sp};
-                    consider(m, c, global_batch, dp * local, &l, r, &cap);
+                    consider(m, c, global_batch, dp * local, fix, &l, r, &cap);
                 }
             }
         }

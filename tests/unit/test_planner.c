@@ -141,7 +141,7 @@ static void test_bubble(void) {
     c.gpus = 8;
     td_plan_layout l = {2, 1, 4, 0, 1, 8, TD_SCHED_1F1B, 1, TD_PLAN_RC_NONE, 0};
     td_plan_eval e;
-    EXPECT(td_plan_check(&m, &c, 16, &l, err, sizeof err) == 0, "%s", err);
+    EXPECT(td_plan_check(&m, &c, 16, 0, &l, err, sizeof err) == 0, "%s", err);
     td_plan_evaluate(&m, &c, 16, &l, &e);
     double busy = e.t[TD_COST_COMPUTE] + e.t[TD_COST_TP];
     EXPECT(rel(e.t[TD_COST_BUBBLE], busy * 3 / 8) < 1e-12, "1f1b bubble %g of %g", e.t[TD_COST_BUBBLE], busy);
@@ -192,7 +192,7 @@ static void test_enumeration(void) {
     EXPECT(r.n + r.too_big == want, "%d plans + %ld too big, brute force %ld valid", r.n, r.too_big, want);
     for (int i = 0; i < r.n; i++) {
         const td_plan_layout *l = &r.plans[i].lay;
-        EXPECT(td_plan_check(&m, &c, B, l, err, sizeof err) == 0, "plan %d invalid: %s", i, err);
+        EXPECT(td_plan_check(&m, &c, B, 0, l, err, sizeof err) == 0, "plan %d invalid: %s", i, err);
         EXPECT(l->dp * l->tp * l->pp == 8 && l->dp * l->micro_batch * l->micro_batches == B, "plan %d sizes", i);
         EXPECT(r.plans[i].mem_bytes <= c.mem_bytes, "plan %d does not fit", i);
         EXPECT(i == 0 || r.plans[i - 1].step_s <= r.plans[i].step_s, "plan %d out of order", i);
@@ -209,7 +209,11 @@ static void test_enumeration(void) {
     /* a bad layout names its fault */
     td_plan_layout bad = {2, 3, 1, 0, 1, 8, TD_PLAN_NO_SCHED, 1, 0, 0};
     c.gpus = 6;
-    EXPECT(td_plan_check(&m, &c, B, &bad, err, sizeof err) != 0 && strstr(err, "heads"), "tp 3 of 4 heads: '%s'", err);
+    EXPECT(td_plan_check(&m, &c, B, 0, &bad, err, sizeof err) != 0 && strstr(err, "heads"), "tp 3 of 4 heads: '%s'", err);
+    td_plan_layout wide = {1, 4, 2, 0, 1, 16, TD_SCHED_1F1B, 1, 0, 0};
+    c.gpus = 8, c.gpus_per_node = 2;
+    EXPECT(td_plan_check(&m, &c, B, 0, &wide, err, sizeof err) != 0 && strstr(err, "node"), "tp 4 > 2 per node: '%s'", err);
+    EXPECT(td_plan_check(&m, &c, B, 1, &wide, err, sizeof err) == 0, "tp across nodes allowed: %s", err);
 }
 
 int main(int argc, char **argv) {
