@@ -50,7 +50,6 @@ static void print_header(void) {
 }
 
 static void print_json(const td_plan_result *r, int top) {
-    char s[32];
     printf("[");
     for (int i = 0; i < r->n && i < top; i++) {
         const td_plan_eval *e = &r->plans[i];
@@ -67,7 +66,6 @@ static void print_json(const td_plan_result *r, int top) {
         printf("}}");
     }
     printf("\n]\n");
-    (void)s;
 }
 
 int td_plan_main(int argc, char **argv) {
@@ -141,6 +139,13 @@ int td_plan_main(int argc, char **argv) {
 
     td_plan_result r;
     td_plan_search(&m, &c, batch, &fix, &r);
+    if (r.n == 0) {
+        char inv[200] = "";
+        if (r.invalid) snprintf(inv, sizeof inv, " (first: %s)", r.first_invalid);
+        td_fail("plan: no layout fits: %ld too big for %.0f GB per device (the smallest needs %.1f GB), %ld invalid%s; "
+                "give more --gpus, a smaller model or fewer fixed choices",
+                r.too_big, c.mem_bytes / 1e9, r.smallest_too_big / 1e9, r.invalid, inv);
+    }
     if (json) {
         print_json(&r, top);
         td_plan_result_free(&r);
@@ -157,10 +162,6 @@ int td_plan_main(int argc, char **argv) {
     printf("; %ld invalid", r.invalid);
     if (r.invalid) printf(" (first: %s)", r.first_invalid);
     printf("\n");
-    if (r.n == 0) {
-        td_plan_result_free(&r);
-        td_fail("plan: no layout fits; give more --gpus, a smaller model or fewer fixed choices");
-    }
     printf("TFLOP/s per device counts Megatron's FLOPs (eq. 3: 96 with full recomputation, 72 without); "
            "MFU counts the model's (72)\n");
     print_header();

@@ -108,7 +108,7 @@ void td_plan_search(const td_plan_model *m, const td_plan_cluster *c, int global
             }
         }
     }
-    qsort(r->plans, (size_t)r->n, sizeof *r->plans, cmp_step);
+    if (r->n > 1) qsort(r->plans, (size_t)r->n, sizeof *r->plans, cmp_step); /* qsort wants a non-null base */
 }
 
 void td_plan_result_free(td_plan_result *r) {
