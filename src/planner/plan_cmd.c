@@ -71,7 +71,7 @@ static void print_json(const td_plan_result *r, int top) {
 int td_plan_main(int argc, char **argv) {
     const char *model_s = NULL, *cluster_s = "a100-hdr", *sched_s = NULL, *rc_s = NULL;
     int L = 0, H = 0, C = 0, V = 0, T = 0, batch = 0, gpus = 0, gpn = 0, top = 5, json = 0, calibrate = 0, sp = 0;
-    double mem_gb = 0, tflops = 0, intra = 0, inter = 0;
+    double mem_gb = 0, tflops = 0, intra = 0, inter = 0, eff = 0, hbm = 0, intra_us = -1, inter_us = -1;
     td_plan_fixed fix;
     td_plan_fixed_init(&fix);
     td_flag flags[] = {
@@ -84,11 +84,16 @@ int td_plan_main(int argc, char **argv) {
         {"--global-batch", TD_FLAG_INT, &batch, "sequences per optimizer step (required)", "[1, 100000000]"},
         {"--gpus", TD_FLAG_INT, &gpus, "devices (required)", "[1, 10000000]"},
         {"--gpus-per-node", TD_FLAG_INT, &gpn, "devices per node (the preset's: 8)", "[1, 1024]"},
-        {"--cluster", TD_FLAG_STR, &cluster_s, "a100-edr, a100-hdr (default), a100-ndr, h100-ndr or local", NULL},
+        {"--cluster", TD_FLAG_STR, &cluster_s, "a100-edr, a100-hdr (default), a100-ndr, h100-ndr or local; "
+         "the flags below override its figures", NULL},
         {"--device-mem", TD_FLAG_DOUBLE, &mem_gb, "device memory in GB (overrides the preset)", "(0, inf)"},
         {"--device-tflops", TD_FLAG_DOUBLE, &tflops, "dense bf16 peak TFLOP/s per device", "(0, inf)"},
         {"--intra-bw", TD_FLAG_DOUBLE, &intra, "GB/s per device per direction inside a node", "(0, inf)"},
         {"--inter-bw", TD_FLAG_DOUBLE, &inter, "GB/s per device per direction between nodes", "(0, inf)"},
+        {"--gemm-efficiency", TD_FLAG_DOUBLE, &eff, "achievable fraction of peak for large GEMMs", "(0, 1]"},
+        {"--mem-bw", TD_FLAG_DOUBLE, &hbm, "device memory bandwidth in GB/s", "(0, inf)"},
+        {"--intra-lat", TD_FLAG_DOUBLE, &intra_us, "microseconds per ring step inside a node", "[0, 1e6]"},
+        {"--inter-lat", TD_FLAG_DOUBLE, &inter_us, "microseconds per ring step between nodes", "[0, 1e6]"},
         {"--dp", TD_FLAG_INT, &fix.dp, "fix the data-parallel size", "[1, 10000000]"},
         {"--tp", TD_FLAG_INT, &fix.tp, "fix the tensor-parallel size", "[1, 1024]"},
         {"--pp", TD_FLAG_INT, &fix.pp, "fix the pipeline stages", "[1, 100000]"},
@@ -129,6 +134,10 @@ int td_plan_main(int argc, char **argv) {
     if (tflops > 0) c.peak_flops = tflops * 1e12;
     if (intra > 0) c.intra_bw = intra * 1e9;
     if (inter > 0) c.inter_bw = inter * 1e9;
+    if (eff > 0) c.gemm_eff = eff;
+    if (hbm > 0) c.hbm_bw = hbm * 1e9;
+    if (intra_us >= 0) c.intra_lat = intra_us * 1e-6;
+    if (inter_us >= 0) c.inter_lat = inter_us * 1e-6;
     if (sched_s) {
         td_sched_kind k = td_sched_parse(sched_s);
         TD_CHECK(k != TD_SCHED_ZBH1, "--schedule zb-h1: the planner models gpipe, 1f1b and interleaved");
@@ -153,10 +162,10 @@ int td_plan_main(int argc, char **argv) {
     }
     printf("model %s: %d layers, %d heads, hidden %d, vocabulary %d, sequence %d: %.2fB parameters (Megatron eq. 2)\n",
            m.name, m.L, m.H, m.C, m.V, m.T, td_plan_params(&m) / 1e9);
-    printf("cluster %s: %d devices, %d per node, %.0f GB, %.1f TFLOP/s peak (GEMMs at %.1f%%), "
-           "%.0f GB/s in a node, %.1f GB/s between nodes; global batch %d\n",
-           c.name, c.gpus, c.gpus_per_node, c.mem_bytes / 1e9, c.peak_flops / 1e12, 100 * c.gemm_eff,
-           c.intra_bw / 1e9, c.inter_bw / 1e9, batch);
+    printf("cluster %s: %d devices, %d per node, %.0f GB at %.0f GB/s, %.1f TFLOP/s peak (GEMMs at %.1f%%), "
+           "%.0f GB/s and %.3g us in a node, %.1f GB/s and %.3g us between nodes; global batch %d\n",
+           c.name, c.gpus, c.gpus_per_node, c.mem_bytes / 1e9, c.hbm_bw / 1e9, c.peak_flops / 1e12,
+           100 * c.gemm_eff, c.intra_bw / 1e9, c.intra_lat * 1e6, c.inter_bw / 1e9, c.inter_lat * 1e6, batch);
     printf("%d layouts fit; %ld do not fit in memory", r.n, r.too_big);
     if (r.too_big) printf(" (the smallest needs %.1f GB)", r.smallest_too_big / 1e9);
     printf("; %ld invalid", r.invalid);
