@@ -74,9 +74,10 @@ double td_plan_flops(const td_plan_model *m, double batch, int factor);
 /* Activation bytes one layer keeps per micro-batch of b sequences
  * (Korthikanti table 2; full recomputation keeps the layer input). */
 double td_plan_layer_act_bytes(const td_plan_model *m, int b, int tp, int sp, int rc);
-/* Micro-batch-chunks whose activations stage 0 holds at once: m (gpipe),
- * min(m, p) (1f1b), Megatron's interleaved warm-up + 1 (capped at m v). */
-int td_plan_inflight(int sched, int p, int m, int v);
+/* Micro-batch-chunks whose activations a stage holds at once: m (gpipe),
+ * min(m, p - stage) (1f1b), Megatron's interleaved warm-up + 1 (capped at
+ * m v); 1 without a pipeline. */
+int td_plan_inflight(int sched, int p, int m, int v, int stage);
 /* Alpha-beta ring collectives over n ranks of `bytes` (the whole tensor). */
 double td_plan_allreduce_s(double bytes, int n, double bw, double lat);
 double td_plan_allgather_s(double bytes, int n, double bw, double lat); /* = reduce-scatter */

@@ -39,14 +39,14 @@ double td_plan_layer_act_bytes(const td_plan_model *m, int b, int tp, int sp, in
     return sbh * per;
 }
 
-int td_plan_inflight(int sched, int p, int m, int v) {
+int td_plan_inflight(int sched, int p, int m, int v, int stage) {
     if (sched == TD_PLAN_NO_SCHED) return 1;
     if (sched == TD_SCHED_GPIPE) return m;
-    if (sched == TD_SCHED_INTERLEAVED) { /* src/schedule's bound for stage 0 */
-        int warm = m == p ? m * v : 2 * (p - 1) + (v - 1) * p;
+    if (sched == TD_SCHED_INTERLEAVED) { /* Megatron's warm-up, as src/schedule builds it */
+        int warm = m == p ? m * v : 2 * (p - stage - 1) + (v - 1) * p;
         return warm + 1 < m * v ? warm + 1 : m * v;
     }
-    return m < p ? m : p;
+    return m < p - stage ? m : p - stage;
 }
 
 double td_plan_allreduce_s(double bytes, int n, double bw, double lat) {
@@ -103,10 +103,9 @@ void td_plan_evaluate(const td_plan_model *m, const td_plan_cluster *c, int glob
     td_state_elem mixed = td_state_elem_mixed();
     double act_l = td_plan_layer_act_bytes(m, b, t, l->sp, l->rc);
     double work = l->rc == TD_PLAN_RC_NONE ? 0 : td_plan_layer_act_bytes(m, b, t, l->sp, TD_PLAN_RC_NONE);
-    int inflight = td_plan_inflight(l->sched, p, mb, v);
-    double acts0 = inflight * lps / v * act_l + work;
+    double acts0 = td_plan_inflight(l->sched, p, mb, v, 0) * lps / v * act_l + work;
     double logits = 4.0 * s * b * m->V / t; /* fp32 logits for the loss */
-    double actsL = (p == 1 ? acts0 : td_plan_inflight(TD_SCHED_1F1B, 1, mb, 1) * lps * act_l + work) + logits;
+    double actsL = (p == 1 ? acts0 : td_plan_inflight(l->sched, p, mb, v, p - 1) * lps / v * act_l + work) + logits;
     double comm = 0;
     if (l->zero == 3) comm += 2 * 2 * layer_params(m, t);  /* two layers gathered (prefetch) */
     if (p > 1) comm += 2 * 2 * s * b * h / (l->sp ? t : 1); /* send and receive buffers */

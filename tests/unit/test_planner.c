@@ -116,20 +116,23 @@ static void test_formulas(void) {
     EXPECT(rel(td_plan_dp_volume(1e9, 4, 3, 1), 3 * 2e9 * 0.75) < 1e-12, "zero 3 volume: 3 psi");
     /* eq. 3 at 96 is 4/3 of 72 */
     EXPECT(rel(td_plan_flops(&m, 1536, 96), td_plan_flops(&m, 1536, 72) * 4 / 3) < 1e-12, "eq. 3");
-    /* in-flight micro-batch-chunks against the schedules src/schedule builds */
+    /* in-flight micro-batch-chunks per stage against the schedules
+     * src/schedule builds (interleaved: V 2 and 3, M a multiple of P) */
     for (int k = TD_SCHED_GPIPE; k <= TD_SCHED_INTERLEAVED; k++)
         for (int P = 2; P <= 4; P++)
-            for (int M = 1; M <= 3 * P; M++) {
-                int V = k == TD_SCHED_INTERLEAVED ? 2 : 1, peak = 0;
-                if (k == TD_SCHED_INTERLEAVED && M % P) continue; /* its rule */
-                td_schedule s;
-                char err[256];
-                EXPECT(td_schedule_build(&s, (td_sched_kind)k, P, M, V, err, sizeof err) == 0, "%s", err);
-                for (int st = 0; st < P; st++) peak = s.peak[st] > peak ? s.peak[st] : peak;
-                EXPECT(td_plan_inflight(k, P, M, V) == peak, "%s P%d M%d: %d in flight, the schedule's peak %d",
-                       td_sched_name((td_sched_kind)k), P, M, td_plan_inflight(k, P, M, V), peak);
-                td_schedule_free(&s);
-            }
+            for (int M = 1; M <= 3 * P; M++)
+                for (int V = 1; V <= 3; V++) {
+                    if ((k == TD_SCHED_INTERLEAVED) != (V >= 2) || (k == TD_SCHED_INTERLEAVED && M % P)) continue;
+                    td_schedule s;
+                    char err[256];
+                    EXPECT(td_schedule_build(&s, (td_sched_kind)k, P, M, V, err, sizeof err) == 0, "%s", err);
+                    for (int st = 0; st < P; st++)
+                        EXPECT(td_plan_inflight(k, P, M, V, st) == s.peak[st],
+                               "%s P%d M%d V%d stage %d: %d in flight, the schedule's peak %d",
+                               td_sched_name((td_sched_kind)k), P, M, V, st, td_plan_inflight(k, P, M, V, st),
+                               s.peak[st]);
+                    td_schedule_free(&s);
+                }
 }
 
 /* Bubble of an evaluated layout: the schedule's (p-1)/m, (p-1)/(v m) of
