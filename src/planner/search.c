@@ -41,9 +41,13 @@ int td_plan_check(const td_plan_model *m, const td_plan_cluster *c, int global_b
 #undef BAD
 }
 
+/* Fastest first; steps equal to float precision (a comm-bound step does not
+ * change with the compute beside it) go to the smaller memory. */
 static int cmp_step(const void *a, const void *b) {
-    double x = ((const td_plan_eval *)a)->step_s, y = ((const td_plan_eval *)b)->step_s;
-    return x < y ? -1 : x > y;
+    const td_plan_eval *p = a, *q = b;
+    float x = (float)p->step_s, y = (float)q->step_s;
+    if (x != y) return x < y ? -1 : 1;
+    return p->mem_bytes < q->mem_bytes ? -1 : p->mem_bytes > q->mem_bytes;
 }
 
 /* check_batch: the global batch the layout's sizes must add up to (dp x
@@ -101,7 +105,9 @@ void td_plan_search(const td_plan_model *m, const td_plan_cluster *c, int global
                 EACH(sp, fix->sp, -1, 0, tp > 1)
                 for (int sched = s_lo; sched <= s_hi; sched++)
                 for (int v = 1; v <= (sched == TD_SCHED_INTERLEAVED ? m->L / pp : 1); v++) {
-                    if (sched == TD_SCHED_INTERLEAVED && (v < 2 || (fix->v && v != fix->v))) continue;
+                    /* chunk counts that do not divide a stage's layers are no layout to report */
+                    if (sched == TD_SCHED_INTERLEAVED && (v < 2 || (fix->v && v != fix->v) || (m->L / pp) % v))
+                        continue;
                     td_plan_layout l = {dp, tp, pp, zero, b, local / b, sched, v, rc, sp};
                     consider(m, c, global_batch, dp * local, fix, &l, r, &cap);
                 }

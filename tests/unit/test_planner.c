@@ -199,7 +199,7 @@ static void test_enumeration(void) {
         EXPECT(td_plan_check(&m, &c, B, 0, l, err, sizeof err) == 0, "plan %d invalid: %s", i, err);
         EXPECT(l->dp * l->tp * l->pp == 8 && l->dp * l->micro_batch * l->micro_batches == B, "plan %d sizes", i);
         EXPECT(r.plans[i].mem_bytes <= c.mem_bytes, "plan %d does not fit", i);
-        EXPECT(i == 0 || r.plans[i - 1].step_s <= r.plans[i].step_s, "plan %d out of order", i);
+        EXPECT(i == 0 || (float)r.plans[i - 1].step_s <= (float)r.plans[i].step_s, "plan %d out of order", i);
     }
     td_plan_result_free(&r);
     /* fixed choices are respected; a tight memory drops plans and says so */
