@@ -88,18 +88,14 @@ static double layer_ew_bytes(const td_plan_model *m, int b, int tp, int sp) {
     return (double)b * m->T * (22 * h / (sp ? tp : 1) + (16 * h + 9 * as) / tp);
 }
 
-void td_plan_evaluate(const td_plan_model *m, const td_plan_cluster *c, int global_batch,
-                      const td_plan_layout *l, td_plan_eval *e) {
-    memset(e, 0, sizeof *e);
-    e->lay = *l;
-    int t = l->tp, p = l->pp, d = l->dp, b = l->micro_batch, mb = l->micro_batches, G = c->gpus_per_node;
+/* Memory of the first stage (most activations in flight) and of the last
+ * (the logits); the larger goes to e. Model states are the ZeRO paper's
+ * (2 + 2 + 12) psi from the engine's state plan. */
+static void plan_memory(const td_plan_model *m, const td_plan_layout *l, td_plan_eval *e) {
+    int t = l->tp, p = l->pp, d = l->dp, b = l->micro_batch, mb = l->micro_batches;
     int v = l->sched == TD_SCHED_INTERLEAVED ? l->v : 1;
-    double h = m->C, s = m->T, rate = c->peak_flops * c->gemm_eff, lps = (double)m->L / p;
-
-    /* memory of the first stage (most activations in flight) and the last
-     * (the logits), with the ZeRO paper's (2 + 2 + 12) psi model states */
+    double h = m->C, s = m->T, lps = (double)m->L / p;
     double psi0 = stage_params(m, t, p, 1), psiL = stage_params(m, t, p, p == 1);
-    double psi = psi0 > psiL ? psi0 : psiL;
     td_state_elem mixed = td_state_elem_mixed();
     double act_l = td_plan_layer_act_bytes(m, b, t, l->sp, l->rc);
     double work = l->rc == TD_PLAN_RC_NONE ? 0 : td_plan_layer_act_bytes(m, b, t, l->sp, TD_PLAN_RC_NONE);
@@ -116,6 +112,18 @@ void td_plan_evaluate(const td_plan_model *m, const td_plan_cluster *c, int glob
     e->mem_acts = last ? actsL : acts0;
     e->mem_comm = comm;
     e->mem_bytes = e->mem_states + e->mem_acts + comm;
+}
+
+void td_plan_evaluate(const td_plan_model *m, const td_plan_cluster *c, int global_batch,
+                      const td_plan_layout *l, td_plan_eval *e) {
+    memset(e, 0, sizeof *e);
+    e->lay = *l;
+    plan_memory(m, l, e);
+    int t = l->tp, p = l->pp, d = l->dp, b = l->micro_batch, mb = l->micro_batches, G = c->gpus_per_node;
+    int v = l->sched == TD_SCHED_INTERLEAVED ? l->v : 1;
+    double h = m->C, s = m->T, rate = c->peak_flops * c->gemm_eff, lps = (double)m->L / p;
+    double psi0 = stage_params(m, t, p, 1), psiL = stage_params(m, t, p, p == 1);
+    double psi = psi0 > psiL ? psi0 : psiL, logits = 4.0 * s * b * m->V / t;
 
     /* one layer, one micro-batch */
     double gemm = (24 * b * s * h * h + 4 * b * s * s * h) / t, attn_gemm = 4 * b * s * s * h / t;
