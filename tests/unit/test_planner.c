@@ -26,6 +26,17 @@ static double rel(double got, double want) { return fabs(got - want) / fabs(want
  * data-parallel ranks with mixed-precision Adam (K = 12): replicated
  * 120 GB, Pos 31.4 GB, Pos+g 16.6 GB, Pos+g+p 1.88 GB (GB = 1e9 bytes). The
  * published figures are rounded to 3 digits, so 1% is the tolerance. */
+/* The engine's own states (fp32 parameters or master weights, fp32
+ * gradients, two fp32 moments) through the same function, by hand. */
+static void test_engine_states(void) {
+    td_state_bytes b = td_state_plan(1000, 4, 2, td_state_elem_engine(0));
+    EXPECT(b.params == 4000 && b.grads == 1000 && b.optim == 2000 && b.master == 0, "engine ZeRO-2 over 4");
+    b = td_state_plan(1000, 4, 3, td_state_elem_engine(1));
+    EXPECT(b.params == 0 && b.master == 1000 && b.grads == 1000 && b.optim == 2000, "engine master ZeRO-3 over 4");
+    b = td_state_plan(1000, 4, 1, td_state_elem_mixed());
+    EXPECT(b.params == 2000 && b.grads == 2000 && b.master == 1000 && b.optim == 2000, "mixed ZeRO-1 over 4");
+}
+
 static void test_zero_table(void) {
     const double want[4] = {120e9, 31.4e9, 16.6e9, 1.88e9};
     for (int z = 0; z <= 3; z++) {
@@ -225,6 +236,7 @@ int main(int argc, char **argv) {
         test_megatron_rows();
     } else {
         test_zero_table();
+        test_engine_states();
         test_params();
         test_formulas();
         test_bubble();
