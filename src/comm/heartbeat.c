@@ -85,6 +85,7 @@ static int g_wake[2] = {-1, -1}; /* stop: a byte on the pipe */
 static pthread_t g_thread;
 static pthread_mutex_t g_send_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_int g_quiet;
+static double g_frozen_ms, g_frozen_at; /* this thread's own longest gap, and when it ended */
 
 void td_comm_set_heartbeat_timeout(double seconds) { g_timeout_s = seconds; }
 double td_comm_heartbeat_timeout(void) { return g_timeout_s; }
@@ -339,6 +340,11 @@ static void report(int rank, int why) {
         snprintf(what, sizeof what,
                  "rank %d (host %s) stopped responding: no heartbeat for %g s (--heartbeat-timeout; "
                  "stopped, stuck, or its link is cut)", rank, host, (double)g_timeout_s);
+    /* a rank that was itself stopped sees its peers give up on it, when it runs again */
+    size_t n = strlen(what);
+    if (g_frozen_ms > 0 && td_now_ms() - g_frozen_at < 5000.0)
+        snprintf(what + n, sizeof what - n, "; this rank itself did not run for %.1f s before",
+                 g_frozen_ms / 1000.0);
     td_trace_peer_lost(what);
 }
 
@@ -387,9 +393,16 @@ static void *heartbeat_main(void *arg) {
     struct pollfd *pf = calloc((size_t)g_n_peers + 1, sizeof *pf);
     int *who = calloc((size_t)g_n_peers + 1, sizeof *who);
     TD_ASSERT(pf && who);
-    double next_beat = 0, quiet_since = -1;
+    double next_beat = 0, quiet_since = -1, last_turn = td_now_ms();
     for (;;) {
         double now = td_now_ms(), timeout_ms = g_timeout_s * 1000.0;
+        if (now - last_turn > 2000.0 && now - last_turn > timeout_ms) {
+            /* this thread did not run (SIGSTOP then SIGCONT, or starved):
+             * the peers' silence is ours, their timeout starts again */
+            g_frozen_ms = now - last_turn, g_frozen_at = now;
+            for (int i = 0; i < g_n_peers; i++) g_peers[i].last_rx_ms = now;
+        }
+        last_turn = now;
         /* a beat a second; four per timeout when the timeout is short */
         double interval = timeout_ms > 0 && timeout_ms / 4 < 1000 ? timeout_ms / 4 : 1000;
         if (interval < 50) interval = 50;
