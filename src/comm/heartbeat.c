@@ -218,7 +218,7 @@ static int accept_all(int lfd, char *why, size_t why_n) {
     if (got == g_size - 1) return 0;
     for (int i = 0; i < g_n_peers; i++)
         if (g_peers[i].fd < 0) {
-            snprintf(why, why_n, "rank 0 heard from %d of %d ranks within %.0f s (rank %d, host %s, "
+            snprintf(why, why_n, "it heard from %d of %d ranks within %.0f s (rank %d, host %s, "
                      "never connected)", got, g_size - 1, HB_SETUP_S + 5.0, g_peers[i].rank,
                      g_cards[g_peers[i].rank].host);
             break;
@@ -242,7 +242,13 @@ void td_heartbeat_start(MPI_Comm world) {
     if (g_rank == 0) {
         local_addrs(&me);
         lfd = listen_any(&me, &me.port);
-        if (lfd < 0) ok = 0, snprintf(why, sizeof why, "rank 0 could not listen: %s", strerror(errno));
+        if (lfd < 0) {
+            char ip[INET_ADDRSTRLEN] = "0.0.0.0";
+            const char *fixed = getenv("TRIDENT_HEARTBEAT_ADDR");
+            if (fixed && *fixed) inet_ntop(AF_INET, &me.addr[0], ip, sizeof ip);
+            snprintf(why, sizeof why, "it could not listen on %s: %s", ip, strerror(errno));
+            ok = 0;
+        }
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         me.token = ((uint64_t)ts.tv_nsec << 32) ^ (uint64_t)ts.tv_sec ^ ((uint64_t)getpid() << 16);
@@ -267,7 +273,7 @@ void td_heartbeat_start(MPI_Comm world) {
     TD_MPI(MPI_Allreduce(MPI_IN_PLACE, &first_bad, 1, MPI_INT, MPI_MIN, world));
     if (first_bad < g_size) {
         if (first_bad == g_rank)
-            td_fail("heartbeat: rank %d could not join the failure watch: %s; set "
+            td_fail("heartbeat: rank %d could not join the failure watch (%s); set "
                     "TRIDENT_HEARTBEAT_ADDR to an IPv4 address of rank 0's host that every rank "
                     "reaches, or TRIDENT_HEARTBEAT=0 to run unwatched", g_rank, why);
         TD_MPI(MPI_Barrier(world)); /* that rank's abort ends us */
