@@ -349,7 +349,7 @@ static void report(int rank, int why) {
     /* a rank that was itself stopped sees its peers give up on it, when it runs again */
     size_t n = strlen(what);
     if (g_frozen_ms > 0 && td_now_ms() - g_frozen_at < 5000.0)
-        snprintf(what + n, sizeof what - n, "; this rank itself did not run for %.1f s before",
+        snprintf(what + n, sizeof what - n, "; this rank itself did not run for %.1f s before (stopped?)",
                  g_frozen_ms / 1000.0);
     td_trace_peer_lost(what);
 }
@@ -399,16 +399,9 @@ static void *heartbeat_main(void *arg) {
     struct pollfd *pf = calloc((size_t)g_n_peers + 1, sizeof *pf);
     int *who = calloc((size_t)g_n_peers + 1, sizeof *who);
     TD_ASSERT(pf && who);
-    double next_beat = 0, quiet_since = -1, last_turn = td_now_ms();
+    double next_beat = 0, quiet_since = -1;
     for (;;) {
         double now = td_now_ms(), timeout_ms = g_timeout_s * 1000.0;
-        if (now - last_turn > 2000.0 && now - last_turn > timeout_ms) {
-            /* this thread did not run (SIGSTOP then SIGCONT, or starved):
-             * the peers' silence is ours, their timeout starts again */
-            g_frozen_ms = now - last_turn, g_frozen_at = now;
-            for (int i = 0; i < g_n_peers; i++) g_peers[i].last_rx_ms = now;
-        }
-        last_turn = now;
         /* a beat a second; four per timeout when the timeout is short */
         double interval = timeout_ms > 0 && timeout_ms / 4 < 1000 ? timeout_ms / 4 : 1000;
         if (interval < 50) interval = 50;
@@ -424,6 +417,13 @@ static void *heartbeat_main(void *arg) {
             if (g_peers[i].live) who[n] = i, pf[n++] = (struct pollfd){g_peers[i].fd, POLLIN, 0};
         int wait = (int)(next_beat - now) + 1;
         poll(pf, (nfds_t)n, wait < 1 ? 1 : wait);
+        double woke = td_now_ms();
+        if (woke - now > wait + (interval > 1000 ? interval : 1000)) {
+            /* overslept: this process did not run (SIGSTOP then SIGCONT, or
+             * starved); the peers' silence is ours, their timeout restarts */
+            g_frozen_ms = woke - now, g_frozen_at = woke;
+            for (int i = 0; i < g_n_peers; i++) g_peers[i].last_rx_ms = woke;
+        }
         if (pf[0].revents) break; /* td_heartbeat_stop */
         for (int k = 1; k < n; k++)
             if (pf[k].revents) read_peer(who[k]);
