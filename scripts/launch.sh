@@ -108,7 +108,7 @@ for ((attempt = 0; attempt <= max_restarts; attempt++)); do
     if [ "$attempt" -eq 0 ]; then
         say "attempt 0: starting: ${run[*]}"
     elif [ "$resume" = 1 ]; then
-        say "attempt $attempt of $max_restarts restarts: resuming from $from"
+        say "attempt $attempt of $max_restarts restarts: --resume latest: resuming from $from"
     else
         say "attempt $attempt of $max_restarts restarts: no committed checkpoint under '${out:-(no --out)}'; starting over"
     fi

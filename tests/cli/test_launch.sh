@@ -40,7 +40,7 @@ EOF
     has out1 "job: restart=0 args: --steps 8 --resume old --out out"
     has out1 "job: restart=1 args: --steps 8 --out out --resume latest"
     has log1 "attempt 0: failed with exit status 3"
-    has log1 "attempt 1 of 2 restarts: resuming from $tmp/out/step-00000004"
+    has log1 "attempt 1 of 2 restarts: --resume latest: resuming from $tmp/out/step-00000004"
     has log1 "attempt 1: finished (exit status 0)"
     [ "$(cat count)" = 2 ] || fail "expected 2 runs, got $(cat count)"
     # 2. no checkpoint yet (--out=DIR form): starts over, as given
@@ -96,7 +96,7 @@ has "$tmp/run.txt" "trident: rank 1: TRIDENT_FAULT: SIGKILL at step 5"
 has "$tmp/run.txt" "trident: rank 0: rank 1 (host "
 [ "$(grep -c "TRIDENT_FAULT: SIGKILL" "$tmp/run.txt")" = 1 ] || fail "the fault fired again after the restart"
 has "$tmp/launch.log" "attempt 0: failed with exit status"
-has "$tmp/launch.log" "attempt 1 of 2 restarts: resuming from $tmp/run/step-00000004"
+has "$tmp/launch.log" "attempt 1 of 2 restarts: --resume latest: resuming from $tmp/run/step-00000004"
 has "$tmp/launch.log" "attempt 1: finished (exit status 0)"
 # the last record of each step (the log may hold both attempts' steps 4..)
 steps() { grep '^{"step"' "$1" | sed -E 's/.*"step": ([0-9]+), "loss": ([^,]+), "lr": [^,]+, "grad_norm": ([^,]+),.*/\1 \2 \3/' |
