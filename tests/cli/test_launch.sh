@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # scripts/launch.sh, the restarting launcher.
-#   test_launch.sh loop LAUNCH
-#       the restart loop against a stand-in job that fails as told: restarts
+#   test_launch.sh loop LAUNCH TRIDENT DATA
+#       TRIDENT_RESTART: a kill fault fires at attempt 0 only, a bad value is
+#       one error line; then the restart loop against a stand-in job that fails as told: restarts
 #       with TRIDENT_RESTART counted up, `--resume latest` (in place of the
 #       job's own --resume) only once --out holds a committed checkpoint,
 #       --max-restarts honoured with the last exit status, a log line per
@@ -76,6 +77,17 @@ EOF
     # 5. a bad option is one error line and status 2
     bash "$launch" --max-restarts x -- true >out5 2>&1 && fail "--max-restarts x accepted"
     has out5 "launch: error: --max-restarts x: must be a non-negative integer"
+    # 6. the faults of TRIDENT_FAULT fire at attempt 0 only (one process)
+    T=$3 D=$4
+    R=(train --data "$D/tinyshakespeare.txt" --layers 1 --heads 1 --embd 8 --seq 8 --batch 2 --steps 2 --threads 1)
+    TRIDENT_FAULT=kill:1 "$T" "${R[@]}" >out6 2>&1
+    rc=$?
+    [ "$rc" = 137 ] || { cat out6; fail "kill:1 at attempt 0: exit status $rc, expected 137 (SIGKILL)"; }
+    has out6 "trident: rank 0: TRIDENT_FAULT: SIGKILL at step 1"
+    TRIDENT_FAULT=kill:1 TRIDENT_RESTART=1 "$T" "${R[@]}" >out7 2>&1 || { cat out7; fail "kill:1 fired at attempt 1"; }
+    grep -q "TRIDENT_FAULT" out7 && { cat out7; fail "kill:1 fired at attempt 1"; }
+    TRIDENT_FAULT=kill:1 TRIDENT_RESTART=x "$T" "${R[@]}" >out8 2>&1 && fail "TRIDENT_RESTART=x accepted"
+    has out8 "trident: error: TRIDENT_RESTART=x: must be a non-negative integer"
     echo "test_launch loop: ok"
     exit 0
 fi
