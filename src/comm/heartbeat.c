@@ -24,8 +24,9 @@
  * Addresses: the hub listens on every interface and offers its IPv4
  * addresses, non-loopback first (hosts in other network namespaces reach it
  * over their link, ranks of its own host over any); TRIDENT_HEARTBEAT_ADDR=ip
- * offers that one address only. A connection proves itself with a random job
- * token, so a stray listener at an offered address is skipped.
+ * offers that one address only. A connection proves itself with a per-job
+ * token (time and pid of rank 0), so a stray listener at an offered address
+ * is skipped.
  * TRIDENT_HEARTBEAT=0 turns the watch off. Single-process runs have none. */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -85,7 +86,7 @@ static int g_wake[2] = {-1, -1}; /* stop: a byte on the pipe */
 static pthread_t g_thread;
 static pthread_mutex_t g_send_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_int g_quiet;
-static double g_frozen_ms, g_frozen_at; /* this thread's own longest gap, and when it ended */
+static double g_frozen_ms, g_frozen_at; /* the last time this thread overslept: how long, and when */
 
 void td_comm_set_heartbeat_timeout(double seconds) { g_timeout_s = seconds; }
 double td_comm_heartbeat_timeout(void) { return g_timeout_s; }
