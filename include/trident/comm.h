@@ -17,7 +17,8 @@
  * group and its world ranks, peer/root, call site). Waits poll with a
  * deadline: a call that does not complete within td_comm_timeout() seconds
  * prints the ring and the stuck call on every rank that is stuck, then
- * MPI_Abort()s the job. Blocking collectives run MPI's blocking collective per
+ * ends the job (MPI_Abort, or _exit from a thread that may not call MPI).
+ * A heartbeat outside MPI catches ranks that die or stop between calls. Blocking collectives run MPI's blocking collective per
  * piece (measured faster than nonblocking pieces + polling) and a watchdog
  * thread holds them to the same deadline; blocking send/recv are start + wait.
  *
@@ -66,6 +67,12 @@ double td_comm_timeout(void);
 /* Pieces of nonblocking collectives in MPI at once, per group (1..8; 0
  * restores the default). Blocking calls run one piece at a time. */
 void td_comm_set_inflight(int pieces);
+/* Heartbeat (src/comm/heartbeat.c): a rank whose process dies is detected at
+ * once, a rank silent this many seconds (stopped, stuck, cut off) is taken
+ * for failed; either way every rank prints a report naming it and the call
+ * in flight, and exits. Default 60; <= 0: only deaths are detected. */
+void td_comm_set_heartbeat_timeout(double seconds);
+double td_comm_heartbeat_timeout(void);
 int td_comm_inflight(void);
 /* Groups whose ranks share one node all-reduce through a shared staging ring
  * instead of MPI (on by default; TRIDENT_COMM_SHM=0 in the environment keeps

@@ -20,6 +20,14 @@
  *                                        sum the tied embedding's gradients
  *                                        (every rank skips it, so nothing hangs;
  *                                        `trident verify` must name the tensor)
+ *   TRIDENT_FAULT=kill:STEP[:RANK]       RANK SIGKILLs itself in step STEP,
+ *                                        between its forward and its backward
+ *                                        (a crash: the heartbeat must end the job)
+ *   TRIDENT_FAULT=stop:STEP[:RANK]       the same with SIGSTOP (a hung rank)
+ *
+ * A fault fires on a job's first attempt only: with TRIDENT_RESTART=N, N > 0
+ * (scripts/launch.sh sets it when it restarts a job) none fires, so a
+ * restarted job runs clean.
  *
  * The variable is parsed and validated here only; a malformed value is a
  * one-line error naming it. */
@@ -28,7 +36,7 @@
 
 typedef enum {
     TD_FAULT_NONE = 0, TD_FAULT_NAN_LOSS, TD_FAULT_NAN_GRAD, TD_FAULT_SAVE_FAIL, TD_FAULT_SKIP_EMBED_SUM,
-    TD_FAULT_GRAD_INF, TD_FAULT_GRAD_INF_STUCK
+    TD_FAULT_GRAD_INF, TD_FAULT_GRAD_INF_STUCK, TD_FAULT_KILL, TD_FAULT_STOP
 } td_fault_kind;
 
 #define TD_FAULT_GRAD_TENSOR "transformer.h.0.mlp.c_fc.weight"
@@ -46,5 +54,8 @@ const td_fault *td_fault_get(void);
 void td_fault_reload(void);
 /* Whether fault `kind` fires at `step` on world rank `rank` (rank -1: any). */
 int td_fault_at(td_fault_kind kind, int step, int rank);
+/* kill / stop: when one is due at `step` on world rank `rank`, says so on
+ * stderr and sends the signal to this process (a stop returns after SIGCONT). */
+void td_fault_signal_at(int step, int rank);
 
 #endif

@@ -29,6 +29,7 @@ typedef struct {
     int virtual_stages;
     const char *dp_mode;
     double bucket_mb, comm_timeout, piece_mb;
+    double heartbeat_timeout; /* seconds of silence before a rank is taken for failed (comm.h) */
     const char *grad_reduce_dtype, *grad_compress; /* fp32|bf16, none|topk:R[:noef] */
     int no_overlap;
     /* --loss-scale auto|dynamic|none|S (loss_scale.h); auto is dynamic when

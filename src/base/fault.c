@@ -1,6 +1,8 @@
 /* Test-only fault injection (include/trident/fault.h): the one place that
  * reads and validates TRIDENT_FAULT. */
 #include <errno.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,6 +25,14 @@ const td_fault *td_fault_get(void) {
     memset(&g_fault, 0, sizeof g_fault);
     const char *s = getenv("TRIDENT_FAULT");
     if (!s || !*s) return &g_fault;
+    const char *restart = getenv("TRIDENT_RESTART");
+    if (restart && *restart) {
+        char *end;
+        int n = parse_int(restart, &end);
+        TD_CHECK(n >= 0 && *end == 0, "TRIDENT_RESTART=%s: must be a non-negative integer (the "
+                 "attempt number scripts/launch.sh sets; faults fire at attempt 0 only)", restart);
+        if (n > 0) return &g_fault; /* a restarted job runs clean */
+    }
     static const struct {
         const char *name;
         td_fault_kind kind;
@@ -32,7 +42,9 @@ const td_fault *td_fault_get(void) {
                  {"grad-inf:", TD_FAULT_GRAD_INF, 1},
                  {"grad-inf-stuck:", TD_FAULT_GRAD_INF_STUCK, 1},
                  {"save-fail:", TD_FAULT_SAVE_FAIL, 0},
-                 {"skip-embed-sum:", TD_FAULT_SKIP_EMBED_SUM, 0}};
+                 {"skip-embed-sum:", TD_FAULT_SKIP_EMBED_SUM, 0},
+                 {"kill:", TD_FAULT_KILL, 1},
+                 {"stop:", TD_FAULT_STOP, 1}};
     for (int k = 0; k < (int)(sizeof kinds / sizeof kinds[0]); k++) {
         size_t n = strlen(kinds[k].name);
         if (strncmp(s, kinds[k].name, n) != 0) continue;
@@ -51,8 +63,8 @@ const td_fault *td_fault_get(void) {
         return &g_fault;
     }
     td_fail("TRIDENT_FAULT=%s is not known; the test-only faults are nan-loss:STEP[:RANK], "
-            "nan-grad:STEP[:RANK], grad-inf:STEP[:RANK], grad-inf-stuck:STEP[:RANK], save-fail:STEP and "
-            "skip-embed-sum:STEP", s);
+            "nan-grad:STEP[:RANK], grad-inf:STEP[:RANK], grad-inf-stuck:STEP[:RANK], save-fail:STEP, "
+            "skip-embed-sum:STEP, kill:STEP[:RANK] and stop:STEP[:RANK]", s);
 }
 
 void td_fault_reload(void) { g_parsed = 0; }
@@ -60,4 +72,14 @@ void td_fault_reload(void) { g_parsed = 0; }
 int td_fault_at(td_fault_kind kind, int step, int rank) {
     const td_fault *f = td_fault_get();
     return f->kind == kind && f->step == step && (rank < 0 || f->rank == rank);
+}
+
+void td_fault_signal_at(int step, int rank) {
+    int kill = td_fault_at(TD_FAULT_KILL, step, rank);
+    if (!kill && !td_fault_at(TD_FAULT_STOP, step, rank)) return;
+    fflush(stdout);
+    fprintf(stderr, "trident: rank %d: TRIDENT_FAULT: %s at step %d\n", rank,
+            kill ? "SIGKILL" : "SIGSTOP", step);
+    fflush(stderr);
+    raise(kill ? SIGKILL : SIGSTOP);
 }

@@ -1,11 +1,14 @@
 /* comm core: MPI start-up and shutdown, the error policy (every failure takes
- * the whole job down through MPI_Abort, never a bare exit that leaves peers
- * hanging), groups with printable names, and the tunables. */
+ * the whole job down through MPI_Abort, or where this thread may not call MPI
+ * a non-zero _exit that mpirun answers the same way; never an exit that
+ * leaves peers hanging), groups with printable names, and the tunables. */
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "comm_internal.h"
 
@@ -20,7 +23,9 @@
  * bus); at 8 MiB+ pieces 2+ lost half. Each costs a scratch piece for bf16. */
 #define TD_COMM_DEFAULT_INFLIGHT 2
 
-static int g_initialized, g_we_initialized_mpi, g_world_rank;
+static int g_initialized, g_we_initialized_mpi, g_world_rank, g_world_size = 1;
+static int g_thread_level = MPI_THREAD_SINGLE; /* what MPI provides */
+static pthread_t g_main_thread;                /* the one that initialised MPI */
 static double g_t0_ms;
 static td_comm *g_world;
 static size_t g_piece = TD_COMM_DEFAULT_PIECE;
@@ -40,24 +45,34 @@ _Noreturn void td_mpi_failed(int rc, const char *what, const char *file, int lin
     fprintf(stderr, "trident: rank %d: MPI error in %s at %s:%d: %s\n", g_world_rank, what,
             base ? base + 1 : file, line, msg);
     td_comm_dump(16);
+    td_comm_abort(1);
+}
+
+/* MPI calls are the main thread's under FUNNELED; MPI_THREAD_MULTIPLE lets
+ * any thread make them (the watchdog's MPI_Abort among them). */
+static int may_call_mpi(void) {
+    return g_thread_level >= MPI_THREAD_MULTIPLE || pthread_equal(pthread_self(), g_main_thread);
+}
+
+_Noreturn void td_comm_abort(int code) {
+    fflush(stdout);
     fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, 1);
-    abort(); /* MPI_Abort does not return; this keeps _Noreturn honest */
+    td_heartbeat_abort_notice();
+    if (may_call_mpi()) MPI_Abort(MPI_COMM_WORLD, code);
+    _exit(code); /* another thread: mpirun ends the job on this non-zero exit */
 }
 
 /* td_fail / TD_ASSERT on any rank end the job on every rank. */
 static void abort_hook(int code) {
     fflush(stdout);
     fflush(stderr);
-    int size = 1;
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
     /* alone there are no peers to take down, and a singleton's MPI_Abort
      * only adds runtime noise after the one clear error line */
-    if (size == 1) {
+    if (g_world_size == 1 && may_call_mpi()) {
         MPI_Finalize();
         td_exit(code ? code : 1);
     }
-    MPI_Abort(MPI_COMM_WORLD, code ? code : 1);
+    td_comm_abort(code ? code : 1);
 }
 
 /* "dp{0,1}", "world{0-7}", "dp{0,2,4,...,62}": the world ranks in brackets,
@@ -120,20 +135,25 @@ void td_comm_init(int *argc, char ***argv) {
          * ranks). Only a default: a value set by the user or by mpirun --mca
          * wins, and other MPIs ignore the variable. */
         setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "1", 0);
-        /* FUNNELED: only the main thread calls MPI; the watchdog thread only
-         * ever calls MPI_Abort, when the job is lost anyway. */
+        /* FUNNELED: only the main thread calls MPI; the watchdog and
+         * heartbeat threads never do (td_comm_abort exits instead). */
         int rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
         if (rc != MPI_SUCCESS) {
             fprintf(stderr, "trident: error: MPI_Init_thread failed (code %d)\n", rc);
             exit(1);
         }
         g_we_initialized_mpi = 1;
+    } else {
+        TD_MPI(MPI_Query_thread(&provided));
     }
+    g_thread_level = provided;
+    g_main_thread = pthread_self();
     /* Return codes instead of MPI's default abort-with-a-generic-message, so
      * every failure says which call and where (TD_MPI). Communicators made
      * from world inherit the handler. */
     TD_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
     TD_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &g_world_rank));
+    TD_MPI(MPI_Comm_size(MPI_COMM_WORLD, &g_world_size));
     td_set_abort_hook(abort_hook);
     td_log_set_identity(g_world_rank, 0, 0, 0, 0);
     g_t0_ms = td_now_ms();
@@ -144,6 +164,7 @@ void td_comm_init(int *argc, char ***argv) {
     g_world = wrap(dup, "world");
     g_initialized = 1;
     td_watchdog_start();
+    td_heartbeat_start(g_world->mpi);
 }
 
 void td_comm_finalize(void) {
@@ -155,6 +176,9 @@ void td_comm_finalize(void) {
     g_initialized = 0;
     td_set_abort_hook(NULL);
     if (g_we_initialized_mpi) TD_MPI(MPI_Finalize());
+    /* after MPI_Finalize, which waits for the others: a rank that dies
+     * meanwhile is still reported */
+    td_heartbeat_stop();
 }
 
 td_comm *td_comm_world(void) {

@@ -140,13 +140,32 @@ uint64_t td_trace_begin(td_op op, const td_comm *c, td_dtype dt, size_t bytes, i
 void td_trace_end(uint64_t seq);
 /* Adds to td_comm_sent_bytes(). */
 void td_trace_count_sent(size_t bytes);
-/* One stuck call: print the message and the ring, then MPI_Abort (any thread). */
+/* One stuck call: print the message and the ring, then end the job
+ * (td_comm_abort, any thread). */
 _Noreturn void td_trace_stuck(uint64_t seq);
+/* A peer failed (heartbeat thread): "trident: rank R: <what>", the comm call
+ * in flight here and the ring, then _exit(1). */
+_Noreturn void td_trace_peer_lost(const char *what);
 /* Watchdog for calls that block inside MPI: armed around them. */
 void td_watchdog_start(void);
 void td_watchdog_stop(void);
 void td_watchdog_arm(uint64_t seq);
 void td_watchdog_disarm(void);
+
+/* ---- heartbeat (heartbeat.c) -------------------------------------------- */
+/* Collective over world at init: connects the ranks to the hub and starts
+ * the watch thread (nothing for one rank or TRIDENT_HEARTBEAT=0). */
+void td_heartbeat_start(MPI_Comm world);
+/* Normal end: goodbyes, then the thread stops. */
+void td_heartbeat_stop(void);
+/* This rank is about to end the job with its own report: the others keep
+ * quiet instead of reporting it as a death. Any thread. */
+void td_heartbeat_abort_notice(void);
+/* Ends the job after an error on this rank (the report is out): abort
+ * notice, then MPI_Abort where the threading level allows this thread to
+ * call MPI (the main thread under FUNNELED), else _exit (mpirun ends the
+ * job on a non-zero exit). */
+_Noreturn void td_comm_abort(int code);
 
 /* ---- bf16 (bf16.c) ----------------------------------------------------- */
 void td_bf16_to_f32_n(float *dst, const uint16_t *src, size_t n);

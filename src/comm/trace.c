@@ -3,7 +3,7 @@
  * Every comm call leaves a record (op, bytes, group with its world ranks,
  * peer, call site, times) in a ring of the last TD_TRACE_RING calls. When a
  * call is stuck past td_comm_timeout(), the rank prints which call, then the
- * ring, then MPI_Abort()s: a hung job becomes a short, readable failure that
+ * ring, then ends the job (td_comm_abort): a hung job becomes a short, readable failure that
  * names the group and the line where each rank waits.
  *
  * Waits on requests check the deadline themselves (td_wait polls). Calls that
@@ -154,8 +154,34 @@ _Noreturn void td_trace_stuck(uint64_t seq) {
                  td_comm_world_rank(), (unsigned long long)seq, waited_s);
     }
     dump_to_stderr(head, 16);
-    MPI_Abort(MPI_COMM_WORLD, 1);
-    abort();
+    td_comm_abort(1);
+}
+
+/* The newest call of this rank that started and has not finished. */
+static const td_record *last_in_flight(void) {
+    for (uint64_t s = g_seq, n = 0; s > 0 && n < TD_TRACE_RING; s--, n++) {
+        const td_record *r = &g_ring[s % TD_TRACE_RING];
+        if (r->seq == s && r->t_end < 0) return r;
+    }
+    return NULL;
+}
+
+_Noreturn void td_trace_peer_lost(const char *what) {
+    if (atomic_exchange(&g_firing, 1)) { /* a report of this rank is already out */
+        for (;;) pause();
+    }
+    int me = td_comm_world_rank();
+    char head[2048];
+    size_t n = (size_t)snprintf(head, sizeof head, "trident: rank %d: %s\n", me, what);
+    const td_record *r = last_in_flight();
+    if (r) {
+        n += (size_t)snprintf(head + n, sizeof head - n, "trident: rank %d: in flight here:\n", me);
+        if (n < sizeof head) format_record(head + n, sizeof head - n, r);
+    } else {
+        snprintf(head + n, sizeof head - n, "trident: rank %d: no comm call in flight here\n", me);
+    }
+    dump_to_stderr(head, 8);
+    _exit(1); /* this thread may not call MPI; mpirun ends the job on the exit */
 }
 
 /* ---- watchdog thread --------------------------------------------------- */

@@ -408,7 +408,14 @@ double td_pp_train_step(td_pp *pp, int step, float dloss, td_pp_batch_fn batch, 
     pp->dloss = dloss;
     td_dp_begin_pipeline(pp->dp);
     int n = pp->sched->n[pp->s];
-    for (int i = 0; i < n; i++) run_action(pp, i);
+    for (int i = 0, fired = 0; i < n; i++) {
+        td_action_kind k = pp->sched->a[pp->s][i].kind;
+        if (!fired && (k == TD_A_BWD || k == TD_A_BWD_INPUT)) { /* test faults kill / stop: */
+            fired = 1; /* between the stage's first forward and its first backward */
+            td_fault_signal_at(step, pp->g->world_rank);
+        }
+        run_action(pp, i);
+    }
     drain(pp);
     /* a stage's step lasts until the pipeline has flushed (the global norm
      * waits for every stage): the longest stage's time, all stages having

@@ -33,6 +33,7 @@ void td_train_opts_default(td_train_opts *o) {
     o->grad_compress = "none";
     o->loss_scale = "auto";
     o->comm_timeout = 300.0;
+    o->heartbeat_timeout = 60.0;
     o->sample_prompt = "";
     o->timing_skip = 1;
 }
@@ -94,6 +95,7 @@ void td_train_opts_parse(td_train_opts *o, int argc, char **argv) {
         {"--grad-compress", TD_FLAG_STR, &o->grad_compress, "none (default), topk:R (each rank's local AdamW update, each bucket's R share of largest as index/value pairs, the rest fed back next step; 0 < R <= 1; --zero 0 or 1), topk:R:grad (the gradient's largest instead, AdamW after the sum); :noef drops the rest", NULL},
         {"--no-overlap", TD_FLAG_BOOL, &o->no_overlap, "start gradient communication after backward (for measuring overlap)", NULL},
         {"--comm-timeout", TD_FLAG_DOUBLE, &o->comm_timeout, "seconds before a stuck collective aborts the job, 0 = wait forever (300)", "[0, 1e9]"},
+        {"--heartbeat-timeout", TD_FLAG_DOUBLE, &o->heartbeat_timeout, "seconds without a heartbeat before a rank is taken for stopped and the job ends, 0 = only deaths end it (60)", "[0, 1e9]"},
         {"--out", TD_FLAG_STR, &o->out, "checkpoint directory: DIR/step-NNNNNNNN/ per save, DIR/latest the newest (created if missing; its parent must exist)", NULL},
         {"--save-every", TD_FLAG_INT, &o->save_every, "also save to --out every K steps, 0 = at the end only (0)", NONNEG},
         {"--log", TD_FLAG_STR, &o->log, "JSON-lines metrics file", NULL},

@@ -222,6 +222,7 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
     td_grid_create(&g, o->dp, o->tp, o->pp, mode == TD_DP_PS ? o->ps_servers : 0);
     td_log_set_identity(g.world_rank, g.dp_rank, g.pp_rank, g.tp_rank, o->verbose);
     td_comm_set_timeout(o->comm_timeout);
+    td_comm_set_heartbeat_timeout(o->heartbeat_timeout);
     if (o->piece_mb > 0) td_comm_set_piece_bytes((size_t)(o->piece_mb * 1048576.0));
     int threads = o->threads > 0 ? o->threads : default_threads();
     td_kernels_set_threads(threads);
@@ -345,6 +346,7 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
                     t = tl_now();
                     loss_sum += td_gpt_forward(&model, in, tg);
                     tl_mark("F", "compute", k, t);
+                    if (k == 0) td_fault_signal_at(step, g.world_rank); /* test faults kill / stop */
                     t = tl_now();
                     watch.micro = k;
                     watch.fault_row = k == c.K - 1 ? frow : NULL;

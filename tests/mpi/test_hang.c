@@ -9,8 +9,13 @@
  *   test_hang shared       rank 0: td_allreduce inside a td_comm_alloc_shared
  *                          buffer (straight between buffers: the shm wait)
  * Rank 1 meanwhile sleeps 30 s outside MPI; mpirun kills it after the abort.
+ * With a second argument rank 1 fails instead, and the heartbeat, not the
+ * comm timeout (60 s then), must end rank 0's wait with a report naming it:
+ *   test_hang MODE kill    rank 1 SIGKILLs itself (a death)
+ *   test_hang MODE stop    rank 1 SIGSTOPs itself (silence; 2 s heartbeat timeout)
  *   test_hang mismatch     both ranks all-reduce a shared buffer, with
  *                          different counts: one clear error, not garbage */
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -24,7 +29,11 @@ int main(int argc, char **argv) {
     int me = td_comm_rank(w);
     const char *mode = argc > 1 ? argv[1] : "blocking";
     TD_CHECK(td_comm_size(w) == 2, "run test_hang with 2 ranks");
-    td_comm_set_timeout(2.0);
+    const char *fails = argc > 2 ? argv[2] : NULL;
+    TD_CHECK(!fails || !strcmp(fails, "kill") || !strcmp(fails, "stop"),
+             "unknown failure '%s'; use kill or stop", fails);
+    td_comm_set_timeout(fails ? 60.0 : 2.0);
+    td_comm_set_heartbeat_timeout(2.0);
     td_comm *dp = td_comm_split(w, 0, me, "dp");
     float x[1024];
     memset(x, 0, sizeof x);
@@ -38,6 +47,7 @@ int main(int argc, char **argv) {
         td_comm_finalize();
         return 0;
     }
+    if (me == 1 && fails) raise(!strcmp(fails, "kill") ? SIGKILL : SIGSTOP);
     if (me == 1) {
         sleep(30);
         fprintf(stderr, "test_hang: rank 1 woke up: the job was not ended\n");
