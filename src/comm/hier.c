@@ -1,0 +1,77 @@
+/* Hierarchical all-reduce, for groups whose members span nodes with the same
+ * number (2+) on each (td_transport HIER).
+ *
+ * Why: across nodes the network is the slow link. A flat all-reduce moves
+ * each rank's whole payload over it; here the members of a node first
+ * combine theirs through shared memory, and each then carries only 1/m of
+ * the node's sum across (m members per node), in parallel with the others.
+ *
+ * Per round of up to TD_HIER_CHUNK elements (n of them), with m members per
+ * node and shard s = n/m rounded up to 16 elements (whole cache lines):
+ *   1. stage:  the payload goes into this rank's part of a shared fp32
+ *              buffer of the node group (bf16 widened), zero-padded to m*s;
+ *   2. reduce-scatter inside the node, straight between the shared buffers
+ *              (shm_direct.c): member p sums block p over the node's members
+ *              in node-rank order;
+ *   3. all-reduce of that block across nodes, among the members with the
+ *              same position on every node, through MPI (pieces.c);
+ *   4. all-gather inside the node, in place, straight between the buffers;
+ *   5. unstage into the payload (bf16 rounded once, from the fp32 sum).
+ * Summation order of element i: the node sums in node-rank order, then MPI's
+ * all-reduce of the node sums over the node-crossing group (the flat MPI path
+ * makes the same promise: every rank gets the same bits, since one MPI result
+ * is broadcast in step 3 and every rank copies the same blocks in step 4).
+ *
+ * A started (nonblocking) all-reduce on such a group runs to completion when
+ * it starts: its three steps are collectives over other groups. */
+#include <string.h>
+
+#include "comm_internal.h"
+
+#define TD_HIER_CHUNK ((size_t)1 << 20) /* fp32 elements per round: 4 MiB staged */
+
+int td_hier_takes(const td_comm *c, td_redop op, size_t count) {
+    /* max is not a sum that a reduce-scatter can split: MPI does it */
+    return c->transport == TD_TRANSPORT_HIER && op == TD_SUM && count > 0;
+}
+
+static size_t stage_elems(int m) { return TD_HIER_CHUNK + 16 * (size_t)m; }
+
+void td_hier_allreduce(td_comm *c, void *buf, size_t count, td_dtype dt, td_redop op,
+                       const char *file, int line) {
+    td_comm *in = c->intra, *x = c->inter;
+    int m = in->size, me = in->rank;
+    td_comm_flush(c); /* pieces started earlier on c go out first, as for any call on c */
+    /* collective over the node group, which every member reaches here */
+    if (!c->stage) c->stage = td_comm_alloc_shared(in, stage_elems(m) * sizeof(float), TD_MEM_COMM);
+    size_t es = td_dtype_size(dt);
+    uint64_t seq = td_trace_begin(TD_OP_ALLREDUCE, c, dt, count * es, -1, file, line);
+    td_trace_count_sent(count * es);
+    float *st = c->stage;
+    for (size_t o = 0; o < count; o += TD_HIER_CHUNK) {
+        size_t n = td_min_sz(TD_HIER_CHUNK, count - o);
+        size_t s = ((n + (size_t)m - 1) / (size_t)m + 15) & ~(size_t)15;
+        if (dt == TD_BF16)
+            td_bf16_to_f32_n(st, (const uint16_t *)buf + o, n);
+        else
+            memcpy(st, (const float *)buf + o, n * sizeof(float));
+        memset(st + n, 0, (s * (size_t)m - n) * sizeof(float));
+        float *mine = st + (size_t)me * s;
+        td_reduce_scatter(in, st, mine, s, TD_F32);
+        td_allreduce(x, mine, s, TD_F32, op);
+        td_all_gather(in, mine, st, s, TD_F32);
+        if (dt == TD_BF16)
+            td_f32_to_bf16_n((uint16_t *)buf + o, st, n);
+        else
+            memcpy((float *)buf + o, st, n * sizeof(float));
+    }
+    td_trace_end(seq);
+}
+
+void td_hier_free(td_comm *c) {
+    if (c->stage) td_comm_free_shared(c->intra, c->stage, TD_MEM_COMM);
+    c->stage = NULL;
+    td_comm_free(c->intra);
+    td_comm_free(c->inter);
+    c->intra = c->inter = NULL;
+}
