@@ -38,6 +38,7 @@ struct td_comm {
     struct td_comm *intra;  /* hier: the members on my node (shared memory) */
     struct td_comm *inter;  /* hier: the members with my position on the other nodes (MPI) */
     float *stage;           /* hier: fp32 staging in a shared buffer of intra, lazily */
+    size_t stage_elems;
 };
 
 /* ---- nodes and transports (nodes.c) ------------------------------------ */

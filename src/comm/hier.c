@@ -6,8 +6,10 @@
  * combine theirs through shared memory, and each then carries only 1/m of
  * the node's sum across (m members per node), in parallel with the others.
  *
- * Per round of up to TD_HIER_CHUNK elements (n of them), with m members per
- * node and shard s = n/m rounded up to 16 elements (whole cache lines):
+ * Per round of up to m pieces (td_comm_piece_bytes() of fp32 each: the
+ * cross-node step then moves one MPI piece per rank), n elements, with m
+ * members per node and shard s = n/m rounded up to 16 elements (whole cache
+ * lines):
  *   1. stage:  the payload goes into this rank's part of a shared fp32
  *              buffer of the node group (bf16 widened), zero-padded to m*s;
  *   2. reduce-scatter inside the node, straight between the shared buffers
@@ -28,28 +30,29 @@
 
 #include "comm_internal.h"
 
-#define TD_HIER_CHUNK ((size_t)1 << 20) /* fp32 elements per round: 4 MiB staged */
-
 int td_hier_takes(const td_comm *c, td_redop op, size_t count) {
     /* max is not a sum that a reduce-scatter can split: MPI does it */
     return c->transport == TD_TRANSPORT_HIER && op == TD_SUM && count > 0;
 }
-
-static size_t stage_elems(int m) { return TD_HIER_CHUNK + 16 * (size_t)m; }
 
 void td_hier_allreduce(td_comm *c, void *buf, size_t count, td_dtype dt, td_redop op,
                        const char *file, int line) {
     td_comm *in = c->intra, *x = c->inter;
     int m = in->size, me = in->rank;
     td_comm_flush(c); /* pieces started earlier on c go out first, as for any call on c */
-    /* collective over the node group, which every member reaches here */
-    if (!c->stage) c->stage = td_comm_alloc_shared(in, stage_elems(m) * sizeof(float), TD_MEM_COMM);
+    size_t round = td_comm_piece_bytes() / sizeof(float) * (size_t)m;
+    size_t need = round + 16 * (size_t)m;
+    if (c->stage_elems < need) { /* collective over the node group: all have the same piece size */
+        if (c->stage) td_comm_free_shared(in, c->stage, TD_MEM_COMM);
+        c->stage = td_comm_alloc_shared(in, need * sizeof(float), TD_MEM_COMM);
+        c->stage_elems = need;
+    }
     size_t es = td_dtype_size(dt);
     uint64_t seq = td_trace_begin(TD_OP_ALLREDUCE, c, dt, count * es, -1, file, line);
     td_trace_count_sent(count * es);
     float *st = c->stage;
-    for (size_t o = 0; o < count; o += TD_HIER_CHUNK) {
-        size_t n = td_min_sz(TD_HIER_CHUNK, count - o);
+    for (size_t o = 0; o < count; o += round) {
+        size_t n = td_min_sz(round, count - o);
         size_t s = ((n + (size_t)m - 1) / (size_t)m + 15) & ~(size_t)15;
         if (dt == TD_BF16)
             td_bf16_to_f32_n(st, (const uint16_t *)buf + o, n);
@@ -71,6 +74,7 @@ void td_hier_allreduce(td_comm *c, void *buf, size_t count, td_dtype dt, td_redo
 void td_hier_free(td_comm *c) {
     if (c->stage) td_comm_free_shared(c->intra, c->stage, TD_MEM_COMM);
     c->stage = NULL;
+    c->stage_elems = 0;
     td_comm_free(c->intra);
     td_comm_free(c->inter);
     c->intra = c->inter = NULL;
