@@ -37,7 +37,7 @@ struct td_comm {
     int n_nodes, per_node;  /* nodes the members span; members on each (hier: all equal) */
     struct td_comm *intra;  /* hier: the members on my node (shared memory) */
     struct td_comm *inter;  /* hier: the members with my position on the other nodes (MPI) */
-    float *stage;           /* hier: fp32 staging in a shared buffer of intra, lazily */
+    float *stage;           /* hier: fp32 staging: intra's ring slots (td_shm_stage) */
     size_t stage_elems;
 };
 
@@ -70,6 +70,11 @@ typedef struct td_shm td_shm;
  * node (or TRIDENT_COMM_SHM=0, or a group of one). */
 td_shm *td_shm_open(MPI_Comm mpi, int rank, int size, const char *label, const int *world_ranks);
 void td_shm_close(td_shm *s);
+/* The ring's slots, as a shared buffer that direct reduce-scatter and
+ * all-gather take (the hierarchical all-reduce stages in them: a node group
+ * of a hierarchical group runs no ring ops). Collective: every member calls
+ * it at the same point, the first time. This rank's part, *elems fp32. */
+float *td_shm_stage(td_shm *s, size_t *elems);
 /* What a shared-memory op computes. */
 typedef enum { TD_SHM_ALLREDUCE = 0, TD_SHM_REDUCE_SCATTER, TD_SHM_ALL_GATHER } td_shm_kind;
 typedef struct {

@@ -11,7 +11,9 @@
  * members per node and shard s = n/m rounded up to 16 elements (whole cache
  * lines):
  *   1. stage:  the payload goes into this rank's part of a shared fp32
- *              buffer of the node group (bf16 widened), zero-padded to m*s;
+ *              buffer of the node group (bf16 widened), zero-padded to m*s:
+ *              the node group's staging-ring slots, which it holds anyway
+ *              and uses for nothing else (so no memory is added);
  *   2. reduce-scatter inside the node, straight between the shared buffers
  *              (shm_direct.c): member p sums block p over the node's members
  *              in node-rank order;
@@ -40,14 +42,9 @@ void td_hier_allreduce(td_comm *c, void *buf, size_t count, td_dtype dt, td_redo
     td_comm *in = c->intra, *x = c->inter;
     int m = in->size, me = in->rank;
     td_comm_flush(c); /* pieces started earlier on c go out first, as for any call on c */
-    size_t round = td_comm_piece_bytes() / sizeof(float) * (size_t)m;
-    size_t need = round + 16 * (size_t)m;
-    if (c->stage_elems < need) { /* collective over the node group: all have the same piece size */
-        if (c->stage) td_comm_free_shared(in, c->stage, TD_MEM_COMM);
-        c->stage = td_comm_alloc_shared(in, need * sizeof(float), TD_MEM_COMM);
-        c->stage_elems = need;
-    }
-    size_t es = td_dtype_size(dt);
+    if (!c->stage) c->stage = td_shm_stage(in->shm, &c->stage_elems);
+    size_t round = td_min_sz(td_comm_piece_bytes() / sizeof(float) * (size_t)m,
+                             c->stage_elems - 16 * (size_t)m);    size_t es = td_dtype_size(dt);
     uint64_t seq = td_trace_begin(TD_OP_ALLREDUCE, c, dt, count * es, -1, file, line);
     td_trace_count_sent(count * es);
     float *st = c->stage;
@@ -72,8 +69,7 @@ void td_hier_allreduce(td_comm *c, void *buf, size_t count, td_dtype dt, td_redo
 }
 
 void td_hier_free(td_comm *c) {
-    if (c->stage) td_comm_free_shared(c->intra, c->stage, TD_MEM_COMM);
-    c->stage = NULL;
+    c->stage = NULL; /* intra's ring: freed with it */
     c->stage_elems = 0;
     td_comm_free(c->intra);
     td_comm_free(c->inter);

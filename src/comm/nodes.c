@@ -140,7 +140,13 @@ void td_comm_choose_transport(td_comm *c) {
     } else if (agreed[0] && agreed[1] && equal && count[0] >= 2) {
         c->intra = sub_group(c, my_node, ".node");
         c->inter = sub_group(c, my_pos, ".x");
-        c->transport = TD_TRANSPORT_HIER;
+        /* every node needs its ring (/dev/shm may be full on one) */
+        int ring = c->intra->shm != NULL, all = 0;
+        TD_MPI(MPI_Allreduce(&ring, &all, 1, MPI_INT, MPI_MIN, c->mpi));
+        if (all)
+            c->transport = TD_TRANSPORT_HIER;
+        else
+            td_hier_free(c);
     }
     free(nodes);
     free(count);

@@ -139,6 +139,10 @@ void td_shm_close(td_shm *s) {
     free(s);
 }
 
+float *td_shm_stage(td_shm *s, size_t *elems) {
+    return td_shm_ring_stage(s, (size_t)TD_SHM_SLOTS * TD_SHM_SLOT_BYTES, elems);
+}
+
 /* ---- one all-reduce ---------------------------------------------------- */
 
 int td_shm_begin(td_shm_op *op, td_shm *s, td_shm_kind kind, const void *send, void *buf,

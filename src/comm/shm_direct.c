@@ -71,6 +71,27 @@ void *td_comm_alloc_shared(td_comm *c, size_t bytes, td_mem_cat cat) {
     return g->base[s->me];
 }
 
+float *td_shm_ring_stage(td_shm *s, size_t bytes, size_t *elems) {
+    for (td_shm_region *g = s->regions; g; g = g->next)
+        if (g->win == MPI_WIN_NULL) return *elems = g->bytes / sizeof(float), (float *)g->base[s->me];
+    td_shm_region *g = calloc(1, sizeof *g);
+    TD_ASSERT(g);
+    g->base = calloc((size_t)s->n, sizeof *g->base);
+    g->size = calloc((size_t)s->n, sizeof *g->size);
+    TD_ASSERT(g->base && g->size);
+    g->win = MPI_WIN_NULL;
+    g->bytes = bytes;
+    g->id = ++s->next_region; /* every member registers it at the same point */
+    for (int j = 0; j < s->n; j++) {
+        g->base[j] = (char *)s->slot[j];
+        g->size[j] = bytes;
+    }
+    g->next = s->regions;
+    s->regions = g;
+    *elems = bytes / sizeof(float);
+    return s->slot[s->me];
+}
+
 int td_comm_shares_memory(const td_comm *c) {
     return c && c->shm && td_comm_shm() && c->shm->n <= TD_SHM_MAX_RANKS;
 }
@@ -90,7 +111,7 @@ static td_shm_region *region_by_id(const td_shm *s, uint64_t id) {
 }
 
 static void region_release(td_shm_region *g) {
-    TD_MPI(MPI_Win_free(&g->win));
+    if (g->win != MPI_WIN_NULL) TD_MPI(MPI_Win_free(&g->win)); /* the ring's is the ring's */
     free(g->base);
     free(g->size);
     free(g);

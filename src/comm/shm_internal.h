@@ -126,5 +126,8 @@ void td_shm_check_peers(const td_shm_op *op);
 int td_shm_direct_begin(td_shm_op *op, td_shm *s, const void *send, size_t send_elems);
 int td_shm_direct_progress(td_shm_op *op);
 void td_shm_regions_free(td_shm *s);
+/* The ring slots of every rank (bytes each) as a shared region, registered
+ * once; this rank's part, *elems fp32 long. */
+float *td_shm_ring_stage(td_shm *s, size_t bytes, size_t *elems);
 
 #endif
