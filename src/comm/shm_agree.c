@@ -46,8 +46,11 @@ void td_shm_announce(td_shm_op *op, td_shm_path path, const td_shm_region *g, ui
     d->redop = (uint8_t)op->redop;
     d->path = (uint8_t)path;
     d->line = op->line;
-    const char *f = op->file ? strrchr(op->file, '/') : NULL;
-    snprintf(d->file, sizeof d->file, "%s", f ? f + 1 : op->file ? op->file : "?");
+    if (s->desc_file[k % TD_SHM_DESCS] != op->file) { /* the name costs more than a small op */
+        const char *f = op->file ? strrchr(op->file, '/') : NULL;
+        snprintf(d->file, sizeof d->file, "%s", f ? f + 1 : op->file ? op->file : "?");
+        s->desc_file[k % TD_SHM_DESCS] = op->file;
+    }
     td_shm_publish(&mine->entered, k); /* release: the descriptor is visible first */
     op->k = k;
     op->direct = path == TD_PATH_DIRECT;

@@ -75,6 +75,7 @@ struct td_shm {
     /* ops (every path) started and checked/finished here (the counters
      * entered / finished mirror them); regions allocated so far */
     uint64_t started, finished, next_region;
+    const char *desc_file[TD_SHM_DESCS]; /* __FILE__ whose name desc[i].file holds */
     td_shm_region *regions;
 };
 
