@@ -7,11 +7,16 @@
  * comm`). bf16 payloads are reduced in fp32 (converted per piece), so a sum
  * over many ranks is rounded once.
  *
- * Within a node MPI is bypassed where it can be: a group whose members all
- * share one node all-reduces through a shared staging ring, and fp32
- * all-reduce, reduce-scatter and all-gather whose input lies in a
- * td_comm_alloc_shared buffer run straight between the members' buffers
- * (src/comm/shm.c, shm_direct.c). Results are the same bits on every rank.
+ * Each group's transport is chosen when it is created, alike on every
+ * member (td_transport below). Within a node MPI is bypassed where it can
+ * be: a group whose members all share one node all-reduces through a shared
+ * staging ring, and fp32 all-reduce, reduce-scatter and all-gather whose
+ * input lies in a td_comm_alloc_shared buffer run straight between the
+ * members' buffers (src/comm/shm.c, shm_direct.c); every such op's
+ * descriptor (op, count, dtype, path) is checked against the other members'
+ * before data moves, and ranks that disagree fail with one line naming both
+ * (shm_agree.c). Groups spanning nodes all-reduce hierarchically (hier.c).
+ * Results are the same bits on every rank.
  *
  * Every call is recorded in a small per-rank ring (sequence number, op, bytes,
  * group and its world ranks, peer/root, call site). Waits poll with a
