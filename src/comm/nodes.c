@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm_internal.h"
+#include "shm_internal.h" /* TD_SHM_MAX_RANKS */
 
 static int *g_node;     /* [world size]: node id (lowest world rank on it) of each rank */
 static int g_world_n;
@@ -137,7 +137,7 @@ void td_comm_choose_transport(td_comm *c) {
     if (n_nodes == 1) {
         if (agreed[0]) c->shm = td_shm_open(c->mpi, c->rank, c->size, c->label, c->world_ranks);
         if (c->shm) c->transport = TD_TRANSPORT_SHM;
-    } else if (agreed[0] && agreed[1] && equal && count[0] >= 2) {
+    } else if (agreed[0] && agreed[1] && equal && count[0] >= 2 && count[0] <= TD_SHM_MAX_RANKS) {
         c->intra = sub_group(c, my_node, ".node");
         c->inter = sub_group(c, my_pos, ".x");
         /* every node needs its ring (/dev/shm may be full on one) */
