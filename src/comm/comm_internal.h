@@ -184,6 +184,9 @@ uint64_t td_trace_begin(td_op op, const td_comm *c, td_dtype dt, size_t bytes, i
 void td_trace_end(uint64_t seq);
 /* Adds to td_comm_sent_bytes(). */
 void td_trace_count_sent(size_t bytes);
+/* While on, calls leave records but add nothing to the byte counters: the
+ * parts of a call that counted itself whole. */
+void td_trace_nested(int on);
 /* One stuck call: print the message and the ring, then MPI_Abort (any thread). */
 _Noreturn void td_trace_stuck(uint64_t seq);
 /* Watchdog for calls that block inside MPI: armed around them. */

@@ -47,6 +47,7 @@ void td_hier_allreduce(td_comm *c, void *buf, size_t count, td_dtype dt, td_redo
                              c->stage_elems - 16 * (size_t)m);    size_t es = td_dtype_size(dt);
     uint64_t seq = td_trace_begin(TD_OP_ALLREDUCE, c, dt, count * es, -1, file, line);
     td_trace_count_sent(count * es);
+    td_trace_nested(1); /* the steps below are this call's, counted above */
     float *st = c->stage;
     for (size_t o = 0; o < count; o += round) {
         size_t n = td_min_sz(round, count - o);
@@ -65,6 +66,7 @@ void td_hier_allreduce(td_comm *c, void *buf, size_t count, td_dtype dt, td_redo
         else
             memcpy((float *)buf + o, st, n * sizeof(float));
     }
+    td_trace_nested(0);
     td_trace_end(seq);
 }
 

@@ -295,6 +295,15 @@ int main(int argc, char **argv) {
     else
         TD_CHECK(td_comm_transport(w) == TD_TRANSPORT_SHM || N == 1 || !td_comm_shm(),
                  "one node: world is %s", d1);
+    { /* a call counts its payload once, whatever its transport is made of */
+        float x[1000] = {0};
+        uint64_t b0 = td_comm_bytes(), s0 = td_comm_sent_bytes();
+        td_allreduce(w, x, 1000, TD_F32, TD_SUM);
+        TD_CHECK(td_comm_bytes() - b0 == 4000 && td_comm_sent_bytes() - s0 == 4000,
+                 "all-reduce of 4000 B on %s counted %llu B (sent %llu B)", d1,
+                 (unsigned long long)(td_comm_bytes() - b0),
+                 (unsigned long long)(td_comm_sent_bytes() - s0));
+    }
     /* shm: all-reduce through the shared ring (every group here is on one
      * node) with chunks of shm_chunk bytes, small enough that the ring wraps
      * many times; or through MPI pieces like every other op. */
