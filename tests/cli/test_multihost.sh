@@ -14,7 +14,8 @@
 # 3. restart: with the link restored, the launcher reruns the job from the
 #    newest committed checkpoint, which finishes with the uninterrupted run's
 #    final loss.
-# Part 2 needs the heartbeat (--heartbeat-timeout), part 3 --resume and
+# Also: TRIDENT_RANKS_PER_NODE making a "node" of ranks on both hosts is one
+# error line. Part 2 needs the heartbeat (--heartbeat-timeout), part 3 --resume and
 # scripts/launch.sh: without them they print PENDING (part 2 then runs alone
 # when only the heartbeat is there).
 # Skips (exit 77) with the reason when namespaces cannot be made (not root,
@@ -112,6 +113,12 @@ for layout in "${layouts[@]}"; do
     [ -n "$a" ] && [ "$a" = "$b" ] || fail "$layout: losses across hosts differ from the single-host run"
 done
 echo "test_multihost: equivalence across 2 hosts: ok"
+# a "node" of TRIDENT_RANKS_PER_NODE=4 would span both hosts: one error line
+mpi_hosts -x TRIDENT_RANKS_PER_NODE=4 "$TRIDENT" train "${MODEL[@]}" --dp 4 --steps 1 \
+    >"$WORK/k4.out" 2>&1 && fail "TRIDENT_RANKS_PER_NODE=4 across 2 hosts of 2 ranks ran"
+want="trident: error: TRIDENT_RANKS_PER_NODE=4 puts world ranks 0 and 2 on one node, but they run on different hosts"
+grep -qF "$want" "$WORK/k4.out" || { cat "$WORK/k4.out"; fail "no error naming the ranks on different hosts"; }
+echo "test_multihost: a node spanning hosts is refused: ok"
 
 # ---- 2. cut link, 3. restart -------------------------------------------
 if ! "$TRIDENT" train --help 2>&1 | grep -q -- --heartbeat-timeout; then
