@@ -38,6 +38,7 @@ struct td_comm {
     struct td_comm *intra;  /* hier: the members on my node (shared memory) */
     struct td_comm *inter;  /* hier: the members with my position on the other nodes (MPI) */
     float *stage;           /* hier: fp32 staging: intra's ring slots (td_shm_stage) */
+    struct td_request *hier_owner; /* hier: the all-reduce now using stage, intra, inter */
     size_t stage_elems;
 };
 
@@ -55,9 +56,9 @@ td_comm *td_comm_wrap(MPI_Comm mpi, const char *name);
 /* ---- hierarchical all-reduce (hier.c) ---------------------------------- */
 /* 1 when an all-reduce of this kind on c runs hierarchically. */
 int td_hier_takes(const td_comm *c, td_redop op, size_t count);
-/* Blocking, whether the caller started it or not: complete on return. */
-void td_hier_allreduce(td_comm *c, void *buf, size_t count, td_dtype dt, td_redop op,
-                       const char *file, int line);
+/* An active hierarchical all-reduce: does what it can without waiting (in
+ * start order per group); 1 when complete. *moved: it made progress. */
+int td_hier_progress(td_request *r, int *moved);
 void td_hier_free(td_comm *c);
 
 /* ---- shared memory (shm.c) --------------------------------------------- */
@@ -162,6 +163,10 @@ struct td_request {
     int ints_size; /* entries in ints */
     int via_shm;   /* all-reduce through the group's shared ring, not MPI */
     int agree;     /* MPI op on a group with a ring: pieces wait for the descriptors */
+    int hier;      /* all-reduce on a hierarchical group (hier.c), its state: */
+    int hier_phase;
+    size_t hier_o, hier_n, hier_s; /* this round's offset, length, shard */
+    MPI_Request hier_mpi;
     const char *file; /* call site */
     int line;
     td_shm_op shm;
@@ -184,9 +189,6 @@ uint64_t td_trace_begin(td_op op, const td_comm *c, td_dtype dt, size_t bytes, i
 void td_trace_end(uint64_t seq);
 /* Adds to td_comm_sent_bytes(). */
 void td_trace_count_sent(size_t bytes);
-/* While on, calls leave records but add nothing to the byte counters: the
- * parts of a call that counted itself whole. */
-void td_trace_nested(int on);
 /* One stuck call: print the message and the ring, then MPI_Abort (any thread). */
 _Noreturn void td_trace_stuck(uint64_t seq);
 /* Watchdog for calls that block inside MPI: armed around them. */

@@ -104,6 +104,12 @@ static void complete(td_request *r) {
 
 static void progress_all(void) {
     for (td_request *r = g_head; r; r = r->next) {
+        if (r->hier) {
+            int moved = 0;
+            if (!r->done_pieces && td_hier_progress(r, &moved)) r->done_pieces = 1;
+            if (moved) g_progress++;
+            continue;
+        }
         if (r->via_shm) { /* in start order, as the ring requires */
             if (!r->done_pieces && td_shm_progress(&r->shm)) r->done_pieces = 1;
             if (r->shm.moved) g_progress++;
@@ -239,6 +245,7 @@ static td_request *begin(td_request *r, td_op op, td_comm *c, td_dtype dt, size_
     r->send = NULL;
     r->file = file;
     r->line = line;
+    r->hier = 0;
     size_t bytes = count * td_dtype_size(dt);
     if (op == TD_OP_REDUCE_SCATTER || op == TD_OP_ALL_GATHER) bytes *= (size_t)c->size;
     if (op == TD_OP_BARRIER) bytes = 0;
@@ -293,8 +300,9 @@ static int run_shm(td_request *r) {
 }
 
 static void start(td_request *r) {
-    r->via_shm = shm_begin(r);
-    if (r->via_shm) {
+    r->hier = r->op == TD_OP_ALLREDUCE && td_hier_takes(r->comm, r->redop, r->count);
+    r->via_shm = !r->hier && shm_begin(r);
+    if (r->via_shm || r->hier) {
         r->n_pieces = r->next_piece = 1;
         r->done_pieces = 0;
         for (int s = 0; s < TD_MAX_INFLIGHT; s++) r->slot_piece[s] = SIZE_MAX;
@@ -333,11 +341,6 @@ static void run_blocking(td_request *r) {
 
 void td_allreduce_start_at(td_request *r, td_comm *c, void *buf, size_t count, td_dtype dt,
                            td_redop op, const char *file, int line) {
-    if (td_hier_takes(c, op, count)) { /* complete on return: r stays idle */
-        TD_ASSERT(r && !r->active);
-        td_hier_allreduce(c, buf, count, dt, op, file, line);
-        return;
-    }
     begin(r, TD_OP_ALLREDUCE, c, dt, count, -1, file, line)->buf = buf;
     r->redop = op;
     start(r);
@@ -387,13 +390,14 @@ void td_recv_start_at(td_request *r, td_comm *c, void *buf, size_t count, td_dty
 
 void td_allreduce_at(td_comm *c, void *buf, size_t count, td_dtype dt, td_redop op,
                      const char *file, int line) {
-    if (td_hier_takes(c, op, count)) {
-        td_hier_allreduce(c, buf, count, dt, op, file, line);
-        return;
-    }
     td_request *r = begin(&g_blocking, TD_OP_ALLREDUCE, c, dt, count, -1, file, line);
     r->buf = buf;
     r->redop = op;
+    if (td_hier_takes(c, op, count)) { /* through the request engine: start + wait */
+        start(r);
+        td_wait(r);
+        return;
+    }
     if (run_shm(r)) return;
     run_blocking(r);
 }

@@ -36,9 +36,6 @@ typedef struct {
 
 static td_record g_ring[TD_TRACE_RING];
 static uint64_t g_seq, g_bytes, g_sent;
-static int g_nested; /* inside a call made of calls (hier.c): the parts are not counted again */
-
-void td_trace_nested(int on) { g_nested = on; }
 
 static const char *g_op_names[TD_OP_N] = {"allreduce",  "reduce", "broadcast", "reduce_scatter",
                                           "all_gather", "send",   "recv",      "barrier"};
@@ -62,7 +59,7 @@ uint64_t td_trace_begin(td_op op, const td_comm *c, td_dtype dt, size_t bytes, i
     r->t_start = td_comm_since_init_ms();
     r->t_end = -1;
     memcpy(r->group, c->label, sizeof r->group); /* both TD_COMM_LABEL, NUL-terminated */
-    if (!g_nested) g_bytes += bytes;
+    g_bytes += bytes;
     return g_seq;
 }
 
@@ -73,9 +70,7 @@ void td_trace_end(uint64_t seq) {
 
 uint64_t td_comm_calls(void) { return g_seq; }
 uint64_t td_comm_bytes(void) { return g_bytes; }
-void td_trace_count_sent(size_t bytes) {
-    if (!g_nested) g_sent += bytes;
-}
+void td_trace_count_sent(size_t bytes) { g_sent += bytes; }
 uint64_t td_comm_sent_bytes(void) { return g_sent; }
 
 static const char *dt_name(const td_record *r) {
