@@ -6,7 +6,7 @@
  *
  * Why: the path is a per-rank choice (a buffer inside a td_comm_alloc_shared
  * allocation goes direct, bf16 or a plain buffer goes through the ring or
- * MPI, TRIDENT_COMM_SHM can turn shared memory off), and ranks that choose
+ * MPI, td_comm_set_shm can turn shared memory off), and ranks that choose
  * differently would wait for each other in different places until the comm
  * timeout. With the descriptors they stop at once with one line naming the
  * group, the op, both call sites and both descriptors.
