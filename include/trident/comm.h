@@ -7,11 +7,16 @@
  * comm`). bf16 payloads are reduced in fp32 (converted per piece), so a sum
  * over many ranks is rounded once.
  *
- * Within a node MPI is bypassed where it can be: a group whose members all
- * share one node all-reduces through a shared staging ring, and fp32
- * all-reduce, reduce-scatter and all-gather whose input lies in a
- * td_comm_alloc_shared buffer run straight between the members' buffers
- * (src/comm/shm.c, shm_direct.c). Results are the same bits on every rank.
+ * Each group's transport is chosen when it is created, alike on every
+ * member (td_transport below). Within a node MPI is bypassed where it can
+ * be: a group whose members all share one node all-reduces through a shared
+ * staging ring, and fp32 all-reduce, reduce-scatter and all-gather whose
+ * input lies in a td_comm_alloc_shared buffer run straight between the
+ * members' buffers (src/comm/shm.c, shm_direct.c); every such op's
+ * descriptor (op, count, dtype, path) is checked against the other members'
+ * before data moves, and ranks that disagree fail with one line naming both
+ * (shm_agree.c). Groups spanning nodes all-reduce hierarchically (hier.c).
+ * Results are the same bits on every rank.
  *
  * Every call is recorded in a small per-rank ring (sequence number, op, bytes,
  * group and its world ranks, peer/root, call site). Waits poll with a
@@ -41,6 +46,20 @@ float td_bf16_to_f32(uint16_t x);
 
 typedef struct td_comm td_comm; /* a group: an MPI communicator with a name */
 
+/* How a group's collectives travel, chosen when it is created, alike on
+ * every member. Nodes are groups of TRIDENT_RANKS_PER_NODE=k consecutive
+ * world ranks when that is set (as mpirun --map-by slot places ranks on
+ * hosts of k slots), else the ranks that share a host.
+ *   SELF  one member;
+ *   SHM   all members on one node: shared memory (see td_comm_alloc_shared);
+ *   HIER  2+ nodes with the same number (2+) of members on each: all-reduce
+ *         (sum) reduce-scatters inside each node through shared memory,
+ *         all-reduces each shard across nodes through MPI and all-gathers
+ *         inside the node; every other op through MPI;
+ *   MPI   everything else (and every group with TRIDENT_COMM_SHM=0; with
+ *         TRIDENT_COMM_HIER=0 groups that would be HIER). */
+typedef enum { TD_TRANSPORT_SELF = 0, TD_TRANSPORT_SHM, TD_TRANSPORT_HIER, TD_TRANSPORT_MPI } td_transport;
+
 /* MPI_Init (thread level FUNNELED), installs the MPI_Abort error hook. Safe to
  * call once per process; single-process runs without mpirun work too. */
 void td_comm_init(int *argc, char ***argv);
@@ -57,6 +76,15 @@ int td_comm_size(const td_comm *c);
 const char *td_comm_name(const td_comm *c);
 /* World rank of group member r. */
 int td_comm_world_rank_of(const td_comm *c, int r);
+td_transport td_comm_transport(const td_comm *c);
+/* "shared memory", "MPI", "hierarchical: 2 nodes x 2, shared memory inside,
+ * MPI across", "self": for the start report. */
+const char *td_comm_transport_desc(const td_comm *c, char *out, size_t cap);
+/* Node of a world rank (see td_transport). */
+int td_comm_node_of(int world_rank);
+/* Groups split after this use hierarchical all-reduce where they can (on by
+ * default; TRIDENT_COMM_HIER=0 turns it off). Every rank alike. */
+void td_comm_set_hier(int on);
 
 /* Tunables. piece: bytes per MPI call (0 restores the default). timeout:
  * seconds before a stuck call aborts the job (<= 0: wait forever). */

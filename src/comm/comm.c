@@ -101,7 +101,7 @@ static void make_label(td_comm *c) {
     snprintf(out + n, cap - n, "}");
 }
 
-static td_comm *wrap(MPI_Comm mpi, const char *name) {
+td_comm *td_comm_wrap(MPI_Comm mpi, const char *name) {
     td_comm *c = calloc(1, sizeof *c);
     TD_ASSERT(c);
     c->mpi = mpi;
@@ -120,7 +120,7 @@ static td_comm *wrap(MPI_Comm mpi, const char *name) {
     TD_MPI(MPI_Group_free(&wg));
     free(mine);
     make_label(c);
-    c->shm = td_shm_open(mpi, c->rank, c->size, c->label);
+    td_comm_choose_transport(c);
     return c;
 }
 
@@ -157,11 +157,12 @@ void td_comm_init(int *argc, char ***argv) {
     td_set_abort_hook(abort_hook);
     td_log_set_identity(g_world_rank, 0, 0, 0, 0);
     g_t0_ms = td_now_ms();
+    td_nodes_init();
     MPI_Comm dup;
     /* Our own copy of world, so trident's traffic cannot match anything a
      * library linked beside it sends on MPI_COMM_WORLD. */
     TD_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &dup));
-    g_world = wrap(dup, "world");
+    g_world = td_comm_wrap(dup, "world");
     g_initialized = 1;
     td_watchdog_start();
     td_heartbeat_start(g_world->mpi);
@@ -173,6 +174,7 @@ void td_comm_finalize(void) {
     td_requests_shutdown();
     td_comm_free(g_world);
     g_world = NULL;
+    td_nodes_free();
     g_initialized = 0;
     td_set_abort_hook(NULL);
     if (g_we_initialized_mpi) TD_MPI(MPI_Finalize());
@@ -194,7 +196,7 @@ td_comm *td_comm_split(td_comm *parent, int color, int key, const char *name) {
     MPI_Comm out;
     TD_MPI(MPI_Comm_split(parent->mpi, color < 0 ? MPI_UNDEFINED : color, key, &out));
     if (out == MPI_COMM_NULL) return NULL;
-    return wrap(out, name);
+    return td_comm_wrap(out, name);
 }
 
 void td_comm_free(td_comm *c) {
@@ -202,6 +204,7 @@ void td_comm_free(td_comm *c) {
     TD_CHECK(c->n_active == 0,
              "td_comm_free(%s) with %d requests still active; wait for them first", c->label,
              c->n_active);
+    td_hier_free(c);
     td_shm_close(c->shm);
     TD_MPI(MPI_Comm_free(&c->mpi));
     free(c->world_ranks);

@@ -174,9 +174,60 @@ static size_t parse_bytes(const char *flag, const char *s) {
     return (size_t)(v * mul);
 }
 
+/* --hier: all-reduce on a group split with hierarchical all-reduce on,
+ * beside the same ranks split with it off (flat: MPI in pieces), and one raw
+ * MPI call; trials alternate. Needs ranks on 2+ nodes with equal counts
+ * (e.g. TRIDENT_RANKS_PER_NODE=2 on 4 ranks). */
+static int hier_bench(size_t lo, size_t hi, int iters, int trials) {
+    td_comm *w = td_comm_world();
+    td_comm_set_hier(0);
+    td_comm *flat = td_comm_split(w, 0, td_comm_rank(w), "flat");
+    td_comm_set_hier(1);
+    td_comm *hier = td_comm_split(w, 0, td_comm_rank(w), "hier");
+    char d[160], pb[32], sb[32];
+    if (td_comm_transport(hier) != TD_TRANSPORT_HIER) {
+        td_log("trident: error: bench comm --hier: the ranks do not form 2+ nodes with equal "
+               "counts (%s); set TRIDENT_RANKS_PER_NODE, e.g. 2 on 4 ranks\n",
+               td_comm_transport_desc(hier, d, sizeof d));
+        td_comm_free(flat), td_comm_free(hier);
+        return TD_EXIT_USAGE;
+    }
+    bench F = {flat, td_comm_size(flat), td_alloc(hi, TD_MEM_COMM), NULL, NULL, NULL, NULL};
+    bench H = F;
+    H.c = hier;
+    td_log("trident bench comm --hier: %d ranks, %s; fp32 all-reduce bus bandwidth in GB/s, "
+           "best of %d trials, piece %s\n  flat = MPI in pieces over all ranks; hier = "
+           "trident's hierarchical all-reduce; raw = one MPI_Allreduce of the whole payload\n"
+           "%10s %9s %9s %9s %8s\n",
+           F.n, td_comm_transport_desc(hier, d, sizeof d), trials,
+           td_fmt_bytes(pb, sizeof pb, (double)td_comm_piece_bytes()), "size", "raw", "flat",
+           "hier", "hier/flat");
+    for (size_t bytes = lo; bytes <= hi; bytes *= 4) {
+        size_t b = td_max_sz(bytes / 4 * 4, 4);
+        int it = auto_iters(b, iters);
+        double best[3] = {1e30, 1e30, 1e30};
+        bench *Bs[3] = {&F, &F, &H};
+        const int impls[3] = {IMPL_RAW_PLAIN, IMPL_PLAIN, IMPL_PLAIN};
+        for (int j = 0; j < 3; j++) trial(Bs[j], OP_ALLREDUCE, impls[j], b, 1); /* warm-up */
+        for (int t = 0; t < trials; t++)
+            for (int j = 0; j < 3; j++) {
+                double sec = trial(Bs[j], OP_ALLREDUCE, impls[j], b, it);
+                if (sec < best[j]) best[j] = sec;
+            }
+        double g[3];
+        for (int j = 0; j < 3; j++) g[j] = (double)b * bus_factor(OP_ALLREDUCE, F.n) / best[j] / 1e9;
+        td_log("%10s %9.3f %9.3f %9.3f %7.2fx\n", td_fmt_bytes(sb, sizeof sb, (double)b), g[0],
+               g[1], g[2], g[2] / g[1]);
+    }
+    td_free(F.a);
+    td_comm_free(flat);
+    td_comm_free(hier);
+    return 0;
+}
+
 static const char *usage =
     "usage: trident bench comm [--min BYTES] [--max BYTES] [--iters N] [--trials N] "
-    "[--piece BYTES] [--ops allreduce,reduce_scatter,all_gather,broadcast] [--no-sweep]  (run "
+    "[--piece BYTES] [--ops allreduce,reduce_scatter,all_gather,broadcast] [--no-sweep] [--hier]  (run "
     "under "
     "mpirun -np 2 or more)";
 
@@ -184,7 +235,7 @@ int td_comm_bench_main(int argc, char **argv) {
     int own = !td_comm_initialized();
     if (own) td_comm_init(NULL, NULL);
     size_t lo = 4096, hi = (size_t)64 << 20, piece = 0;
-    int iters = 0, trials = 3, sweep = 1;
+    int iters = 0, trials = 3, sweep = 1, hier = 0;
     const char *ops = NULL; /* comma-separated op names; NULL = all */
     int words = 1; /* leading words ("trident", "bench", "comm") are the caller's to keep */
     for (int i = 0; i < argc; i++) {
@@ -204,6 +255,8 @@ int td_comm_bench_main(int argc, char **argv) {
             trials = atoi(argv[++i]);
         else if (!strcmp(f, "--no-sweep"))
             sweep = 0;
+        else if (!strcmp(f, "--hier"))
+            hier = 1;
         else if (!strcmp(f, "--ops") && has)
             ops = argv[++i];
         else
@@ -219,6 +272,11 @@ int td_comm_bench_main(int argc, char **argv) {
                "mpirun -np 2 (or more)\n");
         if (own) td_comm_finalize();
         return TD_EXIT_USAGE;
+    }
+    if (hier) {
+        int rc = hier_bench(lo, hi, iters, trials);
+        if (own) td_comm_finalize();
+        return rc;
     }
     bench B = {td_comm_world(), td_comm_size(td_comm_world()), NULL, NULL, NULL, NULL,
                td_request_new()};

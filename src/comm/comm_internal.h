@@ -32,7 +32,34 @@ struct td_comm {
     unsigned walk_stamp;       /* progress walk that found an earlier collective still issuing */
     int n_active;              /* active requests on this group */
     struct td_shm *shm;        /* shared staging ring when all members share a node, else NULL */
+    /* chosen at the split, alike on every member (nodes.c) */
+    td_transport transport;
+    int n_nodes, per_node;  /* nodes the members span; members on each (hier: all equal) */
+    struct td_comm *intra;  /* hier: the members on my node (shared memory) */
+    struct td_comm *inter;  /* hier: the members with my position on the other nodes (MPI) */
+    float *stage;           /* hier: fp32 staging: intra's ring slots (td_shm_stage) */
+    struct td_request *hier_owner; /* hier: the all-reduce now using stage, intra, inter */
+    size_t stage_elems;
 };
+
+/* ---- nodes and transports (nodes.c) ------------------------------------ */
+/* Node of every world rank: TRIDENT_RANKS_PER_NODE, else the host (MPI's
+ * shared-memory split). Collective over world, at td_comm_init. */
+void td_nodes_init(void);
+void td_nodes_free(void);
+/* Collective over c->mpi, with c's ranks and label set: picks c's transport
+ * (and opens its ring or its node / cross-node groups). */
+void td_comm_choose_transport(td_comm *c);
+/* A group of our own (comm.c): MPI communicator wrapped, transport chosen. */
+td_comm *td_comm_wrap(MPI_Comm mpi, const char *name);
+
+/* ---- hierarchical all-reduce (hier.c) ---------------------------------- */
+/* 1 when an all-reduce of this kind on c runs hierarchically. */
+int td_hier_takes(const td_comm *c, td_redop op, size_t count);
+/* An active hierarchical all-reduce: does what it can without waiting (in
+ * start order per group); 1 when complete. *moved: it made progress. */
+int td_hier_progress(td_request *r, int *moved);
+void td_hier_free(td_comm *c);
 
 /* ---- shared memory (shm.c) --------------------------------------------- */
 /* Staging ring per rank: slots of fp32, reused round-robin by chunk number. */
@@ -42,8 +69,13 @@ struct td_comm {
 typedef struct td_shm td_shm;
 /* Collective over mpi: the ring, or NULL when the members are not all on one
  * node (or TRIDENT_COMM_SHM=0, or a group of one). */
-td_shm *td_shm_open(MPI_Comm mpi, int rank, int size, const char *label);
+td_shm *td_shm_open(MPI_Comm mpi, int rank, int size, const char *label, const int *world_ranks);
 void td_shm_close(td_shm *s);
+/* The ring's slots, as a shared buffer that direct reduce-scatter and
+ * all-gather take (the hierarchical all-reduce stages in them: a node group
+ * of a hierarchical group runs no ring ops). Collective: every member calls
+ * it at the same point, the first time. This rank's part, *elems fp32. */
+float *td_shm_stage(td_shm *s, size_t *elems);
 /* What a shared-memory op computes. */
 typedef enum { TD_SHM_ALLREDUCE = 0, TD_SHM_REDUCE_SCATTER, TD_SHM_ALL_GATHER } td_shm_kind;
 typedef struct {
@@ -56,23 +88,33 @@ typedef struct {
     td_redop redop;
     uint64_t gen0, n_chunks; /* ring: this op's chunks in the group's stream */
     int direct;              /* straight between shared buffers, no ring */
+    int checked;             /* ring: the peers' descriptors matched */
+    const char *file;        /* call site, for the descriptor */
+    int line;
     uint64_t k;              /* direct: this op's number in the group */
     int part_done;           /* direct: this rank's part is reduced */
     int moved;               /* the last td_shm_progress did some work */
     uint64_t seq;            /* trace record, for reports */
 } td_shm_op;
-/* Every rank must begin the same ops on a group in the same order. fp32 data
- * inside a td_comm_alloc_shared buffer of the group goes direct. */
-void td_shm_allreduce_begin(td_shm_op *op, td_shm *s, void *buf, size_t count, td_dtype dt,
-                            td_redop redop, uint64_t seq);
-/* fp32 reduce-scatter / all-gather whose send buffer lies inside a shared
- * buffer of the group: 1 and started straight between the buffers, or 0 and
- * nothing done (the caller uses MPI). Arguments as td_reduce_scatter_start /
- * td_all_gather_start (recv = buf). */
-int td_shm_reduce_scatter_begin(td_shm_op *op, td_shm *s, const void *send, void *recv,
-                                size_t count, uint64_t seq);
-int td_shm_all_gather_begin(td_shm_op *op, td_shm *s, const void *send, void *recv, size_t count,
-                            uint64_t seq);
+/* Starts an all-reduce, reduce-scatter or all-gather (arguments as the
+ * td_*_start calls; all-reduce: send = buf) on a group with a ring, and
+ * publishes its descriptor: every rank must begin the same ops on a group in
+ * the same order, and each checks its peers' descriptors before data moves.
+ * Returns 1 when the op runs in shared memory: every all-reduce (fp32 data
+ * inside a td_comm_alloc_shared buffer of the group straight between the
+ * buffers, the rest through the ring), fp32 reduce-scatter / all-gather whose
+ * send buffer lies inside one. Returns 0 when the caller must use MPI (or
+ * use_shm is 0): then op stands for the MPI op, whose pieces wait for
+ * td_shm_agreed(op). */
+int td_shm_begin(td_shm_op *op, td_shm *s, td_shm_kind kind, const void *send, void *buf,
+                 size_t count, td_dtype dt, td_redop redop, int use_shm, uint64_t seq,
+                 const char *file, int line);
+/* Ring and MPI ops: 1 once op k is checked against every peer (in order:
+ * every earlier op of the group is checked here first), 0 when a peer has
+ * not started it yet. Marks it finished for the group's counters. */
+int td_shm_agreed(td_shm_op *op);
+/* Blocks (polling other requests) until td_shm_agreed. */
+void td_shm_agree_wait(td_shm_op *op);
 /* Does what it can without waiting; 1 when the op is complete. */
 int td_shm_progress(td_shm_op *op);
 /* Until complete; aborts naming the op's trace record after the comm timeout. */
@@ -120,6 +162,13 @@ struct td_request {
     int *ints;     /* displs[size] (all_gather), then counts[slot][size] */
     int ints_size; /* entries in ints */
     int via_shm;   /* all-reduce through the group's shared ring, not MPI */
+    int agree;     /* MPI op on a group with a ring: pieces wait for the descriptors */
+    int hier;      /* all-reduce on a hierarchical group (hier.c), its state: */
+    int hier_phase;
+    size_t hier_o, hier_n, hier_s; /* this round's offset, length, shard */
+    MPI_Request hier_mpi;
+    const char *file; /* call site */
+    int line;
     td_shm_op shm;
     uint64_t seq;            /* trace record */
     int tl_on;               /* started while the timeline records: its start time is tl_t0 */

@@ -104,6 +104,12 @@ static void complete(td_request *r) {
 
 static void progress_all(void) {
     for (td_request *r = g_head; r; r = r->next) {
+        if (r->hier) {
+            int moved = 0;
+            if (!r->done_pieces && td_hier_progress(r, &moved)) r->done_pieces = 1;
+            if (moved) g_progress++;
+            continue;
+        }
         if (r->via_shm) { /* in start order, as the ring requires */
             if (!r->done_pieces && td_shm_progress(&r->shm)) r->done_pieces = 1;
             if (r->shm.moved) g_progress++;
@@ -130,6 +136,13 @@ static void progress_all(void) {
         if (td_op_is_p2p(r->op) || r->next_piece == r->n_pieces) continue;
         td_comm *c = r->comm;
         if (c->walk_stamp == g_walk) continue;
+        if (r->agree) { /* no piece before every rank's descriptor matched */
+            if (!td_shm_agreed(&r->shm)) {
+                c->walk_stamp = g_walk;
+                continue;
+            }
+            r->agree = 0;
+        }
         for (int s = 0; s < TD_MAX_INFLIGHT; s++) {
             if (r->next_piece == r->n_pieces || c->inflight >= budget) break;
             if (r->slot_piece[s] != SIZE_MAX) continue;
@@ -230,6 +243,9 @@ static td_request *begin(td_request *r, td_op op, td_comm *c, td_dtype dt, size_
     r->source = -1;
     r->buf = NULL;
     r->send = NULL;
+    r->file = file;
+    r->line = line;
+    r->hier = 0;
     size_t bytes = count * td_dtype_size(dt);
     if (op == TD_OP_REDUCE_SCATTER || op == TD_OP_ALL_GATHER) bytes *= (size_t)c->size;
     if (op == TD_OP_BARRIER) bytes = 0;
@@ -245,41 +261,48 @@ static td_request *begin(td_request *r, td_op op, td_comm *c, td_dtype dt, size_
     return r;
 }
 
-/* Starts r in the group's shared memory when it can: every all-reduce
- * (straight between shared buffers, else through the ring), and fp32
- * reduce-scatter / all-gather whose input lies in a shared buffer. Returns 0
- * with nothing done otherwise (MPI pieces then). */
+/* On a group with a shared ring, every all-reduce, reduce-scatter and
+ * all-gather publishes its descriptor (shm_agree.c). Starts r in shared
+ * memory when it can: every all-reduce (straight between shared buffers, else
+ * through the ring), and fp32 reduce-scatter / all-gather whose input lies in
+ * a shared buffer. Returns 0 otherwise (MPI pieces then, which wait for the
+ * peers' descriptors when r->agree). */
 static int shm_begin(td_request *r) {
+    static const td_shm_kind kinds[TD_OP_N] = {[TD_OP_ALLREDUCE] = TD_SHM_ALLREDUCE,
+                                               [TD_OP_REDUCE_SCATTER] = TD_SHM_REDUCE_SCATTER,
+                                               [TD_OP_ALL_GATHER] = TD_SHM_ALL_GATHER};
     td_shm *s = r->comm->shm;
-    if (!s || !td_comm_shm() || r->count == 0) return 0;
-    switch (r->op) {
-    case TD_OP_ALLREDUCE:
-        td_shm_allreduce_begin(&r->shm, s, r->buf, r->count, r->dt, r->redop, r->seq);
-        return 1;
-    case TD_OP_REDUCE_SCATTER:
-        return r->dt == TD_F32 &&
-               td_shm_reduce_scatter_begin(&r->shm, s, r->send, r->buf, r->count, r->seq);
-    case TD_OP_ALL_GATHER:
-        return r->dt == TD_F32 &&
-               td_shm_all_gather_begin(&r->shm, s, r->send, r->buf, r->count, r->seq);
-    default:
+    r->agree = 0;
+    if (!s || r->count == 0) return 0;
+    if (r->op != TD_OP_ALLREDUCE && r->op != TD_OP_REDUCE_SCATTER && r->op != TD_OP_ALL_GATHER)
         return 0;
-    }
+    const void *send = r->op == TD_OP_ALLREDUCE ? r->buf : r->send;
+    if (td_shm_begin(&r->shm, s, kinds[r->op], send, r->buf, r->count, r->dt, r->redop,
+                     td_comm_shm(), r->seq, r->file, r->line))
+        return 1;
+    r->agree = 1;
+    return 0;
 }
 
-/* Blocking calls: through shared memory when shm_begin takes the op. */
+/* Blocking calls: through shared memory when shm_begin takes the op; an MPI
+ * op on a group with a ring first waits for the peers' descriptors. */
 static int run_shm(td_request *r) {
     td_comm_flush(r->comm); /* MPI pieces started earlier on the group go out first */
     r->via_shm = shm_begin(r);
-    if (!r->via_shm) return 0;
+    if (!r->via_shm) {
+        if (r->agree) td_shm_agree_wait(&r->shm);
+        r->agree = 0;
+        return 0;
+    }
     td_shm_run(&r->shm); /* polls the other requests while it waits */
     trace_done(r);
     return 1;
 }
 
 static void start(td_request *r) {
-    r->via_shm = shm_begin(r);
-    if (r->via_shm) {
+    r->hier = r->op == TD_OP_ALLREDUCE && td_hier_takes(r->comm, r->redop, r->count);
+    r->via_shm = !r->hier && shm_begin(r);
+    if (r->via_shm || r->hier) {
         r->n_pieces = r->next_piece = 1;
         r->done_pieces = 0;
         for (int s = 0; s < TD_MAX_INFLIGHT; s++) r->slot_piece[s] = SIZE_MAX;
@@ -370,6 +393,11 @@ void td_allreduce_at(td_comm *c, void *buf, size_t count, td_dtype dt, td_redop 
     td_request *r = begin(&g_blocking, TD_OP_ALLREDUCE, c, dt, count, -1, file, line);
     r->buf = buf;
     r->redop = op;
+    if (td_hier_takes(c, op, count)) { /* through the request engine: start + wait */
+        start(r);
+        td_wait(r);
+        return;
+    }
     if (run_shm(r)) return;
     run_blocking(r);
 }

@@ -43,9 +43,9 @@
 #include "shm_internal.h"
 
 /* Per rank: the counters, then the slots. */
-#define CTL_BYTES 4096
+#define CTL_BYTES 8192
 #define SEGMENT_BYTES (CTL_BYTES + (size_t)TD_SHM_SLOTS * TD_SHM_SLOT_BYTES)
-_Static_assert(sizeof(td_shm_ctl) <= CTL_BYTES, "control block outgrew its page");
+_Static_assert(sizeof(td_shm_ctl) <= CTL_BYTES, "control block outgrew its pages");
 
 static int g_shm_enabled = 1;
 static size_t g_chunk_bytes = TD_SHM_DEFAULT_CHUNK;
@@ -87,18 +87,10 @@ int td_shm_room(MPI_Comm mpi, size_t bytes, const char *what) {
     return all_ok;
 }
 
-td_shm *td_shm_open(MPI_Comm mpi, int rank, int size, const char *label) {
-    if (size < 2) return NULL;
-    const char *env = getenv("TRIDENT_COMM_SHM");
-    if (env && !strcmp(env, "0")) return NULL;
-    /* All of the group on one node? Then every member's node-local part is
-     * the whole group, on every rank alike, so the answer agrees everywhere. */
-    MPI_Comm node;
-    int node_size = 0;
-    TD_MPI(MPI_Comm_split_type(mpi, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node));
-    TD_MPI(MPI_Comm_size(node, &node_size));
-    TD_MPI(MPI_Comm_free(&node));
-    if (node_size != size) return NULL;
+td_shm *td_shm_open(MPI_Comm mpi, int rank, int size, const char *label,
+                    const int *world_ranks) {
+    /* the caller (nodes.c) decided, alike on every member, that the group
+     * lies on one node and wants shared memory */
     char what[TD_COMM_LABEL + 48];
     snprintf(what, sizeof what, "the shared-memory all-reduce ring of %s", label);
     if (!td_shm_room(mpi, SEGMENT_BYTES + TD_LINE, what)) return NULL;
@@ -107,6 +99,8 @@ td_shm *td_shm_open(MPI_Comm mpi, int rank, int size, const char *label) {
     TD_ASSERT(s);
     s->n = size;
     s->me = rank;
+    snprintf(s->label, sizeof s->label, "%s", label);
+    s->world_ranks = world_ranks;
     s->ctl = calloc((size_t)size, sizeof *s->ctl);
     s->slot = calloc((size_t)size, sizeof *s->slot);
     TD_ASSERT(s->ctl && s->slot);
@@ -145,17 +139,30 @@ void td_shm_close(td_shm *s) {
     free(s);
 }
 
+float *td_shm_stage(td_shm *s, size_t *elems) {
+    return td_shm_ring_stage(s, (size_t)TD_SHM_SLOTS * TD_SHM_SLOT_BYTES, elems);
+}
+
 /* ---- one all-reduce ---------------------------------------------------- */
 
-void td_shm_allreduce_begin(td_shm_op *op, td_shm *s, void *buf, size_t count, td_dtype dt,
-                            td_redop redop, uint64_t seq) {
-    td_shm_op_init(op, s, TD_SHM_ALLREDUCE, buf, buf, count, dt, redop, seq);
-    op->direct = dt == TD_F32 && td_shm_direct_begin(op, s, buf, count);
-    if (op->direct) return;
+int td_shm_begin(td_shm_op *op, td_shm *s, td_shm_kind kind, const void *send, void *buf,
+                 size_t count, td_dtype dt, td_redop redop, int use_shm, uint64_t seq,
+                 const char *file, int line) {
+    td_shm_op_init(op, s, kind, send, buf, count, dt, redop, seq);
+    op->file = file;
+    op->line = line;
+    size_t send_elems = kind == TD_SHM_REDUCE_SCATTER ? count * (size_t)s->n : count;
+    if (use_shm && dt == TD_F32 && td_shm_direct_begin(op, s, send, send_elems)) return 1;
+    if (!use_shm || kind != TD_SHM_ALLREDUCE) {
+        td_shm_announce(op, TD_PATH_MPI, NULL, 0);
+        return 0;
+    }
+    td_shm_announce(op, TD_PATH_RING, NULL, 0);
     op->chunk_elems = g_chunk_bytes / 4;
     op->n_chunks = (count + op->chunk_elems - 1) / op->chunk_elems;
     op->gen0 = s->next_gen;
     s->next_gen += op->n_chunks;
+    return 1;
 }
 
 static float *slot_of(const td_shm *s, int rank, uint64_t g) {
@@ -277,6 +284,11 @@ static int try_phase(td_shm_op *op, int p) {
 int td_shm_progress(td_shm_op *op) {
     if (op->direct) return td_shm_direct_progress(op);
     int moved = 0, step;
+    if (!op->checked) { /* no chunk moves before every rank's descriptor matched */
+        op->moved = 0;
+        if (!td_shm_agreed(op)) return 0;
+        op->checked = moved = 1;
+    }
     do {
         step = try_phase(op, STAGE);
         step |= try_phase(op, REDUCE);

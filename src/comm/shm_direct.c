@@ -13,12 +13,13 @@
  * bandwidth against 1.6-2.0 for one MPI_Allreduce of the same buffers. The
  * data-parallel and ZeRO buffers are allocated this way (src/parallel).
  *
- * Protocol, op k on the group (every rank starts the same direct ops in the
- * same order):
- *   start:  publish my descriptor (region, offset, count, kind) in
+ * Protocol, op k on the group (every rank starts the same ops in the same
+ * order; k counts the group's ops on every path, shm_agree.c):
+ *   start:  publish my descriptor (region, offset, count, kind, ...) in
  *           desc[k % 64], then entered = k (release);
- *   part:   once every rank entered k (their inputs are final), and my part
- *           of op k-1 is done: do my part; finished = k;
+ *   part:   once every rank entered k (their inputs are final), and op k-1
+ *           is checked or done here: check every rank's descriptor against
+ *           mine, do my part; finished = k;
  *   done:   once every rank finished k: nobody reads my input or writes my
  *           buffer any more, the op is complete here.
  * Each element of an output is written by one rank only, and never one that
@@ -70,6 +71,27 @@ void *td_comm_alloc_shared(td_comm *c, size_t bytes, td_mem_cat cat) {
     return g->base[s->me];
 }
 
+float *td_shm_ring_stage(td_shm *s, size_t bytes, size_t *elems) {
+    for (td_shm_region *g = s->regions; g; g = g->next)
+        if (g->win == MPI_WIN_NULL) return *elems = g->bytes / sizeof(float), (float *)g->base[s->me];
+    td_shm_region *g = calloc(1, sizeof *g);
+    TD_ASSERT(g);
+    g->base = calloc((size_t)s->n, sizeof *g->base);
+    g->size = calloc((size_t)s->n, sizeof *g->size);
+    TD_ASSERT(g->base && g->size);
+    g->win = MPI_WIN_NULL;
+    g->bytes = bytes;
+    g->id = ++s->next_region; /* every member registers it at the same point */
+    for (int j = 0; j < s->n; j++) {
+        g->base[j] = (char *)s->slot[j];
+        g->size[j] = bytes;
+    }
+    g->next = s->regions;
+    s->regions = g;
+    *elems = bytes / sizeof(float);
+    return s->slot[s->me];
+}
+
 int td_comm_shares_memory(const td_comm *c) {
     return c && c->shm && td_comm_shm() && c->shm->n <= TD_SHM_MAX_RANKS;
 }
@@ -89,7 +111,7 @@ static td_shm_region *region_by_id(const td_shm *s, uint64_t id) {
 }
 
 static void region_release(td_shm_region *g) {
-    TD_MPI(MPI_Win_free(&g->win));
+    if (g->win != MPI_WIN_NULL) TD_MPI(MPI_Win_free(&g->win)); /* the ring's is the ring's */
     free(g->base);
     free(g->size);
     free(g);
@@ -125,56 +147,19 @@ void td_shm_regions_free(td_shm *s) {
 int td_shm_direct_begin(td_shm_op *op, td_shm *s, const void *send, size_t send_elems) {
     td_shm_region *g = region_of(s, send, send_elems * sizeof(float));
     if (!g) return 0;
-    uint64_t k = s->direct_started + 1;
-    /* desc[k % 64] last held op k-64: every rank must be past it before it
-     * is reused. With 64+ ops in flight (a deep model's buckets) that means
-     * waiting here, progressing every request meanwhile: the older ops only
-     * need the ranks' own turns to finish. */
-    double since = 0;
-    unsigned idle = 0;
-    while (k > TD_SHM_DESCS &&
-           !td_shm_all_reached(s, offsetof(td_shm_ctl, finished), k - TD_SHM_DESCS))
-        td_shm_idle(&idle, &since, op->seq);
-    s->direct_started = k;
-    td_shm_ctl *mine = s->ctl[s->me];
-    td_shm_desc *d = &mine->desc[k % TD_SHM_DESCS];
-    d->region = g->id;
-    d->offset = (uint64_t)((const char *)send - g->base[s->me]);
-    d->count = op->count;
-    d->kind = op->kind;
-    td_shm_publish(&mine->entered, k); /* release: the descriptor is visible first */
-    op->direct = 1;
-    op->k = k;
+    td_shm_announce(op, TD_PATH_DIRECT, g, (uint64_t)((const char *)send - g->base[s->me]));
     op->part_done = 0;
     return 1;
 }
 
-int td_shm_reduce_scatter_begin(td_shm_op *op, td_shm *s, const void *send, void *recv,
-                                size_t count, uint64_t seq) {
-    td_shm_op_init(op, s, TD_SHM_REDUCE_SCATTER, send, recv, count, TD_F32, TD_SUM, seq);
-    return td_shm_direct_begin(op, s, send, count * (size_t)s->n);
-}
-
-int td_shm_all_gather_begin(td_shm_op *op, td_shm *s, const void *send, void *recv, size_t count,
-                            uint64_t seq) {
-    td_shm_op_init(op, s, TD_SHM_ALL_GATHER, send, recv, count, TD_F32, TD_SUM, seq);
-    return td_shm_direct_begin(op, s, send, count);
-}
-
 /* Rank j's input for op k, from j's descriptor. */
+/* Rank j's input for op k, from j's descriptor (checked to match mine). */
 static float *peer_input(const td_shm_op *op, int j) {
-    static const char *names[] = {"all-reduce", "reduce-scatter", "all-gather"};
-    static const char *with_article[] = {"an all-reduce", "a reduce-scatter", "an all-gather"};
     const td_shm *s = op->shm;
     const td_shm_desc *d = &s->ctl[j]->desc[op->k % TD_SHM_DESCS];
     td_shm_region *g = region_by_id(s, d->region);
-    if (!g || d->count != op->count || d->kind != op->kind) {
-        td_comm_dump(4); /* names this call and its site */
-        td_fail("%s #%llu mismatch: here %zu elements, group rank %d started %s of %llu "
-                "(every rank must make the same calls in the same order)",
-                names[op->kind], (unsigned long long)op->seq, op->count, j,
-                d->kind < 3 ? with_article[d->kind] : "another op", (unsigned long long)d->count);
-    }
+    TD_CHECK(g, "group %s: rank %d's shared buffer of op %llu is not allocated here", s->label, j,
+             (unsigned long long)op->k);
     size_t elems = op->kind == TD_SHM_REDUCE_SCATTER ? op->count * (size_t)s->n : op->count;
     TD_ASSERT(d->offset + elems * sizeof(float) <= g->size[j]);
     return (float *)(g->base[j] + d->offset);
@@ -246,6 +231,7 @@ static void all_gather_part(td_shm_op *op, float *const *in) {
 static void do_my_part(td_shm_op *op) {
     td_shm *s = op->shm;
     float *in[TD_SHM_MAX_RANKS]; /* no region exists on larger groups */
+    td_shm_check_peers(op);
     for (int j = 0; j < s->n; j++) in[j] = peer_input(op, j);
     if (op->kind == TD_SHM_ALLREDUCE)
         allreduce_part(op, in);
@@ -260,11 +246,11 @@ int td_shm_direct_progress(td_shm_op *op) {
     op->moved = 0;
     if (!op->part_done) {
         /* in order: finished = k must mean every earlier part is done too */
-        if (s->direct_finished != op->k - 1 ||
+        if (s->finished != op->k - 1 ||
             !td_shm_all_reached(s, offsetof(td_shm_ctl, entered), op->k))
             return 0;
         do_my_part(op);
-        s->direct_finished = op->k;
+        s->finished = op->k;
         td_shm_publish(&s->ctl[s->me]->finished, op->k);
         op->part_done = op->moved = 1;
     }

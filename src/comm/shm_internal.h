@@ -24,11 +24,18 @@
  * groups get plain buffers (and MPI) from td_comm_alloc_shared. */
 #define TD_SHM_MAX_RANKS 64
 
+/* How a rank runs an op on a group with shared memory: the descriptor says
+ * which, and every rank checks every peer's before it moves data. */
+typedef enum { TD_PATH_RING = 0, TD_PATH_DIRECT, TD_PATH_MPI } td_shm_path;
+
+/* Op k of the group as its owner started it (shm_agree.c checks them). */
 typedef struct {
-    uint64_t region; /* td_shm_region id, the same on every rank */
-    uint64_t offset; /* bytes into this rank's part of the region: the op's input */
-    uint64_t count;  /* the op's count (fp32 elements, per rank for scatter/gather) */
-    uint64_t kind;   /* td_shm_kind, to name a mismatch */
+    uint64_t region; /* direct: td_shm_region id, the same on every rank */
+    uint64_t offset; /* direct: bytes into this rank's part of the region: the op's input */
+    uint64_t count;  /* the op's count (per rank for scatter/gather) */
+    uint8_t kind, dt, redop, path; /* td_shm_kind, td_dtype, td_redop, td_shm_path */
+    int32_t line;                  /* call site, for the mismatch report */
+    char file[32];
 } td_shm_desc;
 
 /* One per rank, written only by its owner; every counter on its own line. */
@@ -37,8 +44,9 @@ typedef struct {
     _Alignas(TD_LINE) _Atomic uint64_t staged;
     _Alignas(TD_LINE) _Atomic uint64_t reduced;
     _Alignas(TD_LINE) _Atomic uint64_t done;
-    /* direct ops: the last one started (its descriptor is published), and
-     * the last one whose part this rank finished */
+    /* ops (every path): the last one started (its descriptor is published),
+     * and the last one this rank checked against its peers (for a direct op:
+     * whose part it finished too) */
     _Alignas(TD_LINE) _Atomic uint64_t entered;
     _Alignas(TD_LINE) _Atomic uint64_t finished;
     _Alignas(TD_LINE) td_shm_desc desc[TD_SHM_DESCS]; /* op k in desc[k % TD_SHM_DESCS] */
@@ -57,13 +65,17 @@ typedef struct td_shm_region {
 struct td_shm {
     MPI_Win win;
     int n, me;
+    char label[TD_COMM_LABEL]; /* the group's, for reports */
+    const int *world_ranks;    /* [n]: the group's */
     td_shm_ctl **ctl; /* [n] */
     float **slot;     /* [n]: rank j's ring slots, TD_SHM_SLOTS x slot capacity */
     /* staging ring: chunks handed to ops so far (identical on every rank),
      * and this rank's progress in each phase (mirrors its own counters) */
     uint64_t next_gen, staged, reduced, done;
-    /* direct ops: started and finished here; regions allocated so far */
-    uint64_t direct_started, direct_finished, next_region;
+    /* ops (every path) started and checked/finished here (the counters
+     * entered / finished mirror them); regions allocated so far */
+    uint64_t started, finished, next_region;
+    const char *desc_file[TD_SHM_DESCS]; /* __FILE__ whose name desc[i].file holds */
     td_shm_region *regions;
 };
 
@@ -83,6 +95,7 @@ static inline void td_shm_op_init(td_shm_op *op, td_shm *s, td_shm_kind kind, co
                                   void *out, size_t count, td_dtype dt, td_redop redop,
                                   uint64_t seq) {
     op->shm = s;
+    op->checked = 0;
     op->kind = kind;
     op->send = send;
     op->buf = out;
@@ -98,11 +111,24 @@ static inline void td_shm_op_init(td_shm_op *op, td_shm *s, td_shm_kind kind, co
  * with one note saying what `what` falls back to. */
 int td_shm_room(MPI_Comm mpi, size_t bytes, const char *what);
 
+/* shm_agree.c: the descriptors. */
+/* Publishes op's descriptor as the group's next op (after every rank is past
+ * the op that used its slot) and sets op->k, op->path. g, offset: the shared
+ * region holding a direct op's input (NULL, 0 otherwise). */
+void td_shm_announce(td_shm_op *op, td_shm_path path, const td_shm_region *g, uint64_t offset);
+/* Fails with one line naming both descriptors unless every rank's
+ * descriptor of op k matches this rank's. Every rank must have entered k. */
+void td_shm_check_peers(const td_shm_op *op);
+
 /* shm_direct.c, for shm.c: direct ops behind the td_shm_op interface. */
-/* op's kind, count, buffers and seq set: publishes `send` (send_elems fp32)
- * when it lies in a shared region; 0 and nothing done otherwise. */
+/* op's kind, count, buffers and seq set: announces a direct op on `send`
+ * (send_elems fp32) when it lies in a shared region; 0 and nothing done
+ * otherwise. */
 int td_shm_direct_begin(td_shm_op *op, td_shm *s, const void *send, size_t send_elems);
 int td_shm_direct_progress(td_shm_op *op);
 void td_shm_regions_free(td_shm *s);
+/* The ring slots of every rank (bytes each) as a shared region, registered
+ * once; this rank's part, *elems fp32 long. */
+float *td_shm_ring_stage(td_shm *s, size_t bytes, size_t *elems);
 
 #endif

@@ -98,7 +98,27 @@ void td_grid_destroy(td_grid *g) {
 
 /* One line per (pp, dp) row: the world ranks of its tp members, so a reader
  * finds any rank's coordinates at a glance; servers on the last line. */
+/* How each of this rank's groups travels (chosen at the split, alike on
+ * every member): rank 0 in the start report, every rank with --verbose. */
+static void print_transports(const td_grid *g) {
+    if (g->world_size < 2) return;
+    td_comm *groups[] = {g->dp_comm, g->tp_comm, g->pp_comm, g->ps_comm};
+    char line[1024], d[160];
+    size_t n = (size_t)snprintf(line, sizeof line, "transports:");
+    for (size_t i = 0; i < sizeof groups / sizeof *groups; i++) {
+        td_comm *c = groups[i];
+        if (!c || td_comm_size(c) < 2 || n >= sizeof line) continue;
+        n += (size_t)snprintf(line + n, sizeof line - n, "%s %s %s", n > 11 ? ";" : "",
+                              td_comm_name(c), td_comm_transport_desc(c, d, sizeof d));
+    }
+    if (n > 11) {
+        td_log("%s\n", line);
+        if (g->world_rank != 0) td_vlog("%s\n", line);
+    }
+}
+
 void td_grid_print(const td_grid *g) {
+    print_transports(g);
     if (g->world_rank != 0) return;
     char servers[48] = "";
     if (g->n_servers)

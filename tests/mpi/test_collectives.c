@@ -78,7 +78,12 @@ static void run(td_request *q, int nb) {
 
 static void t_allreduce(const ctx *x, td_redop op) {
     int me = td_comm_rank(x->c), n = td_comm_size(x->c);
-    void *b = databuf(x->count);
+    /* guard bytes before and after the payload must stay untouched (the
+     * hierarchical path stages and unstages it in rounds) */
+    size_t es = td_dtype_size(x->dt);
+    unsigned char *raw = databuf(x->count + 2);
+    memset(raw, 0xA5, (x->count + 2) * es);
+    void *b = raw + es;
     float *w = wantbuf(x->count);
     fill(b, x->dt, x->count, gr(x, me), x->salt, 0);
     for (size_t i = 0; i < x->count; i++) {
@@ -96,6 +101,9 @@ static void t_allreduce(const ctx *x, td_redop op) {
         td_allreduce(x->c, b, x->count, x->dt, op);
     run(q, x->nb);
     expect(op == TD_SUM ? "allreduce sum" : "allreduce max", x->dt, x->count, b, w, x->count);
+    for (size_t i = 0; i < es; i++)
+        TD_CHECK(raw[i] == 0xA5 && raw[(x->count + 1) * es + i] == 0xA5,
+                 "all-reduce of %zu on %s wrote outside its payload", x->count, td_comm_name(x->c));
     if (x->dt == TD_F32) {
         /* Again inside a shared buffer (straight between ranks where the
          * group is on one node), at an offset that differs per rank and is
@@ -116,7 +124,7 @@ static void t_allreduce(const ctx *x, td_redop op) {
                  "shared-buffer all-reduce wrote outside its range");
         td_comm_free_shared(x->c, sh, TD_MEM_OTHER);
     }
-    td_request_free(q), td_free(b), td_free(w);
+    td_request_free(q), td_free(raw), td_free(w);
 }
 
 static void t_reduce_bcast(const ctx *x) {
@@ -273,6 +281,29 @@ int main(int argc, char **argv) {
      * differ and the data keys (world ranks) catch any mix-up. */
     td_comm *half = td_comm_split(w, R % 2, N - R, "half");
     TD_CHECK(td_comm_world_rank_of(half, td_comm_rank(half)) == R, "world_rank_of(self)");
+    /* TRIDENT_RANKS_PER_NODE=2 on 4 ranks: world spans 2 "nodes" of 2 and
+     * all-reduces hierarchically; the halves ({0,2}, {1,3}) cross nodes with
+     * one member on each: MPI. Without it every group is on this node. */
+    const char *rpn = getenv("TRIDENT_RANKS_PER_NODE");
+    char d1[128], d2[128];
+    td_log("transports: %s %s, %s %s\n", td_comm_name(w), td_comm_transport_desc(w, d1, sizeof d1),
+           td_comm_name(half), td_comm_transport_desc(half, d2, sizeof d2));
+    if (rpn && !strcmp(rpn, "2") && N == 4)
+        TD_CHECK(td_comm_transport(w) == TD_TRANSPORT_HIER &&
+                     td_comm_transport(half) == TD_TRANSPORT_MPI,
+                 "TRIDENT_RANKS_PER_NODE=2 on 4 ranks: world is %s, half is %s", d1, d2);
+    else
+        TD_CHECK(td_comm_transport(w) == TD_TRANSPORT_SHM || N == 1 || !td_comm_shm(),
+                 "one node: world is %s", d1);
+    { /* a call counts its payload once, whatever its transport is made of */
+        float x[1000] = {0};
+        uint64_t b0 = td_comm_bytes(), s0 = td_comm_sent_bytes();
+        td_allreduce(w, x, 1000, TD_F32, TD_SUM);
+        TD_CHECK(td_comm_bytes() - b0 == 4000 && td_comm_sent_bytes() - s0 == 4000,
+                 "all-reduce of 4000 B on %s counted %llu B (sent %llu B)", d1,
+                 (unsigned long long)(td_comm_bytes() - b0),
+                 (unsigned long long)(td_comm_sent_bytes() - s0));
+    }
     /* shm: all-reduce through the shared ring (every group here is on one
      * node) with chunks of shm_chunk bytes, small enough that the ring wraps
      * many times; or through MPI pieces like every other op. */

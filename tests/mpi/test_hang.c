@@ -14,7 +14,17 @@
  *   test_hang MODE kill    rank 1 SIGKILLs itself (a death)
  *   test_hang MODE stop    rank 1 SIGSTOPs itself (silence; 2 s heartbeat timeout)
  *   test_hang mismatch     both ranks all-reduce a shared buffer, with
- *                          different counts: one clear error, not garbage */
+ *                          different counts: one clear error, not garbage
+ * Transport disagreements (each rank's path is chosen from where its buffer
+ * lies): one clear error naming both descriptors, not a hang:
+ *   test_hang placement    rank 1 all-reduces a plain buffer (staging ring)
+ *                          where rank 0 passes a shared one (direct)
+ *   test_hang placement_rs reduce-scatter, rank 0 shared (direct), rank 1
+ *                          plain (MPI), blocking
+ *   test_hang placement_nb all-gather started nonblocking, rank 0 plain
+ *                          (MPI pieces), rank 1 shared (direct)
+ *   test_hang dtype        all-reduce of a plain buffer, fp32 on rank 0,
+ *                          bf16 on rank 1 (both through the ring) */
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -44,6 +54,25 @@ int main(int argc, char **argv) {
     if (!strcmp(mode, "mismatch")) {
         td_allreduce(dp, sh, me ? 512 : 1024, TD_F32, TD_SUM);
         fprintf(stderr, "test_hang: mismatched all-reduce returned\n");
+        td_comm_finalize();
+        return 0;
+    }
+    if (!strncmp(mode, "placement", 9) || !strcmp(mode, "dtype")) {
+        float *plain = x, *shared = sh, *mine = me ? plain : shared; /* rank 0 shared */
+        if (!strcmp(mode, "placement")) {
+            td_allreduce(dp, mine, 256, TD_F32, TD_SUM);
+        } else if (!strcmp(mode, "placement_rs")) {
+            td_reduce_scatter(dp, mine, mine + me * 128, 128, TD_F32);
+        } else if (!strcmp(mode, "placement_nb")) {
+            float *in = me ? shared : plain; /* rank 0 plain this time */
+            td_request *q = td_request_new();
+            td_all_gather_start(q, dp, in + me * 128, in, 128, TD_F32);
+            td_wait(q);
+            td_request_free(q);
+        } else {
+            td_allreduce(dp, plain, 256, me ? TD_BF16 : TD_F32, TD_SUM);
+        }
+        fprintf(stderr, "test_hang: mismatched %s returned\n", mode);
         td_comm_finalize();
         return 0;
     }
