@@ -32,6 +32,7 @@ const td_fault *td_fault_get(void) {
                  {"grad-inf:", TD_FAULT_GRAD_INF, 1},
                  {"grad-inf-stuck:", TD_FAULT_GRAD_INF_STUCK, 1},
                  {"save-fail:", TD_FAULT_SAVE_FAIL, 0},
+                 {"save-kill:", TD_FAULT_SAVE_KILL, 1},
                  {"skip-embed-sum:", TD_FAULT_SKIP_EMBED_SUM, 0}};
     for (int k = 0; k < (int)(sizeof kinds / sizeof kinds[0]); k++) {
         size_t n = strlen(kinds[k].name);
@@ -51,7 +52,7 @@ const td_fault *td_fault_get(void) {
         return &g_fault;
     }
     td_fail("TRIDENT_FAULT=%s is not known; the test-only faults are nan-loss:STEP[:RANK], "
-            "nan-grad:STEP[:RANK], grad-inf:STEP[:RANK], grad-inf-stuck:STEP[:RANK], save-fail:STEP and "
+            "nan-grad:STEP[:RANK], grad-inf:STEP[:RANK], grad-inf-stuck:STEP[:RANK], save-fail:STEP, save-kill:STEP[:RANK] and "
             "skip-embed-sum:STEP", s);
 }
 

@@ -32,6 +32,9 @@ typedef struct td_dp_ops {
     int (*save_begin)(td_dp *dp, int steps_done); /* NULL: 1 */
     void (*stop)(td_dp *dp, int step);            /* NULL: nothing to do */
     void (*staleness)(const td_dp *dp, int *max_seen, double *mean_seen); /* NULL: 0, 0 */
+    /* td_dp_ranges (parallel.h); NULL: the mode cannot say (ps) */
+    void (*ranges)(td_dp *dp, int section, int owner_only, td_dp_range_cb cb, void *ctx);
+    float *(*rank_state)(td_dp *dp, int k); /* td_dp_rank_state; NULL: none */
 } td_dp_ops;
 
 extern const td_dp_ops td_dp_allreduce_ops, td_dp_reduce_broadcast_ops, td_dp_zero_ops,
@@ -75,6 +78,10 @@ void td_replicated_destroy(td_dp *dp);
 void td_replicated_begin_micro(td_dp *dp);
 const float *td_replicated_gather_unit(td_dp *dp, int section, int u, float *scratch);
 int td_replicated_full_params(const td_dp *dp);
+void td_replicated_ranges(td_dp *dp, int section, int owner_only, td_dp_range_cb cb, void *ctx);
+/* the per-dp-rank state of the gradient payload (td_dp_rank_state) */
+float *td_gpay_rank_state(td_gpay *g, int k);
+float *td_buckets_rank_state(td_buckets *b, int k);
 
 /* buckets.c: bucketed all-reduce (root < 0) or reduce to `root`,
  * overlapped with backward */

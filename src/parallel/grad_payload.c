@@ -111,6 +111,8 @@ void td_gpay_plan(const td_dp_config *cfg, int D, const td_param_table *t, int n
     }
 }
 
+float *td_gpay_rank_state(td_gpay *g, int k) { return k == 0 ? g->residual : k == 1 ? g->local_m : g->local_v; }
+
 td_gpay *td_gpay_create(td_dp *dp, int n_ranges, const size_t *lo, const size_t *len) {
     if (!td_gpay_on(&dp->cfg, dp->D)) return NULL;
     td_gpay *g = td_alloc(sizeof *g, TD_MEM_OTHER);
