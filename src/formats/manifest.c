@@ -1,5 +1,6 @@
 /* The manifest.json parser (formats_manifest.h): every field checked, every
  * error one sentence naming the field. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
