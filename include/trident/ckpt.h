@@ -56,10 +56,13 @@ void td_ckpt_meta_default(td_ckpt_meta *m, int step);
  * every training rank writes its shard (td_dp_ranges, owner ranges only),
  * then world rank 0 commits. Collective over the training ranks (not
  * parameter servers: their mode has no ranges; use the writer below).
- * The step directory's path goes to path (rank 0). */
-void td_ckpt_save_sharded(td_dp *dp, const td_grid *g, const td_param_table *t, const td_gpt_config *cfg,
-                          const td_tokenizer *tok, const char *out, const td_ckpt_meta *meta, char *path,
-                          size_t cap);
+ * The step directory's path goes to path (rank 0). Returns the bytes of
+ * bookkeeping the save held beside the state (no copy of it). */
+size_t td_ckpt_save_sharded(td_dp *dp, const td_grid *g, const td_param_table *t, const td_gpt_config *cfg,
+                            const td_tokenizer *tok, const char *out, const td_ckpt_meta *meta, char *path,
+                            size_t cap);
+/* the same bytes for the consolidated writer of a model of n_rows tensors */
+size_t td_ckpt_writer_bookkeeping(int n_rows);
 /* --resume PATH (a step directory, or an --out directory: its latest):
  * checks that the checkpoint is of this model (config, tokenizer, seed) and
  * fills everything this rank holds in its own layout. Per-dp-rank state is

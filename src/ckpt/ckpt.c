@@ -51,6 +51,8 @@ td_ckpt_writer *td_ckpt_writer_open(const char *out, const td_gpt_config *cfg,
     return w;
 }
 
+size_t td_ckpt_writer_bookkeeping(int n_rows) { return td_shard_bookkeeping(3 * n_rows); }
+
 void td_ckpt_writer_meta(td_ckpt_writer *w, const td_ckpt_meta *meta) {
     int step = w->meta.step;
     w->meta = *meta;

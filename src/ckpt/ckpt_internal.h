@@ -28,7 +28,7 @@ _Noreturn void td_ckpt_save_failed(const td_ckpt_dir *d, const char *what, int e
 /* One shard file: tensors declared first (key, element count), the header
  * written at creation, each tensor's floats put by index. */
 typedef struct {
-    char key[160];
+    char key[112]; /* the longest: 6 + 1 + 63 + 3 x 11 */
     uint64_t n;
 } td_shard_item;
 typedef struct td_shard td_shard;
@@ -36,6 +36,9 @@ td_shard *td_shard_create(const td_ckpt_dir *d, int file_index, const td_shard_i
 /* a test fault (save-kill) may SIGKILL this rank half-way through its data */
 void td_shard_put(td_shard *s, int i, const float *data);
 void td_shard_close(td_shard *s); /* fsync, close, free */
+/* bytes a save of n tensors holds beside the state: the item list, data
+ * pointers, the header's tensor table and offsets */
+size_t td_shard_bookkeeping(int n);
 /* "shard-%05d.safetensors" */
 void td_shard_name(char *buf, size_t cap, int file_index);
 

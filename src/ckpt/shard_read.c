@@ -40,7 +40,8 @@ void td_ckpt_reader_open(td_ckpt_reader *r, const char *path, const char *what) 
         TD_CHECK(n > 0, "%s %s: cannot open it as a step directory (no manifest.json) or as a directory written by "
                  "'trident train --out' (no latest link): %s", what, path, strerror(errno));
         target[n] = 0;
-        snprintf(r->dir, sizeof r->dir, "%s/%s", path, target);
+        int k = snprintf(r->dir, sizeof r->dir, "%s/%s", path, target);
+        TD_CHECK(k > 0 && (size_t)k < sizeof r->dir, "%s %s: latest names %.64s..., too long a path", what, path, target);
         snprintf(file, sizeof file, "%s/manifest.json", r->dir);
         TD_CHECK(stat(file, &st) == 0, "%s %s: latest names %s, which holds no manifest.json: %s", what, path, target,
                  strerror(errno));

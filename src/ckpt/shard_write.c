@@ -144,6 +144,10 @@ void td_shard_put(td_shard *s, int i, const float *data) {
     s->put++;
 }
 
+size_t td_shard_bookkeeping(int n) {
+    return (size_t)(n + 1) * (sizeof(td_shard_item) + sizeof(float *) + sizeof(td_st_tensor) + 2 * sizeof(uint64_t));
+}
+
 void td_shard_close(td_shard *s) {
     TD_ASSERT(s->put == s->n);
     char what[96];

@@ -36,12 +36,11 @@ static void add_range(void *ctx, size_t lo, size_t n, float *data) {
 
 /* This rank's pieces: the owner ranges of each section cut at tensor
  * boundaries, without what another rank writes (replicated tensors: tp rank
- * 0; the tied embedding of the last pipeline stage: the first's). */
-static int collect(td_dp *dp, const td_grid *g, const td_param_table *t, td_shard_item **items,
-                   const float ***data) {
-    int n = 0, cap = 64;
-    *items = td_alloc(sizeof **items * (size_t)cap, TD_MEM_OTHER);
-    *data = td_alloc(sizeof **data * (size_t)cap, TD_MEM_OTHER);
+ * 0; the tied embedding of the last pipeline stage: the first's). Counts
+ * when items is NULL. */
+static int collect(td_dp *dp, const td_grid *g, const td_param_table *t, td_shard_item *items,
+                   const float **data) {
+    int n = 0;
     for (int s = 0; s < TD_MF_NSECTIONS; s++) {
         range_list l = {0, 0, NULL};
         TD_ASSERT(td_dp_ranges(dp, s, 1, add_range, &l));
@@ -52,34 +51,31 @@ static int collect(td_dp *dp, const td_grid *g, const td_param_table *t, td_shar
                     continue;
                 size_t lo = td_max_sz(l.r[j].lo, p->offset), hi = td_min_sz(l.r[j].lo + l.r[j].n, p->offset + p->numel);
                 if (lo >= hi) continue;
-                if (n + 4 > cap) {
-                    cap *= 2;
-                    td_shard_item *ni = td_alloc(sizeof *ni * (size_t)cap, TD_MEM_OTHER);
-                    const float **nd = td_alloc(sizeof *nd * (size_t)cap, TD_MEM_OTHER);
-                    memcpy(ni, *items, sizeof *ni * (size_t)n);
-                    memcpy(nd, *data, sizeof *nd * (size_t)n);
-                    td_free(*items), td_free((void *)*data);
-                    *items = ni, *data = nd;
+                if (items) {
+                    td_piece_key(items[n].key, sizeof items[n].key, s, p->name, t->tp, t->tp_rank, lo - p->offset);
+                    items[n].n = hi - lo;
+                    data[n] = l.r[j].data + (lo - l.r[j].lo);
                 }
-                td_piece_key((*items)[n].key, sizeof(*items)[n].key, s, p->name, t->tp, t->tp_rank, lo - p->offset);
-                (*items)[n].n = hi - lo;
-                (*data)[n++] = l.r[j].data + (lo - l.r[j].lo);
+                n++;
             }
         td_free(l.r);
     }
     for (int k = 0; k < TD_DP_RANK_STATES; k++) {
         const float *x = td_dp_rank_state(dp, k);
         if (!x) continue;
-        snprintf((*items)[n].key, sizeof(*items)[n].key, "rank/%d/%d", k, g->world_rank);
-        (*items)[n].n = t->numel;
-        (*data)[n++] = x;
+        if (items) {
+            snprintf(items[n].key, sizeof items[n].key, "rank/%d/%d", k, g->world_rank);
+            items[n].n = t->numel;
+            data[n] = x;
+        }
+        n++;
     }
     return n;
 }
 
-void td_ckpt_save_sharded(td_dp *dp, const td_grid *g, const td_param_table *t, const td_gpt_config *cfg,
-                          const td_tokenizer *tok, const char *out, const td_ckpt_meta *meta, char *path,
-                          size_t cap) {
+size_t td_ckpt_save_sharded(td_dp *dp, const td_grid *g, const td_param_table *t, const td_gpt_config *cfg,
+                            const td_tokenizer *tok, const char *out, const td_ckpt_meta *meta, char *path,
+                            size_t cap) {
     /* world rank 0 names the temporary directory and creates it; the others
      * learn the name (its pid, in two exact halves) once it exists */
     float tag[2] = {0.0f, 0.0f};
@@ -92,9 +88,10 @@ void td_ckpt_save_sharded(td_dp *dp, const td_grid *g, const td_param_table *t, 
     }
     workers_max(g, tag, 2);
     td_ckpt_dir_init(&d, out, meta->step, (long)tag[0] | ((long)tag[1] << 16));
-    td_shard_item *items;
-    const float **data;
-    int n = collect(dp, g, t, &items, &data);
+    int n = collect(dp, g, t, NULL, NULL);
+    td_shard_item *items = td_alloc(sizeof *items * (size_t)(n + 1), TD_MEM_OTHER);
+    const float **data = td_alloc(sizeof *data * (size_t)(n + 1), TD_MEM_OTHER);
+    collect(dp, g, t, items, data);
     td_shard *s = td_shard_create(&d, g->world_rank, items, n);
     for (int i = 0; i < n; i++) td_shard_put(s, i, data[i]);
     td_shard_close(s);
@@ -103,6 +100,7 @@ void td_ckpt_save_sharded(td_dp *dp, const td_grid *g, const td_param_table *t, 
     float done = 1.0f; /* every shard is on disk (a failed rank aborts the job instead) */
     workers_max(g, &done, 1);
     if (g->world_rank == 0) td_ckpt_finish(&d, g->dp * g->tp * g->pp, meta, cfg, tok, t, path, cap);
+    return td_shard_bookkeeping(n);
 }
 
 static int same_layout(const td_manifest *m, const td_ckpt_meta *r) {

@@ -37,7 +37,7 @@ static size_t save_gathered(td_dp *dp, const td_grid *g, const td_param_table *t
         }
     if (w) td_ckpt_writer_commit(w, path, cap);
     td_free(scratch);
-    return scratch_n * sizeof(float);
+    return scratch_n * sizeof(float) + td_ckpt_writer_bookkeeping(t->n_rows);
 }
 
 void td_run_save(td_dp *dp, const td_grid *g, const td_param_table *t, const td_param_table *canon,
@@ -52,7 +52,7 @@ void td_run_save(td_dp *dp, const td_grid *g, const td_param_table *t, const td_
     double t0 = td_now_ms();
     int sharded = td_dp_mode_parse(o->dp_mode) != TD_DP_PS;
     if (sharded)
-        td_ckpt_save_sharded(dp, g, t, cfg, tok, o->out, &meta, path, sizeof path);
+        extra = td_ckpt_save_sharded(dp, g, t, cfg, tok, o->out, &meta, path, sizeof path);
     else
         extra = save_gathered(dp, g, t, canon, cfg, tok, &meta, o->out, path, sizeof path);
     double secs = (td_now_ms() - t0) / 1000.0;
@@ -63,12 +63,14 @@ void td_run_save(td_dp *dp, const td_grid *g, const td_param_table *t, const td_
     res->save_peak = td_mem_total_peak();
     res->save_start = start;
     res->save_plan = plan_total;
-    res->save_unit = extra; /* gathered: one unit (with tp its slices and assembly); sharded: none */
+    /* gathered: one unit (with tp its slices and assembly); sharded: no
+     * copy of the state, only the list of its pieces */
+    res->save_unit = extra;
     td_log("checkpoint: %s (%zu parameters, step %d, %s, %.2f s); memory during the save: peak %.3f MiB, "
            "%.3f MiB at its start, plan %.3f MiB + %s %.3f MiB\n",
            path, t->n_global, steps_done, sharded ? "one shard per rank" : "gathered to rank 0", secs,
            res->save_peak / 1048576.0, start / 1048576.0, plan_total / 1048576.0,
-           sharded ? "bookkeeping" : "one unit", extra / 1048576.0);
+           sharded ? "piece list" : "one unit and piece list", extra / 1048576.0);
 }
 
 static volatile sig_atomic_t g_stop;
