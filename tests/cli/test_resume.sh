@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Resuming: exact resume (bitwise losses and state) on dp2 zero 1, tp2 and
-# pp2; a resharding matrix (checkpoints saved under one layout continue
+# Resuming: exact resume (bitwise losses and state) on dp2 zero 1, tp2, pp2
+# and dp2 with top-k compression (its per-rank residuals and moments); a resharding matrix (checkpoints saved under one layout continue
 # under another: 8 ranks -> 1, 1 -> 8, across dp/tp/pp/zero/precision) whose
 # fp32 continuation losses are within 1e-5 relative of the uninterrupted
 # one-process run's; --stop-after and SIGTERM end with a checkpoint.
@@ -44,7 +44,7 @@ PYEOF
 tr ref 1 --out "$tmp/ref" --log "$tmp/ref.log"
 
 # --- exact resume: K steps + --resume + N-K steps == N steps, bitwise -------
-for L in "dp2z1 2 --dp 2 --zero 1" "tp2 2 --tp 2" "pp2 2 --pp 2"; do
+for L in "dp2z1 2 --dp 2 --zero 1" "tp2 2 --tp 2" "pp2 2 --pp 2" "topk 2 --dp 2 --grad-compress topk:0.1"; do
   set -- $L; name=$1 np=$2; shift 2
   tr "$name-full" "$np" "$@" --out "$tmp/$name-full" --log "$tmp/$name-full.log" || continue
   tr "$name-stop" "$np" "$@" --out "$tmp/$name" --stop-after 4 || continue
@@ -82,6 +82,12 @@ tr bf-to-1 1 --resume "$tmp/srcbf/step-00000004" --out "$tmp/o-bf1" --log "$tmp/
 # bf16 rounds activations and weights: its losses stay within 1e-2 of fp32's
 tr fp-to-bf 2 --dp 2 --precision bf16 --resume "$tmp/src1/step-00000004" --out "$tmp/o-fpbf" --log "$tmp/fp-to-bf.log" &&
   cmp_losses "reshard-fp32-to-bf16-dp2" "$tmp/ref.log" "$tmp/fp-to-bf.log" 1e-2
+
+# per-dp-rank state (top-k residuals, local moments) is dropped, with a note,
+# when the layout changes
+tr topk-to-1 1 --grad-compress topk:0.1 --resume "$tmp/topk/step-00000004" --out "$tmp/o-topk1" &&
+  if grep -q "per-dp-rank state (top-k residuals) was saved under dp 2 .*this layout differs, so it starts at zero" "$tmp/topk-to-1.out"
+  then echo "ok   topk-to-1: the residuals' note"; else fail "topk-to-1: no note about the dropped residuals"; fi
 
 # --- preemption: SIGTERM to the ranks (as Slurm sends it) or SIGUSR1 to
 # mpirun (which forwards it): every rank stops at the next step boundary with
