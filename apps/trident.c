@@ -1,10 +1,12 @@
-/* trident: train, verify, sample, tokenize, schedule, bench. */
+/* trident: train, verify, sample, tokenize, schedule, export, import, plan, bench. */
 #include <stdio.h>
 #include <string.h>
 
 #include "trident/base.h"
+#include "trident/ckpt_interop.h"
 #include "trident/comm.h"
 #include "trident/data.h"
+#include "trident/planner.h"
 #include "trident/schedule.h"
 #include "trident/train.h"
 
@@ -15,7 +17,10 @@ static void usage(void) {
            "           (mpirun -np N trident verify [train flags])\n"
            "  sample   generate text from a checkpoint (--ckpt DIR)\n"
            "  tokenize text files to GPT-2 token shards (--tokenizer gpt2 IN... --out DIR)\n"
+           "  export   write a checkpoint as HF GPT-2 safetensors or llm.c's format (--ckpt DIR --format F --out FILE)\n"
+           "  import   read HF GPT-2 safetensors or an llm.c checkpoint into a checkpoint (--format F --in FILE --out DIR)\n"
            "  schedule print and check a pipeline schedule (--pp P --micro-batches M --schedule S)\n"
+           "  plan     rank layouts by predicted memory and step time (--model M --global-batch B --gpus N)\n"
            "  bench    train | sgemm | comm: print measured figures\n"
            "Run 'trident <command> --help' for its flags.\n");
 }
@@ -30,9 +35,13 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "sample") == 0) return td_sample_main(argc - 2, argv + 2);
     if (strcmp(cmd, "tokenize") == 0) return td_tokenize_main(argc - 2, argv + 2);
     if (strcmp(cmd, "schedule") == 0) return td_schedule_main(argc - 2, argv + 2);
+    if (strcmp(cmd, "export") == 0) return td_export_main(argc - 2, argv + 2);
+    if (strcmp(cmd, "import") == 0) return td_import_main(argc - 2, argv + 2);
+    if (strcmp(cmd, "plan") == 0) return td_plan_main(argc - 2, argv + 2);
     if (strcmp(cmd, "train") != 0 && strcmp(cmd, "bench") != 0 && strcmp(cmd, "verify") != 0) {
         fprintf(stderr,
-                "trident: error: unknown command '%s'; use train, verify, sample, tokenize, schedule or bench\n",
+                "trident: error: unknown command '%s'; use train, verify, sample, tokenize, schedule, export, "
+                "import, plan or bench\n",
                 cmd);
         return TD_EXIT_USAGE;
     }

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "dp_internal.h"
+#include "trident/state_plan.h"
 
 #define POOL 2 /* block buffers in flight: the one in use + one prefetched/draining */
 
@@ -76,9 +77,11 @@ static void zero_plan(const td_dp_config *cfg, const td_layout *lay, const td_pa
     for (int u = 1; u <= L + 1; u++) max_block = td_max_sz(max_block, td_unit_numel(t, u));
     size_t u0 = td_unit_numel(t, 0) * sizeof(float), uf = td_unit_numel(t, L + 1) * sizeof(float);
     max_block *= sizeof(float);
-    p->bytes[TD_MEM_OPTIM] = 2 * sh;
-    p->bytes[TD_MEM_GRADS] = cfg->zero == 1 ? n : sh;
-    p->bytes[td_dp_param_cat(cfg)] = cfg->zero == 3 ? sh : n;
+    /* what each stage shards: the one function the planner calls too */
+    td_state_bytes st = td_state_plan((double)t->numel, D, cfg->zero, td_state_elem_engine(cfg->master));
+    p->bytes[TD_MEM_OPTIM] = (size_t)st.optim;
+    p->bytes[TD_MEM_GRADS] = (size_t)st.grads;
+    p->bytes[td_dp_param_cat(cfg)] = (size_t)(st.params + st.master);
     if (cfg->zero == 1) p->bytes[TD_MEM_COMM] = sh; /* reduce-scatter output */
     else p->bytes[TD_MEM_COMM] = POOL * max_block + u0;
     /* Through MPI the comm layer packs a reduce-scatter piece per in-flight

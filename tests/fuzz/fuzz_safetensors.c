@@ -1,15 +1,20 @@
 /* Fuzz target: arbitrary bytes as a safetensors file (length prefix, JSON
- * header, data) and as bare JSON text (src/formats/safetensors.c, json.c).
+ * header, data), as bare JSON text, as an llm.c GPT-2 checkpoint and as a
+ * Hugging Face GPT-2 config.json (src/formats/safetensors.c, json.c,
+ * gpt2_files.c): every input goes to all four, so no selector byte.
  * Both must return 0 or -1 with a message for any input: no crash, no read
  * past the buffer, no leak, no overflow in the offset arithmetic. A header
  * that parses must describe tensors inside the data, tiling it, and must
  * survive a round trip through the writer.
+ * A config that parses must parse again, equal, after td_hf_config_format.
  * Seeds (tests/fuzz/corpus/safetensors/): small files written by
- * td_st_header_format and JSON texts with escapes and nesting. */
+ * td_st_header_format, JSON texts with escapes and nesting, a config.json
+ * written by trident export and an llm.c header. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "trident/formats_gpt2.h"
 #include "trident/formats_safetensors.h"
 
 static void check_header(const td_st_header *h, uint64_t size) {
@@ -44,6 +49,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         td_json_get_int(v, "a", INT64_MIN, INT64_MAX, &x, &e);
         td_json_get_str(v, "a", &s, &e);
         td_json_free(v);
+    }
+    td_llmc_header lh;
+    td_llmc_header_parse(data, size, size, &lh, &e);
+    td_hf_config c, again;
+    if (td_hf_config_parse((const char *)data, size, &c, &e) == 0) {
+        char *text = td_hf_config_format(&c);
+        if (!text || td_hf_config_parse(text, strlen(text), &again, &e) != 0 || again.L != c.L ||
+            again.H != c.H || again.C != c.C || again.T != c.T || again.V != c.V ||
+            (c.chars && memcmp(c.chars, again.chars, sizeof *c.chars * (size_t)c.V) != 0))
+            __builtin_trap();
+        td_hf_config_free(&again);
+        td_hf_config_free(&c);
+        free(text);
     }
     return 0;
 }

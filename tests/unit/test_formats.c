@@ -12,17 +12,7 @@
 #include "trident/formats_data.h"
 #include "test_util.h"
 
-/* One check: prints the failure with what was expected and what came. */
-#define EXPECT(cond, ...)                                                                          \
-    do {                                                                                           \
-        tu_checks++;                                                                               \
-        if (!(cond)) {                                                                             \
-            tu_failures++;                                                                         \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                           \
-            printf(__VA_ARGS__);                                                                   \
-            printf("\n");                                                                          \
-        }                                                                                          \
-    } while (0)
+#define EXPECT TU_EXPECT /* test_util.h */
 
 #define U(s) (const unsigned char *)(s), sizeof(s) - 1
 

@@ -5,25 +5,18 @@
  * past the file, element count vs bytes, unknown dtype, duplicate names,
  * bad JSON, a length prefix larger than the file, deep nesting) with the
  * tensor and field its message must name. Expected values are written out
- * by hand; nothing has a tolerance. */
+ * by hand; nothing has a tolerance. Also llm.c's GPT-2 header and HF's
+ * GPT-2 config.json (formats_gpt2.h): round trips and each rejection. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "trident/formats_gpt2.h"
 #include "trident/formats_safetensors.h"
 #include "test_util.h"
 
-#define EXPECT(cond, ...)                                                                          \
-    do {                                                                                           \
-        tu_checks++;                                                                               \
-        if (!(cond)) {                                                                             \
-            tu_failures++;                                                                         \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                           \
-            printf(__VA_ARGS__);                                                                   \
-            printf("\n");                                                                          \
-        }                                                                                          \
-    } while (0)
+#define EXPECT TU_EXPECT
 
 /* ---- JSON ---------------------------------------------------------------- */
 
@@ -235,9 +228,76 @@ static void test_safetensors(void) {
     td_st_header_free(&hh);
 }
 
+/* ---- llm.c header, HF config.json --------------------------------------- */
+
+static void test_gpt2_files(void) {
+    td_llmc_header h = {16, 58, 2, 2, 32, 128, 0}, g;
+    unsigned char b[TD_LLMC_HEADER_BYTES];
+    td_llmc_header_encode(&h, b);
+    /* wte 128x32 + wpe 16x32 + 2 x (12 x 32^2 + 13 x 32) + 2 x 32, by hand */
+    const uint64_t numel = 4096 + 512 + 2 * (12288 + 416) + 64, len = 1024 + 4 * numel;
+    td_err e = {{0}};
+    EXPECT(td_llmc_header_parse(b, sizeof b, len, &g, &e) == 0 && g.numel == numel && g.Vp == 128 &&
+           g.maxT == 16 && g.V == 58 && g.L == 2 && g.H == 2 && g.C == 32, "llmc round trip: %s", e.msg);
+    EXPECT(b[0] == 0xc6 && b[1] == 0xd7 && b[2] == 0x34 && b[3] == 0x01 && b[4] == 3 && b[28] == 128 &&
+           b[1023] == 0, "llmc bytes: 20240326 = 0x0134d7c6 little-endian, version 3, Vp 128");
+    EXPECT(td_llmc_header_parse(b, sizeof b, len + 4, &g, &e) == -1 && strstr(e.msg, "trailing bytes"), "%s", e.msg);
+    EXPECT(td_llmc_header_parse(b, sizeof b, len - 4, &g, &e) == -1 && strstr(e.msg, "(truncated)"), "%s", e.msg);
+    EXPECT(td_llmc_header_parse(b, 1000, len, &g, &e) == -1 && strstr(e.msg, "1024-byte header"), "%s", e.msg);
+    td_llmc_header bad = h;
+    bad.Vp = 57;
+    td_llmc_header_encode(&bad, b);
+    EXPECT(td_llmc_header_parse(b, sizeof b, len, &g, &e) == -1 && strstr(e.msg, "header[7] (padded_vocab_size): 57"),
+           "%s", e.msg);
+    bad = h;
+    bad.L = 0;
+    td_llmc_header_encode(&bad, b);
+    EXPECT(td_llmc_header_parse(b, sizeof b, len, &g, &e) == -1 && strstr(e.msg, "header[4] (layers): 0"), "%s", e.msg);
+    b[4] = 5;
+    EXPECT(td_llmc_header_parse(b, sizeof b, len, &g, &e) == -1 && strstr(e.msg, "not 5 (bf16)"), "%s", e.msg);
+    b[0] = 0;
+    EXPECT(td_llmc_header_parse(b, sizeof b, len, &g, &e) == -1 && strstr(e.msg, "header[0] (magic)"), "%s", e.msg);
+
+    static uint32_t chars[3] = {10, 65, 0x1F600};
+    td_hf_config c = {2, 2, 32, 16, 3, "char", chars}, r;
+    char *text = td_hf_config_format(&c);
+    EXPECT(text && td_hf_config_parse(text, strlen(text), &r, &e) == 0 && r.L == 2 && r.H == 2 && r.C == 32 &&
+           r.T == 16 && r.V == 3 && strcmp(r.tokenizer, "char") == 0 && r.chars && r.chars[2] == 0x1F600,
+           "config round trip: %s", e.msg);
+    td_hf_config_free(&r);
+    free(text);
+    const char *base = "\"model_type\":\"gpt2\",\"n_layer\":2,\"n_head\":2,\"n_embd\":32,\"n_positions\":16";
+    struct { const char *extra, *want; } cases[] = {
+        {",\"vocab_size\":50257}", NULL},
+        {"}", "field vocab_size: missing"},
+        {",\"vocab_size\":5,\"activation_function\":\"relu\"}", "field activation_function"},
+        {",\"vocab_size\":5,\"n_inner\":100}", "field n_inner: trident's MLP has 4 x n_embd = 128"},
+        {",\"vocab_size\":5,\"layer_norm_epsilon\":1e-6}", "field layer_norm_epsilon"},
+        {",\"vocab_size\":5,\"tie_word_embeddings\":false}", "field tie_word_embeddings"},
+        {",\"vocab_size\":0}", "field vocab_size: 0, valid is 1..16777216"},
+        {",\"vocab_size\":5,\"trident_tokenizer\":\"byte\"}", "but the byte tokenizer has 256"},
+        {",\"vocab_size\":2,\"trident_tokenizer\":\"char\",\"trident_chars\":[66,65]}",
+         "field trident_chars: entry 1"},
+        {",\"vocab_size\":2,\"trident_tokenizer\":\"char\",\"trident_chars\":[55296,65536]}",
+         "field trident_chars: entry 0"},
+        {",\"vocab_size\":2,\"trident_tokenizer\":\"char\"}", "field trident_chars: the char tokenizer needs"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        char t[512];
+        snprintf(t, sizeof t, "{%s%s", base, cases[k].extra);
+        int rc = td_hf_config_parse(t, strlen(t), &r, &e);
+        EXPECT(cases[k].want ? rc == -1 && strstr(e.msg, cases[k].want) && r.chars == NULL : rc == 0 && r.V == 50257,
+               "config %s: rc %d '%s'", cases[k].extra, rc, e.msg);
+        if (rc == 0) td_hf_config_free(&r);
+    }
+    text = "{\"n_layer\":2,\"n_layer\":3}";
+    EXPECT(td_hf_config_parse(text, strlen(text), &r, &e) == -1 && strstr(e.msg, "twice"), "dup: %s", e.msg);
+}
+
 int main(void) {
     test_json();
     test_safetensors();
+    test_gpt2_files();
     printf("test_safetensors: %d checks, %d failures\n", tu_checks, tu_failures);
     return tu_failures != 0;
 }

@@ -146,4 +146,17 @@ static inline int tu_finish(const char *suite) {
     return tu_failures ? 1 : 0;
 }
 
+/* ---- checks ---- */
+/* One check: counts it, and on failure prints file:line and the message. */
+#define TU_EXPECT(cond, ...)                                                                       \
+    do {                                                                                           \
+        tu_checks++;                                                                               \
+        if (!(cond)) {                                                                             \
+            tu_failures++;                                                                         \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                           \
+            printf(__VA_ARGS__);                                                                   \
+            printf("\n");                                                                          \
+        }                                                                                          \
+    } while (0)
+
 #endif

@@ -1,0 +1,64 @@
+/* formats_gpt2: the GPT-2 files of other ecosystems that `trident export`
+ * writes and `trident import` reads, parsed without MPI, exits or printing
+ * (formats.h; fuzzed in tests/fuzz/fuzz_safetensors.c):
+ *
+ * llm.c's GPT-2 checkpoint (train_gpt2.c, gpt2_build_from_checkpoint):
+ *   int32[256] header: [0] magic 20240326, [1] version (3 = fp32), [2] maxT,
+ *   [3] V, [4] L, [5] H, [6] C, [7] Vp (padded vocabulary), the rest 0;
+ *   then float32 tensors grouped by kind across layers, in td_tensor_kind's
+ *   order: wte [Vp,C] (rows V.. zero), wpe [maxT,C], ln1w [L,C], ln1b,
+ *   qkvw [L,3C,C], qkvb [L,3C], attprojw [L,C,C], attprojb, ln2w, ln2b,
+ *   fcw [L,4C,C], fcb [L,4C], fcprojw [L,C,4C], fcprojb, lnfw [C], lnfb [C];
+ *   nothing after. Weights are [out, in] (nn.Linear), as in trident.
+ *
+ * Hugging Face's GPT-2 config.json (GPT2Config): n_layer, n_head, n_embd,
+ * n_positions, vocab_size, plus fields that must hold for trident's model
+ * (tanh GELU, LayerNorm eps 1e-5, tied head, 4C MLP). trident adds
+ * "trident_tokenizer" and, for the char tokenizer, "trident_chars" (the
+ * code points), which other readers ignore. */
+#ifndef TRIDENT_FORMATS_GPT2_H
+#define TRIDENT_FORMATS_GPT2_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "trident/formats.h"
+
+#define TD_LLMC_MAGIC 20240326
+#define TD_LLMC_VERSION_FP32 3
+#define TD_LLMC_HEADER_BYTES 1024
+#define TD_LLMC_VOCAB_PAD 128 /* llm.c's export pads V to a multiple of 128 */
+
+typedef struct {
+    int32_t maxT, V, L, H, C, Vp;
+    uint64_t numel; /* floats after the header */
+} td_llmc_header;
+
+/* Header of a file of file_len bytes from its first `avail` bytes: magic,
+ * version, every size in trident's range (C divisible by H, Vp >= V), and
+ * the file length exactly 1024 + 4 numel. Errors name the field. */
+int td_llmc_header_parse(const void *buf, size_t avail, uint64_t file_len, td_llmc_header *h,
+                         td_err *e);
+/* The 1024 header bytes for h (numel is not stored). */
+void td_llmc_header_encode(const td_llmc_header *h, unsigned char out[TD_LLMC_HEADER_BYTES]);
+
+typedef struct {
+    int64_t L, H, C, T, V;
+    char tokenizer[8]; /* "char", "byte", "ids", "gpt2", or "" when absent */
+    uint32_t *chars;   /* [V] strictly increasing code points ("char" only; malloc'd) */
+} td_hf_config;
+
+/* Parses config.json text: a JSON object with model_type "gpt2" (if
+ * given) and the five sizes in trident's ranges; rejects a config trident's
+ * model cannot compute (another activation, eps, an untied head, n_inner
+ * other than 4 n_embd, ...). Errors name the field. */
+int td_hf_config_parse(const char *text, size_t n, td_hf_config *c, td_err *e);
+void td_hf_config_free(td_hf_config *c);
+/* The config.json text for c (malloc'd, NUL-terminated), or NULL. */
+char *td_hf_config_format(const td_hf_config *c);
+
+/* Elements of a GPT-2's tensors laid out flat (wte [Vp,C], wpe [T,C], L
+ * blocks, ln_f), or 0 when the count overflows 64 bits. */
+uint64_t td_ckpt_numel(int64_t L, int64_t C, int64_t T, int64_t Vp);
+
+#endif

@@ -1,0 +1,122 @@
+/* planner: which layout fits, and which is fastest, for a model on a cluster.
+ *
+ * A cost model of memory and step time as pure functions (no MPI,
+ * DESIGN.md principle 6) and a search over dp x tp x pp x zero x
+ * micro-batches x schedule x recompute x sequence parallelism. Model states
+ * come from the engine's own state plan (state_plan.h), activations from the
+ * per-layer formulas of Korthikanti et al. 2022 ("Reducing Activation
+ * Recomputation in Large Transformer Models", table 2), FLOPs from
+ * Narayanan et al. 2021 (Megatron-LM, eq. 2 and 3), pipeline bubbles from
+ * src/schedule, communication from alpha-beta ring models on the link tier
+ * each axis uses. Depends on base, schedule and state_plan; never on comm. */
+#ifndef TRIDENT_PLANNER_H
+#define TRIDENT_PLANNER_H
+
+#include <stddef.h>
+
+typedef struct {
+    char name[32];
+    int L, H, C, V, T; /* layers, heads, hidden, vocabulary, sequence */
+} td_plan_model;
+
+typedef struct {
+    char name[32];
+    int gpus, gpus_per_node;
+    double mem_bytes;  /* per device */
+    double peak_flops; /* dense bf16/fp16 peak per device */
+    double gemm_eff;   /* achievable fraction of peak for large GEMMs */
+    double hbm_bw;     /* device memory bandwidth, bytes/s */
+    double intra_bw;   /* per device per direction inside a node, bytes/s */
+    double inter_bw;   /* per device per direction between nodes, bytes/s */
+    double intra_lat, inter_lat; /* seconds per ring step */
+} td_plan_cluster;
+
+typedef enum { TD_PLAN_RC_NONE, TD_PLAN_RC_SELECTIVE, TD_PLAN_RC_FULL } td_plan_rc;
+/* no schedule (pp = 1), or a td_sched_kind */
+#define TD_PLAN_NO_SCHED (-1)
+
+typedef struct {
+    int dp, tp, pp, zero;
+    int micro_batch;   /* sequences per micro-batch (b) */
+    int micro_batches; /* per replica per step (m = global / (dp b)) */
+    int sched, v;      /* td_sched_kind or TD_PLAN_NO_SCHED; model chunks per stage */
+    int rc, sp;        /* td_plan_rc; sequence parallelism */
+} td_plan_layout;
+
+enum { TD_COST_COMPUTE, TD_COST_TP, TD_COST_PP, TD_COST_BUBBLE, TD_COST_DP, TD_COST_OPTIM, TD_COST_N };
+const char *td_plan_cost_name(int cost);
+
+typedef struct {
+    td_plan_layout lay;
+    double mem_states, mem_acts, mem_comm, mem_bytes; /* the busiest stage */
+    double t[TD_COST_N]; /* seconds per step by cost (dp: the part not hidden behind backward) */
+    double step_s;
+    double dp_traffic_s; /* the dp collectives' whole time, hidden or not */
+    double tflops_per_device; /* Megatron's count (eq. 3: 96 with full recompute, 72 without) */
+    double mfu;               /* model FLOPs (72) over peak */
+    int dominant; /* the largest t[]; dp collectives not wholly hidden count
+                     with their whole time (the step waits for them, compute
+                     running beside) */
+} td_plan_eval;
+
+/* Presets: 0, or -1 for an unknown name (the caller reports). */
+int td_plan_model_preset(const char *name, td_plan_model *m);
+const char *td_plan_model_presets(void);  /* "gpt2-124m, ..." for messages */
+/* gpus and gpus_per_node are filled in by the caller. `local` reads the
+ * calibration profile: -1 with the reason in err when it is missing. */
+int td_plan_cluster_preset(const char *name, td_plan_cluster *c, char *err, size_t errlen);
+const char *td_plan_cluster_presets(void);
+
+/* Megatron-LM eq. 2 (parameters) and eq. 3 (FLOPs per iteration of
+ * `batch` sequences): factor 96 counts the recomputed forward, 72 does not. */
+double td_plan_params(const td_plan_model *m);
+double td_plan_flops(const td_plan_model *m, double batch, int factor);
+/* Activation bytes one layer keeps per micro-batch of b sequences
+ * (Korthikanti table 2; full recomputation keeps the layer input). */
+double td_plan_layer_act_bytes(const td_plan_model *m, int b, int tp, int sp, int rc);
+/* Micro-batch-chunks whose activations a stage holds at once: m (gpipe),
+ * min(m, p - stage) (1f1b), Megatron's interleaved warm-up + 1 (capped at
+ * m v); 1 without a pipeline. */
+int td_plan_inflight(int sched, int p, int m, int v, int stage);
+/* Alpha-beta ring collectives over n ranks of `bytes` (the whole tensor). */
+double td_plan_allreduce_s(double bytes, int n, double bw, double lat);
+double td_plan_allgather_s(double bytes, int n, double bw, double lat); /* = reduce-scatter */
+/* Bytes one dp rank sends per step for its psi parameters (2-byte
+ * gradients/parameters) over m micro-batches: 2 psi (ZeRO 0, 1), ZeRO-2
+ * reduce-scatters every micro-batch, ZeRO-3 also gathers twice per micro-batch
+ * (3 psi per micro-batch); times (d-1)/d of a ring. */
+double td_plan_dp_volume(double psi, int d, int zero, int m);
+
+/* 0 if the layout is valid for this model, cluster and global batch, else
+ * -1 with the reason in why. tp_across_nodes: tp may exceed a node. */
+int td_plan_check(const td_plan_model *m, const td_plan_cluster *c, int global_batch, int tp_across_nodes,
+                  const td_plan_layout *l, char *why, size_t whylen);
+/* Memory and step time of a valid layout: each replica runs micro_batches
+ * micro-batches of micro_batch sequences; FLOPs count the global batch. */
+void td_plan_evaluate(const td_plan_model *m, const td_plan_cluster *c, int global_batch,
+                      const td_plan_layout *l, td_plan_eval *e);
+
+/* Choices fixed by flags: 0 (or -1 for sched, rc, sp, zero) means free. */
+typedef struct {
+    int dp, tp, pp, zero, micro_batches, sched, v, rc, sp;
+    int tp_across_nodes; /* allow tp groups larger than a node (on the inter-node links) */
+    int zero3_only; /* tp = pp = 1, zero = 3; dp need not divide the global
+                       batch (the busiest replica runs ceil(global / dp)) */
+} td_plan_fixed;
+void td_plan_fixed_init(td_plan_fixed *f);
+
+typedef struct {
+    td_plan_eval *plans; /* fitting plans, fastest first */
+    int n;
+    long invalid, too_big;
+    double smallest_too_big; /* bytes of the smallest layout that did not fit */
+    char first_invalid[160];
+} td_plan_result;
+void td_plan_search(const td_plan_model *m, const td_plan_cluster *c, int global_batch,
+                    const td_plan_fixed *fix, td_plan_result *r);
+void td_plan_result_free(td_plan_result *r);
+
+/* `trident plan` */
+int td_plan_main(int argc, char **argv);
+
+#endif

@@ -1,0 +1,195 @@
+/* The planner's cost model: memory per device and step time of one layout.
+ *
+ * Time per micro-batch and layer on a device: GEMMs at the device's
+ * achievable GEMM rate (peak x gemm_eff), the memory-bound elementwise
+ * operations at its memory bandwidth, the tensor-parallel collectives on the
+ * node's links. Per step: m micro-batches, the pipeline bubble of the
+ * schedule, point-to-point transfers between stages, the data-parallel
+ * reduction less what hides behind the backward, the optimizer. */
+#include <math.h>
+#include <string.h>
+
+#include "trident/planner.h"
+#include "trident/schedule.h"
+#include "trident/state_plan.h"
+
+const char *td_plan_cost_name(int cost) {
+    static const char *n[TD_COST_N] = {"compute", "tp comm", "pp p2p", "bubble", "dp comm", "optimizer"};
+    return n[cost];
+}
+
+double td_plan_params(const td_plan_model *m) {
+    double l = m->L, h = m->C;
+    return 12 * l * h * h * (1 + 13 / (12 * h) + (m->V + m->T) / (12 * l * h));
+}
+
+double td_plan_flops(const td_plan_model *m, double batch, int factor) {
+    double l = m->L, h = m->C, s = m->T;
+    return factor * batch * s * l * h * h * (1 + s / (6 * h) + m->V / (16 * l * h));
+}
+
+double td_plan_layer_act_bytes(const td_plan_model *m, int b, int tp, int sp, int rc) {
+    double sbh = (double)m->T * b * m->C, t = tp, attn = 5.0 * m->H * m->T / ((double)m->C * t);
+    if (rc == TD_PLAN_RC_FULL) return 2 * sbh / (sp ? t : 1); /* the layer's input */
+    /* 34 sbh of the layer's own tensors: 24 of them split by tp; the 10 of
+     * LayerNorm and dropout inputs only with sequence parallelism; the
+     * 5 a s / h of attention scores go with selective recomputation */
+    double per = sp ? 34 / t : 10 + 24 / t;
+    if (rc == TD_PLAN_RC_NONE) per += attn;
+    return sbh * per;
+}
+
+int td_plan_inflight(int sched, int p, int m, int v, int stage) {
+    if (sched == TD_PLAN_NO_SCHED) return 1;
+    if (sched == TD_SCHED_GPIPE) return m;
+    if (sched == TD_SCHED_INTERLEAVED) { /* Megatron's warm-up, as src/schedule builds it */
+        int warm = m == p ? m * v : 2 * (p - stage - 1) + (v - 1) * p;
+        return warm + 1 < m * v ? warm + 1 : m * v;
+    }
+    return m < p - stage ? m : p - stage;
+}
+
+double td_plan_allreduce_s(double bytes, int n, double bw, double lat) {
+    if (n <= 1) return 0;
+    return 2.0 * (n - 1) / n * bytes / bw + 2.0 * (n - 1) * lat;
+}
+
+double td_plan_allgather_s(double bytes, int n, double bw, double lat) {
+    if (n <= 1) return 0;
+    return (double)(n - 1) / n * bytes / bw + (n - 1) * lat;
+}
+
+double td_plan_dp_volume(double psi, int d, int zero, int m) {
+    if (d <= 1) return 0;
+    double ring = (double)(d - 1) / d, S = 2 * psi;
+    if (zero <= 1) return 2 * S * ring;       /* all-reduce, or reduce-scatter + all-gather */
+    if (zero == 2) return (m + 1) * S * ring; /* reduce-scatter per micro-batch, one gather */
+    return 3.0 * m * S * ring;                /* gather forward, gather backward, reduce-scatter */
+}
+
+/* Parameters one device holds: the layers of a stage split by tp (their
+ * biases and LayerNorms replicated), with the vocabulary-parallel embedding
+ * (and positions) on the first stage and the tied output copy on the last. */
+static double layer_params(const td_plan_model *m, int tp) {
+    double h = m->C;
+    return 12 * h * h / tp + 13 * h;
+}
+static double stage_params(const td_plan_model *m, int tp, int pp, int first) {
+    double h = m->C, p = (double)m->L / pp * layer_params(m, tp) + (double)m->V * h / tp;
+    return first ? p + (double)m->T * h : p;
+}
+
+/* Elementwise bytes of one layer's forward per micro-batch: LayerNorms and
+ * bias-dropout-residual adds (10 h elements of 2 bytes and 2 h one-byte
+ * masks per token, split only with sequence parallelism), GeLU (8 h),
+ * softmax and attention dropout (4 a s elements and an a s mask) split by tp. */
+static double layer_ew_bytes(const td_plan_model *m, int b, int tp, int sp) {
+    double h = m->C, as = (double)m->H * m->T;
+    return (double)b * m->T * (22 * h / (sp ? tp : 1) + (16 * h + 9 * as) / tp);
+}
+
+/* Memory of the first stage (most activations in flight) and of the last
+ * (the logits); the larger goes to e. Model states are the ZeRO paper's
+ * (2 + 2 + 12) psi from the engine's state plan. */
+static void plan_memory(const td_plan_model *m, const td_plan_layout *l, td_plan_eval *e) {
+    int t = l->tp, p = l->pp, d = l->dp, b = l->micro_batch, mb = l->micro_batches;
+    int v = l->sched == TD_SCHED_INTERLEAVED ? l->v : 1;
+    double h = m->C, s = m->T, lps = (double)m->L / p;
+    double psi0 = stage_params(m, t, p, 1), psiL = stage_params(m, t, p, p == 1);
+    td_state_elem mixed = td_state_elem_mixed();
+    double act_l = td_plan_layer_act_bytes(m, b, t, l->sp, l->rc);
+    double work = l->rc == TD_PLAN_RC_NONE ? 0 : td_plan_layer_act_bytes(m, b, t, l->sp, TD_PLAN_RC_NONE);
+    double acts0 = td_plan_inflight(l->sched, p, mb, v, 0) * lps / v * act_l + work;
+    double logits = 4.0 * s * b * m->V / t; /* fp32 logits for the loss */
+    double actsL = (p == 1 ? acts0 : td_plan_inflight(l->sched, p, mb, v, p - 1) * lps / v * act_l + work) + logits;
+    double comm = 0;
+    if (l->zero == 3) comm += 2 * 2 * layer_params(m, t);  /* two layers gathered (prefetch) */
+    if (p > 1) comm += 2 * 2 * s * b * h / (l->sp ? t : 1); /* send and receive buffers */
+    double mem0 = td_state_total(td_state_plan(psi0, d, l->zero, mixed)) + acts0;
+    double memL = td_state_total(td_state_plan(psiL, d, l->zero, mixed)) + actsL;
+    int last = memL > mem0;
+    e->mem_states = td_state_total(td_state_plan(last ? psiL : psi0, d, l->zero, mixed));
+    e->mem_acts = last ? actsL : acts0;
+    e->mem_comm = comm;
+    e->mem_bytes = e->mem_states + e->mem_acts + comm;
+}
+
+void td_plan_evaluate(const td_plan_model *m, const td_plan_cluster *c, int global_batch,
+                      const td_plan_layout *l, td_plan_eval *e) {
+    memset(e, 0, sizeof *e);
+    e->lay = *l;
+    plan_memory(m, l, e);
+    int t = l->tp, p = l->pp, d = l->dp, b = l->micro_batch, mb = l->micro_batches, G = c->gpus_per_node;
+    int v = l->sched == TD_SCHED_INTERLEAVED ? l->v : 1;
+    double h = m->C, s = m->T, rate = c->peak_flops * c->gemm_eff, lps = (double)m->L / p;
+    double psi0 = stage_params(m, t, p, 1), psiL = stage_params(m, t, p, p == 1);
+    double psi = psi0 > psiL ? psi0 : psiL, logits = 4.0 * s * b * m->V / t;
+
+    /* one layer, one micro-batch */
+    double gemm = (24 * b * s * h * h + 4 * b * s * s * h) / t, attn_gemm = 4 * b * s * s * h / t;
+    double ew = layer_ew_bytes(m, b, t, l->sp), attn_ew = (double)b * s * 9 * m->H * s / t;
+    double tf = gemm / rate + ew / c->hbm_bw;
+    double tb = 2 * gemm / rate + 1.5 * ew / c->hbm_bw; /* each op's backward moves 3 tensors for its forward's 2 */
+    double trc = l->rc == TD_PLAN_RC_FULL ? tf
+                 : l->rc == TD_PLAN_RC_SELECTIVE ? attn_gemm / rate + attn_ew / c->hbm_bw : 0;
+    /* tp: f/g operators, 2 in the forward, 2 in the backward, 2 more when
+     * the forward reruns; all-gather + reduce-scatter with sp */
+    double n_tp = 2 * b * s * h, g_op = 0;
+    if (t > 1) {
+        double bw = t <= G ? c->intra_bw : c->inter_bw, lat = t <= G ? c->intra_lat : c->inter_lat;
+        g_op = l->sp ? 2 * td_plan_allgather_s(n_tp, t, bw, lat) : td_plan_allreduce_s(n_tp, t, bw, lat);
+    }
+    double ttp = g_op * (4 + (l->rc == TD_PLAN_RC_FULL ? 2 : 0));
+    /* the output layer and loss on the last stage: 6 b s h V / t GEMM FLOPs,
+     * about 4 passes over fp32 logits */
+    double head = 6 * b * s * h * m->V / t / rate + 4 * logits / c->hbm_bw;
+    double comp_mb = lps * (tf + tb + trc) + head, tp_mb = lps * ttp;
+    e->t[TD_COST_COMPUTE] = mb * comp_mb;
+    e->t[TD_COST_TP] = mb * tp_mb;
+    if (p > 1) {
+        /* each stage sends one activation forward and one gradient back per
+         * micro-batch and chunk; with tp > 1 as 1/t scatters, re-gathered on
+         * the node (Megatron's scatter/gather) */
+        int cross = t * p > G;
+        double bw = cross ? c->inter_bw : c->intra_bw, lat = cross ? c->inter_lat : c->intra_lat;
+        double x = n_tp / t / bw + lat;
+        if (t > 1 && !l->sp) x += td_plan_allgather_s(n_tp, t, c->intra_bw, c->intra_lat);
+        e->t[TD_COST_PP] = mb * 2.0 * v * x;
+        double frac = td_schedule_bubble_theory((td_sched_kind)l->sched, p, mb, v, 1, 2, 0);
+        e->t[TD_COST_BUBBLE] = frac * (comp_mb + tp_mb) * mb;
+    }
+    if (d > 1) {
+        /* dp ranks sit tp x pp apart: across nodes once the group spans them.
+         * A piece is one ring collective of the stage's 2-byte parameters or
+         * gradients, one call per layer (bucket). */
+        int cross = t * p * d > G;
+        double bw = cross ? c->inter_bw : c->intra_bw, lat = cross ? c->inter_lat : c->intra_lat;
+        double piece = td_plan_dp_volume(psi, d, 0, 1) / 2 / bw + (lps + 1) * (d - 1) * lat;
+        double bwd = lps * (tb + trc), exposed;
+        if (l->zero == 0) /* buckets all-reduce during the last micro-batch's backward */
+            exposed = fmax(0, 2 * piece - bwd);
+        else if (l->zero == 1) /* reduce-scatter there, gather the parameters after the update */
+            exposed = piece + fmax(0, piece - bwd);
+        else if (l->zero == 2) /* reduce-scatter beside every micro-batch's backward */
+            exposed = piece + mb * fmax(0, piece - bwd);
+        else /* gather, gather, reduce-scatter beside every micro-batch's forward and backward */
+            exposed = mb * fmax(0, 3 * piece - lps * (tf + tb + trc));
+        e->t[TD_COST_DP] = exposed;
+        e->dp_traffic_s = piece * (l->zero <= 1 ? 2 : l->zero == 2 ? mb + 1 : 3.0 * mb);
+    }
+    /* AdamW over the owned fp32 states: master, m, v read and written, the
+     * gradient read, the 2-byte copy written (28 bytes per element) */
+    e->t[TD_COST_OPTIM] = (l->zero >= 1 ? psi / d : psi) * 28 / c->hbm_bw;
+
+    e->step_s = 0;
+    e->dominant = 0;
+    double worst = 0;
+    for (int i = 0; i < TD_COST_N; i++) {
+        e->step_s += e->t[i];
+        double w = i == TD_COST_DP && e->t[i] > 0 ? e->dp_traffic_s : e->t[i];
+        if (w > worst) worst = w, e->dominant = i;
+    }
+    double gpus = (double)d * t * p;
+    e->tflops_per_device = td_plan_flops(m, global_batch, l->rc == TD_PLAN_RC_FULL ? 96 : 72) / (gpus * e->step_s) / 1e12;
+    e->mfu = td_plan_flops(m, global_batch, 72) / (gpus * e->step_s * c->peak_flops);
+}

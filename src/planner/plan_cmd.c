@@ -1,0 +1,209 @@
+/* `trident plan`: the planner's command line. Needs no MPI. */
+#include <stdio.h>
+#include <string.h>
+
+#include "trident/base.h"
+#include "trident/flags.h"
+#include "trident/planner.h"
+#include "trident/schedule.h"
+
+static const char *rc_name(int rc) {
+    return rc == TD_PLAN_RC_FULL ? "full" : rc == TD_PLAN_RC_SELECTIVE ? "selective" : "none";
+}
+
+static int rc_parse(const char *s) {
+    if (strcmp(s, "none") == 0) return TD_PLAN_RC_NONE;
+    if (strcmp(s, "selective") == 0) return TD_PLAN_RC_SELECTIVE;
+    if (strcmp(s, "block") == 0 || strcmp(s, "full") == 0) return TD_PLAN_RC_FULL;
+    td_fail("--recompute '%s' is not a mode; valid: none, selective, block (= full)", s);
+}
+
+static const char *sched_label(const td_plan_layout *l, char *buf, size_t n) {
+    if (l->sched == TD_PLAN_NO_SCHED) snprintf(buf, n, "-");
+    else if (l->sched == TD_SCHED_INTERLEAVED) snprintf(buf, n, "interleaved:%d", l->v);
+    else snprintf(buf, n, "%s", td_sched_name((td_sched_kind)l->sched));
+    return buf;
+}
+
+/* the dominant cost's seconds (dp: its whole time when not all hidden) */
+static double dominant_s(const td_plan_eval *e) {
+    return e->dominant == TD_COST_DP ? e->dp_traffic_s : e->t[e->dominant];
+}
+
+static void print_row(const char *tag, const td_plan_eval *e) {
+    char s[32];
+    const td_plan_layout *l = &e->lay;
+    printf("%-5s %5d %3d %3d %4d %4d %5d  %-14s %-9s %-3s %8.3g %9.3g %8.3g %5.1f%%  %s (%.0f%%)\n", tag, l->dp, l->tp,
+           l->pp, l->zero, l->micro_batch, l->micro_batches, sched_label(l, s, sizeof s), rc_name(l->rc),
+           l->sp ? "yes" : "no", e->mem_bytes / 1e9, e->step_s, e->tflops_per_device, 100 * e->mfu,
+           td_plan_cost_name(e->dominant), 100 * dominant_s(e) / e->step_s);
+}
+
+static void print_costs(const char *tag, const td_plan_eval *e) {
+    printf("  %-7s", tag);
+    for (int k = 0; k < TD_COST_N; k++) printf(" %s %.3g%s", td_plan_cost_name(k), e->t[k], k + 1 < TD_COST_N ? "," : "\n");
+}
+
+static void print_header(void) {
+    printf("%-5s %5s %3s %3s %4s %4s %5s  %-14s %-9s %-3s %8s %9s %8s %6s  %s\n", "rank", "dp", "tp", "pp", "zero",
+           "b", "m", "schedule", "recompute", "sp", "mem GB", "step s", "TFLOP/s", "MFU", "dominant cost");
+}
+
+static void print_json(const td_plan_result *r, int top) {
+    printf("[");
+    for (int i = 0; i < r->n && i < top; i++) {
+        const td_plan_eval *e = &r->plans[i];
+        const td_plan_layout *l = &e->lay;
+        printf("%s\n  {\"dp\": %d, \"tp\": %d, \"pp\": %d, \"zero\": %d, \"micro_batch\": %d, \"micro_batches\": %d, "
+               "\"schedule\": \"%s\", \"virtual_stages\": %d, \"recompute\": \"%s\", \"sequence_parallel\": %s, "
+               "\"memory_bytes\": %.0f, \"step_s\": %.6g, \"tflops_per_device\": %.6g, \"mfu\": %.4f, "
+               "\"dominant\": \"%s\", \"costs_s\": {",
+               i ? "," : "", l->dp, l->tp, l->pp, l->zero, l->micro_batch, l->micro_batches,
+               l->sched == TD_PLAN_NO_SCHED ? "none" : td_sched_name((td_sched_kind)l->sched), l->v, rc_name(l->rc),
+               l->sp ? "true" : "false", e->mem_bytes, e->step_s, e->tflops_per_device, e->mfu,
+               td_plan_cost_name(e->dominant));
+        for (int k = 0; k < TD_COST_N; k++) printf("%s\"%s\": %.6g", k ? ", " : "", td_plan_cost_name(k), e->t[k]);
+        printf("}}");
+    }
+    printf("\n]\n");
+}
+
+int td_plan_main(int argc, char **argv) {
+    const char *model_s = NULL, *cluster_s = "a100-hdr", *sched_s = NULL, *rc_s = NULL;
+    int L = 0, H = 0, C = 0, V = 0, T = 0, batch = 0, gpus = 0, gpn = 0, top = 5, json = 0, calibrate = 0, sp = 0;
+    double mem_gb = 0, tflops = 0, intra = 0, inter = 0, eff = 0, hbm = 0, intra_us = -1, inter_us = -1;
+    td_plan_fixed fix;
+    td_plan_fixed_init(&fix);
+    td_flag flags[] = {
+        {"--model", TD_FLAG_STR, &model_s, "preset: gpt2-124m, gpt2-350m, gpt2-1.5b, gpt3-175b, megatron-1.7b ... megatron-1t", NULL},
+        {"--layers", TD_FLAG_INT, &L, "transformer blocks (overrides the preset)", "[1, 100000]"},
+        {"--heads", TD_FLAG_INT, &H, "attention heads", "[1, 100000]"},
+        {"--embd", TD_FLAG_INT, &C, "hidden size, divisible by heads", "[1, 1000000]"},
+        {"--vocab", TD_FLAG_INT, &V, "vocabulary", "[1, 100000000]"},
+        {"--seq", TD_FLAG_INT, &T, "sequence length", "[1, 10000000]"},
+        {"--global-batch", TD_FLAG_INT, &batch, "sequences per optimizer step (required)", "[1, 100000000]"},
+        {"--gpus", TD_FLAG_INT, &gpus, "devices (required)", "[1, 10000000]"},
+        {"--gpus-per-node", TD_FLAG_INT, &gpn, "devices per node (the preset's: 8)", "[1, 1024]"},
+        {"--cluster", TD_FLAG_STR, &cluster_s, "a100-edr, a100-hdr (default), a100-ndr, h100-ndr or local; "
+         "the flags below override its figures", NULL},
+        {"--device-mem", TD_FLAG_DOUBLE, &mem_gb, "device memory in GB (overrides the preset)", "(0, inf)"},
+        {"--device-tflops", TD_FLAG_DOUBLE, &tflops, "dense bf16 peak TFLOP/s per device", "(0, inf)"},
+        {"--intra-bw", TD_FLAG_DOUBLE, &intra, "GB/s per device per direction inside a node", "(0, inf)"},
+        {"--inter-bw", TD_FLAG_DOUBLE, &inter, "GB/s per device per direction between nodes", "(0, inf)"},
+        {"--gemm-efficiency", TD_FLAG_DOUBLE, &eff, "achievable fraction of peak for large GEMMs", "(0, 1]"},
+        {"--mem-bw", TD_FLAG_DOUBLE, &hbm, "device memory bandwidth in GB/s", "(0, inf)"},
+        {"--intra-lat", TD_FLAG_DOUBLE, &intra_us, "microseconds per ring step inside a node", "[0, 1e6]"},
+        {"--inter-lat", TD_FLAG_DOUBLE, &inter_us, "microseconds per ring step between nodes", "[0, 1e6]"},
+        {"--dp", TD_FLAG_INT, &fix.dp, "fix the data-parallel size", "[1, 10000000]"},
+        {"--tp", TD_FLAG_INT, &fix.tp, "fix the tensor-parallel size", "[1, 1024]"},
+        {"--pp", TD_FLAG_INT, &fix.pp, "fix the pipeline stages", "[1, 100000]"},
+        {"--zero", TD_FLAG_INT, &fix.zero, "fix the ZeRO stage", "[0, 3]"},
+        {"--micro-batches", TD_FLAG_INT, &fix.micro_batches, "fix the micro-batches per replica", "[1, 100000000]"},
+        {"--schedule", TD_FLAG_STR, &sched_s, "fix the schedule: gpipe, 1f1b or interleaved", NULL},
+        {"--virtual-stages", TD_FLAG_INT, &fix.v, "fix the chunks per stage of interleaved", "[2, 100000]"},
+        {"--recompute", TD_FLAG_STR, &rc_s, "fix recomputation: none, selective or block (full)", NULL},
+        {"--sequence-parallel", TD_FLAG_BOOL, &sp, "only plans with sequence parallelism", NULL},
+        {"--tp-across-nodes", TD_FLAG_BOOL, &fix.tp_across_nodes, "allow tp groups larger than a node", NULL},
+        {"--top", TD_FLAG_INT, &top, "plans to print (5)", "[1, 1000000]"},
+        {"--json", TD_FLAG_BOOL, &json, "print the ranked plans as a JSON array", NULL},
+        {"--calibrate", TD_FLAG_BOOL, &calibrate, "measure this machine for --cluster local", NULL},
+    };
+    td_flags_parse("plan", flags, (int)(sizeof flags / sizeof flags[0]), argc, argv);
+    TD_CHECK(!calibrate, "plan --calibrate is not built yet; give this machine with --device-mem --device-tflops "
+                         "--intra-bw --inter-bw");
+    td_plan_model m = {"custom", 0, 0, 0, 0, 0};
+    if (model_s)
+        TD_CHECK(td_plan_model_preset(model_s, &m) == 0, "--model '%s' is not a preset; use %s", model_s,
+                 td_plan_model_presets());
+    if (L) m.L = L;
+    if (H) m.H = H;
+    if (C) m.C = C;
+    if (V) m.V = V;
+    if (T) m.T = T;
+    TD_CHECK(m.L && m.H && m.C && m.V && m.T, "plan: give --model PRESET or all of --layers --heads --embd --vocab --seq");
+    TD_CHECK(m.C % m.H == 0, "--embd %d is not divisible by --heads %d", m.C, m.H);
+    TD_CHECK(batch > 0, "plan: --global-batch N is required (sequences per step)");
+    TD_CHECK(gpus > 0, "plan: --gpus N is required");
+    td_plan_cluster c;
+    char err[512];
+    TD_CHECK(td_plan_cluster_preset(cluster_s, &c, err, sizeof err) == 0, "%s", err);
+    c.gpus = gpus;
+    if (gpn) c.gpus_per_node = gpn;
+    if (c.gpus_per_node > gpus) c.gpus_per_node = gpus;
+    if (mem_gb > 0) c.mem_bytes = mem_gb * 1e9;
+    if (tflops > 0) c.peak_flops = tflops * 1e12;
+    if (intra > 0) c.intra_bw = intra * 1e9;
+    if (inter > 0) c.inter_bw = inter * 1e9;
+    if (eff > 0) c.gemm_eff = eff;
+    if (hbm > 0) c.hbm_bw = hbm * 1e9;
+    if (intra_us >= 0) c.intra_lat = intra_us * 1e-6;
+    if (inter_us >= 0) c.inter_lat = inter_us * 1e-6;
+    if (sched_s) {
+        td_sched_kind k = td_sched_parse(sched_s);
+        TD_CHECK(k != TD_SCHED_ZBH1, "--schedule zb-h1: the planner models gpipe, 1f1b and interleaved");
+        fix.sched = k;
+    }
+    if (rc_s) fix.rc = rc_parse(rc_s);
+    if (sp) fix.sp = 1;
+
+    td_plan_result r;
+    td_plan_search(&m, &c, batch, &fix, &r);
+    if (r.n == 0) {
+        char inv[200] = "";
+        if (r.invalid) snprintf(inv, sizeof inv, " (first: %s)", r.first_invalid);
+        td_fail("plan: no layout fits: %ld too big for %.0f GB per device (the smallest needs %.1f GB), %ld invalid%s; "
+                "give more --gpus, a smaller model or fewer fixed choices",
+                r.too_big, c.mem_bytes / 1e9, r.smallest_too_big / 1e9, r.invalid, inv);
+    }
+    if (json) {
+        print_json(&r, top);
+        td_plan_result_free(&r);
+        return 0;
+    }
+    printf("model %s: %d layers, %d heads, hidden %d, vocabulary %d, sequence %d: %.2fB parameters (Megatron eq. 2)\n",
+           m.name, m.L, m.H, m.C, m.V, m.T, td_plan_params(&m) / 1e9);
+    printf("cluster %s: %d devices, %d per node, %.0f GB at %.0f GB/s, %.1f TFLOP/s peak (GEMMs at %.1f%%), "
+           "%.0f GB/s and %.3g us in a node, %.1f GB/s and %.3g us between nodes; global batch %d\n",
+           c.name, c.gpus, c.gpus_per_node, c.mem_bytes / 1e9, c.hbm_bw / 1e9, c.peak_flops / 1e12,
+           100 * c.gemm_eff, c.intra_bw / 1e9, c.intra_lat * 1e6, c.inter_bw / 1e9, c.inter_lat * 1e6, batch);
+    printf("%d layouts fit; %ld do not fit in memory", r.n, r.too_big);
+    if (r.too_big) printf(" (the smallest needs %.1f GB)", r.smallest_too_big / 1e9);
+    printf("; %ld invalid", r.invalid);
+    if (r.invalid) printf(" (first: %s)", r.first_invalid);
+    printf("\n");
+    printf("TFLOP/s per device counts Megatron's FLOPs (eq. 3: 96 with full recomputation, 72 without); "
+           "MFU counts the model's (72)\n");
+    print_header();
+    char tag[16];
+    for (int i = 0; i < r.n && i < top; i++) {
+        snprintf(tag, sizeof tag, "%d", i + 1);
+        print_row(tag, &r.plans[i]);
+    }
+    const td_plan_eval *best = &r.plans[0];
+    if (best->lay.tp > 1 || best->lay.pp > 1) {
+        td_plan_fixed z;
+        td_plan_fixed_init(&z);
+        z.zero3_only = 1;
+        td_plan_result zr;
+        td_plan_search(&m, &c, batch, &z, &zr);
+        if (zr.n == 0) {
+            printf("ZeRO-3 only (tp = pp = 1): nothing fits (smallest needs %.1f GB)\n", zr.smallest_too_big / 1e9);
+        } else {
+            const td_plan_eval *e = &zr.plans[0];
+            printf("best ZeRO-3-only plan (tp = pp = 1)%s:\n", batch % gpus ? ", the busiest replica's share of an "
+                                                                            "uneven batch" : "");
+            print_row("z3", e);
+            printf("it is %.2fx slower than plan 1; dominant cost %s (%.3g s). Seconds per step by cost "
+                   "(dp comm: the part not hidden behind compute):\n",
+                   e->step_s / best->step_s, td_plan_cost_name(e->dominant), dominant_s(e));
+            print_costs("plan 1", best);
+            print_costs("z3", e);
+            printf("ZeRO-3's collectives take %.3g s per step (%.3g s not hidden behind compute); plan 1's dp "
+                   "collectives %.3g s, its tp collectives %.3g s\n",
+                   e->dp_traffic_s, e->t[TD_COST_DP], best->dp_traffic_s, best->t[TD_COST_TP]);
+        }
+        td_plan_result_free(&zr);
+    }
+    td_plan_result_free(&r);
+    return 0;
+}

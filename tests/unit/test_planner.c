@@ -1,0 +1,248 @@
+/* The planner's cost model (src/planner) against published figures and
+ * hand-derived values, without MPI. Exits non-zero on any mismatch. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "trident/planner.h"
+#include "trident/schedule.h"
+#include "trident/state_plan.h"
+
+static int fails;
+#define EXPECT(cond, ...)                                           \
+    do {                                                            \
+        if (!(cond)) {                                              \
+            fails++;                                                \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__);             \
+            printf(__VA_ARGS__);                                    \
+            printf("\n");                                           \
+        }                                                           \
+    } while (0)
+
+static double rel(double got, double want) { return fabs(got - want) / fabs(want); }
+
+/* ZeRO (Rajbhandari et al., SC'20, arXiv 1910.02054), figure 1 / table 1:
+ * model-state memory per device for psi = 7.5B parameters on Nd = 64
+ * data-parallel ranks with mixed-precision Adam (K = 12): replicated
+ * 120 GB, Pos 31.4 GB, Pos+g 16.6 GB, Pos+g+p 1.88 GB (GB = 1e9 bytes). The
+ * published figures are rounded to 3 digits, so 1% is the tolerance. */
+/* The engine's own states (fp32 parameters or master weights, fp32
+ * gradients, two fp32 moments) through the same function, by hand. */
+static void test_engine_states(void) {
+    td_state_bytes b = td_state_plan(1000, 4, 2, td_state_elem_engine(0));
+    EXPECT(b.params == 4000 && b.grads == 1000 && b.optim == 2000 && b.master == 0, "engine ZeRO-2 over 4");
+    b = td_state_plan(1000, 4, 3, td_state_elem_engine(1));
+    EXPECT(b.params == 0 && b.master == 1000 && b.grads == 1000 && b.optim == 2000, "engine master ZeRO-3 over 4");
+    b = td_state_plan(1000, 4, 1, td_state_elem_mixed());
+    EXPECT(b.params == 2000 && b.grads == 2000 && b.master == 1000 && b.optim == 2000, "mixed ZeRO-1 over 4");
+}
+
+static void test_zero_table(void) {
+    const double want[4] = {120e9, 31.4e9, 16.6e9, 1.88e9};
+    for (int z = 0; z <= 3; z++) {
+        double got = td_state_total(td_state_plan(7.5e9, 64, z, td_state_elem_mixed()));
+        EXPECT(rel(got, want[z]) <= 0.01, "ZeRO-%d: %.4g bytes, published %.4g", z, got, want[z]);
+        printf("zero %d: %.3f GB (published %.3g)\n", z, got / 1e9, want[z] / 1e9);
+    }
+}
+
+/* Narayanan et al., "Efficient Large-Scale Language Model Training on GPU
+ * Clusters Using Megatron-LM", SC'21 (arXiv 2104.04473), table 1 (a subset
+ * of its rows): A100-80GB, 8 per node, NVLink inside, 8 HDR InfiniBand
+ * ports per node; sequence 2048, vocabulary 51200; interleaved schedule,
+ * full recomputation, no sequence parallelism or ZeRO.
+ * Columns: params (B), heads, hidden, layers, tp, pp, dp, gpus, global
+ * batch, achieved TFLOP/s per GPU. */
+static const struct { double pb; int heads, hidden, layers, tp, pp, dp, gpus, batch; double tflops; } megatron[] = {
+    {1.7, 24, 2304, 24, 1, 1, 32, 32, 512, 137},
+    {7.5, 32, 4096, 36, 4, 1, 32, 128, 512, 142},
+    {39.1, 64, 8192, 48, 8, 2, 32, 512, 1536, 138},
+    {76.1, 80, 10240, 60, 8, 4, 32, 1024, 1792, 140},
+    {310.1, 128, 16384, 96, 8, 16, 15, 1920, 2160, 155},
+    {1008.0, 160, 25600, 128, 8, 64, 6, 3072, 3072, 163},
+};
+
+static void test_megatron_rows(void) {
+    for (size_t i = 0; i < sizeof megatron / sizeof megatron[0]; i++) {
+        td_plan_model m = {"row", megatron[i].layers, megatron[i].heads, megatron[i].hidden, 51200, 2048};
+        td_plan_cluster c;
+        char err[256];
+        EXPECT(td_plan_cluster_preset("a100-hdr", &c, err, sizeof err) == 0, "%s", err);
+        c.gpus = megatron[i].gpus;
+        td_plan_fixed f;
+        td_plan_fixed_init(&f);
+        f.dp = megatron[i].dp, f.tp = megatron[i].tp, f.pp = megatron[i].pp;
+        f.zero = 0, f.rc = TD_PLAN_RC_FULL, f.sp = 0;
+        if (f.pp > 1) f.sched = TD_SCHED_INTERLEAVED;
+        td_plan_result r;
+        td_plan_search(&m, &c, megatron[i].batch, &f, &r);
+        EXPECT(r.n > 0, "row %zu: nothing fits (%ld too big, %ld invalid: %s)", i, r.too_big, r.invalid,
+               r.first_invalid);
+        if (r.n == 0) continue;
+        const td_plan_eval *e = &r.plans[0];
+        double got = e->tflops_per_device, want = megatron[i].tflops;
+        printf("%7.1fB t%d p%-2d d%-2d b=%d m=%-4d v=%d: %6.1f TFLOP/s per GPU, published %.0f (%+.1f%%); "
+               "%.2f s/step, compute %.2f tp %.2f pp %.2f bubble %.2f dp %.2f, %.1f GB\n",
+               megatron[i].pb, e->lay.tp, e->lay.pp, e->lay.dp, e->lay.micro_batch, e->lay.micro_batches, e->lay.v,
+               got, want, 100 * (got - want) / want, e->step_s, e->t[TD_COST_COMPUTE], e->t[TD_COST_TP],
+               e->t[TD_COST_PP], e->t[TD_COST_BUBBLE], e->t[TD_COST_DP], e->mem_bytes / 1e9);
+        EXPECT(rel(got, want) <= 0.15, "row %zu (%.1fB): %.1f TFLOP/s, published %.0f", i, megatron[i].pb, got, want);
+        td_plan_result_free(&r);
+    }
+}
+
+/* eq. 2 against each row's published size (rounded to 0.1B) */
+static void test_params(void) {
+    for (size_t i = 0; i < sizeof megatron / sizeof megatron[0]; i++) {
+        td_plan_model m = {"row", megatron[i].layers, megatron[i].heads, megatron[i].hidden, 51200, 2048};
+        EXPECT(fabs(td_plan_params(&m) - megatron[i].pb * 1e9) <= 0.05e9, "row %zu: %.4g parameters, published %.1fB",
+               i, td_plan_params(&m), megatron[i].pb);
+    }
+}
+
+/* Hand-derived values of the formulas. */
+static void test_formulas(void) {
+    /* Korthikanti et al. 2022 table 2, s = 2048, b = 1, h = 12288, a = 96, t = 8:
+     * tp only 10 + 24/8 + 5*96*2048/(12288*8) = 23 sbh; tp + sp 34/8 + 10 = 14.25;
+     * selective 13; selective + sp 4.25; full 2 (with sp 2/8) */
+    td_plan_model m = {"gpt3", 96, 96, 12288, 50257, 2048};
+    double sbh = 2048.0 * 12288;
+    EXPECT(rel(td_plan_layer_act_bytes(&m, 1, 8, 0, TD_PLAN_RC_NONE), 23 * sbh) < 1e-12, "tp activations");
+    EXPECT(rel(td_plan_layer_act_bytes(&m, 1, 8, 1, TD_PLAN_RC_NONE), 14.25 * sbh) < 1e-12, "tp+sp activations");
+    EXPECT(rel(td_plan_layer_act_bytes(&m, 1, 8, 0, TD_PLAN_RC_SELECTIVE), 13 * sbh) < 1e-12, "selective");
+    EXPECT(rel(td_plan_layer_act_bytes(&m, 1, 8, 1, TD_PLAN_RC_SELECTIVE), 4.25 * sbh) < 1e-12, "selective+sp");
+    EXPECT(rel(td_plan_layer_act_bytes(&m, 2, 8, 1, TD_PLAN_RC_FULL), 2 * 2 * sbh / 8) < 1e-12, "full+sp, b=2");
+    EXPECT(rel(td_plan_layer_act_bytes(&m, 1, 1, 0, TD_PLAN_RC_NONE), (34 + 5 * 96 * 2048 / 12288.0) * sbh) < 1e-12,
+           "one device: 34 + 5as/h");
+    /* ring collectives: 1 GB over 4 ranks at 100 GB/s, 1 us per step */
+    EXPECT(rel(td_plan_allreduce_s(1e9, 4, 100e9, 1e-6), 2 * 0.75 * 0.01 + 6e-6) < 1e-12, "all-reduce");
+    EXPECT(rel(td_plan_allgather_s(1e9, 4, 100e9, 1e-6), 0.75 * 0.01 + 3e-6) < 1e-12, "all-gather");
+    EXPECT(td_plan_allreduce_s(1e9, 1, 100e9, 1e-6) == 0, "one rank moves nothing");
+    /* dp volume per rank, psi = 1e9 (2-byte values), d = 4, m = 3 micro-batches:
+     * ZeRO paper 2 psi for stages 0-1 and 3 psi for stage 3, per ring's (d-1)/d;
+     * here ZeRO-2 reduce-scatters each micro-batch and ZeRO-3 gathers each too */
+    EXPECT(rel(td_plan_dp_volume(1e9, 4, 0, 3), 2 * 2e9 * 0.75) < 1e-12, "zero 0 volume");
+    EXPECT(rel(td_plan_dp_volume(1e9, 4, 1, 3), 2 * 2e9 * 0.75) < 1e-12, "zero 1 volume");
+    EXPECT(rel(td_plan_dp_volume(1e9, 4, 2, 3), 4 * 2e9 * 0.75) < 1e-12, "zero 2 volume");
+    EXPECT(rel(td_plan_dp_volume(1e9, 4, 3, 1), 3 * 2e9 * 0.75) < 1e-12, "zero 3 volume: 3 psi");
+    /* eq. 3 at 96 is 4/3 of 72 */
+    EXPECT(rel(td_plan_flops(&m, 1536, 96), td_plan_flops(&m, 1536, 72) * 4 / 3) < 1e-12, "eq. 3");
+    /* in-flight micro-batch-chunks per stage against the schedules
+     * src/schedule builds (interleaved: V 2 and 3, M a multiple of P) */
+    for (int k = TD_SCHED_GPIPE; k <= TD_SCHED_INTERLEAVED; k++)
+        for (int P = 2; P <= 4; P++)
+            for (int M = 1; M <= 3 * P; M++)
+                for (int V = 1; V <= 3; V++) {
+                    if ((k == TD_SCHED_INTERLEAVED) != (V >= 2) || (k == TD_SCHED_INTERLEAVED && M % P)) continue;
+                    td_schedule s;
+                    char err[256];
+                    EXPECT(td_schedule_build(&s, (td_sched_kind)k, P, M, V, err, sizeof err) == 0, "%s", err);
+                    for (int st = 0; st < P; st++)
+                        EXPECT(td_plan_inflight(k, P, M, V, st) == s.peak[st],
+                               "%s P%d M%d V%d stage %d: %d in flight, the schedule's peak %d",
+                               td_sched_name((td_sched_kind)k), P, M, V, st, td_plan_inflight(k, P, M, V, st),
+                               s.peak[st]);
+                    td_schedule_free(&s);
+                }
+}
+
+/* Bubble of an evaluated layout: the schedule's (p-1)/m, (p-1)/(v m) of
+ * the per-stage busy time. */
+static void test_bubble(void) {
+    td_plan_model m = {"small", 8, 8, 512, 1000, 256};
+    td_plan_cluster c;
+    char err[256];
+    td_plan_cluster_preset("a100-hdr", &c, err, sizeof err);
+    c.gpus = 8;
+    td_plan_layout l = {2, 1, 4, 0, 1, 8, TD_SCHED_1F1B, 1, TD_PLAN_RC_NONE, 0};
+    td_plan_eval e;
+    EXPECT(td_plan_check(&m, &c, 16, 0, &l, err, sizeof err) == 0, "%s", err);
+    td_plan_evaluate(&m, &c, 16, &l, &e);
+    double busy = e.t[TD_COST_COMPUTE] + e.t[TD_COST_TP];
+    EXPECT(rel(e.t[TD_COST_BUBBLE], busy * 3 / 8) < 1e-12, "1f1b bubble %g of %g", e.t[TD_COST_BUBBLE], busy);
+    l.sched = TD_SCHED_INTERLEAVED, l.v = 2;
+    td_plan_evaluate(&m, &c, 16, &l, &e);
+    busy = e.t[TD_COST_COMPUTE] + e.t[TD_COST_TP];
+    EXPECT(rel(e.t[TD_COST_BUBBLE], busy * 3 / 16) < 1e-12, "interleaved bubble %g of %g", e.t[TD_COST_BUBBLE], busy);
+    double sum = 0;
+    for (int k = 0; k < TD_COST_N; k++) sum += e.t[k];
+    EXPECT(rel(e.step_s, sum) < 1e-12, "step is the sum of its costs");
+}
+
+/* The search against a brute-force count of valid tuples, derived here from
+ * the rules (not from td_plan_check): every plan valid, fitting, sorted;
+ * every valid tuple either a plan or dropped for memory. */
+static void test_enumeration(void) {
+    td_plan_model m = {"small", 4, 4, 64, 100, 16};
+    td_plan_cluster c;
+    char err[256];
+    td_plan_cluster_preset("a100-hdr", &c, err, sizeof err);
+    c.gpus = 8, c.gpus_per_node = 4;
+    int B = 16;
+    long want = 0;
+    for (int tp = 1; tp <= 8; tp++)
+        for (int pp = 1; pp <= 8; pp++)
+            for (int dp = 1; dp <= 8; dp++) {
+                if (dp * tp * pp != 8 || m.H % tp || tp > 4 || m.L % pp || B % dp) continue;
+                for (int b = 1; b <= B / dp; b++) {
+                    if ((B / dp) % b) continue;
+                    int mb = B / dp / b;
+                    for (int zero = 0; zero <= (dp > 1 ? 3 : 0); zero++)
+                        for (int sp = 0; sp <= (tp > 1); sp++) {
+                            if (zero >= 2 && pp > 1) continue;
+                            long scheds = 1; /* pp = 1: none */
+                            if (pp > 1) {
+                                scheds = 2; /* gpipe, 1f1b */
+                                for (int v = 2; v <= m.L / pp; v++)
+                                    if (m.L % (pp * v) == 0 && mb % pp == 0) scheds++;
+                            }
+                            want += 3 * scheds; /* recompute none, selective, full */
+                        }
+                }
+            }
+    td_plan_fixed f;
+    td_plan_fixed_init(&f);
+    td_plan_result r;
+    td_plan_search(&m, &c, B, &f, &r);
+    EXPECT(r.n + r.too_big == want, "%d plans + %ld too big, brute force %ld valid", r.n, r.too_big, want);
+    for (int i = 0; i < r.n; i++) {
+        const td_plan_layout *l = &r.plans[i].lay;
+        EXPECT(td_plan_check(&m, &c, B, 0, l, err, sizeof err) == 0, "plan %d invalid: %s", i, err);
+        EXPECT(l->dp * l->tp * l->pp == 8 && l->dp * l->micro_batch * l->micro_batches == B, "plan %d sizes", i);
+        EXPECT(r.plans[i].mem_bytes <= c.mem_bytes, "plan %d does not fit", i);
+        EXPECT(i == 0 || (float)r.plans[i - 1].step_s <= (float)r.plans[i].step_s, "plan %d out of order", i);
+    }
+    td_plan_result_free(&r);
+    /* fixed choices are respected; a tight memory drops plans and says so */
+    f.tp = 2, f.rc = TD_PLAN_RC_FULL;
+    c.mem_bytes = 1e5;
+    td_plan_search(&m, &c, B, &f, &r);
+    for (int i = 0; i < r.n; i++)
+        EXPECT(r.plans[i].lay.tp == 2 && r.plans[i].lay.rc == TD_PLAN_RC_FULL, "plan %d ignores the fixed choices", i);
+    EXPECT(r.too_big > 0 && r.smallest_too_big > 1e5, "nothing dropped for memory at 100 kB");
+    td_plan_result_free(&r);
+    /* a bad layout names its fault */
+    td_plan_layout bad = {2, 3, 1, 0, 1, 8, TD_PLAN_NO_SCHED, 1, 0, 0};
+    c.gpus = 6;
+    EXPECT(td_plan_check(&m, &c, B, 0, &bad, err, sizeof err) != 0 && strstr(err, "heads"), "tp 3 of 4 heads: '%s'", err);
+    td_plan_layout wide = {1, 4, 2, 0, 1, 16, TD_SCHED_1F1B, 1, 0, 0};
+    c.gpus = 8, c.gpus_per_node = 2;
+    EXPECT(td_plan_check(&m, &c, B, 0, &wide, err, sizeof err) != 0 && strstr(err, "node"), "tp 4 > 2 per node: '%s'", err);
+    EXPECT(td_plan_check(&m, &c, B, 1, &wide, err, sizeof err) == 0, "tp across nodes allowed: %s", err);
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "megatron") == 0) {
+        test_megatron_rows();
+    } else {
+        test_zero_table();
+        test_engine_states();
+        test_params();
+        test_formulas();
+        test_bubble();
+        test_enumeration();
+    }
+    if (fails) printf("%d failures\n", fails);
+    else printf("test_planner: ok\n");
+    return fails != 0;
+}
