@@ -357,7 +357,7 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
             if (red[1] > 0) bad_step = (int)(red[2] / red[1]), bad_row = (int)(red[3] / red[1]);
             float loss = g.dp > 1 || pp ? red[0] / ((float)o->batch * T) : (float)(loss_sum / ((double)o->batch * T));
             double ms = td_now_ms() - t0;
-            if (step - first >= o->timing_skip || o->steps - first <= o->timing_skip) timed_ms += ms, n_timed++;
+            if (step - first >= o->timing_skip || o->steps - first <= o->timing_skip) timed_ms += ms;
             if (red[1] > 0 && isfinite(loss) && td_loss_scaler_skips(&scaler)) {
                 /* dynamic loss scaling: every rank agreed on the overflow, so
                  * every rank skips the step (nothing was applied), halves the
@@ -438,6 +438,10 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
                 break;
             }
         }
+        /* the steps this process ran (a resumed or stopped run: fewer),
+         * less the leading ones left out */
+        int ran = res->steps_done - first;
+        n_timed = ran > o->timing_skip ? ran - o->timing_skip : ran;
         res->step_ms = n_timed > 0 ? timed_ms / n_timed : 0.0;
         res->tokens_per_s = (double)o->batch * T / (res->step_ms * 1e-3);
         res->mfu = rep.flops_per_step / (res->step_ms * 1e-3) / rep.peak_flops;
