@@ -173,6 +173,8 @@ static int resume_at(const td_train_opts *o, td_dp *dp, const td_grid *g, const 
     td_ckpt_resume(dp, g, t, cfg, tok, strcmp(o->resume, "latest") == 0 ? o->out : o->resume, &meta);
     TD_CHECK(meta.step < o->steps, "--resume %s: the checkpoint is at step %d, and --steps %d leaves nothing to "
              "train; pass a larger --steps", o->resume, meta.step, o->steps);
+    TD_CHECK(o->stop_after == 0 || o->stop_after > meta.step, "--stop-after %d: the checkpoint is already at "
+             "step %d (--stop-after counts from step 0)", o->stop_after, meta.step);
     *scaler = meta.scaler;
     return meta.step;
 }
@@ -295,7 +297,8 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
         double timed_ms = 0.0, grad_sent = 0.0, grad_dense = 0.0;
         int first = resume_at(o, dp, &g, &table, &cfg, &data.tok, &scaler), n_timed = 0;
         res->steps_done = first;
-        if (mode != TD_DP_PS) td_stop_signals_install();
+        int stoppable = mode != TD_DP_PS && o->out; /* a stop saves into --out */
+        if (stoppable) td_stop_signals_install();
         for (int step = first; step < o->steps; step++) {
             double t0 = td_now_ms();
             float lr = td_lr_at(&o->optim, step);
@@ -430,7 +433,7 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
             }
             /* --stop-after, or a stop signal on any rank: a checkpoint at
              * this step boundary, then the run ends as planned runs do */
-            int stop = !last && mode != TD_DP_PS &&
+            int stop = !last && stoppable &&
                        ((o->stop_after > 0 && step + 1 == o->stop_after) | td_stop_signalled(&g));
             if (stop) {
                 if (!saved) td_run_save(dp, &g, &table, &canon, &cfg, &data.tok, o, step + 1, &scaler, &plan, res, 0);
