@@ -14,8 +14,8 @@
  * directory into place and points `latest` at it atomically (a new link
  * renamed over the old), then --keep removes older step directories. A
  * failed save removes the temporary directory and is an error; a save killed
- * half-way leaves the temporary directory behind and every earlier
- * checkpoint and `latest` as they were.
+ * half-way leaves the temporary directory behind (the next commit removes
+ * it) and every earlier checkpoint and `latest` as they were.
  *
  * Loading reads any layout into any other: each rank puts together one
  * global tensor at a time from the pieces that hold it and copies the

@@ -165,6 +165,22 @@ static void keep_newest(const td_ckpt_dir *d, int keep) {
     }
 }
 
+/* Temporary directories of saves that were killed half-way (a rank died,
+ * the job was cut off) never become checkpoints: the next commit removes
+ * them. (One --out is written by one job at a time.) */
+static void remove_stale(const td_ckpt_dir *d) {
+    DIR *dd = opendir(d->out);
+    if (!dd) return;
+    struct dirent *de;
+    char p[PATH_MAX + 300];
+    while ((de = readdir(dd)) != NULL)
+        if (strncmp(de->d_name, ".step-", 6) == 0 && strstr(de->d_name, ".tmp.")) {
+            snprintf(p, sizeof p, "%s/%s", d->out, de->d_name);
+            td_ckpt_remove_dir(p);
+        }
+    closedir(dd);
+}
+
 static void fsync_dir(const td_ckpt_dir *d, const char *dir) {
     int fd = open(dir, O_RDONLY | O_DIRECTORY);
     if (fd < 0 || fsync(fd) != 0) td_ckpt_save_failed(d, dir, errno);
@@ -205,6 +221,7 @@ void td_ckpt_finish(const td_ckpt_dir *d, int n_files, const td_ckpt_meta *meta,
              "saving checkpoint %s: %s was written but pointing %s at it failed: %s", d->final, d->name, link,
              strerror(errno));
     keep_newest(d, meta->keep);
+    remove_stale(d);
     int dfd = open(d->out, O_RDONLY | O_DIRECTORY);
     TD_CHECK(dfd >= 0 && fsync(dfd) == 0, "saving checkpoint %s: fsync of --out %s failed: %s", d->final, d->out,
              strerror(errno));

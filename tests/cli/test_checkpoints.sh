@@ -123,7 +123,9 @@ rc=$?; [ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "save-kill: exit code $rc, want 
 [ "$(readlink "$tmp/sk/latest")" = step-00000002 ] && [ ! -e "$tmp/sk/step-00000004" ] \
   && echo "ok   save-kill: latest -> step-00000002, no step-00000004" \
   || fail "save-kill: latest -> $(readlink "$tmp/sk/latest"), want step-00000002 and no step-00000004"
+ls -A "$tmp/sk" | grep -q '^\.step-00000004\.tmp\.' || fail "save-kill: no temporary directory of the killed save"
 run save-kill-resume 0 "checkpoint: .*/sk/step-00000008" $MPIRUN -np 2 "$T" train "${A[@]}" --zero 1 --out "$tmp/sk" --resume latest
+ls -A "$tmp/sk" | grep -q '^\.' && fail "save-kill-resume: the killed save's temporary directory is still there"
 run keep 0 "." "$T" train "${A[@]}" --out "$tmp/kp" --keep 2
 [ "$(cd "$tmp/kp" && echo step-*)" = "step-00000006 step-00000008" ] && echo "ok   keep: step-00000006 step-00000008" \
   || fail "keep 2: $(cd "$tmp/kp" && echo step-*)"
