@@ -125,7 +125,9 @@ void td_ckpt_resume(td_dp *dp, const td_grid *g, const td_param_table *t, const 
                                                memcmp(m->chars, tok->chars, sizeof(uint32_t) * (size_t)tok->V) == 0),
              "--resume %s: the checkpoint's tokenizer (%s) differs from this run's (--data, --tokenizer)", r.dir,
              td_tokenizer_name((td_tokenizer_kind)m->tok_kind));
-    TD_CHECK(m->seed == meta->seed, "--resume %s: the checkpoint was trained with --seed %llu, this run has --seed "
+    /* the data order of the steps to come depends on the seed; a step-0
+     * checkpoint (an imported model) has no order to continue */
+    TD_CHECK(m->seed == meta->seed || m->step == 0, "--resume %s: the checkpoint was trained with --seed %llu, this run has --seed "
              "%llu; the data order depends on it", r.dir, (unsigned long long)m->seed, meta->seed);
     for (int s = 0; s < TD_MF_NSECTIONS; s++) {
         range_list l = {0, 0, NULL};
