@@ -3,7 +3,8 @@
 # and dp2 with top-k compression (its per-rank residuals and moments); a resharding matrix (checkpoints saved under one layout continue
 # under another: 8 ranks -> 1, 1 -> 8, across dp/tp/pp/zero/precision) whose
 # fp32 continuation losses are within 1e-5 relative of the uninterrupted
-# one-process run's; --stop-after and SIGTERM end with a checkpoint.
+# one-process run's; an imported model fine-tuned by --resume; --stop-after,
+# SIGTERM to the ranks and SIGUSR1 to mpirun end with a checkpoint.
 # Usage: test_resume.sh TRIDENT_BINARY DATA_DIR
 set -u
 T=${1:?usage: test_resume.sh TRIDENT_BINARY DATA_DIR}
@@ -88,6 +89,17 @@ tr fp-to-bf 2 --dp 2 --precision bf16 --resume "$tmp/src1/step-00000004" --out "
 tr topk-to-1 1 --grad-compress topk:0.1 --resume "$tmp/topk/step-00000004" --out "$tmp/o-topk1" &&
   if grep -q "per-dp-rank state (top-k residuals) was saved under dp 2 .*this layout differs, so it starts at zero" "$tmp/topk-to-1.out"
   then echo "ok   topk-to-1: the residuals' note"; else fail "topk-to-1: no note about the dropped residuals"; fi
+
+# an imported model (step 0, no moments) is fine-tuned by --resume under any
+# layout: one process and tp 2 from the same import agree as fp32 runs do
+"$T" export --ckpt "$tmp/ref" --format llmc --out "$tmp/ref.llmc" >/dev/null 2>&1 &&
+  "$T" import --format llmc --in "$tmp/ref.llmc" --out "$tmp/imp" --tokenizer char --data "$tmp/small.txt" >/dev/null 2>&1 \
+  || fail "export/import of the reference run failed"
+tr imp-1 1 --resume "$tmp/imp" --out "$tmp/o-imp1" --seed 5 --log "$tmp/imp-1.log" &&
+  tr imp-tp2 2 --tp 2 --resume "$tmp/imp" --out "$tmp/o-imp2" --seed 5 --log "$tmp/imp-tp2.log" &&
+  cmp_losses "import-fine-tune-tp2-vs-1" "$tmp/imp-1.log" "$tmp/imp-tp2.log" 1e-5
+grep -q "holds no AdamW moments (an imported model?); they start at zero" "$tmp/imp-1.out" \
+  || fail "imp-1: no note about the missing moments"
 
 # --- preemption: SIGTERM to the ranks (as Slurm sends it) or SIGUSR1 to
 # mpirun (which forwards it): every rank stops at the next step boundary with
