@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Resuming: exact resume (bitwise losses and state) on dp2 zero 1, tp2, pp2
-# and dp2 with top-k compression (its per-rank residuals and moments); a resharding matrix (checkpoints saved under one layout continue
-# under another: 8 ranks -> 1, 1 -> 8, across dp/tp/pp/zero/precision) whose
+# and dp2 with top-k compression (its per-rank residuals and moments); a
+# resharding matrix (checkpoints saved under one layout continue under
+# another: 8 ranks -> 1, 1 -> 8, across dp/tp/pp/zero/precision) whose
 # fp32 continuation losses are within 1e-5 relative of the uninterrupted
 # one-process run's; an imported model fine-tuned by --resume; --stop-after,
 # SIGTERM to the ranks and SIGUSR1 to mpirun end with a checkpoint.
