@@ -20,6 +20,22 @@ void td_run_ckpt_meta(const td_train_opts *o, const td_grid *g, const td_loss_sc
     m->keep = o->keep;
 }
 
+/* --resume: the state of a checkpoint in this layout; returns the step to
+ * continue at (0 without --resume). */
+int td_run_resume(const td_train_opts *o, td_dp *dp, const td_grid *g, const td_param_table *t,
+                  const td_gpt_config *cfg, const td_tokenizer *tok, td_loss_scaler *scaler) {
+    if (!o->resume) return 0;
+    td_ckpt_meta meta;
+    td_run_ckpt_meta(o, g, scaler, 0, &meta);
+    td_ckpt_resume(dp, g, t, cfg, tok, strcmp(o->resume, "latest") == 0 ? o->out : o->resume, &meta);
+    TD_CHECK(meta.step < o->steps, "--resume %s: the checkpoint is at step %d, and --steps %d leaves nothing to "
+             "train; pass a larger --steps", o->resume, meta.step, o->steps);
+    TD_CHECK(o->stop_after == 0 || o->stop_after > meta.step, "--stop-after %d: the checkpoint is already at "
+             "step %d (--stop-after counts from step 0)", o->stop_after, meta.step);
+    *scaler = meta.scaler;
+    return meta.step;
+}
+
 /* Parameter servers hold the state in their own loop: world rank 0 gathers
  * one unit at a time (no rank holds the state twice) and writes one shard. */
 static size_t save_gathered(td_dp *dp, const td_grid *g, const td_param_table *t, const td_param_table *canon,

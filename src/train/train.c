@@ -163,22 +163,6 @@ static double evaluate(run_ctx *c) {
     return total / ((double)o->eval_iters * o->batch * T);
 }
 
-/* --resume: the state of a checkpoint in this layout; returns the step to
- * continue at (0 without --resume). */
-static int resume_at(const td_train_opts *o, td_dp *dp, const td_grid *g, const td_param_table *t,
-                     const td_gpt_config *cfg, const td_tokenizer *tok, td_loss_scaler *scaler) {
-    if (!o->resume) return 0;
-    td_ckpt_meta meta;
-    td_run_ckpt_meta(o, g, scaler, 0, &meta);
-    td_ckpt_resume(dp, g, t, cfg, tok, strcmp(o->resume, "latest") == 0 ? o->out : o->resume, &meta);
-    TD_CHECK(meta.step < o->steps, "--resume %s: the checkpoint is at step %d, and --steps %d leaves nothing to "
-             "train; pass a larger --steps", o->resume, meta.step, o->steps);
-    TD_CHECK(o->stop_after == 0 || o->stop_after > meta.step, "--stop-after %d: the checkpoint is already at "
-             "step %d (--stop-after counts from step 0)", o->stop_after, meta.step);
-    *scaler = meta.scaler;
-    return meta.step;
-}
-
 void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) {
     memset(res, 0, sizeof *res);
     td_mem_reset_peaks(); /* the peaks reported are this run's (tests run several in one process) */
@@ -295,7 +279,7 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
         td_grad_watch watch;
         td_grad_watch_init(&watch, &model, td_loss_scaler_skips(&scaler));
         double timed_ms = 0.0, grad_sent = 0.0, grad_dense = 0.0;
-        int first = resume_at(o, dp, &g, &table, &cfg, &data.tok, &scaler), n_timed = 0;
+        int first = td_run_resume(o, dp, &g, &table, &cfg, &data.tok, &scaler), n_timed = 0;
         res->steps_done = first;
         int stoppable = mode != TD_DP_PS && o->out; /* a stop saves into --out */
         if (stoppable) td_stop_signals_install();
