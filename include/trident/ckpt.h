@@ -1,23 +1,34 @@
-/* ckpt: checkpoints.
+/* ckpt: sharded checkpoints with resharding on load.
  *
  * `--out DIR` holds one directory per saved step, named by the steps done
- * (DIR/step-00000400/ with model.bin and config.json, formats_ckpt.h), and a
- * symbolic link DIR/latest naming the newest complete one. A save writes a
- * new step directory under a temporary name (DIR/.step-00000400.tmp.PID),
- * checks every write and close, fsyncs the files and the directory, renames
- * it into place, then points `latest` at it atomically (a new link renamed
- * over the old) and fsyncs DIR. A failed save removes its temporary files,
- * leaves every earlier checkpoint and `latest` as they were, and is an error.
+ * (DIR/step-00000400/), and a symbolic link DIR/latest naming the newest
+ * complete one. A step directory holds manifest.json (formats_manifest.h:
+ * the model config, tokenizer, step, seed, loss-scaler state, the layout it
+ * was saved under, and for every tensor its global name, shape and the
+ * pieces of it each file holds) and shard-NNNNN.safetensors, one per writing
+ * rank: its pieces of the fp32 parameters (master weights) and AdamW
+ * moments, each range written once by the lowest rank holding it, and its
+ * per-dp-rank state (top-k residuals). A save writes a temporary directory
+ * (DIR/.step-00000400.tmp.TAG), every rank its shard in parallel; once all
+ * are fsynced, world rank 0 writes the manifest, fsyncs, renames the
+ * directory into place and points `latest` at it atomically (a new link
+ * renamed over the old), then --keep removes older step directories. A
+ * failed save removes the temporary directory and is an error; a save killed
+ * half-way leaves the temporary directory behind (the next commit removes
+ * it) and every earlier checkpoint and `latest` as they were.
  *
- * The writer streams: the trainer gathers one unit at a time to the writing
- * rank and hands it over, so no rank holds the whole state twice.
- * (Sharded, resharding checkpoints are a later issue; this single-file
- * format is what they will import from.) */
+ * Loading reads any layout into any other: each rank puts together one
+ * global tensor at a time from the pieces that hold it and copies the
+ * elements it holds (td_param_global_index maps a tp slice to the tensor). */
 #ifndef TRIDENT_CKPT_H
 #define TRIDENT_CKPT_H
 
 #include "trident/data.h"
+#include "trident/formats_manifest.h"
+#include "trident/grid.h"
+#include "trident/loss_scale.h"
 #include "trident/model.h"
+#include "trident/parallel.h"
 
 typedef struct {
     td_gpt_config cfg;
@@ -29,15 +40,47 @@ typedef struct {
     char dir[4096];     /* the step directory read */
 } td_checkpoint;
 
-typedef struct td_ckpt_writer td_ckpt_writer;
+/* What a checkpoint records beside the tensors, and the run's layout. */
+typedef struct {
+    int step;                 /* steps done (= the lr schedule's position) */
+    unsigned long long seed;  /* init and data order are functions of (seed, step) */
+    td_loss_scaler scaler;
+    int dp, tp, pp, zero, ranks;
+    const char *precision, *dp_mode, *grad_compress;
+    int keep;                 /* --keep N: step directories kept, 0 = all */
+} td_ckpt_meta;
+/* A one-process fp32 layout, no loss scaling, seed 0. */
+void td_ckpt_meta_default(td_ckpt_meta *m, int step);
 
-/* Starts the save of `step` (steps done) under out (created if missing):
- * the temporary step directory and model.bin's header and vocabulary. */
+/* Sharded save of the state after meta->step steps into --out `out`:
+ * every training rank writes its shard (td_dp_ranges, owner ranges only),
+ * then world rank 0 commits. Collective over the training ranks (not
+ * parameter servers: their mode has no ranges; use the writer below).
+ * The step directory's path goes to path (rank 0). Returns the bytes of
+ * bookkeeping the save held beside the state (no copy of it). */
+size_t td_ckpt_save_sharded(td_dp *dp, const td_grid *g, const td_param_table *t, const td_gpt_config *cfg,
+                            const td_tokenizer *tok, const char *out, const td_ckpt_meta *meta, char *path,
+                            size_t cap);
+/* the same bytes for the consolidated writer of a model of n_rows tensors */
+size_t td_ckpt_writer_bookkeeping(int n_rows);
+/* --resume PATH (a step directory, or an --out directory: its latest):
+ * checks that the checkpoint is of this model (config, tokenizer, seed) and
+ * fills everything this rank holds in its own layout. Per-dp-rank state is
+ * read when the layout equals the saved one, else dropped with a note.
+ * meta: in, this run's layout; out, step and loss-scaler state. Every
+ * training rank; no communication. */
+void td_ckpt_resume(td_dp *dp, const td_grid *g, const td_param_table *t, const td_gpt_config *cfg,
+                    const td_tokenizer *tok, const char *path, td_ckpt_meta *meta);
+
+/* The consolidated writer, on one rank (parameter servers' gathered saves,
+ * td_ckpt_save): one shard holding whole tensors. */
+typedef struct td_ckpt_writer td_ckpt_writer;
+/* Starts the save of `step` (steps done) under out (created if missing). */
 td_ckpt_writer *td_ckpt_writer_open(const char *out, const td_gpt_config *cfg,
                                     const td_tokenizer *tok, int step, int has_optimizer);
+void td_ckpt_writer_meta(td_ckpt_writer *w, const td_ckpt_meta *meta);
 /* Section 0 parameters, 1 AdamW m, 2 AdamW v: unit u of a buffer laid out
- * by table t (buf[0] is element t->unit_offset[u]); written to its place
- * in the canonical layout. */
+ * by table t (buf[0] is element t->unit_offset[u]). */
 void td_ckpt_writer_put(td_ckpt_writer *w, int section, const td_param_table *t, int u,
                         const float *buf);
 /* Every unit of every section must have been put. Commits as above and
@@ -48,9 +91,9 @@ void td_ckpt_writer_commit(td_ckpt_writer *w, char *path, size_t cap);
 void td_ckpt_save(const char *out, const td_gpt_config *cfg, const td_tokenizer *tok, int step,
                   const float *params, const float *m, const float *v, size_t numel);
 
-/* Loads a checkpoint: path is a step directory (holds model.bin) or a
- * directory written by --out (follows its `latest`). Everything read is
- * validated (formats_ckpt.h); an error names the file and the field. */
+/* Loads a checkpoint of any layout into the canonical flat layout: path is a
+ * step directory or an --out directory (follows its `latest`). Everything
+ * read is validated; an error names the file and the field. */
 void td_ckpt_load(td_checkpoint *ck, const char *path);
 void td_ckpt_free(td_checkpoint *ck);
 

@@ -15,6 +15,10 @@
  *                                        step STEP: the step never passes
  *   TRIDENT_FAULT=save-fail:STEP         writing the checkpoint of step STEP
  *                                        (steps done) fails as on a full disk
+ *   TRIDENT_FAULT=save-kill:STEP[:RANK]  world rank RANK (default 0) kills
+ *                                        itself (SIGKILL) half-way through
+ *                                        writing its shard of the checkpoint
+ *                                        of step STEP (steps done)
  *   TRIDENT_FAULT=skip-embed-sum:STEP    a broken reduction: at step STEP the
  *                                        pipeline's embedding group does not
  *                                        sum the tied embedding's gradients
@@ -36,7 +40,7 @@
 
 typedef enum {
     TD_FAULT_NONE = 0, TD_FAULT_NAN_LOSS, TD_FAULT_NAN_GRAD, TD_FAULT_SAVE_FAIL, TD_FAULT_SKIP_EMBED_SUM,
-    TD_FAULT_GRAD_INF, TD_FAULT_GRAD_INF_STUCK, TD_FAULT_KILL, TD_FAULT_STOP
+    TD_FAULT_GRAD_INF, TD_FAULT_GRAD_INF_STUCK, TD_FAULT_KILL, TD_FAULT_STOP, TD_FAULT_SAVE_KILL
 } td_fault_kind;
 
 #define TD_FAULT_GRAD_TENSOR "transformer.h.0.mlp.c_fc.weight"

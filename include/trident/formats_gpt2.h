@@ -57,4 +57,8 @@ void td_hf_config_free(td_hf_config *c);
 /* The config.json text for c (malloc'd, NUL-terminated), or NULL. */
 char *td_hf_config_format(const td_hf_config *c);
 
+/* Elements of a GPT-2's tensors laid out flat (wte [Vp,C], wpe [T,C], L
+ * blocks, ln_f), or 0 when the count overflows 64 bits. */
+uint64_t td_ckpt_numel(int64_t L, int64_t C, int64_t T, int64_t Vp);
+
 #endif

@@ -213,6 +213,25 @@ int td_dp_full_params(td_dp *dp, const float **params);
  * here, the caller spreads it); 1 otherwise and for every other mode. */
 int td_dp_save_begin(td_dp *dp, int steps_done);
 
+/* What this rank holds, as ranges of the flat buffer laid out by its table:
+ * cb(ctx, lo, n, data) for each range [lo, lo + n) of section 0 (fp32
+ * parameters / master weights), 1 (AdamW m) or 2 (AdamW v), data pointing at
+ * the rank's own memory for it (read it to save, write it to load). With
+ * owner_only, a range replicated over dp ranks is given to one of them only
+ * (dp rank 0, or each ZeRO owner its slice), so the ranges of all dp ranks
+ * cover the buffer exactly once; without, every range the rank holds (a
+ * replica fills its own copy on load). Ranges may include unit padding.
+ * Returns 0 (and calls nothing) for a mode that cannot say: parameter
+ * servers. No communication. */
+typedef void (*td_dp_range_cb)(void *ctx, size_t lo, size_t n, float *data);
+int td_dp_ranges(td_dp *dp, int section, int owner_only, td_dp_range_cb cb, void *ctx);
+/* State that belongs to this dp rank rather than to the model, in this
+ * table's flat layout ([t->numel] each, NULL when absent): k = 0 the top-k
+ * error-feedback residual, 1 and 2 the top-k update scheme's local AdamW
+ * moments (grad_payload.h). */
+#define TD_DP_RANK_STATES 3
+float *td_dp_rank_state(td_dp *dp, int k);
+
 /* After td_dp_finish_step: -1 when the global gradient norm was finite (the
  * update was applied); else the step was NOT applied and this returns the
  * parameter-table row of the first tensor holding a non-finite gradient,

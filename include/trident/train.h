@@ -45,6 +45,9 @@ typedef struct {
     const char *out, *log;
     const char *trace; /* --trace: Chrome trace-event JSON of the run (NULL: none) */
     int save_every;   /* save to --out every K steps as well as at the end (0: the end only) */
+    int keep;         /* --keep N: step directories kept under --out after a save (0: all) */
+    int stop_after;   /* --stop-after K: end after K steps with a checkpoint (0: run --steps) */
+    const char *resume; /* --resume DIR|latest (ckpt.h; latest: --out's newest) */
     int memory_report, verbose, sample_tokens;
     const char *sample_prompt;
     int timing_skip;  /* leading steps left out of the mean step time (1) */
@@ -67,6 +70,7 @@ int td_train_main(int argc, char **argv);
 
 typedef struct {
     int steps_done;
+    int stopped_after;    /* > 0: ended early after this many steps (--stop-after, a stop signal) with a checkpoint */
     float *losses;        /* [steps] training loss of each step */
     float *grad_norms;    /* [steps] */
     double final_val_loss;

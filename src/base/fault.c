@@ -42,6 +42,7 @@ const td_fault *td_fault_get(void) {
                  {"grad-inf:", TD_FAULT_GRAD_INF, 1},
                  {"grad-inf-stuck:", TD_FAULT_GRAD_INF_STUCK, 1},
                  {"save-fail:", TD_FAULT_SAVE_FAIL, 0},
+                 {"save-kill:", TD_FAULT_SAVE_KILL, 1},
                  {"skip-embed-sum:", TD_FAULT_SKIP_EMBED_SUM, 0},
                  {"kill:", TD_FAULT_KILL, 1},
                  {"stop:", TD_FAULT_STOP, 1}};
@@ -64,7 +65,7 @@ const td_fault *td_fault_get(void) {
     }
     td_fail("TRIDENT_FAULT=%s is not known; the test-only faults are nan-loss:STEP[:RANK], "
             "nan-grad:STEP[:RANK], grad-inf:STEP[:RANK], grad-inf-stuck:STEP[:RANK], save-fail:STEP, "
-            "skip-embed-sum:STEP, kill:STEP[:RANK] and stop:STEP[:RANK]", s);
+            "save-kill:STEP[:RANK], skip-embed-sum:STEP, kill:STEP[:RANK] and stop:STEP[:RANK]", s);
 }
 
 void td_fault_reload(void) { g_parsed = 0; }

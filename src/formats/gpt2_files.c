@@ -7,14 +7,26 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "trident/formats_ckpt.h"
 #include "trident/formats_data.h"
 #include "trident/formats_gpt2.h"
 #include "trident/formats_json.h"
 
+static int mul_ok(uint64_t a, uint64_t b, uint64_t *r) { return !__builtin_mul_overflow(a, b, r); }
+static int add_ok(uint64_t a, uint64_t b, uint64_t *r) { return !__builtin_add_overflow(a, b, r); }
+
+uint64_t td_ckpt_numel(int64_t L, int64_t C, int64_t T, int64_t Vp) {
+    /* wte [Vp,C] + wpe [T,C] + L x (12 C^2 + 13 C) + ln_f 2C (model.h) */
+    if (L < 0 || C < 0 || T < 0 || Vp < 0) return 0;
+    uint64_t c = (uint64_t)C, a, b, blk, t;
+    if (!mul_ok((uint64_t)Vp, c, &a) || !mul_ok((uint64_t)T, c, &b) || !add_ok(a, b, &t)) return 0;
+    if (!mul_ok(c, c, &a) || !mul_ok(a, 12, &a) || !mul_ok(c, 13, &b) || !add_ok(a, b, &blk)) return 0;
+    if (!mul_ok(blk, (uint64_t)L, &blk) || !add_ok(t, blk, &t) || !add_ok(t, 2 * c, &t)) return 0;
+    return t;
+}
+
 /* model.h's limits (TD_MAX_LAYERS, TD_MAX_EMBD, TD_MAX_SEQ, TD_MAX_VOCAB):
  * formats links without the model library */
-#define MAX_LAYERS TD_CKPT_MAX_LAYERS
+#define MAX_LAYERS 256
 #define MAX_EMBD 65536
 #define MAX_SEQ 1048576
 

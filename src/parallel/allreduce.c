@@ -56,6 +56,14 @@ const float *td_replicated_gather_unit(td_dp *dp, int section, int u, float *scr
     return b + dp->t->unit_offset[u];
 }
 
+void td_replicated_ranges(td_dp *dp, int section, int owner_only, td_dp_range_cb cb, void *ctx) {
+    float *b = section == 0 ? dp->params : section == 1 ? dp->m : dp->v;
+    /* reduce-broadcast: the moments live on dp rank 0 alone */
+    if (b && (!owner_only || dp->r == 0)) cb(ctx, 0, dp->t->numel, b);
+}
+
+static float *replicated_rank_state(td_dp *dp, int k) { return td_buckets_rank_state(dp->impl, k); }
+
 int td_replicated_full_params(const td_dp *dp) {
     (void)dp;
     return 1;
@@ -96,4 +104,6 @@ const td_dp_ops td_dp_allreduce_ops = {
     .finish_step = allreduce_finish,
     .gather_unit = td_replicated_gather_unit,
     .full_params = td_replicated_full_params,
+    .ranges = td_replicated_ranges,
+    .rank_state = replicated_rank_state,
 };

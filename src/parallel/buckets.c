@@ -35,6 +35,8 @@ int td_bucket_ranges(const td_param_table *t, size_t bucket_bytes, size_t *lo, s
     return n;
 }
 
+float *td_buckets_rank_state(td_buckets *b, int k) { return b->pay ? td_gpay_rank_state(b->pay, k) : NULL; }
+
 td_buckets *td_buckets_build(td_dp *dp, int root) {
     const td_param_table *t = dp->t;
     td_buckets *bs = td_alloc(sizeof *bs, TD_MEM_OTHER);

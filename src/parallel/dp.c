@@ -206,6 +206,18 @@ int td_dp_full_params(td_dp *dp, const float **params) {
     return dp->ops->full_params(dp);
 }
 
+int td_dp_ranges(td_dp *dp, int section, int owner_only, td_dp_range_cb cb, void *ctx) {
+    TD_ASSERT(section >= 0 && section < 3);
+    if (!dp->ops->ranges) return 0;
+    dp->ops->ranges(dp, section, owner_only, cb, ctx);
+    return 1;
+}
+
+float *td_dp_rank_state(td_dp *dp, int k) {
+    TD_ASSERT(k >= 0 && k < TD_DP_RANK_STATES);
+    return dp->ops->rank_state ? dp->ops->rank_state(dp, k) : NULL;
+}
+
 int td_dp_save_begin(td_dp *dp, int steps_done) {
     return dp->ops->save_begin ? dp->ops->save_begin(dp, steps_done) : 1;
 }

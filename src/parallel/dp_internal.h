@@ -32,6 +32,9 @@ typedef struct td_dp_ops {
     int (*save_begin)(td_dp *dp, int steps_done); /* NULL: 1 */
     void (*stop)(td_dp *dp, int step);            /* NULL: nothing to do */
     void (*staleness)(const td_dp *dp, int *max_seen, double *mean_seen); /* NULL: 0, 0 */
+    /* td_dp_ranges (parallel.h); NULL: the mode cannot say (ps) */
+    void (*ranges)(td_dp *dp, int section, int owner_only, td_dp_range_cb cb, void *ctx);
+    float *(*rank_state)(td_dp *dp, int k); /* td_dp_rank_state; NULL: none */
 } td_dp_ops;
 
 extern const td_dp_ops td_dp_allreduce_ops, td_dp_reduce_broadcast_ops, td_dp_zero_ops,
@@ -75,6 +78,7 @@ void td_replicated_destroy(td_dp *dp);
 void td_replicated_begin_micro(td_dp *dp);
 const float *td_replicated_gather_unit(td_dp *dp, int section, int u, float *scratch);
 int td_replicated_full_params(const td_dp *dp);
+void td_replicated_ranges(td_dp *dp, int section, int owner_only, td_dp_range_cb cb, void *ctx);
 
 /* buckets.c: bucketed all-reduce (root < 0) or reduce to `root`,
  * overlapped with backward */
@@ -86,6 +90,8 @@ void td_buckets_on_unit_done(td_dp *dp, td_buckets *b, int unit);
 void td_buckets_progress(td_buckets *b);
 int td_buckets_started(const td_buckets *b);
 void td_buckets_wait_all(td_dp *dp, td_buckets *b);
+/* the per-dp-rank state of its payload (td_dp_rank_state) */
+float *td_buckets_rank_state(td_buckets *b, int k);
 
 /* buckets.c: the element ranges of the buckets (pure: the plan uses it);
  * lo and len hold t->n_units entries, the count is returned */
@@ -104,6 +110,8 @@ int td_gpay_updates(const td_dp_config *cfg, int D);
 void td_gpay_plan(const td_dp_config *cfg, int D, const td_param_table *t, int n_ranges,
                   const size_t *lo, const size_t *len, td_mem_plan *p);
 td_gpay *td_gpay_create(td_dp *dp, int n_ranges, const size_t *lo, const size_t *len);
+/* k = 0 residual, 1 / 2 the update scheme's local moments (NULL if absent) */
+float *td_gpay_rank_state(td_gpay *g, int k);
 void td_gpay_free(td_dp *dp, td_gpay *g);
 /* Packs range i (bf16, or top-k with the residual) and starts its
  * collective on req; counts the traffic. */

@@ -26,7 +26,6 @@ typedef struct {
     size_t n_dense;
     float *dense;     /* [n_dense] their gradients, all-reduced (inside dense_all) */
     td_request *dense_req;
-    int local_steps;  /* topk:R: AdamW steps taken on this rank's moments (bias correction) */
     float *pairs;     /* top-k: [2k] this rank's pairs (inside send_all) */
     float *gathered;  /* top-k: [D * 2k] every rank's pairs */
     uint16_t *half;   /* bf16: [n] the payload, reduced in place */
@@ -110,6 +109,8 @@ void td_gpay_plan(const td_dp_config *cfg, int D, const td_param_table *t, int n
         p->bytes[TD_MEM_COMM] += total * sizeof(uint16_t);
     }
 }
+
+float *td_gpay_rank_state(td_gpay *g, int k) { return k == 0 ? g->residual : k == 1 ? g->local_m : g->local_v; }
 
 td_gpay *td_gpay_create(td_dp *dp, int n_ranges, const size_t *lo, const size_t *len) {
     if (!td_gpay_on(&dp->cfg, dp->D)) return NULL;
@@ -209,7 +210,7 @@ void td_gpay_start(td_dp *dp, td_gpay *g, int i, td_request *req) {
             td_optim_config o = dp->cfg.optim;
             o.weight_decay = 0.0f;
             td_adamw_update(acc, grad, g->local_m + r->lo, g->local_v + r->lo, r->lo, r->lo + r->n, dp->t,
-                            &o, td_lr_at(&o, dp->step), ++r->local_steps, (float)dp->D);
+                            &o, td_lr_at(&o, dp->step), dp->step + 1, (float)dp->D);
             td_topk_take(acc, r->n, r->k, g->idx, r->pairs);
         } else {
             td_topk_pack(grad, g->residual ? g->residual + r->lo : NULL, r->n, r->k, g->idx, r->pairs);

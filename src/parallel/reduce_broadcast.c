@@ -48,4 +48,5 @@ const td_dp_ops td_dp_reduce_broadcast_ops = {
     .finish_step = rb_finish,
     .gather_unit = td_replicated_gather_unit,
     .full_params = td_replicated_full_params,
+    .ranges = td_replicated_ranges,
 };

@@ -426,6 +426,27 @@ static const float *zero_gather_unit(td_dp *dp, int section, int u, float *scrat
 
 static int zero_full_params(const td_dp *dp) { return dp->cfg.zero < 3; }
 
+/* Each rank owns slice r of every unit of every section; below stage 3 it
+ * also holds (and on load fills) the whole parameter buffer. */
+static void zero_ranges(td_dp *dp, int section, int owner_only, td_dp_range_cb cb, void *ctx) {
+    struct td_zero *z = dp->impl;
+    if (section == 0 && z->stage < 3 && !owner_only) {
+        cb(ctx, 0, dp->t->numel, dp->params);
+        return;
+    }
+    float *base = section == 0 ? (z->stage < 3 ? NULL : z->pshard) : section == 1 ? dp->m : dp->v;
+    for (int u = 0; u < dp->n_units; u++) {
+        size_t n = slice_len(dp, u), lo = my_slice_off(dp, u);
+        if (n == 0) continue;
+        cb(ctx, lo, n, base ? base + z->shard_off[u] : dp->params + lo);
+    }
+}
+
+static float *zero_rank_state(td_dp *dp, int k) {
+    struct td_zero *z = dp->impl;
+    return z->pay ? td_gpay_rank_state(z->pay, k) : NULL;
+}
+
 const td_dp_ops td_dp_zero_ops = {
     .plan = zero_plan,
     .create = zero_create,
@@ -433,4 +454,6 @@ const td_dp_ops td_dp_zero_ops = {
     .finish_step = zero_finish,
     .gather_unit = zero_gather_unit,
     .full_params = zero_full_params,
+    .ranges = zero_ranges,
+    .rank_state = zero_rank_state,
 };

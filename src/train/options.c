@@ -98,6 +98,9 @@ void td_train_opts_parse(td_train_opts *o, int argc, char **argv) {
         {"--heartbeat-timeout", TD_FLAG_DOUBLE, &o->heartbeat_timeout, "seconds without a heartbeat before a rank is taken for stopped and the job ends, 0 = only deaths end it (60)", "[0, 1e9]"},
         {"--out", TD_FLAG_STR, &o->out, "checkpoint directory: DIR/step-NNNNNNNN/ per save, DIR/latest the newest (created if missing; its parent must exist)", NULL},
         {"--save-every", TD_FLAG_INT, &o->save_every, "also save to --out every K steps, 0 = at the end only (0)", NONNEG},
+        {"--keep", TD_FLAG_INT, &o->keep, "keep the N newest step directories under --out, removing older ones after each save, 0 = all (0)", NONNEG},
+        {"--resume", TD_FLAG_STR, &o->resume, "continue from a checkpoint: a step directory, an --out directory (its latest), or 'latest' (--out's newest); any layout, same model", NULL},
+        {"--stop-after", TD_FLAG_INT, &o->stop_after, "end after K steps (counted from step 0) with a checkpoint in --out, as a preemption would; exit 0 (0 = run --steps)", NONNEG},
         {"--log", TD_FLAG_STR, &o->log, "JSON-lines metrics file", NULL},
         {"--trace", TD_FLAG_STR, &o->trace, "Chrome trace-event JSON of the run, one lane per rank (Perfetto, chrome://tracing; at most 1M events per rank)", NULL},
         {"--memory-report", TD_FLAG_BOOL, &o->memory_report, "print the per-rank memory plan in detail", NULL},
@@ -126,6 +129,10 @@ void td_train_opts_parse(td_train_opts *o, int argc, char **argv) {
              o->heads, (long long)o->batch * o->heads, INT_MAX);
     TD_CHECK(o->zero >= 0 && o->zero <= 3, "--zero %d is not a ZeRO stage; use 0, 1, 2 or 3", o->zero);
     TD_CHECK(o->save_every == 0 || o->out, "--save-every %d needs --out DIR to save into", o->save_every);
+    TD_CHECK(o->keep == 0 || o->out, "--keep %d needs --out DIR", o->keep);
+    TD_CHECK(o->stop_after == 0 || o->out, "--stop-after %d needs --out DIR to save the checkpoint into", o->stop_after);
+    TD_CHECK(!o->resume || strcmp(o->resume, "latest") != 0 || o->out,
+             "--resume latest needs --out DIR (latest is its newest checkpoint)");
     TD_CHECK(strcmp(o->precision, "fp32") == 0 || strcmp(o->precision, "bf16") == 0 ||
                  strcmp(o->precision, "fp16") == 0,
              "--precision '%s' is not a precision; valid: fp32, bf16, fp16", o->precision);

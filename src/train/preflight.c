@@ -100,11 +100,9 @@ static int check_out(verdict *v, const char *out, int *created) {
 /* ---- --log ------------------------------------------------------------ */
 
 /* What trident itself writes directly in --out: a log there would collide
- * with the checkpoint (model.bin and config.json today; step-NNNNNNNN/,
- * latest and their temporary names with the step-directory layout). */
+ * with the checkpoint (step-NNNNNNNN/, latest and their temporary names). */
 static int checkpoint_name(const char *base) {
-    return strcmp(base, "model.bin") == 0 || strcmp(base, "config.json") == 0 ||
-           strcmp(base, "latest") == 0 || strncmp(base, "step-", 5) == 0 || base[0] == '.';
+    return strcmp(base, "latest") == 0 || strncmp(base, "step-", 5) == 0 || base[0] == '.';
 }
 
 /* A file flag's path (--log, --trace) must not collide with what the
@@ -123,8 +121,8 @@ static int check_outside_out(verdict *v, const char *flag, const char *path, con
         return refuse(v, "%s %s is inside a directory of --out %s, where checkpoints are written; "
                          "name a file outside it or directly in %s", flag, path, out, out);
     if (strcmp(rdir, rout) == 0 && checkpoint_name(base))
-        return refuse(v, "%s %s would take a name the checkpoint uses in --out %s (model.bin, "
-                         "config.json, latest, step-*, hidden temporary files); name another file",
+        return refuse(v, "%s %s would take a name the checkpoint uses in --out %s (latest, "
+                         "step-*, hidden temporary files); name another file",
                       flag, path, out);
     return 0;
 }

@@ -154,7 +154,7 @@ void td_report_step(td_report *r, int step, float loss, float lr, double norm, d
     double mfu = r->flops_per_step / (ms * 1e-3) / r->peak_flops;
     if (r->log) {
         fprintf(r->log,
-                "{\"step\": %d, \"loss\": %.6f, \"lr\": %.6g, \"grad_norm\": %.6f, \"step_ms\": %.3f, "
+                "{\"step\": %d, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"step_ms\": %.3f, "
                 "\"tokens_per_s\": %.1f, \"mfu\": %.4f",
                 step, loss, lr, norm, ms, tps, mfu);
         if (r->loss_scale > 0) fprintf(r->log, ", \"loss_scale\": %.9g", r->loss_scale);

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ckpt_run.h"
 #include "grad_watch.h"
 #include "preflight.h"
 #include "report.h"
@@ -77,43 +78,6 @@ static void pp_batch(void *ctx, int mb, int *in, int *tg) {
     run_ctx *c = b->c;
     td_data_batch(c->data, b->split, c->o->seed, b->step, c->g->dp_rank * c->Bl + mb * c->Bm, c->Bm,
                   c->o->seq, in, tg);
-}
-
-/* Writes the state after `steps_done` steps to --out (ckpt.h), gathering one
- * unit of one buffer at a time to world rank 0, which appends it to the file:
- * no rank holds the state twice, each holds at most one unit beyond its
- * plan. Collective over the world. `measure`: record this rank's peak. */
-static void save_checkpoint(td_dp *dp, const td_param_table *t, const td_param_table *canon,
-                            const td_gpt_config *cfg, const td_tokenizer *tok,
-                            const td_train_opts *o, const td_grid *g, int steps_done,
-                            const td_mem_plan *plan, td_train_result *res, int measure) {
-    size_t scratch_n = td_pp_gather_scratch_floats(t, canon), plan_total = 0;
-    for (int c = 0; c < TD_MEM_NCAT; c++) plan_total += plan->bytes[c];
-    size_t start = td_mem_total_current();
-    if (measure) td_mem_reset_peaks(); /* after the run's own peaks were taken */
-    float *scratch = td_alloc(scratch_n * sizeof(float), TD_MEM_OTHER);
-    td_ckpt_writer *w = g->world_rank == 0 ? td_ckpt_writer_open(o->out, cfg, tok, steps_done, 1) : NULL;
-    for (int s = 0; s < 3; s++)
-        for (int u = 0; u < t->n_units; u++) {
-            const td_param_table *in;
-            const float *b = td_pp_gather_unit(dp, g, t, canon, s, u, scratch, &in);
-            if (w) td_ckpt_writer_put(w, s, in, u, b);
-        }
-    char path[8192] = "";
-    if (w) td_ckpt_writer_commit(w, path, sizeof path);
-    td_free(scratch);
-    if (!measure) {
-        td_log("checkpoint: %s (step %d)\n", path, steps_done);
-        return;
-    }
-    res->save_peak = td_mem_total_peak();
-    res->save_start = start;
-    res->save_plan = plan_total;
-    res->save_unit = scratch_n * sizeof(float); /* one unit, or with tp its slices and assembly */
-    td_log("checkpoint: %s (%zu parameters, step %d); memory during the save: peak %.3f MiB, "
-           "%.3f MiB at its start, plan %.3f MiB + one unit %.3f MiB\n",
-           path, t->n_global, steps_done, res->save_peak / 1048576.0, start / 1048576.0,
-           plan_total / 1048576.0, res->save_unit / 1048576.0);
 }
 
 /* The stop of a run whose update at bad_step had a non-finite gradient
@@ -217,6 +181,10 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
              "reduce-broadcast with pipeline parallelism", o->pp);
     td_loss_scaler scaler;
     loss_scale_setup(o, mode, &scaler);
+    TD_CHECK(mode != TD_DP_PS || (!o->resume && !o->stop_after),
+             "--%s does not combine with --dp-mode ps: its servers apply each worker's gradients in their own "
+             "loop, which a checkpoint cannot resume exactly; use --dp-mode allreduce or reduce-broadcast",
+             o->resume ? "resume" : "stop-after");
     if (o->pp > 1) td_pipeline_check(o); /* a schedule or split that cannot work, before any communication */
     td_grid g;
     td_grid_create(&g, o->dp, o->tp, o->pp, mode == TD_DP_PS ? o->ps_servers : 0);
@@ -312,7 +280,11 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
         td_grad_watch watch;
         td_grad_watch_init(&watch, &model, td_loss_scaler_skips(&scaler));
         double timed_ms = 0.0, grad_sent = 0.0, grad_dense = 0.0;
-        for (int step = 0; step < o->steps; step++) {
+        int first = td_run_resume(o, dp, &g, &table, &cfg, &data.tok, &scaler), n_timed = 0;
+        res->steps_done = first;
+        int stoppable = mode != TD_DP_PS && o->out; /* a stop saves into --out */
+        if (stoppable) td_stop_signals_install();
+        for (int step = first; step < o->steps; step++) {
             double t0 = td_now_ms();
             float lr = td_lr_at(&o->optim, step);
             td_dp_begin_step(dp, step);
@@ -374,7 +346,7 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
             if (red[1] > 0) bad_step = (int)(red[2] / red[1]), bad_row = (int)(red[3] / red[1]);
             float loss = g.dp > 1 || pp ? red[0] / ((float)o->batch * T) : (float)(loss_sum / ((double)o->batch * T));
             double ms = td_now_ms() - t0;
-            if (step >= o->timing_skip || o->steps <= o->timing_skip) timed_ms += ms;
+            if (step - first >= o->timing_skip || o->steps - first <= o->timing_skip) timed_ms += ms;
             if (red[1] > 0 && isfinite(loss) && td_loss_scaler_skips(&scaler)) {
                 /* dynamic loss scaling: every rank agreed on the overflow, so
                  * every rank skips the step (nothing was applied), halves the
@@ -428,6 +400,7 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
                 td_report_eval(&rep, step, vl);
                 if (last) res->final_val_loss = vl;
             }
+            int saved = 0;
             if (o->out && o->save_every > 0 && (step + 1) % o->save_every == 0 && !last) {
                 /* parameter servers are asked from inside their loop; world
                  * rank 0 may learn there that they stopped on a non-finite
@@ -441,16 +414,29 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
                     td_dp_stop(dp, step);
                     break;
                 }
-                save_checkpoint(dp, &table, &canon, &cfg, &data.tok, o, &g, step + 1, &plan, res, 0);
+                td_run_save(dp, &g, &table, &canon, &cfg, &data.tok, o, step + 1, &scaler, &plan, res, 0);
+                saved = 1;
+            }
+            /* --stop-after, or a stop signal on any rank: a checkpoint at
+             * this step boundary, then the run ends as planned runs do */
+            int stop = !last && stoppable &&
+                       ((o->stop_after > 0 && step + 1 == o->stop_after) | td_stop_signalled(&g));
+            if (stop) {
+                if (!saved) td_run_save(dp, &g, &table, &canon, &cfg, &data.tok, o, step + 1, &scaler, &plan, res, 0);
+                res->stopped_after = step + 1;
+                break;
             }
         }
-        int timed = o->steps > o->timing_skip ? o->steps - o->timing_skip : o->steps;
-        res->step_ms = timed_ms / timed;
+        /* the steps this process ran (a resumed or stopped run: fewer),
+         * less the leading ones left out */
+        int ran = res->steps_done - first;
+        n_timed = ran > o->timing_skip ? ran - o->timing_skip : ran;
+        res->step_ms = n_timed > 0 ? timed_ms / n_timed : 0.0;
         res->tokens_per_s = (double)o->batch * T / (res->step_ms * 1e-3);
         res->mfu = rep.flops_per_step / (res->step_ms * 1e-3) / rep.peak_flops;
         if (o->gemm_stats) {
             td_gpt_gemm_stats(&res->gemm_flops, &res->gemm_ms, 0);
-            int n = o->steps > o->timing_skip ? o->steps - o->timing_skip : o->steps;
+            int n = n_timed > 0 ? n_timed : 1;
             res->gemm_flops /= n, res->gemm_ms /= n;
         }
         td_dp_staleness(dp, &res->max_staleness, &res->mean_staleness);
@@ -485,14 +471,14 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
             td_tp_formula_add_recompute(&res->tp_formula, &cfg, Bm, o->grad_accum, g.tp, o->seq_parallel, cfg.L);
     }
     for (int c = 0; c < TD_MEM_NCAT; c++) res->mem_planned[c] = plan.bytes[c], res->mem_peak[c] = td_mem_peak(c);
-    int stopped = res->stop_step >= 0;
+    int stopped = res->stop_step >= 0, early = res->stopped_after > 0;
     /* servers run their own loop, so with ps the measured report waits for the end */
     if (mode == TD_DP_PS && !stopped) td_report_memory(&rep, &plan, 1);
     if (!stopped) td_report_summary(&rep, res);
 
     int root = g.world_rank == 0;
-    if (!stopped && o->out)
-        save_checkpoint(dp, &table, &canon, &cfg, &data.tok, o, &g, o->steps, &plan, res, 1);
+    if (!stopped && !early && o->out)
+        td_run_save(dp, &g, &table, &canon, &cfg, &data.tok, o, o->steps, &scaler, &plan, res, 1);
     if (!stopped && o->sample_tokens > 0) {
         /* the model's own parameters where rank 0 holds them all; under
          * ZeRO-3 the parameters alone are gathered, unit by unit, into one
@@ -565,6 +551,10 @@ int td_train_main(int argc, char **argv) {
             fflush(stderr);
         }
         rc = 3;
+    } else if (res.stopped_after > 0 && td_log_rank() == 0) {
+        printf("stopped after step %d of %d with a checkpoint in %s; to continue, run the same command with "
+               "--resume latest\n", res.stopped_after, o.steps, o.out);
+        fflush(stdout);
     }
     td_train_result_free(&res);
     return rc;

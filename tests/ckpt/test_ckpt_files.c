@@ -1,7 +1,7 @@
 /* Checkpoint files without MPI: the writer and loader round trip, `latest`
  * moving to each new save, a save over an existing step directory of the
  * same name (a run repeated into the same --out) replacing it whole, and the
- * formats parser's edge cases (header sizes, JSON syntax). Exit 0 = pass. */
+ * manifest parser's edge cases. Exit 0 = pass. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,7 +10,7 @@
 
 #include "trident/base.h"
 #include "trident/ckpt.h"
-#include "trident/formats_ckpt.h"
+#include "trident/formats_manifest.h"
 
 static int fails;
 #define EXPECT(cond, ...)                                                     \
@@ -23,8 +23,10 @@ static int fails;
         }                                                                     \
     } while (0)
 
+/* the vocabulary padding rows (wte rows 5..15 of 16, first in the layout)
+ * hold no parameters: a checkpoint stores none, loading gives 0 */
 static void fill(float *x, size_t n, float base) {
-    for (size_t i = 0; i < n; i++) x[i] = base + (float)(i % 97) * 1e-3f;
+    for (size_t i = 0; i < n; i++) x[i] = i >= 5 * 16 && i < 16 * 16 ? 0.0f : base + (float)(i % 97) * 1e-3f;
 }
 
 static void check_load(const char *path, const float *p, const float *m, const float *v, size_t n, int step) {
@@ -49,7 +51,10 @@ static void files(void) {
     td_gpt_config_finish(&cfg);
     uint32_t chars[5] = {'\n', 'a', 'b', 'c', 0x4E2D};
     td_tokenizer tok = {TD_TOK_CHAR, 5, chars, NULL};
-    size_t n = td_ckpt_numel(cfg.L, cfg.C, cfg.T, cfg.Vp);
+    td_param_table canon;
+    td_param_table_build(&canon, &cfg, 1);
+    size_t n = canon.numel;
+    td_param_table_free(&canon);
     float *p = malloc(n * 4), *m = malloc(n * 4), *v = malloc(n * 4);
     fill(p, n, 0.5f), fill(m, n, -0.25f), fill(v, n, 0.125f);
     td_ckpt_save(dir, &cfg, &tok, 2, p, m, v, n);
@@ -76,60 +81,54 @@ static void files(void) {
     free(p), free(m), free(v);
 }
 
-static void header(void) {
-    td_ckpt_header h = {TD_CKPT_VERSION, 2, 4, 64, 16, 65, 80, 7, 0, 65, 1, 0, 0}, r;
-    h.numel = td_ckpt_numel(2, 64, 16, 80);
-    unsigned char b[TD_CKPT_HEADER_BYTES];
-    td_ckpt_header_encode(&h, b);
-    td_ckpt_layout lay;
-    td_err e;
-    uint64_t total = 64 + 4 * 65 + 12 * h.numel;
-    EXPECT(td_ckpt_header_parse(b, sizeof b, total, &r, &lay, &e) == 0, "valid header rejected: %s", e.msg);
-    EXPECT(memcmp(&r, &h, sizeof h) == 0 && lay.total == total && lay.params_off == 64 + 260 &&
-               lay.v_off == lay.params_off + 8 * h.numel, "header does not round-trip");
-    EXPECT(td_ckpt_header_parse(b, 10, total, &r, &lay, &e) != 0 && strstr(e.msg, "field header"),
-           "a 10-byte prefix: %s", e.msg);
-    /* each size out of range names its field */
-    struct { int idx; int32_t val; const char *field; } bad[] = {
-        {0, 3, "field version"}, {1, 0, "field layers"}, {1, 257, "field layers"}, {2, 0, "field heads"},
-        {2, 5, "field embd"}, {4, -1, "field seq"}, {5, 0, "field vocab"}, {6, 96, "field vocab_padded"},
-        {7, -2, "field step"}, {8, 4, "field tokenizer"}, {8, 3, "field vocab: 65, but the gpt2"}, {9, 64, "field tokenizer_vocab"},
-        {10, 2, "field has_optimizer"}, {11, 1, "field reserved"}};
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        unsigned char c[TD_CKPT_HEADER_BYTES];
-        memcpy(c, b, sizeof c);
-        memcpy(c + 8 + 4 * bad[i].idx, &bad[i].val, 4);
-        int rc = td_ckpt_header_parse(c, sizeof c, total, &r, &lay, &e);
-        EXPECT(rc != 0 && strstr(e.msg, bad[i].field), "header int %d = %d: '%s', want '%s'", bad[i].idx,
-               (int)bad[i].val, rc ? e.msg : "accepted", bad[i].field);
-    }
-    EXPECT(td_ckpt_numel(256, 2147483647, 2147483647, 2147483647) == 0, "overflow not detected");
-    uint32_t voc[3] = {'a', 0xD800, 'c'};
-    EXPECT(td_ckpt_vocab_check(voc, 3, &e) != 0 && strstr(e.msg, "U+D800"), "surrogate in vocabulary: %s", e.msg);
-    voc[1] = 0x110000;
-    EXPECT(td_ckpt_vocab_check(voc, 3, &e) != 0, "code point above U+10FFFF accepted");
-}
+/* The manifest parser: a minimal valid manifest, then edits of it, each an
+ * error naming its field. */
+static const char *MF =
+    "{\"format\": \"trident-checkpoint\", \"version\": 3, \"step\": 4, \"lr_step\": 4, \"seed\": 7,"
+    " \"config\": {\"layers\": 1, \"heads\": 2, \"embd\": 16, \"seq\": 8, \"vocab\": 2},"
+    " \"tokenizer\": {\"kind\": \"char\", \"vocab\": 2, \"chars\": [10, 97]},"
+    " \"loss_scale\": {\"mode\": 0, \"scale\": 1, \"clean\": 0, \"consecutive\": 0, \"skipped\": 0},"
+    " \"layout\": {\"dp\": 1, \"tp\": 1, \"pp\": 1, \"zero\": 0, \"ranks\": 1, \"precision\": \"fp32\","
+    " \"dp_mode\": \"allreduce\", \"grad_compress\": \"none\"},"
+    " \"files\": [\"shard-00000.safetensors\"],"
+    " \"tensors\": [{\"name\": \"transformer.wpe.weight\", \"dtype\": \"F32\", \"shape\": [8, 16], \"pieces\": ["
+    "{\"section\": \"params\", \"file\": 0, \"key\": \"k\", \"tp\": 1, \"tp_rank\": 0, \"split_dim\": -1,"
+    " \"groups\": 1, \"begin\": 0, \"end\": 128}]}],"
+    " \"rank_state\": []}";
 
-static void json(void) {
-    td_json_object o;
+static void manifest(void) {
+    td_manifest m;
     td_err e;
-    const char *ok = " {\"a\": -12, \"b\": \"x\\\"y\\n\", \"c\": false, \"d\": 9223372036854775807}\n";
-    EXPECT(td_json_parse_flat(ok, strlen(ok), &o, &e) == 0, "valid object rejected: %s", e.msg);
-    EXPECT(o.n == 4 && o.e[0].num == -12 && strcmp(o.e[1].str, "x\"y\n") == 0 && o.e[2].type == TD_JSON_BOOL &&
-               o.e[2].num == 0 && o.e[3].num == INT64_MAX, "values misread");
-    EXPECT(td_json_parse_flat("{}", 2, &o, &e) == 0 && o.n == 0, "empty object rejected");
-    const char *bad[] = {"", "{", "{\"a\": 1,}", "{\"a\": 01}", "{\"a\": 1.5}", "{\"a\": 1e3}",
-                         "{\"a\": 9223372036854775808}", "{\"a\": \"\\u0041\"}", "{\"a\": null}",
-                         "{\"a\": [1]}", "{\"a\": {}}", "{\"a\": 1} {}", "{\"a\": 1, \"a\": 2}",
-                         "{a: 1}", "{\"a\" 1}", "{\"a\": \"x\ty\"}", "{\"a\": tru}"};
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
-        EXPECT(td_json_parse_flat(bad[i], strlen(bad[i]), &o, &e) != 0, "accepted '%s'", bad[i]);
-    EXPECT(td_json_parse_flat("{\"a\": 1}\0", 9, &o, &e) != 0, "accepted a NUL after the object");
+    EXPECT(td_manifest_parse(MF, strlen(MF), &m, &e) == 0, "valid manifest rejected: %s", e.msg);
+    EXPECT(m.step == 4 && m.seed == 7 && m.n_tensors == 1 && m.tensors[0].pieces[0].end == 128 && m.chars[1] == 97,
+           "manifest misread");
+    td_manifest_free(&m);
+    struct { const char *from, *to, *want; } bad[] = {
+        {"\"version\": 3", "\"version\": 2", "field version: 2; this build reads version 3"},
+        {"\"layers\": 1", "\"layers\": 0", "config: field layers"},
+        {"[10, 97]", "[97, 10]", "strictly increasing"},
+        {"shard-00000.safetensors", "../etc/passwd-aaaaaaaaaaa", "field files: entry 0"},
+        {"\"file\": 0", "\"file\": 1", "tensor 0: piece 0: field file"},
+        {"\"end\": 128", "\"end\": 100000", "field end"},
+        {"\"tp_rank\": 0", "\"tp_rank\": 1", "field tp_rank"},
+        {"\"F32\"", "\"F16\"", "field dtype"},
+        {"\"params\"", "\"adam\"", "field section"},
+        {"\"rank_state\": []", "\"rank_state\": 1", "field rank_state: must be an array"},
+        {"\"seed\": 7,", "", "field seed: missing"},
+    };
+    char buf[4096];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const char *at = strstr(MF, bad[i].from);
+        TD_ASSERT(at);
+        snprintf(buf, sizeof buf, "%.*s%s%s", (int)(at - MF), MF, bad[i].to, at + strlen(bad[i].from));
+        int rc = td_manifest_parse(buf, strlen(buf), &m, &e);
+        EXPECT(rc != 0 && strstr(e.msg, bad[i].want), "edit %zu: '%s', want '%s'", i, rc ? e.msg : "accepted",
+               bad[i].want);
+    }
 }
 
 int main(void) {
-    header();
-    json();
+    manifest();
     files();
     if (fails) {
         printf("test_ckpt_files: %d failure(s)\n", fails);

@@ -6,7 +6,8 @@
  *     requires: parameters and AdamW moments bit for bit equal to the trained
  *     state, the loss on a fixed validation batch bit for bit equal, and the
  *     same sampled text. Every rank checks that the save stayed within what
- *     it held before plus one unit (plus the writer's fixed bookkeeping).
+ *     it held before plus what it reports (res.save_unit: its piece list; a
+ *     gathered save under parameter servers one unit more) and 32 KiB.
  *   test_ckpt_roundtrip compare REF DIR...
  *     checkpoints of the same run written by different layouts agree with
  *     REF within 1e-5 of each tensor's largest element (parameters, m, v). */
@@ -83,10 +84,11 @@ static int save_main(const char *dir, int argc, char **argv) {
     td_train_run(&o, &res, 1);
     int fails = 0, rank = td_log_rank();
 
-    /* the save added at most one unit to what this rank held before it; the
-     * writer's own bookkeeping (three path buffers of PATH_MAX and a copy of
-     * the parameter table, a few KiB whatever the model) is allowed 32 KiB.
-     * A gather of whole buffers would add the full state (>= 1.2 MiB here). */
+    /* the save added at most what it reports to what this rank held before
+     * it (a sharded save: the list of its pieces; gathered: one unit more);
+     * the writer's own fixed bookkeeping (path buffers, the canonical table)
+     * is allowed 32 KiB. A gather of whole buffers would add the full state
+     * (>= 1.2 MiB here). */
     size_t added = res.save_peak - res.save_start, bound = res.save_unit + 32768;
     printf("rank %d: save peak %zu bytes = %zu at its start + %zu added; plan %zu + one unit %zu = %zu; "
            "added bound one unit + 32 KiB = %zu\n", rank, res.save_peak, res.save_start, added,

@@ -15,7 +15,7 @@ printf 'hello world\n' > "$tmp/short.txt"
 printf '\xff\xfe bad utf8' > "$tmp/bad.txt"
 head -c 20000 "$DATA/tinyshakespeare.txt" > "$tmp/small.txt"
 mkdir -p "$tmp/otherckpt"
-printf 'TRIDENT1garbage' > "$tmp/otherckpt/model.bin"
+printf '{"format": "trident-checkpoint", garbage' > "$tmp/otherckpt/manifest.json"
 printf 'not a directory\n' > "$tmp/afile"
 # nanoGPT token files: 50 ids; a long pair for the size guard (val > seq)
 /usr/bin/python3 - "$tmp" <<'PY'
@@ -111,7 +111,7 @@ expect loss-scale-window "TRIDENT_LOSS_SCALE_WINDOW=0 is not valid; use an integ
 expect batch-split     "--batch 12 does not split over 1 data-parallel replicas x 5 micro-batches" \
                        "$T" train --data "$tmp/small.txt" --grad-accum 5 $Q
 expect missing-ckpt    "--ckpt .*/none: cannot open"              "$T" sample --ckpt "$tmp/none"
-expect foreign-ckpt    "is not a trident checkpoint|truncated"    "$T" sample --ckpt "$tmp/otherckpt"
+expect foreign-ckpt    "otherckpt/manifest.json: byte [0-9]+: "    "$T" sample --ckpt "$tmp/otherckpt"
 expect unknown-command "unknown command 'trian'"                  "$T" trian
 expect factors-mismatch "--dp 2 x --tp 1 x --pp 1 \(\+ 0 servers\) = 2 ranks, but mpirun started 3" \
                        $MPIRUN -np 3 "$T" train --data "$tmp/small.txt" --dp 2 $Q
@@ -238,7 +238,7 @@ expect log-other-file  "--log $tmp/tok/val.bin exists and is not a trident log" 
 unchanged log-other-file "$tmp/tok/val.bin" "$vsum"
 expect log-is-dir      "--log $tmp/tok is a directory"                                 $S --log "$tmp/tok"
 expect log-no-dir      "--log $tmp/missing/log.jsonl cannot be created: No such file"  $S --log "$tmp/missing/log.jsonl"
-expect log-ckpt-name   "--log $tmp/ck/model.bin would take a name the checkpoint uses" $S --out "$tmp/ck" --log "$tmp/ck/model.bin"
+expect log-ckpt-name   "--log $tmp/ck/latest would take a name the checkpoint uses" $S --out "$tmp/ck" --log "$tmp/ck/latest"
 expect log-ckpt-latest "--log $tmp/ck/latest would take a name the checkpoint uses"    $S --out "$tmp/ck" --log "$tmp/ck/latest"
 mkdir -p "$tmp/ck2/step-00000002"
 expect log-in-step-dir "--log $tmp/ck2/step-00000002/log.jsonl is inside a directory of --out" \

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Checkpoints never lose good work: the step-directory layout with its
-# atomic `latest`, a run stopped by a non-finite loss or gradient (every dp
-# mode) or by a failed save leaves every earlier checkpoint byte-identical,
-# sampling reads DIR or a step directory, and every malformed checkpoint is
-# one error line naming the file and the field.
+# Checkpoints never lose good work: the step-directory layout (manifest.json
+# + one safetensors shard per writing rank) with its atomic `latest` and
+# --keep, a run stopped by a non-finite loss or gradient (every dp mode), by a
+# failed save or by a rank killed half-way through its shard leaves every
+# earlier checkpoint byte-identical and loadable, sampling reads DIR or a step
+# directory, and every malformed checkpoint (or one of another model) is one
+# error line naming the file and what is wrong, with nothing overwritten.
 # Usage: test_checkpoints.sh TRIDENT_BINARY DATA_DIR
 set -u
 T=${1:?usage: test_checkpoints.sh TRIDENT_BINARY DATA_DIR}
@@ -39,7 +41,7 @@ run() {
 
 # --- the layout -------------------------------------------------------------
 run reference 0 "checkpoint: .*/ref/step-00000008" "$T" train "${A[@]}" --out "$tmp/ref"
-for s in 2 4 6 8; do [ -f "$tmp/ref/step-0000000$s/model.bin" ] && [ -f "$tmp/ref/step-0000000$s/config.json" ] \
+for s in 2 4 6 8; do [ -f "$tmp/ref/step-0000000$s/manifest.json" ] && [ -f "$tmp/ref/step-0000000$s/shard-00000.safetensors" ] \
   || fail "layout: $tmp/ref/step-0000000$s is missing or incomplete"; done
 [ "$(readlink "$tmp/ref/latest")" = step-00000008 ] || fail "layout: latest -> $(readlink "$tmp/ref/latest"), want step-00000008"
 ls -A "$tmp/ref" | grep -q '^\.' && fail "layout: temporary files left in --out: $(ls -A "$tmp/ref" | grep '^\.')"
@@ -59,8 +61,8 @@ check_stopped() { # NAME DIR LAST_GOOD
   [ "$(readlink "$dir/latest")" = "step-0000000$last" ] || fail "$name: latest -> $(readlink "$dir/latest"), want step-0000000$last"
   for s in 2 4 6 8; do
     if [ $s -le "$last" ]; then
-      cmp -s "$dir/step-0000000$s/model.bin" "$tmp/ref/step-0000000$s/model.bin" \
-        && cmp -s "$dir/step-0000000$s/config.json" "$tmp/ref/step-0000000$s/config.json" \
+      cmp -s "$dir/step-0000000$s/shard-00000.safetensors" "$tmp/ref/step-0000000$s/shard-00000.safetensors" \
+        && cmp -s "$dir/step-0000000$s/manifest.json" "$tmp/ref/step-0000000$s/manifest.json" \
         || fail "$name: step-0000000$s differs from the uninterrupted run's"
     elif [ -e "$dir/step-0000000$s" ]; then fail "$name: step-0000000$s was written after the bad step"; fi
   done
@@ -91,7 +93,7 @@ run nan-loss-ps nz "error: step 2: the loss is nan" \
 # to float reassociation is the round-trip test's job; here, the layout
 run ps-save-every 0 "checkpoint: .*/pss/step-00000008" \
   $MPIRUN -np 4 "$T" train "${A[@]}" --dp-mode ps --ps-servers 2 --ps-staleness 1 --out "$tmp/pss"
-for s in 2 4 6 8; do [ -f "$tmp/pss/step-0000000$s/model.bin" ] || fail "ps-save-every: step-0000000$s missing"; done
+for s in 2 4 6 8; do [ -f "$tmp/pss/step-0000000$s/manifest.json" ] || fail "ps-save-every: step-0000000$s missing"; done
 run ps-sample 0 "." "$T" sample --ckpt "$tmp/pss/step-00000004" --tokens 10
 
 # A run into an --out holding good work fails before its first save: every
@@ -103,7 +105,7 @@ run nan-grad-existing 3 "error: step 1: the gradient norm is nan" \
   || fail "nan-grad-existing: --out changed"
 
 # --- a failed save: temp removed, latest and earlier saves unchanged, error ---
-run save-fail nz "error: saving checkpoint .*/sf/step-00000004 failed: writing model.bin: No space left on device; the partial save was removed" \
+run save-fail nz "error: saving checkpoint .*/sf/step-00000004 failed: writing shard-00000.safetensors: No space left on device; the partial save was removed" \
   env TRIDENT_FAULT=save-fail:4 "$T" train "${A[@]}" --out "$tmp/sf" && check_stopped save-fail "$tmp/sf" 2
 cp -a "$tmp/ref" "$tmp/keep2"; before=$(snap "$tmp/keep2")
 run save-fail-end nz "error: saving checkpoint .*/keep2/step-00000008 failed" \
@@ -113,48 +115,72 @@ run save-fail-end nz "error: saving checkpoint .*/keep2/step-00000008 failed" \
 run bad-fault 2 "error: TRIDENT_FAULT=nan-grad:x is not|error: TRIDENT_FAULT=nan-grad:x: the step" \
   env TRIDENT_FAULT=nan-grad:x "$T" train "${A[@]}" --out "$tmp/bf"
 
-# --- loading validates everything, naming file and field ---------------------
-# bad NAME REGEX EDIT: copy step-00000008, apply the python edit to
-# m (model.bin bytes) / c (config.json text), expect one error line
-good="$tmp/ref/step-00000008"
+# --- a rank killed half-way through its shard: the previous checkpoint stays
+# latest and loads; the run continues from it
+# (mpirun reports the rank's death and exits non-zero: 137 here)
+env TRIDENT_FAULT=save-kill:4:1 timeout 120 $MPIRUN -np 2 "$T" train "${A[@]}" --zero 1 --out "$tmp/sk" >"$tmp/sk.out" 2>&1 </dev/null
+rc=$?; [ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "save-kill: exit code $rc, want the job's failure"
+[ "$(readlink "$tmp/sk/latest")" = step-00000002 ] && [ ! -e "$tmp/sk/step-00000004" ] \
+  && echo "ok   save-kill: latest -> step-00000002, no step-00000004" \
+  || fail "save-kill: latest -> $(readlink "$tmp/sk/latest"), want step-00000002 and no step-00000004"
+ls -A "$tmp/sk" | grep -q '^\.step-00000004\.tmp\.' || fail "save-kill: no temporary directory of the killed save"
+run save-kill-resume 0 "checkpoint: .*/sk/step-00000008" $MPIRUN -np 2 "$T" train "${A[@]}" --zero 1 --out "$tmp/sk" --resume latest
+ls -A "$tmp/sk" | grep -q '^\.' && fail "save-kill-resume: the killed save's temporary directory is still there"
+run keep 0 "." "$T" train "${A[@]}" --out "$tmp/kp" --keep 2
+[ "$(cd "$tmp/kp" && echo step-*)" = "step-00000006 step-00000008" ] && echo "ok   keep: step-00000006 step-00000008" \
+  || fail "keep 2: $(cd "$tmp/kp" && echo step-*)"
+
+# --- loading validates everything, naming the file and what is wrong --------
+# bad NAME REGEX EDIT: copy a two-rank step directory, apply the python edit
+# (s0 / s1: the shards' bytes, mf: manifest.json's text), expect one error line
+run two-ranks 0 "." $MPIRUN -np 2 "$T" train "${A[@]}" --tp 2 --out "$tmp/t2"
+good="$tmp/t2/step-00000008"
 bad() {
   local name=$1 re=$2 edit=$3 d="$tmp/bad-$1"
   cp -r "$good" "$d"
   $PY - "$d" <<PYEOF
-import struct, sys
+import json, struct, sys
 d = sys.argv[1]
-m = bytearray(open(d + "/model.bin", "rb").read()); c = open(d + "/config.json").read()
-V = struct.unpack_from("<i", m, 8 + 4 * 5)[0]
-P = 64 + 4 * V   # first parameter (char tokenizer)
+s0 = bytearray(open(d + "/shard-00000.safetensors", "rb").read())
+s1 = bytearray(open(d + "/shard-00001.safetensors", "rb").read())
+mf = open(d + "/manifest.json").read()
+n0 = struct.unpack_from("<Q", s0, 0)[0]; h0 = json.loads(bytes(s0[8:8 + n0]))
+def first(sec): # file offset of shard 0's first tensor of a section
+    k = min((v["data_offsets"][0], k) for k, v in h0.items() if k.startswith(sec + "/"))[1]
+    return 8 + n0 + h0[k]["data_offsets"][0]
 $edit
-open(d + "/model.bin", "wb").write(m); open(d + "/config.json", "w").write(c)
+open(d + "/shard-00000.safetensors", "wb").write(s0)
+if s1 is not None: open(d + "/shard-00001.safetensors", "wb").write(s1)
+open(d + "/manifest.json", "w").write(mf)
 PYEOF
   run "load-$name" 2 "$re" "$T" sample --ckpt "$d" --tokens 5
   local n; n=$("$T" sample --ckpt "$d" --tokens 5 2>&1 | grep -c 'trident: error')
   [ "$n" = 1 ] || fail "load-$name: $n error lines (want one)"
 }
-bad truncated   "error: .*/model.bin: field params: .* \(truncated\)"          'del m[-4:]'
-bad trailing    "error: .*/model.bin: end of file: 1 trailing bytes"           'm += b"\0"'
-bad magic       "error: .*/model.bin: field magic: .*not a trident checkpoint" 'm[0:8] = b"GPT2CKPT"'
-bad version     "error: .*/model.bin: field version: 1; this build reads version 2" 'struct.pack_into("<i", m, 8, 1)'
-bad tokenizer   "error: .*/model.bin: field tokenizer: 7, valid is 0 \(char\), 1 \(byte\), 2 \(ids\) or 3 \(gpt2\)" 'struct.pack_into("<i", m, 8 + 4 * 8, 7)'
-bad vocab-order "error: .*/model.bin: field vocabulary: entry 1 .* strictly increasing" 'struct.pack_into("<I", m, 68, 0)'
-bad nan-weight  "error: .*/model.bin: field params: element 3 of [0-9]+ is nan" 'struct.pack_into("<f", m, P + 12, float("nan"))'
-bad inf-moment  "error: .*/model.bin: field adam_v: element 0 of [0-9]+ is inf" \
-  'n = struct.unpack_from("<Q", m, 56)[0]; struct.pack_into("<f", m, P + 8 * n, float("inf"))'
-bad negative-v  "error: .*/model.bin: field adam_v: element 2 of [0-9]+ is -1; second moments are >= 0" \
-  'n = struct.unpack_from("<Q", m, 56)[0]; struct.pack_into("<f", m, P + 8 * n + 8, -1.0)'
-bad huge-sizes  "error: .*/model.bin: field params: .* overflows 64 bits" \
-  'struct.pack_into("<i", m, 8 + 4 * 3, 2147483632); struct.pack_into("<i", m, 8 + 4 * 2, 16)'
-bad config-layers  "error: .*/config.json: field layers: 2, but model.bin says 1" 'c = c.replace("\"layers\": 1", "\"layers\": 2")'
-bad config-dup     "error: .*/config.json: byte [0-9]+: key \"seq\" appears twice" 'c = c.replace("{", "{\"seq\": 16, ", 1)'
-bad config-missing "error: .*/config.json: field has_optimizer: missing" 'c = c.replace(", \"has_optimizer\": true", "")'
-bad config-garbage "error: .*/config.json: byte [0-9]+: unexpected bytes after the object" 'c = c + "x"'
-bad config-cut     "error: .*/config.json: field has_optimizer: byte [0-9]+: expected a string, an integer, true or false" 'c = c[:-4]'
-bad config-type    "error: .*/config.json: field step: must be an integer" 'c = c.replace("\"step\": 8", "\"step\": \"8\"")'
+bad truncated     "error: .*/shard-00001.safetensors: .*" 'del s1[-4:]'
+bad missing-shard "error: .*/shard-00001.safetensors: cannot read this shard of the checkpoint: No such file" \
+  'import os; os.remove(d + "/shard-00001.safetensors"); s1 = None'
+bad lying-offsets "error: .*/shard-00000.safetensors: .*" \
+  'h = bytes(s0[8:8 + n0]).replace(b"\"data_offsets\":[0,", b"\"data_offsets\":[4,", 1).replace(b"\"data_offsets\": [0,", b"\"data_offsets\": [4,", 1); s0[8:8 + n0] = h'
+bad nan-weight    "error: .*/shard-00000.safetensors: tensor params/.*: element 1 is nan" 'struct.pack_into("<f", s0, first("params") + 4, float("nan"))'
+bad negative-v    "error: .*/shard-00000.safetensors: tensor adam_v/.*: element 0 is -1; second moments are >= 0" \
+  'struct.pack_into("<f", s0, first("adam_v"), -1.0)'
+bad mf-garbage    "error: .*/manifest.json: byte [0-9]+: " 'mf = mf + "x"'
+bad mf-version    "error: .*/manifest.json: field version: 2; this build reads version 3" 'mf = mf.replace("\"version\": 3", "\"version\": 2")'
+bad mf-range      "error: .*/manifest.json: tensor transformer.wpe.weight: piece params/transformer.wpe.weight/2/0/0 ends at 500, beyond tp rank 0's slice of 256 elements" \
+  'mf = mf.replace("\"begin\": 0, \"end\": 256", "\"begin\": 0, \"end\": 500", 1)'
+bad mf-coverage   "error: .*/manifest.json: tensor transformer.wpe.weight \(params\): the pieces hold 0 of its 256 elements" \
+  'j = json.loads(mf); t = [t for t in j["tensors"] if t["name"] == "transformer.wpe.weight"][0]; t["pieces"] = [p for p in t["pieces"] if p["section"] != "params"]; mf = json.dumps(j)'
+bad mf-key        "error: .*/shard-00000.safetensors: tensor params/nothing/2/0/0 \(named by manifest.json\) is missing" \
+  'mf = mf.replace("\"key\": \"params/transformer.wpe.weight/2/0/0\"", "\"key\": \"params/nothing/2/0/0\"")'
+# a checkpoint of another model: one error, --out untouched
+cp -a "$tmp/t2" "$tmp/t2keep"; before=$(snap "$tmp/t2keep")
+run other-model nz "error: --resume .*/t2keep/step-00000008: the checkpoint is of another model: it has --layers 1, this run 2" \
+  $MPIRUN -np 2 "$T" train "${A[@]}" --tp 2 --layers 2 --out "$tmp/t2keep" --resume latest
+[ "$(snap "$tmp/t2keep")" = "$before" ] && echo "ok   other-model: --out byte-identical" || fail "other-model: --out changed"
 
-# --- two ranks, ZeRO-3: --out and --sample-tokens, the save within plan + one unit
-run zero3-save 0 "checkpoint: .*/z3/step-00000008 .*one unit" \
+# --- two ranks, ZeRO-3: --out and --sample-tokens
+run zero3-save 0 "checkpoint: .*/z3/step-00000008 .*one shard per rank" \
   $MPIRUN -np 2 "$T" train "${A[@]}" --zero 3 --out "$tmp/z3" --sample-tokens 20
 run zero3-sample 0 "." "$T" sample --ckpt "$tmp/z3" --tokens 20
 

@@ -12,7 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "trident/formats_ckpt.h"
 #include "trident/formats_gpt2.h"
 #include "trident/formats_safetensors.h"
 #include "test_util.h"

@@ -1,0 +1,83 @@
+/* Private to src/ckpt: the shard files, the manifest writer and the commit. */
+#ifndef TRIDENT_CKPT_INTERNAL_H
+#define TRIDENT_CKPT_INTERNAL_H
+
+#include <limits.h>
+#include <stdint.h>
+
+#include "trident/ckpt.h"
+#include "trident/formats_safetensors.h"
+
+/* A save in progress: the temporary step directory every rank writes into. */
+typedef struct {
+    char out[PATH_MAX], tmp[PATH_MAX + 64], final[PATH_MAX + 64], name[32];
+    int step;
+} td_ckpt_dir;
+
+/* out/.step-%08d.tmp.<tag>: the names only (rank 0 creates it) */
+void td_ckpt_dir_init(td_ckpt_dir *d, const char *out, int step, long tag);
+/* removes a step directory trident wrote (its plain files, then itself) */
+void td_ckpt_remove_dir(const char *dir);
+/* creates --out (if missing) and the temporary directory */
+void td_ckpt_dir_create(td_ckpt_dir *d);
+/* A failed save on any rank: the temporary directory is removed (the
+ * other ranks are stopped by the error's abort), earlier checkpoints and
+ * `latest` stay, one line says so. */
+_Noreturn void td_ckpt_save_failed(const td_ckpt_dir *d, const char *what, int err);
+
+/* One shard file: tensors declared first (key, element count), the header
+ * written at creation, each tensor's floats put by index. */
+typedef struct {
+    char key[112]; /* the longest: 6 + 1 + 63 + 3 x 11 */
+    uint64_t n;
+} td_shard_item;
+typedef struct td_shard td_shard;
+td_shard *td_shard_create(const td_ckpt_dir *d, int file_index, const td_shard_item *items, int n);
+/* a test fault (save-kill) may SIGKILL this rank half-way through its data */
+void td_shard_put(td_shard *s, int i, const float *data);
+void td_shard_close(td_shard *s); /* fsync, close, free */
+/* bytes a save of n tensors holds beside the state: the item list, data
+ * pointers, the header's tensor table and offsets */
+size_t td_shard_bookkeeping(int n);
+/* "shard-%05d.safetensors" */
+void td_shard_name(char *buf, size_t cap, int file_index);
+
+/* Piece keys inside shard files: "SECTION/NAME/TP/TP_RANK/BEGIN" and
+ * rank state "rank/KIND/WORLD_RANK". */
+void td_piece_key(char *buf, size_t cap, int section, const char *name, int tp, int tp_rank, size_t begin);
+
+/* Rank 0, after every shard is fsynced: manifest.json from the shards'
+ * headers (t: any table of the model, for split dims), then the atomic
+ * rename, `latest`, and --keep. */
+void td_ckpt_finish(const td_ckpt_dir *d, int n_files, const td_ckpt_meta *meta, const td_gpt_config *cfg,
+                    const td_tokenizer *tok, const td_param_table *t, char *path, size_t cap);
+/* The manifest's JSON text (malloc'd). */
+char *td_manifest_format(const td_ckpt_dir *d, int n_files, const td_ckpt_meta *meta, const td_gpt_config *cfg,
+                         const td_tokenizer *tok, const td_param_table *t, size_t *len);
+
+/* Reading: a step directory's manifest and shards. */
+typedef struct {
+    char dir[PATH_MAX];
+    td_manifest m;
+    int *fd;             /* [n_files] opened lazily, -1 */
+    td_st_header *hdr;   /* [n_files] parsed with the file's first use */
+    uint64_t *flen;
+} td_ckpt_reader;
+/* path: a step directory or an --out directory (follows latest); what names
+ * the flag in errors. */
+void td_ckpt_reader_open(td_ckpt_reader *r, const char *path, const char *what);
+void td_ckpt_reader_close(td_ckpt_reader *r);
+/* Reads file f's tensor `key` (n floats, F32) into dst; errors name the file. */
+void td_ckpt_reader_get(td_ckpt_reader *r, int f, const char *key, uint64_t n, float *dst);
+/* The ranges [lo, lo + n) of table t's flat layout this rank fills, with
+ * where to: for each tensor of t overlapping them, the global tensor is put
+ * together from the manifest's pieces of `section` and this rank's elements
+ * copied. Returns 0 when the manifest holds no piece of the section. */
+typedef struct {
+    size_t lo, n;
+    float *data;
+} td_ckpt_range;
+int td_ckpt_reader_fill(td_ckpt_reader *r, const td_param_table *t, int section, const td_ckpt_range *rg,
+                        int n_ranges);
+
+#endif

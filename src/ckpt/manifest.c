@@ -1,0 +1,230 @@
+/* The manifest writer and the commit of a save (world rank 0, after every
+ * shard is fsynced): the pieces are read back from the shards' own headers,
+ * so the manifest describes exactly what was written. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ckpt_internal.h"
+#include "trident/base.h"
+#include "trident/formats_json.h"
+
+typedef struct {
+    char *p;
+    size_t n, cap;
+} sbuf;
+
+static void put(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(sbuf *b, const char *fmt, ...) {
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int k = vsnprintf(b->p + b->n, b->cap - b->n, fmt, ap);
+        va_end(ap);
+        TD_ASSERT(k >= 0);
+        if ((size_t)k < b->cap - b->n) {
+            b->n += (size_t)k;
+            return;
+        }
+        b->cap = 2 * b->cap + (size_t)k + 1024;
+        b->p = realloc(b->p, b->cap);
+        TD_CHECK(b->p, "saving a checkpoint: out of memory for the manifest");
+    }
+}
+
+static void put_str(sbuf *b, const char *s) {
+    int k;
+    while ((k = td_json_put_str(b->p, b->cap, b->n, s)) < 0) { /* grow and try again */
+        b->cap = 2 * b->cap + 6 * strlen(s) + 8;
+        b->p = realloc(b->p, b->cap);
+        TD_CHECK(b->p, "saving a checkpoint: out of memory for the manifest");
+    }
+    b->n = (size_t)k;
+}
+
+/* One shard's header, read back; errors are the save's. */
+static void read_header(const td_ckpt_dir *d, int f, td_st_header *h) {
+    char name[64], path[PATH_MAX + 128];
+    td_shard_name(name, sizeof name, f);
+    snprintf(path, sizeof path, "%s/%s", d->tmp, name);
+    int fd = open(path, O_RDONLY);
+    struct stat st;
+    unsigned char first8[8];
+    td_err e;
+    uint64_t n;
+    if (fd < 0 || fstat(fd, &st) != 0 || pread(fd, first8, 8, 0) != 8) td_ckpt_save_failed(d, name, errno ? errno : EIO);
+    TD_CHECK(td_st_header_len(first8, (uint64_t)st.st_size, &n, &e) == 0, "%s: %s", path, e.msg);
+    char *hdr = td_alloc(n + 1, TD_MEM_OTHER);
+    TD_CHECK(pread(fd, hdr, n, 8) == (ssize_t)n, "%s: the header could not be read back", path);
+    TD_CHECK(td_st_header_parse(hdr, n, (uint64_t)st.st_size, h, &e) == 0, "%s: %s", path, e.msg);
+    td_free(hdr);
+    close(fd);
+}
+
+char *td_manifest_format(const td_ckpt_dir *d, int n_files, const td_ckpt_meta *meta, const td_gpt_config *cfg,
+                         const td_tokenizer *tok, const td_param_table *t, size_t *len) {
+    static const char *tok_names[] = {"char", "byte", "ids", "gpt2"};
+    sbuf b = {malloc(4096), 0, 4096};
+    TD_CHECK(b.p, "saving a checkpoint: out of memory for the manifest");
+    put(&b, "{\"format\": \"trident-checkpoint\", \"version\": %d, \"step\": %d, \"lr_step\": %d, \"seed\": %llu,\n",
+        TD_MANIFEST_VERSION, meta->step, meta->step, meta->seed);
+    put(&b, " \"config\": {\"layers\": %d, \"heads\": %d, \"embd\": %d, \"seq\": %d, \"vocab\": %d},\n", cfg->L, cfg->H,
+        cfg->C, cfg->T, cfg->V);
+    put(&b, " \"tokenizer\": {\"kind\": \"%s\", \"vocab\": %d", tok_names[tok->kind], tok->V);
+    if (tok->kind == TD_TOK_CHAR) {
+        put(&b, ", \"chars\": [");
+        for (int i = 0; i < tok->V; i++) put(&b, "%s%u", i ? ", " : "", tok->chars[i]);
+        put(&b, "]");
+    }
+    /* %.9g: a float's exact value comes back through a double */
+    const td_loss_scaler *s = &meta->scaler;
+    put(&b, "},\n \"loss_scale\": {\"mode\": %d, \"scale\": %.9g, \"clean\": %d, \"consecutive\": %d, \"skipped\": %d},\n",
+        (int)s->mode, (double)s->scale, s->clean, s->consecutive, s->skipped);
+    put(&b, " \"layout\": {\"dp\": %d, \"tp\": %d, \"pp\": %d, \"zero\": %d, \"ranks\": %d, \"precision\": ", meta->dp,
+        meta->tp, meta->pp, meta->zero, meta->ranks);
+    put_str(&b, meta->precision);
+    put(&b, ", \"dp_mode\": ");
+    put_str(&b, meta->dp_mode);
+    put(&b, ", \"grad_compress\": ");
+    put_str(&b, meta->grad_compress);
+    put(&b, "},\n \"files\": [");
+    for (int f = 0; f < n_files; f++) {
+        char name[64];
+        td_shard_name(name, sizeof name, f);
+        put(&b, "%s\"%s\"", f ? ", " : "", name);
+    }
+    put(&b, "],\n");
+    td_st_header *h = td_alloc(sizeof *h * (size_t)n_files, TD_MEM_OTHER);
+    for (int f = 0; f < n_files; f++) read_header(d, f, &h[f]);
+    /* tensors in table order; each one's pieces from every file */
+    put(&b, " \"tensors\": [");
+    for (int i = 0; i < t->n_rows; i++) {
+        const td_param *r = &t->rows[i];
+        put(&b, "%s\n  {\"name\": \"%s\", \"dtype\": \"F32\", \"shape\": [%d", i ? "," : "", r->name, r->shape[0]);
+        if (r->ndim == 2) put(&b, ", %d", r->shape[1]);
+        put(&b, "], \"pieces\": [");
+        int np = 0;
+        for (int f = 0; f < n_files; f++)
+            for (int k = 0; k < h[f].n; k++) {
+                char sec[16], nm[80];
+                int tp, tpr;
+                size_t begin;
+                const td_st_tensor *x = &h[f].t[k];
+                if (sscanf(x->name, "%15[^/]/%79[^/]/%d/%d/%zu", sec, nm, &tp, &tpr, &begin) != 5 ||
+                    strcmp(nm, r->name) != 0)
+                    continue;
+                put(&b, "%s\n   {\"section\": \"%s\", \"file\": %d, \"key\": ", np++ ? "," : "", sec, f);
+                put_str(&b, x->name);
+                put(&b, ", \"tp\": %d, \"tp_rank\": %d, \"split_dim\": %d, \"groups\": %d, \"begin\": %zu, \"end\": %llu}",
+                    tp, tpr, r->split_dim, r->groups, begin,
+                    (unsigned long long)(begin + (x->end - x->begin) / sizeof(float)));
+            }
+        put(&b, "]}");
+    }
+    put(&b, "],\n \"rank_state\": [");
+    int nr = 0;
+    for (int f = 0; f < n_files; f++)
+        for (int k = 0; k < h[f].n; k++) {
+            int kind, rank;
+            const td_st_tensor *x = &h[f].t[k];
+            if (sscanf(x->name, "rank/%d/%d", &kind, &rank) != 2) continue;
+            put(&b, "%s\n  {\"kind\": %d, \"rank\": %d, \"file\": %d, \"key\": \"%s\", \"numel\": %llu}", nr++ ? "," : "",
+                kind, rank, f, x->name, (unsigned long long)((x->end - x->begin) / sizeof(float)));
+        }
+    put(&b, "]}\n");
+    for (int f = 0; f < n_files; f++) td_st_header_free(&h[f]);
+    td_free(h);
+    *len = b.n;
+    return b.p;
+}
+
+/* --keep N: the N newest step directories stay (the new one among them) */
+static void keep_newest(const td_ckpt_dir *d, int keep) {
+    if (keep <= 0) return;
+    DIR *dd = opendir(d->out);
+    if (!dd) return;
+    int steps[4096], n = 0, s;
+    struct dirent *de;
+    char tail;
+    while ((de = readdir(dd)) != NULL && n < 4096)
+        if (strlen(de->d_name) == 13 && sscanf(de->d_name, "step-%8d%c", &s, &tail) == 1) steps[n++] = s;
+    closedir(dd);
+    for (int i = 0; i < n; i++) {
+        int newer = 0;
+        for (int j = 0; j < n; j++) newer += steps[j] > steps[i];
+        if (newer < keep || steps[i] == d->step) continue;
+        char p[PATH_MAX + 32];
+        snprintf(p, sizeof p, "%s/step-%08d", d->out, steps[i]);
+        td_ckpt_remove_dir(p);
+    }
+}
+
+/* Temporary directories of saves that were killed half-way (a rank died,
+ * the job was cut off) never become checkpoints: the next commit removes
+ * them. (One --out is written by one job at a time.) */
+static void remove_stale(const td_ckpt_dir *d) {
+    DIR *dd = opendir(d->out);
+    if (!dd) return;
+    struct dirent *de;
+    char p[PATH_MAX + 300];
+    while ((de = readdir(dd)) != NULL)
+        if (strncmp(de->d_name, ".step-", 6) == 0 && strstr(de->d_name, ".tmp.")) {
+            snprintf(p, sizeof p, "%s/%s", d->out, de->d_name);
+            td_ckpt_remove_dir(p);
+        }
+    closedir(dd);
+}
+
+static void fsync_dir(const td_ckpt_dir *d, const char *dir) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (fd < 0 || fsync(fd) != 0) td_ckpt_save_failed(d, dir, errno);
+    close(fd);
+}
+
+void td_ckpt_finish(const td_ckpt_dir *d, int n_files, const td_ckpt_meta *meta, const td_gpt_config *cfg,
+                    const td_tokenizer *tok, const td_param_table *t, char *path, size_t cap) {
+    size_t len;
+    char *json = td_manifest_format(d, n_files, meta, cfg, tok, t, &len);
+    char p[PATH_MAX + 128];
+    snprintf(p, sizeof p, "%s/manifest.json", d->tmp);
+    int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) td_ckpt_save_failed(d, "creating manifest.json", errno);
+    for (size_t off = 0; off < len;) {
+        ssize_t k = write(fd, json + off, len - off);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) td_ckpt_save_failed(d, "writing manifest.json", k < 0 ? errno : EIO);
+        off += (size_t)k;
+    }
+    free(json);
+    if (fsync(fd) != 0 || close(fd) != 0) td_ckpt_save_failed(d, "fsync of manifest.json", errno);
+    fsync_dir(d, d->tmp);
+    /* into place; a step directory of the same name (a run repeated into the
+     * same --out) is exchanged atomically, then removed */
+    if (rename(d->tmp, d->final) != 0) {
+        if (errno != ENOTEMPTY && errno != EEXIST) td_ckpt_save_failed(d, "renaming into place", errno);
+        if (renameat2(AT_FDCWD, d->tmp, AT_FDCWD, d->final, RENAME_EXCHANGE) != 0)
+            td_ckpt_save_failed(d, "replacing the step directory of the same name", errno);
+        td_ckpt_remove_dir(d->tmp); /* now the old one */
+    }
+    /* the new step directory is complete; `latest` moves to it atomically */
+    char link_tmp[PATH_MAX + 64], link[PATH_MAX + 16];
+    snprintf(link_tmp, sizeof link_tmp, "%s/.latest.tmp.%d", d->out, (int)getpid());
+    snprintf(link, sizeof link, "%s/latest", d->out);
+    unlink(link_tmp);
+    TD_CHECK(symlink(d->name, link_tmp) == 0 && rename(link_tmp, link) == 0,
+             "saving checkpoint %s: %s was written but pointing %s at it failed: %s", d->final, d->name, link,
+             strerror(errno));
+    keep_newest(d, meta->keep);
+    remove_stale(d);
+    int dfd = open(d->out, O_RDONLY | O_DIRECTORY);
+    TD_CHECK(dfd >= 0 && fsync(dfd) == 0, "saving checkpoint %s: fsync of --out %s failed: %s", d->final, d->out,
+             strerror(errno));
+    close(dfd);
+    if (path) snprintf(path, cap, "%s", d->final);
+}

@@ -1,0 +1,172 @@
+/* The sharded save and the resharding resume of a running job: what each
+ * rank writes and reads comes from its strategy's ranges (td_dp_ranges). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ckpt_internal.h"
+#include "trident/base.h"
+#include "trident/comm.h"
+
+/* MAX over every training rank (the grid is dp x tp x pp): after the three
+ * group all-reduces each rank holds the maximum of all. */
+static void workers_max(const td_grid *g, float *x, int n) {
+    td_comm *c[3] = {g->dp_comm, g->tp_comm, g->pp_comm};
+    for (int i = 0; i < 3; i++)
+        if (c[i] && td_comm_size(c[i]) > 1) td_allreduce(c[i], x, (size_t)n, TD_F32, TD_MAX);
+}
+
+typedef struct {
+    int n, cap;
+    td_ckpt_range *r;
+} range_list;
+
+static void add_range(void *ctx, size_t lo, size_t n, float *data) {
+    range_list *l = ctx;
+    if (l->n == l->cap) {
+        l->cap = 2 * l->cap + 16;
+        td_ckpt_range *r = td_alloc(sizeof *r * (size_t)l->cap, TD_MEM_OTHER);
+        if (l->n) memcpy(r, l->r, sizeof *r * (size_t)l->n);
+        td_free(l->r);
+        l->r = r;
+    }
+    l->r[l->n++] = (td_ckpt_range){lo, n, data};
+}
+
+/* This rank's pieces: the owner ranges of each section cut at tensor
+ * boundaries, without what another rank writes (replicated tensors: tp rank
+ * 0; the tied embedding of the last pipeline stage: the first's). Counts
+ * when items is NULL. */
+static int collect(td_dp *dp, const td_grid *g, const td_param_table *t, td_shard_item *items,
+                   const float **data) {
+    int n = 0;
+    for (int s = 0; s < TD_MF_NSECTIONS; s++) {
+        range_list l = {0, 0, NULL};
+        TD_ASSERT(td_dp_ranges(dp, s, 1, add_range, &l));
+        for (int j = 0; j < l.n; j++)
+            for (int i = 0; i < t->n_rows; i++) {
+                const td_param *p = &t->rows[i];
+                if (p->numel == 0 || (p->split == TD_SPLIT_NONE && g->tp_rank != 0) || (p->unit == 0 && g->pp_rank != 0))
+                    continue;
+                size_t lo = td_max_sz(l.r[j].lo, p->offset), hi = td_min_sz(l.r[j].lo + l.r[j].n, p->offset + p->numel);
+                if (lo >= hi) continue;
+                if (items) {
+                    td_piece_key(items[n].key, sizeof items[n].key, s, p->name, t->tp, t->tp_rank, lo - p->offset);
+                    items[n].n = hi - lo;
+                    data[n] = l.r[j].data + (lo - l.r[j].lo);
+                }
+                n++;
+            }
+        td_free(l.r);
+    }
+    for (int k = 0; k < TD_DP_RANK_STATES; k++) {
+        const float *x = td_dp_rank_state(dp, k);
+        if (!x) continue;
+        if (items) {
+            snprintf(items[n].key, sizeof items[n].key, "rank/%d/%d", k, g->world_rank);
+            items[n].n = t->numel;
+            data[n] = x;
+        }
+        n++;
+    }
+    return n;
+}
+
+size_t td_ckpt_save_sharded(td_dp *dp, const td_grid *g, const td_param_table *t, const td_gpt_config *cfg,
+                            const td_tokenizer *tok, const char *out, const td_ckpt_meta *meta, char *path,
+                            size_t cap) {
+    /* world rank 0 names the temporary directory and creates it; the others
+     * learn the name (its pid, in two exact halves) once it exists */
+    float tag[2] = {0.0f, 0.0f};
+    td_ckpt_dir d;
+    if (g->world_rank == 0) {
+        long pid = (long)getpid();
+        tag[0] = (float)(pid & 0xffff), tag[1] = (float)(pid >> 16);
+        td_ckpt_dir_init(&d, out, meta->step, pid);
+        td_ckpt_dir_create(&d);
+    }
+    workers_max(g, tag, 2);
+    td_ckpt_dir_init(&d, out, meta->step, (long)tag[0] | ((long)tag[1] << 16));
+    int n = collect(dp, g, t, NULL, NULL);
+    td_shard_item *items = td_alloc(sizeof *items * (size_t)(n + 1), TD_MEM_OTHER);
+    const float **data = td_alloc(sizeof *data * (size_t)(n + 1), TD_MEM_OTHER);
+    collect(dp, g, t, items, data);
+    td_shard *s = td_shard_create(&d, g->world_rank, items, n);
+    for (int i = 0; i < n; i++) td_shard_put(s, i, data[i]);
+    td_shard_close(s);
+    td_free(items);
+    td_free((void *)data);
+    float done = 1.0f; /* every shard is on disk (a failed rank aborts the job instead) */
+    workers_max(g, &done, 1);
+    if (g->world_rank == 0) td_ckpt_finish(&d, g->dp * g->tp * g->pp, meta, cfg, tok, t, path, cap);
+    return td_shard_bookkeeping(n);
+}
+
+static int same_layout(const td_manifest *m, const td_ckpt_meta *r) {
+    return m->dp == r->dp && m->tp == r->tp && m->pp == r->pp && m->zero == r->zero && m->ranks == r->ranks &&
+           strcmp(m->dp_mode, r->dp_mode) == 0 && strcmp(m->grad_compress, r->grad_compress) == 0;
+}
+
+void td_ckpt_resume(td_dp *dp, const td_grid *g, const td_param_table *t, const td_gpt_config *cfg,
+                    const td_tokenizer *tok, const char *path, td_ckpt_meta *meta) {
+    double t0 = td_now_ms();
+    size_t start = td_mem_total_current();
+    td_mem_reset_peaks();
+    td_ckpt_reader r;
+    td_ckpt_reader_open(&r, path, "--resume");
+    const td_manifest *m = &r.m;
+    int got[5] = {m->layers, m->heads, m->embd, m->seq, m->vocab}, want[5] = {cfg->L, cfg->H, cfg->C, cfg->T, cfg->V};
+    static const char *field[5] = {"--layers", "--heads", "--embd", "--seq", "the vocabulary size of --data"};
+    for (int i = 0; i < 5; i++)
+        TD_CHECK(got[i] == want[i], "--resume %s: the checkpoint is of another model: it has %s %d, this run %d",
+                 r.dir, field[i], got[i], want[i]);
+    TD_CHECK(m->tok_kind == (int)tok->kind && (tok->kind != TD_TOK_CHAR ||
+                                               memcmp(m->chars, tok->chars, sizeof(uint32_t) * (size_t)tok->V) == 0),
+             "--resume %s: the checkpoint's tokenizer (%s) differs from this run's (--data, --tokenizer)", r.dir,
+             td_tokenizer_name((td_tokenizer_kind)m->tok_kind));
+    /* the data order of the steps to come depends on the seed; a step-0
+     * checkpoint (an imported model) has no order to continue */
+    TD_CHECK(m->seed == meta->seed || m->step == 0, "--resume %s: the checkpoint was trained with --seed %llu, this run has --seed "
+             "%llu; the data order depends on it", r.dir, (unsigned long long)m->seed, meta->seed);
+    for (int s = 0; s < TD_MF_NSECTIONS; s++) {
+        range_list l = {0, 0, NULL};
+        TD_CHECK(td_dp_ranges(dp, s, 0, add_range, &l), "--resume does not combine with --dp-mode ps");
+        int read = td_ckpt_reader_fill(&r, t, s, l.r, l.n);
+        TD_CHECK(read || s > 0, "%s/manifest.json: no tensor has a params piece", r.dir);
+        if (!read && s == 1 && g->world_rank == 0)
+            td_log("resume: %s holds no AdamW moments (an imported model?); they start at zero\n", r.dir);
+        td_free(l.r);
+    }
+    /* per-dp-rank state belongs to the layout it was saved under */
+    int same = same_layout(m, meta), dropped = 0;
+    for (int k = 0; k < TD_DP_RANK_STATES; k++) {
+        float *x = td_dp_rank_state(dp, k);
+        const td_mf_rank_state *rs = NULL;
+        for (int i = 0; i < m->n_rank_state; i++)
+            if (m->rank_state[i].kind == k && m->rank_state[i].rank == g->world_rank) rs = &m->rank_state[i];
+        if (x && rs && same) {
+            TD_CHECK(rs->numel == t->numel, "%s/manifest.json: rank_state %s has %llu elements, this layout %zu",
+                     r.dir, rs->key, (unsigned long long)rs->numel, t->numel);
+            td_ckpt_reader_get(&r, rs->file, rs->key, rs->numel, x);
+        }
+    }
+    if (!same && m->n_rank_state > 0) dropped = 1;
+    meta->step = m->step;
+    td_loss_scaler *sc = &meta->scaler;
+    if (sc->mode == (td_loss_scale_mode)m->ls_mode && sc->mode != TD_LOSS_SCALE_NONE) {
+        sc->scale = m->ls_scale, sc->clean = m->ls_clean;
+        sc->consecutive = m->ls_consecutive, sc->skipped = m->ls_skipped;
+    }
+    if (g->world_rank == 0) {
+        if (dropped)
+            td_log("resume: the checkpoint's per-dp-rank state (top-k residuals) was saved under dp %d tp %d pp %d "
+                   "zero %d %s %s; this layout differs, so it starts at zero\n",
+                   m->dp, m->tp, m->pp, m->zero, m->dp_mode, m->grad_compress);
+        td_log("resume: %s (step %d, saved under dp %d tp %d pp %d zero %d %s) in %.2f s; memory during the load: "
+               "peak %.3f MiB, %.3f MiB at its start\n",
+               r.dir, m->step, m->dp, m->tp, m->pp, m->zero, m->precision, (td_now_ms() - t0) / 1000.0,
+               td_mem_total_peak() / 1048576.0, start / 1048576.0);
+    }
+    td_ckpt_reader_close(&r);
+}

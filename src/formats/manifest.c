@@ -1,0 +1,238 @@
+/* The manifest.json parser (formats_manifest.h): every field checked, every
+ * error one sentence naming the field. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "trident/formats_json.h"
+#include "trident/formats_manifest.h"
+
+const char *const td_mf_section_names[TD_MF_NSECTIONS] = {"params", "adam_m", "adam_v"};
+static const char *const tok_names[] = {"char", "byte", "ids", "gpt2"};
+
+#define BIG (INT64_C(1) << 40) /* element counts and offsets: far beyond any model here */
+
+/* e already says which field; prefix the object it is in */
+static int in(td_err *e, const char *where, int idx) {
+    char m[512];
+    snprintf(m, sizeof m, "%s", e->msg);
+    if (idx >= 0) return td_err_set(e, "%s %d: %s", where, idx, m);
+    return td_err_set(e, "%s: %s", where, m);
+}
+
+static int get_i(const td_jv *o, const char *k, int64_t lo, int64_t hi, int *out, td_err *e) {
+    int64_t v;
+    if (td_json_get_int(o, k, lo, hi, &v, e) != 0) return -1;
+    *out = (int)v;
+    return 0;
+}
+
+static int get_obj(const td_jv *o, const char *k, td_jv_type type, const td_jv **out, td_err *e) {
+    *out = td_json_get(o, k);
+    if (!*out) return td_err_set(e, "field %s: missing", k);
+    if ((*out)->type != type)
+        return td_err_set(e, "field %s: must be %s", k, type == TD_JV_OBJ ? "an object" : "an array");
+    return 0;
+}
+
+static int copy_str(const td_jv *o, const char *k, char *dst, size_t cap, td_err *e) {
+    const char *s;
+    if (td_json_get_str(o, k, &s, e) != 0) return -1;
+    if (strlen(s) >= cap) return td_err_set(e, "field %s: longer than %zu bytes", k, cap - 1);
+    memcpy(dst, s, strlen(s) + 1);
+    return 0;
+}
+
+static int parse_piece(const td_jv *p, const td_mf_tensor *t, int n_files, td_mf_piece *out, td_err *e) {
+    if (p->type != TD_JV_OBJ) return td_err_set(e, "must be an object");
+    const char *sec, *key;
+    if (td_json_get_str(p, "section", &sec, e) != 0 || td_json_get_str(p, "key", &key, e) != 0) return -1;
+    out->section = -1;
+    for (int s = 0; s < TD_MF_NSECTIONS; s++)
+        if (strcmp(sec, td_mf_section_names[s]) == 0) out->section = s;
+    if (out->section < 0) return td_err_set(e, "field section: \"%.40s\", valid is params, adam_m or adam_v", sec);
+    int64_t b, en;
+    if (get_i(p, "file", 0, n_files - 1, &out->file, e) != 0 || get_i(p, "tp", 1, 4096, &out->tp, e) != 0 ||
+        get_i(p, "tp_rank", 0, out->tp - 1, &out->tp_rank, e) != 0 ||
+        get_i(p, "split_dim", -1, 1, &out->split_dim, e) != 0 || get_i(p, "groups", 1, 3, &out->groups, e) != 0 ||
+        td_json_get_int(p, "begin", 0, BIG, &b, e) != 0 || td_json_get_int(p, "end", b, BIG, &en, e) != 0)
+        return -1;
+    int64_t numel = t->shape[0] * (t->ndim == 2 ? t->shape[1] : 1);
+    /* a slice holds at most its share plus vocabulary padding rows */
+    int64_t cap = numel + (int64_t)16 * out->tp * (t->ndim == 2 ? t->shape[1] : 1);
+    if (en > cap) return td_err_set(e, "field end: %lld is beyond the slice of a [%lld] tensor", (long long)en,
+                                    (long long)numel);
+    out->begin = (uint64_t)b, out->end = (uint64_t)en;
+    out->key = strdup(key);
+    return out->key ? 0 : td_err_set(e, "out of memory");
+}
+
+static int parse_tensor(const td_jv *o, int n_files, td_mf_tensor *t, td_err *e) {
+    if (o->type != TD_JV_OBJ) return td_err_set(e, "must be an object");
+    const char *name, *dtype;
+    const td_jv *shape, *pieces;
+    if (td_json_get_str(o, "name", &name, e) != 0) return -1;
+    t->name = strdup(name);
+    if (!t->name) return td_err_set(e, "out of memory");
+    if (td_json_get_str(o, "dtype", &dtype, e) != 0) return -1;
+    if (strcmp(dtype, "F32") != 0) return td_err_set(e, "field dtype: \"%.20s\"; trident saves F32", dtype);
+    if (get_obj(o, "shape", TD_JV_ARR, &shape, e) != 0 || get_obj(o, "pieces", TD_JV_ARR, &pieces, e) != 0)
+        return -1;
+    if (shape->n < 1 || shape->n > 2) return td_err_set(e, "field shape: %d dimensions, want 1 or 2", shape->n);
+    t->ndim = shape->n;
+    for (int d = 0; d < shape->n; d++) {
+        const td_jv *x = &shape->items[d];
+        if (x->type != TD_JV_NUM || !x->is_int || x->i < 1 || x->i > (1 << 24))
+            return td_err_set(e, "field shape: dimension %d must be an integer in [1, 16777216]", d);
+        t->shape[d] = x->i;
+    }
+    if (pieces->n > 1 << 20) return td_err_set(e, "field pieces: %d pieces", pieces->n);
+    t->pieces = calloc((size_t)pieces->n + 1, sizeof *t->pieces);
+    if (!t->pieces) return td_err_set(e, "out of memory");
+    for (int i = 0; i < pieces->n; i++, t->n_pieces++)
+        if (parse_piece(&pieces->items[i], t, n_files, &t->pieces[i], e) != 0) return in(e, "piece", i);
+    return 0;
+}
+
+static int parse_top(const td_jv *j, td_manifest *m, td_err *e) {
+    const char *fmt;
+    if (j->type != TD_JV_OBJ) return td_err_set(e, "not a JSON object");
+    if (td_json_get_str(j, "format", &fmt, e) != 0) return -1;
+    if (strcmp(fmt, "trident-checkpoint") != 0)
+        return td_err_set(e, "field format: \"%.40s\"; not a trident checkpoint manifest", fmt);
+    if (get_i(j, "version", 0, 1 << 30, &m->version, e) != 0) return -1;
+    if (m->version != TD_MANIFEST_VERSION)
+        return td_err_set(e, "field version: %d; this build reads version %d", m->version, TD_MANIFEST_VERSION);
+    int64_t seed;
+    if (get_i(j, "step", 0, 1 << 30, &m->step, e) != 0 || get_i(j, "lr_step", 0, 1 << 30, &m->lr_step, e) != 0 ||
+        td_json_get_int(j, "seed", 0, INT64_MAX, &seed, e) != 0)
+        return -1;
+    m->seed = (uint64_t)seed;
+    const td_jv *c, *tok, *ls, *lay, *files, *tensors, *rs;
+    if (get_obj(j, "config", TD_JV_OBJ, &c, e) != 0) return -1;
+    if (get_i(c, "layers", 1, 256, &m->layers, e) || get_i(c, "heads", 1, 65536, &m->heads, e) ||
+        get_i(c, "embd", 1, 65536, &m->embd, e) || get_i(c, "seq", 1, 1048576, &m->seq, e) ||
+        get_i(c, "vocab", 1, 1 << 24, &m->vocab, e))
+        return in(e, "config", -1);
+    if (get_obj(j, "tokenizer", TD_JV_OBJ, &tok, e) != 0) return -1;
+    const char *kind;
+    if (td_json_get_str(tok, "kind", &kind, e) || get_i(tok, "vocab", 1, 1 << 24, &m->tok_vocab, e))
+        return in(e, "tokenizer", -1);
+    m->tok_kind = -1;
+    for (int k = 0; k < 4; k++)
+        if (strcmp(kind, tok_names[k]) == 0) m->tok_kind = k;
+    if (m->tok_kind < 0) return td_err_set(e, "tokenizer: field kind: \"%.20s\", valid is char, byte, ids or gpt2", kind);
+    if (m->tok_vocab != m->vocab)
+        return td_err_set(e, "tokenizer: field vocab: %d, but config says %d", m->tok_vocab, m->vocab);
+    if (m->tok_kind == 0) {
+        const td_jv *ch;
+        if (get_obj(tok, "chars", TD_JV_ARR, &ch, e) != 0) return in(e, "tokenizer", -1);
+        if (ch->n != m->tok_vocab)
+            return td_err_set(e, "tokenizer: field chars: %d entries, vocab says %d", ch->n, m->tok_vocab);
+        m->chars = malloc(sizeof(uint32_t) * (size_t)ch->n);
+        if (!m->chars) return td_err_set(e, "out of memory");
+        for (int i = 0; i < ch->n; i++) {
+            const td_jv *x = &ch->items[i];
+            if (x->type != TD_JV_NUM || !x->is_int || x->i < 0 || x->i > 0x10FFFF || (i > 0 && x->i <= m->chars[i - 1]))
+                return td_err_set(e, "tokenizer: field chars: entry %d must be a code point, strictly increasing", i);
+            m->chars[i] = (uint32_t)x->i;
+        }
+    }
+    if (get_obj(j, "loss_scale", TD_JV_OBJ, &ls, e) != 0) return -1;
+    const td_jv *sc = td_json_get(ls, "scale");
+    if (get_i(ls, "mode", 0, 2, &m->ls_mode, e) || get_i(ls, "clean", 0, 1 << 30, &m->ls_clean, e) ||
+        get_i(ls, "consecutive", 0, 1 << 30, &m->ls_consecutive, e) ||
+        get_i(ls, "skipped", 0, 1 << 30, &m->ls_skipped, e))
+        return in(e, "loss_scale", -1);
+    if (!sc || sc->type != TD_JV_NUM || !(sc->num >= 1.0 && sc->num <= 4294967296.0))
+        return td_err_set(e, "loss_scale: field scale: must be a number in [1, 2^32]");
+    m->ls_scale = (float)sc->num;
+    if (get_obj(j, "layout", TD_JV_OBJ, &lay, e) != 0) return -1;
+    if (get_i(lay, "dp", 1, 1 << 20, &m->dp, e) || get_i(lay, "tp", 1, 4096, &m->tp, e) ||
+        get_i(lay, "pp", 1, 4096, &m->pp, e) || get_i(lay, "zero", 0, 3, &m->zero, e) ||
+        get_i(lay, "ranks", 1, 1 << 20, &m->ranks, e) ||
+        copy_str(lay, "precision", m->precision, sizeof m->precision, e) ||
+        copy_str(lay, "dp_mode", m->dp_mode, sizeof m->dp_mode, e) ||
+        copy_str(lay, "grad_compress", m->grad_compress, sizeof m->grad_compress, e))
+        return in(e, "layout", -1);
+    if (get_obj(j, "files", TD_JV_ARR, &files, e) != 0) return -1;
+    if (files->n < 1 || files->n > 1 << 20) return td_err_set(e, "field files: %d files", files->n);
+    m->files = calloc((size_t)files->n, sizeof(char *));
+    if (!m->files) return td_err_set(e, "out of memory");
+    m->n_files = files->n; /* entries not yet parsed are NULL: td_manifest_free frees them all */
+    for (int i = 0; i < files->n; i++) {
+        const td_jv *f = &files->items[i];
+        unsigned k;
+        char tail;
+        /* plain names only: a manifest never points outside its directory */
+        if (f->type != TD_JV_STR || f->len != 23 || sscanf(f->str, "shard-%5u.safetensor%c", &k, &tail) != 2 ||
+            tail != 's' || strchr(f->str, '/'))
+            return td_err_set(e, "field files: entry %d must be a name \"shard-NNNNN.safetensors\"", i);
+        m->files[i] = strdup(f->str);
+        if (!m->files[i]) return td_err_set(e, "out of memory");
+    }
+    if (get_obj(j, "tensors", TD_JV_ARR, &tensors, e) != 0) return -1;
+    if (tensors->n < 1 || tensors->n > 1 << 16) return td_err_set(e, "field tensors: %d tensors", tensors->n);
+    m->tensors = calloc((size_t)tensors->n, sizeof *m->tensors);
+    if (!m->tensors) return td_err_set(e, "out of memory");
+    m->n_tensors = tensors->n;
+    for (int i = 0; i < tensors->n; i++) {
+        if (parse_tensor(&tensors->items[i], m->n_files, &m->tensors[i], e) != 0) return in(e, "tensor", i);
+        for (int k = 0; k < i; k++)
+            if (strcmp(m->tensors[k].name, m->tensors[i].name) == 0)
+                return td_err_set(e, "tensor %d: name \"%.64s\" appears twice", i, m->tensors[i].name);
+    }
+    if (get_obj(j, "rank_state", TD_JV_ARR, &rs, e) != 0) return -1;
+    if (rs->n > 1 << 20) return td_err_set(e, "field rank_state: %d entries", rs->n);
+    m->rank_state = calloc((size_t)rs->n + 1, sizeof *m->rank_state);
+    if (!m->rank_state) return td_err_set(e, "out of memory");
+    m->n_rank_state = rs->n;
+    for (int i = 0; i < rs->n; i++) {
+        const td_jv *o = &rs->items[i];
+        td_mf_rank_state *r = &m->rank_state[i];
+        const char *key;
+        int64_t n;
+        if (o->type != TD_JV_OBJ) return td_err_set(e, "rank_state %d: must be an object", i);
+        if (get_i(o, "kind", 0, 2, &r->kind, e) || get_i(o, "rank", 0, m->ranks - 1, &r->rank, e) ||
+            get_i(o, "file", 0, m->n_files - 1, &r->file, e) || td_json_get_int(o, "numel", 0, BIG, &n, e) ||
+            td_json_get_str(o, "key", &key, e))
+            return in(e, "rank_state", i);
+        r->numel = (uint64_t)n;
+        r->key = strdup(key);
+        if (!r->key) return td_err_set(e, "out of memory");
+    }
+    return 0;
+}
+
+int td_manifest_parse(const char *text, size_t n, td_manifest *m, td_err *e) {
+    memset(m, 0, sizeof *m);
+    if (n > TD_MANIFEST_MAX_BYTES) return td_err_set(e, "%zu bytes; a manifest is at most 256 MiB", n);
+    td_jv *j;
+    if (td_json_parse(text, n, &j, e) != 0) return -1;
+    int rc = parse_top(j, m, e);
+    td_json_free(j);
+    if (rc != 0) td_manifest_free(m);
+    return rc;
+}
+
+void td_manifest_free(td_manifest *m) {
+    for (int i = 0; i < m->n_files; i++) free(m->files[i]);
+    for (int i = 0; i < m->n_tensors; i++) {
+        td_mf_tensor *t = &m->tensors[i];
+        for (int k = 0; k < t->n_pieces; k++) free(t->pieces[k].key);
+        free(t->pieces);
+        free(t->name);
+    }
+    for (int i = 0; i < m->n_rank_state; i++) free(m->rank_state[i].key);
+    free(m->rank_state);
+    free(m->tensors);
+    free(m->files);
+    free(m->chars);
+    memset(m, 0, sizeof *m);
+}
+
+const td_mf_tensor *td_manifest_tensor(const td_manifest *m, const char *name) {
+    for (int i = 0; i < m->n_tensors; i++)
+        if (strcmp(m->tensors[i].name, name) == 0) return &m->tensors[i];
+    return NULL;
+}

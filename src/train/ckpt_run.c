@@ -1,0 +1,114 @@
+/* Checkpoints from the trainer's side (ckpt_run.h). */
+#include <signal.h>
+#include <string.h>
+
+#include "ckpt_run.h"
+#include "trident/base.h"
+#include "trident/comm.h"
+#include "trident/pipeline.h"
+
+void td_run_ckpt_meta(const td_train_opts *o, const td_grid *g, const td_loss_scaler *s, int steps_done,
+                      td_ckpt_meta *m) {
+    td_ckpt_meta_default(m, steps_done);
+    m->seed = o->seed;
+    m->scaler = *s;
+    m->dp = g->dp, m->tp = g->tp, m->pp = g->pp, m->zero = o->zero;
+    m->ranks = g->dp * g->tp * g->pp;
+    m->precision = o->precision ? o->precision : "fp32";
+    m->dp_mode = td_dp_mode_name(td_dp_mode_parse(o->dp_mode));
+    m->grad_compress = o->grad_compress ? o->grad_compress : "none";
+    m->keep = o->keep;
+}
+
+/* --resume: the state of a checkpoint in this layout; returns the step to
+ * continue at (0 without --resume). */
+int td_run_resume(const td_train_opts *o, td_dp *dp, const td_grid *g, const td_param_table *t,
+                  const td_gpt_config *cfg, const td_tokenizer *tok, td_loss_scaler *scaler) {
+    if (!o->resume) return 0;
+    td_ckpt_meta meta;
+    td_run_ckpt_meta(o, g, scaler, 0, &meta);
+    td_ckpt_resume(dp, g, t, cfg, tok, strcmp(o->resume, "latest") == 0 ? o->out : o->resume, &meta);
+    TD_CHECK(meta.step < o->steps, "--resume %s: the checkpoint is at step %d, and --steps %d leaves nothing to "
+             "train; pass a larger --steps", o->resume, meta.step, o->steps);
+    TD_CHECK(o->stop_after == 0 || o->stop_after > meta.step, "--stop-after %d: the checkpoint is already at "
+             "step %d (--stop-after counts from step 0)", o->stop_after, meta.step);
+    *scaler = meta.scaler;
+    return meta.step;
+}
+
+/* Parameter servers hold the state in their own loop: world rank 0 gathers
+ * one unit at a time (no rank holds the state twice) and writes one shard. */
+static size_t save_gathered(td_dp *dp, const td_grid *g, const td_param_table *t, const td_param_table *canon,
+                            const td_gpt_config *cfg, const td_tokenizer *tok, const td_ckpt_meta *meta,
+                            const char *out, char *path, size_t cap) {
+    size_t scratch_n = td_pp_gather_scratch_floats(t, canon);
+    float *scratch = td_alloc(scratch_n * sizeof(float), TD_MEM_OTHER);
+    td_ckpt_writer *w = g->world_rank == 0 ? td_ckpt_writer_open(out, cfg, tok, meta->step, 1) : NULL;
+    if (w) td_ckpt_writer_meta(w, meta);
+    for (int s = 0; s < 3; s++)
+        for (int u = 0; u < t->n_units; u++) {
+            const td_param_table *in;
+            const float *b = td_pp_gather_unit(dp, g, t, canon, s, u, scratch, &in);
+            if (w) td_ckpt_writer_put(w, s, in, u, b);
+        }
+    if (w) td_ckpt_writer_commit(w, path, cap);
+    td_free(scratch);
+    return scratch_n * sizeof(float) + td_ckpt_writer_bookkeeping(t->n_rows);
+}
+
+void td_run_save(td_dp *dp, const td_grid *g, const td_param_table *t, const td_param_table *canon,
+                 const td_gpt_config *cfg, const td_tokenizer *tok, const td_train_opts *o, int steps_done,
+                 const td_loss_scaler *sc, const td_mem_plan *plan, td_train_result *res, int measure) {
+    size_t plan_total = 0, start = td_mem_total_current(), extra = 0;
+    for (int c = 0; c < TD_MEM_NCAT; c++) plan_total += plan->bytes[c];
+    if (measure) td_mem_reset_peaks(); /* after the run's own peaks were taken */
+    td_ckpt_meta meta;
+    td_run_ckpt_meta(o, g, sc, steps_done, &meta);
+    char path[8192] = "";
+    double t0 = td_now_ms();
+    int sharded = td_dp_mode_parse(o->dp_mode) != TD_DP_PS;
+    if (sharded)
+        extra = td_ckpt_save_sharded(dp, g, t, cfg, tok, o->out, &meta, path, sizeof path);
+    else
+        extra = save_gathered(dp, g, t, canon, cfg, tok, &meta, o->out, path, sizeof path);
+    double secs = (td_now_ms() - t0) / 1000.0;
+    if (!measure) {
+        td_log("checkpoint: %s (step %d, %.2f s)\n", path, steps_done, secs);
+        return;
+    }
+    res->save_peak = td_mem_total_peak();
+    res->save_start = start;
+    res->save_plan = plan_total;
+    /* gathered: one unit (with tp its slices and assembly); sharded: no
+     * copy of the state, only the list of its pieces */
+    res->save_unit = extra;
+    td_log("checkpoint: %s (%zu parameters, step %d, %s, %.2f s); memory during the save: peak %.3f MiB, "
+           "%.3f MiB at its start, plan %.3f MiB + %s %.3f MiB\n",
+           path, t->n_global, steps_done, sharded ? "one shard per rank" : "gathered to rank 0", secs,
+           res->save_peak / 1048576.0, start / 1048576.0, plan_total / 1048576.0,
+           sharded ? "piece list" : "one unit and piece list", extra / 1048576.0);
+}
+
+static volatile sig_atomic_t g_stop;
+static void on_stop(int sig) {
+    (void)sig;
+    g_stop = 1;
+}
+
+void td_stop_signals_install(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
+}
+
+int td_stop_signalled(const td_grid *g) {
+    float x = g_stop ? 1.0f : 0.0f;
+    td_comm *c[3] = {g->dp_comm, g->tp_comm, g->pp_comm};
+    for (int i = 0; i < 3; i++)
+        if (c[i] && td_comm_size(c[i]) > 1) td_allreduce(c[i], &x, 1, TD_F32, TD_MAX);
+    return x > 0.0f;
+}

@@ -1,0 +1,29 @@
+/* The trainer's side of checkpoints: saving during and after a run,
+ * resuming, and stopping early (--stop-after, preemption signals). */
+#ifndef TRIDENT_CKPT_RUN_H
+#define TRIDENT_CKPT_RUN_H
+
+#include "trident/ckpt.h"
+#include "trident/train.h"
+
+/* What the manifest records about this run after steps_done steps. */
+void td_run_ckpt_meta(const td_train_opts *o, const td_grid *g, const td_loss_scaler *s, int steps_done,
+                      td_ckpt_meta *m);
+/* Saves the state after steps_done steps to --out: sharded (every training
+ * rank writes its shard), or with parameter servers gathered unit by unit
+ * to world rank 0. Collective over the training ranks. measure: record the
+ * save's memory in res and print it. */
+void td_run_save(td_dp *dp, const td_grid *g, const td_param_table *t, const td_param_table *canon,
+                 const td_gpt_config *cfg, const td_tokenizer *tok, const td_train_opts *o, int steps_done,
+                 const td_loss_scaler *sc, const td_mem_plan *plan, td_train_result *res, int measure);
+/* --resume: this rank's state from the checkpoint, the loss scaler's too;
+ * returns the step to continue at (0 without --resume). */
+int td_run_resume(const td_train_opts *o, td_dp *dp, const td_grid *g, const td_param_table *t,
+                  const td_gpt_config *cfg, const td_tokenizer *tok, td_loss_scaler *scaler);
+/* SIGTERM and SIGUSR1 set a flag (nothing else happens in the handler). */
+void td_stop_signals_install(void);
+/* At a step boundary: whether any training rank got a stop signal (one
+ * small all-reduce over the training ranks). */
+int td_stop_signalled(const td_grid *g);
+
+#endif

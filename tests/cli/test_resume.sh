@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# Resuming: exact resume (bitwise losses and state) on dp2 zero 1, tp2, pp2
+# and dp2 with top-k compression (its per-rank residuals and moments); a
+# resharding matrix (checkpoints saved under one layout continue under
+# another: 8 ranks -> 1, 1 -> 8, across dp/tp/pp/zero/precision) whose
+# fp32 continuation losses are within 1e-5 relative of the uninterrupted
+# one-process run's; an imported model fine-tuned by --resume; --stop-after,
+# SIGTERM to the ranks and SIGUSR1 to mpirun end with a checkpoint.
+# Usage: test_resume.sh TRIDENT_BINARY DATA_DIR
+set -u
+T=${1:?usage: test_resume.sh TRIDENT_BINARY DATA_DIR}
+DATA=${2:?}
+MPIRUN="mpirun --allow-run-as-root --oversubscribe --bind-to none"
+PY=/usr/bin/python3
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+fails=0
+fail() { echo "FAIL $*"; fails=$((fails+1)); }
+head -c 60000 "$DATA/tinyshakespeare.txt" > "$tmp/small.txt"
+A=(--data "$tmp/small.txt" --layers 2 --heads 2 --embd 32 --seq 16 --batch 4 --steps 8
+   --eval-every 0 --threads 1 --lr 1e-2 --warmup 2)
+
+# tr NAME NP FLAGS...: a run that must exit 0 (its output in $tmp/NAME.out)
+tr() {
+  local name=$1 np=$2; shift 2
+  if ! timeout 120 $MPIRUN -np "$np" "$T" train "${A[@]}" "$@" >"$tmp/$name.out" 2>&1 </dev/null; then
+    fail "$name: exit code $? ($*)"; tail -5 "$tmp/$name.out"; return 1
+  fi
+}
+# cmp_losses NAME LOG_A LOG_B TOL: the steps both logs hold agree (TOL 0: bitwise)
+cmp_losses() {
+  $PY - "$@" <<'PYEOF' || fails=$((fails+1))
+import json, sys
+name, fa, fb, tol = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+def losses(f): return {j["step"]: j["loss"] for j in map(json.loads, open(f)) if "loss" in j}
+a, b = losses(fa), losses(fb)
+common = sorted(set(a) & set(b))
+worst = max((abs(a[s] - b[s]) / abs(a[s]), s) for s in common) if common else (1.0, -1)
+ok = len(common) >= 4 and worst[0] <= tol
+print("%s %s: %d steps compared, worst relative difference %.3g at step %d (allowed %g)"
+      % ("ok  " if ok else "FAIL", name, len(common), worst[0], worst[1], tol))
+sys.exit(0 if ok else 1)
+PYEOF
+}
+
+# --- the uninterrupted one-process run: the oracle of every fp32 continuation
+tr ref 1 --out "$tmp/ref" --log "$tmp/ref.log"
+
+# --- exact resume: K steps + --resume + N-K steps == N steps, bitwise -------
+for L in "dp2z1 2 --dp 2 --zero 1" "tp2 2 --tp 2" "pp2 2 --pp 2" "topk 2 --dp 2 --grad-compress topk:0.1"; do
+  set -- $L; name=$1 np=$2; shift 2
+  tr "$name-full" "$np" "$@" --out "$tmp/$name-full" --log "$tmp/$name-full.log" || continue
+  tr "$name-stop" "$np" "$@" --out "$tmp/$name" --stop-after 4 || continue
+  grep -q "stopped after step 4 of 8 with a checkpoint in .*; to continue, run the same command with --resume latest" \
+    "$tmp/$name-stop.out" || fail "$name: --stop-after printed no resume line"
+  tr "$name-resume" "$np" "$@" --out "$tmp/$name" --resume latest --log "$tmp/$name-resume.log" || continue
+  cmp_losses "exact-$name" "$tmp/$name-full.log" "$tmp/$name-resume.log" 0
+  for f in "$tmp/$name-full/latest/"shard-*; do
+    cmp -s "$f" "$tmp/$name/latest/${f##*/}" || fail "exact-$name: ${f##*/} of step 8 differs from the uninterrupted run's"
+  done
+done
+
+# --- resharding: saved under one layout at step 4, continued under another --
+tr src1 1 --out "$tmp/src1" --stop-after 4
+tr src8 8 --dp 2 --tp 2 --pp 2 --out "$tmp/src8" --stop-after 4
+tr srcbf 2 --dp 2 --zero 1 --precision bf16 --out "$tmp/srcbf" --stop-after 4
+# reshard NAME SRC NP FLAGS...: resume step 4 of SRC, compare with the reference
+reshard() {
+  local name=$1 src=$2 np=$3; shift 3
+  tr "$name" "$np" "$@" --resume "$tmp/$src/step-00000004" --out "$tmp/o-$name" --log "$tmp/$name.log" &&
+    cmp_losses "reshard-$name" "$tmp/ref.log" "$tmp/$name.log" 1e-5
+}
+reshard 8-to-1        src8  1
+reshard 1-to-8        src1  8 --dp 2 --tp 2 --pp 2 --zero 1
+reshard dp2z1-to-tp2  dp2z1 2 --tp 2
+reshard tp2-to-pp2    tp2   2 --pp 2
+reshard pp2-to-dp2z3  pp2   2 --dp 2 --zero 3
+reshard 1-to-dp2rb    src1  2 --dp 2 --dp-mode reduce-broadcast
+reshard 8-to-tp2dp2z2 src8  4 --tp 2 --dp 2 --zero 2
+# precision: a bf16 run's fp32 master weights continue in fp32 under two
+# layouts (they agree as fp32 runs do), and fp32 state continues in bf16
+tr bf-to-1 1 --resume "$tmp/srcbf/step-00000004" --out "$tmp/o-bf1" --log "$tmp/bf-to-1.log" &&
+  tr bf-to-tp2 2 --tp 2 --resume "$tmp/srcbf/step-00000004" --out "$tmp/o-bftp" --log "$tmp/bf-to-tp2.log" &&
+  cmp_losses "reshard-bf16-to-fp32-tp2-vs-1" "$tmp/bf-to-1.log" "$tmp/bf-to-tp2.log" 1e-5
+# bf16 rounds activations and weights: its losses stay within 1e-2 of fp32's
+tr fp-to-bf 2 --dp 2 --precision bf16 --resume "$tmp/src1/step-00000004" --out "$tmp/o-fpbf" --log "$tmp/fp-to-bf.log" &&
+  cmp_losses "reshard-fp32-to-bf16-dp2" "$tmp/ref.log" "$tmp/fp-to-bf.log" 1e-2
+
+# per-dp-rank state (top-k residuals, local moments) is dropped, with a note,
+# when the layout changes
+tr topk-to-1 1 --grad-compress topk:0.1 --resume "$tmp/topk/step-00000004" --out "$tmp/o-topk1" &&
+  if grep -q "per-dp-rank state (top-k residuals) was saved under dp 2 .*this layout differs, so it starts at zero" "$tmp/topk-to-1.out"
+  then echo "ok   topk-to-1: the residuals' note"; else fail "topk-to-1: no note about the dropped residuals"; fi
+
+# an imported model (step 0, no moments) is fine-tuned by --resume under any
+# layout: one process and tp 2 from the same import agree as fp32 runs do
+"$T" export --ckpt "$tmp/ref" --format llmc --out "$tmp/ref.llmc" >/dev/null 2>&1 &&
+  "$T" import --format llmc --in "$tmp/ref.llmc" --out "$tmp/imp" --tokenizer char --data "$tmp/small.txt" >/dev/null 2>&1 \
+  || fail "export/import of the reference run failed"
+tr imp-1 1 --resume "$tmp/imp" --out "$tmp/o-imp1" --seed 5 --log "$tmp/imp-1.log" &&
+  tr imp-tp2 2 --tp 2 --resume "$tmp/imp" --out "$tmp/o-imp2" --seed 5 --log "$tmp/imp-tp2.log" &&
+  cmp_losses "import-fine-tune-tp2-vs-1" "$tmp/imp-1.log" "$tmp/imp-tp2.log" 1e-5
+grep -q "holds no AdamW moments (an imported model?); they start at zero" "$tmp/imp-1.out" \
+  || fail "imp-1: no note about the missing moments"
+
+# --- preemption: SIGTERM to the ranks (as Slurm sends it) or SIGUSR1 to
+# mpirun (which forwards it): every rank stops at the next step boundary with
+# a checkpoint and exit 0. (SIGTERM to mpirun itself kills the job: README.)
+# signal NAME SIG WHO: WHO = ranks (mpirun's children) or mpirun
+signal() {
+  local name=$1 sig=$2 who=$3 out="$tmp/$1"
+  $MPIRUN -np 2 "$T" train "${A[@]}" --steps 100000 --dp 2 --out "$out" --log-every 1 >"$out.out" 2>&1 </dev/null &
+  local mp=$!
+  for i in $(seq 1 200); do grep -q "^step  *3/" "$out.out" 2>/dev/null && break; sleep 0.1; done
+  if [ "$who" = ranks ]; then kill -"$sig" $(pgrep -P $mp); else kill -"$sig" $mp; fi
+  wait $mp; local rc=$?
+  if [ $rc -eq 0 ] && grep -q "stopped after step [0-9]* of 100000 with a checkpoint" "$out.out" \
+     && [ -f "$out/latest/manifest.json" ]; then
+    echo "ok   $name: $(grep -m1 'stopped after' "$out.out")"
+  else fail "$name: exit $rc, latest -> $(readlink "$out/latest")"; tail -3 "$out.out"; fi
+}
+signal sigterm-ranks TERM ranks
+signal sigusr1-mpirun USR1 mpirun
+
+if [ $fails -ne 0 ]; then echo "test_resume: $fails failure(s)"; exit 1; fi
+echo "test_resume: all passed"
