@@ -25,10 +25,14 @@ typedef struct {
     double mem_bytes;  /* per device */
     double peak_flops; /* dense bf16/fp16 peak per device */
     double gemm_eff;   /* achievable fraction of peak for large GEMMs */
-    double hbm_bw;     /* device memory bandwidth, bytes/s */
-    double intra_bw;   /* per device per direction inside a node, bytes/s */
-    double inter_bw;   /* per device per direction between nodes, bytes/s */
+    double bmm_flops;  /* achieved rate of attention's per-head batched GEMMs
+                          (head size 64-160: memory-bound), 0: the GEMM rate */
+    double hbm_bw;     /* achievable device memory bandwidth, bytes/s */
+    double intra_bw;   /* achieved collective bus bandwidth per device inside a node, bytes/s */
+    double inter_bw;   /* the same between nodes, bytes/s */
     double intra_lat, inter_lat; /* seconds per ring step */
+    int dp_serial; /* the software reduces gradients after the backward
+                      instead of beside it (Megatron-LM 2021) */
 } td_plan_cluster;
 
 typedef enum { TD_PLAN_RC_NONE, TD_PLAN_RC_SELECTIVE, TD_PLAN_RC_FULL } td_plan_rc;

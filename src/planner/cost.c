@@ -126,12 +126,19 @@ void td_plan_evaluate(const td_plan_model *m, const td_plan_cluster *c, int glob
     double psi = psi0 > psiL ? psi0 : psiL, logits = 4.0 * s * b * m->V / t;
 
     /* one layer, one micro-batch */
-    double gemm = (24 * b * s * h * h + 4 * b * s * s * h) / t, attn_gemm = 4 * b * s * s * h / t;
+    /* the dense GEMMs (QKV, projection, MLP) at the GEMM rate; attention's
+     * per-head batched GEMMs (scores and their product with the values,
+     * inner size h/a) at their own measured rate: they write or read an
+     * a s^2 matrix per 2 h/a FLOPs per element, so memory-bound */
+    double bmm = c->bmm_flops > 0 ? c->bmm_flops : rate;
+    double gemm = 24 * b * s * h * h / t, attn_gemm = 4 * b * s * s * h / t;
     double ew = layer_ew_bytes(m, b, t, l->sp), attn_ew = (double)b * s * 9 * m->H * s / t;
-    double tf = gemm / rate + ew / c->hbm_bw;
-    double tb = 2 * gemm / rate + 1.5 * ew / c->hbm_bw; /* each op's backward moves 3 tensors for its forward's 2 */
+    double tf = gemm / rate + attn_gemm / bmm + ew / c->hbm_bw;
+    /* backward: twice the FLOPs; each elementwise op's backward moves 3
+     * tensors for its forward's 2 */
+    double tb = 2 * (gemm / rate + attn_gemm / bmm) + 1.5 * ew / c->hbm_bw;
     double trc = l->rc == TD_PLAN_RC_FULL ? tf
-                 : l->rc == TD_PLAN_RC_SELECTIVE ? attn_gemm / rate + attn_ew / c->hbm_bw : 0;
+                 : l->rc == TD_PLAN_RC_SELECTIVE ? attn_gemm / bmm + attn_ew / c->hbm_bw : 0;
     /* tp: f/g operators, 2 in the forward, 2 in the backward, 2 more when
      * the forward reruns; all-gather + reduce-scatter with sp */
     double n_tp = 2 * b * s * h, g_op = 0;
@@ -165,7 +172,8 @@ void td_plan_evaluate(const td_plan_model *m, const td_plan_cluster *c, int glob
         int cross = t * p * d > G;
         double bw = cross ? c->inter_bw : c->intra_bw, lat = cross ? c->inter_lat : c->intra_lat;
         double piece = td_plan_dp_volume(psi, d, 0, 1) / 2 / bw + (lps + 1) * (d - 1) * lat;
-        double bwd = lps * (tb + trc), exposed;
+        /* software that reduces after the backward hides nothing */
+        double bwd = c->dp_serial ? 0 : lps * (tb + trc), exposed;
         if (l->zero == 0) /* buckets all-reduce during the last micro-batch's backward */
             exposed = fmax(0, 2 * piece - bwd);
         else if (l->zero == 1) /* reduce-scatter there, gather the parameters after the update */
@@ -173,7 +181,7 @@ void td_plan_evaluate(const td_plan_model *m, const td_plan_cluster *c, int glob
         else if (l->zero == 2) /* reduce-scatter beside every micro-batch's backward */
             exposed = piece + mb * fmax(0, piece - bwd);
         else /* gather, gather, reduce-scatter beside every micro-batch's forward and backward */
-            exposed = mb * fmax(0, 3 * piece - lps * (tf + tb + trc));
+            exposed = mb * fmax(0, 3 * piece - (c->dp_serial ? 0 : lps * (tf + tb + trc)));
         e->t[TD_COST_DP] = exposed;
         e->dp_traffic_s = piece * (l->zero <= 1 ? 2 : l->zero == 2 ? mb + 1 : 3.0 * mb);
     }
