@@ -37,8 +37,11 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "schedule") == 0) return td_schedule_main(argc - 2, argv + 2);
     if (strcmp(cmd, "export") == 0) return td_export_main(argc - 2, argv + 2);
     if (strcmp(cmd, "import") == 0) return td_import_main(argc - 2, argv + 2);
-    if (strcmp(cmd, "plan") == 0) return td_plan_main(argc - 2, argv + 2);
-    if (strcmp(cmd, "train") != 0 && strcmp(cmd, "bench") != 0 && strcmp(cmd, "verify") != 0) {
+    int calibrate = 0; /* plan --calibrate measures between ranks: MPI */
+    for (int i = 2; i < argc; i++) calibrate |= strcmp(argv[i], "--calibrate") == 0;
+    if (strcmp(cmd, "plan") == 0 && !calibrate) return td_plan_main(argc - 2, argv + 2);
+    if (strcmp(cmd, "train") != 0 && strcmp(cmd, "bench") != 0 && strcmp(cmd, "verify") != 0 &&
+        strcmp(cmd, "plan") != 0) {
         fprintf(stderr,
                 "trident: error: unknown command '%s'; use train, verify, sample, tokenize, schedule, export, "
                 "import, plan or bench\n",
@@ -48,6 +51,7 @@ int main(int argc, char **argv) {
     td_comm_init(&argc, &argv);
     rc = strcmp(cmd, "train") == 0    ? td_train_main(argc - 2, argv + 2)
          : strcmp(cmd, "verify") == 0 ? td_verify_main(argc - 2, argv + 2)
+         : strcmp(cmd, "plan") == 0   ? td_calibrate_main(argc - 2, argv + 2)
                                       : td_bench_main(argc - 2, argv + 2);
     td_comm_finalize();
     return rc;

@@ -118,6 +118,9 @@ void td_train_result_free(td_train_result *r);
 int td_verify_main(int argc, char **argv);
 /* `trident sample`. */
 int td_sample_main(int argc, char **argv);
+/* `trident plan --calibrate` (calibrate.c): measures this machine for the
+ * planner's `local` cluster; collective over the world. */
+int td_calibrate_main(int argc, char **argv);
 /* `trident bench train|sgemm`. */
 int td_bench_main(int argc, char **argv);
 

@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
+#include <math.h>
 
 #include "trident/planner.h"
 
@@ -105,29 +105,118 @@ static const cluster_row clusters[] = {
 
 const char *td_plan_cluster_presets(void) { return "a100-edr, a100-hdr, a100-ndr, h100-ndr, local"; }
 
-/* Where `trident plan --calibrate` is to save this machine's profile. */
-static void profile_path(char *buf, size_t n) {
-    const char *env = getenv("TRIDENT_PROFILE");
-    snprintf(buf, n, "%s", env && *env ? env : "trident-profile.json");
+void td_plan_profile_path(char *buf, size_t n) {
+    const char *env = getenv("TRIDENT_PROFILE"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    if (env && *env)
+        snprintf(buf, n, "%s", env);
+    else if (xdg && *xdg)
+        snprintf(buf, n, "%s/trident/profile.json", xdg);
+    else
+        snprintf(buf, n, "%s/.cache/trident/profile.json", home && *home ? home : ".");
+}
+
+/* The memory bandwidth measured at the largest thread count up to t (the
+ * first entry when none is), and that count. */
+static int bw_threads(const td_profile *p, int t) {
+    int bt = 0;
+    for (int k = 0; k < p->n_bw; k++)
+        if (p->bw[k].threads <= t && p->bw[k].threads > bt) bt = p->bw[k].threads;
+    return bt ? bt : p->bw[0].threads;
+}
+static double bw_at(const td_profile *p, int t) {
+    int bt = bw_threads(p, t);
+    for (int k = 0; k < p->n_bw; k++)
+        if (p->bw[k].threads == bt) return p->bw[k].gbs * 1e9;
+    return p->bw[0].gbs * 1e9;
+}
+
+int td_plan_profile_load(const char *path, td_profile *p, td_err *e) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return td_err_set(e, "cannot open the calibration profile %s", path);
+    enum { CAP = 1 << 20 };
+    char *buf = malloc(CAP);
+    size_t n = buf ? fread(buf, 1, CAP, f) : 0;
+    int big = n == CAP;
+    fclose(f);
+    if (!buf) return td_err_set(e, "out of memory reading %s", path);
+    int rc = big ? td_err_set(e, "%s: larger than 1 MiB, not a profile", path) : td_profile_parse(buf, n, p, e);
+    if (rc && !big) {
+        char msg[sizeof e->msg];
+        snprintf(msg, sizeof msg, "%s", e->msg);
+        td_err_set(e, "calibration profile %s: %s", path, msg);
+    }
+    free(buf);
+    return rc;
+}
+
+void td_plan_cluster_local(const td_profile *p, int ranks, int threads, td_plan_cluster *c) {
+    memset(c, 0, sizeof *c);
+    snprintf(c->name, sizeof c->name, "local");
+    int total = ranks * threads, busy = total < p->cores ? total : p->cores, bt = 0;
+    c->gpus = ranks;
+    c->gpus_per_node = ranks; /* one machine */
+    c->mem_bytes = p->mem_bytes / ranks;
+    c->elem_bytes = 4;
+    c->gemm_eff = 1;
+    /* bt threads side by side reached R in all; busy threads reach R busy /
+     * bt, shared by the total threads (time-sliced beyond the cores) */
+    for (int k = 0; k < p->n_gemm; k++)
+        if (p->gemm[k].threads <= busy && p->gemm[k].threads > bt) bt = p->gemm[k].threads;
+    if (!bt) bt = p->gemm[0].threads;
+    double share = (double)busy / bt * threads / total;
+    for (int k = 0; k < p->n_gemm && c->n_rates < 8; k++) {
+        if (p->gemm[k].threads != bt) continue;
+        int i = c->n_rates++;
+        while (i > 0 && c->rate_n[i - 1] > p->gemm[k].n) { /* sorted by n */
+            c->rate_n[i] = c->rate_n[i - 1], c->rate_flops[i] = c->rate_flops[i - 1];
+            i--;
+        }
+        c->rate_n[i] = p->gemm[k].n;
+        c->rate_flops[i] = p->gemm[k].gflops * 1e9 * share;
+    }
+    c->peak_flops = c->rate_flops[c->n_rates - 1];
+    c->hbm_bw = bw_at(p, busy) * busy / (bw_threads(p, busy)) * threads / total;
+    /* the all-reduce fit of the largest group up to ranks: bus bandwidth
+     * and the per-ring-step latency of td_plan_allreduce_s */
+    int gr = 0;
+    for (int k = 0; k < p->n_coll; k++)
+        if (p->coll[k].op == TD_PROF_ALLREDUCE && p->coll[k].ranks <= (ranks > 2 ? ranks : 2) &&
+            p->coll[k].ranks > gr) {
+            gr = p->coll[k].ranks;
+            c->intra_bw = c->inter_bw = p->coll[k].gbs * 1e9;
+            c->intra_lat = c->inter_lat = p->coll[k].alpha_us * 1e-6 / (2.0 * (gr - 1));
+        }
+    if (!gr) c->intra_bw = c->inter_bw = p->p2p_gbs * 1e9, c->intra_lat = c->inter_lat = p->p2p_alpha_us * 1e-6;
+    c->p2p_bw = p->p2p_gbs * 1e9;
+    c->p2p_lat = p->p2p_alpha_us * 1e-6;
+}
+
+double td_plan_gemm_rate(const td_plan_cluster *c, double M, double N, double K) {
+    if (c->n_rates == 0) return c->peak_flops * c->gemm_eff;
+    double n = cbrt(M * N * K);
+    if (n <= c->rate_n[0] || c->n_rates == 1) return c->rate_flops[0];
+    for (int i = 1; i < c->n_rates; i++)
+        if (n <= c->rate_n[i]) { /* log-linear between the measured sizes */
+            double f = log(n / c->rate_n[i - 1]) / log(c->rate_n[i] / c->rate_n[i - 1]);
+            return c->rate_flops[i - 1] + f * (c->rate_flops[i] - c->rate_flops[i - 1]);
+        }
+    return c->rate_flops[c->n_rates - 1];
 }
 
 int td_plan_cluster_preset(const char *name, td_plan_cluster *c, char *err, size_t errlen) {
     memset(c, 0, sizeof *c);
     if (strcmp(name, "local") == 0) {
         char path[512];
-        struct stat st;
-        profile_path(path, sizeof path);
-        if (stat(path, &st) != 0)
-            snprintf(err, errlen,
-                     "--cluster local: no calibration profile at %s (set TRIDENT_PROFILE to another); "
-                     "run `trident plan --calibrate` on this machine first",
-                     path);
-        else
-            snprintf(err, errlen,
-                     "--cluster local: this build cannot read the calibration profile %s yet; "
-                     "give the machine with --device-mem --device-tflops --intra-bw --inter-bw",
-                     path);
-        return -1;
+        td_profile p;
+        td_err e;
+        td_plan_profile_path(path, sizeof path);
+        if (td_plan_profile_load(path, &p, &e) != 0) {
+            snprintf(err, errlen, "--cluster local: %s; run `trident plan --calibrate` on this machine first "
+                     "(or set TRIDENT_PROFILE)", e.msg);
+            return -1;
+        }
+        td_plan_cluster_local(&p, 1, 1, c);
+        return 0;
     }
     for (int i = 0; i < N_CLUSTERS; i++) {
         const cluster_row *r = &clusters[i];
