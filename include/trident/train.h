@@ -48,6 +48,7 @@ typedef struct {
     const char *sample_prompt;
     int timing_skip;  /* leading steps left out of the mean step time (1) */
     int quiet;        /* no step lines (benchmarks) */
+    int autoplan;     /* --auto: the layout from the calibrated planner (auto.h) */
 } td_train_opts;
 
 void td_train_opts_default(td_train_opts *o);

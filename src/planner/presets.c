@@ -158,6 +158,9 @@ void td_plan_cluster_local(const td_profile *p, int ranks, int threads, td_plan_
     c->mem_bytes = p->mem_bytes / ranks;
     c->elem_bytes = 4;
     c->gemm_eff = 1;
+    /* the shared-memory transport's copies run on the cores the compute
+     * needs: nothing overlaps */
+    c->dp_serial = 1;
     /* bt threads side by side reached R in all; busy threads reach R busy /
      * bt, shared by the total threads (time-sliced beyond the cores) */
     for (int k = 0; k < p->n_gemm; k++)
