@@ -4,12 +4,12 @@
  * or prints, fuzzed by tests/fuzz/fuzz_safetensors.c):
  *   {"format": "trident-profile", "version": 1, "cores": 2, "mem_bytes": 8e9,
  *    "gemm": [{"threads": 1, "n": 128, "gflops": 30.5}, ...],
- *    "mem_bw": [{"threads": 1, "gbs": 9.1}, ...],
+ *    "mem_bw": [{"threads": 1, "bytes": 1048576, "gbs": 9.1}, ...],
  *    "p2p": {"alpha_us": 1.5, "gbs": 4.2},
  *    "collectives": [{"op": "allreduce", "ranks": 2, "alpha_us": 3, "gbs": 5}, ...]}
  * gemm: fp32 GEMM rate of n x n x n products per thread count (GFLOP/s of
- * all threads together); mem_bw: a streaming copy's bytes read + written per
- * second; p2p: one message of b bytes takes alpha + b / gbs; collectives:
+ * all threads together); mem_bw: a copy's bytes read + written per second,
+ * all threads together, each thread copying `bytes` (in cache or not); p2p: one message of b bytes takes alpha + b / gbs; collectives:
  * the whole call over `ranks` ranks takes alpha + bus-bytes / gbs, bus
  * bytes as nccl-tests counts them (all-reduce 2 (n-1)/n of the buffer,
  * all-gather (n-1)/n). */
@@ -29,7 +29,7 @@ typedef struct {
     double mem_bytes;
     int n_gemm, n_bw, n_coll;
     struct { int threads, n; double gflops; } gemm[TD_PROFILE_MAX];
-    struct { int threads; double gbs; } bw[TD_PROFILE_MAX];
+    struct { int threads; double bytes, gbs; } bw[TD_PROFILE_MAX];
     double p2p_alpha_us, p2p_gbs;
     struct { int op, ranks; double alpha_us, gbs; } coll[TD_PROFILE_MAX];
 } td_profile;

@@ -43,6 +43,11 @@ typedef struct {
     int elem_bytes; /* activation, gradient and message element: 2 (0), 4 */
     int n_rates;
     double rate_n[8], rate_flops[8];
+    /* memory bandwidth per device by the bytes an operation streams (caches
+     * first), log-interpolated, instead of hbm_bw (which stays the largest
+     * size's: the optimizer's) */
+    int n_bws;
+    double bw_bytes[8], bw_rate[8];
     double p2p_bw, p2p_lat; /* 0: intra_bw, intra_lat */
 } td_plan_cluster;
 
@@ -88,12 +93,15 @@ void td_plan_profile_path(char *buf, size_t n);
  * `ranks` processes of `threads` threads each sharing the machine: each
  * rank's share of the GEMM rate and memory bandwidth measured at
  * min(ranks x threads, cores) threads; collectives from the all-reduce fit
- * of the largest group measured up to `ranks`. */
+ * of the largest group measured up to `ranks`; memory bandwidth by size
+ * likewise. */
 /* Reads and parses the profile at path: 0, or -1 with the reason in e. */
 int td_plan_profile_load(const char *path, td_profile *p, td_err *e);
 void td_plan_cluster_local(const td_profile *profile, int ranks, int threads, td_plan_cluster *c);
 /* The GEMM rate (FLOP/s) of an M x N x K product on this cluster. */
 double td_plan_gemm_rate(const td_plan_cluster *c, double M, double N, double K);
+/* Memory bandwidth (bytes/s) of an operation streaming `bytes`. */
+double td_plan_mem_rate(const td_plan_cluster *c, double bytes);
 
 /* Megatron-LM eq. 2 (parameters) and eq. 3 (FLOPs per iteration of
  * `batch` sequences): factor 96 counts the recomputed forward, 72 does not. */

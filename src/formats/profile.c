@@ -70,6 +70,7 @@ static int parse_root(const td_jv *r, td_profile *p, td_err *e) {
     for (int k = 0; k < a->n; k++) {
         snprintf(w, sizeof w, "mem_bw[%d].", k);
         if (get_int(&a->items[k], w, "threads", 1, 1 << 16, &p->bw[k].threads, e) ||
+            get_num(&a->items[k], w, "bytes", 0, 1, 1e15, &p->bw[k].bytes, e) ||
             get_num(&a->items[k], w, "gbs", 0, 1, 1e9, &p->bw[k].gbs, e))
             return -1;
     }
@@ -120,7 +121,8 @@ char *td_profile_format(const td_profile *p) {
             p->gemm[k].gflops);
     PUT("],\n \"mem_bw\": [");
     for (int k = 0; k < p->n_bw; k++)
-        PUT("%s\n  {\"threads\": %d, \"gbs\": %.17g}", k ? "," : "", p->bw[k].threads, p->bw[k].gbs);
+        PUT("%s\n  {\"threads\": %d, \"bytes\": %.17g, \"gbs\": %.17g}", k ? "," : "", p->bw[k].threads,
+            p->bw[k].bytes, p->bw[k].gbs);
     PUT("],\n \"p2p\": {\"alpha_us\": %.17g, \"gbs\": %.17g},\n \"collectives\": [", p->p2p_alpha_us, p->p2p_gbs);
     for (int k = 0; k < p->n_coll; k++)
         PUT("%s\n  {\"op\": \"%s\", \"ranks\": %d, \"alpha_us\": %.17g, \"gbs\": %.17g}", k ? "," : "",

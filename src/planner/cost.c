@@ -140,12 +140,15 @@ void td_plan_evaluate(const td_plan_model *m, const td_plan_cluster *c, int glob
                     2 * 2 * bs * h * (4 * h / t) / td_plan_gemm_rate(c, bs, 4 * h / t, h); /* MLP */
     double attn_gemm = 4 * b * s * s * h / t;
     double ew = eb * layer_ew_bytes(m, b, t, l->sp), attn_ew = eb * (double)b * s * 9 * m->H * s / t;
-    double tf = gemm_t + attn_gemm / bmm + ew / c->hbm_bw;
+    /* at the bandwidth of the largest tensor an elementwise op streams (in
+     * and out): GeLU's 4h wide one, or the attention scores */
+    double ws = 2 * eb * 2 * bs * fmax(4 * h / t, (double)m->H * s / t), mbw = td_plan_mem_rate(c, ws);
+    double tf = gemm_t + attn_gemm / bmm + ew / mbw;
     /* backward: twice the FLOPs; each elementwise op's backward moves 3
      * tensors for its forward's 2 */
-    double tb = 2 * (gemm_t + attn_gemm / bmm) + 1.5 * ew / c->hbm_bw;
+    double tb = 2 * (gemm_t + attn_gemm / bmm) + 1.5 * ew / mbw;
     double trc = l->rc == TD_PLAN_RC_FULL ? tf
-                 : l->rc == TD_PLAN_RC_SELECTIVE ? attn_gemm / bmm + attn_ew / c->hbm_bw : 0;
+                 : l->rc == TD_PLAN_RC_SELECTIVE ? attn_gemm / bmm + attn_ew / mbw : 0;
     /* tp: f/g operators, 2 in the forward, 2 in the backward, 2 more when
      * the forward reruns; all-gather + reduce-scatter with sp */
     double n_tp = 2 * eb * b * s * h, g_op = 0;
@@ -156,7 +159,8 @@ void td_plan_evaluate(const td_plan_model *m, const td_plan_cluster *c, int glob
     double ttp = g_op * (4 + (l->rc == TD_PLAN_RC_FULL ? 2 : 0));
     /* the output layer and loss on the last stage: 6 b s h V / t GEMM FLOPs,
      * about 4 passes over fp32 logits */
-    double head = 6 * bs * h * m->V / t / td_plan_gemm_rate(c, bs, (double)m->V / t, h) + 4 * logits / c->hbm_bw;
+    double head = 6 * bs * h * m->V / t / td_plan_gemm_rate(c, bs, (double)m->V / t, h) +
+                  4 * logits / td_plan_mem_rate(c, logits);
     double comp_mb = lps * (tf + tb + trc) + head, tp_mb = lps * ttp;
     e->t[TD_COST_COMPUTE] = mb * comp_mb;
     e->t[TD_COST_TP] = mb * tp_mb;
@@ -196,7 +200,8 @@ void td_plan_evaluate(const td_plan_model *m, const td_plan_cluster *c, int glob
     }
     /* AdamW over the owned fp32 states: master, m, v read and written, the
      * gradient read, the 2-byte copy written (28 bytes per element) */
-    e->t[TD_COST_OPTIM] = (l->zero >= 1 ? psi / d : psi) * 28 / c->hbm_bw; /* fp32 AdamW alike */
+    double owned = l->zero >= 1 ? psi / d : psi; /* fp32 AdamW alike */
+    e->t[TD_COST_OPTIM] = owned * 28 / td_plan_mem_rate(c, owned * 28);
 
     e->step_s = 0;
     e->dominant = 0;

@@ -144,7 +144,7 @@ int td_plan_main(int argc, char **argv) {
     if (intra > 0) c.intra_bw = intra * 1e9;
     if (inter > 0) c.inter_bw = inter * 1e9;
     if (eff > 0) c.gemm_eff = eff;
-    if (hbm > 0) c.hbm_bw = hbm * 1e9;
+    if (hbm > 0) c.hbm_bw = hbm * 1e9, c.n_bws = 0; /* one figure for every size */
     if (intra_us >= 0) c.intra_lat = intra_us * 1e-6;
     if (inter_us >= 0) c.inter_lat = inter_us * 1e-6;
     if (sched_s) {

@@ -115,21 +115,6 @@ void td_plan_profile_path(char *buf, size_t n) {
         snprintf(buf, n, "%s/.cache/trident/profile.json", home && *home ? home : ".");
 }
 
-/* The memory bandwidth measured at the largest thread count up to t (the
- * first entry when none is), and that count. */
-static int bw_threads(const td_profile *p, int t) {
-    int bt = 0;
-    for (int k = 0; k < p->n_bw; k++)
-        if (p->bw[k].threads <= t && p->bw[k].threads > bt) bt = p->bw[k].threads;
-    return bt ? bt : p->bw[0].threads;
-}
-static double bw_at(const td_profile *p, int t) {
-    int bt = bw_threads(p, t);
-    for (int k = 0; k < p->n_bw; k++)
-        if (p->bw[k].threads == bt) return p->bw[k].gbs * 1e9;
-    return p->bw[0].gbs * 1e9;
-}
-
 int td_plan_profile_load(const char *path, td_profile *p, td_err *e) {
     FILE *f = fopen(path, "rb");
     if (!f) return td_err_set(e, "cannot open the calibration profile %s", path);
@@ -178,7 +163,22 @@ void td_plan_cluster_local(const td_profile *p, int ranks, int threads, td_plan_
         c->rate_flops[i] = p->gemm[k].gflops * 1e9 * share;
     }
     c->peak_flops = c->rate_flops[c->n_rates - 1];
-    c->hbm_bw = bw_at(p, busy) * busy / (bw_threads(p, busy)) * threads / total;
+    /* memory bandwidth by copy size, scaled alike */
+    int mt = 0;
+    for (int k = 0; k < p->n_bw; k++)
+        if (p->bw[k].threads <= busy && p->bw[k].threads > mt) mt = p->bw[k].threads;
+    if (!mt) mt = p->bw[0].threads;
+    for (int k = 0; k < p->n_bw && c->n_bws < 8; k++) {
+        if (p->bw[k].threads != mt) continue;
+        int i = c->n_bws++;
+        while (i > 0 && c->bw_bytes[i - 1] > p->bw[k].bytes) {
+            c->bw_bytes[i] = c->bw_bytes[i - 1], c->bw_rate[i] = c->bw_rate[i - 1];
+            i--;
+        }
+        c->bw_bytes[i] = p->bw[k].bytes;
+        c->bw_rate[i] = p->bw[k].gbs * 1e9 * busy / mt * threads / total;
+    }
+    c->hbm_bw = c->bw_rate[c->n_bws - 1];
     /* the all-reduce fit of the largest group up to ranks: bus bandwidth
      * and the per-ring-step latency of td_plan_allreduce_s */
     int gr = 0;
@@ -194,16 +194,26 @@ void td_plan_cluster_local(const td_profile *p, int ranks, int threads, td_plan_
     c->p2p_lat = p->p2p_alpha_us * 1e-6;
 }
 
+/* y at x, log-linear in x between the measured points xs (ascending),
+ * flat beyond them */
+static double interp(const double *xs, const double *ys, int n, double x) {
+    if (x <= xs[0] || n == 1) return ys[0];
+    for (int i = 1; i < n; i++)
+        if (x <= xs[i]) {
+            double f = log(x / xs[i - 1]) / log(xs[i] / xs[i - 1]);
+            return ys[i - 1] + f * (ys[i] - ys[i - 1]);
+        }
+    return ys[n - 1];
+}
+
 double td_plan_gemm_rate(const td_plan_cluster *c, double M, double N, double K) {
     if (c->n_rates == 0) return c->peak_flops * c->gemm_eff;
-    double n = cbrt(M * N * K);
-    if (n <= c->rate_n[0] || c->n_rates == 1) return c->rate_flops[0];
-    for (int i = 1; i < c->n_rates; i++)
-        if (n <= c->rate_n[i]) { /* log-linear between the measured sizes */
-            double f = log(n / c->rate_n[i - 1]) / log(c->rate_n[i] / c->rate_n[i - 1]);
-            return c->rate_flops[i - 1] + f * (c->rate_flops[i] - c->rate_flops[i - 1]);
-        }
-    return c->rate_flops[c->n_rates - 1];
+    return interp(c->rate_n, c->rate_flops, c->n_rates, cbrt(M * N * K));
+}
+
+double td_plan_mem_rate(const td_plan_cluster *c, double bytes) {
+    if (c->n_bws == 0) return c->hbm_bw;
+    return interp(c->bw_bytes, c->bw_rate, c->n_bws, bytes);
 }
 
 int td_plan_cluster_preset(const char *name, td_plan_cluster *c, char *err, size_t errlen) {

@@ -21,26 +21,30 @@
 #include "trident/kernels.h"
 #include "trident/planner.h"
 
-/* Streaming copy bytes (read + written) per second of `threads` copies of
- * 32 MiB side by side, the best of 5 rounds. */
-static double copy_gbs(int threads) {
-    enum { BYTES = 32 << 20 };
+/* Copy bandwidth: bytes read + written per second by `threads` threads side
+ * by side, each copying its own `bytes` (cache-resident for small sizes),
+ * repeated within a round of ~64 MiB per thread; the best of 8 rounds. */
+static double copy_gbs(int threads, size_t bytes) {
     double best = 1e30;
+    int inner = (int)(((size_t)64 << 20) / bytes);
+    if (inner < 1) inner = 1;
 #pragma omp parallel num_threads(threads)
     {
-        char *a = td_alloc(BYTES, TD_MEM_OTHER), *b = td_alloc(BYTES, TD_MEM_OTHER);
-        memset(a, 1, BYTES);
-        memset(b, 2, BYTES);
-        for (int rep = 0; rep < 6; rep++) {
+        char *a = td_alloc(bytes, TD_MEM_OTHER), *b = td_alloc(bytes, TD_MEM_OTHER);
+        memset(a, 1, bytes);
+        memset(b, 2, bytes);
+        for (int rep = 0; rep < 9; rep++) {
 #pragma omp barrier
             double t0 = td_now_ms();
-            memcpy(b, a, BYTES);
-            a[rep] = b[rep + 1]; /* keep the copy */
+            for (int k = 0; k < inner; k++) {
+                memcpy(b, a, bytes);
+                a[k % bytes] = b[(k + 1) % bytes]; /* keep every copy */
+            }
 #pragma omp barrier
 #pragma omp master
             {
                 double dt = td_now_ms() - t0;
-                if (rep > 0 && dt < best) best = dt;
+                if (rep > 0 && dt < best) best = dt; /* the first round warms up */
             }
         }
 #pragma omp critical
@@ -49,9 +53,10 @@ static double copy_gbs(int threads) {
             td_free(b);
         }
     }
-    return 2.0 * BYTES * threads / (best * 1e-3) / 1e9;
+    return 2.0 * (double)bytes * inner * threads / (best * 1e-3) / 1e9;
 }
 
+/* one timed call of a collective or a ping-pong (peer: rank 1) */
 typedef void (*call_fn)(td_comm *c, float *buf, float *out, size_t count, int peer);
 
 static void do_allreduce(td_comm *c, float *buf, float *out, size_t count, int peer) {
@@ -92,8 +97,9 @@ static double time_call(td_comm *c, call_fn f, float *buf, float *out, size_t co
  * from a small and a large payload; alpha is clamped at 0 (a shared
  * machine's noise can put the line's foot below it). */
 static void fit(td_comm *c, call_fn f, double bus, float *buf, float *out, double *alpha_us, double *gbs) {
-    size_t n = (size_t)td_comm_size(c), small = 1024 * n, large = ((size_t)4 << 20) / 4 / n * n;
-    double ts = time_call(c, f, buf, out, small, 200), tl = time_call(c, f, buf, out, large, 10);
+    /* large: 32 MiB, beyond the caches, as a model's gradients are */
+    size_t n = (size_t)td_comm_size(c), small = 1024 * n, large = ((size_t)32 << 20) / 4 / n * n;
+    double ts = time_call(c, f, buf, out, small, 200), tl = time_call(c, f, buf, out, large, 4);
     double bs = bus * 4.0 * small, bl = bus * 4.0 * large;
     double bw = tl > ts ? (bl - bs) / (tl - ts) : bl / tl;
     *gbs = bw / 1e9;
@@ -140,13 +146,17 @@ int td_calibrate_main(int argc, char **argv) {
                 p.gemm[p.n_gemm].threads = t, p.gemm[p.n_gemm].n = sizes[k];
                 p.gemm[p.n_gemm++].gflops = td_sgemm_rate_gflops(t, sizes[k]);
             }
-            p.bw[p.n_bw].threads = t;
-            p.bw[p.n_bw++].gbs = copy_gbs(t);
+            /* in the L2 cache, in the L3 and beyond it, on most machines */
+            static const size_t copy_sizes[] = {(size_t)256 << 10, (size_t)4 << 20, (size_t)64 << 20};
+            for (size_t k = 0; k < 3 && p.n_bw < TD_PROFILE_MAX; k++) {
+                p.bw[p.n_bw].threads = t, p.bw[p.n_bw].bytes = (double)copy_sizes[k];
+                p.bw[p.n_bw++].gbs = copy_gbs(t, copy_sizes[k]);
+            }
             if (t == tmax) break;
         }
     }
     td_barrier(w);
-    size_t cap = ((size_t)4 << 20) + 4096;
+    size_t cap = ((size_t)32 << 20) + 4096;
     float *buf = td_comm_alloc_shared(w, cap, TD_MEM_COMM), *gat = td_alloc(cap, TD_MEM_COMM);
     memset(buf, 0, cap);
     if (n >= 2) {
@@ -170,7 +180,7 @@ int td_calibrate_main(int argc, char **argv) {
             td_barrier(w);
         }
     } else { /* one process: nothing between ranks to measure; memory copies stand in */
-        p.p2p_alpha_us = 1, p.p2p_gbs = p.bw[0].gbs / 2;
+        p.p2p_alpha_us = 1, p.p2p_gbs = p.bw[p.n_bw - 1].gbs / 2;
     }
     td_comm_free_shared(w, buf, TD_MEM_COMM);
     td_free(gat);
@@ -196,7 +206,9 @@ int td_calibrate_main(int argc, char **argv) {
            p.mem_bytes / 1e9);
     for (int k = 0; k < p.n_gemm; k++)
         printf("  gemm threads %d n %4d: %8.2f GFLOP/s\n", p.gemm[k].threads, p.gemm[k].n, p.gemm[k].gflops);
-    for (int k = 0; k < p.n_bw; k++) printf("  memory copy threads %d: %.2f GB/s\n", p.bw[k].threads, p.bw[k].gbs);
+    for (int k = 0; k < p.n_bw; k++)
+        printf("  memory copy threads %d of %6.0f KiB each: %.2f GB/s\n", p.bw[k].threads, p.bw[k].bytes / 1024,
+               p.bw[k].gbs);
     printf("  point-to-point: %.2f us + bytes / %.2f GB/s\n", p.p2p_alpha_us, p.p2p_gbs);
     for (int k = 0; k < p.n_coll; k++)
         printf("  %-9s %d ranks: %.2f us + bus bytes / %.2f GB/s\n", td_prof_op_name(p.coll[k].op),

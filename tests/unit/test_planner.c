@@ -240,7 +240,8 @@ static const char *profile_text =
     "{\"format\": \"trident-profile\", \"version\": 1, \"cores\": 2, \"mem_bytes\": 8e9,"
     " \"gemm\": [{\"threads\": 1, \"n\": 64, \"gflops\": 20}, {\"threads\": 2, \"n\": 512, \"gflops\": 150},"
     "  {\"threads\": 1, \"n\": 512, \"gflops\": 80}, {\"threads\": 2, \"n\": 64, \"gflops\": 36}],"
-    " \"mem_bw\": [{\"threads\": 1, \"gbs\": 10}, {\"threads\": 2, \"gbs\": 16}],"
+    " \"mem_bw\": [{\"threads\": 1, \"bytes\": 1e6, \"gbs\": 10}, {\"threads\": 2, \"bytes\": 1e8, \"gbs\": 16},"
+    "  {\"threads\": 2, \"bytes\": 1e6, \"gbs\": 64}],"
     " \"p2p\": {\"alpha_us\": 2, \"gbs\": 4},"
     " \"collectives\": [{\"op\": \"allreduce\", \"ranks\": 2, \"alpha_us\": 6, \"gbs\": 5},"
     "  {\"op\": \"allgather\", \"ranks\": 4, \"alpha_us\": 9, \"gbs\": 2},"
@@ -277,6 +278,9 @@ static void test_profile(void) {
     EXPECT(c.n_rates == 2 && c.rate_n[0] == 64 && rel(c.rate_flops[0], 9e9) < 1e-12 &&
                rel(c.rate_flops[1], 37.5e9) < 1e-12, "rates %g %g", c.rate_flops[0], c.rate_flops[1]);
     EXPECT(rel(c.hbm_bw, 4e9) < 1e-12 && rel(c.mem_bytes, 2e9) < 1e-12 && c.elem_bytes == 4, "bandwidth, memory");
+    /* 16 GB/s at 1e8 bytes, 64 at 1e6, a quarter each; 1e7 is halfway */
+    EXPECT(rel(td_plan_mem_rate(&c, 1e7), 10e9) < 1e-9 && td_plan_mem_rate(&c, 1e3) == 16e9 &&
+               td_plan_mem_rate(&c, 1e9) == 4e9, "memory rate by size %g", td_plan_mem_rate(&c, 1e7));
     /* the 4-rank all-reduce: 12 us over its 2 (n-1) ring steps */
     EXPECT(rel(c.intra_bw, 3e9) < 1e-12 && rel(c.intra_lat, 2e-6) < 1e-12, "all-reduce fit");
     EXPECT(rel(c.p2p_bw, 4e9) < 1e-12 && rel(c.p2p_lat, 2e-6) < 1e-12, "point-to-point");
