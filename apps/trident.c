@@ -20,7 +20,8 @@ static void usage(void) {
            "  export   write a checkpoint as HF GPT-2 safetensors or llm.c's format (--ckpt DIR --format F --out FILE)\n"
            "  import   read HF GPT-2 safetensors or an llm.c checkpoint into a checkpoint (--format F --in FILE --out DIR)\n"
            "  schedule print and check a pipeline schedule (--pp P --micro-batches M --schedule S)\n"
-           "  plan     rank layouts by predicted memory and step time (--model M --global-batch B --gpus N)\n"
+           "  plan     rank layouts by predicted memory and step time (--model M --global-batch B --gpus N);\n"
+           "           plan --calibrate (under mpirun) measures this machine for --cluster local and train --auto\n"
            "  bench    train | sgemm | comm: print measured figures\n"
            "Run 'trident <command> --help' for its flags.\n");
 }

@@ -12,7 +12,7 @@
  * all threads together, each thread copying `bytes` (in cache or not); p2p: one message of b bytes takes alpha + b / gbs; collectives:
  * the whole call over `ranks` ranks takes alpha + bus-bytes / gbs, bus
  * bytes as nccl-tests counts them (all-reduce 2 (n-1)/n of the buffer,
- * all-gather (n-1)/n). */
+ * all-gather (n-1)/n); none when calibrated in one process. */
 #ifndef TRIDENT_FORMATS_PROFILE_H
 #define TRIDENT_FORMATS_PROFILE_H
 

@@ -33,12 +33,13 @@ static int get_int(const td_jv *o, const char *where, const char *key, int lo, i
     return 0;
 }
 
-/* The array `key` of objects, at most TD_PROFILE_MAX. */
-static int get_list(const td_jv *o, const char *key, const td_jv **arr, td_err *e) {
+/* The array `key` of objects, lo to TD_PROFILE_MAX of them. */
+static int get_list(const td_jv *o, const char *key, int lo, const td_jv **arr, td_err *e) {
     *arr = td_json_get(o, key);
     if (!*arr) FAIL("field %s: missing", key);
     if ((*arr)->type != TD_JV_ARR) FAIL("field %s: not an array", key);
-    if ((*arr)->n < 1 || (*arr)->n > TD_PROFILE_MAX) FAIL("field %s: %d entries, valid is 1..%d", key, (*arr)->n, TD_PROFILE_MAX);
+    if ((*arr)->n < lo || (*arr)->n > TD_PROFILE_MAX)
+        FAIL("field %s: %d entries, valid is %d..%d", key, (*arr)->n, lo, TD_PROFILE_MAX);
     for (int k = 0; k < (*arr)->n; k++)
         if ((*arr)->items[k].type != TD_JV_OBJ) FAIL("field %s[%d]: not an object", key, k);
     return 0;
@@ -56,7 +57,7 @@ static int parse_root(const td_jv *r, td_profile *p, td_err *e) {
     if (get_num(r, "", "mem_bytes", 0, 1, 1e18, &p->mem_bytes, e)) return -1;
     const td_jv *a;
     char w[48];
-    if (get_list(r, "gemm", &a, e)) return -1;
+    if (get_list(r, "gemm", 1, &a, e)) return -1;
     p->n_gemm = a->n;
     for (int k = 0; k < a->n; k++) {
         snprintf(w, sizeof w, "gemm[%d].", k);
@@ -65,7 +66,7 @@ static int parse_root(const td_jv *r, td_profile *p, td_err *e) {
             get_num(&a->items[k], w, "gflops", 0, 1, 1e9, &p->gemm[k].gflops, e))
             return -1;
     }
-    if (get_list(r, "mem_bw", &a, e)) return -1;
+    if (get_list(r, "mem_bw", 1, &a, e)) return -1;
     p->n_bw = a->n;
     for (int k = 0; k < a->n; k++) {
         snprintf(w, sizeof w, "mem_bw[%d].", k);
@@ -79,7 +80,7 @@ static int parse_root(const td_jv *r, td_profile *p, td_err *e) {
     if (get_num(pp, "p2p.", "alpha_us", 0, 0, 1e9, &p->p2p_alpha_us, e) ||
         get_num(pp, "p2p.", "gbs", 0, 1, 1e9, &p->p2p_gbs, e))
         return -1;
-    if (get_list(r, "collectives", &a, e)) return -1;
+    if (get_list(r, "collectives", 0, &a, e)) return -1;
     p->n_coll = a->n;
     for (int k = 0; k < a->n; k++) {
         const td_jv *x = &a->items[k];
