@@ -9,11 +9,11 @@ void openblas_set_num_threads(int n);
 
 /* `threads` single-threaded OpenBLAS GEMMs of N^3 running at once in this
  * process (the kernels drive OpenBLAS the same way), total GFLOP/s. ~50 ms
- * of warm-up first (an idle core starts slow), then the best of 10 rounds.
+ * of warm-up first (an idle core starts slow), then the best of `rounds`.
  * threads = 1 is the per-core rate MFU is measured against; larger counts
  * show whether in-process concurrency reaches threads x that rate (here it
  * varied between 1.6x and 1.95x for 2 threads from run to run). */
-static double measure(int threads, int N) {
+static double measure(int threads, int N, int rounds) {
     openblas_set_num_threads(1);
     double best = 1e30;
 #pragma omp parallel num_threads(threads)
@@ -28,7 +28,7 @@ static double measure(int threads, int N) {
         /* rounds of ~2 ms at 20 GFLOP/s (40 MFLOP): small sizes repeat
          * inside a round, so the timer's resolution does not matter */
         int inner = (int)(40e6 / (2.0 * N * N * N)) + 1;
-        for (int rep = 0; rep < 10; rep++) {
+        for (int rep = 0; rep < rounds; rep++) {
 #pragma omp barrier
             double t0 = td_now_ms();
             for (int k = 0; k < inner; k++)
@@ -53,11 +53,11 @@ static double measure(int threads, int N) {
 double td_sgemm_peak_gflops(int threads) {
     static double cached[64];
     TD_ASSERT(threads >= 1 && threads < 64);
-    if (cached[threads] == 0.0) cached[threads] = measure(threads, 512);
+    if (cached[threads] == 0.0) cached[threads] = measure(threads, 512, 10);
     return cached[threads];
 }
 
 double td_sgemm_rate_gflops(int threads, int n) {
     TD_ASSERT(threads >= 1 && threads < 64 && n >= 1);
-    return measure(threads, n);
+    return measure(threads, n, 30); /* more rounds: some catch a shared machine idle */
 }

@@ -203,6 +203,16 @@ void td_plan_evaluate(const td_plan_model *m, const td_plan_cluster *c, int glob
     double owned = l->zero >= 1 ? psi / d : psi; /* fp32 AdamW alike */
     e->t[TD_COST_OPTIM] = owned * 28 / td_plan_mem_rate(c, owned * 28);
 
+    if (c->oversub > 1) {
+        /* ranks sharing cores: the costs above are at each rank's share of
+         * the cores; while a stage waits in the bubble the other ranks on
+         * its core run, so only what exceeds the busy time of the others
+         * shows: the step is at least its own busy time, and at least the
+         * whole step at a full core (shared time / oversub) */
+        double all = 0;
+        for (int i = 0; i < TD_COST_N; i++) all += e->t[i];
+        e->t[TD_COST_BUBBLE] = fmax(0, all / c->oversub - (all - e->t[TD_COST_BUBBLE]));
+    }
     e->step_s = 0;
     e->dominant = 0;
     double worst = 0;

@@ -190,6 +190,7 @@ void td_plan_cluster_local(const td_profile *p, int ranks, int threads, td_plan_
             c->intra_lat = c->inter_lat = p->coll[k].alpha_us * 1e-6 / (2.0 * (gr - 1));
         }
     if (!gr) c->intra_bw = c->inter_bw = p->p2p_gbs * 1e9, c->intra_lat = c->inter_lat = p->p2p_alpha_us * 1e-6;
+    c->oversub = total > p->cores ? (double)total / p->cores : 0;
     c->p2p_bw = p->p2p_gbs * 1e9;
     c->p2p_lat = p->p2p_alpha_us * 1e-6;
 }
