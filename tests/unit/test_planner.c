@@ -75,7 +75,11 @@ static void test_megatron_rows(void) {
         f.dp = megatron[i].dp, f.tp = megatron[i].tp, f.pp = megatron[i].pp;
         f.zero = 0, f.rc = TD_PLAN_RC_FULL, f.sp = 0;
         f.micro_batches = megatron[i].batch / megatron[i].dp; /* micro-batch 1 */
-        c.dp_serial = 1; /* Megatron-LM 2021 all-reduces after the backward */
+        /* Megatron-LM 2021 (--DDP-impl local, its default) all-reduced the
+         * gradients after the step's backward: megatron/training.py
+         * train_step calls allreduce_gradients() once forward_backward_func
+         * returns (the timer "backward-params-all-reduce") */
+        c.dp_serial = 1;
         if (f.pp > 1) f.sched = TD_SCHED_INTERLEAVED;
         td_plan_result r;
         td_plan_search(&m, &c, megatron[i].batch, &f, &r);
