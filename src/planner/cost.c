@@ -1,9 +1,10 @@
 /* The planner's cost model: memory per device and step time of one layout.
  *
  * Time per micro-batch and layer on a device: GEMMs at the device's
- * achievable GEMM rate (peak x gemm_eff), the memory-bound elementwise
- * operations at its memory bandwidth, the tensor-parallel collectives on the
- * node's links. Per step: m micro-batches, the pipeline bubble of the
+ * achievable GEMM rate (peak x gemm_eff, or `local`'s measured rate by
+ * size), attention's batched GEMMs at their measured rate, the memory-bound
+ * elementwise operations at the achievable memory bandwidth, the
+ * tensor-parallel collectives on the node's links. Per step: m micro-batches, the pipeline bubble of the
  * schedule, point-to-point transfers between stages, the data-parallel
  * reduction less what hides behind the backward, the optimizer. */
 #include <math.h>
@@ -172,8 +173,9 @@ void td_plan_evaluate(const td_plan_model *m, const td_plan_cluster *c, int glob
         double bw = cross ? c->inter_bw : c->intra_bw, lat = cross ? c->inter_lat : c->intra_lat;
         double x = n_tp / t / bw + lat;
         if (t > 1 && !l->sp) x += td_plan_allgather_s(n_tp, t, c->intra_bw, c->intra_lat);
-        if (c->p2p_bw > 0) /* `local`: trident's engine sends the whole activation from every tp rank */
-            x = n_tp / c->p2p_bw + c->p2p_lat;
+        if (c->p2p_bw > 0) /* `local`: trident's engine sends each tp rank's rows, all of
+                            * them without sequence parallelism (src/parallel/pp.c) */
+            x = n_tp / (l->sp ? t : 1) / c->p2p_bw + c->p2p_lat;
         e->t[TD_COST_PP] = mb * 2.0 * v * x;
         double frac = td_schedule_bubble_theory((td_sched_kind)l->sched, p, mb, v, 1, 2, 0);
         e->t[TD_COST_BUBBLE] = frac * (comp_mb + tp_mb) * mb;
