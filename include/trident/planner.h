@@ -50,7 +50,8 @@ typedef struct {
     double bw_bytes[8], bw_rate[8];
     double p2p_bw, p2p_lat; /* 0: intra_bw, intra_lat */
     double oversub; /* threads per core when ranks share cores (> 1), else 0:
-                       an idle rank's core runs another rank meanwhile */
+                       while a pipeline fills and drains, the ranks that run
+                       get more than their share */
 } td_plan_cluster;
 
 typedef enum { TD_PLAN_RC_NONE, TD_PLAN_RC_SELECTIVE, TD_PLAN_RC_FULL } td_plan_rc;

@@ -18,9 +18,13 @@ static double measure(int threads, int N, int rounds) {
     double best = 1e30;
 #pragma omp parallel num_threads(threads)
     {
-        float *a = td_alloc(sizeof(float) * (size_t)N * N, TD_MEM_OTHER);
-        float *b = td_alloc(sizeof(float) * (size_t)N * N, TD_MEM_OTHER);
-        float *c = td_alloc(sizeof(float) * (size_t)N * N, TD_MEM_OTHER);
+        float *a, *b, *c;
+#pragma omp critical /* the allocator's accounting is not thread-safe */
+        {
+            a = td_alloc(sizeof(float) * (size_t)N * N, TD_MEM_OTHER);
+            b = td_alloc(sizeof(float) * (size_t)N * N, TD_MEM_OTHER);
+            c = td_alloc(sizeof(float) * (size_t)N * N, TD_MEM_OTHER);
+        }
         for (int i = 0; i < N * N; i++) a[i] = (float)(i % 7) * 0.1f, b[i] = (float)(i % 5) * 0.1f;
         double start = td_now_ms();
         while (td_now_ms() - start < 50.0)

@@ -206,14 +206,12 @@ void td_plan_evaluate(const td_plan_model *m, const td_plan_cluster *c, int glob
     e->t[TD_COST_OPTIM] = owned * 28 / td_plan_mem_rate(c, owned * 28);
 
     if (c->oversub > 1) {
-        /* ranks sharing cores: the costs above are at each rank's share of
-         * the cores; while a stage waits in the bubble the other ranks on
-         * its core run, so only what exceeds the busy time of the others
-         * shows: the step is at least its own busy time, and at least the
-         * whole step at a full core (shared time / oversub) */
-        double all = 0;
-        for (int i = 0; i < TD_COST_N; i++) all += e->t[i];
-        e->t[TD_COST_BUBBLE] = fmax(0, all / c->oversub - (all - e->t[TD_COST_BUBBLE]));
+        /* ranks sharing cores (oversub ranks' threads per core): the costs
+         * above are at each rank's share of a core. While the pipeline fills
+         * and drains, stages start and stop one by one, so on average half
+         * the ranks run and each gets min(1, 2 / oversub) of a core instead
+         * of 1 / oversub: the bubble shrinks by that ratio */
+        e->t[TD_COST_BUBBLE] *= (1 / c->oversub) / fmin(1, 2 / c->oversub);
     }
     e->step_s = 0;
     e->dominant = 0;

@@ -31,7 +31,12 @@ static double copy_gbs(int threads, size_t bytes) {
     if (inner < 1) inner = 1;
 #pragma omp parallel num_threads(threads)
     {
-        char *a = td_alloc(bytes, TD_MEM_OTHER), *b = td_alloc(bytes, TD_MEM_OTHER);
+        char *a, *b;
+#pragma omp critical /* the allocator's accounting is not thread-safe */
+        {
+            a = td_alloc(bytes, TD_MEM_OTHER);
+            b = td_alloc(bytes, TD_MEM_OTHER);
+        }
         memset(a, 1, bytes);
         memset(b, 2, bytes);
         for (int rep = 0; rep < 31; rep++) {
