@@ -63,5 +63,5 @@ double td_sgemm_peak_gflops(int threads) {
 
 double td_sgemm_rate_gflops(int threads, int n) {
     TD_ASSERT(threads >= 1 && threads < 64 && n >= 1);
-    return measure(threads, n, 30); /* more rounds: some catch a shared machine idle */
+    return measure(threads, n, 100); /* more rounds: some catch a shared machine idle */
 }

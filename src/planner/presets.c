@@ -159,8 +159,13 @@ void td_plan_cluster_local(const td_profile *p, int ranks, int threads, td_plan_
             c->rate_n[i] = c->rate_n[i - 1], c->rate_flops[i] = c->rate_flops[i - 1];
             i--;
         }
+        /* t threads reach at least what fewer reached (they could idle):
+         * a lower figure is another job's interference during calibration */
+        double g = p->gemm[k].gflops;
+        for (int j = 0; j < p->n_gemm; j++)
+            if (p->gemm[j].n == p->gemm[k].n && p->gemm[j].threads < bt && p->gemm[j].gflops > g) g = p->gemm[j].gflops;
         c->rate_n[i] = p->gemm[k].n;
-        c->rate_flops[i] = p->gemm[k].gflops * 1e9 * share;
+        c->rate_flops[i] = g * 1e9 * share;
     }
     c->peak_flops = c->rate_flops[c->n_rates - 1];
     /* memory bandwidth by copy size, scaled alike */
@@ -175,8 +180,11 @@ void td_plan_cluster_local(const td_profile *p, int ranks, int threads, td_plan_
             c->bw_bytes[i] = c->bw_bytes[i - 1], c->bw_rate[i] = c->bw_rate[i - 1];
             i--;
         }
+        double g = p->bw[k].gbs; /* at least what fewer threads reached, as above */
+        for (int j = 0; j < p->n_bw; j++)
+            if (p->bw[j].bytes == p->bw[k].bytes && p->bw[j].threads < mt && p->bw[j].gbs > g) g = p->bw[j].gbs;
         c->bw_bytes[i] = p->bw[k].bytes;
-        c->bw_rate[i] = p->bw[k].gbs * 1e9 * busy / mt * threads / total;
+        c->bw_rate[i] = g * 1e9 * busy / mt * threads / total;
     }
     c->hbm_bw = c->bw_rate[c->n_bws - 1];
     /* the all-reduce fit of the largest group up to ranks: bus bandwidth

@@ -23,7 +23,7 @@
 
 /* Copy bandwidth: bytes read + written per second by `threads` threads side
  * by side, each copying its own `bytes` (cache-resident for small sizes),
- * repeated within a round of ~64 MiB per thread; the best of 30 rounds (on
+ * repeated within a round of ~64 MiB per thread; the best of 100 rounds (on
  * a shared machine, the rounds when all threads ran). */
 static double copy_gbs(int threads, size_t bytes) {
     double best = 1e30;
@@ -39,7 +39,7 @@ static double copy_gbs(int threads, size_t bytes) {
         }
         memset(a, 1, bytes);
         memset(b, 2, bytes);
-        for (int rep = 0; rep < 31; rep++) {
+        for (int rep = 0; rep < 101; rep++) {
 #pragma omp barrier
             double t0 = td_now_ms();
             for (int k = 0; k < inner; k++) {

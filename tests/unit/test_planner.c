@@ -309,6 +309,12 @@ static void test_profile(void) {
     EXPECT(rel(td_plan_gemm_rate(&c, n, n, n), 9e9 + 0.5 * 28.5e9) < 1e-9, "interpolated %g",
            td_plan_gemm_rate(&c, n, n, n));
     EXPECT(td_plan_gemm_rate(&c, 8, 8, 8) == 9e9 && td_plan_gemm_rate(&c, 4096, 512, 512) == 37.5e9, "ends");
+    /* 2 threads measured below 1 (interference while calibrating): the
+     * 1-thread figure is the floor */
+    td_profile lo = p;
+    lo.gemm[3].gflops = 10;
+    td_plan_cluster_local(&lo, 4, 1, &c);
+    EXPECT(rel(c.rate_flops[0], 20e9 * 0.25) < 1e-12, "floor %g", c.rate_flops[0]);
     /* 2 ranks: half each, and the 2-rank fit */
     td_plan_cluster_local(&p, 2, 1, &c);
     EXPECT(rel(c.rate_flops[0], 18e9) < 1e-12 && rel(c.intra_bw, 5e9) < 1e-12 && rel(c.intra_lat, 3e-6) < 1e-12,
