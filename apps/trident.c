@@ -20,7 +20,8 @@ static void usage(void) {
            "  export   write a checkpoint as HF GPT-2 safetensors or llm.c's format (--ckpt DIR --format F --out FILE)\n"
            "  import   read HF GPT-2 safetensors or an llm.c checkpoint into a checkpoint (--format F --in FILE --out DIR)\n"
            "  schedule print and check a pipeline schedule (--pp P --micro-batches M --schedule S)\n"
-           "  plan     rank layouts by predicted memory and step time (--model M --global-batch B --gpus N)\n"
+           "  plan     rank layouts by predicted memory and step time (--model M --global-batch B --gpus N);\n"
+           "           plan --calibrate (under mpirun) measures this machine for --cluster local and train --auto\n"
            "  bench    train | sgemm | comm: print measured figures\n"
            "Run 'trident <command> --help' for its flags.\n");
 }
@@ -37,8 +38,11 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "schedule") == 0) return td_schedule_main(argc - 2, argv + 2);
     if (strcmp(cmd, "export") == 0) return td_export_main(argc - 2, argv + 2);
     if (strcmp(cmd, "import") == 0) return td_import_main(argc - 2, argv + 2);
-    if (strcmp(cmd, "plan") == 0) return td_plan_main(argc - 2, argv + 2);
-    if (strcmp(cmd, "train") != 0 && strcmp(cmd, "bench") != 0 && strcmp(cmd, "verify") != 0) {
+    int calibrate = 0; /* plan --calibrate measures between ranks: MPI */
+    for (int i = 2; i < argc; i++) calibrate |= strcmp(argv[i], "--calibrate") == 0;
+    if (strcmp(cmd, "plan") == 0 && !calibrate) return td_plan_main(argc - 2, argv + 2);
+    if (strcmp(cmd, "train") != 0 && strcmp(cmd, "bench") != 0 && strcmp(cmd, "verify") != 0 &&
+        strcmp(cmd, "plan") != 0) {
         fprintf(stderr,
                 "trident: error: unknown command '%s'; use train, verify, sample, tokenize, schedule, export, "
                 "import, plan or bench\n",
@@ -48,6 +52,7 @@ int main(int argc, char **argv) {
     td_comm_init(&argc, &argv);
     rc = strcmp(cmd, "train") == 0    ? td_train_main(argc - 2, argv + 2)
          : strcmp(cmd, "verify") == 0 ? td_verify_main(argc - 2, argv + 2)
+         : strcmp(cmd, "plan") == 0   ? td_calibrate_main(argc - 2, argv + 2)
                                       : td_bench_main(argc - 2, argv + 2);
     td_comm_finalize();
     return rc;

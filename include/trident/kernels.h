@@ -118,5 +118,7 @@ void td_xent_backward(float *dlogits, const float *probs, const int *targets, in
 /* Measured sgemm rate in GFLOP/s of `threads` single-threaded 512^3 GEMMs
  * running at once (all of them together), cached: the denominator of MFU. */
 double td_sgemm_peak_gflops(int threads);
+/* The same at n x n x n, measured afresh (`trident plan --calibrate`). */
+double td_sgemm_rate_gflops(int threads, int n);
 
 #endif

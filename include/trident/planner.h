@@ -8,11 +8,14 @@
  * Recomputation in Large Transformer Models", table 2), FLOPs from
  * Narayanan et al. 2021 (Megatron-LM, eq. 2 and 3), pipeline bubbles from
  * src/schedule, communication from alpha-beta ring models on the link tier
- * each axis uses. Depends on base, schedule and state_plan; never on comm. */
+ * each axis uses. Depends on base, formats (the calibration profile),
+ * schedule and state_plan; never on comm. */
 #ifndef TRIDENT_PLANNER_H
 #define TRIDENT_PLANNER_H
 
 #include <stddef.h>
+
+#include "trident/formats_profile.h"
 
 typedef struct {
     char name[32];
@@ -25,10 +28,30 @@ typedef struct {
     double mem_bytes;  /* per device */
     double peak_flops; /* dense bf16/fp16 peak per device */
     double gemm_eff;   /* achievable fraction of peak for large GEMMs */
-    double hbm_bw;     /* device memory bandwidth, bytes/s */
-    double intra_bw;   /* per device per direction inside a node, bytes/s */
-    double inter_bw;   /* per device per direction between nodes, bytes/s */
+    double bmm_flops;  /* achieved rate of attention's per-head batched GEMMs
+                          (head size 64-160: memory-bound), 0: the GEMM rate */
+    double hbm_bw;     /* achievable device memory bandwidth, bytes/s */
+    double intra_bw;   /* achieved collective bus bandwidth per device inside a node, bytes/s */
+    double inter_bw;   /* the same between nodes, bytes/s */
     double intra_lat, inter_lat; /* seconds per ring step */
+    int dp_serial; /* the software reduces gradients after the backward
+                      instead of beside it (Megatron-LM 2021) */
+    /* `local` (this machine as calibrated; 0 elsewhere): fp32 elements; the
+     * GEMM rate per device by GEMM size (n x n x n, log-interpolated, at the
+     * cube root of a GEMM's M N K) instead of peak x gemm_eff; pipeline
+     * point-to-point apart from the collectives' ring */
+    int elem_bytes; /* activation, gradient and message element: 2 (0), 4 */
+    int n_rates;
+    double rate_n[8], rate_flops[8];
+    /* memory bandwidth per device by the bytes an operation streams (caches
+     * first), log-interpolated, instead of hbm_bw (which stays the largest
+     * size's: the optimizer's) */
+    int n_bws;
+    double bw_bytes[8], bw_rate[8];
+    double p2p_bw, p2p_lat; /* 0: intra_bw, intra_lat */
+    double oversub; /* threads per core when ranks share cores (> 1), else 0:
+                       while a pipeline fills and drains, the ranks that run
+                       get more than their share */
 } td_plan_cluster;
 
 typedef enum { TD_PLAN_RC_NONE, TD_PLAN_RC_SELECTIVE, TD_PLAN_RC_FULL } td_plan_rc;
@@ -66,6 +89,22 @@ const char *td_plan_model_presets(void);  /* "gpt2-124m, ..." for messages */
  * calibration profile: -1 with the reason in err when it is missing. */
 int td_plan_cluster_preset(const char *name, td_plan_cluster *c, char *err, size_t errlen);
 const char *td_plan_cluster_presets(void);
+/* Where --calibrate saves the profile and `local` reads it: $TRIDENT_PROFILE,
+ * else $XDG_CACHE_HOME/trident/profile.json, else ~/.cache/trident/profile.json. */
+void td_plan_profile_path(char *buf, size_t n);
+/* The `local` cluster from a calibration profile (formats_profile.h) for
+ * `ranks` processes of `threads` threads each sharing the machine: each
+ * rank's share of the GEMM rate and memory bandwidth measured at
+ * min(ranks x threads, cores) threads; collectives from the all-reduce fit
+ * of the largest group measured up to `ranks`; memory bandwidth by size
+ * likewise. */
+/* Reads and parses the profile at path: 0, or -1 with the reason in e. */
+int td_plan_profile_load(const char *path, td_profile *p, td_err *e);
+void td_plan_cluster_local(const td_profile *profile, int ranks, int threads, td_plan_cluster *c);
+/* The GEMM rate (FLOP/s) of an M x N x K product on this cluster. */
+double td_plan_gemm_rate(const td_plan_cluster *c, double M, double N, double K);
+/* Memory bandwidth (bytes/s) of an operation streaming `bytes`. */
+double td_plan_mem_rate(const td_plan_cluster *c, double bytes);
 
 /* Megatron-LM eq. 2 (parameters) and eq. 3 (FLOPs per iteration of
  * `batch` sequences): factor 96 counts the recomputed forward, 72 does not. */

@@ -52,6 +52,7 @@ typedef struct {
     const char *sample_prompt;
     int timing_skip;  /* leading steps left out of the mean step time (1) */
     int quiet;        /* no step lines (benchmarks) */
+    int autoplan;     /* --auto: the layout from the calibrated planner (auto.h) */
 } td_train_opts;
 
 void td_train_opts_default(td_train_opts *o);
@@ -123,6 +124,9 @@ void td_train_result_free(td_train_result *r);
 int td_verify_main(int argc, char **argv);
 /* `trident sample`. */
 int td_sample_main(int argc, char **argv);
+/* `trident plan --calibrate` (calibrate.c): measures this machine for the
+ * planner's `local` cluster; collective over the world. */
+int td_calibrate_main(int argc, char **argv);
 /* `trident bench train|sgemm`. */
 int td_bench_main(int argc, char **argv);
 

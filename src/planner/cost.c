@@ -1,9 +1,10 @@
 /* The planner's cost model: memory per device and step time of one layout.
  *
  * Time per micro-batch and layer on a device: GEMMs at the device's
- * achievable GEMM rate (peak x gemm_eff), the memory-bound elementwise
- * operations at its memory bandwidth, the tensor-parallel collectives on the
- * node's links. Per step: m micro-batches, the pipeline bubble of the
+ * achievable GEMM rate (peak x gemm_eff, or `local`'s measured rate by
+ * size), attention's batched GEMMs at their measured rate, the memory-bound
+ * elementwise operations at the achievable memory bandwidth, the
+ * tensor-parallel collectives on the node's links. Per step: m micro-batches, the pipeline bubble of the
  * schedule, point-to-point transfers between stages, the data-parallel
  * reduction less what hides behind the backward, the optimizer. */
 #include <math.h>
@@ -91,20 +92,23 @@ static double layer_ew_bytes(const td_plan_model *m, int b, int tp, int sp) {
 /* Memory of the first stage (most activations in flight) and of the last
  * (the logits); the larger goes to e. Model states are the ZeRO paper's
  * (2 + 2 + 12) psi from the engine's state plan. */
-static void plan_memory(const td_plan_model *m, const td_plan_layout *l, td_plan_eval *e) {
+static void plan_memory(const td_plan_model *m, const td_plan_cluster *c, const td_plan_layout *l, td_plan_eval *e) {
     int t = l->tp, p = l->pp, d = l->dp, b = l->micro_batch, mb = l->micro_batches;
     int v = l->sched == TD_SCHED_INTERLEAVED ? l->v : 1;
     double h = m->C, s = m->T, lps = (double)m->L / p;
     double psi0 = stage_params(m, t, p, 1), psiL = stage_params(m, t, p, p == 1);
-    td_state_elem mixed = td_state_elem_mixed();
-    double act_l = td_plan_layer_act_bytes(m, b, t, l->sp, l->rc);
-    double work = l->rc == TD_PLAN_RC_NONE ? 0 : td_plan_layer_act_bytes(m, b, t, l->sp, TD_PLAN_RC_NONE);
+    /* mixed precision's (2 + 2 + 12) psi; fp32 elements on `local` (the
+     * engine there trains in fp32: 4 + 4 + 8 psi) */
+    double eb = c->elem_bytes ? c->elem_bytes / 2.0 : 1;
+    td_state_elem mixed = c->elem_bytes == 4 ? td_state_elem_engine(0) : td_state_elem_mixed();
+    double act_l = eb * td_plan_layer_act_bytes(m, b, t, l->sp, l->rc);
+    double work = l->rc == TD_PLAN_RC_NONE ? 0 : eb * td_plan_layer_act_bytes(m, b, t, l->sp, TD_PLAN_RC_NONE);
     double acts0 = td_plan_inflight(l->sched, p, mb, v, 0) * lps / v * act_l + work;
     double logits = 4.0 * s * b * m->V / t; /* fp32 logits for the loss */
     double actsL = (p == 1 ? acts0 : td_plan_inflight(l->sched, p, mb, v, p - 1) * lps / v * act_l + work) + logits;
     double comm = 0;
-    if (l->zero == 3) comm += 2 * 2 * layer_params(m, t);  /* two layers gathered (prefetch) */
-    if (p > 1) comm += 2 * 2 * s * b * h / (l->sp ? t : 1); /* send and receive buffers */
+    if (l->zero == 3) comm += 2 * 2 * eb * layer_params(m, t);  /* two layers gathered (prefetch) */
+    if (p > 1) comm += 2 * 2 * eb * s * b * h / (l->sp ? t : 1); /* send and receive buffers */
     double mem0 = td_state_total(td_state_plan(psi0, d, l->zero, mixed)) + acts0;
     double memL = td_state_total(td_state_plan(psiL, d, l->zero, mixed)) + actsL;
     int last = memL > mem0;
@@ -118,23 +122,37 @@ void td_plan_evaluate(const td_plan_model *m, const td_plan_cluster *c, int glob
                       const td_plan_layout *l, td_plan_eval *e) {
     memset(e, 0, sizeof *e);
     e->lay = *l;
-    plan_memory(m, l, e);
+    plan_memory(m, c, l, e);
     int t = l->tp, p = l->pp, d = l->dp, b = l->micro_batch, mb = l->micro_batches, G = c->gpus_per_node;
     int v = l->sched == TD_SCHED_INTERLEAVED ? l->v : 1;
-    double h = m->C, s = m->T, rate = c->peak_flops * c->gemm_eff, lps = (double)m->L / p;
+    double h = m->C, s = m->T, lps = (double)m->L / p, eb = c->elem_bytes ? c->elem_bytes / 2.0 : 1;
     double psi0 = stage_params(m, t, p, 1), psiL = stage_params(m, t, p, p == 1);
     double psi = psi0 > psiL ? psi0 : psiL, logits = 4.0 * s * b * m->V / t;
 
     /* one layer, one micro-batch */
-    double gemm = (24 * b * s * h * h + 4 * b * s * s * h) / t, attn_gemm = 4 * b * s * s * h / t;
-    double ew = layer_ew_bytes(m, b, t, l->sp), attn_ew = (double)b * s * 9 * m->H * s / t;
-    double tf = gemm / rate + ew / c->hbm_bw;
-    double tb = 2 * gemm / rate + 1.5 * ew / c->hbm_bw; /* each op's backward moves 3 tensors for its forward's 2 */
+    /* the dense GEMMs (QKV, projection, MLP) at the GEMM rate; attention's
+     * per-head batched GEMMs (scores and their product with the values,
+     * inner size h/a) at their own measured rate: they write or read an
+     * a s^2 matrix per 2 h/a FLOPs per element, so memory-bound */
+    double bs = (double)b * s, hd = h / m->H;
+    double bmm = c->bmm_flops > 0 ? c->bmm_flops : td_plan_gemm_rate(c, s, s, hd);
+    double gemm_t = 2 * bs * h * (3 * h / t) / td_plan_gemm_rate(c, bs, 3 * h / t, h) +  /* QKV */
+                    2 * bs * (h / t) * h / td_plan_gemm_rate(c, bs, h, h / t) +          /* projection */
+                    2 * 2 * bs * h * (4 * h / t) / td_plan_gemm_rate(c, bs, 4 * h / t, h); /* MLP */
+    double attn_gemm = 4 * b * s * s * h / t;
+    double ew = eb * layer_ew_bytes(m, b, t, l->sp), attn_ew = eb * (double)b * s * 9 * m->H * s / t;
+    /* at the bandwidth of the largest tensor an elementwise op streams (in
+     * and out): GeLU's 4h wide one, or the attention scores */
+    double ws = 2 * eb * 2 * bs * fmax(4 * h / t, (double)m->H * s / t), mbw = td_plan_mem_rate(c, ws);
+    double tf = gemm_t + attn_gemm / bmm + ew / mbw;
+    /* backward: twice the FLOPs; each elementwise op's backward moves 3
+     * tensors for its forward's 2 */
+    double tb = 2 * (gemm_t + attn_gemm / bmm) + 1.5 * ew / mbw;
     double trc = l->rc == TD_PLAN_RC_FULL ? tf
-                 : l->rc == TD_PLAN_RC_SELECTIVE ? attn_gemm / rate + attn_ew / c->hbm_bw : 0;
+                 : l->rc == TD_PLAN_RC_SELECTIVE ? attn_gemm / bmm + attn_ew / mbw : 0;
     /* tp: f/g operators, 2 in the forward, 2 in the backward, 2 more when
      * the forward reruns; all-gather + reduce-scatter with sp */
-    double n_tp = 2 * b * s * h, g_op = 0;
+    double n_tp = 2 * eb * b * s * h, g_op = 0;
     if (t > 1) {
         double bw = t <= G ? c->intra_bw : c->inter_bw, lat = t <= G ? c->intra_lat : c->inter_lat;
         g_op = l->sp ? 2 * td_plan_allgather_s(n_tp, t, bw, lat) : td_plan_allreduce_s(n_tp, t, bw, lat);
@@ -142,7 +160,8 @@ void td_plan_evaluate(const td_plan_model *m, const td_plan_cluster *c, int glob
     double ttp = g_op * (4 + (l->rc == TD_PLAN_RC_FULL ? 2 : 0));
     /* the output layer and loss on the last stage: 6 b s h V / t GEMM FLOPs,
      * about 4 passes over fp32 logits */
-    double head = 6 * b * s * h * m->V / t / rate + 4 * logits / c->hbm_bw;
+    double head = 6 * bs * h * m->V / t / td_plan_gemm_rate(c, bs, (double)m->V / t, h) +
+                  4 * logits / td_plan_mem_rate(c, logits);
     double comp_mb = lps * (tf + tb + trc) + head, tp_mb = lps * ttp;
     e->t[TD_COST_COMPUTE] = mb * comp_mb;
     e->t[TD_COST_TP] = mb * tp_mb;
@@ -154,6 +173,9 @@ void td_plan_evaluate(const td_plan_model *m, const td_plan_cluster *c, int glob
         double bw = cross ? c->inter_bw : c->intra_bw, lat = cross ? c->inter_lat : c->intra_lat;
         double x = n_tp / t / bw + lat;
         if (t > 1 && !l->sp) x += td_plan_allgather_s(n_tp, t, c->intra_bw, c->intra_lat);
+        if (c->p2p_bw > 0) /* `local`: trident's engine sends each tp rank's rows, all of
+                            * them without sequence parallelism (src/parallel/pp.c) */
+            x = n_tp / (l->sp ? t : 1) / c->p2p_bw + c->p2p_lat;
         e->t[TD_COST_PP] = mb * 2.0 * v * x;
         double frac = td_schedule_bubble_theory((td_sched_kind)l->sched, p, mb, v, 1, 2, 0);
         e->t[TD_COST_BUBBLE] = frac * (comp_mb + tp_mb) * mb;
@@ -164,8 +186,9 @@ void td_plan_evaluate(const td_plan_model *m, const td_plan_cluster *c, int glob
          * gradients, one call per layer (bucket). */
         int cross = t * p * d > G;
         double bw = cross ? c->inter_bw : c->intra_bw, lat = cross ? c->inter_lat : c->intra_lat;
-        double piece = td_plan_dp_volume(psi, d, 0, 1) / 2 / bw + (lps + 1) * (d - 1) * lat;
-        double bwd = lps * (tb + trc), exposed;
+        double piece = eb * td_plan_dp_volume(psi, d, 0, 1) / 2 / bw + (lps + 1) * (d - 1) * lat;
+        /* software that reduces after the backward hides nothing */
+        double bwd = c->dp_serial ? 0 : lps * (tb + trc), exposed;
         if (l->zero == 0) /* buckets all-reduce during the last micro-batch's backward */
             exposed = fmax(0, 2 * piece - bwd);
         else if (l->zero == 1) /* reduce-scatter there, gather the parameters after the update */
@@ -173,14 +196,23 @@ void td_plan_evaluate(const td_plan_model *m, const td_plan_cluster *c, int glob
         else if (l->zero == 2) /* reduce-scatter beside every micro-batch's backward */
             exposed = piece + mb * fmax(0, piece - bwd);
         else /* gather, gather, reduce-scatter beside every micro-batch's forward and backward */
-            exposed = mb * fmax(0, 3 * piece - lps * (tf + tb + trc));
+            exposed = mb * fmax(0, 3 * piece - (c->dp_serial ? 0 : lps * (tf + tb + trc)));
         e->t[TD_COST_DP] = exposed;
         e->dp_traffic_s = piece * (l->zero <= 1 ? 2 : l->zero == 2 ? mb + 1 : 3.0 * mb);
     }
     /* AdamW over the owned fp32 states: master, m, v read and written, the
      * gradient read, the 2-byte copy written (28 bytes per element) */
-    e->t[TD_COST_OPTIM] = (l->zero >= 1 ? psi / d : psi) * 28 / c->hbm_bw;
+    double owned = l->zero >= 1 ? psi / d : psi; /* fp32 AdamW alike */
+    e->t[TD_COST_OPTIM] = owned * 28 / td_plan_mem_rate(c, owned * 28);
 
+    if (c->oversub > 1) {
+        /* ranks sharing cores (oversub ranks' threads per core): the costs
+         * above are at each rank's share of a core. While the pipeline fills
+         * and drains, stages start and stop one by one, so on average half
+         * the ranks run and each gets min(1, 2 / oversub) of a core instead
+         * of 1 / oversub: the bubble shrinks by that ratio */
+        e->t[TD_COST_BUBBLE] *= (1 / c->oversub) / fmin(1, 2 / c->oversub);
+    }
     e->step_s = 0;
     e->dominant = 0;
     double worst = 0;

@@ -71,6 +71,7 @@ static void print_json(const td_plan_result *r, int top) {
 int td_plan_main(int argc, char **argv) {
     const char *model_s = NULL, *cluster_s = "a100-hdr", *sched_s = NULL, *rc_s = NULL;
     int L = 0, H = 0, C = 0, V = 0, T = 0, batch = 0, gpus = 0, gpn = 0, top = 5, json = 0, calibrate = 0, sp = 0;
+    int threads = 1;
     double mem_gb = 0, tflops = 0, intra = 0, inter = 0, eff = 0, hbm = 0, intra_us = -1, inter_us = -1;
     td_plan_fixed fix;
     td_plan_fixed_init(&fix);
@@ -106,11 +107,12 @@ int td_plan_main(int argc, char **argv) {
         {"--tp-across-nodes", TD_FLAG_BOOL, &fix.tp_across_nodes, "allow tp groups larger than a node", NULL},
         {"--top", TD_FLAG_INT, &top, "plans to print (5)", "[1, 1000000]"},
         {"--json", TD_FLAG_BOOL, &json, "print the ranked plans as a JSON array", NULL},
-        {"--calibrate", TD_FLAG_BOOL, &calibrate, "measure this machine for --cluster local", NULL},
+        {"--calibrate", TD_FLAG_BOOL, &calibrate, "measure this machine for --cluster local (under mpirun; "
+         "--out FILE)", NULL},
+        {"--threads", TD_FLAG_INT, &threads, "--cluster local: threads per rank (1)", "[1, 1024]"},
     };
     td_flags_parse("plan", flags, (int)(sizeof flags / sizeof flags[0]), argc, argv);
-    TD_CHECK(!calibrate, "plan --calibrate is not built yet; give this machine with --device-mem --device-tflops "
-                         "--intra-bw --inter-bw");
+    TD_CHECK(!calibrate, "internal: plan --calibrate is trident's (apps/trident.c), not td_plan_main's");
     td_plan_model m = {"custom", 0, 0, 0, 0, 0};
     if (model_s)
         TD_CHECK(td_plan_model_preset(model_s, &m) == 0, "--model '%s' is not a preset; use %s", model_s,
@@ -127,6 +129,13 @@ int td_plan_main(int argc, char **argv) {
     td_plan_cluster c;
     char err[512];
     TD_CHECK(td_plan_cluster_preset(cluster_s, &c, err, sizeof err) == 0, "%s", err);
+    if (strcmp(cluster_s, "local") == 0) { /* the profile for these ranks and threads */
+        td_profile prof;
+        td_err e;
+        td_plan_profile_path(err, sizeof err);
+        TD_CHECK(td_plan_profile_load(err, &prof, &e) == 0, "--cluster local: %s", e.msg);
+        td_plan_cluster_local(&prof, gpus, threads, &c);
+    }
     c.gpus = gpus;
     if (gpn) c.gpus_per_node = gpn;
     if (c.gpus_per_node > gpus) c.gpus_per_node = gpus;
@@ -135,7 +144,7 @@ int td_plan_main(int argc, char **argv) {
     if (intra > 0) c.intra_bw = intra * 1e9;
     if (inter > 0) c.inter_bw = inter * 1e9;
     if (eff > 0) c.gemm_eff = eff;
-    if (hbm > 0) c.hbm_bw = hbm * 1e9;
+    if (hbm > 0) c.hbm_bw = hbm * 1e9, c.n_bws = 0; /* one figure for every size */
     if (intra_us >= 0) c.intra_lat = intra_us * 1e-6;
     if (inter_us >= 0) c.inter_lat = inter_us * 1e-6;
     if (sched_s) {

@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
+#include <math.h>
 
 #include "trident/planner.h"
 
@@ -61,6 +61,25 @@ const char *td_plan_model_presets(void) {
  *   EDR 100 Gb/s = 12.5 GB/s, HDR 200 Gb/s = 25 GB/s, NDR 400 Gb/s = 50 GB/s
  *   (InfiniBand Trade Association roadmap; Mellanox ConnectX-5/6/7 data
  *   sheets).
+ * What software achieves of those peaks (measurements, not data sheets):
+ * - memory: a streaming read on an A100-SXM4-80GB reaches 1.80 of its
+ *   2.04 TB/s, 88% (Nsight Compute agrees; NVIDIA developer forums, "Trouble
+ *   to reach peak bandwidth of A100", which also cites a GTC talk's best
+ *   kernel at about 90%). The elementwise, softmax and dropout kernels are
+ *   charged at 88% of the data sheet. H100: no measurement here; the same
+ *   fraction is assumed.
+ * - attention's batched GEMMs (one per head, inner size h/a = 64-160):
+ *   torch.bmm fp16 of shape 512 x 1024 x 1024 x 128 runs at 132.4 TFLOP/s
+ *   on an A100 (CUDA 11.7; pytorch/pytorch issue 83272), 42% of peak: each
+ *   element of the s x s scores costs 2 h/a FLOPs per 2 bytes written or
+ *   read, below the A100's 153 FLOP/byte ridge. H100: the same fraction of
+ *   peak is assumed.
+ * - NCCL all-reduce bus bandwidth on 8 A100-SXM4-80GB over NVLink/NVSwitch:
+ *   about 200 GB/s of the 300 (nccl-tests issues 149 and 178: ~200 and
+ *   208 GB/s), 2/3; between nodes over HDR, 96 GB/s of a node's 100 GB/s
+ *   of ports at the largest message (nccl-tests issue 119: 3 nodes of 8
+ *   A100 with 4 HDR ports each), 96%. Both fractions are applied to every
+ *   preset's links.
  * Latencies are no data-sheet figure: a ring step costs the collective
  *   library's per-step software latency more than the wire's (ConnectX-6:
  *   under 600 ns); 2 us inside a node and 5 us between nodes are
@@ -70,6 +89,11 @@ typedef struct {
     const char *name;
     double mem_gb, tflops, eff, hbm_gbs, nvlink_gbs, ib_gbs;
 } cluster_row;
+
+#define HBM_ACHIEVED (1.80 / 2.04)
+#define BMM_FRACTION (132.4 / 312)
+#define NVLINK_ACHIEVED (200.0 / 300)
+#define IB_ACHIEVED (96.0 / 100)
 
 static const cluster_row clusters[] = {
     {"a100-edr", 80, 312, 267.9 / 312, 2039, 300, 12.5},
@@ -81,29 +105,140 @@ static const cluster_row clusters[] = {
 
 const char *td_plan_cluster_presets(void) { return "a100-edr, a100-hdr, a100-ndr, h100-ndr, local"; }
 
-/* Where `trident plan --calibrate` is to save this machine's profile. */
-static void profile_path(char *buf, size_t n) {
-    const char *env = getenv("TRIDENT_PROFILE");
-    snprintf(buf, n, "%s", env && *env ? env : "trident-profile.json");
+void td_plan_profile_path(char *buf, size_t n) {
+    const char *env = getenv("TRIDENT_PROFILE"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    if (env && *env)
+        snprintf(buf, n, "%s", env);
+    else if (xdg && *xdg)
+        snprintf(buf, n, "%s/trident/profile.json", xdg);
+    else
+        snprintf(buf, n, "%s/.cache/trident/profile.json", home && *home ? home : ".");
+}
+
+int td_plan_profile_load(const char *path, td_profile *p, td_err *e) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return td_err_set(e, "cannot open the calibration profile %s", path);
+    enum { CAP = 1 << 20 };
+    char *buf = malloc(CAP);
+    size_t n = buf ? fread(buf, 1, CAP, f) : 0;
+    int big = n == CAP;
+    fclose(f);
+    if (!buf) return td_err_set(e, "out of memory reading %s", path);
+    int rc = big ? td_err_set(e, "%s: larger than 1 MiB, not a profile", path) : td_profile_parse(buf, n, p, e);
+    if (rc && !big) {
+        char msg[sizeof e->msg];
+        snprintf(msg, sizeof msg, "%s", e->msg);
+        td_err_set(e, "calibration profile %s: %s", path, msg);
+    }
+    free(buf);
+    return rc;
+}
+
+void td_plan_cluster_local(const td_profile *p, int ranks, int threads, td_plan_cluster *c) {
+    memset(c, 0, sizeof *c);
+    snprintf(c->name, sizeof c->name, "local");
+    int total = ranks * threads, busy = total < p->cores ? total : p->cores, bt = 0;
+    c->gpus = ranks;
+    c->gpus_per_node = ranks; /* one machine */
+    c->mem_bytes = p->mem_bytes / ranks;
+    c->elem_bytes = 4;
+    c->gemm_eff = 1;
+    /* the shared-memory transport's copies run on the cores the compute
+     * needs: nothing overlaps */
+    c->dp_serial = 1;
+    /* bt threads side by side reached R in all; busy threads reach R busy /
+     * bt, shared by the total threads (time-sliced beyond the cores) */
+    for (int k = 0; k < p->n_gemm; k++)
+        if (p->gemm[k].threads <= busy && p->gemm[k].threads > bt) bt = p->gemm[k].threads;
+    if (!bt) bt = p->gemm[0].threads;
+    double share = (double)busy / bt * threads / total;
+    for (int k = 0; k < p->n_gemm && c->n_rates < 8; k++) {
+        if (p->gemm[k].threads != bt) continue;
+        int i = c->n_rates++;
+        while (i > 0 && c->rate_n[i - 1] > p->gemm[k].n) { /* sorted by n */
+            c->rate_n[i] = c->rate_n[i - 1], c->rate_flops[i] = c->rate_flops[i - 1];
+            i--;
+        }
+        /* t threads reach at least what fewer reached (they could idle):
+         * a lower figure is another job's interference during calibration */
+        double g = p->gemm[k].gflops;
+        for (int j = 0; j < p->n_gemm; j++)
+            if (p->gemm[j].n == p->gemm[k].n && p->gemm[j].threads < bt && p->gemm[j].gflops > g) g = p->gemm[j].gflops;
+        c->rate_n[i] = p->gemm[k].n;
+        c->rate_flops[i] = g * 1e9 * share;
+    }
+    c->peak_flops = c->rate_flops[c->n_rates - 1];
+    /* memory bandwidth by copy size, scaled alike */
+    int mt = 0;
+    for (int k = 0; k < p->n_bw; k++)
+        if (p->bw[k].threads <= busy && p->bw[k].threads > mt) mt = p->bw[k].threads;
+    if (!mt) mt = p->bw[0].threads;
+    for (int k = 0; k < p->n_bw && c->n_bws < 8; k++) {
+        if (p->bw[k].threads != mt) continue;
+        int i = c->n_bws++;
+        while (i > 0 && c->bw_bytes[i - 1] > p->bw[k].bytes) {
+            c->bw_bytes[i] = c->bw_bytes[i - 1], c->bw_rate[i] = c->bw_rate[i - 1];
+            i--;
+        }
+        double g = p->bw[k].gbs; /* at least what fewer threads reached, as above */
+        for (int j = 0; j < p->n_bw; j++)
+            if (p->bw[j].bytes == p->bw[k].bytes && p->bw[j].threads < mt && p->bw[j].gbs > g) g = p->bw[j].gbs;
+        c->bw_bytes[i] = p->bw[k].bytes;
+        c->bw_rate[i] = g * 1e9 * busy / mt * threads / total;
+    }
+    c->hbm_bw = c->bw_rate[c->n_bws - 1];
+    /* the all-reduce fit of the largest group up to ranks: bus bandwidth
+     * and the per-ring-step latency of td_plan_allreduce_s */
+    int gr = 0;
+    for (int k = 0; k < p->n_coll; k++)
+        if (p->coll[k].op == TD_PROF_ALLREDUCE && p->coll[k].ranks <= (ranks > 2 ? ranks : 2) &&
+            p->coll[k].ranks > gr) {
+            gr = p->coll[k].ranks;
+            c->intra_bw = c->inter_bw = p->coll[k].gbs * 1e9;
+            c->intra_lat = c->inter_lat = p->coll[k].alpha_us * 1e-6 / (2.0 * (gr - 1));
+        }
+    if (!gr) c->intra_bw = c->inter_bw = p->p2p_gbs * 1e9, c->intra_lat = c->inter_lat = p->p2p_alpha_us * 1e-6;
+    c->oversub = total > p->cores ? (double)total / p->cores : 0;
+    c->p2p_bw = p->p2p_gbs * 1e9;
+    c->p2p_lat = p->p2p_alpha_us * 1e-6;
+}
+
+/* y at x, log-linear in x between the measured points xs (ascending),
+ * flat beyond them */
+static double interp(const double *xs, const double *ys, int n, double x) {
+    if (x <= xs[0] || n == 1) return ys[0];
+    for (int i = 1; i < n; i++)
+        if (x <= xs[i]) {
+            double f = log(x / xs[i - 1]) / log(xs[i] / xs[i - 1]);
+            return ys[i - 1] + f * (ys[i] - ys[i - 1]);
+        }
+    return ys[n - 1];
+}
+
+double td_plan_gemm_rate(const td_plan_cluster *c, double M, double N, double K) {
+    if (c->n_rates == 0) return c->peak_flops * c->gemm_eff;
+    return interp(c->rate_n, c->rate_flops, c->n_rates, cbrt(M * N * K));
+}
+
+double td_plan_mem_rate(const td_plan_cluster *c, double bytes) {
+    if (c->n_bws == 0) return c->hbm_bw;
+    return interp(c->bw_bytes, c->bw_rate, c->n_bws, bytes);
 }
 
 int td_plan_cluster_preset(const char *name, td_plan_cluster *c, char *err, size_t errlen) {
     memset(c, 0, sizeof *c);
     if (strcmp(name, "local") == 0) {
         char path[512];
-        struct stat st;
-        profile_path(path, sizeof path);
-        if (stat(path, &st) != 0)
-            snprintf(err, errlen,
-                     "--cluster local: no calibration profile at %s (set TRIDENT_PROFILE to another); "
-                     "run `trident plan --calibrate` on this machine first",
-                     path);
-        else
-            snprintf(err, errlen,
-                     "--cluster local: this build cannot read the calibration profile %s yet; "
-                     "give the machine with --device-mem --device-tflops --intra-bw --inter-bw",
-                     path);
-        return -1;
+        td_profile p;
+        td_err e;
+        td_plan_profile_path(path, sizeof path);
+        if (td_plan_profile_load(path, &p, &e) != 0) {
+            snprintf(err, errlen, "--cluster local: %s; run `trident plan --calibrate` on this machine first "
+                     "(or set TRIDENT_PROFILE)", e.msg);
+            return -1;
+        }
+        td_plan_cluster_local(&p, 1, 1, c);
+        return 0;
     }
     for (int i = 0; i < N_CLUSTERS; i++) {
         const cluster_row *r = &clusters[i];
@@ -113,9 +248,10 @@ int td_plan_cluster_preset(const char *name, td_plan_cluster *c, char *err, size
         c->mem_bytes = r->mem_gb * 1e9;
         c->peak_flops = r->tflops * 1e12;
         c->gemm_eff = r->eff;
-        c->hbm_bw = r->hbm_gbs * 1e9;
-        c->intra_bw = r->nvlink_gbs * 1e9;
-        c->inter_bw = r->ib_gbs * 1e9;
+        c->bmm_flops = r->tflops * 1e12 * BMM_FRACTION;
+        c->hbm_bw = r->hbm_gbs * 1e9 * HBM_ACHIEVED;
+        c->intra_bw = r->nvlink_gbs * 1e9 * NVLINK_ACHIEVED;
+        c->inter_bw = r->ib_gbs * 1e9 * IB_ACHIEVED;
         c->intra_lat = 2e-6;
         c->inter_lat = 5e-6;
         return 0;

@@ -93,6 +93,7 @@ void td_train_opts_parse(td_train_opts *o, int argc, char **argv) {
         {"--grad-reduce-dtype", TD_FLAG_STR, &o->grad_reduce_dtype, "payload of the data-parallel gradient reduction: fp32 (default) or bf16 (half the bytes, summed in fp32; --zero 0)", NULL},
         {"--loss-scale", TD_FLAG_STR, &o->loss_scale, "loss scaling: auto (default: dynamic with fp16, else none), dynamic (2^16, halved on a non-finite gradient, whose step is skipped; doubled after 1000 clean steps), none, or a static scale S in [1, 2^32]", NULL},
         {"--grad-compress", TD_FLAG_STR, &o->grad_compress, "none (default), topk:R (each rank's local AdamW update, each bucket's R share of largest as index/value pairs, the rest fed back next step; 0 < R <= 1; --zero 0 or 1), topk:R:grad (the gradient's largest instead, AdamW after the sum); :noef drops the rest", NULL},
+        {"--auto", TD_FLAG_BOOL, &o->autoplan, "pick dp, tp, pp, ZeRO, micro-batches and schedule for the world size from the planner's --cluster local (trident plan --calibrate) and print the predicted step time and memory beside the measured", NULL},
         {"--no-overlap", TD_FLAG_BOOL, &o->no_overlap, "start gradient communication after backward (for measuring overlap)", NULL},
         {"--comm-timeout", TD_FLAG_DOUBLE, &o->comm_timeout, "seconds before a stuck collective aborts the job, 0 = wait forever (300)", "[0, 1e9]"},
         {"--heartbeat-timeout", TD_FLAG_DOUBLE, &o->heartbeat_timeout, "seconds without a heartbeat before a rank is taken for stopped and the job ends, 0 = only deaths end it (60)", "[0, 1e9]"},
@@ -128,6 +129,10 @@ void td_train_opts_parse(td_train_opts *o, int argc, char **argv) {
              "--batch %d x --heads %d = %lld attention maps per step; valid: at most %d", o->batch,
              o->heads, (long long)o->batch * o->heads, INT_MAX);
     TD_CHECK(o->zero >= 0 && o->zero <= 3, "--zero %d is not a ZeRO stage; use 0, 1, 2 or 3", o->zero);
+    TD_CHECK(!o->autoplan || (o->dp == 0 && o->tp == 1 && o->pp == 1 && o->zero == 0 && o->grad_accum == 1 &&
+                              !o->seq_parallel && strcmp(o->precision, "fp32") == 0),
+             "--auto picks --dp --tp --pp --zero --micro-batches --sequence-parallel itself for fp32 "
+             "(the calibrated profile's arithmetic); drop them and --precision");
     TD_CHECK(o->save_every == 0 || o->out, "--save-every %d needs --out DIR to save into", o->save_every);
     TD_CHECK(o->keep == 0 || o->out, "--keep %d needs --out DIR", o->keep);
     TD_CHECK(o->stop_after == 0 || o->out, "--stop-after %d needs --out DIR to save the checkpoint into", o->stop_after);

@@ -6,7 +6,9 @@
 #include <unistd.h>
 
 #include "ckpt_run.h"
+#include "auto.h"
 #include "grad_watch.h"
+#include "mem_plan.h"
 #include "preflight.h"
 #include "report.h"
 #include "trace_file.h"
@@ -214,29 +216,12 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
         td_pp_held_units(&split, cfg.L, g.pp_rank, held);
     }
 
-    td_dp_config dcfg = {.mode = mode, .zero = o->zero, .ps_staleness = o->ps_staleness,
-                         .seed = o->seed, .optim = o->optim, .no_overlap = o->no_overlap,
-                         .master = td_train_precision(o) != TD_PREC_FP32};
-    dcfg.bucket_bytes = (size_t)((o->bucket_mb > 0 ? o->bucket_mb : TD_DEFAULT_BUCKET_MB) * 1048576.0);
-    dcfg.grad_dtype = td_grad_dtype_parse(o->grad_reduce_dtype);
-    td_grad_compress_parse(o->grad_compress, &dcfg.topk_ratio, &dcfg.topk_no_ef, &dcfg.topk_grad);
-    td_dp_payload_check(&dcfg); /* before anything is allocated */
+    td_dp_config dcfg = td_train_dp_config(o, mode);
     td_layout lay = td_layout_of_grid(&g);
     td_param_table table, canon;
-    td_table_layout tlay = {td_dp_unit_align(&dcfg, &lay), g.tp, g.is_server ? 0 : g.tp_rank,
-                            piped ? held : NULL, td_train_precision(o)};
-    td_param_table_build_layout(&table, &cfg, &tlay);
+    td_mem_plan plan = td_train_mem_plan(o, &dcfg, &cfg, &lay, g.tp_rank, piped ? held : NULL, piped ? &split : NULL,
+                                         &sched, g.pp_rank, Bm, &table);
     td_param_table_build(&canon, &cfg, 1);
-
-    td_mem_plan plan = td_dp_memory_plan(&dcfg, &lay, &table);
-    if (!g.is_server) {
-        plan.bytes[TD_MEM_ACTS] += piped ? td_pp_activation_bytes(&table, Bm, o->seq_parallel, &split, &sched, g.pp_rank,
-                                                                  td_train_recompute(o))
-                                         : td_gpt_activation_bytes_rc(&table, Bm, o->seq_parallel,
-                                                                      td_train_recompute(o));
-        plan.bytes[TD_MEM_COMM] += td_tp_comm_plan_bytes(&table, Bm, o->seq_parallel);
-        plan.bytes[TD_MEM_PARAMS] += td_gpt_compute_param_bytes(&table); /* reduced-precision copies */
-    }
     /* every check that needs no model, before the model is allocated */
     td_preflight_result pf = td_preflight(o, &g, &cfg, &data, &plan, Bm);
 
@@ -537,8 +522,11 @@ int td_train_main(int argc, char **argv) {
     td_train_opts o;
     td_train_opts_default(&o);
     td_train_opts_parse(&o, argc, argv);
+    td_auto au = {0};
+    if (o.autoplan) td_auto_choose(&o, &au);
     td_train_result res;
     td_train_run(&o, &res, 0);
+    td_auto_report(&au, &res);
     int rc = 0;
     if (res.stop_step >= 0) {
         /* one line, from rank 0; every rank exits non-zero after finalize */

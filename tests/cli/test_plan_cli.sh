@@ -48,7 +48,7 @@ bad "unknown preset" "--model 'gpt5'" --model gpt5 --global-batch 8 --gpus 8
 bad "no global batch" "--global-batch" --model gpt2-124m --gpus 8
 bad "no model" "--layers" --global-batch 8 --gpus 8
 bad "unknown cluster" "--cluster 'tpu'" --model gpt2-124m --global-batch 8 --gpus 8 --cluster tpu
-bad "local without a profile" "--calibrate" --model gpt2-124m --global-batch 8 --gpus 8 --cluster local
+TRIDENT_PROFILE=/nonexistent/profile.json bad "local without a profile" "--calibrate" --model gpt2-124m --global-batch 8 --gpus 8 --cluster local
 bad "bad recompute" "--recompute 'some'" --model gpt2-124m --global-batch 8 --gpus 8 --recompute some
 bad "zb-h1 not modelled" "--schedule zb-h1" --model gpt2-124m --global-batch 8 --gpus 8 --schedule zb-h1
 bad "nothing fits" "no layout fits" --model gpt3-175b --global-batch 8 --gpus 8

@@ -1,20 +1,23 @@
 /* Fuzz target: arbitrary bytes as a safetensors file (length prefix, JSON
  * header, data), as bare JSON text, as an llm.c GPT-2 checkpoint and as a
  * Hugging Face GPT-2 config.json (src/formats/safetensors.c, json.c,
- * gpt2_files.c): every input goes to all four, so no selector byte.
+ * gpt2_files.c), and as the planner's calibration profile (profile.c):
+ * every input goes to all five, so no selector byte.
  * Both must return 0 or -1 with a message for any input: no crash, no read
  * past the buffer, no leak, no overflow in the offset arithmetic. A header
  * that parses must describe tensors inside the data, tiling it, and must
  * survive a round trip through the writer.
- * A config that parses must parse again, equal, after td_hf_config_format.
+ * A config that parses must parse again, equal, after td_hf_config_format;
+ * so must a profile after td_profile_format.
  * Seeds (tests/fuzz/corpus/safetensors/): small files written by
  * td_st_header_format, JSON texts with escapes and nesting, a config.json
- * written by trident export and an llm.c header. */
+ * written by trident export, an llm.c header and a calibration profile. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "trident/formats_gpt2.h"
+#include "trident/formats_profile.h"
 #include "trident/formats_safetensors.h"
 
 static void check_header(const td_st_header *h, uint64_t size) {
@@ -61,6 +64,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             __builtin_trap();
         td_hf_config_free(&again);
         td_hf_config_free(&c);
+        free(text);
+    }
+    td_profile p, q;
+    if (td_profile_parse((const char *)data, size, &p, &e) == 0) {
+        char *text = td_profile_format(&p);
+        if (!text || td_profile_parse(text, strlen(text), &q, &e) != 0 || memcmp(&p, &q, sizeof p) != 0)
+            __builtin_trap();
         free(text);
     }
     return 0;

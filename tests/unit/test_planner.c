@@ -2,6 +2,7 @@
  * hand-derived values, without MPI. Exits non-zero on any mismatch. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "trident/planner.h"
@@ -73,6 +74,12 @@ static void test_megatron_rows(void) {
         td_plan_fixed_init(&f);
         f.dp = megatron[i].dp, f.tp = megatron[i].tp, f.pp = megatron[i].pp;
         f.zero = 0, f.rc = TD_PLAN_RC_FULL, f.sp = 0;
+        f.micro_batches = megatron[i].batch / megatron[i].dp; /* micro-batch 1 */
+        /* Megatron-LM 2021 (--DDP-impl local, its default) all-reduced the
+         * gradients after the step's backward: megatron/training.py
+         * train_step calls allreduce_gradients() once forward_backward_func
+         * returns (the timer "backward-params-all-reduce") */
+        c.dp_serial = 1;
         if (f.pp > 1) f.sched = TD_SCHED_INTERLEAVED;
         td_plan_result r;
         td_plan_search(&m, &c, megatron[i].batch, &f, &r);
@@ -231,6 +238,89 @@ static void test_enumeration(void) {
     EXPECT(td_plan_check(&m, &c, B, 1, &wide, err, sizeof err) == 0, "tp across nodes allowed: %s", err);
 }
 
+/* The calibration profile (formats_profile.h) and the `local` cluster built
+ * from it, against hand-derived values. */
+static const char *profile_text =
+    "{\"format\": \"trident-profile\", \"version\": 1, \"cores\": 2, \"mem_bytes\": 8e9,"
+    " \"gemm\": [{\"threads\": 1, \"n\": 64, \"gflops\": 20}, {\"threads\": 2, \"n\": 512, \"gflops\": 150},"
+    "  {\"threads\": 1, \"n\": 512, \"gflops\": 80}, {\"threads\": 2, \"n\": 64, \"gflops\": 36}],"
+    " \"mem_bw\": [{\"threads\": 1, \"bytes\": 1e6, \"gbs\": 10}, {\"threads\": 2, \"bytes\": 1e8, \"gbs\": 16},"
+    "  {\"threads\": 2, \"bytes\": 1e6, \"gbs\": 64}],"
+    " \"p2p\": {\"alpha_us\": 2, \"gbs\": 4},"
+    " \"collectives\": [{\"op\": \"allreduce\", \"ranks\": 2, \"alpha_us\": 6, \"gbs\": 5},"
+    "  {\"op\": \"allgather\", \"ranks\": 4, \"alpha_us\": 9, \"gbs\": 2},"
+    "  {\"op\": \"allreduce\", \"ranks\": 4, \"alpha_us\": 12, \"gbs\": 3}]}";
+
+static void test_profile(void) {
+    td_profile p, q;
+    td_err e;
+    EXPECT(td_profile_parse(profile_text, strlen(profile_text), &p, &e) == 0, "profile: %s", e.msg);
+    EXPECT(p.n_gemm == 4 && p.gemm[1].threads == 2 && p.gemm[1].n == 512 && p.gemm[1].gflops == 150, "gemm rows");
+    EXPECT(p.n_coll == 3 && p.coll[1].op == TD_PROF_ALLGATHER && p.coll[2].ranks == 4, "collective rows");
+    char *text = td_profile_format(&p);
+    EXPECT(text && td_profile_parse(text, strlen(text), &q, &e) == 0 && memcmp(&p, &q, sizeof p) == 0,
+           "format round trip");
+    free(text);
+    static const struct { const char *from, *to, *err; } bad[] = {
+        {"\"version\": 1", "\"version\": 2", "field version: 2"},
+        {"\"gbs\": 4}", "\"gbs\": 0}", "field p2p.gbs: 0"},
+        {"{\"threads\": 1, \"n\": 64", "{\"threads\": 0, \"n\": 64", "field gemm[0].threads: 0"},
+        {"\"op\": \"allgather\"", "\"op\": \"bcast\"", "field collectives[1].op: 'bcast'"},
+        {", \"mem_bytes\": 8e9", "", "field mem_bytes: missing"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        char buf[2048];
+        const char *at = strstr(profile_text, bad[k].from);
+        snprintf(buf, sizeof buf, "%.*s%s%s", (int)(at - profile_text), profile_text, bad[k].to,
+                 at + strlen(bad[k].from));
+        EXPECT(td_profile_parse(buf, strlen(buf), &q, &e) != 0 && strstr(e.msg, bad[k].err), "bad %zu: '%s'", k,
+               e.msg);
+    }
+    /* 4 ranks x 1 thread on 2 cores: the 2-thread figures, a quarter each */
+    td_plan_cluster c;
+    td_plan_cluster_local(&p, 4, 1, &c);
+    EXPECT(c.n_rates == 2 && c.rate_n[0] == 64 && rel(c.rate_flops[0], 9e9) < 1e-12 &&
+               rel(c.rate_flops[1], 37.5e9) < 1e-12, "rates %g %g", c.rate_flops[0], c.rate_flops[1]);
+    EXPECT(rel(c.hbm_bw, 4e9) < 1e-12 && rel(c.mem_bytes, 2e9) < 1e-12 && c.elem_bytes == 4, "bandwidth, memory");
+    /* 16 GB/s at 1e8 bytes, 64 at 1e6, a quarter each; 1e7 is halfway */
+    EXPECT(rel(td_plan_mem_rate(&c, 1e7), 10e9) < 1e-9 && td_plan_mem_rate(&c, 1e3) == 16e9 &&
+               td_plan_mem_rate(&c, 1e9) == 4e9, "memory rate by size %g", td_plan_mem_rate(&c, 1e7));
+    /* the 4-rank all-reduce: 12 us over its 2 (n-1) ring steps */
+    EXPECT(rel(c.intra_bw, 3e9) < 1e-12 && rel(c.intra_lat, 2e-6) < 1e-12, "all-reduce fit");
+    EXPECT(rel(c.p2p_bw, 4e9) < 1e-12 && rel(c.p2p_lat, 2e-6) < 1e-12, "point-to-point");
+    EXPECT(c.oversub == 2, "4 threads on 2 cores: %g", c.oversub);
+    /* a pipeline's bubble on shared cores: pp 2 x dp 2, 1f1b, m = 2 has a
+     * bubble of (p-1)/m = 1/2 of compute and tp at the shared rate (half a
+     * core); half the ranks run while it fills and drains, at a whole core
+     * each: half of that shows */
+    td_plan_model pm = {"small", 4, 4, 256, 65, 64};
+    td_plan_layout pl = {2, 1, 2, 0, 2, 2, TD_SCHED_1F1B, 1, TD_PLAN_RC_NONE, 0};
+    td_plan_eval pe;
+    c.gpus = 4;
+    td_plan_evaluate(&pm, &c, 8, &pl, &pe);
+    EXPECT(rel(pe.t[TD_COST_BUBBLE], 0.5 * 0.5 * (pe.t[TD_COST_COMPUTE] + pe.t[TD_COST_TP])) < 1e-9,
+           "bubble on shared cores: %g", pe.t[TD_COST_BUBBLE]);
+    c.oversub = 0; /* one rank per core: the schedule's bubble, (p-1)/m of compute and tp */
+    td_plan_evaluate(&pm, &c, 8, &pl, &pe);
+    EXPECT(rel(pe.t[TD_COST_BUBBLE], 0.5 * (pe.t[TD_COST_COMPUTE] + pe.t[TD_COST_TP])) < 1e-9, "bubble %g",
+           pe.t[TD_COST_BUBBLE]);
+    /* log-linear between 64 and 512: the cube root 64 sqrt(8) is halfway */
+    double n = 64 * sqrt(8.0);
+    EXPECT(rel(td_plan_gemm_rate(&c, n, n, n), 9e9 + 0.5 * 28.5e9) < 1e-9, "interpolated %g",
+           td_plan_gemm_rate(&c, n, n, n));
+    EXPECT(td_plan_gemm_rate(&c, 8, 8, 8) == 9e9 && td_plan_gemm_rate(&c, 4096, 512, 512) == 37.5e9, "ends");
+    /* 2 threads measured below 1 (interference while calibrating): the
+     * 1-thread figure is the floor */
+    td_profile lo = p;
+    lo.gemm[3].gflops = 10;
+    td_plan_cluster_local(&lo, 4, 1, &c);
+    EXPECT(rel(c.rate_flops[0], 20e9 * 0.25) < 1e-12, "floor %g", c.rate_flops[0]);
+    /* 2 ranks: half each, and the 2-rank fit */
+    td_plan_cluster_local(&p, 2, 1, &c);
+    EXPECT(rel(c.rate_flops[0], 18e9) < 1e-12 && rel(c.intra_bw, 5e9) < 1e-12 && rel(c.intra_lat, 3e-6) < 1e-12,
+           "2 ranks");
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "megatron") == 0) {
         test_megatron_rows();
@@ -241,6 +331,7 @@ int main(int argc, char **argv) {
         test_formulas();
         test_bubble();
         test_enumeration();
+        test_profile();
     }
     if (fails) printf("%d failures\n", fails);
     else printf("test_planner: ok\n");

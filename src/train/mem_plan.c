@@ -1,0 +1,34 @@
+/* The per-rank memory plan (mem_plan.h). */
+#include "mem_plan.h"
+
+#include "trident/base.h"
+
+td_dp_config td_train_dp_config(const td_train_opts *o, td_dp_mode mode) {
+    td_dp_config dcfg = {.mode = mode, .zero = o->zero, .ps_staleness = o->ps_staleness,
+                         .seed = o->seed, .optim = o->optim, .no_overlap = o->no_overlap,
+                         .master = td_train_precision(o) != TD_PREC_FP32};
+    dcfg.bucket_bytes = (size_t)((o->bucket_mb > 0 ? o->bucket_mb : TD_DEFAULT_BUCKET_MB) * 1048576.0);
+    dcfg.grad_dtype = td_grad_dtype_parse(o->grad_reduce_dtype);
+    td_grad_compress_parse(o->grad_compress, &dcfg.topk_ratio, &dcfg.topk_no_ef, &dcfg.topk_grad);
+    td_dp_payload_check(&dcfg); /* before anything is allocated */
+    return dcfg;
+}
+
+td_mem_plan td_train_mem_plan(const td_train_opts *o, const td_dp_config *dcfg, const td_gpt_config *cfg,
+                              const td_layout *lay, int tp_rank, const unsigned char *held,
+                              const td_pp_split *split, const td_schedule *sched, int pp_rank, int Bm,
+                              td_param_table *table) {
+    td_table_layout tlay = {td_dp_unit_align(dcfg, lay), lay->tp, lay->is_server ? 0 : tp_rank, held,
+                            td_train_precision(o)};
+    td_param_table_build_layout(table, cfg, &tlay);
+    td_mem_plan plan = td_dp_memory_plan(dcfg, lay, table);
+    if (!lay->is_server) {
+        plan.bytes[TD_MEM_ACTS] += split ? td_pp_activation_bytes(table, Bm, o->seq_parallel, split, sched, pp_rank,
+                                                                  td_train_recompute(o))
+                                         : td_gpt_activation_bytes_rc(table, Bm, o->seq_parallel,
+                                                                      td_train_recompute(o));
+        plan.bytes[TD_MEM_COMM] += td_tp_comm_plan_bytes(table, Bm, o->seq_parallel);
+        plan.bytes[TD_MEM_PARAMS] += td_gpt_compute_param_bytes(table); /* reduced-precision copies */
+    }
+    return plan;
+}
