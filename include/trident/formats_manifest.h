@@ -4,7 +4,7 @@
  *
  * The manifest describes the global training state in layout-independent
  * terms (the step directory's README is ckpt.h):
- *   {"format": "trident-checkpoint", "version": 3, "step": S,
+ *   {"format": "trident-checkpoint", "version": 4, "step": S,
  *    "config": {"layers", "heads", "embd", "seq", "vocab"},
  *    "tokenizer": {"kind": "char"|"byte"|"ids"|"gpt2", "vocab": V, "chars": [code points]},
  *    "seed": N, "lr_step": S,
@@ -12,10 +12,16 @@
  *    "layout": {"dp", "tp", "pp", "zero", "ranks", "precision", "dp_mode", "grad_compress"},
  *    "files": ["shard-00000.safetensors", ...],
  *    "tensors": [{"name", "shape": [..], "dtype": "F32",
- *                 "pieces": [{"section": "params"|"adam_m"|"adam_v", "file": i, "key": K,
+ *                 "pieces": [{"section": "params"|"adam_m"|"adam_v"|"rsK_dpD", "file": i, "key": K,
  *                             "tp": n, "tp_rank": r, "split_dim": d, "groups": g,
- *                             "begin": b, "end": e}]}],
- *    "rank_state": [{"kind": 0..2, "rank": world rank, "file": i, "key": K, "numel": n}]}
+ *                             "begin": b, "end": e}]}]}
+ * Section rsK_dpD is data-parallel rank D's (D < layout.dp) per-dp-rank
+ * state of kind K (td_dp_rank_state: 0 the top-k residual, 1 and 2 the
+ * top-k update scheme's local AdamW moments), a tensor like the others.
+ * Every holder of a replicated tensor has its own state of it (its top-k
+ * selection is its own): rsK_dpD holds tp rank 0's and the first stage's;
+ * rsK_dpD_tpR tp rank R's copies of tensors replicated over tp, and
+ * ..._tied the last pipeline stage's copy of the tied embedding.
  * A piece is elements [begin, end) of tp rank tp_rank's slice of the tensor
  * (under a layout of tp ranks), in the row-major order of that slice; the
  * slice's element -> global index mapping is td_param_global_index's. */
@@ -27,10 +33,21 @@
 
 #include "trident/formats.h"
 
-#define TD_MANIFEST_VERSION 3
+#define TD_MANIFEST_VERSION 4
 #define TD_MANIFEST_MAX_BYTES (256u << 20)
 enum { TD_MF_PARAMS, TD_MF_ADAM_M, TD_MF_ADAM_V, TD_MF_NSECTIONS };
 extern const char *const td_mf_section_names[TD_MF_NSECTIONS]; /* "params", "adam_m", "adam_v" */
+/* Sections past the model's: per-dp-rank state kind k of dp rank d (below
+ * TD_MF_MAX_DP), copy (tp replica r, tied: the last stage's copy of the
+ * tied embedding); the ids stay within an int. */
+#define TD_MF_RANK_KINDS 3
+#define TD_MF_MAX_DP 65536
+#define TD_MF_MAX_TP 4096
+static inline int td_mf_rank_section(int kind, int dp_rank, int tied, int replica) {
+    return TD_MF_NSECTIONS + ((2 * dp_rank + tied) * TD_MF_MAX_TP + replica) * TD_MF_RANK_KINDS + kind;
+}
+/* "params" ... or "rsK_dpD[_tpR][_tied]" (buf: at least 32 bytes) */
+void td_mf_section_name(int section, char *buf, size_t cap);
 
 typedef struct {
     int section, file, tp, tp_rank, split_dim, groups;
@@ -47,12 +64,6 @@ typedef struct {
 } td_mf_tensor;
 
 typedef struct {
-    int kind, rank, file;
-    uint64_t numel;
-    char *key;
-} td_mf_rank_state;
-
-typedef struct {
     int version, step, lr_step;
     uint64_t seed;
     int layers, heads, embd, seq, vocab;
@@ -66,8 +77,6 @@ typedef struct {
     char **files;
     int n_tensors;
     td_mf_tensor *tensors;
-    int n_rank_state;
-    td_mf_rank_state *rank_state;
 } td_manifest;
 
 /* Parses and checks every field (types, ranges, file indices, piece ranges

@@ -28,7 +28,7 @@ _Noreturn void td_ckpt_save_failed(const td_ckpt_dir *d, const char *what, int e
 /* One shard file: tensors declared first (key, element count), the header
  * written at creation, each tensor's floats put by index. */
 typedef struct {
-    char key[112]; /* the longest: 6 + 1 + 63 + 3 x 11 */
+    char key[128]; /* the longest: 18 + 1 + 63 + 3 x 11 */
     uint64_t n;
 } td_shard_item;
 typedef struct td_shard td_shard;
@@ -42,8 +42,8 @@ size_t td_shard_bookkeeping(int n);
 /* "shard-%05d.safetensors" */
 void td_shard_name(char *buf, size_t cap, int file_index);
 
-/* Piece keys inside shard files: "SECTION/NAME/TP/TP_RANK/BEGIN" and
- * rank state "rank/KIND/WORLD_RANK". */
+/* Piece keys inside shard files: "SECTION/NAME/TP/TP_RANK/BEGIN" (section
+ * names: td_mf_section_name). */
 void td_piece_key(char *buf, size_t cap, int section, const char *name, int tp, int tp_rank, size_t begin);
 
 /* Rank 0, after every shard is fsynced: manifest.json from the shards'

@@ -112,11 +112,11 @@ char *td_manifest_format(const td_ckpt_dir *d, int n_files, const td_ckpt_meta *
         int np = 0;
         for (int f = 0; f < n_files; f++)
             for (int k = 0; k < h[f].n; k++) {
-                char sec[16], nm[80];
+                char sec[32], nm[80];
                 int tp, tpr;
                 size_t begin;
                 const td_st_tensor *x = &h[f].t[k];
-                if (sscanf(x->name, "%15[^/]/%79[^/]/%d/%d/%zu", sec, nm, &tp, &tpr, &begin) != 5 ||
+                if (sscanf(x->name, "%31[^/]/%79[^/]/%d/%d/%zu", sec, nm, &tp, &tpr, &begin) != 5 ||
                     strcmp(nm, r->name) != 0)
                     continue;
                 put(&b, "%s\n   {\"section\": \"%s\", \"file\": %d, \"key\": ", np++ ? "," : "", sec, f);
@@ -127,16 +127,6 @@ char *td_manifest_format(const td_ckpt_dir *d, int n_files, const td_ckpt_meta *
             }
         put(&b, "]}");
     }
-    put(&b, "],\n \"rank_state\": [");
-    int nr = 0;
-    for (int f = 0; f < n_files; f++)
-        for (int k = 0; k < h[f].n; k++) {
-            int kind, rank;
-            const td_st_tensor *x = &h[f].t[k];
-            if (sscanf(x->name, "rank/%d/%d", &kind, &rank) != 2) continue;
-            put(&b, "%s\n  {\"kind\": %d, \"rank\": %d, \"file\": %d, \"key\": \"%s\", \"numel\": %llu}", nr++ ? "," : "",
-                kind, rank, f, x->name, (unsigned long long)((x->end - x->begin) / sizeof(float)));
-        }
     put(&b, "]}\n");
     for (int f = 0; f < n_files; f++) td_st_header_free(&h[f]);
     td_free(h);

@@ -128,7 +128,8 @@ int td_ckpt_reader_fill(td_ckpt_reader *r, const td_param_table *t, int section,
     if (!any) return 0;
     td_param_table cache[8];
     int n_cache = 0;
-    const char *sec = td_mf_section_names[section];
+    char sec[32];
+    td_mf_section_name(section, sec, sizeof sec);
     for (int i = 0; i < t->n_rows; i++) {
         const td_param *p = &t->rows[i];
         int wanted = 0;

@@ -64,7 +64,9 @@ void td_shard_name(char *buf, size_t cap, int file_index) {
 }
 
 void td_piece_key(char *buf, size_t cap, int section, const char *name, int tp, int tp_rank, size_t begin) {
-    snprintf(buf, cap, "%s/%s/%d/%d/%zu", td_mf_section_names[section], name, tp, tp_rank, begin);
+    char sec[32];
+    td_mf_section_name(section, sec, sizeof sec);
+    snprintf(buf, cap, "%s/%s/%d/%d/%zu", sec, name, tp, tp_rank, begin);
 }
 
 struct td_shard {

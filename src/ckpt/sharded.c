@@ -34,43 +34,92 @@ static void add_range(void *ctx, size_t lo, size_t n, float *data) {
     l->r[l->n++] = (td_ckpt_range){lo, n, data};
 }
 
-/* This rank's pieces: the owner ranges of each section cut at tensor
- * boundaries, without what another rank writes (replicated tensors: tp rank
- * 0; the tied embedding of the last pipeline stage: the first's). Counts
- * when items is NULL. */
+/* The pieces of one section: ranges of this rank's flat layout cut at
+ * tensor boundaries, without what another rank writes (replicated tensors:
+ * tp rank 0; the tied embedding of the last pipeline stage: the first's).
+ * Counts when items is NULL. */
+static int section_pieces(const td_grid *g, const td_param_table *t, int s, const td_ckpt_range *r, int n_ranges,
+                          td_shard_item *items, const float **data) {
+    int n = 0;
+    for (int j = 0; j < n_ranges; j++)
+        for (int i = 0; i < t->n_rows; i++) {
+            const td_param *p = &t->rows[i];
+            if (p->numel == 0 || (p->split == TD_SPLIT_NONE && g->tp_rank != 0) || (p->unit == 0 && g->pp_rank != 0))
+                continue;
+            size_t lo = td_max_sz(r[j].lo, p->offset), hi = td_min_sz(r[j].lo + r[j].n, p->offset + p->numel);
+            if (lo >= hi) continue;
+            if (items) {
+                td_piece_key(items[n].key, sizeof items[n].key, s, p->name, t->tp, t->tp_rank, lo - p->offset);
+                items[n].n = hi - lo;
+                data[n] = r[j].data + (lo - r[j].lo);
+            }
+            n++;
+        }
+    return n;
+}
+
+/* Per-dp-rank state is not replicated where the model is: each holder of a
+ * replicated tensor (tp ranks, the tied embedding's last stage) selected
+ * its own top-k. The section of this rank's copy of row p: */
+static int state_section(const td_grid *g, const td_param *p, int kind) {
+    return td_mf_rank_section(kind, g->dp_rank, p->unit == 0 && g->pp_rank != 0,
+                              p->split == TD_SPLIT_NONE ? g->tp_rank : 0);
+}
+
+/* This rank's pieces: the owner ranges of each model section, then its
+ * per-dp-rank state, every row whole, in its copy's section. Counts when
+ * items is NULL. */
 static int collect(td_dp *dp, const td_grid *g, const td_param_table *t, td_shard_item *items,
                    const float **data) {
     int n = 0;
     for (int s = 0; s < TD_MF_NSECTIONS; s++) {
         range_list l = {0, 0, NULL};
         TD_ASSERT(td_dp_ranges(dp, s, 1, add_range, &l));
-        for (int j = 0; j < l.n; j++)
-            for (int i = 0; i < t->n_rows; i++) {
-                const td_param *p = &t->rows[i];
-                if (p->numel == 0 || (p->split == TD_SPLIT_NONE && g->tp_rank != 0) || (p->unit == 0 && g->pp_rank != 0))
-                    continue;
-                size_t lo = td_max_sz(l.r[j].lo, p->offset), hi = td_min_sz(l.r[j].lo + l.r[j].n, p->offset + p->numel);
-                if (lo >= hi) continue;
-                if (items) {
-                    td_piece_key(items[n].key, sizeof items[n].key, s, p->name, t->tp, t->tp_rank, lo - p->offset);
-                    items[n].n = hi - lo;
-                    data[n] = l.r[j].data + (lo - l.r[j].lo);
-                }
-                n++;
-            }
+        n += section_pieces(g, t, s, l.r, l.n, items ? items + n : NULL, data ? data + n : NULL);
         td_free(l.r);
     }
+    TD_CHECK(td_dp_rank_state(dp, 0) == NULL || (g->dp <= TD_MF_MAX_DP && g->tp <= TD_MF_MAX_TP),
+             "--out: a checkpoint holds the per-dp-rank state of at most %d dp ranks and %d tp ranks", TD_MF_MAX_DP,
+             TD_MF_MAX_TP);
     for (int k = 0; k < TD_DP_RANK_STATES; k++) {
         const float *x = td_dp_rank_state(dp, k);
-        if (!x) continue;
-        if (items) {
-            snprintf(items[n].key, sizeof items[n].key, "rank/%d/%d", k, g->world_rank);
-            items[n].n = t->numel;
-            data[n] = x;
+        for (int i = 0; x && i < t->n_rows; i++) {
+            const td_param *p = &t->rows[i];
+            if (p->numel == 0) continue;
+            if (items) {
+                td_piece_key(items[n].key, sizeof items[n].key, state_section(g, p, k), p->name, t->tp, t->tp_rank, 0);
+                items[n].n = p->numel;
+                data[n] = x + p->offset;
+            }
+            n++;
         }
-        n++;
     }
     return n;
+}
+
+/* Fills this rank's per-dp-rank state of kind k (x) from the checkpoint:
+ * every row from the first holder's copy, then the rows of another copy
+ * from that copy's own section where the checkpoint has it (a layout with
+ * that tp rank, that pipeline). Returns 0 when it holds no such state. */
+static int fill_state(td_ckpt_reader *r, const td_grid *g, const td_param_table *t, int k, float *x) {
+    td_ckpt_range all = {0, t->numel, x};
+    if (!td_ckpt_reader_fill(r, t, td_mf_rank_section(k, g->dp_rank, 0, 0), &all, 1)) return 0;
+    td_ckpt_range *rg = td_alloc(sizeof *rg * (size_t)(t->n_rows + 1), TD_MEM_OTHER);
+    int first = td_mf_rank_section(k, g->dp_rank, 0, 0), done[4] = {first}, n_done = 1;
+    for (int i = 0; i < t->n_rows; i++) {
+        int sec = state_section(g, &t->rows[i], k), n = 0, seen = 0;
+        for (int j = 0; j < n_done; j++) seen |= done[j] == sec;
+        if (seen || t->rows[i].numel == 0) continue;
+        TD_ASSERT(n_done < 4); /* a rank holds at most (tp replica, tied) x 2 copies */
+        done[n_done++] = sec;
+        for (int j = i; j < t->n_rows; j++) {
+            const td_param *p = &t->rows[j];
+            if (p->numel > 0 && state_section(g, p, k) == sec) rg[n++] = (td_ckpt_range){p->offset, p->numel, x + p->offset};
+        }
+        td_ckpt_reader_fill(r, t, sec, rg, n);
+    }
+    td_free(rg);
+    return 1;
 }
 
 size_t td_ckpt_save_sharded(td_dp *dp, const td_grid *g, const td_param_table *t, const td_gpt_config *cfg,
@@ -103,11 +152,6 @@ size_t td_ckpt_save_sharded(td_dp *dp, const td_grid *g, const td_param_table *t
     return td_shard_bookkeeping(n);
 }
 
-static int same_layout(const td_manifest *m, const td_ckpt_meta *r) {
-    return m->dp == r->dp && m->tp == r->tp && m->pp == r->pp && m->zero == r->zero && m->ranks == r->ranks &&
-           strcmp(m->dp_mode, r->dp_mode) == 0 && strcmp(m->grad_compress, r->grad_compress) == 0;
-}
-
 void td_ckpt_resume(td_dp *dp, const td_grid *g, const td_param_table *t, const td_gpt_config *cfg,
                     const td_tokenizer *tok, const char *path, td_ckpt_meta *meta) {
     double t0 = td_now_ms();
@@ -138,20 +182,18 @@ void td_ckpt_resume(td_dp *dp, const td_grid *g, const td_param_table *t, const 
             td_log("resume: %s holds no AdamW moments (an imported model?); they start at zero\n", r.dir);
         td_free(l.r);
     }
-    /* per-dp-rank state belongs to the layout it was saved under */
-    int same = same_layout(m, meta), dropped = 0;
+    /* per-dp-rank state belongs to a dp rank, not to the model: it
+     * reshards like the model (tp, pp, zero, precision) while dp stays */
+    _Static_assert(TD_DP_RANK_STATES == TD_MF_RANK_KINDS, "the manifest's rank-state kinds are td_dp_rank_state's");
+    int saved = 0, dropped = 0, here = 0;
+    for (int i = 0; i < m->n_tensors; i++)
+        for (int k = 0; k < m->tensors[i].n_pieces; k++) saved |= m->tensors[i].pieces[k].section >= TD_MF_NSECTIONS;
     for (int k = 0; k < TD_DP_RANK_STATES; k++) {
         float *x = td_dp_rank_state(dp, k);
-        const td_mf_rank_state *rs = NULL;
-        for (int i = 0; i < m->n_rank_state; i++)
-            if (m->rank_state[i].kind == k && m->rank_state[i].rank == g->world_rank) rs = &m->rank_state[i];
-        if (x && rs && same) {
-            TD_CHECK(rs->numel == t->numel, "%s/manifest.json: rank_state %s has %llu elements, this layout %zu",
-                     r.dir, rs->key, (unsigned long long)rs->numel, t->numel);
-            td_ckpt_reader_get(&r, rs->file, rs->key, rs->numel, x);
-        }
+        if (!x) continue;
+        here = 1;
+        if (m->dp != g->dp || !fill_state(&r, g, t, k, x)) dropped = 1; /* starts at zero, as in a fresh run */
     }
-    if (!same && m->n_rank_state > 0) dropped = 1;
     meta->step = m->step;
     td_loss_scaler *sc = &meta->scaler;
     if (sc->mode == (td_loss_scale_mode)m->ls_mode && sc->mode != TD_LOSS_SCALE_NONE) {
@@ -159,10 +201,16 @@ void td_ckpt_resume(td_dp *dp, const td_grid *g, const td_param_table *t, const 
         sc->consecutive = m->ls_consecutive, sc->skipped = m->ls_skipped;
     }
     if (g->world_rank == 0) {
-        if (dropped)
-            td_log("resume: the checkpoint's per-dp-rank state (top-k residuals) was saved under dp %d tp %d pp %d "
-                   "zero %d %s %s; this layout differs, so it starts at zero\n",
-                   m->dp, m->tp, m->pp, m->zero, m->dp_mode, m->grad_compress);
+        if (saved && m->dp != g->dp)
+            td_log("resume: dp changed from %d to %d: the checkpoint's per-dp-rank state (top-k residuals, local "
+                   "moments) belongs to its dp ranks and is dropped%s\n", m->dp, g->dp,
+                   dropped ? "; this run's starts at zero" : "");
+        else if (dropped)
+            td_log("resume: %s holds no per-dp-rank state for this run's --grad-compress %s (saved with %s); it "
+                   "starts at zero\n", r.dir, meta->grad_compress, m->grad_compress);
+        else if (saved && !here)
+            td_log("resume: this run keeps no per-dp-rank state (--grad-compress %s); the checkpoint's (%s) is "
+                   "dropped\n", meta->grad_compress, m->grad_compress);
         td_log("resume: %s (step %d, saved under dp %d tp %d pp %d zero %d %s) in %.2f s; memory during the load: "
                "peak %.3f MiB, %.3f MiB at its start\n",
                r.dir, m->step, m->dp, m->tp, m->pp, m->zero, m->precision, (td_now_ms() - t0) / 1000.0,

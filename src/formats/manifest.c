@@ -8,6 +8,36 @@
 #include "trident/formats_manifest.h"
 
 const char *const td_mf_section_names[TD_MF_NSECTIONS] = {"params", "adam_m", "adam_v"};
+void td_mf_section_name(int section, char *buf, size_t cap) {
+    if (section >= 0 && section < TD_MF_NSECTIONS) {
+        snprintf(buf, cap, "%s", td_mf_section_names[section]);
+        return;
+    }
+    int i = (section - TD_MF_NSECTIONS) / TD_MF_RANK_KINDS, r = i % TD_MF_MAX_TP, dt = i / TD_MF_MAX_TP;
+    char tp[16] = "";
+    if (r > 0) snprintf(tp, sizeof tp, "_tp%d", r);
+    snprintf(buf, cap, "rs%d_dp%d%s%s", (section - TD_MF_NSECTIONS) % TD_MF_RANK_KINDS, dt / 2, tp,
+             dt % 2 ? "_tied" : "");
+}
+
+/* the section id of a name; -1: none (rank state of a dp rank >= dp, a
+ * replica of a tp rank >= tp) */
+static int section_id(const char *s, int dp, int tp) {
+    for (int k = 0; k < TD_MF_NSECTIONS; k++)
+        if (strcmp(s, td_mf_section_names[k]) == 0) return k;
+    unsigned kind, d, r = 0;
+    int used = 0, more = 0;
+    if (sscanf(s, "rs%1u_dp%5u%n", &kind, &d, &used) != 2 || kind >= TD_MF_RANK_KINDS || d >= (unsigned)dp ||
+        d >= TD_MF_MAX_DP)
+        return -1;
+    if (sscanf(s + used, "_tp%4u%n", &r, &more) == 1) used += more;
+    if (r >= (unsigned)tp || r >= TD_MF_MAX_TP) return -1;
+    int tied = strcmp(s + used, "_tied") == 0, id = td_mf_rank_section((int)kind, (int)d, tied, (int)r);
+    char canon[32]; /* one spelling only: no leading zeros, signs, _tp0 or other suffixes */
+    td_mf_section_name(id, canon, sizeof canon);
+    return strcmp(canon, s) == 0 ? id : -1;
+}
+
 static const char *const tok_names[] = {"char", "byte", "ids", "gpt2"};
 
 #define BIG (INT64_C(1) << 40) /* element counts and offsets: far beyond any model here */
@@ -43,14 +73,16 @@ static int copy_str(const td_jv *o, const char *k, char *dst, size_t cap, td_err
     return 0;
 }
 
-static int parse_piece(const td_jv *p, const td_mf_tensor *t, int n_files, td_mf_piece *out, td_err *e) {
+static int parse_piece(const td_jv *p, const td_mf_tensor *t, int n_files, int dp, int tp, td_mf_piece *out,
+                       td_err *e) {
     if (p->type != TD_JV_OBJ) return td_err_set(e, "must be an object");
     const char *sec, *key;
     if (td_json_get_str(p, "section", &sec, e) != 0 || td_json_get_str(p, "key", &key, e) != 0) return -1;
-    out->section = -1;
-    for (int s = 0; s < TD_MF_NSECTIONS; s++)
-        if (strcmp(sec, td_mf_section_names[s]) == 0) out->section = s;
-    if (out->section < 0) return td_err_set(e, "field section: \"%.40s\", valid is params, adam_m or adam_v", sec);
+    out->section = section_id(sec, dp, tp);
+    if (out->section < 0)
+        return td_err_set(e, "field section: \"%.40s\", valid is params, adam_m, adam_v or "
+                          "rsK_dpD[_tpR][_tied] (K < %d, D < layout's dp %d, 0 < R < its tp %d)", sec,
+                          TD_MF_RANK_KINDS, dp, tp);
     int64_t b, en;
     if (get_i(p, "file", 0, n_files - 1, &out->file, e) != 0 || get_i(p, "tp", 1, 4096, &out->tp, e) != 0 ||
         get_i(p, "tp_rank", 0, out->tp - 1, &out->tp_rank, e) != 0 ||
@@ -67,7 +99,7 @@ static int parse_piece(const td_jv *p, const td_mf_tensor *t, int n_files, td_mf
     return out->key ? 0 : td_err_set(e, "out of memory");
 }
 
-static int parse_tensor(const td_jv *o, int n_files, td_mf_tensor *t, td_err *e) {
+static int parse_tensor(const td_jv *o, int n_files, int dp, int tp, td_mf_tensor *t, td_err *e) {
     if (o->type != TD_JV_OBJ) return td_err_set(e, "must be an object");
     const char *name, *dtype;
     const td_jv *shape, *pieces;
@@ -90,7 +122,7 @@ static int parse_tensor(const td_jv *o, int n_files, td_mf_tensor *t, td_err *e)
     t->pieces = calloc((size_t)pieces->n + 1, sizeof *t->pieces);
     if (!t->pieces) return td_err_set(e, "out of memory");
     for (int i = 0; i < pieces->n; i++, t->n_pieces++)
-        if (parse_piece(&pieces->items[i], t, n_files, &t->pieces[i], e) != 0) return in(e, "piece", i);
+        if (parse_piece(&pieces->items[i], t, n_files, dp, tp, &t->pieces[i], e) != 0) return in(e, "piece", i);
     return 0;
 }
 
@@ -108,7 +140,7 @@ static int parse_top(const td_jv *j, td_manifest *m, td_err *e) {
         td_json_get_int(j, "seed", 0, INT64_MAX, &seed, e) != 0)
         return -1;
     m->seed = (uint64_t)seed;
-    const td_jv *c, *tok, *ls, *lay, *files, *tensors, *rs;
+    const td_jv *c, *tok, *ls, *lay, *files, *tensors;
     if (get_obj(j, "config", TD_JV_OBJ, &c, e) != 0) return -1;
     if (get_i(c, "layers", 1, 256, &m->layers, e) || get_i(c, "heads", 1, 65536, &m->heads, e) ||
         get_i(c, "embd", 1, 65536, &m->embd, e) || get_i(c, "seq", 1, 1048576, &m->seq, e) ||
@@ -177,29 +209,10 @@ static int parse_top(const td_jv *j, td_manifest *m, td_err *e) {
     if (!m->tensors) return td_err_set(e, "out of memory");
     m->n_tensors = tensors->n;
     for (int i = 0; i < tensors->n; i++) {
-        if (parse_tensor(&tensors->items[i], m->n_files, &m->tensors[i], e) != 0) return in(e, "tensor", i);
+        if (parse_tensor(&tensors->items[i], m->n_files, m->dp, m->tp, &m->tensors[i], e) != 0) return in(e, "tensor", i);
         for (int k = 0; k < i; k++)
             if (strcmp(m->tensors[k].name, m->tensors[i].name) == 0)
                 return td_err_set(e, "tensor %d: name \"%.64s\" appears twice", i, m->tensors[i].name);
-    }
-    if (get_obj(j, "rank_state", TD_JV_ARR, &rs, e) != 0) return -1;
-    if (rs->n > 1 << 20) return td_err_set(e, "field rank_state: %d entries", rs->n);
-    m->rank_state = calloc((size_t)rs->n + 1, sizeof *m->rank_state);
-    if (!m->rank_state) return td_err_set(e, "out of memory");
-    m->n_rank_state = rs->n;
-    for (int i = 0; i < rs->n; i++) {
-        const td_jv *o = &rs->items[i];
-        td_mf_rank_state *r = &m->rank_state[i];
-        const char *key;
-        int64_t n;
-        if (o->type != TD_JV_OBJ) return td_err_set(e, "rank_state %d: must be an object", i);
-        if (get_i(o, "kind", 0, 2, &r->kind, e) || get_i(o, "rank", 0, m->ranks - 1, &r->rank, e) ||
-            get_i(o, "file", 0, m->n_files - 1, &r->file, e) || td_json_get_int(o, "numel", 0, BIG, &n, e) ||
-            td_json_get_str(o, "key", &key, e))
-            return in(e, "rank_state", i);
-        r->numel = (uint64_t)n;
-        r->key = strdup(key);
-        if (!r->key) return td_err_set(e, "out of memory");
     }
     return 0;
 }
@@ -223,8 +236,6 @@ void td_manifest_free(td_manifest *m) {
         free(t->pieces);
         free(t->name);
     }
-    for (int i = 0; i < m->n_rank_state; i++) free(m->rank_state[i].key);
-    free(m->rank_state);
     free(m->tensors);
     free(m->files);
     free(m->chars);

@@ -30,8 +30,9 @@ int td_run_resume(const td_train_opts *o, td_dp *dp, const td_grid *g, const td_
     td_ckpt_resume(dp, g, t, cfg, tok, strcmp(o->resume, "latest") == 0 ? o->out : o->resume, &meta);
     TD_CHECK(meta.step < o->steps, "--resume %s: the checkpoint is at step %d, and --steps %d leaves nothing to "
              "train; pass a larger --steps", o->resume, meta.step, o->steps);
-    TD_CHECK(o->stop_after == 0 || o->stop_after > meta.step, "--stop-after %d: the checkpoint is already at "
-             "step %d (--stop-after counts from step 0)", o->stop_after, meta.step);
+    TD_CHECK(o->stop_after == 0 || o->stop_after >= meta.step, "--stop-after %d: the checkpoint is already at "
+             "step %d (--stop-after counts from step 0; at the checkpoint's step, it is saved again in this layout)",
+             o->stop_after, meta.step);
     *scaler = meta.scaler;
     return meta.step;
 }

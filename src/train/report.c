@@ -250,6 +250,10 @@ void td_report_eval(td_report *r, int step, double val_loss) {
 
 void td_report_summary(td_report *r, const td_train_result *res) {
     if (r->g->is_server) return;
+    if (res->step_ms <= 0.0) { /* no step ran (a checkpoint saved again): no rates to give */
+        td_log("done: %d steps, none of them in this run\n", res->steps_done);
+        return;
+    }
     td_log("done: %d steps, %.1f ms/step, %.0f tokens/s, MFU %.1f%%", res->steps_done, res->step_ms,
            res->tokens_per_s, 100.0 * r->flops_per_step / (res->step_ms * 1e-3) / r->peak_flops);
     if (!isnan(res->final_val_loss)) td_log(", final val loss %.4f", res->final_val_loss);

@@ -269,7 +269,14 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
         res->steps_done = first;
         int stoppable = mode != TD_DP_PS && o->out; /* a stop saves into --out */
         if (stoppable) td_stop_signals_install();
-        for (int step = first; step < o->steps; step++) {
+        /* --stop-after at the resumed step: the checkpoint saved again in
+         * this layout, no step trained (a checkpoint converted) */
+        int resaved = o->resume && stoppable && o->stop_after == first;
+        if (resaved) {
+            td_run_save(dp, &g, &table, &canon, &cfg, &data.tok, o, first, &scaler, &plan, res, 0);
+            res->stopped_after = first;
+        }
+        for (int step = first; step < o->steps && !resaved; step++) {
             double t0 = td_now_ms();
             float lr = td_lr_at(&o->optim, step);
             td_dp_begin_step(dp, step);

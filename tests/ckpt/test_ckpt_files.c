@@ -84,7 +84,7 @@ static void files(void) {
 /* The manifest parser: a minimal valid manifest, then edits of it, each an
  * error naming its field. */
 static const char *MF =
-    "{\"format\": \"trident-checkpoint\", \"version\": 3, \"step\": 4, \"lr_step\": 4, \"seed\": 7,"
+    "{\"format\": \"trident-checkpoint\", \"version\": 4, \"step\": 4, \"lr_step\": 4, \"seed\": 7,"
     " \"config\": {\"layers\": 1, \"heads\": 2, \"embd\": 16, \"seq\": 8, \"vocab\": 2},"
     " \"tokenizer\": {\"kind\": \"char\", \"vocab\": 2, \"chars\": [10, 97]},"
     " \"loss_scale\": {\"mode\": 0, \"scale\": 1, \"clean\": 0, \"consecutive\": 0, \"skipped\": 0},"
@@ -93,18 +93,20 @@ static const char *MF =
     " \"files\": [\"shard-00000.safetensors\"],"
     " \"tensors\": [{\"name\": \"transformer.wpe.weight\", \"dtype\": \"F32\", \"shape\": [8, 16], \"pieces\": ["
     "{\"section\": \"params\", \"file\": 0, \"key\": \"k\", \"tp\": 1, \"tp_rank\": 0, \"split_dim\": -1,"
-    " \"groups\": 1, \"begin\": 0, \"end\": 128}]}],"
-    " \"rank_state\": []}";
+    " \"groups\": 1, \"begin\": 0, \"end\": 128},"
+    "{\"section\": \"rs1_dp0\", \"file\": 0, \"key\": \"r\", \"tp\": 1, \"tp_rank\": 0, \"split_dim\": -1,"
+    " \"groups\": 1, \"begin\": 0, \"end\": 128}]}]}";
 
 static void manifest(void) {
     td_manifest m;
     td_err e;
     EXPECT(td_manifest_parse(MF, strlen(MF), &m, &e) == 0, "valid manifest rejected: %s", e.msg);
-    EXPECT(m.step == 4 && m.seed == 7 && m.n_tensors == 1 && m.tensors[0].pieces[0].end == 128 && m.chars[1] == 97,
+    EXPECT(m.step == 4 && m.seed == 7 && m.n_tensors == 1 && m.tensors[0].pieces[0].end == 128 && m.chars[1] == 97 &&
+               m.tensors[0].pieces[1].section == td_mf_rank_section(1, 0, 0, 0),
            "manifest misread");
     td_manifest_free(&m);
     struct { const char *from, *to, *want; } bad[] = {
-        {"\"version\": 3", "\"version\": 2", "field version: 2; this build reads version 3"},
+        {"\"version\": 4", "\"version\": 3", "field version: 3; this build reads version 4"},
         {"\"layers\": 1", "\"layers\": 0", "config: field layers"},
         {"[10, 97]", "[97, 10]", "strictly increasing"},
         {"shard-00000.safetensors", "../etc/passwd-aaaaaaaaaaa", "field files: entry 0"},
@@ -113,7 +115,10 @@ static void manifest(void) {
         {"\"tp_rank\": 0", "\"tp_rank\": 1", "field tp_rank"},
         {"\"F32\"", "\"F16\"", "field dtype"},
         {"\"params\"", "\"adam\"", "field section"},
-        {"\"rank_state\": []", "\"rank_state\": 1", "field rank_state: must be an array"},
+        {"\"rs1_dp0\"", "\"rs1_dp1\"", "field section: \"rs1_dp1\""}, /* dp rank 1 of dp 1 */
+        {"\"rs1_dp0\"", "\"rs3_dp0\"", "field section: \"rs3_dp0\""},
+        {"\"rs1_dp0\"", "\"rs1_dp00\"", "field section: \"rs1_dp00\""},
+        {"\"rs1_dp0\"", "\"rs1_dp0x\"", "field section: \"rs1_dp0x\""},
         {"\"seed\": 7,", "", "field seed: missing"},
     };
     char buf[4096];
