@@ -8,7 +8,9 @@
  * pieces of it each file holds) and shard-NNNNN.safetensors, one per writing
  * rank: its pieces of the fp32 parameters (master weights) and AdamW
  * moments, each range written once by the lowest rank holding it, and its
- * per-dp-rank state (top-k residuals). A save writes a temporary directory
+ * per-dp-rank state (top-k residuals, local moments) as pieces of the same
+ * tensors in its dp rank's sections (one per holder's copy of a replicated
+ * tensor: formats_manifest.h). A save writes a temporary directory
  * (DIR/.step-00000400.tmp.TAG), every rank its shard in parallel; once all
  * are fsynced, world rank 0 writes the manifest, fsyncs, renames the
  * directory into place and points `latest` at it atomically (a new link
@@ -19,7 +21,9 @@
  *
  * Loading reads any layout into any other: each rank puts together one
  * global tensor at a time from the pieces that hold it and copies the
- * elements it holds (td_param_global_index maps a tp slice to the tensor). */
+ * elements it holds (td_param_global_index maps a tp slice to the tensor);
+ * per-dp-rank state likewise when dp is unchanged, else it is dropped with
+ * a note. */
 #ifndef TRIDENT_CKPT_H
 #define TRIDENT_CKPT_H
 
@@ -66,7 +70,7 @@ size_t td_ckpt_writer_bookkeeping(int n_rows);
 /* --resume PATH (a step directory, or an --out directory: its latest):
  * checks that the checkpoint is of this model (config, tokenizer, seed) and
  * fills everything this rank holds in its own layout. Per-dp-rank state is
- * read when the layout equals the saved one, else dropped with a note.
+ * read (resharded) when dp equals the saved one, else dropped with a note.
  * meta: in, this run's layout; out, step and loss-scaler state. Every
  * training rank; no communication. */
 void td_ckpt_resume(td_dp *dp, const td_grid *g, const td_param_table *t, const td_gpt_config *cfg,

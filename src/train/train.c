@@ -271,7 +271,7 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
         if (stoppable) td_stop_signals_install();
         /* --stop-after at the resumed step: the checkpoint saved again in
          * this layout, no step trained (a checkpoint converted) */
-        int resaved = o->resume && stoppable && o->stop_after == first;
+        int resaved = o->resume && stoppable && o->stop_after > 0 && o->stop_after == first;
         if (resaved) {
             td_run_save(dp, &g, &table, &canon, &cfg, &data.tok, o, first, &scaler, &plan, res, 0);
             res->stopped_after = first;

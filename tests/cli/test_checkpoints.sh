@@ -166,7 +166,7 @@ bad nan-weight    "error: .*/shard-00000.safetensors: tensor params/.*: element 
 bad negative-v    "error: .*/shard-00000.safetensors: tensor adam_v/.*: element 0 is -1; second moments are >= 0" \
   'struct.pack_into("<f", s0, first("adam_v"), -1.0)'
 bad mf-garbage    "error: .*/manifest.json: byte [0-9]+: " 'mf = mf + "x"'
-bad mf-version    "error: .*/manifest.json: field version: 2; this build reads version 3" 'mf = mf.replace("\"version\": 3", "\"version\": 2")'
+bad mf-version    "error: .*/manifest.json: field version: 3; this build reads version 4" 'mf = mf.replace("\"version\": 4", "\"version\": 3")'
 bad mf-range      "error: .*/manifest.json: tensor transformer.wpe.weight: piece params/transformer.wpe.weight/2/0/0 ends at 500, beyond tp rank 0's slice of 256 elements" \
   'mf = mf.replace("\"begin\": 0, \"end\": 256", "\"begin\": 0, \"end\": 500", 1)'
 bad mf-coverage   "error: .*/manifest.json: tensor transformer.wpe.weight \(params\): the pieces hold 0 of its 256 elements" \

@@ -3,7 +3,8 @@
  * for any input: no crash, no read past the buffer, no undefined behaviour,
  * no leak on any error path.
  * Seed (tests/fuzz/corpus/ckpt/): the manifest of a tiny run (L1 H2 C16 T4,
- * a char vocabulary), written by trident train --out with dp 2 and tp 2. */
+ * a char vocabulary), written by trident train --out with dp 2, tp 2 and
+ * --grad-compress topk:0.5:grad (its per-dp-rank sections: rs0_dp0, rs0_dp0_tp1...). */
 #include <stdint.h>
 #include <string.h>
 
