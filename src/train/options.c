@@ -155,6 +155,15 @@ void td_train_opts_parse(td_train_opts *o, int argc, char **argv) {
     int no_ef, grad_scheme;
     td_grad_dtype_parse(o->grad_reduce_dtype);
     td_grad_compress_parse(o->grad_compress, &ratio, &no_ef, &grad_scheme);
+    /* each holder of a replicated tensor (tp-replicated rows, the tied
+     * embedding on the first and last stage) would select its own top-k in
+     * buckets that differ per rank, and the copies would drift apart */
+    TD_CHECK(ratio == 0 || (o->tp == 1 && o->pp == 1),
+             "--grad-compress %s does not combine with --tp %d --pp %d yet: every holder of a replicated "
+             "tensor (tp-replicated rows, the tied embedding on the first and last stage) would select "
+             "its own top-k and the copies would drift apart; use tp = pp = 1, or --grad-compress none "
+             "(--grad-reduce-dtype bf16 halves the payload in any layout)",
+             o->grad_compress, o->tp, o->pp);
     float static_scale;
     td_loss_scale_parse(o->loss_scale, o->fp16, &static_scale);
     o->optim.max_steps = o->steps;

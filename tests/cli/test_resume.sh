@@ -87,14 +87,15 @@ tr fp-to-bf 2 --dp 2 --precision bf16 --resume "$tmp/src1/step-00000004" --out "
   cmp_losses "reshard-fp32-to-bf16-dp2" "$tmp/ref.log" "$tmp/fp-to-bf.log" 1e-2
 
 # per-dp-rank state (top-k residuals, local moments) reshards like the model
-# while dp stays: dp 2 tp 1 resumed at dp 2 tp 2 and saved again at once
-# (--stop-after at the checkpoint's step) holds the same state, element by
-# element of each global tensor (put together below by a reader of its own);
-# a dp change drops it with a note
-tr topk-tp2 4 --dp 2 --tp 2 --grad-compress topk:0.1 --resume "$tmp/topk/step-00000004" --out "$tmp/o-topktp2" \
-  --stop-after 4 &&
-  if grep -q "dropped\|starts at zero" "$tmp/topk-tp2.out"; then fail "topk-tp2: $(grep -m1 'dropped\|starts at zero' "$tmp/topk-tp2.out")"
-  else $PY - "$tmp/topk/step-00000004" "$tmp/o-topktp2/step-00000004" topk-tp2 <<'PYEOF' || fails=$((fails+1))
+# while dp stays: dp 2 zero 0 fp32 resumed at dp 2 zero 1 bf16 and saved
+# again at once (--stop-after at the checkpoint's step) holds the same state,
+# element by element of each global tensor (put together below by a reader of
+# its own); a dp change drops it with a note. (Top-k is refused with tp or pp
+# > 1: the reader's tp mapping and the _tpR / _tied sections are for them.)
+tr topk-z1-bf16 2 --dp 2 --zero 1 --precision bf16 --grad-compress topk:0.1 --resume "$tmp/topk/step-00000004" \
+  --out "$tmp/o-topkz1" --stop-after 4 &&
+  if grep -q "dropped\|starts at zero" "$tmp/topk-z1-bf16.out"; then fail "topk-z1-bf16: $(grep -m1 'dropped\|starts at zero' "$tmp/topk-z1-bf16.out")"
+  else $PY - "$tmp/topk/step-00000004" "$tmp/o-topkz1/step-00000004" topk-z1-bf16 <<'PYEOF' || fails=$((fails+1))
 import json, re, struct, sys
 def load(d):
     """every section's global tensors, put together from the pieces with the
@@ -135,9 +136,10 @@ def want(k): return a[k] if k in a else a.get((re.sub("_tp[0-9]+|_tied", "", k[0
 # (a copy without a holder in b's layout is not there)
 bad = [k for k in b if want(k) != b[k]] + [k for k in a if k not in b and not re.search("_tp|_tied", k[0])]
 nonzero = sum(1 for k in rs for x in a[k].values() if x != 0.0)
-print("%s %s: saved under tp %d, saved again under tp %d: %d tensors of per-dp-rank state (%d nonzero elements); "
+def lay(m): return "zero %s %s" % (m["layout"].get("zero"), m["layout"].get("precision"))
+print("%s %s: saved under %s, saved again under %s: %d tensors of per-dp-rank state (%d nonzero elements); "
       "%d of %d (section, tensor) pairs differ" % ("ok  " if not bad and rs and nonzero else "FAIL", sys.argv[3],
-      ma["layout"]["tp"], mb["layout"]["tp"], len(rs), nonzero, len(bad), len(a)))
+      lay(ma), lay(mb), len(rs), nonzero, len(bad), len(a)))
 sys.exit(0 if not bad and rs and nonzero else 1)
 PYEOF
   fi
