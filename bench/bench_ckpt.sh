@@ -19,7 +19,8 @@ median() { sort -g | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }
 for Z in 0 1; do
   rm -rf "$tmp/out"
   out=$($M -np 2 build/trident train "${CFG[@]}" --dp 2 --zero $Z --out "$tmp/out" 2>&1 | grep '^checkpoint:')
-  saves=$(sed -n 's/.*[(,] \([0-9.]*\) s).*/\1/p' <<<"$out")
+  saves=$(sed -n 's/.*, \([0-9.]*\) s[;)].*/\1/p' <<<"$out")
+  prunes=$(sed -n 's/.*removed [0-9]* older in \([0-9.]*\) s).*/\1/p' <<<"$out" | median)
   first=$(head -1 <<<"$saves")
   save=$(median <<<"$saves")
   params=$(sed -n 's/.*(\([0-9]*\) parameters.*/\1/p' <<<"$out")
@@ -32,8 +33,8 @@ for Z in 0 1; do
     t1=$(date +%s.%N)
     awk "BEGIN{print $t1 - $t0}"
   done | median)
-  awk -v z=$Z -v p="$params" -v b="$bytes" -v s="$save" -v f="$first" -v d="$dds" -v n="$(wc -l <<<"$saves")" 'BEGIN{
+  awk -v z=$Z -v p="$params" -v b="$bytes" -v s="$save" -v f="$first" -v d="$dds" -v n="$(wc -l <<<"$saves")" -v pr="${prunes:-0}" 'BEGIN{
     printf "save dp 2 zero %d: %d parameters, %.1f MiB in 2 shards + manifest: median of %d saves %.3f s " \
            "(%.0f MiB/s; the first %.3f s); plain sequential write (dd, fsync), median of 5: %.3f s; " \
-           "ratio %.2fx (target <= 2x)\n", z, p, b / 1048576, n, s, b / 1048576 / s, f, d, s / d }'
+           "ratio %.2fx (target <= 2x); removing the older checkpoint after it (--keep 1, not in the save): %.3f s\n", z, p, b / 1048576, n, s, b / 1048576 / s, f, d, s / d, pr }'
 done

@@ -65,6 +65,12 @@ void td_ckpt_meta_default(td_ckpt_meta *m, int step);
 size_t td_ckpt_save_sharded(td_dp *dp, const td_grid *g, const td_param_table *t, const td_gpt_config *cfg,
                             const td_tokenizer *tok, const char *out, const td_ckpt_meta *meta, char *path,
                             size_t cap);
+/* After a commit, on the rank that committed (world rank 0): --keep N
+ * removes all but the N newest step directories (none when keep <= 0),
+ * and the temporary directories of saves killed half-way are removed.
+ * Apart from the save, so that its time is the writing's alone. Returns
+ * the step directories removed. */
+int td_ckpt_prune(const char *out, int step, int keep);
 /* the same bytes for the consolidated writer of a model of n_rows tensors */
 size_t td_ckpt_writer_bookkeeping(int n_rows);
 /* --resume PATH (a step directory, or an --out directory: its latest):

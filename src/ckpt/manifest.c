@@ -135,16 +135,17 @@ char *td_manifest_format(const td_ckpt_dir *d, int n_files, const td_ckpt_meta *
 }
 
 /* --keep N: the N newest step directories stay (the new one among them) */
-static void keep_newest(const td_ckpt_dir *d, int keep) {
-    if (keep <= 0) return;
+static int keep_newest(const td_ckpt_dir *d, int keep) {
+    if (keep <= 0) return 0;
     DIR *dd = opendir(d->out);
-    if (!dd) return;
+    if (!dd) return 0;
     int steps[4096], n = 0, s;
     struct dirent *de;
     char tail;
     while ((de = readdir(dd)) != NULL && n < 4096)
         if (strlen(de->d_name) == 13 && sscanf(de->d_name, "step-%8d%c", &s, &tail) == 1) steps[n++] = s;
     closedir(dd);
+    int removed = 0;
     for (int i = 0; i < n; i++) {
         int newer = 0;
         for (int j = 0; j < n; j++) newer += steps[j] > steps[i];
@@ -152,7 +153,9 @@ static void keep_newest(const td_ckpt_dir *d, int keep) {
         char p[PATH_MAX + 32];
         snprintf(p, sizeof p, "%s/step-%08d", d->out, steps[i]);
         td_ckpt_remove_dir(p);
+        removed++;
     }
+    return removed;
 }
 
 /* Temporary directories of saves that were killed half-way (a rank died,
@@ -210,11 +213,17 @@ void td_ckpt_finish(const td_ckpt_dir *d, int n_files, const td_ckpt_meta *meta,
     TD_CHECK(symlink(d->name, link_tmp) == 0 && rename(link_tmp, link) == 0,
              "saving checkpoint %s: %s was written but pointing %s at it failed: %s", d->final, d->name, link,
              strerror(errno));
-    keep_newest(d, meta->keep);
-    remove_stale(d);
     int dfd = open(d->out, O_RDONLY | O_DIRECTORY);
     TD_CHECK(dfd >= 0 && fsync(dfd) == 0, "saving checkpoint %s: fsync of --out %s failed: %s", d->final, d->out,
              strerror(errno));
     close(dfd);
     if (path) snprintf(path, cap, "%s", d->final);
+}
+
+int td_ckpt_prune(const char *out, int step, int keep) {
+    td_ckpt_dir d;
+    td_ckpt_dir_init(&d, out, step, 0);
+    int removed = keep_newest(&d, keep);
+    remove_stale(&d);
+    return removed;
 }
