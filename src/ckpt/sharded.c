@@ -9,12 +9,11 @@
 #include "trident/base.h"
 #include "trident/comm.h"
 
-/* MAX over every training rank (the grid is dp x tp x pp): after the three
- * group all-reduces each rank holds the maximum of all. */
+/* MAX over every training rank: sharded saves have no parameter servers,
+ * so the world is the dp x tp x pp grid. */
 static void workers_max(const td_grid *g, float *x, int n) {
-    td_comm *c[3] = {g->dp_comm, g->tp_comm, g->pp_comm};
-    for (int i = 0; i < 3; i++)
-        if (c[i] && td_comm_size(c[i]) > 1) td_allreduce(c[i], x, (size_t)n, TD_F32, TD_MAX);
+    TD_ASSERT(g->n_servers == 0);
+    if (td_comm_size(g->world) > 1) td_allreduce(g->world, x, (size_t)n, TD_F32, TD_MAX);
 }
 
 typedef struct {

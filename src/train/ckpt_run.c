@@ -112,9 +112,9 @@ void td_stop_signals_install(void) {
 }
 
 int td_stop_signalled(const td_grid *g) {
+    /* stoppable runs have no parameter servers: the world is the workers */
+    TD_ASSERT(g->n_servers == 0);
     float x = g_stop ? 1.0f : 0.0f;
-    td_comm *c[3] = {g->dp_comm, g->tp_comm, g->pp_comm};
-    for (int i = 0; i < 3; i++)
-        if (c[i] && td_comm_size(c[i]) > 1) td_allreduce(c[i], &x, 1, TD_F32, TD_MAX);
+    if (td_comm_size(g->world) > 1) td_allreduce(g->world, &x, 1, TD_F32, TD_MAX);
     return x > 0.0f;
 }
