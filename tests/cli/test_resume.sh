@@ -11,12 +11,7 @@
 set -u
 T=${1:?usage: test_resume.sh TRIDENT_BINARY DATA_DIR}
 DATA=${2:?}
-MPIRUN="mpirun --allow-run-as-root --oversubscribe --bind-to none"
-PY=/usr/bin/python3
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-fails=0
-fail() { echo "FAIL $*"; fails=$((fails+1)); }
-head -c 60000 "$DATA/tinyshakespeare.txt" > "$tmp/small.txt"
+. "$(dirname "$0")/ckpt_lib.sh"
 A=(--data "$tmp/small.txt" --layers 2 --heads 2 --embd 32 --seq 16 --batch 4 --steps 8
    --eval-every 0 --threads 1 --lr 1e-2 --warmup 2)
 
