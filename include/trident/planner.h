@@ -49,6 +49,9 @@ typedef struct {
     int n_bws;
     double bw_bytes[8], bw_rate[8];
     double p2p_bw, p2p_lat; /* 0: intra_bw, intra_lat */
+    double optim_rate; /* `local`: elements per second of the engine's optimizer
+                          step (gradient norm and AdamW) per device; 0: AdamW
+                          is memory-bound, at hbm_bw */
     double oversub; /* threads per core when ranks share cores (> 1), else 0:
                        while a pipeline fills and drains, the ranks that run
                        get more than their share */

@@ -52,7 +52,9 @@ static int parse_root(const td_jv *r, td_profile *p, td_err *e) {
     if (strcmp(fmt, "trident-profile") != 0) FAIL("field format: '%.40s', expected 'trident-profile'", fmt);
     int version;
     if (get_int(r, "", "version", 1, 1000, &version, e)) return -1;
-    if (version != 1) FAIL("field version: %d, this build reads version 1", version);
+    if (version == 1) FAIL("field version: 1, made by an older trident (no optimizer rates; GEMMs measured in cache): "
+                           "run `trident plan --calibrate` again");
+    if (version != 2) FAIL("field version: %d, this build reads version 2", version);
     if (get_int(r, "", "cores", 1, 1 << 16, &p->cores, e)) return -1;
     if (get_num(r, "", "mem_bytes", 0, 1, 1e18, &p->mem_bytes, e)) return -1;
     const td_jv *a;
@@ -73,6 +75,14 @@ static int parse_root(const td_jv *r, td_profile *p, td_err *e) {
         if (get_int(&a->items[k], w, "threads", 1, 1 << 16, &p->bw[k].threads, e) ||
             get_num(&a->items[k], w, "bytes", 0, 1, 1e15, &p->bw[k].bytes, e) ||
             get_num(&a->items[k], w, "gbs", 0, 1, 1e9, &p->bw[k].gbs, e))
+            return -1;
+    }
+    if (get_list(r, "optimizer", 1, &a, e)) return -1;
+    p->n_opt = a->n;
+    for (int k = 0; k < a->n; k++) {
+        snprintf(w, sizeof w, "optimizer[%d].", k);
+        if (get_int(&a->items[k], w, "threads", 1, 1 << 16, &p->opt[k].threads, e) ||
+            get_num(&a->items[k], w, "melems", 0, 1, 1e9, &p->opt[k].melems, e))
             return -1;
     }
     const td_jv *pp = td_json_get(r, "p2p");
@@ -110,12 +120,12 @@ int td_profile_parse(const char *text, size_t n, td_profile *p, td_err *e) {
 }
 
 char *td_profile_format(const td_profile *p) {
-    size_t cap = 4096 + (size_t)(p->n_gemm + p->n_bw + p->n_coll) * 160;
+    size_t cap = 4096 + (size_t)(p->n_gemm + p->n_bw + p->n_opt + p->n_coll) * 160;
     char *s = malloc(cap);
     if (!s) return NULL;
     size_t n = 0;
 #define PUT(...) n += (size_t)snprintf(s + n, cap - n, __VA_ARGS__)
-    PUT("{\"format\": \"trident-profile\", \"version\": 1, \"cores\": %d, \"mem_bytes\": %.17g,\n \"gemm\": [",
+    PUT("{\"format\": \"trident-profile\", \"version\": 2, \"cores\": %d, \"mem_bytes\": %.17g,\n \"gemm\": [",
         p->cores, p->mem_bytes);
     for (int k = 0; k < p->n_gemm; k++)
         PUT("%s\n  {\"threads\": %d, \"n\": %d, \"gflops\": %.17g}", k ? "," : "", p->gemm[k].threads, p->gemm[k].n,
@@ -124,6 +134,9 @@ char *td_profile_format(const td_profile *p) {
     for (int k = 0; k < p->n_bw; k++)
         PUT("%s\n  {\"threads\": %d, \"bytes\": %.17g, \"gbs\": %.17g}", k ? "," : "", p->bw[k].threads,
             p->bw[k].bytes, p->bw[k].gbs);
+    PUT("],\n \"optimizer\": [");
+    for (int k = 0; k < p->n_opt; k++)
+        PUT("%s\n  {\"threads\": %d, \"melems\": %.17g}", k ? "," : "", p->opt[k].threads, p->opt[k].melems);
     PUT("],\n \"p2p\": {\"alpha_us\": %.17g, \"gbs\": %.17g},\n \"collectives\": [", p->p2p_alpha_us, p->p2p_gbs);
     for (int k = 0; k < p->n_coll; k++)
         PUT("%s\n  {\"op\": \"%s\", \"ranks\": %d, \"alpha_us\": %.17g, \"gbs\": %.17g}", k ? "," : "",

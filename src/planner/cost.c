@@ -203,7 +203,8 @@ void td_plan_evaluate(const td_plan_model *m, const td_plan_cluster *c, int glob
     /* AdamW over the owned fp32 states: master, m, v read and written, the
      * gradient read, the 2-byte copy written (28 bytes per element) */
     double owned = l->zero >= 1 ? psi / d : psi; /* fp32 AdamW alike */
-    e->t[TD_COST_OPTIM] = owned * 28 / td_plan_mem_rate(c, owned * 28);
+    e->t[TD_COST_OPTIM] = c->optim_rate > 0 ? owned / c->optim_rate /* `local`: the measured step */
+                                            : owned * 28 / td_plan_mem_rate(c, owned * 28);
 
     if (c->oversub > 1) {
         /* ranks sharing cores (oversub ranks' threads per core): the costs

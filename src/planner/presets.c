@@ -187,6 +187,17 @@ void td_plan_cluster_local(const td_profile *p, int ranks, int threads, td_plan_
         c->bw_rate[i] = g * 1e9 * busy / mt * threads / total;
     }
     c->hbm_bw = c->bw_rate[c->n_bws - 1];
+    /* the optimizer step per element, scaled alike: on a CPU it is bound by
+     * its arithmetic (a square root and a division per element), not by
+     * memory, so no bandwidth figure predicts it */
+    int ot = 0;
+    double orate = 0;
+    for (int k = 0; k < p->n_opt; k++)
+        if (p->opt[k].threads <= busy && p->opt[k].threads > ot) ot = p->opt[k].threads;
+    for (int k = 0; k < p->n_opt; k++)
+        if (p->opt[k].threads <= (ot ? ot : p->opt[0].threads) && p->opt[k].melems > orate) orate = p->opt[k].melems;
+    if (!ot) ot = p->opt[0].threads;
+    c->optim_rate = orate * 1e6 * busy / ot * threads / total;
     /* the all-reduce fit of the largest group up to ranks: bus bandwidth
      * and the per-ring-step latency of td_plan_allreduce_s */
     int gr = 0;

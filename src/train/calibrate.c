@@ -20,47 +20,7 @@
 #include "trident/flags.h"
 #include "trident/kernels.h"
 #include "trident/planner.h"
-
-/* Copy bandwidth: bytes read + written per second by `threads` threads side
- * by side, each copying its own `bytes` (cache-resident for small sizes),
- * repeated within a round of ~64 MiB per thread; the best of 100 rounds (on
- * a shared machine, the rounds when all threads ran). */
-static double copy_gbs(int threads, size_t bytes) {
-    double best = 1e30;
-    int inner = (int)(((size_t)64 << 20) / bytes);
-    if (inner < 1) inner = 1;
-#pragma omp parallel num_threads(threads)
-    {
-        char *a, *b;
-#pragma omp critical /* the allocator's accounting is not thread-safe */
-        {
-            a = td_alloc(bytes, TD_MEM_OTHER);
-            b = td_alloc(bytes, TD_MEM_OTHER);
-        }
-        memset(a, 1, bytes);
-        memset(b, 2, bytes);
-        for (int rep = 0; rep < 101; rep++) {
-#pragma omp barrier
-            double t0 = td_now_ms();
-            for (int k = 0; k < inner; k++) {
-                memcpy(b, a, bytes);
-                a[k % bytes] = b[(k + 1) % bytes]; /* keep every copy */
-            }
-#pragma omp barrier
-#pragma omp master
-            {
-                double dt = td_now_ms() - t0;
-                if (rep > 0 && dt < best) best = dt; /* the first round warms up */
-            }
-        }
-#pragma omp critical
-        {
-            td_free(a);
-            td_free(b);
-        }
-    }
-    return 2.0 * (double)bytes * inner * threads / (best * 1e-3) / 1e9;
-}
+#include "calibrate_rates.h"
 
 /* one timed call of a collective or a ping-pong (peer: rank 1) */
 typedef void (*call_fn)(td_comm *c, float *buf, float *out, size_t count, int peer);
@@ -112,6 +72,21 @@ static void fit(td_comm *c, call_fn f, double bus, float *buf, float *out, doubl
     *alpha_us = fmax(0, (ts - bs / bw) * 1e6);
 }
 
+/* A barrier whose waiters sleep: rank 0 measures the cores alone, and an
+ * MPI barrier's waiters would spin on them (4 ranks on 2 cores took a third
+ * of rank 0's GEMM rate here). */
+static void quiet_wait(td_comm *w) {
+    float token = 1;
+    if (td_comm_rank(w) == 0) {
+        for (int r = 1; r < td_comm_size(w); r++) td_send(w, &token, 1, TD_F32, r, 9);
+        return;
+    }
+    td_request *q = td_request_new();
+    td_recv_start(q, w, &token, 1, TD_F32, 0, 9);
+    while (!td_test(q)) usleep(2000);
+    td_request_free(q);
+}
+
 static void mkdirs_for(const char *path) {
     char d[512];
     snprintf(d, sizeof d, "%s", path);
@@ -145,23 +120,27 @@ int td_calibrate_main(int argc, char **argv) {
     p.mem_bytes = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
     int tmax = max_threads ? max_threads : p.cores < 63 ? p.cores : 63;
     if (rank == 0) {
-        /* compute alone: the other ranks wait at the barrier below */
+        /* compute alone: the other ranks sleep in quiet_wait below */
         static const int sizes[] = {32, 64, 128, 256, 512};
         for (int t = 1; t <= tmax; t = t < tmax && 2 * t > tmax ? tmax : 2 * t) {
             for (size_t k = 0; k < sizeof sizes / sizeof sizes[0] && p.n_gemm < TD_PROFILE_MAX; k++) {
                 p.gemm[p.n_gemm].threads = t, p.gemm[p.n_gemm].n = sizes[k];
-                p.gemm[p.n_gemm++].gflops = td_sgemm_rate_gflops(t, sizes[k]);
+                p.gemm[p.n_gemm++].gflops = td_calib_linear_gflops(t, sizes[k]);
             }
             /* in the L2 cache, in the L3 and beyond it, on most machines */
             static const size_t copy_sizes[] = {(size_t)256 << 10, (size_t)4 << 20, (size_t)64 << 20};
             for (size_t k = 0; k < 3 && p.n_bw < TD_PROFILE_MAX; k++) {
                 p.bw[p.n_bw].threads = t, p.bw[p.n_bw].bytes = (double)copy_sizes[k];
-                p.bw[p.n_bw++].gbs = copy_gbs(t, copy_sizes[k]);
+                p.bw[p.n_bw++].gbs = td_calib_copy_gbs(t, copy_sizes[k]);
+            }
+            if (p.n_opt < TD_PROFILE_MAX) {
+                p.opt[p.n_opt].threads = t;
+                p.opt[p.n_opt++].melems = td_calib_optimizer_melems(t);
             }
             if (t == tmax) break;
         }
     }
-    td_barrier(w);
+    quiet_wait(w);
     size_t cap = ((size_t)32 << 20) + 4096;
     float *buf = td_comm_alloc_shared(w, cap, TD_MEM_COMM), *gat = td_alloc(cap, TD_MEM_COMM);
     memset(buf, 0, cap);
@@ -215,6 +194,8 @@ int td_calibrate_main(int argc, char **argv) {
     for (int k = 0; k < p.n_bw; k++)
         printf("  memory copy threads %d of %6.0f KiB each: %.2f GB/s\n", p.bw[k].threads, p.bw[k].bytes / 1024,
                p.bw[k].gbs);
+    for (int k = 0; k < p.n_opt; k++)
+        printf("  optimizer step threads %d: %.1f M elements/s\n", p.opt[k].threads, p.opt[k].melems);
     printf("  point-to-point: %.2f us + bytes / %.2f GB/s\n", p.p2p_alpha_us, p.p2p_gbs);
     for (int k = 0; k < p.n_coll; k++)
         printf("  %-9s %d ranks: %.2f us + bus bytes / %.2f GB/s\n", td_prof_op_name(p.coll[k].op),

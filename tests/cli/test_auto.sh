@@ -23,8 +23,9 @@ out=$($MPIRUN -np 2 "$T" plan --calibrate --max-threads 1 2>&1); rc=$?
 if [ $rc -eq 0 ] && python3 -c '
 import json, sys
 p = json.load(open(sys.argv[1]))
-assert p["format"] == "trident-profile" and p["version"] == 1 and p["cores"] >= 1, p
+assert p["format"] == "trident-profile" and p["version"] == 2 and p["cores"] >= 1, p
 assert p["gemm"] and all(g["gflops"] > 0 and g["threads"] == 1 for g in p["gemm"]), p["gemm"]
+assert p["optimizer"] and all(o["melems"] > 0 for o in p["optimizer"]), p
 assert p["mem_bw"][0]["gbs"] > 0 and p["p2p"]["gbs"] > 0 and p["p2p"]["alpha_us"] >= 0, p
 ops = sorted((c["op"], c["ranks"]) for c in p["collectives"])
 assert ops == [("allgather", 2), ("allreduce", 2)], ops

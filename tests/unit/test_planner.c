@@ -241,11 +241,12 @@ static void test_enumeration(void) {
 /* The calibration profile (formats_profile.h) and the `local` cluster built
  * from it, against hand-derived values. */
 static const char *profile_text =
-    "{\"format\": \"trident-profile\", \"version\": 1, \"cores\": 2, \"mem_bytes\": 8e9,"
+    "{\"format\": \"trident-profile\", \"version\": 2, \"cores\": 2, \"mem_bytes\": 8e9,"
     " \"gemm\": [{\"threads\": 1, \"n\": 64, \"gflops\": 20}, {\"threads\": 2, \"n\": 512, \"gflops\": 150},"
     "  {\"threads\": 1, \"n\": 512, \"gflops\": 80}, {\"threads\": 2, \"n\": 64, \"gflops\": 36}],"
     " \"mem_bw\": [{\"threads\": 1, \"bytes\": 1e6, \"gbs\": 10}, {\"threads\": 2, \"bytes\": 1e8, \"gbs\": 16},"
     "  {\"threads\": 2, \"bytes\": 1e6, \"gbs\": 64}],"
+    " \"optimizer\": [{\"threads\": 1, \"melems\": 300}, {\"threads\": 2, \"melems\": 560}],"
     " \"p2p\": {\"alpha_us\": 2, \"gbs\": 4},"
     " \"collectives\": [{\"op\": \"allreduce\", \"ranks\": 2, \"alpha_us\": 6, \"gbs\": 5},"
     "  {\"op\": \"allgather\", \"ranks\": 4, \"alpha_us\": 9, \"gbs\": 2},"
@@ -262,7 +263,9 @@ static void test_profile(void) {
            "format round trip");
     free(text);
     static const struct { const char *from, *to, *err; } bad[] = {
-        {"\"version\": 1", "\"version\": 2", "field version: 2"},
+        {"\"version\": 2", "\"version\": 3", "field version: 3"},
+        {"\"version\": 2", "\"version\": 1", "made by an older trident"},
+        {"\"melems\": 560", "\"melems\": -1", "field optimizer[1].melems: -1"},
         {"\"gbs\": 4}", "\"gbs\": 0}", "field p2p.gbs: 0"},
         {"{\"threads\": 1, \"n\": 64", "{\"threads\": 0, \"n\": 64", "field gemm[0].threads: 0"},
         {"\"op\": \"allgather\"", "\"op\": \"bcast\"", "field collectives[1].op: 'bcast'"},
@@ -289,6 +292,7 @@ static void test_profile(void) {
     EXPECT(rel(c.intra_bw, 3e9) < 1e-12 && rel(c.intra_lat, 2e-6) < 1e-12, "all-reduce fit");
     EXPECT(rel(c.p2p_bw, 4e9) < 1e-12 && rel(c.p2p_lat, 2e-6) < 1e-12, "point-to-point");
     EXPECT(c.oversub == 2, "4 threads on 2 cores: %g", c.oversub);
+    EXPECT(rel(c.optim_rate, 560e6 / 4) < 1e-12, "optimizer: the 2-thread rate, a quarter each: %g", c.optim_rate);
     /* a pipeline's bubble on shared cores: pp 2 x dp 2, 1f1b, m = 2 has a
      * bubble of (p-1)/m = 1/2 of compute and tp at the shared rate (half a
      * core); half the ranks run while it fills and drains, at a whole core

@@ -1,0 +1,182 @@
+/* The compute side of `plan --calibrate` (calibrate_rates.h). Each rate is
+ * the best of a few rounds after a warm-up round: on a shared machine, the
+ * rounds least disturbed by other work. */
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "trident/base.h"
+#include "trident/kernels.h"
+#include "trident/model.h"
+#include "trident/optim.h"
+#include "calibrate_rates.h"
+
+/* Beyond the last-level cache of most machines (tens of MiB): a model's
+ * weights and activations are streamed from memory every pass. */
+#define STREAM_BYTES ((size_t)128 << 20)
+
+/* Copy bandwidth: bytes read + written per second by `threads` threads side
+ * by side, each copying its own `bytes` (cache-resident for small sizes),
+ * repeated within a round of ~64 MiB per thread; the best of 100 rounds (on
+ * a shared machine, the rounds when all threads ran). */
+double td_calib_copy_gbs(int threads, size_t bytes) {
+    double best = 1e30;
+    int inner = (int)(((size_t)64 << 20) / bytes);
+    if (inner < 1) inner = 1;
+#pragma omp parallel num_threads(threads)
+    {
+        char *a, *b;
+#pragma omp critical /* the allocator's accounting is not thread-safe */
+        {
+            a = td_alloc(bytes, TD_MEM_OTHER);
+            b = td_alloc(bytes, TD_MEM_OTHER);
+        }
+        memset(a, 1, bytes);
+        memset(b, 2, bytes);
+        for (int rep = 0; rep < 101; rep++) {
+#pragma omp barrier
+            double t0 = td_now_ms();
+            for (int k = 0; k < inner; k++) {
+                memcpy(b, a, bytes);
+                a[k % bytes] = b[(k + 1) % bytes]; /* keep every copy */
+            }
+#pragma omp barrier
+#pragma omp master
+            {
+                double dt = td_now_ms() - t0;
+                if (rep > 0 && dt < best) best = dt; /* the first round warms up */
+            }
+        }
+#pragma omp critical
+        {
+            td_free(a);
+            td_free(b);
+        }
+    }
+    return 2.0 * (double)bytes * inner * threads / (best * 1e-3) / 1e9;
+}
+
+/* Runs body(state, round) on `threads` OpenMP threads side by side, as
+ * ranks share the machine (each its own single-threaded kernels and its
+ * own operands), and returns the best round's wall time in ms. */
+typedef struct {
+    void *(*setup)(void);
+    void (*round)(void *state, int round);
+    void (*teardown)(void *state);
+} side_by_side;
+
+static double time_side_by_side(int threads, const side_by_side *f) {
+    int saved = td_kernels_threads();
+    td_kernels_set_threads(1);
+    double best = 1e30;
+#pragma omp parallel num_threads(threads)
+    {
+        void *st;
+#pragma omp critical /* the allocator's accounting is not thread-safe */
+        st = f->setup();
+        for (int round = 0; round < 4; round++) {
+#pragma omp barrier
+            double t0 = td_now_ms();
+            f->round(st, round);
+#pragma omp barrier
+#pragma omp master
+            {
+                double dt = td_now_ms() - t0;
+                if (round > 0 && dt < best) best = dt; /* round 0 warms up (first touch, idle cores) */
+            }
+        }
+#pragma omp critical
+        f->teardown(st);
+    }
+    td_kernels_set_threads(saved);
+    return best;
+}
+
+/* Linear layers of n x n x n: input, weight, output and their gradients
+ * (bias-free: the bias is an elementwise pass the planner charges apart),
+ * as many as fill STREAM_BYTES. */
+static int g_linear_n;
+typedef struct { int n, layers; float *buf; } linear_state;
+
+static int linear_layers(int n) {
+    size_t per = 5 * (size_t)n * n * sizeof(float);
+    return STREAM_BYTES / per < 2 ? 2 : (int)(STREAM_BYTES / per);
+}
+static void *linear_setup(void) {
+    linear_state *s = td_alloc(sizeof *s, TD_MEM_OTHER);
+    s->n = g_linear_n, s->layers = linear_layers(s->n);
+    size_t total = 5 * (size_t)s->n * s->n * s->layers;
+    s->buf = td_alloc(total * sizeof(float), TD_MEM_OTHER);
+    for (size_t i = 0; i < total; i++) s->buf[i] = (float)(i % 7) * 0.01f;
+    return s;
+}
+static void linear_round(void *state, int round) {
+    (void)round;
+    linear_state *s = state;
+    size_t nn = (size_t)s->n * s->n, per = 5 * nn;
+    for (int l = 0; l < s->layers; l++) { /* forward through the layers */
+        float *x = s->buf + per * l, *w = x + nn, *out = w + nn;
+        td_matmul_forward(out, x, w, NULL, s->n, s->n, s->n);
+    }
+    for (int l = s->layers - 1; l >= 0; l--) { /* backward in reverse, gradients accumulated */
+        float *x = s->buf + per * l, *w = x + nn, *out = w + nn, *dx = out + nn, *dw = dx + nn;
+        td_matmul_backward(dx, dw, NULL, out, x, w, s->n, s->n, s->n);
+    }
+}
+static void linear_teardown(void *state) {
+    linear_state *s = state;
+    td_free(s->buf);
+    td_free(s);
+}
+
+double td_calib_linear_gflops(int threads, int n) {
+    g_linear_n = n;
+    side_by_side f = {linear_setup, linear_round, linear_teardown};
+    double ms = time_side_by_side(threads, &f);
+    return threads * 6.0 * (double)n * n * n * linear_layers(n) / (ms * 1e-3) / 1e9;
+}
+
+/* The optimizer over two 512-wide blocks: 6.3M parameters, 100 MB of
+ * parameters, gradients and moments, through the table the trainer's
+ * optimizer reads. */
+typedef struct { td_param_table t; float *p; double sink; } optim_state;
+
+static void *optim_setup(void) {
+    optim_state *s = td_alloc(sizeof *s, TD_MEM_OTHER);
+    td_gpt_config cfg = {.L = 2, .H = 4, .C = 512, .T = 64, .V = 64};
+    td_gpt_config_finish(&cfg);
+    td_param_table_build(&s->t, &cfg, 1);
+    s->p = td_alloc(4 * s->t.numel * sizeof(float), TD_MEM_OTHER);
+    for (size_t i = 0; i < 4 * s->t.numel; i++) s->p[i] = (float)(i % 5) * 0.01f;
+    s->sink = 0;
+    return s;
+}
+static void optim_round(void *state, int round) {
+    optim_state *s = state;
+    size_t n = s->t.numel;
+    float *p = s->p, *g = p + n, *m = g + n, *v = m + n;
+    td_optim_config o = {.lr = 1e-4f, .min_lr = 1e-5f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+                         .weight_decay = 0.1f, .clip = 1.0f, .warmup = 0, .max_steps = 100};
+    double norm = sqrt(td_sumsq(g, n)); /* the clipping norm reads every gradient first */
+    td_adamw_update(p, g, m, v, 0, n, &s->t, &o, o.lr, round + 1, norm > 0 ? 1.0f : 0.0f);
+    s->sink += norm;
+}
+static void optim_teardown(void *state) {
+    optim_state *s = state;
+    td_free(s->p);
+    td_param_table_free(&s->t);
+    td_free(s);
+}
+
+double td_calib_optimizer_melems(int threads) {
+    side_by_side f = {optim_setup, optim_round, optim_teardown};
+    double ms = time_side_by_side(threads, &f);
+    td_gpt_config cfg = {.L = 2, .H = 4, .C = 512, .T = 64, .V = 64};
+    td_gpt_config_finish(&cfg);
+    td_param_table t;
+    td_param_table_build(&t, &cfg, 1);
+    double n = (double)t.numel;
+    td_param_table_free(&t);
+    return threads * n / (ms * 1e-3) / 1e6;
+}
