@@ -38,8 +38,9 @@ typedef struct {
                       instead of beside it (Megatron-LM 2021) */
     /* `local` (this machine as calibrated; 0 elsewhere): fp32 elements; the
      * GEMM rate per device by GEMM size (n x n x n, log-interpolated, at the
-     * cube root of a GEMM's M N K) instead of peak x gemm_eff; pipeline
-     * point-to-point apart from the collectives' ring */
+     * cube moving as many elements per FLOP, n = 3 MNK / (MK + NK + MN))
+     * instead of peak x gemm_eff; pipeline point-to-point apart from the
+     * collectives' ring */
     int elem_bytes; /* activation, gradient and message element: 2 (0), 4 */
     int n_rates;
     double rate_n[8], rate_flops[8];
@@ -54,7 +55,7 @@ typedef struct {
                           is memory-bound, at hbm_bw */
     double oversub; /* threads per core when ranks share cores (> 1), else 0:
                        while a pipeline fills and drains, the ranks that run
-                       get more than their share */
+                       take the cores the waiting ones free */
 } td_plan_cluster;
 
 typedef enum { TD_PLAN_RC_NONE, TD_PLAN_RC_SELECTIVE, TD_PLAN_RC_FULL } td_plan_rc;

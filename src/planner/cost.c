@@ -208,11 +208,14 @@ void td_plan_evaluate(const td_plan_model *m, const td_plan_cluster *c, int glob
 
     if (c->oversub > 1) {
         /* ranks sharing cores (oversub ranks' threads per core): the costs
-         * above are at each rank's share of a core. While the pipeline fills
-         * and drains, stages start and stop one by one, so on average half
-         * the ranks run and each gets min(1, 2 / oversub) of a core instead
-         * of 1 / oversub: the bubble shrinks by that ratio */
-        e->t[TD_COST_BUBBLE] *= (1 / c->oversub) / fmin(1, 2 / c->oversub);
+         * above are at each rank's share of a core. A rank waiting in the
+         * bubble frees its share for the ranks that run (the scheduler is
+         * work-conserving), so only cores left with nothing to run are lost.
+         * While a pipeline fills and drains, on average half the ranks run:
+         * R/2 ranks on K cores leave max(0, K - R/2) idle, against the K/2
+         * the bubble stands for when every rank has its own core. At 2 or
+         * more ranks per core nothing idles and the bubble disappears. */
+        e->t[TD_COST_BUBBLE] *= fmax(0, 2 - c->oversub);
     }
     e->step_s = 0;
     e->dominant = 0;

@@ -228,7 +228,11 @@ static double interp(const double *xs, const double *ys, int n, double x) {
 
 double td_plan_gemm_rate(const td_plan_cluster *c, double M, double N, double K) {
     if (c->n_rates == 0) return c->peak_flops * c->gemm_eff;
-    return interp(c->rate_n, c->rate_flops, c->n_rates, cbrt(M * N * K));
+    /* the cube of the same arithmetic intensity: an M x N x K product does
+     * 2 MNK FLOPs per MK + NK + MN elements moved (and packed), a cube 2n/3
+     * per element; a thin product (few rows: one sequence's tokens) packs
+     * its whole weight for few FLOPs and runs at a small cube's rate */
+    return interp(c->rate_n, c->rate_flops, c->n_rates, 3 * M * N * K / (M * K + N * K + M * N));
 }
 
 double td_plan_mem_rate(const td_plan_cluster *c, double bytes) {

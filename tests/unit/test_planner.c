@@ -295,24 +295,36 @@ static void test_profile(void) {
     EXPECT(rel(c.optim_rate, 560e6 / 4) < 1e-12, "optimizer: the 2-thread rate, a quarter each: %g", c.optim_rate);
     /* a pipeline's bubble on shared cores: pp 2 x dp 2, 1f1b, m = 2 has a
      * bubble of (p-1)/m = 1/2 of compute and tp at the shared rate (half a
-     * core); half the ranks run while it fills and drains, at a whole core
-     * each: half of that shows */
+     * core). While it fills and drains half the ranks run, 2 ranks on 2
+     * cores: no core idles, nothing shows. At 1.5 ranks per core (3 ranks'
+     * threads) 1.5 of the 2 cores stay busy: half of the bubble's idle
+     * cores, max(0, 2 - 1.5) of it */
     td_plan_model pm = {"small", 4, 4, 256, 65, 64};
     td_plan_layout pl = {2, 1, 2, 0, 2, 2, TD_SCHED_1F1B, 1, TD_PLAN_RC_NONE, 0};
     td_plan_eval pe;
     c.gpus = 4;
     td_plan_evaluate(&pm, &c, 8, &pl, &pe);
+    EXPECT(pe.t[TD_COST_BUBBLE] == 0, "bubble at 2 ranks per core: %g", pe.t[TD_COST_BUBBLE]);
+    c.oversub = 1.5;
+    td_plan_evaluate(&pm, &c, 8, &pl, &pe);
     EXPECT(rel(pe.t[TD_COST_BUBBLE], 0.5 * 0.5 * (pe.t[TD_COST_COMPUTE] + pe.t[TD_COST_TP])) < 1e-9,
-           "bubble on shared cores: %g", pe.t[TD_COST_BUBBLE]);
+           "bubble at 1.5 ranks per core: %g", pe.t[TD_COST_BUBBLE]);
     c.oversub = 0; /* one rank per core: the schedule's bubble, (p-1)/m of compute and tp */
     td_plan_evaluate(&pm, &c, 8, &pl, &pe);
     EXPECT(rel(pe.t[TD_COST_BUBBLE], 0.5 * (pe.t[TD_COST_COMPUTE] + pe.t[TD_COST_TP])) < 1e-9, "bubble %g",
            pe.t[TD_COST_BUBBLE]);
-    /* log-linear between 64 and 512: the cube root 64 sqrt(8) is halfway */
+    /* log-linear between 64 and 512: a cube of 64 sqrt(8) is halfway */
     double n = 64 * sqrt(8.0);
     EXPECT(rel(td_plan_gemm_rate(&c, n, n, n), 9e9 + 0.5 * 28.5e9) < 1e-9, "interpolated %g",
            td_plan_gemm_rate(&c, n, n, n));
     EXPECT(td_plan_gemm_rate(&c, 8, 8, 8) == 9e9 && td_plan_gemm_rate(&c, 4096, 512, 512) == 37.5e9, "ends");
+    /* a thin product runs at the rate of the cube moving as many elements
+     * per FLOP: 64 x 4096 x 4096 is 3 MNK / (MK + NK + MN) = 186.2, not its
+     * cube root 1024 */
+    double eq = 3.0 * 64 * 4096 * 4096 / (64 * 4096 + 4096 * 4096 + 64 * 4096.0);
+    EXPECT(fabs(eq - 186.2) < 0.1 && rel(td_plan_gemm_rate(&c, 64, 4096, 4096),
+                                         9e9 + log(eq / 64) / log(8.0) * 28.5e9) < 1e-9,
+           "thin product %g", td_plan_gemm_rate(&c, 64, 4096, 4096));
     /* 2 threads measured below 1 (interference while calibrating): the
      * 1-thread figure is the floor */
     td_profile lo = p;
