@@ -89,6 +89,28 @@ static double layer_ew_bytes(const td_plan_model *m, int b, int tp, int sp) {
     return (double)b * m->T * (22 * h / (sp ? tp : 1) + (16 * h + 9 * as) / tp);
 }
 
+/* Members of one dp group on a node: ranks are tp fastest, then dp, then pp
+ * (include/trident/grid.h; Megatron-LM's initialize_model_parallel orders
+ * them alike), so a group's members sit tp apart and G / tp of them share a
+ * node, all of it when the group is smaller. */
+static int dp_per_node(int t, int d, int G) {
+    int k = t < G ? G / t : 1;
+    return k < d ? k : d;
+}
+
+/* Bus bandwidth of a dp group's ring collectives. Across nodes NCCL runs one
+ * ring (channel) per network port, each crossing between nodes on its own
+ * port, so a group with k members on a node drives k of the node's ports (one
+ * per GPU; the tp peers' k-member groups run beside it on the others): 3 nodes
+ * of 8 A100 with 4 HDR ports reach 96 GB/s, the 4 ports' line rate (the
+ * measurement behind IB_ACHIEVED, src/planner/presets.c), not one port's
+ * 24. Never above the node's links, which carry the same ring. */
+static double dp_bus_bw(const td_plan_cluster *c, int t, int d) {
+    int G = c->gpus_per_node, k = dp_per_node(t, d, G);
+    if (k == d) return c->intra_bw;
+    return fmin(c->intra_bw, k * c->inter_bw);
+}
+
 /* Memory of the first stage (most activations in flight) and of the last
  * (the logits); the larger goes to e. Model states are the ZeRO paper's
  * (2 + 2 + 12) psi from the engine's state plan. */
@@ -181,11 +203,10 @@ void td_plan_evaluate(const td_plan_model *m, const td_plan_cluster *c, int glob
         e->t[TD_COST_BUBBLE] = frac * (comp_mb + tp_mb) * mb;
     }
     if (d > 1) {
-        /* dp ranks sit tp x pp apart: across nodes once the group spans them.
-         * A piece is one ring collective of the stage's 2-byte parameters or
+        /* A piece is one ring collective of the stage's 2-byte parameters or
          * gradients, one call per layer (bucket). */
-        int cross = t * p * d > G;
-        double bw = cross ? c->inter_bw : c->intra_bw, lat = cross ? c->inter_lat : c->intra_lat;
+        int cross = dp_per_node(t, d, G) < d;
+        double bw = dp_bus_bw(c, t, d), lat = cross ? c->inter_lat : c->intra_lat;
         double piece = eb * td_plan_dp_volume(psi, d, 0, 1) / 2 / bw + (lps + 1) * (d - 1) * lat;
         /* software that reduces after the backward hides nothing */
         double bwd = c->dp_serial ? 0 : lps * (tb + trc), exposed;
