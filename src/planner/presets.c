@@ -90,10 +90,12 @@ const char *td_plan_model_presets(void) {
  * torch/csrc/autograd/functions/accumulate_grad.h), a separate pass that
  * reads both 2-byte gradients and writes the sum: 6 bytes per parameter per
  * micro-batch after the first. Megatron-LM 2021 accumulated so: Float16Module
- * makes the parameters and their gradients fp16, and its local DDP without
- * contiguous buffers (use_contiguous_buffers_in_ddp, False by default) left
- * them in param.grad. Software that adds into the accumulated gradient inside
- * the weight-gradient GEMM (beta = 1) moves none of it. */
+ * makes the parameters and their gradients fp16, and they stayed in
+ * param.grad (FP16OptimizerWithFP16Params copies model_param.grad to the fp32
+ * main gradients; the contiguous-buffer DDP that came later in 2021 was off
+ * by default, use_contiguous_buffers_in_ddp False). Software that adds into
+ * the accumulated gradient inside the weight-gradient GEMM (beta = 1) moves
+ * none of it. */
 #define GRAD_ACC_BYTES 6.0
 
 typedef struct {
