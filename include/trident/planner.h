@@ -36,6 +36,10 @@ typedef struct {
     double intra_lat, inter_lat; /* seconds per ring step */
     int dp_serial; /* the software reduces gradients after the backward
                       instead of beside it (Megatron-LM 2021) */
+    double grad_acc_bytes; /* bytes per owned parameter that adding a micro-batch's
+                              gradients into the accumulated ones moves, each
+                              micro-batch after the first (0: fused into the
+                              weight-gradient GEMM, or none) */
     /* `local` (this machine as calibrated; 0 elsewhere): fp32 elements; the
      * GEMM rate per device by GEMM size (n x n x n, log-interpolated, at the
      * cube moving as many elements per FLOP, n = 3 MNK / (MK + NK + MN))

@@ -89,6 +89,49 @@ static double layer_ew_bytes(const td_plan_model *m, int b, int tp, int sp) {
     return (double)b * m->T * (22 * h / (sp ? tp : 1) + (16 * h + 9 * as) / tp);
 }
 
+/* Bytes the loss moves per logit (b s V / t of them on the last stage). In
+ * mixed precision as Megatron-LM's vocab-parallel cross entropy runs it
+ * (megatron/mpu/cross_entropy.py, 2021, on logits cast with .float()): the
+ * cast (2 read, 4 written), the max (4), its subtraction in place (8), exp
+ * in place (8), the sum (4), the division in place to the softmax kept for
+ * the backward (8); backward: scaling it in place by the loss's gradient (8)
+ * and the cast back to 2 bytes (6): 52. The fp32 engine (`local`): 4 fp32
+ * passes. */
+static double loss_bytes_per_logit(const td_plan_cluster *c) { return c->elem_bytes == 4 ? 16 : 52; }
+
+/* Bytes the optimizer step moves per owned parameter. In mixed precision as
+ * Megatron-LM's FP16OptimizerWithFP16Params.step runs it
+ * (megatron/optimizer/optimizer.py, 2021): the fp32 gradient made from the
+ * 2-byte one (2 read, 4 written), unscaled and checked for inf/nan (8), its
+ * norm for clipping (4), Adam (gradient, master, m, v read, the last three
+ * written: 28), the 2-byte parameters copied from the master (6): 52; the
+ * clipping's scaling, when the norm exceeds the limit, is 8 more. The fp32
+ * engine (`local`): AdamW's master, m, v read and written and the gradient
+ * read, 28. */
+static double optim_bytes_per_param(const td_plan_cluster *c) { return c->elem_bytes == 4 ? 28 : 52; }
+
+/* Members of one dp group on a node: ranks are tp fastest, then dp, then pp
+ * (include/trident/grid.h; Megatron-LM's initialize_model_parallel orders
+ * them alike), so a group's members sit tp apart and G / tp of them share a
+ * node, all of it when the group is smaller. */
+static int dp_per_node(int t, int d, int G) {
+    int k = t < G ? G / t : 1;
+    return k < d ? k : d;
+}
+
+/* Bus bandwidth of a dp group's ring collectives. Across nodes NCCL runs one
+ * ring (channel) per network port, each crossing between nodes on its own
+ * port, so a group with k members on a node drives k of the node's ports (one
+ * per GPU; the tp peers' k-member groups run beside it on the others): 3 nodes
+ * of 8 A100 with 4 HDR ports reach 96 GB/s, the 4 ports' line rate (the
+ * measurement behind IB_ACHIEVED, src/planner/presets.c), not one port's
+ * 24. Never above the node's links, which carry the same ring. */
+static double dp_bus_bw(const td_plan_cluster *c, int t, int d) {
+    int G = c->gpus_per_node, k = dp_per_node(t, d, G);
+    if (k == d) return c->intra_bw;
+    return fmin(c->intra_bw, k * c->inter_bw);
+}
+
 /* Memory of the first stage (most activations in flight) and of the last
  * (the logits); the larger goes to e. Model states are the ZeRO paper's
  * (2 + 2 + 12) psi from the engine's state plan. */
@@ -159,11 +202,16 @@ void td_plan_evaluate(const td_plan_model *m, const td_plan_cluster *c, int glob
     }
     double ttp = g_op * (4 + (l->rc == TD_PLAN_RC_FULL ? 2 : 0));
     /* the output layer and loss on the last stage: 6 b s h V / t GEMM FLOPs,
-     * about 4 passes over fp32 logits */
+     * the loss's passes over the logits */
     double head = 6 * bs * h * m->V / t / td_plan_gemm_rate(c, bs, (double)m->V / t, h) +
-                  4 * logits / td_plan_mem_rate(c, logits);
+                  loss_bytes_per_logit(c) * logits / 4 / td_plan_mem_rate(c, logits);
     double comp_mb = lps * (tf + tb + trc) + head, tp_mb = lps * ttp;
-    e->t[TD_COST_COMPUTE] = mb * comp_mb;
+    /* each micro-batch after the first adds its weight gradients into the
+     * accumulated ones (autograd keeps the first's as they are); ZeRO-2 and
+     * 3 keep only the reduce-scattered shard */
+    double acc_elems = l->zero >= 2 ? psi / d : psi, acc_bytes = c->grad_acc_bytes * acc_elems;
+    double acc = acc_bytes > 0 ? (mb - 1) * acc_bytes / td_plan_mem_rate(c, acc_bytes) : 0;
+    e->t[TD_COST_COMPUTE] = mb * comp_mb + acc;
     e->t[TD_COST_TP] = mb * tp_mb;
     if (p > 1) {
         /* each stage sends one activation forward and one gradient back per
@@ -178,14 +226,13 @@ void td_plan_evaluate(const td_plan_model *m, const td_plan_cluster *c, int glob
             x = n_tp / (l->sp ? t : 1) / c->p2p_bw + c->p2p_lat;
         e->t[TD_COST_PP] = mb * 2.0 * v * x;
         double frac = td_schedule_bubble_theory((td_sched_kind)l->sched, p, mb, v, 1, 2, 0);
-        e->t[TD_COST_BUBBLE] = frac * (comp_mb + tp_mb) * mb;
+        e->t[TD_COST_BUBBLE] = frac * (e->t[TD_COST_COMPUTE] + e->t[TD_COST_TP]);
     }
     if (d > 1) {
-        /* dp ranks sit tp x pp apart: across nodes once the group spans them.
-         * A piece is one ring collective of the stage's 2-byte parameters or
+        /* A piece is one ring collective of the stage's 2-byte parameters or
          * gradients, one call per layer (bucket). */
-        int cross = t * p * d > G;
-        double bw = cross ? c->inter_bw : c->intra_bw, lat = cross ? c->inter_lat : c->intra_lat;
+        int cross = dp_per_node(t, d, G) < d;
+        double bw = dp_bus_bw(c, t, d), lat = cross ? c->inter_lat : c->intra_lat;
         double piece = eb * td_plan_dp_volume(psi, d, 0, 1) / 2 / bw + (lps + 1) * (d - 1) * lat;
         /* software that reduces after the backward hides nothing */
         double bwd = c->dp_serial ? 0 : lps * (tb + trc), exposed;
@@ -200,11 +247,10 @@ void td_plan_evaluate(const td_plan_model *m, const td_plan_cluster *c, int glob
         e->t[TD_COST_DP] = exposed;
         e->dp_traffic_s = piece * (l->zero <= 1 ? 2 : l->zero == 2 ? mb + 1 : 3.0 * mb);
     }
-    /* AdamW over the owned fp32 states: master, m, v read and written, the
-     * gradient read, the 2-byte copy written (28 bytes per element) */
-    double owned = l->zero >= 1 ? psi / d : psi; /* fp32 AdamW alike */
-    e->t[TD_COST_OPTIM] = c->optim_rate > 0 ? owned / c->optim_rate /* `local`: the measured step */
-                                            : owned * 28 / td_plan_mem_rate(c, owned * 28);
+    /* the optimizer step over the owned parameters: on `local` at the
+     * engine's measured rate per element, elsewhere memory-bound */
+    double owned = l->zero >= 1 ? psi / d : psi, ob = owned * optim_bytes_per_param(c);
+    e->t[TD_COST_OPTIM] = c->optim_rate > 0 ? owned / c->optim_rate : ob / td_plan_mem_rate(c, ob);
 
     if (c->oversub > 1) {
         /* ranks sharing cores (oversub ranks' threads per core): the costs

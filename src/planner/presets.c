@@ -85,6 +85,19 @@ const char *td_plan_model_presets(void) {
  *   under 600 ns); 2 us inside a node and 5 us between nodes are
  *   order-of-magnitude values, and change the large messages planned here
  *   by well under 1%. */
+/* Gradient accumulation: PyTorch's autograd steals a parameter's first
+ * gradient and adds each later one in place ("variable_grad += new_grad",
+ * torch/csrc/autograd/functions/accumulate_grad.h), a separate pass that
+ * reads both 2-byte gradients and writes the sum: 6 bytes per parameter per
+ * micro-batch after the first. Megatron-LM 2021 accumulated so: Float16Module
+ * makes the parameters and their gradients fp16, and they stayed in
+ * param.grad (FP16OptimizerWithFP16Params copies model_param.grad to the fp32
+ * main gradients; the contiguous-buffer DDP that came later in 2021 was off
+ * by default, use_contiguous_buffers_in_ddp False). Software that adds into
+ * the accumulated gradient inside the weight-gradient GEMM (beta = 1) moves
+ * none of it. */
+#define GRAD_ACC_BYTES 6.0
+
 typedef struct {
     const char *name;
     double mem_gb, tflops, eff, hbm_gbs, nvlink_gbs, ib_gbs;
@@ -267,6 +280,7 @@ int td_plan_cluster_preset(const char *name, td_plan_cluster *c, char *err, size
         c->hbm_bw = r->hbm_gbs * 1e9 * HBM_ACHIEVED;
         c->intra_bw = r->nvlink_gbs * 1e9 * NVLINK_ACHIEVED;
         c->inter_bw = r->ib_gbs * 1e9 * IB_ACHIEVED;
+        c->grad_acc_bytes = GRAD_ACC_BYTES;
         c->intra_lat = 2e-6;
         c->inter_lat = 5e-6;
         return 0;

@@ -50,17 +50,29 @@ static void test_zero_table(void) {
 /* Narayanan et al., "Efficient Large-Scale Language Model Training on GPU
  * Clusters Using Megatron-LM", SC'21 (arXiv 2104.04473), table 1 (a subset
  * of its rows): A100-80GB, 8 per node, NVLink inside, 8 HDR InfiniBand
- * ports per node; sequence 2048, vocabulary 51200; interleaved schedule,
- * full recomputation, no sequence parallelism or ZeRO.
+ * ports per node; sequence 2048, vocabulary 51200.
  * Columns: params (B), heads, hidden, layers, tp, pp, dp, gpus, global
- * batch, achieved TFLOP/s per GPU. */
-static const struct { double pb; int heads, hidden, layers, tp, pp, dp, gpus, batch; double tflops; } megatron[] = {
-    {1.7, 24, 2304, 24, 1, 1, 32, 32, 512, 137},
-    {7.5, 32, 4096, 36, 4, 1, 32, 128, 512, 142},
-    {39.1, 64, 8192, 48, 8, 2, 32, 512, 1536, 138},
-    {76.1, 80, 10240, 60, 8, 4, 32, 1024, 1792, 140},
-    {310.1, 128, 16384, 96, 8, 16, 15, 1920, 2160, 155},
-    {1008.0, 160, 25600, 128, 8, 64, 6, 3072, 3072, 163},
+ * batch, achieved TFLOP/s per GPU; then how each row ran, from the scripts
+ * that produced the table (NVIDIA/Megatron-LM examples/sc21/run_table_1.sh,
+ * CONFIG.sh): micro-batch size (MBS), model chunks per stage (v: 1 is the
+ * plain 1F1B schedule; the rows with --num-layers-per-virtual-pipeline-stage
+ * N run layers / (pp N) chunks), and whether gradients all-reduce after the
+ * backward (--DDP-impl local) or beside it (torch). Every row: full
+ * recomputation (--activations-checkpoint-method uniform), fp16 with a
+ * static loss scale (--fp16 --loss-scale 8192), no ZeRO or sequence
+ * parallelism. */
+static const struct {
+    double pb;
+    int heads, hidden, layers, tp, pp, dp, gpus, batch;
+    double tflops;
+    int mbs, v, ddp_local;
+} megatron[] = {
+    {1.7, 24, 2304, 24, 1, 1, 32, 32, 512, 137, 16, 1, 0},
+    {7.5, 32, 4096, 36, 4, 1, 32, 128, 512, 142, 16, 1, 0},
+    {39.1, 64, 8192, 48, 8, 2, 32, 512, 1536, 138, 4, 1, 1},
+    {76.1, 80, 10240, 60, 8, 4, 32, 1024, 1792, 140, 2, 3, 1},
+    {310.1, 128, 16384, 96, 8, 16, 15, 1920, 2160, 155, 1, 2, 1},
+    {1008.0, 160, 25600, 128, 8, 64, 6, 3072, 3072, 163, 1, 1, 1},
 };
 
 static void test_megatron_rows(void) {
@@ -74,13 +86,17 @@ static void test_megatron_rows(void) {
         td_plan_fixed_init(&f);
         f.dp = megatron[i].dp, f.tp = megatron[i].tp, f.pp = megatron[i].pp;
         f.zero = 0, f.rc = TD_PLAN_RC_FULL, f.sp = 0;
-        f.micro_batches = megatron[i].batch / megatron[i].dp; /* micro-batch 1 */
-        /* Megatron-LM 2021 (--DDP-impl local, its default) all-reduced the
-         * gradients after the step's backward: megatron/training.py
-         * train_step calls allreduce_gradients() once forward_backward_func
-         * returns (the timer "backward-params-all-reduce") */
-        c.dp_serial = 1;
-        if (f.pp > 1) f.sched = TD_SCHED_INTERLEAVED;
+        f.micro_batches = megatron[i].batch / megatron[i].dp / megatron[i].mbs;
+        /* Megatron-LM 2021's --DDP-impl local all-reduced the gradients
+         * after the step's backward: megatron/training.py train_step calls
+         * allreduce_gradients() once forward_backward_func returns (the
+         * timer "backward-params-all-reduce"); torch's DDP reduces buckets
+         * beside the last micro-batch's backward */
+        c.dp_serial = megatron[i].ddp_local;
+        if (f.pp > 1) {
+            f.sched = megatron[i].v > 1 ? TD_SCHED_INTERLEAVED : TD_SCHED_1F1B;
+            f.v = megatron[i].v;
+        }
         td_plan_result r;
         td_plan_search(&m, &c, megatron[i].batch, &f, &r);
         EXPECT(r.n > 0, "row %zu: nothing fits (%ld too big, %ld invalid: %s)", i, r.too_big, r.invalid,
