@@ -10,7 +10,7 @@
 # percentage error of each, and the Spearman rank correlation of predicted
 # against measured step time.
 #
-#   bench/bench_plan.sh [BUILD_DIR]      (env: STEPS=8, PROFILE=FILE, CALIBRATE=1)
+#   bench/bench_plan.sh [BUILD_DIR]      (env: STEPS=12, PROFILE=FILE, CALIBRATE=1)
 #
 # CALIBRATE=1 (default) first runs `plan --calibrate` under mpirun -np 4
 # into PROFILE (default $BUILD_DIR/bench_plan_profile.json). Every rank
@@ -27,7 +27,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$here/build}
-steps=${STEPS:-8}
+steps=${STEPS:-12}
 profile=${PROFILE:-$build/bench_plan_profile.json}
 data=$here/data/tinyshakespeare.txt
 # large enough that the plan dwarfs what no plan holds (libraries, MPI:
