@@ -51,25 +51,11 @@ const char *td_plan_model_presets(void) {
  * H100 SXM5 80GB, NVIDIA H100 Tensor Core GPU data sheet: BF16 tensor core
  *   1,979 TFLOPS with sparsity (989.4 dense), 80 GB HBM3 at 3.35 TB/s,
  *   NVLink 900 GB/s (450 GB/s per direction).
- * Achievable fraction of peak for large GEMMs, as training sustains them.
- *   Not the best burst over a sweep of shapes: S. Bekman's mamf-finder
- *   ("Machine Learning Engineering", compute/accelerator) reports that
- *   maximum (MAMF: A100 SXM 267.9 of 312 TFLOPS, 85.9%, CUDA 12.1) from
- *   thousands of shapes, short kernels at the boost clock, and its later
- *   MSMF, the rate once a large matmul holds the board at its power limit,
- *   "what back-to-back dense matmuls actually get" and "the one to use for
- *   training": on an H200 (the H100's GH100 die and 989 TFLOPS bf16 spec)
- *   MAMF 834, MSMF 755 (mamf-finder's tutorial text, 2026).
- *   - A100: 235.1 of 312, 75.4%: NVIDIA's CUTLASS profiler documentation
- *     (media/docs/profiler.md, "Example Tensor Core GEMM Operations", the
- *     examples of CUTLASS 2.2, June 2020): an f16 tensor-op GEMM of
- *     3456 x 4096 x 8192 with fp32 accumulation on sm80, 235,138 GFLOP/s
- *     (no other sm80 part reaches that rate: the A100's). A vendor's
- *     measurement of one large GEMM with the software of the A100's first
- *     years, which Megatron-LM's 2021 table was measured with (the NGC 20.12
- *     container: CUDA 11.1, cuBLAS 11); 8% below the 2024 burst maximum, as
- *     the H200's sustained rate is 9% below its burst.
- *   - H100: the H200's MSMF, 755 of 989, 76.3% (same die, same spec).
+ * Achievable fraction of peak for large GEMMs: the best bf16 matmul over a
+ *   sweep of shapes, S. Bekman, "Machine Learning Engineering", chapter
+ *   compute/accelerator, "Maximum Achievable Matmul FLOPS comparison table"
+ *   (mamf-finder.py): A100 SXM 267.9 of 312 TFLOPS (85.9%), H100 SXM 792.1
+ *   of 989 (80.1%), CUDA 12.1.
  * Networks: one InfiniBand port per GPU (DGX A100 and DGX H100 system data
  *   sheets: 8 single-port compute adapters per 8-GPU node), per direction
  *   EDR 100 Gb/s = 12.5 GB/s, HDR 200 Gb/s = 25 GB/s, NDR 400 Gb/s = 50 GB/s
@@ -117,18 +103,16 @@ typedef struct {
     double mem_gb, tflops, eff, hbm_gbs, nvlink_gbs, ib_gbs;
 } cluster_row;
 
-#define A100_GEMM (235.138 / 312)
-#define H100_GEMM (755.0 / 989)
 #define HBM_ACHIEVED (1.80 / 2.04)
 #define BMM_FRACTION (132.4 / 312)
 #define NVLINK_ACHIEVED (200.0 / 300)
 #define IB_ACHIEVED (96.0 / 100)
 
 static const cluster_row clusters[] = {
-    {"a100-edr", 80, 312, A100_GEMM, 2039, 300, 12.5},
-    {"a100-hdr", 80, 312, A100_GEMM, 2039, 300, 25},
-    {"a100-ndr", 80, 312, A100_GEMM, 2039, 300, 50},
-    {"h100-ndr", 80, 989.4, H100_GEMM, 3350, 450, 50},
+    {"a100-edr", 80, 312, 267.9 / 312, 2039, 300, 12.5},
+    {"a100-hdr", 80, 312, 267.9 / 312, 2039, 300, 25},
+    {"a100-ndr", 80, 312, 267.9 / 312, 2039, 300, 50},
+    {"h100-ndr", 80, 989.4, 792.1 / 989, 3350, 450, 50},
 };
 #define N_CLUSTERS ((int)(sizeof clusters / sizeof clusters[0]))
 
