@@ -125,6 +125,11 @@ double td_plan_layer_act_bytes(const td_plan_model *m, int b, int tp, int sp, in
  * min(m, p - stage) (1f1b), Megatron's interleaved warm-up + 1 (capped at
  * m v); 1 without a pipeline. */
 int td_plan_inflight(int sched, int p, int m, int v, int stage);
+/* The share of a pipeline's bubble (as computed at each rank's share of the
+ * cores) that costs time when ranks share cores, `o` threads per core, p
+ * stages: 1 for o <= 1, less as the ranks that run take the cores the
+ * waiting ones free. */
+double td_plan_bubble_shared(int p, double o);
 /* Alpha-beta ring collectives over n ranks of `bytes` (the whole tensor). */
 double td_plan_allreduce_s(double bytes, int n, double bw, double lat);
 double td_plan_allgather_s(double bytes, int n, double bw, double lat); /* = reduce-scatter */

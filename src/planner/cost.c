@@ -40,6 +40,25 @@ double td_plan_layer_act_bytes(const td_plan_model *m, int b, int tp, int sp, in
     return sbh * per;
 }
 
+/* Ranks sharing cores, o threads per core: the costs are at each rank's
+ * share of a core, o times its time alone, and so is the bubble the
+ * schedule's fraction gives. A rank waiting in the bubble frees its share
+ * for the ranks that run (the scheduler is work-conserving), so only cores
+ * left with nothing to run are lost. While a pipeline fills and drains, the
+ * number of active stages s runs through 1 .. p-1 (twice each: forward and
+ * backward), s/p of the ranks: on K cores they leave max(0, 1 - s o / p) of
+ * them idle. With a core per rank (o = 1) that sums to (p-1)/2 of the
+ * slots, which is the schedule's bubble; the bubble at o is the idle cores'
+ * share of that, at full speed (1/o of the shared-rate figure). At p = 2 and
+ * 2 ranks per core nothing idles; at p = 4 a lone first or last stage still
+ * leaves cores idle. */
+double td_plan_bubble_shared(int p, double o) {
+    if (p <= 1 || o <= 1) return 1;
+    double idle = 0;
+    for (int s = 1; s < p; s++) idle += fmax(0, 1 - s * o / p);
+    return idle / ((p - 1) / 2.0) / o;
+}
+
 int td_plan_inflight(int sched, int p, int m, int v, int stage) {
     if (sched == TD_PLAN_NO_SCHED) return 1;
     if (sched == TD_SCHED_GPIPE) return m;
@@ -252,17 +271,7 @@ void td_plan_evaluate(const td_plan_model *m, const td_plan_cluster *c, int glob
     double owned = l->zero >= 1 ? psi / d : psi, ob = owned * optim_bytes_per_param(c);
     e->t[TD_COST_OPTIM] = c->optim_rate > 0 ? owned / c->optim_rate : ob / td_plan_mem_rate(c, ob);
 
-    if (c->oversub > 1) {
-        /* ranks sharing cores (oversub ranks' threads per core): the costs
-         * above are at each rank's share of a core. A rank waiting in the
-         * bubble frees its share for the ranks that run (the scheduler is
-         * work-conserving), so only cores left with nothing to run are lost.
-         * While a pipeline fills and drains, on average half the ranks run:
-         * R/2 ranks on K cores leave max(0, K - R/2) idle, against the K/2
-         * the bubble stands for when every rank has its own core. At 2 or
-         * more ranks per core nothing idles and the bubble disappears. */
-        e->t[TD_COST_BUBBLE] *= fmax(0, 2 - c->oversub);
-    }
+    if (c->oversub > 1) e->t[TD_COST_BUBBLE] *= td_plan_bubble_shared(p, c->oversub);
     e->step_s = 0;
     e->dominant = 0;
     double worst = 0;

@@ -74,7 +74,9 @@ static void fit(td_comm *c, call_fn f, double bus, float *buf, float *out, doubl
 
 /* A barrier whose waiters sleep: rank 0 measures the cores alone, and an
  * MPI barrier's waiters would spin on them (4 ranks on 2 cores took a third
- * of rank 0's GEMM rate here). */
+ * of rank 0's GEMM rate here). It has no timeout of its own (rank 0's
+ * measurements take seconds to minutes with the cores): if rank 0 dies, the
+ * heartbeat (src/comm/heartbeat.c) ends the waiters with its report. */
 static void quiet_wait(td_comm *w) {
     float token = 1;
     if (td_comm_rank(w) == 0) {
