@@ -16,55 +16,20 @@
  * weights and activations are streamed from memory every pass. */
 #define STREAM_BYTES ((size_t)128 << 20)
 
-/* Copy bandwidth: bytes read + written per second by `threads` threads side
- * by side, each copying its own `bytes` (cache-resident for small sizes),
- * repeated within a round of ~64 MiB per thread; the best of 100 rounds (on
- * a shared machine, the rounds when all threads ran). */
-double td_calib_copy_gbs(int threads, size_t bytes) {
-    double best = 1e30;
-    int inner = (int)(((size_t)64 << 20) / bytes);
-    if (inner < 1) inner = 1;
-#pragma omp parallel num_threads(threads)
-    {
-        char *a, *b;
-#pragma omp critical /* the allocator's accounting is not thread-safe */
-        {
-            a = td_alloc(bytes, TD_MEM_OTHER);
-            b = td_alloc(bytes, TD_MEM_OTHER);
-        }
-        memset(a, 1, bytes);
-        memset(b, 2, bytes);
-        for (int rep = 0; rep < 101; rep++) {
-#pragma omp barrier
-            double t0 = td_now_ms();
-            for (int k = 0; k < inner; k++) {
-                memcpy(b, a, bytes);
-                a[k % bytes] = b[(k + 1) % bytes]; /* keep every copy */
-            }
-#pragma omp barrier
-#pragma omp master
-            {
-                double dt = td_now_ms() - t0;
-                if (rep > 0 && dt < best) best = dt; /* the first round warms up */
-            }
-        }
-#pragma omp critical
-        {
-            td_free(a);
-            td_free(b);
-        }
-    }
-    return 2.0 * (double)bytes * inner * threads / (best * 1e-3) / 1e9;
-}
-
-/* Runs body(state, round) on `threads` OpenMP threads side by side, as
- * ranks share the machine (each its own single-threaded kernels and its
- * own operands), and returns the best round's wall time in ms. */
+/* Runs `threads` OpenMP threads side by side, as ranks share the machine:
+ * each sets up its own operands, then all run `rounds` rounds together
+ * (each thread's kernels single-threaded); round 0 warms up (first touch,
+ * idle cores). Returns the best later round's wall time in ms: on a shared
+ * machine, the round least disturbed by other work. setup runs under a
+ * lock (the allocator's accounting is not thread-safe) and sets g_work, the
+ * work of one thread's round in the caller's unit. */
 typedef struct {
     void *(*setup)(void);
     void (*round)(void *state, int round);
     void (*teardown)(void *state);
+    int rounds;
 } side_by_side;
+static double g_work;
 
 static double time_side_by_side(int threads, const side_by_side *f) {
     int saved = td_kernels_threads();
@@ -73,9 +38,9 @@ static double time_side_by_side(int threads, const side_by_side *f) {
 #pragma omp parallel num_threads(threads)
     {
         void *st;
-#pragma omp critical /* the allocator's accounting is not thread-safe */
+#pragma omp critical
         st = f->setup();
-        for (int round = 0; round < 4; round++) {
+        for (int round = 0; round < f->rounds; round++) {
 #pragma omp barrier
             double t0 = td_now_ms();
             f->round(st, round);
@@ -83,7 +48,7 @@ static double time_side_by_side(int threads, const side_by_side *f) {
 #pragma omp master
             {
                 double dt = td_now_ms() - t0;
-                if (round > 0 && dt < best) best = dt; /* round 0 warms up (first touch, idle cores) */
+                if (round > 0 && dt < best) best = dt;
             }
         }
 #pragma omp critical
@@ -93,22 +58,60 @@ static double time_side_by_side(int threads, const side_by_side *f) {
     return best;
 }
 
+/* Copies of g_copy_bytes (cache-resident for small sizes), repeated within
+ * a round of ~64 MiB; 101 rounds (short ones: some catch every thread
+ * running). Work: bytes read + written. */
+static size_t g_copy_bytes;
+typedef struct { char *a, *b; size_t bytes; int inner; } copy_state;
+
+static void *copy_setup(void) {
+    copy_state *s = td_alloc(sizeof *s, TD_MEM_OTHER);
+    s->bytes = g_copy_bytes;
+    s->inner = (int)(((size_t)64 << 20) / s->bytes);
+    if (s->inner < 1) s->inner = 1;
+    s->a = td_alloc(s->bytes, TD_MEM_OTHER);
+    s->b = td_alloc(s->bytes, TD_MEM_OTHER);
+    memset(s->a, 1, s->bytes);
+    memset(s->b, 2, s->bytes);
+    g_work = 2.0 * (double)s->bytes * s->inner;
+    return s;
+}
+static void copy_round(void *state, int round) {
+    (void)round;
+    copy_state *s = state;
+    for (int k = 0; k < s->inner; k++) {
+        memcpy(s->b, s->a, s->bytes);
+        s->a[k % s->bytes] = s->b[(k + 1) % s->bytes]; /* keep every copy */
+    }
+}
+static void copy_teardown(void *state) {
+    copy_state *s = state;
+    td_free(s->a);
+    td_free(s->b);
+    td_free(s);
+}
+
+double td_calib_copy_gbs(int threads, size_t bytes) {
+    g_copy_bytes = bytes;
+    side_by_side f = {copy_setup, copy_round, copy_teardown, 101};
+    double ms = time_side_by_side(threads, &f);
+    return threads * g_work / (ms * 1e-3) / 1e9;
+}
+
 /* Linear layers of n x n x n: input, weight, output and their gradients
  * (bias-free: the bias is an elementwise pass the planner charges apart),
- * as many as fill STREAM_BYTES. */
+ * as many as fill STREAM_BYTES. Work: 6 n^3 FLOPs per layer. */
 static int g_linear_n;
 typedef struct { int n, layers; float *buf; } linear_state;
 
-static int linear_layers(int n) {
-    size_t per = 5 * (size_t)n * n * sizeof(float);
-    return STREAM_BYTES / per < 2 ? 2 : (int)(STREAM_BYTES / per);
-}
 static void *linear_setup(void) {
     linear_state *s = td_alloc(sizeof *s, TD_MEM_OTHER);
-    s->n = g_linear_n, s->layers = linear_layers(s->n);
-    size_t total = 5 * (size_t)s->n * s->n * s->layers;
-    s->buf = td_alloc(total * sizeof(float), TD_MEM_OTHER);
-    for (size_t i = 0; i < total; i++) s->buf[i] = (float)(i % 7) * 0.01f;
+    s->n = g_linear_n;
+    size_t per = 5 * (size_t)s->n * s->n;
+    s->layers = STREAM_BYTES / (per * sizeof(float)) < 2 ? 2 : (int)(STREAM_BYTES / (per * sizeof(float)));
+    s->buf = td_alloc(per * s->layers * sizeof(float), TD_MEM_OTHER);
+    for (size_t i = 0; i < per * s->layers; i++) s->buf[i] = (float)(i % 7) * 0.01f;
+    g_work = 6.0 * (double)s->n * s->n * s->n * s->layers;
     return s;
 }
 static void linear_round(void *state, int round) {
@@ -132,14 +135,14 @@ static void linear_teardown(void *state) {
 
 double td_calib_linear_gflops(int threads, int n) {
     g_linear_n = n;
-    side_by_side f = {linear_setup, linear_round, linear_teardown};
+    side_by_side f = {linear_setup, linear_round, linear_teardown, 4};
     double ms = time_side_by_side(threads, &f);
-    return threads * 6.0 * (double)n * n * n * linear_layers(n) / (ms * 1e-3) / 1e9;
+    return threads * g_work / (ms * 1e-3) / 1e9;
 }
 
 /* The optimizer over two 512-wide blocks: 6.3M parameters, 100 MB of
  * parameters, gradients and moments, through the table the trainer's
- * optimizer reads. */
+ * optimizer reads. Work: the elements. */
 typedef struct { td_param_table t; float *p; double sink; } optim_state;
 
 static void *optim_setup(void) {
@@ -150,6 +153,7 @@ static void *optim_setup(void) {
     s->p = td_alloc(4 * s->t.numel * sizeof(float), TD_MEM_OTHER);
     for (size_t i = 0; i < 4 * s->t.numel; i++) s->p[i] = (float)(i % 5) * 0.01f;
     s->sink = 0;
+    g_work = (double)s->t.numel;
     return s;
 }
 static void optim_round(void *state, int round) {
@@ -170,13 +174,7 @@ static void optim_teardown(void *state) {
 }
 
 double td_calib_optimizer_melems(int threads) {
-    side_by_side f = {optim_setup, optim_round, optim_teardown};
+    side_by_side f = {optim_setup, optim_round, optim_teardown, 4};
     double ms = time_side_by_side(threads, &f);
-    td_gpt_config cfg = {.L = 2, .H = 4, .C = 512, .T = 64, .V = 64};
-    td_gpt_config_finish(&cfg);
-    td_param_table t;
-    td_param_table_build(&t, &cfg, 1);
-    double n = (double)t.numel;
-    td_param_table_free(&t);
-    return threads * n / (ms * 1e-3) / 1e6;
+    return threads * g_work / (ms * 1e-3) / 1e6;
 }
