@@ -52,8 +52,7 @@ static int parse_root(const td_jv *r, td_profile *p, td_err *e) {
     if (strcmp(fmt, "trident-profile") != 0) FAIL("field format: '%.40s', expected 'trident-profile'", fmt);
     int version;
     if (get_int(r, "", "version", 1, 1000, &version, e)) return -1;
-    if (version == 1) FAIL("field version: 1, made by an older trident (no optimizer rates; GEMMs measured in cache): "
-                           "run `trident plan --calibrate` again");
+    if (version == 1) FAIL("field version: 1, made by an older trident (no optimizer rates; GEMMs measured in cache)");
     if (version != 2) FAIL("field version: %d, this build reads version 2", version);
     if (get_int(r, "", "cores", 1, 1 << 16, &p->cores, e)) return -1;
     if (get_num(r, "", "mem_bytes", 0, 1, 1e18, &p->mem_bytes, e)) return -1;
