@@ -19,8 +19,9 @@
 /* Runs `threads` OpenMP threads side by side, as ranks share the machine:
  * each sets up its own operands, then all run `rounds` rounds together
  * (each thread's kernels single-threaded); round 0 warms up (first touch,
- * idle cores). Returns the best later round's wall time in ms: on a shared
- * machine, the round least disturbed by other work. setup runs under a
+ * idle cores). Returns the threads' work per second (threads x g_work over
+ * the best later round's wall time: on a shared machine, the round least
+ * disturbed by other work). setup runs under a
  * lock (the allocator's accounting is not thread-safe) and sets g_work, the
  * work of one thread's round in the caller's unit. */
 typedef struct {
@@ -31,7 +32,7 @@ typedef struct {
 } side_by_side;
 static double g_work;
 
-static double time_side_by_side(int threads, const side_by_side *f) {
+static double rate_side_by_side(int threads, const side_by_side *f) {
     int saved = td_kernels_threads();
     td_kernels_set_threads(1);
     double best = 1e30;
@@ -55,7 +56,7 @@ static double time_side_by_side(int threads, const side_by_side *f) {
         f->teardown(st);
     }
     td_kernels_set_threads(saved);
-    return best;
+    return threads * g_work / (best * 1e-3);
 }
 
 /* Copies of g_copy_bytes (cache-resident for small sizes), repeated within
@@ -94,8 +95,7 @@ static void copy_teardown(void *state) {
 double td_calib_copy_gbs(int threads, size_t bytes) {
     g_copy_bytes = bytes;
     side_by_side f = {copy_setup, copy_round, copy_teardown, 101};
-    double ms = time_side_by_side(threads, &f);
-    return threads * g_work / (ms * 1e-3) / 1e9;
+    return rate_side_by_side(threads, &f) / 1e9;
 }
 
 /* Linear layers of n x n x n: input, weight, output and their gradients
@@ -136,8 +136,7 @@ static void linear_teardown(void *state) {
 double td_calib_linear_gflops(int threads, int n) {
     g_linear_n = n;
     side_by_side f = {linear_setup, linear_round, linear_teardown, 4};
-    double ms = time_side_by_side(threads, &f);
-    return threads * g_work / (ms * 1e-3) / 1e9;
+    return rate_side_by_side(threads, &f) / 1e9;
 }
 
 /* The optimizer over two 512-wide blocks: 6.3M parameters, 100 MB of
@@ -175,6 +174,5 @@ static void optim_teardown(void *state) {
 
 double td_calib_optimizer_melems(int threads) {
     side_by_side f = {optim_setup, optim_round, optim_teardown, 4};
-    double ms = time_side_by_side(threads, &f);
-    return threads * g_work / (ms * 1e-3) / 1e6;
+    return rate_side_by_side(threads, &f) / 1e6;
 }
