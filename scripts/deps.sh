@@ -5,7 +5,8 @@
 # noninteractive, no prompts.
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libopenblas-dev
-      python3-torch gnuplot-nox fortunes clang libclang-rt-14-dev libdnnl-dev)
+      python3-torch gnuplot-nox fortunes clang libclang-rt-14-dev libdnnl-dev
+      libxxhash-dev python3-xxhash python3-regex)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

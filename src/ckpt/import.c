@@ -19,6 +19,7 @@
 #include "trident/base.h"
 #include "trident/ckpt.h"
 #include "trident/ckpt_interop.h"
+#include "trident/files.h"
 #include "trident/flags.h"
 #include "trident/formats_gpt2.h"
 #include "trident/formats_safetensors.h"
@@ -29,10 +30,10 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "both formats are litt
 
 /* The whole file (untrusted: its size comes from fstat, not from it). */
 static unsigned char *read_all(const char *path, size_t *len) {
-    int fd = open(path, O_RDONLY);
     struct stat st;
-    TD_CHECK(fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode), "import: %s: cannot read it: %s",
-             path, fd < 0 ? strerror(errno) : "not a regular file");
+    const char *why;
+    int fd = td_open_input(path, &st, &why);
+    TD_CHECK(fd >= 0, "import: %s: cannot read it: %s", path, why);
     *len = (size_t)st.st_size;
     unsigned char *buf = td_alloc(*len ? *len : 1, TD_MEM_OTHER);
     for (size_t got = 0; got < *len;) {

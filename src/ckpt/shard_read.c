@@ -12,6 +12,7 @@
 
 #include "ckpt_internal.h"
 #include "trident/base.h"
+#include "trident/files.h"
 
 static void read_exact(int fd, void *p, uint64_t n, uint64_t off, const char *path, const char *what) {
     char *c = p;
@@ -46,9 +47,9 @@ void td_ckpt_reader_open(td_ckpt_reader *r, const char *path, const char *what) 
         TD_CHECK(stat(file, &st) == 0, "%s %s: latest names %s, which holds no manifest.json: %s", what, path, target,
                  strerror(errno));
     }
-    int fd = open(file, O_RDONLY);
-    TD_CHECK(fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode), "%s: cannot read it: %s", file,
-             fd < 0 ? strerror(errno) : "not a regular file");
+    const char *why;
+    int fd = td_open_input(file, &st, &why);
+    TD_CHECK(fd >= 0, "%s: cannot read it: %s", file, why);
     TD_CHECK((uint64_t)st.st_size <= TD_MANIFEST_MAX_BYTES, "%s: %lld bytes; a manifest is at most 256 MiB", file,
              (long long)st.st_size);
     char *text = td_alloc((size_t)st.st_size + 1, TD_MEM_OTHER);
@@ -82,9 +83,9 @@ static void open_file(td_ckpt_reader *r, int f, char *path, size_t cap) {
     snprintf(path, cap, "%s/%s", r->dir, r->m.files[f]);
     if (r->fd[f] >= 0) return;
     struct stat st;
-    int fd = open(path, O_RDONLY);
-    TD_CHECK(fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode), "%s: cannot read this shard of the checkpoint: %s",
-             path, fd < 0 ? strerror(errno) : "not a regular file");
+    const char *why;
+    int fd = td_open_input(path, &st, &why);
+    TD_CHECK(fd >= 0, "%s: cannot read this shard of the checkpoint: %s", path, why);
     unsigned char first8[8] = {0};
     uint64_t n, len = (uint64_t)st.st_size;
     td_err e;

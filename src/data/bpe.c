@@ -14,6 +14,7 @@
 #include "bpe_internal.h"
 #include "trident/base.h"
 #include "trident/bpe.h"
+#include "trident/files.h"
 #include "trident/formats_bpe.h"
 
 #ifndef TD_GPT2_BPE_PATH
@@ -137,10 +138,9 @@ static int build(td_bpe *b, td_err *e) {
 int td_bpe_load(const char *path, td_bpe **out, td_err *e) {
     *out = NULL;
     struct stat st;
-    if (stat(path, &st) != 0) return td_err_set(e, "%s", strerror(errno));
-    if (!S_ISREG(st.st_mode)) return td_err_set(e, "not a regular file");
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return td_err_set(e, "cannot be read: %s", strerror(errno));
+    const char *why;
+    FILE *fp = td_fopen_input(path, &st, &why);
+    if (!fp) return td_err_set(e, "cannot be read: %s", why);
     td_bpe *b = calloc(1, sizeof *b);
     if (b) b->bytes = malloc((size_t)st.st_size + 1);
     if (!b || !b->bytes) {

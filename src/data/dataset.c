@@ -10,16 +10,16 @@
 #include "trident/base.h"
 #include "trident/bpe.h"
 #include "trident/data.h"
+#include "trident/files.h"
 #include "trident/formats_data.h"
 
 /* Opens a corpus file; `label` says how errors name it ("--data PATH", or
  * the validation file found beside it). */
 static FILE *open_regular(const char *path, const char *label, uint64_t *size) {
     struct stat st;
-    TD_CHECK(stat(path, &st) == 0, "%s: %s", label, strerror(errno));
-    TD_CHECK(S_ISREG(st.st_mode), "%s is not a regular file; give a text file or a .bin token file", label);
-    FILE *f = fopen(path, "rb");
-    TD_CHECK(f, "%s cannot be read: %s", label, strerror(errno));
+    const char *why;
+    FILE *f = td_fopen_input(path, &st, &why);
+    TD_CHECK(f, "%s cannot be read: %s; give a text file or a .bin token file", label, why);
     TD_CHECK(st.st_size > 0, "%s is empty; give a non-empty text file or token file", label);
     *size = (uint64_t)st.st_size;
     return f;

@@ -21,6 +21,7 @@
 #include "trident/base.h"
 #include "trident/bpe.h"
 #include "trident/data.h"
+#include "trident/files.h"
 #include "trident/flags.h"
 #include "trident/formats_data.h"
 
@@ -68,11 +69,10 @@ static void progress_print(progress *p, int final) {
 /* Encodes one input file as a document onto t. */
 static void encode_file(const char *path, td_bpe_enc **encs, int threads, tokens *t, progress *p,
                         int *scratch) {
-    int fd = open(path, O_RDONLY);
     struct stat st;
-    TD_CHECK(fd >= 0 && fstat(fd, &st) == 0, "tokenize: input %s: %s", path, strerror(errno));
-    TD_CHECK(S_ISREG(st.st_mode), "tokenize: input %s is not a regular file; give text files",
-             path);
+    const char *why;
+    int fd = td_open_input(path, &st, &why);
+    TD_CHECK(fd >= 0, "tokenize: input %s: %s; give text files", path, why);
     size_t n = (size_t)st.st_size;
     const unsigned char *s = NULL;
     if (n) {

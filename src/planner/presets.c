@@ -6,6 +6,7 @@
 #include <string.h>
 #include <math.h>
 
+#include "trident/files.h"
 #include "trident/planner.h"
 
 static const td_plan_model models[] = {
@@ -129,8 +130,9 @@ void td_plan_profile_path(char *buf, size_t n) {
 }
 
 int td_plan_profile_load(const char *path, td_profile *p, td_err *e) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return td_err_set(e, "cannot open the calibration profile %s", path);
+    const char *why;
+    FILE *f = td_fopen_input(path, NULL, &why);
+    if (!f) return td_err_set(e, "cannot open the calibration profile %s: %s", path, why);
     enum { CAP = 1 << 20 };
     char *buf = malloc(CAP);
     size_t n = buf ? fread(buf, 1, CAP, f) : 0;

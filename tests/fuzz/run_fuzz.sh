@@ -8,7 +8,7 @@ name=$1 secs=$2 src=$3 bin=$4
 command -v clang >/dev/null || { echo "fuzz_$name: clang is missing; run scripts/deps.sh" >&2; exit 1; }
 exe="$bin/fuzz_$name"
 clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-      -I"$src/include" "$src/tests/fuzz/fuzz_$name.c" "$src"/src/formats/*.c -lm -o "$exe"
+      -I"$src/include" "$src/tests/fuzz/fuzz_$name.c" "$src"/src/formats/*.c -lxxhash -lm -o "$exe"
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/corpus"
 cp "$src/tests/fuzz/corpus/$name/"* "$work/corpus/" 2>/dev/null || true
