@@ -27,6 +27,8 @@ struct td_jv {
     int n;                 /* ARR/OBJ: number of items */
     td_jv *items;          /* [n] */
     char **keys;           /* OBJ: [n] NUL-terminated keys (duplicates are a parse error) */
+    size_t at, end;        /* the value's bytes [at, end) in the parsed text (a config's or a
+                              manifest's object can be kept verbatim, a checksum cover a prefix) */
 };
 
 /* Parses exactly one JSON value (RFC 8259; whitespace around it allowed,

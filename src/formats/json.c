@@ -228,10 +228,7 @@ static int parse_container(parser *P, td_jv *v, int depth, int obj) {
     return 0;
 }
 
-static int parse_value(parser *P, td_jv *v, int depth) {
-    skip_ws(P);
-    if (P->pos >= P->n) FAILAT(P->pos, "unexpected end of text");
-    if (++P->nodes > TD_JSON_MAX_NODES) FAILAT(P->pos, "more than %d values", TD_JSON_MAX_NODES);
+static int parse_value_at(parser *P, td_jv *v, int depth) {
     switch (P->s[P->pos]) {
     case '{': return parse_container(P, v, depth, 1);
     case '[': return parse_container(P, v, depth, 0);
@@ -241,6 +238,16 @@ static int parse_value(parser *P, td_jv *v, int depth) {
     case 'n': v->type = TD_JV_NULL; return literal(P, "null");
     default: return parse_number(P, v);
     }
+}
+
+static int parse_value(parser *P, td_jv *v, int depth) {
+    skip_ws(P);
+    if (P->pos >= P->n) FAILAT(P->pos, "unexpected end of text");
+    if (++P->nodes > TD_JSON_MAX_NODES) FAILAT(P->pos, "more than %d values", TD_JSON_MAX_NODES);
+    v->at = P->pos;
+    int rc = parse_value_at(P, v, depth);
+    v->end = P->pos;
+    return rc;
 }
 
 static void free_inner(td_jv *v) {
