@@ -75,7 +75,7 @@ head -c 1000 "$data/gpt2.bpe" >"$tmp/short.bpe"
 cp "$data/gpt2.bpe" "$tmp/flip.bpe"; printf 'X' | dd of="$tmp/flip.bpe" bs=1 seek=200000 conv=notrunc 2>/dev/null
 printf 'abc\xe2\x82 def' >"$tmp/bad.txt"
 Q="--layers 1 --embd 32 --heads 2 --seq 4 --batch 2 --steps 1"
-expect missing-file "GPT-2 tokenizer file $tmp/nope.bpe: No such file" \
+expect missing-file "GPT-2 tokenizer file $tmp/nope.bpe: cannot be read: No such file" \
   env TRIDENT_GPT2_BPE="$tmp/nope.bpe" "$T" train --data "$text" --tokenizer gpt2 $Q
 expect truncated "GPT-2 tokenizer file $tmp/short.bpe: truncated" \
   env TRIDENT_GPT2_BPE="$tmp/short.bpe" "$T" tokenize --tokenizer gpt2 "$text" --out "$tmp/x1"
