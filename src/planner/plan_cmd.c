@@ -138,8 +138,10 @@ int td_plan_main(int argc, char **argv) {
         return 0;
     }
     const char *note = model_s ? td_plan_model_note(model_s) : NULL;
-    printf("model %s%s%s%s: %d layers, %d heads, hidden %d, vocabulary %d, sequence %d: %.2fB parameters (Megatron eq. 2)\n",
-           m.name, note ? " (" : "", note ? note : "", note ? ")" : "", m.L, m.H, m.C, m.V, m.T, td_plan_params(&m) / 1e9);
+    printf("model %s%s%s%s: %d layers, %d heads, hidden %d, vocabulary %d, sequence %d: %.2fB parameters "
+           "(Megatron eq. 2)\n",
+           m.name, note ? " (" : "", note ? note : "", note ? ")" : "", m.L, m.H, m.C, m.V, m.T,
+           td_plan_params(&m) / 1e9);
     printf("cluster %s: %d devices, %d per node, %.0f GB at %.0f GB/s, %.1f TFLOP/s peak (GEMMs at %.1f%%), "
            "%.0f GB/s and %.3g us in a node, %.1f GB/s and %.3g us between nodes; global batch %d\n",
            c.name, c.gpus, c.gpus_per_node, c.mem_bytes / 1e9, c.hbm_bw / 1e9, c.peak_flops / 1e12,

@@ -143,7 +143,8 @@ int td_plan_train_command(const td_plan_out *o, const td_plan_layout *l, char *b
                      l->micro_batches);
     if (l->pp > 1 && k < (int)n)
         k += snprintf(buf + k, n - (size_t)k, " --schedule %s", td_sched_name((td_sched_kind)l->sched));
-    if (l->sched == TD_SCHED_INTERLEAVED && k < (int)n) k += snprintf(buf + k, n - (size_t)k, " --virtual-stages %d", l->v);
+    if (l->sched == TD_SCHED_INTERLEAVED && k < (int)n)
+        k += snprintf(buf + k, n - (size_t)k, " --virtual-stages %d", l->v);
     if (l->sp && k < (int)n) k += snprintf(buf + k, n - (size_t)k, " --sequence-parallel");
     if (l->rc == TD_PLAN_RC_FULL && k < (int)n) k += snprintf(buf + k, n - (size_t)k, " --recompute block");
     /* the arithmetic the costs assume: local measured the fp32 engine; the

@@ -28,7 +28,8 @@ int td_plan_check(const td_plan_model *m, const td_plan_cluster *c, int global_b
     if (l->zero < 0 || l->zero > 3) BAD("zero %d is not a stage", l->zero);
     if (l->zero >= 2 && l->pp > 1) BAD("zero %d shards per micro-batch, which a pipeline interleaves", l->zero);
     if (l->sp && l->tp < 2) BAD("sequence parallelism needs tp >= 2");
-    if (l->sp && m->T % l->tp) BAD("sequence parallelism splits the sequence %d over tp %d, which does not divide it", m->T, l->tp);
+    if (l->sp && m->T % l->tp)
+        BAD("sequence parallelism splits the sequence %d over tp %d, which does not divide it", m->T, l->tp);
     if (l->rc < TD_PLAN_RC_NONE || l->rc > TD_PLAN_RC_FULL) BAD("unknown recompute mode");
     if (l->pp == 1 && l->sched != TD_PLAN_NO_SCHED) BAD("a schedule needs pp > 1");
     if (l->pp > 1 && l->sched != TD_SCHED_GPIPE && l->sched != TD_SCHED_1F1B && l->sched != TD_SCHED_INTERLEAVED)
