@@ -245,9 +245,10 @@ void td_dp_stop(td_dp *dp, int step);
 /* `trident verify`: a probe that sees, at every optimizer step, each range
  * [lo, lo + n) of this rank's flat buffer whose reduced gradient it owns
  * (the whole model replicated, a ZeRO shard, a server slice), before the
- * norm; NULL turns it off. */
+ * norm; NULL turns it off. loss_scale: the factor the gradients still carry
+ * (fp16's loss scaling; 1 without), which the step divides out after the probe. */
 typedef void (*td_grad_probe)(void *ctx, const td_param_table *t, int step, size_t lo, size_t n,
-                              const float *grads);
+                              const float *grads, float loss_scale);
 void td_dp_set_grad_probe(td_grad_probe fn, void *ctx);
 
 /* Gradient traffic of the last step on this rank, as the comm layer counted

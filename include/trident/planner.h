@@ -22,6 +22,15 @@ typedef struct {
     int L, H, C, V, T; /* layers, heads, hidden, vocabulary, sequence */
 } td_plan_model;
 
+/* The measurements a cluster preset's step times were checked against:
+ * over the validated layouts, (predicted - measured) / measured step time
+ * lay in [lo, hi]; predicted throughput then errs by 1 / (1 + x) - 1. */
+typedef struct {
+    const char *name;   /* short tag printed beside the predictions */
+    double lo, hi;      /* fractions, lo <= hi */
+    const char *source; /* what was measured, on what, when */
+} td_plan_validation;
+
 typedef struct {
     char name[32];
     int gpus, gpus_per_node;
@@ -60,6 +69,8 @@ typedef struct {
     double oversub; /* threads per core when ranks share cores (> 1), else 0:
                        while a pipeline fills and drains, the ranks that run
                        take the cores the waiting ones free */
+    const td_plan_validation *validation; /* the preset's; NULL: none applies */
+    char validated_on[32]; /* the preset the validation was measured on */
 } td_plan_cluster;
 
 typedef enum { TD_PLAN_RC_NONE, TD_PLAN_RC_SELECTIVE, TD_PLAN_RC_FULL } td_plan_rc;
@@ -93,6 +104,11 @@ typedef struct {
 /* Presets: 0, or -1 for an unknown name (the caller reports). */
 int td_plan_model_preset(const char *name, td_plan_model *m);
 const char *td_plan_model_presets(void);  /* "gpt2-124m, ..." for messages */
+/* A preset's source and where it departs from it ("Brown et al. 2020,
+ * table 2.1; ..."); NULL for a name that is no preset. */
+const char *td_plan_model_note(const char *name);
+/* The presets as a table (name, sizes, source), one per line. */
+void td_plan_model_presets_print(void);
 /* gpus and gpus_per_node are filled in by the caller. `local` reads the
  * calibration profile: -1 with the reason in err when it is missing. */
 int td_plan_cluster_preset(const char *name, td_plan_cluster *c, char *err, size_t errlen);
@@ -156,6 +172,12 @@ typedef struct {
                        batch (the busiest replica runs ceil(global / dp)) */
 } td_plan_fixed;
 void td_plan_fixed_init(td_plan_fixed *f);
+/* Whether the fixed choices (flags) can be met at all for this model,
+ * cluster and global batch, each checked on its own and against the others:
+ * 0, or -1 with the first refusal in why, naming the flag, the value, the
+ * reason and the values that would be valid. Memory is not considered. */
+int td_plan_fixed_check(const td_plan_model *m, const td_plan_cluster *c, int global_batch,
+                        const td_plan_fixed *fix, char *why, size_t whylen);
 
 typedef struct {
     td_plan_eval *plans; /* fitting plans, fastest first */

@@ -57,8 +57,9 @@ static td_step_result apply(const td_step_group *grp, const float *grads, const 
                             int n_ranges, int step, float lr) {
     if (g_probe) {
         size_t k = 0;
+        float scale = grp->loss_scale > 0.0f ? grp->loss_scale : 1.0f;
         for (int i = 0; i < n_ranges; i++) {
-            g_probe(g_probe_ctx, grp->t, step, r[i].lo, r[i].n, grads + k);
+            g_probe(g_probe_ctx, grp->t, step, r[i].lo, r[i].n, grads + k, scale);
             k += r[i].n;
         }
     }

@@ -2,14 +2,11 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "plan_out.h"
 #include "trident/base.h"
 #include "trident/flags.h"
 #include "trident/planner.h"
 #include "trident/schedule.h"
-
-static const char *rc_name(int rc) {
-    return rc == TD_PLAN_RC_FULL ? "full" : rc == TD_PLAN_RC_SELECTIVE ? "selective" : "none";
-}
 
 static int rc_parse(const char *s) {
     if (strcmp(s, "none") == 0) return TD_PLAN_RC_NONE;
@@ -18,81 +15,19 @@ static int rc_parse(const char *s) {
     td_fail("--recompute '%s' is not a mode; valid: none, selective, block (= full)", s);
 }
 
-static const char *sched_label(const td_plan_layout *l, char *buf, size_t n) {
-    if (l->sched == TD_PLAN_NO_SCHED) snprintf(buf, n, "-");
-    else if (l->sched == TD_SCHED_INTERLEAVED) snprintf(buf, n, "interleaved:%d", l->v);
-    else snprintf(buf, n, "%s", td_sched_name((td_sched_kind)l->sched));
-    return buf;
-}
-
-/* the dominant cost's seconds (dp: its whole time when not all hidden) */
-static double dominant_s(const td_plan_eval *e) {
-    return e->dominant == TD_COST_DP ? e->dp_traffic_s : e->t[e->dominant];
-}
-
-static void print_row(const char *tag, const td_plan_eval *e) {
-    char s[32];
-    const td_plan_layout *l = &e->lay;
-    printf("%-5s %5d %3d %3d %4d %4d %5d  %-14s %-9s %-3s %8.3g %9.3g %8.3g %5.1f%%  %s (%.0f%%)\n", tag, l->dp, l->tp,
-           l->pp, l->zero, l->micro_batch, l->micro_batches, sched_label(l, s, sizeof s), rc_name(l->rc),
-           l->sp ? "yes" : "no", e->mem_bytes / 1e9, e->step_s, e->tflops_per_device, 100 * e->mfu,
-           td_plan_cost_name(e->dominant), 100 * dominant_s(e) / e->step_s);
-}
-
-static void print_costs(const char *tag, const td_plan_eval *e) {
-    printf("  %-7s", tag);
-    for (int k = 0; k < TD_COST_N; k++) printf(" %s %.3g%s", td_plan_cost_name(k), e->t[k], k + 1 < TD_COST_N ? "," : "\n");
-}
-
-static void print_header(void) {
-    printf("%-5s %5s %3s %3s %4s %4s %5s  %-14s %-9s %-3s %8s %9s %8s %6s  %s\n", "rank", "dp", "tp", "pp", "zero",
-           "b", "m", "schedule", "recompute", "sp", "mem GB", "step s", "TFLOP/s", "MFU", "dominant cost");
-}
-
-static void print_json(const td_plan_result *r, int top) {
-    printf("[");
-    for (int i = 0; i < r->n && i < top; i++) {
-        const td_plan_eval *e = &r->plans[i];
-        const td_plan_layout *l = &e->lay;
-        printf("%s\n  {\"dp\": %d, \"tp\": %d, \"pp\": %d, \"zero\": %d, \"micro_batch\": %d, \"micro_batches\": %d, "
-               "\"schedule\": \"%s\", \"virtual_stages\": %d, \"recompute\": \"%s\", \"sequence_parallel\": %s, "
-               "\"memory_bytes\": %.0f, \"step_s\": %.6g, \"tflops_per_device\": %.6g, \"mfu\": %.4f, "
-               "\"dominant\": \"%s\", \"costs_s\": {",
-               i ? "," : "", l->dp, l->tp, l->pp, l->zero, l->micro_batch, l->micro_batches,
-               l->sched == TD_PLAN_NO_SCHED ? "none" : td_sched_name((td_sched_kind)l->sched), l->v, rc_name(l->rc),
-               l->sp ? "true" : "false", e->mem_bytes, e->step_s, e->tflops_per_device, e->mfu,
-               td_plan_cost_name(e->dominant));
-        for (int k = 0; k < TD_COST_N; k++) printf("%s\"%s\": %.6g", k ? ", " : "", td_plan_cost_name(k), e->t[k]);
-        printf("}}");
-    }
-    printf("\n]\n");
-}
-
-/* Why the ZeRO-3-only plan computes longer than plan 1 per step, by
- * factor: the busiest replica's share of the batch against the average
- * device's, the recomputation that fits its activations (Megatron's FLOP
- * factor: 96 with full recomputation, 72 without; selective recomputes only
- * attention's scores, counted as 72), and what remains (GEMM shapes, the
- * head, elementwise work). */
-static void explain_compute(const td_plan_eval *z, const td_plan_eval *best, int batch, int gpus) {
-    double ratio = z->t[TD_COST_COMPUTE] / best->t[TD_COST_COMPUTE];
-    if (ratio <= 1.05) return;
-    double seqs = (double)z->lay.micro_batch * z->lay.micro_batches, avg = (double)batch / gpus;
-    double rc = (z->lay.rc == TD_PLAN_RC_FULL ? 96.0 : 72.0) / (best->lay.rc == TD_PLAN_RC_FULL ? 96.0 : 72.0);
-    printf("its compute is %.2fx plan 1's: the busiest replica runs %.0f sequences where the average device's "
-           "share is %.3g (%.2fx); recomputation %s against plan 1's %s (%.2fx); the rest %.2fx\n",
-           ratio, seqs, avg, seqs / avg, rc_name(z->lay.rc), rc_name(best->lay.rc), rc, ratio / (seqs / avg * rc));
-}
-
 int td_plan_main(int argc, char **argv) {
     const char *model_s = NULL, *cluster_s = "a100-hdr", *sched_s = NULL, *rc_s = NULL;
     int L = 0, H = 0, C = 0, V = 0, T = 0, batch = 0, gpus = 0, gpn = 0, top = 5, json = 0, calibrate = 0, sp = 0;
-    int threads = 1;
+    int threads = 1, list_models = 0;
     double mem_gb = 0, tflops = 0, intra = 0, inter = 0, eff = 0, hbm = 0, intra_us = -1, inter_us = -1;
     td_plan_fixed fix;
     td_plan_fixed_init(&fix);
     td_flag flags[] = {
-        {"--model", TD_FLAG_STR, &model_s, "preset: gpt2-124m, gpt2-350m, gpt2-1.5b, gpt3-175b, megatron-1.7b ... megatron-1t", NULL},
+        {"--model", TD_FLAG_STR, &model_s, "preset: gpt2-124m, gpt2-350m, gpt2-1.5b; gpt3-125m, -350m, -760m, "
+         "-1.3b, -2.7b, -6.7b, -13b, -175b (Brown et al. 2020, table 2.1; 13B at d_model 5120, not the table's "
+         "5140, which 40 heads do not divide; XL with 16 heads, not 24); megatron-1.7b ... megatron-1t "
+         "(Narayanan et al. 2021, table 1); --list-models prints them", NULL},
+        {"--list-models", TD_FLAG_BOOL, &list_models, "print the model presets with their sizes and sources", NULL},
         {"--layers", TD_FLAG_INT, &L, "transformer blocks (overrides the preset)", "[1, 100000]"},
         {"--heads", TD_FLAG_INT, &H, "attention heads", "[1, 100000]"},
         {"--embd", TD_FLAG_INT, &C, "hidden size, divisible by heads", "[1, 1000000]"},
@@ -129,6 +64,10 @@ int td_plan_main(int argc, char **argv) {
     };
     td_flags_parse("plan", flags, (int)(sizeof flags / sizeof flags[0]), argc, argv);
     TD_CHECK(!calibrate, "internal: plan --calibrate is trident's (apps/trident.c), not td_plan_main's");
+    if (list_models) {
+        td_plan_model_presets_print();
+        return 0;
+    }
     td_plan_model m = {"custom", 0, 0, 0, 0, 0};
     if (model_s)
         TD_CHECK(td_plan_model_preset(model_s, &m) == 0, "--model '%s' is not a preset; use %s", model_s,
@@ -155,6 +94,9 @@ int td_plan_main(int argc, char **argv) {
     c.gpus = gpus;
     if (gpn) c.gpus_per_node = gpn;
     if (c.gpus_per_node > gpus) c.gpus_per_node = gpus;
+    /* a figure of the preset overridden: its validation no longer applies */
+    int overridden = mem_gb > 0 || tflops > 0 || intra > 0 || inter > 0 || eff > 0 || hbm > 0 || intra_us >= 0 ||
+                     inter_us >= 0;
     if (mem_gb > 0) c.mem_bytes = mem_gb * 1e9;
     if (tflops > 0) c.peak_flops = tflops * 1e12;
     if (intra > 0) c.intra_bw = intra * 1e9;
@@ -163,17 +105,27 @@ int td_plan_main(int argc, char **argv) {
     if (hbm > 0) c.hbm_bw = hbm * 1e9, c.n_bws = 0; /* one figure for every size */
     if (intra_us >= 0) c.intra_lat = intra_us * 1e-6;
     if (inter_us >= 0) c.inter_lat = inter_us * 1e-6;
+    const char *no_band = c.validation ? NULL : "no published run on this preset has been predicted";
+    if (overridden && c.validation) c.validation = NULL, no_band = "the preset's figures were overridden";
     if (sched_s) {
         td_sched_kind k = td_sched_parse(sched_s);
         TD_CHECK(k != TD_SCHED_ZBH1, "--schedule zb-h1: the planner models gpipe, 1f1b and interleaved");
         fix.sched = k;
     }
+    TD_CHECK(!fix.v || fix.sched < 0 || fix.sched == TD_SCHED_INTERLEAVED,
+             "--virtual-stages %d: chunks per stage are the interleaved schedule's, not --schedule %s's; give "
+             "--schedule interleaved or drop --virtual-stages", fix.v, sched_s);
     if (rc_s) fix.rc = rc_parse(rc_s);
     if (sp) fix.sp = 1;
+    char why[512];
+    TD_CHECK(td_plan_fixed_check(&m, &c, batch, &fix, why, sizeof why) == 0, "plan: %s", why);
+    int fixed = fix.dp || fix.tp || fix.pp || fix.zero >= 0 || fix.micro_batches || fix.sched >= 0 || fix.v ||
+                fix.rc >= 0 || fix.sp >= 0;
+    td_plan_out out = {&m, &c, batch, strcmp(cluster_s, "local") == 0 ? threads : 0, fixed, no_band};
 
     td_plan_result r;
     td_plan_search(&m, &c, batch, &fix, &r);
-    if (r.n == 0) {
+    if (r.n == 0) { /* the fixed choices have valid layouts (checked): memory is why */
         char inv[200] = "";
         if (r.invalid) snprintf(inv, sizeof inv, " (first: %s)", r.first_invalid);
         td_fail("plan: no layout fits: %ld too big for %.0f GB per device (the smallest needs %.1f GB), %ld invalid%s; "
@@ -181,12 +133,15 @@ int td_plan_main(int argc, char **argv) {
                 r.too_big, c.mem_bytes / 1e9, r.smallest_too_big / 1e9, r.invalid, inv);
     }
     if (json) {
-        print_json(&r, top);
+        td_plan_print_json(&out, &r, top);
         td_plan_result_free(&r);
         return 0;
     }
-    printf("model %s: %d layers, %d heads, hidden %d, vocabulary %d, sequence %d: %.2fB parameters (Megatron eq. 2)\n",
-           m.name, m.L, m.H, m.C, m.V, m.T, td_plan_params(&m) / 1e9);
+    const char *note = model_s ? td_plan_model_note(model_s) : NULL;
+    printf("model %s%s%s%s: %d layers, %d heads, hidden %d, vocabulary %d, sequence %d: %.2fB parameters "
+           "(Megatron eq. 2)\n",
+           m.name, note ? " (" : "", note ? note : "", note ? ")" : "", m.L, m.H, m.C, m.V, m.T,
+           td_plan_params(&m) / 1e9);
     printf("cluster %s: %d devices, %d per node, %.0f GB at %.0f GB/s, %.1f TFLOP/s peak (GEMMs at %.1f%%), "
            "%.0f GB/s and %.3g us in a node, %.1f GB/s and %.3g us between nodes; global batch %d\n",
            c.name, c.gpus, c.gpus_per_node, c.mem_bytes / 1e9, c.hbm_bw / 1e9, c.peak_flops / 1e12,
@@ -198,38 +153,10 @@ int td_plan_main(int argc, char **argv) {
     printf("\n");
     printf("TFLOP/s per device counts Megatron's FLOPs (eq. 3: 96 with full recomputation, 72 without); "
            "MFU counts the model's (72)\n");
-    print_header();
-    char tag[16];
-    for (int i = 0; i < r.n && i < top; i++) {
-        snprintf(tag, sizeof tag, "%d", i + 1);
-        print_row(tag, &r.plans[i]);
-    }
+    td_plan_print_table(&out, &r, top);
+    td_plan_print_command(&out, &r);
     const td_plan_eval *best = &r.plans[0];
-    if (best->lay.tp > 1 || best->lay.pp > 1) {
-        td_plan_fixed z;
-        td_plan_fixed_init(&z);
-        z.zero3_only = 1;
-        td_plan_result zr;
-        td_plan_search(&m, &c, batch, &z, &zr);
-        if (zr.n == 0) {
-            printf("ZeRO-3 only (tp = pp = 1): nothing fits (smallest needs %.1f GB)\n", zr.smallest_too_big / 1e9);
-        } else {
-            const td_plan_eval *e = &zr.plans[0];
-            printf("best ZeRO-3-only plan (tp = pp = 1)%s:\n", batch % gpus ? ", the busiest replica's share of an "
-                                                                            "uneven batch" : "");
-            print_row("z3", e);
-            printf("it is %.2fx slower than plan 1; dominant cost %s (%.3g s). Seconds per step by cost "
-                   "(dp comm: the part not hidden behind compute):\n",
-                   e->step_s / best->step_s, td_plan_cost_name(e->dominant), dominant_s(e));
-            print_costs("plan 1", best);
-            print_costs("z3", e);
-            printf("ZeRO-3's collectives take %.3g s per step (%.3g s not hidden behind compute); plan 1's dp "
-                   "collectives %.3g s, its tp collectives %.3g s\n",
-                   e->dp_traffic_s, e->t[TD_COST_DP], best->dp_traffic_s, best->t[TD_COST_TP]);
-            explain_compute(e, best, batch, gpus);
-        }
-        td_plan_result_free(&zr);
-    }
+    if (best->lay.tp > 1 || best->lay.pp > 1) td_plan_print_zero3(&out, best);
     td_plan_result_free(&r);
     return 0;
 }

@@ -28,6 +28,8 @@ int td_plan_check(const td_plan_model *m, const td_plan_cluster *c, int global_b
     if (l->zero < 0 || l->zero > 3) BAD("zero %d is not a stage", l->zero);
     if (l->zero >= 2 && l->pp > 1) BAD("zero %d shards per micro-batch, which a pipeline interleaves", l->zero);
     if (l->sp && l->tp < 2) BAD("sequence parallelism needs tp >= 2");
+    if (l->sp && m->T % l->tp)
+        BAD("sequence parallelism splits the sequence %d over tp %d, which does not divide it", m->T, l->tp);
     if (l->rc < TD_PLAN_RC_NONE || l->rc > TD_PLAN_RC_FULL) BAD("unknown recompute mode");
     if (l->pp == 1 && l->sched != TD_PLAN_NO_SCHED) BAD("a schedule needs pp > 1");
     if (l->pp > 1 && l->sched != TD_SCHED_GPIPE && l->sched != TD_SCHED_1F1B && l->sched != TD_SCHED_INTERLEAVED)
@@ -50,24 +52,38 @@ static int cmp_step(const void *a, const void *b) {
     return p->mem_bytes < q->mem_bytes ? -1 : p->mem_bytes > q->mem_bytes;
 }
 
+/* One walk over every layout the fixed choices allow: the search evaluates
+ * the valid ones, the fixed-choice check only asks whether one exists. */
+typedef struct {
+    const td_plan_model *m;
+    const td_plan_cluster *c;
+    int global_batch;
+    const td_plan_fixed *fix;
+    td_plan_result *r; /* NULL: only look for a valid layout */
+    size_t cap;
+    int found; /* a valid layout was seen */
+} walk;
+
 /* check_batch: the global batch the layout's sizes must add up to (dp x
  * ceil(global / dp) for an uneven ZeRO-3-only split) */
-static void consider(const td_plan_model *m, const td_plan_cluster *c, int global_batch, int check_batch,
-                     const td_plan_fixed *fix, const td_plan_layout *l, td_plan_result *r, size_t *cap) {
+static void consider(walk *w, int check_batch, const td_plan_layout *l) {
     char why[160];
-    if (td_plan_check(m, c, check_batch, fix->tp_across_nodes, l, why, sizeof why) != 0) {
-        if (!r->invalid++) snprintf(r->first_invalid, sizeof r->first_invalid, "%s", why);
+    td_plan_result *r = w->r;
+    if (td_plan_check(w->m, w->c, check_batch, w->fix->tp_across_nodes, l, why, sizeof why) != 0) {
+        if (r && !r->invalid++) snprintf(r->first_invalid, sizeof r->first_invalid, "%s", why);
         return;
     }
+    w->found = 1;
+    if (!r) return;
     td_plan_eval e;
-    td_plan_evaluate(m, c, global_batch, l, &e);
-    if (e.mem_bytes > c->mem_bytes) {
+    td_plan_evaluate(w->m, w->c, w->global_batch, l, &e);
+    if (e.mem_bytes > w->c->mem_bytes) {
         if (!r->too_big++ || e.mem_bytes < r->smallest_too_big) r->smallest_too_big = e.mem_bytes;
         return;
     }
-    if ((size_t)r->n == *cap) {
-        *cap = *cap ? 2 * *cap : 256;
-        r->plans = realloc(r->plans, *cap * sizeof *r->plans);
+    if ((size_t)r->n == w->cap) {
+        w->cap = w->cap ? 2 * w->cap : 256;
+        r->plans = realloc(r->plans, w->cap * sizeof *r->plans);
     }
     r->plans[r->n++] = e;
 }
@@ -76,23 +92,23 @@ static void consider(const td_plan_model *m, const td_plan_cluster *c, int globa
 #define EACH(var, fixedv, unset, lo, hi) \
     for (int var = (fixedv) != (unset) ? (fixedv) : (lo); var <= ((fixedv) != (unset) ? (fixedv) : (hi)); var++)
 
-void td_plan_search(const td_plan_model *m, const td_plan_cluster *c, int global_batch,
-                    const td_plan_fixed *fix, td_plan_result *r) {
-    memset(r, 0, sizeof *r);
-    size_t cap = 0;
-    int N = c->gpus;
+static void walk_layouts(walk *w) {
+    const td_plan_model *m = w->m;
+    const td_plan_fixed *fix = w->fix;
+    int N = w->c->gpus, global_batch = w->global_batch;
     for (int tp = 1; tp <= N; tp++) {
         if (N % tp || (fix->tp && tp != fix->tp) || (fix->zero3_only && tp != 1)) continue;
         for (int pp = 1; pp <= N / tp; pp++) {
             if ((N / tp) % pp || (fix->pp && pp != fix->pp) || (fix->zero3_only && pp != 1)) continue;
+            if (!w->r && w->found) return;
             int dp = N / tp / pp;
             if (fix->dp && dp != fix->dp) continue;
             int uneven = fix->zero3_only && global_batch % dp;
             int local = uneven ? (global_batch + dp - 1) / dp : global_batch / dp;
             if (!uneven && global_batch % dp) { /* one reason for the whole family */
-                if (!r->invalid++)
-                    snprintf(r->first_invalid, sizeof r->first_invalid, "dp %d does not divide the global batch %d",
-                             dp, global_batch);
+                if (w->r && !w->r->invalid++)
+                    snprintf(w->r->first_invalid, sizeof w->r->first_invalid,
+                             "dp %d does not divide the global batch %d", dp, global_batch);
                 continue;
             }
             /* pp = 1 has no schedule; else the fixed one or each */
@@ -105,16 +121,148 @@ void td_plan_search(const td_plan_model *m, const td_plan_cluster *c, int global
                 EACH(sp, fix->sp, -1, 0, tp > 1)
                 for (int sched = s_lo; sched <= s_hi; sched++)
                 for (int v = 1; v <= (sched == TD_SCHED_INTERLEAVED ? m->L / pp : 1); v++) {
-                    /* chunk counts that do not divide a stage's layers are no layout to report */
-                    if (sched == TD_SCHED_INTERLEAVED && (v < 2 || (fix->v && v != fix->v) || (m->L / pp) % v))
-                        continue;
+                    /* a fixed chunk count is the interleaved schedule's: no
+                     * other layout has it; chunk counts that do not divide a
+                     * stage's layers are no layout to report */
+                    if (fix->v && v != fix->v) continue;
+                    if (sched == TD_SCHED_INTERLEAVED && (v < 2 || (m->L / pp) % v)) continue;
                     td_plan_layout l = {dp, tp, pp, zero, b, local / b, sched, v, rc, sp};
-                    consider(m, c, global_batch, dp * local, fix, &l, r, &cap);
+                    consider(w, dp * local, &l);
                 }
             }
         }
     }
+}
+
+void td_plan_search(const td_plan_model *m, const td_plan_cluster *c, int global_batch,
+                    const td_plan_fixed *fix, td_plan_result *r) {
+    memset(r, 0, sizeof *r);
+    walk w = {m, c, global_batch, fix, r, 0, 0};
+    walk_layouts(&w);
     if (r->n > 1) qsort(r->plans, (size_t)r->n, sizeof *r->plans, cmp_step); /* qsort wants a non-null base */
+}
+
+static int feasible(const td_plan_model *m, const td_plan_cluster *c, int global_batch, const td_plan_fixed *fix) {
+    walk w = {m, c, global_batch, fix, NULL, 0, 0};
+    walk_layouts(&w);
+    return w.found;
+}
+
+/* The fixed choices one at a time, in flag order; each against the ones
+ * before it. */
+enum { F_DP, F_TP, F_PP, F_ZERO, F_MB, F_SCHED, F_V, F_RC, F_SP, F_N };
+static const char *const fixed_flag[F_N] = {"--dp", "--tp", "--pp", "--zero", "--micro-batches", "--schedule",
+                                            "--virtual-stages", "--recompute", "--sequence-parallel"};
+static int *fixed_field(td_plan_fixed *f, int k) {
+    int *p[F_N] = {&f->dp, &f->tp, &f->pp, &f->zero, &f->micro_batches, &f->sched, &f->v, &f->rc, &f->sp};
+    return p[k];
+}
+static int fixed_unset(int k) { return k == F_ZERO || k == F_SCHED || k == F_RC || k == F_SP ? -1 : 0; }
+static void fixed_value(int k, int v, char *buf, size_t n) {
+    static const char *rc[] = {"none", "selective", "full"};
+    if (k == F_SCHED) snprintf(buf, n, "%s", td_sched_name((td_sched_kind)v));
+    else if (k == F_RC) snprintf(buf, n, "%s", rc[v]);
+    else if (k == F_SP) buf[0] = 0;
+    else snprintf(buf, n, "%d", v);
+}
+
+/* Why value v of flag k is no layout, where a rule of td_plan_check says it
+ * by itself; NULL otherwise (the combination with the earlier flags). */
+static const char *alone(const td_plan_model *m, const td_plan_cluster *c, int batch, const td_plan_fixed *t, int k,
+                         int v, char *buf, size_t n) {
+    int N = c->gpus;
+    if (k <= F_PP && N % v == 0) { /* the devices against dp x tp x pp fixed so far */
+        long prod = (long)(t->dp ? t->dp : 1) * (t->tp ? t->tp : 1) * (t->pp ? t->pp : 1);
+        if (N % prod) return snprintf(buf, n, "makes dp x tp x pp %ld, which does not divide --gpus %d", prod, N), buf;
+        if (t->dp && t->tp && t->pp && prod != N)
+            return snprintf(buf, n, "makes dp x tp x pp %ld, not --gpus %d", prod, N), buf;
+    }
+    switch (k) {
+    case F_DP:
+        if (N % v) return snprintf(buf, n, "does not divide --gpus %d", N), buf;
+        if (batch % v) return snprintf(buf, n, "does not divide --global-batch %d", batch), buf;
+        break;
+    case F_TP:
+        if (N % v) return snprintf(buf, n, "does not divide --gpus %d", N), buf;
+        if (m->H % v) return snprintf(buf, n, "does not divide the model's %d heads", m->H), buf;
+        if (v > c->gpus_per_node && !t->tp_across_nodes)
+            return snprintf(buf, n, "is more than a node's %d devices (--tp-across-nodes allows it)", c->gpus_per_node),
+                   buf;
+        break;
+    case F_PP:
+        if (N % v) return snprintf(buf, n, "does not divide --gpus %d", N), buf;
+        if (m->L % v) return snprintf(buf, n, "does not divide the model's %d layers", m->L), buf;
+        break;
+    case F_MB:
+        if (batch % v) return snprintf(buf, n, "does not divide --global-batch %d", batch), buf;
+        break;
+    case F_SCHED:
+        if (v == TD_SCHED_INTERLEAVED)
+            return snprintf(buf, n, "needs pp > 1 with pp x 2 or more chunks dividing the %d layers and "
+                            "micro-batches a multiple of pp", m->L), buf;
+        break;
+    case F_V:
+        return snprintf(buf, n, "chunks per stage: interleaved needs pp > 1 with pp x %d dividing the %d layers and "
+                        "micro-batches a multiple of pp", v, m->L), buf;
+    case F_SP:
+        return snprintf(buf, n, "needs tp >= 2 dividing the %d heads and the sequence %d", m->H, m->T), buf;
+    default: break;
+    }
+    return NULL;
+}
+
+int td_plan_fixed_check(const td_plan_model *m, const td_plan_cluster *c, int global_batch,
+                        const td_plan_fixed *fix, char *why, size_t whylen) {
+    td_plan_fixed before; /* the flags accepted so far */
+    td_plan_fixed_init(&before);
+    before.tp_across_nodes = fix->tp_across_nodes;
+    char ctx[160] = "";
+    for (int k = 0; k < F_N; k++) {
+        td_plan_fixed *f = (td_plan_fixed *)fix; /* read only */
+        int v = *fixed_field(f, k);
+        if (v == fixed_unset(k)) continue;
+        td_plan_fixed t = before;
+        *fixed_field(&t, k) = v;
+        if (feasible(m, c, global_batch, &t)) {
+            before = t;
+            char val[32];
+            fixed_value(k, v, val, sizeof val);
+            size_t len = strlen(ctx);
+            snprintf(ctx + len, sizeof ctx - len, " %s%s%s", fixed_flag[k], *val ? " " : "", val);
+            continue;
+        }
+        /* the values that would do, with the flags before it */
+        char valid[200] = "", val[32], reason[200];
+        int lo = k == F_V ? 2 : k == F_ZERO || k == F_SCHED || k == F_RC ? 0 : 1;
+        int hi = k == F_DP || k == F_TP || k == F_PP ? c->gpus : k == F_ZERO ? 3 : k == F_MB ? global_batch
+                 : k == F_SCHED ? TD_SCHED_INTERLEAVED : k == F_V ? m->L : k == F_RC ? TD_PLAN_RC_FULL : 1;
+        for (int x = lo; x <= hi; x++) {
+            if (k == F_SCHED && x != TD_SCHED_GPIPE && x != TD_SCHED_1F1B && x != TD_SCHED_INTERLEAVED) continue;
+            /* only divisors can be: skip the rest without a walk */
+            if ((k <= F_PP && c->gpus % x) || (k == F_MB && global_batch % x) || (k == F_V && m->L % x)) continue;
+            *fixed_field(&t, k) = x;
+            if (!feasible(m, c, global_batch, &t)) continue;
+            size_t len = strlen(valid);
+            fixed_value(k, x, val, sizeof val);
+            if (len + strlen(val) + 8 >= sizeof valid) {
+                snprintf(valid + len, sizeof valid - len, ", ...");
+                break;
+            }
+            snprintf(valid + len, sizeof valid - len, "%s%s", len ? ", " : "", val);
+        }
+        fixed_value(k, v, val, sizeof val);
+        *fixed_field(&t, k) = v;
+        const char *r = alone(m, c, global_batch, &t, k, v, reason, sizeof reason);
+        if (!r) snprintf(reason, sizeof reason, "gives no valid layout together with%s", ctx), r = reason;
+        if (k == F_SP)
+            snprintf(why, whylen, "%s %s%s%s", fixed_flag[k], r, *ctx ? "; the choices fixed are" : "", ctx);
+        else if (*valid)
+            snprintf(why, whylen, "%s %s %s; valid%s%s: %s", fixed_flag[k], val, r, *ctx ? " with" : "", ctx, valid);
+        else
+            snprintf(why, whylen, "%s %s %s; no value is valid%s%s", fixed_flag[k], val, r, *ctx ? " with" : "", ctx);
+        return -1;
+    }
+    return 0;
 }
 
 void td_plan_result_free(td_plan_result *r) {

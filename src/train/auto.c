@@ -129,8 +129,11 @@ void td_auto_report(const td_auto *a, const td_train_result *res) {
     if (!a->active || td_comm_rank(td_comm_world()) != 0) return;
     double peak = 0;
     for (int c = 0; c < TD_MEM_NCAT; c++) peak += (double)res->mem_peak[c];
-    printf("auto: measured step %.2f ms, predicted %.2f ms (%+.1f%%); rank 0's accounted peak %.2f MiB, "
-           "predicted for the busiest rank %.2f MiB (resident set above its baseline: the table above)\n",
-           res->step_ms, a->pred.step_s * 1e3, 100 * (res->step_ms / (a->pred.step_s * 1e3) - 1), peak / 1048576.0,
+    const td_plan_validation *v = a->cluster.validation;
+    printf("auto: measured step %.2f ms, predicted %.2f ms (%+.1f%%; predictions in validation %s were off the "
+           "measured by %+.0f%% to %+.0f%%); rank 0's accounted peak %.2f MiB, predicted for the busiest rank "
+           "%.2f MiB (resident set above its baseline: the table above)\n",
+           res->step_ms, a->pred.step_s * 1e3, 100 * (res->step_ms / (a->pred.step_s * 1e3) - 1),
+           v ? v->name : "none", v ? 100 * v->lo : 0.0, v ? 100 * v->hi : 0.0, peak / 1048576.0,
            a->mem_bytes / 1048576.0);
 }

@@ -138,6 +138,33 @@ static void test_megatron_rows(void) {
     }
 }
 
+/* The A100 presets' error band is these rows' own: (predicted - published)
+ * / published step time is the published TFLOP/s over the predicted, less
+ * 1; the band is their hull (0.2% for the 3-digit published figures). A
+ * change to the cost model that moves a row moves this test, and the band
+ * must be measured again (src/planner/presets.c). */
+static void test_validation_band(void) {
+    td_plan_cluster c;
+    char err[256];
+    EXPECT(td_plan_cluster_preset("a100-hdr", &c, err, sizeof err) == 0 && c.validation, "a100-hdr: no validation");
+    if (!c.validation) return;
+    double lo = 1, hi = -1;
+    for (size_t i = 0; i < sizeof megatron / sizeof megatron[0]; i++) {
+        td_plan_result r;
+        td_plan_eval e;
+        memset(&e, 0, sizeof e);
+        int n = megatron_row(i, 0, &e, &r);
+        td_plan_result_free(&r);
+        if (!n) continue;
+        double x = megatron[i].tflops / e.tflops_per_device - 1;
+        lo = fmin(lo, x), hi = fmax(hi, x);
+    }
+    EXPECT(fabs(lo - c.validation->lo) <= 0.002 && fabs(hi - c.validation->hi) <= 0.002,
+           "the rows' step-time errors span %+.4f .. %+.4f; the band says %+.4f .. %+.4f", lo, hi,
+           c.validation->lo, c.validation->hi);
+    EXPECT(td_plan_cluster_preset("h100-ndr", &c, err, sizeof err) == 0 && !c.validation, "h100-ndr: a band unmeasured");
+}
+
 /* eq. 2 against each row's published size (rounded to 0.1B) */
 static void test_params(void) {
     for (size_t i = 0; i < sizeof megatron / sizeof megatron[0]; i++) {
@@ -374,6 +401,8 @@ static void test_enumeration(void) {
         for (int pp = 1; pp <= 8; pp++)
             for (int dp = 1; dp <= 8; dp++) {
                 if (dp * tp * pp != 8 || m.H % tp || tp > 4 || m.L % pp || B % dp) continue;
+                /* sequence parallelism also needs tp to divide the sequence
+                 * (16 here: every tp of the 4 heads does) */
                 for (int b = 1; b <= B / dp; b++) {
                     if ((B / dp) % b) continue;
                     int mb = B / dp / b;
@@ -530,6 +559,7 @@ int main(int argc, char **argv) {
         test_zero_table();
         test_engine_states();
         test_params();
+        test_validation_band();
         test_formulas();
         test_bubble();
         test_bubble_shared();
