@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "trident/base.h"
-#include "trident/ckpt_interop.h"
+#include "trident/cli.h"
 #include "trident/comm.h"
 #include "trident/data.h"
 #include "trident/planner.h"
@@ -17,7 +17,8 @@ static void usage(void) {
            "           (mpirun -np N trident verify [train flags])\n"
            "  sample   generate text from a checkpoint (--ckpt DIR)\n"
            "  tokenize text files to GPT-2 token shards (--tokenizer gpt2 IN... --out DIR)\n"
-           "  export   write a checkpoint as HF GPT-2 safetensors or llm.c's format (--ckpt DIR --format F --out FILE)\n"
+           "  export   write a checkpoint as a Hugging Face GPT-2 directory, safetensors or llm.c's format\n"
+           "           (--ckpt DIR --format hf-gpt2|safetensors|llmc --out PATH)\n"
            "  import   read HF GPT-2 safetensors or an llm.c checkpoint into a checkpoint (--format F --in FILE --out DIR)\n"
            "  schedule print and check a pipeline schedule (--pp P --micro-batches M --schedule S)\n"
            "  plan     rank layouts by predicted memory and step time (--model M --global-batch B --gpus N);\n"

@@ -3,9 +3,10 @@
 # vocabulary 50257; random weights: no GPT-2 weights can be fetched here):
 # an llm.c file written by numpy (llm.c's layout, Vp 50304, zero padding
 # rows) is imported, exported back to llm.c (must be the identical file)
-# and to safetensors, and that is imported again (bitwise-equal parameters,
-# tests/ref's interop_tool). Prints each step's wall time and file size.
-# Needs ~2 GB in TMPDIR.
+# and to safetensors and the hf-gpt2 directory, whose models are imported
+# again (bitwise-equal parameters, tests/ref's interop_tool). Prints each
+# step's wall time and file size.
+# Needs ~4 GB in TMPDIR.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x build/trident ] && [ -x build/tests/ref/interop_tool ] || scripts/build.sh >/dev/null
@@ -23,7 +24,7 @@ with open(sys.argv[1], "wb") as f:
     f.write(hdr.tobytes()); f.write(x.tobytes())
 PYEOF
 timed() { local name=$1; shift; local t0 t1; t0=$(date +%s.%N); "$@" >/dev/null; t1=$(date +%s.%N)
-  printf '%-40s %6.2f s\n' "$name" "$(echo "$t1 - $t0" | bc)"; }
+  printf '%-46s %6.2f s\n' "$name" "$(echo "$t1 - $t0" | bc)"; }
 mkdir "$tmp/hf"
 timed "import llmc (498 MB)" "$T" import --format llmc --in "$tmp/gpt2.bin" --out "$tmp/ck"
 timed "export llmc" "$T" export --ckpt "$tmp/ck" --format llmc --out "$tmp/back.bin"
@@ -32,3 +33,8 @@ timed "export safetensors" "$T" export --ckpt "$tmp/ck" --format safetensors --o
 timed "import safetensors ($(stat -c %s "$tmp/hf/model.safetensors") bytes)" \
   "$T" import --format safetensors --in "$tmp/hf/model.safetensors" --out "$tmp/ck2"
 build/tests/ref/interop_tool cmp "$tmp/ck" "$tmp/ck2"
+timed "export hf-gpt2 (directory, tokenizer files)" "$T" export --ckpt "$tmp/ck" --format hf-gpt2 --out "$tmp/hfdir"
+du -b "$tmp/hfdir"/* | sed "s|$tmp/hfdir/||" | awk '{printf "  %-26s %11d bytes\n", $2, $1}'
+timed "import hf-gpt2's model.safetensors" "$T" import --format safetensors --in "$tmp/hfdir/model.safetensors" --out "$tmp/ck3"
+build/tests/ref/interop_tool cmp "$tmp/ck" "$tmp/ck3"
+timed "export hf-gpt2 --overwrite (replaces it)" "$T" export --ckpt "$tmp/ck" --format hf-gpt2 --out "$tmp/hfdir" --overwrite

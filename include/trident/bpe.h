@@ -33,6 +33,7 @@ const char *td_bpe_gpt2_path(void);
 
 int td_bpe_vocab(const td_bpe *b); /* ranks + special tokens (GPT-2: 50257) */
 int td_bpe_eot(const td_bpe *b);   /* the id of <|endoftext|>, or -1 */
+int td_bpe_ranks(const td_bpe *b);  /* mergeable tokens: ids 0 .. ranks-1 (GPT-2: 50256) */
 /* The bytes of token id (a rank or a special token); NULL for other ids. */
 const unsigned char *td_bpe_token(const td_bpe *b, int id, int *len);
 
@@ -54,5 +55,26 @@ size_t td_bpe_encode_threads(td_bpe_enc **encs, int threads, const unsigned char
  * (the match holding s[p-1] cannot take whitespace, and none looks back).
  * Returns n when there is none. */
 size_t td_bpe_split_point(const unsigned char *s, size_t n, size_t from);
+
+/* The two tokens (pair[0], pair[1]) that BPE joins into token `id`: the
+ * token's own bytes merged with the ranks below id only, as tiktoken-to-
+ * Hugging-Face converters recover merges.txt. 0, or -1 for a one-byte
+ * token, a special token, or a token its lower ranks do not bring to two
+ * parts (never for GPT-2's). */
+int td_bpe_merge_pair(const td_bpe *b, int id, int pair[2]);
+
+/* Hugging Face's GPT2Tokenizer files for b (src/data/bpe_hf.c), as text in
+ * GPT-2's byte-to-unicode alphabet (bytes_to_unicode in OpenAI's
+ * encoder.py: printable Latin-1 bytes stand for themselves, the other 68
+ * for U+0100 up):
+ *   vocab.json: {"token": id, ...} for every rank and special token, by id;
+ *   merges.txt: "#version: 0.2", then "left right" for each merged token in
+ *               rank order (the pair td_bpe_merge_pair recovers), '\n' after
+ *               every line.
+ * Each returns malloc'd text (*len bytes, NUL-terminated; *merges: the
+ * merge lines), or NULL with e (out of memory, or a token with no pair).
+ * No I/O. */
+char *td_bpe_hf_vocab_json(const td_bpe *b, size_t *len, td_err *e);
+char *td_bpe_hf_merges_txt(const td_bpe *b, size_t *len, int *merges, td_err *e);
 
 #endif

@@ -1,19 +1,57 @@
-/* ckpt_interop: GPT-2 weights in and out of the ecosystems around trident.
+/* ckpt_interop: GPT-2 weights in and out of the ecosystems around trident
+ * (docs/export-import.md).
  *
- * `trident export --ckpt DIR --format safetensors|llmc --out FILE` writes a
- * checkpoint's parameters as Hugging Face GPT-2 safetensors (GPT2Model
- * names, Conv1D weights [in, out], the head tied to wte, the real
- * vocabulary) with an HF config.json beside FILE, or as llm.c's GPT-2
- * checkpoint (formats_gpt2.h; the vocabulary padded to a multiple of 128 as
- * llm.c's exporter pads it). `trident import --format safetensors|llmc --in
- * FILE --out DIR` reads either into a new checkpoint directory (parameters
- * only: fine-tuning starts a fresh optimizer). Both go through td_ckpt_load
- * and td_ckpt_save only, so they follow the checkpoint format wherever it
- * goes. */
+ * Export (`trident export --ckpt DIR --format F --out PATH`) writes a
+ * checkpoint's parameters as
+ *   hf-gpt2:     a Hugging Face GPT2LMHeadModel directory: model.safetensors
+ *                (GPT2LMHeadModel's names, "transformer.h.0.attn.c_attn.weight",
+ *                Conv1D weights [in, out], the head tied to wte, so not
+ *                stored), config.json, generation_config.json, and for the
+ *                gpt2 tokenizer vocab.json, merges.txt (byte for byte
+ *                OpenAI's files, recovered from the rank table),
+ *                tokenizer_config.json, special_tokens_map.json;
+ *   safetensors: one file with GPT2Model's names ("h.0.attn.c_attn.weight")
+ *                and config.json beside it;
+ *   llmc:        llm.c's GPT-2 checkpoint (formats_gpt2.h; the vocabulary
+ *                padded to a multiple of 128 as llm.c's exporter pads it).
+ * Import (`trident import --format safetensors|llmc --in FILE --out DIR`)
+ * reads either file form (with or without "transformer.") into a new
+ * checkpoint directory, parameters only: fine-tuning starts a fresh
+ * optimizer. Both go through td_ckpt_load and td_ckpt_save only.
+ *
+ * Outputs are staged (src/ckpt/staged.h): written under PATH.tmp.PID and
+ * renamed into place, an existing output refused unless overwrite (and then
+ * replaced only if it is an earlier output of the same kind), every write
+ * checked. Errors are one line and exit 2, with no temporary file left. One
+ * process, no MPI. */
 #ifndef TRIDENT_CKPT_INTEROP_H
 #define TRIDENT_CKPT_INTEROP_H
 
-int td_export_main(int argc, char **argv);
-int td_import_main(int argc, char **argv);
+typedef enum { TD_EXPORT_HF_GPT2, TD_EXPORT_SAFETENSORS, TD_EXPORT_LLMC } td_export_format;
+
+typedef struct {
+    const char *ckpt; /* checkpoint DIR (follows DIR/latest) or a step directory */
+    td_export_format format;
+    const char *out;
+    int overwrite;
+} td_export_opts;
+
+typedef struct {
+    const char *format;    /* "safetensors" or "llmc" */
+    const char *in;        /* the file to read */
+    const char *config;    /* safetensors: config.json (NULL: beside in) */
+    const char *tokenizer; /* char, byte, ids, gpt2 or NULL (from config.json / V) */
+    const char *data;      /* --tokenizer char: the text whose characters are the vocabulary */
+    const char *out;       /* checkpoint DIR: new, empty, or (overwrite) an earlier one */
+    int overwrite;
+} td_import_opts;
+
+/* Check out first (before loading anything), load, write, print one line
+ * saying what was written. */
+void td_export(const td_export_opts *o);
+void td_import(const td_import_opts *o);
+/* Removes the temporary outputs of an export or import in progress: for
+ * td_set_abort_hook, so an error anywhere leaves none behind. */
+void td_interop_abort_cleanup(int code);
 
 #endif

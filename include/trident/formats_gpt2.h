@@ -54,8 +54,19 @@ typedef struct {
  * other than 4 n_embd, ...). Errors name the field. */
 int td_hf_config_parse(const char *text, size_t n, td_hf_config *c, td_err *e);
 void td_hf_config_free(td_hf_config *c);
-/* The config.json text for c (malloc'd, NUL-terminated), or NULL. */
+/* The config.json text for c (malloc'd, NUL-terminated), or NULL: GPT2Config's
+ * fields for trident's model, bos/eos_token_id 50256 for the gpt2
+ * tokenizer (null otherwise), and the trident_ fields above. */
 char *td_hf_config_format(const td_hf_config *c);
+/* The other files of a Hugging Face GPT-2 directory (malloc'd, or NULL):
+ * generation_config.json (GPT-2's bos/eos <|endoftext|>, or none), and for
+ * the gpt2 tokenizer tokenizer_config.json (GPT2Tokenizer, model_max_length
+ * = n_positions, <|endoftext|> as bos, eos and unk) and
+ * special_tokens_map.json (constant). vocab.json and merges.txt come from
+ * the BPE tables (bpe.h). */
+char *td_hf_generation_config_format(const td_hf_config *c);
+char *td_hf_tokenizer_config_format(const td_hf_config *c);
+extern const char td_hf_special_tokens_map[];
 
 /* Elements of a GPT-2's tensors laid out flat (wte [Vp,C], wpe [T,C], L
  * blocks, ln_f), or 0 when the count overflows 64 bits. */

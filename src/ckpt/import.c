@@ -1,9 +1,9 @@
-/* `trident import`: Hugging Face GPT-2 safetensors (+ config.json) or an
- * llm.c GPT-2 checkpoint into a new checkpoint directory, parameters only
+/* Import: Hugging Face GPT-2 safetensors (+ config.json) or an llm.c GPT-2
+ * checkpoint into a new checkpoint directory, parameters only
  * (ckpt_interop.h). Everything is read and checked before anything is
  * written: bad input is one error line naming the file and what is wrong,
- * and --out stays untouched. Writes through td_ckpt_save only. */
-#include <dirent.h>
+ * and --out stays untouched. Writes through td_ckpt_save only, into a
+ * staged directory (staged.h). */
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -16,11 +16,11 @@
 #include <unistd.h>
 
 #include "gpt2_names.h"
+#include "staged.h"
 #include "trident/base.h"
 #include "trident/ckpt.h"
 #include "trident/ckpt_interop.h"
 #include "trident/files.h"
-#include "trident/flags.h"
 #include "trident/formats_gpt2.h"
 #include "trident/formats_safetensors.h"
 #include "trident/kernels_bf16.h"
@@ -245,38 +245,32 @@ static void pick_tokenizer(td_tokenizer *tok, const char *flag, const char *data
     }
 }
 
-int td_import_main(int argc, char **argv) {
-    const char *format = NULL, *in = NULL, *out = NULL, *config = NULL, *tokenizer = NULL, *data = NULL;
-    const td_flag flags[] = {
-        {"--format", TD_FLAG_STR, &format, "safetensors (Hugging Face GPT-2) or llmc (llm.c's GPT-2 checkpoint, version 3)", NULL},
-        {"--in", TD_FLAG_STR, &in, "FILE to read", NULL},
-        {"--out", TD_FLAG_STR, &out, "checkpoint DIR to create (must not exist or be empty); holds step-00000000 and latest", NULL},
-        {"--config", TD_FLAG_STR, &config, "safetensors: the HF config.json (default: config.json beside --in)", NULL},
-        {"--tokenizer", TD_FLAG_STR, &tokenizer, "char, byte, ids or gpt2 (default: config.json's trident_tokenizer, else gpt2 for a vocabulary of 50257, else ids)", NULL},
-        {"--data", TD_FLAG_STR, &data, "with --tokenizer char: the text whose characters are the vocabulary", NULL},
-    };
-    td_flags_parse("import", flags, (int)(sizeof flags / sizeof flags[0]), argc, argv);
+/* --overwrite replaces a directory of checkpoints: step directories, the
+ * latest link, and the temporaries of saves killed half-way */
+static int ckpt_entry(const char *name) {
+    return strcmp(name, "latest") == 0 || strncmp(name, "step-", 5) == 0 ||
+           strncmp(name, ".step-", 6) == 0 || strncmp(name, ".latest.tmp.", 12) == 0;
+}
+
+void td_import(const td_import_opts *o) {
+    const char *format = o->format, *config = o->config, *tokenizer = o->tokenizer, *data = o->data;
     TD_CHECK(format && (strcmp(format, "safetensors") == 0 || strcmp(format, "llmc") == 0),
              "import: --format %s is not known; use safetensors or llmc", format ? format : "(missing)");
-    TD_CHECK(in, "import: --in FILE is required");
-    TD_CHECK(out, "import: --out DIR is required");
+    TD_CHECK(o->in, "import: --in FILE is required");
+    TD_CHECK(o->out, "import: --out DIR is required");
     TD_CHECK(!config || strcmp(format, "safetensors") == 0,
              "import: --config applies to --format safetensors (an llm.c file holds its sizes)");
     TD_CHECK(!data || (tokenizer && strcmp(tokenizer, "char") == 0),
              "import: --data applies to --tokenizer char only (its characters are the vocabulary)");
-    DIR *d = opendir(out); /* never mix an import into existing checkpoints */
-    if (d) {
-        struct dirent *de;
-        int empty = 1;
-        while ((de = readdir(d)))
-            if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) empty = 0;
-        closedir(d);
-        TD_CHECK(empty, "import: --out %s exists and is not empty; give a new directory", out);
-    }
+    /* never mix an import into existing checkpoints: a new or empty DIR, or
+     * with --overwrite an earlier checkpoint directory, replaced whole */
+    char what[PATH_MAX + 16];
+    snprintf(what, sizeof what, "--out %s", o->out);
+    td_staged_check("import", what, o->out, 1, o->overwrite, ckpt_entry);
     char cpath[PATH_MAX + 16];
     if (!config && strcmp(format, "safetensors") == 0) {
         char dir[PATH_MAX];
-        snprintf(dir, sizeof dir, "%s", in);
+        snprintf(dir, sizeof dir, "%s", o->in);
         snprintf(cpath, sizeof cpath, "%s/config.json", dirname(dir));
         config = cpath;
     }
@@ -284,16 +278,20 @@ int td_import_main(int argc, char **argv) {
     td_param_table t;
     td_hf_config hc = {0};
     float *params;
-    if (strcmp(format, "safetensors") == 0) import_safetensors(in, config, &cfg, &hc, &params, &t);
-    else import_llmc(in, &cfg, &params, &t);
+    if (strcmp(format, "safetensors") == 0) import_safetensors(o->in, config, &cfg, &hc, &params, &t);
+    else import_llmc(o->in, &cfg, &params, &t);
     td_tokenizer tok;
     pick_tokenizer(&tok, tokenizer, data, strcmp(format, "safetensors") == 0 ? &hc : NULL, cfg.V);
-    td_ckpt_save(out, &cfg, &tok, 0, params, NULL, NULL, t.numel);
-    printf("import: wrote %s/step-00000000 (L %d H %d C %d T %d V %d, %zu parameters, tokenizer %s)\n", out,
+    /* saved into DIR.tmp.PID, then renamed into place: an error inside the
+     * save ends the process through the abort hook, which removes it */
+    td_staged s;
+    td_staged_begin(&s, "import", o->out, 1, o->overwrite);
+    td_ckpt_save(s.tmp, &cfg, &tok, 0, params, NULL, NULL, t.numel);
+    td_staged_commit(&s);
+    printf("import: wrote %s/step-00000000 (L %d H %d C %d T %d V %d, %zu parameters, tokenizer %s)\n", o->out,
            cfg.L, cfg.H, cfg.C, cfg.T, cfg.V, t.n_global, td_tokenizer_name(tok.kind));
     td_hf_config_free(&hc);
     td_tokenizer_free(&tok);
     td_param_table_free(&t);
     td_free(params);
-    return 0;
 }

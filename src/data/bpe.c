@@ -196,6 +196,7 @@ const td_bpe *td_bpe_gpt2(void) {
 
 int td_bpe_vocab(const td_bpe *b) { return b->vocab; }
 int td_bpe_eot(const td_bpe *b) { return b->eot; }
+int td_bpe_ranks(const td_bpe *b) { return (int)b->f.n_ranks; }
 
 const unsigned char *td_bpe_token(const td_bpe *b, int id, int *len) {
     if (id >= 0 && (uint32_t)id < b->f.n_ranks) {
@@ -216,7 +217,9 @@ const unsigned char *td_bpe_token(const td_bpe *b, int id, int *len) {
  * stays n log n. Both pick the same pair at every step. */
 #define SCAN_MAX 256
 
-static size_t merge_scan(const td_bpe *b, const unsigned char *p, size_t n, int *out) {
+/* Merges only pairs that join to a rank below `limit` (UINT32_MAX: all). */
+static size_t merge_scan(const td_bpe *b, const unsigned char *p, size_t n, int *out,
+                         uint32_t limit) {
     uint32_t tok[SCAN_MAX], rank[SCAN_MAX];
     for (size_t i = 0; i < n; i++) tok[i] = b->f.byte_rank[p[i]];
     for (size_t i = 0; i + 1 < n; i++) rank[i] = find_pair(b, tok[i], tok[i + 1]);
@@ -224,7 +227,7 @@ static size_t merge_scan(const td_bpe *b, const unsigned char *p, size_t n, int 
         size_t best = 0;
         for (size_t i = 1; i + 1 < n; i++)
             if (rank[i] < rank[best]) best = i;
-        if (rank[best] == UINT32_MAX) break;
+        if (rank[best] >= limit) break;
         tok[best] = rank[best];
         memmove(tok + best + 1, tok + best + 2, (n - best - 2) * sizeof *tok);
         memmove(rank + best, rank + best + 1, (n - best - 2) * sizeof *rank);
@@ -310,7 +313,20 @@ long td_bpe_rank_of(const td_bpe *b, const unsigned char *p, size_t n) {
 
 size_t td_bpe_merge_with(const td_bpe *b, const unsigned char *p, size_t n, int *out, int heap) {
     TD_ASSERT(n >= 2 && (heap || n <= SCAN_MAX));
-    return heap ? merge_heap(b, p, n, out) : merge_scan(b, p, n, out);
+    return heap ? merge_heap(b, p, n, out) : merge_scan(b, p, n, out, UINT32_MAX);
+}
+
+int td_bpe_merge_pair(const td_bpe *b, int id, int pair[2]) {
+    if (id < 0 || (uint32_t)id >= b->f.n_ranks) return -1;
+    size_t n;
+    const unsigned char *t = tok_bytes(b, (uint32_t)id, &n);
+    if (n < 2 || n > SCAN_MAX) return -1; /* the parser caps tokens at 255 bytes */
+    int out[SCAN_MAX];
+    /* the merge of the token's own bytes, stopped before its own rank: what
+     * is left is the pair BPE joins into it, or more parts if none does */
+    if (merge_scan(b, t, n, out, (uint32_t)id) != 2) return -1;
+    pair[0] = out[0], pair[1] = out[1];
+    return 0;
 }
 
 /* ---- encoders with a cache of pieces ----------------------------------- */
@@ -357,7 +373,7 @@ static size_t encode_piece(td_bpe_enc *enc, const unsigned char *p, size_t n, in
     uint32_t r = find_token(b, p, n);
     if (r != UINT32_MAX) return out[0] = (int)r, 1;
     if (n > CACHE_PIECE_MAX)
-        return n > SCAN_MAX ? merge_heap(b, p, n, out) : merge_scan(b, p, n, out);
+        return n > SCAN_MAX ? merge_heap(b, p, n, out) : merge_scan(b, p, n, out, UINT32_MAX);
     uint64_t h = hash_bytes(p, n);
     size_t i = h & (CACHE_SLOTS - 1);
     for (; enc->slot[i].len; i = (i + 1) & (CACHE_SLOTS - 1)) {
@@ -367,7 +383,7 @@ static size_t encode_piece(td_bpe_enc *enc, const unsigned char *p, size_t n, in
             return c->ntok;
         }
     }
-    size_t k = merge_scan(b, p, n, out);
+    size_t k = merge_scan(b, p, n, out, UINT32_MAX);
     if (enc->used + 1 > CACHE_SLOTS / 2 || enc->nbytes + n > CACHE_BYTES ||
         enc->ntoks + k > CACHE_BYTES) {
         memset(enc->slot, 0, CACHE_SLOTS * sizeof *enc->slot);

@@ -181,7 +181,9 @@ char *td_hf_config_format(const td_hf_config *c) {
         "  \"tie_word_embeddings\": true,\n  \"torch_dtype\": \"float32\",\n%s"
         "  \"trident_tokenizer\": \"%s\"",
         c->L, c->H, c->C, c->T, c->T, c->V,
-        gpt2 ? "  \"bos_token_id\": 50256,\n  \"eos_token_id\": 50256,\n" : "",
+        /* GPT2Config defaults both to 50256: a smaller vocabulary must say it has none */
+        gpt2 ? "  \"bos_token_id\": 50256,\n  \"eos_token_id\": 50256,\n"
+             : "  \"bos_token_id\": null,\n  \"eos_token_id\": null,\n",
         c->tokenizer[0] ? c->tokenizer : "ids");
     if (c->chars) {
         len += (size_t)snprintf(s + len, cap - len, ",\n  \"trident_chars\": [");
@@ -192,3 +194,35 @@ char *td_hf_config_format(const td_hf_config *c) {
     snprintf(s + len, cap - len, "\n}\n");
     return s;
 }
+
+char *td_hf_generation_config_format(const td_hf_config *c) {
+    char *s = malloc(256);
+    if (!s) return NULL;
+    if (strcmp(c->tokenizer, "gpt2") == 0)
+        snprintf(s, 256, "{\n  \"bos_token_id\": 50256,\n  \"eos_token_id\": 50256\n}\n");
+    else
+        snprintf(s, 256, "{\n  \"bos_token_id\": null,\n  \"eos_token_id\": null,\n  "
+                         "\"pad_token_id\": null\n}\n");
+    return s;
+}
+
+char *td_hf_tokenizer_config_format(const td_hf_config *c) {
+    char *s = malloc(1024);
+    if (!s) return NULL;
+    /* clean_up_tokenization_spaces false: decoding gives the text back
+     * exactly, as trident's and tiktoken's decoders do */
+    snprintf(s, 1024,
+             "{\n  \"tokenizer_class\": \"GPT2Tokenizer\",\n  \"model_max_length\": %" PRId64 ",\n"
+             "  \"bos_token\": \"<|endoftext|>\",\n  \"eos_token\": \"<|endoftext|>\",\n"
+             "  \"unk_token\": \"<|endoftext|>\",\n  \"pad_token\": null,\n"
+             "  \"add_bos_token\": false,\n  \"add_prefix_space\": false,\n  \"errors\": \"replace\",\n"
+             "  \"clean_up_tokenization_spaces\": false,\n"
+             "  \"added_tokens_decoder\": {\n    \"50256\": {\"content\": \"<|endoftext|>\", \"lstrip\": false, "
+             "\"normalized\": true, \"rstrip\": false, \"single_word\": false, \"special\": true}\n  }\n}\n",
+             c->T);
+    return s;
+}
+
+const char td_hf_special_tokens_map[] =
+    "{\n  \"bos_token\": \"<|endoftext|>\",\n  \"eos_token\": \"<|endoftext|>\",\n"
+    "  \"unk_token\": \"<|endoftext|>\"\n}\n";

@@ -1,9 +1,14 @@
 #!/usr/bin/python3
-"""Loads a model exported by `trident export --format safetensors` the way a
+"""Loads a model exported by `trident export --format safetensors` (or the
+model.safetensors + config.json of `--format hf-gpt2`'s directory) the way a
 Hugging Face reader would, and checks trident's logits against a PyTorch
 forward of it.
 
-Usage: check_safetensors.py MODEL.safetensors CONFIG.json TOKENS LOGITS
+Usage: check_safetensors.py MODEL.safetensors CONFIG.json TOKENS LOGITS [PREFIX]
+
+PREFIX: "" (default) for the file export's GPT2Model names ("wte.weight"),
+"transformer." for the directory's GPT2LMHeadModel names
+("transformer.wte.weight", no lm_head.weight: it is tied to wte).
 
 The safetensors file is parsed here directly (u64 header length, JSON
 header, data; no safetensors package exists on this system), every tensor
@@ -47,12 +52,15 @@ def read_safetensors(path):
 
 def main(argv):
     st_path, cfg_path, tok_path, logit_path = argv[1:5]
+    prefix = argv[5] if len(argv) > 5 else ""
     cfg = json.load(open(cfg_path))
     assert cfg["model_type"] == "gpt2" and cfg["tie_word_embeddings"] is True
+    assert cfg["architectures"] == ["GPT2LMHeadModel"] and cfg["activation_function"] == "gelu_new"
+    assert cfg["n_ctx"] == cfg["n_positions"] and cfg["layer_norm_epsilon"] == 1e-5
     L, H, C, T, V = (cfg[k] for k in ("n_layer", "n_head", "n_embd", "n_positions", "vocab_size"))
     meta, tensors = read_safetensors(st_path)
     assert meta.get("format") == "pt", meta
-    # Hugging Face GPT2Model's names and shapes, nothing else
+    # Hugging Face GPT2Model's names (GPT2LMHeadModel's with PREFIX) and shapes, nothing else
     want = {"wte.weight": [V, C], "wpe.weight": [T, C], "ln_f.weight": [C], "ln_f.bias": [C]}
     for i in range(L):
         for k, s in (("ln_1.weight", [C]), ("ln_1.bias", [C]), ("attn.c_attn.weight", [C, 3 * C]),
@@ -61,6 +69,7 @@ def main(argv):
                      ("mlp.c_fc.weight", [C, 4 * C]), ("mlp.c_fc.bias", [4 * C]),
                      ("mlp.c_proj.weight", [4 * C, C]), ("mlp.c_proj.bias", [C])):
             want["h.%d.%s" % (i, k)] = s
+    want = {prefix + k: s for k, s in want.items()}
     got = {k: list(v.shape) for k, v in tensors.items()}
     if got != want:
         diff = {k: (got.get(k), want.get(k)) for k in set(got) | set(want) if got.get(k) != want.get(k)}
@@ -69,7 +78,7 @@ def main(argv):
     model = GPT(L, H, C, T, V)
     state = {}
     for name, t in tensors.items():
-        state["transformer." + name] = t.t() if name.endswith(CONV1D) else t
+        state["transformer." + name[len(prefix):]] = t.t() if name.endswith(CONV1D) else t
     model.load_state_dict(state, strict=True)
     model = model.double().eval()
     tokens = np.fromfile(tok_path, dtype="<i4")

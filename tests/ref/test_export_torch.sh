@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# trident export --format safetensors against PyTorch: a tiny trained model
-# (L2 H2 C32 T16, char vocabulary) exported, parsed and loaded by
-# check_safetensors.py (HF GPT-2 names and shapes), its forward in float64
-# compared with trident's logits on the same tokens (interop_tool logits).
+# trident export against PyTorch: a tiny trained model (L2 H2 C32 T16, char
+# vocabulary) exported as --format safetensors (GPT2Model names) and as
+# --format hf-gpt2's directory (GPT2LMHeadModel names), each parsed and
+# loaded by check_safetensors.py (HF GPT-2 names and shapes), its forward in
+# float64 compared with trident's logits on the same tokens (interop_tool
+# logits).
 # Usage: test_export_torch.sh TRIDENT INTEROP_TOOL DATA_DIR
 set -eu
 T=${1:?usage: test_export_torch.sh TRIDENT INTEROP_TOOL DATA_DIR}
@@ -18,3 +20,6 @@ mkdir "$tmp/hf"
 "$TOOL" logits "$tmp/ck" "$tmp/tokens.bin" "$tmp/logits.bin"
 /usr/bin/python3 "$HERE/check_safetensors.py" "$tmp/hf/model.safetensors" "$tmp/hf/config.json" \
   "$tmp/tokens.bin" "$tmp/logits.bin"
+"$T" export --ckpt "$tmp/ck" --format hf-gpt2 --out "$tmp/hfdir"
+/usr/bin/python3 "$HERE/check_safetensors.py" "$tmp/hfdir/model.safetensors" "$tmp/hfdir/config.json" \
+  "$tmp/tokens.bin" "$tmp/logits.bin" transformer.
