@@ -112,6 +112,9 @@ double td_rng_normal(uint64_t seed, uint64_t stream, uint64_t index);
 /* ---- timers ------------------------------------------------------------ */
 
 double td_now_ms(void); /* monotonic clock */
+/* 64 random bits from the kernel (getrandom), for ids that must differ
+ * between runs (a checkpoint's run id); never 0. */
+uint64_t td_random_id(void);
 
 /* ---- small helpers ----------------------------------------------------- */
 

@@ -48,12 +48,13 @@ typedef struct {
 typedef struct {
     int step;                 /* steps done (= the lr schedule's position) */
     unsigned long long seed;  /* init and data order are functions of (seed, step) */
+    uint64_t run;             /* the run's id: made at its first start, kept by resumes */
     td_loss_scaler scaler;
     int dp, tp, pp, zero, ranks;
     const char *precision, *dp_mode, *grad_compress;
     int keep;                 /* --keep N: step directories kept, 0 = all */
 } td_ckpt_meta;
-/* A one-process fp32 layout, no loss scaling, seed 0. */
+/* A one-process fp32 layout, no loss scaling, seed 0, a new run id. */
 void td_ckpt_meta_default(td_ckpt_meta *m, int step);
 
 /* Sharded save of the state after meta->step steps into --out `out`:

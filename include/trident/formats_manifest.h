@@ -4,17 +4,28 @@
  *
  * The manifest describes the global training state in layout-independent
  * terms (the step directory's README is ckpt.h):
- *   {"format": "trident-checkpoint", "version": 4, "step": S,
+ *   {"format": "trident-checkpoint", "version": 5, "step": S, "run": "16 hex digits",
  *    "config": {"layers", "heads", "embd", "seq", "vocab"},
  *    "tokenizer": {"kind": "char"|"byte"|"ids"|"gpt2", "vocab": V, "chars": [code points]},
  *    "seed": N, "lr_step": S,
  *    "loss_scale": {"mode": 0..2, "scale": F, "clean": n, "consecutive": n, "skipped": n},
  *    "layout": {"dp", "tp", "pp", "zero", "ranks", "precision", "dp_mode", "grad_compress"},
- *    "files": ["shard-00000.safetensors", ...],
+ *    "files": [{"name": "shard-00000.safetensors", "rank": r, "grid": "dp 0 tp 0 pp 0",
+ *               "size": bytes, "header_xxh3": "16 hex digits"}, ...],
  *    "tensors": [{"name", "shape": [..], "dtype": "F32",
  *                 "pieces": [{"section": "params"|"adam_m"|"adam_v"|"rsK_dpD", "file": i, "key": K,
  *                             "tp": n, "tp_rank": r, "split_dim": d, "groups": g,
- *                             "begin": b, "end": e}]}]}
+ *                             "begin": b, "end": e}]}],
+ *    "manifest_xxh3": "16 hex digits"}
+ * Integrity: "run" names the training run (one id from the first start on,
+ * kept by every resume), so a shard of another run is told from this run's.
+ * Each file's entry records its size and the XXH3-64 of its header (the
+ * first 8 + N bytes), and the header's metadata records the step, run and
+ * rank it was written for and an XXH3-64 per 4 MiB block of every piece
+ * ("xxh3/KEY"): the header's checksum thus covers every byte of the data.
+ * manifest_xxh3 is the last member: the XXH3-64 of every byte of the text
+ * before its value's opening quote; only "}" and white space may follow.
+ * A piece's key must be SECTION/NAME/TP/TP_RANK/BEGIN of its own fields. 
  * Section rsK_dpD is data-parallel rank D's (D < layout.dp) per-dp-rank
  * state of kind K (td_dp_rank_state: 0 the top-k residual, 1 and 2 the
  * top-k update scheme's local AdamW moments), a tensor like the others.
@@ -33,7 +44,7 @@
 
 #include "trident/formats.h"
 
-#define TD_MANIFEST_VERSION 4
+#define TD_MANIFEST_VERSION 5
 #define TD_MANIFEST_MAX_BYTES (256u << 20)
 enum { TD_MF_PARAMS, TD_MF_ADAM_M, TD_MF_ADAM_V, TD_MF_NSECTIONS };
 extern const char *const td_mf_section_names[TD_MF_NSECTIONS]; /* "params", "adam_m", "adam_v" */
@@ -63,9 +74,19 @@ typedef struct {
     td_mf_piece *pieces;
 } td_mf_tensor;
 
+/* One shard file's entry (files[]). */
+typedef struct {
+    char *name;           /* "shard-NNNNN.safetensors" */
+    int rank;             /* the world rank that wrote it */
+    char grid[64];        /* its grid position, as its header says ("dp 0 tp 1 pp 0") */
+    uint64_t size;        /* bytes */
+    uint64_t header_xxh3; /* of its first 8 + N bytes */
+} td_mf_file;
+
 typedef struct {
     int version, step, lr_step;
     uint64_t seed;
+    uint64_t run;            /* the run's id */
     int layers, heads, embd, seq, vocab;
     int tok_kind, tok_vocab; /* td_tokenizer_kind */
     uint32_t *chars;         /* [tok_vocab] for the char tokenizer, else NULL */
@@ -74,16 +95,24 @@ typedef struct {
     int dp, tp, pp, zero, ranks;
     char precision[16], dp_mode[32], grad_compress[64];
     int n_files;
-    char **files;
+    char **files;            /* [n_files] names (= shards[i].name) */
+    td_mf_file *shards;      /* [n_files] */
     int n_tensors;
     td_mf_tensor *tensors;
 } td_manifest;
 
 /* Parses and checks every field (types, ranges, file indices, piece ranges
  * within the shape's element count, names unique, file names plain
- * "shard-NNNNN.safetensors"). On error *m is freed and zeroed. */
+ * "shard-NNNNN.safetensors", each piece's key its own fields') and the
+ * manifest's own checksum first. On error *m is freed and zeroed. */
 int td_manifest_parse(const char *text, size_t n, td_manifest *m, td_err *e);
 void td_manifest_free(td_manifest *m);
 const td_mf_tensor *td_manifest_tensor(const td_manifest *m, const char *name);
+/* The key a piece of tensor `name` must have: "SECTION/NAME/TP/TP_RANK/BEGIN". */
+void td_mf_piece_key(char *buf, size_t cap, int section, const char *name, int tp, int tp_rank, uint64_t begin);
+/* The text the writer appends after the last member: ",\n \"manifest_xxh3\": \"" then 16 hex
+ * digits then "\"}\n"; td_manifest_seal writes it for text[0..n) into out (cap >= n + 64) and
+ * returns the sealed length. */
+size_t td_manifest_seal(const char *text, size_t n, char *out, size_t cap);
 
 #endif

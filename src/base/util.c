@@ -1,7 +1,9 @@
 /* Counter-based random numbers, timers, formatting. */
 #include <math.h>
 #include <stdio.h>
+#include <sys/random.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "trident/base.h"
 
@@ -34,6 +36,16 @@ double td_now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+uint64_t td_random_id(void) {
+    uint64_t x = 0;
+    if (getrandom(&x, sizeof x, 0) != (ssize_t)sizeof x) { /* no entropy source: time and pid, mixed */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        x = mix64((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec) ^ mix64((uint64_t)getpid());
+    }
+    return x ? x : 1;
 }
 
 char *td_fmt_bytes(char *buf, size_t n, double bytes) {

@@ -16,6 +16,7 @@ struct td_ckpt_writer {
     const td_tokenizer *tok;
     td_param_table canon;
     td_shard *shard;
+    td_shard_item *items; /* the shard's list, until the commit */
     int n_sections;
 };
 
@@ -25,6 +26,7 @@ void td_ckpt_meta_default(td_ckpt_meta *m, int step) {
     td_loss_scaler_init(&m->scaler, TD_LOSS_SCALE_NONE, 1.0f, 1);
     m->dp = m->tp = m->pp = m->ranks = 1;
     m->precision = "fp32", m->dp_mode = "allreduce", m->grad_compress = "none";
+    m->run = td_random_id(); /* a new run unless the caller says whose it is */
 }
 
 td_ckpt_writer *td_ckpt_writer_open(const char *out, const td_gpt_config *cfg,
@@ -33,6 +35,7 @@ td_ckpt_writer *td_ckpt_writer_open(const char *out, const td_gpt_config *cfg,
     memset(w, 0, sizeof *w);
     td_ckpt_dir_init(&w->d, out, step, (long)getpid());
     td_ckpt_meta_default(&w->meta, step);
+    w->d.run = w->meta.run;
     w->cfg = *cfg;
     w->tok = tok;
     w->n_sections = has_optimizer ? 3 : 1;
@@ -46,8 +49,8 @@ td_ckpt_writer *td_ckpt_writer_open(const char *out, const td_gpt_config *cfg,
             td_piece_key(it->key, sizeof it->key, s, w->canon.rows[i].name, 1, 0, 0);
             it->n = w->canon.rows[i].numel;
         }
-    w->shard = td_shard_create(&w->d, 0, items, n);
-    td_free(items);
+    w->shard = td_shard_create(&w->d, 0, "", items, n);
+    w->items = items;
     return w;
 }
 
@@ -57,6 +60,7 @@ void td_ckpt_writer_meta(td_ckpt_writer *w, const td_ckpt_meta *meta) {
     int step = w->meta.step;
     w->meta = *meta;
     w->meta.step = step;
+    w->d.run = meta->run; /* the shard's header is rewritten with it at the commit */
 }
 
 void td_ckpt_writer_put(td_ckpt_writer *w, int section, const td_param_table *t, int u,
@@ -74,6 +78,7 @@ void td_ckpt_writer_put(td_ckpt_writer *w, int section, const td_param_table *t,
 
 void td_ckpt_writer_commit(td_ckpt_writer *w, char *path, size_t cap) {
     td_shard_close(w->shard);
+    td_free(w->items);
     td_ckpt_finish(&w->d, 1, &w->meta, &w->cfg, w->tok, &w->canon, path, cap);
     td_param_table_free(&w->canon);
     td_free(w);

@@ -12,7 +12,17 @@
 typedef struct {
     char out[PATH_MAX], tmp[PATH_MAX + 64], final[PATH_MAX + 64], name[32];
     int step;
+    uint64_t run; /* the run's id, recorded in every shard and the manifest */
 } td_ckpt_dir;
+
+/* A shard's safetensors metadata (formats_manifest.h): what it is, and the
+ * XXH3-64 of every TD_HASH_BLOCK bytes of each piece under "xxh3/KEY". */
+#define TD_SHARD_META_STEP "trident_step"
+#define TD_SHARD_META_RUN "trident_run"
+#define TD_SHARD_META_RANK "trident_rank"
+#define TD_SHARD_META_GRID "trident_grid"
+#define TD_SHARD_META_BLOCK "trident_xxh3_block"
+#define TD_SHARD_META_SUM "xxh3/"
 
 /* out/.step-%08d.tmp.<tag>: the names only (rank 0 creates it) */
 void td_ckpt_dir_init(td_ckpt_dir *d, const char *out, int step, long tag);
@@ -32,10 +42,14 @@ typedef struct {
     uint64_t n;
 } td_shard_item;
 typedef struct td_shard td_shard;
-td_shard *td_shard_create(const td_ckpt_dir *d, int file_index, const td_shard_item *items, int n);
-/* a test fault (save-kill) may SIGKILL this rank half-way through its data */
+/* items stays the caller's until td_shard_close; grid: the writer's grid
+ * position ("dp 0 tp 1 pp 0"; "" for a consolidated shard). */
+td_shard *td_shard_create(const td_ckpt_dir *d, int file_index, const char *grid, const td_shard_item *items, int n);
+/* Hashes the piece's blocks as it writes them; a test fault (save-kill) may
+ * SIGKILL this rank half-way through its data */
 void td_shard_put(td_shard *s, int i, const float *data);
-void td_shard_close(td_shard *s); /* fsync, close, free */
+/* rewrites the header with the checksums, fsyncs, closes, frees */
+void td_shard_close(td_shard *s);
 /* bytes a save of n tensors holds beside the state: the item list, data
  * pointers, the header's tensor table and offsets */
 size_t td_shard_bookkeeping(int n);
@@ -62,12 +76,20 @@ typedef struct {
     int *fd;             /* [n_files] opened lazily, -1 */
     td_st_header *hdr;   /* [n_files] parsed with the file's first use */
     uint64_t *flen;
+    /* NULL: a block whose checksum differs is an error (every reader);
+     * else it is reported here and the read goes on (ckpt check) */
+    void (*report)(void *ctx, const char *path, int rank, const char *key, size_t block, size_t off, size_t len,
+                   uint64_t have, uint64_t want);
+    void *report_ctx;
 } td_ckpt_reader;
 /* path: a step directory or an --out directory (follows latest); what names
  * the flag in errors. */
 void td_ckpt_reader_open(td_ckpt_reader *r, const char *path, const char *what);
 void td_ckpt_reader_close(td_ckpt_reader *r);
-/* Reads file f's tensor `key` (n floats, F32) into dst; errors name the file. */
+/* Reads file f's tensor `key` (n floats, F32) into dst and verifies its
+ * blocks' checksums; errors name the file, rank and tensor. The file is
+ * checked against the manifest at its first use (size, step, run, rank,
+ * the header's checksum). */
 void td_ckpt_reader_get(td_ckpt_reader *r, int f, const char *key, uint64_t n, float *dst);
 /* The ranges [lo, lo + n) of table t's flat layout this rank fills, with
  * where to: for each tensor of t overlapping them, the global tensor is put

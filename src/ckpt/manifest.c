@@ -13,6 +13,8 @@
 
 #include "ckpt_internal.h"
 #include "trident/base.h"
+#include "trident/files.h"
+#include "trident/formats_hash.h"
 #include "trident/formats_json.h"
 
 typedef struct {
@@ -48,23 +50,40 @@ static void put_str(sbuf *b, const char *s) {
     b->n = (size_t)k;
 }
 
-/* One shard's header, read back; errors are the save's. */
-static void read_header(const td_ckpt_dir *d, int f, td_st_header *h) {
+/* One shard's header, read back (errors are the save's): its parsed table,
+ * the file's size and the XXH3-64 of its first 8 + N bytes, which the
+ * manifest records. */
+typedef struct {
+    td_st_header h;
+    uint64_t size, xxh3;
+} shard_back;
+
+static void read_header(const td_ckpt_dir *d, int f, shard_back *b) {
     char name[64], path[PATH_MAX + 128];
     td_shard_name(name, sizeof name, f);
     snprintf(path, sizeof path, "%s/%s", d->tmp, name);
-    int fd = open(path, O_RDONLY);
     struct stat st;
+    const char *why;
+    int fd = td_open_input(path, &st, &why);
     unsigned char first8[8];
     td_err e;
     uint64_t n;
-    if (fd < 0 || fstat(fd, &st) != 0 || pread(fd, first8, 8, 0) != 8) td_ckpt_save_failed(d, name, errno ? errno : EIO);
+    if (fd < 0) td_fail("saving checkpoint %s: reading %s back: %s", d->final, name, why);
+    if (td_pread_all(fd, first8, 8, 0) != 0) td_ckpt_save_failed(d, name, errno);
     TD_CHECK(td_st_header_len(first8, (uint64_t)st.st_size, &n, &e) == 0, "%s: %s", path, e.msg);
-    char *hdr = td_alloc(n + 1, TD_MEM_OTHER);
-    TD_CHECK(pread(fd, hdr, n, 8) == (ssize_t)n, "%s: the header could not be read back", path);
-    TD_CHECK(td_st_header_parse(hdr, n, (uint64_t)st.st_size, h, &e) == 0, "%s: %s", path, e.msg);
+    char *hdr = td_alloc(n + 8, TD_MEM_OTHER);
+    TD_CHECK(td_pread_all(fd, hdr, n + 8, 0) == 0, "%s: the header could not be read back", path);
+    b->xxh3 = td_xxh3(hdr, n + 8);
+    b->size = (uint64_t)st.st_size;
+    TD_CHECK(td_st_header_parse(hdr + 8, n, (uint64_t)st.st_size, &b->h, &e) == 0, "%s: %s", path, e.msg);
     td_free(hdr);
     close(fd);
+}
+
+static const char *meta_of(const td_st_header *h, const char *key) {
+    for (int k = 0; k < h->n_meta; k++)
+        if (strcmp(h->meta_key[k], key) == 0) return h->meta_val[k];
+    return "";
 }
 
 char *td_manifest_format(const td_ckpt_dir *d, int n_files, const td_ckpt_meta *meta, const td_gpt_config *cfg,
@@ -72,8 +91,10 @@ char *td_manifest_format(const td_ckpt_dir *d, int n_files, const td_ckpt_meta *
     static const char *tok_names[] = {"char", "byte", "ids", "gpt2"};
     sbuf b = {malloc(4096), 0, 4096};
     TD_CHECK(b.p, "saving a checkpoint: out of memory for the manifest");
-    put(&b, "{\"format\": \"trident-checkpoint\", \"version\": %d, \"step\": %d, \"lr_step\": %d, \"seed\": %llu,\n",
-        TD_MANIFEST_VERSION, meta->step, meta->step, meta->seed);
+    char run[TD_HASH_HEX + 1];
+    td_hash_hex(meta->run, run);
+    put(&b, "{\"format\": \"trident-checkpoint\", \"version\": %d, \"step\": %d, \"lr_step\": %d, \"seed\": %llu, "
+        "\"run\": \"%s\",\n", TD_MANIFEST_VERSION, meta->step, meta->step, meta->seed, run);
     put(&b, " \"config\": {\"layers\": %d, \"heads\": %d, \"embd\": %d, \"seq\": %d, \"vocab\": %d},\n", cfg->L, cfg->H,
         cfg->C, cfg->T, cfg->V);
     put(&b, " \"tokenizer\": {\"kind\": \"%s\", \"vocab\": %d", tok_names[tok->kind], tok->V);
@@ -93,15 +114,22 @@ char *td_manifest_format(const td_ckpt_dir *d, int n_files, const td_ckpt_meta *
     put_str(&b, meta->dp_mode);
     put(&b, ", \"grad_compress\": ");
     put_str(&b, meta->grad_compress);
+    shard_back *sb = td_alloc(sizeof *sb * (size_t)n_files, TD_MEM_OTHER);
     put(&b, "},\n \"files\": [");
     for (int f = 0; f < n_files; f++) {
-        char name[64];
+        char name[64], hx[TD_HASH_HEX + 1];
         td_shard_name(name, sizeof name, f);
-        put(&b, "%s\"%s\"", f ? ", " : "", name);
+        read_header(d, f, &sb[f]);
+        const td_st_header *h = &sb[f].h;
+        /* each shard says what it is; a disagreement here is a bug */
+        TD_ASSERT(atoi(meta_of(h, TD_SHARD_META_STEP)) == meta->step && atoi(meta_of(h, TD_SHARD_META_RANK)) == f &&
+                  strcmp(meta_of(h, TD_SHARD_META_RUN), run) == 0);
+        td_hash_hex(sb[f].xxh3, hx);
+        put(&b, "%s\n  {\"name\": \"%s\", \"rank\": %d, \"grid\": ", f ? "," : "", name, f);
+        put_str(&b, meta_of(h, TD_SHARD_META_GRID));
+        put(&b, ", \"size\": %llu, \"header_xxh3\": \"%s\"}", (unsigned long long)sb[f].size, hx);
     }
     put(&b, "],\n");
-    td_st_header *h = td_alloc(sizeof *h * (size_t)n_files, TD_MEM_OTHER);
-    for (int f = 0; f < n_files; f++) read_header(d, f, &h[f]);
     /* tensors in table order; each one's pieces from every file */
     put(&b, " \"tensors\": [");
     for (int i = 0; i < t->n_rows; i++) {
@@ -111,11 +139,11 @@ char *td_manifest_format(const td_ckpt_dir *d, int n_files, const td_ckpt_meta *
         put(&b, "], \"pieces\": [");
         int np = 0;
         for (int f = 0; f < n_files; f++)
-            for (int k = 0; k < h[f].n; k++) {
+            for (int k = 0; k < sb[f].h.n; k++) {
                 char sec[32], nm[80];
                 int tp, tpr;
                 size_t begin;
-                const td_st_tensor *x = &h[f].t[k];
+                const td_st_tensor *x = &sb[f].h.t[k];
                 if (sscanf(x->name, "%31[^/]/%79[^/]/%d/%d/%zu", sec, nm, &tp, &tpr, &begin) != 5 ||
                     strcmp(nm, r->name) != 0)
                     continue;
@@ -127,10 +155,13 @@ char *td_manifest_format(const td_ckpt_dir *d, int n_files, const td_ckpt_meta *
             }
         put(&b, "]}");
     }
-    put(&b, "]}\n");
-    for (int f = 0; f < n_files; f++) td_st_header_free(&h[f]);
-    td_free(h);
-    *len = b.n;
+    put(&b, "]");
+    for (int f = 0; f < n_files; f++) td_st_header_free(&sb[f].h);
+    td_free(sb);
+    /* the manifest's own checksum closes it */
+    put(&b, "%*s", TD_HASH_HEX + 64, "");
+    *len = td_manifest_seal(b.p, b.n - (TD_HASH_HEX + 64), b.p, b.cap);
+    TD_ASSERT(*len > 0);
     return b.p;
 }
 
@@ -186,14 +217,10 @@ void td_ckpt_finish(const td_ckpt_dir *d, int n_files, const td_ckpt_meta *meta,
     char *json = td_manifest_format(d, n_files, meta, cfg, tok, t, &len);
     char p[PATH_MAX + 128];
     snprintf(p, sizeof p, "%s/manifest.json", d->tmp);
-    int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const char *why;
+    int fd = td_open_output(p, O_WRONLY | O_CREAT | O_TRUNC, 0644, &why);
     if (fd < 0) td_ckpt_save_failed(d, "creating manifest.json", errno);
-    for (size_t off = 0; off < len;) {
-        ssize_t k = write(fd, json + off, len - off);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) td_ckpt_save_failed(d, "writing manifest.json", k < 0 ? errno : EIO);
-        off += (size_t)k;
-    }
+    if (td_write_all(fd, json, len) != 0) td_ckpt_save_failed(d, "writing manifest.json", errno);
     free(json);
     if (fsync(fd) != 0 || close(fd) != 0) td_ckpt_save_failed(d, "fsync of manifest.json", errno);
     fsync_dir(d, d->tmp);

@@ -13,6 +13,7 @@
 #include "ckpt_internal.h"
 #include "trident/base.h"
 #include "trident/files.h"
+#include "trident/formats_hash.h"
 
 static void read_exact(int fd, void *p, uint64_t n, uint64_t off, const char *path, const char *what) {
     char *c = p;
@@ -41,7 +42,10 @@ void td_ckpt_reader_open(td_ckpt_reader *r, const char *path, const char *what) 
         TD_CHECK(n > 0, "%s %s: cannot open it as a step directory (no manifest.json) or as a directory written by "
                  "'trident train --out' (no latest link): %s", what, path, strerror(errno));
         target[n] = 0;
-        int k = snprintf(r->dir, sizeof r->dir, "%s/%s", path, target);
+        /* a relative link is relative to DIR (as trident writes it); an
+         * absolute one stands alone */
+        int k = target[0] == '/' ? snprintf(r->dir, sizeof r->dir, "%s", target)
+                                 : snprintf(r->dir, sizeof r->dir, "%s/%s", path, target);
         TD_CHECK(k > 0 && (size_t)k < sizeof r->dir, "%s %s: latest names %.64s..., too long a path", what, path, target);
         snprintf(file, sizeof file, "%s/manifest.json", r->dir);
         TD_CHECK(stat(file, &st) == 0, "%s %s: latest names %s, which holds no manifest.json: %s", what, path, target,
@@ -58,6 +62,13 @@ void td_ckpt_reader_open(td_ckpt_reader *r, const char *path, const char *what) 
     td_err e;
     TD_CHECK(td_manifest_parse(text, (size_t)st.st_size, &r->m, &e) == 0, "%s: %s", file, e.msg);
     td_free(text);
+    /* a step directory's name is its step: a manifest moved into another
+     * one (or edited) would resume the wrong point of the schedule */
+    const char *base = strrchr(r->dir, '/') ? strrchr(r->dir, '/') + 1 : r->dir;
+    int named = -1, used = 0;
+    if (sscanf(base, "step-%8d%n", &named, &used) == 1 && used == 13 && base[13] == 0)
+        TD_CHECK(named == r->m.step, "%s: field step: %d, but its directory is %s: the manifest is of another step",
+                 file, r->m.step, base);
     int n = r->m.n_files;
     r->fd = td_alloc(sizeof(int) * (size_t)n, TD_MEM_OTHER);
     r->hdr = td_alloc(sizeof(td_st_header) * (size_t)n, TD_MEM_OTHER);
@@ -79,9 +90,19 @@ void td_ckpt_reader_close(td_ckpt_reader *r) {
     memset(r, 0, sizeof *r);
 }
 
+static const char *meta_of(const td_st_header *h, const char *key) {
+    for (int k = 0; k < h->n_meta; k++)
+        if (strcmp(h->meta_key[k], key) == 0) return h->meta_val[k];
+    return NULL;
+}
+
+/* A shard is what the manifest says it is before any of its data is used:
+ * its size, the step, run and rank its header records, and the checksum of
+ * that header, which holds every block's checksum. */
 static void open_file(td_ckpt_reader *r, int f, char *path, size_t cap) {
     snprintf(path, cap, "%s/%s", r->dir, r->m.files[f]);
     if (r->fd[f] >= 0) return;
+    const td_mf_file *mf = &r->m.shards[f];
     struct stat st;
     const char *why;
     int fd = td_open_input(path, &st, &why);
@@ -89,12 +110,32 @@ static void open_file(td_ckpt_reader *r, int f, char *path, size_t cap) {
     unsigned char first8[8] = {0};
     uint64_t n, len = (uint64_t)st.st_size;
     td_err e;
+    TD_CHECK(len == mf->size, "%s (rank %d): %llu bytes, but manifest.json records %llu: the shard is truncated or "
+             "not this checkpoint's", path, mf->rank, (unsigned long long)len, (unsigned long long)mf->size);
     read_exact(fd, first8, len < 8 ? len : 8, 0, path, "header length");
     TD_CHECK(td_st_header_len(first8, len, &n, &e) == 0, "%s: %s", path, e.msg);
-    char *h = td_alloc(n + 1, TD_MEM_OTHER);
-    read_exact(fd, h, n, 8, path, "header");
-    TD_CHECK(td_st_header_parse(h, n, len, &r->hdr[f], &e) == 0, "%s: %s", path, e.msg);
+    char *h = td_alloc(n + 8, TD_MEM_OTHER);
+    read_exact(fd, h, n + 8, 0, path, "header");
+    uint64_t sum = td_xxh3(h, n + 8);
+    TD_CHECK(td_st_header_parse(h + 8, n, len, &r->hdr[f], &e) == 0, "%s: %s", path, e.msg);
     td_free(h);
+    const td_st_header *hd = &r->hdr[f];
+    const char *step = meta_of(hd, TD_SHARD_META_STEP), *run = meta_of(hd, TD_SHARD_META_RUN),
+               *rank = meta_of(hd, TD_SHARD_META_RANK);
+    char want_run[TD_HASH_HEX + 1];
+    td_hash_hex(r->m.run, want_run);
+    TD_CHECK(step && run && rank, "%s (rank %d): its header does not say which step, run and rank it is (%s, %s, "
+             "%s missing): not a shard of a trident checkpoint of this version", path, mf->rank,
+             TD_SHARD_META_STEP, TD_SHARD_META_RUN, TD_SHARD_META_RANK);
+    TD_CHECK(strcmp(run, want_run) == 0, "%s (rank %d): the shard is of run %s, the manifest's run is %s: a shard of "
+             "another training run", path, mf->rank, run, want_run);
+    TD_CHECK(atoi(step) == r->m.step, "%s (rank %d): the shard is of step %s, the manifest's step is %d: a shard of "
+             "another checkpoint", path, mf->rank, step, r->m.step);
+    TD_CHECK(atoi(rank) == mf->rank, "%s: the shard was written by rank %s, the manifest names rank %d for it", path,
+             rank, mf->rank);
+    TD_CHECK(sum == mf->header_xxh3, "%s (rank %d): its header hashes to %016llx, manifest.json records %016llx: the "
+             "shard's header is corrupt or was changed", path, mf->rank, (unsigned long long)sum,
+             (unsigned long long)mf->header_xxh3);
     r->fd[f] = fd;
     r->flen[f] = len;
 }
@@ -102,12 +143,37 @@ static void open_file(td_ckpt_reader *r, int f, char *path, size_t cap) {
 void td_ckpt_reader_get(td_ckpt_reader *r, int f, const char *key, uint64_t n, float *dst) {
     char path[PATH_MAX + 64];
     open_file(r, f, path, sizeof path);
-    const td_st_tensor *x = td_st_find(&r->hdr[f], key);
+    const td_st_header *hd = &r->hdr[f];
+    const td_st_tensor *x = td_st_find(hd, key);
     TD_CHECK(x, "%s: tensor %s (named by manifest.json) is missing", path, key);
     TD_CHECK(x->dtype == TD_ST_F32 && x->end - x->begin == 4 * n, "%s: tensor %s: %s with %llu bytes, but the manifest "
              "says %llu F32 elements", path, key, td_st_dtype_name(x->dtype),
              (unsigned long long)(x->end - x->begin), (unsigned long long)n);
-    read_exact(r->fd[f], dst, 4 * n, r->hdr[f].data_off + x->begin, path, key);
+    read_exact(r->fd[f], dst, 4 * n, hd->data_off + x->begin, path, key);
+    /* the blocks' checksums, from the header the manifest vouched for */
+    char mkey[256];
+    snprintf(mkey, sizeof mkey, "%s%s", TD_SHARD_META_SUM, key);
+    const char *list = meta_of(hd, mkey);
+    int rank = r->m.shards[f].rank;
+    TD_CHECK(list, "%s (rank %d): tensor %s has no checksums in its header", path, rank, key);
+    size_t nb = td_hash_n_blocks(4 * n);
+    uint64_t *want = td_alloc(sizeof(uint64_t) * (nb + 1), TD_MEM_OTHER);
+    td_err e;
+    TD_CHECK(td_hash_list_parse(list, nb, want, &e) == 0, "%s (rank %d): tensor %s: its checksums: %s", path, rank, key,
+             e.msg);
+    for (size_t b = 0; b < nb; b++) {
+        size_t off = b * TD_HASH_BLOCK, len = 4 * n - off < TD_HASH_BLOCK ? 4 * n - off : TD_HASH_BLOCK;
+        uint64_t h = td_xxh3((const char *)dst + off, len);
+        if (h == want[b]) continue;
+        if (r->report) { /* ckpt check: every bad block is listed */
+            r->report(r->report_ctx, path, rank, key, b, off, len, h, want[b]);
+            continue;
+        }
+        td_fail("%s (rank %d): tensor %s: bytes %zu..%zu (block %zu of %zu) hash to %016llx, the shard records "
+                "%016llx: the checkpoint is corrupt", path, rank, key, off, off + len, b + 1, nb,
+                (unsigned long long)h, (unsigned long long)want[b]);
+    }
+    td_free(want);
 }
 
 /* the tables of the source layout (one per tp size: a row's element ->

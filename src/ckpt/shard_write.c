@@ -14,6 +14,8 @@
 #include "ckpt_internal.h"
 #include "trident/base.h"
 #include "trident/fault.h"
+#include "trident/files.h"
+#include "trident/formats_hash.h"
 
 void td_ckpt_dir_init(td_ckpt_dir *d, const char *out, int step, long tag) {
     TD_CHECK(strlen(out) < PATH_MAX - 64, "--out %.64s...: the path is too long", out);
@@ -64,18 +66,20 @@ void td_shard_name(char *buf, size_t cap, int file_index) {
 }
 
 void td_piece_key(char *buf, size_t cap, int section, const char *name, int tp, int tp_rank, size_t begin) {
-    char sec[32];
-    td_mf_section_name(section, sec, sizeof sec);
-    snprintf(buf, cap, "%s/%s/%d/%d/%zu", sec, name, tp, tp_rank, begin);
+    td_mf_piece_key(buf, cap, section, name, tp, tp_rank, begin); /* the parser checks keys against the same */
 }
 
 struct td_shard {
     const td_ckpt_dir *d;
-    char file[64];
-    int fd, n, put;
+    char file[64], grid[64];
+    int fd, n, put, rank;
+    const td_shard_item *items; /* the caller's list, alive until close */
     uint64_t *off;   /* [n] file offset of each tensor */
     uint64_t *len;   /* [n] its bytes */
+    uint64_t *sum0;  /* [n + 1] index of each tensor's first block checksum in sums */
+    uint64_t *sums;  /* every block's XXH3-64, filled as the data is put */
     uint64_t total, done;
+    size_t hlen;     /* header bytes (8 + N): the same with placeholders and with the checksums */
 };
 
 static void write_at(td_shard *s, const void *p, uint64_t n, uint64_t off) {
@@ -92,38 +96,74 @@ static void write_at(td_shard *s, const void *p, uint64_t n, uint64_t off) {
     }
 }
 
-td_shard *td_shard_create(const td_ckpt_dir *d, int file_index, const td_shard_item *items, int n) {
+/* The header: the tensor table, and metadata saying what the shard is
+ * (step, run, rank, grid position) with every piece's block checksums
+ * ("xxh3/KEY": hex lists, fixed width, so that the header written first
+ * with zeros has the length of the final one). hlen gets 8 + N. */
+static char *format_header(td_shard *s, size_t *hlen) {
+    enum { FIXED = 6 };
+    int n = s->n, nm = FIXED + n;
+    td_st_tensor *t = td_alloc(sizeof *t * (size_t)(n + 1), TD_MEM_OTHER);
+    char **mk = td_alloc(sizeof(char *) * (size_t)nm, TD_MEM_OTHER), **mv = td_alloc(sizeof(char *) * (size_t)nm, TD_MEM_OTHER);
+    char step[16], run[TD_HASH_HEX + 1], rank[16], block[24];
+    snprintf(step, sizeof step, "%d", s->d->step);
+    td_hash_hex(s->d->run, run);
+    snprintf(rank, sizeof rank, "%d", s->rank);
+    snprintf(block, sizeof block, "%zu", TD_HASH_BLOCK);
+    const char *fk[FIXED] = {"writer", TD_SHARD_META_STEP, TD_SHARD_META_RUN, TD_SHARD_META_RANK, TD_SHARD_META_GRID,
+                             TD_SHARD_META_BLOCK};
+    const char *fv[FIXED] = {"trident", step, run, rank, s->grid, block};
+    for (int k = 0; k < FIXED; k++) mk[k] = (char *)fk[k], mv[k] = (char *)fv[k];
+    for (int i = 0; i < n; i++) {
+        t[i] = (td_st_tensor){(char *)s->items[i].key, TD_ST_F32, 1, {(int64_t)s->items[i].n}, 0, 0};
+        size_t kl = strlen(TD_SHARD_META_SUM) + strlen(s->items[i].key) + 1;
+        mk[FIXED + i] = td_alloc(kl, TD_MEM_OTHER);
+        snprintf(mk[FIXED + i], kl, "%s%s", TD_SHARD_META_SUM, s->items[i].key);
+        mv[FIXED + i] = td_hash_list_format(s->sums + s->sum0[i], s->sum0[i + 1] - s->sum0[i]);
+        TD_CHECK(mv[FIXED + i], "saving checkpoint %s: out of memory for the checksums", s->d->final);
+    }
+    char *hdr;
+    td_err e;
+    TD_CHECK(td_st_header_format(t, n, (const char *const *)mk, (const char *const *)mv, nm, &hdr, hlen, &e) == 0,
+             "saving checkpoint %s: %s: %s", s->d->final, s->file, e.msg);
+    for (int i = 0; i < n; i++) {
+        td_free(mk[FIXED + i]);
+        free(mv[FIXED + i]);
+    }
+    td_free(mk);
+    td_free(mv);
+    if (s->off[0] == 0 && n > 0) /* first call: the offsets */
+        for (int i = 0; i < n; i++) s->off[i] = *hlen + t[i].begin, s->len[i] = t[i].end - t[i].begin;
+    td_free(t);
+    return hdr;
+}
+
+td_shard *td_shard_create(const td_ckpt_dir *d, int file_index, const char *grid, const td_shard_item *items, int n) {
     td_shard *s = td_alloc(sizeof *s, TD_MEM_OTHER);
     memset(s, 0, sizeof *s);
     s->d = d;
     s->n = n;
+    s->rank = file_index;
+    s->items = items;
+    snprintf(s->grid, sizeof s->grid, "%s", grid ? grid : "");
     td_shard_name(s->file, sizeof s->file, file_index);
-    td_st_tensor *t = td_alloc(sizeof *t * (size_t)(n + 1), TD_MEM_OTHER);
-    for (int i = 0; i < n; i++)
-        t[i] = (td_st_tensor){(char *)items[i].key, TD_ST_F32, 1, {(int64_t)items[i].n}, 0, 0};
-    char *hdr;
-    size_t hlen;
-    td_err e;
-    const char *mk[1] = {"writer"}, *mv[1] = {"trident"};
-    TD_CHECK(td_st_header_format(t, n, mk, mv, 1, &hdr, &hlen, &e) == 0, "saving checkpoint %s: %s: %s",
-             d->final, s->file, e.msg);
-    s->off = td_alloc(sizeof(uint64_t) * 2 * (size_t)(n + 1), TD_MEM_OTHER);
+    s->off = td_alloc(sizeof(uint64_t) * 3 * (size_t)(n + 1), TD_MEM_OTHER);
     s->len = s->off + n + 1;
-    for (int i = 0; i < n; i++) {
-        s->off[i] = hlen + t[i].begin;
-        s->len[i] = t[i].end - t[i].begin;
-        s->total += s->len[i];
-    }
-    td_free(t);
+    s->sum0 = s->len + n + 1;
+    for (int i = 0; i < n; i++) s->sum0[i + 1] = s->sum0[i] + td_hash_n_blocks(4 * items[i].n);
+    s->sums = td_alloc(sizeof(uint64_t) * (s->sum0[n] + 1), TD_MEM_OTHER);
+    char *hdr = format_header(s, &s->hlen); /* zeros where the checksums go */
+    for (int i = 0; i < n; i++) s->total += s->len[i];
     char path[PATH_MAX + 160];
     snprintf(path, sizeof path, "%s/%s", d->tmp, s->file);
-    s->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const char *why;
+    s->fd = td_open_output(path, O_RDWR | O_CREAT | O_TRUNC, 0644, &why);
     if (s->fd < 0) {
-        char what[96];
-        snprintf(what, sizeof what, "creating %s", s->file);
+        char what[128];
+        snprintf(what, sizeof what, "creating %s: %s", s->file, why);
         td_ckpt_save_failed(d, what, errno);
     }
-    write_at(s, hdr, hlen, 0);
+    write_at(s, hdr, s->hlen, 0);
     free(hdr);
     return s;
 }
@@ -141,22 +181,33 @@ void td_shard_put(td_shard *s, int i, const float *data) {
         fsync(s->fd);
         raise(SIGKILL);
     }
+    td_hash_blocks(data, s->len[i], s->sums + s->sum0[i]);
     write_at(s, data, s->len[i], s->off[i]);
     s->done += s->len[i];
     s->put++;
 }
 
 size_t td_shard_bookkeeping(int n) {
-    return (size_t)(n + 1) * (sizeof(td_shard_item) + sizeof(float *) + sizeof(td_st_tensor) + 2 * sizeof(uint64_t));
+    /* the item list, data pointers, the header's tensor table, offsets and
+     * each piece's checksum key and list (one block per piece; pieces over
+     * 4 MiB add 8 bytes a block, not counted) */
+    return (size_t)(n + 1) * (2 * sizeof(td_shard_item) + sizeof(float *) + sizeof(td_st_tensor) + 4 * sizeof(uint64_t) +
+                              2 * sizeof(char *) + 64);
 }
 
 void td_shard_close(td_shard *s) {
     TD_ASSERT(s->put == s->n);
+    size_t hlen;
+    char *hdr = format_header(s, &hlen); /* now with the checksums */
+    TD_ASSERT(hlen == s->hlen);
+    write_at(s, hdr, hlen, 0);
+    free(hdr);
     char what[96];
     snprintf(what, sizeof what, "fsync of %s", s->file);
     if (fsync(s->fd) != 0) td_ckpt_save_failed(s->d, what, errno);
     snprintf(what, sizeof what, "closing %s", s->file);
     if (close(s->fd) != 0) td_ckpt_save_failed(s->d, what, errno);
     td_free(s->off);
+    td_free(s->sums);
     td_free(s);
 }

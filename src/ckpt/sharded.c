@@ -140,7 +140,10 @@ size_t td_ckpt_save_sharded(td_dp *dp, const td_grid *g, const td_param_table *t
     td_shard_item *items = td_alloc(sizeof *items * (size_t)(n + 1), TD_MEM_OTHER);
     const float **data = td_alloc(sizeof *data * (size_t)(n + 1), TD_MEM_OTHER);
     collect(dp, g, t, items, data);
-    td_shard *s = td_shard_create(&d, g->world_rank, items, n);
+    d.run = meta->run;
+    char grid[64];
+    snprintf(grid, sizeof grid, "dp %d tp %d pp %d", g->dp_rank, g->tp_rank, g->pp_rank);
+    td_shard *s = td_shard_create(&d, g->world_rank, grid, items, n);
     for (int i = 0; i < n; i++) td_shard_put(s, i, data[i]);
     td_shard_close(s);
     td_free(items);
@@ -194,6 +197,7 @@ void td_ckpt_resume(td_dp *dp, const td_grid *g, const td_param_table *t, const 
         if (m->dp != g->dp || !fill_state(&r, g, t, k, x)) dropped = 1; /* starts at zero, as in a fresh run */
     }
     meta->step = m->step;
+    meta->run = m->run;
     td_loss_scaler *sc = &meta->scaler;
     if (sc->mode == (td_loss_scale_mode)m->ls_mode && sc->mode != TD_LOSS_SCALE_NONE) {
         sc->scale = m->ls_scale, sc->clean = m->ls_clean;

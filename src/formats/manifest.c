@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "trident/formats_hash.h"
 #include "trident/formats_json.h"
 #include "trident/formats_manifest.h"
 
@@ -95,6 +96,14 @@ static int parse_piece(const td_jv *p, const td_mf_tensor *t, int n_files, int d
     if (en > cap) return td_err_set(e, "field end: %lld is beyond the slice of a [%lld] tensor", (long long)en,
                                     (long long)numel);
     out->begin = (uint64_t)b, out->end = (uint64_t)en;
+    /* the key says what the piece is; a key of another section, tensor,
+     * slice or offset (keys swapped, an adam_m piece naming a params/ key)
+     * would put the wrong numbers in place */
+    char want[256];
+    td_mf_piece_key(want, sizeof want, out->section, t->name, out->tp, out->tp_rank, out->begin);
+    if (strcmp(key, want) != 0)
+        return td_err_set(e, "field key: \"%.120s\" is not this piece's (section %s, tp %d, tp_rank %d, begin %llu): "
+                          "want \"%.120s\"", key, sec, out->tp, out->tp_rank, (unsigned long long)out->begin, want);
     out->key = strdup(key);
     return out->key ? 0 : td_err_set(e, "out of memory");
 }
@@ -126,6 +135,47 @@ static int parse_tensor(const td_jv *o, int n_files, int dp, int tp, td_mf_tenso
     return 0;
 }
 
+/* One files[] entry: a plain name (a manifest never points outside its
+ * directory), the writing rank, its grid position, size and header checksum. */
+static int parse_file(const td_jv *f, int ranks, td_mf_file *out, td_err *e) {
+    if (f->type != TD_JV_OBJ) return td_err_set(e, "must be an object");
+    const char *name, *hx;
+    unsigned k;
+    char tail;
+    if (td_json_get_str(f, "name", &name, e) != 0) return -1;
+    if (strlen(name) != 23 || sscanf(name, "shard-%5u.safetensor%c", &k, &tail) != 2 || tail != 's' ||
+        strchr(name, '/'))
+        return td_err_set(e, "field name: must be \"shard-NNNNN.safetensors\"");
+    int64_t size;
+    if (get_i(f, "rank", 0, ranks - 1, &out->rank, e) != 0 || td_json_get_int(f, "size", 8, BIG, &size, e) != 0 ||
+        copy_str(f, "grid", out->grid, sizeof out->grid, e) != 0 || td_json_get_str(f, "header_xxh3", &hx, e) != 0)
+        return -1;
+    if (strlen(hx) != TD_HASH_HEX || td_hash_parse_hex(hx, &out->header_xxh3) != 0)
+        return td_err_set(e, "field header_xxh3: must be 16 hex digits");
+    if ((int)k != out->rank) return td_err_set(e, "field rank: %d, but the file is named for rank %u", out->rank, k);
+    out->size = (uint64_t)size;
+    out->name = strdup(name);
+    return out->name ? 0 : td_err_set(e, "out of memory");
+}
+
+/* manifest_xxh3: the last member, the checksum of every byte before its
+ * value (formats_manifest.h). Checked before anything else is believed. */
+static int check_seal(const char *text, size_t n, const td_jv *j, td_err *e) {
+    const td_jv *v = td_json_get(j, "manifest_xxh3");
+    uint64_t want;
+    if (!v) return td_err_set(e, "field manifest_xxh3: missing (the manifest's own checksum)");
+    if (v->type != TD_JV_STR || v->len != TD_HASH_HEX || td_hash_parse_hex(v->str, &want) != 0)
+        return td_err_set(e, "field manifest_xxh3: must be 16 hex digits");
+    size_t k = v->end;
+    while (k < n && (text[k] == ' ' || text[k] == '\n' || text[k] == '\r' || text[k] == '\t')) k++;
+    if (k >= n || text[k] != '}') return td_err_set(e, "field manifest_xxh3: must be the last member");
+    uint64_t have = td_xxh3(text, v->at);
+    if (have != want)
+        return td_err_set(e, "field manifest_xxh3: the text hashes to %016llx, the manifest records %016llx: "
+                          "manifest.json was edited or is corrupt", (unsigned long long)have, (unsigned long long)want);
+    return 0;
+}
+
 static int parse_top(const td_jv *j, td_manifest *m, td_err *e) {
     const char *fmt;
     if (j->type != TD_JV_OBJ) return td_err_set(e, "not a JSON object");
@@ -140,6 +190,10 @@ static int parse_top(const td_jv *j, td_manifest *m, td_err *e) {
         td_json_get_int(j, "seed", 0, INT64_MAX, &seed, e) != 0)
         return -1;
     m->seed = (uint64_t)seed;
+    const char *run;
+    if (td_json_get_str(j, "run", &run, e) != 0) return -1;
+    if (strlen(run) != TD_HASH_HEX || td_hash_parse_hex(run, &m->run) != 0)
+        return td_err_set(e, "field run: must be 16 hex digits (the run's id)");
     const td_jv *c, *tok, *ls, *lay, *files, *tensors;
     if (get_obj(j, "config", TD_JV_OBJ, &c, e) != 0) return -1;
     if (get_i(c, "layers", 1, 256, &m->layers, e) || get_i(c, "heads", 1, 65536, &m->heads, e) ||
@@ -190,19 +244,12 @@ static int parse_top(const td_jv *j, td_manifest *m, td_err *e) {
     if (get_obj(j, "files", TD_JV_ARR, &files, e) != 0) return -1;
     if (files->n < 1 || files->n > 1 << 20) return td_err_set(e, "field files: %d files", files->n);
     m->files = calloc((size_t)files->n, sizeof(char *));
-    if (!m->files) return td_err_set(e, "out of memory");
+    m->shards = calloc((size_t)files->n, sizeof *m->shards);
+    if (!m->files || !m->shards) return td_err_set(e, "out of memory");
     m->n_files = files->n; /* entries not yet parsed are NULL: td_manifest_free frees them all */
-    for (int i = 0; i < files->n; i++) {
-        const td_jv *f = &files->items[i];
-        unsigned k;
-        char tail;
-        /* plain names only: a manifest never points outside its directory */
-        if (f->type != TD_JV_STR || f->len != 23 || sscanf(f->str, "shard-%5u.safetensor%c", &k, &tail) != 2 ||
-            tail != 's' || strchr(f->str, '/'))
-            return td_err_set(e, "field files: entry %d must be a name \"shard-NNNNN.safetensors\"", i);
-        m->files[i] = strdup(f->str);
-        if (!m->files[i]) return td_err_set(e, "out of memory");
-    }
+    for (int i = 0; i < files->n; i++)
+        if (parse_file(&files->items[i], m->ranks, &m->shards[i], e) != 0) return in(e, "file", i);
+        else m->files[i] = m->shards[i].name;
     if (get_obj(j, "tensors", TD_JV_ARR, &tensors, e) != 0) return -1;
     if (tensors->n < 1 || tensors->n > 1 << 16) return td_err_set(e, "field tensors: %d tensors", tensors->n);
     m->tensors = calloc((size_t)tensors->n, sizeof *m->tensors);
@@ -222,14 +269,18 @@ int td_manifest_parse(const char *text, size_t n, td_manifest *m, td_err *e) {
     if (n > TD_MANIFEST_MAX_BYTES) return td_err_set(e, "%zu bytes; a manifest is at most 256 MiB", n);
     td_jv *j;
     if (td_json_parse(text, n, &j, e) != 0) return -1;
-    int rc = parse_top(j, m, e);
+    /* the version first: an older manifest has no checksum to check */
+    const td_jv *ver = td_json_get(j, "version");
+    int rc = ver && ver->type == TD_JV_NUM && ver->is_int && ver->i != TD_MANIFEST_VERSION ? 0 : check_seal(text, n, j, e);
+    if (rc == 0) rc = parse_top(j, m, e);
     td_json_free(j);
     if (rc != 0) td_manifest_free(m);
     return rc;
 }
 
 void td_manifest_free(td_manifest *m) {
-    for (int i = 0; i < m->n_files; i++) free(m->files[i]);
+    for (int i = 0; i < m->n_files; i++) free(m->shards[i].name); /* files[i] points at it */
+    free(m->shards);
     for (int i = 0; i < m->n_tensors; i++) {
         td_mf_tensor *t = &m->tensors[i];
         for (int k = 0; k < t->n_pieces; k++) free(t->pieces[k].key);
@@ -246,4 +297,22 @@ const td_mf_tensor *td_manifest_tensor(const td_manifest *m, const char *name) {
     for (int i = 0; i < m->n_tensors; i++)
         if (strcmp(m->tensors[i].name, name) == 0) return &m->tensors[i];
     return NULL;
+}
+
+void td_mf_piece_key(char *buf, size_t cap, int section, const char *name, int tp, int tp_rank, uint64_t begin) {
+    char sec[32];
+    td_mf_section_name(section, sec, sizeof sec);
+    snprintf(buf, cap, "%s/%s/%d/%d/%llu", sec, name, tp, tp_rank, (unsigned long long)begin);
+}
+
+size_t td_manifest_seal(const char *text, size_t n, char *out, size_t cap) {
+    static const char key[] = ",\n \"manifest_xxh3\": ";
+    size_t k = n + sizeof key - 1;
+    if (cap < k + TD_HASH_HEX + 5) return 0;
+    if (out != text) memmove(out, text, n);
+    memcpy(out + n, key, sizeof key - 1);
+    char hex[TD_HASH_HEX + 1];
+    td_hash_hex(td_xxh3(out, k), hex);
+    snprintf(out + k, cap - k, "\"%s\"}\n", hex);
+    return k + TD_HASH_HEX + 4;
 }

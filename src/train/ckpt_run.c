@@ -7,9 +7,29 @@
 #include "trident/comm.h"
 #include "trident/pipeline.h"
 
+/* The id of the run this process trains: one run per td_train_run, which
+ * sets it at its start (td_run_id_start) or from the checkpoint it resumes.
+ * (A run object will hold it; until then it is this module's.) */
+static uint64_t g_run_id;
+
+void td_run_id_start(const td_grid *g) {
+    /* world rank 0's random id, in four exact 16-bit halves of floats */
+    float part[4] = {0, 0, 0, 0};
+    uint64_t id = 0;
+    if (g->world_rank == 0) {
+        id = td_random_id();
+        for (int k = 0; k < 4; k++) part[k] = (float)((id >> (16 * k)) & 0xffff);
+    }
+    if (td_comm_size(g->world) > 1) td_allreduce(g->world, part, 4, TD_F32, TD_MAX);
+    id = 0;
+    for (int k = 0; k < 4; k++) id |= (uint64_t)part[k] << (16 * k);
+    g_run_id = id;
+}
+
 void td_run_ckpt_meta(const td_train_opts *o, const td_grid *g, const td_loss_scaler *s, int steps_done,
                       td_ckpt_meta *m) {
     td_ckpt_meta_default(m, steps_done);
+    m->run = g_run_id;
     m->seed = o->seed;
     m->scaler = *s;
     m->dp = g->dp, m->tp = g->tp, m->pp = g->pp, m->zero = o->zero;
@@ -34,6 +54,7 @@ int td_run_resume(const td_train_opts *o, td_dp *dp, const td_grid *g, const td_
              "step %d (--stop-after counts from step 0; at the checkpoint's step, it is saved again in this layout)",
              o->stop_after, meta.step);
     *scaler = meta.scaler;
+    g_run_id = meta.run; /* a resumed run goes on as the same run */
     return meta.step;
 }
 

@@ -224,6 +224,7 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
     td_param_table_build(&canon, &cfg, 1);
     /* every check that needs no model, before the model is allocated */
     td_preflight_result pf = td_preflight(o, &g, &cfg, &data, &plan, Bm);
+    td_run_id_start(&g);
 
     td_gpt model;
     memset(&model, 0, sizeof model);
