@@ -20,6 +20,7 @@ static void usage(void) {
            "  export   write a checkpoint as a Hugging Face GPT-2 directory, safetensors or llm.c's format\n"
            "           (--ckpt DIR --format hf-gpt2|safetensors|llmc --out PATH)\n"
            "  import   read HF GPT-2 safetensors or an llm.c checkpoint into a checkpoint (--format F --in FILE --out DIR)\n"
+           "  ckpt     check a checkpoint's checksums and say what it holds (ckpt check DIR)\n"
            "  schedule print and check a pipeline schedule (--pp P --micro-batches M --schedule S)\n"
            "  plan     rank layouts by predicted memory and step time (--model M --global-batch B --gpus N);\n"
            "           plan --calibrate (under mpirun) measures this machine for --cluster local and train --auto\n"
@@ -38,6 +39,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "tokenize") == 0) return td_tokenize_main(argc - 2, argv + 2);
     if (strcmp(cmd, "schedule") == 0) return td_schedule_main(argc - 2, argv + 2);
     if (strcmp(cmd, "export") == 0) return td_export_main(argc - 2, argv + 2);
+    if (strcmp(cmd, "ckpt") == 0) return td_ckpt_main(argc - 2, argv + 2);
     if (strcmp(cmd, "import") == 0) return td_import_main(argc - 2, argv + 2);
     int calibrate = 0; /* plan --calibrate measures between ranks: MPI */
     for (int i = 2; i < argc; i++) calibrate |= strcmp(argv[i], "--calibrate") == 0;
@@ -46,7 +48,7 @@ int main(int argc, char **argv) {
         strcmp(cmd, "plan") != 0) {
         fprintf(stderr,
                 "trident: error: unknown command '%s'; use train, verify, sample, tokenize, schedule, export, "
-                "import, plan or bench\n",
+                "import, ckpt, plan or bench\n",
                 cmd);
         return TD_EXIT_USAGE;
     }

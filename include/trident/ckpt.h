@@ -108,4 +108,24 @@ void td_ckpt_save(const char *out, const td_gpt_config *cfg, const td_tokenizer 
 void td_ckpt_load(td_checkpoint *ck, const char *path);
 void td_ckpt_free(td_checkpoint *ck);
 
+/* `trident ckpt check`: verifies a checkpoint without building a model:
+ * the manifest (its own checksum, every field), every shard against it
+ * (size, step, run, rank, header checksum), every block of every piece,
+ * that the pieces of each tensor cover it exactly once per section, and
+ * the values (finite weights, second moments >= 0). A block whose checksum
+ * differs is printed (one line each, naming shard, rank, tensor and bytes)
+ * and counted; anything else wrong is one error line and exit 2. No
+ * communication, one process. */
+typedef struct {
+    char dir[4096];      /* the step directory checked */
+    int step, layers, heads, embd, seq, vocab, n_files, n_tensors, n_sections, bad_blocks;
+    int dp, tp, pp, zero, ranks;
+    char precision[16], dp_mode[32], grad_compress[64], tokenizer[16], run[17];
+    unsigned long long seed;
+    uint64_t bytes, blocks;  /* data read and checked */
+    uint64_t elements[3];    /* params, adam_m, adam_v elements (0: absent) */
+    double seconds;
+} td_ckpt_summary;
+void td_ckpt_check(const char *path, td_ckpt_summary *s);
+
 #endif

@@ -7,5 +7,7 @@
 /* `trident export` and `trident import` (ckpt_interop.h) */
 int td_export_main(int argc, char **argv);
 int td_import_main(int argc, char **argv);
+/* `trident ckpt check DIR` (ckpt.h td_ckpt_check) */
+int td_ckpt_main(int argc, char **argv);
 
 #endif
