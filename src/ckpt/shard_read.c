@@ -117,7 +117,13 @@ static void open_file(td_ckpt_reader *r, int f, char *path, size_t cap) {
     char *h = td_alloc(n + 8, TD_MEM_OTHER);
     read_exact(fd, h, n + 8, 0, path, "header");
     uint64_t sum = td_xxh3(h, n + 8);
-    TD_CHECK(td_st_header_parse(h + 8, n, len, &r->hdr[f], &e) == 0, "%s: %s", path, e.msg);
+    if (td_st_header_parse(h + 8, n, len, &r->hdr[f], &e) != 0) {
+        /* a header that does not parse is named as corrupt when its checksum says so */
+        TD_CHECK(sum == mf->header_xxh3, "%s (rank %d): its header hashes to %016llx, manifest.json records %016llx: "
+                 "the shard's header is corrupt or was changed (%s)", path, mf->rank, (unsigned long long)sum,
+                 (unsigned long long)mf->header_xxh3, e.msg);
+        td_fail("%s: %s", path, e.msg);
+    }
     td_free(h);
     const td_st_header *hd = &r->hdr[f];
     const char *step = meta_of(hd, TD_SHARD_META_STEP), *run = meta_of(hd, TD_SHARD_META_RUN),

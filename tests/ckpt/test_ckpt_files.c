@@ -82,39 +82,58 @@ static void files(void) {
 }
 
 /* The manifest parser: a minimal valid manifest, then edits of it, each an
- * error naming its field. */
+ * error naming its field. The text is sealed (its own checksum appended,
+ * as the writer does) after each edit, so that the field checks behind the
+ * seal are reached; unsealed edits are the seal's. */
 static const char *MF =
-    "{\"format\": \"trident-checkpoint\", \"version\": 4, \"step\": 4, \"lr_step\": 4, \"seed\": 7,"
+    "{\"format\": \"trident-checkpoint\", \"version\": 5, \"step\": 4, \"lr_step\": 4, \"seed\": 7,"
+    " \"run\": \"00112233445566ff\","
     " \"config\": {\"layers\": 1, \"heads\": 2, \"embd\": 16, \"seq\": 8, \"vocab\": 2},"
     " \"tokenizer\": {\"kind\": \"char\", \"vocab\": 2, \"chars\": [10, 97]},"
     " \"loss_scale\": {\"mode\": 0, \"scale\": 1, \"clean\": 0, \"consecutive\": 0, \"skipped\": 0},"
     " \"layout\": {\"dp\": 1, \"tp\": 1, \"pp\": 1, \"zero\": 0, \"ranks\": 1, \"precision\": \"fp32\","
     " \"dp_mode\": \"allreduce\", \"grad_compress\": \"none\"},"
-    " \"files\": [\"shard-00000.safetensors\"],"
+    " \"files\": [{\"name\": \"shard-00000.safetensors\", \"rank\": 0, \"grid\": \"dp 0 tp 0 pp 0\", \"size\": 2048,"
+    " \"header_xxh3\": \"0123456789abcdef\"}],"
     " \"tensors\": [{\"name\": \"transformer.wpe.weight\", \"dtype\": \"F32\", \"shape\": [8, 16], \"pieces\": ["
-    "{\"section\": \"params\", \"file\": 0, \"key\": \"k\", \"tp\": 1, \"tp_rank\": 0, \"split_dim\": -1,"
-    " \"groups\": 1, \"begin\": 0, \"end\": 128},"
-    "{\"section\": \"rs1_dp0\", \"file\": 0, \"key\": \"r\", \"tp\": 1, \"tp_rank\": 0, \"split_dim\": -1,"
-    " \"groups\": 1, \"begin\": 0, \"end\": 128}]}]}";
+    "{\"section\": \"params\", \"file\": 0, \"key\": \"params/transformer.wpe.weight/1/0/0\", \"tp\": 1, \"tp_rank\": 0,"
+    " \"split_dim\": -1, \"groups\": 1, \"begin\": 0, \"end\": 128},"
+    "{\"section\": \"rs1_dp0\", \"file\": 0, \"key\": \"rs1_dp0/transformer.wpe.weight/1/0/0\", \"tp\": 1,"
+    " \"tp_rank\": 0, \"split_dim\": -1, \"groups\": 1, \"begin\": 0, \"end\": 128}]}]";
+
+static int parse_sealed(const char *text, td_manifest *m, td_err *e) {
+    static char buf[8192];
+    size_t n = td_manifest_seal(text, strlen(text), buf, sizeof buf);
+    TD_ASSERT(n > 0);
+    return td_manifest_parse(buf, n, m, e);
+}
 
 static void manifest(void) {
     td_manifest m;
     td_err e;
-    EXPECT(td_manifest_parse(MF, strlen(MF), &m, &e) == 0, "valid manifest rejected: %s", e.msg);
+    EXPECT(parse_sealed(MF, &m, &e) == 0, "valid manifest rejected: %s", e.msg);
     EXPECT(m.step == 4 && m.seed == 7 && m.n_tensors == 1 && m.tensors[0].pieces[0].end == 128 && m.chars[1] == 97 &&
-               m.tensors[0].pieces[1].section == td_mf_rank_section(1, 0, 0, 0),
+               m.tensors[0].pieces[1].section == td_mf_rank_section(1, 0, 0, 0) && m.run == 0x00112233445566ffull &&
+               m.shards[0].size == 2048 && m.shards[0].header_xxh3 == 0x0123456789abcdefull &&
+               strcmp(m.files[0], "shard-00000.safetensors") == 0 && strcmp(m.shards[0].grid, "dp 0 tp 0 pp 0") == 0,
            "manifest misread");
     td_manifest_free(&m);
     struct { const char *from, *to, *want; } bad[] = {
-        {"\"version\": 4", "\"version\": 3", "field version: 3; this build reads version 4"},
+        {"\"version\": 5", "\"version\": 4", "field version: 4; this build reads version 5"},
         {"\"layers\": 1", "\"layers\": 0", "config: field layers"},
         {"[10, 97]", "[97, 10]", "strictly increasing"},
-        {"shard-00000.safetensors", "../etc/passwd-aaaaaaaaaaa", "field files: entry 0"},
+        {"shard-00000.safetensors", "../etc/passwd-aaaaaaaaaaa", "file 0: field name"},
+        {"\"rank\": 0", "\"rank\": 1", "file 0: field rank"},
+        {"\"header_xxh3\": \"0123456789abcdef\"", "\"header_xxh3\": \"0123\"", "file 0: field header_xxh3"},
+        {"\"run\": \"00112233445566ff\"", "\"run\": 7", "field run"},
         {"\"file\": 0", "\"file\": 1", "tensor 0: piece 0: field file"},
         {"\"end\": 128", "\"end\": 100000", "field end"},
         {"\"tp_rank\": 0", "\"tp_rank\": 1", "field tp_rank"},
         {"\"F32\"", "\"F16\"", "field dtype"},
-        {"\"params\"", "\"adam\"", "field section"},
+        {"\"section\": \"params\"", "\"section\": \"adam\"", "field section"},
+        {"\"section\": \"params\"", "\"section\": \"adam_m\"", "field key: \"params/transformer.wpe.weight/1/0/0\" is not this piece's"},
+        {"params/transformer.wpe.weight/1/0/0", "params/transformer.wte.weight/1/0/0", "is not this piece's"},
+        {"params/transformer.wpe.weight/1/0/0", "params/transformer.wpe.weight/1/0/8", "is not this piece's"},
         {"\"rs1_dp0\"", "\"rs1_dp1\"", "field section: \"rs1_dp1\""}, /* dp rank 1 of dp 1 */
         {"\"rs1_dp0\"", "\"rs3_dp0\"", "field section: \"rs3_dp0\""},
         {"\"rs1_dp0\"", "\"rs1_dp00\"", "field section: \"rs1_dp00\""},
@@ -126,10 +145,32 @@ static void manifest(void) {
         const char *at = strstr(MF, bad[i].from);
         TD_ASSERT(at);
         snprintf(buf, sizeof buf, "%.*s%s%s", (int)(at - MF), MF, bad[i].to, at + strlen(bad[i].from));
-        int rc = td_manifest_parse(buf, strlen(buf), &m, &e);
+        int rc = parse_sealed(buf, &m, &e);
         EXPECT(rc != 0 && strstr(e.msg, bad[i].want), "edit %zu: '%s', want '%s'", i, rc ? e.msg : "accepted",
                bad[i].want);
     }
+    /* the seal: any byte changed after sealing, a missing seal, text after it */
+    char sealed[8192];
+    size_t n = td_manifest_seal(MF, strlen(MF), sealed, sizeof sealed);
+    struct { size_t at; char to; const char *want; } flips[] = {
+        {(size_t)(strstr(MF, "\"seed\": 7") - MF) + 8, '8', "manifest.json was edited or is corrupt"},
+        {(size_t)(strstr(MF, "wpe") - MF), 'W', "manifest.json was edited or is corrupt"},
+        {n - 4, 'g', "field manifest_xxh3: must be 16 hex digits"},
+    };
+    for (size_t i = 0; i < sizeof flips / sizeof flips[0]; i++) {
+        memcpy(buf, sealed, n);
+        buf[flips[i].at] = flips[i].to;
+        int rc = td_manifest_parse(buf, n, &m, &e);
+        EXPECT(rc != 0 && strstr(e.msg, flips[i].want), "seal flip %zu: '%s', want '%s'", i, rc ? e.msg : "accepted",
+               flips[i].want);
+    }
+    snprintf(buf, sizeof buf, "%s}", MF);
+    EXPECT(td_manifest_parse(buf, strlen(buf), &m, &e) != 0 && strstr(e.msg, "field manifest_xxh3: missing"),
+           "unsealed: '%s'", e.msg);
+    /* a member after the seal is outside what it covers */
+    snprintf(buf, sizeof buf, "%.*s, \"x\": 1}\n", (int)(n - 2), sealed);
+    EXPECT(td_manifest_parse(buf, strlen(buf), &m, &e) != 0 && strstr(e.msg, "must be the last member"),
+           "after the seal: '%s'", e.msg);
 }
 
 int main(void) {

@@ -4,6 +4,7 @@
 # ($tmp/small.txt).
 MPIRUN="mpirun --allow-run-as-root --oversubscribe --bind-to none"
 PY=/usr/bin/python3
+XXH3="$(dirname "${BASH_SOURCE[0]}")/ckpt_xxh3.py" # the independent checksum reader
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 fails=0
 fail() { echo "FAIL $*"; fails=$((fails+1)); }

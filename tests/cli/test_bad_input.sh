@@ -68,7 +68,7 @@ absent() {
   if [ -e "$2" ]; then echo "FAIL $1: $2 was left behind"; fails=$((fails+1)); fi
 }
 
-expect missing-data    "error: --data .*/nope.txt: No such file"  "$T" train --data "$tmp/nope.txt" $Q
+expect missing-data    "error: --data .*/nope.txt cannot be read: No such file"  "$T" train --data "$tmp/nope.txt" $Q
 expect no-data         "error: train: --data is required"        "$T" train $Q
 expect empty-data      "error: --data .* is empty"                "$T" train --data "$tmp/empty.txt" $Q
 expect unreadable-dir  "error: --data .*: a directory without .bin token files" "$T" train --data "$tmp" $Q

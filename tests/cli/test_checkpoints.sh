@@ -56,8 +56,7 @@ check_stopped() { # NAME DIR LAST_GOOD
   [ "$(readlink "$dir/latest")" = "step-0000000$last" ] || fail "$name: latest -> $(readlink "$dir/latest"), want step-0000000$last"
   for s in 2 4 6 8; do
     if [ $s -le "$last" ]; then
-      cmp -s "$dir/step-0000000$s/shard-00000.safetensors" "$tmp/ref/step-0000000$s/shard-00000.safetensors" \
-        && cmp -s "$dir/step-0000000$s/manifest.json" "$tmp/ref/step-0000000$s/manifest.json" \
+      $PY "$XXH3" same "$dir/step-0000000$s" "$tmp/ref/step-0000000$s" \
         || fail "$name: step-0000000$s differs from the uninterrupted run's"
     elif [ -e "$dir/step-0000000$s" ]; then fail "$name: step-0000000$s was written after the bad step"; fi
   done
@@ -126,12 +125,14 @@ run keep 0 "." "$T" train "${A[@]}" --out "$tmp/kp" --keep 2
   || fail "keep 2: $(cd "$tmp/kp" && echo step-*)"
 
 # --- loading validates everything, naming the file and what is wrong --------
-# bad NAME REGEX EDIT: copy a two-rank step directory, apply the python edit
-# (s0 / s1: the shards' bytes, mf: manifest.json's text), expect one error line
+# bad NAME REGEX EDIT [seal]: copy a two-rank step directory, apply the python
+# edit (s0 / s1: the shards' bytes, mf: manifest.json's text), expect one error
+# line. With "seal" every checksum is recomputed after the edit (ckpt_xxh3.py
+# reseal), as a forger would, so that the checks behind them are reached.
 run two-ranks 0 "." $MPIRUN -np 2 "$T" train "${A[@]}" --tp 2 --out "$tmp/t2"
 good="$tmp/t2/step-00000008"
 bad() {
-  local name=$1 re=$2 edit=$3 d="$tmp/bad-$1"
+  local name=$1 re=$2 edit=$3 seal=${4:-} d="$tmp/bad-$1"
   cp -r "$good" "$d"
   $PY - "$d" <<PYEOF
 import json, struct, sys
@@ -148,26 +149,35 @@ open(d + "/shard-00000.safetensors", "wb").write(s0)
 if s1 is not None: open(d + "/shard-00001.safetensors", "wb").write(s1)
 open(d + "/manifest.json", "w").write(mf)
 PYEOF
+  [ "$seal" = seal ] && $PY "$XXH3" reseal "$d"
   run "load-$name" 2 "$re" "$T" sample --ckpt "$d" --tokens 5
   local n; n=$("$T" sample --ckpt "$d" --tokens 5 2>&1 | grep -c 'trident: error')
   [ "$n" = 1 ] || fail "load-$name: $n error lines (want one)"
 }
-bad truncated     "error: .*/shard-00001.safetensors: .*" 'del s1[-4:]'
+bad truncated     "error: .*/shard-00001.safetensors \(rank 1\): [0-9]+ bytes, but manifest.json records [0-9]+" 'del s1[-4:]'
 bad missing-shard "error: .*/shard-00001.safetensors: cannot read this shard of the checkpoint: No such file" \
   'import os; os.remove(d + "/shard-00001.safetensors"); s1 = None'
-bad lying-offsets "error: .*/shard-00000.safetensors: .*" \
+bad lying-offsets "error: .*/shard-00000.safetensors \(rank 0\): its header hashes to [0-9a-f]+, manifest.json records" \
   'h = bytes(s0[8:8 + n0]).replace(b"\"data_offsets\":[0,", b"\"data_offsets\":[4,", 1).replace(b"\"data_offsets\": [0,", b"\"data_offsets\": [4,", 1); s0[8:8 + n0] = h'
-bad nan-weight    "error: .*/shard-00000.safetensors: tensor params/.*: element 1 is nan" 'struct.pack_into("<f", s0, first("params") + 4, float("nan"))'
+bad lying-offsets-sealed "error: .*/shard-00000.safetensors: .*" \
+  'h = bytes(s0[8:8 + n0]).replace(b"\"data_offsets\":[0,", b"\"data_offsets\":[4,", 1).replace(b"\"data_offsets\": [0,", b"\"data_offsets\": [4,", 1); s0[8:8 + n0] = h' seal
+bad flipped-weight "error: .*/shard-00000.safetensors \(rank 0\): tensor params/.*: bytes 0\.\.[0-9]+ \(block 1 of 1\) hash to [0-9a-f]+, the shard records [0-9a-f]+: the checkpoint is corrupt" \
+  's0[first("params") + 2] ^= 0x01'
+bad nan-weight    "error: .*/shard-00000.safetensors: tensor params/.*: element 1 is nan" 'struct.pack_into("<f", s0, first("params") + 4, float("nan"))' seal
 bad negative-v    "error: .*/shard-00000.safetensors: tensor adam_v/.*: element 0 is -1; second moments are >= 0" \
-  'struct.pack_into("<f", s0, first("adam_v"), -1.0)'
+  'struct.pack_into("<f", s0, first("adam_v"), -1.0)' seal
 bad mf-garbage    "error: .*/manifest.json: byte [0-9]+: " 'mf = mf + "x"'
-bad mf-version    "error: .*/manifest.json: field version: 3; this build reads version 4" 'mf = mf.replace("\"version\": 4", "\"version\": 3")'
+bad mf-version    "error: .*/manifest.json: field version: 3; this build reads version 5" 'mf = mf.replace("\"version\": 5", "\"version\": 3")'
+bad mf-edited     "error: .*/manifest.json: field manifest_xxh3: the text hashes to [0-9a-f]+, the manifest records [0-9a-f]+: manifest.json was edited or is corrupt" \
+  'mf = mf.replace("\"seed\": ", "\"seed\": 1", 1)'
 bad mf-range      "error: .*/manifest.json: tensor transformer.wpe.weight: piece params/transformer.wpe.weight/2/0/0 ends at 500, beyond tp rank 0's slice of 256 elements" \
-  'mf = mf.replace("\"begin\": 0, \"end\": 256", "\"begin\": 0, \"end\": 500", 1)'
+  'mf = mf.replace("\"begin\": 0, \"end\": 256", "\"begin\": 0, \"end\": 500", 1)' seal
 bad mf-coverage   "error: .*/manifest.json: tensor transformer.wpe.weight \(params\): the pieces hold 0 of its 256 elements" \
-  'j = json.loads(mf); t = [t for t in j["tensors"] if t["name"] == "transformer.wpe.weight"][0]; t["pieces"] = [p for p in t["pieces"] if p["section"] != "params"]; mf = json.dumps(j)'
-bad mf-key        "error: .*/shard-00000.safetensors: tensor params/nothing/2/0/0 \(named by manifest.json\) is missing" \
-  'mf = mf.replace("\"key\": \"params/transformer.wpe.weight/2/0/0\"", "\"key\": \"params/nothing/2/0/0\"")'
+  'j = json.loads(mf); t = [t for t in j["tensors"] if t["name"] == "transformer.wpe.weight"][0]; t["pieces"] = [p for p in t["pieces"] if p["section"] != "params"]; mf = json.dumps(j)' seal
+bad mf-key        "error: .*/manifest.json: tensor [0-9]+: piece [0-9]+: field key: \"params/nothing/2/0/0\" is not this piece's" \
+  'mf = mf.replace("\"key\": \"params/transformer.wpe.weight/2/0/0\"", "\"key\": \"params/nothing/2/0/0\"")' seal
+bad shard-key     "error: .*/shard-00000.safetensors: tensor params/transformer.wpe.weight/2/0/0 \(named by manifest.json\) is missing" \
+  'h = bytes(s0[8:8 + n0]).replace(b"\"params/transformer.wpe.weight/2/0/0\"", b"\"params/transformer.wpX.weight/2/0/0\"", 1); s0[8:8 + n0] = h' seal
 # a checkpoint of another model: one error, --out untouched
 cp -a "$tmp/t2" "$tmp/t2keep"; before=$(snap "$tmp/t2keep")
 run other-model nz "error: --resume .*/t2keep/step-00000008: the checkpoint is of another model: it has --layers 1, this run 2" \
