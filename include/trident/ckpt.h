@@ -83,6 +83,12 @@ size_t td_ckpt_writer_bookkeeping(int n_rows);
 void td_ckpt_resume(td_dp *dp, const td_grid *g, const td_param_table *t, const td_gpt_config *cfg,
                     const td_tokenizer *tok, const char *path, td_ckpt_meta *meta);
 
+/* Milliseconds this process has spent so far computing the checksums of
+ * shard data it wrote (*write_ms) and verifying what it read (*read_ms):
+ * differences around a save or a load are the integrity checks' cost
+ * (bench/bench_ckpt.sh prints their share). */
+void td_ckpt_checksum_ms(double *write_ms, double *read_ms);
+
 /* The consolidated writer, on one rank (parameter servers' gathered saves,
  * td_ckpt_save): one shard holding whole tensors. */
 typedef struct td_ckpt_writer td_ckpt_writer;

@@ -8,6 +8,9 @@
 #include "trident/ckpt.h"
 #include "trident/formats_safetensors.h"
 
+/* td_ckpt_checksum_ms's counters (shard_write.c, shard_read.c) */
+extern double td_ckpt_hash_ms, td_ckpt_verify_ms;
+
 /* A save in progress: the temporary step directory every rank writes into. */
 typedef struct {
     char out[PATH_MAX], tmp[PATH_MAX + 64], final[PATH_MAX + 64], name[32];

@@ -69,6 +69,8 @@ void td_piece_key(char *buf, size_t cap, int section, const char *name, int tp, 
     td_mf_piece_key(buf, cap, section, name, tp, tp_rank, begin); /* the parser checks keys against the same */
 }
 
+double td_ckpt_hash_ms;
+
 struct td_shard {
     const td_ckpt_dir *d;
     char file[64], grid[64];
@@ -181,8 +183,17 @@ void td_shard_put(td_shard *s, int i, const float *data) {
         fsync(s->fd);
         raise(SIGKILL);
     }
-    td_hash_blocks(data, s->len[i], s->sums + s->sum0[i]);
-    write_at(s, data, s->len[i], s->off[i]);
+    /* block by block: each block is hashed and written while it is in the
+     * cache, so the checksums cost no second pass over memory */
+    const char *c = (const char *)data;
+    uint64_t *sum = s->sums + s->sum0[i];
+    for (uint64_t off = 0; off < s->len[i]; off += TD_HASH_BLOCK) {
+        size_t n = s->len[i] - off < TD_HASH_BLOCK ? (size_t)(s->len[i] - off) : TD_HASH_BLOCK;
+        double t0 = td_now_ms();
+        *sum++ = td_xxh3(c + off, n);
+        td_ckpt_hash_ms += td_now_ms() - t0;
+        write_at(s, c + off, n, s->off[i] + off);
+    }
     s->done += s->len[i];
     s->put++;
 }

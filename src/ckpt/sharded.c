@@ -156,7 +156,7 @@ size_t td_ckpt_save_sharded(td_dp *dp, const td_grid *g, const td_param_table *t
 
 void td_ckpt_resume(td_dp *dp, const td_grid *g, const td_param_table *t, const td_gpt_config *cfg,
                     const td_tokenizer *tok, const char *path, td_ckpt_meta *meta) {
-    double t0 = td_now_ms();
+    double t0 = td_now_ms(), v0 = td_ckpt_verify_ms;
     size_t start = td_mem_total_current();
     td_mem_reset_peaks();
     td_ckpt_reader r;
@@ -214,10 +214,10 @@ void td_ckpt_resume(td_dp *dp, const td_grid *g, const td_param_table *t, const 
         else if (saved && !here)
             td_log("resume: this run keeps no per-dp-rank state (--grad-compress %s); the checkpoint's (%s) is "
                    "dropped\n", meta->grad_compress, m->grad_compress);
-        td_log("resume: %s (step %d, saved under dp %d tp %d pp %d zero %d %s) in %.2f s; memory during the load: "
-               "peak %.3f MiB, %.3f MiB at its start\n",
+        td_log("resume: %s (step %d, saved under dp %d tp %d pp %d zero %d %s) in %.2f s (checksums verified in "
+               "%.3f s); memory during the load: peak %.3f MiB, %.3f MiB at its start\n",
                r.dir, m->step, m->dp, m->tp, m->pp, m->zero, m->precision, (td_now_ms() - t0) / 1000.0,
-               td_mem_total_peak() / 1048576.0, start / 1048576.0);
+               (td_ckpt_verify_ms - v0) / 1000.0, td_mem_total_peak() / 1048576.0, start / 1048576.0);
     }
     td_ckpt_reader_close(&r);
 }

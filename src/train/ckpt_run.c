@@ -87,6 +87,8 @@ void td_run_save(td_dp *dp, const td_grid *g, const td_param_table *t, const td_
     td_ckpt_meta meta;
     td_run_ckpt_meta(o, g, sc, steps_done, &meta);
     char path[8192] = "";
+    double h0, h1;
+    td_ckpt_checksum_ms(&h0, NULL);
     double t0 = td_now_ms();
     int sharded = td_dp_mode_parse(o->dp_mode) != TD_DP_PS;
     if (sharded)
@@ -94,13 +96,15 @@ void td_run_save(td_dp *dp, const td_grid *g, const td_param_table *t, const td_
     else
         extra = save_gathered(dp, g, t, canon, cfg, tok, &meta, o->out, path, sizeof path);
     double secs = (td_now_ms() - t0) / 1000.0, t1 = td_now_ms();
+    td_ckpt_checksum_ms(&h1, NULL);
+    double hash_s = (h1 - h0) / 1000.0; /* this rank's (rank 0's, printed) */
     int removed = g->world_rank == 0 ? td_ckpt_prune(o->out, steps_done, o->keep) : 0;
     char pruned[96] = "";
     if (removed > 0)
         snprintf(pruned, sizeof pruned, "; --keep %d removed %d older in %.2f s", o->keep, removed,
                  (td_now_ms() - t1) / 1000.0);
     if (!measure) {
-        td_log("checkpoint: %s (step %d, %.2f s%s)\n", path, steps_done, secs, pruned);
+        td_log("checkpoint: %s (step %d, %.2f s, checksums %.3f s%s)\n", path, steps_done, secs, hash_s, pruned);
         return;
     }
     res->save_peak = td_mem_total_peak();
@@ -109,9 +113,9 @@ void td_run_save(td_dp *dp, const td_grid *g, const td_param_table *t, const td_
     /* gathered: one unit (with tp its slices and assembly); sharded: no
      * copy of the state, only the list of its pieces */
     res->save_unit = extra;
-    td_log("checkpoint: %s (%zu parameters, step %d, %s, %.2f s%s); memory during the save: peak %.3f MiB, "
-           "%.3f MiB at its start, plan %.3f MiB + %s %.3f MiB\n",
-           path, t->n_global, steps_done, sharded ? "one shard per rank" : "gathered to rank 0", secs, pruned,
+    td_log("checkpoint: %s (%zu parameters, step %d, %s, %.2f s, checksums %.3f s%s); memory during the save: "
+           "peak %.3f MiB, %.3f MiB at its start, plan %.3f MiB + %s %.3f MiB\n",
+           path, t->n_global, steps_done, sharded ? "one shard per rank" : "gathered to rank 0", secs, hash_s, pruned,
            res->save_peak / 1048576.0, start / 1048576.0, plan_total / 1048576.0,
            sharded ? "piece list" : "one unit and piece list", extra / 1048576.0);
 }
