@@ -38,3 +38,25 @@ for Z in 0 1; do
            "(%.0f MiB/s; the first %.3f s); plain sequential write (dd, fsync), median of 5: %.3f s; " \
            "ratio %.2fx (target <= 2x); removing the older checkpoint after it (--keep 1, not in the save): %.3f s\n", z, p, b / 1048576, n, s, b / 1048576 / s, f, d, s / d, pr }'
 done
+
+# Integrity: the checksums' share of a save and of a resume on GPT-2 124M's
+# sizes (L12 H12 C768, GPT-2's vocabulary: 124M parameters, 1.5 GB of
+# parameters and moments), one process: the save line prints the seconds
+# spent computing checksums beside the save's, the resume line the seconds
+# spent verifying beside the load's (both timed inside trident, around the
+# hashing alone). Target: <= 5% each.
+rm -rf "$tmp/big"
+BIG=(--data data/tinyshakespeare.txt --tokenizer gpt2 --layers 12 --heads 12 --embd 768 --seq 64 --batch 1
+     --eval-every 0 --threads 2 --out "$tmp/big")
+saves=$(build/trident train "${BIG[@]}" --steps 3 --save-every 1 --keep 1 2>&1 | grep '^checkpoint:') || true
+[ -n "$saves" ] || { echo "bench_ckpt: the 124M run printed no checkpoint line" >&2; exit 1; }
+res=$(build/trident train "${BIG[@]}" --steps 4 --resume latest 2>&1 | grep '^resume:') || true
+awk -v saves="$saves" -v res="$res" 'BEGIN{
+  n = split(saves, L, "\n"); for (i = 1; i <= n; i++) {
+    match(L[i], /, [0-9.]+ s, checksums [0-9.]+ s/); s = substr(L[i], RSTART + 2, RLENGTH - 2)
+    split(s, f, " "); save[i] = f[1]; hash[i] = f[4] }
+  match(res, /in [0-9.]+ s \(checksums verified in [0-9.]+ s\)/); r = substr(res, RSTART, RLENGTH)
+  split(r, g, " "); load = g[2]; ver = g[7]
+  for (i = 1; i <= n; i++)
+    printf "integrity: save %d of 124M parameters: %.3f s, checksums %.3f s = %.1f%% (target <= 5%%)\n", i, save[i], hash[i], 100 * hash[i] / save[i]
+  printf "integrity: resume: %.3f s, verification %.3f s = %.1f%% (target <= 5%%)\n", load, ver, 100 * ver / load }'

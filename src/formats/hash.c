@@ -1,7 +1,12 @@
-/* XXH3-64 checksums through Debian's libxxhash (formats_hash.h). */
+/* XXH3-64 checksums through Debian's libxxhash (formats_hash.h).
+ * XXH_INLINE_ALL compiles the library's own header inline, so that the
+ * build's -march=native picks its AVX2/AVX-512 loop: 31 GB/s on a 4 MiB
+ * block here against 14 GB/s through the shared library's SSE2 build
+ * (2026-12-02), which keeps hashing under 5% of a save. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#define XXH_INLINE_ALL
 #include <xxhash.h>
 
 #include "trident/formats_hash.h"
