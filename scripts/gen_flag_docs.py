@@ -115,7 +115,7 @@ def markdown(trident):
         "(`ctest -R docs_flags` fails while this page is stale).",
         "",
         "Every number is checked against its *valid* range when given; a bad value, an unknown flag or a",
-        "missing value is one `trident: error: ...` line and a non-zero exit. `--name=value` works too.",
+        "missing value is one `trident: error: ...` line and a non-zero exit. `--tp=2` is the same as `--tp 2`.",
         "Kinds: integer, number (finite, plain), string, switch (no value).",
         "",
     ]
