@@ -25,7 +25,8 @@ static void usage(void) {
            "  plan     rank layouts by predicted memory and step time (--model M --global-batch B --gpus N);\n"
            "           plan --calibrate (under mpirun) measures this machine for --cluster local and train --auto\n"
            "  bench    train | sgemm | comm: print measured figures\n"
-           "Run 'trident <command> --help' for its flags.\n");
+           "  version  print the version, the commit it was built from and the libraries' versions\n"
+           "Run 'trident <command> --help' for its flags; 'trident --version' for the version.\n");
 }
 
 int main(int argc, char **argv) {
@@ -34,6 +35,7 @@ int main(int argc, char **argv) {
         return argc < 2 ? 2 : 0;
     }
     const char *cmd = argv[1];
+    if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "version") == 0) return td_version_main(argc - 2, argv + 2);
     int rc;
     if (strcmp(cmd, "sample") == 0) return td_sample_main(argc - 2, argv + 2);
     if (strcmp(cmd, "tokenize") == 0) return td_tokenize_main(argc - 2, argv + 2);
@@ -48,7 +50,8 @@ int main(int argc, char **argv) {
         strcmp(cmd, "plan") != 0) {
         fprintf(stderr,
                 "trident: error: unknown command '%s'; use train, verify, sample, tokenize, schedule, export, "
-                "import, ckpt, plan or bench\n",
+                "import, ckpt, plan, bench or version
+",
                 cmd);
         return TD_EXIT_USAGE;
     }

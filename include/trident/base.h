@@ -50,7 +50,7 @@ void td_vlog(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* ---- accounting allocator --------------------------------------------- */
 
 /* Every large allocation names what it is for, so predicted and measured
- * memory can be printed side by side (DESIGN.md principle 2). */
+ * memory can be printed side by side (docs/design.md principle 2). */
 typedef enum {
     TD_MEM_PARAMS = 0, /* model weights as used by forward/backward */
     TD_MEM_GRADS,      /* parameter gradients */

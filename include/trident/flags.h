@@ -23,6 +23,11 @@ typedef struct {
  * valid range, and exits non-zero. `cmd` names the subcommand
  * in messages. */
 void td_flags_parse(const char *cmd, const td_flag *flags, int n, int argc, char **argv);
+/* "usage: trident CMD [flags]", then the table: one line per flag ("  --name
+ * KIND  help; valid RANGE"), the format docs/flags.md is generated from
+ * (scripts/gen_flag_docs.py). A command with positional arguments prints
+ * its own usage line and then td_flags_print_table. */
 void td_flags_print(const char *cmd, const td_flag *flags, int n);
+void td_flags_print_table(const td_flag *flags, int n);
 
 #endif

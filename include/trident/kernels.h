@@ -1,6 +1,6 @@
 /* kernels: forward and backward of every op of the GPT model on the CPU.
  *
- * Conventions (DESIGN.md): outputs first, then saved statistics, then inputs,
+ * Conventions (docs/design.md): outputs first, then saved statistics, then inputs,
  * weights, sizes. All tensors are row-major fp32 in flat buffers. Every
  * backward ADDS into all of its gradient outputs (inputs' and parameters'),
  * so gradient accumulation and residual branches need no extra copies; the

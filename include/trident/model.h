@@ -2,7 +2,7 @@
  * forward/backward pass of one micro-batch, made of per-block functions
  * (embedding, transformer block, final norm + head + loss) over explicit
  * activation structs. Knows nothing of MPI (library trident_model): parallel
- * strategies reach it only through the unit hook (DESIGN.md principle 4) and
+ * strategies reach it only through the unit hook (docs/design.md principle 4) and
  * the communication table td_model_comm.
  *
  * Parameters live in one flat buffer laid out by UNIT, in forward order:

@@ -1,7 +1,7 @@
 /* planner: which layout fits, and which is fastest, for a model on a cluster.
  *
  * A cost model of memory and step time as pure functions (no MPI,
- * DESIGN.md principle 6) and a search over dp x tp x pp x zero x
+ * docs/design.md principle 6) and a search over dp x tp x pp x zero x
  * micro-batches x schedule x recompute x sequence parallelism. Model states
  * come from the engine's own state plan (state_plan.h), activations from the
  * per-layer formulas of Korthikanti et al. 2022 ("Reducing Activation

@@ -1,4 +1,4 @@
-/* schedule: pure pipeline schedules (DESIGN.md principle 6). Inputs (kind,
+/* schedule: pure pipeline schedules (docs/design.md principle 6). Inputs (kind,
  * stages P, micro-batches M, chunks per stage V) -> per-stage action lists
  * that the pipeline executor runs in order, plus a timing simulation, a
  * structural validator, the printer behind `trident schedule`, and the

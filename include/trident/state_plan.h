@@ -4,7 +4,7 @@
  * One pure function, called by the engine's memory plan (src/parallel:
  * replicated all-reduce and ZeRO 1-3 take their parameter, gradient and
  * optimizer byte counts from it) and by the planner (src/planner), so that
- * the two cannot disagree on what a stage shards (DESIGN.md principle 2).
+ * the two cannot disagree on what a stage shards (docs/design.md principle 2).
  * Per element byte counts say what the states are made of: this CPU engine
  * keeps fp32 parameters (or fp32 master weights), fp32 gradients and two fp32
  * AdamW moments (4, 4, 0, 8 bytes); the mixed-precision accounting of the

@@ -129,6 +129,10 @@ int td_sample_main(int argc, char **argv);
 int td_calibrate_main(int argc, char **argv);
 /* `trident bench train|sgemm`. */
 int td_bench_main(int argc, char **argv);
+/* `trident --version` / `trident version` (version.c): the version, the git
+ * commit of the build and the libraries' versions, on stdout; needs no MPI
+ * start-up; returns 0. */
+int td_version_main(int argc, char **argv);
 
 
 #endif

@@ -13,6 +13,10 @@
 
 void td_flags_print(const char *cmd, const td_flag *flags, int n) {
     printf("usage: trident %s [flags]\n", cmd);
+    td_flags_print_table(flags, n);
+}
+
+void td_flags_print_table(const td_flag *flags, int n) {
     for (int i = 0; i < n; i++) {
         const char *kind = flags[i].type == TD_FLAG_INT || flags[i].type == TD_FLAG_U64 ? " N"
                            : flags[i].type == TD_FLAG_STR                              ? " S"

@@ -243,6 +243,11 @@ int td_comm_bench_main(int argc, char **argv) {
         int has = i + 1 < argc;
         if (words && f[0] != '-') continue;
         words = 0;
+        if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
+            if (td_comm_rank(td_comm_world()) == 0) printf("%s\n", usage);
+            if (own) td_comm_finalize();
+            return 0;
+        }
         if (!strcmp(f, "--min") && has)
             lo = parse_bytes(f, argv[++i]);
         else if (!strcmp(f, "--max") && has)

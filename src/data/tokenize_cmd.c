@@ -154,6 +154,15 @@ int td_tokenize_main(int argc, char **argv) {
                 i + 1 < argc)
                 fargv[fargc++] = argv[++i];
     }
+    for (int i = 0; i < fargc; i++)
+        if (strcmp(fargv[i], "--help") == 0 || strcmp(fargv[i], "-h") == 0) {
+            /* the inputs are positional, so the usage line names them */
+            printf("usage: trident tokenize --tokenizer gpt2 IN... --out DIR [flags]\n"
+                   "  IN...                  text files (UTF-8), each one document (<|endoftext|>, then its "
+                   "text), in the order given; at least one\n");
+            td_flags_print_table(flags, nflags);
+            exit(0);
+        }
     td_flags_parse("tokenize", flags, nflags, fargc, fargv);
     TD_CHECK(tokenizer, "tokenize: --tokenizer is required; valid: gpt2");
     TD_CHECK(strcmp(tokenizer, "gpt2") == 0, "tokenize --tokenizer %s is not known; valid: gpt2",

@@ -5,7 +5,7 @@
  *
  * Step time is the planner's cost model (src/planner). Memory is not the
  * planner's formula but the engine's own plan (mem_plan.h: the function the
- * trainer allocates from, DESIGN.md principle 2), evaluated for every stage
+ * trainer allocates from, docs/design.md principle 2), evaluated for every stage
  * of each candidate without a communicator; the fastest candidate whose
  * busiest rank fits in its share of this machine's memory wins. */
 #include "auto.h"

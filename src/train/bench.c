@@ -72,6 +72,13 @@ static int bench_sgemm(void) {
 
 int td_bench_main(int argc, char **argv) {
     TD_CHECK(argc >= 1, "bench: say what to measure: train, sgemm or comm");
+    if (strcmp(argv[0], "--help") == 0 || strcmp(argv[0], "-h") == 0) {
+        printf("usage: trident bench train|sgemm|comm [flags]\n"
+               "  train                  the training loop's throughput on synthetic tokens (bench train --help)\n"
+               "  sgemm                  this machine's single-threaded OpenBLAS GEMM rate, 1, 2, 4 ... threads side by side\n"
+               "  comm                   collective bus bandwidth per op and size, under mpirun (bench comm --help)\n");
+        return 0;
+    }
     if (strcmp(argv[0], "train") == 0) return bench_train(argc - 1, argv + 1);
     if (strcmp(argv[0], "sgemm") == 0) return bench_sgemm();
     if (strcmp(argv[0], "comm") == 0) return td_comm_bench_main(argc - 1, argv + 1);

@@ -6,7 +6,7 @@
  * and all-reduce / all-gather over groups of 2 .. n ranks, each as an
  * alpha-beta fit of a small and a large payload through trident's own
  * calls on shared buffers, as the trainer's gradients are. The planner never
- * links this file (it needs no communicator, DESIGN.md principle 6). */
+ * links this file (it needs no communicator, docs/design.md principle 6). */
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>

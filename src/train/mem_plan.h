@@ -1,4 +1,4 @@
-/* The per-rank memory plan of a training run (DESIGN.md principle 2): the
+/* The per-rank memory plan of a training run (docs/design.md principle 2): the
  * one pure function the trainer allocates from and `train --auto` predicts
  * with, for a live grid or for a layout it only considers. */
 #ifndef TRIDENT_TRAIN_MEM_PLAN_H

@@ -1,6 +1,6 @@
 /* Start-of-run checks: everything a user gave that can be checked before
  * the first step is checked here, so no run trains for an hour and then
- * fails on its output path, its prompt or its memory (DESIGN.md
+ * fails on its output path, its prompt or its memory (docs/design.md
  * principle 7). */
 #ifndef TRIDENT_PREFLIGHT_H
 #define TRIDENT_PREFLIGHT_H

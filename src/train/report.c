@@ -14,6 +14,7 @@ void td_report_open(td_report *r, const td_train_opts *o, const td_grid *g,
                     int threads, int Bm) {
     memset(r, 0, sizeof *r);
     r->o = o, r->g = g, r->cfg = cfg, r->Bm = Bm;
+    r->first_step = -1;
     r->flops_per_step = td_gpt_flops_per_token(cfg) * (double)o->batch * cfg->T;
     /* capacity = one core's sgemm rate x compute threads. Measured after a
      * barrier (a rank still loading data would slow its neighbour's
@@ -149,21 +150,43 @@ void td_report_memory(td_report *r, const td_mem_plan *plan, int measured) {
     td_free(ms);
 }
 
+/* "0.42s", "12.4s", "3m05s", "2h07m": a duration to the precision a reader wants. */
+static void format_duration(char *buf, size_t cap, double s) {
+    if (!(s >= 0.0)) s = 0.0;
+    if (s < 10.0) snprintf(buf, cap, "%.2fs", s);
+    else if (s < 60.0) snprintf(buf, cap, "%.1fs", s);
+    else if (s < 3600.0) snprintf(buf, cap, "%dm%02ds", (int)(s / 60.0), (int)fmod(s, 60.0));
+    else snprintf(buf, cap, "%dh%02dm", (int)(s / 3600.0), (int)fmod(s / 60.0, 60.0));
+}
+
 void td_report_step(td_report *r, int step, float loss, float lr, double norm, double ms) {
     double tps = (double)r->o->batch * r->cfg->T / (ms * 1e-3);
     double mfu = r->flops_per_step / (ms * 1e-3) / r->peak_flops;
+    double now = td_now_ms();
+    if (r->first_step < 0) r->first_step = step, r->t_first_ms = now - ms;
+    /* the run's pace so far (evaluations, saves and skipped attempts
+     * included) over the steps it has left */
+    int last = r->o->stop_after > 0 && r->o->stop_after < r->o->steps ? r->o->stop_after : r->o->steps;
+    double elapsed_s = (now - r->t_first_ms) * 1e-3;
+    int done = step - r->first_step + 1, left = last - 1 - step;
+    double eta_s = left > 0 && done > 0 ? elapsed_s / done * left : 0.0;
     if (r->log) {
         fprintf(r->log,
                 "{\"step\": %d, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"step_ms\": %.3f, "
                 "\"tokens_per_s\": %.1f, \"mfu\": %.4f",
                 step, loss, lr, norm, ms, tps, mfu);
         if (r->loss_scale > 0) fprintf(r->log, ", \"loss_scale\": %.9g", r->loss_scale);
-        fprintf(r->log, "}\n");
+        fprintf(r->log, ", \"elapsed_s\": %.3f, \"eta_s\": %.3f}\n", elapsed_s, eta_s);
         fflush(r->log);
     }
-    if (!r->o->quiet && (step % r->o->log_every == 0 || step == r->o->steps - 1))
-        td_log("step %5d/%d | loss %.4f | lr %.2e | norm %.4f | %7.1f ms | %8.0f tok/s | MFU %4.1f%%\n",
-               step, r->o->steps, loss, lr, norm, ms, tps, 100.0 * mfu);
+    if (!r->o->quiet && (step % r->o->log_every == 0 || step == r->o->steps - 1)) {
+        char el[32], eta[32];
+        format_duration(el, sizeof el, elapsed_s);
+        format_duration(eta, sizeof eta, eta_s);
+        td_log("step %5d/%d | loss %.4f | lr %.2e | norm %.4f | %7.1f ms | %8.0f tok/s | MFU %4.1f%% | "
+               "%s elapsed, ETA %s\n",
+               step, r->o->steps, loss, lr, norm, ms, tps, 100.0 * mfu, el, eta);
+    }
     td_vlog("step %d loss %.6f norm %.6f %.1f ms\n", step, loss, norm, ms);
 }
 

@@ -22,6 +22,8 @@ typedef struct {
     td_preflight_result baseline; /* resident set and allocator before the model */
     size_t planned_total;         /* this rank's plan, all categories */
     float loss_scale;             /* the step's loss scale, 0: no loss scaling (not logged) */
+    double t_first_ms;            /* td_now_ms() when this run's first reported step began */
+    int first_step;               /* that step (a resumed run starts past 0); -1 before it */
 } td_report;
 
 void td_report_open(td_report *r, const td_train_opts *o, const td_grid *g,
@@ -30,6 +32,11 @@ void td_report_open(td_report *r, const td_train_opts *o, const td_grid *g,
 /* Collective over the world. measured = 0: the plan at start; 1: plan
  * beside measured peak after the first step. */
 void td_report_memory(td_report *r, const td_mem_plan *plan, int measured);
+/* One finished step (rank 0 prints and logs; every rank may call): the step
+ * line ends with the time since this run's first step began and an ETA to
+ * the last step (--steps, or --stop-after when it comes first) at this run's
+ * mean pace so far, evaluations and saves included; the log's step object
+ * carries them as elapsed_s and eta_s. */
 void td_report_step(td_report *r, int step, float loss, float lr, double norm, double ms);
 /* A step skipped on a non-finite gradient (dynamic loss scaling): `where`
  * names the first non-finite gradient; row, rank and micro-batch as

@@ -4,7 +4,7 @@
 # with positive figures and feeds --cluster local; --auto trains the layout
 # it prints (train's own batch line says the same split), and its predicted
 # memory is the engine's plan (train's --log "planned" figure of the busiest
-# rank, DESIGN.md principle 2), printed beside the measured step time.
+# rank, docs/design.md principle 2), printed beside the measured step time.
 # Bad input is one "trident: error:" line naming the flag or file.
 # Usage: test_auto.sh TRIDENT DATA_DIR
 set -u
