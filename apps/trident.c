@@ -50,8 +50,7 @@ int main(int argc, char **argv) {
         strcmp(cmd, "plan") != 0) {
         fprintf(stderr,
                 "trident: error: unknown command '%s'; use train, verify, sample, tokenize, schedule, export, "
-                "import, ckpt, plan, bench or version
-",
+                "import, ckpt, plan, bench or version\n",
                 cmd);
         return TD_EXIT_USAGE;
     }
