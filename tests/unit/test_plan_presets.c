@@ -9,17 +9,9 @@
 
 #include "trident/planner.h"
 #include "trident/schedule.h"
+#include "test_util.h"
 
-static int fails;
-#define EXPECT(cond, ...)                                           \
-    do {                                                            \
-        if (!(cond)) {                                              \
-            fails++;                                                \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);             \
-            printf(__VA_ARGS__);                                    \
-            printf("\n");                                           \
-        }                                                           \
-    } while (0)
+#define EXPECT TU_EXPECT
 
 /* Brown et al. 2020, "Language Models are Few-Shot Learners", table 2.1:
  * n_params, n_layers, d_model, n_heads, d_head (context 2048). XL's 24
@@ -130,7 +122,5 @@ static void test_fixed_check(void) {
 int main(void) {
     test_gpt3();
     test_fixed_check();
-    if (fails) printf("%d failures\n", fails);
-    else printf("test_plan_presets: ok\n");
-    return fails != 0;
+    return tu_finish("test_plan_presets");
 }
