@@ -233,7 +233,9 @@ int td_verify_main(int argc, char **argv) {
             if (v.seen[p->offset + k] == 0.0f) unseen++, first_unseen = p->offset + k;
     }
 
-    int fails = res.stop_step >= 0 || res.steps_done != v.K;
+    /* the step count from rank 0, a worker: parameter servers run no steps
+     * of their own (steps_done 0), and every worker agrees on a stop */
+    int fails = res.stop_step >= 0 || (me == 0 && res.steps_done != v.K);
     if (me == 0) {
         int tp = o.tp, pp = o.pp, dp = o.dp > 0 ? o.dp : N / (tp * pp);
         printf("verify: dp %d x tp %d x pp %d (%s, zero %d%s%s, %s) against one fp32 process: %d steps of batch %d\n",
