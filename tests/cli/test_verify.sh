@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # `trident verify`: passes on correct layouts (pipeline, 3D, parameter
 # servers), and fails, naming the tensor and the rank, on a layout whose
-# reduction is broken on
-# purpose (TRIDENT_FAULT=skip-embed-sum: the tied embedding's gradient is not
-# summed between the first and the last stage at step 1).
+# reduction is broken on purpose (TRIDENT_FAULT=skip-embed-sum: the tied
+# embedding's gradient is not summed between the first and the last stage at
+# step 1).
 set -u
 T=${1:?usage: test_verify.sh TRIDENT_BINARY DATA_DIR}
 DATA=${2:?}
