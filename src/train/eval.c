@@ -178,7 +178,7 @@ int td_eval_main(int argc, char **argv) {
         {"--data", TD_FLAG_STR, &o.data, "text file (UTF-8), token file (.bin) or shard set, read as train reads it with the checkpoint's tokenizer", NULL},
         {"--split", TD_FLAG_STR, &e.split, "val (default: the split train validates on), train, or all (train then val)", NULL},
         {"--batch", TD_FLAG_INT, &o.batch, "windows of T + 1 tokens per forward over all ranks, a multiple of dp x micro-batches (8)", "[1, 2147483647]"},
-        {"--max-tokens", TD_FLAG_U64, &e.max_tokens, "predict the split's first N tokens after its first only (default: all)", "[1, inf)"},
+        {"--max-tokens", TD_FLAG_U64, &e.max_tokens, "predict only the first N tokens after the split's first: t[1..N] (default: all n - 1)", "[1, inf)"},
         {"--log", TD_FLAG_STR, &e.log, "write the results as one JSON object to FILE", NULL},
     };
     for (size_t i = 0; i < sizeof own / sizeof own[0]; i++) flags[n++] = own[i];
