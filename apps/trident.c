@@ -1,4 +1,4 @@
-/* trident: train, verify, sample, tokenize, schedule, export, import, plan, bench. */
+/* trident: train, verify, eval, sample, tokenize, schedule, export, import, plan, bench. */
 #include <stdio.h>
 #include <string.h>
 
@@ -15,6 +15,8 @@ static void usage(void) {
            "  train    train a GPT (mpirun -np N trident train --dp D --tp T --pp P ...)\n"
            "  verify   train K steps in a layout and in one process; compare losses and gradients\n"
            "           (mpirun -np N trident verify [train flags])\n"
+           "  eval     a checkpoint's loss, perplexity and bits per byte on a split of --data, in any layout\n"
+           "           (mpirun -np N trident eval --ckpt DIR --data PATH [--split val|train|all] [layout flags])\n"
            "  sample   generate text from a checkpoint (--ckpt DIR)\n"
            "  tokenize text files to GPT-2 token shards (--tokenizer gpt2 IN... --out DIR)\n"
            "  export   write a checkpoint as a Hugging Face GPT-2 directory, safetensors or llm.c's format\n"
@@ -47,9 +49,9 @@ int main(int argc, char **argv) {
     for (int i = 2; i < argc; i++) calibrate |= strcmp(argv[i], "--calibrate") == 0;
     if (strcmp(cmd, "plan") == 0 && !calibrate) return td_plan_main(argc - 2, argv + 2);
     if (strcmp(cmd, "train") != 0 && strcmp(cmd, "bench") != 0 && strcmp(cmd, "verify") != 0 &&
-        strcmp(cmd, "plan") != 0) {
+        strcmp(cmd, "plan") != 0 && strcmp(cmd, "eval") != 0) {
         fprintf(stderr,
-                "trident: error: unknown command '%s'; use train, verify, sample, tokenize, schedule, export, "
+                "trident: error: unknown command '%s'; use train, verify, eval, sample, tokenize, schedule, export, "
                 "import, ckpt, plan, bench or version\n",
                 cmd);
         return TD_EXIT_USAGE;
@@ -57,6 +59,7 @@ int main(int argc, char **argv) {
     td_comm_init(&argc, &argv);
     rc = strcmp(cmd, "train") == 0    ? td_train_main(argc - 2, argv + 2)
          : strcmp(cmd, "verify") == 0 ? td_verify_main(argc - 2, argv + 2)
+         : strcmp(cmd, "eval") == 0   ? td_eval_main(argc - 2, argv + 2)
          : strcmp(cmd, "plan") == 0   ? td_calibrate_main(argc - 2, argv + 2)
                                       : td_bench_main(argc - 2, argv + 2);
     td_comm_finalize();

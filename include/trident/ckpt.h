@@ -42,6 +42,7 @@ typedef struct {
     float *m, *v;       /* [numel] or NULL */
     size_t numel;
     char dir[4096];     /* the step directory read */
+    unsigned long long seed; /* the run's --seed */
 } td_checkpoint;
 
 /* What a checkpoint records beside the tensors, and the run's layout. */
@@ -112,6 +113,9 @@ void td_ckpt_save(const char *out, const td_gpt_config *cfg, const td_tokenizer 
  * step directory or an --out directory (follows its `latest`). Everything
  * read is validated; an error names the file and the field. */
 void td_ckpt_load(td_checkpoint *ck, const char *path);
+/* The same without the tensors (params, m, v NULL, numel 0): the manifest's
+ * model, tokenizer, step and seed, checked as td_ckpt_load checks them. */
+void td_ckpt_describe(td_checkpoint *ck, const char *path);
 void td_ckpt_free(td_checkpoint *ck);
 
 /* `trident ckpt check`: verifies a checkpoint without building a model:

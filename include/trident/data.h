@@ -66,6 +66,9 @@ typedef struct {
  * UTF-8 (errors give the byte offset). */
 void td_data_load(td_dataset *d, const char *path, const char *tokenizer, int vocab, int T);
 void td_data_free(td_dataset *d);
+/* Whether td_data_load reads PATH as token ids (synthetic:V, a .bin token
+ * file, a set of shards) rather than as a text file. */
+int td_data_is_tokens(const char *path);
 
 /* The global sampler: sequence `sample` of the global batch at `step` starts
  * at a position that depends only on (seed, split, step, sample), so every

@@ -83,7 +83,9 @@ void td_residual_backward(float *da, float *db, const float *dout, size_t n);
 
 /* Fused softmax + cross-entropy over the first V of Vp logit columns (the
  * padded columns are masked out of the softmax). losses[N] per row. probs[N,Vp]
- * may alias logits (in place); padded columns of probs are set to 0. */
+ * may alias logits (in place); padded columns of probs are set to 0. A
+ * target < 0 is ignored: its loss is 0 and its row of dlogits 0 (all the
+ * functions below). */
 void td_softmax_xent_forward(float *losses, float *probs, const float *logits,
                              const int *targets, int N, int V, int Vp);
 /* The same loss in three stages, so that a vocab-parallel head can reduce

@@ -3,7 +3,11 @@
 #ifndef TRIDENT_TRAIN_H
 #define TRIDENT_TRAIN_H
 
+#include "trident/data.h"
+#include "trident/flags.h"
 #include "trident/pipeline.h"
+
+typedef struct td_layout_pass td_layout_pass; /* layout_pass.h */
 
 typedef struct {
     /* data */
@@ -53,12 +57,24 @@ typedef struct {
     int timing_skip;  /* leading steps left out of the mean step time (1) */
     int quiet;        /* no step lines (benchmarks) */
     int autoplan;     /* --auto: the layout from the calibrated planner (auto.h) */
+    /* trident eval (eval.c): with --resume, td_train_run calls layout_pass
+     * once, after loading the checkpoint into the layout, instead of
+     * training (no step is run, nothing saved); NULL: train */
+    void (*layout_pass)(void *ctx, td_layout_pass *p);
+    void *layout_pass_ctx;
 } td_train_opts;
 
 void td_train_opts_default(td_train_opts *o);
 /* Parses `trident train` flags (argv after the subcommand); an unknown flag
  * or a bad value is one clear error. */
 void td_train_opts_parse(td_train_opts *o, int argc, char **argv);
+/* For commands that take some of train's flags (trident eval): train's
+ * flag table, its pointers into o, copied into out[0..cap); returns the
+ * count. td_train_opts_check: the checks td_train_opts_parse makes after
+ * parsing (flags relating to each other; one clear error each). */
+#define TD_TRAIN_MAX_FLAGS 128
+int td_train_flag_table(td_train_opts *o, td_flag *out, int cap);
+void td_train_opts_check(td_train_opts *o);
 /* The model's recomputation mode named by --recompute (checked by the parse). */
 td_recompute td_train_recompute(const td_train_opts *o);
 /* The model's arithmetic named by --precision (checked by the parse). */
@@ -120,6 +136,26 @@ typedef struct {
 void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state);
 void td_train_result_free(td_train_result *r);
 
+/* Forward passes in a run's layout over caller-chosen rows (trident eval).
+ * fill writes rows first .. first + count - 1 of a global batch of
+ * --batch rows: inputs and targets [count, T]; a target < 0 is ignored
+ * (counts nothing). td_layout_pass_forward runs one such global batch
+ * (each dp replica its rows, in its micro-batches; a pipeline's first and
+ * last stages read them) and returns the sum of the token losses over all
+ * of it, the same double on every training rank: each rank's sum is shared
+ * exactly (as three floats) and added in rank order, so only the model's
+ * own fp32 arithmetic depends on the layout. Collective over the training
+ * ranks. */
+typedef void (*td_rows_fn)(void *ctx, int first, int count, int T, int *inputs, int *targets);
+double td_layout_pass_forward(td_layout_pass *p, td_rows_fn fill, void *ctx);
+/* The data td_train_run loaded (--data with its tokenizer), owned by it. */
+const td_dataset *td_layout_pass_data(const td_layout_pass *p);
+/* This rank's place: world rank, and dp, tp, pp sizes. */
+void td_layout_pass_grid(const td_layout_pass *p, int *world_rank, int *dp, int *tp, int *pp);
+
+/* `trident eval` (eval.c): a checkpoint's loss over consecutive windows of
+ * a split of --data, in any layout. Collective over the world. */
+int td_eval_main(int argc, char **argv);
 /* `trident verify` (verify.c): the layout against one process. */
 int td_verify_main(int argc, char **argv);
 /* `trident sample`. */

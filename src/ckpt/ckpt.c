@@ -95,15 +95,13 @@ void td_ckpt_save(const char *out, const td_gpt_config *cfg, const td_tokenizer 
     td_ckpt_writer_commit(w, NULL, 0);
 }
 
-void td_ckpt_load(td_checkpoint *ck, const char *path) {
-    memset(ck, 0, sizeof *ck);
-    td_ckpt_reader r;
-    td_ckpt_reader_open(&r, path, "--ckpt");
-    const td_manifest *m = &r.m;
-    snprintf(ck->dir, sizeof ck->dir, "%s", r.dir);
+/* What the manifest says of the model and its tokenizer. */
+static void describe(td_checkpoint *ck, const td_ckpt_reader *r) {
+    const td_manifest *m = &r->m;
+    snprintf(ck->dir, sizeof ck->dir, "%s", r->dir);
     ck->cfg = (td_gpt_config){m->layers, m->heads, m->embd, m->seq, m->vocab, 0};
     /* the model's own size checks must hold: a bad config is the file's error */
-    TD_CHECK(m->embd % m->heads == 0, "%s/manifest.json: config: embd %d is not a multiple of heads %d", r.dir,
+    TD_CHECK(m->embd % m->heads == 0, "%s/manifest.json: config: embd %d is not a multiple of heads %d", r->dir,
              m->embd, m->heads);
     td_gpt_config_finish(&ck->cfg);
     ck->step = m->step;
@@ -114,6 +112,22 @@ void td_ckpt_load(td_checkpoint *ck, const char *path) {
         memcpy(ck->tok.chars, m->chars, sizeof(uint32_t) * (size_t)m->tok_vocab);
     }
     if (m->tok_kind == TD_TOK_GPT2) td_tokenizer_gpt2(&ck->tok); /* its tables, to decode samples */
+    ck->seed = m->seed;
+}
+
+void td_ckpt_describe(td_checkpoint *ck, const char *path) {
+    memset(ck, 0, sizeof *ck);
+    td_ckpt_reader r;
+    td_ckpt_reader_open(&r, path, "--ckpt");
+    describe(ck, &r);
+    td_ckpt_reader_close(&r);
+}
+
+void td_ckpt_load(td_checkpoint *ck, const char *path) {
+    memset(ck, 0, sizeof *ck);
+    td_ckpt_reader r;
+    td_ckpt_reader_open(&r, path, "--ckpt");
+    describe(ck, &r);
     td_param_table canon;
     td_param_table_build(&canon, &ck->cfg, 1);
     ck->numel = canon.numel;

@@ -226,6 +226,11 @@ void td_data_load(td_dataset *d, const char *path, const char *tokenizer, int vo
              path, T, d->n_train, d->n_val, T);
 }
 
+int td_data_is_tokens(const char *path) {
+    /* the order of td_data_load's branches */
+    return strncmp(path, "synthetic:", 10) == 0 || td_data_is_shard_set(path) || ends_with(path, ".bin");
+}
+
 void td_data_free(td_dataset *d) {
     td_free(d->train);
     td_free(d->val);

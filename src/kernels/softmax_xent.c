@@ -4,7 +4,9 @@
  * max), so nothing overflows; the exp terms are summed in fixed-order lanes.
  * Rows are independent, so results are bitwise identical for any thread
  * count. probs may alias logits: each row reads logits[target] before it
- * overwrites the row. */
+ * overwrites the row. A target < 0 is ignored (trident eval's masked
+ * positions): its loss is 0 and its row's gradient 0, the probabilities as
+ * for any row. */
 #include <float.h>
 #include <math.h>
 
@@ -20,7 +22,7 @@ void td_softmax_xent_forward(float *losses, float *probs, const float *logits,
         const float *x = logits + (size_t)n * Vp;
         float *p = probs + (size_t)n * Vp;
         int tgt = targets ? targets[n] : -1;
-        TD_ASSERT(!targets || (tgt >= 0 && tgt < V));
+        TD_ASSERT(tgt < V); /* < 0: ignored */
         float mx = td_k_max(x, V);
         float xt = tgt >= 0 ? x[tgt] : 0.0f; /* before p (maybe == x) is written */
         for (int v = 0; v < V; v++) p[v] = td_k_expf(x[v] - mx);
@@ -31,7 +33,7 @@ void td_softmax_xent_forward(float *losses, float *probs, const float *logits,
         /* log(sum) - (x_t - max): x_t - max is exact for nearby values, so
          * large logits cost no precision (log(sum) + max would round at
          * the scale of max) */
-        if (losses && tgt >= 0) losses[n] = logf(sum) - (xt - mx);
+        if (losses && targets) losses[n] = tgt >= 0 ? logf(sum) - (xt - mx) : 0.0f;
     }
 }
 
@@ -75,13 +77,13 @@ void td_xent_finish(float *losses, float *probs, const float *sum, const float *
         for (int v = V; v < Vp; v++) p[v] = 0.0f;
         /* as in the fused kernel: x_t - max first, so large logits cost no
          * precision */
-        if (losses && targets) losses[n] = logf(sum[n]) - (xt[n] - mx[n]);
+        if (losses && targets) losses[n] = targets[n] >= 0 ? logf(sum[n]) - (xt[n] - mx[n]) : 0.0f;
     }
 }
 
 void td_softmax_xent_backward(float *dlogits, const float *probs, const int *targets,
                               const float *dloss, int N, int V, int Vp) {
-    for (int n = 0; n < N; n++) TD_ASSERT(targets[n] >= 0 && targets[n] < V);
+    for (int n = 0; n < N; n++) TD_ASSERT(targets[n] < V); /* < 0: ignored */
     td_xent_backward(dlogits, probs, targets, 0, dloss, N, V, Vp);
 }
 
@@ -92,7 +94,7 @@ void td_xent_backward(float *dlogits, const float *probs, const int *targets, in
     for (int n = 0; n < N; n++) {
         const float *p = probs + (size_t)n * Vp;
         float *d = dlogits + (size_t)n * Vp;
-        float g = dloss[n];
+        float g = targets[n] >= 0 ? dloss[n] : 0.0f; /* an ignored row has no gradient */
         int tgt = targets[n] - lo;
         int mine = tgt >= 0 && tgt < V;
         float pt = mine ? p[tgt] : 0.0f; /* before d (maybe == p) is written */

@@ -56,7 +56,8 @@ double td_head_forward(td_gpt *m, const td_act *x, const int *targets, td_head_a
     /* LM head tied to this rank's wte rows: logits[N,Vl] = lnf @ wte^T */
     td_m_matmul_forward(m, a->logits, 1, a->lnf, EMBED_UNIT, TD_T_WTE, NULL, N, C, d->Vl);
     if (!targets) return 0.0;
-    for (int i = 0; i < N; i++) TD_ASSERT(targets[i] >= 0 && targets[i] < m->cfg.V);
+    /* a target < 0 is ignored (loss 0, no gradient): trident eval's masked positions */
+    for (int i = 0; i < N; i++) TD_ASSERT(targets[i] < m->cfg.V);
     td_xent_max(a->row_max, a->logits, N, d->Vreal, d->Vl);
     td_m_tp_allreduce(m, a->row_max, (size_t)N, TD_REDUCE_MAX);
     td_xent_exp_sum(a->row_sum, a->tgt_logit, a->logits, a->logits, a->row_max, targets,

@@ -44,7 +44,7 @@ void td_train_opts_default(td_train_opts *o) {
 #define POS "[1, 2147483647]"
 #define NONNEG "[0, 2147483647]"
 
-void td_train_opts_parse(td_train_opts *o, int argc, char **argv) {
+int td_train_flag_table(td_train_opts *o, td_flag *out, int cap) {
     const td_flag flags[] = {
         {"--data", TD_FLAG_STR, &o->data, "text file (UTF-8), token file (.bin: nanoGPT uint16 or llm.c), or a directory or glob of *_train_*.bin / *_val_*.bin shards", NULL},
         {"--tokenizer", TD_FLAG_STR, &o->tokenizer, "char (default), byte or gpt2 (GPT-2 BPE, vocabulary 50257) for text files; gpt2 also marks token files of GPT-2 ids", NULL},
@@ -109,8 +109,20 @@ void td_train_opts_parse(td_train_opts *o, int argc, char **argv) {
         {"--sample-tokens", TD_FLAG_INT, &o->sample_tokens, "print a sample of N tokens at the end (0)", "[0, 10000000]"},
         {"--sample-prompt", TD_FLAG_STR, &o->sample_prompt, "prompt for that sample", NULL},
     };
-    td_flags_parse("train", flags, (int)(sizeof flags / sizeof flags[0]), argc, argv);
+    int n = (int)(sizeof flags / sizeof flags[0]);
+    TD_ASSERT(n <= cap);
+    memcpy(out, flags, sizeof flags);
+    return n;
+}
 
+void td_train_opts_parse(td_train_opts *o, int argc, char **argv) {
+    td_flag flags[TD_TRAIN_MAX_FLAGS];
+    int n = td_train_flag_table(o, flags, TD_TRAIN_MAX_FLAGS);
+    td_flags_parse("train", flags, n, argc, argv);
+    td_train_opts_check(o);
+}
+
+void td_train_opts_check(td_train_opts *o) {
     /* each number is in its range (td_flags_parse); what is left relates
      * two flags */
     TD_CHECK(o->data, "train: --data is required (a UTF-8 text file or a .bin token file); "

@@ -8,6 +8,7 @@
 #include "ckpt_run.h"
 #include "auto.h"
 #include "grad_watch.h"
+#include "layout_pass.h"
 #include "mem_plan.h"
 #include "preflight.h"
 #include "report.h"
@@ -277,7 +278,11 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
             td_run_save(dp, &g, &table, &canon, &cfg, &data.tok, o, first, &scaler, &plan, res, 0);
             res->stopped_after = first;
         }
-        for (int step = first; step < o->steps && !resaved; step++) {
+        if (o->layout_pass) { /* trident eval: the loaded checkpoint's forward passes, no training */
+            td_layout_pass lp = {&g, &data, &model, dp, pp, Bl, Bm, c.K, T};
+            o->layout_pass(o->layout_pass_ctx, &lp);
+        }
+        for (int step = first; step < o->steps && !resaved && !o->layout_pass; step++) {
             double t0 = td_now_ms();
             float lr = td_lr_at(&o->optim, step);
             td_dp_begin_step(dp, step);
@@ -467,7 +472,7 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
     int stopped = res->stop_step >= 0, early = res->stopped_after > 0;
     /* servers run their own loop, so with ps the measured report waits for the end */
     if (mode == TD_DP_PS && !stopped) td_report_memory(&rep, &plan, 1);
-    if (!stopped) td_report_summary(&rep, res);
+    if (!stopped && !o->layout_pass) td_report_summary(&rep, res);
 
     int root = g.world_rank == 0;
     if (!stopped && !early && o->out)

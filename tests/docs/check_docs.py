@@ -286,7 +286,7 @@ OTHER_FLAGS = {
 # Flags named for commands other branches are adding at the same time
 # (issue 28: trident eval, --config / --print-config). The test notes when
 # one appears in a --help: remove it from here then.
-PENDING_FLAGS = {"--split", "--max-tokens", "--print-config"}
+PENDING_FLAGS = {"--print-config"}
 
 
 def script_flags(src):

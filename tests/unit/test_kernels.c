@@ -111,7 +111,8 @@ static double dref_gelu1(double x) {
     return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
 }
 
-/* losses[N]; probs[N,Vp] (padded columns 0), or NULL */
+/* losses[N] (0 where the target is < 0: ignored); probs[N,Vp] (padded
+ * columns 0), or NULL */
 static void dref_xent(double *loss, double *probs, const double *logits, const int *tgt, int N,
                       int V, int Vp) {
     for (int n = 0; n < N; n++) {
@@ -119,7 +120,7 @@ static void dref_xent(double *loss, double *probs, const double *logits, const i
         double mx = x[0], sum = 0;
         for (int v = 1; v < V; v++) mx = fmax(mx, x[v]);
         for (int v = 0; v < V; v++) sum += exp(x[v] - mx);
-        loss[n] = log(sum) + mx - x[tgt[n]];
+        loss[n] = tgt[n] < 0 ? 0.0 : log(sum) + mx - x[tgt[n]];
         if (probs)
             for (int v = 0; v < Vp; v++)
                 probs[(size_t)n * Vp + v] = v < V ? exp(x[v] - mx) / sum : 0.0;
@@ -506,7 +507,9 @@ static double xe_obj(void *p) {
     return ddot(c->tmp, c->dloss, c->N);
 }
 
-static void xent_case(const char *tag, int N, int V, int Vp, float scale) {
+/* ignore > 0: every ignore-th target (from row 1) is -1, ignored: loss 0
+ * and, by the finite differences of the double reference, dlogits 0 */
+static void xent_case(const char *tag, int N, int V, int Vp, float scale, int ignore) {
     int mark = tu_mark();
     size_t nl = (size_t)N * Vp;
     float *logits = TU_NEW(float, nl), *probs = TU_NEW(float, nl), *losses = TU_NEW(float, N);
@@ -522,6 +525,7 @@ static void xent_case(const char *tag, int N, int V, int Vp, float scale) {
             for (int v = 0; v < V; v++) logits[(size_t)n * Vp + v] += 1000.0f;
     }
     tu_rand_ints(tgt, N, 61, V);
+    for (int n = 1; ignore > 0 && n < N; n += ignore) tgt[n] = -1;
     tu_randn(dloss, N, 62, 1.0f);
     struct xe_ctx c = {N, V, Vp, tgt, tu_to_double(logits, nl), tu_to_double(dloss, N),
                        TU_NEW(double, N)};
@@ -557,7 +561,7 @@ static void xent_case(const char *tag, int N, int V, int Vp, float scale) {
  * reductions (max, sums) done between the stages, as the vocab-parallel head
  * does over tp: losses, probabilities and dlogits against double. The last
  * shard of the second case holds only padding (V = 0 there). */
-static void xent_shard_case(const char *tag, int N, int V, int Vp, int shards) {
+static void xent_shard_case(const char *tag, int N, int V, int Vp, int shards, int ignore) {
     int mark = tu_mark(), Vl = Vp / shards;
     size_t nl = (size_t)N * Vp;
     float *logits = TU_NEW(float, nl), *dloss = TU_NEW(float, N);
@@ -565,6 +569,7 @@ static void xent_shard_case(const char *tag, int N, int V, int Vp, int shards) {
     tu_randn(logits, nl, 70, 3.0f);
     tu_rand_ints(tgt, N, 71, V);
     tgt[0] = V - 1; /* the last real column, in a shard of its own or beside padding */
+    for (int n = 1; ignore > 0 && n < N; n += ignore) tgt[n] = -1; /* as in xent_case */
     tu_randn(dloss, N, 72, 1.0f);
     double *rl = TU_NEW(double, N), *rp = TU_NEW(double, nl);
     dref_xent(rl, rp, tu_to_double(logits, nl), tgt, N, V, Vp);
@@ -602,17 +607,20 @@ static void xent_shard_case(const char *tag, int N, int V, int Vp, int shards) {
     double *rd = TU_NEW(double, nl); /* dlogits = (p - onehot) * dloss in double */
     for (int n = 0; n < N; n++)
         for (int v = 0; v < Vp; v++)
-            rd[(size_t)n * Vp + v] = (rp[(size_t)n * Vp + v] - (v == tgt[n])) * dloss[n] * (v < V);
+            rd[(size_t)n * Vp + v] = tgt[n] < 0 ? 0.0 : (rp[(size_t)n * Vp + v] - (v == tgt[n])) * dloss[n] * (v < V);
     tu_check_close(nm(tag, "dlogits vs double"), dl, rd, nl, TOL_FWD, FLOOR);
     tu_release(mark);
 }
 
 static void test_softmax_xent(void) {
-    xent_case("softmax_xent V=5 Vp=8", 6, 5, 8, 2.0f);
+    xent_case("softmax_xent V=5 Vp=8", 6, 5, 8, 2.0f, 0);
     /* the benchmark vocabulary, logits spread wide: exp over a large range */
-    xent_case("softmax_xent V=65 Vp=128", 16, 65, 128, 4.0f);
-    xent_shard_case("xent 2 vocab shards V=65 Vp=128", 16, 65, 128, 2);
-    xent_shard_case("xent 3 vocab shards V=5 Vp=12 (last all padding)", 6, 5, 12, 3);
+    xent_case("softmax_xent V=65 Vp=128", 16, 65, 128, 4.0f, 0);
+    xent_shard_case("xent 2 vocab shards V=65 Vp=128", 16, 65, 128, 2, 0);
+    xent_shard_case("xent 3 vocab shards V=5 Vp=12 (last all padding)", 6, 5, 12, 3, 0);
+    /* ignored targets (< 0), as trident eval masks a partial window's tail */
+    xent_case("softmax_xent V=65 Vp=128 every 3rd target ignored", 16, 65, 128, 4.0f, 3);
+    xent_shard_case("xent 2 vocab shards every 3rd target ignored", 16, 65, 128, 2, 3);
 }
 
 int main(void) {

@@ -1,0 +1,225 @@
+/* `trident eval`: a checkpoint's loss on a split of --data, in any layout.
+ *
+ * The split's tokens t[0..n) are cut into windows of T + 1 tokens starting
+ * at 0, T, 2T, ... (T the model's context): window w feeds t[wT .. wT + T)
+ * and predicts t[wT + 1 .. wT + T], so consecutive windows share one token
+ * and every token after the first is predicted exactly once. The last
+ * window is partial: its positions past the end have target -1, which the
+ * cross-entropy ignores (kernels.h), as are whole rows past the last window
+ * in the last global batch. --max-tokens N predicts t[1..N] only. The
+ * forward passes run in the layout of train's flags (td_train_run with the
+ * checkpoint loaded through --resume, td_layout_pass_forward), so a layout
+ * changes only the model's fp32 arithmetic, not which tokens count. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "trident/base.h"
+#include "trident/ckpt.h"
+#include "trident/comm.h"
+#include "trident/data.h"
+#include "trident/flags.h"
+#include "trident/formats_json.h"
+#include "trident/train.h"
+
+/* train's flags that choose the layout (and how it computes), for eval */
+static const char *const LAYOUT_FLAGS[] = {
+    "--dp", "--tp", "--pp", "--sequence-parallel", "--zero", "--precision", "--schedule", "--virtual-stages",
+    "--pp-partition", "--micro-batches", "--grad-accum", "--threads", "--piece-mb", "--comm-timeout",
+    "--heartbeat-timeout", "--verbose",
+};
+
+typedef struct {
+    const char *ckpt, *split, *log;
+    unsigned long long max_tokens; /* 0: all */
+    td_checkpoint ck;
+    FILE *logf;
+    /* the pass: the split's tokens, the predicted count, windows */
+    const int *tok;
+    int *joined; /* train + val for --split all */
+    size_t predicted, windows, forwards;
+    int T, B;
+    size_t batch; /* the global batch fill is asked for */
+    double loss_sum;
+    uint64_t bytes; /* UTF-8 bytes of the predicted tokens' text (text input) */
+    int text, world_rank, dp, tp, pp;
+} eval_run;
+
+/* Rows first .. first + count - 1 of global batch e->batch. */
+static void fill_windows(void *ctx, int first, int count, int T, int *in, int *tg) {
+    const eval_run *e = ctx;
+    for (int r = 0; r < count; r++) {
+        size_t w = e->batch * (size_t)e->B + (size_t)(first + r);
+        for (int j = 0; j < T; j++) {
+            size_t pos = w * (size_t)T + (size_t)j; /* the input's index in the split */
+            int live = w < e->windows && pos < e->predicted;
+            in[(size_t)r * T + j] = live ? e->tok[pos] : 0;
+            tg[(size_t)r * T + j] = live ? e->tok[pos + 1] : -1; /* ignored past the end */
+        }
+    }
+}
+
+static int utf8_len(uint32_t c) { return c < 0x80 ? 1 : c < 0x800 ? 2 : c < 0x10000 ? 3 : 4; }
+
+/* The bytes of text the predicted tokens t[1..P] stand for. */
+static uint64_t text_bytes(const td_tokenizer *tk, const int *t, size_t P) {
+    uint64_t n = 0;
+    char buf[256];
+    for (size_t i = 1; i <= P; i++)
+        n += tk->kind == TD_TOK_BYTE   ? 1u
+             : tk->kind == TD_TOK_CHAR ? (uint64_t)utf8_len(tk->chars[t[i]])
+                                       : (uint64_t)td_tokenizer_decode(tk, t[i], buf, sizeof buf);
+    return n;
+}
+
+static void pass(void *ctx, td_layout_pass *p) {
+    eval_run *e = ctx;
+    const td_dataset *d = td_layout_pass_data(p);
+    td_layout_pass_grid(p, &e->world_rank, &e->dp, &e->tp, &e->pp);
+    size_t n = strcmp(e->split, "train") == 0 ? d->n_train : strcmp(e->split, "val") == 0 ? d->n_val
+                                                                                          : d->n_train + d->n_val;
+    if (strcmp(e->split, "all") == 0) { /* train then val: a text file's whole text */
+        e->joined = td_alloc(sizeof(int) * n, TD_MEM_OTHER);
+        memcpy(e->joined, d->train, sizeof(int) * d->n_train);
+        memcpy(e->joined + d->n_train, d->val, sizeof(int) * d->n_val);
+        e->tok = e->joined;
+    } else
+        e->tok = strcmp(e->split, "train") == 0 ? d->train : d->val;
+    e->predicted = n - 1; /* the loader checked n > T >= 1 */
+    if (e->max_tokens > 0 && e->max_tokens < e->predicted) e->predicted = (size_t)e->max_tokens;
+    e->windows = (e->predicted + (size_t)e->T - 1) / (size_t)e->T;
+    e->forwards = (e->windows + (size_t)e->B - 1) / (size_t)e->B;
+    if (e->text) e->bytes = text_bytes(&d->tok, e->tok, e->predicted);
+    td_log("eval: %s (step %d), %s split of %s: %zu tokens predicted in %zu windows of %d + 1 tokens, "
+           "%zu forwards of --batch %d; dp %d x tp %d x pp %d\n",
+           e->ck.dir, e->ck.step, e->split, d->description, e->predicted, e->windows, e->T, e->forwards, e->B,
+           e->dp, e->tp, e->pp);
+    double t0 = td_now_ms(), shown = t0;
+    e->loss_sum = 0.0;
+    for (e->batch = 0; e->batch < e->forwards; e->batch++) {
+        e->loss_sum += td_layout_pass_forward(p, fill_windows, e);
+        double now = td_now_ms();
+        if (now - shown >= 10000.0 && e->batch + 1 < e->forwards) { /* long runs: a line every 10 s */
+            size_t done = td_min_sz((e->batch + 1) * (size_t)e->B * (size_t)e->T, e->predicted);
+            td_log("eval: %zu/%zu tokens (%.0f%%), mean loss so far %.6f, %.1f s\n", done, e->predicted,
+                   100.0 * (double)done / (double)e->predicted, e->loss_sum / (double)done, (now - t0) / 1000.0);
+            fflush(stdout);
+            shown = now;
+        }
+    }
+}
+
+/* --log FILE: one JSON object of the results (world rank 0). */
+static void write_log(const eval_run *e, const char *data, double mean, double ppl, double bpb) {
+    char ck[8400] = "", dp[8400] = "";
+    TD_CHECK(td_json_put_str(ck, sizeof ck, 0, e->ck.dir) > 0 && td_json_put_str(dp, sizeof dp, 0, data) > 0,
+             "eval --log %s: the checkpoint or data path is too long to record", e->log);
+    fprintf(e->logf,
+            "{\"ckpt\": %s, \"step\": %d, \"data\": %s, \"split\": \"%s\", \"tokens\": %zu, \"windows\": %zu, "
+            "\"batch\": %d, \"seq\": %d, \"loss_sum\": %.17g, \"loss\": %.17g, \"perplexity\": %.17g, ",
+            ck, e->ck.step, dp, e->split, e->predicted, e->windows, e->B, e->T, e->loss_sum, mean, ppl);
+    if (e->text) fprintf(e->logf, "\"bytes\": %llu, \"bits_per_byte\": %.17g, ", (unsigned long long)e->bytes, bpb);
+    else fprintf(e->logf, "\"bytes\": null, \"bits_per_byte\": null, ");
+    fprintf(e->logf, "\"dp\": %d, \"tp\": %d, \"pp\": %d}\n", e->dp, e->tp, e->pp);
+    TD_CHECK(fflush(e->logf) == 0 && !ferror(e->logf) && fclose(e->logf) == 0, "eval --log %s: writing failed: %s",
+             e->log, strerror(errno));
+}
+
+/* The checkpoint's tokenizer decides how --data is read; a text file's
+ * characters must be the checkpoint's vocabulary (train builds it from the
+ * text, the checkpoint records it). */
+static void data_for_checkpoint(eval_run *e, td_train_opts *o) {
+    const td_tokenizer *tk = &e->ck.tok;
+    int tokens = td_data_is_tokens(o->data);
+    e->text = !tokens;
+    if (tk->kind == TD_TOK_GPT2) { o->tokenizer = "gpt2"; return; }
+    if (tokens) {
+        TD_CHECK(tk->kind == TD_TOK_IDS, "eval: --data %s is token ids, but --ckpt %s was trained on text (tokenizer "
+                 "%s); give a text file", o->data, e->ckpt, td_tokenizer_name(tk->kind));
+        o->vocab = tk->V; /* ids at or above the model's vocabulary are refused by the loader */
+        return;
+    }
+    TD_CHECK(tk->kind != TD_TOK_IDS, "eval: --ckpt %s is a model of token ids (no tokenizer), but --data %s is a "
+             "text file; give a .bin token file or a set of shards", e->ckpt, o->data);
+    o->tokenizer = tk->kind == TD_TOK_CHAR ? "char" : "byte";
+    if (tk->kind != TD_TOK_CHAR) return;
+    FILE *f = fopen(o->data, "rb");
+    TD_CHECK(f, "eval: --data %s cannot be read: %s", o->data, strerror(errno));
+    size_t cap = 1 << 16, len = 0, k;
+    char *text = malloc(cap);
+    TD_CHECK(text, "eval: out of memory reading --data %s", o->data);
+    while ((k = fread(text + len, 1, cap - len, f)) > 0)
+        if ((len += k) == cap) TD_CHECK((text = realloc(text, cap *= 2)), "eval: out of memory reading --data %s", o->data);
+    TD_CHECK(!ferror(f), "eval: --data %s: reading failed: %s", o->data, strerror(errno));
+    fclose(f);
+    td_tokenizer own;
+    td_tokenizer_build_char(&own, text, len, "--data");
+    free(text);
+    TD_CHECK(own.V == tk->V && memcmp(own.chars, tk->chars, sizeof(uint32_t) * (size_t)tk->V) == 0,
+             "eval: --data %s has %d distinct characters, not the %d of --ckpt %s's character vocabulary; a "
+             "character-level model reads text of exactly its characters (the text it was trained on, or one "
+             "like it)", o->data, own.V, tk->V, e->ckpt);
+    td_tokenizer_free(&own);
+}
+
+int td_eval_main(int argc, char **argv) {
+    td_train_opts o;
+    td_train_opts_default(&o);
+    eval_run e;
+    memset(&e, 0, sizeof e);
+    e.split = "val";
+    o.batch = 8;
+    td_flag train[TD_TRAIN_MAX_FLAGS], flags[TD_TRAIN_MAX_FLAGS];
+    int n_train = td_train_flag_table(&o, train, TD_TRAIN_MAX_FLAGS), n = 0;
+    const td_flag own[] = {
+        {"--ckpt", TD_FLAG_STR, &e.ckpt, "checkpoint: a directory written by train --out (follows DIR/latest), one of its step directories, or one written by import", NULL},
+        {"--data", TD_FLAG_STR, &o.data, "text file (UTF-8), token file (.bin) or shard set, read as train reads it with the checkpoint's tokenizer", NULL},
+        {"--split", TD_FLAG_STR, &e.split, "val (default: the split train validates on), train, or all (train then val)", NULL},
+        {"--batch", TD_FLAG_INT, &o.batch, "windows of T + 1 tokens per forward over all ranks, a multiple of dp x micro-batches (8)", "[1, 2147483647]"},
+        {"--max-tokens", TD_FLAG_U64, &e.max_tokens, "predict only the first N tokens after the split's first: t[1..N] (default: all n - 1)", "[1, inf)"},
+        {"--log", TD_FLAG_STR, &e.log, "write the results as one JSON object to FILE", NULL},
+    };
+    for (size_t i = 0; i < sizeof own / sizeof own[0]; i++) flags[n++] = own[i];
+    for (size_t k = 0; k < sizeof LAYOUT_FLAGS / sizeof LAYOUT_FLAGS[0]; k++)
+        for (int i = 0; i < n_train; i++)
+            if (strcmp(train[i].name, LAYOUT_FLAGS[k]) == 0) flags[n++] = train[i];
+    td_flags_parse("eval", flags, n, argc, argv);
+    TD_CHECK(e.ckpt, "eval: --ckpt DIR is required (a directory written by 'trident train --out DIR' or "
+             "'trident import', or one of its step directories)");
+    TD_CHECK(o.data, "eval: --data PATH is required (the text or token file to evaluate on)");
+    TD_CHECK(strcmp(e.split, "val") == 0 || strcmp(e.split, "train") == 0 || strcmp(e.split, "all") == 0,
+             "eval: --split '%s' is not a split; valid: val, train, all", e.split);
+    td_ckpt_describe(&e.ck, e.ckpt);
+    /* the model and the run it continues come from the checkpoint */
+    o.layers = e.ck.cfg.L, o.heads = e.ck.cfg.H, o.embd = e.ck.cfg.C, o.seq = e.ck.cfg.T;
+    o.seed = e.ck.seed;
+    o.resume = e.ck.dir;
+    o.steps = e.ck.step + 1; /* one step beyond it: none is run */
+    o.eval_every = 0, o.sample_tokens = 0, o.quiet = 1;
+    data_for_checkpoint(&e, &o);
+    td_train_opts_check(&o);
+    e.T = e.ck.cfg.T, e.B = o.batch;
+    if (e.log && td_comm_rank(td_comm_world()) == 0) { /* before the work, not after it */
+        e.logf = fopen(e.log, "w");
+        TD_CHECK(e.logf, "eval --log %s cannot be written: %s", e.log, strerror(errno));
+    }
+    o.layout_pass = pass, o.layout_pass_ctx = &e;
+    td_train_result res;
+    td_train_run(&o, &res, 0);
+    int rc = res.stop_step >= 0 ? 3 : 0;
+    if (rc == 0 && e.world_rank == 0) {
+        double mean = e.loss_sum / (double)e.predicted, ppl = exp(mean);
+        double bpb = e.text ? e.loss_sum / log(2.0) / (double)e.bytes : NAN;
+        printf("eval: tokens %zu | loss %.6f nats/token | perplexity %.4f | ", e.predicted, mean, ppl);
+        if (e.text) printf("%.6f bits per byte (%llu bytes of text)\n", bpb, (unsigned long long)e.bytes);
+        else printf("bits per byte unknown (a token file: the bytes of its text are not known)\n");
+        fflush(stdout);
+        if (e.logf) write_log(&e, o.data, mean, ppl, bpb);
+    }
+    td_train_result_free(&res);
+    td_free(e.joined);
+    td_ckpt_free(&e.ck);
+    return rc;
+}

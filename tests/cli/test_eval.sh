@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# trident eval against an independent PyTorch evaluator: a tiny model
+# trained a few steps, exported as safetensors and imported back, evaluated
+# by trident (val split, a partial last window and a last batch with an
+# empty row; --max-tokens; --split train and all) and by eval_ref.py below,
+# which parses the exported safetensors and config.json by hand, tokenizes
+# the text itself (sorted distinct characters, 90/10 split) and runs each
+# window (the last one shorter) through tests/ref/gpt_ref.py's GPT in
+# float64. The mean loss agrees to 1e-6 relative, the token counts and bytes
+# exactly. Then dp 2, tp 2 and pp 2 give the same numbers, and bad flags are
+# one error line.
+# Usage: test_eval.sh TRIDENT DATA_DIR
+set -u
+T=${1:?usage: test_eval.sh TRIDENT DATA_DIR}
+DATA=${2:?}
+HERE=$(cd "$(dirname "$0")" && pwd)
+PY=/usr/bin/python3
+MPI="mpirun --allow-run-as-root --oversubscribe -np 2"
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+fails=0
+fail() { echo "FAIL $*"; fails=$((fails+1)); }
+head -c 6000 "$DATA/tinyshakespeare.txt" > "$tmp/small.txt"
+"$T" train --data "$tmp/small.txt" --layers 2 --heads 2 --embd 16 --seq 16 --batch 4 --steps 4 --lr 1e-2 \
+  --warmup 0 --eval-every 0 --threads 1 --out "$tmp/ck" > "$tmp/train.log" 2>&1 || { tail -5 "$tmp/train.log"; exit 1; }
+mkdir "$tmp/hf"
+"$T" export --ckpt "$tmp/ck" --format safetensors --out "$tmp/hf/model.safetensors" >/dev/null || { echo "FAIL export"; exit 1; }
+"$T" import --format safetensors --in "$tmp/hf/model.safetensors" --out "$tmp/imp" >/dev/null || { echo "FAIL import"; exit 1; }
+
+# eval NAME [flags...]: trident eval of the re-imported checkpoint, its JSON in $tmp/NAME.json
+ev() {
+  local name=$1; shift
+  "$T" eval --ckpt "$tmp/imp" --data "$tmp/small.txt" --threads 1 --log "$tmp/$name.json" "$@" \
+    > "$tmp/$name.out" 2>&1 || { fail "eval $name exited $?: $(tail -2 "$tmp/$name.out")"; return 1; }
+}
+ev val --batch 3                          # 599 tokens: 38 windows, the last of 7; 13 forwards, the last with one empty row
+ev max --batch 3 --max-tokens 100         # 100 tokens: 7 windows, the last of 4
+ev train --split train --batch 8 --max-tokens 1000
+ev all --split all --batch 5              # the whole text: 5999 tokens
+
+cat > "$tmp/eval_ref.py" <<'PYEOF'
+import json, math, struct, sys
+import torch
+sys.path.insert(0, sys.argv[1])
+from gpt_ref import GPT  # nanoGPT's model in PyTorch (no trident code)
+st, cfg_path, text_path = sys.argv[2:5]
+cfg = json.load(open(cfg_path))
+L, H, C, T, V = (cfg[k] for k in ("n_layer", "n_head", "n_embd", "n_positions", "vocab_size"))
+raw = open(st, "rb").read()
+(n,) = struct.unpack("<Q", raw[:8])
+hdr = json.loads(raw[8:8 + n])
+state = {}
+for name, info in hdr.items():
+    if name == "__metadata__":
+        continue
+    assert info["dtype"] == "F32", name
+    b, e = info["data_offsets"]
+    t = torch.frombuffer(bytearray(raw[8 + n + b:8 + n + e]), dtype=torch.float32).reshape(info["shape"])
+    conv1d = name.endswith(("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight"))
+    state["transformer." + name] = t.t() if conv1d else t  # HF Conv1D [in, out] -> nn.Linear [out, in]
+model = GPT(L, H, C, T, V)
+model.load_state_dict(state, strict=True)
+model = model.double().eval()
+text = open(text_path, encoding="utf-8").read()
+chars = sorted(set(text))
+assert len(chars) == V, (len(chars), V)
+ids = [chars.index(c) for c in text]
+cut = len(ids) * 9 // 10
+splits = {"val": ids[cut:], "train": ids[:cut], "all": ids}
+worst = 0.0
+for arg in sys.argv[5:]:  # RUN:SPLIT:MAX (MAX 0: no --max-tokens)
+    name, split, cap = arg.split(":")
+    got = json.load(open(name + ".json"))
+    toks = splits[split]
+    P = len(toks) - 1 if int(cap) == 0 else min(len(toks) - 1, int(cap))
+    total, count, windows = 0.0, 0, 0
+    with torch.no_grad():
+        for s in range(0, P, T):  # windows of T + 1 tokens at 0, T, 2T, ...; the last shorter
+            x = torch.tensor(toks[s:min(s + T, P)]).view(1, -1)
+            y = torch.tensor(toks[s + 1:min(s + T, P) + 1]).view(1, -1)
+            total += model(x, y, reduction="sum").item()
+            count += y.numel()
+            windows += 1
+    mean = total / count
+    nbytes = len("".join(chars[i] for i in toks[1:P + 1]).encode("utf-8"))
+    bpb = total / math.log(2) / nbytes
+    rel = abs(got["loss"] - mean) / mean
+    rel_b = abs(got["bits_per_byte"] - bpb) / bpb
+    worst = max(worst, rel, rel_b)
+    ok = rel <= 1e-6 and rel_b <= 1e-6 and got["tokens"] == count and got["windows"] == windows \
+        and got["bytes"] == nbytes and got["split"] == split and abs(got["perplexity"] - math.exp(got["loss"])) <= 1e-12 * got["perplexity"]
+    print("%s %-5s split %-5s: %d tokens in %d windows; loss trident %.9f torch %.9f (rel %.1e), "
+          "bits/byte %.9f / %.9f (rel %.1e), %d bytes" % ("ok  " if ok else "FAIL", name.split("/")[-1],
+          got["split"], got["tokens"], got["windows"], got["loss"], mean, rel, got["bits_per_byte"], bpb, rel_b,
+          got["bytes"]))
+    if not ok:
+        sys.exit(1)
+print("largest relative difference %.2e (tolerance 1e-6)" % worst)
+PYEOF
+$PY "$tmp/eval_ref.py" "$HERE/../ref" "$tmp/hf/model.safetensors" "$tmp/hf/config.json" "$tmp/small.txt" \
+  "$tmp/val:val:0" "$tmp/max:val:100" "$tmp/train:train:1000" "$tmp/all:all:0" || fail "trident eval against the PyTorch evaluator"
+grep -q "tokens 599 | loss" "$tmp/val.out" || fail "eval's result line: $(tail -1 "$tmp/val.out")"
+
+# --- other layouts: the same windows, the same numbers -----------------------
+# dp only splits the rows of each forward (the loss sums are shared exactly),
+# so its loss is the single process's to a few ulps at most. tp and pp also
+# reorder the fp32 sums inside the model (tp's partial products and the
+# loss's row statistics over vocabulary shards): as in trident verify
+# (src/train/verify.c), a reordered K-term fp32 sum moves by about
+# sqrt(K) x 2^-24 of its terms, ~1e-7 of the mean loss here; 1e-5 relative
+# keeps a factor 100 above that, while one window counted twice or missed
+# moves it by ~1/38 (3e-2).
+for lay in "dp:--dp 2 --batch 4" "tp:--tp 2 --batch 3" "pp:--pp 2 --micro-batches 3 --batch 3"; do
+  name=${lay%%:*}
+  # shellcheck disable=SC2086
+  $MPI "$T" eval --ckpt "$tmp/imp" --data "$tmp/small.txt" --threads 1 --log "$tmp/$name.json" ${lay#*:} \
+    > "$tmp/$name.out" 2>&1 || { fail "eval --$name 2 exited: $(tail -2 "$tmp/$name.out")"; continue; }
+  $PY - "$tmp/val.json" "$tmp/$name.json" "$name" <<'PYEOF' || fail "eval --$name 2 against one process"
+import json, sys
+a, b = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+rel = abs(a["loss"] - b["loss"]) / a["loss"]
+ok = rel <= 1e-5 and a["tokens"] == b["tokens"] == 599 and a["bytes"] == b["bytes"] and b[sys.argv[3]] == 2
+print("%s eval --%s 2: loss %.9f, one process %.9f, relative difference %.1e (tolerance 1e-5), %d tokens"
+      % ("ok  " if ok else "FAIL", sys.argv[3], b["loss"], a["loss"], rel, b["tokens"]))
+sys.exit(0 if ok else 1)
+PYEOF
+done
+
+# --- a token file: no text, so no bits per byte ------------------------------
+$PY -c "
+import numpy as np
+np.random.seed(5); np.random.randint(0, 40, 3000).astype('<u2').tofile('$tmp/tok.bin')"
+"$T" train --data "$tmp/tok.bin" --layers 1 --heads 2 --embd 16 --seq 16 --batch 4 --steps 2 --eval-every 0 \
+  --threads 1 --out "$tmp/tk" > "$tmp/tk_train.log" 2>&1 || fail "train on a token file: $(tail -2 "$tmp/tk_train.log")"
+"$T" eval --ckpt "$tmp/tk" --data "$tmp/tok.bin" --threads 1 --log "$tmp/tk.json" > "$tmp/tk.out" 2>&1 || fail "eval tok.bin"
+$PY - "$tmp/tk.json" <<'PYEOF' && grep -q "bits per byte unknown" "$tmp/tk.out" || fail "eval of a token file: $(tail -1 "$tmp/tk.out")"
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["tokens"] == 300 - 1 and j["windows"] == 19 and j["bytes"] is None and j["bits_per_byte"] is None, j
+print("ok   token file: %d val tokens predicted (300 - 1), bits per byte unknown" % j["tokens"])
+PYEOF
+
+# --- refusals: one line naming the flag, non-zero exit ----------------------
+refuse() { # WHAT PATTERN cmd...
+  local what=$1 pat=$2; shift 2
+  local err; err=$("$@" 2>&1 >/dev/null); local rc=$?
+  if [ $rc -ne 0 ] && [ "$(printf '%s\n' "$err" | grep -c .)" -eq 1 ] && printf '%s' "$err" | grep -q -- "$pat"; then
+    echo "ok   refused: $what"
+  else fail "refusal $what: rc $rc, '$err'"; fi
+}
+refuse "--split bad" "--split 'test' is not a split" "$T" eval --ckpt "$tmp/imp" --data "$tmp/small.txt" --split test
+refuse "no --ckpt" "--ckpt DIR is required" "$T" eval --data "$tmp/small.txt"
+refuse "--max-tokens 0" "--max-tokens" "$T" eval --ckpt "$tmp/imp" --data "$tmp/small.txt" --max-tokens 0
+refuse "a training flag" "--lr" "$T" eval --ckpt "$tmp/imp" --data "$tmp/small.txt" --lr 1
+printf 'xyz\n' > "$tmp/other.txt"; for i in $(seq 40); do printf 'abcdefgh\n' >> "$tmp/other.txt"; done
+refuse "a text file for a token model" "is a model of token ids" "$T" eval --ckpt "$tmp/tk" --data "$tmp/small.txt"
+refuse "another character set" "distinct characters" "$T" eval --ckpt "$tmp/imp" --data "$tmp/other.txt"
+[ $fails -eq 0 ] && echo "PASS test_eval" || { echo "$fails failure(s)"; exit 1; }
