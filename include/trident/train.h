@@ -53,6 +53,7 @@ typedef struct {
     int timing_skip;  /* leading steps left out of the mean step time (1) */
     int quiet;        /* no step lines (benchmarks) */
     int autoplan;     /* --auto: the layout from the calibrated planner (auto.h) */
+    int strict_data;  /* --strict-data: resuming onto other data is an error, not a note */
 } td_train_opts;
 
 void td_train_opts_default(td_train_opts *o);
