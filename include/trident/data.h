@@ -55,8 +55,6 @@ void td_utf8_out_flush(td_utf8_out *u, FILE *out);
 typedef struct {
     uint64_t bytes, xxh3;
 } td_data_fingerprint;
-/* "xxh3 16HEX, N bytes" into buf */
-void td_data_fingerprint_text(const td_data_fingerprint *fp, char *buf, size_t cap);
 
 typedef struct {
     td_tokenizer tok;

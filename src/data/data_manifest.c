@@ -129,9 +129,3 @@ void td_data_shard_check(const td_data_manifest *m, const char *json, const char
     TD_CHECK(x->xxh3 == xxh3, "%s: its XXH3 is %s, %s records %s: the shard is corrupt or was changed; tokenize the "
              "text again", label, have, json, want);
 }
-
-void td_data_fingerprint_text(const td_data_fingerprint *fp, char *buf, size_t cap) {
-    char hx[TD_HASH_HEX + 1];
-    td_hash_hex(fp->xxh3, hx);
-    snprintf(buf, cap, "xxh3 %s, %llu bytes", hx, (unsigned long long)fp->bytes);
-}
