@@ -4,9 +4,10 @@
 #   the shards and recomputes every count (tokens per shard and split,
 #   documents = the <|endoftext|> tokens) and every shard's XXH3-64;
 # - train and sample with no --tokenizer take gpt2 from it (the sample is
-#   text, not <id>s); a contradicting --tokenizer, a flipped byte in a shard
-#   and a missing shard are refused naming the file; shards without a
-#   data.json still load as token ids;
+#   text, not <id>s); a contradicting --tokenizer, a flipped byte in a shard,
+#   a missing or truncated shard and an edited count in data.json are
+#   refused naming the file; shards without a data.json still load as token
+#   ids;
 # - empty or non-UTF-8 text is refused and leaves no --out behind (a
 #   pre-existing --out stays);
 # - checkpoints record the data's size and XXH3 (recomputed by python for a
@@ -96,6 +97,11 @@ expect missing-shard "shard $tmp/gone/a_val_000000.bin, listed in $tmp/gone/data
 cp -r "$tmp/D" "$tmp/short"; truncate -s -2 "$tmp/short/a_train_000000.bin"
 expect truncated-shard "a_train_000000.bin has [0-9]* bytes, $tmp/short/data.json records" \
   "$T" train --data "$tmp/short" $M --steps 1
+cp -r "$tmp/D" "$tmp/edit"
+$PY -c 'import sys; p = sys.argv[1]; t = open(p).read(); open(p, "w").write(t.replace("\"documents\": 2", "\"documents\": 3", 1))' \
+  "$tmp/edit/data.json"
+expect edited-count "its manifest $tmp/edit/data.json: field documents: 3, but the splits hold 2" \
+  "$T" train --data "$tmp/edit" $M --steps 1
 cp -r "$tmp/D" "$tmp/old"; rm "$tmp/old/data.json"
 out=$("$T" train --data "$tmp/old" $M --steps 1 2>&1)
 if [ $? -eq 0 ] && grep -q "^data: $tmp/old: 4 train + 1 val shards (token ids); [0-9]* train" <<<"$out"; then
