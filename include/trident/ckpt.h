@@ -54,6 +54,13 @@ typedef struct {
     int dp, tp, pp, zero, ranks;
     const char *precision, *dp_mode, *grad_compress;
     int keep;                 /* --keep N: step directories kept, 0 = all */
+    /* the training data: --data as given and its fingerprint (td_dataset.fp),
+     * recorded as the manifest's "data"; data_path NULL: none recorded.
+     * strict_data: a resume onto other data (or onto a checkpoint that
+     * records none) is an error, else other data is a note */
+    const char *data_path;
+    uint64_t data_bytes, data_xxh3;
+    int strict_data;
 } td_ckpt_meta;
 /* A one-process fp32 layout, no loss scaling, seed 0, a new run id. */
 void td_ckpt_meta_default(td_ckpt_meta *m, int step);
@@ -77,6 +84,8 @@ int td_ckpt_prune(const char *out, int step, int keep);
 size_t td_ckpt_writer_bookkeeping(int n_rows);
 /* --resume PATH (a step directory, or an --out directory: its latest):
  * checks that the checkpoint is of this model (config, tokenizer, seed) and
+ * of this run's data (meta->data_*: other data is a note on rank 0, an error
+ * under meta->strict_data), and
  * fills everything this rank holds in its own layout. Per-dp-rank state is
  * read (resharded) when dp equals the saved one, else dropped with a note.
  * meta: in, this run's layout; out, step and loss-scaler state. Every

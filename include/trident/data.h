@@ -7,6 +7,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "trident/formats_data_manifest.h"
+
 typedef enum { TD_TOK_CHAR = 0, TD_TOK_BYTE = 1, TD_TOK_IDS = 2, TD_TOK_GPT2 = 3 } td_tokenizer_kind;
 
 struct td_bpe;
@@ -45,11 +47,22 @@ typedef struct {
 void td_utf8_out_write(td_utf8_out *u, const char *bytes, int n, FILE *out);
 void td_utf8_out_flush(td_utf8_out *u, FILE *out);
 
+/* What a run's data is, so that a resume can tell other data from its own:
+ * the XXH3-64 of the data's bytes, its files concatenated in load order (a
+ * text file; a token file, then its val file; a shard set's training, then
+ * its validation shards, each in name order), and their total size.
+ * synthetic:V: the XXH3 of that text, 0 bytes. */
+typedef struct {
+    uint64_t bytes, xxh3;
+} td_data_fingerprint;
+
 typedef struct {
     td_tokenizer tok;
     int *train, *val;    /* token ids */
     size_t n_train, n_val;
     char description[8448]; /* fits two full paths */
+    td_data_fingerprint fp; /* what the data is (a checkpoint records it) */
+    char manifest[4200];    /* the data.json the shards were checked against ("": none) */
 } td_dataset;
 
 /* Loads PATH: a UTF-8 text file (tokenizer "char" or "byte", split 90/10),
@@ -63,12 +76,33 @@ typedef struct {
  * synthetic data refuse a tokenizer. The bytes are parsed by src/formats
  * (formats_data.h): llm.c-looking headers with a wrong magic or version are
  * refused, an id >= vocab names the file that holds it, text is strict
- * UTF-8 (errors give the byte offset). */
+ * UTF-8 (errors give the byte offset). A shard set (or .bin file) with a
+ * data.json (td_data_manifest_of) takes its tokenizer from it (a
+ * contradicting tokenizer is an error naming both) and every shard is
+ * checked against it as it loads: listed, its size and its XXH3 (an error
+ * naming the shard); a directory must hold exactly the shards listed.
+ * d->fp is the data's fingerprint. */
 void td_data_load(td_dataset *d, const char *path, const char *tokenizer, int vocab, int T);
 void td_data_free(td_dataset *d);
 /* Whether td_data_load reads PATH as token ids (synthetic:V, a .bin token
  * file, a set of shards) rather than as a text file. */
 int td_data_is_tokens(const char *path);
+
+/* The manifest (data.json, formats_data_manifest.h) that `trident tokenize`
+ * wrote for --data PATH: a shard directory's own, or the one in the
+ * directory of a pattern (DIR/NAME_*.bin) or of a .bin file. Returns 1 with
+ * m filled (free it with td_data_manifest_free) and its path in json; 0
+ * when there is none (older shard sets, nanoGPT / llm.c files, text). One
+ * that cannot be read or parsed is an error naming it. It reads data.json
+ * only: td_data_load checks each shard's size and XXH3 against it as the
+ * shard loads (an error naming the shard). No communication. */
+int td_data_manifest_of(const char *path, td_data_manifest *m, char *json, size_t cap);
+/* The tokenizer to use for data described by manifest m (at json):
+ * tokenizer (the user's --tokenizer, NULL: none) must agree with it, else
+ * one error naming both; a tokenizer this build cannot read shards of is an
+ * error. Returns a static name ("gpt2"). td_data_load applies this rule;
+ * commands that load data themselves (eval) call it to do the same. */
+const char *td_data_tokenizer_for(const td_data_manifest *m, const char *json, const char *tokenizer);
 
 /* The global sampler: sequence `sample` of the global batch at `step` starts
  * at a position that depends only on (seed, split, step, sample), so every

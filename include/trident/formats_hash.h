@@ -26,6 +26,7 @@ typedef struct td_hash_stream td_hash_stream;
 td_hash_stream *td_hash_stream_new(void); /* NULL: out of memory */
 void td_hash_stream_add(td_hash_stream *s, const void *p, size_t n);
 uint64_t td_hash_stream_value(const td_hash_stream *s);
+uint64_t td_hash_stream_bytes(const td_hash_stream *s); /* added so far */
 void td_hash_stream_free(td_hash_stream *s);
 
 /* Blocks of a piece of n bytes: ceil(n / TD_HASH_BLOCK). */

@@ -10,6 +10,7 @@
  *    "seed": N, "lr_step": S,
  *    "loss_scale": {"mode": 0..2, "scale": F, "clean": n, "consecutive": n, "skipped": n},
  *    "layout": {"dp", "tp", "pp", "zero", "ranks", "precision", "dp_mode", "grad_compress"},
+ *    "data": {"path": --data, "bytes": N, "xxh3": "16 hex digits"} (optional: the training data),
  *    "files": [{"name": "shard-00000.safetensors", "rank": r, "grid": "dp 0 tp 0 pp 0",
  *               "size": bytes, "header_xxh3": "16 hex digits"}, ...],
  *    "tensors": [{"name", "shape": [..], "dtype": "F32",
@@ -99,6 +100,10 @@ typedef struct {
     td_mf_file *shards;      /* [n_files] */
     int n_tensors;
     td_mf_tensor *tensors;
+    /* "data" (optional; absent in older manifests: has_data 0, unknown) */
+    int has_data;
+    char *data_path;         /* --data as the run gave it */
+    uint64_t data_bytes, data_xxh3; /* td_data_fingerprint */
 } td_manifest;
 
 /* Parses and checks every field (types, ranges, file indices, piece ranges

@@ -62,6 +62,7 @@ typedef struct {
      * training (no step is run, nothing saved); NULL: train */
     void (*layout_pass)(void *ctx, td_layout_pass *p);
     void *layout_pass_ctx;
+    int strict_data;  /* --strict-data: resuming onto other data is an error, not a note */
 } td_train_opts;
 
 void td_train_opts_default(td_train_opts *o);

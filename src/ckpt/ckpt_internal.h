@@ -66,6 +66,10 @@ void td_piece_key(char *buf, size_t cap, int section, const char *name, int tp, 
 /* Rank 0, after every shard is fsynced: manifest.json from the shards'
  * headers (t: any table of the model, for split dims), then the atomic
  * rename and `latest` (td_ckpt_prune applies --keep afterwards). */
+/* --resume: the checkpoint's training data (m's "data") against this run's
+ * (meta->data_*): other data is a note (printed when `print`), an error
+ * under meta->strict_data, as is a checkpoint that records none. */
+void td_ckpt_resume_data_check(const td_manifest *m, const td_ckpt_meta *meta, const char *dir, int print);
 void td_ckpt_finish(const td_ckpt_dir *d, int n_files, const td_ckpt_meta *meta, const td_gpt_config *cfg,
                     const td_tokenizer *tok, const td_param_table *t, char *path, size_t cap);
 /* The manifest's JSON text (malloc'd). */

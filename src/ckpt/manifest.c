@@ -115,7 +115,15 @@ char *td_manifest_format(const td_ckpt_dir *d, int n_files, const td_ckpt_meta *
     put(&b, ", \"grad_compress\": ");
     put_str(&b, meta->grad_compress);
     shard_back *sb = td_alloc(sizeof *sb * (size_t)n_files, TD_MEM_OTHER);
-    put(&b, "},\n \"files\": [");
+    put(&b, "}");
+    if (meta->data_path) { /* the training data's fingerprint (absent: not recorded) */
+        char hx[TD_HASH_HEX + 1];
+        td_hash_hex(meta->data_xxh3, hx);
+        put(&b, ",\n \"data\": {\"path\": ");
+        put_str(&b, meta->data_path);
+        put(&b, ", \"bytes\": %llu, \"xxh3\": \"%s\"}", (unsigned long long)meta->data_bytes, hx);
+    }
+    put(&b, ",\n \"files\": [");
     for (int f = 0; f < n_files; f++) {
         char name[64], hx[TD_HASH_HEX + 1];
         td_shard_name(name, sizeof name, f);

@@ -175,6 +175,7 @@ void td_ckpt_resume(td_dp *dp, const td_grid *g, const td_param_table *t, const 
      * checkpoint (an imported model) has no order to continue */
     TD_CHECK(m->seed == meta->seed || m->step == 0, "--resume %s: the checkpoint was trained with --seed %llu, this run has --seed "
              "%llu; the data order depends on it", r.dir, (unsigned long long)m->seed, meta->seed);
+    td_ckpt_resume_data_check(m, meta, r.dir, g->world_rank == 0);
     for (int s = 0; s < TD_MF_NSECTIONS; s++) {
         range_list l = {0, 0, NULL};
         TD_CHECK(td_dp_ranges(dp, s, 0, add_range, &l), "--resume does not combine with --dp-mode ps");

@@ -5,6 +5,7 @@
 #include <stddef.h>
 
 #include "trident/data.h"
+#include "trident/formats_hash.h"
 
 /* Tokens of one .bin token file (llm.c or raw uint16) into *out (td_alloc'd);
  * returns the count, *max_id the largest (-1 if none). Errors name `label`. */
@@ -16,7 +17,23 @@ int td_data_is_shard_set(const char *path);
  * with "val" or holds "_val" is validation, one that starts with "train" or
  * holds "_train" is training; without validation shards the training tokens
  * are split 90/10. vocab > 0: every id must be below it (errors name the
- * shard). Sets d's tokens and description; returns the largest id. */
-int td_data_load_shards(td_dataset *d, const char *path, int vocab);
+ * shard). Sets d's tokens and description; returns the largest id. With
+ * a manifest m (read from json; NULL: none) each shard is checked against
+ * it before it is parsed, and a directory must hold every shard it lists;
+ * every byte goes to `all` (the data's fingerprint). */
+int td_data_load_shards(td_dataset *d, const char *path, int vocab, const td_data_manifest *m, const char *json,
+                        td_hash_stream *all);
+
+/* DIR/data.json written atomically (a temporary file renamed into place);
+ * -1 with *err an errno when it could not be (no temporary is left). */
+int td_data_manifest_write(const char *dir, const td_data_manifest *m, int *err);
+/* The XXH3-64 of the file at path (read in chunks; errors name `label`),
+ * its size in *size; every byte also goes to `all` when not NULL (the
+ * data's fingerprint). */
+uint64_t td_data_file_hash(const char *path, const char *label, uint64_t *size, td_hash_stream *all);
+/* The shard at path (its label for errors) against manifest m (read from
+ * json): listed, of its size and XXH3; else an error naming the shard. */
+void td_data_shard_check(const td_data_manifest *m, const char *json, const char *path, const char *label,
+                         uint64_t size, uint64_t xxh3);
 
 #endif

@@ -12,6 +12,7 @@
 #include "trident/data.h"
 #include "trident/files.h"
 #include "trident/formats_data.h"
+#include "trident/formats_hash.h"
 
 /* Opens a corpus file; `label` says how errors name it ("--data PATH", or
  * the validation file found beside it). */
@@ -145,11 +146,27 @@ void td_data_load(td_dataset *d, const char *path, const char *tokenizer, int vo
         split_90_10(d, ids, n);
         d->tok.kind = TD_TOK_IDS;
         d->tok.V = V;
+        d->fp.xxh3 = td_xxh3(path, strlen(path)); /* the spec says it all */
         snprintf(d->description, sizeof d->description, "synthetic uniform tokens, vocab %d", V);
         return;
     }
     char label[4200], vlabel[8448];
     snprintf(label, sizeof label, "--data %s", path);
+    /* a shard set that `trident tokenize` wrote says how it was tokenized */
+    td_data_manifest man;
+    int shards = td_data_is_shard_set(path), has_man = 0;
+    if (shards || ends_with(path, ".bin")) {
+        has_man = td_data_manifest_of(path, &man, d->manifest, sizeof d->manifest);
+        const char *base = strrchr(path, '/');
+        if (has_man && !shards && !td_data_manifest_find(&man, base ? base + 1 : path)) {
+            td_data_manifest_free(&man); /* a file it does not describe */
+            has_man = 0;
+        }
+        if (has_man) tokenizer = td_data_tokenizer_for(&man, d->manifest, tokenizer);
+        else d->manifest[0] = 0;
+    }
+    td_hash_stream *all = td_hash_stream_new();
+    TD_CHECK(all, "--data %s: out of memory for its checksum", path);
     /* token files of GPT-2 ids may say so: vocabulary 50257, samples decoded */
     int gpt2 = tokenizer && strcmp(tokenizer, "gpt2") == 0;
     if (gpt2) {
@@ -157,10 +174,10 @@ void td_data_load(td_dataset *d, const char *path, const char *tokenizer, int vo
                  "vocabulary is %d; leave --vocab out", vocab, TD_GPT2_VOCAB);
         if (vocab <= 0) vocab = TD_GPT2_VOCAB;
     }
-    if (td_data_is_shard_set(path)) {
+    if (shards) {
         TD_CHECK(!tokenizer || gpt2, "--tokenizer %s applies to text files only; --data %s is a set "
                  "of token shards; drop --tokenizer, or give gpt2 for GPT-2 ids", tokenizer, path);
-        int max_id = td_data_load_shards(d, path, vocab);
+        int max_id = td_data_load_shards(d, path, vocab, has_man ? &man : NULL, d->manifest, all);
         if (gpt2) td_tokenizer_gpt2(&d->tok);
         else d->tok.kind = TD_TOK_IDS, d->tok.V = vocab > 0 ? vocab : max_id + 1;
     } else if (ends_with(path, ".bin")) {
@@ -168,11 +185,14 @@ void td_data_load(td_dataset *d, const char *path, const char *tokenizer, int vo
                  "file (.bin) of ids already; drop --tokenizer, or give gpt2 for GPT-2 ids",
                  tokenizer, path);
         int max_train, max_val = -1, *ids;
+        uint64_t size, h = td_data_file_hash(path, label, &size, all);
+        if (has_man) td_data_shard_check(&man, d->manifest, path, label, size, h);
         size_t n = td_data_load_bin(path, label, &ids, &max_train);
         char vpath[4096];
         int has_val = val_path_for(path, vpath, sizeof vpath);
         if (has_val) {
             snprintf(vlabel, sizeof vlabel, "--data %s: its validation file %s", path, vpath);
+            td_data_file_hash(vpath, vlabel, &size, all);
             d->n_val = td_data_load_bin(vpath, vlabel, &d->val, &max_val);
         }
         int max_id = max_train > max_val ? max_train : max_val;
@@ -201,6 +221,7 @@ void td_data_load(td_dataset *d, const char *path, const char *tokenizer, int vo
         TD_CHECK(vocab <= 0 || gpt2, "--vocab applies to token files (.bin) only; text files build their own");
         size_t n;
         char *text = read_file(path, label, &n);
+        td_hash_stream_add(all, text, n);
         int *ids;
         size_t count;
         if (gpt2) {
@@ -219,6 +240,15 @@ void td_data_load(td_dataset *d, const char *path, const char *tokenizer, int vo
         snprintf(d->description, sizeof d->description, "%s (%s, vocab %d, split 90/10)", path,
                  d->tok.kind == TD_TOK_CHAR ? "character-level" : gpt2 ? "GPT-2 BPE" : "byte-level",
                  d->tok.V);
+    }
+    d->fp.xxh3 = td_hash_stream_value(all);
+    d->fp.bytes = td_hash_stream_bytes(all);
+    td_hash_stream_free(all);
+    if (has_man) {
+        size_t k = strlen(d->description);
+        snprintf(d->description + k, sizeof d->description - k, "; %s from %s, every shard's XXH3 checked",
+                 man.tokenizer, d->manifest);
+        td_data_manifest_free(&man);
     }
     TD_CHECK(d->n_train > (size_t)T && d->n_val > (size_t)T,
              "--data %s is too short for --seq %d: the train split has %zu tokens and the val split "

@@ -24,9 +24,16 @@ static int split_of(const char *path) {
     return -1;
 }
 
+/* What each shard is checked against and hashed into (NULL m: no manifest). */
+typedef struct {
+    const td_data_manifest *m;
+    const char *json;
+    td_hash_stream *all;
+} shard_checks;
+
 /* Appends the tokens of each file of one split to *ids. */
 static size_t load_split(char **files, size_t nfiles, int split, int vocab, int **ids, int *max_id,
-                         int *nused) {
+                         int *nused, const shard_checks *c) {
     size_t total = 0, cap = 0;
     *ids = NULL;
     for (size_t i = 0; i < nfiles; i++) {
@@ -34,6 +41,9 @@ static size_t load_split(char **files, size_t nfiles, int split, int vocab, int 
         char label[4200];
         snprintf(label, sizeof label, "--data: %s shard %s", split ? "validation" : "training",
                  files[i]);
+        /* the whole file is hashed before any of it is believed */
+        uint64_t size, h = td_data_file_hash(files[i], label, &size, c->all);
+        if (c->m) td_data_shard_check(c->m, c->json, files[i], label, size, h);
         int *part, mx;
         size_t n = td_data_load_bin(files[i], label, &part, &mx);
         td_err e;
@@ -56,7 +66,8 @@ static size_t load_split(char **files, size_t nfiles, int split, int vocab, int 
     return total;
 }
 
-int td_data_load_shards(td_dataset *d, const char *path, int vocab) {
+int td_data_load_shards(td_dataset *d, const char *path, int vocab, const td_data_manifest *m, const char *json,
+                        td_hash_stream *all) {
     char pattern[4200];
     struct stat st;
     int is_dir = stat(path, &st) == 0 && S_ISDIR(st.st_mode);
@@ -75,10 +86,22 @@ int td_data_load_shards(td_dataset *d, const char *path, int vocab) {
                  "--data %s: %s is neither a training nor a validation shard; shard names hold "
                  "_train or _val (or start with train or val)",
                  path, g.gl_pathv[i]);
+    /* a directory is the set its manifest lists: a shard gone missing is
+     * an error, not a smaller corpus (a pattern picks some on purpose) */
+    for (int k = 0; m && is_dir && k < m->n_shards; k++) {
+        int found = 0;
+        for (size_t i = 0; i < nfiles && !found; i++) {
+            const char *base = strrchr(g.gl_pathv[i], '/');
+            found = strcmp(base ? base + 1 : g.gl_pathv[i], m->shards[k].name) == 0;
+        }
+        TD_CHECK(found, "--data %s: shard %s/%s, listed in %s, is missing; tokenize the text again", path, path,
+                 m->shards[k].name, json);
+    }
+    shard_checks c = {m, json, all};
     int max_id = -1, ntrain = 0, nval = 0;
     int *train, *val;
-    size_t n_train = load_split(g.gl_pathv, nfiles, 0, vocab, &train, &max_id, &ntrain);
-    size_t n_val = load_split(g.gl_pathv, nfiles, 1, vocab, &val, &max_id, &nval);
+    size_t n_train = load_split(g.gl_pathv, nfiles, 0, vocab, &train, &max_id, &ntrain, &c);
+    size_t n_val = load_split(g.gl_pathv, nfiles, 1, vocab, &val, &max_id, &nval, &c);
     globfree(&g);
     TD_CHECK(ntrain > 0,
              "--data %s: %d validation shards but no training shard (a name holding _train)", path,

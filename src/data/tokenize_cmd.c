@@ -6,7 +6,10 @@
  * and written as NAME_train_000000.bin, ..., NAME_val_000000.bin, ... of at
  * most --shard-tokens tokens each (256 int32 header: 20240520, 1, count;
  * then uint16 tokens). Threads encode chunks split where the pattern splits
- * anyway, so every thread count writes the same bytes. */
+ * anyway, so every thread count writes the same bytes. DIR/data.json
+ * (formats_data_manifest.h) says what the shards are: the tokenizer, the
+ * counts, each shard's size and XXH3; `train --data DIR` reads the tokenizer
+ * from it and checks every shard against it. */
 #include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
@@ -24,6 +27,8 @@
 #include "trident/files.h"
 #include "trident/flags.h"
 #include "trident/formats_data.h"
+#include "trident/formats_hash.h"
+#include "data_internal.h"
 
 /* Text is encoded in segments of about this size, so progress shows and
  * the int scratch stays small; every segment is split over the threads. */
@@ -66,7 +71,7 @@ static void progress_print(progress *p, int final) {
     fflush(stderr);
 }
 
-/* Encodes one input file as a document onto t. */
+/* Encodes one input file as a document onto t (it starts at t->n). */
 static void encode_file(const char *path, td_bpe_enc **encs, int threads, tokens *t, progress *p,
                         int *scratch) {
     struct stat st;
@@ -99,27 +104,62 @@ static void encode_file(const char *path, td_bpe_enc **encs, int threads, tokens
     if (n) munmap((void *)s, n);
 }
 
-/* Writes tok[0..n) as shards NAME_SPLIT_%06d.bin; returns how many. */
-static int write_shards(const char *dir, const char *name, const char *split, const uint16_t *tok,
-                        size_t n, size_t per) {
-    int k = 0;
-    for (size_t at = 0; at < n; at += per, k++) {
+/* XXH3-64 of a then b, as if one buffer */
+static uint64_t hash2(const void *a, size_t na, const void *b, size_t nb) {
+    td_hash_stream *st = td_hash_stream_new();
+    TD_CHECK(st, "tokenize: out of memory");
+    td_hash_stream_add(st, a, na);
+    td_hash_stream_add(st, b, nb);
+    uint64_t h = td_hash_stream_value(st);
+    td_hash_stream_free(st);
+    return h;
+}
+
+/* Writes tok[0..n) of split s as shards NAME_SPLIT_%06d.bin, each one's
+ * entry (size, tokens, XXH3 of its bytes) appended to man. Returns 0, or -1
+ * with the failed file in failed and errno in *err (its temporary removed;
+ * the shards written before it are in man, for the caller to remove). */
+static int write_shards(const char *dir, const char *name, int s, const uint16_t *tok, size_t n, size_t per,
+                        td_data_manifest *man, char *failed, size_t cap, int *err) {
+    static const char *const split[2] = {"train", "val"};
+    for (size_t at = 0; at < n; at += per) {
         size_t m = n - at < per ? n - at : per;
         char path[4400], tmp[4500];
-        snprintf(path, sizeof path, "%s/%s_%s_%06d.bin", dir, name, split, k);
+        snprintf(path, sizeof path, "%s/%s_%s_%06d.bin", dir, name, split[s], man->split_shards[s]);
         snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
         int32_t head[256] = {TD_LLMC_TOKENS_MAGIC, TD_LLMC_TOKENS_VERSION, (int32_t)m};
         FILE *f = fopen(tmp, "wb");
-        TD_CHECK(f, "tokenize --out %s: cannot create %s: %s", dir, tmp, strerror(errno));
-        int ok = fwrite(head, sizeof head, 1, f) == 1 && fwrite(tok + at, 2, m, f) == m;
-        ok = (fclose(f) == 0) && ok;
-        if (!ok || rename(tmp, path) != 0) {
-            int err = errno;
+        int ok = f && fwrite(head, sizeof head, 1, f) == 1 && fwrite(tok + at, 2, m, f) == m;
+        *err = errno;
+        ok = f && (fclose(f) == 0) && ok;
+        if (ok && rename(tmp, path) != 0) ok = 0;
+        if (!ok) {
+            *err = errno ? errno : *err;
             unlink(tmp);
-            TD_CHECK(0, "tokenize --out %s: writing %s failed: %s", dir, path, strerror(err));
+            snprintf(failed, cap, "%s", path);
+            return -1;
         }
+        /* the bytes just written, as a reader will hash them */
+        uint64_t h = hash2(head, sizeof head, tok + at, 2 * m);
+        td_dm_shard *x = &man->shards[man->n_shards++];
+        x->name = strdup(strrchr(path, '/') + 1);
+        TD_CHECK(x->name, "tokenize: out of memory");
+        x->split = s, x->size = sizeof head + 2 * m, x->tokens = m, x->xxh3 = h;
+        man->split_shards[s]++;
+        man->split_tokens[s] += m;
     }
-    return k;
+    return 0;
+}
+
+/* A refused write leaves nothing behind: the shards written so far, and
+ * --out when this run created it. */
+static void remove_written(const char *dir, const td_data_manifest *man, int made_dir) {
+    char p[4400];
+    for (int i = 0; i < man->n_shards; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, man->shards[i].name);
+        unlink(p);
+    }
+    if (made_dir) rmdir(dir);
 }
 
 int td_tokenize_main(int argc, char **argv) {
@@ -187,25 +227,34 @@ int td_tokenize_main(int argc, char **argv) {
     }
     TD_CHECK(*name && !strchr(name, '/'),
              "tokenize --name '%s': give a file name prefix without '/'", name);
+    /* --out is created only once there is something to write (a refused
+     * run leaves no directory behind); its parent is checked now */
     struct stat st;
-    if (stat(out, &st) != 0) {
-        TD_CHECK(errno == ENOENT && mkdir(out, 0777) == 0,
+    int made_dir = stat(out, &st) != 0, out_errno = errno;
+    if (made_dir) {
+        char parent[4096];
+        const char *slash = strrchr(out, '/');
+        snprintf(parent, sizeof parent, "%.*s", slash ? (int)(slash - out) : 1, slash ? out : ".");
+        if (slash == out) snprintf(parent, sizeof parent, "/");
+        struct stat ps;
+        TD_CHECK(out_errno == ENOENT && stat(parent, &ps) == 0 && S_ISDIR(ps.st_mode),
                  "tokenize --out %s: cannot create it: %s (its parent must exist)", out,
-                 strerror(errno));
+                 out_errno == ENOENT ? "its parent is not a directory" : strerror(out_errno));
     } else {
         TD_CHECK(S_ISDIR(st.st_mode), "tokenize --out %s is an existing file, not a directory",
                  out);
     }
-    /* stale shards of an earlier run would be read by `train --data DIR` */
+    /* a directory holds one shard set, which its data.json describes; stale
+     * shards of an earlier run would be read by `train --data DIR` */
     char pattern[4400];
-    snprintf(pattern, sizeof pattern, "%s/%s_*.bin", out, name);
+    snprintf(pattern, sizeof pattern, "%s/*.bin", out);
     glob_t g;
-    int old = glob(pattern, 0, NULL, &g) == 0 ? (int)g.gl_pathc : 0;
+    int old = !made_dir && glob(pattern, 0, NULL, &g) == 0 ? (int)g.gl_pathc : 0;
     TD_CHECK(old == 0,
-             "tokenize --out %s already holds %d shard(s) named %s_*.bin (e.g. %s); remove "
-             "them or choose another --out or --name",
-             out, old, name, old ? g.gl_pathv[0] : "");
-    globfree(&g);
+             "tokenize --out %s already holds %d shard(s) (e.g. %s); a directory holds one shard set: "
+             "remove them or choose another --out",
+             out, old, old ? g.gl_pathv[0] : "");
+    if (!made_dir) globfree(&g);
 
     const td_bpe *bpe = td_bpe_gpt2();
     if (threads == 0) threads = omp_get_num_procs();
@@ -221,25 +270,52 @@ int td_tokenize_main(int argc, char **argv) {
     p.show = p.total >= PROGRESS_MIN;
     p.last = p.t0;
     tokens t = {0};
-    for (int i = 0; i < nin; i++) encode_file(in[i], encs, threads, &t, &p, scratch);
+    size_t *doc_start = malloc(sizeof(size_t) * (size_t)nin);
+    TD_CHECK(doc_start, "tokenize: out of memory");
+    for (int i = 0; i < nin; i++) {
+        doc_start[i] = t.n;
+        encode_file(in[i], encs, threads, &t, &p, scratch);
+    }
     progress_print(&p, 1);
+    TD_CHECK(p.total > 0, "tokenize: %s empty; give text to tokenize",
+             nin == 1 ? "the input is" : "every input is");
 
     /* n_train = floor(n (1 - F)) in integers (F to a millionth), so F = 0.1
      * splits exactly as `train` splits a text file (n * 9 / 10) */
     unsigned long long ppm = (unsigned long long)(val_fraction * 1e6 + 0.5);
     size_t n_train = (size_t)((unsigned __int128)t.n * (1000000 - ppm) / 1000000);
-    int ktrain = write_shards(out, name, "train", t.tok, n_train, (size_t)shard_tokens);
-    int kval = write_shards(out, name, "val", t.tok + n_train, t.n - n_train, (size_t)shard_tokens);
+    TD_CHECK(n_train > 0, "tokenize --val-fraction %g leaves no training tokens of the %zu; give more text or a "
+             "smaller --val-fraction", val_fraction, t.n);
+    td_data_manifest man = {.vocab = TD_GPT2_VOCAB, .tokens = t.n, .documents = (uint64_t)nin};
+    snprintf(man.tokenizer, sizeof man.tokenizer, "%s", tokenizer);
+    for (int i = 0; i < nin; i++) man.split_documents[doc_start[i] >= n_train]++;
+    size_t per = (size_t)shard_tokens, nshards = (n_train + per - 1) / per + (t.n - n_train + per - 1) / per;
+    man.shards = calloc(nshards, sizeof *man.shards);
+    TD_CHECK(man.shards, "tokenize: out of memory");
+    TD_CHECK(!made_dir || mkdir(out, 0777) == 0, "tokenize --out %s: cannot create it: %s", out, strerror(errno));
+    char failed[4400];
+    int err = 0;
+    if (write_shards(out, name, 0, t.tok, n_train, per, &man, failed, sizeof failed, &err) != 0 ||
+        write_shards(out, name, 1, t.tok + n_train, t.n - n_train, per, &man, failed, sizeof failed, &err) != 0 ||
+        (snprintf(failed, sizeof failed, "%s/%s", out, TD_DATA_MANIFEST_NAME),
+         td_data_manifest_write(out, &man, &err) != 0)) {
+        remove_written(out, &man, made_dir);
+        TD_CHECK(0, "tokenize --out %s: writing %s failed: %s%s", out, failed, strerror(err),
+                 made_dir ? " (nothing is left of the run)" : " (the shards written are removed)");
+    }
+    int ktrain = man.split_shards[0], kval = man.split_shards[1];
     double secs = (td_now_ms() - p.t0) / 1e3, enc_s = p.encode_ms / 1e3;
     printf(
         "tokenize: %d file(s), %llu bytes -> %zu tokens (train %zu in %d shard(s), val %zu in %d) "
-        "in %s/%s_*.bin\n",
-        nin, (unsigned long long)p.total, t.n, n_train, ktrain, t.n - n_train, kval, out, name);
+        "in %s/%s_*.bin, described by %s/%s\n",
+        nin, (unsigned long long)p.total, t.n, n_train, ktrain, t.n - n_train, kval, out, name, out,
+        TD_DATA_MANIFEST_NAME);
     printf("tokenize: encoding %.2f MB/s, %.2f M tokens/s at %d thread(s) (%.3f s); whole run %.3f "
            "s\n",
            enc_s > 0 ? p.total / 1e6 / enc_s : 0.0, enc_s > 0 ? t.n / 1e6 / enc_s : 0.0, threads,
            enc_s, secs);
     for (int i = 0; i < threads; i++) td_bpe_enc_free(encs[i]);
-    free(encs), free(scratch), free(t.tok), free(fargv), free(in);
+    free(encs), free(scratch), free(t.tok), free(fargv), free(in), free(doc_start);
+    td_data_manifest_free(&man);
     return 0;
 }

@@ -15,12 +15,14 @@ uint64_t td_xxh3(const void *p, size_t n) { return (uint64_t)XXH3_64bits(p, n); 
 
 struct td_hash_stream {
     XXH3_state_t *st;
+    uint64_t bytes;
 };
 
 td_hash_stream *td_hash_stream_new(void) {
     td_hash_stream *s = malloc(sizeof *s);
     if (!s) return NULL;
     s->st = XXH3_createState();
+    s->bytes = 0;
     if (!s->st || XXH3_64bits_reset(s->st) != XXH_OK) {
         XXH3_freeState(s->st);
         free(s);
@@ -31,9 +33,12 @@ td_hash_stream *td_hash_stream_new(void) {
 
 void td_hash_stream_add(td_hash_stream *s, const void *p, size_t n) {
     if (n) XXH3_64bits_update(s->st, p, n);
+    s->bytes += n;
 }
 
 uint64_t td_hash_stream_value(const td_hash_stream *s) { return (uint64_t)XXH3_64bits_digest(s->st); }
+
+uint64_t td_hash_stream_bytes(const td_hash_stream *s) { return s->bytes; }
 
 void td_hash_stream_free(td_hash_stream *s) {
     if (!s) return;

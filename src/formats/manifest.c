@@ -176,6 +176,22 @@ static int check_seal(const char *text, size_t n, const td_jv *j, td_err *e) {
     return 0;
 }
 
+/* "data": the training data's path and fingerprint (data.h) */
+static int parse_data(const td_jv *o, td_manifest *m, td_err *e) {
+    const char *path, *hx;
+    int64_t bytes;
+    if (o->type != TD_JV_OBJ) return td_err_set(e, "must be an object");
+    if (td_json_get_str(o, "path", &path, e) || td_json_get_int(o, "bytes", 0, INT64_MAX, &bytes, e) ||
+        td_json_get_str(o, "xxh3", &hx, e))
+        return -1;
+    if (strlen(hx) != TD_HASH_HEX || td_hash_parse_hex(hx, &m->data_xxh3) != 0)
+        return td_err_set(e, "field xxh3: must be 16 hex digits");
+    m->data_path = strdup(path);
+    if (!m->data_path) return td_err_set(e, "out of memory");
+    m->data_bytes = (uint64_t)bytes, m->has_data = 1;
+    return 0;
+}
+
 static int parse_top(const td_jv *j, td_manifest *m, td_err *e) {
     const char *fmt;
     if (j->type != TD_JV_OBJ) return td_err_set(e, "not a JSON object");
@@ -241,6 +257,7 @@ static int parse_top(const td_jv *j, td_manifest *m, td_err *e) {
         copy_str(lay, "dp_mode", m->dp_mode, sizeof m->dp_mode, e) ||
         copy_str(lay, "grad_compress", m->grad_compress, sizeof m->grad_compress, e))
         return in(e, "layout", -1);
+    if (td_json_get(j, "data") && parse_data(td_json_get(j, "data"), m, e) != 0) return in(e, "data", -1);
     if (get_obj(j, "files", TD_JV_ARR, &files, e) != 0) return -1;
     if (files->n < 1 || files->n > 1 << 20) return td_err_set(e, "field files: %d files", files->n);
     m->files = calloc((size_t)files->n, sizeof(char *));
@@ -290,6 +307,7 @@ void td_manifest_free(td_manifest *m) {
     free(m->tensors);
     free(m->files);
     free(m->chars);
+    free(m->data_path);
     memset(m, 0, sizeof *m);
 }
 

@@ -11,6 +11,14 @@
  * sets it at its start (td_run_id_start) or from the checkpoint it resumes.
  * (A run object will hold it; until then it is this module's.) */
 static uint64_t g_run_id;
+/* the run's data (td_run_set_data), likewise */
+static const char *g_data_path;
+static td_data_fingerprint g_data_fp;
+
+void td_run_set_data(const char *path, const td_data_fingerprint *fp) {
+    g_data_path = path;
+    g_data_fp = *fp;
+}
 
 void td_run_id_start(const td_grid *g) {
     /* world rank 0's random id, in four exact 16-bit halves of floats */
@@ -38,6 +46,9 @@ void td_run_ckpt_meta(const td_train_opts *o, const td_grid *g, const td_loss_sc
     m->dp_mode = td_dp_mode_name(td_dp_mode_parse(o->dp_mode));
     m->grad_compress = o->grad_compress ? o->grad_compress : "none";
     m->keep = o->keep;
+    m->data_path = g_data_path;
+    m->data_bytes = g_data_fp.bytes, m->data_xxh3 = g_data_fp.xxh3;
+    m->strict_data = o->strict_data;
 }
 
 /* --resume: the state of a checkpoint in this layout; returns the step to

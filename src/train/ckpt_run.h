@@ -9,6 +9,9 @@
 /* Collective over the world, at the start of a run: agrees on a new run id
  * (world rank 0's random one); a resume replaces it with the checkpoint's. */
 void td_run_id_start(const td_grid *g);
+/* The data this run trains on (--data and its fingerprint), which every
+ * checkpoint of the run records; set once after it is loaded. */
+void td_run_set_data(const char *path, const td_data_fingerprint *fp);
 /* What the manifest records about this run after steps_done steps. */
 void td_run_ckpt_meta(const td_train_opts *o, const td_grid *g, const td_loss_scaler *s, int steps_done,
                       td_ckpt_meta *m);

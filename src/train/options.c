@@ -108,6 +108,7 @@ int td_train_flag_table(td_train_opts *o, td_flag *out, int cap) {
         {"--verbose", TD_FLAG_BOOL, &o->verbose, "every rank logs, prefixed with its grid position", NULL},
         {"--sample-tokens", TD_FLAG_INT, &o->sample_tokens, "print a sample of N tokens at the end (0)", "[0, 10000000]"},
         {"--sample-prompt", TD_FLAG_STR, &o->sample_prompt, "prompt for that sample", NULL},
+        {"--strict-data", TD_FLAG_BOOL, &o->strict_data, "--resume onto data other than the checkpoint's (its recorded size and XXH3), or onto a checkpoint that records none, is an error instead of a note", NULL},
     };
     int n = (int)(sizeof flags / sizeof flags[0]);
     TD_ASSERT(n <= cap);

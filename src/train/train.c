@@ -200,6 +200,7 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
 
     td_dataset data;
     td_data_load(&data, o->data, o->tokenizer, o->vocab, o->seq);
+    td_run_set_data(o->data, &data.fp);
     td_gpt_config cfg = {o->layers, o->heads, o->embd, o->seq, data.tok.V, 0};
     td_gpt_config_finish(&cfg);
     td_gpt_check_tp(&cfg, g.tp, o->seq_parallel);

@@ -21,9 +21,10 @@ text=$data/tinyshakespeare.txt
 "$T" tokenize --tokenizer gpt2 "$text" --out "$tmp/one" --threads 1 --shard-tokens 100000 >"$tmp/log1" 2>&1 &&
 "$T" tokenize --tokenizer gpt2 "$text" --out "$tmp/two" --threads 2 --shard-tokens 100000 >"$tmp/log2" 2>&1 ||
   fail "tokenize runs" "$(cat "$tmp/log1" "$tmp/log2")"
-n1=$(ls "$tmp/one" | wc -l)
-if [ "$n1" -eq 5 ] && [ -z "$(cd "$tmp/one" && for f in *; do cmp -s "$f" "../two/$f" || echo "$f"; done)" ]; then
-  ok "1 and 2 threads write the same $n1 shards: $(tail -1 "$tmp/log2")"
+n1=$(ls "$tmp/one"/*.bin | wc -l)
+if [ "$n1" -eq 5 ] && [ -f "$tmp/one/data.json" ] &&
+   [ -z "$(cd "$tmp/one" && for f in *; do cmp -s "$f" "../two/$f" || echo "$f"; done)" ]; then
+  ok "1 and 2 threads write the same $n1 shards and data.json: $(tail -1 "$tmp/log2")"
 else fail "1 and 2 threads: $n1 shards, or they differ" "$(ls -l "$tmp/one" "$tmp/two")"; fi
 hdr=$(od -An -tu4 -N12 "$tmp/one/tinyshakespeare_train_000000.bin" | xargs)
 size=$(stat -c %s "$tmp/one/tinyshakespeare_train_000000.bin")
@@ -88,7 +89,7 @@ expect not-utf8-tokenize "input $tmp/bad.txt: the text is not valid UTF-8 at byt
   "$T" tokenize --tokenizer gpt2 "$tmp/bad.txt" --out "$tmp/x3"
 expect unknown-tokenizer "tokenize --tokenizer char is not known; valid: gpt2" \
   "$T" tokenize --tokenizer char "$text" --out "$tmp/x4"
-expect stale-shards "already holds 5 shard(s) named tinyshakespeare_\*.bin" \
+expect stale-shards "already holds 5 shard(s) (e.g. .*tinyshakespeare_train_000000.bin); a directory holds one shard set" \
   "$T" tokenize --tokenizer gpt2 "$text" --out "$tmp/one"
 expect no-inputs "no input files" "$T" tokenize --tokenizer gpt2 --out "$tmp/x5"
 expect bad-fraction "tokenize --val-fraction: '1' is out of range; valid: \[0, 1)" \

@@ -1,8 +1,9 @@
 /* Fuzz target: arbitrary bytes as a safetensors file (length prefix, JSON
  * header, data), as bare JSON text, as an llm.c GPT-2 checkpoint and as a
  * Hugging Face GPT-2 config.json (src/formats/safetensors.c, json.c,
- * gpt2_files.c), and as the planner's calibration profile (profile.c):
- * every input goes to all five, so no selector byte.
+ * gpt2_files.c), as the planner's calibration profile (profile.c) and as
+ * a shard set's data.json (data_manifest.c): every input goes to all six,
+ * so no selector byte.
  * Both must return 0 or -1 with a message for any input: no crash, no read
  * past the buffer, no leak, no overflow in the offset arithmetic. A header
  * that parses must describe tensors inside the data, tiling it, and must
@@ -11,11 +12,13 @@
  * so must a profile after td_profile_format.
  * Seeds (tests/fuzz/corpus/safetensors/): small files written by
  * td_st_header_format, JSON texts with escapes and nesting, a config.json
- * written by trident export, an llm.c header and a calibration profile. */
+ * written by trident export, an llm.c header, a calibration profile and a
+ * data.json written by trident tokenize. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "trident/formats_data_manifest.h"
 #include "trident/formats_gpt2.h"
 #include "trident/formats_profile.h"
 #include "trident/formats_safetensors.h"
@@ -34,6 +37,51 @@ static void check_header(const td_st_header *h, uint64_t size) {
                             (const char *const *)h->meta_val, h->n_meta, &out, &len, &e) != 0)
         __builtin_trap();
     free(out);
+}
+
+static int same(const td_data_manifest *a, const td_data_manifest *b) {
+    if (strcmp(a->tokenizer, b->tokenizer) || a->vocab != b->vocab || a->tokens != b->tokens ||
+        a->documents != b->documents || a->n_shards != b->n_shards)
+        return 0;
+    for (int s = 0; s < 2; s++)
+        if (a->split_tokens[s] != b->split_tokens[s] || a->split_documents[s] != b->split_documents[s] ||
+            a->split_shards[s] != b->split_shards[s])
+            return 0;
+    for (int i = 0; i < a->n_shards; i++) {
+        const td_dm_shard *x = &a->shards[i], *y = &b->shards[i];
+        if (strcmp(x->name, y->name) || x->split != y->split || x->size != y->size || x->tokens != y->tokens ||
+            x->xxh3 != y->xxh3)
+            return 0;
+    }
+    return 1;
+}
+
+/* a shard set's data.json: the parser's promises (the counts add up, each
+ * shard a plain .bin name of 1024 + 2 * tokens bytes, names unique) and a
+ * round trip through the writer */
+static void data_manifest(const uint8_t *data, size_t size) {
+    td_data_manifest m, back;
+    td_err e;
+    if (td_data_manifest_parse((const char *)data, size, &m, &e) != 0) {
+        if (m.n_shards != 0 || m.shards != NULL) __builtin_trap(); /* freed and zeroed */
+        return;
+    }
+    uint64_t tokens[2] = {0, 0};
+    for (int i = 0; i < m.n_shards; i++) {
+        const td_dm_shard *x = &m.shards[i];
+        if (strchr(x->name, '/') || x->size != 1024 + 2 * x->tokens || (x->split != 0 && x->split != 1))
+            __builtin_trap();
+        tokens[x->split] += x->tokens;
+        if (td_data_manifest_find(&m, x->name) != &m.shards[i]) __builtin_trap();
+    }
+    if (tokens[0] != m.split_tokens[0] || tokens[1] != m.split_tokens[1] || tokens[0] + tokens[1] != m.tokens)
+        __builtin_trap();
+    size_t len;
+    char *text = td_data_manifest_format(&m, &len);
+    if (!text || td_data_manifest_parse(text, len, &back, &e) != 0 || !same(&m, &back)) __builtin_trap();
+    free(text);
+    td_data_manifest_free(&back);
+    td_data_manifest_free(&m);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -73,5 +121,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             __builtin_trap();
         free(text);
     }
+    data_manifest(data, size);
     return 0;
 }
