@@ -9,7 +9,8 @@
 #    threads per rank (cores / 2: srun sets no OMPI_COMM_WORLD_LOCAL_SIZE,
 #    trident counts the ranks of a node with MPI_Comm_split_type);
 # 2. the memory share per rank (TRIDENT_MEMORY_LIMIT over 2 ranks) refused
-#    alike under both;
+#    alike under both; srun --mpi=none or pmi2 (Open MPI cannot start
+#    there) refused in one line naming --mpi=pmix;
 # 3. scripts/slurm/train.sbatch: the time-limit signal (sent here with
 #    scancel --batch --signal=USR1, as --signal=B:USR1@120 sends it) reaches
 #    the ranks through the script and srun, they save, the script requeues
@@ -159,6 +160,16 @@ for f in mem.srun mem.mpirun; do
     grep -qF "$share" "$W/$f" || { cat "$W/$f"; fail "${f#mem.} did not refuse with: $share"; }
 done
 echo "test_slurm: memory share alike ($share): ok"
+
+# ---- srun without PMIx: one line naming --mpi=pmix, not Open MPI's page ------
+for mpi in none pmi2; do
+    timeout -k 5 60 srun --mpi=$mpi -n 2 "$TRIDENT" train "${MODEL[@]}" >"$W/mpi.$mpi" 2>&1 &&
+        fail "srun --mpi=$mpi: trident ran without PMIx"
+    want="trident: error: started by srun with --mpi=$mpi, but Open MPI needs Slurm's PMIx: use srun --mpi=pmix"
+    [ "$(grep -c '^trident: error' "$W/mpi.$mpi")" = 1 ] && grep -qF "$want" "$W/mpi.$mpi" ||
+        { cat "$W/mpi.$mpi"; fail "srun --mpi=$mpi: expected one line: $want"; }
+done
+echo "test_slurm: srun --mpi=none / pmi2 refused in one line: ok"
 
 # ---- 3. the job script: signal, save, requeue, resume -------------------------
 jid=$(TRIDENT=$TRIDENT timeout 10 sbatch --parsable -N 1 -n 2 --ntasks-per-node=2 --time=5 \
