@@ -93,8 +93,12 @@ int td_rss_reset_peak(void);
  * memory.limit_in_bytes, minus usage not counting inactive page cache).
  * source gets a description of where the figure came from. */
 size_t td_node_memory_available(char *source, size_t cap);
-/* Ranks of this job on this node (Open MPI's local size; 1 without it). */
+/* Ranks of this job on this node (sharing its cores and memory): what
+ * td_set_local_ranks last set, 1 before. td_comm_init sets it, counted with
+ * MPI_Comm_split_type(MPI_COMM_TYPE_SHARED), alike under mpirun and srun.
+ * n < 1 counts as 1. Not thread-safe: set once at start-up. */
 int td_local_ranks(void);
+void td_set_local_ranks(int n);
 /* "1073741824", "512K", "64M", "4G", "1T" (powers of 1024; "MiB"/"MB"
  * read the same) into *out; 0 when s is not such a positive byte count. */
 int td_parse_bytes(const char *s, size_t *out);

@@ -164,10 +164,11 @@ size_t td_node_memory_available(char *source, size_t cap) {
     return avail;
 }
 
-int td_local_ranks(void) {
-    /* Open MPI tells each rank how many share its node; a run without
-     * mpirun is one rank */
-    const char *s = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-    int n = s ? atoi(s) : 1;
-    return n > 0 ? n : 1;
-}
+/* Counted by the communication layer above (td_comm_init) and handed down,
+ * so base needs no MPI and no launcher's environment: srun need not set
+ * Open MPI's OMPI_COMM_WORLD_LOCAL_SIZE. */
+static int g_local_ranks = 1;
+
+void td_set_local_ranks(int n) { g_local_ranks = n > 0 ? n : 1; }
+
+int td_local_ranks(void) { return g_local_ranks; }

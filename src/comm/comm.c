@@ -129,6 +129,7 @@ void td_comm_init(int *argc, char ***argv) {
     int already = 0, provided = 0;
     TD_MPI(MPI_Initialized(&already));
     if (!already) {
+        td_launcher_check(); /* srun without --mpi=pmix: one line, not Open MPI's page */
         /* Open MPI's libnbc runs every in-place MPI_Iallreduce (and every one
          * below 4 ranks) as a binomial reduce-then-broadcast; its ring ran our
          * nonblocking pieces ~1.4x faster (`trident bench comm` sweep, 2

@@ -47,6 +47,10 @@ struct td_comm {
  * shared-memory split). Collective over world, at td_comm_init. */
 void td_nodes_init(void);
 void td_nodes_free(void);
+/* launcher.c: a task srun started without PMIx (MPI_Init would fail with
+ * Open MPI's page of text) exits TD_EXIT_USAGE with one line from task 0
+ * naming srun --mpi=pmix. Returns otherwise. Before MPI_Init. */
+void td_launcher_check(void);
 /* Collective over c->mpi, with c's ranks and label set: picks c's transport
  * (and opens its ring or its node / cross-node groups). */
 void td_comm_choose_transport(td_comm *c);

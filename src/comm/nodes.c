@@ -36,6 +36,12 @@ void td_nodes_init(void) {
     MPI_Comm host;
     TD_MPI(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, me, MPI_INFO_NULL, &host));
     TD_MPI(MPI_Allreduce(&me, &lowest, 1, MPI_INT, MPI_MIN, host));
+    /* the ranks sharing this host's cores and memory, whatever launched
+     * them (srun sets no OMPI_COMM_WORLD_LOCAL_SIZE): threads per rank and
+     * each rank's memory share follow from it */
+    int on_host = 1;
+    TD_MPI(MPI_Comm_size(host, &on_host));
+    td_set_local_ranks(on_host);
     TD_MPI(MPI_Comm_free(&host));
     int *real = malloc((size_t)n * sizeof *real);
     g_node = malloc((size_t)n * sizeof *g_node);

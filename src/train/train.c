@@ -27,9 +27,7 @@
 /* Default threads: the cores of this node shared by the ranks on it. */
 static int default_threads(void) {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-    int ranks = local ? atoi(local) : 1;
-    int t = (int)(cores / (ranks > 0 ? ranks : 1));
+    int t = (int)(cores / td_local_ranks()); /* counted at td_comm_init */
     return t > 0 ? t : 1;
 }
 

@@ -194,7 +194,7 @@ def anchors(lines):
 # Pages other branches are writing at the same time as this one (issue 28);
 # README and docs/README.md link them already. Remove a name once the page
 # is in the repository: the test says when.
-PENDING_PAGES = {"docs/slurm.md", "docs/checkpoint-safety.md", "docs/config.md"}
+PENDING_PAGES = {"docs/checkpoint-safety.md", "docs/config.md"}
 
 
 def link_failures(src, rel, lines, notes):
@@ -268,8 +268,8 @@ CODE_SPAN = re.compile(r"`([^`]+)`")
 # Words after which a flag belongs to another program, up to the next word
 # naming trident (`trident`, `build/trident`, scripts/run.sh, which passes
 # its arguments to trident train).
-OTHER_TOOLS = {"mpirun", "mpiexec", "srun", "sbatch", "salloc", "#SBATCH", "cmake", "ctest", "git", "python3",
-               "node", "npm", "docker", "gnuplot", "dd", "apt-get", "pip", "torchrun", "ompi_info"}
+OTHER_TOOLS = {"mpirun", "mpiexec", "srun", "sbatch", "salloc", "#SBATCH", "scancel", "scontrol", "sinfo", "squeue",
+               "cmake", "ctest", "git", "python3", "node", "npm", "docker", "gnuplot", "dd", "apt-get", "pip", "torchrun", "ompi_info"}
 TRIDENT_WORDS = re.compile(r"(^|/)trident$|(^|/)run\.sh$")
 # Flags of other programs that the pages name in prose, without the program
 # beside them (a program's word in the same code span or line is enough
