@@ -53,6 +53,8 @@ typedef struct {
     int dp, tp, pp, zero, ranks;
     const char *precision, *dp_mode, *grad_compress;
     int keep;                 /* --keep N: step directories kept, 0 = all */
+    const char *run_config;   /* the run's flag values as JSON (td_flags_json), the manifest's
+                                 "run_config"; NULL: none written (imports, tests) */
 } td_ckpt_meta;
 /* A one-process fp32 layout, no loss scaling, seed 0, a new run id. */
 void td_ckpt_meta_default(td_ckpt_meta *m, int step);
@@ -112,6 +114,10 @@ void td_ckpt_save(const char *out, const td_gpt_config *cfg, const td_tokenizer 
  * step directory or an --out directory (follows its `latest`). Everything
  * read is validated; an error names the file and the field. */
 void td_ckpt_load(td_checkpoint *ck, const char *path);
+/* The manifest alone of the checkpoint at path (as td_ckpt_load's), parsed
+ * and checked; dir gets the step directory. Errors name `what` (the flag)
+ * and the file. The caller frees m (td_manifest_free). No shard is read. */
+void td_ckpt_read_manifest(const char *path, const char *what, td_manifest *m, char *dir, size_t cap);
 void td_ckpt_free(td_checkpoint *ck);
 
 /* `trident ckpt check`: verifies a checkpoint without building a model:

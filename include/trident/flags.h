@@ -32,7 +32,8 @@ typedef struct {
  *                   command line, which overrides it. An unknown key, a
  *                   wrong type or a bad value is one error naming the key
  *                   and the file. Strings from it live until the process
- *                   exits.
+ *                   exits. (A table with its own --config, import's HF
+ *                   config.json, has no built-in one.)
  *   --print-config  print the effective values as such a JSON object (one
  *                   line, loadable by --config) and exit 0.
  * td_flags_parse does --print-config itself, right after parsing;

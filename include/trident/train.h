@@ -53,12 +53,22 @@ typedef struct {
     int timing_skip;  /* leading steps left out of the mean step time (1) */
     int quiet;        /* no step lines (benchmarks) */
     int autoplan;     /* --auto: the layout from the calibrated planner (auto.h) */
+    /* the effective flag values (after --config, the command line, a
+     * resume's checkpoint and the defaults) as one line of JSON: printed at
+     * the start, in the --log start object and every manifest's run_config
+     * (docs/config.md); malloc'd by td_train_opts_parse, NULL when the
+     * options were filled in by hand */
+    char *run_config;
+    int print_config; /* --print-config: print run_config and exit 0 */
 } td_train_opts;
 
 void td_train_opts_default(td_train_opts *o);
 /* Parses `trident train` flags (argv after the subcommand); an unknown flag
  * or a bad value is one clear error. */
 void td_train_opts_parse(td_train_opts *o, int argc, char **argv);
+/* --print-config: run_config on stdout from world rank 0 (every rank
+ * returns 0, to finalize MPI as a run does). */
+int td_train_print_config(const td_train_opts *o);
 /* The model's recomputation mode named by --recompute (checked by the parse). */
 td_recompute td_train_recompute(const td_train_opts *o);
 /* The model's arithmetic named by --precision (checked by the parse). */

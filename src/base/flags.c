@@ -28,8 +28,11 @@ void td_flags_print_table(const td_flag *flags, int n) {
         if (flags[i].range) printf("  %-22s %s; valid %s\n", left, flags[i].help, flags[i].range);
         else printf("  %-22s %s\n", left, flags[i].help);
     }
-    /* every table's built-ins (td_flags_parse_info) */
-    printf("  %-22s %s\n", "--config S",
+    /* every table's built-ins (td_flags_parse_info), unless it has its own */
+    int own = 0;
+    for (int i = 0; i < n; i++) own |= strcmp(flags[i].name, "--config") == 0;
+    if (!own)
+        printf("  %-22s %s\n", "--config S",
            "JSON object of flag values, keys the long names without the dashes ({\"steps\": 100}); "
            "the command line overrides it (docs/config.md)");
     printf("  %-22s %s\n", "--print-config", "print every flag's effective value as JSON (loadable by --config) and exit");
@@ -166,7 +169,8 @@ void td_flags_parse_info(const char *cmd, const td_flag *flags, int n, int argc,
         int k = -1;
         for (int j = 0; j < n; j++)
             if (strlen(flags[j].name) == len && strncmp(flags[j].name, arg, len) == 0) k = j;
-        int is_config = len == 8 && strncmp(arg, "--config", 8) == 0;
+        /* a table's own --config (import's HF config.json) hides the built-in */
+        int is_config = k < 0 && len == 8 && strncmp(arg, "--config", 8) == 0;
         TD_CHECK(k >= 0 || is_config, "%s: unknown flag '%.*s' (see trident %s --help for the list)", cmd,
                  (int)len, arg, cmd);
         const char *name = is_config ? "--config" : flags[k].name, *v = eq ? eq + 1 : NULL;

@@ -114,8 +114,10 @@ char *td_manifest_format(const td_ckpt_dir *d, int n_files, const td_ckpt_meta *
     put_str(&b, meta->dp_mode);
     put(&b, ", \"grad_compress\": ");
     put_str(&b, meta->grad_compress);
+    put(&b, "}");
+    if (meta->run_config) put(&b, ",\n \"run_config\": %s", meta->run_config); /* td_flags_json: one line */
     shard_back *sb = td_alloc(sizeof *sb * (size_t)n_files, TD_MEM_OTHER);
-    put(&b, "},\n \"files\": [");
+    put(&b, ",\n \"files\": [");
     for (int f = 0; f < n_files; f++) {
         char name[64], hx[TD_HASH_HEX + 1];
         td_shard_name(name, sizeof name, f);

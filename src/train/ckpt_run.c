@@ -38,6 +38,7 @@ void td_run_ckpt_meta(const td_train_opts *o, const td_grid *g, const td_loss_sc
     m->dp_mode = td_dp_mode_name(td_dp_mode_parse(o->dp_mode));
     m->grad_compress = o->grad_compress ? o->grad_compress : "none";
     m->keep = o->keep;
+    m->run_config = o->run_config;
 }
 
 /* --resume: the state of a checkpoint in this layout; returns the step to

@@ -9,6 +9,7 @@
 #include "trident/model.h"
 #include "trident/parallel.h"
 #include "trident/train.h"
+#include "run_config.h"
 
 void td_train_opts_default(td_train_opts *o) {
     memset(o, 0, sizeof *o);
@@ -109,7 +110,11 @@ void td_train_opts_parse(td_train_opts *o, int argc, char **argv) {
         {"--sample-tokens", TD_FLAG_INT, &o->sample_tokens, "print a sample of N tokens at the end (0)", "[0, 10000000]"},
         {"--sample-prompt", TD_FLAG_STR, &o->sample_prompt, "prompt for that sample", NULL},
     };
-    td_flags_parse("train", flags, (int)(sizeof flags / sizeof flags[0]), argc, argv);
+    int n = (int)(sizeof flags / sizeof flags[0]);
+    unsigned char from[sizeof flags / sizeof flags[0]];
+    td_flags_info info = {from, NULL, 0};
+    td_flags_parse_info("train", flags, n, argc, argv, &info);
+    td_train_resume_defaults(o, flags, n, &info); /* --resume: the model, tokenizer, data of the checkpoint */
 
     /* each number is in its range (td_flags_parse); what is left relates
      * two flags */
@@ -167,6 +172,8 @@ void td_train_opts_parse(td_train_opts *o, int argc, char **argv) {
     float static_scale;
     td_loss_scale_parse(o->loss_scale, o->fp16, &static_scale);
     o->optim.max_steps = o->steps;
+    o->run_config = td_flags_json(flags, n);
+    o->print_config = info.print_config;
 }
 
 td_precision td_train_precision(const td_train_opts *o) {
