@@ -55,8 +55,12 @@ int td_flags_from(const td_flag *flags, int n, const td_flags_info *info, const 
 /* Every flag's value as one line of JSON ({"layers": 4, ...}, the format
  * --config reads; an alias is written once, under its first name; a number
  * outside its range, which only a default meaning "unset" can be, and an
- * unset string are null). malloc'd, the caller's. */
+ * unset string are null). Like a config file's strings it lives until the
+ * process exits (the flag layer keeps it; never freed by the caller). */
 char *td_flags_json(const td_flag *flags, int n);
+/* A copy of s that lives until the process exits, for a flag value set
+ * from elsewhere than argv (a config file, a checkpoint's run_config). */
+char *td_flags_strdup(const char *s);
 /* "usage: trident CMD [flags]", then the table: one line per flag ("  --name
  * KIND  help; valid RANGE"), the format docs/flags.md is generated from
  * (scripts/gen_flag_docs.py). A command with positional arguments prints

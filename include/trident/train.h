@@ -56,8 +56,8 @@ typedef struct {
     /* the effective flag values (after --config, the command line, a
      * resume's checkpoint and the defaults) as one line of JSON: printed at
      * the start, in the --log start object and every manifest's run_config
-     * (docs/config.md); malloc'd by td_train_opts_parse, NULL when the
-     * options were filled in by hand */
+     * (docs/config.md); td_train_opts_parse's (td_flags_json: lives until
+     * exit), NULL when the options were filled in by hand */
     char *run_config;
     int print_config; /* --print-config: print run_config and exit 0 */
 } td_train_opts;

@@ -213,9 +213,7 @@ void td_flags_parse_info(const char *cmd, const td_flag *flags, int n, int argc,
         info->config = config;
         info->print_config = print != NULL;
     } else if (print) {
-        char *json = td_flags_json(flags, n);
-        printf("%s\n", json);
-        free(json);
+        printf("%s\n", td_flags_json(flags, n));
         exit(0);
     }
 }

@@ -17,6 +17,24 @@
 
 #define TD_CONFIG_MAX_BYTES (1u << 20) /* far above any table's values */
 
+/* Flag values live as long as argv does: the copies made here stay
+ * reachable from this list until exit (no owner could free them: options
+ * structs are copied and outlive their parse). */
+static char **g_kept;
+static int g_n_kept, g_cap_kept;
+static char *keep(char *p) {
+    TD_CHECK(p, "out of memory keeping a flag value");
+    if (g_n_kept == g_cap_kept) {
+        g_cap_kept = 2 * g_cap_kept + 16;
+        g_kept = realloc(g_kept, sizeof(char *) * (size_t)g_cap_kept);
+        TD_CHECK(g_kept, "out of memory keeping a flag value");
+    }
+    g_kept[g_n_kept++] = p;
+    return p;
+}
+
+char *td_flags_strdup(const char *s) { return keep(strdup(s)); }
+
 static const char *type_wanted(td_flag_type t) {
     return t == TD_FLAG_INT || t == TD_FLAG_U64 ? "an integer"
            : t == TD_FLAG_STR                   ? "a string"
@@ -92,9 +110,7 @@ void td_flags_load_config(const char *cmd, const td_flag *flags, int n, const ch
             td_flag_set_value(label, &as_key, num);
         } else if (f->type == TD_FLAG_STR) {
             TD_CHECK(strlen(v->str) == v->len, "%s \"%s\": the string holds a NUL character (\\u0000)", label, key);
-            char *copy = strdup(v->str); /* lives until exit (flags.h) */
-            TD_CHECK(copy, "%s --config %s: out of memory", cmd, path);
-            *(const char **)f->ptr = copy;
+            *(const char **)f->ptr = td_flags_strdup(v->str); /* lives until exit (flags.h) */
         } else {
             *(int *)f->ptr = v->boolean;
         }
@@ -188,5 +204,5 @@ char *td_flags_json(const td_flag *flags, int n) {
         b.n = (size_t)k2;
     }
     jput(&b, "}");
-    return b.p;
+    return keep(b.p);
 }

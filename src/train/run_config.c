@@ -67,8 +67,7 @@ void td_train_resume_defaults(td_train_opts *o, const td_flag *flags, int n, con
                  dir, e.msg);
         const td_jv *d = td_json_get(rc, "data");
         if (d && d->type == TD_JV_STR) {
-            o->data = strdup(d->str); /* the options' for the process's life */
-            TD_CHECK(o->data, "--resume %s: out of memory", dir);
+            o->data = td_flags_strdup(d->str); /* a flag value: lives until exit */
         }
         td_json_free(rc);
     }
