@@ -50,7 +50,7 @@ done
     { echo "launch: error: --delay $delay: must be a non-negative number of seconds" >&2; exit 2; }
 cmd=("$@")
 
-# The job's --out DIR (--out DIR or --out=DIR; the last one wins, as in trident).
+# The job's --out DIR (--out DIR or --out=DIR; trident refuses a flag given twice).
 out=""
 for ((i = 0; i < ${#cmd[@]}; i++)); do
     case "${cmd[i]}" in

@@ -15,8 +15,13 @@ mkdir -p build/data build/run
 ranks=${TD_RANKS:-8}
 tp=${TD_TP:-2}
 pp=${TD_PP:-2}
+# the main job's flags as a config file (docs/config.md), so that the
+# arguments given here override them: a flag given twice is an error
+cat > build/main-job.json <<JSON
+{"data": "build/data/fortunes.txt", "dp": $((ranks / (tp * pp))), "tp": $tp, "pp": $pp,
+ "micro-batches": 4, "layers": 4, "heads": 4, "embd": 128, "seq": 64, "batch": 16, "steps": 400, "warmup": 40,
+ "eval-every": 100, "eval-iters": 20, "log-every": 20, "threads": 1,
+ "out": "build/run", "log": "build/run/log.jsonl", "sample-tokens": 300}
+JSON
 exec mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$ranks" \
-  build/trident train --data build/data/fortunes.txt --dp $((ranks / (tp * pp))) --tp "$tp" --pp "$pp" \
-  --micro-batches 4 --layers 4 --heads 4 --embd 128 --seq 64 --batch 16 --steps 400 --warmup 40 \
-  --eval-every 100 --eval-iters 20 --log-every 20 --threads 1 \
-  --out build/run --log build/run/log.jsonl --sample-tokens 300 "$@"
+  build/trident train --config build/main-job.json "$@"

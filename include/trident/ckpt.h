@@ -61,6 +61,8 @@ typedef struct {
     const char *data_path;
     uint64_t data_bytes, data_xxh3;
     int strict_data;
+    const char *run_config;   /* the run's flag values as JSON (td_flags_json), the manifest's
+                                 "run_config"; NULL: none written (imports, tests) */
 } td_ckpt_meta;
 /* A one-process fp32 layout, no loss scaling, seed 0, a new run id. */
 void td_ckpt_meta_default(td_ckpt_meta *m, int step);
@@ -125,6 +127,10 @@ void td_ckpt_load(td_checkpoint *ck, const char *path);
 /* The same without the tensors (params, m, v NULL, numel 0): the manifest's
  * model, tokenizer, step and seed, checked as td_ckpt_load checks them. */
 void td_ckpt_describe(td_checkpoint *ck, const char *path);
+/* The manifest alone of the checkpoint at path (as td_ckpt_load's), parsed
+ * and checked; dir gets the step directory. Errors name `what` (the flag)
+ * and the file. The caller frees m (td_manifest_free). No shard is read. */
+void td_ckpt_read_manifest(const char *path, const char *what, td_manifest *m, char *dir, size_t cap);
 void td_ckpt_free(td_checkpoint *ck);
 
 /* `trident ckpt check`: verifies a checkpoint without building a model:

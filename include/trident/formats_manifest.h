@@ -13,6 +13,7 @@
  *    "data": {"path": --data, "bytes": N, "xxh3": "16 hex digits"} (optional: the training data),
  *    "files": [{"name": "shard-00000.safetensors", "rank": r, "grid": "dp 0 tp 0 pp 0",
  *               "size": bytes, "header_xxh3": "16 hex digits"}, ...],
+ *    "run_config": {"layers": 4, "data": "x.txt", ...} (optional: train's flags, docs/config.md),
  *    "tensors": [{"name", "shape": [..], "dtype": "F32",
  *                 "pieces": [{"section": "params"|"adam_m"|"adam_v"|"rsK_dpD", "file": i, "key": K,
  *                             "tp": n, "tp_rank": r, "split_dim": d, "groups": g,
@@ -104,6 +105,10 @@ typedef struct {
     int has_data;
     char *data_path;         /* --data as the run gave it */
     uint64_t data_bytes, data_xxh3; /* td_data_fingerprint */
+    /* "run_config" (optional; manifests before it have none): the run's
+     * effective flag values, the JSON object --config reads, verbatim
+     * (malloc'd), or NULL */
+    char *run_config;
 } td_manifest;
 
 /* Parses and checks every field (types, ranges, file indices, piece ranges

@@ -63,6 +63,13 @@ typedef struct {
     void (*layout_pass)(void *ctx, td_layout_pass *p);
     void *layout_pass_ctx;
     int strict_data;  /* --strict-data: resuming onto other data is an error, not a note */
+    /* the effective flag values (after --config, the command line, a
+     * resume's checkpoint and the defaults) as one line of JSON: printed at
+     * the start, in the --log start object and every manifest's run_config
+     * (docs/config.md); td_train_opts_parse's (td_flags_json: lives until
+     * exit), NULL when the options were filled in by hand */
+    char *run_config;
+    int print_config; /* --print-config: print run_config and exit 0 */
 } td_train_opts;
 
 void td_train_opts_default(td_train_opts *o);
@@ -76,6 +83,9 @@ void td_train_opts_parse(td_train_opts *o, int argc, char **argv);
 #define TD_TRAIN_MAX_FLAGS 128
 int td_train_flag_table(td_train_opts *o, td_flag *out, int cap);
 void td_train_opts_check(td_train_opts *o);
+/* --print-config: run_config on stdout from world rank 0 (every rank
+ * returns 0, to finalize MPI as a run does). */
+int td_train_print_config(const td_train_opts *o);
 /* The model's recomputation mode named by --recompute (checked by the parse). */
 td_recompute td_train_recompute(const td_train_opts *o);
 /* The model's arithmetic named by --precision (checked by the parse). */

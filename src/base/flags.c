@@ -10,6 +10,7 @@
 
 #include "trident/base.h"
 #include "trident/flags.h"
+#include "flags_internal.h"
 
 void td_flags_print(const char *cmd, const td_flag *flags, int n) {
     printf("usage: trident %s [flags]\n", cmd);
@@ -27,6 +28,14 @@ void td_flags_print_table(const td_flag *flags, int n) {
         if (flags[i].range) printf("  %-22s %s; valid %s\n", left, flags[i].help, flags[i].range);
         else printf("  %-22s %s\n", left, flags[i].help);
     }
+    /* every table's built-ins (td_flags_parse_info), unless it has its own */
+    int own = 0;
+    for (int i = 0; i < n; i++) own |= strcmp(flags[i].name, "--config") == 0;
+    if (!own)
+        printf("  %-22s %s\n", "--config S",
+           "JSON object of flag values, keys the long names without the dashes ({\"steps\": 100}); "
+           "the command line overrides it (docs/config.md)");
+    printf("  %-22s %s\n", "--print-config", "print every flag's effective value as JSON (loadable by --config) and exit");
 }
 
 /* "[lo, hi)" and the like (see flags.h); a malformed range is a bug in the
@@ -43,7 +52,7 @@ static void parse_range(const char *r, double *lo, double *hi, int *lo_open, int
     *hi_open = *end == ')';
 }
 
-static int in_range(const char *r, double x) {
+int td_flag_in_range(const char *r, double x) {
     if (!r) return 1;
     double lo, hi;
     int lo_open, hi_open;
@@ -62,7 +71,7 @@ static int plain_integer(const char *s, int allow_minus) {
     return 1;
 }
 
-static void set_value(const char *cmd, const td_flag *f, const char *val) {
+void td_flag_set_value(const char *cmd, const td_flag *f, const char *val) {
     char *end = NULL;
     const char *valid = f->range ? f->range : "any";
     errno = 0;
@@ -71,7 +80,7 @@ static void set_value(const char *cmd, const td_flag *f, const char *val) {
         TD_CHECK(plain_integer(val, 1), "%s %s: '%s' is not an integer; valid: %s", cmd, f->name, val,
                  f->range ? f->range : "[-2147483648, 2147483647]");
         long long x = strtoll(val, &end, 10);
-        TD_CHECK(!errno && x >= INT32_MIN && x <= INT32_MAX && in_range(f->range, (double)x),
+        TD_CHECK(!errno && x >= INT32_MIN && x <= INT32_MAX && td_flag_in_range(f->range, (double)x),
                  "%s %s: '%s' is out of range; valid: %s", cmd, f->name, val,
                  f->range ? f->range : "[-2147483648, 2147483647]");
         *(int *)f->ptr = (int)x;
@@ -82,7 +91,7 @@ static void set_value(const char *cmd, const td_flag *f, const char *val) {
                  "%s %s: '%s' is not a non-negative integer (digits only); valid: %s", cmd, f->name,
                  val, f->range ? f->range : "[0, 18446744073709551615]");
         unsigned long long x = strtoull(val, &end, 10);
-        TD_CHECK(!errno && in_range(f->range, (double)x), "%s %s: '%s' is out of range; valid: %s",
+        TD_CHECK(!errno && td_flag_in_range(f->range, (double)x), "%s %s: '%s' is out of range; valid: %s",
                  cmd, f->name, val, f->range ? f->range : "[0, 18446744073709551615]");
         *(unsigned long long *)f->ptr = x;
         break;
@@ -104,11 +113,11 @@ static void set_value(const char *cmd, const td_flag *f, const char *val) {
                      "%s %s: '%s' is too small for a 32-bit float (smallest %g); valid: %s", cmd, f->name,
                      val, (double)FLT_TRUE_MIN, valid);
             /* the range holds for the value the run uses, after rounding */
-            TD_CHECK(in_range(f->range, (double)y), "%s %s: '%s' is out of range; valid: %s", cmd,
+            TD_CHECK(td_flag_in_range(f->range, (double)y), "%s %s: '%s' is out of range; valid: %s", cmd,
                      f->name, val, valid);
             *(float *)f->ptr = y;
         } else {
-            TD_CHECK(in_range(f->range, x), "%s %s: '%s' is out of range; valid: %s", cmd, f->name, val,
+            TD_CHECK(td_flag_in_range(f->range, x), "%s %s: '%s' is out of range; valid: %s", cmd, f->name, val,
                      valid);
             *(double *)f->ptr = x;
         }
@@ -119,7 +128,29 @@ static void set_value(const char *cmd, const td_flag *f, const char *val) {
     }
 }
 
-void td_flags_parse(const char *cmd, const td_flag *flags, int n, int argc, char **argv) {
+/* The first flag of the table writing *ptr: aliases (--grad-accum,
+ * --micro-batches) are one value. */
+static int canonical(const td_flag *flags, int n, int k) {
+    for (int j = 0; j < k; j++)
+        if (flags[j].ptr == flags[k].ptr) return j;
+    return k;
+}
+
+/* A built-in flag given twice is the same mistake as a table's. */
+static void once(const char *cmd, const char *name, const char **seen, const char *val) {
+    if (*seen && !*val) td_fail("%s: %s given twice; give it once", cmd, name); /* a switch */
+    if (*seen) td_fail("%s: %s given twice ('%s', then '%s'); give it once", cmd, name, *seen, val);
+    *seen = val;
+}
+
+void td_flags_parse_info(const char *cmd, const td_flag *flags, int n, int argc, char **argv,
+                         td_flags_info *info) {
+    /* the command line is read first (duplicates, --config), applied last:
+     * it overrides the config file */
+    int *used = calloc((size_t)n + 1, sizeof(int));         /* [canonical] the flag given, + 1 */
+    const char **val = calloc((size_t)n + 1, sizeof(char *)); /* [canonical] its value */
+    TD_CHECK(used && val, "%s: out of memory parsing flags", cmd);
+    const char *config = NULL, *print = NULL;
     for (int i = 0; i < argc; i++) {
         const char *arg = argv[i];
         if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
@@ -130,21 +161,69 @@ void td_flags_parse(const char *cmd, const td_flag *flags, int n, int argc, char
                                              "trident %s --help)", cmd, arg, cmd);
         const char *eq = strchr(arg, '=');
         size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
-        const td_flag *f = NULL;
-        for (int k = 0; k < n; k++)
-            if (strlen(flags[k].name) == len && strncmp(flags[k].name, arg, len) == 0) f = &flags[k];
-        TD_CHECK(f, "%s: unknown flag '%.*s' (see trident %s --help for the list)", cmd, (int)len, arg,
-                 cmd);
-        if (f->type == TD_FLAG_BOOL) {
-            TD_CHECK(!eq, "%s %s takes no value", cmd, f->name);
-            set_value(cmd, f, "1");
+        if (len == 14 && strncmp(arg, "--print-config", 14) == 0) {
+            TD_CHECK(!eq, "%s --print-config takes no value", cmd);
+            once(cmd, "--print-config", &print, "");
             continue;
         }
-        const char *val = eq ? eq + 1 : NULL;
-        if (!val) {
-            TD_CHECK(i + 1 < argc, "%s %s needs a value", cmd, f->name);
-            val = argv[++i];
+        int k = -1;
+        for (int j = 0; j < n; j++)
+            if (strlen(flags[j].name) == len && strncmp(flags[j].name, arg, len) == 0) k = j;
+        /* a table's own --config (import's HF config.json) hides the built-in */
+        int is_config = k < 0 && len == 8 && strncmp(arg, "--config", 8) == 0;
+        TD_CHECK(k >= 0 || is_config, "%s: unknown flag '%.*s' (see trident %s --help for the list)", cmd,
+                 (int)len, arg, cmd);
+        const char *name = is_config ? "--config" : flags[k].name, *v = eq ? eq + 1 : NULL;
+        if (!is_config && flags[k].type == TD_FLAG_BOOL) {
+            TD_CHECK(!eq, "%s %s takes no value", cmd, name);
+            v = "";
+        } else if (!v) {
+            TD_CHECK(i + 1 < argc, "%s %s needs a value", cmd, name);
+            v = argv[++i];
         }
-        set_value(cmd, f, val);
+        if (is_config) {
+            once(cmd, "--config", &config, v);
+            continue;
+        }
+        int c = canonical(flags, n, k);
+        if (used[c]) {
+            const char *before = flags[used[c] - 1].name;
+            if (flags[k].type == TD_FLAG_BOOL && used[c] - 1 == k)
+                td_fail("%s: %s given twice; give it once", cmd, name);
+            if (used[c] - 1 == k)
+                td_fail("%s: %s given twice ('%s', then '%s'); give it once", cmd, name, val[c], v);
+            td_fail("%s: %s '%s' and %s '%s' set the same value (%s is another name for %s); give one", cmd,
+                    before, val[c], name, v, name, before);
+        }
+        used[c] = k + 1, val[c] = v;
     }
+    unsigned char *from = info ? info->from : NULL;
+    if (from) memset(from, TD_FROM_DEFAULT, (size_t)n);
+    if (config) td_flags_load_config(cmd, flags, n, config, from);
+    for (int c = 0; c < n; c++) {
+        if (!used[c]) continue;
+        td_flag_set_value(cmd, &flags[used[c] - 1], flags[c].type == TD_FLAG_BOOL ? "1" : val[c]);
+        if (from)
+            for (int j = 0; j < n; j++)
+                if (flags[j].ptr == flags[c].ptr) from[j] = TD_FROM_ARGV;
+    }
+    free(used);
+    free(val);
+    if (info) {
+        info->config = config;
+        info->print_config = print != NULL;
+    } else if (print) {
+        printf("%s\n", td_flags_json(flags, n));
+        exit(0);
+    }
+}
+
+void td_flags_parse(const char *cmd, const td_flag *flags, int n, int argc, char **argv) {
+    td_flags_parse_info(cmd, flags, n, argc, argv, NULL);
+}
+
+int td_flags_from(const td_flag *flags, int n, const td_flags_info *info, const void *ptr) {
+    for (int k = 0; k < n; k++)
+        if (flags[k].ptr == ptr) return info->from[k];
+    return TD_FROM_DEFAULT;
 }

@@ -156,3 +156,12 @@ void td_ckpt_free(td_checkpoint *ck) {
     td_tokenizer_free(&ck->tok);
     memset(ck, 0, sizeof *ck);
 }
+
+void td_ckpt_read_manifest(const char *path, const char *what, td_manifest *m, char *dir, size_t cap) {
+    td_ckpt_reader r;
+    td_ckpt_reader_open(&r, path, what);
+    *m = r.m; /* the reader's manifest becomes the caller's */
+    memset(&r.m, 0, sizeof r.m);
+    snprintf(dir, cap, "%s", r.dir);
+    td_ckpt_reader_close(&r);
+}

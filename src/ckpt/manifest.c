@@ -114,8 +114,9 @@ char *td_manifest_format(const td_ckpt_dir *d, int n_files, const td_ckpt_meta *
     put_str(&b, meta->dp_mode);
     put(&b, ", \"grad_compress\": ");
     put_str(&b, meta->grad_compress);
-    shard_back *sb = td_alloc(sizeof *sb * (size_t)n_files, TD_MEM_OTHER);
     put(&b, "}");
+    if (meta->run_config) put(&b, ",\n \"run_config\": %s", meta->run_config); /* td_flags_json: one line */
+    shard_back *sb = td_alloc(sizeof *sb * (size_t)n_files, TD_MEM_OTHER);
     if (meta->data_path) { /* the training data's fingerprint (absent: not recorded) */
         char hx[TD_HASH_HEX + 1];
         td_hash_hex(meta->data_xxh3, hx);

@@ -290,6 +290,13 @@ int td_manifest_parse(const char *text, size_t n, td_manifest *m, td_err *e) {
     const td_jv *ver = td_json_get(j, "version");
     int rc = ver && ver->type == TD_JV_NUM && ver->is_int && ver->i != TD_MANIFEST_VERSION ? 0 : check_seal(text, n, j, e);
     if (rc == 0) rc = parse_top(j, m, e);
+    const td_jv *run_config = td_json_get(j, "run_config");
+    if (rc == 0 && run_config && run_config->type != TD_JV_OBJ)
+        rc = td_err_set(e, "field run_config: not an object (the run's flag values)");
+    if (rc == 0 && run_config) {
+        m->run_config = strndup(text + run_config->at, run_config->end - run_config->at);
+        if (!m->run_config) rc = td_err_set(e, "out of memory");
+    }
     td_json_free(j);
     if (rc != 0) td_manifest_free(m);
     return rc;
@@ -308,6 +315,7 @@ void td_manifest_free(td_manifest *m) {
     free(m->files);
     free(m->chars);
     free(m->data_path);
+    free(m->run_config);
     memset(m, 0, sizeof *m);
 }
 

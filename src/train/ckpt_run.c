@@ -49,6 +49,7 @@ void td_run_ckpt_meta(const td_train_opts *o, const td_grid *g, const td_loss_sc
     m->data_path = g_data_path;
     m->data_bytes = g_data_fp.bytes, m->data_xxh3 = g_data_fp.xxh3;
     m->strict_data = o->strict_data;
+    m->run_config = o->run_config;
 }
 
 /* --resume: the state of a checkpoint in this layout; returns the step to

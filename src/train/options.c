@@ -9,6 +9,7 @@
 #include "trident/model.h"
 #include "trident/parallel.h"
 #include "trident/train.h"
+#include "run_config.h"
 
 void td_train_opts_default(td_train_opts *o) {
     memset(o, 0, sizeof *o);
@@ -119,8 +120,13 @@ int td_train_flag_table(td_train_opts *o, td_flag *out, int cap) {
 void td_train_opts_parse(td_train_opts *o, int argc, char **argv) {
     td_flag flags[TD_TRAIN_MAX_FLAGS];
     int n = td_train_flag_table(o, flags, TD_TRAIN_MAX_FLAGS);
-    td_flags_parse("train", flags, n, argc, argv);
+    unsigned char from[TD_TRAIN_MAX_FLAGS];
+    td_flags_info info = {from, NULL, 0};
+    td_flags_parse_info("train", flags, n, argc, argv, &info);
+    td_train_resume_defaults(o, flags, n, &info); /* --resume: the model, tokenizer, data of the checkpoint */
     td_train_opts_check(o);
+    o->run_config = td_flags_json(flags, n);
+    o->print_config = info.print_config;
 }
 
 void td_train_opts_check(td_train_opts *o) {

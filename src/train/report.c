@@ -35,6 +35,7 @@ void td_report_open(td_report *r, const td_train_opts *o, const td_grid *g,
         TD_CHECK(r->log, "--log %s cannot be written: %s", o->log, strerror(errno));
     }
     td_grid_print(g);
+    if (o->run_config) td_log("config: %s\n", o->run_config); /* every flag's value (docs/config.md) */
     td_log("data: %s; %zu train / %zu val tokens\n", d->description, d->n_train, d->n_val);
     td_log("model: L=%d H=%d C=%d T=%d V=%d (padded %d); %zu parameters (%.2fM)\n", cfg->L, cfg->H,
            cfg->C, cfg->T, cfg->V, t->Vp, t->n_global, t->n_global / 1e6);
@@ -62,6 +63,7 @@ void td_report_open(td_report *r, const td_train_opts *o, const td_grid *g,
                 g->world_size, g->dp, g->tp, g->pp, g->n_servers, o->dp_mode, o->zero, cfg->L,
                 cfg->H, cfg->C, cfg->T, cfg->V, t->n_global, o->batch, o->grad_accum, threads,
                 o->steps, o->recompute);
+        if (o->run_config) fprintf(r->log, ", \"run_config\": %s", o->run_config);
         fflush(r->log); /* the memory plan closes this object */
     }
 }

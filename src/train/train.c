@@ -534,6 +534,7 @@ int td_train_main(int argc, char **argv) {
     td_train_opts o;
     td_train_opts_default(&o);
     td_train_opts_parse(&o, argc, argv);
+    if (o.print_config) return td_train_print_config(&o);
     td_auto au = {0};
     if (o.autoplan) td_auto_choose(&o, &au);
     td_train_result res;

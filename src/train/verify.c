@@ -185,6 +185,7 @@ int td_verify_main(int argc, char **argv) {
     o.eval_every = 0;
     o.sample_tokens = 0;
     td_train_opts_parse(&o, argc, argv);
+    if (o.print_config) return td_train_print_config(&o);
     TD_CHECK(!o.out, "verify: --out is not used (verify saves nothing)");
     o.quiet = 1;
     int me = td_comm_rank(td_comm_world()), N = td_comm_size(td_comm_world());

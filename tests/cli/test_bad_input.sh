@@ -176,8 +176,9 @@ expect comm-timeout    "--comm-timeout: '-5' is out of range; valid: \[0, 1e9\]"
 expect bucket-mb       "--bucket-mb: 'nan' is not a finite number"                   $S --bucket-mb nan
 expect piece-mb        "--piece-mb: 'inf' is not a finite number"                    $S --piece-mb inf
 expect warmup-neg      "--warmup: '-1' is out of range"                              $S --warmup -1
-expect int-overflow    "--steps: '9999999999' is out of range"                       $S --steps 9999999999
-expect int-space       "--steps: ' 5' is not an integer"                             $S --steps " 5"
+# (not $S: its --steps 2 and another would be a flag given twice)
+expect int-overflow    "--steps: '9999999999' is out of range"                       "$T" train --data "$tmp/small.txt" --steps 9999999999
+expect int-space       "--steps: ' 5' is not an integer"                             "$T" train --data "$tmp/small.txt" --steps " 5"
 expect seed-space      "--seed: ' -1' is not a non-negative integer \(digits only\)" $S --seed " -1"
 expect seed-neg        "--seed: '-1' is not a non-negative integer"                  $S --seed -1
 expect seed-overflow   "--seed: '18446744073709551616' is out of range"              $S --seed 18446744073709551616

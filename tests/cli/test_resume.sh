@@ -157,8 +157,10 @@ grep -q "holds no AdamW moments (an imported model?); they start at zero" "$tmp/
 # a checkpoint and exit 0. (SIGTERM to mpirun itself kills the job: README.)
 # signal NAME SIG WHO: WHO = ranks (mpirun's children) or mpirun
 signal() {
-  local name=$1 sig=$2 who=$3 out="$tmp/$1"
-  $MPIRUN -np 2 "$T" train "${A[@]}" --steps 100000 --dp 2 --out "$out" --log-every 1 >"$out.out" 2>&1 </dev/null &
+  local name=$1 sig=$2 who=$3 out="$tmp/$1" long=() a prev=
+  # A with --steps 100000 instead of 8 (a flag given twice is an error)
+  for a in "${A[@]}"; do [ "$prev" = --steps ] && a=100000; long+=("$a"); prev=$a; done
+  $MPIRUN -np 2 "$T" train "${long[@]}" --dp 2 --out "$out" --log-every 1 >"$out.out" 2>&1 </dev/null &
   local mp=$!
   for i in $(seq 1 200); do grep -q "^step  *3/" "$out.out" 2>/dev/null && break; sleep 0.1; done
   if [ "$who" = ranks ]; then kill -"$sig" $(pgrep -P $mp); else kill -"$sig" $mp; fi

@@ -1,0 +1,83 @@
+/* --resume supplies the model flags: a checkpoint records its model config,
+ * tokenizer and seed (and, since run_config, every flag), so a resume
+ * needs none of them and a contradicting one is refused before any work. */
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "run_config.h"
+#include "trident/base.h"
+#include "trident/ckpt.h"
+#include "trident/comm.h"
+#include "trident/formats_json.h"
+
+/* " (from --config F)" or " (on the command line)": where a contradicting value came from */
+static const char *origin(const td_flags_info *info, int from, char *buf, size_t cap) {
+    if (from == TD_FROM_CONFIG) snprintf(buf, cap, " (--config %s)", info->config);
+    else snprintf(buf, cap, "%s", "");
+    return buf;
+}
+
+void td_train_resume_defaults(td_train_opts *o, const td_flag *flags, int n, const td_flags_info *info) {
+    if (!o->resume) return;
+    int latest = strcmp(o->resume, "latest") == 0;
+    if (latest && !o->out) return; /* refused by the checks after the parse */
+    td_manifest m;
+    char dir[PATH_MAX], where[PATH_MAX + 64];
+    td_ckpt_read_manifest(latest ? o->out : o->resume, "--resume", &m, dir, sizeof dir);
+    struct {
+        int *value;
+        const char *flag;
+        int saved;
+    } model[] = {{&o->layers, "--layers", m.layers}, {&o->heads, "--heads", m.heads},
+                 {&o->embd, "--embd", m.embd},       {&o->seq, "--seq", m.seq},
+                 {&o->vocab, "--vocab", m.vocab}};
+    for (int i = 0; i < 5; i++) {
+        int from = td_flags_from(flags, n, info, model[i].value);
+        /* only a token file of ids has a --vocab to give (gpt2's is fixed,
+         * text builds its own) */
+        if (model[i].value == &o->vocab && from == TD_FROM_DEFAULT && m.tok_kind != TD_TOK_IDS) continue;
+        if (from == TD_FROM_DEFAULT) *model[i].value = model[i].saved;
+        TD_CHECK(*model[i].value == model[i].saved,
+                 "--resume %s: the checkpoint is of another model: it has %s %d, this run %d%s; leave %s out (a "
+                 "resume takes it from the checkpoint) or give %d", dir, model[i].flag, model[i].saved,
+                 *model[i].value, origin(info, from, where, sizeof where), model[i].flag, model[i].saved);
+    }
+    const char *kind = td_tokenizer_name((td_tokenizer_kind)m.tok_kind);
+    int from = td_flags_from(flags, n, info, &o->tokenizer);
+    if (from == TD_FROM_DEFAULT && m.tok_kind != TD_TOK_IDS) o->tokenizer = kind;
+    TD_CHECK(!o->tokenizer || strcmp(o->tokenizer, kind) == 0,
+             "--resume %s: --tokenizer %s%s contradicts the checkpoint's tokenizer %s%s; leave it out (a resume "
+             "takes it from the checkpoint)", dir, o->tokenizer, origin(info, from, where, sizeof where), kind,
+             m.tok_kind == TD_TOK_IDS ? " (token ids, no --tokenizer)" : "");
+    /* the data order of the steps to come is a function of the seed; a
+     * step-0 checkpoint (an import) has none yet */
+    from = td_flags_from(flags, n, info, &o->seed);
+    if (m.step > 0 && from == TD_FROM_DEFAULT) o->seed = m.seed;
+    TD_CHECK(m.step == 0 || o->seed == m.seed,
+             "--resume %s: --seed %llu%s contradicts the checkpoint's --seed %llu (the data order depends on it); "
+             "leave it out or give %llu", dir, o->seed, origin(info, from, where, sizeof where),
+             (unsigned long long)m.seed, (unsigned long long)m.seed);
+    /* the data: only run_config records it (a path as it was given; files
+     * may have moved, so a different --data is no contradiction) */
+    td_jv *rc = NULL;
+    td_err e;
+    if (m.run_config && !o->data && td_flags_from(flags, n, info, &o->data) == TD_FROM_DEFAULT) {
+        TD_CHECK(td_json_parse(m.run_config, strlen(m.run_config), &rc, &e) == 0, "%s/manifest.json: run_config: %s",
+                 dir, e.msg);
+        const td_jv *d = td_json_get(rc, "data");
+        if (d && d->type == TD_JV_STR) {
+            o->data = td_flags_strdup(d->str); /* a flag value: lives until exit */
+        }
+        td_json_free(rc);
+    }
+    td_manifest_free(&m);
+}
+
+int td_train_print_config(const td_train_opts *o) {
+    if (td_comm_rank(td_comm_world()) == 0) {
+        printf("%s\n", o->run_config);
+        fflush(stdout);
+    }
+    return 0;
+}
