@@ -108,6 +108,7 @@ void td_train_opts_parse(td_train_opts *o, int argc, char **argv) {
         {"--verbose", TD_FLAG_BOOL, &o->verbose, "every rank logs, prefixed with its grid position", NULL},
         {"--sample-tokens", TD_FLAG_INT, &o->sample_tokens, "print a sample of N tokens at the end (0)", "[0, 10000000]"},
         {"--sample-prompt", TD_FLAG_STR, &o->sample_prompt, "prompt for that sample", NULL},
+        {"--max-loss", TD_FLAG_FLOAT, &o->max_loss, "stop the run (exit 3, with a checkpoint in --out) when the training loss stays above X for 20 steps in a row (off)", "(0, inf)"},
     };
     td_flags_parse("train", flags, (int)(sizeof flags / sizeof flags[0]), argc, argv);
 
