@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ckpt_run.h"
 #include "preflight.h"
 #include "trident/base.h"
 #include "trident/comm.h"
@@ -316,6 +317,10 @@ td_preflight_result td_preflight(const td_train_opts *o, const td_grid *g, const
      * them: on a cluster another node may not even see that path, and a
      * probe there would create directories nobody uses */
     if (g->world_rank == 0) {
+        /* --resume before --out is made: a refused resume leaves no empty
+         * directory behind. It fails as TD_CHECK does, on this rank alone
+         * while the others wait in agree() for the job to end. */
+        td_run_resume_check(o, cfg, &d->tok);
         if (o->out) check_out(&v, o->out, &created_out);
         const char *data = strncmp(o->data, "synthetic:", 10) ? o->data : NULL;
         if (o->log) check_log(&v, o->log, data, o->out);
