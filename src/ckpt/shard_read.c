@@ -66,6 +66,8 @@ void td_ckpt_reader_open(td_ckpt_reader *r, const char *path, const char *what) 
     TD_CHECK(strlen(path) < PATH_MAX - 64, "%s %.64s...: the path is too long", what, path);
     char file[PATH_MAX + 64];
     struct stat st;
+    TD_CHECK(stat(path, &st) != 0 || S_ISDIR(st.st_mode), "%s %s is %s, not a directory; give a directory written by "
+             "'trident train --out' or one of its step directories", what, path, td_file_kind(st.st_mode));
     snprintf(file, sizeof file, "%s/manifest.json", path);
     if (stat(file, &st) == 0)
         snprintf(r->dir, sizeof r->dir, "%s", path);

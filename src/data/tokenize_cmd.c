@@ -109,8 +109,9 @@ static int write_shards(const char *dir, const char *name, const char *split, co
         snprintf(path, sizeof path, "%s/%s_%s_%06d.bin", dir, name, split, k);
         snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
         int32_t head[256] = {TD_LLMC_TOKENS_MAGIC, TD_LLMC_TOKENS_VERSION, (int32_t)m};
-        FILE *f = fopen(tmp, "wb");
-        TD_CHECK(f, "tokenize --out %s: cannot create %s: %s", dir, tmp, strerror(errno));
+        const char *why;
+        FILE *f = td_fopen_output(tmp, &why);
+        TD_CHECK(f, "tokenize --out %s: cannot create %s: %s", dir, tmp, why);
         int ok = fwrite(head, sizeof head, 1, f) == 1 && fwrite(tok + at, 2, m, f) == m;
         ok = (fclose(f) == 0) && ok;
         if (!ok || rename(tmp, path) != 0) {
@@ -173,8 +174,8 @@ int td_tokenize_main(int argc, char **argv) {
     for (int i = 0; i < nin; i++) {
         struct stat st;
         TD_CHECK(stat(in[i], &st) == 0, "tokenize: input %s: %s", in[i], strerror(errno));
-        TD_CHECK(S_ISREG(st.st_mode), "tokenize: input %s is not a regular file; give text files",
-                 in[i]);
+        TD_CHECK(S_ISREG(st.st_mode), "tokenize: input %s is %s, not a regular file; give text files",
+                 in[i], td_file_kind(st.st_mode));
     }
     char base[256];
     if (!name) {
@@ -193,8 +194,8 @@ int td_tokenize_main(int argc, char **argv) {
                  "tokenize --out %s: cannot create it: %s (its parent must exist)", out,
                  strerror(errno));
     } else {
-        TD_CHECK(S_ISDIR(st.st_mode), "tokenize --out %s is an existing file, not a directory",
-                 out);
+        TD_CHECK(S_ISDIR(st.st_mode), "tokenize --out %s is %s, not a directory", out,
+                 S_ISREG(st.st_mode) ? "an existing file" : td_file_kind(st.st_mode));
     }
     /* stale shards of an earlier run would be read by `train --data DIR` */
     char pattern[4400];
