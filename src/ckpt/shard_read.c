@@ -100,6 +100,13 @@ void td_ckpt_reader_open(td_ckpt_reader *r, const char *path, const char *what) 
     for (int f = 0; f < n; f++) r->fd[f] = -1;
 }
 
+static void open_file(td_ckpt_reader *r, int f, char *path, size_t cap);
+
+void td_ckpt_reader_open_shards(td_ckpt_reader *r) {
+    char path[PATH_MAX + 300];
+    for (int f = 0; f < r->m.n_files; f++) open_file(r, f, path, sizeof path);
+}
+
 void td_ckpt_reader_close(td_ckpt_reader *r) {
     for (int f = 0; f < r->m.n_files; f++)
         if (r->fd[f] >= 0) {

@@ -177,6 +177,7 @@ int td_ckpt_resume_check(const char *path, const td_gpt_config *cfg, const td_to
     td_ckpt_reader r;
     td_ckpt_reader_open(&r, path, "--resume");
     check_same_model(&r, cfg, tok, seed);
+    td_ckpt_reader_open_shards(&r);
     int step = r.m.step;
     td_ckpt_reader_close(&r);
     return step;

@@ -115,6 +115,9 @@ wait
 cat "$tmp"/res/*.ok 2>/dev/null | sort
 fails=$(ls "$tmp"/res/*.fail 2>/dev/null | wc -l)
 cat "$tmp"/res/*.fail 2>/dev/null
+# a refused --resume made no --out (it is checked first, shards included)
+left=$(cd "$tmp" && ls -d new-* 2>/dev/null)
+[ -z "$left" ] || { echo "FAIL: refused resumes left --out directories: $left"; fails=$((fails+1)); }
 # nothing was written through a link or into a FIFO: /dev/zero is still a
 # device, the FIFO and the socket are still what they were
 [ -c /dev/zero ] && [ -p "$tmp/odd/fifo" ] && [ -S "$tmp/odd/sock" ] && [ -z "$(ls -A "$tmp/odd/dir")" ] ||
