@@ -151,7 +151,8 @@ static int check_replaceable(verdict *v, const char *flag, const char *path, con
         size_t want = strlen(head);
         char buf[64] = {0};
         TD_ASSERT(want < sizeof buf);
-        FILE *f = fopen(path, "r");
+        const char *why;
+        FILE *f = td_fopen_input(path, NULL, &why);
         size_t n = f ? fread(buf, 1, want, f) : 0;
         if (f) fclose(f);
         if (n != want || memcmp(buf, head, n) != 0)
