@@ -168,8 +168,8 @@ int td_st_header_parse(const char *hdr, uint64_t n, uint64_t file_len, td_st_hea
          * past the header into the tensor data, and said so */
         size_t end;
         if (sscanf(je.msg, "byte %zu: text after the JSON value", &end) == 1 && strstr(je.msg, "text after"))
-            return td_err_set(e, "header length %" PRIu64 " runs past the header's JSON object, which ends at byte %zu "
-                                 "of it: a wrong length prefix, or text after the header", n, end);
+            return td_err_set(e, "header length %" PRIu64 " runs past the header's JSON object: text follows it at "
+                                 "byte %zu of the header (a wrong length prefix, or text after the header)", n, end);
         return td_err_set(e, "header JSON: %s", je.msg);
     }
     h->header_len = n;
