@@ -43,9 +43,17 @@ const spec = Buffer.concat(specials.map(([id, text]) => {
   return Buffer.concat([h, text]);
 }));
 const payload = Buffer.concat([lengths, data, spec]);
-// FNV-1a, 64 bit, over everything after the header
-let hash = 0xcbf29ce484222325n;
-for (const byte of payload) hash = BigInt.asUintN(64, (hash ^ BigInt(byte)) * 0x100000001b3n);
+// XXH3-64 (seed 0) over everything after the header, the checksum of
+// trident's other files (src/formats/hash.c). Node has no XXH3 of its own,
+// so Debian's python3-xxhash computes it (the tests' independent checksum
+// reader, tests/cli/ckpt_xxh3.py, uses the same module; scripts/deps.sh
+// installs it); PYTHON overrides /usr/bin/python3.
+const { execFileSync } = require('child_process');
+const hex = execFileSync(process.env.PYTHON || '/usr/bin/python3',
+  ['-c', 'import sys, xxhash; print(xxhash.xxh3_64_hexdigest(sys.stdin.buffer.read()))'],
+  { input: payload }).toString().trim();
+if (!/^[0-9a-f]{16}$/.test(hex)) throw new Error(`xxh3 gave '${hex}'`);
+const hash = BigInt('0x' + hex);
 const head = Buffer.alloc(32);
 head.write('TRIDBPE1', 0, 'latin1');
 head.writeUInt32LE(ranks.length, 8);

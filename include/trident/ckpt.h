@@ -94,6 +94,12 @@ size_t td_ckpt_writer_bookkeeping(int n_rows);
  * training rank; no communication. */
 void td_ckpt_resume(td_dp *dp, const td_grid *g, const td_param_table *t, const td_gpt_config *cfg,
                     const td_tokenizer *tok, const char *path, td_ckpt_meta *meta);
+/* The checks of td_ckpt_resume that need no state (the path, latest, the
+ * manifest, the model, tokenizer and seed, every shard's header; not the
+ * data blocks' checksums, which the load verifies), on one process: the trainer
+ * runs them before it creates --out, so a refused resume leaves no empty
+ * directory behind. Returns the checkpoint's step; fails as td_ckpt_resume. */
+int td_ckpt_resume_check(const char *path, const td_gpt_config *cfg, const td_tokenizer *tok, unsigned long long seed);
 
 /* Milliseconds this process has spent so far computing the checksums of
  * shard data it wrote (*write_ms) and verifying what it read (*read_ms):

@@ -8,7 +8,8 @@
  *   12  u32      n_special: special tokens (GPT-2: 1, <|endoftext|>)
  *   16  u32      data_bytes: the sum of the token lengths
  *   20  u32      0
- *   24  u64      FNV-1a 64 of every byte from offset 32 to the end
+ *   24  u64      XXH3-64 (seed 0; formats_hash.h's td_xxh3) of every byte
+ *                from offset 32 to the end
  *   32  u8[n_ranks]      token lengths, 1..255
  *       u8[data_bytes]   the tokens' bytes, in rank order
  *       n_special x {u32 id, u8 len, u8[len] text}
@@ -46,8 +47,6 @@ typedef struct {
     td_bpe_special special[TD_BPE_MAX_SPECIAL];
 } td_bpe_file;
 
-/* FNV-1a 64 of p[0..n) (the file's checksum). */
-uint64_t td_bpe_file_checksum(const unsigned char *p, size_t n);
 /* Parses the whole file p[0..n). On success f points into p (keep it) and
  * f->offset is malloc'd: release with td_bpe_file_free. */
 int td_bpe_file_parse(const unsigned char *p, size_t n, td_bpe_file *f, td_err *e);

@@ -70,6 +70,7 @@ typedef struct {
      * exit), NULL when the options were filled in by hand */
     char *run_config;
     int print_config; /* --print-config: print run_config and exit 0 */
+    float max_loss;   /* --max-loss X: stop when the loss stays above X (divergence.h); 0: off */
 } td_train_opts;
 
 void td_train_opts_default(td_train_opts *o);
@@ -141,6 +142,7 @@ typedef struct {
     td_pp_stats pp_stats;
     double pp_bubble, pp_bubble_theory;
     double pp_stage_bubble[TD_MAX_PP_REPORT]; /* per stage (the first TD_MAX_PP_REPORT) */
+    int stop_saved; /* > 0: the stop (--max-loss) saved a checkpoint after this many steps */
 } td_train_result;
 
 /* Collective over the world; td_comm_init must have been called. */

@@ -41,7 +41,10 @@ int td_open_input(const char *path, struct stat *st, const char **why) {
     if (!st) st = &local;
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
     if (fd < 0) {
-        *why = strerror(errno);
+        /* a socket cannot be opened at all (ENXIO): say what it is */
+        int e = errno;
+        *why = e == ENXIO && stat(path, st) == 0 && !S_ISREG(st->st_mode) ? not_regular(st->st_mode) : strerror(e);
+        errno = e;
         return -1;
     }
     if (fstat(fd, st) != 0) {

@@ -92,6 +92,9 @@ typedef struct {
 /* path: a step directory or an --out directory (follows latest); what names
  * the flag in errors. */
 void td_ckpt_reader_open(td_ckpt_reader *r, const char *path, const char *what);
+/* Opens and checks every shard's header now (size, step, run, rank, header
+ * checksum), no data: what a reader would find first, found up front. */
+void td_ckpt_reader_open_shards(td_ckpt_reader *r);
 void td_ckpt_reader_close(td_ckpt_reader *r);
 /* Reads file f's tensor `key` (n floats, F32) into dst and verifies its
  * blocks' checksums; errors name the file, rank and tensor. The file is

@@ -25,6 +25,40 @@ static void read_exact(int fd, void *p, uint64_t n, uint64_t off, const char *pa
     }
 }
 
+/* DIR/latest: the step directory it names, into r->dir. trident writes a
+ * relative link (step-NNNNNNNN). An absolute link is accepted when it
+ * resolves to a directory directly inside DIR (the same checkpoint named
+ * the long way); one that leads out of DIR, absolute or relative, is
+ * refused: that is a copied or moved checkpoint directory whose latest
+ * still names the original, and resuming from it would read another
+ * directory's state unawares. */
+static void resolve_latest(td_ckpt_reader *r, const char *path, const char *what) {
+    char link[PATH_MAX + 16], target[PATH_MAX], real_dir[PATH_MAX], real_step[PATH_MAX], file[PATH_MAX + 64];
+    struct stat st;
+    snprintf(link, sizeof link, "%s/latest", path);
+    TD_CHECK(lstat(link, &st) != 0 || S_ISLNK(st.st_mode),
+             "%s %s: its latest is %s, not the symbolic link to a step directory that 'trident train --out' writes", what,
+             path, td_file_kind(st.st_mode));
+    ssize_t n = readlink(link, target, sizeof target - 1);
+    TD_CHECK(n > 0, "%s %s: cannot open it as a step directory (no manifest.json) or as a directory written by "
+             "'trident train --out' (no latest link): %s", what, path, strerror(errno));
+    target[n] = 0;
+    int k = target[0] == '/' ? snprintf(r->dir, sizeof r->dir, "%s", target)
+                             : snprintf(r->dir, sizeof r->dir, "%s/%s", path, target);
+    TD_CHECK(k > 0 && (size_t)k < sizeof r->dir, "%s %s: latest names %.64s..., too long a path", what, path, target);
+    TD_CHECK(realpath(r->dir, real_step) && realpath(path, real_dir), "%s %s: latest names %s, which cannot be opened: %s",
+             what, path, target, strerror(errno));
+    char *slash = strrchr(real_step, '/');
+    size_t parent = slash ? (size_t)(slash - real_step) : 0;
+    TD_CHECK(parent == strlen(real_dir) && strncmp(real_step, real_dir, parent) == 0,
+             "%s %s: latest names %s, which is not a step directory inside %s (a copied or moved checkpoint "
+             "directory?); give that step directory itself, or point latest at a step directory of %s (ln -sfn step-NNNNNNNN "
+             "%s/latest)", what, path, target, path, path, path);
+    snprintf(file, sizeof file, "%s/manifest.json", r->dir);
+    TD_CHECK(stat(file, &st) == 0, "%s %s: latest names %s, which holds no manifest.json: %s", what, path, target,
+             strerror(errno));
+}
+
 void td_ckpt_reader_open(td_ckpt_reader *r, const char *path, const char *what) {
     memset(r, 0, sizeof *r);
     TD_CHECK(path && *path, "%s needs a directory written by 'trident train --out' or one of its step directories",
@@ -32,25 +66,14 @@ void td_ckpt_reader_open(td_ckpt_reader *r, const char *path, const char *what) 
     TD_CHECK(strlen(path) < PATH_MAX - 64, "%s %.64s...: the path is too long", what, path);
     char file[PATH_MAX + 64];
     struct stat st;
+    TD_CHECK(stat(path, &st) != 0 || S_ISDIR(st.st_mode), "%s %s is %s, not a directory; give a directory written by "
+             "'trident train --out' or one of its step directories", what, path, td_file_kind(st.st_mode));
     snprintf(file, sizeof file, "%s/manifest.json", path);
-    if (stat(file, &st) == 0) {
+    if (stat(file, &st) == 0)
         snprintf(r->dir, sizeof r->dir, "%s", path);
-    } else {
-        char link[PATH_MAX + 16], target[PATH_MAX];
-        snprintf(link, sizeof link, "%s/latest", path);
-        ssize_t n = readlink(link, target, sizeof target - 1);
-        TD_CHECK(n > 0, "%s %s: cannot open it as a step directory (no manifest.json) or as a directory written by "
-                 "'trident train --out' (no latest link): %s", what, path, strerror(errno));
-        target[n] = 0;
-        /* a relative link is relative to DIR (as trident writes it); an
-         * absolute one stands alone */
-        int k = target[0] == '/' ? snprintf(r->dir, sizeof r->dir, "%s", target)
-                                 : snprintf(r->dir, sizeof r->dir, "%s/%s", path, target);
-        TD_CHECK(k > 0 && (size_t)k < sizeof r->dir, "%s %s: latest names %.64s..., too long a path", what, path, target);
-        snprintf(file, sizeof file, "%s/manifest.json", r->dir);
-        TD_CHECK(stat(file, &st) == 0, "%s %s: latest names %s, which holds no manifest.json: %s", what, path, target,
-                 strerror(errno));
-    }
+    else
+        resolve_latest(r, path, what);
+    snprintf(file, sizeof file, "%s/manifest.json", r->dir);
     const char *why;
     int fd = td_open_input(file, &st, &why);
     TD_CHECK(fd >= 0, "%s: cannot read it: %s", file, why);
@@ -75,6 +98,13 @@ void td_ckpt_reader_open(td_ckpt_reader *r, const char *path, const char *what) 
     r->flen = td_alloc(sizeof(uint64_t) * (size_t)n, TD_MEM_OTHER);
     memset(r->hdr, 0, sizeof(td_st_header) * (size_t)n);
     for (int f = 0; f < n; f++) r->fd[f] = -1;
+}
+
+static void open_file(td_ckpt_reader *r, int f, char *path, size_t cap);
+
+void td_ckpt_reader_open_shards(td_ckpt_reader *r) {
+    char path[PATH_MAX + 300];
+    for (int f = 0; f < r->m.n_files; f++) open_file(r, f, path, sizeof path);
 }
 
 void td_ckpt_reader_close(td_ckpt_reader *r) {

@@ -154,6 +154,35 @@ size_t td_ckpt_save_sharded(td_dp *dp, const td_grid *g, const td_param_table *t
     return td_shard_bookkeeping(n);
 }
 
+/* The checkpoint of r against this run: the model, the tokenizer, the seed. */
+static void check_same_model(const td_ckpt_reader *r, const td_gpt_config *cfg, const td_tokenizer *tok,
+                             unsigned long long seed) {
+    const td_manifest *m = &r->m;
+    int got[5] = {m->layers, m->heads, m->embd, m->seq, m->vocab}, want[5] = {cfg->L, cfg->H, cfg->C, cfg->T, cfg->V};
+    static const char *field[5] = {"--layers", "--heads", "--embd", "--seq", "the vocabulary size of --data"};
+    for (int i = 0; i < 5; i++)
+        TD_CHECK(got[i] == want[i], "--resume %s: the checkpoint is of another model: it has %s %d, this run %d",
+                 r->dir, field[i], got[i], want[i]);
+    TD_CHECK(m->tok_kind == (int)tok->kind && (tok->kind != TD_TOK_CHAR ||
+                                               memcmp(m->chars, tok->chars, sizeof(uint32_t) * (size_t)tok->V) == 0),
+             "--resume %s: the checkpoint's tokenizer (%s) differs from this run's (--data, --tokenizer)", r->dir,
+             td_tokenizer_name((td_tokenizer_kind)m->tok_kind));
+    /* the data order of the steps to come depends on the seed; a step-0
+     * checkpoint (an imported model) has no order to continue */
+    TD_CHECK(m->seed == seed || m->step == 0, "--resume %s: the checkpoint was trained with --seed %llu, this run has --seed "
+             "%llu; the data order depends on it", r->dir, (unsigned long long)m->seed, seed);
+}
+
+int td_ckpt_resume_check(const char *path, const td_gpt_config *cfg, const td_tokenizer *tok, unsigned long long seed) {
+    td_ckpt_reader r;
+    td_ckpt_reader_open(&r, path, "--resume");
+    check_same_model(&r, cfg, tok, seed);
+    td_ckpt_reader_open_shards(&r);
+    int step = r.m.step;
+    td_ckpt_reader_close(&r);
+    return step;
+}
+
 void td_ckpt_resume(td_dp *dp, const td_grid *g, const td_param_table *t, const td_gpt_config *cfg,
                     const td_tokenizer *tok, const char *path, td_ckpt_meta *meta) {
     double t0 = td_now_ms(), v0 = td_ckpt_verify_ms;
@@ -162,19 +191,7 @@ void td_ckpt_resume(td_dp *dp, const td_grid *g, const td_param_table *t, const 
     td_ckpt_reader r;
     td_ckpt_reader_open(&r, path, "--resume");
     const td_manifest *m = &r.m;
-    int got[5] = {m->layers, m->heads, m->embd, m->seq, m->vocab}, want[5] = {cfg->L, cfg->H, cfg->C, cfg->T, cfg->V};
-    static const char *field[5] = {"--layers", "--heads", "--embd", "--seq", "the vocabulary size of --data"};
-    for (int i = 0; i < 5; i++)
-        TD_CHECK(got[i] == want[i], "--resume %s: the checkpoint is of another model: it has %s %d, this run %d",
-                 r.dir, field[i], got[i], want[i]);
-    TD_CHECK(m->tok_kind == (int)tok->kind && (tok->kind != TD_TOK_CHAR ||
-                                               memcmp(m->chars, tok->chars, sizeof(uint32_t) * (size_t)tok->V) == 0),
-             "--resume %s: the checkpoint's tokenizer (%s) differs from this run's (--data, --tokenizer)", r.dir,
-             td_tokenizer_name((td_tokenizer_kind)m->tok_kind));
-    /* the data order of the steps to come depends on the seed; a step-0
-     * checkpoint (an imported model) has no order to continue */
-    TD_CHECK(m->seed == meta->seed || m->step == 0, "--resume %s: the checkpoint was trained with --seed %llu, this run has --seed "
-             "%llu; the data order depends on it", r.dir, (unsigned long long)m->seed, meta->seed);
+    check_same_model(&r, cfg, tok, meta->seed);
     td_ckpt_resume_data_check(m, meta, r.dir, g->world_rank == 0);
     for (int s = 0; s < TD_MF_NSECTIONS; s++) {
         range_list l = {0, 0, NULL};

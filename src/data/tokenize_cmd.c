@@ -128,7 +128,8 @@ static int write_shards(const char *dir, const char *name, int s, const uint16_t
         snprintf(path, sizeof path, "%s/%s_%s_%06d.bin", dir, name, split[s], man->split_shards[s]);
         snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
         int32_t head[256] = {TD_LLMC_TOKENS_MAGIC, TD_LLMC_TOKENS_VERSION, (int32_t)m};
-        FILE *f = fopen(tmp, "wb");
+        const char *why; /* a pid-named new file: errno says why it failed */
+        FILE *f = td_fopen_output(tmp, &why);
         int ok = f && fwrite(head, sizeof head, 1, f) == 1 && fwrite(tok + at, 2, m, f) == m;
         *err = errno;
         ok = f && (fclose(f) == 0) && ok;
@@ -213,8 +214,8 @@ int td_tokenize_main(int argc, char **argv) {
     for (int i = 0; i < nin; i++) {
         struct stat st;
         TD_CHECK(stat(in[i], &st) == 0, "tokenize: input %s: %s", in[i], strerror(errno));
-        TD_CHECK(S_ISREG(st.st_mode), "tokenize: input %s is not a regular file; give text files",
-                 in[i]);
+        TD_CHECK(S_ISREG(st.st_mode), "tokenize: input %s is %s, not a regular file; give text files",
+                 in[i], td_file_kind(st.st_mode));
     }
     char base[256];
     if (!name) {
@@ -241,8 +242,8 @@ int td_tokenize_main(int argc, char **argv) {
                  "tokenize --out %s: cannot create it: %s (its parent must exist)", out,
                  out_errno == ENOENT ? "its parent is not a directory" : strerror(out_errno));
     } else {
-        TD_CHECK(S_ISDIR(st.st_mode), "tokenize --out %s is an existing file, not a directory",
-                 out);
+        TD_CHECK(S_ISDIR(st.st_mode), "tokenize --out %s is %s, not a directory", out,
+                 S_ISREG(st.st_mode) ? "an existing file" : td_file_kind(st.st_mode));
     }
     /* a directory holds one shard set, which its data.json describes; stale
      * shards of an earlier run would be read by `train --data DIR` */

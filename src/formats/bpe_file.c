@@ -5,15 +5,10 @@
 #include <string.h>
 
 #include "trident/formats_bpe.h"
+#include "trident/formats_hash.h"
 
 static uint32_t rd32(const unsigned char *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-uint64_t td_bpe_file_checksum(const unsigned char *p, size_t n) {
-    uint64_t h = 0xcbf29ce484222325ULL;
-    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ULL;
-    return h;
 }
 
 /* Finds the first token that appears twice: a table of ranks keyed by their
@@ -29,7 +24,7 @@ static long long first_duplicate(const td_bpe_file *f, int *oom) {
     for (uint32_t r = 0; r < f->n_ranks && dup < 0; r++) {
         const unsigned char *t = f->data + f->offset[r];
         size_t len = f->offset[r + 1] - f->offset[r];
-        size_t i = (size_t)td_bpe_file_checksum(t, len) & (cap - 1);
+        size_t i = (size_t)td_xxh3(t, len) & (cap - 1);
         for (; slot[i] != UINT32_MAX; i = (i + 1) & (cap - 1)) {
             uint32_t o = slot[i];
             if (f->offset[o + 1] - f->offset[o] == len &&
@@ -66,10 +61,10 @@ int td_bpe_file_parse(const unsigned char *p, size_t n, td_bpe_file *f, td_err *
                           (unsigned long long)need);
     uint64_t want = 0;
     for (int i = 7; i >= 0; i--) want = want << 8 | p[24 + i];
-    uint64_t have = td_bpe_file_checksum(p + TD_BPE_HEADER_BYTES, n - TD_BPE_HEADER_BYTES);
+    uint64_t have = td_xxh3(p + TD_BPE_HEADER_BYTES, n - TD_BPE_HEADER_BYTES);
     if (have != want)
         return td_err_set(e,
-                          "checksum mismatch, the file is corrupt (FNV-1a 64 of bytes 32.. is "
+                          "checksum mismatch, the file is corrupt (XXH3-64 of bytes 32.. is "
                           "%016llx, the header says %016llx)",
                           (unsigned long long)have, (unsigned long long)want);
     const unsigned char *lens = p + TD_BPE_HEADER_BYTES;

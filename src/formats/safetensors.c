@@ -35,9 +35,8 @@ int td_st_header_len(const void *first8, uint64_t file_len, uint64_t *n, td_err 
         return td_err_set(e, "header length: %" PRIu64 " bytes, more than the %llu-byte limit", v,
                           TD_ST_MAX_HEADER);
     if (v > file_len - 8)
-        return td_err_set(e, "header length: %" PRIu64 " bytes, but the file has only %" PRIu64
-                             " bytes after the length prefix (truncated or not safetensors)",
-                          v, file_len - 8);
+        return td_err_set(e, "header length %" PRIu64 " (+ the 8-byte prefix) exceeds the file's size %" PRIu64
+                             " (truncated or not safetensors)", v, file_len);
     *n = v;
     return 0;
 }
@@ -164,8 +163,15 @@ int td_st_header_parse(const char *hdr, uint64_t n, uint64_t file_len, td_st_hea
         return td_err_set(e, "header length: %" PRIu64 " bytes do not fit a %" PRIu64 "-byte file",
                           n, file_len);
     td_err je;
-    if (td_json_parse(hdr, (size_t)n, &h->json, &je))
+    if (td_json_parse(hdr, (size_t)n, &h->json, &je)) {
+        /* text after the object: most likely a length prefix that runs
+         * past the header into the tensor data, and said so */
+        size_t end;
+        if (sscanf(je.msg, "byte %zu: text after the JSON value", &end) == 1 && strstr(je.msg, "text after"))
+            return td_err_set(e, "header length %" PRIu64 " runs past the header's JSON object: text follows it at "
+                                 "byte %zu of the header (a wrong length prefix, or text after the header)", n, end);
         return td_err_set(e, "header JSON: %s", je.msg);
+    }
     h->header_len = n;
     h->data_off = 8 + n;
     if (parse_body(h, h, file_len - h->data_off, e)) {

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "trident/base.h"
+#include "trident/files.h"
 #include "trident/comm.h"
 #include "trident/flags.h"
 #include "trident/kernels.h"
@@ -114,6 +115,12 @@ int td_calibrate_main(int argc, char **argv) {
         snprintf(path, sizeof path, "%s", out);
     else
         td_plan_profile_path(path, sizeof path);
+    /* refused before the measuring: the rename at the end would replace a
+     * FIFO or a device, and a directory fails only after minutes */
+    struct stat st;
+    TD_CHECK(stat(path, &st) != 0 || S_ISREG(st.st_mode),
+             "plan --calibrate --out %s is %s, not a regular file; name a file for the profile", path,
+             td_file_kind(st.st_mode));
     td_comm *w = td_comm_world();
     int rank = td_comm_rank(w), n = td_comm_size(w);
     td_profile p;
@@ -184,8 +191,9 @@ int td_calibrate_main(int argc, char **argv) {
     mkdirs_for(path);
     char tmp[600];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    TD_CHECK(f, "--out %s: cannot write the profile there", path);
+    const char *why;
+    FILE *f = td_fopen_output(tmp, &why);
+    TD_CHECK(f, "--out %s: cannot write the profile there (%s: %s)", path, tmp, why);
     int ok = fputs(text, f) >= 0;
     ok = (fclose(f) == 0) && ok;
     TD_CHECK(ok && rename(tmp, path) == 0, "--out %s: writing the profile failed", path);

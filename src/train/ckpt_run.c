@@ -54,17 +54,23 @@ void td_run_ckpt_meta(const td_train_opts *o, const td_grid *g, const td_loss_sc
 
 /* --resume: the state of a checkpoint in this layout; returns the step to
  * continue at (0 without --resume). */
+void td_run_resume_check(const td_train_opts *o, const td_gpt_config *cfg, const td_tokenizer *tok) {
+    if (!o->resume) return;
+    int step = td_ckpt_resume_check(strcmp(o->resume, "latest") == 0 ? o->out : o->resume, cfg, tok, o->seed);
+    TD_CHECK(step < o->steps, "--resume %s: the checkpoint is at step %d, and --steps %d leaves nothing to "
+             "train; pass a larger --steps", o->resume, step, o->steps);
+    TD_CHECK(o->stop_after == 0 || o->stop_after >= step, "--stop-after %d: the checkpoint is already at "
+             "step %d (--stop-after counts from step 0; at the checkpoint's step, it is saved again in this layout)",
+             o->stop_after, step);
+}
+
 int td_run_resume(const td_train_opts *o, td_dp *dp, const td_grid *g, const td_param_table *t,
                   const td_gpt_config *cfg, const td_tokenizer *tok, td_loss_scaler *scaler) {
     if (!o->resume) return 0;
     td_ckpt_meta meta;
     td_run_ckpt_meta(o, g, scaler, 0, &meta);
     td_ckpt_resume(dp, g, t, cfg, tok, strcmp(o->resume, "latest") == 0 ? o->out : o->resume, &meta);
-    TD_CHECK(meta.step < o->steps, "--resume %s: the checkpoint is at step %d, and --steps %d leaves nothing to "
-             "train; pass a larger --steps", o->resume, meta.step, o->steps);
-    TD_CHECK(o->stop_after == 0 || o->stop_after >= meta.step, "--stop-after %d: the checkpoint is already at "
-             "step %d (--stop-after counts from step 0; at the checkpoint's step, it is saved again in this layout)",
-             o->stop_after, meta.step);
+    TD_ASSERT(meta.step < o->steps); /* td_run_resume_check, in td_preflight */
     *scaler = meta.scaler;
     g_run_id = meta.run; /* a resumed run goes on as the same run */
     return meta.step;

@@ -22,6 +22,10 @@ void td_run_ckpt_meta(const td_train_opts *o, const td_grid *g, const td_loss_sc
 void td_run_save(td_dp *dp, const td_grid *g, const td_param_table *t, const td_param_table *canon,
                  const td_gpt_config *cfg, const td_tokenizer *tok, const td_train_opts *o, int steps_done,
                  const td_loss_scaler *sc, const td_mem_plan *plan, td_train_result *res, int measure);
+/* --resume's checks that need no state (td_ckpt_resume_check, and the
+ * checkpoint's step against --steps and --stop-after), on one process:
+ * td_preflight runs them on world rank 0 before it creates --out. */
+void td_run_resume_check(const td_train_opts *o, const td_gpt_config *cfg, const td_tokenizer *tok);
 /* --resume: this rank's state from the checkpoint, the loss scaler's too;
  * returns the step to continue at (0 without --resume). */
 int td_run_resume(const td_train_opts *o, td_dp *dp, const td_grid *g, const td_param_table *t,

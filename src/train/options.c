@@ -110,6 +110,7 @@ int td_train_flag_table(td_train_opts *o, td_flag *out, int cap) {
         {"--sample-tokens", TD_FLAG_INT, &o->sample_tokens, "print a sample of N tokens at the end (0)", "[0, 10000000]"},
         {"--sample-prompt", TD_FLAG_STR, &o->sample_prompt, "prompt for that sample", NULL},
         {"--strict-data", TD_FLAG_BOOL, &o->strict_data, "--resume onto data other than the checkpoint's (its recorded size and XXH3), or onto a checkpoint that records none, is an error instead of a note", NULL},
+        {"--max-loss", TD_FLAG_FLOAT, &o->max_loss, "stop the run (exit 3, with a checkpoint in --out) when the training loss stays above X for 20 steps in a row (off)", "(0, inf)"},
     };
     int n = (int)(sizeof flags / sizeof flags[0]);
     TD_ASSERT(n <= cap);

@@ -14,9 +14,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ckpt_run.h"
 #include "preflight.h"
 #include "trident/base.h"
 #include "trident/comm.h"
+#include "trident/files.h"
 #include "trident/formats_data.h"
 
 typedef struct {
@@ -47,8 +49,9 @@ static int check_out(verdict *v, const char *out, int *created) {
     if (!*out) return refuse(v, "--out needs a directory name");
     if (stat(out, &st) == 0) {
         if (!S_ISDIR(st.st_mode))
-            return refuse(v, "--out %s is an existing file, not a directory; name a directory "
-                             "(it is created if missing)", out);
+            return refuse(v, "--out %s is %s, not a directory; name a directory "
+                             "(it is created if missing)", out,
+                          S_ISREG(st.st_mode) ? "an existing file" : td_file_kind(st.st_mode));
     } else if (errno == ENOENT) {
         if (mkdir(out, 0777) != 0) {
             int e = errno;
@@ -136,8 +139,11 @@ static int check_replaceable(verdict *v, const char *flag, const char *path, con
     struct stat st, ds;
     *exists = stat(path, &st) == 0;
     if (!*exists) return 0;
-    if (S_ISDIR(st.st_mode))
-        return refuse(v, "%s %s is a directory; name a file (%s written to it)", flag, path, writes);
+    /* only a regular file: a FIFO would block the probe's open, a device
+     * would be written to, and the trace's rename would replace either */
+    if (!S_ISREG(st.st_mode))
+        return refuse(v, "%s %s is %s, not a regular file; name a file (%s written to it)", flag, path,
+                      td_file_kind(st.st_mode), writes);
     if (data && stat(data, &ds) == 0 && ds.st_dev == st.st_dev && ds.st_ino == st.st_ino)
         return refuse(v, "%s %s is the --data file %s; it would be overwritten; name another file", flag,
                       path, data);
@@ -145,7 +151,8 @@ static int check_replaceable(verdict *v, const char *flag, const char *path, con
         size_t want = strlen(head);
         char buf[64] = {0};
         TD_ASSERT(want < sizeof buf);
-        FILE *f = fopen(path, "r");
+        const char *why;
+        FILE *f = td_fopen_input(path, NULL, &why);
         size_t n = f ? fread(buf, 1, want, f) : 0;
         if (f) fclose(f);
         if (n != want || memcmp(buf, head, n) != 0)
@@ -163,12 +170,14 @@ static int check_log(verdict *v, const char *log, const char *data, const char *
     if (check_replaceable(v, "--log", log, data, "{\"event\": \"start\"", "log", "JSON lines are", &exists))
         return 1;
     if (exists) {
-        int fd = open(log, O_WRONLY); /* no O_TRUNC: a probe changes nothing */
-        if (fd < 0) return refuse(v, "--log %s cannot be written: %s", log, strerror(errno));
+        const char *why;
+        int fd = td_open_output(log, O_WRONLY, 0, &why); /* no O_TRUNC: a probe changes nothing */
+        if (fd < 0) return refuse(v, "--log %s cannot be written: %s", log, why);
         close(fd);
     } else {
-        int fd = open(log, O_WRONLY | O_CREAT | O_EXCL, 0644);
-        if (fd < 0) return refuse(v, "--log %s cannot be created: %s", log, strerror(errno));
+        const char *why;
+        int fd = td_open_output(log, O_WRONLY | O_CREAT | O_EXCL, 0644, &why);
+        if (fd < 0) return refuse(v, "--log %s cannot be created: %s", log, why);
         close(fd);
         unlink(log);
     }
@@ -190,12 +199,13 @@ static int check_trace(verdict *v, const char *trace, const char *log, const cha
         return 1;
     char tmp[PATH_MAX + 8];
     snprintf(tmp, sizeof tmp, "%s.tmp", trace);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    const char *why;
+    int fd = td_open_output(tmp, O_WRONLY | O_CREAT | O_EXCL, 0644, &why);
     if (fd < 0 && errno == EEXIST) /* a run that died while writing left it */
-        fd = open(tmp, O_WRONLY);
+        fd = td_open_output(tmp, O_WRONLY, 0, &why);
     else if (fd >= 0)
         unlink(tmp);
-    if (fd < 0) return refuse(v, "--trace %s cannot be written (creating %s: %s)", trace, tmp, strerror(errno));
+    if (fd < 0) return refuse(v, "--trace %s cannot be written (creating %s: %s)", trace, tmp, why);
     close(fd);
     return check_outside_out(v, "--trace", trace, out);
 }
@@ -316,6 +326,10 @@ td_preflight_result td_preflight(const td_train_opts *o, const td_grid *g, const
      * them: on a cluster another node may not even see that path, and a
      * probe there would create directories nobody uses */
     if (g->world_rank == 0) {
+        /* --resume before --out is made: a refused resume leaves no empty
+         * directory behind. It fails as TD_CHECK does, on this rank alone
+         * while the others wait in agree() for the job to end. */
+        td_run_resume_check(o, cfg, &d->tok);
         if (o->out) check_out(&v, o->out, &created_out);
         const char *data = strncmp(o->data, "synthetic:", 10) ? o->data : NULL;
         if (o->log) check_log(&v, o->log, data, o->out);

@@ -5,6 +5,7 @@
 
 #include "report.h"
 #include "trident/base.h"
+#include "trident/files.h"
 #include "trident/comm.h"
 #include "trident/kernels.h"
 #include "trident/kernels_bf16.h"
@@ -31,8 +32,9 @@ void td_report_open(td_report *r, const td_train_opts *o, const td_grid *g,
     r->peak_gflops = peak;
     r->peak_flops = peak * 1e9 * threads * (g->dp * g->tp * g->pp);
     if (g->world_rank == 0 && o->log) {
-        r->log = fopen(o->log, "w");
-        TD_CHECK(r->log, "--log %s cannot be written: %s", o->log, strerror(errno));
+        const char *why;
+        r->log = td_fopen_output(o->log, &why);
+        TD_CHECK(r->log, "--log %s cannot be written: %s", o->log, why);
     }
     td_grid_print(g);
     if (o->run_config) td_log("config: %s\n", o->run_config); /* every flag's value (docs/config.md) */

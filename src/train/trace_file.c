@@ -11,6 +11,7 @@
 
 #include "trace_file.h"
 #include "trident/base.h"
+#include "trident/files.h"
 #include "trident/comm.h"
 #include "trident/timeline.h"
 
@@ -68,8 +69,9 @@ void td_trace_file_write(const char *path, const td_grid *g) {
     }
     char tmp[8192];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    TD_CHECK(f, "--trace %s: cannot create %s: %s", path, tmp, strerror(errno));
+    const char *why;
+    FILE *f = td_fopen_output(tmp, &why);
+    TD_CHECK(f, "--trace %s: cannot create %s: %s", path, tmp, why);
     static const char head[] = "{\"traceEvents\":[\n",
                       tail[] = "\n],\n\"displayTimeUnit\":\"ms\"}\n";
     put(f, tmp, path, head, sizeof head - 1);

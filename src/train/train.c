@@ -7,6 +7,7 @@
 
 #include "ckpt_run.h"
 #include "auto.h"
+#include "divergence.h"
 #include "grad_watch.h"
 #include "layout_pass.h"
 #include "mem_plan.h"
@@ -269,6 +270,8 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
         int first = td_run_resume(o, dp, &g, &table, &cfg, &data.tok, &scaler), n_timed = 0;
         res->steps_done = first;
         int stoppable = mode != TD_DP_PS && o->out; /* a stop saves into --out */
+        td_divergence div;
+        td_divergence_init(&div, o->max_loss, o->optim.warmup);
         if (stoppable) td_stop_signals_install();
         /* --stop-after at the resumed step: the checkpoint saved again in
          * this layout, no step trained (a checkpoint converted) */
@@ -382,6 +385,17 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
                 } else
                     stop_on_gradient(res, &table, bad_step, bad_row,
                                      isnan(norm) ? "nan" : isinf(norm) ? "inf" : "not finite");
+                td_dp_stop(dp, step);
+                break;
+            }
+            /* --max-loss: a finite loss too high for too long stops every
+             * rank (the loss is global) with a checkpoint of this step */
+            if (td_divergence_step(&div, step, loss, res->stop_msg, sizeof res->stop_msg)) {
+                res->stop_step = step;
+                if (stoppable) {
+                    td_run_save(dp, &g, &table, &canon, &cfg, &data.tok, o, step + 1, &scaler, &plan, res, 0);
+                    res->stop_saved = step + 1;
+                }
                 td_dp_stop(dp, step);
                 break;
             }
@@ -545,10 +559,15 @@ int td_train_main(int argc, char **argv) {
         /* one line, from rank 0; every rank exits non-zero after finalize */
         if (td_log_rank() == 0) {
             fflush(stdout);
-            fprintf(stderr, "trident: error: %s; the run stopped%s%s%s\n",
-                    res.stop_msg[0] ? res.stop_msg : "the run stopped on another rank",
-                    o.out ? " and saved nothing from this step on (--out " : "", o.out ? o.out : "",
-                    o.out ? ": earlier checkpoints and latest are untouched)" : "");
+            if (res.stop_saved > 0) /* --max-loss: the diverged state is kept for a look */
+                fprintf(stderr, "trident: error: %s; the run stopped with the checkpoint %s/step-%08d "
+                        "(now latest: resuming it continues the diverged run)\n",
+                        res.stop_msg, o.out, res.stop_saved);
+            else
+                fprintf(stderr, "trident: error: %s; the run stopped%s%s%s\n",
+                        res.stop_msg[0] ? res.stop_msg : "the run stopped on another rank",
+                        o.out ? " and saved nothing from this step on (--out " : "", o.out ? o.out : "",
+                        o.out ? ": earlier checkpoints and latest are untouched)" : "");
             fflush(stderr);
         }
         rc = 3;

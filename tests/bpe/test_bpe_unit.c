@@ -14,9 +14,11 @@
 
 #include "../../src/data/bpe_internal.h"
 #include "trident/base.h"
+#include "trident/formats_hash.h"
 #include "trident/bpe.h"
 #include "trident/data.h"
 #include "trident/formats_bpe.h"
+#include "trident/formats_hash.h"
 #include "trident/formats_data.h"
 
 static int fails;
@@ -231,7 +233,7 @@ static void test_parser(const char *dir) {
         else
             q[cases[i].at] = cases[i].val;
         if (cases[i].fix) {
-            uint64_t h = td_bpe_file_checksum(q + 32, m - 32);
+            uint64_t h = td_xxh3(q + 32, m - 32);
             for (int k = 0; k < 8; k++) q[24 + k] = (unsigned char)(h >> (8 * k));
         }
         int rc = td_bpe_file_parse(q, m, &bf, &e);

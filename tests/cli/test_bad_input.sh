@@ -299,5 +299,38 @@ fi
 "$T" train --data "$tmp/small.txt" --steps 1 --eval-every 0 --threads 1 --layers 1 --embd 16 --heads 2 \
      --seq 8 --out "$tmp/ck" >/dev/null 2>&1 || { echo "FAIL: could not train the tiny model"; fails=$((fails+1)); }
 expect prompt-vocab    "character '@' .* is not in the model's"   "$T" sample --ckpt "$tmp/ck" --prompt "@@"
+# DIR/latest: an absolute link into DIR is the same checkpoint; one out of
+# DIR (a copied directory still naming the original) and a regular file are
+# refused, naming it
+cp -r "$tmp/ck" "$tmp/ckcopy"
+ln -sfn "$tmp/ck/step-00000001" "$tmp/ck/latest"
+out=$(timeout 60 "$T" sample --ckpt "$tmp/ck" --tokens 4 2>&1); rc=$?
+[ $rc -eq 0 ] && ! grep -q 'trident: error' <<<"$out" && echo "ok   latest-absolute: an absolute latest inside DIR samples" ||
+  { echo "FAIL latest-absolute: exit $rc: $out"; fails=$((fails+1)); }
+ln -sfn "$tmp/ck/step-00000001" "$tmp/ckcopy/latest"
+expect latest-outside  "--ckpt $tmp/ckcopy: latest names $tmp/ck/step-00000001, which is not a step directory inside $tmp/ckcopy" \
+                       "$T" sample --ckpt "$tmp/ckcopy"
+rm "$tmp/ckcopy/latest"; echo step-00000001 > "$tmp/ckcopy/latest"
+expect latest-file     "--ckpt $tmp/ckcopy: its latest is a regular file, not the symbolic link" "$T" sample --ckpt "$tmp/ckcopy"
+# a shard's header length beyond the file, and one running into the tensor data
+sh=$tmp/ckcopy/step-00000001/shard-00000.safetensors; size=$(stat -c %s "$sh")
+/usr/bin/python3 -c "import struct,sys; f=open(sys.argv[1],'r+b'); f.write(struct.pack('<Q', int(sys.argv[2])))" "$sh" $((size - 7))
+expect shard-hdr-len   "shard-00000.safetensors: header length $((size - 7)) \(\+ the 8-byte prefix\) exceeds the file's size $size" \
+                       "$T" sample --ckpt "$tmp/ckcopy/step-00000001"
+/usr/bin/python3 -c "import struct,sys; f=open(sys.argv[1],'r+b'); f.write(struct.pack('<Q', int(sys.argv[2])))" "$sh" $((size - 8))
+expect shard-hdr-data  "shard-00000.safetensors.*header length $((size - 8)) runs past the header's JSON object: text follows it at byte [0-9]+" \
+                       "$T" sample --ckpt "$tmp/ckcopy/step-00000001"
+# a refused --resume leaves no --out behind: it is checked before --out is made
+R="$T train --data $tmp/small.txt --steps 3 --eval-every 0 --threads 1 --layers 1 --embd 16 --heads 2 --seq 8"
+expect resume-missing  "--resume $tmp/nothere: cannot open it" $R --out "$tmp/newout" --resume "$tmp/nothere"
+absent resume-missing "$tmp/newout"
+expect resume-latest   "--resume $tmp/newout: cannot open it" $R --out "$tmp/newout" --resume latest
+absent resume-latest "$tmp/newout"
+expect resume-model    "the checkpoint is of another model: it has --embd 16, this run 32" $R --embd 32 --out "$tmp/newout" --resume "$tmp/ck"
+absent resume-model "$tmp/newout"
+expect resume-steps    "the checkpoint is at step 1, and --steps 1 leaves nothing to train" $R --steps 1 --out "$tmp/newout" --resume "$tmp/ck"
+absent resume-steps "$tmp/newout"
+expect resume-mpi      "--resume $tmp/nothere: cannot open it" $MPIRUN -np 2 $R --out "$tmp/newout" --resume "$tmp/nothere"
+absent resume-mpi "$tmp/newout"
 if [ $fails -ne 0 ]; then echo "bad-input checks: $fails failed"; exit 1; fi
 echo "bad-input checks: all passed"

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "trident/formats_bpe.h"
+#include "trident/formats_hash.h"
 
 static const td_bpe_file *sorted_file;
 
@@ -28,7 +29,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!p) return 0;
     memcpy(p, data, size);
     if (size >= TD_BPE_HEADER_BYTES && size % 2 == 0) {
-        uint64_t h = td_bpe_file_checksum(p + TD_BPE_HEADER_BYTES, size - TD_BPE_HEADER_BYTES);
+        uint64_t h = td_xxh3(p + TD_BPE_HEADER_BYTES, size - TD_BPE_HEADER_BYTES);
         for (int k = 0; k < 8; k++) p[24 + k] = (uint8_t)(h >> (8 * k));
     }
     td_bpe_file f;

@@ -217,7 +217,8 @@ static void test_safetensors(void) {
     EXPECT(td_st_header_len(big, 16, &N, &e) == -1 && strstr(e.msg, "more than the 104857600-byte limit"),
            "cap: '%s'", e.msg);
     unsigned char lie[16] = {9};
-    EXPECT(td_st_header_len(lie, 16, &N, &e) == -1 && strstr(e.msg, "only 8 bytes after"), "lie: '%s'", e.msg);
+    EXPECT(td_st_header_len(lie, 16, &N, &e) == -1 && strstr(e.msg, "header length 9 (+ the 8-byte prefix) exceeds the file's size 16"),
+           "lie: '%s'", e.msg);
     EXPECT(td_st_header_len(lie, 7, &N, &e) == -1 && strstr(e.msg, "shorter than the 8-byte"), "short: '%s'", e.msg);
     unsigned char two[16] = {8};
     EXPECT(td_st_header_len(two, 16, &N, &e) == 0 && N == 8, "exact fit");
@@ -225,6 +226,10 @@ static void test_safetensors(void) {
     EXPECT(td_st_header_parse("{}", 2, 9, &hh, &e) == -1 && strstr(e.msg, "do not fit a 9-byte file"),
            "parse checks N itself: '%s'", e.msg);
     EXPECT(td_st_header_parse("{}      ", 8, 16, &hh, &e) == 0 && hh.n == 0, "empty file: %s", e.msg);
+    /* a length that runs past the JSON into the data: where the text starts */
+    EXPECT(td_st_header_parse("{}  \x01\x02", 6, 16, &hh, &e) == -1 &&
+               strstr(e.msg, "header length 6 runs past the header's JSON object: text follows it at byte 4 of the header"),
+           "past the JSON: '%s'", e.msg);
     td_st_header_free(&hh);
 }
 
