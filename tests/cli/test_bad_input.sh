@@ -326,9 +326,10 @@ expect resume-missing  "--resume $tmp/nothere: cannot open it" $R --out "$tmp/ne
 absent resume-missing "$tmp/newout"
 expect resume-latest   "--resume $tmp/newout: cannot open it" $R --out "$tmp/newout" --resume latest
 absent resume-latest "$tmp/newout"
-expect resume-model    "the checkpoint is of another model: it has --embd 16, this run 32" $R --embd 32 --out "$tmp/newout" --resume "$tmp/ck"
+R1="$T train --data $tmp/small.txt --eval-every 0 --threads 1 --layers 1 --heads 2 --seq 8" # R without --embd, --steps
+expect resume-model    "the checkpoint is of another model: it has --embd 16, this run 32" $R1 --steps 3 --embd 32 --out "$tmp/newout" --resume "$tmp/ck"
 absent resume-model "$tmp/newout"
-expect resume-steps    "the checkpoint is at step 1, and --steps 1 leaves nothing to train" $R --steps 1 --out "$tmp/newout" --resume "$tmp/ck"
+expect resume-steps    "the checkpoint is at step 1, and --steps 1 leaves nothing to train" $R1 --embd 16 --steps 1 --out "$tmp/newout" --resume "$tmp/ck"
 absent resume-steps "$tmp/newout"
 expect resume-mpi      "--resume $tmp/nothere: cannot open it" $MPIRUN -np 2 $R --out "$tmp/newout" --resume "$tmp/nothere"
 absent resume-mpi "$tmp/newout"
