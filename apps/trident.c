@@ -30,6 +30,9 @@ static void usage(void) {
 }
 
 int main(int argc, char **argv) {
+    /* first of all: a stop signal from here on ends the run at an agreed
+     * point (docs/checkpoint-safety.md), never kills a rank mid-start-up */
+    if (argc > 1 && strcmp(argv[1], "train") == 0) td_stop_signals_install();
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         usage();
         return argc < 2 ? 2 : 0;

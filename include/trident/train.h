@@ -53,6 +53,7 @@ typedef struct {
     int timing_skip;  /* leading steps left out of the mean step time (1) */
     int quiet;        /* no step lines (benchmarks) */
     int autoplan;     /* --auto: the layout from the calibrated planner (auto.h) */
+    int overwrite;    /* --overwrite: a new run replaces --out's checkpoints */
 } td_train_opts;
 
 void td_train_opts_default(td_train_opts *o);
@@ -114,11 +115,25 @@ typedef struct {
     td_pp_stats pp_stats;
     double pp_bubble, pp_bubble_theory;
     double pp_stage_bubble[TD_MAX_PP_REPORT]; /* per stage (the first TD_MAX_PP_REPORT) */
+    /* a stop signal before the first step: 1 after the data load, 2 after
+     * the model build and the resume (0: none); nothing trained or saved */
+    int stopped_startup;
+    /* a failed write (--log, --trace) all ranks agreed on; io_msg (rank 0)
+     * names the file and the error; td_train_main exits TD_EXIT_IO */
+    int io_failed;
+    char io_msg[512];
 } td_train_result;
 
 /* Collective over the world; td_comm_init must have been called. */
 void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state);
 void td_train_result_free(td_train_result *r);
+
+/* Stop signals (ckpt_run.c): SIGTERM, SIGINT, SIGUSR1 and SIGUSR2 only set a
+ * flag, which the run looks at where all its ranks agree (start-up points
+ * and every step boundary; docs/checkpoint-safety.md). main() installs them
+ * first of all for `train`, before MPI starts, so no window is left where a
+ * signal kills a rank instead. */
+void td_stop_signals_install(void);
 
 /* `trident verify` (verify.c): the layout against one process. */
 int td_verify_main(int argc, char **argv);

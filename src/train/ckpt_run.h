@@ -23,10 +23,16 @@ void td_run_save(td_dp *dp, const td_grid *g, const td_param_table *t, const td_
  * returns the step to continue at (0 without --resume). */
 int td_run_resume(const td_train_opts *o, td_dp *dp, const td_grid *g, const td_param_table *t,
                   const td_gpt_config *cfg, const td_tokenizer *tok, td_loss_scaler *scaler);
-/* SIGTERM and SIGUSR1 set a flag (nothing else happens in the handler). */
-void td_stop_signals_install(void);
-/* At a step boundary: whether any training rank got a stop signal (one
- * small all-reduce over the training ranks). */
-int td_stop_signalled(const td_grid *g);
+/* Parameter servers run their own loop and cannot stop at an agreed point:
+ * the stop signals get their default action back (a signal already
+ * received is raised again now). */
+void td_stop_signals_restore(void);
+/* What td_stop_agreed returns (bits). */
+enum { TD_STOP_SIGNAL = 1, TD_STOP_IO = 2 };
+/* At an agreed point (start-up, a step boundary): whether any training
+ * rank got a stop signal, or has a failed write (io_failed: this rank's
+ * --log or --trace); one small all-reduce (MAX) over the training ranks,
+ * so every rank returns the same. */
+int td_stop_agreed(const td_grid *g, int io_failed);
 
 #endif

@@ -108,6 +108,7 @@ void td_train_opts_parse(td_train_opts *o, int argc, char **argv) {
         {"--verbose", TD_FLAG_BOOL, &o->verbose, "every rank logs, prefixed with its grid position", NULL},
         {"--sample-tokens", TD_FLAG_INT, &o->sample_tokens, "print a sample of N tokens at the end (0)", "[0, 10000000]"},
         {"--sample-prompt", TD_FLAG_STR, &o->sample_prompt, "prompt for that sample", NULL},
+        {"--overwrite", TD_FLAG_BOOL, &o->overwrite, "a new run into an --out that holds checkpoints replaces them (its step directories and latest are removed before the first save); without it such a run is refused", NULL},
     };
     td_flags_parse("train", flags, (int)(sizeof flags / sizeof flags[0]), argc, argv);
 
@@ -136,6 +137,9 @@ void td_train_opts_parse(td_train_opts *o, int argc, char **argv) {
     TD_CHECK(o->save_every == 0 || o->out, "--save-every %d needs --out DIR to save into", o->save_every);
     TD_CHECK(o->keep == 0 || o->out, "--keep %d needs --out DIR", o->keep);
     TD_CHECK(o->stop_after == 0 || o->out, "--stop-after %d needs --out DIR to save the checkpoint into", o->stop_after);
+    TD_CHECK(!o->overwrite || o->out, "--overwrite needs --out DIR (it replaces DIR's checkpoints)");
+    TD_CHECK(!o->overwrite || !o->resume, "--overwrite does not combine with --resume %s: a resumed run continues "
+             "--out's checkpoints, --overwrite would remove them; drop one of the two", o->resume);
     TD_CHECK(!o->resume || strcmp(o->resume, "latest") != 0 || o->out,
              "--resume latest needs --out DIR (latest is its newest checkpoint)");
     TD_CHECK(strcmp(o->precision, "fp32") == 0 || strcmp(o->precision, "bf16") == 0 ||

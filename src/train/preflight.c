@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "preflight.h"
+#include "trident/out_lock.h"
 #include "trident/base.h"
 #include "trident/comm.h"
 #include "trident/formats_data.h"
@@ -41,7 +42,8 @@ __attribute__((format(printf, 2, 3))) static int refuse(verdict *v, const char *
 /* Creates DIR when missing (its last component only: a missing parent is
  * more likely a typo than a wish for a tree), then writes, fsyncs and
  * removes a probe file in it. created gets 1 when this call made DIR. */
-static int check_out(verdict *v, const char *out, int *created) {
+static int check_out(verdict *v, const td_train_opts *o, int *created) {
+    const char *out = o->out;
     struct stat st;
     *created = 0;
     if (!*out) return refuse(v, "--out needs a directory name");
@@ -69,6 +71,14 @@ static int check_out(verdict *v, const char *out, int *created) {
     } else {
         return refuse(v, "--out %s cannot be used: %s", out, strerror(errno));
     }
+    /* one job per --out: the lock before anything is written into it; a
+     * new run does not mix its checkpoints with another run's */
+    char why[sizeof v->msg];
+    if (td_out_lock_take(out, why, sizeof why) != 0) return refuse(v, "%s", why);
+    char have[320];
+    if (!o->resume && td_out_existing(out, have, sizeof have) && !o->overwrite)
+        return refuse(v, "--out %s already holds checkpoints (%s) that a new run would mix with; give --resume "
+                         "latest to continue them, --overwrite to replace them, or another --out", out, have);
     char probe[PATH_MAX + 64];
     snprintf(probe, sizeof probe, "%s/.trident-probe-%ld", out, (long)getpid());
     int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL, 0600);
@@ -92,7 +102,6 @@ static int check_out(verdict *v, const char *out, int *created) {
         unlink(probe);
     }
     if (!e) return 0;
-    if (*created) rmdir(out), *created = 0;
     return refuse(v, "--out %s cannot be written (%s failed: %s); the checkpoint would be lost at "
                      "the end of the run", out, what, strerror(e));
 }
@@ -296,7 +305,15 @@ static void agree(const verdict *v, const td_grid *g, const char *out, int creat
     float first = v->failed ? (float)(W - g->world_rank) : 0.0f; /* ranks < 2^24: exact */
     if (W > 1) td_allreduce(g->world, &first, 1, TD_F32, TD_MAX);
     if (first == 0.0f) return;
-    if (created_out) rmdir(out); /* a refused run leaves nothing behind */
+    if (out && td_out_lock_held(out)) {
+        td_out_lock_release();
+        if (created_out) { /* a refused run leaves nothing behind */
+            char lock[PATH_MAX + 32];
+            snprintf(lock, sizeof lock, "%s/%s", out, TD_OUT_LOCK_NAME);
+            unlink(lock);
+        }
+    }
+    if (created_out) rmdir(out);
     if (W > 1) td_barrier(g->world); /* the directory is gone before anyone aborts */
     if (g->world_rank == W - (int)first) {
         fflush(stdout);
@@ -316,7 +333,7 @@ td_preflight_result td_preflight(const td_train_opts *o, const td_grid *g, const
      * them: on a cluster another node may not even see that path, and a
      * probe there would create directories nobody uses */
     if (g->world_rank == 0) {
-        if (o->out) check_out(&v, o->out, &created_out);
+        if (o->out) check_out(&v, o, &created_out);
         const char *data = strncmp(o->data, "synthetic:", 10) ? o->data : NULL;
         if (o->log) check_log(&v, o->log, data, o->out);
         if (o->trace) check_trace(&v, o->trace, o->log, data, o->out);
