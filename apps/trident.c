@@ -8,6 +8,7 @@
 #include "trident/data.h"
 #include "trident/planner.h"
 #include "trident/schedule.h"
+#include "trident/stop.h"
 #include "trident/train.h"
 
 static void usage(void) {

@@ -128,13 +128,6 @@ typedef struct {
 void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state);
 void td_train_result_free(td_train_result *r);
 
-/* Stop signals (ckpt_run.c): SIGTERM, SIGINT, SIGUSR1 and SIGUSR2 only set a
- * flag, which the run looks at where all its ranks agree (start-up points
- * and every step boundary; docs/checkpoint-safety.md). main() installs them
- * first of all for `train`, before MPI starts, so no window is left where a
- * signal kills a rank instead. */
-void td_stop_signals_install(void);
-
 /* `trident verify` (verify.c): the layout against one process. */
 int td_verify_main(int argc, char **argv);
 /* `trident sample`. */

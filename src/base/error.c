@@ -1,10 +1,12 @@
 /* Errors: one clear line, then an exit that takes the whole job down. */
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
 #include "trident/base.h"
+#include "trident/stop.h"
 
 static void (*g_abort_hook)(int code);
 
@@ -58,7 +60,12 @@ static _Noreturn void fail_msg(int code, char *msg) {
      * alone sees its error still reports it, just later. 2 s, not less: on a
      * loaded 2-core machine (8 ranks, a build beside them) rank 0's abort
      * took more than 0.75 s to reach the others, which then printed too. */
-    if (g_abort_hook && td_log_rank() > 0) usleep(2000 * 1000);
+    if (g_abort_hook && td_log_rank() > 0) {
+        /* the abort's SIGTERM must end this rank, not be taken for a stop;
+         * one that came already most likely was it: rank 0 reports */
+        if (td_stop_signals_default() == SIGTERM) td_exit(code);
+        usleep(2000 * 1000);
+    }
     fflush(stdout);
     fprintf(stderr, "trident: error: %s\n", msg);
     td_die(code);

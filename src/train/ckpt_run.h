@@ -23,10 +23,6 @@ void td_run_save(td_dp *dp, const td_grid *g, const td_param_table *t, const td_
  * returns the step to continue at (0 without --resume). */
 int td_run_resume(const td_train_opts *o, td_dp *dp, const td_grid *g, const td_param_table *t,
                   const td_gpt_config *cfg, const td_tokenizer *tok, td_loss_scaler *scaler);
-/* Parameter servers run their own loop and cannot stop at an agreed point:
- * the stop signals get their default action back (a signal already
- * received is raised again now). */
-void td_stop_signals_restore(void);
 /* What td_stop_agreed returns (bits). */
 enum { TD_STOP_SIGNAL = 1, TD_STOP_IO = 2 };
 /* At an agreed point (start-up, a step boundary): whether any training

@@ -71,14 +71,9 @@ static int check_out(verdict *v, const td_train_opts *o, int *created) {
     } else {
         return refuse(v, "--out %s cannot be used: %s", out, strerror(errno));
     }
-    /* one job per --out: the lock before anything is written into it; a
-     * new run does not mix its checkpoints with another run's */
+    /* one job per --out: the lock before anything is written into it */
     char why[sizeof v->msg];
     if (td_out_lock_take(out, why, sizeof why) != 0) return refuse(v, "%s", why);
-    char have[320];
-    if (!o->resume && td_out_existing(out, have, sizeof have) && !o->overwrite)
-        return refuse(v, "--out %s already holds checkpoints (%s) that a new run would mix with; give --resume "
-                         "latest to continue them, --overwrite to replace them, or another --out", out, have);
     char probe[PATH_MAX + 64];
     snprintf(probe, sizeof probe, "%s/.trident-probe-%ld", out, (long)getpid());
     int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL, 0600);
@@ -104,6 +99,15 @@ static int check_out(verdict *v, const td_train_opts *o, int *created) {
     if (!e) return 0;
     return refuse(v, "--out %s cannot be written (%s failed: %s); the checkpoint would be lost at "
                      "the end of the run", out, what, strerror(e));
+}
+
+/* A new run does not mix its checkpoints with another run's (after the
+ * --log and --trace checks: a path problem is named first). */
+static int check_fresh(verdict *v, const td_train_opts *o) {
+    char have[320];
+    if (o->resume || !td_out_existing(o->out, have, sizeof have) || o->overwrite) return 0;
+    return refuse(v, "--out %s already holds checkpoints (%s) that a new run would mix with; give --resume latest to "
+                     "continue them, --overwrite to replace them, or another --out", o->out, have);
 }
 
 /* ---- --log ------------------------------------------------------------ */
@@ -337,6 +341,7 @@ td_preflight_result td_preflight(const td_train_opts *o, const td_grid *g, const
         const char *data = strncmp(o->data, "synthetic:", 10) ? o->data : NULL;
         if (o->log) check_log(&v, o->log, data, o->out);
         if (o->trace) check_trace(&v, o->trace, o->log, data, o->out);
+        if (o->out) check_fresh(&v, o);
     }
     /* the plan is only meaningful once the sizes are known not to wrap */
     if (!check_prompt(&v, o->sample_prompt, &d->tok, o->data) &&

@@ -21,6 +21,7 @@
 #include "trident/loss_scale.h"
 #include "trident/out_lock.h"
 #include "trident/pipeline.h"
+#include "trident/stop.h"
 #include "trident/timeline.h"
 #include "trident/train.h"
 
