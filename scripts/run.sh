@@ -5,7 +5,8 @@
 # throughput, memory per rank, the tensor-parallel traffic, the pipeline
 # bubble and a sample. Extra arguments go to `trident train` (e.g. --steps
 # 2000 or --schedule zb-h1); TD_RANKS (8), TD_TP (2) and TD_PP (2) set the
-# ranks, the tp and the pp size (dp = ranks / (tp x pp)).
+# ranks, the tp and the pp size (dp = ranks / (tp x pp)). --overwrite: a
+# second run replaces the first one's checkpoints in build/run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
@@ -19,4 +20,4 @@ exec mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$ranks" \
   build/trident train --data build/data/fortunes.txt --dp $((ranks / (tp * pp))) --tp "$tp" --pp "$pp" \
   --micro-batches 4 --layers 4 --heads 4 --embd 128 --seq 64 --batch 16 --steps 400 --warmup 40 \
   --eval-every 100 --eval-iters 20 --log-every 20 --threads 1 \
-  --out build/run --log build/run/log.jsonl --sample-tokens 300 "$@"
+  --out build/run --overwrite --log build/run/log.jsonl --sample-tokens 300 "$@"
