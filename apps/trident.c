@@ -8,6 +8,7 @@
 #include "trident/data.h"
 #include "trident/planner.h"
 #include "trident/schedule.h"
+#include "trident/stop.h"
 #include "trident/train.h"
 
 static void usage(void) {
@@ -32,6 +33,9 @@ static void usage(void) {
 }
 
 int main(int argc, char **argv) {
+    /* first of all: a stop signal from here on ends the run at an agreed
+     * point (docs/checkpoint-safety.md), never kills a rank mid-start-up */
+    if (argc > 1 && strcmp(argv[1], "train") == 0) td_stop_signals_install();
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         usage();
         return argc < 2 ? 2 : 0;

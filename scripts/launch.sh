@@ -67,7 +67,8 @@ say() {
 }
 
 # The command for an attempt: --resume latest in place of any --resume when
-# a committed checkpoint exists; -x TRIDENT_RESTART after mpirun.
+# a committed checkpoint exists (and without --overwrite, which would remove
+# it: trident refuses the two together); -x TRIDENT_RESTART after mpirun.
 build() {
     local resume=$1 skip=0 a
     run=()
@@ -79,6 +80,7 @@ build() {
         if [ "$resume" = 1 ]; then
             [ "$a" = "--resume" ] && { skip=1; continue; }
             [[ "$a" == --resume=* ]] && continue
+            [ "$a" = "--overwrite" ] && continue
         fi
         run+=("$a")
     done

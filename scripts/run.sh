@@ -5,7 +5,9 @@
 # throughput, memory per rank, the tensor-parallel traffic, the pipeline
 # bubble and a sample. Extra arguments go to `trident train` (e.g. --steps
 # 2000 or --schedule zb-h1); TD_RANKS (8), TD_TP (2) and TD_PP (2) set the
-# ranks, the tp and the pp size (dp = ranks / (tp x pp)).
+# ranks, the tp and the pp size (dp = ranks / (tp x pp)). It passes --overwrite (a second run
+# replaces the first one's checkpoints in build/run) unless the arguments
+# --resume.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
@@ -23,5 +25,8 @@ cat > build/main-job.json <<JSON
  "eval-every": 100, "eval-iters": 20, "log-every": 20, "threads": 1,
  "out": "build/run", "log": "build/run/log.jsonl", "sample-tokens": 300}
 JSON
+# --overwrite unless the arguments resume build/run or say it themselves
+over=--overwrite
+for a in "$@"; do case $a in --resume|--resume=*|--overwrite) over= ;; esac; done
 exec mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$ranks" \
-  build/trident train --config build/main-job.json "$@"
+  build/trident train --config build/main-job.json $over "$@"

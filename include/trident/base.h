@@ -12,6 +12,9 @@
 
 /* Exit code for bad user input (flags, files); programmer errors abort(). */
 #define TD_EXIT_USAGE 2
+/* Exit code for a write that failed (a full disk, an I/O error): a
+ * checkpoint save, --log, --trace (sysexits' EX_IOERR). */
+#define TD_EXIT_IO 74
 
 /* Called instead of exit() when set: the comm layer installs MPI_Abort here
  * so that one rank's error never leaves its peers hanging. */
@@ -34,6 +37,12 @@ _Noreturn void td_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)
         if (!(cond)) td_assert_failed(#cond, __FILE__, __LINE__);             \
     } while (0)
 _Noreturn void td_assert_failed(const char *cond, const char *file, int line);
+/* td_fail with another exit code (TD_EXIT_IO for failed writes). */
+_Noreturn void td_fail_code(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Called by td_die before the abort hook (at most 4, in the order set):
+ * what an error exit must undo in this process, say the --out lock's
+ * record. Each must be safe to run at any point of the run. */
+void td_set_fail_cleanup(void (*fn)(void));
 
 /* ---- logging ----------------------------------------------------------- */
 

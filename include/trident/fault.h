@@ -28,6 +28,10 @@
  *                                        between its forward and its backward
  *                                        (a crash: the heartbeat must end the job)
  *   TRIDENT_FAULT=stop:STEP[:RANK]       the same with SIGSTOP (a hung rank)
+ *   TRIDENT_FAULT=slow-load:MS           every rank sleeps MS milliseconds after
+ *                                        its data load and again after its
+ *                                        model build (start-up made long, so a
+ *                                        test can send a stop signal into it)
  *
  * A fault fires on a job's first attempt only: with TRIDENT_RESTART=N, N > 0
  * (scripts/launch.sh sets it when it restarts a job) none fires, so a
@@ -40,7 +44,8 @@
 
 typedef enum {
     TD_FAULT_NONE = 0, TD_FAULT_NAN_LOSS, TD_FAULT_NAN_GRAD, TD_FAULT_SAVE_FAIL, TD_FAULT_SKIP_EMBED_SUM,
-    TD_FAULT_GRAD_INF, TD_FAULT_GRAD_INF_STUCK, TD_FAULT_KILL, TD_FAULT_STOP, TD_FAULT_SAVE_KILL
+    TD_FAULT_GRAD_INF, TD_FAULT_GRAD_INF_STUCK, TD_FAULT_KILL, TD_FAULT_STOP, TD_FAULT_SAVE_KILL,
+    TD_FAULT_SLOW_LOAD
 } td_fault_kind;
 
 #define TD_FAULT_GRAD_TENSOR "transformer.h.0.mlp.c_fc.weight"
@@ -61,5 +66,8 @@ int td_fault_at(td_fault_kind kind, int step, int rank);
 /* kill / stop: when one is due at `step` on world rank `rank`, says so on
  * stderr and sends the signal to this process (a stop returns after SIGCONT). */
 void td_fault_signal_at(int step, int rank);
+/* slow-load: sleeps its milliseconds (returns early when a signal arrives);
+ * without that fault returns at once. */
+void td_fault_slow_load(void);
 
 #endif

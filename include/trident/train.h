@@ -71,6 +71,7 @@ typedef struct {
     char *run_config;
     int print_config; /* --print-config: print run_config and exit 0 */
     float max_loss;   /* --max-loss X: stop when the loss stays above X (divergence.h); 0: off */
+    int overwrite;    /* --overwrite: a new run replaces --out's checkpoints */
 } td_train_opts;
 
 void td_train_opts_default(td_train_opts *o);
@@ -143,6 +144,13 @@ typedef struct {
     double pp_bubble, pp_bubble_theory;
     double pp_stage_bubble[TD_MAX_PP_REPORT]; /* per stage (the first TD_MAX_PP_REPORT) */
     int stop_saved; /* > 0: the stop (--max-loss) saved a checkpoint after this many steps */
+    /* a stop signal before the first step: 1 after the data load, 2 after
+     * the model build and the resume (0: none); nothing trained or saved */
+    int stopped_startup;
+    /* a failed write (--log, --trace) all ranks agreed on; io_msg (rank 0)
+     * names the file and the error; td_train_main exits TD_EXIT_IO */
+    int io_failed;
+    char io_msg[512];
 } td_train_result;
 
 /* Collective over the world; td_comm_init must have been called. */

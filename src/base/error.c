@@ -1,14 +1,29 @@
 /* Errors: one clear line, then an exit that takes the whole job down. */
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
 #include "trident/base.h"
+#include "trident/stop.h"
 
 static void (*g_abort_hook)(int code);
 
 void td_set_abort_hook(void (*hook)(int code)) { g_abort_hook = hook; }
+
+static void (*g_cleanup[4])(void);
+
+void td_set_fail_cleanup(void (*fn)(void)) {
+    for (int i = 0; i < 4; i++) {
+        if (g_cleanup[i] == fn) return;
+        if (!g_cleanup[i]) {
+            g_cleanup[i] = fn;
+            return;
+        }
+    }
+    TD_ASSERT(!"more than 4 fail cleanups");
+}
 
 /* An error exit abandons the run's memory on purpose: the frames that hold
  * it never return (td_fail is _Noreturn, so the compiler need not even keep
@@ -29,16 +44,12 @@ _Noreturn void td_exit(int code) {
 _Noreturn void td_die(int code) {
     fflush(stdout);
     fflush(stderr);
+    for (int i = 0; i < 4 && g_cleanup[i]; i++) g_cleanup[i]();
     if (g_abort_hook) g_abort_hook(code); /* MPI_Abort: peers must not hang */
     td_exit(code);
 }
 
-_Noreturn void td_fail(const char *fmt, ...) {
-    char msg[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
+static _Noreturn void fail_msg(int code, char *msg) {
     /* One line, always: a file name or value with a newline or another
      * control byte in it (the user's input) must not split the message. */
     for (unsigned char *c = (unsigned char *)msg; *c; c++)
@@ -49,10 +60,33 @@ _Noreturn void td_fail(const char *fmt, ...) {
      * alone sees its error still reports it, just later. 2 s, not less: on a
      * loaded 2-core machine (8 ranks, a build beside them) rank 0's abort
      * took more than 0.75 s to reach the others, which then printed too. */
-    if (g_abort_hook && td_log_rank() > 0) usleep(2000 * 1000);
+    if (g_abort_hook && td_log_rank() > 0) {
+        /* the abort's SIGTERM must end this rank, not be taken for a stop;
+         * one that came already most likely was it: rank 0 reports */
+        if (td_stop_signals_default() == SIGTERM) td_exit(code);
+        usleep(2000 * 1000);
+    }
     fflush(stdout);
     fprintf(stderr, "trident: error: %s\n", msg);
-    td_die(TD_EXIT_USAGE);
+    td_die(code);
+}
+
+_Noreturn void td_fail(const char *fmt, ...) {
+    char msg[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fail_msg(TD_EXIT_USAGE, msg);
+}
+
+_Noreturn void td_fail_code(int code, const char *fmt, ...) {
+    char msg[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fail_msg(code, msg);
 }
 
 _Noreturn void td_assert_failed(const char *cond, const char *file, int line) {

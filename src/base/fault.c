@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "trident/base.h"
 #include "trident/fault.h"
@@ -45,7 +46,8 @@ const td_fault *td_fault_get(void) {
                  {"save-kill:", TD_FAULT_SAVE_KILL, 1},
                  {"skip-embed-sum:", TD_FAULT_SKIP_EMBED_SUM, 0},
                  {"kill:", TD_FAULT_KILL, 1},
-                 {"stop:", TD_FAULT_STOP, 1}};
+                 {"stop:", TD_FAULT_STOP, 1},
+                 {"slow-load:", TD_FAULT_SLOW_LOAD, 0}};
     for (int k = 0; k < (int)(sizeof kinds / sizeof kinds[0]); k++) {
         size_t n = strlen(kinds[k].name);
         if (strncmp(s, kinds[k].name, n) != 0) continue;
@@ -65,10 +67,17 @@ const td_fault *td_fault_get(void) {
     }
     td_fail("TRIDENT_FAULT=%s is not known; the test-only faults are nan-loss:STEP[:RANK], "
             "nan-grad:STEP[:RANK], grad-inf:STEP[:RANK], grad-inf-stuck:STEP[:RANK], save-fail:STEP, "
-            "save-kill:STEP[:RANK], skip-embed-sum:STEP, kill:STEP[:RANK] and stop:STEP[:RANK]", s);
+            "save-kill:STEP[:RANK], skip-embed-sum:STEP, kill:STEP[:RANK], stop:STEP[:RANK] and slow-load:MS", s);
 }
 
 void td_fault_reload(void) { g_parsed = 0; }
+
+void td_fault_slow_load(void) {
+    const td_fault *f = td_fault_get();
+    if (f->kind != TD_FAULT_SLOW_LOAD) return;
+    struct timespec ts = {f->step / 1000, (long)(f->step % 1000) * 1000000L};
+    nanosleep(&ts, NULL); /* EINTR: a stop signal came, the caller looks at it next */
+}
 
 int td_fault_at(td_fault_kind kind, int step, int rank) {
     const td_fault *f = td_fault_get();

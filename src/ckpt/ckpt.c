@@ -8,6 +8,7 @@
 
 #include "ckpt_internal.h"
 #include "trident/base.h"
+#include "trident/out_lock.h"
 
 struct td_ckpt_writer {
     td_ckpt_dir d;
@@ -33,7 +34,7 @@ td_ckpt_writer *td_ckpt_writer_open(const char *out, const td_gpt_config *cfg,
                                     const td_tokenizer *tok, int step, int has_optimizer) {
     td_ckpt_writer *w = td_alloc(sizeof *w, TD_MEM_OTHER);
     memset(w, 0, sizeof *w);
-    td_ckpt_dir_init(&w->d, out, step, (long)getpid());
+    td_ckpt_dir_init(&w->d, out, step, td_job_id());
     td_ckpt_meta_default(&w->meta, step);
     w->d.run = w->meta.run;
     w->cfg = *cfg;

@@ -27,8 +27,9 @@ typedef struct {
 #define TD_SHARD_META_BLOCK "trident_xxh3_block"
 #define TD_SHARD_META_SUM "xxh3/"
 
-/* out/.step-%08d.tmp.<tag>: the names only (rank 0 creates it) */
-void td_ckpt_dir_init(td_ckpt_dir *d, const char *out, int step, long tag);
+/* out/.step-%08d.tmp.<tag>: the names only (rank 0 creates it); tag is
+ * the saving job's id (td_job_id), so a cleanup tells its own apart */
+void td_ckpt_dir_init(td_ckpt_dir *d, const char *out, int step, const char *tag);
 /* removes a step directory trident wrote (its plain files, then itself) */
 void td_ckpt_remove_dir(const char *dir);
 /* creates --out (if missing) and the temporary directory */

@@ -16,6 +16,7 @@
 #include "trident/files.h"
 #include "trident/formats_hash.h"
 #include "trident/formats_json.h"
+#include "trident/out_lock.h"
 
 typedef struct {
     char *p;
@@ -200,17 +201,31 @@ static int keep_newest(const td_ckpt_dir *d, int keep) {
 
 /* Temporary directories of saves that were killed half-way (a rank died,
  * the job was cut off) never become checkpoints: the next commit removes
- * them. (One --out is written by one job at a time.) */
+ * them. Without --out's lock only this job's own (its id ends the name):
+ * another job may be saving into the same directory right now. Holding
+ * the lock, every other job that wrote here is dead, so all are leftovers. */
 static void remove_stale(const td_ckpt_dir *d) {
     DIR *dd = opendir(d->out);
     if (!dd) return;
+    int locked = td_out_lock_held(d->out);
+    char mine[96];
+    snprintf(mine, sizeof mine, ".tmp.%s", td_job_id());
+    size_t nm = strlen(mine);
     struct dirent *de;
     char p[PATH_MAX + 300];
-    while ((de = readdir(dd)) != NULL)
-        if (strncmp(de->d_name, ".step-", 6) == 0 && strstr(de->d_name, ".tmp.")) {
-            snprintf(p, sizeof p, "%s/%s", d->out, de->d_name);
+    while ((de = readdir(dd)) != NULL) {
+        const char *s = de->d_name, *t = strstr(s, ".tmp.");
+        int temp = t && (strncmp(s, ".step-", 6) == 0 || strncmp(s, ".latest.tmp.", 12) == 0);
+        size_t n = strlen(s);
+        if (!temp || !(locked || (n >= nm && strcmp(s + n - nm, mine) == 0))) continue;
+        snprintf(p, sizeof p, "%s/%s", d->out, s);
+        struct stat st;
+        if (lstat(p, &st) != 0) continue;
+        if (S_ISDIR(st.st_mode))
             td_ckpt_remove_dir(p);
-        }
+        else
+            unlink(p); /* a .latest.tmp link */
+    }
     closedir(dd);
 }
 
@@ -243,7 +258,7 @@ void td_ckpt_finish(const td_ckpt_dir *d, int n_files, const td_ckpt_meta *meta,
     }
     /* the new step directory is complete; `latest` moves to it atomically */
     char link_tmp[PATH_MAX + 64], link[PATH_MAX + 16];
-    snprintf(link_tmp, sizeof link_tmp, "%s/.latest.tmp.%d", d->out, (int)getpid());
+    snprintf(link_tmp, sizeof link_tmp, "%s/.latest.tmp.%s", d->out, td_job_id());
     snprintf(link, sizeof link, "%s/latest", d->out);
     unlink(link_tmp);
     TD_CHECK(symlink(d->name, link_tmp) == 0 && rename(link_tmp, link) == 0,
@@ -258,7 +273,7 @@ void td_ckpt_finish(const td_ckpt_dir *d, int n_files, const td_ckpt_meta *meta,
 
 int td_ckpt_prune(const char *out, int step, int keep) {
     td_ckpt_dir d;
-    td_ckpt_dir_init(&d, out, step, 0);
+    td_ckpt_dir_init(&d, out, step, "");
     int removed = keep_newest(&d, keep);
     remove_stale(&d);
     return removed;

@@ -17,13 +17,13 @@
 #include "trident/files.h"
 #include "trident/formats_hash.h"
 
-void td_ckpt_dir_init(td_ckpt_dir *d, const char *out, int step, long tag) {
+void td_ckpt_dir_init(td_ckpt_dir *d, const char *out, int step, const char *tag) {
     TD_CHECK(strlen(out) < PATH_MAX - 64, "--out %.64s...: the path is too long", out);
     memset(d, 0, sizeof *d);
     d->step = step;
     snprintf(d->out, sizeof d->out, "%s", out);
     snprintf(d->name, sizeof d->name, "step-%08d", step);
-    snprintf(d->tmp, sizeof d->tmp, "%s/.%s.tmp.%ld", out, d->name, tag);
+    snprintf(d->tmp, sizeof d->tmp, "%s/.%s.tmp.%s", out, d->name, tag);
     snprintf(d->final, sizeof d->final, "%s/%s", out, d->name);
 }
 
@@ -47,7 +47,7 @@ _Noreturn void td_ckpt_save_failed(const td_ckpt_dir *d, const char *what, int e
     char link[PATH_MAX + 16], target[256];
     snprintf(link, sizeof link, "%s/latest", d->out);
     ssize_t n = readlink(link, target, sizeof target - 1);
-    td_fail("saving checkpoint %s/%s failed: %s: %s; the partial save was removed and %s", d->out, d->name,
+    td_fail_code(TD_EXIT_IO, "saving checkpoint %s/%s failed: %s: %s; the partial save was removed and %s", d->out, d->name,
             what, strerror(err),
             n >= 0 ? "--out's latest still names the previous checkpoint" : "no earlier checkpoint exists");
 }

@@ -8,6 +8,7 @@
 #include "ckpt_internal.h"
 #include "trident/base.h"
 #include "trident/comm.h"
+#include "trident/out_lock.h"
 
 /* MAX over every training rank: sharded saves have no parameter servers,
  * so the world is the dp x tp x pp grid. */
@@ -124,18 +125,24 @@ static int fill_state(td_ckpt_reader *r, const td_grid *g, const td_param_table 
 size_t td_ckpt_save_sharded(td_dp *dp, const td_grid *g, const td_param_table *t, const td_gpt_config *cfg,
                             const td_tokenizer *tok, const char *out, const td_ckpt_meta *meta, char *path,
                             size_t cap) {
-    /* world rank 0 names the temporary directory and creates it; the others
-     * learn the name (its pid, in two exact halves) once it exists */
-    float tag[2] = {0.0f, 0.0f};
+    /* world rank 0 names the temporary directory after its job id and
+     * creates it; the others learn the name (its bytes, one per float)
+     * once it exists */
+    enum { TAG = 64 };
+    float tag[TAG];
+    char job[TAG];
+    memset(tag, 0, sizeof tag);
     td_ckpt_dir d;
     if (g->world_rank == 0) {
-        long pid = (long)getpid();
-        tag[0] = (float)(pid & 0xffff), tag[1] = (float)(pid >> 16);
-        td_ckpt_dir_init(&d, out, meta->step, pid);
+        const char *id = td_job_id();
+        for (int i = 0; id[i] && i < TAG - 1; i++) tag[i] = (float)(unsigned char)id[i];
+        td_ckpt_dir_init(&d, out, meta->step, id);
         td_ckpt_dir_create(&d);
     }
-    workers_max(g, tag, 2);
-    td_ckpt_dir_init(&d, out, meta->step, (long)tag[0] | ((long)tag[1] << 16));
+    workers_max(g, tag, TAG);
+    for (int i = 0; i < TAG; i++) job[i] = (char)(int)tag[i];
+    job[TAG - 1] = 0;
+    td_ckpt_dir_init(&d, out, meta->step, job);
     int n = collect(dp, g, t, NULL, NULL);
     td_shard_item *items = td_alloc(sizeof *items * (size_t)(n + 1), TD_MEM_OTHER);
     const float **data = td_alloc(sizeof *data * (size_t)(n + 1), TD_MEM_OTHER);

@@ -49,7 +49,7 @@ _Noreturn void td_staged_fail(td_staged *s, const char *name, const char *what, 
     td_staged_remove_all();
     char file[PATH_MAX + 300] = "";
     if (name) snprintf(file, sizeof file, " %s/%s:", s->path, name);
-    td_fail("%s: %s %s:%s %s: %s; %s%s", s->cmd, s->flag, s->path, file, what, strerror(err),
+    td_fail_code(TD_EXIT_IO, "%s: %s %s:%s %s: %s; %s%s", s->cmd, s->flag, s->path, file, what, strerror(err),
             s->existed ? s->path : "nothing was written",
             s->existed ? " is as it was" : "");
 }

@@ -9,7 +9,7 @@
  * empty directory is always taken). A directory is replaced atomically
  * (renameat2 RENAME_EXCHANGE, then the old tree is removed); a file by
  * rename. Every write, fsync and close is checked: a failure is one line
- * "CMD: --out PATH: FILE: what failed: strerror" and exit 2 after every
+ * "CMD: --out PATH: FILE: what failed: strerror" and exit TD_EXIT_IO (74) after every
  * temporary output of this process is removed. Single-threaded; for the
  * one-process commands (export, import), never under MPI. */
 #ifndef TD_CKPT_STAGED_H

@@ -1,11 +1,11 @@
 /* Checkpoints from the trainer's side (ckpt_run.h). */
-#include <signal.h>
 #include <string.h>
 
 #include "ckpt_run.h"
 #include "trident/base.h"
 #include "trident/comm.h"
 #include "trident/pipeline.h"
+#include "trident/stop.h"
 
 /* The id of the run this process trains: one run per td_train_run, which
  * sets it at its start (td_run_id_start) or from the checkpoint it resumes.
@@ -138,26 +138,10 @@ void td_run_save(td_dp *dp, const td_grid *g, const td_param_table *t, const td_
            sharded ? "piece list" : "one unit and piece list", extra / 1048576.0);
 }
 
-static volatile sig_atomic_t g_stop;
-static void on_stop(int sig) {
-    (void)sig;
-    g_stop = 1;
-}
-
-void td_stop_signals_install(void) {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_stop;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGUSR1, &sa, NULL);
-}
-
-int td_stop_signalled(const td_grid *g) {
+int td_stop_agreed(const td_grid *g, int io_failed) {
     /* stoppable runs have no parameter servers: the world is the workers */
     TD_ASSERT(g->n_servers == 0);
-    float x = g_stop ? 1.0f : 0.0f;
-    if (td_comm_size(g->world) > 1) td_allreduce(g->world, &x, 1, TD_F32, TD_MAX);
-    return x > 0.0f;
+    float x[2] = {td_stop_signal() ? 1.0f : 0.0f, io_failed ? 1.0f : 0.0f};
+    if (td_comm_size(g->world) > 1) td_allreduce(g->world, x, 2, TD_F32, TD_MAX);
+    return (x[0] > 0.0f ? TD_STOP_SIGNAL : 0) | (x[1] > 0.0f ? TD_STOP_IO : 0);
 }

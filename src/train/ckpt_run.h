@@ -30,10 +30,12 @@ void td_run_resume_check(const td_train_opts *o, const td_gpt_config *cfg, const
  * returns the step to continue at (0 without --resume). */
 int td_run_resume(const td_train_opts *o, td_dp *dp, const td_grid *g, const td_param_table *t,
                   const td_gpt_config *cfg, const td_tokenizer *tok, td_loss_scaler *scaler);
-/* SIGTERM and SIGUSR1 set a flag (nothing else happens in the handler). */
-void td_stop_signals_install(void);
-/* At a step boundary: whether any training rank got a stop signal (one
- * small all-reduce over the training ranks). */
-int td_stop_signalled(const td_grid *g);
+/* What td_stop_agreed returns (bits). */
+enum { TD_STOP_SIGNAL = 1, TD_STOP_IO = 2 };
+/* At an agreed point (start-up, a step boundary): whether any training
+ * rank got a stop signal, or has a failed write (io_failed: this rank's
+ * --log or --trace); one small all-reduce (MAX) over the training ranks,
+ * so every rank returns the same. */
+int td_stop_agreed(const td_grid *g, int io_failed);
 
 #endif

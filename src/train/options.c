@@ -111,6 +111,7 @@ int td_train_flag_table(td_train_opts *o, td_flag *out, int cap) {
         {"--sample-prompt", TD_FLAG_STR, &o->sample_prompt, "prompt for that sample", NULL},
         {"--strict-data", TD_FLAG_BOOL, &o->strict_data, "--resume onto data other than the checkpoint's (its recorded size and XXH3), or onto a checkpoint that records none, is an error instead of a note", NULL},
         {"--max-loss", TD_FLAG_FLOAT, &o->max_loss, "stop the run (exit 3, with a checkpoint in --out) when the training loss stays above X for 20 steps in a row (off)", "(0, inf)"},
+        {"--overwrite", TD_FLAG_BOOL, &o->overwrite, "a new run into an --out that holds checkpoints replaces them (its step directories and latest are removed before the first save); without it such a run is refused", NULL},
     };
     int n = (int)(sizeof flags / sizeof flags[0]);
     TD_ASSERT(n <= cap);
@@ -156,6 +157,9 @@ void td_train_opts_check(td_train_opts *o) {
     TD_CHECK(o->save_every == 0 || o->out, "--save-every %d needs --out DIR to save into", o->save_every);
     TD_CHECK(o->keep == 0 || o->out, "--keep %d needs --out DIR", o->keep);
     TD_CHECK(o->stop_after == 0 || o->out, "--stop-after %d needs --out DIR to save the checkpoint into", o->stop_after);
+    TD_CHECK(!o->overwrite || o->out, "--overwrite needs --out DIR (it replaces DIR's checkpoints)");
+    TD_CHECK(!o->overwrite || !o->resume, "--overwrite does not combine with --resume %s: a resumed run continues "
+             "--out's checkpoints, --overwrite would remove them; drop one of the two", o->resume);
     TD_CHECK(!o->resume || strcmp(o->resume, "latest") != 0 || o->out,
              "--resume latest needs --out DIR (latest is its newest checkpoint)");
     TD_CHECK(strcmp(o->precision, "fp32") == 0 || strcmp(o->precision, "bf16") == 0 ||

@@ -16,6 +16,7 @@
 
 #include "ckpt_run.h"
 #include "preflight.h"
+#include "trident/out_lock.h"
 #include "trident/base.h"
 #include "trident/comm.h"
 #include "trident/files.h"
@@ -43,7 +44,8 @@ __attribute__((format(printf, 2, 3))) static int refuse(verdict *v, const char *
 /* Creates DIR when missing (its last component only: a missing parent is
  * more likely a typo than a wish for a tree), then writes, fsyncs and
  * removes a probe file in it. created gets 1 when this call made DIR. */
-static int check_out(verdict *v, const char *out, int *created) {
+static int check_out(verdict *v, const td_train_opts *o, int *created) {
+    const char *out = o->out;
     struct stat st;
     *created = 0;
     if (!*out) return refuse(v, "--out needs a directory name");
@@ -72,6 +74,9 @@ static int check_out(verdict *v, const char *out, int *created) {
     } else {
         return refuse(v, "--out %s cannot be used: %s", out, strerror(errno));
     }
+    /* one job per --out: the lock before anything is written into it */
+    char why[sizeof v->msg];
+    if (td_out_lock_take(out, why, sizeof why) != 0) return refuse(v, "%s", why);
     char probe[PATH_MAX + 64];
     snprintf(probe, sizeof probe, "%s/.trident-probe-%ld", out, (long)getpid());
     int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL, 0600);
@@ -95,9 +100,17 @@ static int check_out(verdict *v, const char *out, int *created) {
         unlink(probe);
     }
     if (!e) return 0;
-    if (*created) rmdir(out), *created = 0;
     return refuse(v, "--out %s cannot be written (%s failed: %s); the checkpoint would be lost at "
                      "the end of the run", out, what, strerror(e));
+}
+
+/* A new run does not mix its checkpoints with another run's (after the
+ * --log and --trace checks: a path problem is named first). */
+static int check_fresh(verdict *v, const td_train_opts *o) {
+    char have[320];
+    if (o->resume || !td_out_existing(o->out, have, sizeof have) || o->overwrite) return 0;
+    return refuse(v, "--out %s already holds checkpoints (%s) that a new run would mix with; give --resume latest to "
+                     "continue them, --overwrite to replace them, or another --out", o->out, have);
 }
 
 /* ---- --log ------------------------------------------------------------ */
@@ -306,7 +319,15 @@ static void agree(const verdict *v, const td_grid *g, const char *out, int creat
     float first = v->failed ? (float)(W - g->world_rank) : 0.0f; /* ranks < 2^24: exact */
     if (W > 1) td_allreduce(g->world, &first, 1, TD_F32, TD_MAX);
     if (first == 0.0f) return;
-    if (created_out) rmdir(out); /* a refused run leaves nothing behind */
+    if (out && td_out_lock_held(out)) {
+        td_out_lock_release();
+        if (created_out) { /* a refused run leaves nothing behind */
+            char lock[PATH_MAX + 32];
+            snprintf(lock, sizeof lock, "%s/%s", out, TD_OUT_LOCK_NAME);
+            unlink(lock);
+        }
+    }
+    if (created_out) rmdir(out);
     if (W > 1) td_barrier(g->world); /* the directory is gone before anyone aborts */
     if (g->world_rank == W - (int)first) {
         fflush(stdout);
@@ -330,10 +351,11 @@ td_preflight_result td_preflight(const td_train_opts *o, const td_grid *g, const
          * directory behind. It fails as TD_CHECK does, on this rank alone
          * while the others wait in agree() for the job to end. */
         td_run_resume_check(o, cfg, &d->tok);
-        if (o->out) check_out(&v, o->out, &created_out);
+        if (o->out) check_out(&v, o, &created_out);
         const char *data = strncmp(o->data, "synthetic:", 10) ? o->data : NULL;
         if (o->log) check_log(&v, o->log, data, o->out);
         if (o->trace) check_trace(&v, o->trace, o->log, data, o->out);
+        if (o->out) check_fresh(&v, o);
     }
     /* the plan is only meaningful once the sizes are known not to wrap */
     if (!check_prompt(&v, o->sample_prompt, &d->tok, o->data) &&

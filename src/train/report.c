@@ -10,6 +10,22 @@
 #include "trident/kernels.h"
 #include "trident/kernels_bf16.h"
 
+/* Every block of --log lines ends here: a failed write (a full disk) is
+ * remembered, the file closed and nothing more written to it; the run
+ * stops at its next agreed point (td_report_log_error). */
+static void log_flush(td_report *r) {
+    if (!r->log) return;
+    errno = 0;
+    int bad = fflush(r->log) != 0 || ferror(r->log);
+    if (!bad) return;
+    int err = errno ? errno : EIO;
+    fclose(r->log);
+    r->log = NULL;
+    if (!r->log_err) r->log_err = err;
+}
+
+int td_report_log_error(const td_report *r) { return r->log_err; }
+
 void td_report_open(td_report *r, const td_train_opts *o, const td_grid *g,
                     const td_gpt_config *cfg, const td_param_table *t, const td_dataset *d,
                     int threads, int Bm) {
@@ -66,7 +82,7 @@ void td_report_open(td_report *r, const td_train_opts *o, const td_grid *g,
                 cfg->H, cfg->C, cfg->T, cfg->V, t->n_global, o->batch, o->grad_accum, threads,
                 o->steps, o->recompute);
         if (o->run_config) fprintf(r->log, ", \"run_config\": %s", o->run_config);
-        fflush(r->log); /* the memory plan closes this object */
+        log_flush(r); /* the memory plan closes this object */
     }
 }
 
@@ -147,7 +163,7 @@ void td_report_memory(td_report *r, const td_mem_plan *plan, int measured) {
                 fprintf(r->log, "}");
             }
             fprintf(r->log, "]}\n");
-            fflush(r->log);
+            log_flush(r);
         }
     }
     td_free(pl);
@@ -181,7 +197,7 @@ void td_report_step(td_report *r, int step, float loss, float lr, double norm, d
                 step, loss, lr, norm, ms, tps, mfu);
         if (r->loss_scale > 0) fprintf(r->log, ", \"loss_scale\": %.9g", r->loss_scale);
         fprintf(r->log, ", \"elapsed_s\": %.3f, \"eta_s\": %.3f}\n", elapsed_s, eta_s);
-        fflush(r->log);
+        log_flush(r);
     }
     if (!r->o->quiet && (step % r->o->log_every == 0 || step == r->o->steps - 1)) {
         char el[32], eta[32];
@@ -236,7 +252,7 @@ void td_report_precision(td_report *r, const td_mem_plan *plan) {
     if (r->log) {
         fprintf(r->log, ", \"precision\": \"%s\", \"native\": %d", rt,
                 p == TD_PREC_FP16 ? td_f16_native() : lp ? td_bf16_native() : 0);
-        fflush(r->log);
+        log_flush(r);
     }
 }
 
@@ -251,7 +267,7 @@ void td_report_skip(td_report *r, int step, const char *where, int row, int rank
                 "\"micro_batch\": %d, \"loss_scale_before\": %.9g, \"loss_scale\": %.9g, "
                 "\"skipped\": %d, \"reason\": \"%s\"}\n",
                 step, row, rank, micro, scale_before, scale_after, skipped, where);
-        fflush(r->log);
+        log_flush(r);
     }
 }
 
@@ -271,7 +287,7 @@ void td_report_eval(td_report *r, int step, double val_loss) {
            r->o->eval_iters, r->o->batch);
     if (r->log) {
         fprintf(r->log, "{\"step\": %d, \"val_loss\": %.6f}\n", step, val_loss);
-        fflush(r->log);
+        log_flush(r);
     }
 }
 
@@ -307,7 +323,7 @@ void td_report_summary(td_report *r, const td_train_result *res) {
                             "\"grad_compress\": \"%s\", \"sent_bytes\": %.0f, \"dense_bytes\": %.0f}\n",
                     r->o->grad_reduce_dtype, r->o->grad_compress, res->grad_sent_bytes,
                     res->grad_dense_bytes);
-            fflush(r->log);
+            log_flush(r);
         }
     }
     if (r->g->tp > 1) {
@@ -329,7 +345,7 @@ void td_report_summary(td_report *r, const td_train_result *res) {
                         (unsigned long long)res->tp_measured.bytes[k], op[k],
                         (unsigned long long)res->tp_formula.bytes[k]);
             fprintf(r->log, "}\n");
-            fflush(r->log);
+            log_flush(r);
         }
     }
     if (r->g->pp > 1 && r->log) {
@@ -340,7 +356,7 @@ void td_report_summary(td_report *r, const td_train_result *res) {
         for (int s = 0; s < r->g->pp && s < TD_MAX_PP_REPORT; s++)
             fprintf(r->log, "%s%.6f", s ? ", " : "", res->pp_stage_bubble[s]);
         fprintf(r->log, "]}\n");
-        fflush(r->log);
+        log_flush(r);
     }
     if (strcmp(r->o->dp_mode, "ps") == 0)
         td_log("ps: staleness observed max %d, mean %.2f steps (bound --ps-staleness %d)\n",
@@ -399,6 +415,7 @@ static void report_rss(td_report *r) {
 
 void td_report_close(td_report *r) {
     report_rss(r);
-    if (r->log) fclose(r->log);
+    log_flush(r);
+    if (r->log && fclose(r->log) != 0 && !r->log_err) r->log_err = errno ? errno : EIO;
     r->log = NULL;
 }

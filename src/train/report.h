@@ -24,6 +24,7 @@ typedef struct {
     float loss_scale;             /* the step's loss scale, 0: no loss scaling (not logged) */
     double t_first_ms;            /* td_now_ms() when this run's first reported step began */
     int first_step;               /* that step (a resumed run starts past 0); -1 before it */
+    int log_err;                  /* rank 0: the errno of the first failed --log write, 0: none */
 } td_report;
 
 void td_report_open(td_report *r, const td_train_opts *o, const td_grid *g,
@@ -52,6 +53,9 @@ void td_report_sample(td_report *r, const td_param_table *canon, const float *pa
  * on stdout and in the --log), then the log is closed. Call it last, after
  * the checkpoint and the sample, so the high-water mark covers them. */
 void td_report_close(td_report *r);
+/* Rank 0: the errno of the first --log write, flush or close that failed
+ * (0: none; every other rank: 0). After a failure nothing more is written. */
+int td_report_log_error(const td_report *r);
 /* At start (rank 0): the dtype of each stage of the step under --precision,
  * and whether the CPU runs bf16 natively. */
 void td_report_precision(td_report *r, const td_mem_plan *plan);

@@ -44,13 +44,16 @@ static void unpack_head(const float h[4], size_t *len, long *dropped) {
     *dropped = (long)((size_t)h[2] | (size_t)h[3] << 24);
 }
 
-/* Rank 0's writes: any failure is the one error line of the run's end. */
-static void put(FILE *f, const char *tmp, const char *path, const void *p, size_t n) {
-    TD_CHECK(fwrite(p, 1, n, f) == n, "--trace %s: writing %s failed: %s", path, tmp,
-             strerror(errno));
+/* Rank 0's writes: the first failure is kept (*err) and nothing more is
+ * written, while the other ranks' texts are still received (they must not
+ * block in their sends). */
+static void put(FILE *f, int *err, const void *p, size_t n) {
+    if (*err || !f) return;
+    errno = 0;
+    if (fwrite(p, 1, n, f) != n) *err = errno ? errno : EIO;
 }
 
-void td_trace_file_write(const char *path, const td_grid *g) {
+int td_trace_file_write(const char *path, const td_grid *g, char *why, size_t cap) {
     char name[96];
     lane_name(name, sizeof name, g);
     size_t len;
@@ -65,17 +68,18 @@ void td_trace_file_write(const char *path, const td_grid *g) {
         text[len] = 0; /* the pad byte of an odd length: the NUL, inside the allocation */
         td_send(g->world, text, (len + 1) / 2, TD_BF16, 0, TAG_TEXT);
         free(text);
-        return;
+        return 0;
     }
     char tmp[8192];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    const char *why;
-    FILE *f = td_fopen_output(tmp, &why);
-    TD_CHECK(f, "--trace %s: cannot create %s: %s", path, tmp, why);
+    const char *refused = NULL; /* td_fopen_output's reason: a FIFO, device, ... */
+    FILE *f = td_fopen_output(tmp, &refused);
+    int opened = f != NULL, err = opened ? 0 : (errno ? errno : EINVAL);
+    const char *what = f ? "writing" : "creating";
     static const char head[] = "{\"traceEvents\":[\n",
                       tail[] = "\n],\n\"displayTimeUnit\":\"ms\"}\n";
-    put(f, tmp, path, head, sizeof head - 1);
-    put(f, tmp, path, text, len);
+    put(f, &err, head, sizeof head - 1);
+    put(f, &err, text, len);
     free(text);
     long total_dropped = dropped;
     int dropping = dropped > 0;
@@ -88,22 +92,27 @@ void td_trace_file_write(const char *path, const td_grid *g) {
         char *buf = malloc(n + 2);
         TD_CHECK(buf, "--trace %s: no memory for rank %d's %zu bytes of events", path, r, n);
         td_recv(g->world, buf, (n + 1) / 2, TD_BF16, r, TAG_TEXT);
-        put(f, tmp, path, ",\n", 2);
-        put(f, tmp, path, buf, n);
+        put(f, &err, ",\n", 2);
+        put(f, &err, buf, n);
         free(buf);
         total_dropped += d;
         dropping += d > 0;
     }
-    put(f, tmp, path, tail, sizeof tail - 1);
-    TD_CHECK(fflush(f) == 0 && fsync(fileno(f)) == 0, "--trace %s: writing %s failed: %s", path,
-             tmp, strerror(errno));
-    TD_CHECK(fclose(f) == 0, "--trace %s: closing %s failed: %s", path, tmp, strerror(errno));
-    TD_CHECK(rename(tmp, path) == 0, "--trace %s: renaming %s to it failed: %s", path, tmp,
-             strerror(errno));
+    put(f, &err, tail, sizeof tail - 1);
+    if (f && !err && (fflush(f) != 0 || fsync(fileno(f)) != 0)) err = errno ? errno : EIO;
+    if (f && fclose(f) != 0 && !err) err = errno ? errno : EIO, what = "closing";
+    if (!err && rename(tmp, path) != 0) err = errno, what = "renaming";
+    if (err) {
+        if (opened) unlink(tmp); /* nothing half-written stays behind (a refused tmp is not ours) */
+        snprintf(why, cap, "--trace %s: %s %s failed: %s (%s was removed%s)", path, what, tmp,
+                 opened ? strerror(err) : refused, tmp, opened ? "" : "; nothing was written");
+        return err;
+    }
     if (total_dropped > 0)
         fprintf(stderr,
                 "trident: warning: --trace %s: %ld events dropped on %d of %d ranks beyond the "
                 "capacity of %zu events per rank (the trace holds each rank's first events)\n",
                 path, total_dropped, dropping, W, (size_t)TD_TIMELINE_DEFAULT_CAPACITY);
     td_log("trace: %s (%d lanes; open in https://ui.perfetto.dev or chrome://tracing)\n", path, W);
+    return 0;
 }

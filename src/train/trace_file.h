@@ -13,7 +13,11 @@ void td_trace_file_start(const td_grid *g);
  * timeline, gathers every rank's text to world rank 0, which writes
  * {"traceEvents":[...],"displayTimeUnit":"ms"} to path.tmp and renames it to
  * path (a reader never sees half a file). Dropped events are reported on
- * stderr with their count per rank; a failed write is one error line. */
-void td_trace_file_write(const char *path, const td_grid *g);
+ * stderr with their count per rank. A failed create, write, flush, close or
+ * rename (a full disk) removes path.tmp, leaves path as it was, and returns
+ * its errno on rank 0 with what failed in why (which the caller reports;
+ * the run's ranks agree on it afterwards); 0 on success and on every other
+ * rank. */
+int td_trace_file_write(const char *path, const td_grid *g, char *why, size_t cap);
 
 #endif

@@ -21,7 +21,9 @@
 #include "trident/fault.h"
 #include "trident/kernels.h"
 #include "trident/loss_scale.h"
+#include "trident/out_lock.h"
 #include "trident/pipeline.h"
+#include "trident/stop.h"
 #include "trident/timeline.h"
 #include "trident/train.h"
 
@@ -173,6 +175,7 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
     res->skip_row = res->skip_rank = res->skip_micro = -1;
     const td_fault *fault = td_fault_get(); /* a bad TRIDENT_FAULT fails before any work */
     td_dp_mode mode = td_dp_mode_parse(o->dp_mode);
+    if (mode == TD_DP_PS) td_stop_signals_restore(); /* its servers never reach an agreed stop */
     TD_CHECK(mode == TD_DP_PS || o->ps_servers == 0, "--ps-servers needs --dp-mode ps");
     TD_CHECK(mode != TD_DP_PS || o->ps_servers > 0, "--dp-mode ps needs --ps-servers S >= 1");
     TD_CHECK(mode != TD_DP_PS || o->tp == 1,
@@ -200,6 +203,14 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
     td_dataset data;
     td_data_load(&data, o->data, o->tokenizer, o->vocab, o->seq);
     td_run_set_data(o->data, &data.fp);
+    td_fault_slow_load();
+    /* start-up's first agreed stop point: nothing is written yet */
+    if (mode != TD_DP_PS && td_stop_agreed(&g, 0)) {
+        res->stopped_startup = 1;
+        td_data_free(&data);
+        td_grid_destroy(&g);
+        return;
+    }
     td_gpt_config cfg = {o->layers, o->heads, o->embd, o->seq, data.tok.V, 0};
     td_gpt_config_finish(&cfg);
     td_gpt_check_tp(&cfg, g.tp, o->seq_parallel);
@@ -241,8 +252,10 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
     }
     td_dp *dp = td_dp_create(&dcfg, &g, &table, g.is_server ? NULL : &model);
     td_pp *pp = piped ? td_pp_create(&g, &model, dp, &sched, &split) : NULL;
+    td_fault_slow_load();
     TD_CHECK(fault->kind == TD_FAULT_NONE || fault->kind == TD_FAULT_SAVE_FAIL ||
-                 fault->kind == TD_FAULT_SKIP_EMBED_SUM || fault->rank < g.dp * g.tp * g.pp,
+                 fault->kind == TD_FAULT_SKIP_EMBED_SUM || fault->kind == TD_FAULT_SLOW_LOAD ||
+                 fault->rank < g.dp * g.tp * g.pp,
              "TRIDENT_FAULT: rank %d is not a training rank (0..%d)", fault->rank, g.dp * g.tp * g.pp - 1);
 
     td_report rep;
@@ -269,22 +282,30 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
         double timed_ms = 0.0, grad_sent = 0.0, grad_dense = 0.0;
         int first = td_run_resume(o, dp, &g, &table, &cfg, &data.tok, &scaler), n_timed = 0;
         res->steps_done = first;
-        int stoppable = mode != TD_DP_PS && o->out; /* a stop saves into --out */
+        int stoppable = mode != TD_DP_PS; /* a stop saves into --out, if given */
+        /* start-up's last agreed stop point (a --log write may have failed
+         * already): nothing trained, nothing saved */
+        int agreed = stoppable ? td_stop_agreed(&g, td_report_log_error(&rep)) : 0;
+        if (agreed) res->stopped_startup = 2, res->io_failed = (agreed & TD_STOP_IO) != 0;
+        /* --overwrite: every check passed; the old checkpoints go before the first save */
+        if (!agreed && o->overwrite && g.world_rank == 0) {
+            int n = td_out_clear(o->out);
+            if (n > 0) td_log("--overwrite: removed %d step director%s and latest from %s\n", n, n == 1 ? "y" : "ies", o->out);
+        }
         td_divergence div;
         td_divergence_init(&div, o->max_loss, o->optim.warmup);
-        if (stoppable) td_stop_signals_install();
         /* --stop-after at the resumed step: the checkpoint saved again in
          * this layout, no step trained (a checkpoint converted) */
-        int resaved = o->resume && stoppable && o->stop_after > 0 && o->stop_after == first;
+        int resaved = !agreed && o->resume && stoppable && o->stop_after > 0 && o->stop_after == first;
         if (resaved) {
             td_run_save(dp, &g, &table, &canon, &cfg, &data.tok, o, first, &scaler, &plan, res, 0);
             res->stopped_after = first;
         }
-        if (o->layout_pass) { /* trident eval: the loaded checkpoint's forward passes, no training */
+        if (o->layout_pass && !agreed) { /* trident eval: the loaded checkpoint's forward passes, no training */
             td_layout_pass lp = {&g, &data, &model, dp, pp, Bl, Bm, c.K, T};
             o->layout_pass(o->layout_pass_ctx, &lp);
         }
-        for (int step = first; step < o->steps && !resaved && !o->layout_pass; step++) {
+        for (int step = first; step < o->steps && !resaved && !agreed && !o->layout_pass; step++) {
             double t0 = td_now_ms();
             float lr = td_lr_at(&o->optim, step);
             td_dp_begin_step(dp, step);
@@ -392,7 +413,7 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
              * rank (the loss is global) with a checkpoint of this step */
             if (td_divergence_step(&div, step, loss, res->stop_msg, sizeof res->stop_msg)) {
                 res->stop_step = step;
-                if (stoppable) {
+                if (stoppable && o->out) {
                     td_run_save(dp, &g, &table, &canon, &cfg, &data.tok, o, step + 1, &scaler, &plan, res, 0);
                     res->stop_saved = step + 1;
                 }
@@ -428,13 +449,15 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
                 td_run_save(dp, &g, &table, &canon, &cfg, &data.tok, o, step + 1, &scaler, &plan, res, 0);
                 saved = 1;
             }
-            /* --stop-after, or a stop signal on any rank: a checkpoint at
-             * this step boundary, then the run ends as planned runs do */
-            int stop = !last && stoppable &&
-                       ((o->stop_after > 0 && step + 1 == o->stop_after) | td_stop_signalled(&g));
-            if (stop) {
-                if (!saved) td_run_save(dp, &g, &table, &canon, &cfg, &data.tok, o, step + 1, &scaler, &plan, res, 0);
+            /* --stop-after, a stop signal or a failed --log write on any
+             * rank: a checkpoint at this step boundary (with --out), then the
+             * run ends as planned runs do */
+            int why = !last && stoppable ? td_stop_agreed(&g, td_report_log_error(&rep)) : 0;
+            if (why || (!last && stoppable && o->stop_after > 0 && step + 1 == o->stop_after)) {
+                if (!saved && o->out)
+                    td_run_save(dp, &g, &table, &canon, &cfg, &data.tok, o, step + 1, &scaler, &plan, res, 0);
                 res->stopped_after = step + 1;
+                res->io_failed = (why & TD_STOP_IO) != 0;
                 break;
             }
         }
@@ -475,22 +498,24 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
         if (td_train_recompute(o) == TD_RECOMPUTE_BLOCK)
             td_tp_formula_add_recompute(&res->tp_formula, &cfg, Bm, o->grad_accum, g.tp, o->seq_parallel, nb);
         td_pp_stats_get(pp, &res->pp_stats);
-        if (res->stop_step < 0) td_pipeline_report(&g, &sched, &res->pp_stats, res);
+        if (res->stop_step < 0 && !res->stopped_startup) td_pipeline_report(&g, &sched, &res->pp_stats, res);
     } else {
         td_tp_formula(&res->tp_formula, &cfg, Bm, o->grad_accum, g.tp, o->seq_parallel);
         if (td_train_recompute(o) == TD_RECOMPUTE_BLOCK)
             td_tp_formula_add_recompute(&res->tp_formula, &cfg, Bm, o->grad_accum, g.tp, o->seq_parallel, cfg.L);
     }
     for (int c = 0; c < TD_MEM_NCAT; c++) res->mem_planned[c] = plan.bytes[c], res->mem_peak[c] = td_mem_peak(c);
-    int stopped = res->stop_step >= 0, early = res->stopped_after > 0;
+    /* a stop during start-up trained nothing: no summary, save or sample */
+    int stopped = res->stop_step >= 0, early = res->stopped_after > 0 || res->stopped_startup > 0;
+    int trained = !stopped && !res->stopped_startup;
     /* servers run their own loop, so with ps the measured report waits for the end */
     if (mode == TD_DP_PS && !stopped) td_report_memory(&rep, &plan, 1);
-    if (!stopped && !o->layout_pass) td_report_summary(&rep, res);
+    if (trained && !o->layout_pass) td_report_summary(&rep, res);
 
     int root = g.world_rank == 0;
     if (!stopped && !early && o->out)
         td_run_save(dp, &g, &table, &canon, &cfg, &data.tok, o, o->steps, &scaler, &plan, res, 1);
-    if (!stopped && o->sample_tokens > 0) {
+    if (trained && o->sample_tokens > 0) {
         /* the model's own parameters where rank 0 holds them all; under
          * ZeRO-3 the parameters alone are gathered, unit by unit, into one
          * copy (a third of the state), after the save */
@@ -512,7 +537,7 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
         if (root) td_report_sample(&rep, in, P, &data.tok, o);
         td_free(gathered);
     }
-    if (keep_state && !stopped) { /* tests: the whole state in the canonical layout on rank 0 */
+    if (keep_state && trained) { /* tests: the whole state in the canonical layout on rank 0 */
         float *P = NULL, *M = NULL, *Vv = NULL;
         if (root) {
             P = td_alloc(sizeof(float) * canon.numel, TD_MEM_OTHER);
@@ -523,8 +548,20 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
         res->final_params = P, res->final_m = M, res->final_v = Vv;
         res->numel = canon.numel;
     }
-    if (o->trace) td_trace_file_write(o->trace, &g); /* a stopped run's trace too */
+    char trace_why[sizeof res->io_msg] = "";
+    int trace_err = o->trace ? td_trace_file_write(o->trace, &g, trace_why, sizeof trace_why) : 0; /* a stopped run's too */
     td_report_close(&rep);
+    /* a failed --log or --trace write (rank 0's files) reaches every rank:
+     * all exit TD_EXIT_IO; the checkpoint, if any, is saved by now */
+    int log_err = td_report_log_error(&rep);
+    float io_bad = trace_err || log_err || res->io_failed ? 1.0f : 0.0f;
+    if (g.world_size > 1) td_allreduce(g.world, &io_bad, 1, TD_F32, TD_MAX);
+    res->io_failed = io_bad > 0.0f;
+    if (log_err)
+        snprintf(res->io_msg, sizeof res->io_msg, "--log %s: writing it failed: %s", o->log, strerror(log_err));
+    else if (trace_err)
+        snprintf(res->io_msg, sizeof res->io_msg, "%s", trace_why);
+    td_out_lock_release(); /* the run is over: another job may write --out now */
     td_pp_destroy(pp);
     td_dp_destroy(dp);
     if (!g.is_server) td_gpt_destroy(&model);
@@ -555,7 +592,34 @@ int td_train_main(int argc, char **argv) {
     td_train_run(&o, &res, 0);
     td_auto_report(&au, &res);
     int rc = 0;
-    if (res.stop_step >= 0) {
+    int root = td_log_rank() == 0;
+    if (res.io_failed) {
+        /* one line, from rank 0 (the files are rank 0's); every rank exits TD_EXIT_IO */
+        if (root) {
+            char tail[8400];
+            if (res.stopped_startup)
+                snprintf(tail, sizeof tail, "the run stopped before its first step and saved nothing");
+            else if (o.out)
+                snprintf(tail, sizeof tail, "the run %s after step %d with a checkpoint in %s", res.stopped_after > 0 ? "stopped" : "ended",
+                         res.steps_done, o.out);
+            else
+                snprintf(tail, sizeof tail, "the run %s after step %d (no --out: nothing saved)",
+                         res.stopped_after > 0 ? "stopped" : "ended", res.steps_done);
+            fflush(stdout);
+            fprintf(stderr, "trident: error: %s; %s\n", res.io_msg[0] ? res.io_msg : "a write failed on another rank", tail);
+            fflush(stderr);
+        }
+        rc = TD_EXIT_IO;
+    } else if (res.stopped_startup) {
+        if (root) {
+            if (o.resume)
+                printf("stopped during start-up by a stop signal: nothing trained or saved; the resumed checkpoint "
+                       "(step %d) and --out's latest are unchanged\n", res.steps_done);
+            else
+                printf("stopped during start-up by a stop signal: nothing trained, nothing to save\n");
+            fflush(stdout);
+        }
+    } else if (res.stop_step >= 0) {
         /* one line, from rank 0; every rank exits non-zero after finalize */
         if (td_log_rank() == 0) {
             fflush(stdout);
@@ -571,9 +635,12 @@ int td_train_main(int argc, char **argv) {
             fflush(stderr);
         }
         rc = 3;
-    } else if (res.stopped_after > 0 && td_log_rank() == 0) {
-        printf("stopped after step %d of %d with a checkpoint in %s; to continue, run the same command with "
-               "--resume latest\n", res.stopped_after, o.steps, o.out);
+    } else if (res.stopped_after > 0 && root) {
+        if (o.out)
+            printf("stopped after step %d of %d with a checkpoint in %s; to continue, run the same command with "
+                   "--resume latest%s\n", res.stopped_after, o.steps, o.out, o.overwrite ? " (in place of --overwrite)" : "");
+        else
+            printf("stopped at step %d: nothing saved (no --out)\n", res.stopped_after);
         fflush(stdout);
     }
     td_train_result_free(&res);

@@ -39,7 +39,9 @@ run reference 0 "checkpoint: .*/ref/step-00000008" "$T" train "${A[@]}" --out "$
 for s in 2 4 6 8; do [ -f "$tmp/ref/step-0000000$s/manifest.json" ] && [ -f "$tmp/ref/step-0000000$s/shard-00000.safetensors" ] \
   || fail "layout: $tmp/ref/step-0000000$s is missing or incomplete"; done
 [ "$(readlink "$tmp/ref/latest")" = step-00000008 ] || fail "layout: latest -> $(readlink "$tmp/ref/latest"), want step-00000008"
-ls -A "$tmp/ref" | grep -q '^\.' && fail "layout: temporary files left in --out: $(ls -A "$tmp/ref" | grep '^\.')"
+# hidden entries: temporary names only (.trident-lock, the --out lock, stays)
+hidden() { ls -A "$1" | grep '^\.' | grep -vx '\.trident-lock'; }
+hidden "$tmp/ref" >/dev/null && fail "layout: temporary files left in --out: $(hidden "$tmp/ref")"
 
 # --- sampling from DIR (follows latest) and from a step directory ------------
 d=$("$T" sample --ckpt "$tmp/ref" --tokens 40 --seed 5 2>&1) || fail "sample DIR: $d"
@@ -60,7 +62,7 @@ check_stopped() { # NAME DIR LAST_GOOD
         || fail "$name: step-0000000$s differs from the uninterrupted run's"
     elif [ -e "$dir/step-0000000$s" ]; then fail "$name: step-0000000$s was written after the bad step"; fi
   done
-  ls -A "$dir" | grep -q '^\.' && fail "$name: temporary files left: $(ls -A "$dir" | grep '^\.')"
+  hidden "$dir" >/dev/null && fail "$name: temporary files left: $(hidden "$dir")"
 }
 run nan-loss 3 "error: step 5: the loss is nan; the run stopped" \
   env TRIDENT_FAULT=nan-loss:5 "$T" train "${A[@]}" --out "$tmp/nl" && check_stopped nan-loss "$tmp/nl" 4
@@ -90,11 +92,11 @@ run ps-save-every 0 "checkpoint: .*/pss/step-00000008" \
 for s in 2 4 6 8; do [ -f "$tmp/pss/step-0000000$s/manifest.json" ] || fail "ps-save-every: step-0000000$s missing"; done
 run ps-sample 0 "." "$T" sample --ckpt "$tmp/pss/step-00000004" --tokens 10
 
-# A run into an --out holding good work fails before its first save: every
-# byte and link there is as before.
+# A run into an --out holding good work (resumed from its step 6) fails
+# before its next save: every byte and link there is as before.
 cp -a "$tmp/ref" "$tmp/keep"; before=$(snap "$tmp/keep")
-run nan-grad-existing 3 "error: step 1: the gradient norm is nan" \
-  env TRIDENT_FAULT=nan-grad:1 "$T" train "${A[@]}" --out "$tmp/keep"
+run nan-grad-existing 3 "error: step 7: the gradient norm is nan" \
+  env TRIDENT_FAULT=nan-grad:7 "$T" train "${A[@]}" --out "$tmp/keep" --resume "$tmp/keep/step-00000006"
 [ "$(snap "$tmp/keep")" = "$before" ] && echo "ok   nan-grad-existing: --out byte-identical, latest unchanged" \
   || fail "nan-grad-existing: --out changed"
 
@@ -103,7 +105,7 @@ run save-fail nz "error: saving checkpoint .*/sf/step-00000004 failed: writing s
   env TRIDENT_FAULT=save-fail:4 "$T" train "${A[@]}" --out "$tmp/sf" && check_stopped save-fail "$tmp/sf" 2
 cp -a "$tmp/ref" "$tmp/keep2"; before=$(snap "$tmp/keep2")
 run save-fail-end nz "error: saving checkpoint .*/keep2/step-00000008 failed" \
-  env TRIDENT_FAULT=save-fail:8 "$T" train "${A[@]:0:${#A[@]}-2}" --save-every 0 --out "$tmp/keep2" # A less its --save-every 2
+  env TRIDENT_FAULT=save-fail:8 "$T" train "${A[@]:0:${#A[@]}-2}" --save-every 0 --out "$tmp/keep2" --resume "$tmp/keep2/step-00000006" # A less its --save-every 2
 [ "$(snap "$tmp/keep2")" = "$before" ] && echo "ok   save-fail-end: --out byte-identical, latest unchanged" \
   || fail "save-fail-end: --out changed"
 run bad-fault 2 "error: TRIDENT_FAULT=nan-grad:x is not|error: TRIDENT_FAULT=nan-grad:x: the step" \
@@ -119,7 +121,7 @@ rc=$?; [ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "save-kill: exit code $rc, want 
   || fail "save-kill: latest -> $(readlink "$tmp/sk/latest"), want step-00000002 and no step-00000004"
 ls -A "$tmp/sk" | grep -q '^\.step-00000004\.tmp\.' || fail "save-kill: no temporary directory of the killed save"
 run save-kill-resume 0 "checkpoint: .*/sk/step-00000008" $MPIRUN -np 2 "$T" train "${A[@]}" --zero 1 --out "$tmp/sk" --resume latest
-ls -A "$tmp/sk" | grep -q '^\.' && fail "save-kill-resume: the killed save's temporary directory is still there"
+hidden "$tmp/sk" >/dev/null && fail "save-kill-resume: the killed save's temporary directory is still there"
 run keep 0 "." "$T" train "${A[@]}" --out "$tmp/kp" --keep 2
 [ "$(cd "$tmp/kp" && echo step-*)" = "step-00000006 step-00000008" ] && echo "ok   keep: step-00000006 step-00000008" \
   || fail "keep 2: $(cd "$tmp/kp" && echo step-*)"

@@ -11,7 +11,7 @@
 #    left as it was; --overwrite replaces it; a directory holding other files
 #    is refused even with --overwrite;
 #  - a FIFO and /dev/null as --out are refused at once (timeout 10);
-#  - a full tmpfs under --out (file and directory exports): exit 2, one line
+#  - a full tmpfs under --out (file and directory exports): exit 74 (TD_EXIT_IO), one line
 #    naming the file and "No space left on device", no temporary left, a
 #    pre-existing output untouched.
 # Usage: test_export_hf.sh TRIDENT BPE_TOOL INTEROP_TOOL DATA_DIR
@@ -145,7 +145,7 @@ full() { # full NAME FILE_RE FORMAT OUT [--overwrite]
   local name=$1 re=$2; shift 2
   local out rc
   out=$(timeout 60 "$T" export --ckpt "$ck" --format "$@" 2>&1 </dev/null); rc=$?
-  if [ $rc -eq 2 ] && [ "$(wc -l <<<"$out")" -eq 1 ] && grep -qE "^trident: error: export: --out .*$re: write failed: No space left on device" <<<"$out" \
+  if [ $rc -eq 74 ] && [ "$(wc -l <<<"$out")" -eq 1 ] && grep -qE "^trident: error: export: --out .*$re: write failed: No space left on device" <<<"$out" \
      && [ -z "$(ls -a "$m" | grep tmp)" ]; then echo "ok   full tmpfs, $name: $out"; else echo "FAIL full tmpfs, $name: exit $rc: $out"; ls -la "$m"; fi
 }
 full "llmc" "m.bin" llmc --out "$m/m.bin"
@@ -160,7 +160,7 @@ full "hf-gpt2 over an old directory" "d/model.safetensors" hf-gpt2 --out "$m/d" 
   && echo "ok   full tmpfs: the earlier outputs are untouched" || { echo "FAIL full tmpfs: an earlier output changed"; ls -la "$m" "$m/d"; }
 # an import whose save fails (the abort hook removes DIR.tmp.PID)
 out=$(timeout 60 "$T" import --format safetensors --in "$src" --out "$m/i" 2>&1 </dev/null); rc=$?
-[ $rc -eq 2 ] && [ "$(wc -l <<<"$out")" -eq 1 ] && grep -q "No space left on device" <<<"$out" && [ ! -e "$m/i" ] \
+[ $rc -eq 74 ] && [ "$(wc -l <<<"$out")" -eq 1 ] && grep -q "No space left on device" <<<"$out" && [ ! -e "$m/i" ] \
   && [ -z "$(ls -a "$m" | grep tmp)" ] && echo "ok   full tmpfs, import: $out" || echo "FAIL full tmpfs, import: exit $rc: $out"
 umount "$m"
 # a 7 MiB tmpfs: the gpt2 model's 6.5 MB of weights fit, its tokenizer files
