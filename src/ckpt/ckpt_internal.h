@@ -32,6 +32,11 @@ typedef struct {
 void td_ckpt_dir_init(td_ckpt_dir *d, const char *out, int step, const char *tag);
 /* removes a step directory trident wrote (its plain files, then itself) */
 void td_ckpt_remove_dir(const char *dir);
+/* Removes the step directory out/name so that no kill can leave it half
+ * removed: renamed first to a temporary name of this job's
+ * (.NAME.old.tmp.JOBID, which the next commit's clean-up removes if the
+ * job dies), then emptied and removed. */
+void td_ckpt_retire_dir(const char *out, const char *name);
 /* creates --out (if missing) and the temporary directory */
 void td_ckpt_dir_create(td_ckpt_dir *d);
 /* A failed save on any rank: the temporary directory is removed (the

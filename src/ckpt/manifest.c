@@ -191,9 +191,9 @@ static int keep_newest(const td_ckpt_dir *d, int keep) {
         int newer = 0;
         for (int j = 0; j < n; j++) newer += steps[j] > steps[i];
         if (newer < keep || steps[i] == d->step) continue;
-        char p[PATH_MAX + 32];
-        snprintf(p, sizeof p, "%s/step-%08d", d->out, steps[i]);
-        td_ckpt_remove_dir(p);
+        char name[32];
+        snprintf(name, sizeof name, "step-%08d", steps[i]);
+        td_ckpt_retire_dir(d->out, name);
         removed++;
     }
     return removed;

@@ -140,6 +140,15 @@ int td_out_lock_take(const char *out, char *why, size_t cap) {
                      path, strerror(err));
         return -1;
     }
+    /* a refused job that made DIR unlinks its lock file before releasing
+     * it: a lock taken on that removed file would guard nothing */
+    struct stat now;
+    if (stat(path, &now) != 0 || now.st_ino != st.st_ino || now.st_dev != st.st_dev) {
+        close(fd);
+        snprintf(why, cap, "--out %s: its lock file %s was removed while this job took it (a job refused on a "
+                 "new --out removes what it made); start again", out, path);
+        return -1;
+    }
     if (fstat(fd, &st) == 0 && st.st_size > 0) {
         read_record(fd, desc, sizeof desc, host, sizeof host, &pid);
         char me[64] = "";
@@ -210,11 +219,9 @@ int td_out_clear(const char *out) {
     if (!d) return 0;
     int n = 0;
     struct dirent *de;
-    char p[PATH_MAX + 300];
     while ((de = readdir(d)) != NULL) {
         if (!is_step_name(de->d_name)) continue;
-        snprintf(p, sizeof p, "%s/%s", out, de->d_name);
-        td_ckpt_remove_dir(p);
+        td_ckpt_retire_dir(out, de->d_name);
         n++;
     }
     closedir(d);

@@ -13,6 +13,7 @@
 
 #include "ckpt_internal.h"
 #include "trident/base.h"
+#include "trident/out_lock.h"
 #include "trident/fault.h"
 #include "trident/files.h"
 #include "trident/formats_hash.h"
@@ -40,6 +41,13 @@ void td_ckpt_remove_dir(const char *dir) {
     }
     closedir(dd);
     rmdir(dir);
+}
+
+void td_ckpt_retire_dir(const char *out, const char *name) {
+    char from[PATH_MAX + 300], to[PATH_MAX + 400];
+    snprintf(from, sizeof from, "%s/%s", out, name);
+    snprintf(to, sizeof to, "%s/.%s.old.tmp.%s", out, name, td_job_id());
+    td_ckpt_remove_dir(rename(from, to) == 0 ? to : from);
 }
 
 _Noreturn void td_ckpt_save_failed(const td_ckpt_dir *d, const char *what, int err) {

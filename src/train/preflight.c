@@ -320,12 +320,14 @@ static void agree(const verdict *v, const td_grid *g, const char *out, int creat
     if (W > 1) td_allreduce(g->world, &first, 1, TD_F32, TD_MAX);
     if (first == 0.0f) return;
     if (out && td_out_lock_held(out)) {
-        td_out_lock_release();
         if (created_out) { /* a refused run leaves nothing behind */
+            /* unlinked while still locked: a job that opens it now waits
+             * for none and makes a new one, never locks the removed file */
             char lock[PATH_MAX + 32];
             snprintf(lock, sizeof lock, "%s/%s", out, TD_OUT_LOCK_NAME);
             unlink(lock);
         }
+        td_out_lock_release();
     }
     if (created_out) rmdir(out);
     if (W > 1) td_barrier(g->world); /* the directory is gone before anyone aborts */

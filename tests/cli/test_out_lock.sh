@@ -4,7 +4,7 @@
 # record left by a dead job is taken over with a note (and its temporary
 # leftovers removed); a new run into a DIR with checkpoints is refused
 # unless --overwrite, which replaces them; and two jobs started together on
-# one --out, killed with SIGKILL and restarted a few rounds, never leave a
+# one --out, killed with SIGKILL and restarted for 10 rounds, never leave a
 # lost or foreign checkpoint: every step directory and latest hold the
 # first winner's run id and seed, and latest passes `trident ckpt check`.
 # Usage: test_out_lock.sh TRIDENT_BINARY DATA_DIR
@@ -77,7 +77,8 @@ err=$(timeout 60 "$T" train "${A[@]}" --steps 4 --out "$tmp/o" --overwrite --res
 # refused at once. The winner is killed (SIGKILL) during its saves.
 c="$tmp/c"; B=("${A[@]}" --steps 100000 --save-every 25 --keep 3 --out "$c")
 win_run="" win_seed=""
-for round in 1 2; do
+rounds=${TD_LOCK_ROUNDS:-10} # the issue's 10 rounds of start, kill, restart
+for round in $(seq "$rounds"); do
   if [ $round = 1 ]; then a=(--seed 11 --overwrite) b=(--seed 22 --overwrite)
   else a=(--seed "$win_seed" --resume latest) b=(--seed "$win_seed" --resume latest); fi
   timeout 60 "$T" train "${B[@]}" "${a[@]}" >"$tmp/a.log" 2>&1 & pa=$!
@@ -87,7 +88,7 @@ for round in 1 2; do
   for p in $pa $pb; do [ "$(pgrep -P $p)" = "$holder" ] && kill -KILL "$holder"; done
   { wait $pa; ra=$?; wait $pb; rb=$?; } 2>/dev/null
   refused=$(grep -l "is in use by another job" "$tmp/a.log" "$tmp/b.log" | wc -l)
-  [ "$refused" -eq 1 ] && { [ $ra -eq 2 ] || [ $rb -eq 2 ]; } || fail "round $round: want one job refused (exit 2), got exits $ra $rb"
+  [ "$refused" -eq 1 ] && { [ $ra -eq 2 ] || [ $rb -eq 2 ]; } || fail "round $round: want one job refused (exit 2), got exits $ra $rb: $(grep -h 'error\|note' "$tmp/a.log" "$tmp/b.log")"
   if [ $round = 1 ]; then
     win_seed=$(mf "$c" seed); win_run=$(mf "$c" run)
     { [ "$win_seed" = 11 ] && grep -q "in use" "$tmp/b.log"; } || { [ "$win_seed" = 22 ] && grep -q "in use" "$tmp/a.log"; } \
