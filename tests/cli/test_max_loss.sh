@@ -28,7 +28,9 @@ PY
 diverge() {
   local name=$1; shift
   local d=$tmp/$name out rc want errs
-  out=$(timeout 60 "$@" $T train $A --layers ${L:-1} ${X:-} --lr 10 --clip 0 --warmup 0 --max-loss 50 --out "$d" --log "$tmp/$name.jsonl" 2>&1 </dev/null); rc=$?
+  # stderr alone: under mpirun it would interleave with stdout mid-line
+  timeout 60 "$@" $T train $A --layers ${L:-1} ${X:-} --lr 10 --clip 0 --warmup 0 --max-loss 50 --out "$d" --log "$tmp/$name.jsonl" >/dev/null 2>"$tmp/$name.err" </dev/null; rc=$?
+  out=$(cat "$tmp/$name.err")
   want=$(first_stop "$tmp/$name.jsonl" 50)
   errs=$(grep -c '^trident: error:' <<<"$out")
   if [ "$rc" -ne 3 ] || [ "$errs" -ne 1 ] || [ "$want" -lt 0 ] ||
@@ -47,7 +49,7 @@ X="--dp 2" diverge dp2 $MPIRUN -np 2
 X="--tp 2" diverge tp2 $MPIRUN -np 2
 L=2 X="--pp 2 --micro-batches 2" diverge pp2 $MPIRUN -np 2
 # a learning run (lr 3e-2): above 3.3 at times, never 20 steps in a row
-out=$(timeout 60 $T train $A --layers 1 --lr 3e-2 --warmup 5 --max-loss 3.3 --log "$tmp/learn.jsonl" 2>&1 </dev/null); rc=$?
+out=$(timeout 60 $T train $A --layers 1 --lr 3e-2 --warmup 5 --max-loss 3.3 --log "$tmp/learn.jsonl" 2>&1 >/dev/null </dev/null); rc=$?
 above=$($PY -c "import json,sys; print(sum(json.loads(l)['loss'] > 3.3 for l in open(sys.argv[1]) if l.startswith('{\"step\"')))" "$tmp/learn.jsonl")
 if [ $rc -ne 0 ] || [ "$(first_stop "$tmp/learn.jsonl" 3.3)" != -1 ] || [ "$above" -lt 20 ] || grep -q 'trident: \(warning\|error\)' <<<"$out"; then
   fail "learning run: exit $rc, $above steps above 3.3:"; tail -3 <<<"$out"
