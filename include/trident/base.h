@@ -22,6 +22,11 @@ void td_set_abort_hook(void (*hook)(int code));
 _Noreturn void td_die(int code);
 /* The end of an error exit (after the hook): flush, exit with `code`. */
 _Noreturn void td_exit(int code);
+/* A successful early exit (--help, --print-config): flush, run the exit
+ * hook (the comm layer's MPI_Finalize, so mpirun sees every rank end
+ * cleanly; every rank must take this path together), then exit 0. */
+void td_set_exit_hook(void (*hook)(void));
+_Noreturn void td_exit_ok(void);
 
 /* User-facing failure: one line "trident: error: <msg>" and a non-zero exit.
  * The message should say what is wrong and what would be valid. */

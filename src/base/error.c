@@ -12,6 +12,16 @@ static void (*g_abort_hook)(int code);
 
 void td_set_abort_hook(void (*hook)(int code)) { g_abort_hook = hook; }
 
+static void (*g_exit_hook)(void);
+
+void td_set_exit_hook(void (*hook)(void)) { g_exit_hook = hook; }
+
+_Noreturn void td_exit_ok(void) {
+    fflush(stdout);
+    if (g_exit_hook) g_exit_hook();
+    exit(0);
+}
+
 static void (*g_cleanup[4])(void);
 
 void td_set_fail_cleanup(void (*fn)(void)) {

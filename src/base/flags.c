@@ -154,8 +154,8 @@ void td_flags_parse_info(const char *cmd, const td_flag *flags, int n, int argc,
     for (int i = 0; i < argc; i++) {
         const char *arg = argv[i];
         if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
-            td_flags_print(cmd, flags, n);
-            exit(0);
+            if (td_log_rank() == 0) td_flags_print(cmd, flags, n); /* once under mpirun */
+            td_exit_ok();
         }
         TD_CHECK(strncmp(arg, "--", 2) == 0, "%s: unexpected argument '%s' (flags start with --; see "
                                              "trident %s --help)", cmd, arg, cmd);
@@ -213,8 +213,8 @@ void td_flags_parse_info(const char *cmd, const td_flag *flags, int n, int argc,
         info->config = config;
         info->print_config = print != NULL;
     } else if (print) {
-        printf("%s\n", td_flags_json(flags, n));
-        exit(0);
+        if (td_log_rank() == 0) printf("%s\n", td_flags_json(flags, n));
+        td_exit_ok();
     }
 }
 

@@ -156,6 +156,7 @@ void td_comm_init(int *argc, char ***argv) {
     TD_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &g_world_rank));
     TD_MPI(MPI_Comm_size(MPI_COMM_WORLD, &g_world_size));
     td_set_abort_hook(abort_hook);
+    td_set_exit_hook(td_comm_finalize);
     td_log_set_identity(g_world_rank, 0, 0, 0, 0);
     g_t0_ms = td_now_ms();
     td_nodes_init();
@@ -178,6 +179,7 @@ void td_comm_finalize(void) {
     td_nodes_free();
     g_initialized = 0;
     td_set_abort_hook(NULL);
+    td_set_exit_hook(NULL);
     if (g_we_initialized_mpi) TD_MPI(MPI_Finalize());
     /* after MPI_Finalize, which waits for the others: a rank that dies
      * meanwhile is still reported */

@@ -8,7 +8,8 @@
 # config files are one error naming the key and the file; --resume with no
 # model flags (nor --data) continues bitwise as the resume that gives them
 # and as the uninterrupted run, also from a manifest without run_config; a
-# flag or config key contradicting the checkpoint names both values.
+# flag or config key contradicting the checkpoint names both values; under
+# mpirun, --help and --print-config print once and every rank ends cleanly.
 # Usage: test_config.sh TRIDENT_BINARY DATA_DIR
 set -u
 T=${1:?usage: test_config.sh TRIDENT_BINARY DATA_DIR}
@@ -154,6 +155,20 @@ refused contra-key   "it has --heads 2, this run 4 \(--config .*/h.json\)" "$T" 
 refused contra-tok   "--tokenizer byte contradicts the checkpoint's tokenizer char" "$T" train "${B[@]}" --resume "$C3" --tokenizer byte
 refused contra-seed  "--seed 7 contradicts the checkpoint's --seed 1337" "$T" train "${B[@]}" --resume "$C3" --seed 7
 refused contra-vocab "it has --vocab 59, this run 99" "$T" train "${B[@]}" --resume "$C3" --vocab 99
+
+# --- under mpirun: --help and --print-config print once, and every rank
+# ends cleanly (no mpirun note of a rank exiting without MPI_Finalize) ---
+once() {
+  local name=$1 want=$2; shift 2
+  timeout 60 $MPIRUN -np 2 "$@" >"$tmp/$name.out" 2>&1 </dev/null; local rc=$?
+  local n; n=$(grep -c -- "$want" "$tmp/$name.out")
+  if [ $rc -eq 0 ] && [ "$n" -eq 1 ] && ! grep -q "improperly\|mpirun" "$tmp/$name.out"; then echo "ok   $name: once, exit 0"
+  else fail "$name: exit $rc, $n copies: $(head -c 300 "$tmp/$name.out")"; fi
+}
+once mpi-help-train   "^usage: trident train" "$T" train --help
+once mpi-help-bench   "^usage: trident bench train" "$T" bench train --help
+once mpi-print-bench  '^{"layers": 4' "$T" bench train --print-config
+once mpi-print-train  '^{"data": ' "$T" train --data "$D" --print-config
 
 if [ $fails -ne 0 ]; then echo "test_config: $fails failure(s)"; exit 1; fi
 echo "test_config: all passed"
