@@ -9,7 +9,9 @@
  * that holder; a record left by a dead job (the lock free, the record still
  * there) is taken over with a note. A run that ends, cleanly or by an error
  * exit, empties the record and keeps the file (removing it would let a
- * third job lock a new file while a second holds the old one).
+ * third job lock a new file while a second holds the old one); only a
+ * refused job's directory that it made itself and wrote nothing into goes,
+ * its lock file unlinked while still held (td_out_lock_abandon).
  *
  * The job id names this job's temporary save directories
  * (DIR/.step-NNNNNNNN.tmp.JOBID, DIR/.latest.tmp.JOBID), so that cleaning
@@ -29,12 +31,18 @@ const char *td_job_id(void);
 /* Rank 0, before anything is written into the directory out (which must
  * exist): takes the lock and writes the record; 0, or -1 with one line in
  * why (another job holds it: its host, pid and job id; or what failed).
- * Registers a fail cleanup that empties the record on an error exit. */
-int td_out_lock_take(const char *out, char *why, size_t cap);
+ * created: this job has just made out. Registers a fail cleanup,
+ * td_out_lock_abandon, for an error exit. */
+int td_out_lock_take(const char *out, int created, char *why, size_t cap);
 /* Whether this process holds the lock of directory out (the same path). */
 int td_out_lock_held(const char *out);
 /* Empties the record and drops the lock (no-op when none is held). */
 void td_out_lock_release(void);
+/* An error exit's release: when this job made the directory and nothing
+ * but the lock file is in it (no save began), the lock file is unlinked
+ * while still held, then the directory removed, so a refused run leaves
+ * nothing behind; otherwise td_out_lock_release. */
+void td_out_lock_abandon(void);
 
 /* Whether out holds checkpoints (step directories or latest); desc says
  * how many and where latest points. */

@@ -18,6 +18,7 @@
 static char g_job[64];
 static int g_fd = -1;
 static char g_out[PATH_MAX];
+static int g_created; /* this job made g_out: an error exit removes it while empty */
 
 /* Keeps [A-Za-z0-9._-]; anything else becomes '_' (a Slurm id is digits,
  * a host name may hold anything). */
@@ -83,9 +84,38 @@ void td_out_lock_release(void) {
     close(g_fd); /* the last descriptor of the description: the lock goes */
     g_fd = -1;
     g_out[0] = 0;
+    g_created = 0;
 }
 
-static void release_on_fail(void) { td_out_lock_release(); }
+/* Whether dir holds nothing but the lock file. */
+static int only_the_lock(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int other = 0;
+    struct dirent *de;
+    while (!other && (de = readdir(d)) != NULL)
+        other = strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0 &&
+                strcmp(de->d_name, TD_OUT_LOCK_NAME) != 0;
+    closedir(d);
+    return !other;
+}
+
+void td_out_lock_abandon(void) {
+    if (g_fd < 0) return;
+    char dir[PATH_MAX], lock[PATH_MAX + 32];
+    snprintf(dir, sizeof dir, "%s", g_out);
+    int remove_dir = g_created && only_the_lock(dir);
+    if (remove_dir) {
+        /* unlinked while still locked: a job that opens it now waits for
+         * none and makes a new one, never locks the removed file */
+        snprintf(lock, sizeof lock, "%s/%s", dir, TD_OUT_LOCK_NAME);
+        unlink(lock);
+    }
+    td_out_lock_release();
+    if (remove_dir) rmdir(dir);
+}
+
+static void release_on_fail(void) { td_out_lock_abandon(); }
 
 /* The holder's record "host H\npid P\njob J\n" as one phrase. */
 static void read_record(int fd, char *desc, size_t cap, char *host, size_t hcap, long *pid) {
@@ -105,7 +135,7 @@ static void read_record(int fd, char *desc, size_t cap, char *host, size_t hcap,
         snprintf(desc, cap, "host %s, pid %ld, job %s", host, *pid, job);
 }
 
-int td_out_lock_take(const char *out, char *why, size_t cap) {
+int td_out_lock_take(const char *out, int created, char *why, size_t cap) {
     TD_ASSERT(g_fd < 0);
     char dir[PATH_MAX];
     norm_path(dir, sizeof dir, out);
@@ -172,6 +202,7 @@ int td_out_lock_take(const char *out, char *why, size_t cap) {
     }
     g_fd = fd;
     snprintf(g_out, sizeof g_out, "%s", dir);
+    g_created = created;
     td_set_fail_cleanup(release_on_fail);
     return 0;
 }

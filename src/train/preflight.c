@@ -76,7 +76,7 @@ static int check_out(verdict *v, const td_train_opts *o, int *created) {
     }
     /* one job per --out: the lock before anything is written into it */
     char why[sizeof v->msg];
-    if (td_out_lock_take(out, why, sizeof why) != 0) return refuse(v, "%s", why);
+    if (td_out_lock_take(out, *created, why, sizeof why) != 0) return refuse(v, "%s", why);
     char probe[PATH_MAX + 64];
     snprintf(probe, sizeof probe, "%s/.trident-probe-%ld", out, (long)getpid());
     int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL, 0600);
@@ -319,17 +319,8 @@ static void agree(const verdict *v, const td_grid *g, const char *out, int creat
     float first = v->failed ? (float)(W - g->world_rank) : 0.0f; /* ranks < 2^24: exact */
     if (W > 1) td_allreduce(g->world, &first, 1, TD_F32, TD_MAX);
     if (first == 0.0f) return;
-    if (out && td_out_lock_held(out)) {
-        if (created_out) { /* a refused run leaves nothing behind */
-            /* unlinked while still locked: a job that opens it now waits
-             * for none and makes a new one, never locks the removed file */
-            char lock[PATH_MAX + 32];
-            snprintf(lock, sizeof lock, "%s/%s", out, TD_OUT_LOCK_NAME);
-            unlink(lock);
-        }
-        td_out_lock_release();
-    }
-    if (created_out) rmdir(out);
+    if (out && td_out_lock_held(out)) td_out_lock_abandon(); /* a refused run leaves nothing behind */
+    if (created_out) rmdir(out); /* made, but its lock not taken */
     if (W > 1) td_barrier(g->world); /* the directory is gone before anyone aborts */
     if (g->world_rank == W - (int)first) {
         fflush(stdout);

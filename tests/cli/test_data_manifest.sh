@@ -6,8 +6,9 @@
 # - train and sample with no --tokenizer take gpt2 from it (the sample is
 #   text, not <id>s); a contradicting --tokenizer, a flipped byte in a shard,
 #   a missing or truncated shard and an edited count in data.json are
-#   refused naming the file; shards without a data.json still load as token
-#   ids;
+#   refused naming the file (a train refused so leaves no --out it made,
+#   also when the refusal comes after start-up, as --strict-data's);
+#   shards without a data.json still load as token ids;
 # - empty or non-UTF-8 text is refused and leaves no --out behind (a
 #   pre-existing --out stays);
 # - checkpoints record the data's size and XXH3 (recomputed by python for a
@@ -90,7 +91,8 @@ out=$("$T" train --data "$tmp/D" --tokenizer gpt2 $M --steps 1 2>&1) && ok "an a
 cp -r "$tmp/D" "$tmp/flip"
 printf '\x01' | dd of="$tmp/flip/a_train_000001.bin" bs=1 seek=1500 conv=notrunc 2>/dev/null
 expect flipped-byte "training shard $tmp/flip/a_train_000001.bin: its XXH3 is [0-9a-f]*, $tmp/flip/data.json records" \
-  "$T" train --data "$tmp/flip" $M --steps 1
+  "$T" train --data "$tmp/flip" $M --steps 1 --out "$tmp/flip-out"
+[ ! -e "$tmp/flip-out" ] && ok "the refused run left no --out behind" || fail "--out of the refused run" "$(ls -la "$tmp/flip-out")"
 cp -r "$tmp/D" "$tmp/gone"; rm "$tmp/gone/a_val_000000.bin"
 expect missing-shard "shard $tmp/gone/a_val_000000.bin, listed in $tmp/gone/data.json, is missing" \
   "$T" train --data "$tmp/gone" $M --steps 1
@@ -146,6 +148,7 @@ if [ $? -eq 0 ] && [ "$n" -eq 1 ]; then ok "resume onto other text of the same c
 else fail "resume onto other data: no note" "$out"; fi
 expect_err strict-data "--strict-data: --resume $tmp/c1/step-00000002 was trained on $tmp/t1.txt (xxh3 .*), but --data $tmp/t2.txt is other data" \
   "$T" train --data "$tmp/t2.txt" $M --steps 3 --out "$tmp/c3" --resume "$tmp/c1/step-00000002" --strict-data
+[ ! -e "$tmp/c3" ] && ok "the refused resume left no --out behind" || fail "--out of the refused resume" "$(ls -la "$tmp/c3")"
 out=$("$T" train --data "$tmp/t1copy.txt" $M --steps 3 --out "$tmp/c4" --resume "$tmp/c1/step-00000002" --strict-data 2>&1)
 if [ $? -eq 0 ] && grep -q "^resume: $tmp/c1/step-00000002 (step 2" <<<"$out" && ! grep -q "note" <<<"$out"; then
   ok "resume onto a copy of the same data: no note, --strict-data passes"
