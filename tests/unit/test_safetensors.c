@@ -226,6 +226,7 @@ static void test_safetensors(void) {
     EXPECT(td_st_header_parse("{}", 2, 9, &hh, &e) == -1 && strstr(e.msg, "do not fit a 9-byte file"),
            "parse checks N itself: '%s'", e.msg);
     EXPECT(td_st_header_parse("{}      ", 8, 16, &hh, &e) == 0 && hh.n == 0, "empty file: %s", e.msg);
+    td_st_header_free(&hh); /* parsed: its JSON and tables are ours to free */
     /* a length that runs past the JSON into the data: where the text starts */
     EXPECT(td_st_header_parse("{}  \x01\x02", 6, 16, &hh, &e) == -1 &&
                strstr(e.msg, "header length 6 runs past the header's JSON object: text follows it at byte 4 of the header"),
