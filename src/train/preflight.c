@@ -17,6 +17,7 @@
 #include "ckpt_run.h"
 #include "preflight.h"
 #include "trident/out_lock.h"
+#include "trident/stop.h"
 #include "trident/base.h"
 #include "trident/comm.h"
 #include "trident/files.h"
@@ -319,6 +320,10 @@ static void agree(const verdict *v, const td_grid *g, const char *out, int creat
     float first = v->failed ? (float)(W - g->world_rank) : 0.0f; /* ranks < 2^24: exact */
     if (W > 1) td_allreduce(g->world, &first, 1, TD_F32, TD_MAX);
     if (first == 0.0f) return;
+    /* the job ends here: the SIGTERM of the failing rank's MPI_Abort must
+     * end every rank at once, not be recorded as a stop request (which
+     * left them to mpirun's SIGKILL about a second later) */
+    td_stop_signals_default();
     if (out && td_out_lock_held(out)) td_out_lock_abandon(); /* a refused run leaves nothing behind */
     if (created_out) rmdir(out); /* made, but its lock not taken */
     if (W > 1) td_barrier(g->world); /* the directory is gone before anyone aborts */
