@@ -19,7 +19,7 @@ median() { sort -g | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }
 for Z in 0 1; do
   rm -rf "$tmp/out"
   out=$($M -np 2 build/trident train "${CFG[@]}" --dp 2 --zero $Z --out "$tmp/out" 2>&1 | grep '^checkpoint:')
-  saves=$(sed -n 's/.*, \([0-9.]*\) s[;)].*/\1/p' <<<"$out")
+  saves=$(sed -n 's/.*, \([0-9.]*\) s, checksums .*/\1/p' <<<"$out")
   prunes=$(sed -n 's/.*removed [0-9]* older in \([0-9.]*\) s).*/\1/p' <<<"$out" | median)
   first=$(head -1 <<<"$saves")
   save=$(median <<<"$saves")
