@@ -42,9 +42,11 @@ done
 # Integrity: the checksums' share of a save and of a resume on GPT-2 124M's
 # sizes (L12 H12 C768, GPT-2's vocabulary: 124M parameters, 1.5 GB of
 # parameters and moments), one process: the save line prints the seconds
-# spent computing checksums beside the save's, the resume line the seconds
-# spent verifying beside the load's (both timed inside trident, around the
-# hashing alone). Target: <= 5% each.
+# the checksums cost the save beside the save's (a piece of two blocks or
+# more is hashed on a second thread trailing the writes: the writer's wait
+# for it; a one-block piece: its hashing), the resume line the seconds
+# spent verifying beside the load's (timed around the hashing alone).
+# Target: <= 5% each.
 rm -rf "$tmp/big"
 BIG=(--data data/tinyshakespeare.txt --tokenizer gpt2 --layers 12 --heads 12 --embd 768 --seq 64 --batch 1
      --eval-every 0 --threads 2 --out "$tmp/big")

@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -178,6 +179,28 @@ td_shard *td_shard_create(const td_ckpt_dir *d, int file_index, const char *grid
     return s;
 }
 
+/* A piece's hashing on a second thread: it hashes each block once the
+ * writer has put it (written counts the bytes, under mu). */
+typedef struct {
+    const char *c;
+    uint64_t len, written;
+    uint64_t *sum; /* [blocks] */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+} hash_trail;
+
+static void *hash_worker(void *arg) {
+    hash_trail *h = arg;
+    for (uint64_t off = 0; off < h->len; off += TD_HASH_BLOCK) {
+        size_t n = h->len - off < TD_HASH_BLOCK ? (size_t)(h->len - off) : TD_HASH_BLOCK;
+        pthread_mutex_lock(&h->mu);
+        while (h->written < off + n) pthread_cond_wait(&h->cv, &h->mu);
+        pthread_mutex_unlock(&h->mu);
+        h->sum[off / TD_HASH_BLOCK] = td_xxh3(h->c + off, n);
+    }
+    return NULL;
+}
+
 void td_shard_put(td_shard *s, int i, const float *data) {
     TD_ASSERT(i >= 0 && i < s->n);
     if (td_fault_at(TD_FAULT_SAVE_FAIL, s->d->step, -1)) { /* test-only: as on a full disk */
@@ -193,15 +216,45 @@ void td_shard_put(td_shard *s, int i, const float *data) {
     }
     /* block by block, each block hashed right after its write: the write's
      * copy brought it into the cache, so the checksums cost no second pass
-     * over memory (hashing first measured 1.4x as long: it paid the fetch) */
+     * over memory (hashing first measured 1.4x as long: it paid the fetch).
+     * A piece of two blocks or more is hashed on a second thread trailing
+     * the writes by a block, so a save into page cache does not wait for
+     * it (on the writing thread the checksums were 5.7-6.1% of such a
+     * save); td_ckpt_hash_ms counts only the writer's wait for it. */
     const char *c = (const char *)data;
     uint64_t *sum = s->sums + s->sum0[i];
+    hash_trail h = {.c = c, .len = s->len[i], .sum = sum};
+    pthread_t worker;
+    int trail = s->len[i] > TD_HASH_BLOCK && pthread_mutex_init(&h.mu, NULL) == 0;
+    if (trail && pthread_cond_init(&h.cv, NULL) != 0) {
+        pthread_mutex_destroy(&h.mu);
+        trail = 0;
+    }
+    if (trail && pthread_create(&worker, NULL, hash_worker, &h) != 0) {
+        pthread_cond_destroy(&h.cv);
+        pthread_mutex_destroy(&h.mu);
+        trail = 0;
+    }
     for (uint64_t off = 0; off < s->len[i]; off += TD_HASH_BLOCK) {
         size_t n = s->len[i] - off < TD_HASH_BLOCK ? (size_t)(s->len[i] - off) : TD_HASH_BLOCK;
         write_at(s, c + off, n, s->off[i] + off);
+        if (trail) {
+            pthread_mutex_lock(&h.mu);
+            h.written = off + n;
+            pthread_cond_signal(&h.cv);
+            pthread_mutex_unlock(&h.mu);
+            continue;
+        }
         double t0 = td_now_ms();
         *sum++ = td_xxh3(c + off, n);
         td_ckpt_hash_ms += td_now_ms() - t0;
+    }
+    if (trail) {
+        double t0 = td_now_ms();
+        pthread_join(worker, NULL);
+        td_ckpt_hash_ms += td_now_ms() - t0;
+        pthread_cond_destroy(&h.cv);
+        pthread_mutex_destroy(&h.mu);
     }
     s->done += s->len[i];
     s->put++;
