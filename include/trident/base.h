@@ -52,8 +52,10 @@ void td_set_fail_cleanup(void (*fn)(void));
 /* ---- logging ----------------------------------------------------------- */
 
 /* Identity of this process in the grid, set once by the runtime. Single-rank
- * runs keep the defaults (rank 0, no prefix). */
-void td_log_set_identity(int rank, int dp, int pp, int tp, int verbose);
+ * runs keep the defaults (rank 0, no prefix). coords: the grid's description
+ * of this rank ("dp=1 pp=0 tp=1", see td_grid_describe), or NULL. */
+void td_log_set_identity(int rank, const char *coords, int verbose);
+void td_log_set_verbose(int verbose);
 int td_log_rank(void);
 int td_log_verbose(void);
 /* Printed by rank 0 only (the step line, reports). */

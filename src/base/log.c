@@ -4,12 +4,15 @@
 
 #include "trident/base.h"
 
-static int g_rank, g_dp, g_pp, g_tp, g_verbose, g_has_identity;
+static int g_rank, g_verbose, g_has_identity;
+static char g_coords[96]; /* "dp=1 pp=0 tp=1", from the grid (empty: rank alone) */
 
-void td_log_set_identity(int rank, int dp, int pp, int tp, int verbose) {
-    g_rank = rank, g_dp = dp, g_pp = pp, g_tp = tp, g_verbose = verbose;
+void td_log_set_identity(int rank, const char *coords, int verbose) {
+    g_rank = rank, g_verbose = verbose;
+    snprintf(g_coords, sizeof g_coords, "%s", coords ? coords : "");
     g_has_identity = 1;
 }
+void td_log_set_verbose(int verbose) { g_verbose = verbose; }
 int td_log_rank(void) { return g_rank; }
 int td_log_verbose(void) { return g_verbose; }
 
@@ -30,7 +33,7 @@ void td_vlog(const char *fmt, ...) {
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
     if (g_has_identity)
-        printf("[rank %d dp=%d pp=%d tp=%d] %s", g_rank, g_dp, g_pp, g_tp, line);
+        printf("[rank %d%s%s] %s", g_rank, g_coords[0] ? " " : "", g_coords, line);
     else
         printf("%s", line);
     fflush(stdout);

@@ -44,7 +44,8 @@ static int section_pieces(const td_grid *g, const td_param_table *t, int s, cons
     for (int j = 0; j < n_ranges; j++)
         for (int i = 0; i < t->n_rows; i++) {
             const td_param *p = &t->rows[i];
-            if (p->numel == 0 || (p->split == TD_SPLIT_NONE && g->tp_rank != 0) || (p->unit == 0 && g->pp_rank != 0))
+            if (p->numel == 0 || (p->split == TD_SPLIT_NONE && g->axis[TD_TP].rank != 0) ||
+                (p->unit == 0 && g->axis[TD_PP].rank != 0))
                 continue;
             size_t lo = td_max_sz(r[j].lo, p->offset), hi = td_min_sz(r[j].lo + r[j].n, p->offset + p->numel);
             if (lo >= hi) continue;
@@ -62,8 +63,8 @@ static int section_pieces(const td_grid *g, const td_param_table *t, int s, cons
  * replicated tensor (tp ranks, the tied embedding's last stage) selected
  * its own top-k. The section of this rank's copy of row p: */
 static int state_section(const td_grid *g, const td_param *p, int kind) {
-    return td_mf_rank_section(kind, g->dp_rank, p->unit == 0 && g->pp_rank != 0,
-                              p->split == TD_SPLIT_NONE ? g->tp_rank : 0);
+    return td_mf_rank_section(kind, g->axis[TD_DP].rank, p->unit == 0 && g->axis[TD_PP].rank != 0,
+                              p->split == TD_SPLIT_NONE ? g->axis[TD_TP].rank : 0);
 }
 
 /* This rank's pieces: the owner ranges of each model section, then its
@@ -78,9 +79,11 @@ static int collect(td_dp *dp, const td_grid *g, const td_param_table *t, td_shar
         n += section_pieces(g, t, s, l.r, l.n, items ? items + n : NULL, data ? data + n : NULL);
         td_free(l.r);
     }
-    TD_CHECK(td_dp_rank_state(dp, 0) == NULL || (g->dp <= TD_MF_MAX_DP && g->tp <= TD_MF_MAX_TP),
-             "--out: a checkpoint holds the per-dp-rank state of at most %d dp ranks and %d tp ranks", TD_MF_MAX_DP,
-             TD_MF_MAX_TP);
+    TD_CHECK(
+        td_dp_rank_state(dp, 0) == NULL ||
+            (g->axis[TD_DP].size <= TD_MF_MAX_DP && g->axis[TD_TP].size <= TD_MF_MAX_TP),
+        "--out: a checkpoint holds the per-dp-rank state of at most %d dp ranks and %d tp ranks",
+        TD_MF_MAX_DP, TD_MF_MAX_TP);
     for (int k = 0; k < TD_DP_RANK_STATES; k++) {
         const float *x = td_dp_rank_state(dp, k);
         for (int i = 0; x && i < t->n_rows; i++) {
@@ -103,9 +106,10 @@ static int collect(td_dp *dp, const td_grid *g, const td_param_table *t, td_shar
  * that tp rank, that pipeline). Returns 0 when it holds no such state. */
 static int fill_state(td_ckpt_reader *r, const td_grid *g, const td_param_table *t, int k, float *x) {
     td_ckpt_range all = {0, t->numel, x};
-    if (!td_ckpt_reader_fill(r, t, td_mf_rank_section(k, g->dp_rank, 0, 0), &all, 1)) return 0;
+    if (!td_ckpt_reader_fill(r, t, td_mf_rank_section(k, g->axis[TD_DP].rank, 0, 0), &all, 1))
+        return 0;
     td_ckpt_range *rg = td_alloc(sizeof *rg * (size_t)(t->n_rows + 1), TD_MEM_OTHER);
-    int first = td_mf_rank_section(k, g->dp_rank, 0, 0), done[4] = {first}, n_done = 1;
+    int first = td_mf_rank_section(k, g->axis[TD_DP].rank, 0, 0), done[4] = {first}, n_done = 1;
     for (int i = 0; i < t->n_rows; i++) {
         int sec = state_section(g, &t->rows[i], k), n = 0, seen = 0;
         for (int j = 0; j < n_done; j++) seen |= done[j] == sec;
@@ -149,7 +153,8 @@ size_t td_ckpt_save_sharded(td_dp *dp, const td_grid *g, const td_param_table *t
     collect(dp, g, t, items, data);
     d.run = meta->run;
     char grid[64];
-    snprintf(grid, sizeof grid, "dp %d tp %d pp %d", g->dp_rank, g->tp_rank, g->pp_rank);
+    snprintf(grid, sizeof grid, "dp %d tp %d pp %d", g->axis[TD_DP].rank, g->axis[TD_TP].rank,
+             g->axis[TD_PP].rank);
     td_shard *s = td_shard_create(&d, g->world_rank, grid, items, n);
     for (int i = 0; i < n; i++) td_shard_put(s, i, data[i]);
     td_shard_close(s);
@@ -157,7 +162,7 @@ size_t td_ckpt_save_sharded(td_dp *dp, const td_grid *g, const td_param_table *t
     td_free((void *)data);
     float done = 1.0f; /* every shard is on disk (a failed rank aborts the job instead) */
     workers_max(g, &done, 1);
-    if (g->world_rank == 0) td_ckpt_finish(&d, g->dp * g->tp * g->pp, meta, cfg, tok, t, path, cap);
+    if (g->world_rank == 0) td_ckpt_finish(&d, td_grid_workers(g), meta, cfg, tok, t, path, cap);
     return td_shard_bookkeeping(n);
 }
 
@@ -219,7 +224,8 @@ void td_ckpt_resume(td_dp *dp, const td_grid *g, const td_param_table *t, const 
         float *x = td_dp_rank_state(dp, k);
         if (!x) continue;
         here = 1;
-        if (m->dp != g->dp || !fill_state(&r, g, t, k, x)) dropped = 1; /* starts at zero, as in a fresh run */
+        if (m->dp != g->axis[TD_DP].size || !fill_state(&r, g, t, k, x))
+            dropped = 1; /* starts at zero, as in a fresh run */
     }
     meta->step = m->step;
     meta->run = m->run;
@@ -229,10 +235,11 @@ void td_ckpt_resume(td_dp *dp, const td_grid *g, const td_param_table *t, const 
         sc->consecutive = m->ls_consecutive, sc->skipped = m->ls_skipped;
     }
     if (g->world_rank == 0) {
-        if (saved && m->dp != g->dp)
-            td_log("resume: dp changed from %d to %d: the checkpoint's per-dp-rank state (top-k residuals, local "
-                   "moments) belongs to its dp ranks and is dropped%s\n", m->dp, g->dp,
-                   dropped ? "; this run's starts at zero" : "");
+        if (saved && m->dp != g->axis[TD_DP].size)
+            td_log("resume: dp changed from %d to %d: the checkpoint's per-dp-rank state (top-k "
+                   "residuals, local "
+                   "moments) belongs to its dp ranks and is dropped%s\n",
+                   m->dp, g->axis[TD_DP].size, dropped ? "; this run's starts at zero" : "");
         else if (dropped)
             td_log("resume: %s holds no per-dp-rank state for this run's --grad-compress %s (saved with %s); it "
                    "starts at zero\n", r.dir, meta->grad_compress, m->grad_compress);

@@ -157,7 +157,7 @@ void td_comm_init(int *argc, char ***argv) {
     TD_MPI(MPI_Comm_size(MPI_COMM_WORLD, &g_world_size));
     td_set_abort_hook(abort_hook);
     td_set_exit_hook(td_comm_finalize);
-    td_log_set_identity(g_world_rank, 0, 0, 0, 0);
+    td_log_set_identity(g_world_rank, NULL, 0);
     g_t0_ms = td_now_ms();
     td_nodes_init();
     MPI_Comm dup;

@@ -64,9 +64,14 @@ static const td_dp_ops *ops_of(const td_dp_config *cfg) {
 }
 
 td_layout td_layout_of_grid(const td_grid *g) {
-    td_layout l = {.dp = g->dp, .tp = g->tp, .pp = g->pp, .n_servers = g->n_servers,
-                   .dp_rank = g->is_server ? -1 : g->dp_rank, .is_server = g->is_server};
-    l.dp_shares_memory = g->dp > 1 && !g->is_server && td_comm_shares_memory(g->dp_comm);
+    td_layout l = {.dp = g->axis[TD_DP].size,
+                   .tp = g->axis[TD_TP].size,
+                   .pp = g->axis[TD_PP].size,
+                   .n_servers = g->n_servers,
+                   .dp_rank = g->is_server ? -1 : g->axis[TD_DP].rank,
+                   .is_server = g->is_server};
+    l.dp_shares_memory =
+        g->axis[TD_DP].size > 1 && !g->is_server && td_comm_shares_memory(g->grad_comm);
     return l;
 }
 
@@ -101,13 +106,15 @@ td_dp *td_dp_create(const td_dp_config *cfg, const td_grid *g, const td_param_ta
                     td_gpt *model) {
     TD_CHECK(cfg->zero >= 0 && cfg->zero <= 3, "--zero %d is not a ZeRO stage; use 0, 1, 2 or 3",
              cfg->zero);
-    TD_CHECK(g->pp == 1 || cfg->zero <= 1,
+    TD_CHECK(g->axis[TD_PP].size == 1 || cfg->zero <= 1,
              "--zero %d with --pp %d: ZeRO-2 and ZeRO-3 shard gradients (and parameters) per "
              "micro-batch, which a pipeline schedule interleaves; use --zero 0 or 1 with pipeline "
-             "parallelism", cfg->zero, g->pp);
-    TD_CHECK(g->pp == 1 || cfg->mode != TD_DP_PS,
+             "parallelism",
+             cfg->zero, g->axis[TD_PP].size);
+    TD_CHECK(g->axis[TD_PP].size == 1 || cfg->mode != TD_DP_PS,
              "--dp-mode ps does not combine with --pp %d; use --dp-mode allreduce or "
-             "reduce-broadcast with pipeline parallelism", g->pp);
+             "reduce-broadcast with pipeline parallelism",
+             g->axis[TD_PP].size);
     TD_CHECK(cfg->zero == 0 || cfg->mode == TD_DP_ALLREDUCE,
              "--zero %d needs --dp-mode allreduce (ZeRO shards over the all-reduce group; %s has "
              "its own placement)", cfg->zero, td_dp_mode_name(cfg->mode));
@@ -118,9 +125,9 @@ td_dp *td_dp_create(const td_dp_config *cfg, const td_grid *g, const td_param_ta
     dp->g = g;
     dp->t = t;
     dp->model = model;
-    dp->comm = g->dp_comm;
-    dp->D = g->dp;
-    dp->r = g->is_server ? -1 : g->dp_rank;
+    dp->comm = g->grad_comm;
+    dp->D = g->axis[TD_DP].size;
+    dp->r = g->is_server ? -1 : g->axis[TD_DP].rank;
     dp->n_units = t->n_units;
     dp->training = 1;
     dp->bad_row = dp->bad_step = -1;
@@ -161,8 +168,17 @@ void td_dp_begin_micro(td_dp *dp, int micro, int n_micro) {
 
 td_step_group td_dp_step_group(const td_dp *dp, td_comm *group, int size, int sharded) {
     const td_grid *g = dp->g;
-    td_step_group s = {dp->t, &dp->cfg.optim, group, size, sharded, g->tp_comm, g->tp,
-                       g->pp_comm, g->pp, g->pp > 1 && g->pp_rank == g->pp - 1, dp->loss_scale,
+    td_step_group s = {dp->t,
+                       &dp->cfg.optim,
+                       group,
+                       size,
+                       sharded,
+                       g->axis[TD_TP].comm,
+                       g->axis[TD_TP].size,
+                       g->axis[TD_PP].comm,
+                       g->axis[TD_PP].size,
+                       g->axis[TD_PP].size > 1 && g->axis[TD_PP].rank == g->axis[TD_PP].size - 1,
+                       dp->loss_scale,
                        td_gpay_updates(&dp->cfg, dp->D)};
     return s;
 }

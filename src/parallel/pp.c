@@ -118,8 +118,8 @@ static slot *slot_get(td_pp *pp, int mb, int chunk) {
 
 static void post_recv_act(td_pp *pp, slot *sl) {
     int v = vstage(pp, sl->chunk);
-    td_recv_start(sl->recv_act, pp->g->pp_comm, sl->s.x, act_count(pp), act_dtype(pp), pp_peer_prev(pp),
-                  tag_of(pp, ACT, sl->mb, v - 1));
+    td_recv_start(sl->recv_act, pp->g->axis[TD_PP].comm, sl->s.x, act_count(pp), act_dtype(pp),
+                  pp_peer_prev(pp), tag_of(pp, ACT, sl->mb, v - 1));
 }
 
 /* Takes slots (and posts input receives) in list order, as far as free
@@ -186,8 +186,8 @@ static void forward(td_pp *pp, slot *sl, int training) {
     } else if (training) {
         /* the gradient of this output will come back: its receive is posted
          * now, before the peer can send it (see (b) above) */
-        td_recv_start(sl->recv_grad, pp->g->pp_comm, sl->s.dx, act_count(pp), act_dtype(pp),
-                      pp_peer_next(pp), tag_of(pp, GRAD, sl->mb, vstage(pp, c)));
+        td_recv_start(sl->recv_grad, pp->g->axis[TD_PP].comm, sl->s.dx, act_count(pp),
+                      act_dtype(pp), pp_peer_next(pp), tag_of(pp, GRAD, sl->mb, vstage(pp, c)));
     }
 }
 
@@ -246,11 +246,11 @@ static void weight_grads(td_pp *pp, slot *sl, int final) {
 static void send(td_pp *pp, slot *sl, int kind) {
     int v = vstage(pp, sl->chunk);
     if (kind == ACT)
-        td_send_start(sl->send, pp->g->pp_comm, chunk_output(pp, sl), act_count(pp), act_dtype(pp),
-                      pp_peer_next(pp), tag_of(pp, ACT, sl->mb, v));
+        td_send_start(sl->send, pp->g->axis[TD_PP].comm, chunk_output(pp, sl), act_count(pp),
+                      act_dtype(pp), pp_peer_next(pp), tag_of(pp, ACT, sl->mb, v));
     else
-        td_send_start(sl->send, pp->g->pp_comm, sl->s.dx, act_count(pp), act_dtype(pp), pp_peer_prev(pp),
-                      tag_of(pp, GRAD, sl->mb, v - 1));
+        td_send_start(sl->send, pp->g->axis[TD_PP].comm, sl->s.dx, act_count(pp), act_dtype(pp),
+                      pp_peer_prev(pp), tag_of(pp, GRAD, sl->mb, v - 1));
 }
 
 static void wait_recv(td_pp *pp, td_request *r, const char *what, int mb, int chunk) {
@@ -334,8 +334,9 @@ td_pp *td_pp_create(const td_grid *g, td_gpt *model, td_dp *dp, const td_schedul
     td_pp *pp = td_alloc(sizeof *pp, TD_MEM_OTHER);
     memset(pp, 0, sizeof *pp);
     pp->g = g, pp->m = model, pp->dp = dp, pp->sched = sched, pp->sp = *sp;
-    pp->P = sched->P, pp->V = sched->V, pp->M = sched->M, pp->s = g->pp_rank, pp->L = model->cfg.L;
-    TD_ASSERT(pp->P == g->pp && sp->P == pp->P && sp->V == pp->V);
+    pp->P = sched->P, pp->V = sched->V, pp->M = sched->M, pp->s = g->axis[TD_PP].rank,
+    pp->L = model->cfg.L;
+    TD_ASSERT(pp->P == g->axis[TD_PP].size && sp->P == pp->P && sp->V == pp->V);
     pp->n_slots = sched->peak[pp->s];
     pp->st.stage = pp->s;
     pp->slots = td_alloc(sizeof(slot) * (size_t)pp->n_slots, TD_MEM_OTHER);
@@ -422,7 +423,7 @@ double td_pp_train_step(td_pp *pp, int step, float dloss, td_pp_batch_fn batch, 
      * started together after the previous step's pp-wide reductions */
     float ms = (float)(td_now_ms() - t0);
     pp->st.own_ms += ms;
-    td_allreduce(pp->g->pp_comm, &ms, 1, TD_F32, TD_MAX);
+    td_allreduce(pp->g->axis[TD_PP].comm, &ms, 1, TD_F32, TD_MAX);
     pp->st.step_ms += ms;
     pp->st.steps++;
     /* the tied embedding: first and last stage sum their gradients, then it
@@ -442,7 +443,7 @@ double td_pp_train_step(td_pp *pp, int step, float dloss, td_pp_batch_fn batch, 
 double td_pp_forward_only(td_pp *pp, int n_micro, td_pp_batch_fn batch, void *ctx) {
     begin(pp, batch, ctx);
     slot *sl = &pp->slots[0];
-    td_comm *c = pp->g->pp_comm;
+    td_comm *c = pp->g->axis[TD_PP].comm;
     for (int mb = 0; mb < n_micro; mb++)
         for (int ch = 0; ch < pp->V; ch++) {
             int v = vstage(pp, ch);

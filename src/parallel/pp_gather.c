@@ -28,16 +28,18 @@ size_t td_pp_gather_scratch_floats(const td_param_table *t, const td_param_table
 const float *td_pp_gather_unit(td_dp *dp, const td_grid *g, const td_param_table *t,
                                const td_param_table *canon, int section, int u, float *scratch,
                                const td_param_table **layout) {
-    if (g->pp == 1) return td_tp_gather_unit(dp, g, t, canon, section, u, scratch, layout);
+    if (g->axis[TD_PP].size == 1)
+        return td_tp_gather_unit(dp, g, t, canon, section, u, scratch, layout);
     *layout = canon;
     /* the first stage holding the unit (the tied embedding: stage 0) */
-    float neg = -(float)(t->held[u] ? g->pp_rank : g->pp); /* MAX of -stage = MIN */
-    td_allreduce(g->pp_comm, &neg, 1, TD_F32, TD_MAX);
+    float neg =
+        -(float)(t->held[u] ? g->axis[TD_PP].rank : g->axis[TD_PP].size); /* MAX of -stage = MIN */
+    td_allreduce(g->axis[TD_PP].comm, &neg, 1, TD_F32, TD_MAX);
     float owner = -neg;
     float *out = scratch + td_tp_gather_scratch_floats(t, canon);
     size_t n = td_unit_numel(canon, u);
     const float *b = NULL;
-    if (g->pp_rank == (int)owner) {
+    if (g->axis[TD_PP].rank == (int)owner) {
         const td_param_table *in;
         b = td_tp_gather_unit(dp, g, t, canon, section, u, scratch, &in);
         if (b && in == t) { /* tp 1: this stage's padded layout -> canonical */
@@ -49,9 +51,9 @@ const float *td_pp_gather_unit(td_dp *dp, const td_grid *g, const td_param_table
         }
     }
     if ((int)owner == 0) return g->world_rank == 0 ? b : NULL;
-    if (g->dp_rank != 0 || g->tp_rank != 0) return NULL;
-    if (g->pp_rank == (int)owner) td_send(g->pp_comm, b, n, TD_F32, 0, u);
-    if (g->pp_rank != 0) return NULL;
-    td_recv(g->pp_comm, out, n, TD_F32, (int)owner, u);
+    if (g->axis[TD_DP].rank != 0 || g->axis[TD_TP].rank != 0) return NULL;
+    if (g->axis[TD_PP].rank == (int)owner) td_send(g->axis[TD_PP].comm, b, n, TD_F32, 0, u);
+    if (g->axis[TD_PP].rank != 0) return NULL;
+    td_recv(g->axis[TD_PP].comm, out, n, TD_F32, (int)owner, u);
     return out;
 }

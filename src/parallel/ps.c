@@ -77,7 +77,7 @@ static int test_delay(int world_rank) {
 static void ps_stop(td_dp *dp, int step);
 static const float *ps_gather_unit(td_dp *dp, int section, int u, float *scratch);
 
-static int server_world_rank(const td_dp *dp, int s) { return dp->g->dp * dp->g->tp * dp->g->pp + s; }
+static int server_world_rank(const td_dp *dp, int s) { return td_grid_workers(dp->g) + s; }
 
 static void ps_plan(const td_dp_config *cfg, const td_layout *lay, const td_param_table *t,
                     td_mem_plan *p) {
@@ -96,11 +96,12 @@ static void ps_plan(const td_dp_config *cfg, const td_layout *lay, const td_para
 
 static void ps_create(td_dp *dp) {
     const td_grid *g = dp->g;
-    TD_CHECK(g->tp == 1 && g->pp == 1, "--dp-mode ps works with --tp 1 --pp 1");
+    TD_CHECK(g->axis[TD_TP].size == 1 && g->axis[TD_PP].size == 1,
+             "--dp-mode ps works with --tp 1 --pp 1");
     struct td_ps *ps = td_alloc(sizeof *ps, TD_MEM_OTHER);
     dp->impl = ps;
     ps->S = g->n_servers;
-    ps->W = g->dp;
+    ps->W = g->axis[TD_DP].size;
     ps->K = dp->cfg.ps_staleness;
     ps->slice = dp->t->numel / (size_t)ps->S;
     ps->pulled_for = -1;
@@ -356,7 +357,7 @@ static const float *ps_gather_unit(td_dp *dp, int section, int u, float *scratch
 static void ps_staleness(const td_dp *dp, int *max_seen, double *mean_seen) {
     const struct td_ps *ps = dp->impl;
     float st[2] = {(float)ps->max_stale, ps->n_pulls ? (float)(ps->sum_stale / ps->n_pulls) : 0.0f};
-    if (dp->g->dp > 1) td_allreduce(dp->g->dp_comm, st, 2, TD_F32, TD_MAX);
+    if (dp->g->axis[TD_DP].size > 1) td_allreduce(dp->g->grad_comm, st, 2, TD_F32, TD_MAX);
     *max_seen = (int)st[0];
     *mean_seen = st[1];
 }

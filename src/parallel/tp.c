@@ -38,8 +38,8 @@ static void seq_reduce_scatter(void *ctx, float *out, const float *in, size_t n_
 
 void td_tp_comm_init(td_tp_comm *c, const td_grid *g) {
     memset(c, 0, sizeof *c);
-    c->group = g->tp_comm;
-    c->size = g->tp;
+    c->group = g->axis[TD_TP].comm;
+    c->size = g->axis[TD_TP].size;
     c->ops = (td_model_comm){c, tp_allreduce, seq_all_gather, seq_reduce_scatter};
 }
 
@@ -131,8 +131,8 @@ const float *td_tp_gather_unit(td_dp *dp, const td_grid *g, const td_param_table
     size_t unit = 0, n = td_unit_numel(t, u);
     for (int k = 0; k < t->n_units; k++) unit = td_max_sz(unit, td_unit_numel(t, k));
     float *all = scratch + unit, *out = all + (size_t)t->tp * unit;
-    td_all_gather(g->tp_comm, mine, all, n, TD_F32);
-    if (g->tp_rank != 0) return NULL;
+    td_all_gather(g->axis[TD_TP].comm, mine, all, n, TD_F32);
+    if (g->axis[TD_TP].rank != 0) return NULL;
     /* ... and place each element at its global index (padding rows stay 0) */
     memset(out, 0, td_unit_numel(canon, u) * sizeof(float));
     for (int i = 0; i < t->n_rows; i++) {

@@ -40,8 +40,9 @@ void td_run_ckpt_meta(const td_train_opts *o, const td_grid *g, const td_loss_sc
     m->run = g_run_id;
     m->seed = o->seed;
     m->scaler = *s;
-    m->dp = g->dp, m->tp = g->tp, m->pp = g->pp, m->zero = o->zero;
-    m->ranks = g->dp * g->tp * g->pp;
+    m->dp = g->axis[TD_DP].size, m->tp = g->axis[TD_TP].size, m->pp = g->axis[TD_PP].size,
+    m->zero = o->zero;
+    m->ranks = td_grid_workers(g);
     m->precision = o->precision ? o->precision : "fp32";
     m->dp_mode = td_dp_mode_name(td_dp_mode_parse(o->dp_mode));
     m->grad_compress = o->grad_compress ? o->grad_compress : "none";

@@ -26,7 +26,7 @@
 
 /* train's flags that choose the layout (and how it computes), for eval */
 static const char *const LAYOUT_FLAGS[] = {
-    "--dp", "--tp", "--pp", "--sequence-parallel", "--zero", "--precision", "--schedule", "--virtual-stages",
+    "--dp", "--tp", "--pp", "--grid-order", "--sequence-parallel", "--zero", "--precision", "--schedule", "--virtual-stages",
     "--pp-partition", "--micro-batches", "--grad-accum", "--threads", "--piece-mb", "--comm-timeout",
     "--heartbeat-timeout", "--verbose",
 };

@@ -17,7 +17,8 @@ typedef struct {
 /* micro-batch mb of this replica: its rows of the global batch */
 static void pp_rows(void *ctx, int mb, int *in, int *tg) {
     rows_at *r = ctx;
-    r->fill(r->ctx, r->p->g->dp_rank * r->p->Bl + mb * r->p->Bm, r->p->Bm, r->p->T, in, tg);
+    r->fill(r->ctx, r->p->g->axis[TD_DP].rank * r->p->Bl + mb * r->p->Bm, r->p->Bm, r->p->T, in,
+            tg);
 }
 
 /* The sum over the ranks of c of each one's x, exactly and in rank order:
@@ -46,7 +47,7 @@ double td_layout_pass_forward(td_layout_pass *p, td_rows_fn fill, void *ctx) {
         int N = p->Bm * p->T;
         int *in = td_alloc(sizeof(int) * (size_t)N, TD_MEM_OTHER), *tg = td_alloc(sizeof(int) * (size_t)N, TD_MEM_OTHER);
         for (int k = 0; k < p->K; k++) {
-            fill(ctx, p->g->dp_rank * p->Bl + k * p->Bm, p->Bm, p->T, in, tg);
+            fill(ctx, p->g->axis[TD_DP].rank * p->Bl + k * p->Bm, p->Bm, p->T, in, tg);
             sum += td_gpt_forward(p->model, in, tg);
         }
         td_free(in), td_free(tg);
@@ -54,13 +55,14 @@ double td_layout_pass_forward(td_layout_pass *p, td_rows_fn fill, void *ctx) {
     td_dp_set_training(p->dp, 1);
     /* every tp rank of a replica holds the same sum (the loss's row
      * statistics are reduced over tp); a pipeline's is the last stage's */
-    if (p->g->dp > 1) sum = exact_sum(p->g->dp_comm, sum);
-    if (p->pp) sum = exact_sum(p->g->pp_comm, sum);
+    if (p->g->axis[TD_DP].size > 1) sum = exact_sum(p->g->grad_comm, sum);
+    if (p->pp) sum = exact_sum(p->g->axis[TD_PP].comm, sum);
     return sum;
 }
 
 const td_dataset *td_layout_pass_data(const td_layout_pass *p) { return p->data; }
 
 void td_layout_pass_grid(const td_layout_pass *p, int *world_rank, int *dp, int *tp, int *pp) {
-    *world_rank = p->g->world_rank, *dp = p->g->dp, *tp = p->g->tp, *pp = p->g->pp;
+    *world_rank = p->g->world_rank, *dp = p->g->axis[TD_DP].size, *tp = p->g->axis[TD_TP].size,
+    *pp = p->g->axis[TD_PP].size;
 }

@@ -28,6 +28,7 @@ void td_train_opts_default(td_train_opts *o) {
     o->precision = "fp32";
     o->schedule = "1f1b";
     o->pp_partition = "uniform";
+    o->grid_order = TD_GRID_ORDER_DEFAULT;
     o->virtual_stages = 1;
     o->bucket_mb = 0.0; /* 0: measured default */
     o->grad_reduce_dtype = "fp32";
@@ -83,6 +84,7 @@ int td_train_flag_table(td_train_opts *o, td_flag *out, int cap) {
         {"--schedule", TD_FLAG_STR, &o->schedule, "pipeline schedule: gpipe, 1f1b (default), interleaved or zb-h1 (`trident schedule` draws them)", NULL},
         {"--virtual-stages", TD_FLAG_INT, &o->virtual_stages, "model chunks per stage, with --schedule interleaved (1)", "[1, " STR(TD_MAX_LAYERS) "]"},
         {"--pp-partition", TD_FLAG_STR, &o->pp_partition, "blocks per stage: uniform (default), auto (measured costs, the slowest stage minimized) or a,b,c (one count per stage and chunk)", NULL},
+        {"--grid-order", TD_FLAG_STR, &o->grid_order, "how world ranks map to the axes: a '-'-joined order of tp, cp, dp, pp, fastest first (" TD_GRID_ORDER_DEFAULT ", the default, keeps tensor-parallel peers on neighbouring ranks)", NULL},
         {"--dp-mode", TD_FLAG_STR, &o->dp_mode, "allreduce (default), reduce-broadcast or ps", NULL},
         {"--ps-servers", TD_FLAG_INT, &o->ps_servers, "parameter-server ranks, with --dp-mode ps", NONNEG},
         /* a server keeps K+1 gradient slices */
@@ -149,6 +151,11 @@ void td_train_opts_check(td_train_opts *o) {
     TD_CHECK((long long)o->batch * o->heads <= INT_MAX,
              "--batch %d x --heads %d = %lld attention maps per step; valid: at most %d", o->batch,
              o->heads, (long long)o->batch * o->heads, INT_MAX);
+    td_axis_id order[TD_AXES];
+    char why[128];
+    TD_CHECK(td_grid_order_parse(o->grid_order, order, why, sizeof why),
+             "--grid-order '%s' is not an order of the axes: %s; use a '-'-joined permutation of tp, cp, dp, pp, "
+             "fastest first (default %s)", o->grid_order, why, TD_GRID_ORDER_DEFAULT);
     TD_CHECK(o->zero >= 0 && o->zero <= 3, "--zero %d is not a ZeRO stage; use 0, 1, 2 or 3", o->zero);
     TD_CHECK(!o->autoplan || (o->dp == 0 && o->tp == 1 && o->pp == 1 && o->zero == 0 && o->grad_accum == 1 &&
                               !o->seq_parallel && strcmp(o->precision, "fp32") == 0),

@@ -87,14 +87,15 @@ void td_pipeline_setup(const td_train_opts *o, const td_grid *g, const td_gpt_co
     char err[512];
     td_sched_kind kind = td_sched_parse(o->schedule);
     int M = o->grad_accum, V = o->virtual_stages;
-    if (td_schedule_build(sched, kind, g->pp, M, V, err, sizeof err) != 0) td_fail("%s", err);
+    if (td_schedule_build(sched, kind, g->axis[TD_PP].size, M, V, err, sizeof err) != 0)
+        td_fail("%s", err);
     /* the executor relies on the schedule being consistent: a broken one
      * is a bug, caught here rather than as a hang */
     if (td_schedule_validate(sched, err, sizeof err) != 0)
         td_fail("internal: the %s schedule for pp %d, %d micro-batches, %d chunks is invalid: %s",
-                td_sched_name(kind), g->pp, M, V, err);
+                td_sched_name(kind), g->axis[TD_PP].size, M, V, err);
     if (strcmp(o->pp_partition, "auto") != 0) {
-        td_pp_split_parse(sp, o->pp_partition, cfg->L, g->pp, V);
+        td_pp_split_parse(sp, o->pp_partition, cfg->L, g->axis[TD_PP].size, V);
         if (g->world_rank == 0) print_split(sp, sched, M);
         return;
     }
@@ -106,7 +107,7 @@ void td_pipeline_setup(const td_train_opts *o, const td_grid *g, const td_gpt_co
     for (int i = 0; i < 3; i++) c[i] = cf[i];
     double blocks[TD_MAX_LAYERS];
     for (int l = 0; l < cfg->L; l++) blocks[l] = c[1];
-    double worst = td_pp_split_auto(sp, blocks, c[0], c[2], cfg->L, g->pp, V);
+    double worst = td_pp_split_auto(sp, blocks, c[0], c[2], cfg->L, g->axis[TD_PP].size, V);
     if (g->world_rank != 0) return;
     print_split(sp, sched, M);
     td_log("pipeline: --pp-partition auto: measured per micro-batch (forward + backward, tp 1%s): "
@@ -124,12 +125,12 @@ void td_pipeline_setup(const td_train_opts *o, const td_grid *g, const td_gpt_co
 void td_pipeline_report(const td_grid *g, const td_schedule *sched, const td_pp_stats *st,
                         td_train_result *res) {
     /* each stage's figures from its (dp 0, tp 0) rank, summed over the world */
-    int P = g->pp, lead = g->dp_rank == 0 && g->tp_rank == 0;
+    int P = g->axis[TD_PP].size, lead = g->axis[TD_DP].rank == 0 && g->axis[TD_TP].rank == 0;
     enum { STEP, COMPUTE, WAIT, SEND, F, B, W, NF };
     float *v = td_alloc(sizeof(float) * (size_t)(P * NF), TD_MEM_OTHER);
     memset(v, 0, sizeof(float) * (size_t)(P * NF));
     if (lead && st->steps > 0) {
-        float *x = v + g->pp_rank * NF, n = (float)st->steps;
+        float *x = v + g->axis[TD_PP].rank * NF, n = (float)st->steps;
         x[STEP] = (float)st->step_ms / n, x[COMPUTE] = (float)st->compute_ms / n;
         x[WAIT] = (float)st->wait_ms / n, x[SEND] = (float)st->send_ms / n;
         x[F] = (float)st->fwd_ms / n, x[B] = (float)st->bwd_ms / n, x[W] = (float)st->wgrad_ms / n;

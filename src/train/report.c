@@ -46,7 +46,7 @@ void td_report_open(td_report *r, const td_train_opts *o, const td_grid *g,
                  : (float)td_matmul_lowp_peak_gflops(prec == TD_PREC_BF16 ? TD_K_BF16 : TD_K_F16);
     if (g->world_size > 1) td_allreduce(g->world, &peak, 1, TD_F32, TD_MAX);
     r->peak_gflops = peak;
-    r->peak_flops = peak * 1e9 * threads * (g->dp * g->tp * g->pp);
+    r->peak_flops = peak * 1e9 * threads * (td_grid_workers(g));
     if (g->world_rank == 0 && o->log) {
         const char *why;
         r->log = td_fopen_output(o->log, &why);
@@ -57,14 +57,16 @@ void td_report_open(td_report *r, const td_train_opts *o, const td_grid *g,
     td_log("data: %s; %zu train / %zu val tokens\n", d->description, d->n_train, d->n_val);
     td_log("model: L=%d H=%d C=%d T=%d V=%d (padded %d); %zu parameters (%.2fM)\n", cfg->L, cfg->H,
            cfg->C, cfg->T, cfg->V, t->Vp, t->n_global, t->n_global / 1e6);
-    if (g->tp > 1)
+    if (g->axis[TD_TP].size > 1)
         td_log("tensor parallel: tp %d%s; %zu parameters per tp rank (heads %d, MLP features %d, "
                "vocabulary rows %d of %d)\n",
-               g->tp, o->seq_parallel ? ", sequence parallel" : "", t->n_real, cfg->H / g->tp,
-               4 * cfg->C / g->tp, t->vocab_local, t->Vp);
+               g->axis[TD_TP].size, o->seq_parallel ? ", sequence parallel" : "", t->n_real,
+               cfg->H / g->axis[TD_TP].size, 4 * cfg->C / g->axis[TD_TP].size, t->vocab_local,
+               t->Vp);
     td_log("batch: %d sequences x %d tokens per step = %d replicas x %d micro-batches x %d; "
            "%d threads per rank; dp-mode %s, zero %d, recompute %s\n",
-           o->batch, cfg->T, g->dp, o->grad_accum, Bm, threads, o->dp_mode, o->zero, o->recompute);
+           o->batch, cfg->T, g->axis[TD_DP].size, o->grad_accum, Bm, threads, o->dp_mode, o->zero,
+           o->recompute);
     td_log("optimizer: AdamW lr %g -> %g (warm-up %d, cosine), betas (%g, %g), wd %g, clip %g; "
            "%s peak %.1f GFLOP/s per thread\n",
            o->optim.lr, o->optim.min_lr, o->optim.warmup, o->optim.beta1, o->optim.beta2,
@@ -78,9 +80,9 @@ void td_report_open(td_report *r, const td_train_opts *o, const td_grid *g,
                 "\"heads\": %d, \"embd\": %d, \"seq\": %d, \"vocab\": %d, \"params\": %zu, "
                 "\"batch\": %d, \"grad_accum\": %d, \"threads\": %d, \"steps\": %d, "
                 "\"recompute\": \"%s\"",
-                g->world_size, g->dp, g->tp, g->pp, g->n_servers, o->dp_mode, o->zero, cfg->L,
-                cfg->H, cfg->C, cfg->T, cfg->V, t->n_global, o->batch, o->grad_accum, threads,
-                o->steps, o->recompute);
+                g->world_size, g->axis[TD_DP].size, g->axis[TD_TP].size, g->axis[TD_PP].size,
+                g->n_servers, o->dp_mode, o->zero, cfg->L, cfg->H, cfg->C, cfg->T, cfg->V,
+                t->n_global, o->batch, o->grad_accum, threads, o->steps, o->recompute);
         if (o->run_config) fprintf(r->log, ", \"run_config\": %s", o->run_config);
         log_flush(r); /* the memory plan closes this object */
     }
@@ -242,7 +244,7 @@ void td_report_precision(td_report *r, const td_mem_plan *plan) {
     td_log("  activations         %s%s\n", rt,
            lp ? " (LayerNorm statistics, logits and the loss in fp32)" : "");
     td_log("  gradient accum.     fp32 (the GEMMs add into the fp32 gradient buffers)\n");
-    td_log("  gradient reduction  %s\n", r->g->dp > 1 ? reduce : "none (dp 1)");
+    td_log("  gradient reduction  %s\n", r->g->axis[TD_DP].size > 1 ? reduce : "none (dp 1)");
     td_log("  master weights      %s\n",
            !lp ? "none (the fp32 parameters are the weights)"
            : ps ? "fp32 on the parameter servers, pulled by workers"
@@ -312,7 +314,7 @@ void td_report_summary(td_report *r, const td_train_result *res) {
             fprintf(r->log, "{\"event\": \"loss_scale\", \"loss_scale\": %.9g, \"skipped\": %d}\n",
                     res->loss_scale, res->skipped_steps);
     }
-    if (r->g->dp > 1 && res->grad_dense_bytes > 0) {
+    if (r->g->axis[TD_DP].size > 1 && res->grad_dense_bytes > 0) {
         /* what the comm layer counted for the gradient reduction, beside fp32 */
         td_log("dp gradient traffic per step (rank 0, %s payload, %s): %.0f bytes sent, dense fp32 "
                "%.0f bytes (%.2f%%)\n", r->o->grad_reduce_dtype, r->o->grad_compress,
@@ -326,7 +328,7 @@ void td_report_summary(td_report *r, const td_train_result *res) {
             log_flush(r);
         }
     }
-    if (r->g->tp > 1) {
+    if (r->g->axis[TD_TP].size > 1) {
         /* what the comm layer recorded in the last step beside the formula */
         static const char *op[TD_TP_NOPS] = {"all-reduce", "all-gather", "reduce-scatter"};
         for (int k = 0; k < TD_TP_NOPS; k++)
@@ -348,12 +350,15 @@ void td_report_summary(td_report *r, const td_train_result *res) {
             log_flush(r);
         }
     }
-    if (r->g->pp > 1 && r->log) {
-        fprintf(r->log, "{\"event\": \"pipeline\", \"schedule\": \"%s\", \"pp\": %d, \"micro_batches\": %d, "
-                        "\"virtual_stages\": %d, \"bubble\": %.6f, \"bubble_theory\": %.6f, \"stage_bubble\": [",
-                r->o->schedule, r->g->pp, r->o->grad_accum, r->o->virtual_stages, res->pp_bubble,
-                res->pp_bubble_theory);
-        for (int s = 0; s < r->g->pp && s < TD_MAX_PP_REPORT; s++)
+    if (r->g->axis[TD_PP].size > 1 && r->log) {
+        fprintf(
+            r->log,
+            "{\"event\": \"pipeline\", \"schedule\": \"%s\", \"pp\": %d, \"micro_batches\": %d, "
+            "\"virtual_stages\": %d, \"bubble\": %.6f, \"bubble_theory\": %.6f, \"stage_bubble\": "
+            "[",
+            r->o->schedule, r->g->axis[TD_PP].size, r->o->grad_accum, r->o->virtual_stages,
+            res->pp_bubble, res->pp_bubble_theory);
+        for (int s = 0; s < r->g->axis[TD_PP].size && s < TD_MAX_PP_REPORT; s++)
             fprintf(r->log, "%s%.6f", s ? ", " : "", res->pp_stage_bubble[s]);
         fprintf(r->log, "]}\n");
         log_flush(r);

@@ -24,13 +24,17 @@ void td_trace_file_start(const td_grid *g) {
     td_timeline_enable(TD_TIMELINE_DEFAULT_CAPACITY);
 }
 
-/* "rank r (dp i, pp j, tp k)", or "rank r (server s)". */
+/* "rank r (dp i, pp j, tp k)" over the axes of size > 1, or "rank r (server s)". */
 static void lane_name(char *out, size_t n, const td_grid *g) {
+    char coords[96];
     if (g->is_server)
-        snprintf(out, n, "rank %d (server %d)", g->world_rank, g->server_rank);
+        snprintf(coords, sizeof coords, "server %d", g->server_rank);
     else
-        snprintf(out, n, "rank %d (dp %d, pp %d, tp %d)", g->world_rank, g->dp_rank, g->pp_rank,
-                 g->tp_rank);
+        td_grid_describe(g, coords, sizeof coords, " ", ", ");
+    if (coords[0])
+        snprintf(out, n, "rank %d (%.80s)", g->world_rank, coords);
+    else
+        snprintf(out, n, "rank %d", g->world_rank);
 }
 
 /* One rank's length and dropped count, each split in 24-bit halves. */

@@ -80,8 +80,8 @@ typedef struct {
 static void pp_batch(void *ctx, int mb, int *in, int *tg) {
     batch_at *b = ctx;
     run_ctx *c = b->c;
-    td_data_batch(c->data, b->split, c->o->seed, b->step, c->g->dp_rank * c->Bl + mb * c->Bm, c->Bm,
-                  c->o->seq, in, tg);
+    td_data_batch(c->data, b->split, c->o->seed, b->step,
+                  c->g->axis[TD_DP].rank * c->Bl + mb * c->Bm, c->Bm, c->o->seq, in, tg);
 }
 
 /* The stop of a run whose update at bad_step had a non-finite gradient
@@ -147,19 +147,20 @@ static double evaluate(run_ctx *c) {
             continue;
         }
         for (int k = 0; k < c->K; k++) {
-            td_data_batch(c->data, 1, o->seed, it, c->g->dp_rank * c->Bl + k * c->Bm, c->Bm, T, in, tg);
+            td_data_batch(c->data, 1, o->seed, it, c->g->axis[TD_DP].rank * c->Bl + k * c->Bm,
+                          c->Bm, T, in, tg);
             sum += td_gpt_forward(c->model, in, tg);
         }
     }
     td_dp_set_training(c->dp, 1);
     float s = (float)sum; /* float sum of per-rank sums: the order is fixed */
     double total = sum;
-    if (c->g->dp > 1) {
-        td_allreduce(c->g->dp_comm, &s, 1, TD_F32, TD_SUM);
+    if (c->g->axis[TD_DP].size > 1) {
+        td_allreduce(c->g->grad_comm, &s, 1, TD_F32, TD_SUM);
         total = s;
     }
     if (c->pp) { /* only the last stage's sum is not 0 */
-        td_allreduce(c->g->pp_comm, &s, 1, TD_F32, TD_SUM);
+        td_allreduce(c->g->axis[TD_PP].comm, &s, 1, TD_F32, TD_SUM);
         total = s;
     }
     td_free(in);
@@ -192,8 +193,11 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
              o->resume ? "resume" : "stop-after");
     if (o->pp > 1) td_pipeline_check(o); /* a schedule or split that cannot work, before any communication */
     td_grid g;
-    td_grid_create(&g, o->dp, o->tp, o->pp, mode == TD_DP_PS ? o->ps_servers : 0);
-    td_log_set_identity(g.world_rank, g.dp_rank, g.pp_rank, g.tp_rank, o->verbose);
+    td_log_set_verbose(o->verbose);
+    td_grid_spec gs = {.size = {[TD_TP] = o->tp, [TD_CP] = 1, [TD_DP] = o->dp, [TD_PP] = o->pp},
+                       .order = o->grid_order,
+                       .n_servers = mode == TD_DP_PS ? o->ps_servers : 0};
+    td_grid_create(&g, &gs);
     td_comm_set_timeout(o->comm_timeout);
     td_comm_set_heartbeat_timeout(o->heartbeat_timeout);
     if (o->piece_mb > 0) td_comm_set_piece_bytes((size_t)(o->piece_mb * 1048576.0));
@@ -213,26 +217,27 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
     }
     td_gpt_config cfg = {o->layers, o->heads, o->embd, o->seq, data.tok.V, 0};
     td_gpt_config_finish(&cfg);
-    td_gpt_check_tp(&cfg, g.tp, o->seq_parallel);
+    td_gpt_check_tp(&cfg, g.axis[TD_TP].size, o->seq_parallel);
     int Bl, Bm;
-    split_batch(o, g.dp, &Bl, &Bm);
+    split_batch(o, g.axis[TD_DP].size, &Bl, &Bm);
     /* pipeline: the schedule and the blocks of each stage, checked before
      * any allocation or communication */
-    int piped = g.pp > 1;
+    int piped = g.axis[TD_PP].size > 1;
     td_schedule sched;
     td_pp_split split;
     unsigned char held[TD_MAX_LAYERS + 2];
     memset(&sched, 0, sizeof sched);
     if (piped) {
         td_pipeline_setup(o, &g, &cfg, Bm, &sched, &split);
-        td_pp_held_units(&split, cfg.L, g.pp_rank, held);
+        td_pp_held_units(&split, cfg.L, g.axis[TD_PP].rank, held);
     }
 
     td_dp_config dcfg = td_train_dp_config(o, mode);
     td_layout lay = td_layout_of_grid(&g);
     td_param_table table, canon;
-    td_mem_plan plan = td_train_mem_plan(o, &dcfg, &cfg, &lay, g.tp_rank, piped ? held : NULL, piped ? &split : NULL,
-                                         &sched, g.pp_rank, Bm, &table);
+    td_mem_plan plan =
+        td_train_mem_plan(o, &dcfg, &cfg, &lay, g.axis[TD_TP].rank, piped ? held : NULL,
+                          piped ? &split : NULL, &sched, g.axis[TD_PP].rank, Bm, &table);
     td_param_table_build(&canon, &cfg, 1);
     /* every check that needs no model, before the model is allocated */
     td_preflight_result pf = td_preflight(o, &g, &cfg, &data, &plan, Bm);
@@ -255,8 +260,9 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
     td_fault_slow_load();
     TD_CHECK(fault->kind == TD_FAULT_NONE || fault->kind == TD_FAULT_SAVE_FAIL ||
                  fault->kind == TD_FAULT_SKIP_EMBED_SUM || fault->kind == TD_FAULT_SLOW_LOAD ||
-                 fault->rank < g.dp * g.tp * g.pp,
-             "TRIDENT_FAULT: rank %d is not a training rank (0..%d)", fault->rank, g.dp * g.tp * g.pp - 1);
+                 fault->rank < td_grid_workers(&g),
+             "TRIDENT_FAULT: rank %d is not a training rank (0..%d)", fault->rank,
+             td_grid_workers(&g) - 1);
 
     td_report rep;
     td_report_open(&rep, o, &g, &cfg, &table, &data, threads, Bm);
@@ -334,7 +340,8 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
                 for (int k = 0; k < c.K; k++) {
                     td_dp_begin_micro(dp, k, c.K);
                     double t = tl_now();
-                    td_data_batch(&data, 0, o->seed, step, g.dp_rank * Bl + k * Bm, Bm, T, in, tg);
+                    td_data_batch(&data, 0, o->seed, step, g.axis[TD_DP].rank * Bl + k * Bm, Bm, T,
+                                  in, tg);
                     tl_mark("data", "data", k, t);
                     t = tl_now();
                     loss_sum += td_gpt_forward(&model, in, tg);
@@ -362,10 +369,13 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
             int bad_step, bad_row = td_dp_nonfinite(dp, &bad_step), known = bad_row >= 0;
             float red[4] = {(float)loss_sum, (float)known, known ? (float)bad_step : 0.0f,
                             known ? (float)bad_row : 0.0f};
-            if (g.dp > 1) td_allreduce(g.dp_comm, red, 4, TD_F32, TD_SUM);
-            if (pp) td_allreduce(g.pp_comm, red, 4, TD_F32, TD_SUM); /* the loss is the last stage's */
+            if (g.axis[TD_DP].size > 1) td_allreduce(g.grad_comm, red, 4, TD_F32, TD_SUM);
+            if (pp)
+                td_allreduce(g.axis[TD_PP].comm, red, 4, TD_F32,
+                             TD_SUM); /* the loss is the last stage's */
             if (red[1] > 0) bad_step = (int)(red[2] / red[1]), bad_row = (int)(red[3] / red[1]);
-            float loss = g.dp > 1 || pp ? red[0] / ((float)o->batch * T) : (float)(loss_sum / ((double)o->batch * T));
+            float loss = g.axis[TD_DP].size > 1 || pp ? red[0] / ((float)o->batch * T)
+                                                      : (float)(loss_sum / ((double)o->batch * T));
             double ms = td_now_ms() - t0;
             if (step - first >= o->timing_skip || o->steps - first <= o->timing_skip) timed_ms += ms;
             if (red[1] > 0 && isfinite(loss) && td_loss_scaler_skips(&scaler)) {
@@ -440,7 +450,8 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
                 float f[3] = {0.0f, 0.0f, 0.0f};
                 if (!td_dp_save_begin(dp, step + 1)) f[0] = 1.0f, bad_row = td_dp_nonfinite(dp, &bad_step);
                 if (f[0] > 0) f[1] = (float)bad_step, f[2] = (float)bad_row;
-                if (mode == TD_DP_PS && g.dp > 1) td_allreduce(g.dp_comm, f, 3, TD_F32, TD_SUM);
+                if (mode == TD_DP_PS && g.axis[TD_DP].size > 1)
+                    td_allreduce(g.grad_comm, f, 3, TD_F32, TD_SUM);
                 if (f[0] > 0) {
                     stop_on_gradient(res, &table, (int)f[1], (int)f[2], "not finite");
                     td_dp_stop(dp, step);
@@ -493,16 +504,20 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
     if (piped && !g.is_server) {
         int nb = 0;
         for (int l = 0; l < cfg.L; l++) nb += held[l + 1];
-        td_tp_formula_stage(&res->tp_formula, &cfg, Bm, o->grad_accum, g.tp, o->seq_parallel, nb,
-                            g.pp_rank == 0, g.pp_rank == g.pp - 1);
+        td_tp_formula_stage(&res->tp_formula, &cfg, Bm, o->grad_accum, g.axis[TD_TP].size,
+                            o->seq_parallel, nb, g.axis[TD_PP].rank == 0,
+                            g.axis[TD_PP].rank == g.axis[TD_PP].size - 1);
         if (td_train_recompute(o) == TD_RECOMPUTE_BLOCK)
-            td_tp_formula_add_recompute(&res->tp_formula, &cfg, Bm, o->grad_accum, g.tp, o->seq_parallel, nb);
+            td_tp_formula_add_recompute(&res->tp_formula, &cfg, Bm, o->grad_accum,
+                                        g.axis[TD_TP].size, o->seq_parallel, nb);
         td_pp_stats_get(pp, &res->pp_stats);
         if (res->stop_step < 0 && !res->stopped_startup) td_pipeline_report(&g, &sched, &res->pp_stats, res);
     } else {
-        td_tp_formula(&res->tp_formula, &cfg, Bm, o->grad_accum, g.tp, o->seq_parallel);
+        td_tp_formula(&res->tp_formula, &cfg, Bm, o->grad_accum, g.axis[TD_TP].size,
+                      o->seq_parallel);
         if (td_train_recompute(o) == TD_RECOMPUTE_BLOCK)
-            td_tp_formula_add_recompute(&res->tp_formula, &cfg, Bm, o->grad_accum, g.tp, o->seq_parallel, cfg.L);
+            td_tp_formula_add_recompute(&res->tp_formula, &cfg, Bm, o->grad_accum,
+                                        g.axis[TD_TP].size, o->seq_parallel, cfg.L);
     }
     for (int c = 0; c < TD_MEM_NCAT; c++) res->mem_planned[c] = plan.bytes[c], res->mem_peak[c] = td_mem_peak(c);
     /* a stop during start-up trained nothing: no summary, save or sample */
@@ -522,10 +537,10 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
         const float *P = NULL;
         float *gathered = NULL;
         const td_param_table *in = &table;
-        if (g.tp > 1 || piped || !td_dp_full_params(dp, &P)) {
+        if (g.axis[TD_TP].size > 1 || piped || !td_dp_full_params(dp, &P)) {
             /* with tp or pp the pieces are put together in the canonical layout */
             float *scratch = td_alloc(td_pp_gather_scratch_floats(&table, &canon) * sizeof(float), TD_MEM_OTHER);
-            if (g.tp > 1 || piped) in = &canon;
+            if (g.axis[TD_TP].size > 1 || piped) in = &canon;
             if (root) gathered = td_alloc(in->numel * sizeof(float), TD_MEM_OTHER);
             for (int u = 0; u < table.n_units; u++) {
                 const float *b = td_pp_gather_unit(dp, &g, &table, &canon, 0, u, scratch, &in);

@@ -318,7 +318,7 @@ static void check_model(ctx *x, td_tp_comm *tpc, const td_grid *grid) {
     /* replicated tensors (LayerNorms, wpe, row-parallel biases): every tp
      * rank's gradient the same bits as tp rank 0's */
     float *all = TU_NEW(float, t->numel *(size_t)t->tp);
-    td_all_gather(grid->tp_comm, x->g, all, t->numel, TD_F32);
+    td_all_gather(grid->axis[TD_TP].comm, x->g, all, t->numel, TD_F32);
     check rep = {0};
     int n_rep = 0;
     for (int i = 0; i < t->n_rows; i++) {
@@ -384,11 +384,11 @@ int main(int argc, char **argv) {
     int tp = td_comm_size(g_world);
     td_gpt_config_finish(&CFG);
     td_grid g;
-    td_grid_create(&g, 1, tp, 1, 0);
+    td_grid_create_dtp(&g, 1, tp, 1, 0);
 
     td_param_table full, t;
     td_param_table_build(&full, &CFG, 1);
-    td_table_layout lay = {16, tp, g.tp_rank, NULL, TD_PREC_FP32};
+    td_table_layout lay = {16, tp, g.axis[TD_TP].rank, NULL, TD_PREC_FP32};
     td_param_table_build_layout(&t, &CFG, &lay);
     TD_ASSERT(full.n_rows == t.n_rows);
     check_layout(&t);
