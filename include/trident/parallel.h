@@ -131,6 +131,8 @@ static inline td_mem_cat td_dp_param_cat(const td_dp_config *cfg) {
 
 /* Parses "allreduce" | "reduce-broadcast" | "ps"; a bad name is a user error. */
 td_dp_mode td_dp_mode_parse(const char *s);
+/* The same without failing: the mode, or -1 for another name. */
+int td_dp_mode_find(const char *s);
 const char *td_dp_mode_name(td_dp_mode m);
 /* The layout of this rank in a live grid (no communication). */
 td_layout td_layout_of_grid(const td_grid *g);

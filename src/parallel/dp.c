@@ -7,10 +7,16 @@
 #include "dp_internal.h"
 #include "trident/pipeline.h"
 
-td_dp_mode td_dp_mode_parse(const char *s) {
+int td_dp_mode_find(const char *s) {
     if (strcmp(s, "allreduce") == 0) return TD_DP_ALLREDUCE;
     if (strcmp(s, "reduce-broadcast") == 0) return TD_DP_REDUCE_BROADCAST;
     if (strcmp(s, "ps") == 0) return TD_DP_PS;
+    return -1;
+}
+
+td_dp_mode td_dp_mode_parse(const char *s) {
+    int m = td_dp_mode_find(s);
+    if (m >= 0) return (td_dp_mode)m;
     td_fail("--dp-mode %s is not known; use allreduce, reduce-broadcast or ps", s);
 }
 

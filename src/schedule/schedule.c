@@ -12,11 +12,17 @@
 /* Keeps a mistyped --micro-batches from asking for gigabytes of actions. */
 #define MAX_COMPUTE (1 << 24)
 
-td_sched_kind td_sched_parse(const char *s) {
+int td_sched_find(const char *s) {
     if (strcmp(s, "gpipe") == 0) return TD_SCHED_GPIPE;
     if (strcmp(s, "1f1b") == 0) return TD_SCHED_1F1B;
     if (strcmp(s, "interleaved") == 0) return TD_SCHED_INTERLEAVED;
     if (strcmp(s, "zb-h1") == 0) return TD_SCHED_ZBH1;
+    return -1;
+}
+
+td_sched_kind td_sched_parse(const char *s) {
+    int k = td_sched_find(s);
+    if (k >= 0) return (td_sched_kind)k;
     td_fail("--schedule '%s' is not a schedule; valid: gpipe, 1f1b, interleaved, zb-h1", s);
 }
 
