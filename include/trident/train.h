@@ -116,6 +116,9 @@ void td_train_opts_check(td_train_opts *o);
  * td_train_opts_default and td_train_opts_check; call it again after
  * setting one of those strings by hand. */
 void td_train_opts_choices(td_train_opts *o);
+/* The rules table's config (compat.h) of o: its layout flags, parsed
+ * choices, checkpoint flags and the names its messages print. */
+void td_train_compat_cfg(const td_train_opts *o, td_compat_cfg *c);
 /* Whether o->ch was parsed from the strings o holds now. */
 int td_train_choices_current(const td_train_opts *o);
 /* --dp-mode's and --schedule's parsed values: a name that is neither is a

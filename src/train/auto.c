@@ -76,8 +76,9 @@ void td_auto_choose(td_train_opts *o, td_auto *a) {
     TD_CHECK(td_plan_profile_load(path, &prof, &e) == 0,
              "--auto: %s; run `mpirun -np %d trident plan --calibrate` on this machine first (or set TRIDENT_PROFILE)",
              e.msg, world);
-    TD_CHECK(o->ch.dp_mode == TD_DP_ALLREDUCE, "--auto plans --dp-mode allreduce layouts; drop --dp-mode %s",
-             o->dp_mode);
+    td_compat_cfg cc;
+    td_train_compat_cfg(o, &cc);
+    td_compat_check(&cc, TD_COMPAT_AT_AUTO); /* --dp-mode other than allreduce */
     if (o->threads <= 0) { /* the machine's cores over the ranks, as train's default */
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
         o->threads = cores / world > 0 ? (int)(cores / world) : 1;

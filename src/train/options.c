@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "trident/base.h"
+#include "trident/compat.h"
 #include "trident/flags.h"
 #include "trident/loss_scale.h"
 #include "trident/model.h"
@@ -151,34 +152,13 @@ void td_train_opts_check(td_train_opts *o) {
              "--batch %d x --heads %d = %lld attention maps per step; valid: at most %d", o->batch,
              o->heads, (long long)o->batch * o->heads, INT_MAX);
     TD_CHECK(o->zero >= 0 && o->zero <= 3, "--zero %d is not a ZeRO stage; use 0, 1, 2 or 3", o->zero);
-    TD_CHECK(!o->autoplan || (o->dp == 0 && o->tp == 1 && o->pp == 1 && o->zero == 0 && o->grad_accum == 1 &&
-                              !o->seq_parallel && strcmp(o->precision, "fp32") == 0),
-             "--auto picks --dp --tp --pp --zero --micro-batches --sequence-parallel itself for fp32 "
-             "(the calibrated profile's arithmetic); drop them and --precision");
-    TD_CHECK(o->save_every == 0 || o->out, "--save-every %d needs --out DIR to save into", o->save_every);
-    TD_CHECK(o->keep == 0 || o->out, "--keep %d needs --out DIR", o->keep);
-    TD_CHECK(o->stop_after == 0 || o->out, "--stop-after %d needs --out DIR to save the checkpoint into", o->stop_after);
-    TD_CHECK(!o->overwrite || o->out, "--overwrite needs --out DIR (it replaces DIR's checkpoints)");
-    TD_CHECK(!o->overwrite || !o->resume, "--overwrite does not combine with --resume %s: a resumed run continues "
-             "--out's checkpoints, --overwrite would remove them; drop one of the two", o->resume);
-    TD_CHECK(!o->resume || strcmp(o->resume, "latest") != 0 || o->out,
-             "--resume latest needs --out DIR (latest is its newest checkpoint)");
+    /* each choice is a known value, then no two flags are a combination
+     * the rules table refuses (--auto with a layout, checkpoint flags
+     * without --out, zb-h1 recomputing, top-k with tp or pp) */
     td_train_opts_choices(o);
-    /* zb-h1's weight half (W) reads a block's saved tensors long after its
-     * input half: recomputing them for W is not done */
-    TD_CHECK(o->pp == 1 || o->ch.recompute == TD_RECOMPUTE_NONE || o->ch.schedule != TD_SCHED_ZBH1,
-             "--recompute %s does not combine with --schedule zb-h1 (its weight-gradient half needs "
-             "every block's saved tensors); use gpipe, 1f1b or interleaved, or --recompute none",
-             o->recompute);
-    /* each holder of a replicated tensor (tp-replicated rows, the tied
-     * embedding on the first and last stage) would select its own top-k in
-     * buckets that differ per rank, and the copies would drift apart */
-    TD_CHECK(o->ch.topk_ratio == 0 || (o->tp == 1 && o->pp == 1),
-             "--grad-compress %s does not combine with --tp %d --pp %d yet: every holder of a replicated "
-             "tensor (tp-replicated rows, the tied embedding on the first and last stage) would select "
-             "its own top-k and the copies would drift apart; use tp = pp = 1, or --grad-compress none "
-             "(--grad-reduce-dtype bf16 halves the payload in any layout)",
-             o->grad_compress, o->tp, o->pp);
+    td_compat_cfg c;
+    td_train_compat_cfg(o, &c);
+    td_compat_check(&c, TD_COMPAT_AT_OPTIONS);
     o->optim.max_steps = o->steps;
 }
 
@@ -214,6 +194,25 @@ void td_train_opts_choices(td_train_opts *o) {
     c->loss_scale =
         td_loss_scale_parse(o->loss_scale ? o->loss_scale : "auto", o->fp16, &c->loss_scale_static);
     choice_strings(o, c->from);
+}
+
+void td_train_compat_cfg(const td_train_opts *o, td_compat_cfg *c) {
+    const td_train_choices *ch = &o->ch;
+    td_compat_cfg_init(c);
+    c->dp = o->dp, c->tp = o->tp, c->pp = o->pp, c->zero = o->zero, c->seq_parallel = o->seq_parallel;
+    c->ps_servers = o->ps_servers;
+    c->dp_mode = ch->dp_mode, c->schedule = ch->schedule, c->virtual_stages = o->virtual_stages;
+    c->micro_batches = o->grad_accum, c->recompute = ch->recompute, c->precision = ch->precision;
+    c->seq = o->seq, c->embd = o->embd;
+    c->grad_bf16 = ch->grad_dtype == TD_BF16;
+    c->topk_ratio = ch->topk_ratio, c->topk_no_ef = ch->topk_no_ef;
+    c->loss_scale_mode = ch->loss_scale;
+    c->autoplan = o->autoplan, c->out = o->out != NULL, c->save_every = o->save_every, c->keep = o->keep;
+    c->stop_after = o->stop_after, c->overwrite = o->overwrite, c->resume = o->resume;
+    c->dp_mode_text = o->dp_mode, c->schedule_name = o->schedule, c->recompute_name = o->recompute;
+    c->precision_name = o->precision, c->grad_compress_text = o->grad_compress;
+    c->loss_scale_text = o->loss_scale ? o->loss_scale : "auto"; /* opts filled in by hand */
+    c->loss_scale_name = td_loss_scale_mode_name(ch->loss_scale);
 }
 
 int td_train_choices_current(const td_train_opts *o) {
