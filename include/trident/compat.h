@@ -38,7 +38,8 @@ enum {
     TD_COMPAT_AT_MODEL_DIMS = 1 << 7, /* td_gpt_dims_of: a rank's activation rows */
     TD_COMPAT_AT_PP_SPLIT = 1 << 8,   /* td_pp_split_parse: --pp-partition's counts */
     TD_COMPAT_AT_CKPT_LOAD = 1 << 9,  /* td_ckpt_resume: a dp mode without ranges to load */
-    TD_COMPAT_AT_ANY = 0x3ff          /* every row (the planner, the tests) */
+    TD_COMPAT_AT_PREFLIGHT = 1 << 10, /* td_preflight: the data loaded, before the model */
+    TD_COMPAT_AT_ANY = 0x7ff          /* every row (the planner, the tests) */
 };
 
 /* The rows, in the table's order (which is the order in which each site
@@ -73,6 +74,7 @@ typedef enum {
     TD_RULE_SP_TP,
     TD_RULE_SP_SEQ,
     TD_RULE_LOWP_TP_ROWS,
+    TD_RULE_SAMPLE_PROMPT_IDS,
     TD_RULE_N
 } td_rule_id;
 
@@ -100,10 +102,14 @@ typedef struct {
     /* the run and its checkpoints */
     int autoplan, out, save_every, keep, stop_after, overwrite;
     int unequal_chunks; /* --pp-partition's counts are not all equal */
+    /* the data: --sample-prompt given, and --data holds token ids (no text
+     * tokenizer) */
+    int sample_prompt, data_token_ids;
     const char *resume; /* --resume's text; NULL: none */
     /* the names the messages print, as the user gave them (NULL prints ?) */
     const char *dp_mode_text, *schedule_name, *recompute_name, *precision_name;
     const char *grad_compress_text, *loss_scale_text, *loss_scale_name, *pp_partition_text;
+    const char *data_text; /* --data */
 } td_compat_cfg;
 
 typedef struct {

@@ -296,6 +296,18 @@ SAY(lowp_tp_rows) {
              S(c->precision_name), c->rows, c->embd);
 }
 
+/* ---- the data (td_preflight) -------------------------------------------- */
+
+/* the sample at the end encodes the prompt with the run's tokenizer; token
+ * ids come with none */
+OK(sample_prompt_ids) { return !c->sample_prompt || !c->data_token_ids; }
+SAY(sample_prompt_ids) {
+    snprintf(buf, n,
+             "--sample-prompt needs a text tokenizer, but --data %s holds token ids; "
+             "leave --sample-prompt out (the sample then starts from token 0)",
+             S(c->data_text));
+}
+
 /* ---- the table ------------------------------------------------------------ */
 
 enum {
@@ -308,7 +320,8 @@ enum {
     MTP = TD_COMPAT_AT_MODEL_TP,
     MDIM = TD_COMPAT_AT_MODEL_DIMS,
     PPS = TD_COMPAT_AT_PP_SPLIT,
-    CKL = TD_COMPAT_AT_CKPT_LOAD
+    CKL = TD_COMPAT_AT_CKPT_LOAD,
+    PRE = TD_COMPAT_AT_PREFLIGHT
 };
 #define ROW(ID, name, sites, fn)                                                                   \
     { ID, name, sites, ok_##fn, say_##fn, NULL }
@@ -346,6 +359,7 @@ static const td_compat_rule rules[TD_RULE_N] = {
     ROWB(TD_RULE_SP_TP, "sp-tp", MTP, sp_tp),
     ROWB(TD_RULE_SP_SEQ, "sp-seq", MTP, sp_seq),
     ROW(TD_RULE_LOWP_TP_ROWS, "lowp-tp-rows", MDIM, lowp_tp_rows),
+    ROW(TD_RULE_SAMPLE_PROMPT_IDS, "sample-prompt-ids", PRE, sample_prompt_ids),
 };
 
 const td_compat_rule *td_compat_rules(void) { return rules; }

@@ -39,6 +39,7 @@ PATTERNS = [
     r"ZeRO-2 and ZeRO-3 shard",         # --zero 2/3 with --pp
     r"--sequence-parallel: --tp",       # sequence parallelism against --seq
     r"sequence parallelism splits the sequence",
+    r"needs a text tokenizer",          # --sample-prompt against token-id data
 ]
 RULE = re.compile("|".join(PATTERNS))
 

@@ -155,6 +155,11 @@ static const char *breaking(td_rule_id id, td_compat_cfg *c) {
         c->precision = 1, c->tp = 2, c->rows = 3, c->embd = 5, c->precision_name = "bf16";
         return "--precision bf16 with --tp needs an even number of elements per rank's rows "
                "(--seq x --channels); got 3 x 5";
+    case TD_RULE_SAMPLE_PROMPT_IDS:
+        c->sample_prompt = 1, c->data_token_ids = 1, c->data_text = "train.bin";
+        return "--sample-prompt needs a text tokenizer, but --data train.bin holds token ids; "
+               "leave "
+               "--sample-prompt out (the sample then starts from token 0)";
     case TD_RULE_N:
         break;
     }
