@@ -21,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "trident/compat.h"
 #include "trident/grid.h"
 #include "trident/model.h"
 #include "trident/optim.h"
@@ -29,7 +30,7 @@
  * enough that the first bucket starts early in backward (see bench/). */
 #define TD_DEFAULT_BUCKET_MB 1.0
 
-typedef enum { TD_DP_ALLREDUCE = 0, TD_DP_REDUCE_BROADCAST = 1, TD_DP_PS = 2 } td_dp_mode;
+/* td_dp_mode and td_dp_mode_name: compat.h (the rules table reads the mode) */
 
 typedef struct {
     td_dp_mode mode;
@@ -122,7 +123,8 @@ int td_grad_dtype_parse(const char *s);
 void td_grad_compress_parse(const char *s, double *ratio, int *no_ef, int *grad_scheme);
 /* Refuses (user error) the payloads a mode does not support: bf16 needs
  * --dp-mode allreduce with --zero 0, top-k --dp-mode allreduce with --zero 0
- * or 1, and the two do not combine. Pure: call it before the first step. */
+ * or 1, and the two do not combine (the rules table's rows consulted at
+ * TD_COMPAT_AT_DP_CONFIG). Pure: call it before the first step. */
 void td_dp_payload_check(const td_dp_config *cfg);
 /* The memory category of the fp32 parameter buffers. */
 static inline td_mem_cat td_dp_param_cat(const td_dp_config *cfg) {
@@ -131,7 +133,8 @@ static inline td_mem_cat td_dp_param_cat(const td_dp_config *cfg) {
 
 /* Parses "allreduce" | "reduce-broadcast" | "ps"; a bad name is a user error. */
 td_dp_mode td_dp_mode_parse(const char *s);
-const char *td_dp_mode_name(td_dp_mode m);
+/* The same without failing: the mode, or -1 for another name. */
+int td_dp_mode_find(const char *s);
 /* The layout of this rank in a live grid (no communication). */
 td_layout td_layout_of_grid(const td_grid *g);
 /* Unit padding the mode needs in the parameter table (ZeRO shards by dp). */

@@ -12,6 +12,8 @@
 typedef enum { TD_SCHED_GPIPE, TD_SCHED_1F1B, TD_SCHED_INTERLEAVED, TD_SCHED_ZBH1 } td_sched_kind;
 /* Parses gpipe|1f1b|interleaved|zb-h1 (user error naming --schedule otherwise). */
 td_sched_kind td_sched_parse(const char *s);
+/* The same without failing: the kind, or -1 for another name. */
+int td_sched_find(const char *s);
 const char *td_sched_name(td_sched_kind k);
 
 typedef enum {

@@ -5,9 +5,32 @@
 
 #include "trident/data.h"
 #include "trident/flags.h"
+#include "trident/loss_scale.h"
 #include "trident/pipeline.h"
 
 typedef struct td_layout_pass td_layout_pass; /* layout_pass.h */
+
+/* The choice flags, parsed once (td_train_opts_choices) into what the
+ * trainer reads; the strings in td_train_opts stay for what is printed or
+ * saved. dp_mode and schedule hold -1 for a name no mode or schedule has:
+ * that name is refused where it always was (the run's start; a pipeline's
+ * setup, --schedule being unused at --pp 1). */
+typedef struct {
+    td_precision precision;
+    td_recompute recompute;
+    int schedule;          /* td_sched_kind, or -1 */
+    int pp_partition_auto; /* --pp-partition auto (else uniform or counts, parsed with the layer count) */
+    int dp_mode;           /* td_dp_mode, or -1 */
+    int grad_dtype;        /* --grad-reduce-dtype: TD_F32 or TD_BF16 */
+    double topk_ratio;     /* --grad-compress topk:R (0: none), :noef, :grad */
+    int topk_no_ef, topk_grad;
+    td_loss_scale_mode loss_scale; /* --loss-scale, auto resolved by --precision */
+    float loss_scale_static;       /* the scale of a static --loss-scale S, else 1 */
+    /* the strings parsed, in the order of td_train_opts_choices: a string
+     * changed by hand afterwards without parsing again is a programmer
+     * error td_train_run asserts against */
+    const char *from[8];
+} td_train_choices;
 
 typedef struct {
     /* data */
@@ -73,6 +96,7 @@ typedef struct {
     int print_config; /* --print-config: print run_config and exit 0 */
     float max_loss;   /* --max-loss X: stop when the loss stays above X (divergence.h); 0: off */
     int overwrite;    /* --overwrite: a new run replaces --out's checkpoints */
+    td_train_choices ch; /* the choice flags above, parsed */
 } td_train_opts;
 
 void td_train_opts_default(td_train_opts *o);
@@ -86,12 +110,28 @@ void td_train_opts_parse(td_train_opts *o, int argc, char **argv);
 #define TD_TRAIN_MAX_FLAGS 128
 int td_train_flag_table(td_train_opts *o, td_flag *out, int cap);
 void td_train_opts_check(td_train_opts *o);
+/* Parses the choice flags (--precision, --recompute, --schedule,
+ * --pp-partition's kind, --dp-mode, --grad-reduce-dtype, --grad-compress,
+ * --loss-scale) into o->ch and sets o->fp16; a bad precision, recompute
+ * mode, payload or loss scale is a user error naming its flag. Called by
+ * td_train_opts_default and td_train_opts_check; call it again after
+ * setting one of those strings by hand. */
+void td_train_opts_choices(td_train_opts *o);
+/* The rules table's config (compat.h) of o: its layout flags, parsed
+ * choices, checkpoint flags and the names its messages print. */
+void td_train_compat_cfg(const td_train_opts *o, td_compat_cfg *c);
+/* Whether o->ch was parsed from the strings o holds now. */
+int td_train_choices_current(const td_train_opts *o);
+/* --dp-mode's and --schedule's parsed values: a name that is neither is a
+ * user error here (td_dp_mode_parse's, td_sched_parse's text). */
+td_dp_mode td_train_dp_mode(const td_train_opts *o);
+td_sched_kind td_train_schedule(const td_train_opts *o);
 /* --print-config: run_config on stdout from world rank 0 (every rank
  * returns 0, to finalize MPI as a run does). */
 int td_train_print_config(const td_train_opts *o);
-/* The model's recomputation mode named by --recompute (checked by the parse). */
+/* The model's recomputation mode named by --recompute (o->ch.recompute). */
 td_recompute td_train_recompute(const td_train_opts *o);
-/* The model's arithmetic named by --precision (checked by the parse). */
+/* The model's arithmetic named by --precision (o->ch.precision). */
 td_precision td_train_precision(const td_train_opts *o);
 /* Runs training; returns the final validation loss (NAN without eval). */
 int td_train_main(int argc, char **argv);

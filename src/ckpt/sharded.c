@@ -207,7 +207,13 @@ void td_ckpt_resume(td_dp *dp, const td_grid *g, const td_param_table *t, const 
     td_ckpt_resume_data_check(m, meta, r.dir, g->world_rank == 0);
     for (int s = 0; s < TD_MF_NSECTIONS; s++) {
         range_list l = {0, 0, NULL};
-        TD_CHECK(td_dp_ranges(dp, s, 0, add_range, &l), "--resume does not combine with --dp-mode ps");
+        if (!td_dp_ranges(dp, s, 0, add_range, &l)) { /* ps keeps no ranges: the rules table's ps-checkpoint */
+            td_compat_cfg c;
+            td_compat_cfg_init(&c);
+            c.dp_mode = TD_DP_PS, c.resume = path;
+            td_compat_check(&c, TD_COMPAT_AT_CKPT_LOAD);
+            TD_ASSERT(0); /* a mode without ranges other than ps */
+        }
         int read = td_ckpt_reader_fill(&r, t, s, l.r, l.n);
         TD_CHECK(read || s > 0, "%s/manifest.json: no tensor has a params piece", r.dir);
         if (!read && s == 1 && g->world_rank == 0)

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "trident/compat.h"
 #include "trident/base.h"
 
 void td_gpt_dims_of(td_gpt_dims *d, const td_param_table *t, int B, int seq_parallel) {
@@ -21,12 +22,12 @@ void td_gpt_dims_of(td_gpt_dims *d, const td_param_table *t, int B, int seq_para
     d->Vreal = real < 0 ? 0 : real > d->Vl ? d->Vl : real;
     d->prec = t->prec, d->lp = t->prec != TD_PREC_FP32;
     d->es = d->lp ? 2 : sizeof(float);
-    /* the tensor-parallel collectives move reduced-precision rows as fp32
-     * pairs (internal.h: td_m_gather_rows) */
-    TD_CHECK(!d->lp || d->tp == 1 || ((size_t)d->Ns * (size_t)d->C) % 2 == 0,
-             "--precision %s with --tp needs an even number of elements per rank's rows "
-             "(--seq x --channels); got %d x %d",
-             td_precision_name(d->prec), d->Ns, d->C);
+    /* a reduced precision's rows under tp (rule lowp-tp-rows, compat.h) */
+    td_compat_cfg cc;
+    td_compat_cfg_init(&cc);
+    cc.precision = d->prec, cc.tp = d->tp, cc.rows = d->Ns, cc.embd = d->C;
+    cc.precision_name = td_precision_name(d->prec);
+    td_compat_check(&cc, TD_COMPAT_AT_MODEL_DIMS);
 }
 
 /* Bytes of n activation elements / n fp32 values, kept 4-byte aligned so

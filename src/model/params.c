@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "trident/base.h"
+#include "trident/compat.h"
 #include "trident/model.h"
 
 void td_gpt_config_finish(td_gpt_config *cfg) {
@@ -37,12 +38,11 @@ void td_gpt_check_tp(const td_gpt_config *cfg, int tp, int seq_parallel) {
              "--tp %d does not divide --heads %d: tensor parallelism splits the heads (and the "
              "MLP's 4C = %d features) over tp ranks; use a tp that divides %d",
              tp, cfg->H, 4 * cfg->C, cfg->H);
-    TD_CHECK(!seq_parallel || tp > 1,
-             "--sequence-parallel needs --tp 2 or more (it splits the sequence over the tp ranks)");
-    TD_CHECK(!seq_parallel || cfg->T % tp == 0,
-             "--sequence-parallel: --tp %d does not divide --seq %d; use a sequence length that "
-             "is a multiple of %d",
-             tp, cfg->T, tp);
+    /* sequence parallelism against tp and the sequence: the rules table's */
+    td_compat_cfg c;
+    td_compat_cfg_init(&c);
+    c.tp = tp, c.seq_parallel = seq_parallel, c.seq = cfg->T;
+    td_compat_check(&c, TD_COMPAT_AT_MODEL_TP);
 }
 
 typedef struct {

@@ -7,15 +7,17 @@
 #include "dp_internal.h"
 #include "trident/pipeline.h"
 
-td_dp_mode td_dp_mode_parse(const char *s) {
+int td_dp_mode_find(const char *s) {
     if (strcmp(s, "allreduce") == 0) return TD_DP_ALLREDUCE;
     if (strcmp(s, "reduce-broadcast") == 0) return TD_DP_REDUCE_BROADCAST;
     if (strcmp(s, "ps") == 0) return TD_DP_PS;
-    td_fail("--dp-mode %s is not known; use allreduce, reduce-broadcast or ps", s);
+    return -1;
 }
 
-const char *td_dp_mode_name(td_dp_mode m) {
-    return m == TD_DP_ALLREDUCE ? "allreduce" : m == TD_DP_REDUCE_BROADCAST ? "reduce-broadcast" : "ps";
+td_dp_mode td_dp_mode_parse(const char *s) {
+    int m = td_dp_mode_find(s);
+    if (m >= 0) return (td_dp_mode)m;
+    td_fail("--dp-mode %s is not known; use allreduce, reduce-broadcast or ps", s);
 }
 
 int td_grad_dtype_parse(const char *s) {
@@ -44,17 +46,23 @@ void td_grad_compress_parse(const char *s, double *ratio, int *no_ef, int *grad_
     *ratio = r;
 }
 
+/* The rules table's view of a dp config: the mode, ZeRO and the payload,
+ * with the sizes of the grid where one exists (else one process). */
+static void compat_of(const td_dp_config *cfg, const td_grid *g, td_compat_cfg *c) {
+    td_compat_cfg_init(c);
+    c->dp_mode = cfg->mode, c->zero = cfg->zero;
+    c->grad_bf16 = cfg->grad_dtype == TD_BF16;
+    c->topk_ratio = cfg->topk_ratio, c->topk_no_ef = cfg->topk_no_ef;
+    if (g) {
+        c->dp = g->axis[TD_DP].size, c->tp = g->axis[TD_TP].size, c->pp = g->axis[TD_PP].size;
+        c->ps_servers = g->n_servers;
+    }
+}
+
 void td_dp_payload_check(const td_dp_config *cfg) {
-    int topk = cfg->topk_ratio > 0, bf16 = cfg->grad_dtype == TD_BF16;
-    TD_CHECK(!(topk && bf16), "--grad-compress topk sends fp32 values; use it with "
-                              "--grad-reduce-dtype fp32");
-    if (!topk && !bf16) return;
-    const char *flag = topk ? "--grad-compress topk" : "--grad-reduce-dtype bf16";
-    TD_CHECK(cfg->mode == TD_DP_ALLREDUCE,
-             "%s needs --dp-mode allreduce (%s reduces gradients its own way)", flag,
-             td_dp_mode_name(cfg->mode));
-    TD_CHECK(cfg->zero <= (topk ? 1 : 0), "%s works with --zero %s, not --zero %d", flag,
-             topk ? "0 or 1" : "0", cfg->zero);
+    td_compat_cfg c;
+    compat_of(cfg, NULL, &c);
+    td_compat_check(&c, TD_COMPAT_AT_DP_CONFIG);
 }
 
 static const td_dp_ops *ops_of(const td_dp_config *cfg) {
@@ -106,19 +114,10 @@ td_dp *td_dp_create(const td_dp_config *cfg, const td_grid *g, const td_param_ta
                     td_gpt *model) {
     TD_CHECK(cfg->zero >= 0 && cfg->zero <= 3, "--zero %d is not a ZeRO stage; use 0, 1, 2 or 3",
              cfg->zero);
-    TD_CHECK(g->axis[TD_PP].size == 1 || cfg->zero <= 1,
-             "--zero %d with --pp %d: ZeRO-2 and ZeRO-3 shard gradients (and parameters) per "
-             "micro-batch, which a pipeline schedule interleaves; use --zero 0 or 1 with pipeline "
-             "parallelism",
-             cfg->zero, g->axis[TD_PP].size);
-    TD_CHECK(g->axis[TD_PP].size == 1 || cfg->mode != TD_DP_PS,
-             "--dp-mode ps does not combine with --pp %d; use --dp-mode allreduce or "
-             "reduce-broadcast with pipeline parallelism",
-             g->axis[TD_PP].size);
-    TD_CHECK(cfg->zero == 0 || cfg->mode == TD_DP_ALLREDUCE,
-             "--zero %d needs --dp-mode allreduce (ZeRO shards over the all-reduce group; %s has "
-             "its own placement)", cfg->zero, td_dp_mode_name(cfg->mode));
-    td_dp_payload_check(cfg);
+    /* ps with tp or pp, ZeRO-2/3 with pp, ZeRO outside all-reduce, the payloads */
+    td_compat_cfg c;
+    compat_of(cfg, g, &c);
+    td_compat_check(&c, TD_COMPAT_AT_DP_CREATE);
     td_dp *dp = td_alloc(sizeof(td_dp), TD_MEM_OTHER);
     dp->cfg = *cfg;
     dp->ops = ops_of(cfg);

@@ -50,10 +50,11 @@ void td_pp_split_parse(td_pp_split *sp, const char *spec, int L, int P, int V) {
              "--pp-partition %s: %d counts summing to %d; expected %d counts (--pp %d x "
              "--virtual-stages %d) summing to --layers %d",
              spec, v, sp->first[v], n, P, V, L);
-    if (V > 1)
-        for (int i = 0; i < n; i++)
-            TD_CHECK(sp->first[i + 1] - sp->first[i] == sp->first[1],
-                     "--pp-partition %s: the interleaved schedule needs equal chunks", spec);
+    td_compat_cfg c;
+    td_compat_cfg_init(&c);
+    c.virtual_stages = V, c.pp_partition_text = spec;
+    for (int i = 0; i < n; i++) c.unequal_chunks |= sp->first[i + 1] - sp->first[i] != sp->first[1];
+    td_compat_check(&c, TD_COMPAT_AT_PP_SPLIT);
 }
 
 double td_pp_split_auto(td_pp_split *sp, const double *block_cost, double embed_cost,

@@ -96,8 +96,7 @@ static void ps_plan(const td_dp_config *cfg, const td_layout *lay, const td_para
 
 static void ps_create(td_dp *dp) {
     const td_grid *g = dp->g;
-    TD_CHECK(g->axis[TD_TP].size == 1 && g->axis[TD_PP].size == 1,
-             "--dp-mode ps works with --tp 1 --pp 1");
+    TD_ASSERT(g->axis[TD_TP].size == 1 && g->axis[TD_PP].size == 1); /* td_dp_create refused it (rows ps-tp, ps-pp) */
     struct td_ps *ps = td_alloc(sizeof *ps, TD_MEM_OTHER);
     dp->impl = ps;
     ps->S = g->n_servers;

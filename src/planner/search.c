@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "trident/compat.h"
 #include "trident/planner.h"
 #include "trident/schedule.h"
 
@@ -12,9 +13,24 @@ void td_plan_fixed_init(td_plan_fixed *f) {
     f->zero = f->sched = f->rc = f->sp = -1;
 }
 
+/* The rules table's view of a planned layout: fp32, --dp-mode allreduce,
+ * no checkpoint flags (what the planner's layouts are). */
+static void compat_of(const td_plan_model *m, const td_plan_layout *l, td_compat_cfg *cc) {
+    td_compat_cfg_init(cc);
+    cc->dp = l->dp, cc->tp = l->tp, cc->pp = l->pp, cc->zero = l->zero, cc->seq_parallel = l->sp;
+    cc->schedule = l->sched, cc->virtual_stages = l->v, cc->micro_batches = l->micro_batches;
+    cc->recompute = l->rc == TD_PLAN_RC_FULL; /* the engine recomputes whole blocks */
+    cc->seq = m->T, cc->embd = m->C;
+}
+
 int td_plan_check(const td_plan_model *m, const td_plan_cluster *c, int global_batch, int tp_across_nodes,
                   const td_plan_layout *l, char *why, size_t n) {
 #define BAD(...) return snprintf(why, n, __VA_ARGS__), -1
+    /* a combination the engine refuses: the rules table's row, in the
+     * planner's words, where its size checks would have met it */
+#define RULE(id) if (!td_compat_rule_ok(id, &cc, why, n)) return -1
+    td_compat_cfg cc;
+    compat_of(m, l, &cc);
     if (l->dp < 1 || l->tp < 1 || l->pp < 1 || l->micro_batch < 1 || l->micro_batches < 1)
         BAD("sizes must be >= 1");
     if ((long)l->dp * l->tp * l->pp != c->gpus)
@@ -26,20 +42,23 @@ int td_plan_check(const td_plan_model *m, const td_plan_cluster *c, int global_b
         BAD("dp %d x micro-batch %d x %d micro-batches is not the global batch %d", l->dp, l->micro_batch,
             l->micro_batches, global_batch);
     if (l->zero < 0 || l->zero > 3) BAD("zero %d is not a stage", l->zero);
-    if (l->zero >= 2 && l->pp > 1) BAD("zero %d shards per micro-batch, which a pipeline interleaves", l->zero);
-    if (l->sp && l->tp < 2) BAD("sequence parallelism needs tp >= 2");
-    if (l->sp && m->T % l->tp)
-        BAD("sequence parallelism splits the sequence %d over tp %d, which does not divide it", m->T, l->tp);
+    RULE(TD_RULE_ZERO_PP);
+    RULE(TD_RULE_SP_TP);
+    RULE(TD_RULE_SP_SEQ);
     if (l->rc < TD_PLAN_RC_NONE || l->rc > TD_PLAN_RC_FULL) BAD("unknown recompute mode");
     if (l->pp == 1 && l->sched != TD_PLAN_NO_SCHED) BAD("a schedule needs pp > 1");
     if (l->pp > 1 && l->sched != TD_SCHED_GPIPE && l->sched != TD_SCHED_1F1B && l->sched != TD_SCHED_INTERLEAVED)
         BAD("pp %d needs a schedule: gpipe, 1f1b or interleaved", l->pp);
     if (l->sched == TD_SCHED_INTERLEAVED) {
-        if (l->v < 2) BAD("interleaved needs 2 or more chunks per stage");
+        RULE(TD_RULE_INTERLEAVED_CHUNKS);
         if (m->L % (l->pp * l->v)) BAD("pp %d x %d chunks does not divide the %d layers", l->pp, l->v, m->L);
-        if (l->micro_batches % l->pp) BAD("interleaved needs micro-batches a multiple of pp %d", l->pp);
-    } else if (l->v != 1) BAD("chunks per stage other than 1 need the interleaved schedule");
+        RULE(TD_RULE_INTERLEAVED_MICRO);
+    } else RULE(TD_RULE_CHUNKS_NEED_INTERLEAVED);
+    /* every other row too: a rule added to the table reaches the search
+     * without a copy here */
+    if (td_compat_first(&cc, TD_COMPAT_AT_ANY, why, n) >= 0) return -1;
     return 0;
+#undef RULE
 #undef BAD
 }
 

@@ -7,16 +7,23 @@
 #include <string.h>
 
 #include "trident/base.h"
+#include "trident/compat.h"
 #include "trident/schedule.h"
 
 /* Keeps a mistyped --micro-batches from asking for gigabytes of actions. */
 #define MAX_COMPUTE (1 << 24)
 
-td_sched_kind td_sched_parse(const char *s) {
+int td_sched_find(const char *s) {
     if (strcmp(s, "gpipe") == 0) return TD_SCHED_GPIPE;
     if (strcmp(s, "1f1b") == 0) return TD_SCHED_1F1B;
     if (strcmp(s, "interleaved") == 0) return TD_SCHED_INTERLEAVED;
     if (strcmp(s, "zb-h1") == 0) return TD_SCHED_ZBH1;
+    return -1;
+}
+
+td_sched_kind td_sched_parse(const char *s) {
+    int k = td_sched_find(s);
+    if (k >= 0) return (td_sched_kind)k;
     td_fail("--schedule '%s' is not a schedule; valid: gpipe, 1f1b, interleaved, zb-h1", s);
 }
 
@@ -134,21 +141,23 @@ static int fail(char *err, size_t errlen, const char *msg) {
     return -1;
 }
 
+/* The rules table's rows of a schedule (compat.h, TD_COMPAT_AT_SCHEDULE). */
+static int compat_ok(td_sched_kind kind, int P, int M, int V, char *msg, size_t n) {
+    td_compat_cfg c;
+    td_compat_cfg_init(&c);
+    c.schedule = kind, c.pp = P, c.micro_batches = M, c.virtual_stages = V;
+    c.schedule_name = td_sched_name(kind);
+    return td_compat_first(&c, TD_COMPAT_AT_SCHEDULE, msg, n) < 0;
+}
+
 int td_schedule_build(td_schedule *s, td_sched_kind kind, int P, int M, int V, char *err, size_t errlen) {
     char msg[256];
     memset(s, 0, sizeof *s);
     if (P < 1) snprintf(msg, sizeof msg, "--pp %d: the pipeline needs at least 1 stage", P);
     else if (M < 1) snprintf(msg, sizeof msg, "--micro-batches %d: a schedule needs at least 1 micro-batch", M);
-    else if (kind != TD_SCHED_INTERLEAVED && V != 1)
-        snprintf(msg, sizeof msg, "--virtual-stages %d needs --schedule interleaved (%s runs 1 chunk per stage)",
-                 V, td_sched_name(kind));
-    else if (kind == TD_SCHED_INTERLEAVED && V < 2)
-        snprintf(msg, sizeof msg, "--virtual-stages %d: the interleaved schedule needs at least 2 chunks per stage",
-                 V);
-    else if (kind == TD_SCHED_INTERLEAVED && M % P != 0)
-        snprintf(msg, sizeof msg, "--micro-batches %d is not a multiple of --pp %d, which the interleaved schedule needs",
-                 M, P);
-    else if ((long long)P * M * V > MAX_COMPUTE)
+    else if (!compat_ok(kind, P, M, V, msg, sizeof msg)) {
+        /* chunks and micro-batches against the kind: the rules table's */
+    } else if ((long long)P * M * V > MAX_COMPUTE)
         snprintf(msg, sizeof msg, "--pp %d x --micro-batches %d x --virtual-stages %d is over %d micro-batch-chunks",
                  P, M, V, MAX_COMPUTE);
     else msg[0] = '\0';

@@ -33,7 +33,7 @@ static double engine_bytes(const td_train_opts *o, const td_gpt_config *cfg, con
     memset(&sched, 0, sizeof sched);
     if (x.pp > 1) {
         char err[256];
-        if (td_schedule_build(&sched, td_sched_parse(x.schedule), x.pp, x.grad_accum, x.virtual_stages, err,
+        if (td_schedule_build(&sched, td_train_schedule(&x), x.pp, x.grad_accum, x.virtual_stages, err,
                               sizeof err) != 0)
             return 0;
         td_pp_split_parse(&split, "uniform", cfg->L, x.pp, x.virtual_stages);
@@ -63,6 +63,7 @@ void td_auto_apply(td_train_opts *o, const td_plan_layout *l) {
     o->recompute = rc_names[l->rc];
     o->schedule = l->sched == TD_PLAN_NO_SCHED ? o->schedule : td_sched_name((td_sched_kind)l->sched);
     o->virtual_stages = l->sched == TD_SCHED_INTERLEAVED ? l->v : 1;
+    td_train_opts_choices(o); /* the recompute and schedule just named */
 }
 
 void td_auto_choose(td_train_opts *o, td_auto *a) {
@@ -75,8 +76,9 @@ void td_auto_choose(td_train_opts *o, td_auto *a) {
     TD_CHECK(td_plan_profile_load(path, &prof, &e) == 0,
              "--auto: %s; run `mpirun -np %d trident plan --calibrate` on this machine first (or set TRIDENT_PROFILE)",
              e.msg, world);
-    TD_CHECK(strcmp(o->dp_mode, "allreduce") == 0, "--auto plans --dp-mode allreduce layouts; drop --dp-mode %s",
-             o->dp_mode);
+    td_compat_cfg cc;
+    td_train_compat_cfg(o, &cc);
+    td_compat_check(&cc, TD_COMPAT_AT_AUTO); /* --dp-mode other than allreduce */
     if (o->threads <= 0) { /* the machine's cores over the ranks, as train's default */
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
         o->threads = cores / world > 0 ? (int)(cores / world) : 1;

@@ -39,6 +39,7 @@ static int bench_train(int argc, char **argv) {
         {"--log", TD_FLAG_STR, &o.log, "JSON-lines metrics file (memory plan and measurement)", NULL},
     };
     td_flags_parse("bench train", flags, (int)(sizeof flags / sizeof flags[0]), argc, argv);
+    td_train_opts_choices(&o); /* --dp-mode */
     TD_CHECK(steps > 0 && warmup_steps >= 0, "bench train: --steps must be positive");
     char data[32];
     snprintf(data, sizeof data, "synthetic:%d", vocab);

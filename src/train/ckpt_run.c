@@ -44,7 +44,7 @@ void td_run_ckpt_meta(const td_train_opts *o, const td_grid *g, const td_loss_sc
     m->zero = o->zero;
     m->ranks = td_grid_workers(g);
     m->precision = o->precision ? o->precision : "fp32";
-    m->dp_mode = td_dp_mode_name(td_dp_mode_parse(o->dp_mode));
+    m->dp_mode = td_dp_mode_name(td_train_dp_mode(o));
     m->grad_compress = o->grad_compress ? o->grad_compress : "none";
     m->keep = o->keep;
     m->data_path = g_data_path;
@@ -109,7 +109,7 @@ void td_run_save(td_dp *dp, const td_grid *g, const td_param_table *t, const td_
     double h0, h1;
     td_ckpt_checksum_ms(&h0, NULL);
     double t0 = td_now_ms();
-    int sharded = td_dp_mode_parse(o->dp_mode) != TD_DP_PS;
+    int sharded = td_train_dp_mode(o) != TD_DP_PS;
     if (sharded)
         extra = td_ckpt_save_sharded(dp, g, t, cfg, tok, o->out, &meta, path, sizeof path);
     else

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "trident/base.h"
+#include "trident/compat.h"
 #include "trident/flags.h"
 #include "trident/loss_scale.h"
 #include "trident/model.h"
@@ -38,6 +39,7 @@ void td_train_opts_default(td_train_opts *o) {
     o->heartbeat_timeout = 60.0;
     o->sample_prompt = "";
     o->timing_skip = 1;
+    td_train_opts_choices(o);
 }
 
 /* Flag ranges quote the model's maxima (plain literals, see model.h). */
@@ -157,54 +159,84 @@ void td_train_opts_check(td_train_opts *o) {
              "--grid-order '%s' is not an order of the axes: %s; use a '-'-joined permutation of tp, cp, dp, pp, "
              "fastest first (default %s)", o->grid_order, why, TD_GRID_ORDER_DEFAULT);
     TD_CHECK(o->zero >= 0 && o->zero <= 3, "--zero %d is not a ZeRO stage; use 0, 1, 2 or 3", o->zero);
-    TD_CHECK(!o->autoplan || (o->dp == 0 && o->tp == 1 && o->pp == 1 && o->zero == 0 && o->grad_accum == 1 &&
-                              !o->seq_parallel && strcmp(o->precision, "fp32") == 0),
-             "--auto picks --dp --tp --pp --zero --micro-batches --sequence-parallel itself for fp32 "
-             "(the calibrated profile's arithmetic); drop them and --precision");
-    TD_CHECK(o->save_every == 0 || o->out, "--save-every %d needs --out DIR to save into", o->save_every);
-    TD_CHECK(o->keep == 0 || o->out, "--keep %d needs --out DIR", o->keep);
-    TD_CHECK(o->stop_after == 0 || o->out, "--stop-after %d needs --out DIR to save the checkpoint into", o->stop_after);
-    TD_CHECK(!o->overwrite || o->out, "--overwrite needs --out DIR (it replaces DIR's checkpoints)");
-    TD_CHECK(!o->overwrite || !o->resume, "--overwrite does not combine with --resume %s: a resumed run continues "
-             "--out's checkpoints, --overwrite would remove them; drop one of the two", o->resume);
-    TD_CHECK(!o->resume || strcmp(o->resume, "latest") != 0 || o->out,
-             "--resume latest needs --out DIR (latest is its newest checkpoint)");
-    TD_CHECK(strcmp(o->precision, "fp32") == 0 || strcmp(o->precision, "bf16") == 0 ||
-                 strcmp(o->precision, "fp16") == 0,
-             "--precision '%s' is not a precision; valid: fp32, bf16, fp16", o->precision);
-    o->fp16 = td_train_precision(o) == TD_PREC_FP16; /* dynamic loss scaling under --loss-scale auto */
-    TD_CHECK(strcmp(o->recompute, "none") == 0 || strcmp(o->recompute, "block") == 0,
-             "--recompute '%s' is not a mode; valid: none, block", o->recompute);
-    /* zb-h1's weight half (W) reads a block's saved tensors long after its
-     * input half: recomputing them for W is not done */
-    TD_CHECK(o->pp == 1 || strcmp(o->recompute, "none") == 0 || strcmp(o->schedule, "zb-h1") != 0,
-             "--recompute %s does not combine with --schedule zb-h1 (its weight-gradient half needs "
-             "every block's saved tensors); use gpipe, 1f1b or interleaved, or --recompute none",
-             o->recompute);
-    /* the payload flags alone (their combination with the layout: td_dp_payload_check) */
-    double ratio;
-    int no_ef, grad_scheme;
-    td_grad_dtype_parse(o->grad_reduce_dtype);
-    td_grad_compress_parse(o->grad_compress, &ratio, &no_ef, &grad_scheme);
-    /* each holder of a replicated tensor (tp-replicated rows, the tied
-     * embedding on the first and last stage) would select its own top-k in
-     * buckets that differ per rank, and the copies would drift apart */
-    TD_CHECK(ratio == 0 || (o->tp == 1 && o->pp == 1),
-             "--grad-compress %s does not combine with --tp %d --pp %d yet: every holder of a replicated "
-             "tensor (tp-replicated rows, the tied embedding on the first and last stage) would select "
-             "its own top-k and the copies would drift apart; use tp = pp = 1, or --grad-compress none "
-             "(--grad-reduce-dtype bf16 halves the payload in any layout)",
-             o->grad_compress, o->tp, o->pp);
-    float static_scale;
-    td_loss_scale_parse(o->loss_scale, o->fp16, &static_scale);
+    /* each choice is a known value, then no two flags are a combination
+     * the rules table refuses (--auto with a layout, checkpoint flags
+     * without --out, zb-h1 recomputing, top-k with tp or pp) */
+    td_train_opts_choices(o);
+    td_compat_cfg c;
+    td_train_compat_cfg(o, &c);
+    td_compat_check(&c, TD_COMPAT_AT_OPTIONS);
     o->optim.max_steps = o->steps;
 }
 
-td_precision td_train_precision(const td_train_opts *o) {
-    return strcmp(o->precision, "bf16") == 0 ? TD_PREC_BF16
-           : strcmp(o->precision, "fp16") == 0 ? TD_PREC_FP16 : TD_PREC_FP32;
+/* The strings td_train_opts_choices parses, in the order of ch.from. */
+static void choice_strings(const td_train_opts *o, const char *s[8]) {
+    s[0] = o->precision, s[1] = o->recompute, s[2] = o->schedule, s[3] = o->pp_partition;
+    s[4] = o->dp_mode, s[5] = o->grad_reduce_dtype, s[6] = o->grad_compress, s[7] = o->loss_scale;
 }
 
-td_recompute td_train_recompute(const td_train_opts *o) {
-    return o->recompute && strcmp(o->recompute, "block") == 0 ? TD_RECOMPUTE_BLOCK : TD_RECOMPUTE_NONE;
+void td_train_opts_choices(td_train_opts *o) {
+    td_train_choices *c = &o->ch;
+    memset(c, 0, sizeof *c);
+    const char *prec = o->precision ? o->precision : "fp32";
+    TD_CHECK(strcmp(prec, "fp32") == 0 || strcmp(prec, "bf16") == 0 || strcmp(prec, "fp16") == 0,
+             "--precision '%s' is not a precision; valid: fp32, bf16, fp16", prec);
+    c->precision = strcmp(prec, "bf16") == 0   ? TD_PREC_BF16
+                   : strcmp(prec, "fp16") == 0 ? TD_PREC_FP16
+                                               : TD_PREC_FP32;
+    o->fp16 = c->precision == TD_PREC_FP16; /* dynamic loss scaling under --loss-scale auto */
+    /* NULL: options filled in by hand, the default */
+    const char *rc = o->recompute ? o->recompute : "none";
+    TD_CHECK(strcmp(rc, "none") == 0 || strcmp(rc, "block") == 0,
+             "--recompute '%s' is not a mode; valid: none, block", rc);
+    c->recompute = strcmp(rc, "block") == 0 ? TD_RECOMPUTE_BLOCK : TD_RECOMPUTE_NONE;
+    c->schedule = o->schedule ? td_sched_find(o->schedule) : TD_SCHED_1F1B;
+    c->pp_partition_auto = o->pp_partition && strcmp(o->pp_partition, "auto") == 0;
+    c->dp_mode = o->dp_mode ? td_dp_mode_find(o->dp_mode) : TD_DP_ALLREDUCE;
+    /* the payload flags alone (their combination with the layout: the rules table) */
+    c->grad_dtype = td_grad_dtype_parse(o->grad_reduce_dtype ? o->grad_reduce_dtype : "fp32");
+    td_grad_compress_parse(o->grad_compress ? o->grad_compress : "none", &c->topk_ratio, &c->topk_no_ef,
+                           &c->topk_grad);
+    c->loss_scale_static = 1.0f;
+    c->loss_scale =
+        td_loss_scale_parse(o->loss_scale ? o->loss_scale : "auto", o->fp16, &c->loss_scale_static);
+    choice_strings(o, c->from);
 }
+
+void td_train_compat_cfg(const td_train_opts *o, td_compat_cfg *c) {
+    const td_train_choices *ch = &o->ch;
+    td_compat_cfg_init(c);
+    c->dp = o->dp, c->tp = o->tp, c->pp = o->pp, c->zero = o->zero, c->seq_parallel = o->seq_parallel;
+    c->ps_servers = o->ps_servers;
+    c->dp_mode = ch->dp_mode, c->schedule = ch->schedule, c->virtual_stages = o->virtual_stages;
+    c->micro_batches = o->grad_accum, c->recompute = ch->recompute, c->precision = ch->precision;
+    c->seq = o->seq, c->embd = o->embd;
+    c->grad_bf16 = ch->grad_dtype == TD_BF16;
+    c->topk_ratio = ch->topk_ratio, c->topk_no_ef = ch->topk_no_ef;
+    c->loss_scale_mode = ch->loss_scale;
+    c->autoplan = o->autoplan, c->out = o->out != NULL, c->save_every = o->save_every, c->keep = o->keep;
+    c->stop_after = o->stop_after, c->overwrite = o->overwrite, c->resume = o->resume;
+    c->dp_mode_text = o->dp_mode, c->schedule_name = o->schedule, c->recompute_name = o->recompute;
+    c->precision_name = o->precision, c->grad_compress_text = o->grad_compress;
+    c->loss_scale_text = o->loss_scale ? o->loss_scale : "auto"; /* opts filled in by hand */
+    c->loss_scale_name = td_loss_scale_mode_name(ch->loss_scale);
+}
+
+int td_train_choices_current(const td_train_opts *o) {
+    const char *s[8];
+    choice_strings(o, s);
+    return memcmp(s, o->ch.from, sizeof s) == 0;
+}
+
+td_dp_mode td_train_dp_mode(const td_train_opts *o) {
+    /* a bad name is refused by the parse's own text */
+    return o->ch.dp_mode >= 0 ? (td_dp_mode)o->ch.dp_mode : td_dp_mode_parse(o->dp_mode);
+}
+
+td_sched_kind td_train_schedule(const td_train_opts *o) {
+    return o->ch.schedule >= 0 ? (td_sched_kind)o->ch.schedule : td_sched_parse(o->schedule);
+}
+
+td_precision td_train_precision(const td_train_opts *o) { return o->ch.precision; }
+
+td_recompute td_train_recompute(const td_train_opts *o) { return o->ch.recompute; }

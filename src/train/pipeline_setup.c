@@ -75,17 +75,17 @@ void td_pipeline_check(const td_train_opts *o) {
     char err[512];
     td_schedule sched;
     td_pp_split sp;
-    if (td_schedule_build(&sched, td_sched_parse(o->schedule), o->pp, o->grad_accum, o->virtual_stages, err,
+    if (td_schedule_build(&sched, td_train_schedule(o), o->pp, o->grad_accum, o->virtual_stages, err,
                           sizeof err) != 0)
         td_fail("%s", err);
     td_schedule_free(&sched);
-    if (strcmp(o->pp_partition, "auto") != 0) td_pp_split_parse(&sp, o->pp_partition, o->layers, o->pp, o->virtual_stages);
+    if (!o->ch.pp_partition_auto) td_pp_split_parse(&sp, o->pp_partition, o->layers, o->pp, o->virtual_stages);
 }
 
 void td_pipeline_setup(const td_train_opts *o, const td_grid *g, const td_gpt_config *cfg, int Bm,
                        td_schedule *sched, td_pp_split *sp) {
     char err[512];
-    td_sched_kind kind = td_sched_parse(o->schedule);
+    td_sched_kind kind = td_train_schedule(o);
     int M = o->grad_accum, V = o->virtual_stages;
     if (td_schedule_build(sched, kind, g->axis[TD_PP].size, M, V, err, sizeof err) != 0)
         td_fail("%s", err);
@@ -94,7 +94,7 @@ void td_pipeline_setup(const td_train_opts *o, const td_grid *g, const td_gpt_co
     if (td_schedule_validate(sched, err, sizeof err) != 0)
         td_fail("internal: the %s schedule for pp %d, %d micro-batches, %d chunks is invalid: %s",
                 td_sched_name(kind), g->axis[TD_PP].size, M, V, err);
-    if (strcmp(o->pp_partition, "auto") != 0) {
+    if (!o->ch.pp_partition_auto) {
         td_pp_split_parse(sp, o->pp_partition, cfg->L, g->axis[TD_PP].size, V);
         if (g->world_rank == 0) print_split(sp, sched, M);
         return;

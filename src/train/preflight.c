@@ -20,6 +20,7 @@
 #include "trident/stop.h"
 #include "trident/base.h"
 #include "trident/comm.h"
+#include "trident/compat.h"
 #include "trident/files.h"
 #include "trident/formats_data.h"
 
@@ -231,9 +232,12 @@ static int check_trace(verdict *v, const char *trace, const char *log, const cha
  * dying, against the same vocabulary. */
 static int check_prompt(verdict *v, const char *prompt, const td_tokenizer *tok, const char *data) {
     if (!prompt || !*prompt || tok->kind == TD_TOK_BYTE) return 0; /* bytes encode anything */
-    if (tok->kind == TD_TOK_IDS)
-        return refuse(v, "--sample-prompt needs a text tokenizer, but --data %s holds token ids; "
-                         "leave --sample-prompt out (the sample then starts from token 0)", data);
+    /* a prompt with token ids: the rules table's sample-prompt-ids */
+    td_compat_cfg c;
+    td_compat_cfg_init(&c);
+    c.sample_prompt = 1, c.data_token_ids = tok->kind == TD_TOK_IDS, c.data_text = data;
+    char why[1024];
+    if (td_compat_first(&c, TD_COMPAT_AT_PREFLIGHT, why, sizeof why) >= 0) return refuse(v, "%s", why);
     if (tok->kind == TD_TOK_GPT2) { /* any UTF-8 text encodes */
         size_t bad;
         td_err e;

@@ -216,12 +216,12 @@ void td_report_precision(td_report *r, const td_mem_plan *plan) {
     const td_train_opts *o = r->o;
     td_precision p = td_train_precision(o);
     const char *rt = td_precision_name(p);
-    int lp = p != TD_PREC_FP32, zero = strcmp(o->dp_mode, "allreduce") == 0 ? o->zero : 0;
-    int ps = strcmp(o->dp_mode, "ps") == 0;
+    int lp = p != TD_PREC_FP32, zero = o->ch.dp_mode == TD_DP_ALLREDUCE ? o->zero : 0;
+    int ps = o->ch.dp_mode == TD_DP_PS;
     char reduce[96];
-    if (strcmp(o->grad_compress, "none") != 0)
+    if (o->ch.topk_ratio > 0)
         snprintf(reduce, sizeof reduce, "fp32 (index, value) pairs, %s", o->grad_compress);
-    else if (strcmp(o->grad_reduce_dtype, "bf16") == 0)
+    else if (o->ch.grad_dtype == TD_BF16)
         snprintf(reduce, sizeof reduce, "bf16 payload, summed in fp32");
     else
         snprintf(reduce, sizeof reduce, "fp32");
@@ -363,7 +363,7 @@ void td_report_summary(td_report *r, const td_train_result *res) {
         fprintf(r->log, "]}\n");
         log_flush(r);
     }
-    if (strcmp(r->o->dp_mode, "ps") == 0)
+    if (r->o->ch.dp_mode == TD_DP_PS)
         td_log("ps: staleness observed max %d, mean %.2f steps (bound --ps-staleness %d)\n",
                res->max_staleness, res->mean_staleness, r->o->ps_staleness);
 }

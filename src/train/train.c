@@ -94,29 +94,14 @@ static void stop_on_gradient(td_train_result *res, const td_param_table *t, int 
              bad_row >= 0 && bad_row < t->n_rows ? t->rows[bad_row].name : "no tensor (the norm overflowed)");
 }
 
-/* --loss-scale: the scaler, and the layouts it does not combine with,
- * before any communication. */
-static void loss_scale_setup(const td_train_opts *o, td_dp_mode mode, td_loss_scaler *s) {
-    float init = 1.0f;
-    const char *flag = o->loss_scale ? o->loss_scale : "auto"; /* opts filled in by hand */
-    td_loss_scale_mode m = td_loss_scale_parse(flag, o->fp16, &init);
+/* --loss-scale: the scaler (the layouts it does not combine with are rows
+ * of the rules table, checked before). */
+static void loss_scale_setup(const td_train_opts *o, td_loss_scaler *s) {
+    td_loss_scale_mode m = o->ch.loss_scale;
+    float init = o->ch.loss_scale_static;
     if (m == TD_LOSS_SCALE_DYNAMIC) init = o->loss_scale_init > 0 ? o->loss_scale_init : TD_LOSS_SCALE_INIT;
     int window = o->loss_scale_window > 0 ? o->loss_scale_window : td_loss_scale_window_env();
     td_loss_scaler_init(s, m, init, window);
-    if (m == TD_LOSS_SCALE_NONE) return;
-    TD_CHECK(mode != TD_DP_PS,
-             "--loss-scale %s (%s) does not combine with --dp-mode ps: its servers apply each "
-             "worker's gradients on their own, so no step can be skipped or unscaled on every rank "
-             "together; use --dp-mode allreduce or reduce-broadcast, or --loss-scale none",
-             flag, td_loss_scale_mode_name(m));
-    double ratio;
-    int no_ef, grad_scheme;
-    td_grad_compress_parse(o->grad_compress, &ratio, &no_ef, &grad_scheme);
-    TD_CHECK(ratio == 0 || no_ef,
-             "--loss-scale %s (%s) does not combine with --grad-compress %s: its error-feedback "
-             "residual would carry gradients of another scale (and a skipped step's infinities) into "
-             "later steps; use --grad-compress topk:R:noef, or --loss-scale none",
-             flag, td_loss_scale_mode_name(m), o->grad_compress);
 }
 
 /* A skipped step (dynamic loss scaling) that ends the run: stop_msg says why. */
@@ -169,28 +154,25 @@ static double evaluate(run_ctx *c) {
 }
 
 void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) {
+    /* the choice strings are read as parsed: one set by hand needs
+     * td_train_opts_choices again */
+    TD_ASSERT(td_train_choices_current(o));
     memset(res, 0, sizeof *res);
     td_mem_reset_peaks(); /* the peaks reported are this run's (tests run several in one process) */
     res->final_val_loss = NAN;
     res->stop_step = -1;
     res->skip_row = res->skip_rank = res->skip_micro = -1;
     const td_fault *fault = td_fault_get(); /* a bad TRIDENT_FAULT fails before any work */
-    td_dp_mode mode = td_dp_mode_parse(o->dp_mode);
+    td_dp_mode mode = td_train_dp_mode(o);
     if (mode == TD_DP_PS) td_stop_signals_restore(); /* its servers never reach an agreed stop */
-    TD_CHECK(mode == TD_DP_PS || o->ps_servers == 0, "--ps-servers needs --dp-mode ps");
-    TD_CHECK(mode != TD_DP_PS || o->ps_servers > 0, "--dp-mode ps needs --ps-servers S >= 1");
-    TD_CHECK(mode != TD_DP_PS || o->tp == 1,
-             "--dp-mode ps is data-parallel only and does not combine with --tp %d; use --dp-mode "
-             "allreduce or reduce-broadcast with tensor parallelism", o->tp);
-    TD_CHECK(o->pp == 1 || mode != TD_DP_PS,
-             "--dp-mode ps does not combine with --pp %d; use --dp-mode allreduce or "
-             "reduce-broadcast with pipeline parallelism", o->pp);
+    /* the rules table's rows of the run's start: ps against its servers, tp,
+     * pp, loss scaling and checkpoints; loss scaling against top-k's error
+     * feedback */
+    td_compat_cfg cc;
+    td_train_compat_cfg(o, &cc);
+    td_compat_check(&cc, TD_COMPAT_AT_RUN);
     td_loss_scaler scaler;
-    loss_scale_setup(o, mode, &scaler);
-    TD_CHECK(mode != TD_DP_PS || (!o->resume && !o->stop_after),
-             "--%s does not combine with --dp-mode ps: its servers apply each worker's gradients in their own "
-             "loop, which a checkpoint cannot resume exactly; use --dp-mode allreduce or reduce-broadcast",
-             o->resume ? "resume" : "stop-after");
+    loss_scale_setup(o, &scaler);
     if (o->pp > 1) td_pipeline_check(o); /* a schedule or split that cannot work, before any communication */
     td_grid g;
     td_log_set_verbose(o->verbose);

@@ -199,8 +199,7 @@ int td_verify_main(int argc, char **argv) {
     td_precision prec = td_train_precision(&o);
     v.u = unit_roundoff(prec);
     v.grad_tol = GRAD_TOL + ROUNDINGS_16 * v.u;
-    float static_scale;
-    v.skip_nonfinite = td_loss_scale_parse(o.loss_scale, o.fp16, &static_scale) == TD_LOSS_SCALE_DYNAMIC;
+    v.skip_nonfinite = o.ch.loss_scale == TD_LOSS_SCALE_DYNAMIC;
     v.worst = td_alloc(sizeof(float) * (size_t)v.K, TD_MEM_OTHER);
     v.worst_row = td_alloc(sizeof(int) * (size_t)v.K, TD_MEM_OTHER);
     memset(v.worst, 0, sizeof(float) * (size_t)v.K);

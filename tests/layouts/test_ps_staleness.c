@@ -32,6 +32,7 @@ static double run(int staleness, int *max_stale, double *mean_stale) {
     o.optim.warmup = 20, o.optim.max_steps = o.steps;
     o.eval_every = 0, o.threads = 1, o.quiet = 1;
     o.dp_mode = "ps", o.ps_servers = 1, o.ps_staleness = staleness;
+    td_train_opts_choices(&o);
     td_train_result res;
     td_train_run(&o, &res, 0);
     int n = STEPS / 5; /* the last 20% of steps */

@@ -36,6 +36,7 @@ static void run(td_train_opts *o, const char *mode, int argc, char **argv, td_tr
     o->eval_every = 0, o->threads = 1, o->quiet = 1, o->log_every = 1000;
     td_train_opts_parse(o, argc - 1, argv + 1);
     o->recompute = mode;
+    td_train_opts_choices(o);
     td_train_run(o, res, 1);
 }
 

@@ -1,0 +1,391 @@
+/* The one table of combination rules (compat.h). Pure and MPI-free: this
+ * file sits under src/parallel/ but CMakeLists.txt compiles it into
+ * trident_model, the lowest library the planner, the schedules, the model
+ * and option parsing all link, so none of them depends on comm to reach it.
+ *
+ * A row is an id, the sites that consult it, a predicate (1: the config
+ * keeps the rule) and its error text, word for word the message the check
+ * printed before the table existed. Rows of one site keep that site's old
+ * order. A new "does not combine" / "needs --" rule belongs here, never in
+ * a TD_CHECK elsewhere (tests/lint/check_rules.py fails on one). */
+#include "trident/compat.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "trident/base.h"
+#include "trident/schedule.h"
+
+const char *td_dp_mode_name(td_dp_mode m) {
+    return m == TD_DP_ALLREDUCE          ? "allreduce"
+           : m == TD_DP_REDUCE_BROADCAST ? "reduce-broadcast"
+                                         : "ps";
+}
+
+void td_compat_cfg_init(td_compat_cfg *c) {
+    memset(c, 0, sizeof *c);
+    c->dp = c->tp = c->pp = 1;
+    c->virtual_stages = c->micro_batches = 1;
+    c->dp_mode = TD_DP_ALLREDUCE;
+    c->schedule = -1;
+}
+
+static const char *S(const char *s) { return s ? s : "?"; }
+
+#define OK(name) static int ok_##name(const td_compat_cfg *c)
+#define SAY(name) static void say_##name(const td_compat_cfg *c, char *buf, size_t n)
+#define BRIEF(name) static void brief_##name(const td_compat_cfg *c, char *buf, size_t n)
+
+/* ---- the flags alone (td_train_opts_check) ------------------------------ */
+
+/* the calibrated profile measured fp32 at one layout family: --auto picks
+ * the layout itself */
+OK(auto_fixed) {
+    return !c->autoplan || (c->dp == 0 && c->tp == 1 && c->pp == 1 && c->zero == 0 &&
+                            c->micro_batches == 1 && !c->seq_parallel && c->precision == 0);
+}
+SAY(auto_fixed) {
+    snprintf(
+        buf, n,
+        "--auto picks --dp --tp --pp --zero --micro-batches --sequence-parallel itself for fp32 "
+        "(the calibrated profile's arithmetic); drop them and --precision");
+}
+
+OK(save_every_out) { return c->save_every == 0 || c->out; }
+SAY(save_every_out) {
+    snprintf(buf, n, "--save-every %d needs --out DIR to save into", c->save_every);
+}
+
+OK(keep_out) { return c->keep == 0 || c->out; }
+SAY(keep_out) { snprintf(buf, n, "--keep %d needs --out DIR", c->keep); }
+
+OK(stop_after_out) { return c->stop_after == 0 || c->out; }
+SAY(stop_after_out) {
+    snprintf(buf, n, "--stop-after %d needs --out DIR to save the checkpoint into", c->stop_after);
+}
+
+OK(overwrite_out) { return !c->overwrite || c->out; }
+SAY(overwrite_out) {
+    snprintf(buf, n, "--overwrite needs --out DIR (it replaces DIR's checkpoints)");
+}
+
+OK(overwrite_resume) { return !c->overwrite || !c->resume; }
+SAY(overwrite_resume) {
+    snprintf(buf, n,
+             "--overwrite does not combine with --resume %s: a resumed run continues "
+             "--out's checkpoints, --overwrite would remove them; drop one of the two",
+             S(c->resume));
+}
+
+OK(resume_latest_out) { return !c->resume || strcmp(c->resume, "latest") != 0 || c->out; }
+SAY(resume_latest_out) {
+    snprintf(buf, n, "--resume latest needs --out DIR (latest is its newest checkpoint)");
+}
+
+/* zb-h1's weight half (W) reads a block's saved tensors long after its
+ * input half: recomputing them for W is not done */
+OK(recompute_zbh1) { return c->pp == 1 || c->recompute == 0 || c->schedule != TD_SCHED_ZBH1; }
+SAY(recompute_zbh1) {
+    snprintf(
+        buf, n,
+        "--recompute %s does not combine with --schedule zb-h1 (its weight-gradient half needs "
+        "every block's saved tensors); use gpipe, 1f1b or interleaved, or --recompute none",
+        S(c->recompute_name));
+}
+
+/* each holder of a replicated tensor (tp-replicated rows, the tied
+ * embedding on the first and last stage) would select its own top-k in
+ * buckets that differ per rank, and the copies would drift apart */
+OK(topk_tp_pp) { return c->topk_ratio == 0 || (c->tp == 1 && c->pp == 1); }
+SAY(topk_tp_pp) {
+    snprintf(
+        buf, n,
+        "--grad-compress %s does not combine with --tp %d --pp %d yet: every holder of a "
+        "replicated "
+        "tensor (tp-replicated rows, the tied embedding on the first and last stage) would select "
+        "its own top-k and the copies would drift apart; use tp = pp = 1, or --grad-compress none "
+        "(--grad-reduce-dtype bf16 halves the payload in any layout)",
+        S(c->grad_compress_text), c->tp, c->pp);
+}
+
+/* ---- --auto (td_auto_choose, after the profile is loaded) --------------- */
+
+OK(auto_dp_mode) { return !c->autoplan || c->dp_mode == TD_DP_ALLREDUCE; }
+SAY(auto_dp_mode) {
+    snprintf(buf, n, "--auto plans --dp-mode allreduce layouts; drop --dp-mode %s",
+             S(c->dp_mode_text));
+}
+
+/* ---- the run's start (td_train_run) and td_dp_create -------------------- */
+
+OK(ps_servers_mode) { return c->dp_mode == TD_DP_PS || c->ps_servers == 0; }
+SAY(ps_servers_mode) { snprintf(buf, n, "--ps-servers needs --dp-mode ps"); }
+
+OK(ps_needs_servers) { return c->dp_mode != TD_DP_PS || c->ps_servers > 0; }
+SAY(ps_needs_servers) { snprintf(buf, n, "--dp-mode ps needs --ps-servers S >= 1"); }
+
+OK(ps_tp) { return c->dp_mode != TD_DP_PS || c->tp == 1; }
+SAY(ps_tp) {
+    snprintf(buf, n,
+             "--dp-mode ps is data-parallel only and does not combine with --tp %d; use --dp-mode "
+             "allreduce or reduce-broadcast with tensor parallelism",
+             c->tp);
+}
+
+/* ZeRO-2 and 3 reduce-scatter each micro-batch's gradients, which a
+ * pipeline schedule interleaves across stages */
+OK(zero_pp) { return c->pp == 1 || c->zero <= 1; }
+SAY(zero_pp) {
+    snprintf(buf, n,
+             "--zero %d with --pp %d: ZeRO-2 and ZeRO-3 shard gradients (and parameters) per "
+             "micro-batch, which a pipeline schedule interleaves; use --zero 0 or 1 with pipeline "
+             "parallelism",
+             c->zero, c->pp);
+}
+BRIEF(zero_pp) {
+    snprintf(buf, n, "zero %d shards per micro-batch, which a pipeline interleaves", c->zero);
+}
+
+OK(ps_pp) { return c->pp == 1 || c->dp_mode != TD_DP_PS; }
+SAY(ps_pp) {
+    snprintf(buf, n,
+             "--dp-mode ps does not combine with --pp %d; use --dp-mode allreduce or "
+             "reduce-broadcast with pipeline parallelism",
+             c->pp);
+}
+
+OK(zero_mode) { return c->zero == 0 || c->dp_mode == TD_DP_ALLREDUCE; }
+SAY(zero_mode) {
+    snprintf(buf, n,
+             "--zero %d needs --dp-mode allreduce (ZeRO shards over the all-reduce group; %s has "
+             "its own placement)",
+             c->zero, td_dp_mode_name((td_dp_mode)c->dp_mode));
+}
+
+OK(loss_scale_ps) { return c->loss_scale_mode == 0 || c->dp_mode != TD_DP_PS; }
+SAY(loss_scale_ps) {
+    snprintf(buf, n,
+             "--loss-scale %s (%s) does not combine with --dp-mode ps: its servers apply each "
+             "worker's gradients on their own, so no step can be skipped or unscaled on every rank "
+             "together; use --dp-mode allreduce or reduce-broadcast, or --loss-scale none",
+             S(c->loss_scale_text), S(c->loss_scale_name));
+}
+
+OK(loss_scale_topk_ef) { return c->loss_scale_mode == 0 || c->topk_ratio == 0 || c->topk_no_ef; }
+SAY(loss_scale_topk_ef) {
+    snprintf(
+        buf, n,
+        "--loss-scale %s (%s) does not combine with --grad-compress %s: its error-feedback "
+        "residual would carry gradients of another scale (and a skipped step's infinities) into "
+        "later steps; use --grad-compress topk:R:noef, or --loss-scale none",
+        S(c->loss_scale_text), S(c->loss_scale_name), S(c->grad_compress_text));
+}
+
+OK(ps_checkpoint) { return c->dp_mode != TD_DP_PS || (!c->resume && !c->stop_after); }
+SAY(ps_checkpoint) {
+    snprintf(buf, n,
+             "--%s does not combine with --dp-mode ps: its servers apply each worker's gradients "
+             "in their "
+             "own loop, which a checkpoint cannot resume exactly; use --dp-mode allreduce or "
+             "reduce-broadcast",
+             c->resume ? "resume" : "stop-after");
+}
+
+/* ---- the gradient payload (td_dp_payload_check, td_dp_create) ----------- */
+
+OK(topk_bf16) { return !(c->topk_ratio > 0 && c->grad_bf16); }
+SAY(topk_bf16) {
+    snprintf(buf, n,
+             "--grad-compress topk sends fp32 values; use it with --grad-reduce-dtype fp32");
+}
+
+static const char *payload_flag(const td_compat_cfg *c) {
+    return c->topk_ratio > 0 ? "--grad-compress topk" : "--grad-reduce-dtype bf16";
+}
+OK(payload_mode) { return !(c->topk_ratio > 0 || c->grad_bf16) || c->dp_mode == TD_DP_ALLREDUCE; }
+SAY(payload_mode) {
+    snprintf(buf, n, "%s needs --dp-mode allreduce (%s reduces gradients its own way)",
+             payload_flag(c), td_dp_mode_name((td_dp_mode)c->dp_mode));
+}
+
+/* top-k's residual lives per replicated unit: ZeRO-1 keeps whole
+ * gradients, 2 and 3 do not; bf16 rounds the reduce-scatter's sums */
+OK(payload_zero) {
+    int topk = c->topk_ratio > 0;
+    return !(topk || c->grad_bf16) || c->zero <= (topk ? 1 : 0);
+}
+SAY(payload_zero) {
+    int topk = c->topk_ratio > 0;
+    snprintf(buf, n, "%s works with --zero %s, not --zero %d", payload_flag(c),
+             topk ? "0 or 1" : "0", c->zero);
+}
+
+/* ---- the schedule (td_schedule_build) ----------------------------------- */
+
+OK(chunks_need_interleaved) {
+    return c->schedule == TD_SCHED_INTERLEAVED || c->virtual_stages == 1;
+}
+SAY(chunks_need_interleaved) {
+    snprintf(buf, n, "--virtual-stages %d needs --schedule interleaved (%s runs 1 chunk per stage)",
+             c->virtual_stages, S(c->schedule_name));
+}
+BRIEF(chunks_need_interleaved) {
+    snprintf(buf, n, "chunks per stage other than 1 need the interleaved schedule");
+}
+
+OK(interleaved_chunks) { return c->schedule != TD_SCHED_INTERLEAVED || c->virtual_stages >= 2; }
+SAY(interleaved_chunks) {
+    snprintf(buf, n,
+             "--virtual-stages %d: the interleaved schedule needs at least 2 chunks per stage",
+             c->virtual_stages);
+}
+BRIEF(interleaved_chunks) { snprintf(buf, n, "interleaved needs 2 or more chunks per stage"); }
+
+/* its groups of pp micro-batches go round the stages once per chunk */
+OK(interleaved_micro) {
+    return c->schedule != TD_SCHED_INTERLEAVED || c->pp < 1 || c->micro_batches % c->pp == 0;
+}
+SAY(interleaved_micro) {
+    snprintf(
+        buf, n,
+        "--micro-batches %d is not a multiple of --pp %d, which the interleaved schedule needs",
+        c->micro_batches, c->pp);
+}
+BRIEF(interleaved_micro) {
+    snprintf(buf, n, "interleaved needs micro-batches a multiple of pp %d", c->pp);
+}
+
+/* every slot of the interleaved schedule holds one chunk of the model */
+OK(interleaved_equal_chunks) { return c->virtual_stages == 1 || !c->unequal_chunks; }
+SAY(interleaved_equal_chunks) {
+    snprintf(buf, n, "--pp-partition %s: the interleaved schedule needs equal chunks",
+             S(c->pp_partition_text));
+}
+
+/* ---- the model's shape (td_gpt_check_tp, td_gpt_dims_of) ---------------- */
+
+OK(sp_tp) { return !c->seq_parallel || c->tp > 1; }
+SAY(sp_tp) {
+    snprintf(buf, n,
+             "--sequence-parallel needs --tp 2 or more (it splits the sequence over the tp ranks)");
+}
+BRIEF(sp_tp) { snprintf(buf, n, "sequence parallelism needs tp >= 2"); }
+
+OK(sp_seq) { return !c->seq_parallel || c->tp < 1 || c->seq % c->tp == 0; }
+SAY(sp_seq) {
+    snprintf(buf, n,
+             "--sequence-parallel: --tp %d does not divide --seq %d; use a sequence length that "
+             "is a multiple of %d",
+             c->tp, c->seq, c->tp);
+}
+BRIEF(sp_seq) {
+    snprintf(buf, n,
+             "sequence parallelism splits the sequence %d over tp %d, which does not divide it",
+             c->seq, c->tp);
+}
+
+/* the tensor-parallel collectives move reduced-precision rows as fp32
+ * pairs (model/internal.h: td_m_gather_rows) */
+OK(lowp_tp_rows) {
+    return c->precision == 0 || c->tp == 1 || ((size_t)c->rows * (size_t)c->embd) % 2 == 0;
+}
+SAY(lowp_tp_rows) {
+    snprintf(buf, n,
+             "--precision %s with --tp needs an even number of elements per rank's rows "
+             "(--seq x --channels); got %d x %d",
+             S(c->precision_name), c->rows, c->embd);
+}
+
+/* ---- the data (td_preflight) -------------------------------------------- */
+
+/* the sample at the end encodes the prompt with the run's tokenizer; token
+ * ids come with none */
+OK(sample_prompt_ids) { return !c->sample_prompt || !c->data_token_ids; }
+SAY(sample_prompt_ids) {
+    snprintf(buf, n,
+             "--sample-prompt needs a text tokenizer, but --data %s holds token ids; "
+             "leave --sample-prompt out (the sample then starts from token 0)",
+             S(c->data_text));
+}
+
+/* ---- the table ------------------------------------------------------------ */
+
+enum {
+    OPT = TD_COMPAT_AT_OPTIONS,
+    AUTO = TD_COMPAT_AT_AUTO,
+    RUN = TD_COMPAT_AT_RUN,
+    DPC = TD_COMPAT_AT_DP_CONFIG,
+    DPN = TD_COMPAT_AT_DP_CREATE,
+    SCH = TD_COMPAT_AT_SCHEDULE,
+    MTP = TD_COMPAT_AT_MODEL_TP,
+    MDIM = TD_COMPAT_AT_MODEL_DIMS,
+    PPS = TD_COMPAT_AT_PP_SPLIT,
+    CKL = TD_COMPAT_AT_CKPT_LOAD,
+    PRE = TD_COMPAT_AT_PREFLIGHT
+};
+#define ROW(ID, name, sites, fn)                                                                   \
+    { ID, name, sites, ok_##fn, say_##fn, NULL }
+#define ROWB(ID, name, sites, fn)                                                                  \
+    { ID, name, sites, ok_##fn, say_##fn, brief_##fn }
+
+static const td_compat_rule rules[TD_RULE_N] = {
+    ROW(TD_RULE_AUTO_FIXED, "auto-fixed", OPT, auto_fixed),
+    ROW(TD_RULE_SAVE_EVERY_OUT, "save-every-out", OPT, save_every_out),
+    ROW(TD_RULE_KEEP_OUT, "keep-out", OPT, keep_out),
+    ROW(TD_RULE_STOP_AFTER_OUT, "stop-after-out", OPT, stop_after_out),
+    ROW(TD_RULE_OVERWRITE_OUT, "overwrite-out", OPT, overwrite_out),
+    ROW(TD_RULE_OVERWRITE_RESUME, "overwrite-resume", OPT, overwrite_resume),
+    ROW(TD_RULE_RESUME_LATEST_OUT, "resume-latest-out", OPT, resume_latest_out),
+    ROW(TD_RULE_RECOMPUTE_ZBH1, "recompute-zbh1", OPT, recompute_zbh1),
+    ROW(TD_RULE_TOPK_TP_PP, "topk-tp-pp", OPT, topk_tp_pp),
+    ROW(TD_RULE_AUTO_DP_MODE, "auto-dp-mode", AUTO, auto_dp_mode),
+    ROW(TD_RULE_PS_SERVERS_MODE, "ps-servers-mode", RUN, ps_servers_mode),
+    ROW(TD_RULE_PS_NEEDS_SERVERS, "ps-needs-servers", RUN, ps_needs_servers),
+    ROW(TD_RULE_PS_TP, "ps-tp", RUN | DPN, ps_tp),
+    ROWB(TD_RULE_ZERO_PP, "zero-pp", DPN, zero_pp),
+    ROW(TD_RULE_PS_PP, "ps-pp", RUN | DPN, ps_pp),
+    ROW(TD_RULE_ZERO_MODE, "zero-mode", DPN, zero_mode),
+    ROW(TD_RULE_LOSS_SCALE_PS, "loss-scale-ps", RUN, loss_scale_ps),
+    ROW(TD_RULE_LOSS_SCALE_TOPK_EF, "loss-scale-topk-ef", RUN, loss_scale_topk_ef),
+    ROW(TD_RULE_PS_CHECKPOINT, "ps-checkpoint", RUN | CKL, ps_checkpoint),
+    ROW(TD_RULE_TOPK_BF16, "topk-bf16", DPC | DPN, topk_bf16),
+    ROW(TD_RULE_PAYLOAD_MODE, "payload-mode", DPC | DPN, payload_mode),
+    ROW(TD_RULE_PAYLOAD_ZERO, "payload-zero", DPC | DPN, payload_zero),
+    ROWB(TD_RULE_CHUNKS_NEED_INTERLEAVED, "chunks-need-interleaved", SCH, chunks_need_interleaved),
+    ROWB(TD_RULE_INTERLEAVED_CHUNKS, "interleaved-chunks", SCH, interleaved_chunks),
+    ROWB(TD_RULE_INTERLEAVED_MICRO, "interleaved-micro", SCH, interleaved_micro),
+    ROW(TD_RULE_INTERLEAVED_EQUAL_CHUNKS, "interleaved-equal-chunks", PPS,
+        interleaved_equal_chunks),
+    ROWB(TD_RULE_SP_TP, "sp-tp", MTP, sp_tp),
+    ROWB(TD_RULE_SP_SEQ, "sp-seq", MTP, sp_seq),
+    ROW(TD_RULE_LOWP_TP_ROWS, "lowp-tp-rows", MDIM, lowp_tp_rows),
+    ROW(TD_RULE_SAMPLE_PROMPT_IDS, "sample-prompt-ids", PRE, sample_prompt_ids),
+};
+
+const td_compat_rule *td_compat_rules(void) { return rules; }
+
+int td_compat_first(const td_compat_cfg *c, unsigned sites, char *why, size_t n) {
+    for (int i = 0; i < TD_RULE_N; i++) {
+        if (!(rules[i].sites & sites) || rules[i].ok(c)) continue;
+        if (why && n) rules[i].say(c, why, n);
+        return i;
+    }
+    return -1;
+}
+
+int td_compat_ok(const td_compat_cfg *c, unsigned sites) {
+    return td_compat_first(c, sites, NULL, 0) < 0;
+}
+
+void td_compat_check(const td_compat_cfg *c, unsigned site) {
+    char why[1024];
+    if (td_compat_first(c, site, why, sizeof why) >= 0) td_fail("%s", why);
+}
+
+int td_compat_rule_ok(td_rule_id id, const td_compat_cfg *c, char *why, size_t n) {
+    TD_ASSERT(id >= 0 && id < TD_RULE_N);
+    const td_compat_rule *r = &rules[id];
+    if (r->ok(c)) return 1;
+    if (why && n) (r->brief ? r->brief : r->say)(c, why, n);
+    return 0;
+}
