@@ -1,4 +1,6 @@
-/* Model-state bytes per data-parallel rank by ZeRO stage (state_plan.h). */
+/* Model-state bytes per data-parallel rank by ZeRO stage (state_plan.h):
+ * the sharding strategy's arithmetic, so it lives with ZeRO rather than in
+ * the model, which knows only tensors and their sizes. */
 #include "trident/state_plan.h"
 
 td_state_elem td_state_elem_engine(int master) {
