@@ -9,5 +9,9 @@ int td_export_main(int argc, char **argv);
 int td_import_main(int argc, char **argv);
 /* `trident ckpt check DIR` (ckpt.h td_ckpt_check) */
 int td_ckpt_main(int argc, char **argv);
+/* `trident plan` (planner.h; its output in plan_out.c) */
+int td_plan_main(int argc, char **argv);
+/* `trident schedule` (schedule.h) */
+int td_schedule_main(int argc, char **argv);
 
 #endif

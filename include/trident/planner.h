@@ -190,7 +190,5 @@ void td_plan_search(const td_plan_model *m, const td_plan_cluster *c, int global
                     const td_plan_fixed *fix, td_plan_result *r);
 void td_plan_result_free(td_plan_result *r);
 
-/* `trident plan` */
-int td_plan_main(int argc, char **argv);
 
 #endif

@@ -93,7 +93,5 @@ void td_schedule_print(FILE *f, const td_schedule *s, double tf, double tb, doub
  * sum. Group sums add items left to right. 1 <= parts <= n, costs finite and >= 0 (asserted). */
 double td_pp_partition(const double *cost, int n, int parts, int *first);
 
-/* `trident schedule`: prints a schedule, its timeline and bubble, validates it. */
-int td_schedule_main(int argc, char **argv);
 
 #endif

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "trident/base.h"
+#include "trident/cli.h"
 #include "trident/flags.h"
 #include "trident/schedule.h"
 

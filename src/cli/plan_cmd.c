@@ -4,6 +4,7 @@
 
 #include "plan_out.h"
 #include "trident/base.h"
+#include "trident/cli.h"
 #include "trident/flags.h"
 #include "trident/planner.h"
 #include "trident/schedule.h"
