@@ -29,14 +29,14 @@
 typedef enum { TD_ATTN_CAUSAL, TD_ATTN_NONE } td_attn_mask;
 
 typedef struct {
-    int B, Tq, Tk;  /* batch, query rows, key rows in this block pair */
-    int NH, NKV, hs; /* query heads, kv heads (NH % NKV == 0; query head h
-                        uses kv head h / (NH/NKV)), head size */
+    int B, Tq, Tk;                     /* batch, query rows, key rows in this block pair */
+    int NH, NKV, hs;                   /* query heads, kv heads (NH % NKV == 0; query head h
+                                          uses kv head h / (NH/NKV)), head size */
     int q_stride, kv_stride, o_stride; /* row strides in elements of q (and dq),
                                           of k and v (dk, dv), of out (dout) */
-    long q_pos, k_pos; /* global position of the first query row / key row
-                          (causal: key j visible to query i iff
-                          k_pos + j <= q_pos + i) */
+    long q_pos, k_pos;                 /* global position of the first query row / key row
+                                          (causal: key j visible to query i iff
+                                          k_pos + j <= q_pos + i) */
     td_attn_mask mask;
 } td_attn_shape;
 
@@ -70,13 +70,13 @@ void td_attn_backward(float *dq, float *dk, float *dv, const float *dout, const 
 void td_attn_bf16_forward(td_bf16 *out, float *lse, const td_bf16 *q, const td_bf16 *k,
                           const td_bf16 *v, const td_attn_shape *s, int accumulate);
 void td_attn_bf16_backward(td_bf16 *dq, td_bf16 *dk, td_bf16 *dv, const td_bf16 *dout,
-                           const td_bf16 *out, const float *lse, const td_bf16 *q,
-                           const td_bf16 *k, const td_bf16 *v, const td_attn_shape *s);
-void td_attn_f16_forward(td_f16 *out, float *lse, const td_f16 *q, const td_f16 *k,
-                         const td_f16 *v, const td_attn_shape *s, int accumulate);
-void td_attn_f16_backward(td_f16 *dq, td_f16 *dk, td_f16 *dv, const td_f16 *dout,
-                          const td_f16 *out, const float *lse, const td_f16 *q, const td_f16 *k,
-                          const td_f16 *v, const td_attn_shape *s);
+                           const td_bf16 *out, const float *lse, const td_bf16 *q, const td_bf16 *k,
+                           const td_bf16 *v, const td_attn_shape *s);
+void td_attn_f16_forward(td_f16 *out, float *lse, const td_f16 *q, const td_f16 *k, const td_f16 *v,
+                         const td_attn_shape *s, int accumulate);
+void td_attn_f16_backward(td_f16 *dq, td_f16 *dk, td_f16 *dv, const td_f16 *dout, const td_f16 *out,
+                          const float *lse, const td_f16 *q, const td_f16 *k, const td_f16 *v,
+                          const td_attn_shape *s);
 
 /* Frees the per-thread block scratch (fp32 kernels) and the row buffers
  * (16-bit kernels) kept between calls (TD_MEM_OTHER). */

@@ -122,10 +122,10 @@ static void fwd_task(float *out, float *lse, const float *q, const float *k, con
     const float *Q = q + ((size_t)b * s->Tq + i0) * s->q_stride + (size_t)h * hs;
     const float *K = k + (size_t)b * s->Tk * s->kv_stride + (size_t)g * hs;
     const float *V = v + (size_t)b * s->Tk * s->kv_stride + (size_t)g * hs;
-    float *S = ws;                                          /* [nq, BK] scores, then P */
-    float *O = S + round64((size_t)ATT_BQ * ATT_BK);        /* [nq, hs] unnormalised out */
-    float *m = O + round64((size_t)ATT_BQ * hs);            /* [nq] running max */
-    float *l = m + round64(ATT_BQ);                         /* [nq] running sum */
+    float *S = ws;                                   /* [nq, BK] scores, then P */
+    float *O = S + round64((size_t)ATT_BQ * ATT_BK); /* [nq, hs] unnormalised out */
+    float *m = O + round64((size_t)ATT_BQ * hs);     /* [nq] running max */
+    float *l = m + round64(ATT_BQ);                  /* [nq] running sum */
     for (int r = 0; r < nq; r++) m[r] = -INFINITY, l[r] = 0.0f;
     for (size_t i = 0; i < (size_t)nq * hs; i++) O[i] = 0.0f;
     int kend = visible(s, i0 + nq - 1); /* keys any row of the block sees */
@@ -205,15 +205,15 @@ static void bwd_pair(float *dq, const float *dout, const float *out, const float
                      const td_attn_shape *s, int b, int h, int i0, int j0, int nk, float *ws) {
     int hs = s->hs, nq = s->Tq - i0 < ATT_BQ ? s->Tq - i0 : ATT_BQ;
     float scale = 1.0f / sqrtf((float)hs);
-    float *P = ws;                                  /* [nq, BK] probabilities */
+    float *P = ws;                                    /* [nq, BK] probabilities */
     float *dS = P + round64((size_t)ATT_BQ * ATT_BK); /* [nq, BK] dP, then dS */
     float *D = dS + round64((size_t)ATT_BQ * ATT_BK) + 2 * round64((size_t)ATT_BK * hs); /* [nq] */
     size_t qrow = (size_t)b * s->Tq + i0;
-    const float *Q = q + qrow * s->q_stride + (size_t)h * hs;      /* [nq, hs] */
-    const float *dO = dout + qrow * s->o_stride + (size_t)h * hs;  /* [nq, hs] */
-    const float *Ob = out + qrow * s->o_stride + (size_t)h * hs;   /* [nq, hs] */
-    const float *lr = lse + ((size_t)b * s->NH + h) * s->Tq + i0;  /* [nq] */
-    float *dQ = dq + qrow * s->q_stride + (size_t)h * hs;          /* [nq, hs] */
+    const float *Q = q + qrow * s->q_stride + (size_t)h * hs;     /* [nq, hs] */
+    const float *dO = dout + qrow * s->o_stride + (size_t)h * hs; /* [nq, hs] */
+    const float *Ob = out + qrow * s->o_stride + (size_t)h * hs;  /* [nq, hs] */
+    const float *lr = lse + ((size_t)b * s->NH + h) * s->Tq + i0; /* [nq] */
+    float *dQ = dq + qrow * s->q_stride + (size_t)h * hs;         /* [nq, hs] */
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, hs, scale, Q, s->q_stride, Kb,
                 s->kv_stride, 0.0f, P, ATT_BK);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, hs, 1.0f, dO, s->o_stride, Vb,
@@ -260,8 +260,7 @@ static void bwd_task(float *dq, float *dk, float *dv, const float *dout, const f
         for (size_t i = 0; i < (size_t)nk * hs; i++) dKb[i] = 0.0f, dVb[i] = 0.0f;
         for (int hh = 0; hh < G; hh++)
             for (int i0 = i_first; i0 < s->Tq; i0 += ATT_BQ)
-                bwd_pair(dq, dout, out, lse, q, Kb, Vb, dKb, dVb, s, b, g * G + hh, i0, j0, nk,
-                         ws);
+                bwd_pair(dq, dout, out, lse, q, Kb, Vb, dKb, dVb, s, b, g * G + hh, i0, j0, nk, ws);
         for (int j = 0; j < nk; j++) {
             float *restrict a = dk + (krow + j) * s->kv_stride + (size_t)g * hs;
             float *restrict c = dv + (krow + j) * s->kv_stride + (size_t)g * hs;

@@ -103,7 +103,8 @@ static void lp_backward(const lp_type *t, void *dq, void *dk, void *dv, const vo
     int wq = s->NH * s->hs, wk = s->NKV * s->hs;
     size_t nq = (size_t)s->Tq * wq, nk = (size_t)s->Tk * wk;
     float *qf = buf(0, nq), *of = buf(1, nq), *gf = buf(4, nq), *dqf = buf(5, nq); /* [Tq, NH*hs] */
-    float *kf = buf(2, nk), *vf = buf(3, nk), *dkf = buf(6, nk), *dvf = buf(7, nk); /* [Tk, NKV*hs] */
+    float *kf = buf(2, nk), *vf = buf(3, nk), *dkf = buf(6, nk),
+          *dvf = buf(7, nk); /* [Tk, NKV*hs] */
     for (int b = 0; b < s->B; b++) {
         rows_in(t, qf, brow(t, q, b, s->Tq, s->q_stride), s->Tq, wq, s->q_stride);
         rows_in(t, of, brow(t, out, b, s->Tq, s->o_stride), s->Tq, wq, s->o_stride);
@@ -131,16 +132,16 @@ void td_attn_bf16_forward(td_bf16 *out, float *lse, const td_bf16 *q, const td_b
     lp_forward(&LP_BF16, out, lse, q, k, v, s, accumulate);
 }
 void td_attn_bf16_backward(td_bf16 *dq, td_bf16 *dk, td_bf16 *dv, const td_bf16 *dout,
-                           const td_bf16 *out, const float *lse, const td_bf16 *q,
-                           const td_bf16 *k, const td_bf16 *v, const td_attn_shape *s) {
+                           const td_bf16 *out, const float *lse, const td_bf16 *q, const td_bf16 *k,
+                           const td_bf16 *v, const td_attn_shape *s) {
     lp_backward(&LP_BF16, dq, dk, dv, dout, out, lse, q, k, v, s);
 }
-void td_attn_f16_forward(td_f16 *out, float *lse, const td_f16 *q, const td_f16 *k,
-                         const td_f16 *v, const td_attn_shape *s, int accumulate) {
+void td_attn_f16_forward(td_f16 *out, float *lse, const td_f16 *q, const td_f16 *k, const td_f16 *v,
+                         const td_attn_shape *s, int accumulate) {
     lp_forward(&LP_F16, out, lse, q, k, v, s, accumulate);
 }
-void td_attn_f16_backward(td_f16 *dq, td_f16 *dk, td_f16 *dv, const td_f16 *dout,
-                          const td_f16 *out, const float *lse, const td_f16 *q, const td_f16 *k,
-                          const td_f16 *v, const td_attn_shape *s) {
+void td_attn_f16_backward(td_f16 *dq, td_f16 *dk, td_f16 *dv, const td_f16 *dout, const td_f16 *out,
+                          const float *lse, const td_f16 *q, const td_f16 *k, const td_f16 *v,
+                          const td_attn_shape *s) {
     lp_backward(&LP_F16, dq, dk, dv, dout, out, lse, q, k, v, s);
 }
