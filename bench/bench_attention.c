@@ -5,7 +5,8 @@
  * Times are the best of >= 3 calls (>= 300 ms) after one warm-up call:
  * interference only slows a call. The materialized kernel is refused where
  * its att plus datt would exceed LIMIT bytes. Prints figures and ratios of
- * one run; never fails on speed. Usage: bench_attention [threads] [T...] */
+ * one run; never fails on speed. Usage: bench_attention [threads] [T...];
+ * $BENCH_C and $BENCH_NH override C and NH (e.g. GPT-2 small: 768, 12). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,8 +26,8 @@ typedef struct {
 
 static void run_blocked(job *j) {
     int C = j->C;
-    td_attn_shape s = {1, j->T, j->T, j->NH, j->NH, C / j->NH, 3 * C, 3 * C, C, 0, 0,
-                       TD_ATTN_CAUSAL};
+    td_attn_shape s = {1,     j->T,  j->T, j->NH, j->NH, C / j->NH,
+                       3 * C, 3 * C, C,    0,     0,     TD_ATTN_CAUSAL};
     if (j->bf) {
         td_attn_bf16_forward(j->outb, j->lse, j->qkvb, j->qkvb + C, j->qkvb + 2 * C, &s, 0);
         td_attn_bf16_backward(j->dqkvb, j->dqkvb + C, j->dqkvb + 2 * C, j->doutb, j->outb, j->lse,
@@ -70,6 +71,8 @@ static void *fill(size_t n, int bf, uint64_t stream) {
 
 int main(int argc, char **argv) {
     int threads = argc > 1 ? atoi(argv[1]) : 2, C = 256, NH = 4;
+    if (getenv("BENCH_C")) C = atoi(getenv("BENCH_C"));
+    if (getenv("BENCH_NH")) NH = atoi(getenv("BENCH_NH"));
     int Ts[16] = {1024, 4096, 16384}, nT = 3;
     if (argc > 2) {
         nT = 0;
@@ -85,7 +88,7 @@ int main(int argc, char **argv) {
             int T = Ts[ti];
             size_t nq = (size_t)T * 3 * C, no = (size_t)T * C, natt = (size_t)NH * T * T;
             int es = bf ? 2 : 4;
-            job j = {T, C, NH, bf};
+            job j = {.T = T, .C = C, .NH = NH, .bf = bf};
             j.lse = td_alloc((size_t)NH * T * 4, TD_MEM_OTHER);
             if (bf) {
                 j.qkvb = fill(nq, 1, 1), j.doutb = fill(no, 1, 2);
@@ -101,9 +104,11 @@ int main(int argc, char **argv) {
             double att_bytes = (double)natt * es, mat_need = att_bytes + (double)natt * 4;
             char mat[32] = "refused", ratio[16] = "-";
             if (mat_need <= LIMIT) {
-                if (bf) j.attb = td_alloc(natt * 2, TD_MEM_OTHER);
-                else j.att = td_alloc(natt * 4, TD_MEM_OTHER),
-                     j.datt = td_alloc(natt * 4, TD_MEM_OTHER);
+                if (bf)
+                    j.attb = td_alloc(natt * 2, TD_MEM_OTHER);
+                else
+                    j.att = td_alloc(natt * 4, TD_MEM_OTHER),
+                    j.datt = td_alloc(natt * 4, TD_MEM_OTHER);
                 double m = best_ms(run_mat, &j);
                 snprintf(mat, sizeof mat, "%.1f", m);
                 snprintf(ratio, sizeof ratio, "%.2f", m / blk);

@@ -24,8 +24,10 @@
  * threads are 64-byte aligned and equally sized, so a task sees the same
  * alignment on any thread.
  *
- * Block sizes were measured (bench/bench_attention.c, T = 1024-4096, hs 64,
- * 2 threads; see the commit that set them). */
+ * Block sizes 64 x 64 are a first choice, not yet tuned by measurement
+ * (bench/bench_attention.c is the tool for it): large enough for the
+ * sgemm micro-kernels, small enough that S, P and the O accumulator of a
+ * task stay in L1/L2. */
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
