@@ -131,4 +131,8 @@ static inline float td_k_max(const float *x, int n) {
     return td_k_fromord(m);
 }
 
+/* Frees the fp32 blocked attention's scratch (attention_blocked.c); called
+ * by td_attn_release_scratch with the 16-bit kernels' buffers. */
+void td_attn_blocked_release_scratch(void);
+
 #endif
