@@ -42,6 +42,11 @@ void td_timeline_enable(size_t capacity);
 int td_timeline_enabled(void);
 void td_timeline_disable(void);   /* frees the events */
 double td_timeline_now_us(void);  /* microseconds on this rank's clock since its epoch */
+/* The time now while the timeline records (0 otherwise, unread), and an
+ * event from t0 to now named "<what> mb k" (or "<what>" for mb < 0): the
+ * training loop's marks, cheap when --trace is off. */
+double td_timeline_mark_start(void);
+void td_timeline_mark(const char *what, const char *cat, int mb, double t0_us);
 void td_timeline_set_epoch(void); /* epoch = now (called right after a barrier so lanes line up) */
 /* One complete event from t0_us to t1_us (td_timeline_now_us times; t1 < t0
  * is stored as a zero duration). mb: micro-batch, chunk: model chunk of a

@@ -201,3 +201,15 @@ char *td_timeline_json(int lane, const char *lane_name, size_t *len, long *dropp
     if (dropped) *dropped = g_dropped;
     return b.p;
 }
+
+double td_timeline_mark_start(void) { return td_timeline_enabled() ? td_timeline_now_us() : 0.0; }
+
+void td_timeline_mark(const char *what, const char *cat, int mb, double t0_us) {
+    if (!td_timeline_enabled()) return;
+    char name[32];
+    if (mb >= 0)
+        snprintf(name, sizeof name, "%s mb %d", what, mb);
+    else
+        snprintf(name, sizeof name, "%s", what);
+    td_timeline_add(name, cat, t0_us, td_timeline_now_us(), mb, -1);
+}

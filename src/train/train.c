@@ -5,9 +5,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ckpt_run.h"
 #include "auto.h"
+#include "ckpt_run.h"
 #include "divergence.h"
+#include "engine.h"
 #include "grad_watch.h"
 #include "layout_pass.h"
 #include "mem_plan.h"
@@ -34,19 +35,6 @@ static int default_threads(void) {
     return t > 0 ? t : 1;
 }
 
-/* --trace: the time now while the timeline records (0 otherwise, unread),
- * and an event from t0 to now named "<what> mb k" (or "<what>" for k < 0). */
-static double tl_now(void) { return td_timeline_enabled() ? td_timeline_now_us() : 0.0; }
-static void tl_mark(const char *what, const char *cat, int mb, double t0) {
-    if (!td_timeline_enabled()) return;
-    char name[32];
-    if (mb >= 0)
-        snprintf(name, sizeof name, "%s mb %d", what, mb);
-    else
-        snprintf(name, sizeof name, "%s", what);
-    td_timeline_add(name, cat, t0, td_timeline_now_us(), mb, -1);
-}
-
 /* Per-replica batch split; a global batch that does not divide is a clear
  * error listing sizes that would work. */
 static void split_batch(const td_train_opts *o, int D, int *Bl, int *Bm) {
@@ -58,30 +46,6 @@ static void split_batch(const td_train_opts *o, int D, int *Bl, int *Bm) {
              unit * (o->batch / unit + 1));
     *Bl = o->batch / D;
     *Bm = *Bl / o->grad_accum;
-}
-
-typedef struct {
-    const td_train_opts *o;
-    td_grid *g;
-    td_dataset *data;
-    td_gpt *model;
-    td_dp *dp;
-    td_pp *pp; /* pipeline parallelism, else NULL */
-    int Bl, Bm, K;
-} run_ctx;
-
-/* Micro-batch mb of this replica at (split, step): what the pipeline's
- * first and last stages read (the same rows the plain loop reads). */
-typedef struct {
-    run_ctx *c;
-    int split, step;
-} batch_at;
-
-static void pp_batch(void *ctx, int mb, int *in, int *tg) {
-    batch_at *b = ctx;
-    run_ctx *c = b->c;
-    td_data_batch(c->data, b->split, c->o->seed, b->step,
-                  c->g->axis[TD_DP].rank * c->Bl + mb * c->Bm, c->Bm, c->o->seq, in, tg);
 }
 
 /* The stop of a run whose update at bad_step had a non-finite gradient
@@ -119,24 +83,11 @@ static void stop_on_scale(td_train_result *res, const td_loss_scaler *s, int why
 }
 
 /* Mean validation loss over eval_iters global batches (every token once). */
-static double evaluate(run_ctx *c) {
+static double evaluate(td_engine_ctx *c, const td_engine *e) {
     const td_train_opts *o = c->o;
-    int T = o->seq, N = c->Bm * T;
-    int *in = td_alloc(sizeof(int) * N, TD_MEM_OTHER), *tg = td_alloc(sizeof(int) * N, TD_MEM_OTHER);
     td_dp_set_training(c->dp, 0);
     double sum = 0.0;
-    for (int it = 0; it < o->eval_iters; it++) {
-        if (c->pp) { /* the loss comes from the last stage */
-            batch_at b = {c, 1, it};
-            sum += td_pp_forward_only(c->pp, c->K, pp_batch, &b);
-            continue;
-        }
-        for (int k = 0; k < c->K; k++) {
-            td_data_batch(c->data, 1, o->seed, it, c->g->axis[TD_DP].rank * c->Bl + k * c->Bm,
-                          c->Bm, T, in, tg);
-            sum += td_gpt_forward(c->model, in, tg);
-        }
-    }
+    for (int it = 0; it < o->eval_iters; it++) sum += e->eval_batch(c, it);
     td_dp_set_training(c->dp, 1);
     float s = (float)sum; /* float sum of per-rank sums: the order is fixed */
     double total = sum;
@@ -144,13 +95,12 @@ static double evaluate(run_ctx *c) {
         td_allreduce(c->g->grad_comm, &s, 1, TD_F32, TD_SUM);
         total = s;
     }
-    if (c->pp) { /* only the last stage's sum is not 0 */
-        td_allreduce(c->g->axis[TD_PP].comm, &s, 1, TD_F32, TD_SUM);
+    td_comm *lg = e->loss_group(c);
+    if (lg) { /* only the stage that holds the loss has a sum that is not 0 */
+        td_allreduce(lg, &s, 1, TD_F32, TD_SUM);
         total = s;
     }
-    td_free(in);
-    td_free(tg);
-    return total / ((double)o->eval_iters * o->batch * T);
+    return total / ((double)o->eval_iters * o->batch * c->o->seq);
 }
 
 void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) {
@@ -261,9 +211,11 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
     if (g.is_server) {
         td_dp_serve(dp, o->steps);
     } else {
-        run_ctx c = {o, &g, &data, &model, dp, pp, Bl, Bm, o->grad_accum};
         int T = o->seq, N = Bm * T;
         int *in = td_alloc(sizeof(int) * N, TD_MEM_OTHER), *tg = td_alloc(sizeof(int) * N, TD_MEM_OTHER);
+        td_engine_ctx c = {o, &g, &data, &model, dp, pp, Bl, Bm, o->grad_accum, in, tg};
+        const td_engine *engine = td_engine_for(&c); /* chosen once: no layout branch in the loop */
+        td_comm *loss_group = engine->loss_group(&c);
         float dloss = 1.0f / ((float)o->batch * T); /* global mean over all tokens */
         td_grad_watch watch;
         td_grad_watch_init(&watch, &model, td_loss_scaler_skips(&scaler));
@@ -299,7 +251,7 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
             td_dp_begin_step(dp, step);
             td_gpt_params_changed(&model); /* a pull (ps) or the last step's update */
             td_tp_comm_reset(&tpc);
-            if (pp && step == o->timing_skip) td_pp_stats_reset(pp); /* the bubble of timed steps */
+            if (step == o->timing_skip && engine->timing_reset) engine->timing_reset(&c);
             if (step == o->timing_skip) td_gpt_gemm_stats(NULL, NULL, 1); /* GEMMs of timed steps */
             double loss_sum = 0.0;
             /* test faults: nan-grad; grad-inf at the step's first attempt
@@ -314,27 +266,7 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
             float dloss_s = dloss * scaler.scale;
             td_grad_watch_begin(&watch, frow != NULL);
             watch.fault_value = nan_f ? NAN : INFINITY;
-            if (pp) { /* the micro-batch of a unit event is not known here */
-                batch_at b = {&c, 0, step};
-                watch.fault_row = frow;
-                loss_sum = td_pp_train_step(pp, step, dloss_s, pp_batch, &b);
-            } else
-                for (int k = 0; k < c.K; k++) {
-                    td_dp_begin_micro(dp, k, c.K);
-                    double t = tl_now();
-                    td_data_batch(&data, 0, o->seed, step, g.axis[TD_DP].rank * Bl + k * Bm, Bm, T,
-                                  in, tg);
-                    tl_mark("data", "data", k, t);
-                    t = tl_now();
-                    loss_sum += td_gpt_forward(&model, in, tg);
-                    tl_mark("F", "compute", k, t);
-                    if (k == 0) td_fault_signal_at(step, g.world_rank); /* test faults kill / stop */
-                    t = tl_now();
-                    watch.micro = k;
-                    watch.fault_row = k == c.K - 1 ? frow : NULL;
-                    td_gpt_backward(&model, dloss_s);
-                    tl_mark("B", "compute", k, t);
-                }
+            loss_sum = engine->train_step(&c, step, dloss_s, &watch, frow);
             td_grad_watch_end(&watch);
             double norm = td_dp_finish_step(dp, step, lr);
             td_gpt_params_changed(&model); /* eval and the next step see the update */
@@ -352,12 +284,12 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
             float red[4] = {(float)loss_sum, (float)known, known ? (float)bad_step : 0.0f,
                             known ? (float)bad_row : 0.0f};
             if (g.axis[TD_DP].size > 1) td_allreduce(g.grad_comm, red, 4, TD_F32, TD_SUM);
-            if (pp)
-                td_allreduce(g.axis[TD_PP].comm, red, 4, TD_F32,
-                             TD_SUM); /* the loss is the last stage's */
+            if (loss_group)
+                td_allreduce(loss_group, red, 4, TD_F32, TD_SUM); /* the last stage's loss */
             if (red[1] > 0) bad_step = (int)(red[2] / red[1]), bad_row = (int)(red[3] / red[1]);
-            float loss = g.axis[TD_DP].size > 1 || pp ? red[0] / ((float)o->batch * T)
-                                                      : (float)(loss_sum / ((double)o->batch * T));
+            float loss = g.axis[TD_DP].size > 1 || loss_group
+                             ? red[0] / ((float)o->batch * T)
+                             : (float)(loss_sum / ((double)o->batch * T));
             double ms = td_now_ms() - t0;
             if (step - first >= o->timing_skip || o->steps - first <= o->timing_skip) timed_ms += ms;
             if (red[1] > 0 && isfinite(loss) && td_loss_scaler_skips(&scaler)) {
@@ -418,9 +350,9 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
             int last = step == o->steps - 1;
             if (o->eval_every > 0 && ((step + 1) % o->eval_every == 0 || last)) {
                 if (mode == TD_DP_PS) td_dp_begin_step(dp, step + 1); /* pull the fresh weights */
-                double t = tl_now();
-                double vl = evaluate(&c);
-                tl_mark("eval", "eval", -1, t);
+                double t = td_timeline_mark_start();
+                double vl = evaluate(&c, engine);
+                td_timeline_mark("eval", "eval", -1, t);
                 td_report_eval(&rep, step, vl);
                 if (last) res->final_val_loss = vl;
             }
