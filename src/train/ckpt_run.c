@@ -65,8 +65,14 @@ void td_run_resume_check(const td_train_opts *o, const td_gpt_config *cfg, const
              o->stop_after, step);
 }
 
-int td_run_resume(const td_train_opts *o, td_dp *dp, const td_grid *g, const td_param_table *t,
-                  const td_gpt_config *cfg, const td_tokenizer *tok, td_loss_scaler *scaler) {
+int td_run_resume(const td_run *r) {
+    const td_train_opts *o = r->o;
+    td_dp *dp = r->dp;
+    const td_grid *g = r->g;
+    const td_param_table *t = r->table;
+    const td_gpt_config *cfg = r->cfg;
+    const td_tokenizer *tok = &r->data->tok;
+    td_loss_scaler *scaler = r->scaler;
     if (!o->resume) return 0;
     td_ckpt_meta meta;
     td_run_ckpt_meta(o, g, scaler, 0, &meta);
@@ -97,9 +103,16 @@ static size_t save_gathered(td_dp *dp, const td_grid *g, const td_param_table *t
     return scratch_n * sizeof(float) + td_ckpt_writer_bookkeeping(t->n_rows);
 }
 
-void td_run_save(td_dp *dp, const td_grid *g, const td_param_table *t, const td_param_table *canon,
-                 const td_gpt_config *cfg, const td_tokenizer *tok, const td_train_opts *o, int steps_done,
-                 const td_loss_scaler *sc, const td_mem_plan *plan, td_train_result *res, int measure) {
+void td_run_save(const td_run *r, int steps_done, int measure) {
+    td_dp *dp = r->dp;
+    const td_grid *g = r->g;
+    const td_param_table *t = r->table, *canon = r->canon;
+    const td_gpt_config *cfg = r->cfg;
+    const td_tokenizer *tok = &r->data->tok;
+    const td_train_opts *o = r->o;
+    const td_loss_scaler *sc = r->scaler;
+    const td_mem_plan *plan = r->plan;
+    td_train_result *res = r->res;
     size_t plan_total = 0, start = td_mem_total_current(), extra = 0;
     for (int c = 0; c < TD_MEM_NCAT; c++) plan_total += plan->bytes[c];
     if (measure) td_mem_reset_peaks(); /* after the run's own peaks were taken */

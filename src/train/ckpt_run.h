@@ -3,6 +3,7 @@
 #ifndef TRIDENT_CKPT_RUN_H
 #define TRIDENT_CKPT_RUN_H
 
+#include "run.h"
 #include "trident/ckpt.h"
 #include "trident/train.h"
 
@@ -19,17 +20,14 @@ void td_run_ckpt_meta(const td_train_opts *o, const td_grid *g, const td_loss_sc
  * rank writes its shard), or with parameter servers gathered unit by unit
  * to world rank 0. Collective over the training ranks. measure: record the
  * save's memory in res and print it. */
-void td_run_save(td_dp *dp, const td_grid *g, const td_param_table *t, const td_param_table *canon,
-                 const td_gpt_config *cfg, const td_tokenizer *tok, const td_train_opts *o, int steps_done,
-                 const td_loss_scaler *sc, const td_mem_plan *plan, td_train_result *res, int measure);
+void td_run_save(const td_run *r, int steps_done, int measure);
 /* --resume's checks that need no state (td_ckpt_resume_check, and the
  * checkpoint's step against --steps and --stop-after), on one process:
  * td_preflight runs them on world rank 0 before it creates --out. */
 void td_run_resume_check(const td_train_opts *o, const td_gpt_config *cfg, const td_tokenizer *tok);
 /* --resume: this rank's state from the checkpoint, the loss scaler's too;
  * returns the step to continue at (0 without --resume). */
-int td_run_resume(const td_train_opts *o, td_dp *dp, const td_grid *g, const td_param_table *t,
-                  const td_gpt_config *cfg, const td_tokenizer *tok, td_loss_scaler *scaler);
+int td_run_resume(const td_run *r);
 /* What td_stop_agreed returns (bits). */
 enum { TD_STOP_SIGNAL = 1, TD_STOP_IO = 2 };
 /* At an agreed point (start-up, a step boundary): whether any training

@@ -196,6 +196,7 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
              "TRIDENT_FAULT: rank %d is not a training rank (0..%d)", fault->rank,
              td_grid_workers(&g) - 1);
 
+    td_run run = {o, &g, &data, &cfg, &table, &canon, &plan, dp, &scaler, res};
     td_report rep;
     td_report_open(&rep, o, &g, &cfg, &table, &data, threads, Bm);
     rep.baseline = pf;
@@ -220,7 +221,7 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
         td_grad_watch watch;
         td_grad_watch_init(&watch, &model, td_loss_scaler_skips(&scaler));
         double timed_ms = 0.0, grad_sent = 0.0, grad_dense = 0.0;
-        int first = td_run_resume(o, dp, &g, &table, &cfg, &data.tok, &scaler), n_timed = 0;
+        int first = td_run_resume(&run), n_timed = 0;
         res->steps_done = first;
         int stoppable = mode != TD_DP_PS; /* a stop saves into --out, if given */
         /* start-up's last agreed stop point (a --log write may have failed
@@ -238,7 +239,7 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
          * this layout, no step trained (a checkpoint converted) */
         int resaved = !agreed && o->resume && stoppable && o->stop_after > 0 && o->stop_after == first;
         if (resaved) {
-            td_run_save(dp, &g, &table, &canon, &cfg, &data.tok, o, first, &scaler, &plan, res, 0);
+            td_run_save(&run, first, 0);
             res->stopped_after = first;
         }
         if (o->layout_pass && !agreed) { /* trident eval: the loaded checkpoint's forward passes, no training */
@@ -338,7 +339,7 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
             if (td_divergence_step(&div, step, loss, res->stop_msg, sizeof res->stop_msg)) {
                 res->stop_step = step;
                 if (stoppable && o->out) {
-                    td_run_save(dp, &g, &table, &canon, &cfg, &data.tok, o, step + 1, &scaler, &plan, res, 0);
+                    td_run_save(&run, step + 1, 0);
                     res->stop_saved = step + 1;
                 }
                 td_dp_stop(dp, step);
@@ -371,7 +372,7 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
                     td_dp_stop(dp, step);
                     break;
                 }
-                td_run_save(dp, &g, &table, &canon, &cfg, &data.tok, o, step + 1, &scaler, &plan, res, 0);
+                td_run_save(&run, step + 1, 0);
                 saved = 1;
             }
             /* --stop-after, a stop signal or a failed --log write on any
@@ -379,8 +380,7 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
              * run ends as planned runs do */
             int why = !last && stoppable ? td_stop_agreed(&g, td_report_log_error(&rep)) : 0;
             if (why || (!last && stoppable && o->stop_after > 0 && step + 1 == o->stop_after)) {
-                if (!saved && o->out)
-                    td_run_save(dp, &g, &table, &canon, &cfg, &data.tok, o, step + 1, &scaler, &plan, res, 0);
+                if (!saved && o->out) td_run_save(&run, step + 1, 0);
                 res->stopped_after = step + 1;
                 res->io_failed = (why & TD_STOP_IO) != 0;
                 break;
@@ -442,8 +442,7 @@ void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) 
     if (trained && !o->layout_pass) td_report_summary(&rep, res);
 
     int root = g.world_rank == 0;
-    if (!stopped && !early && o->out)
-        td_run_save(dp, &g, &table, &canon, &cfg, &data.tok, o, o->steps, &scaler, &plan, res, 1);
+    if (!stopped && !early && o->out) td_run_save(&run, o->steps, 1);
     if (trained && o->sample_tokens > 0) {
         /* the model's own parameters where rank 0 holds them all; under
          * ZeRO-3 the parameters alone are gathered, unit by unit, into one
