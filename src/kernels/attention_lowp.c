@@ -16,20 +16,6 @@
 #include "trident/attention.h"
 #include "trident/base.h"
 
-typedef struct {
-    size_t size;
-    void (*to_f32)(float *dst, const void *src, size_t n);
-    void (*from_f32)(void *dst, const float *src, size_t n);
-} lp_type;
-
-static void bf16_to(float *d, const void *s, size_t n) { td_bf16_to_float_n(d, s, n); }
-static void bf16_from(void *d, const float *s, size_t n) { td_bf16_from_float_n(d, s, n); }
-static void f16_to(float *d, const void *s, size_t n) { td_f16_to_float_n(d, s, n); }
-static void f16_from(void *d, const float *s, size_t n) { td_f16_from_float_n(d, s, n); }
-
-static const lp_type LP_BF16 = {sizeof(td_bf16), bf16_to, bf16_from};
-static const lp_type LP_F16 = {sizeof(td_f16), f16_to, f16_from};
-
 /* Persistent fp32 row buffers, grown to the largest request (a fresh
  * allocation per call faults and zeroes its pages each time). */
 #define AL_SLOTS 8
@@ -53,7 +39,7 @@ void td_attn_release_scratch(void) {
 /* dst [rows, width] dense fp32 <- src rows of `width` elements at `stride`.
  * Rows are split over the threads here: each row alone is too short for
  * the conversion's own threading, and elementwise work is exact anyway. */
-static void rows_in(const lp_type *t, float *dst, const void *src, int rows, int width,
+static void rows_in(const td_lp_type *t, float *dst, const void *src, int rows, int width,
                     int stride) {
     int nt = td_k_threads_for((size_t)rows * width);
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
@@ -62,7 +48,7 @@ static void rows_in(const lp_type *t, float *dst, const void *src, int rows, int
                   (size_t)width);
 }
 
-static void rows_out(const lp_type *t, void *dst, const float *src, int rows, int width,
+static void rows_out(const td_lp_type *t, void *dst, const float *src, int rows, int width,
                      int stride) {
     int nt = td_k_threads_for((size_t)rows * width);
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
@@ -72,7 +58,7 @@ static void rows_out(const lp_type *t, void *dst, const float *src, int rows, in
 }
 
 /* Element offset of batch row b of a [B, T, *] tensor at row stride st. */
-static const void *brow(const lp_type *t, const void *p, int b, int T, int st) {
+static const void *brow(const td_lp_type *t, const void *p, int b, int T, int st) {
     return (const char *)p + (size_t)b * T * st * t->size;
 }
 
@@ -85,7 +71,7 @@ static td_attn_shape dense(const td_attn_shape *s) {
     return d;
 }
 
-static void lp_forward(const lp_type *t, void *out, float *lse, const void *q, const void *k,
+static void lp_forward(const td_lp_type *t, void *out, float *lse, const void *q, const void *k,
                        const void *v, const td_attn_shape *s, int accumulate) {
     td_attn_shape d = dense(s);
     int wq = s->NH * s->hs, wk = s->NKV * s->hs;
@@ -102,7 +88,7 @@ static void lp_forward(const lp_type *t, void *out, float *lse, const void *q, c
     }
 }
 
-static void lp_backward(const lp_type *t, void *dq, void *dk, void *dv, const void *dout,
+static void lp_backward(const td_lp_type *t, void *dq, void *dk, void *dv, const void *dout,
                         const void *out, const float *lse, const void *q, const void *k,
                         const void *v, const td_attn_shape *s) {
     td_attn_shape d = dense(s);
@@ -135,19 +121,19 @@ static void lp_backward(const lp_type *t, void *dq, void *dk, void *dv, const vo
 
 void td_attn_bf16_forward(td_bf16 *out, float *lse, const td_bf16 *q, const td_bf16 *k,
                           const td_bf16 *v, const td_attn_shape *s, int accumulate) {
-    lp_forward(&LP_BF16, out, lse, q, k, v, s, accumulate);
+    lp_forward(&TD_LP_BF16, out, lse, q, k, v, s, accumulate);
 }
 void td_attn_bf16_backward(td_bf16 *dq, td_bf16 *dk, td_bf16 *dv, const td_bf16 *dout,
                            const td_bf16 *out, const float *lse, const td_bf16 *q, const td_bf16 *k,
                            const td_bf16 *v, const td_attn_shape *s) {
-    lp_backward(&LP_BF16, dq, dk, dv, dout, out, lse, q, k, v, s);
+    lp_backward(&TD_LP_BF16, dq, dk, dv, dout, out, lse, q, k, v, s);
 }
 void td_attn_f16_forward(td_f16 *out, float *lse, const td_f16 *q, const td_f16 *k, const td_f16 *v,
                          const td_attn_shape *s, int accumulate) {
-    lp_forward(&LP_F16, out, lse, q, k, v, s, accumulate);
+    lp_forward(&TD_LP_F16, out, lse, q, k, v, s, accumulate);
 }
 void td_attn_f16_backward(td_f16 *dq, td_f16 *dk, td_f16 *dv, const td_f16 *dout, const td_f16 *out,
                           const float *lse, const td_f16 *q, const td_f16 *k, const td_f16 *v,
                           const td_attn_shape *s) {
-    lp_backward(&LP_F16, dq, dk, dv, dout, out, lse, q, k, v, s);
+    lp_backward(&TD_LP_F16, dq, dk, dv, dout, out, lse, q, k, v, s);
 }

@@ -135,4 +135,14 @@ static inline float td_k_max(const float *x, int n) {
  * by td_attn_release_scratch with the 16-bit kernels' buffers. */
 void td_attn_blocked_release_scratch(void);
 
+/* A 16-bit element type: bytes per element and its bulk conversions, so one
+ * body serves bf16 and fp16 (lowp_ops.c defines the two; attention_lowp.c
+ * uses them too). */
+typedef struct {
+    size_t size;
+    void (*to_f32)(float *dst, const void *src, size_t n);
+    void (*from_f32)(void *dst, const float *src, size_t n);
+} td_lp_type;
+extern const td_lp_type TD_LP_BF16, TD_LP_F16;
+
 #endif

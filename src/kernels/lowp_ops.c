@@ -27,24 +27,17 @@
 /* fp32 elements per tile buffer: 256 KiB, a few buffers stay in L2. */
 #define TD_LP_TILE 65536
 
-/* A 16-bit element type: bytes per element and its bulk conversions. */
-typedef struct {
-    size_t size;
-    void (*to_f32)(float *dst, const void *src, size_t n);
-    void (*from_f32)(void *dst, const float *src, size_t n);
-} lp_type;
-
 static void bf16_to(float *d, const void *s, size_t n) { td_bf16_to_float_n(d, s, n); }
 static void bf16_from(void *d, const float *s, size_t n) { td_bf16_from_float_n(d, s, n); }
 static void f16_to(float *d, const void *s, size_t n) { td_f16_to_float_n(d, s, n); }
 static void f16_from(void *d, const float *s, size_t n) { td_f16_from_float_n(d, s, n); }
 
-static const lp_type LP_BF16 = {sizeof(td_bf16), bf16_to, bf16_from};
-static const lp_type LP_F16 = {sizeof(td_f16), f16_to, f16_from};
+const td_lp_type TD_LP_BF16 = {sizeof(td_bf16), bf16_to, bf16_from};
+const td_lp_type TD_LP_F16 = {sizeof(td_f16), f16_to, f16_from};
 
 /* Element i of a 16-bit array (the byte offset by the type's size). */
-static void *at(const lp_type *t, void *p, size_t i) { return (char *)p + i * t->size; }
-static const void *at_c(const lp_type *t, const void *p, size_t i) {
+static void *at(const td_lp_type *t, void *p, size_t i) { return (char *)p + i * t->size; }
+static const void *at_c(const td_lp_type *t, const void *p, size_t i) {
     return (const char *)p + i * t->size;
 }
 
@@ -88,7 +81,7 @@ static int tile_rows(int width) {
 
 /* ---- elementwise ---- */
 
-static void gelu_fwd(const lp_type *t, void *out, const void *inp, size_t n) {
+static void gelu_fwd(const td_lp_type *t, void *out, const void *inp, size_t n) {
     float *x = scratch(TD_LP_TILE), *y = scratch(TD_LP_TILE);
     for (size_t i = 0; i < n; i += TD_LP_TILE) {
         size_t len = td_min_sz(TD_LP_TILE, n - i);
@@ -100,7 +93,7 @@ static void gelu_fwd(const lp_type *t, void *out, const void *inp, size_t n) {
     release(y);
 }
 
-static void gelu_bwd(const lp_type *t, void *dinp, const void *inp, const void *dout, size_t n) {
+static void gelu_bwd(const td_lp_type *t, void *dinp, const void *inp, const void *dout, size_t n) {
     float *x = scratch(TD_LP_TILE), *g = scratch(TD_LP_TILE), *dx = scratch(TD_LP_TILE);
     for (size_t i = 0; i < n; i += TD_LP_TILE) {
         size_t len = td_min_sz(TD_LP_TILE, n - i);
@@ -115,7 +108,7 @@ static void gelu_bwd(const lp_type *t, void *dinp, const void *inp, const void *
     release(dx);
 }
 
-static void residual_fwd(const lp_type *t, void *out, const void *a, const void *b, size_t n) {
+static void residual_fwd(const td_lp_type *t, void *out, const void *a, const void *b, size_t n) {
     float *x = scratch(TD_LP_TILE), *y = scratch(TD_LP_TILE);
     for (size_t i = 0; i < n; i += TD_LP_TILE) {
         size_t len = td_min_sz(TD_LP_TILE, n - i);
@@ -128,7 +121,7 @@ static void residual_fwd(const lp_type *t, void *out, const void *a, const void 
     release(y);
 }
 
-static void residual_bwd(const lp_type *t, void *da, void *db, const void *dout, size_t n) {
+static void residual_bwd(const td_lp_type *t, void *da, void *db, const void *dout, size_t n) {
     float *g = scratch(TD_LP_TILE), *x = scratch(TD_LP_TILE), *y = scratch(TD_LP_TILE);
     for (size_t i = 0; i < n; i += TD_LP_TILE) {
         size_t len = td_min_sz(TD_LP_TILE, n - i);
@@ -146,7 +139,7 @@ static void residual_bwd(const lp_type *t, void *da, void *db, const void *dout,
 
 /* ---- layernorm: tiles of whole rows ---- */
 
-static void layernorm_fwd(const lp_type *t, void *out, float *mean, float *rstd, const void *inp,
+static void layernorm_fwd(const td_lp_type *t, void *out, float *mean, float *rstd, const void *inp,
                           const float *w, const float *b, int N, int C) {
     int R = tile_rows(C);
     float *x = scratch((size_t)R * C), *y = scratch((size_t)R * C);
@@ -162,7 +155,7 @@ static void layernorm_fwd(const lp_type *t, void *out, float *mean, float *rstd,
 }
 
 /* dw, db (fp32) receive one partial sum per tile, tiles in row order. */
-static void layernorm_bwd(const lp_type *t, void *dinp, float *dw, float *db, const void *dout,
+static void layernorm_bwd(const td_lp_type *t, void *dinp, float *dw, float *db, const void *dout,
                           const void *inp, const float *w, const float *mean, const float *rstd,
                           int N, int C) {
     int R = tile_rows(C);
@@ -184,7 +177,7 @@ static void layernorm_bwd(const lp_type *t, void *dinp, float *dw, float *db, co
 
 /* ---- attention: one batch row (all heads) per tile ---- */
 
-static void attention_fwd(const lp_type *t, void *out, void *att, const void *qkv, int B, int T,
+static void attention_fwd(const td_lp_type *t, void *out, void *att, const void *qkv, int B, int T,
                           int C, int NH) {
     size_t nq = (size_t)T * 3 * C, no = (size_t)T * C, na = (size_t)NH * T * T;
     float *q = scratch(nq), *o = scratch(no), *a = scratch(na);
@@ -199,7 +192,7 @@ static void attention_fwd(const lp_type *t, void *out, void *att, const void *qk
     release(a);
 }
 
-static void attention_bwd(const lp_type *t, void *dqkv, const void *dout, const void *qkv,
+static void attention_bwd(const td_lp_type *t, void *dqkv, const void *dout, const void *qkv,
                           const void *att, int B, int T, int C, int NH) {
     size_t nq = (size_t)T * 3 * C, no = (size_t)T * C, na = (size_t)NH * T * T;
     float *q = scratch(nq), *dq = scratch(nq), *g = scratch(no), *a = scratch(na);
@@ -221,7 +214,7 @@ static void attention_bwd(const lp_type *t, void *dqkv, const void *dout, const 
 
 /* ---- embedding: tiles of rows; wte, wpe and their gradients fp32 ---- */
 
-static void embedding_fwd(const lp_type *t, void *out, const int *tokens, const float *wte,
+static void embedding_fwd(const td_lp_type *t, void *out, const int *tokens, const float *wte,
                           const float *wpe, int B, int T, int C) {
     int N = B * T, R = tile_rows(C);
     float *y = scratch((size_t)R * C);
@@ -235,7 +228,7 @@ static void embedding_fwd(const lp_type *t, void *out, const int *tokens, const 
     release(y);
 }
 
-static void embedding_bwd(const lp_type *t, float *dwte, float *dwpe, const void *dout,
+static void embedding_bwd(const td_lp_type *t, float *dwte, float *dwpe, const void *dout,
                           const int *tokens, int B, int T, int C) {
     int N = B * T, R = tile_rows(C);
     float *g = scratch((size_t)R * C);
@@ -250,7 +243,7 @@ static void embedding_bwd(const lp_type *t, float *dwte, float *dwpe, const void
 
 /* ---- softmax + cross-entropy: tiles of rows ---- */
 
-static void xent_fwd(const lp_type *t, float *losses, void *probs, const void *logits,
+static void xent_fwd(const td_lp_type *t, float *losses, void *probs, const void *logits,
                      const int *targets, int N, int V, int Vp) {
     int R = tile_rows(Vp);
     float *x = scratch((size_t)R * Vp);
@@ -265,7 +258,7 @@ static void xent_fwd(const lp_type *t, float *losses, void *probs, const void *l
     release(x);
 }
 
-static void xent_bwd(const lp_type *t, void *dlogits, const void *probs, const int *targets,
+static void xent_bwd(const td_lp_type *t, void *dlogits, const void *probs, const int *targets,
                      const float *dloss, int N, int V, int Vp) {
     int R = tile_rows(Vp);
     float *p = scratch((size_t)R * Vp);
@@ -282,95 +275,95 @@ static void xent_bwd(const lp_type *t, void *dlogits, const void *probs, const i
 /* ---- the public functions: bf16 ---- */
 
 void td_gelu_bf16_forward(td_bf16 *out, const td_bf16 *inp, size_t n) {
-    gelu_fwd(&LP_BF16, out, inp, n);
+    gelu_fwd(&TD_LP_BF16, out, inp, n);
 }
 void td_gelu_bf16_backward(td_bf16 *dinp, const td_bf16 *inp, const td_bf16 *dout, size_t n) {
-    gelu_bwd(&LP_BF16, dinp, inp, dout, n);
+    gelu_bwd(&TD_LP_BF16, dinp, inp, dout, n);
 }
 void td_residual_bf16_forward(td_bf16 *out, const td_bf16 *a, const td_bf16 *b, size_t n) {
-    residual_fwd(&LP_BF16, out, a, b, n);
+    residual_fwd(&TD_LP_BF16, out, a, b, n);
 }
 void td_residual_bf16_backward(td_bf16 *da, td_bf16 *db, const td_bf16 *dout, size_t n) {
-    residual_bwd(&LP_BF16, da, db, dout, n);
+    residual_bwd(&TD_LP_BF16, da, db, dout, n);
 }
 void td_layernorm_bf16_forward(td_bf16 *out, float *mean, float *rstd, const td_bf16 *inp,
                                const float *w, const float *b, int N, int C) {
-    layernorm_fwd(&LP_BF16, out, mean, rstd, inp, w, b, N, C);
+    layernorm_fwd(&TD_LP_BF16, out, mean, rstd, inp, w, b, N, C);
 }
 void td_layernorm_bf16_backward(td_bf16 *dinp, float *dw, float *db, const td_bf16 *dout,
                                 const td_bf16 *inp, const float *w, const float *mean,
                                 const float *rstd, int N, int C) {
-    layernorm_bwd(&LP_BF16, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+    layernorm_bwd(&TD_LP_BF16, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
 }
 void td_attention_bf16_forward(td_bf16 *out, td_bf16 *att, const td_bf16 *qkv, int B, int T,
                                int C, int NH) {
-    attention_fwd(&LP_BF16, out, att, qkv, B, T, C, NH);
+    attention_fwd(&TD_LP_BF16, out, att, qkv, B, T, C, NH);
 }
 void td_attention_bf16_backward(td_bf16 *dqkv, const td_bf16 *dout, const td_bf16 *qkv,
                                 const td_bf16 *att, int B, int T, int C, int NH) {
-    attention_bwd(&LP_BF16, dqkv, dout, qkv, att, B, T, C, NH);
+    attention_bwd(&TD_LP_BF16, dqkv, dout, qkv, att, B, T, C, NH);
 }
 void td_embedding_bf16_forward(td_bf16 *out, const int *tokens, const float *wte,
                                const float *wpe, int B, int T, int C) {
-    embedding_fwd(&LP_BF16, out, tokens, wte, wpe, B, T, C);
+    embedding_fwd(&TD_LP_BF16, out, tokens, wte, wpe, B, T, C);
 }
 void td_embedding_bf16_backward(float *dwte, float *dwpe, const td_bf16 *dout, const int *tokens,
                                 int B, int T, int C) {
-    embedding_bwd(&LP_BF16, dwte, dwpe, dout, tokens, B, T, C);
+    embedding_bwd(&TD_LP_BF16, dwte, dwpe, dout, tokens, B, T, C);
 }
 void td_softmax_xent_bf16_forward(float *losses, td_bf16 *probs, const td_bf16 *logits,
                                   const int *targets, int N, int V, int Vp) {
-    xent_fwd(&LP_BF16, losses, probs, logits, targets, N, V, Vp);
+    xent_fwd(&TD_LP_BF16, losses, probs, logits, targets, N, V, Vp);
 }
 void td_softmax_xent_bf16_backward(td_bf16 *dlogits, const td_bf16 *probs, const int *targets,
                                    const float *dloss, int N, int V, int Vp) {
-    xent_bwd(&LP_BF16, dlogits, probs, targets, dloss, N, V, Vp);
+    xent_bwd(&TD_LP_BF16, dlogits, probs, targets, dloss, N, V, Vp);
 }
 
 /* ---- the public functions: fp16 ---- */
 
 void td_gelu_f16_forward(td_f16 *out, const td_f16 *inp, size_t n) {
-    gelu_fwd(&LP_F16, out, inp, n);
+    gelu_fwd(&TD_LP_F16, out, inp, n);
 }
 void td_gelu_f16_backward(td_f16 *dinp, const td_f16 *inp, const td_f16 *dout, size_t n) {
-    gelu_bwd(&LP_F16, dinp, inp, dout, n);
+    gelu_bwd(&TD_LP_F16, dinp, inp, dout, n);
 }
 void td_residual_f16_forward(td_f16 *out, const td_f16 *a, const td_f16 *b, size_t n) {
-    residual_fwd(&LP_F16, out, a, b, n);
+    residual_fwd(&TD_LP_F16, out, a, b, n);
 }
 void td_residual_f16_backward(td_f16 *da, td_f16 *db, const td_f16 *dout, size_t n) {
-    residual_bwd(&LP_F16, da, db, dout, n);
+    residual_bwd(&TD_LP_F16, da, db, dout, n);
 }
 void td_layernorm_f16_forward(td_f16 *out, float *mean, float *rstd, const td_f16 *inp,
                               const float *w, const float *b, int N, int C) {
-    layernorm_fwd(&LP_F16, out, mean, rstd, inp, w, b, N, C);
+    layernorm_fwd(&TD_LP_F16, out, mean, rstd, inp, w, b, N, C);
 }
 void td_layernorm_f16_backward(td_f16 *dinp, float *dw, float *db, const td_f16 *dout,
                                const td_f16 *inp, const float *w, const float *mean,
                                const float *rstd, int N, int C) {
-    layernorm_bwd(&LP_F16, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+    layernorm_bwd(&TD_LP_F16, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
 }
 void td_attention_f16_forward(td_f16 *out, td_f16 *att, const td_f16 *qkv, int B, int T, int C,
                               int NH) {
-    attention_fwd(&LP_F16, out, att, qkv, B, T, C, NH);
+    attention_fwd(&TD_LP_F16, out, att, qkv, B, T, C, NH);
 }
 void td_attention_f16_backward(td_f16 *dqkv, const td_f16 *dout, const td_f16 *qkv,
                                const td_f16 *att, int B, int T, int C, int NH) {
-    attention_bwd(&LP_F16, dqkv, dout, qkv, att, B, T, C, NH);
+    attention_bwd(&TD_LP_F16, dqkv, dout, qkv, att, B, T, C, NH);
 }
 void td_embedding_f16_forward(td_f16 *out, const int *tokens, const float *wte, const float *wpe,
                               int B, int T, int C) {
-    embedding_fwd(&LP_F16, out, tokens, wte, wpe, B, T, C);
+    embedding_fwd(&TD_LP_F16, out, tokens, wte, wpe, B, T, C);
 }
 void td_embedding_f16_backward(float *dwte, float *dwpe, const td_f16 *dout, const int *tokens,
                                int B, int T, int C) {
-    embedding_bwd(&LP_F16, dwte, dwpe, dout, tokens, B, T, C);
+    embedding_bwd(&TD_LP_F16, dwte, dwpe, dout, tokens, B, T, C);
 }
 void td_softmax_xent_f16_forward(float *losses, td_f16 *probs, const td_f16 *logits,
                                  const int *targets, int N, int V, int Vp) {
-    xent_fwd(&LP_F16, losses, probs, logits, targets, N, V, Vp);
+    xent_fwd(&TD_LP_F16, losses, probs, logits, targets, N, V, Vp);
 }
 void td_softmax_xent_f16_backward(td_f16 *dlogits, const td_f16 *probs, const int *targets,
                                   const float *dloss, int N, int V, int Vp) {
-    xent_bwd(&LP_F16, dlogits, probs, targets, dloss, N, V, Vp);
+    xent_bwd(&TD_LP_F16, dlogits, probs, targets, dloss, N, V, Vp);
 }
