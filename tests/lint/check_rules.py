@@ -64,15 +64,9 @@ def strip_comments(text):
     out, i, n = [], 0, len(text)
     while i < n:
         c = text[i]
-        if c == '"':
+        if c in "\"'":  # a string or character literal, to its closing quote
             j = i + 1
-            while j < n and text[j] != '"':
-                j += 2 if text[j] == "\\" else 1
-            out.append(text[i:j + 1])
-            i = j + 1
-        elif c == "'":
-            j = i + 1
-            while j < n and text[j] != "'":
+            while j < n and text[j] != c:
                 j += 2 if text[j] == "\\" else 1
             out.append(text[i:j + 1])
             i = j + 1
