@@ -67,14 +67,24 @@ typedef struct {
 /* A one-process fp32 layout, no loss scaling, seed 0, a new run id. */
 void td_ckpt_meta_default(td_ckpt_meta *m, int step);
 
+/* The live state a sharded save writes and a resume fills: this rank's
+ * strategy, grid and parameter table, and the model and tokenizer it
+ * belongs to. Borrowed for the call. */
+typedef struct {
+    td_dp *dp;
+    const td_grid *g;
+    const td_param_table *t;
+    const td_gpt_config *cfg;
+    const td_tokenizer *tok;
+} td_ckpt_state;
+
 /* Sharded save of the state after meta->step steps into --out `out`:
  * every training rank writes its shard (td_dp_ranges, owner ranges only),
  * then world rank 0 commits. Collective over the training ranks (not
  * parameter servers: their mode has no ranges; use the writer below).
  * The step directory's path goes to path (rank 0). Returns the bytes of
  * bookkeeping the save held beside the state (no copy of it). */
-size_t td_ckpt_save_sharded(td_dp *dp, const td_grid *g, const td_param_table *t, const td_gpt_config *cfg,
-                            const td_tokenizer *tok, const char *out, const td_ckpt_meta *meta, char *path,
+size_t td_ckpt_save_sharded(const td_ckpt_state *st, const char *out, const td_ckpt_meta *meta, char *path,
                             size_t cap);
 /* After a commit, on the rank that committed (world rank 0): --keep N
  * removes all but the N newest step directories (none when keep <= 0),
@@ -92,8 +102,7 @@ size_t td_ckpt_writer_bookkeeping(int n_rows);
  * read (resharded) when dp equals the saved one, else dropped with a note.
  * meta: in, this run's layout; out, step and loss-scaler state. Every
  * training rank; no communication. */
-void td_ckpt_resume(td_dp *dp, const td_grid *g, const td_param_table *t, const td_gpt_config *cfg,
-                    const td_tokenizer *tok, const char *path, td_ckpt_meta *meta);
+void td_ckpt_resume(const td_ckpt_state *st, const char *path, td_ckpt_meta *meta);
 /* The checks of td_ckpt_resume that need no state (the path, latest, the
  * manifest, the model, tokenizer and seed, every shard's header; not the
  * data blocks' checksums, which the load verifies), on one process: the trainer

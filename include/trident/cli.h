@@ -1,6 +1,6 @@
-/* cli: the mains of the one-process subcommands that live in src/cli/ (each
- * parses its flags and calls its library module). Errors are one line and
- * exit 2. */
+/* cli: the mains of the subcommands that live in src/cli/ (each parses
+ * its flags and calls its library module; all but `bench comm` run on one
+ * process). Errors are one line and exit 2. */
 #ifndef TRIDENT_CLI_H
 #define TRIDENT_CLI_H
 
@@ -13,5 +13,13 @@ int td_ckpt_main(int argc, char **argv);
 int td_plan_main(int argc, char **argv);
 /* `trident schedule` (schedule.h) */
 int td_schedule_main(int argc, char **argv);
+/* `trident tokenize --tokenizer gpt2 IN... --out DIR`: llm.c token shards
+ * and their data.json */
+int td_tokenize_main(int argc, char **argv);
+/* `trident sample --ckpt DIR`: text from a checkpoint */
+int td_sample_main(int argc, char **argv);
+/* `trident bench comm` under mpirun (comm.h td_comm_bench_run); it
+ * initializes MPI when the caller has not */
+int td_comm_bench_main(int argc, char **argv);
 
 #endif

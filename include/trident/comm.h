@@ -226,8 +226,20 @@ uint64_t td_comm_bytes(void);
  * the whole tensor of a call (an all-gather's every block). */
 uint64_t td_comm_sent_bytes(void);
 
-/* `trident bench comm [--sizes ...]`: bus bandwidth per op and payload size,
- * raw single MPI call beside trident's pieces. Returns an exit code. */
-int td_comm_bench_main(int argc, char **argv);
+/* What `trident bench comm` measures (src/cli/comm_bench_cmd.c parses it). */
+typedef struct {
+    size_t lo, hi;    /* payload sizes from lo to hi bytes, x4 apart */
+    size_t piece;     /* the pipelining piece, 0: the default */
+    int iters;        /* calls per trial, 0: about 256 MiB per trial */
+    int trials;       /* the best of this many */
+    int sweep;        /* also sweep the shared-memory chunk and the MPI piece */
+    int hier;         /* the hierarchical (node-aware) all-reduce instead */
+    const char *ops;  /* comma-separated op names; NULL: all */
+} td_comm_bench_opts;
+/* Bus bandwidth per op and payload size, raw single MPI call beside
+ * trident's pieces, printed by world rank 0. Collective over the world
+ * (2 ranks or more; fewer: a message and TD_EXIT_USAGE); bad sizes are a
+ * user error. Returns an exit code. */
+int td_comm_bench_run(const td_comm_bench_opts *opt);
 
 #endif

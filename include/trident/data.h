@@ -111,8 +111,9 @@ const char *td_data_tokenizer_for(const td_data_manifest *m, const char *json, c
 void td_data_batch(const td_dataset *d, int split, uint64_t seed, int64_t step, int first,
                    int count, int T, int *inputs, int *targets);
 
-/* `trident tokenize --tokenizer gpt2 IN... --out DIR`: llm.c token shards
- * (src/data/tokenize_cmd.c). */
-int td_tokenize_main(int argc, char **argv);
+/* DIR/data.json (formats_data_manifest.h) written atomically (a temporary
+ * file renamed into place); -1 with *err an errno when it could not be (no
+ * temporary is left). `trident tokenize` writes it beside its shards. */
+int td_data_manifest_write(const char *dir, const td_data_manifest *m, int *err);
 
 #endif

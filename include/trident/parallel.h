@@ -159,6 +159,14 @@ void td_dp_begin_step(td_dp *dp, int step);
  * keeps the embeddings gathered between forward and backward only when
  * training. */
 void td_dp_set_training(td_dp *dp, int training);
+/* Before an evaluation after steps_done updates: the workers of parameter
+ * servers pull the fresh parameters (collective with the servers); nothing
+ * for the other modes. */
+void td_dp_begin_eval(td_dp *dp, int steps_done);
+/* 1 when every training rank ends each step together, so a stop can be
+ * agreed at a step boundary and memory peaks are measured after step 0;
+ * 0 with parameter servers (their servers never reach an agreed stop). */
+int td_dp_agreed_stops(const td_dp *dp);
 /* Before each micro-batch: whether gradients communicate this micro-batch
  * (replicated all-reduce only syncs on the last one). */
 void td_dp_begin_micro(td_dp *dp, int micro, int n_micro);
@@ -211,9 +219,11 @@ size_t td_tp_gather_scratch_floats(const td_param_table *t, const td_param_table
 int td_dp_full_params(td_dp *dp, const float **params);
 /* Before a save during training (--save-every), on every training rank:
  * parameter servers, busy serving, are asked for the state after
- * steps_done updates. Returns 0 when they had stopped on a non-finite
- * update instead (td_dp_nonfinite says where; world rank 0 only learns it
- * here, the caller spreads it); 1 otherwise and for every other mode. */
+ * steps_done updates. Returns 0 on every training rank when they had
+ * stopped on a non-finite update instead (td_dp_nonfinite says where:
+ * world rank 0 learns it from the servers and spreads it over the
+ * workers); 1 otherwise and for every other mode. Collective over the
+ * training ranks with parameter servers. */
 int td_dp_save_begin(td_dp *dp, int steps_done);
 
 /* What this rank holds, as ranges of the flat buffer laid out by its table:

@@ -3,7 +3,7 @@
  * Events are Chrome trace-event "complete" events ("ph":"X": a name, a
  * category, a start and a duration), the format Perfetto and chrome://tracing
  * read. Each rank records its own; the training run gathers them into one
- * file with one lane (tid) per world rank (src/train/trace_file.c).
+ * file with one lane (tid) per world rank (src/run/trace_file.c).
  *
  * Off unless enabled: every recording site tests td_timeline_enabled() first,
  * so a run without --trace pays one branch per site. Recording is a bounded

@@ -220,8 +220,6 @@ void td_layout_pass_grid(const td_layout_pass *p, int *world_rank, int *dp, int 
 int td_eval_main(int argc, char **argv);
 /* `trident verify` (verify.c): the layout against one process. */
 int td_verify_main(int argc, char **argv);
-/* `trident sample`. */
-int td_sample_main(int argc, char **argv);
 /* `trident plan --calibrate` (calibrate.c): measures this machine for the
  * planner's `local` cluster; collective over the world. */
 int td_calibrate_main(int argc, char **argv);

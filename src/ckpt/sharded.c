@@ -126,9 +126,13 @@ static int fill_state(td_ckpt_reader *r, const td_grid *g, const td_param_table 
     return 1;
 }
 
-size_t td_ckpt_save_sharded(td_dp *dp, const td_grid *g, const td_param_table *t, const td_gpt_config *cfg,
-                            const td_tokenizer *tok, const char *out, const td_ckpt_meta *meta, char *path,
+size_t td_ckpt_save_sharded(const td_ckpt_state *st, const char *out, const td_ckpt_meta *meta, char *path,
                             size_t cap) {
+    td_dp *dp = st->dp;
+    const td_grid *g = st->g;
+    const td_param_table *t = st->t;
+    const td_gpt_config *cfg = st->cfg;
+    const td_tokenizer *tok = st->tok;
     /* world rank 0 names the temporary directory after its job id and
      * creates it; the others learn the name (its bytes, one per float)
      * once it exists */
@@ -195,8 +199,12 @@ int td_ckpt_resume_check(const char *path, const td_gpt_config *cfg, const td_to
     return step;
 }
 
-void td_ckpt_resume(td_dp *dp, const td_grid *g, const td_param_table *t, const td_gpt_config *cfg,
-                    const td_tokenizer *tok, const char *path, td_ckpt_meta *meta) {
+void td_ckpt_resume(const td_ckpt_state *st, const char *path, td_ckpt_meta *meta) {
+    td_dp *dp = st->dp;
+    const td_grid *g = st->g;
+    const td_param_table *t = st->t;
+    const td_gpt_config *cfg = st->cfg;
+    const td_tokenizer *tok = st->tok;
     double t0 = td_now_ms(), v0 = td_ckpt_verify_ms;
     size_t start = td_mem_total_current();
     td_mem_reset_peaks();

@@ -157,23 +157,6 @@ static void measure(bench *B, int op, size_t bytes, int iters, int trials, const
     for (int j = 0; j < k; j++) gbs[j] = (double)bytes * bus_factor(op, B->n) / best[j] / 1e9;
 }
 
-static size_t parse_bytes(const char *flag, const char *s) {
-    char *end;
-    double v = strtod(s, &end);
-    double mul = 1;
-    if (*end == 'k' || *end == 'K')
-        mul = 1024, end++;
-    else if (*end == 'm' || *end == 'M')
-        mul = 1024 * 1024, end++;
-    else if (*end == 'g' || *end == 'G')
-        mul = 1024.0 * 1024 * 1024, end++;
-    if (*end == 'i' || *end == 'B') end++;
-    if (*end == 'B') end++;
-    TD_CHECK(end != s && *end == 0 && v > 0, "%s %s: expected a byte count such as 4096, 64K or 1M",
-             flag, s);
-    return (size_t)(v * mul);
-}
-
 /* --hier: all-reduce on a group split with hierarchical all-reduce on,
  * beside the same ranks split with it off (flat: MPI in pieces), and one raw
  * MPI call; trials alternate. Needs ranks on 2+ nodes with equal counts
@@ -225,64 +208,21 @@ static int hier_bench(size_t lo, size_t hi, int iters, int trials) {
     return 0;
 }
 
-static const char *usage =
-    "usage: trident bench comm [--min BYTES] [--max BYTES] [--iters N] [--trials N] "
-    "[--piece BYTES] [--ops allreduce,reduce_scatter,all_gather,broadcast] [--no-sweep] [--hier]  (run "
-    "under "
-    "mpirun -np 2 or more)";
-
-int td_comm_bench_main(int argc, char **argv) {
-    int own = !td_comm_initialized();
-    if (own) td_comm_init(NULL, NULL);
-    size_t lo = 4096, hi = (size_t)64 << 20, piece = 0;
-    int iters = 0, trials = 3, sweep = 1, hier = 0;
-    const char *ops = NULL; /* comma-separated op names; NULL = all */
-    int words = 1; /* leading words ("trident", "bench", "comm") are the caller's to keep */
-    for (int i = 0; i < argc; i++) {
-        const char *f = argv[i];
-        int has = i + 1 < argc;
-        if (words && f[0] != '-') continue;
-        words = 0;
-        if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
-            if (td_comm_rank(td_comm_world()) == 0) printf("%s\n", usage);
-            if (own) td_comm_finalize();
-            return 0;
-        }
-        if (!strcmp(f, "--min") && has)
-            lo = parse_bytes(f, argv[++i]);
-        else if (!strcmp(f, "--max") && has)
-            hi = parse_bytes(f, argv[++i]);
-        else if (!strcmp(f, "--piece") && has)
-            piece = parse_bytes(f, argv[++i]);
-        else if (!strcmp(f, "--iters") && has)
-            iters = atoi(argv[++i]);
-        else if (!strcmp(f, "--trials") && has)
-            trials = atoi(argv[++i]);
-        else if (!strcmp(f, "--no-sweep"))
-            sweep = 0;
-        else if (!strcmp(f, "--hier"))
-            hier = 1;
-        else if (!strcmp(f, "--ops") && has)
-            ops = argv[++i];
-        else
-            td_fail("bench comm: unknown or incomplete option '%s'; %s", f, usage);
-    }
+int td_comm_bench_run(const td_comm_bench_opts *opt) {
+    size_t lo = opt->lo, hi = opt->hi;
+    int iters = opt->iters, trials = opt->trials, sweep = opt->sweep;
+    const char *ops = opt->ops; /* comma-separated op names; NULL = all */
     TD_CHECK(lo >= 4 && lo <= hi && hi <= ((size_t)1 << 30),
              "bench comm: need 4 <= --min <= --max <= 1G");
     TD_CHECK(trials >= 1 && iters >= 0, "bench comm: --trials >= 1 and --iters >= 1");
-    if (piece) td_comm_set_piece_bytes(piece);
+    if (opt->piece) td_comm_set_piece_bytes(opt->piece);
 
     if (td_comm_size(td_comm_world()) < 2) {
         td_log("trident: error: bench comm measures traffic between ranks; run it under "
                "mpirun -np 2 (or more)\n");
-        if (own) td_comm_finalize();
         return TD_EXIT_USAGE;
     }
-    if (hier) {
-        int rc = hier_bench(lo, hi, iters, trials);
-        if (own) td_comm_finalize();
-        return rc;
-    }
+    if (opt->hier) return hier_bench(lo, hi, iters, trials);
     bench B = {td_comm_world(), td_comm_size(td_comm_world()), NULL, NULL, NULL, NULL,
                td_request_new()};
     B.a = td_alloc(hi, TD_MEM_COMM);
@@ -366,6 +306,5 @@ int td_comm_bench_main(int argc, char **argv) {
     td_comm_free_shared(B.c, B.sb, TD_MEM_COMM);
     td_free(B.a);
     td_free(B.b);
-    if (own) td_comm_finalize();
     return 0;
 }

@@ -24,9 +24,6 @@ int td_data_is_shard_set(const char *path);
 int td_data_load_shards(td_dataset *d, const char *path, int vocab, const td_data_manifest *m, const char *json,
                         td_hash_stream *all);
 
-/* DIR/data.json written atomically (a temporary file renamed into place);
- * -1 with *err an errno when it could not be (no temporary is left). */
-int td_data_manifest_write(const char *dir, const td_data_manifest *m, int *err);
 /* The XXH3-64 of the file at path (read in chunks; errors name `label`),
  * its size in *size; every byte also goes to `all` when not NULL (the
  * data's fingerprint). */

@@ -159,6 +159,12 @@ void td_dp_begin_step(td_dp *dp, int step) {
 
 void td_dp_set_training(td_dp *dp, int training) { dp->training = training; }
 
+void td_dp_begin_eval(td_dp *dp, int steps_done) {
+    if (dp->ops->begin_eval) dp->ops->begin_eval(dp, steps_done);
+}
+
+int td_dp_agreed_stops(const td_dp *dp) { return dp->ops->serve == NULL; }
+
 void td_dp_begin_micro(td_dp *dp, int micro, int n_micro) {
     /* replicated modes sum micro-batches locally and sync once */
     dp->sync_this_micro = micro == n_micro - 1;

@@ -23,6 +23,7 @@ typedef struct td_dp_ops {
     void (*destroy)(td_dp *dp);
     void (*begin_step)(td_dp *dp, int step); /* NULL: nothing to do */
     void (*begin_micro)(td_dp *dp);          /* NULL: nothing to do */
+    void (*begin_eval)(td_dp *dp, int steps_done); /* NULL: nothing to do */
     /* reduce the gradients, run the step pipeline on the owned ranges, sync
      * the parameters; a non-finite step sets dp->bad_row and dp->bad_step */
     double (*finish_step)(td_dp *dp, int step, float lr);

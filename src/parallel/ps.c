@@ -310,22 +310,33 @@ static void ps_serve(td_dp *dp, int steps) {
     td_free(waiting);
 }
 
+/* World rank 0 asks the servers; whether they had stopped on a non-finite
+ * update (and where) then reaches every worker in one sum, to which only
+ * rank 0 adds (small integers: exact in float). */
 static int ps_save_begin(td_dp *dp, int steps_done) {
     struct td_ps *ps = dp->impl;
-    if (dp->g->world_rank != 0) return 1;
-    for (int s = 0; s < ps->S; s++) send_ctrl(dp, s, KIND_SAVE, steps_done);
-    int ok = 1;
-    for (int s = 0; s < ps->S; s++) {
-        float hdr[4];
-        td_recv(dp->g->world, hdr, 4, TD_F32, server_world_rank(dp, s), TAG_HDR);
-        if (hdr[2] >= 0) {
-            ps->fail_step = dp->bad_step = (int)hdr[2];
-            ps->fail_row = dp->bad_row = (int)hdr[3];
-            ok = 0;
+    float f[3] = {0.0f, 0.0f, 0.0f}; /* failed, step, row */
+    if (dp->g->world_rank == 0) {
+        for (int s = 0; s < ps->S; s++) send_ctrl(dp, s, KIND_SAVE, steps_done);
+        for (int s = 0; s < ps->S; s++) {
+            float hdr[4];
+            td_recv(dp->g->world, hdr, 4, TD_F32, server_world_rank(dp, s), TAG_HDR);
+            if (hdr[2] >= 0) {
+                ps->fail_step = dp->bad_step = (int)hdr[2];
+                ps->fail_row = dp->bad_row = (int)hdr[3];
+                f[0] = 1.0f;
+            }
         }
+        if (f[0] > 0) f[1] = (float)dp->bad_step, f[2] = (float)dp->bad_row;
     }
-    return ok;
+    if (dp->g->axis[TD_DP].size > 1) td_allreduce(dp->g->grad_comm, f, 3, TD_F32, TD_SUM);
+    if (f[0] > 0) dp->bad_step = (int)f[1], dp->bad_row = (int)f[2];
+    return f[0] == 0.0f;
 }
+
+/* An evaluation reads the parameters after steps_done updates: pulled
+ * as a step's would be. */
+static void ps_begin_eval(td_dp *dp, int steps_done) { ps_begin_step(dp, steps_done); }
 
 /* One unit to world rank 0 (worker 0): each server sends its slice of the
  * unit straight into place in rank 0's unit buffer. */
@@ -372,6 +383,7 @@ const td_dp_ops td_dp_ps_ops = {
     .create = ps_create,
     .destroy = ps_destroy,
     .begin_step = ps_begin_step,
+    .begin_eval = ps_begin_eval,
     .finish_step = ps_finish,
     .gather_unit = ps_gather_unit,
     .full_params = ps_full_params,

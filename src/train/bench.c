@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "trident/base.h"
+#include "trident/cli.h"
 #include "trident/comm.h"
 #include "trident/flags.h"
 #include "trident/kernels.h"

@@ -51,7 +51,8 @@ static char *sample_text(const td_gpt_config *cfg, const float *params, const td
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
-    td_generate(&t, params, tok, "", 40, 1.0f, 0, 7, f);
+    td_sampling sp = {"", 40, 1.0f, 0, 7};
+    td_generate(&t, params, tok, &sp, f);
     fclose(f);
     td_param_table_free(&t);
     return buf;

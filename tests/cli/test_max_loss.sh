@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# --max-loss and the rising-loss warning (src/train/divergence.c). The
+# --max-loss and the rising-loss warning (src/run/divergence.c). The
 # oracle is the run's own --log: python finds the first step that ends 20
 # consecutive losses above X, and the run must stop exactly there (exit 3,
 # one error line, a checkpoint `ckpt check` passes and latest names), on

@@ -14,20 +14,19 @@ td_dp_config td_train_dp_config(const td_train_opts *o, td_dp_mode mode) {
     return dcfg;
 }
 
-td_mem_plan td_train_mem_plan(const td_train_opts *o, const td_dp_config *dcfg, const td_gpt_config *cfg,
-                              const td_layout *lay, int tp_rank, const unsigned char *held,
-                              const td_pp_split *split, const td_schedule *sched, int pp_rank, int Bm,
+td_mem_plan td_train_mem_plan(const td_train_opts *o, const td_gpt_config *cfg, const td_rank_shape *rs,
                               td_param_table *table) {
-    td_table_layout tlay = {td_dp_unit_align(dcfg, lay), lay->tp, lay->is_server ? 0 : tp_rank, held,
-                            td_train_precision(o)};
+    const td_layout *lay = rs->lay;
+    td_table_layout tlay = {td_dp_unit_align(rs->dcfg, lay), lay->tp, lay->is_server ? 0 : rs->tp_rank,
+                            rs->held, td_train_precision(o)};
     td_param_table_build_layout(table, cfg, &tlay);
-    td_mem_plan plan = td_dp_memory_plan(dcfg, lay, table);
+    td_mem_plan plan = td_dp_memory_plan(rs->dcfg, lay, table);
     if (!lay->is_server) {
-        plan.bytes[TD_MEM_ACTS] += split ? td_pp_activation_bytes(table, Bm, o->seq_parallel, split, sched, pp_rank,
-                                                                  td_train_recompute(o))
-                                         : td_gpt_activation_bytes_rc(table, Bm, o->seq_parallel,
-                                                                      td_train_recompute(o));
-        plan.bytes[TD_MEM_COMM] += td_tp_comm_plan_bytes(table, Bm, o->seq_parallel);
+        td_recompute rc = td_train_recompute(o);
+        plan.bytes[TD_MEM_ACTS] += rs->split ? td_pp_activation_bytes(table, rs->Bm, o->seq_parallel, rs->split,
+                                                                      rs->sched, rs->pp_rank, rc)
+                                             : td_gpt_activation_bytes_rc(table, rs->Bm, o->seq_parallel, rc);
+        plan.bytes[TD_MEM_COMM] += td_tp_comm_plan_bytes(table, rs->Bm, o->seq_parallel);
         plan.bytes[TD_MEM_PARAMS] += td_gpt_compute_param_bytes(table); /* reduced-precision copies */
     }
     return plan;

@@ -23,12 +23,12 @@
 
 #include "trident/base.h"
 #include "trident/bpe.h"
+#include "trident/cli.h"
 #include "trident/data.h"
 #include "trident/files.h"
 #include "trident/flags.h"
 #include "trident/formats_data.h"
 #include "trident/formats_hash.h"
-#include "data_internal.h"
 
 /* Text is encoded in segments of about this size, so progress shows and
  * the int scratch stays small; every segment is split over the threads. */

@@ -27,7 +27,7 @@ void td_run_save(const td_run *r, int steps_done, int measure);
 void td_run_resume_check(const td_train_opts *o, const td_gpt_config *cfg, const td_tokenizer *tok);
 /* --resume: this rank's state from the checkpoint, the loss scaler's too;
  * returns the step to continue at (0 without --resume). */
-int td_run_resume(const td_run *r);
+int td_run_resume(td_run *r);
 /* What td_stop_agreed returns (bits). */
 enum { TD_STOP_SIGNAL = 1, TD_STOP_IO = 2 };
 /* At an agreed point (start-up, a step boundary): whether any training

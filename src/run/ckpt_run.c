@@ -65,18 +65,19 @@ void td_run_resume_check(const td_train_opts *o, const td_gpt_config *cfg, const
              o->stop_after, step);
 }
 
-int td_run_resume(const td_run *r) {
+int td_run_resume(td_run *r) {
     const td_train_opts *o = r->o;
     td_dp *dp = r->dp;
-    const td_grid *g = r->g;
-    const td_param_table *t = r->table;
-    const td_gpt_config *cfg = r->cfg;
-    const td_tokenizer *tok = &r->data->tok;
-    td_loss_scaler *scaler = r->scaler;
+    const td_grid *g = &r->g;
+    const td_param_table *t = &r->table;
+    const td_gpt_config *cfg = &r->cfg;
+    const td_tokenizer *tok = &r->data.tok;
+    td_loss_scaler *scaler = &r->scaler;
     if (!o->resume) return 0;
     td_ckpt_meta meta;
     td_run_ckpt_meta(o, g, scaler, 0, &meta);
-    td_ckpt_resume(dp, g, t, cfg, tok, strcmp(o->resume, "latest") == 0 ? o->out : o->resume, &meta);
+    td_ckpt_state st = {dp, g, t, cfg, tok};
+    td_ckpt_resume(&st, strcmp(o->resume, "latest") == 0 ? o->out : o->resume, &meta);
     TD_ASSERT(meta.step < o->steps); /* td_run_resume_check, in td_preflight */
     *scaler = meta.scaler;
     g_run_id = meta.run; /* a resumed run goes on as the same run */
@@ -85,12 +86,14 @@ int td_run_resume(const td_run *r) {
 
 /* Parameter servers hold the state in their own loop: world rank 0 gathers
  * one unit at a time (no rank holds the state twice) and writes one shard. */
-static size_t save_gathered(td_dp *dp, const td_grid *g, const td_param_table *t, const td_param_table *canon,
-                            const td_gpt_config *cfg, const td_tokenizer *tok, const td_ckpt_meta *meta,
-                            const char *out, char *path, size_t cap) {
+static size_t save_gathered(const td_run *r, const td_ckpt_meta *meta, char *path, size_t cap) {
+    td_dp *dp = r->dp;
+    const td_grid *g = &r->g;
+    const td_param_table *t = &r->table, *canon = &r->canon;
+    const char *out = r->o->out;
     size_t scratch_n = td_pp_gather_scratch_floats(t, canon);
     float *scratch = td_alloc(scratch_n * sizeof(float), TD_MEM_OTHER);
-    td_ckpt_writer *w = g->world_rank == 0 ? td_ckpt_writer_open(out, cfg, tok, meta->step, 1) : NULL;
+    td_ckpt_writer *w = g->world_rank == 0 ? td_ckpt_writer_open(out, &r->cfg, &r->data.tok, meta->step, 1) : NULL;
     if (w) td_ckpt_writer_meta(w, meta);
     for (int s = 0; s < 3; s++)
         for (int u = 0; u < t->n_units; u++) {
@@ -105,13 +108,13 @@ static size_t save_gathered(td_dp *dp, const td_grid *g, const td_param_table *t
 
 void td_run_save(const td_run *r, int steps_done, int measure) {
     td_dp *dp = r->dp;
-    const td_grid *g = r->g;
-    const td_param_table *t = r->table, *canon = r->canon;
-    const td_gpt_config *cfg = r->cfg;
-    const td_tokenizer *tok = &r->data->tok;
+    const td_grid *g = &r->g;
+    const td_param_table *t = &r->table;
+    const td_gpt_config *cfg = &r->cfg;
+    const td_tokenizer *tok = &r->data.tok;
     const td_train_opts *o = r->o;
-    const td_loss_scaler *sc = r->scaler;
-    const td_mem_plan *plan = r->plan;
+    const td_loss_scaler *sc = &r->scaler;
+    const td_mem_plan *plan = &r->plan;
     td_train_result *res = r->res;
     size_t plan_total = 0, start = td_mem_total_current(), extra = 0;
     for (int c = 0; c < TD_MEM_NCAT; c++) plan_total += plan->bytes[c];
@@ -123,10 +126,11 @@ void td_run_save(const td_run *r, int steps_done, int measure) {
     td_ckpt_checksum_ms(&h0, NULL);
     double t0 = td_now_ms();
     int sharded = td_train_dp_mode(o) != TD_DP_PS;
+    td_ckpt_state state = {dp, g, t, cfg, tok};
     if (sharded)
-        extra = td_ckpt_save_sharded(dp, g, t, cfg, tok, o->out, &meta, path, sizeof path);
+        extra = td_ckpt_save_sharded(&state, o->out, &meta, path, sizeof path);
     else
-        extra = save_gathered(dp, g, t, canon, cfg, tok, &meta, o->out, path, sizeof path);
+        extra = save_gathered(r, &meta, path, sizeof path);
     double secs = (td_now_ms() - t0) / 1000.0, t1 = td_now_ms();
     td_ckpt_checksum_ms(&h1, NULL);
     double hash_s = (h1 - h0) / 1000.0; /* this rank's (rank 0's, printed) */

@@ -40,10 +40,11 @@ void td_report_memory(td_report *r, const td_mem_plan *plan, int measured);
  * carries them as elapsed_s and eta_s. */
 void td_report_step(td_report *r, int step, float loss, float lr, double norm, double ms);
 /* A step skipped on a non-finite gradient (dynamic loss scaling): `where`
- * names the first non-finite gradient; row, rank and micro-batch as
- * td_train_result says; the scale before and after; skipped steps so far. */
-void td_report_skip(td_report *r, int step, const char *where, int row, int rank, int micro,
-                    float scale_before, float scale_after, int skipped);
+ * names the first non-finite gradient; its row, rank and micro-batch and
+ * the steps skipped so far are res's (skip_*, skipped_steps); the scale
+ * before and after. */
+void td_report_skip(td_report *r, int step, const char *where, const td_train_result *res,
+                    float scale_before, float scale_after);
 void td_report_eval(td_report *r, int step, double val_loss);
 void td_report_summary(td_report *r, const td_train_result *res);
 void td_report_sample(td_report *r, const td_param_table *canon, const float *params,
@@ -63,10 +64,19 @@ void td_report_precision(td_report *r, const td_mem_plan *plan);
  * GEMM shape (reduced precision only; fp32 GEMMs are OpenBLAS sgemm). */
 void td_report_gemm_impl(td_report *r);
 
+/* How td_generate samples: `tokens` tokens after `prompt` (UTF-8, may be
+ * empty), from the softmax at `temperature` over the top_k most likely
+ * (0: all), with the sampler's seed. */
+typedef struct {
+    const char *prompt;
+    int tokens;
+    float temperature;
+    int top_k;
+    unsigned long long seed;
+} td_sampling;
 /* Text generation from canonical-layout params (sample.c). Writes the decoded
  * text to out, token by token. */
 void td_generate(const td_param_table *canon, const float *params, const td_tokenizer *tok,
-                 const char *prompt, int n_tokens, float temperature, int top_k,
-                 unsigned long long seed, FILE *out);
+                 const td_sampling *sp, FILE *out);
 
 #endif

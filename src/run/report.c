@@ -258,8 +258,9 @@ void td_report_precision(td_report *r, const td_mem_plan *plan) {
     }
 }
 
-void td_report_skip(td_report *r, int step, const char *where, int row, int rank, int micro,
-                    float scale_before, float scale_after, int skipped) {
+void td_report_skip(td_report *r, int step, const char *where, const td_train_result *res,
+                    float scale_before, float scale_after) {
+    int row = res->skip_row, rank = res->skip_rank, micro = res->skip_micro, skipped = res->skipped_steps;
     /* always printed: a skip is rare and every one matters */
     td_log("step %5d/%d skipped | %s | loss scale %g -> %g | %d skipped so far\n", step, r->o->steps,
            where, (double)scale_before, (double)scale_after, skipped);
@@ -371,7 +372,8 @@ void td_report_summary(td_report *r, const td_train_result *res) {
 void td_report_sample(td_report *r, const td_param_table *canon, const float *params,
                       const td_tokenizer *tok, const td_train_opts *o) {
     printf("sample (%d tokens, temperature 1.0, top-k 0):\n", o->sample_tokens);
-    td_generate(canon, params, tok, o->sample_prompt, o->sample_tokens, 1.0f, 0, o->seed, stdout);
+    td_sampling sp = {o->sample_prompt, o->sample_tokens, 1.0f, 0, o->seed};
+    td_generate(canon, params, tok, &sp, stdout);
     printf("\n");
     fflush(stdout);
 }

@@ -1,0 +1,40 @@
+/* `trident sample`: text from a checkpoint (the generation is
+ * src/run/sample.c's, which a training run's end also calls). */
+#include <stdio.h>
+
+#include "../run/report.h"
+#include "trident/base.h"
+#include "trident/ckpt.h"
+#include "trident/cli.h"
+#include "trident/flags.h"
+#include "trident/kernels.h"
+
+int td_sample_main(int argc, char **argv) {
+    const char *ckpt = NULL, *prompt = "";
+    int tokens = 200, top_k = 0, threads = 1;
+    float temperature = 1.0f;
+    unsigned long long seed = 1337;
+    const td_flag flags[] = {
+        {"--ckpt", TD_FLAG_STR, &ckpt, "DIR written by train --out (follows DIR/latest) or one of its step directories", NULL},
+        {"--tokens", TD_FLAG_INT, &tokens, "tokens to generate (200)", "[0, 10000000]"},
+        {"--temperature", TD_FLAG_FLOAT, &temperature, "softmax temperature (1.0)", "(0, inf)"},
+        {"--top-k", TD_FLAG_INT, &top_k, "sample from the k most likely tokens, 0 = all (0)", "[0, 2147483647]"},
+        {"--prompt", TD_FLAG_STR, &prompt, "text to continue (default: a newline)", NULL},
+        {"--seed", TD_FLAG_U64, &seed, "sampling seed (1337)", NULL},
+        {"--threads", TD_FLAG_INT, &threads, "compute threads (1)", "[1, 4096]"},
+    };
+    td_flags_parse("sample", flags, (int)(sizeof flags / sizeof flags[0]), argc, argv);
+    TD_CHECK(ckpt, "sample: --ckpt DIR is required (a directory written by 'trident train --out DIR')");
+    /* each number was checked against its range as it was parsed */
+    td_kernels_set_threads(threads);
+    td_checkpoint ck;
+    td_ckpt_load(&ck, ckpt);
+    td_param_table canon;
+    td_param_table_build(&canon, &ck.cfg, 1);
+    td_sampling sp = {prompt, tokens, temperature, top_k, seed};
+    td_generate(&canon, ck.params, &ck.tok, &sp, stdout);
+    printf("\n");
+    td_param_table_free(&canon);
+    td_ckpt_free(&ck);
+    return 0;
+}

@@ -1,0 +1,33 @@
+/* The per-rank memory plan of a training run (docs/design.md principle 2): the
+ * one pure function the trainer allocates from and `train --auto` predicts
+ * with, for a live grid or for a layout it only considers. */
+#ifndef TRIDENT_TRAIN_MEM_PLAN_H
+#define TRIDENT_TRAIN_MEM_PLAN_H
+
+#include "trident/train.h"
+
+/* The data-parallel configuration the flags give; bad payload flags are a
+ * user error here, before anything is allocated. */
+td_dp_config td_train_dp_config(const td_train_opts *o, td_dp_mode mode);
+/* Where a rank sits in a layout and what it runs: the inputs of its plan
+ * besides the flags and the model (a live grid's rank, or a layout the
+ * planner only considers). Borrowed. */
+typedef struct {
+    const td_dp_config *dcfg;
+    const td_layout *lay;
+    int tp_rank, pp_rank;
+    const unsigned char *held;  /* the units a pipeline stage holds (td_pp_held_units), NULL without a pipeline */
+    const td_pp_split *split;   /* NULL without a pipeline */
+    const td_schedule *sched;   /* the pipeline's, else unused */
+    int Bm;                     /* sequences per micro-batch */
+} td_rank_shape;
+
+/* Builds this rank's parameter table into *table (freed by the caller) and
+ * returns the bytes per category it will hold: model states by the dp
+ * mode's plan, activations (the pipeline's in-flight micro-batches when
+ * split is given, else one micro-batch of Bm sequences), tensor-parallel
+ * buffers and reduced-precision copies. */
+td_mem_plan td_train_mem_plan(const td_train_opts *o, const td_gpt_config *cfg, const td_rank_shape *rs,
+                              td_param_table *table);
+
+#endif

@@ -1,0 +1,344 @@
+/* A run's start and end (run.h): what it builds before its first step and
+ * what it reports, saves and frees after its last. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ckpt_run.h"
+#include "layout_pass.h"
+#include "preflight.h"
+#include "run.h"
+#include "trace_file.h"
+#include "trident/base.h"
+#include "trident/comm.h"
+#include "trident/compat.h"
+#include "trident/fault.h"
+#include "trident/kernels.h"
+#include "trident/out_lock.h"
+#include "trident/stop.h"
+
+/* Default threads: the cores of this node shared by the ranks on it. */
+static int default_threads(void) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int t = (int)(cores / td_local_ranks()); /* counted at td_comm_init */
+    return t > 0 ? t : 1;
+}
+
+/* Per-replica batch split; a global batch that does not divide is a clear
+ * error listing sizes that would work. */
+static void split_batch(const td_train_opts *o, int D, int *Bl, int *Bm) {
+    long long unit = (long long)D * o->grad_accum; /* in int, dp x K could wrap */
+    TD_CHECK(o->batch % unit == 0,
+             "--batch %d does not split over %d data-parallel replicas x %d micro-batches; "
+             "use a multiple of %lld (e.g. %lld or %lld)",
+             o->batch, D, o->grad_accum, unit, unit * (o->batch / unit > 0 ? o->batch / unit : 1),
+             unit * (o->batch / unit + 1));
+    *Bl = o->batch / D;
+    *Bm = *Bl / o->grad_accum;
+}
+
+/* --loss-scale: the scaler (the layouts it does not combine with are rows
+ * of the rules table, checked before). */
+static void loss_scale_setup(const td_train_opts *o, td_loss_scaler *s) {
+    td_loss_scale_mode m = o->ch.loss_scale;
+    float init = o->ch.loss_scale_static;
+    if (m == TD_LOSS_SCALE_DYNAMIC) init = o->loss_scale_init > 0 ? o->loss_scale_init : TD_LOSS_SCALE_INIT;
+    int window = o->loss_scale_window > 0 ? o->loss_scale_window : td_loss_scale_window_env();
+    td_loss_scaler_init(s, m, init, window);
+}
+
+/* The rules table's rows of the run's start (ps against its servers, tp,
+ * pp, loss scaling and checkpoints; loss scaling against top-k's error
+ * feedback), then the grid and the process-wide settings. */
+static void open_grid(td_run *r, td_dp_mode mode) {
+    const td_train_opts *o = r->o;
+    td_compat_cfg cc;
+    td_train_compat_cfg(o, &cc);
+    td_compat_check(&cc, TD_COMPAT_AT_RUN);
+    loss_scale_setup(o, &r->scaler);
+    if (o->pp > 1) td_pipeline_check(o); /* a schedule or split that cannot work, before any communication */
+    td_log_set_verbose(o->verbose);
+    td_grid_spec gs = {.size = {[TD_TP] = o->tp, [TD_CP] = 1, [TD_DP] = o->dp, [TD_PP] = o->pp},
+                       .order = o->grid_order,
+                       .n_servers = mode == TD_DP_PS ? o->ps_servers : 0};
+    td_grid_create(&r->g, &gs);
+    td_comm_set_timeout(o->comm_timeout);
+    td_comm_set_heartbeat_timeout(o->heartbeat_timeout);
+    if (o->piece_mb > 0) td_comm_set_piece_bytes((size_t)(o->piece_mb * 1048576.0));
+    td_kernels_set_threads(o->threads > 0 ? o->threads : default_threads());
+}
+
+/* The model's shape, the pipeline's schedule and split, this rank's table
+ * and memory plan, and the preflight: every check that needs no model,
+ * before the model is allocated. */
+static void open_plan(td_run *r, td_dp_mode mode, td_dp_config *dcfg) {
+    const td_train_opts *o = r->o;
+    td_grid *g = &r->g;
+    r->cfg = (td_gpt_config){o->layers, o->heads, o->embd, o->seq, r->data.tok.V, 0};
+    td_gpt_config_finish(&r->cfg);
+    td_gpt_check_tp(&r->cfg, g->axis[TD_TP].size, o->seq_parallel);
+    split_batch(o, g->axis[TD_DP].size, &r->ec.Bl, &r->ec.Bm);
+    int Bm = r->ec.Bm;
+    r->piped = g->axis[TD_PP].size > 1;
+    if (r->piped) {
+        td_pipeline_setup(o, g, &r->cfg, Bm, &r->sched, &r->split);
+        td_pp_held_units(&r->split, r->cfg.L, g->axis[TD_PP].rank, r->held);
+    }
+    *dcfg = td_train_dp_config(o, mode);
+    td_layout lay = td_layout_of_grid(g);
+    td_rank_shape rs = {dcfg,           &lay, g->axis[TD_TP].rank, g->axis[TD_PP].rank,
+                        r->piped ? r->held : NULL, r->piped ? &r->split : NULL, &r->sched, Bm};
+    r->plan = td_train_mem_plan(o, &r->cfg, &rs, &r->table);
+    td_param_table_build(&r->canon, &r->cfg, 1);
+    r->rep.baseline = td_preflight(o, g, &r->cfg, &r->data, &r->plan, Bm);
+    td_run_id_start(g);
+}
+
+/* The model (training ranks), the strategy and the pipeline. */
+static void open_model(td_run *r, const td_dp_config *dcfg) {
+    const td_train_opts *o = r->o;
+    td_grid *g = &r->g;
+    td_tp_comm_init(&r->tpc, g);
+    if (!g->is_server) {
+        if (r->piped)
+            td_gpt_create_stage_rc(&r->model, &r->table, r->ec.Bm, o->seq_parallel, td_train_recompute(o));
+        else
+            td_gpt_create_rc(&r->model, &r->table, r->ec.Bm, o->seq_parallel, td_train_recompute(o));
+        r->model.comm = td_tp_comm_ops(&r->tpc);
+        td_gpt_gemm_stats_enable(o->gemm_stats);
+    }
+    r->dp = td_dp_create(dcfg, g, &r->table, g->is_server ? NULL : &r->model);
+    r->pp = r->piped ? td_pp_create(g, &r->model, r->dp, &r->sched, &r->split) : NULL;
+    r->agreed_stops = td_dp_agreed_stops(r->dp);
+}
+
+int td_run_open(td_run *r, const td_train_opts *o, td_train_result *res) {
+    /* the choice strings are read as parsed: one set by hand needs
+     * td_train_opts_choices again */
+    TD_ASSERT(td_train_choices_current(o));
+    memset(r, 0, sizeof *r);
+    r->o = o, r->res = res;
+    memset(res, 0, sizeof *res);
+    td_mem_reset_peaks(); /* the peaks reported are this run's (tests run several in one process) */
+    res->final_val_loss = NAN;
+    res->stop_step = -1;
+    res->skip_row = res->skip_rank = res->skip_micro = -1;
+    const td_fault *fault = td_fault_get(); /* a bad TRIDENT_FAULT fails before any work */
+    td_dp_mode mode = td_train_dp_mode(o);
+    if (mode == TD_DP_PS) td_stop_signals_restore(); /* its servers never reach an agreed stop */
+    open_grid(r, mode);
+    td_data_load(&r->data, o->data, o->tokenizer, o->vocab, o->seq);
+    td_run_set_data(o->data, &r->data.fp);
+    td_fault_slow_load();
+    /* start-up's first agreed stop point: nothing is written yet */
+    if (mode != TD_DP_PS && td_stop_agreed(&r->g, 0)) {
+        res->stopped_startup = 1;
+        td_data_free(&r->data);
+        td_grid_destroy(&r->g);
+        return 0;
+    }
+    td_dp_config dcfg;
+    open_plan(r, mode, &dcfg);
+    open_model(r, &dcfg);
+    td_fault_slow_load();
+    TD_CHECK(fault->kind == TD_FAULT_NONE || fault->kind == TD_FAULT_SAVE_FAIL ||
+                 fault->kind == TD_FAULT_SKIP_EMBED_SUM || fault->kind == TD_FAULT_SLOW_LOAD ||
+                 fault->rank < td_grid_workers(&r->g),
+             "TRIDENT_FAULT: rank %d is not a training rank (0..%d)", fault->rank,
+             td_grid_workers(&r->g) - 1);
+
+    td_preflight_result pf = r->rep.baseline;
+    td_report_open(&r->rep, o, &r->g, &r->cfg, &r->table, &r->data, td_kernels_threads(), r->ec.Bm);
+    r->rep.baseline = pf;
+    td_report_precision(&r->rep, &r->plan);
+    td_report_memory(&r->rep, &r->plan, 0);
+    if (o->trace) { /* the epochs of all lanes at one barrier */
+        td_barrier(r->g.world);
+        td_trace_file_start(&r->g);
+    }
+    res->losses = td_alloc(sizeof(float) * o->steps, TD_MEM_OTHER);
+    res->grad_norms = td_alloc(sizeof(float) * o->steps, TD_MEM_OTHER);
+    return 1;
+}
+
+int td_run_start(td_run *r) {
+    const td_train_opts *o = r->o;
+    td_train_result *res = r->res;
+    int N = r->ec.Bm * o->seq;
+    r->ec = (td_engine_ctx){o, &r->g, &r->data, &r->model, r->dp, r->pp, r->ec.Bl, r->ec.Bm, o->grad_accum,
+                            td_alloc(sizeof(int) * N, TD_MEM_OTHER), td_alloc(sizeof(int) * N, TD_MEM_OTHER)};
+    r->engine = td_engine_for(&r->ec); /* chosen once: no layout branch in the loop */
+    r->loss_group = r->engine->loss_group(&r->ec);
+    td_grad_watch_init(&r->watch, &r->model, td_loss_scaler_skips(&r->scaler));
+    r->first = td_run_resume(r);
+    res->steps_done = r->first;
+    /* start-up's last agreed stop point (a --log write may have failed
+     * already): nothing trained, nothing saved */
+    int agreed = r->agreed_stops ? td_stop_agreed(&r->g, td_report_log_error(&r->rep)) : 0;
+    if (agreed) {
+        res->stopped_startup = 2, res->io_failed = (agreed & TD_STOP_IO) != 0;
+        return 0;
+    }
+    /* --overwrite: every check passed; the old checkpoints go before the first save */
+    if (o->overwrite && r->g.world_rank == 0) {
+        int n = td_out_clear(o->out);
+        if (n > 0) td_log("--overwrite: removed %d step director%s and latest from %s\n", n, n == 1 ? "y" : "ies", o->out);
+    }
+    td_divergence_init(&r->div, o->max_loss, o->optim.warmup);
+    /* --stop-after at the resumed step: the checkpoint saved again in this
+     * layout, no step trained (a checkpoint converted) */
+    if (o->resume && r->agreed_stops && o->stop_after > 0 && o->stop_after == r->first) {
+        td_run_save(r, r->first, 0);
+        res->stopped_after = r->first;
+        return 0;
+    }
+    if (o->layout_pass) { /* trident eval: the loaded checkpoint's forward passes, no training */
+        td_layout_pass lp = {&r->g, &r->data, &r->model, r->dp, r->pp, r->ec.Bl, r->ec.Bm, r->ec.K, o->seq};
+        o->layout_pass(o->layout_pass_ctx, &lp);
+        return 0;
+    }
+    return 1;
+}
+
+/* Timing, traffic and strategy statistics of the steps this process ran
+ * (a resumed or stopped run: fewer), less the leading ones left out. */
+static void finish_training(td_run *r) {
+    const td_train_opts *o = r->o;
+    td_train_result *res = r->res;
+    int ran = res->steps_done - r->first;
+    int n_timed = ran > o->timing_skip ? ran - o->timing_skip : ran;
+    res->step_ms = n_timed > 0 ? r->timed_ms / n_timed : 0.0;
+    res->tokens_per_s = (double)o->batch * o->seq / (res->step_ms * 1e-3);
+    res->mfu = r->rep.flops_per_step / (res->step_ms * 1e-3) / r->rep.peak_flops;
+    if (o->gemm_stats) {
+        td_gpt_gemm_stats(&res->gemm_flops, &res->gemm_ms, 0);
+        int n = n_timed > 0 ? n_timed : 1;
+        res->gemm_flops /= n, res->gemm_ms /= n;
+    }
+    td_dp_staleness(r->dp, &res->max_staleness, &res->mean_staleness);
+    td_dp_overlap_stats(r->dp, &res->exposed_comm_ms, &res->comm_ms);
+    if (res->steps_done > 0) {
+        res->grad_sent_bytes = r->grad_sent / res->steps_done;
+        res->grad_dense_bytes = r->grad_dense / res->steps_done;
+    }
+    td_free(r->ec.in);
+    td_free(r->ec.tg);
+    td_grad_watch_free(&r->watch);
+}
+
+/* The tensor-parallel traffic formula of this rank's blocks (the
+ * pipeline's stage, else all), and the pipeline's statistics. */
+static void traffic_formula(td_run *r) {
+    const td_train_opts *o = r->o;
+    td_train_result *res = r->res;
+    const td_grid *g = &r->g;
+    int tp = g->axis[TD_TP].size, nb = r->cfg.L;
+    if (r->piped) {
+        nb = 0;
+        for (int l = 0; l < r->cfg.L; l++) nb += r->held[l + 1];
+        td_tp_formula_stage(&res->tp_formula, &r->cfg, r->ec.Bm, o->grad_accum, tp, o->seq_parallel, nb,
+                            g->axis[TD_PP].rank == 0, g->axis[TD_PP].rank == g->axis[TD_PP].size - 1);
+    } else {
+        td_tp_formula(&res->tp_formula, &r->cfg, r->ec.Bm, o->grad_accum, tp, o->seq_parallel);
+    }
+    if (td_train_recompute(o) == TD_RECOMPUTE_BLOCK)
+        td_tp_formula_add_recompute(&res->tp_formula, &r->cfg, r->ec.Bm, o->grad_accum, tp, o->seq_parallel, nb);
+    if (r->piped) {
+        td_pp_stats_get(r->pp, &res->pp_stats);
+        if (res->stop_step < 0 && !res->stopped_startup) td_pipeline_report(g, &r->sched, &res->pp_stats, res);
+    }
+}
+
+/* The sample: the model's own parameters where rank 0 holds them all;
+ * under ZeRO-3 the parameters alone are gathered, unit by unit, into one
+ * copy (a third of the state), after the save. */
+static void sample(td_run *r) {
+    const td_grid *g = &r->g;
+    int root = g->world_rank == 0, tp_or_pp = g->axis[TD_TP].size > 1 || r->piped;
+    const float *P = NULL;
+    float *gathered = NULL;
+    const td_param_table *in = &r->table;
+    if (tp_or_pp || !td_dp_full_params(r->dp, &P)) {
+        /* with tp or pp the pieces are put together in the canonical layout */
+        float *scratch = td_alloc(td_pp_gather_scratch_floats(&r->table, &r->canon) * sizeof(float), TD_MEM_OTHER);
+        if (tp_or_pp) in = &r->canon;
+        if (root) gathered = td_alloc(in->numel * sizeof(float), TD_MEM_OTHER);
+        for (int u = 0; u < r->table.n_units; u++) {
+            const float *b = td_pp_gather_unit(r->dp, g, &r->table, &r->canon, 0, u, scratch, &in);
+            if (b) memcpy(gathered + in->unit_offset[u], b, td_unit_numel(in, u) * sizeof(float));
+        }
+        td_free(scratch);
+        P = gathered;
+    }
+    if (root) td_report_sample(&r->rep, in, P, &r->data.tok, r->o);
+    td_free(gathered);
+}
+
+/* Tests: the whole state in the canonical layout on rank 0. */
+static void keep_state(td_run *r) {
+    td_train_result *res = r->res;
+    size_t n = r->canon.numel;
+    float *P = NULL, *M = NULL, *V = NULL;
+    if (r->g.world_rank == 0) {
+        P = td_alloc(sizeof(float) * n, TD_MEM_OTHER);
+        M = td_alloc(sizeof(float) * n, TD_MEM_OTHER);
+        V = td_alloc(sizeof(float) * n, TD_MEM_OTHER);
+    }
+    td_dp_gather_state(r->dp, &r->canon, P, M, V);
+    res->final_params = P, res->final_m = M, res->final_v = V;
+    res->numel = n;
+}
+
+/* The trace file and the log's last writes; a failure of either (rank 0's
+ * files) reaches every rank: all exit TD_EXIT_IO, the checkpoint, if any,
+ * is saved by now. */
+static void close_files(td_run *r) {
+    const td_train_opts *o = r->o;
+    td_train_result *res = r->res;
+    char trace_why[sizeof res->io_msg] = "";
+    int trace_err = o->trace ? td_trace_file_write(o->trace, &r->g, trace_why, sizeof trace_why) : 0; /* a stopped run's too */
+    td_report_close(&r->rep);
+    int log_err = td_report_log_error(&r->rep);
+    float io_bad = trace_err || log_err || res->io_failed ? 1.0f : 0.0f;
+    if (r->g.world_size > 1) td_allreduce(r->g.world, &io_bad, 1, TD_F32, TD_MAX);
+    res->io_failed = io_bad > 0.0f;
+    if (log_err)
+        snprintf(res->io_msg, sizeof res->io_msg, "--log %s: writing it failed: %s", o->log, strerror(log_err));
+    else if (trace_err)
+        snprintf(res->io_msg, sizeof res->io_msg, "%s", trace_why);
+}
+
+void td_run_close(td_run *r, int keep) {
+    const td_train_opts *o = r->o;
+    td_train_result *res = r->res;
+    if (!r->g.is_server) finish_training(r);
+    res->loss_scale = r->scaler.scale;
+    /* every rank, servers included, learns whether the run stopped; the
+     * training ranks already agree, servers learn it here */
+    float st = (float)res->stop_step;
+    td_allreduce(r->g.world, &st, 1, TD_F32, TD_MAX);
+    if (res->stop_step < 0) res->stop_step = (int)st;
+    res->numel_layout = r->table.numel;
+    if (!r->g.is_server) traffic_formula(r);
+    for (int c = 0; c < TD_MEM_NCAT; c++) res->mem_planned[c] = r->plan.bytes[c], res->mem_peak[c] = td_mem_peak(c);
+    /* a stop during start-up trained nothing: no summary, save or sample */
+    int stopped = res->stop_step >= 0, early = res->stopped_after > 0 || res->stopped_startup > 0;
+    int trained = !stopped && !res->stopped_startup;
+    /* servers run their own loop, so then the measured report waits for the end */
+    if (!r->agreed_stops && !stopped) td_report_memory(&r->rep, &r->plan, 1);
+    if (trained && !o->layout_pass) td_report_summary(&r->rep, res);
+    if (!stopped && !early && o->out) td_run_save(r, o->steps, 1);
+    if (trained && o->sample_tokens > 0) sample(r);
+    if (keep && trained) keep_state(r);
+    close_files(r);
+    td_out_lock_release(); /* the run is over: another job may write --out now */
+    td_pp_destroy(r->pp);
+    td_dp_destroy(r->dp);
+    if (!r->g.is_server) td_gpt_destroy(&r->model);
+    td_param_table_free(&r->table);
+    td_param_table_free(&r->canon);
+    td_data_free(&r->data);
+    if (r->piped) td_schedule_free(&r->sched);
+    td_grid_destroy(&r->g);
+}
