@@ -255,7 +255,9 @@ typedef struct {
     td_act *ln1; float *ln1_mean, *ln1_rstd; /* [N,C], [Ns], [Ns] */
     td_act *qkv;                      /* [N,3Ca] */
     td_act *atty;                     /* [N,Ca] */
-    td_act *att;                      /* [B,Ha,T,T] softmax probabilities */
+    float *lse;                       /* [B,Ha,T] attention's per-row log-sum-exp
+                                         (fp32; the blocked kernel's only saved
+                                         softmax state) */
     td_act *attproj, *res2;           /* [Ns,C] */
     td_act *ln2; float *ln2_mean, *ln2_rstd; /* [N,C], [Ns], [Ns] */
     td_act *fch, *fch_gelu;           /* [N,F] */
@@ -282,8 +284,6 @@ typedef struct {
     float *dln;                /* [N,C] a column-parallel input gradient (partial), fp32 */
     td_act *datty;             /* [N,Ca] */
     td_act *dqkv;              /* [N,3Ca] */
-    float *datt;               /* [B,Ha,T,T] (fp32 only: the reduced-precision
-                                  attention backward keeps its own per row) */
     td_act *dfch, *dfchg;      /* [N,F] */
     float *dlosses;            /* [N] */
     float *full;               /* [N,C] fp32: a row-parallel output before its reduction

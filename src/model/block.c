@@ -82,7 +82,7 @@ void td_block_forward(td_gpt *m, int l, const td_act *x, td_block_acts *a) {
 #define W(k) td_m_w(m, u, k)
     td_m_norm_forward(m, a->ln1, a->ln1_mean, a->ln1_rstd, x, W(TD_T_LN1W), W(TD_T_LN1B));
     td_m_matmul_forward(m, a->qkv, 0, a->ln1, u, TD_T_QKVW, W(TD_T_QKVB), N, C, 3 * d->Ca);
-    td_m_attention_forward(m, a->atty, a->att, a->qkv);
+    td_m_attention_forward(m, a->atty, a->lse, a->qkv);
     row_parallel_forward(m, a->attproj, a->atty, u, TD_T_ATTPROJW, W(TD_T_ATTPROJB), d->Ca);
     td_m_residual_forward(m, a->res2, x, a->attproj, ns);
     td_m_norm_forward(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, W(TD_T_LN2W), W(TD_T_LN2B));
@@ -141,7 +141,7 @@ static const td_act *attn_backward_input(td_gpt *m, int u, const td_block_acts *
     const td_act *dattproj =
         row_parallel_backward_input(m, s->datty, dres, u, TD_T_ATTPROJW, d->Ca, keep);
     memset(dqkv, 0, d->es * (size_t)d->N * 3 * d->Ca);
-    td_m_attention_backward(m, dqkv, s->datty, a->qkv, a->att);
+    td_m_attention_backward(m, dqkv, s->datty, a->atty, a->lse, a->qkv);
     memset(s->dln, 0, sizeof(float) * (size_t)d->N * d->C);
     td_m_matmul_backward(m, s->dln, 1, NULL, NULL, dqkv, NULL, u, TD_T_QKVW, d->N, d->C, 3 * d->Ca);
     return dattproj;

@@ -38,10 +38,10 @@ static size_t F(size_t n) { return n * sizeof(float); }
 
 /* Per-block activation bytes (td_block_acts), in carve_block's order. */
 static size_t block_bytes(const td_gpt_dims *d) {
-    size_t N = d->N, Ns = d->Ns, C = d->C, att = (size_t)d->B * d->Ha * d->T * d->T;
+    size_t N = d->N, Ns = d->Ns, C = d->C, rows = (size_t)d->B * d->Ha * d->T;
     return 2 * (A(d, N * C) + F(2 * Ns))              /* ln1, ln2 and their statistics */
            + A(d, N * 3 * d->Ca) + A(d, N * d->Ca)    /* qkv, atty */
-           + A(d, att)                                /* att */
+           + F(rows)                                  /* lse */
            + 4 * A(d, Ns * C)                         /* attproj, res2, fcproj, res3 */
            + 2 * A(d, N * d->F);                      /* fch, fch_gelu */
 }
@@ -69,7 +69,6 @@ static size_t scratch_bytes(const td_gpt_dims *d) {
     size_t N = d->N, C = d->C, Ns = d->Ns;
     size_t f = A(d, Ns * C) + F(N * C)                /* dres, dln */
                + A(d, N * d->Ca) + A(d, N * 3 * d->Ca) /* datty, dqkv */
-               + (d->lp ? 0 : F((size_t)d->B * d->Ha * d->T * d->T)) /* datt */
                + 2 * A(d, N * d->F)                   /* dfch, dfchg */
                + F(N);                                /* dlosses */
     if (d->sp || d->lp) f += F(N * C) + F(Ns * C);    /* full, dln_local */
@@ -119,13 +118,13 @@ static void find_offsets(td_gpt *m, const td_param_table *t) {
 }
 
 static void carve_block(td_block_acts *a, const td_gpt_dims *d, char **cur) {
-    size_t N = d->N, Ns = d->Ns, C = d->C, att = (size_t)d->B * d->Ha * d->T * d->T;
+    size_t N = d->N, Ns = d->Ns, C = d->C, rows = (size_t)d->B * d->Ha * d->T;
     a->ln1 = carve(cur, A(d, N * C));
     a->ln1_mean = carve(cur, F(Ns));
     a->ln1_rstd = carve(cur, F(Ns));
     a->qkv = carve(cur, A(d, N * 3 * d->Ca));
     a->atty = carve(cur, A(d, N * d->Ca));
-    a->att = carve(cur, A(d, att));
+    a->lse = carve(cur, F(rows));
     a->attproj = carve(cur, A(d, Ns * C));
     a->res2 = carve(cur, A(d, Ns * C));
     a->ln2 = carve(cur, A(d, N * C));
@@ -249,7 +248,7 @@ void td_gpt_params_changed(td_gpt *m) { m->params_epoch++; }
 /* Backward scratch, shared by every block and micro-batch. */
 static void create_scratch(td_gpt *m) {
     const td_gpt_dims *d = &m->d;
-    size_t N = d->N, Ns = d->Ns, C = d->C, att = (size_t)d->B * d->Ha * d->T * d->T;
+    size_t N = d->N, Ns = d->Ns, C = d->C;
     m->grads_acts = td_alloc(scratch_bytes(d), TD_MEM_ACTS);
     char *cur = m->grads_acts;
     td_gpt_scratch *s = &m->s;
@@ -257,7 +256,6 @@ static void create_scratch(td_gpt *m) {
     s->dln = carve(&cur, F(N * C));
     s->datty = carve(&cur, A(d, N * d->Ca));
     s->dqkv = carve(&cur, A(d, N * 3 * d->Ca));
-    s->datt = d->lp ? NULL : carve(&cur, F(att));
     s->dfch = carve(&cur, A(d, N * d->F));
     s->dfchg = carve(&cur, A(d, N * d->F));
     s->dlosses = carve(&cur, F(N));

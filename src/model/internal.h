@@ -122,8 +122,8 @@ void td_m_gelu_backward(const td_gpt *m, td_act *dinp, const td_act *inp, const 
                         size_t n);
 void td_m_residual_forward(const td_gpt *m, td_act *out, const td_act *a, const td_act *b,
                            size_t n);
-void td_m_attention_forward(const td_gpt *m, td_act *out, td_act *att, const td_act *qkv);
-void td_m_attention_backward(const td_gpt *m, td_act *dqkv, const td_act *dout,
-                             const td_act *qkv, const td_act *att);
+void td_m_attention_forward(const td_gpt *m, td_act *out, float *lse, const td_act *qkv);
+void td_m_attention_backward(const td_gpt *m, td_act *dqkv, const td_act *dout, const td_act *out,
+                             const float *lse, const td_act *qkv);
 
 #endif

@@ -7,7 +7,10 @@
  * fp32, no fp16 GEMM on this CPU). The
  * GEMMs are also timed here when td_gpt_gemm_stats_enable is on (the
  * benchmark's achieved GEMM rate). */
+#include <string.h>
+
 #include "internal.h"
+#include "trident/attention.h"
 #include "trident/base.h"
 #include "trident/kernels.h"
 #include "trident/kernels_bf16.h"
@@ -48,23 +51,24 @@ typedef struct {
     void (*gelu_fwd)(h16 *out, const h16 *inp, size_t n);
     void (*gelu_bwd)(h16 *dinp, const h16 *inp, const h16 *dout, size_t n);
     void (*res_fwd)(h16 *out, const h16 *a, const h16 *b, size_t n);
-    void (*att_fwd)(h16 *out, h16 *att, const h16 *qkv, int B, int T, int C, int NH);
-    void (*att_bwd)(h16 *dqkv, const h16 *dout, const h16 *qkv, const h16 *att, int B, int T,
-                    int C, int NH);
+    void (*att_fwd)(h16 *out, float *lse, const h16 *q, const h16 *k, const h16 *v,
+                    const td_attn_shape *s, int accumulate);
+    void (*att_bwd)(h16 *dq, h16 *dk, h16 *dv, const h16 *dout, const h16 *out, const float *lse,
+                    const h16 *q, const h16 *k, const h16 *v, const td_attn_shape *s);
 } lp_family;
 
 static const lp_family BF16 = {
     TD_K_BF16, td_bf16_from_float_n, td_bf16_to_float_n, td_matmul_bf16_forward,
     td_matmul_bf16_backward, td_layernorm_bf16_forward, td_layernorm_bf16_backward,
     td_gelu_bf16_forward, td_gelu_bf16_backward, td_residual_bf16_forward,
-    td_attention_bf16_forward, td_attention_bf16_backward,
+    td_attn_bf16_forward, td_attn_bf16_backward,
 };
 
 static const lp_family F16 = {
     TD_K_F16, td_f16_from_float_n, td_f16_to_float_n, td_matmul_f16_forward,
     td_matmul_f16_backward, td_layernorm_f16_forward, td_layernorm_f16_backward,
     td_gelu_f16_forward, td_gelu_f16_backward, td_residual_f16_forward,
-    td_attention_f16_forward, td_attention_f16_backward,
+    td_attn_f16_forward, td_attn_f16_backward,
 };
 
 static const lp_family *fam(const td_gpt *m) {
@@ -146,19 +150,44 @@ void td_m_residual_forward(const td_gpt *m, td_act *out, const td_act *a, const 
         fam(m)->res_fwd(out, a, b, n);
 }
 
-void td_m_attention_forward(const td_gpt *m, td_act *out, td_act *att, const td_act *qkv) {
-    const td_gpt_dims *d = &m->d;
-    if (!d->lp)
-        td_attention_forward(out, att, qkv, d->B, d->T, d->Ca, d->Ha);
-    else
-        fam(m)->att_fwd(out, att, qkv, d->B, d->T, d->Ca, d->Ha);
+/* Causal self-attention over the fused qkv[B,T,3Ca] of this rank's heads,
+ * by the blocked kernel in one call per batch (positions 0..T-1): only the
+ * output and the per-row log-sum-exp lse[B,Ha,T] are saved, never the
+ * [T,T] scores. */
+static td_attn_shape attn_shape(const td_gpt_dims *d) {
+    td_attn_shape s = {.B = d->B, .Tq = d->T, .Tk = d->T, .NH = d->Ha, .NKV = d->Ha,
+                       .hs = d->Ca / d->Ha, .q_stride = 3 * d->Ca, .kv_stride = 3 * d->Ca,
+                       .o_stride = d->Ca, .q_pos = 0, .k_pos = 0, .mask = TD_ATTN_CAUSAL};
+    return s;
 }
 
-void td_m_attention_backward(const td_gpt *m, td_act *dqkv, const td_act *dout,
-                             const td_act *qkv, const td_act *att) {
+void td_m_attention_forward(const td_gpt *m, td_act *out, float *lse, const td_act *qkv) {
     const td_gpt_dims *d = &m->d;
-    if (!d->lp)
-        td_attention_backward(dqkv, m->s.datt, dout, qkv, att, d->B, d->T, d->Ca, d->Ha);
-    else
-        fam(m)->att_bwd(dqkv, dout, qkv, att, d->B, d->T, d->Ca, d->Ha);
+    td_attn_shape s = attn_shape(d);
+    size_t Ca = (size_t)d->Ca;
+    if (!d->lp) {
+        const float *q = qkv;
+        td_attn_forward(out, lse, q, q + Ca, q + 2 * Ca, &s, 0);
+    } else {
+        const h16 *q = qkv;
+        fam(m)->att_fwd(out, lse, q, q + Ca, q + 2 * Ca, &s, 0);
+    }
+}
+
+/* The blocked backward adds into dq, dk, dv, so dqkv starts from zero. */
+void td_m_attention_backward(const td_gpt *m, td_act *dqkv, const td_act *dout, const td_act *out,
+                             const float *lse, const td_act *qkv) {
+    const td_gpt_dims *d = &m->d;
+    td_attn_shape s = attn_shape(d);
+    size_t Ca = (size_t)d->Ca;
+    memset(dqkv, 0, (size_t)d->N * 3 * Ca * d->es);
+    if (!d->lp) {
+        const float *q = qkv;
+        float *dq = dqkv;
+        td_attn_backward(dq, dq + Ca, dq + 2 * Ca, dout, out, lse, q, q + Ca, q + 2 * Ca, &s);
+    } else {
+        const h16 *q = qkv;
+        h16 *dq = dqkv;
+        fam(m)->att_bwd(dq, dq + Ca, dq + 2 * Ca, dout, out, lse, q, q + Ca, q + 2 * Ca, &s);
+    }
 }

@@ -268,7 +268,7 @@ static int check_sizes(verdict *v, const td_train_opts *o, const td_gpt_config *
     double L = c->L, C = c->C, T = c->T, H = c->H, Vp = c->Vp, B = Bm, N = B * T;
     double params = (Vp + T) * C + L * (12 * C * C + 13 * C) + 2 * C;
     double state = 4.0 * params * (8 + o->ps_staleness); /* params, grads, moments, buffers */
-    double att = B * H * T * T;
+    double att = B * H * T; /* the attention log-sum-exp rows */
     double acts = 4.0 * (L * (20 * N * C + 4 * N + att) + 20 * N * C + att + N * Vp + 4 * N);
     double est = state + acts;
     if (est < 0x1p60) return 0;

@@ -48,7 +48,7 @@ static size_t block_saved_bytes(const td_train_opts *o, int Bm) {
            F = 4 * C / tp;
     size_t floats = 2 * N * C + 4 * Ns    /* ln1, ln2 [N,C]; their mean and rstd [Ns] */
                     + N * 3 * Ca + N * Ca /* qkv, atty */
-                    + (size_t)Bm * Ha * o->seq * o->seq /* att */
+                    + (size_t)Bm * Ha * o->seq          /* attention lse */
                     + 3 * Ns * C                        /* attproj, res2, fcproj */
                     + 2 * N * F;                        /* fch, fch_gelu */
     return floats * sizeof(float);

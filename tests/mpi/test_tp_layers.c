@@ -213,7 +213,7 @@ static void check_block_split(ctx *x, const td_tp_comm *tpc) {
     td_block_backward_input(m, 0, in + mine, &m->blocks[0], dsplit, &w);
     fill_nan(m->s.dres, ns), fill_nan(m->s.dln, N * C), fill_nan(m->s.datty, N * d->Ca);
     fill_nan(m->s.dqkv, N * 3 * d->Ca), fill_nan(m->s.dfch, N * d->F);
-    fill_nan(m->s.dfchg, N * d->F), fill_nan(m->s.datt, (size_t)d->B * d->Ha * d->T * d->T);
+    fill_nan(m->s.dfchg, N * d->F);
     fill_nan(m->s.full, N * C), fill_nan(m->s.dln_local, ns), fill_nan(m->s.dnorm, 2 * C);
     uint64_t calls[TD_TP_NOPS];
     memcpy(calls, tpc->calls, sizeof calls);

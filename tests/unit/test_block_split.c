@@ -41,7 +41,7 @@ static void acts_alloc(td_block_acts *a, const td_gpt_dims *d, int H) {
     size_t N = (size_t)d->N, C = (size_t)d->C, F = (size_t)d->F;
     a->ln1 = TU_NEW(float, N * C), a->ln1_mean = TU_NEW(float, N), a->ln1_rstd = TU_NEW(float, N);
     a->qkv = TU_NEW(float, N * 3 * C), a->atty = TU_NEW(float, N * C);
-    a->att = TU_NEW(float, (size_t)d->B * H * d->T * d->T);
+    a->lse = TU_NEW(float, (size_t)d->B * H * d->T);
     a->attproj = TU_NEW(float, N * C), a->res2 = TU_NEW(float, N * C);
     a->ln2 = TU_NEW(float, N * C), a->ln2_mean = TU_NEW(float, N), a->ln2_rstd = TU_NEW(float, N);
     a->fch = TU_NEW(float, N * F), a->fch_gelu = TU_NEW(float, N * F);
@@ -58,7 +58,6 @@ static void poison_scratch(const td_gpt *m, int H) {
     size_t N = (size_t)d->N, C = (size_t)d->C, F = (size_t)d->F;
     fill_nan(m->s.dres, (size_t)d->Ns * C), fill_nan(m->s.dln, N * C);
     fill_nan(m->s.datty, N * C), fill_nan(m->s.dqkv, N * 3 * C);
-    fill_nan(m->s.datt, (size_t)d->B * H * d->T * d->T);
     fill_nan(m->s.dfch, N * F), fill_nan(m->s.dfchg, N * F);
 }
 

@@ -79,10 +79,10 @@ static size_t block_acts_len(const td_gpt *m, int field) {
     case 1: return N * C;
     case 3: return N * 3 * C;
     case 4: return N * 4 * C;
-    default: return (size_t)m->B * m->cfg.H * m->cfg.T * m->cfg.T;
+    default: return (size_t)m->B * m->cfg.H * m->cfg.T; /* lse */
     }
 }
-static const char *FIELD[15] = {"ln1", "ln1_mean", "ln1_rstd", "qkv", "atty", "att", "attproj",
+static const char *FIELD[15] = {"ln1", "ln1_mean", "ln1_rstd", "qkv", "atty", "lse", "attproj",
                                 "res2", "ln2", "ln2_mean", "ln2_rstd", "fch", "fch_gelu",
                                 "fcproj", "res3"};
 
