@@ -215,6 +215,10 @@ void td_barrier_at(td_comm *c, const char *file, int line);
 
 /* Print this rank's last `n` records (n <= ring size) to stderr. */
 void td_comm_dump(int n);
+/* A short note (up to 47 characters; NULL or "" clears it) that every comm
+ * call started after it carries into the trace ring and the hang report,
+ * e.g. "ring fwd step 2/4": which step of a multi-step exchange waits. */
+void td_comm_note(const char *note);
 /* Records made so far by this rank (for tests and stats). */
 uint64_t td_comm_calls(void);
 uint64_t td_comm_bytes(void);

@@ -10,6 +10,7 @@
 #include "trident/comm.h"
 
 #define TD_COMM_LABEL 64  /* "dp{0,1}" */
+#define TD_COMM_NOTE 48   /* td_comm_note's text, with its NUL */
 #define TD_MAX_INFLIGHT 8 /* slots per request; the budget is td_comm_inflight() */
 #define TD_TRACE_RING 64
 

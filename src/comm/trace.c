@@ -32,7 +32,15 @@ typedef struct {
     int line;
     double t_start, t_end; /* ms since init; t_end < 0 while running */
     char group[TD_COMM_LABEL];
+    char note[TD_COMM_NOTE]; /* td_comm_note's text when the call started */
 } td_record;
+
+static char g_note[TD_COMM_NOTE];
+
+void td_comm_note(const char *note) {
+    if (!note) note = "";
+    snprintf(g_note, sizeof g_note, "%s", note);
+}
 
 static td_record g_ring[TD_TRACE_RING];
 static uint64_t g_seq, g_bytes, g_sent;
@@ -59,6 +67,7 @@ uint64_t td_trace_begin(td_op op, const td_comm *c, td_dtype dt, size_t bytes, i
     r->t_start = td_comm_since_init_ms();
     r->t_end = -1;
     memcpy(r->group, c->label, sizeof r->group); /* both TD_COMM_LABEL, NUL-terminated */
+    memcpy(r->note, g_note, sizeof r->note);
     g_bytes += bytes;
     return g_seq;
 }
@@ -89,10 +98,12 @@ static void peer_text(const td_record *r, char *out, size_t n) {
         else
             snprintf(out, n, ", from %d", r->peer);
     }
+    size_t k = strlen(out);
+    if (r->note[0] && k < n) snprintf(out + k, n - k, ", %s", r->note);
 }
 
 static int format_record(char *out, size_t n, const td_record *r) {
-    char peer[32];
+    char peer[32 + TD_COMM_NOTE];
     peer_text(r, peer, sizeof peer);
     char state[48];
     if (r->t_end >= 0)
@@ -140,7 +151,7 @@ _Noreturn void td_trace_stuck(uint64_t seq) {
     const td_record *r = &g_ring[seq % TD_TRACE_RING];
     char head[512];
     if (r->seq == seq) {
-        char peer[32];
+        char peer[32 + TD_COMM_NOTE];
         peer_text(r, peer, sizeof peer);
         snprintf(head, sizeof head,
                  "trident: rank %d: %s #%llu %s on group %s (%zu B, %s%s) at %s:%d did not "
