@@ -38,6 +38,11 @@ typedef struct {
                                           (causal: key j visible to query i iff
                                           k_pos + j <= q_pos + i) */
     td_attn_mask mask;
+    int q_rows, kv_rows;               /* rows per batch element in the buffers of q, out
+                                          (dq, dout) and of k, v (dk, dv), when the Tq / Tk
+                                          rows are a view inside longer sequences (context
+                                          parallelism's chunks); 0: Tq, Tk. lse stays
+                                          dense [B,NH,Tq] */
 } td_attn_shape;
 
 /* out[B,Tq,NH*hs] (row stride o_stride), lse[B,NH,Tq]: the attention of

@@ -74,6 +74,9 @@ typedef enum {
     TD_RULE_SP_TP,
     TD_RULE_SP_SEQ,
     TD_RULE_LOWP_TP_ROWS,
+    TD_RULE_CP_SEQ,
+    TD_RULE_CP_PS,
+    TD_RULE_CP_TOPK,
     TD_RULE_SAMPLE_PROMPT_IDS,
     TD_RULE_N
 } td_rule_id;
@@ -84,6 +87,7 @@ typedef enum {
 typedef struct {
     /* layout */
     int dp, tp, pp, zero, seq_parallel;
+    int cp;             /* --cp: each sequence split over cp ranks */
     int ps_servers;     /* --ps-servers, or the grid's servers */
     int dp_mode;        /* td_dp_mode; -1: a name no mode has */
     int schedule;       /* td_sched_kind; -1: none (the planner's pp 1) */

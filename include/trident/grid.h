@@ -65,6 +65,12 @@ typedef struct {
     unsigned owned;       /* which derived groups grid.c created (the rest alias an axis) */
 } td_grid;
 
+/* Ranks in grad_comm (dp x cp): over which the loss and every gradient are
+ * summed. Plain arithmetic, also on servers. */
+static inline int td_grid_grad_ranks(const td_grid *g) {
+    return g->axis[TD_DP].size * g->axis[TD_CP].size;
+}
+
 /* The default order, fastest first. */
 #define TD_GRID_ORDER_DEFAULT "tp-cp-dp-pp"
 

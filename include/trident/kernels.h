@@ -29,18 +29,22 @@ void td_embedding_backward(float *dwte, float *dwpe, const float *dout, const in
  * rows [lo, lo + rows)) and rows split along the sequence:
  *   shard_forward:  out[n] = wte[tokens[n] - lo], 0 where the token is not
  *                   in the shard (the tp ranks' outputs sum to the lookup);
- *   position_forward: out[n] += wpe[(n0 + n) % T] for n in [0, N) (rows of
- *                   a micro-batch starting at global row n0);
+ *   position_forward: out[n] += wpe[pos[(n0 + n) % T]] for n in [0, N) (rows
+ *                   of a micro-batch starting at global row n0; pos[T] the
+ *                   distinct positions of a sequence's T rows, as context
+ *                   parallelism's chunks hold them; NULL: 0..T-1);
  *   shard_backward: dwte[tokens[n] - lo] += dout[n] for tokens in the shard;
- *   position_backward: dwpe[(n0 + n) % T] += dout[n].
+ *   position_backward: dwpe[pos[(n0 + n) % T]] += dout[n].
  * Each element receives its terms in the fused kernels' order, so with
  * lo = 0 and n0 = 0 the two parts give their bits. */
 void td_embedding_shard_forward(float *out, const int *tokens, const float *wte, int lo, int rows,
                                 int N, int C);
-void td_position_forward(float *out, const float *wpe, int n0, int N, int T, int C);
+void td_position_forward(float *out, const float *wpe, const int *pos, int n0, int N, int T,
+                         int C);
 void td_embedding_shard_backward(float *dwte, const float *dout, const int *tokens, int lo, int rows,
                                  int N, int C);
-void td_position_backward(float *dwpe, const float *dout, int n0, int N, int T, int C);
+void td_position_backward(float *dwpe, const float *dout, const int *pos, int n0, int N, int T,
+                          int C);
 
 /* out[N,C] = (inp - mean) * rstd * w + b; saves mean[N], rstd[N]. eps = 1e-5. */
 void td_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,

@@ -25,6 +25,7 @@
 #include <stddef.h>
 
 #include "trident/formats_data.h"
+#include "trident/attention.h"
 
 /* Padded vocab Vp is a multiple of this: 64-byte rows for the CPU kernels
  * without paying much for small vocabularies (65 -> 80, 50257 -> 50272). */
@@ -113,6 +114,8 @@ typedef struct {
     td_gpt_config cfg;
     td_precision prec;       /* the arithmetic of the model this table is for */
     int tp, tp_rank;         /* the tensor-parallel layout this table is for */
+    int cp, cp_rank;         /* the context-parallel one (activations only: no
+                                parameter depends on it) */
     int Vp;                  /* padded vocabulary of this layout: V rounded up to
                                 TD_VOCAB_PAD x tp (a layout property: no tensor's
                                 global shape, checkpoint or loss includes it) */
@@ -141,6 +144,9 @@ typedef struct {
     int tp, tp_rank;
     const unsigned char *held; /* [L+2] units held (td_param_table.held); NULL: all */
     td_precision prec;         /* of the model (activation sizes); 0 = fp32 */
+    int cp, cp_rank;           /* context parallelism: each sequence's T rows split
+                                  over cp ranks (T/cp local rows in two chunks,
+                                  include/trident/cp.h); 0 = 1 */
 } td_table_layout;
 
 /* Checks that a model splits over tp (tp divides the heads, hence C and
@@ -212,19 +218,36 @@ typedef void (*td_unit_hook)(void *ctx, td_unit_event ev, int unit);
  * seq_all_gather(ctx, out, in, n_local): in[n_local] -> out[tp * n_local],
  *   rank r's part at out + r * n_local (in may be that part of out).
  * seq_reduce_scatter(ctx, out, in, n_local): in[tp * n_local] summed over
- *   tp, rank r keeps part r in out[n_local]. */
+ *   tp, rank r keeps part r in out[n_local].
+ *
+ * Under context parallelism (cp > 1; NULL otherwise) attention is the one
+ * operation that needs the other chunks of a sequence:
+ * cp_attention_forward(cp_ctx, out, lse, qkv, s, prec) and
+ * cp_attention_backward(cp_ctx, dqkv, dout, out, lse, qkv, s, prec) compute
+ * what the blocked kernel computes over the whole sequence, for this rank's
+ * rows (ring attention, trident/cp.h): out, lse and dqkv (overwritten) of
+ * the fused qkv [B, T, 3Ca] (s: the cp = 1 shape of the local rows, with
+ * q = qkv, k = qkv + Ca, v = qkv + 2Ca), in the model's precision prec.
+ * Collective over the cp group. */
 typedef enum { TD_REDUCE_SUM, TD_REDUCE_MAX } td_reduce_op;
 typedef struct {
     void *ctx;
     void (*tp_allreduce)(void *ctx, float *buf, size_t n, td_reduce_op op);
     void (*seq_all_gather)(void *ctx, float *out, const float *in, size_t n_local);
     void (*seq_reduce_scatter)(void *ctx, float *out, const float *in, size_t n_local);
+    void *cp_ctx;
+    void (*cp_attention_forward)(void *cp_ctx, void *out, float *lse, const void *qkv,
+                                 const td_attn_shape *s, td_precision prec);
+    void (*cp_attention_backward)(void *cp_ctx, void *dqkv, const void *dout, const void *out,
+                                  const float *lse, const void *qkv, const td_attn_shape *s,
+                                  td_precision prec);
 } td_model_comm;
 
 /* Sizes of this rank's share of the model and of one micro-batch: the
  * activations and the plan are both computed from them. */
 typedef struct {
-    int B, T, C, N; /* micro-batch, sequence, channels, N = B*T rows */
+    int B, T, C, N; /* micro-batch, this rank's rows of a sequence (cfg.T / cp),
+                       channels, N = B*T rows */
     int Ns;         /* rows this rank holds outside the tensor-parallel
                        regions: N, or N/tp with sequence parallelism */
     int row0;       /* the first of them among the N */
@@ -233,6 +256,7 @@ typedef struct {
     int Vl, Vreal;  /* vocabulary columns on this rank (with padding), real ones */
     int vocab_lo;
     int tp, tp_rank, sp;
+    int cp, cp_rank;  /* T = cfg.T / cp rows of each sequence on this rank */
     td_precision prec;
     int lp;         /* reduced precision (prec != FP32) */
     size_t es;      /* bytes of an activation element: 4, or 2 under lp */
@@ -344,6 +368,8 @@ typedef struct td_gpt {
     void *params_lp;
     td_gpt_scratch s;
     int *inputs, *targets;   /* [N] copies of the last batch */
+    int *pos;                /* [T] global positions of a sequence's local rows
+                                (context parallelism's two chunks); NULL: 0..T-1 */
     size_t acts_bytes;
 } td_gpt;
 

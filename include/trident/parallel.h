@@ -60,11 +60,18 @@ typedef struct {
  * fills it in by hand, with no MPI. */
 typedef struct {
     int dp, tp, pp, n_servers;
-    int dp_rank;          /* -1 on parameter servers */
+    int dp_rank;          /* this rank's place in the dp x cp group (the dp
+                           * coordinate when cp = 1); -1 on parameter servers */
     int is_server;
-    int dp_shares_memory; /* the dp group's ranks share memory (one node): ZeRO's
-                           * collectives then need no MPI staging */
+    int dp_shares_memory; /* the dp x cp group's ranks share memory (one node):
+                           * ZeRO's collectives then need no MPI staging */
+    int cp;               /* context-parallel size; 0 = 1. Its ranks hold the same
+                           * parameters, like dp's: gradients are summed and ZeRO
+                           * shards over dp x cp (td_layout_grad_ranks) */
 } td_layout;
+
+/* The ranks over which every gradient is summed and ZeRO shards: dp x cp. */
+static inline int td_layout_grad_ranks(const td_layout *l) { return l->dp * (l->cp > 1 ? l->cp : 1); }
 
 /* Tensor parallelism (tp.c): the model's communication table over the
  * grid's tp group. Traffic is counted per operation: calls and payload bytes
@@ -83,7 +90,8 @@ typedef struct {
 } td_tp_comm;
 
 void td_tp_comm_init(td_tp_comm *c, const td_grid *g);
-/* The table to give the model: NULL when tp = 1. */
+/* The table to give the model: NULL when tp = 1 and no cp ring is bound
+ * to it (td_cp_bind_model). */
 const td_model_comm *td_tp_comm_ops(const td_tp_comm *c);
 void td_tp_comm_reset(td_tp_comm *c);
 /* Communication buffers the tp operations need on this rank (the plan's

@@ -48,6 +48,7 @@ typedef struct {
     int dp, tp, pp, ps_servers, ps_staleness, zero;
     const char *grid_order; /* --grid-order: the axes fastest first (grid.h) */
     int seq_parallel; /* --sequence-parallel */
+    int cp;           /* --cp: context-parallel size (each sequence over cp ranks) */
     const char *recompute; /* --recompute none|block (td_train_recompute) */
     const char *precision; /* --precision fp32|bf16 (td_train_precision) */
     int gemm_stats;        /* --gemm-stats */

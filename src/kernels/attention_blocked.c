@@ -64,6 +64,10 @@ void td_attn_blocked_release_scratch(void) {
     g_ws_floats = 0;
 }
 
+/* Rows per batch element in the buffers (td_attn_shape.q_rows, kv_rows). */
+static size_t q_rows(const td_attn_shape *s) { return (size_t)(s->q_rows > 0 ? s->q_rows : s->Tq); }
+static size_t kv_rows(const td_attn_shape *s) { return (size_t)(s->kv_rows > 0 ? s->kv_rows : s->Tk); }
+
 static void check_shape(const td_attn_shape *s) {
     TD_CHECK(s->B >= 0 && s->Tq >= 0 && s->Tk >= 0 && s->hs >= 1, "attention: bad sizes");
     TD_CHECK(s->NKV >= 1 && s->NH >= s->NKV && s->NH % s->NKV == 0,
@@ -121,9 +125,9 @@ static void fwd_task(float *out, float *lse, const float *q, const float *k, con
     int hs = s->hs, g = h / (s->NH / s->NKV), nq = s->Tq - i0 < ATT_BQ ? s->Tq - i0 : ATT_BQ;
     float scale = 1.0f / sqrtf((float)hs);
     /* views: Q [nq,hs] at q_stride; K, V [Tk,hs] at kv_stride */
-    const float *Q = q + ((size_t)b * s->Tq + i0) * s->q_stride + (size_t)h * hs;
-    const float *K = k + (size_t)b * s->Tk * s->kv_stride + (size_t)g * hs;
-    const float *V = v + (size_t)b * s->Tk * s->kv_stride + (size_t)g * hs;
+    const float *Q = q + ((size_t)b * q_rows(s) + i0) * s->q_stride + (size_t)h * hs;
+    const float *K = k + (size_t)b * kv_rows(s) * s->kv_stride + (size_t)g * hs;
+    const float *V = v + (size_t)b * kv_rows(s) * s->kv_stride + (size_t)g * hs;
     float *S = ws;                                   /* [nq, BK] scores, then P */
     float *O = S + round64((size_t)ATT_BQ * ATT_BK); /* [nq, hs] unnormalised out */
     float *m = O + round64((size_t)ATT_BQ * hs);     /* [nq] running max */
@@ -166,7 +170,7 @@ static void fwd_task(float *out, float *lse, const float *q, const float *k, con
             for (int d = 0; d < hs; d++) o[d] *= inv;
             lse_new = m[r] + logf(l[r]);
         }
-        merge_row(out + ((size_t)b * s->Tq + i0 + r) * s->o_stride + (size_t)h * hs,
+        merge_row(out + ((size_t)b * q_rows(s) + i0 + r) * s->o_stride + (size_t)h * hs,
                   lse + ((size_t)b * s->NH + h) * s->Tq + i0 + r, o, lse_new, hs, accumulate);
     }
 }
@@ -210,7 +214,7 @@ static void bwd_pair(float *dq, const float *dout, const float *out, const float
     float *P = ws;                                    /* [nq, BK] probabilities */
     float *dS = P + round64((size_t)ATT_BQ * ATT_BK); /* [nq, BK] dP, then dS */
     float *D = dS + round64((size_t)ATT_BQ * ATT_BK) + 2 * round64((size_t)ATT_BK * hs); /* [nq] */
-    size_t qrow = (size_t)b * s->Tq + i0;
+    size_t qrow = (size_t)b * q_rows(s) + i0;
     const float *Q = q + qrow * s->q_stride + (size_t)h * hs;     /* [nq, hs] */
     const float *dO = dout + qrow * s->o_stride + (size_t)h * hs; /* [nq, hs] */
     const float *Ob = out + qrow * s->o_stride + (size_t)h * hs;  /* [nq, hs] */
@@ -256,7 +260,7 @@ static void bwd_task(float *dq, float *dk, float *dv, const float *dout, const f
             i_first = f <= 0 ? 0 : (int)(f / ATT_BQ) * ATT_BQ;
         }
         if (s->Tq == 0) break;
-        size_t krow = (size_t)b * s->Tk + j0;
+        size_t krow = (size_t)b * kv_rows(s) + j0;
         const float *Kb = k + krow * s->kv_stride + (size_t)g * hs; /* [nk, hs] */
         const float *Vb = v + krow * s->kv_stride + (size_t)g * hs; /* [nk, hs] */
         for (size_t i = 0; i < (size_t)nk * hs; i++) dKb[i] = 0.0f, dVb[i] = 0.0f;

@@ -45,11 +45,13 @@ void td_embedding_shard_forward(float *out, const int *tokens, const float *wte,
     }
 }
 
-void td_position_forward(float *out, const float *wpe, int n0, int N, int T, int C) {
+void td_position_forward(float *out, const float *wpe, const int *pos, int n0, int N, int T,
+                         int C) {
     int nt = td_k_threads_for((size_t)N * C);
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
     for (int n = 0; n < N; n++) {
-        const float *restrict p = wpe + (size_t)((n0 + n) % T) * C;
+        int t = (n0 + n) % T;
+        const float *restrict p = wpe + (size_t)(pos ? pos[t] : t) * C;
         float *restrict o = out + (size_t)n * C;
         for (int c = 0; c < C; c++) o[c] += p[c];
     }
@@ -95,14 +97,15 @@ void td_embedding_shard_backward(float *dwte, const float *dout, const int *toke
     }
 }
 
-void td_position_backward(float *dwpe, const float *dout, int n0, int N, int T, int C) {
+void td_position_backward(float *dwpe, const float *dout, const int *pos, int n0, int N, int T,
+                          int C) {
     int nt = td_k_threads_for((size_t)N * C);
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
         int t0, t1;
         td_k_split(T, omp_get_num_threads(), omp_get_thread_num(), 1, &t0, &t1);
         for (int t = t0; t < t1; t++) {
-            float *restrict d = dwpe + (size_t)t * C;
+            float *restrict d = dwpe + (size_t)(pos ? pos[t] : t) * C; /* pos: distinct rows */
             /* rows n with (n0 + n) % T == t, in increasing n */
             int first = ((t - n0) % T + T) % T;
             for (int n = first; n < N; n += T) {

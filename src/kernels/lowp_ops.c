@@ -222,7 +222,7 @@ static void embedding_fwd(const td_lp_type *t, void *out, const int *tokens, con
         int rows = N - n0 < R ? N - n0 : R;
         /* the lookup (one shard holding every row), then the positions */
         td_embedding_shard_forward(y, tokens + n0, wte, 0, INT_MAX, rows, C);
-        td_position_forward(y, wpe, n0, rows, T, C);
+        td_position_forward(y, wpe, NULL, n0, rows, T, C);
         t->from_f32(at(t, out, (size_t)n0 * C), y, (size_t)rows * C);
     }
     release(y);
@@ -236,7 +236,7 @@ static void embedding_bwd(const td_lp_type *t, float *dwte, float *dwpe, const v
         int rows = N - n0 < R ? N - n0 : R;
         t->to_f32(g, at_c(t, dout, (size_t)n0 * C), (size_t)rows * C);
         if (dwte) td_embedding_shard_backward(dwte, g, tokens + n0, 0, INT_MAX, rows, C);
-        if (dwpe) td_position_backward(dwpe, g, n0, rows, T, C);
+        if (dwpe) td_position_backward(dwpe, g, NULL, n0, rows, T, C);
     }
     release(g);
 }

@@ -27,7 +27,7 @@ void td_embed_forward(td_gpt *m, const int *inputs, td_embed_acts *a) {
     td_embedding_shard_forward(part, inputs, td_m_w(m, EMBED_UNIT, TD_T_WTE), d->vocab_lo, d->Vl,
                                d->N, d->C);
     td_m_reduce_rows(m, part, rows);
-    td_position_forward(rows, td_m_w(m, EMBED_UNIT, TD_T_WPE), d->row0, d->Ns, d->T, d->C);
+    td_position_forward(rows, td_m_w(m, EMBED_UNIT, TD_T_WPE), m->pos, d->row0, d->Ns, d->T, d->C);
     if (d->lp) td_m_round_n(m, a->encoded, rows, (size_t)d->Ns * d->C);
 }
 
@@ -42,7 +42,7 @@ void td_embed_backward(td_gpt *m, const int *inputs, const td_act *dres) {
     td_embedding_shard_backward(td_m_g(m, EMBED_UNIT, TD_T_WTE), g, inputs, d->vocab_lo, d->Vl, d->N,
                                 d->C);
     /* from all N rows: the position gradient is the same on every tp rank */
-    td_position_backward(td_m_g(m, EMBED_UNIT, TD_T_WPE), g, 0, d->N, d->T, d->C);
+    td_position_backward(td_m_g(m, EMBED_UNIT, TD_T_WPE), g, m->pos, 0, d->N, d->T, d->C);
 }
 
 /* The logits are fp32 in every precision (the GEMM writes them so), and so

@@ -12,7 +12,8 @@ void td_gpt_dims_of(td_gpt_dims *d, const td_param_table *t, int B, int seq_para
     const td_gpt_config *c = &t->cfg;
     td_gpt_check_tp(c, t->tp, seq_parallel);
     memset(d, 0, sizeof *d);
-    d->B = B, d->T = c->T, d->C = c->C, d->N = B * c->T;
+    d->cp = t->cp, d->cp_rank = t->cp_rank;
+    d->B = B, d->T = c->T / t->cp, d->C = c->C, d->N = B * d->T;
     d->tp = t->tp, d->tp_rank = t->tp_rank, d->sp = seq_parallel;
     d->Ns = seq_parallel ? d->N / t->tp : d->N;
     d->row0 = seq_parallel ? t->tp_rank * d->Ns : 0;
@@ -26,6 +27,7 @@ void td_gpt_dims_of(td_gpt_dims *d, const td_param_table *t, int B, int seq_para
     td_compat_cfg cc;
     td_compat_cfg_init(&cc);
     cc.precision = d->prec, cc.tp = d->tp, cc.rows = d->Ns, cc.embd = d->C;
+    cc.cp = t->cp, cc.seq = c->T; /* the split into 2 cp chunks (rule cp-seq) */
     cc.precision_name = td_precision_name(d->prec);
     td_compat_check(&cc, TD_COMPAT_AT_MODEL_DIMS);
 }
@@ -220,6 +222,12 @@ static void create_common(td_gpt *m, const td_param_table *t, int B, int seq_par
     find_offsets(m, t);
     m->unit_params = td_alloc(sizeof(float *) * t->n_units, TD_MEM_OTHER);
     m->unit_grads = td_alloc(sizeof(float *) * t->n_units, TD_MEM_OTHER);
+    if (m->d.cp > 1) { /* the load-balanced split (cp.h): chunks r and 2cp-1-r of 2cp */
+        int Tc = m->d.T / 2, r = m->d.cp_rank;
+        m->pos = td_alloc(sizeof(int) * (size_t)m->d.T, TD_MEM_OTHER);
+        for (int i = 0; i < m->d.T; i++)
+            m->pos[i] = i < Tc ? r * Tc + i : (2 * m->d.cp - 1 - r) * Tc + (i - Tc);
+    }
     if (m->d.lp) { /* the compute copies, one per held unit */
         m->params_lp = td_alloc(td_gpt_compute_param_bytes(t), TD_MEM_PARAMS);
         m->unit_params_lp = td_alloc(sizeof(void *) * t->n_units, TD_MEM_OTHER);
@@ -334,6 +342,7 @@ void td_gpt_destroy(td_gpt *m) {
     td_free(m->targets);
     td_free(m->unit_params);
     td_free(m->unit_grads);
+    td_free(m->pos);
     td_free(m->params_lp);
     td_free(m->unit_params_lp);
     td_free(m->lp_src);
@@ -399,8 +408,9 @@ void td_gpt_backward_blocks(td_gpt *m, int l0, int l1, const td_act *x, td_act *
 }
 
 double td_gpt_forward(td_gpt *m, const int *inputs, const int *targets) {
-    int L = m->cfg.L, N = m->B * m->cfg.T;
-    TD_ASSERT(m->d.tp == 1 || m->comm); /* tensor parallelism needs its communication */
+    int L = m->cfg.L, N = m->d.N;
+    /* tensor and context parallelism need their communication */
+    TD_ASSERT((m->d.tp == 1 && m->d.cp == 1) || m->comm);
     memcpy(m->inputs, inputs, sizeof(int) * N);
     if (targets) memcpy(m->targets, targets, sizeof(int) * N);
 

@@ -161,11 +161,15 @@ static td_attn_shape attn_shape(const td_gpt_dims *d) {
     return s;
 }
 
+/* Under cp the sequence's other chunks are on other ranks: the parallel
+ * layer's ring attention (td_model_comm). */
 void td_m_attention_forward(const td_gpt *m, td_act *out, float *lse, const td_act *qkv) {
     const td_gpt_dims *d = &m->d;
     td_attn_shape s = attn_shape(d);
     size_t Ca = (size_t)d->Ca;
-    if (!d->lp) {
+    if (d->cp > 1) {
+        m->comm->cp_attention_forward(m->comm->cp_ctx, out, lse, qkv, &s, d->prec);
+    } else if (!d->lp) {
         const float *q = qkv;
         td_attn_forward(out, lse, q, q + Ca, q + 2 * Ca, &s, 0);
     } else {
@@ -180,6 +184,10 @@ void td_m_attention_backward(const td_gpt *m, td_act *dqkv, const td_act *dout, 
     const td_gpt_dims *d = &m->d;
     td_attn_shape s = attn_shape(d);
     size_t Ca = (size_t)d->Ca;
+    if (d->cp > 1) {
+        m->comm->cp_attention_backward(m->comm->cp_ctx, dqkv, dout, out, lse, qkv, &s, d->prec);
+        return;
+    }
     memset(dqkv, 0, (size_t)d->N * 3 * Ca * d->es);
     if (!d->lp) {
         const float *q = qkv;

@@ -99,6 +99,9 @@ void td_param_table_build_layout(td_param_table *t, const td_gpt_config *cfg,
     t->cfg = *cfg;
     t->tp = lay->tp;
     t->tp_rank = lay->tp_rank;
+    t->cp = lay->cp > 0 ? lay->cp : 1;
+    t->cp_rank = lay->cp > 0 ? lay->cp_rank : 0;
+    TD_ASSERT(t->cp_rank >= 0 && t->cp_rank < t->cp);
     t->prec = lay->prec;
     size_t Vp = td_round_up((size_t)cfg->V, (size_t)TD_VOCAB_PAD * (size_t)lay->tp);
     TD_CHECK(Vp <= (size_t)TD_MAX_VOCAB,
@@ -164,7 +167,7 @@ void td_param_table_build_layout(td_param_table *t, const td_gpt_config *cfg,
 }
 
 void td_param_table_build(td_param_table *t, const td_gpt_config *cfg, int unit_align) {
-    td_table_layout lay = {unit_align, 1, 0, NULL, TD_PREC_FP32};
+    td_table_layout lay = {unit_align, 1, 0, NULL, TD_PREC_FP32, 1, 0};
     td_param_table_build_layout(t, cfg, &lay);
 }
 

@@ -71,14 +71,14 @@ int td_replicated_full_params(const td_dp *dp) {
 
 static void allreduce_plan(const td_dp_config *cfg, const td_layout *lay, const td_param_table *t,
                            td_mem_plan *p) {
-    td_state_bytes st = td_state_plan((double)t->numel, lay->dp, 0, td_state_elem_engine(cfg->master));
+    td_state_bytes st = td_state_plan((double)t->numel, td_layout_grad_ranks(lay), 0, td_state_elem_engine(cfg->master));
     p->bytes[td_dp_param_cat(cfg)] = (size_t)(st.params + st.master);
     p->bytes[TD_MEM_GRADS] = (size_t)st.grads;
     p->bytes[TD_MEM_OPTIM] = (size_t)st.optim;
-    if (td_gpay_on(cfg, lay->dp)) { /* bf16 / top-k buffers over the buckets */
+    if (td_gpay_on(cfg, td_layout_grad_ranks(lay))) { /* bf16 / top-k buffers over the buckets */
         size_t *lo = td_alloc(sizeof(size_t) * 2 * (size_t)t->n_units, TD_MEM_OTHER);
         int nb = td_bucket_ranges(t, cfg->bucket_bytes, lo, lo + t->n_units);
-        td_gpay_plan(cfg, lay->dp, t, nb, lo, lo + t->n_units, p);
+        td_gpay_plan(cfg, td_layout_grad_ranks(lay), t, nb, lo, lo + t->n_units, p);
         td_free(lo);
     }
 }

@@ -24,7 +24,7 @@ const char *td_dp_mode_name(td_dp_mode m) {
 
 void td_compat_cfg_init(td_compat_cfg *c) {
     memset(c, 0, sizeof *c);
-    c->dp = c->tp = c->pp = 1;
+    c->dp = c->tp = c->pp = c->cp = 1;
     c->virtual_stages = c->micro_batches = 1;
     c->dp_mode = TD_DP_ALLREDUCE;
     c->schedule = -1;
@@ -271,7 +271,8 @@ SAY(sp_tp) {
 }
 BRIEF(sp_tp) { snprintf(buf, n, "sequence parallelism needs tp >= 2"); }
 
-OK(sp_seq) { return !c->seq_parallel || c->tp < 1 || c->seq % c->tp == 0; }
+/* under cp the tp ranks split each cp rank's seq / cp rows */
+OK(sp_seq) { return !c->seq_parallel || c->tp < 1 || c->cp < 1 || (c->seq / c->cp) % c->tp == 0; }
 SAY(sp_seq) {
     snprintf(buf, n,
              "--sequence-parallel: --tp %d does not divide --seq %d; use a sequence length that "
@@ -294,6 +295,43 @@ SAY(lowp_tp_rows) {
              "--precision %s with --tp needs an even number of elements per rank's rows "
              "(--seq x --channels); got %d x %d",
              S(c->precision_name), c->rows, c->embd);
+}
+
+/* ---- context parallelism (cp.h) ------------------------------------------- */
+
+/* the load-balanced causal split: 2 cp chunks of equal length, rank r
+ * holding chunks r and 2cp-1-r */
+OK(cp_seq) { return c->cp <= 1 || c->seq % (2 * c->cp) == 0; }
+SAY(cp_seq) {
+    snprintf(buf, n,
+             "--cp %d splits each sequence into %d equal chunks (2 per rank, for causal load "
+             "balance), which --seq %d does not divide; use a sequence length that is a multiple "
+             "of %d",
+             c->cp, 2 * c->cp, c->seq, 2 * c->cp);
+}
+BRIEF(cp_seq) {
+    snprintf(buf, n, "cp %d needs the sequence %d to be a multiple of %d", c->cp, c->seq, 2 * c->cp);
+}
+
+/* the servers shard over dp workers that each hold whole sequences */
+OK(cp_ps) { return c->cp <= 1 || c->dp_mode != TD_DP_PS; }
+SAY(cp_ps) {
+    snprintf(buf, n,
+             "--dp-mode ps does not combine with --cp %d: its servers expect every worker's "
+             "gradient of whole sequences; use --dp-mode allreduce (or reduce-broadcast) with "
+             "context parallelism",
+             c->cp);
+}
+
+/* top-k selects on each rank's own update, an estimate of the whole batch's;
+ * a cp rank's gradient is a partial sum over its chunks, not an estimate */
+OK(cp_topk) { return c->cp <= 1 || c->topk_ratio == 0; }
+SAY(cp_topk) {
+    snprintf(buf, n,
+             "--grad-compress %s does not combine with --cp %d: a context-parallel rank's gradient "
+             "covers only its chunks of each sequence, so its own top-k is not an estimate of the "
+             "step's; use --grad-compress none (--grad-reduce-dtype bf16 halves the payload)",
+             S(c->grad_compress_text), c->cp);
 }
 
 /* ---- the data (td_preflight) -------------------------------------------- */
@@ -359,6 +397,9 @@ static const td_compat_rule rules[TD_RULE_N] = {
     ROWB(TD_RULE_SP_TP, "sp-tp", MTP, sp_tp),
     ROWB(TD_RULE_SP_SEQ, "sp-seq", MTP, sp_seq),
     ROW(TD_RULE_LOWP_TP_ROWS, "lowp-tp-rows", MDIM, lowp_tp_rows),
+    ROWB(TD_RULE_CP_SEQ, "cp-seq", OPT | MDIM, cp_seq),
+    ROW(TD_RULE_CP_PS, "cp-ps", RUN | DPN, cp_ps),
+    ROW(TD_RULE_CP_TOPK, "cp-topk", RUN | DPC | DPN, cp_topk),
     ROW(TD_RULE_SAMPLE_PROMPT_IDS, "sample-prompt-ids", PRE, sample_prompt_ids),
 };
 

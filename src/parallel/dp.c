@@ -75,18 +75,19 @@ td_layout td_layout_of_grid(const td_grid *g) {
     td_layout l = {.dp = g->axis[TD_DP].size,
                    .tp = g->axis[TD_TP].size,
                    .pp = g->axis[TD_PP].size,
+                   .cp = g->axis[TD_CP].size,
                    .n_servers = g->n_servers,
-                   .dp_rank = g->is_server ? -1 : g->axis[TD_DP].rank,
+                   .dp_rank = g->is_server ? -1 : td_comm_rank(g->grad_comm),
                    .is_server = g->is_server};
     l.dp_shares_memory =
-        g->axis[TD_DP].size > 1 && !g->is_server && td_comm_shares_memory(g->grad_comm);
+        td_layout_grad_ranks(&l) > 1 && !g->is_server && td_comm_shares_memory(g->grad_comm);
     return l;
 }
 
 int td_dp_unit_align(const td_dp_config *cfg, const td_layout *lay) {
     /* 16 floats keep every unit 64-byte aligned; sharded layouts also need
      * every unit to split into equal slices */
-    int shards = cfg->zero > 0 ? lay->dp : cfg->mode == TD_DP_PS ? lay->n_servers : 1;
+    int shards = cfg->zero > 0 ? td_layout_grad_ranks(lay) : cfg->mode == TD_DP_PS ? lay->n_servers : 1;
     return 16 * (shards > 0 ? shards : 1);
 }
 
@@ -125,8 +126,9 @@ td_dp *td_dp_create(const td_dp_config *cfg, const td_grid *g, const td_param_ta
     dp->t = t;
     dp->model = model;
     dp->comm = g->grad_comm;
-    dp->D = g->axis[TD_DP].size;
-    dp->r = g->is_server ? -1 : g->axis[TD_DP].rank;
+    /* gradients sum over dp x cp (cp ranks hold the same parameters) */
+    dp->D = g->is_server ? g->axis[TD_DP].size : td_comm_size(g->grad_comm);
+    dp->r = g->is_server ? -1 : td_comm_rank(g->grad_comm);
     dp->n_units = t->n_units;
     dp->training = 1;
     dp->bad_row = dp->bad_step = -1;

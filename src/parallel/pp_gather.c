@@ -1,6 +1,6 @@
 /* The state of a pipelined model, unit by unit, on world rank 0: the stage
  * holding a unit puts its dp shards and tp slices together (tp.c), and its
- * (dp 0, tp 0) rank sends the unit, in the canonical layout, to world rank
+ * (dp 0, cp 0, tp 0) rank sends the unit, in the canonical layout, to world rank
  * 0 (pp rank 0 of the same pp group). */
 #include <string.h>
 
@@ -51,7 +51,7 @@ const float *td_pp_gather_unit(td_dp *dp, const td_grid *g, const td_param_table
         }
     }
     if ((int)owner == 0) return g->world_rank == 0 ? b : NULL;
-    if (g->axis[TD_DP].rank != 0 || g->axis[TD_TP].rank != 0) return NULL;
+    if (g->axis[TD_DP].rank != 0 || g->axis[TD_CP].rank != 0 || g->axis[TD_TP].rank != 0) return NULL;
     if (g->axis[TD_PP].rank == (int)owner) td_send(g->axis[TD_PP].comm, b, n, TD_F32, 0, u);
     if (g->axis[TD_PP].rank != 0) return NULL;
     td_recv(g->axis[TD_PP].comm, out, n, TD_F32, (int)owner, u);

@@ -40,10 +40,12 @@ void td_tp_comm_init(td_tp_comm *c, const td_grid *g) {
     memset(c, 0, sizeof *c);
     c->group = g->axis[TD_TP].comm;
     c->size = g->axis[TD_TP].size;
-    c->ops = (td_model_comm){c, tp_allreduce, seq_all_gather, seq_reduce_scatter};
+    c->ops = (td_model_comm){c, tp_allreduce, seq_all_gather, seq_reduce_scatter, NULL, NULL, NULL};
 }
 
-const td_model_comm *td_tp_comm_ops(const td_tp_comm *c) { return c->size > 1 ? &c->ops : NULL; }
+const td_model_comm *td_tp_comm_ops(const td_tp_comm *c) {
+    return c->size > 1 || c->ops.cp_ctx ? &c->ops : NULL;
+}
 
 void td_tp_comm_reset(td_tp_comm *c) {
     memset(c->calls, 0, sizeof c->calls);
@@ -58,7 +60,7 @@ size_t td_tp_comm_plan_bytes(const td_param_table *t, int B, int seq_parallel) {
      * than one piece is packed into a scratch buffer of the comm layer's
      * blocking request (kept, so its peak is the largest). All-gathers and
      * all-reduces need none. */
-    size_t tp = (size_t)t->tp, count = (size_t)B * t->cfg.T / tp * (size_t)t->cfg.C;
+    size_t tp = (size_t)t->tp, count = (size_t)B * (t->cfg.T / t->cp) / tp * (size_t)t->cfg.C;
     size_t piece_elems = td_max_sz(1, td_comm_piece_bytes() / (tp * sizeof(float)));
     if (count <= piece_elems) return 0; /* one piece: MPI reads the input as it is */
     return piece_elems * tp * sizeof(float);

@@ -70,7 +70,7 @@ static size_t my_slice_off(const td_dp *dp, int u) {
 
 static void zero_plan(const td_dp_config *cfg, const td_layout *lay, const td_param_table *t,
                       td_mem_plan *p) {
-    int D = lay->dp, shared = lay->dp > 1 && lay->dp_shares_memory;
+    int D = td_layout_grad_ranks(lay), shared = D > 1 && lay->dp_shares_memory;
     size_t n = t->numel * sizeof(float), sh = n / (size_t)D;
     size_t max_block = 0;
     int L = t->cfg.L;

@@ -6,12 +6,22 @@
 #include <stdio.h>
 
 #include "trident/base.h"
+#include "trident/cp.h"
 #include "trident/fault.h"
 #include "trident/timeline.h"
 
+/* The data is read into c->in, c->tg (whole sequences); under cp each
+ * sequence's two local chunks are then taken into in, tg (which may be
+ * c->in, c->tg: the copy moves rows only towards the front). */
 void td_engine_batch(const td_engine_ctx *c, int split, int step, int mb, int *in, int *tg) {
+    const td_axis *cp = &c->g->axis[TD_CP];
+    int *rin = cp->size > 1 ? c->in : in, *rtg = cp->size > 1 ? c->tg : tg;
     td_data_batch(c->data, split, c->o->seed, step, c->g->axis[TD_DP].rank * c->Bl + mb * c->Bm, c->Bm,
-                  c->o->seq, in, tg);
+                  c->o->seq, rin, rtg);
+    if (cp->size > 1) {
+        td_cp_take_local(in, rin, c->Bm, c->o->seq, cp->size, cp->rank, sizeof(int));
+        td_cp_take_local(tg, rtg, c->Bm, c->o->seq, cp->size, cp->rank, sizeof(int));
+    }
 }
 
 /* ---- plain: pp = 1 ---- */

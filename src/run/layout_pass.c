@@ -6,6 +6,7 @@
 #include "layout_pass.h"
 #include "trident/base.h"
 #include "trident/comm.h"
+#include "trident/cp.h"
 #include "trident/grid.h"
 
 typedef struct {
@@ -14,12 +15,26 @@ typedef struct {
     void *ctx;
 } rows_at;
 
-/* micro-batch mb of this replica: its rows of the global batch */
-static void pp_rows(void *ctx, int mb, int *in, int *tg) {
-    rows_at *r = ctx;
-    r->fill(r->ctx, r->p->g->axis[TD_DP].rank * r->p->Bl + mb * r->p->Bm, r->p->Bm, r->p->T, in,
-            tg);
+/* Micro-batch mb of this replica: its rows of the global batch, whole
+ * sequences, or under cp this rank's two chunks of each (filled whole into
+ * the scratch first). */
+static void fill_rows(rows_at *r, int mb, int *in, int *tg) {
+    const td_layout_pass *p = r->p;
+    const td_axis *cp = &p->g->axis[TD_CP];
+    int row = p->g->axis[TD_DP].rank * p->Bl + mb * p->Bm;
+    if (cp->size == 1) {
+        r->fill(r->ctx, row, p->Bm, p->T, in, tg);
+        return;
+    }
+    size_t N = (size_t)p->Bm * p->T;
+    int *win = td_alloc(sizeof(int) * N, TD_MEM_OTHER), *wtg = td_alloc(sizeof(int) * N, TD_MEM_OTHER);
+    r->fill(r->ctx, row, p->Bm, p->T, win, wtg);
+    td_cp_take_local(in, win, p->Bm, p->T, cp->size, cp->rank, sizeof(int));
+    td_cp_take_local(tg, wtg, p->Bm, p->T, cp->size, cp->rank, sizeof(int));
+    td_free(win), td_free(wtg);
 }
+
+static void pp_rows(void *ctx, int mb, int *in, int *tg) { fill_rows(ctx, mb, in, tg); }
 
 /* The sum over the ranks of c of each one's x, exactly and in rank order:
  * x as three floats (24 x 3 bits hold a double's 53), each rank's in its
@@ -44,10 +59,11 @@ double td_layout_pass_forward(td_layout_pass *p, td_rows_fn fill, void *ctx) {
         rows_at r = {p, fill, ctx};
         sum = td_pp_forward_only(p->pp, p->K, pp_rows, &r);
     } else {
+        rows_at r = {p, fill, ctx};
         int N = p->Bm * p->T;
         int *in = td_alloc(sizeof(int) * (size_t)N, TD_MEM_OTHER), *tg = td_alloc(sizeof(int) * (size_t)N, TD_MEM_OTHER);
         for (int k = 0; k < p->K; k++) {
-            fill(ctx, p->g->axis[TD_DP].rank * p->Bl + k * p->Bm, p->Bm, p->T, in, tg);
+            fill_rows(&r, k, in, tg);
             sum += td_gpt_forward(p->model, in, tg);
         }
         td_free(in), td_free(tg);
@@ -55,7 +71,7 @@ double td_layout_pass_forward(td_layout_pass *p, td_rows_fn fill, void *ctx) {
     td_dp_set_training(p->dp, 1);
     /* every tp rank of a replica holds the same sum (the loss's row
      * statistics are reduced over tp); a pipeline's is the last stage's */
-    if (p->g->axis[TD_DP].size > 1) sum = exact_sum(p->g->grad_comm, sum);
+    if (td_grid_grad_ranks(p->g) > 1) sum = exact_sum(p->g->grad_comm, sum);
     if (p->pp) sum = exact_sum(p->g->axis[TD_PP].comm, sum);
     return sum;
 }

@@ -2,6 +2,7 @@
 #include "mem_plan.h"
 
 #include "trident/base.h"
+#include "trident/cp.h"
 
 td_dp_config td_train_dp_config(const td_train_opts *o, td_dp_mode mode) {
     td_dp_config dcfg = {.mode = mode, .zero = o->zero, .ps_staleness = o->ps_staleness,
@@ -18,7 +19,7 @@ td_mem_plan td_train_mem_plan(const td_train_opts *o, const td_gpt_config *cfg, 
                               td_param_table *table) {
     const td_layout *lay = rs->lay;
     td_table_layout tlay = {td_dp_unit_align(rs->dcfg, lay), lay->tp, lay->is_server ? 0 : rs->tp_rank,
-                            rs->held, td_train_precision(o)};
+                            rs->held, td_train_precision(o), lay->cp, lay->is_server ? 0 : rs->cp_rank};
     td_param_table_build_layout(table, cfg, &tlay);
     td_mem_plan plan = td_dp_memory_plan(rs->dcfg, lay, table);
     if (!lay->is_server) {
@@ -27,6 +28,9 @@ td_mem_plan td_train_mem_plan(const td_train_opts *o, const td_gpt_config *cfg, 
                                                                       rs->sched, rs->pp_rank, rc)
                                              : td_gpt_activation_bytes_rc(table, rs->Bm, o->seq_parallel, rc);
         plan.bytes[TD_MEM_COMM] += td_tp_comm_plan_bytes(table, rs->Bm, o->seq_parallel);
+        int cp = lay->cp > 1 ? lay->cp : 1, tp = lay->tp;
+        td_cp_shape ring = {rs->Bm, cfg->T / cp, cfg->C / tp, cfg->H / tp, td_train_precision(o)};
+        plan.bytes[TD_MEM_COMM] += td_cp_ring_plan_bytes(&ring, cp); /* its K/V blocks */
         plan.bytes[TD_MEM_PARAMS] += td_gpt_compute_param_bytes(table); /* reduced-precision copies */
     }
     return plan;

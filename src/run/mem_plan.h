@@ -20,6 +20,7 @@ typedef struct {
     const td_pp_split *split;   /* NULL without a pipeline */
     const td_schedule *sched;   /* the pipeline's, else unused */
     int Bm;                     /* sequences per micro-batch */
+    int cp_rank;                /* its place on the cp axis (lay->cp > 1) */
 } td_rank_shape;
 
 /* Builds this rank's parameter table into *table (freed by the caller) and

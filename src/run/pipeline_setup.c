@@ -124,8 +124,9 @@ void td_pipeline_setup(const td_train_opts *o, const td_grid *g, const td_gpt_co
 
 void td_pipeline_report(const td_grid *g, const td_schedule *sched, const td_pp_stats *st,
                         td_train_result *res) {
-    /* each stage's figures from its (dp 0, tp 0) rank, summed over the world */
-    int P = g->axis[TD_PP].size, lead = g->axis[TD_DP].rank == 0 && g->axis[TD_TP].rank == 0;
+    /* each stage's figures from its (dp 0, cp 0, tp 0) rank, summed over the world */
+    int P = g->axis[TD_PP].size,
+        lead = g->axis[TD_DP].rank == 0 && g->axis[TD_CP].rank == 0 && g->axis[TD_TP].rank == 0;
     enum { STEP, COMPUTE, WAIT, SEND, F, B, W, NF };
     float *v = td_alloc(sizeof(float) * (size_t)(P * NF), TD_MEM_OTHER);
     memset(v, 0, sizeof(float) * (size_t)(P * NF));

@@ -278,32 +278,41 @@ static int check_sizes(verdict *v, const td_train_opts *o, const td_gpt_config *
                   td_fmt_bytes(b, sizeof b, est), c->L, c->C, c->T, Bm, c->V);
 }
 
-/* The memory this rank may use: TRIDENT_MEMORY_LIMIT or what the node
- * still has (MemAvailable, the cgroup's room), shared by the ranks on the
- * node. Refuses a plan above it, with the plan's table. */
+/* The memory this rank may use: TRIDENT_MEMORY_LIMIT_PER_RANK (one
+ * device's memory per rank, as on a GPU cluster), else TRIDENT_MEMORY_LIMIT
+ * or what the node still has (MemAvailable, the cgroup's room), shared by
+ * the ranks on the node. Refuses a plan above it, with the plan's table. */
 static int check_memory(verdict *v, const td_grid *g, const td_mem_plan *plan) {
     char source[4600], b1[32], b2[32], b3[32];
     size_t node;
-    const char *env = getenv("TRIDENT_MEMORY_LIMIT");
+    const char *per = getenv("TRIDENT_MEMORY_LIMIT_PER_RANK");
+    const char *env = per ? per : getenv("TRIDENT_MEMORY_LIMIT");
+    const char *env_name = per ? "TRIDENT_MEMORY_LIMIT_PER_RANK" : "TRIDENT_MEMORY_LIMIT";
     if (env) {
         if (!td_parse_bytes(env, &node))
-            return refuse(v, "TRIDENT_MEMORY_LIMIT='%s' is not a byte count; use a positive number of "
+            return refuse(v, "%s='%s' is not a byte count; use a positive number of "
                              "bytes with an optional K, M, G or T (powers of 1024), e.g. 512M or 4G",
-                          env);
-        snprintf(source, sizeof source, "TRIDENT_MEMORY_LIMIT=%s", env);
+                          env_name, env);
+        snprintf(source, sizeof source, "%s=%s", env_name, env);
     } else {
         node = td_node_memory_available(source, sizeof source);
         if (node == 0) return 0; /* unknown: nothing to compare with */
     }
-    int ranks = td_local_ranks();
+    int ranks = per ? 1 : td_local_ranks(); /* a per-rank limit is not shared */
     size_t share = node / (size_t)ranks, total = 0;
     for (int c = 0; c < TD_MEM_NCAT; c++) total += plan->bytes[c];
     if (total <= share) return 0;
-    refuse(v, "memory: rank %d plans %s but each of the %d ranks on this node may use %s (%s, for "
-              "the node); use a smaller model, --batch or --seq, shard with --zero over more ranks, "
-              "or give the job more memory",
-           g->world_rank, td_fmt_bytes(b1, sizeof b1, (double)total), ranks,
-           td_fmt_bytes(b2, sizeof b2, (double)share), source);
+    const char *fix = "use a smaller model, --batch or --seq, shard with --zero over more ranks, split "
+                      "the sequence with --cp, or give the job more memory";
+    if (per)
+        refuse(v, "memory: rank %d plans %s but a rank may use %s (%s); %s", g->world_rank,
+               td_fmt_bytes(b1, sizeof b1, (double)total), td_fmt_bytes(b2, sizeof b2, (double)share),
+               source, fix);
+    else
+        refuse(v, "memory: rank %d plans %s but each of the %d ranks on this node may use %s (%s, for "
+                  "the node); %s",
+               g->world_rank, td_fmt_bytes(b1, sizeof b1, (double)total), ranks,
+               td_fmt_bytes(b2, sizeof b2, (double)share), source, fix);
     size_t k = 0;
     k += (size_t)snprintf(v->extra + k, sizeof v->extra - k, "  plan of rank %d:\n", g->world_rank);
     for (int c = 0; c < TD_MEM_NCAT && k < sizeof v->extra; c++)

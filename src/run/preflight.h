@@ -24,7 +24,8 @@ typedef struct {
  * (the same, and FILE.tmp creatable for the atomic write),
  * --sample-prompt (every character in the vocabulary), sizes that would
  * overflow, and the plan against the memory this rank may use
- * (TRIDENT_MEMORY_LIMIT overrides the detected figure). A failure on any
+ * (TRIDENT_MEMORY_LIMIT overrides the detected figure for the node,
+ * TRIDENT_MEMORY_LIMIT_PER_RANK sets each rank's own). A failure on any
  * rank ends the job with exactly one "trident: error:" line, from the
  * lowest failing rank. */
 td_preflight_result td_preflight(const td_train_opts *o, const td_grid *g, const td_gpt_config *cfg,

@@ -59,7 +59,7 @@ static void open_grid(td_run *r, td_dp_mode mode) {
     loss_scale_setup(o, &r->scaler);
     if (o->pp > 1) td_pipeline_check(o); /* a schedule or split that cannot work, before any communication */
     td_log_set_verbose(o->verbose);
-    td_grid_spec gs = {.size = {[TD_TP] = o->tp, [TD_CP] = 1, [TD_DP] = o->dp, [TD_PP] = o->pp},
+    td_grid_spec gs = {.size = {[TD_TP] = o->tp, [TD_CP] = o->cp, [TD_DP] = o->dp, [TD_PP] = o->pp},
                        .order = o->grid_order,
                        .n_servers = mode == TD_DP_PS ? o->ps_servers : 0};
     td_grid_create(&r->g, &gs);
@@ -88,7 +88,8 @@ static void open_plan(td_run *r, td_dp_mode mode, td_dp_config *dcfg) {
     *dcfg = td_train_dp_config(o, mode);
     td_layout lay = td_layout_of_grid(g);
     td_rank_shape rs = {dcfg,           &lay, g->axis[TD_TP].rank, g->axis[TD_PP].rank,
-                        r->piped ? r->held : NULL, r->piped ? &r->split : NULL, &r->sched, Bm};
+                        r->piped ? r->held : NULL, r->piped ? &r->split : NULL, &r->sched, Bm,
+                        g->axis[TD_CP].rank};
     r->plan = td_train_mem_plan(o, &r->cfg, &rs, &r->table);
     td_param_table_build(&r->canon, &r->cfg, 1);
     r->rep.baseline = td_preflight(o, g, &r->cfg, &r->data, &r->plan, Bm);
@@ -100,6 +101,10 @@ static void open_model(td_run *r, const td_dp_config *dcfg) {
     const td_train_opts *o = r->o;
     td_grid *g = &r->g;
     td_tp_comm_init(&r->tpc, g);
+    if (g->axis[TD_CP].size > 1) { /* attention meets the sequence's other chunks */
+        r->ring = td_cp_ring_new(g->axis[TD_CP].comm);
+        td_cp_bind_model(r->ring, &r->tpc.ops);
+    }
     if (!g->is_server) {
         if (r->piped)
             td_gpt_create_stage_rc(&r->model, &r->table, r->ec.Bm, o->seq_parallel, td_train_recompute(o));
@@ -234,16 +239,18 @@ static void traffic_formula(td_run *r) {
     td_train_result *res = r->res;
     const td_grid *g = &r->g;
     int tp = g->axis[TD_TP].size, nb = r->cfg.L;
+    td_gpt_config local = r->cfg; /* the tp traffic of this rank's rows: T / cp per sequence */
+    local.T /= g->axis[TD_CP].size;
     if (r->piped) {
         nb = 0;
         for (int l = 0; l < r->cfg.L; l++) nb += r->held[l + 1];
-        td_tp_formula_stage(&res->tp_formula, &r->cfg, r->ec.Bm, o->grad_accum, tp, o->seq_parallel, nb,
+        td_tp_formula_stage(&res->tp_formula, &local, r->ec.Bm, o->grad_accum, tp, o->seq_parallel, nb,
                             g->axis[TD_PP].rank == 0, g->axis[TD_PP].rank == g->axis[TD_PP].size - 1);
     } else {
-        td_tp_formula(&res->tp_formula, &r->cfg, r->ec.Bm, o->grad_accum, tp, o->seq_parallel);
+        td_tp_formula(&res->tp_formula, &local, r->ec.Bm, o->grad_accum, tp, o->seq_parallel);
     }
     if (td_train_recompute(o) == TD_RECOMPUTE_BLOCK)
-        td_tp_formula_add_recompute(&res->tp_formula, &r->cfg, r->ec.Bm, o->grad_accum, tp, o->seq_parallel, nb);
+        td_tp_formula_add_recompute(&res->tp_formula, &local, r->ec.Bm, o->grad_accum, tp, o->seq_parallel, nb);
     if (r->piped) {
         td_pp_stats_get(r->pp, &res->pp_stats);
         if (res->stop_step < 0 && !res->stopped_startup) td_pipeline_report(g, &r->sched, &res->pp_stats, res);
@@ -336,6 +343,7 @@ void td_run_close(td_run *r, int keep) {
     td_pp_destroy(r->pp);
     td_dp_destroy(r->dp);
     if (!r->g.is_server) td_gpt_destroy(&r->model);
+    td_cp_ring_free(r->ring);
     td_param_table_free(&r->table);
     td_param_table_free(&r->canon);
     td_data_free(&r->data);

@@ -19,6 +19,7 @@
 #include "grad_watch.h"
 #include "mem_plan.h"
 #include "report.h"
+#include "trident/cp.h"
 #include "trident/data.h"
 #include "trident/grid.h"
 #include "trident/loss_scale.h"
@@ -43,6 +44,7 @@ typedef struct {
     unsigned char held[TD_MAX_LAYERS + 2];
     td_gpt model;                /* training ranks only */
     td_tp_comm tpc;
+    td_cp_ring *ring;            /* context parallelism's (cp > 1), else NULL */
     td_dp *dp;
     td_pp *pp;                   /* NULL without a pipeline */
     td_loss_scaler scaler;

@@ -45,11 +45,11 @@ static float reduce_step(td_run *r, double loss_sum, int *bad_step, int *bad_row
     int known = (*bad_row = td_dp_nonfinite(r->dp, bad_step)) >= 0;
     float red[4] = {(float)loss_sum, (float)known, known ? (float)*bad_step : 0.0f,
                     known ? (float)*bad_row : 0.0f};
-    if (g->axis[TD_DP].size > 1) td_allreduce(g->grad_comm, red, 4, TD_F32, TD_SUM);
+    if (td_grid_grad_ranks(g) > 1) td_allreduce(g->grad_comm, red, 4, TD_F32, TD_SUM);
     if (r->loss_group) td_allreduce(r->loss_group, red, 4, TD_F32, TD_SUM); /* the last stage's loss */
     *any_bad = red[1] > 0;
     if (*any_bad) *bad_step = (int)(red[2] / red[1]), *bad_row = (int)(red[3] / red[1]);
-    return g->axis[TD_DP].size > 1 || r->loss_group ? red[0] / ((float)r->o->batch * r->o->seq)
+    return td_grid_grad_ranks(g) > 1 || r->loss_group ? red[0] / ((float)r->o->batch * r->o->seq)
                                                     : (float)(loss_sum / tokens);
 }
 
@@ -169,7 +169,7 @@ static double evaluate(td_run *r) {
     td_dp_set_training(c->dp, 1);
     float s = (float)sum; /* float sum of per-rank sums: the order is fixed */
     double total = sum;
-    if (r->g.axis[TD_DP].size > 1) {
+    if (td_grid_grad_ranks(&r->g) > 1) {
         td_allreduce(r->g.grad_comm, &s, 1, TD_F32, TD_SUM);
         total = s;
     }

@@ -44,7 +44,7 @@ static double engine_bytes(const td_train_opts *o, const td_gpt_config *cfg, con
         unsigned char held[TD_MAX_LAYERS + 2];
         if (x.pp > 1) td_pp_held_units(&split, cfg->L, st, held);
         td_param_table t;
-        td_rank_shape rs = {&dcfg, &lay, 0, st, x.pp > 1 ? held : NULL, x.pp > 1 ? &split : NULL, &sched, Bm};
+        td_rank_shape rs = {&dcfg, &lay, 0, st, x.pp > 1 ? held : NULL, x.pp > 1 ? &split : NULL, &sched, Bm, 0};
         td_mem_plan p = td_train_mem_plan(&x, cfg, &rs, &t);
         double sum = 0;
         for (int c = 0; c < TD_MEM_NCAT; c++) sum += (double)p.bytes[c];

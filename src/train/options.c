@@ -23,7 +23,7 @@ void td_train_opts_default(td_train_opts *o) {
     o->eval_every = 250, o->eval_iters = 20, o->log_every = 10;
     o->seed = 1337;
     o->threads = 0; /* 0: cores / ranks on this node */
-    o->dp = 0, o->tp = 1, o->pp = 1;
+    o->dp = 0, o->tp = 1, o->pp = 1, o->cp = 1;
     o->dp_mode = "allreduce";
     o->recompute = "none";
     o->precision = "fp32";
@@ -76,8 +76,9 @@ int td_train_flag_table(td_train_opts *o, td_flag *out, int cap) {
         {"--log-every", TD_FLAG_INT, &o->log_every, "steps between step lines on stdout (10)", POS},
         {"--seed", TD_FLAG_U64, &o->seed, "seed for init and the data sampler (1337)", NULL},
         {"--threads", TD_FLAG_INT, &o->threads, "compute threads per rank, 0 = default (cores / local ranks)", "[0, 4096]"},
-        {"--dp", TD_FLAG_INT, &o->dp, "data-parallel size, 0 = default (ranks / (tp*pp))", NONNEG},
+        {"--dp", TD_FLAG_INT, &o->dp, "data-parallel size, 0 = default (ranks / (tp*cp*pp))", NONNEG},
         {"--tp", TD_FLAG_INT, &o->tp, "tensor-parallel size (1): Megatron layers, heads and vocabulary split over tp ranks", POS},
+        {"--cp", TD_FLAG_INT, &o->cp, "context-parallel size (1): each sequence split over cp ranks in 2 cp chunks (rank r holds chunks r and 2cp-1-r), attention by ring attention; --seq must be a multiple of 2 cp", POS},
         {"--sequence-parallel", TD_FLAG_BOOL, &o->seq_parallel, "split LayerNorm and residual activations along the sequence over the tp ranks (needs --tp >= 2)", NULL},
         {"--precision", TD_FLAG_STR, &o->precision, "arithmetic of forward and backward: fp32 (default), bf16 (bf16 weight copies, activations and GEMMs through oneDNN; fp32 master weights, gradients and AdamW) or fp16 (the same in fp16, GEMMs converted to fp32 here, dynamic loss scaling)", NULL},
         {"--gemm-stats", TD_FLAG_BOOL, &o->gemm_stats, "time every GEMM of the model and print the achieved GEMM rate per step", NULL},
@@ -207,6 +208,7 @@ void td_train_compat_cfg(const td_train_opts *o, td_compat_cfg *c) {
     const td_train_choices *ch = &o->ch;
     td_compat_cfg_init(c);
     c->dp = o->dp, c->tp = o->tp, c->pp = o->pp, c->zero = o->zero, c->seq_parallel = o->seq_parallel;
+    c->cp = o->cp;
     c->ps_servers = o->ps_servers;
     c->dp_mode = ch->dp_mode, c->schedule = ch->schedule, c->virtual_stages = o->virtual_stages;
     c->micro_batches = o->grad_accum, c->recompute = ch->recompute, c->precision = ch->precision;

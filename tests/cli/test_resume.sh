@@ -71,6 +71,11 @@ reshard tp2-to-pp2    tp2   2 --pp 2
 reshard pp2-to-dp2z3  pp2   2 --dp 2 --zero 3
 reshard 1-to-dp2rb    src1  2 --dp 2 --dp-mode reduce-broadcast
 reshard 8-to-tp2dp2z2 src8  4 --tp 2 --dp 2 --zero 2
+# context parallelism: parameters do not depend on cp, and its ZeRO state is
+# sharded over dp x cp like dp's, so it reshards as for a dp change
+tr srccp 2 --cp 2 --zero 1 --out "$tmp/srccp" --stop-after 4
+reshard cp2z1-to-dp2z1 srccp 2 --dp 2 --zero 1
+reshard cp2z1-to-1     srccp 1
 # precision: a bf16 run's fp32 master weights continue in fp32 under two
 # layouts (they agree as fp32 runs do), and fp32 state continues in bf16
 tr bf-to-1 1 --resume "$tmp/srcbf/step-00000004" --out "$tmp/o-bf1" --log "$tmp/bf-to-1.log" &&

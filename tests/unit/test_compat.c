@@ -155,6 +155,22 @@ static const char *breaking(td_rule_id id, td_compat_cfg *c) {
         c->precision = 1, c->tp = 2, c->rows = 3, c->embd = 5, c->precision_name = "bf16";
         return "--precision bf16 with --tp needs an even number of elements per rank's rows "
                "(--seq x --channels); got 3 x 5";
+    case TD_RULE_CP_SEQ:
+        c->cp = 2, c->seq = 6;
+        return "--cp 2 splits each sequence into 4 equal chunks (2 per rank, for causal load "
+               "balance), which --seq 6 does not divide; use a sequence length that is a multiple "
+               "of 4";
+    case TD_RULE_CP_PS:
+        c->cp = 2, c->seq = 8, c->dp_mode = TD_DP_PS, c->ps_servers = 1;
+        return "--dp-mode ps does not combine with --cp 2: its servers expect every worker's "
+               "gradient of whole sequences; use --dp-mode allreduce (or reduce-broadcast) with "
+               "context parallelism";
+    case TD_RULE_CP_TOPK:
+        c->cp = 2, c->seq = 8, c->topk_ratio = 0.01, c->grad_compress_text = "topk:0.01";
+        return "--grad-compress topk:0.01 does not combine with --cp 2: a context-parallel rank's "
+               "gradient covers only its chunks of each sequence, so its own top-k is not an "
+               "estimate of the step's; use --grad-compress none (--grad-reduce-dtype bf16 halves "
+               "the payload)";
     case TD_RULE_SAMPLE_PROMPT_IDS:
         c->sample_prompt = 1, c->data_token_ids = 1, c->data_text = "train.bin";
         return "--sample-prompt needs a text tokenizer, but --data train.bin holds token ids; "

@@ -235,18 +235,36 @@ static void test_embedding_shards(void) {
         for (int i = 0; i < N * C; i++) sum[i] = r ? sum[i] + part[i] : part[i];
     }
     /* positions on two row blocks, as sequence parallelism splits them */
-    td_position_forward(sum, wpe, 0, N / 2, T, C);
-    td_position_forward(sum + (size_t)(N / 2) * C, wpe, N / 2, N - N / 2, T, C);
+    td_position_forward(sum, wpe, NULL, 0, N / 2, T, C);
+    td_position_forward(sum + (size_t)(N / 2) * C, wpe, NULL, N / 2, N - N / 2, T, C);
     tu_check_bitwise("embedding shards + positions = fused (fwd)", sum, fused, N * C);
     float *dwte = TU_NEW(float, Vp * C), *dwpe = TU_NEW(float, T * C);
     float *swte = TU_NEW(float, Vp * C), *swpe = TU_NEW(float, T * C);
     td_embedding_backward(dwte, dwpe, dout, tok, B, T, C);
     for (int r = 0; r < shards; r++)
         td_embedding_shard_backward(swte + (size_t)r * rows * C, dout, tok, r * rows, rows, N, C);
-    td_position_backward(swpe, dout, 0, N / 2, T, C);
-    td_position_backward(swpe, dout + (size_t)(N / 2) * C, N / 2, N - N / 2, T, C);
+    td_position_backward(swpe, dout, NULL, 0, N / 2, T, C);
+    td_position_backward(swpe, dout + (size_t)(N / 2) * C, NULL, N / 2, N - N / 2, T, C);
     tu_check_bitwise("embedding shards bwd dwte = fused", swte, dwte, Vp * C);
     tu_check_bitwise("positions bwd over row halves dwpe = fused", swpe, dwpe, T * C);
+    /* explicit positions, as a context-parallel rank holds a sequence: T/2
+     * local rows = chunks 1 and 2 of 4 (global rows T/4.. and T/2..) of a
+     * T-row table; oracle: the definition, one row at a time */
+    {
+        int Tl = T / 2, Nl = B * Tl, q = T / 4, *pos = TU_NEW(int, Tl);
+        for (int t = 0; t < Tl; t++) pos[t] = t < q ? q + t : 2 * q + (t - q);
+        float *o = TU_NEW(float, Nl * C), *want = TU_NEW(float, Nl * C);
+        float *g = TU_NEW(float, T * C), *gwant = TU_NEW(float, T * C);
+        td_position_forward(o, wpe, pos, 0, Nl, Tl, C);
+        td_position_backward(g, dout, pos, 0, Nl, Tl, C);
+        for (int n = 0; n < Nl; n++)
+            for (int c = 0; c < C; c++) {
+                want[n * C + c] = wpe[pos[n % Tl] * C + c];
+                gwant[pos[n % Tl] * C + c] += dout[n * C + c];
+            }
+        tu_check_bitwise("positions at explicit ids fwd = definition", o, want, Nl * C);
+        tu_check_bitwise("positions at explicit ids bwd = definition", g, gwant, T * C);
+    }
     tu_release(mark);
 }
 

@@ -218,7 +218,7 @@ int main(void) {
      * checked by the tensor-parallel tests under mpirun) */
     model_open(&d, &cfg, 5, p0);
     comm_count cnt = {0};
-    td_model_comm comm = {&cnt, count_allreduce, NULL, NULL};
+    td_model_comm comm = {&cnt, count_allreduce, NULL, NULL, NULL, NULL, NULL};
     d.m.comm = &comm;
     double ld = td_gpt_forward(&d.m, in, tg);
     td_gpt_backward(&d.m, dloss);

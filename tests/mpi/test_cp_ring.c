@@ -1,0 +1,185 @@
+/* Ring attention (trident/cp.h) over the world as the cp group, against
+ * the blocked kernel's single call on the whole sequence (its oracles are
+ * tests/unit/test_attention_blocked's), restricted to each rank's rows:
+ * out, lse, and dqkv (dq of the local rows, dk and dv summed over every
+ * rank's queries). Every rank builds the same global data from one seed.
+ *
+ * Shapes: T = 2n x 6 (chunks of 6 rows, one kernel block) and 2n x 70
+ * (chunks of 70: a full and a partial 64-row block), B 2, 2 heads of 8.
+ * Also the ring on a 1-rank group (cp = 1), the split helpers, the bytes
+ * against td_cp_ring_formula, and the predicate that refuses a T the 2n
+ * chunks do not divide.
+ *
+ * Tolerances (|got - exp| <= tol (|exp| + 0.1 rms(exp)), tu_check_close):
+ *  fp32 out, lse: TOL_FWD 1e-5, the pieces-vs-one-call bound of
+ *   test_attention_blocked (other summation orders of the same <= 560-term
+ *   softmax sums, plus the merge's exp/log1p roundings ~1e-7);
+ *  fp32 dq, dk, dv: TOL_BWD 5e-5, its TOL_RING_DQ: a row of dS sums to zero,
+ *   so each gradient is a cancelling sum, here cut at other places;
+ *  bf16: every merge of the forward and every hop's addition into dK/dV
+ *   rounds the running value to bf16 (half an ulp, 2^-9 relative), and a
+ *   query chunk meets at most 2n key chunks: 2n x 2^-9 of the values being
+ *   rounded, against the 16-bit kernel's single call on the same bf16
+ *   inputs. Those running values are partial sums of the tensor's own size
+ *   (rms), not of each final element, which may be near 0 after the last
+ *   merge; so the bound is 2n x 2^-9 with the floor at the whole rms
+ *   (FLOOR_LP 1.0). The gradients add their own roundings (dq and dK/dV
+ *   rounded once per pair call: up to 2n) to the forward's error, which
+ *   they inherit through D = rowsum(dout * out): (4n + 1) x 2^-9. A missed
+ *   or doubled block is off by O(1/n) of the rms: >= 0.25 at n = 4, against
+ *   bounds of 0.016 and 0.033. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "../unit/test_util.h"
+#include "trident/attention.h"
+#include "trident/comm.h"
+#include "trident/cp.h"
+#include "trident/kernels_bf16.h"
+
+#define TOL_FWD 1e-5
+#define TOL_BWD 5e-5
+#define FLOOR 0.1
+#define FLOOR_LP 1.0
+
+enum { B = 2, NH = 2, HS = 8, C = NH * HS };
+
+static char g_name[96];
+static const char *L(const char *what, int n, int T, const char *prec) {
+    snprintf(g_name, sizeof g_name, "cp %d T %d %s: %s", n, T, prec, what);
+    return g_name;
+}
+
+/* The whole-sequence oracle (fp32, or bf16 on the same rounded inputs). */
+typedef struct {
+    float *out, *lse, *dqkv; /* [B,T,C], [B,NH,T], [B,T,3C], fp32 values */
+} whole;
+
+static void widen(float *dst, const td_bf16 *src, size_t n) { td_bf16_to_float_n(dst, src, n); }
+
+static whole oracle(const float *qkv, const float *dout, int T, int lp) {
+    whole w = {TU_NEW(float, (size_t)B * T * C), TU_NEW(float, (size_t)B * NH * T),
+               TU_NEW(float, (size_t)B * T * 3 * C)};
+    td_attn_shape s = {.B = B, .Tq = T, .Tk = T, .NH = NH, .NKV = NH, .hs = HS, .q_stride = 3 * C,
+                       .kv_stride = 3 * C, .o_stride = C, .mask = TD_ATTN_CAUSAL};
+    if (!lp) {
+        td_attn_forward(w.out, w.lse, qkv, qkv + C, qkv + 2 * C, &s, 0);
+        td_attn_backward(w.dqkv, w.dqkv + C, w.dqkv + 2 * C, dout, w.out, w.lse, qkv, qkv + C,
+                         qkv + 2 * C, &s);
+        return w;
+    }
+    size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C;
+    td_bf16 *q = TU_NEW(td_bf16, nq), *g = TU_NEW(td_bf16, no), *o = TU_NEW(td_bf16, no),
+            *d = TU_NEW(td_bf16, nq); /* d zero: bf16 0 is all-zero bits */
+    td_bf16_from_float_n(q, qkv, nq);
+    td_bf16_from_float_n(g, dout, no);
+    td_attn_bf16_forward(o, w.lse, q, q + C, q + 2 * C, &s, 0);
+    td_attn_bf16_backward(d, d + C, d + 2 * C, g, o, w.lse, q, q + C, q + 2 * C, &s);
+    widen(w.out, o, no);
+    widen(w.dqkv, d, nq);
+    return w;
+}
+
+/* This rank's ring result, as fp32 values. */
+static whole ring(td_comm *cp, const float *qkv, const float *dout, int T, int lp) {
+    int n = td_comm_size(cp), r = td_comm_rank(cp), Tl = T / n;
+    size_t nq = (size_t)B * Tl * 3 * C, no = (size_t)B * Tl * C;
+    float *lq = TU_NEW(float, nq), *lg = TU_NEW(float, no);
+    td_cp_take_local(lq, qkv, B, T, n, r, 3 * C * sizeof(float));
+    td_cp_take_local(lg, dout, B, T, n, r, C * sizeof(float));
+    whole w = {TU_NEW(float, no), TU_NEW(float, (size_t)B * NH * Tl), TU_NEW(float, nq)};
+    td_cp_shape s = {B, Tl, C, NH, lp ? TD_PREC_BF16 : TD_PREC_FP32};
+    td_cp_ring *g = td_cp_ring_new(cp);
+    uint64_t fwd, bwd;
+    td_cp_ring_formula(&s, n, &fwd, &bwd);
+    if (!lp) {
+        td_cp_attn_forward(g, w.out, w.lse, lq, &s);
+        TU_EXPECT(td_cp_ring_stats(g).bytes_sent == fwd, "forward sent %llu B, formula %llu",
+                  (unsigned long long)td_cp_ring_stats(g).bytes_sent, (unsigned long long)fwd);
+        td_cp_ring_reset_stats(g);
+        td_cp_attn_backward(g, w.dqkv, lg, w.out, w.lse, lq, &s);
+        TU_EXPECT(td_cp_ring_stats(g).bytes_sent == bwd, "backward sent %llu B, formula %llu",
+                  (unsigned long long)td_cp_ring_stats(g).bytes_sent, (unsigned long long)bwd);
+    } else {
+        td_bf16 *q = TU_NEW(td_bf16, nq), *gr = TU_NEW(td_bf16, no), *o = TU_NEW(td_bf16, no),
+                *d = TU_NEW(td_bf16, nq);
+        td_bf16_from_float_n(q, lq, nq);
+        td_bf16_from_float_n(gr, lg, no);
+        td_cp_attn_forward(g, o, w.lse, q, &s);
+        td_cp_attn_backward(g, d, gr, o, w.lse, q, &s);
+        widen(w.out, o, no);
+        widen(w.dqkv, d, nq);
+    }
+    td_cp_ring_free(g);
+    return w;
+}
+
+static void check(td_comm *cp, int T, int lp, uint64_t seed) {
+    int mark = tu_mark(), n = td_comm_size(cp), r = td_comm_rank(cp), Tl = T / n, Tc = Tl / 2;
+    float *qkv = TU_NEW(float, (size_t)B * T * 3 * C), *dout = TU_NEW(float, (size_t)B * T * C);
+    tu_randn(qkv, (size_t)B * T * 3 * C, seed, 1.0f);
+    tu_randn(dout, (size_t)B * T * C, seed + 1, 1.0f);
+    whole want = oracle(qkv, dout, T, lp), got = ring(cp, qkv, dout, T, lp);
+    /* the oracle at this rank's rows; lse in the ring's [2 chunks][B, NH, Tc] */
+    float *wo = TU_NEW(float, (size_t)B * Tl * C), *wd = TU_NEW(float, (size_t)B * Tl * 3 * C);
+    float *wl = TU_NEW(float, (size_t)B * NH * Tl);
+    td_cp_take_local(wo, want.out, B, T, n, r, C * sizeof(float));
+    td_cp_take_local(wd, want.dqkv, B, T, n, r, 3 * C * sizeof(float));
+    long pos[2];
+    td_cp_chunk_pos(T, n, r, pos);
+    for (int c = 0; c < 2; c++)
+        for (int b = 0; b < B; b++)
+            for (int h = 0; h < NH; h++)
+                for (int i = 0; i < Tc; i++)
+                    wl[((size_t)(c * B + b) * NH + h) * Tc + i] = want.lse[((size_t)b * NH + h) * T + pos[c] + i];
+    const char *p = lp ? "bf16" : "fp32";
+    double tf = lp ? 2.0 * n / 512 : TOL_FWD, tb = lp ? (4.0 * n + 1) / 512 : TOL_BWD;
+    tu_check_close_f(L("out", n, T, p), got.out, wo, (size_t)B * Tl * C, tf, lp ? FLOOR_LP : FLOOR);
+    tu_check_close_f(L("lse", n, T, p), got.lse, wl, (size_t)B * NH * Tl, TOL_FWD, FLOOR); /* fp32 in both */
+    tu_check_close_f(L("dqkv", n, T, p), got.dqkv, wd, (size_t)B * Tl * 3 * C, tb, lp ? FLOOR_LP : FLOOR);
+    tu_release(mark);
+}
+
+/* take then put restores this rank's rows and leaves the others alone. */
+static void check_split(int n, int r) {
+    int T = 4 * n, mark = tu_mark();
+    float *x = TU_NEW(float, (size_t)B * T), *l = TU_NEW(float, (size_t)B * T / n),
+          *y = TU_NEW(float, (size_t)B * T);
+    for (int i = 0; i < B * T; i++) x[i] = (float)i, y[i] = -1.0f;
+    td_cp_take_local(l, x, B, T, n, r, sizeof(float));
+    td_cp_put_local(y, l, B, T, n, r, sizeof(float));
+    long pos[2];
+    td_cp_chunk_pos(T, n, r, pos);
+    int ok = 1;
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            int mine = (t >= pos[0] && t < pos[0] + 2) || (t >= pos[1] && t < pos[1] + 2);
+            float e = mine ? x[b * T + t] : -1.0f;
+            ok &= y[b * T + t] == e;
+        }
+    TU_EXPECT(ok, "cp %d rank %d: put(take(x)) is not x on the rank's rows alone", n, r);
+    TU_EXPECT(pos[0] == 2L * r && pos[1] == 2L * (2 * n - 1 - r), "cp %d rank %d: chunks at %ld, %ld", n,
+              r, pos[0], pos[1]);
+    tu_release(mark);
+}
+
+int main(int argc, char **argv) {
+    td_comm_init(&argc, &argv);
+    td_comm *w = td_comm_world();
+    int n = td_comm_size(w), r = td_comm_rank(w);
+    TU_EXPECT(!td_cp_seq_ok(2 * n * 6 + 2, n) && td_cp_seq_ok(2 * n * 6, n) && !td_cp_seq_ok(6, 4),
+              "td_cp_seq_ok accepts a T its 2n chunks do not divide, or refuses one they do");
+    check_split(n, r);
+    for (int lp = 0; lp <= 1; lp++) {
+        check(w, 2 * n * 6, lp, 11);
+        check(w, 2 * n * 70, lp, 21);
+    }
+    td_comm *self = td_comm_split(w, r, 0, "cp1"); /* each rank alone: cp = 1 */
+    check(self, 2 * 70, 0, 31);
+    td_comm_free(self);
+    td_attn_release_scratch();
+    int rc = tu_finish("test_cp_ring");
+    td_comm_finalize();
+    return rc;
+}
