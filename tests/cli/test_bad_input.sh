@@ -203,10 +203,11 @@ expect vocab-synthetic "--data synthetic:2147483647: vocabulary 2147483647 is la
 expect vocab-max-mem   "memory: rank 0 plans .*TRIDENT_MEMORY_LIMIT=1G" \
                        env TRIDENT_MEMORY_LIMIT=1G "$T" train --data "$tmp/tok/train.bin" $Q --vocab 16777216
 # every size within its flag's range, together far beyond any machine
-# (attention maps alone 2^67 bytes): the plan's size_t sums would wrap, so a
-# double estimate refuses it first
+# (2^31 - 2^20 tokens of 256 blocks of 65536 channels: ~2^61 bytes of
+# activations; attention keeps no T x T maps since the blocked kernel): the
+# plan's size_t sums come near wrapping, so a double estimate refuses it first
 expect size-guard      "would need about .* per rank .*no machine has that much memory" \
-                       "$T" train --data "$tmp/long/train.bin" $Q --seq 1048576 --batch 2 --layers 256 \
+                       "$T" train --data "$tmp/long/train.bin" $Q --seq 1048576 --batch 2047 --layers 256 \
                        --embd 65536 --heads 65536
 expect tokens-per-step "--batch 4096 x --seq 1048576 = 4294967296 tokens per step" \
                        $S --batch 4096 --seq 1048576
