@@ -179,6 +179,11 @@ typedef struct {
     /* tensor parallelism: this rank's tp traffic in the last training step,
      * as the comm layer recorded it, and the formula's (parallel.h) */
     td_tp_traffic tp_measured, tp_formula;
+    /* context parallelism: this rank's ring in the last training step (bytes
+     * sent, the formula's bytes, chunk pairs computed and skipped by the
+     * causal mask) and its wait time per step, averaged over the timed steps */
+    uint64_t cp_sent_bytes, cp_formula_bytes, cp_pairs, cp_skipped;
+    double cp_wait_ms;
     /* pipeline parallelism: this rank's stage times, summed over the timed
      * steps; the bubble (stage step time - compute) / compute averaged over
      * the stages, and the theory's figure from the measured T_F, T_B, T_W */

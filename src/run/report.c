@@ -351,6 +351,20 @@ void td_report_summary(td_report *r, const td_train_result *res) {
             log_flush(r);
         }
     }
+    if (r->g->axis[TD_CP].size > 1) {
+        /* the ring's bytes of the last step beside the formula, and its waits */
+        td_log("cp ring per step (rank 0): %llu bytes sent (formula %llu), wait %.1f ms, chunk pairs %llu "
+               "computed, %llu skipped by the causal mask\n",
+               (unsigned long long)res->cp_sent_bytes, (unsigned long long)res->cp_formula_bytes, res->cp_wait_ms,
+               (unsigned long long)res->cp_pairs, (unsigned long long)res->cp_skipped);
+        if (r->log) {
+            fprintf(r->log, "{\"event\": \"cp_ring\", \"sent_bytes\": %llu, \"formula_bytes\": %llu, "
+                            "\"wait_ms\": %.3f, \"pairs\": %llu, \"skipped\": %llu}\n",
+                    (unsigned long long)res->cp_sent_bytes, (unsigned long long)res->cp_formula_bytes,
+                    res->cp_wait_ms, (unsigned long long)res->cp_pairs, (unsigned long long)res->cp_skipped);
+            log_flush(r);
+        }
+    }
     if (r->g->axis[TD_PP].size > 1 && r->log) {
         fprintf(
             r->log,

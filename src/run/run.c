@@ -214,6 +214,7 @@ static void finish_training(td_run *r) {
     int ran = res->steps_done - r->first;
     int n_timed = ran > o->timing_skip ? ran - o->timing_skip : ran;
     res->step_ms = n_timed > 0 ? r->timed_ms / n_timed : 0.0;
+    res->cp_wait_ms = n_timed > 0 ? r->cp_wait_ms / n_timed : 0.0;
     res->tokens_per_s = (double)o->batch * o->seq / (res->step_ms * 1e-3);
     res->mfu = r->rep.flops_per_step / (res->step_ms * 1e-3) / r->rep.peak_flops;
     if (o->gemm_stats) {
@@ -249,8 +250,15 @@ static void traffic_formula(td_run *r) {
     } else {
         td_tp_formula(&res->tp_formula, &local, r->ec.Bm, o->grad_accum, tp, o->seq_parallel);
     }
-    if (td_train_recompute(o) == TD_RECOMPUTE_BLOCK)
+    int recompute = td_train_recompute(o) == TD_RECOMPUTE_BLOCK;
+    if (recompute)
         td_tp_formula_add_recompute(&res->tp_formula, &local, r->ec.Bm, o->grad_accum, tp, o->seq_parallel, nb);
+    if (r->ring) { /* per block and micro-batch one ring forward (two under recomputation) and one backward */
+        td_cp_shape s = {r->ec.Bm, local.T, r->cfg.C / tp, r->cfg.H / tp, td_train_precision(o)};
+        uint64_t fwd, bwd;
+        td_cp_ring_formula(&s, g->axis[TD_CP].size, &fwd, &bwd);
+        res->cp_formula_bytes = (uint64_t)nb * o->grad_accum * ((1 + recompute) * fwd + bwd);
+    }
     if (r->piped) {
         td_pp_stats_get(r->pp, &res->pp_stats);
         if (res->stop_step < 0 && !res->stopped_startup) td_pipeline_report(g, &r->sched, &res->pp_stats, res);

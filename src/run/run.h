@@ -58,6 +58,7 @@ typedef struct {
     td_divergence div;
     int first;                   /* the step this process starts at (a resume's) */
     double timed_ms, grad_sent, grad_dense;
+    double cp_wait_ms;           /* the ring's waits in the timed steps */
 } td_run;
 
 /* What td_run_step says of the step. */

@@ -63,6 +63,7 @@ static double train_step(td_run *r, int step, float lr, double *norm) {
     td_dp_begin_step(dp, step);
     td_gpt_params_changed(&r->model); /* a pull (ps) or the last step's update */
     td_tp_comm_reset(&r->tpc);
+    if (r->ring) td_cp_ring_reset_stats(r->ring);
     if (step == r->o->timing_skip && r->engine->timing_reset) r->engine->timing_reset(&r->ec);
     if (step == r->o->timing_skip) td_gpt_gemm_stats(NULL, NULL, 1); /* GEMMs of timed steps */
     int nan_f = td_fault_at(TD_FAULT_NAN_GRAD, step, g->world_rank);
@@ -84,6 +85,11 @@ static double train_step(td_run *r, int step, float lr, double *norm) {
     r->grad_sent += (double)gsent, r->grad_dense += (double)gdense;
     memcpy(r->res->tp_measured.calls, r->tpc.calls, sizeof r->tpc.calls);
     memcpy(r->res->tp_measured.bytes, r->tpc.bytes, sizeof r->tpc.bytes);
+    if (r->ring) {
+        td_cp_stats cs = td_cp_ring_stats(r->ring);
+        r->res->cp_sent_bytes = cs.bytes_sent, r->res->cp_pairs = cs.pairs, r->res->cp_skipped = cs.skipped;
+        r->res->cp_wait_ms = cs.wait_ms; /* td_run_step adds it to the timed sum */
+    }
     if (td_fault_at(TD_FAULT_NAN_LOSS, step, g->world_rank)) loss_sum = NAN;
     return loss_sum;
 }
@@ -119,7 +125,10 @@ td_run_status td_run_step(td_run *r, int step) {
     int bad_step, bad_row, any_bad;
     float loss = reduce_step(r, loss_sum, &bad_step, &bad_row, &any_bad);
     double ms = td_now_ms() - t0;
-    if (step - r->first >= o->timing_skip || o->steps - r->first <= o->timing_skip) r->timed_ms += ms;
+    if (step - r->first >= o->timing_skip || o->steps - r->first <= o->timing_skip) {
+        r->timed_ms += ms;
+        r->cp_wait_ms += res->cp_wait_ms;
+    }
     if (any_bad && isfinite(loss) && td_loss_scaler_skips(&r->scaler)) return skip_step(r, step, bad_row);
     res->losses[step] = loss;
     res->grad_norms[step] = (float)norm;

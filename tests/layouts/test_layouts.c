@@ -142,6 +142,20 @@ int main(int argc, char **argv) {
                    state, res.numel_layout);
         }
     }
+    if (o.cp > 1) {
+        /* the ring's bytes in the last step, as the comm layer counted
+         * them, equal the formula of this rank's blocks and micro-batches */
+        if (res.cp_sent_bytes != res.cp_formula_bytes || res.cp_sent_bytes == 0) {
+            printf("FAIL rank %d: the cp ring sent %llu bytes in a step, formula %llu\n",
+                   td_comm_rank(td_comm_world()), (unsigned long long)res.cp_sent_bytes,
+                   (unsigned long long)res.cp_formula_bytes);
+            fails++;
+        } else if (td_comm_rank(td_comm_world()) == 0) {
+            printf("cp ring: %llu bytes per step = formula (%llu chunk pairs computed, %llu skipped)\n",
+                   (unsigned long long)res.cp_sent_bytes, (unsigned long long)res.cp_pairs,
+                   (unsigned long long)res.cp_skipped);
+        }
+    }
     if (o.pp > 1) {
         /* Activations a stage stashes, by the slots the executor held at
          * once (each slot one micro-batch chunk; ACTS above equals the plan):
