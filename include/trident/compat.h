@@ -39,7 +39,8 @@ enum {
     TD_COMPAT_AT_PP_SPLIT = 1 << 8,   /* td_pp_split_parse: --pp-partition's counts */
     TD_COMPAT_AT_CKPT_LOAD = 1 << 9,  /* td_ckpt_resume: a dp mode without ranges to load */
     TD_COMPAT_AT_PREFLIGHT = 1 << 10, /* td_preflight: the data loaded, before the model */
-    TD_COMPAT_AT_ANY = 0x7ff          /* every row (the planner, the tests) */
+    TD_COMPAT_AT_GRID = 1 << 11,      /* right after td_grid_create, with its sizes */
+    TD_COMPAT_AT_ANY = 0xfff          /* every row (the planner, the tests) */
 };
 
 /* The rows, in the table's order (which is the order in which each site
@@ -78,6 +79,9 @@ typedef enum {
     TD_RULE_CP_PS,
     TD_RULE_CP_TOPK,
     TD_RULE_SAMPLE_PROMPT_IDS,
+    TD_RULE_DP_SHARD_ZERO,
+    TD_RULE_DP_SHARD_PAYLOAD,
+    TD_RULE_DP_SHARD_DIVIDES,
     TD_RULE_N
 } td_rule_id;
 
@@ -88,6 +92,7 @@ typedef struct {
     /* layout */
     int dp, tp, pp, zero, seq_parallel;
     int cp;             /* --cp: each sequence split over cp ranks */
+    int dp_shard;       /* --dp-shard: ZeRO's shard size under hybrid sharding; 0 none */
     int ps_servers;     /* --ps-servers, or the grid's servers */
     int dp_mode;        /* td_dp_mode; -1: a name no mode has */
     int schedule;       /* td_sched_kind; -1: none (the planner's pp 1) */

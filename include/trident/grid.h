@@ -42,6 +42,7 @@ typedef struct {
     int size[TD_AXES];
     const char *order;
     int n_servers;
+    int dp_shard; /* hybrid sharding: ranks per shard of the gradient group; 0 = none */
 } td_grid_spec;
 
 typedef struct {
@@ -59,8 +60,15 @@ typedef struct {
      *       coordinate, which both hold the tied token embedding / LM head
      *       and sum its gradients every step; NULL when pp = 1 and on middle
      *       stages;
-     * ps:   the servers (servers only; the global grad norm). */
+     * ps:   the servers (servers only; the global grad norm);
+     * shard, replica: hybrid sharding (--dp-shard N): grad's consecutive
+     *       runs of N ranks are the shards over which ZeRO splits the state,
+     *       the ranks with one index in every shard a replica group that
+     *       sums the shards' gradients. Without it shard is grad and replica
+     *       NULL. */
     td_comm *grad_comm, *mp_comm, *embed_comm, *ps_comm;
+    td_comm *shard_comm, *replica_comm;
+    int dp_shard;         /* the spec's (0: none), as asked: the rules table checks it */
     int pp_prev, pp_next; /* world ranks of pipeline neighbours, -1 at the ends */
     unsigned owned;       /* which derived groups grid.c created (the rest alias an axis) */
 } td_grid;

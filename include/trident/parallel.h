@@ -68,10 +68,18 @@ typedef struct {
     int cp;               /* context-parallel size; 0 = 1. Its ranks hold the same
                            * parameters, like dp's: gradients are summed and ZeRO
                            * shards over dp x cp (td_layout_grad_ranks) */
+    int dp_shard;         /* hybrid sharding (--dp-shard): ZeRO shards over runs of
+                           * this many ranks of dp x cp; 0 = over all of them */
 } td_layout;
 
-/* The ranks over which every gradient is summed and ZeRO shards: dp x cp. */
+/* The ranks over which every gradient is summed: dp x cp. */
 static inline int td_layout_grad_ranks(const td_layout *l) { return l->dp * (l->cp > 1 ? l->cp : 1); }
+/* The ranks over which ZeRO shards: a shard of dp_shard ranks under hybrid
+ * sharding, else all of dp x cp. */
+static inline int td_layout_shard_ranks(const td_layout *l) {
+    int G = td_layout_grad_ranks(l);
+    return l->dp_shard >= 1 && l->dp_shard < G ? l->dp_shard : G;
+}
 
 /* Tensor parallelism (tp.c): the model's communication table over the
  * grid's tp group. Traffic is counted per operation: calls and payload bytes

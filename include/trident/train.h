@@ -49,6 +49,7 @@ typedef struct {
     const char *grid_order; /* --grid-order: the axes fastest first (grid.h) */
     int seq_parallel; /* --sequence-parallel */
     int cp;           /* --cp: context-parallel size (each sequence over cp ranks) */
+    int dp_shard;     /* --dp-shard: ZeRO's shard size (hybrid sharding); 0 = all of dp x cp */
     const char *recompute; /* --recompute none|block (td_train_recompute) */
     const char *precision; /* --precision fp32|bf16 (td_train_precision) */
     int gemm_stats;        /* --gemm-stats */

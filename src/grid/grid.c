@@ -145,7 +145,7 @@ static td_comm *derived(td_grid *g, unsigned set, const char *name, unsigned bit
     return split_set(g, set, 1, name);
 }
 
-enum { OWN_GRAD = 1, OWN_MP = 2 };
+enum { OWN_GRAD = 1, OWN_MP = 2, OWN_SHARD = 4 };
 
 void td_grid_create(td_grid *g, const td_grid_spec *spec) {
     memset(g, 0, sizeof *g);
@@ -190,6 +190,19 @@ void td_grid_create(td_grid *g, const td_grid_spec *spec) {
         if (j < P - 1) g->pp_next = td_grid_rank_with(g, TD_PP, j + 1);
     }
     g->grad_comm = derived(g, TD_AXIS_BIT(TD_DP) | TD_AXIS_BIT(TD_CP), "grad", OWN_GRAD);
+    /* hybrid sharding: the gradient group's consecutive runs of dp_shard
+     * ranks are the shards, the ranks with one index in every shard a
+     * replica group; a size that does not split the group (refused by the
+     * rules table's dp-shard-divides right after) or none aliases grad */
+    int G = size[TD_DP] * size[TD_CP], ns = spec->dp_shard;
+    g->dp_shard = ns;
+    g->shard_comm = g->grad_comm, g->replica_comm = NULL;
+    if (ns >= 1 && ns < G && G % ns == 0 && !g->is_server) {
+        int k = td_comm_rank(g->grad_comm);
+        g->shard_comm = td_comm_split(g->grad_comm, k / ns, k, "shard");
+        g->replica_comm = td_comm_split(g->grad_comm, k % ns, k, "replica");
+        g->owned |= OWN_SHARD;
+    }
     g->mp_comm = split_set(g, TD_AXIS_BIT(TD_TP) | TD_AXIS_BIT(TD_PP), 1, "mp");
     g->owned |= OWN_MP;
     g->ps_comm = td_comm_split(w, g->is_server ? 0 : -1, g->server_rank, "ps");
@@ -218,6 +231,7 @@ void td_grid_create_dtp(td_grid *g, int dp, int tp, int pp, int n_servers) {
 void td_grid_destroy(td_grid *g) {
     if (g->owned & OWN_GRAD) td_comm_free(g->grad_comm);
     if (g->owned & OWN_MP) td_comm_free(g->mp_comm);
+    if (g->owned & OWN_SHARD) td_comm_free(g->shard_comm), td_comm_free(g->replica_comm);
     for (int a = 0; a < TD_AXES; a++) td_comm_free(g->axis[a].comm);
     td_comm_free(g->ps_comm);
     td_comm_free(g->embed_comm);
@@ -240,7 +254,8 @@ void td_grid_describe(const td_grid *g, char *out, size_t n, const char *eq, con
 static void print_transports(const td_grid *g) {
     if (g->world_size < 2) return;
     td_comm *groups[] = {g->axis[TD_DP].comm, g->axis[TD_CP].comm, g->axis[TD_TP].comm,
-                         g->axis[TD_PP].comm, g->ps_comm};
+                         g->axis[TD_PP].comm, g->ps_comm,
+                         g->replica_comm ? g->shard_comm : NULL, g->replica_comm};
     char line[1024], d[160];
     size_t n = (size_t)snprintf(line, sizeof line, "transports:");
     for (size_t i = 0; i < sizeof groups / sizeof *groups; i++) {

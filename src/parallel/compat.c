@@ -334,6 +334,41 @@ SAY(cp_topk) {
              S(c->grad_compress_text), c->cp);
 }
 
+/* ---- hybrid sharding (--dp-shard) ------------------------------------------ */
+
+/* the shards split ZeRO's state; without ZeRO there is nothing to split */
+OK(dp_shard_zero) { return c->dp_shard == 0 || c->zero >= 1; }
+SAY(dp_shard_zero) {
+    snprintf(buf, n,
+             "--dp-shard %d splits ZeRO's state within shards of %d ranks; it needs --zero 1, 2 "
+             "or 3",
+             c->dp_shard, c->dp_shard);
+}
+BRIEF(dp_shard_zero) { snprintf(buf, n, "hybrid sharding needs ZeRO 1-3"); }
+
+/* the replicas sum the shards' fp32 gradients; the payloads reduce their
+ * own way over the whole group */
+OK(dp_shard_payload) { return c->dp_shard == 0 || (c->topk_ratio == 0 && !c->grad_bf16); }
+SAY(dp_shard_payload) {
+    snprintf(buf, n,
+             "--dp-shard %d reduces fp32 gradients (within each shard, then over the replicas); "
+             "%s does not combine with it",
+             c->dp_shard, payload_flag(c));
+}
+
+OK(dp_shard_divides) {
+    return c->dp_shard == 0 || (c->dp >= 1 && c->cp >= 1 && (c->dp * c->cp) % c->dp_shard == 0);
+}
+SAY(dp_shard_divides) {
+    snprintf(buf, n,
+             "--dp-shard %d does not divide the %d ranks of dp x cp (dp %d, cp %d) into equal "
+             "shards; use a divisor of %d",
+             c->dp_shard, c->dp * c->cp, c->dp, c->cp, c->dp * c->cp);
+}
+BRIEF(dp_shard_divides) {
+    snprintf(buf, n, "shards of %d do not divide dp x cp %d", c->dp_shard, c->dp * c->cp);
+}
+
 /* ---- the data (td_preflight) -------------------------------------------- */
 
 /* the sample at the end encodes the prompt with the run's tokenizer; token
@@ -359,7 +394,8 @@ enum {
     MDIM = TD_COMPAT_AT_MODEL_DIMS,
     PPS = TD_COMPAT_AT_PP_SPLIT,
     CKL = TD_COMPAT_AT_CKPT_LOAD,
-    PRE = TD_COMPAT_AT_PREFLIGHT
+    PRE = TD_COMPAT_AT_PREFLIGHT,
+    GRD = TD_COMPAT_AT_GRID
 };
 #define ROW(ID, name, sites, fn)                                                                   \
     { ID, name, sites, ok_##fn, say_##fn, NULL }
@@ -401,6 +437,9 @@ static const td_compat_rule rules[TD_RULE_N] = {
     ROW(TD_RULE_CP_PS, "cp-ps", RUN | DPN, cp_ps),
     ROW(TD_RULE_CP_TOPK, "cp-topk", RUN | DPC | DPN, cp_topk),
     ROW(TD_RULE_SAMPLE_PROMPT_IDS, "sample-prompt-ids", PRE, sample_prompt_ids),
+    ROWB(TD_RULE_DP_SHARD_ZERO, "dp-shard-zero", OPT | DPN, dp_shard_zero),
+    ROW(TD_RULE_DP_SHARD_PAYLOAD, "dp-shard-payload", OPT | DPN, dp_shard_payload),
+    ROWB(TD_RULE_DP_SHARD_DIVIDES, "dp-shard-divides", GRD | DPN, dp_shard_divides),
 };
 
 const td_compat_rule *td_compat_rules(void) { return rules; }

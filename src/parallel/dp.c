@@ -56,6 +56,7 @@ static void compat_of(const td_dp_config *cfg, const td_grid *g, td_compat_cfg *
     if (g) {
         c->dp = g->axis[TD_DP].size, c->tp = g->axis[TD_TP].size, c->pp = g->axis[TD_PP].size;
         c->ps_servers = g->n_servers;
+        c->cp = g->axis[TD_CP].size, c->dp_shard = g->dp_shard;
     }
 }
 
@@ -78,16 +79,18 @@ td_layout td_layout_of_grid(const td_grid *g) {
                    .cp = g->axis[TD_CP].size,
                    .n_servers = g->n_servers,
                    .dp_rank = g->is_server ? -1 : td_comm_rank(g->grad_comm),
-                   .is_server = g->is_server};
+                   .is_server = g->is_server,
+                   .dp_shard = g->replica_comm ? td_comm_size(g->shard_comm) : 0};
+    /* ZeRO's collectives run over the shard (grad without hybrid sharding) */
     l.dp_shares_memory =
-        td_layout_grad_ranks(&l) > 1 && !g->is_server && td_comm_shares_memory(g->grad_comm);
+        td_layout_shard_ranks(&l) > 1 && !g->is_server && td_comm_shares_memory(g->shard_comm);
     return l;
 }
 
 int td_dp_unit_align(const td_dp_config *cfg, const td_layout *lay) {
     /* 16 floats keep every unit 64-byte aligned; sharded layouts also need
      * every unit to split into equal slices */
-    int shards = cfg->zero > 0 ? td_layout_grad_ranks(lay) : cfg->mode == TD_DP_PS ? lay->n_servers : 1;
+    int shards = cfg->zero > 0 ? td_layout_shard_ranks(lay) : cfg->mode == TD_DP_PS ? lay->n_servers : 1;
     return 16 * (shards > 0 ? shards : 1);
 }
 
@@ -125,10 +128,15 @@ td_dp *td_dp_create(const td_dp_config *cfg, const td_grid *g, const td_param_ta
     dp->g = g;
     dp->t = t;
     dp->model = model;
-    dp->comm = g->grad_comm;
-    /* gradients sum over dp x cp (cp ranks hold the same parameters) */
-    dp->D = g->is_server ? g->axis[TD_DP].size : td_comm_size(g->grad_comm);
-    dp->r = g->is_server ? -1 : td_comm_rank(g->grad_comm);
+    /* gradients sum over dp x cp (cp ranks hold the same parameters); under
+     * hybrid sharding the mode's group is a shard of it, the replica group
+     * sums the shards */
+    dp->comm = g->shard_comm;
+    dp->D = g->is_server ? g->axis[TD_DP].size : td_comm_size(g->shard_comm);
+    dp->r = g->is_server ? -1 : td_comm_rank(g->shard_comm);
+    dp->rep = g->replica_comm;
+    dp->R = dp->rep ? td_comm_size(dp->rep) : 1;
+    dp->rep_r = dp->rep ? td_comm_rank(dp->rep) : 0;
     dp->n_units = t->n_units;
     dp->training = 1;
     dp->bad_row = dp->bad_step = -1;

@@ -47,8 +47,10 @@ struct td_dp {
     const td_grid *g;
     const td_param_table *t;
     td_gpt *model;
-    td_comm *comm; /* the dp group (workers) */
-    int D, r;      /* dp size and rank */
+    td_comm *comm; /* the dp x cp group (workers); a shard of it under hybrid sharding */
+    int D, r;      /* its size and this rank's place */
+    td_comm *rep;  /* hybrid sharding: the replica group summing the shards; NULL: none */
+    int R, rep_r;  /* its size (1 without) and this rank's place (0 without) */
     int n_units;
 
     /* flat buffers bound to the model (each mode says which it keeps) */

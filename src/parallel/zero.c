@@ -70,7 +70,7 @@ static size_t my_slice_off(const td_dp *dp, int u) {
 
 static void zero_plan(const td_dp_config *cfg, const td_layout *lay, const td_param_table *t,
                       td_mem_plan *p) {
-    int D = td_layout_grad_ranks(lay), shared = D > 1 && lay->dp_shares_memory;
+    int D = td_layout_shard_ranks(lay), shared = D > 1 && lay->dp_shares_memory;
     size_t n = t->numel * sizeof(float), sh = n / (size_t)D;
     size_t max_block = 0;
     int L = t->cfg.L;
@@ -390,9 +390,14 @@ static double zero_finish(td_dp *dp, int step, float lr) {
     } else {
         for (int i = 0; i < POOL + 1; i++) gslot_drain(dp, &z->gslots[i]);
     }
+    if (dp->R > 1) { /* hybrid sharding: the shards' sums, summed over the replicas */
+        uint64_t sent0 = td_comm_sent_bytes();
+        td_allreduce(dp->rep, g, z->shard_n, TD_F32, TD_SUM);
+        td_dp_count_grad(dp, sent0, z->shard_n);
+    }
     dp->exposed_ms = td_now_ms() - t0;
-    /* every element lives in exactly one shard: the ranks' ranges
-     * partition the model */
+    /* every element lives in exactly one rank's shard of a replica: the
+     * shard's ranges partition the model (and the norm sums over the shard) */
     td_step_group grp = td_dp_step_group(dp, dp->comm, dp->D, 1);
     td_step_result res = td_step_apply(&grp, g, z->ranges, dp->n_units, step, lr);
     if (z->stage != 1) memset(z->gshard, 0, z->shard_n * sizeof(float));
@@ -414,22 +419,24 @@ static double zero_finish(td_dp *dp, int step, float lr) {
 static const float *zero_gather_unit(td_dp *dp, int section, int u, float *scratch) {
     struct td_zero *z = dp->impl;
     if (section == 0 && z->stage < 3) /* every rank holds the full parameters */
-        return dp->r == 0 ? dp->params + dp->t->unit_offset[u] : NULL;
+        return dp->r == 0 && dp->rep_r == 0 ? dp->params + dp->t->unit_offset[u] : NULL;
     const float *mine = (section == 0 ? z->pshard : section == 1 ? dp->m : dp->v) + z->shard_off[u];
     size_t n = slice_len(dp, u);
     if (dp->D > 1)
         td_all_gather(dp->comm, mine, scratch, n, TD_F32);
     else
         memcpy(scratch, mine, n * sizeof(float));
-    return dp->r == 0 ? scratch : NULL;
+    return dp->r == 0 && dp->rep_r == 0 ? scratch : NULL; /* one replica's copy */
 }
 
 static int zero_full_params(const td_dp *dp) { return dp->cfg.zero < 3; }
 
 /* Each rank owns slice r of every unit of every section; below stage 3 it
- * also holds (and on load fills) the whole parameter buffer. */
+ * also holds (and on load fills) the whole parameter buffer. Under hybrid
+ * sharding the first replica owns (saves) them; every replica loads. */
 static void zero_ranges(td_dp *dp, int section, int owner_only, td_dp_range_cb cb, void *ctx) {
     struct td_zero *z = dp->impl;
+    if (owner_only && dp->rep_r > 0) return;
     if (section == 0 && z->stage < 3 && !owner_only) {
         cb(ctx, 0, dp->t->numel, dp->params);
         return;

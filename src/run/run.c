@@ -61,8 +61,11 @@ static void open_grid(td_run *r, td_dp_mode mode) {
     td_log_set_verbose(o->verbose);
     td_grid_spec gs = {.size = {[TD_TP] = o->tp, [TD_CP] = o->cp, [TD_DP] = o->dp, [TD_PP] = o->pp},
                        .order = o->grid_order,
-                       .n_servers = mode == TD_DP_PS ? o->ps_servers : 0};
+                       .n_servers = mode == TD_DP_PS ? o->ps_servers : 0,
+                       .dp_shard = o->dp_shard};
     td_grid_create(&r->g, &gs);
+    cc.dp = r->g.axis[TD_DP].size; /* --dp 0 resolved */
+    td_compat_check(&cc, TD_COMPAT_AT_GRID);
     td_comm_set_timeout(o->comm_timeout);
     td_comm_set_heartbeat_timeout(o->heartbeat_timeout);
     if (o->piece_mb > 0) td_comm_set_piece_bytes((size_t)(o->piece_mb * 1048576.0));

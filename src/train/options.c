@@ -79,6 +79,7 @@ int td_train_flag_table(td_train_opts *o, td_flag *out, int cap) {
         {"--dp", TD_FLAG_INT, &o->dp, "data-parallel size, 0 = default (ranks / (tp*cp*pp))", NONNEG},
         {"--tp", TD_FLAG_INT, &o->tp, "tensor-parallel size (1): Megatron layers, heads and vocabulary split over tp ranks", POS},
         {"--cp", TD_FLAG_INT, &o->cp, "context-parallel size (1): each sequence split over cp ranks in 2 cp chunks (rank r holds chunks r and 2cp-1-r), attention by ring attention; --seq must be a multiple of 2 cp", POS},
+        {"--dp-shard", TD_FLAG_INT, &o->dp_shard, "hybrid sharding (0 = off): ZeRO 1-3 shard the model state within runs of N ranks of dp x cp and the N-rank shards' replicas all-reduce the gradients (N divides dp x cp; torchtitan's HSDP, DeepSpeed's MiCS)", NONNEG},
         {"--sequence-parallel", TD_FLAG_BOOL, &o->seq_parallel, "split LayerNorm and residual activations along the sequence over the tp ranks (needs --tp >= 2)", NULL},
         {"--precision", TD_FLAG_STR, &o->precision, "arithmetic of forward and backward: fp32 (default), bf16 (bf16 weight copies, activations and GEMMs through oneDNN; fp32 master weights, gradients and AdamW) or fp16 (the same in fp16, GEMMs converted to fp32 here, dynamic loss scaling)", NULL},
         {"--gemm-stats", TD_FLAG_BOOL, &o->gemm_stats, "time every GEMM of the model and print the achieved GEMM rate per step", NULL},
@@ -208,7 +209,7 @@ void td_train_compat_cfg(const td_train_opts *o, td_compat_cfg *c) {
     const td_train_choices *ch = &o->ch;
     td_compat_cfg_init(c);
     c->dp = o->dp, c->tp = o->tp, c->pp = o->pp, c->zero = o->zero, c->seq_parallel = o->seq_parallel;
-    c->cp = o->cp;
+    c->cp = o->cp, c->dp_shard = o->dp_shard;
     c->ps_servers = o->ps_servers;
     c->dp_mode = ch->dp_mode, c->schedule = ch->schedule, c->virtual_stages = o->virtual_stages;
     c->micro_batches = o->grad_accum, c->recompute = ch->recompute, c->precision = ch->precision;

@@ -76,6 +76,12 @@ reshard 8-to-tp2dp2z2 src8  4 --tp 2 --dp 2 --zero 2
 tr srccp 2 --cp 2 --zero 1 --out "$tmp/srccp" --stop-after 4
 reshard cp2z1-to-dp2z1 srccp 2 --dp 2 --zero 1
 reshard cp2z1-to-1     srccp 1
+# hybrid sharding: the first replica saves the shards' state once; it
+# continues as plain ZeRO over dp 2 and on one process, and into shards again
+tr srchs 4 --dp 4 --dp-shard 2 --zero 3 --out "$tmp/srchs" --stop-after 4
+reshard hs4z3-to-dp2z1 srchs 2 --dp 2 --zero 1
+reshard hs4z3-to-1     srchs 1
+reshard 1-to-hs4z1     src1  4 --dp 4 --dp-shard 2 --zero 1
 # precision: a bf16 run's fp32 master weights continue in fp32 under two
 # layouts (they agree as fp32 runs do), and fp32 state continues in bf16
 tr bf-to-1 1 --resume "$tmp/srcbf/step-00000004" --out "$tmp/o-bf1" --log "$tmp/bf-to-1.log" &&

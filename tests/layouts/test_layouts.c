@@ -132,6 +132,7 @@ int main(int argc, char **argv) {
     if (o.zero > 0) {
         /* ZeRO shards each tp rank's slices over its dp group */
         double psi = (double)res.numel_layout, N = td_comm_size(td_comm_world()) / (o.tp * o.pp);
+        if (o.dp_shard > 0) N = o.dp_shard; /* hybrid sharding: over a shard */
         double f = o.zero == 1 ? 8 * psi + 8 * psi / N : o.zero == 2 ? 4 * psi + 12 * psi / N : 16 * psi / N;
         size_t state = res.mem_peak[TD_MEM_PARAMS] + res.mem_peak[TD_MEM_GRADS] + res.mem_peak[TD_MEM_OPTIM];
         if ((double)state != f) {
@@ -140,6 +141,21 @@ int main(int argc, char **argv) {
         } else if (td_comm_rank(td_comm_world()) == 0) {
             printf("memory: zero %d model state %zu B = formula over the padded layout (psi %zu)\n", o.zero,
                    state, res.numel_layout);
+        }
+        /* the gradient payload a rank hands its collectives per step: the
+         * reduce-scatter of every unit (4 psi; ZeRO-2/3 once per
+         * micro-batch), plus under hybrid sharding the replicas' all-reduce
+         * of its shard (4 psi / N, once per step) */
+        int hybrid = o.dp_shard > 0 && o.dp_shard < td_comm_size(td_comm_world()) / (o.tp * o.pp);
+        double pay = 4 * psi * ((o.zero == 1 ? 1 : o.grad_accum) + (hybrid ? 1 / N : 0));
+        int fp32 = (!o.grad_compress || !strcmp(o.grad_compress, "none")) &&
+                   (!o.grad_reduce_dtype || !strcmp(o.grad_reduce_dtype, "fp32"));
+        if (o.tp == 1 && o.pp == 1 && fp32 && res.grad_sent_bytes != pay) {
+            printf("FAIL zero %d: gradient payload %.0f B per step, formula %.0f B\n", o.zero,
+                   res.grad_sent_bytes, pay);
+            fails++;
+        } else if (o.tp == 1 && o.pp == 1 && fp32 && td_comm_rank(td_comm_world()) == 0) {
+            printf("traffic: zero %d gradient payload %.0f B per step = formula\n", o.zero, res.grad_sent_bytes);
         }
     }
     if (o.cp > 1) {

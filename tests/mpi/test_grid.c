@@ -81,12 +81,24 @@ static void check_group(const td_grid *g, td_comm *c, const char *name, const in
     EXPECT(mine == sum, "%s all-reduce of world ranks %g, want %g", name, mine, sum);
 }
 
-static void check_layout(const int want[TD_AXES], int S, const char *order_s) {
+/* Hybrid sharding: of the gradient group's members (in group order), the
+ * run of ns holding me, and the members at my index in every run. */
+static void check_shards(const td_grid *g, const int *grad, int n, int ns) {
+    int k = -1, shard[MAX_RANKS], rep[MAX_RANKS], nr = 0;
+    for (int r = 0; r < n; r++)
+        if (grad[r] == g->world_rank) k = r;
+    for (int r = 0; r < ns; r++) shard[r] = grad[k / ns * ns + r];
+    for (int r = k % ns; r < n; r += ns) rep[nr++] = grad[r];
+    check_group(g, g->shard_comm, "shard", shard, ns);
+    check_group(g, g->replica_comm, "replica", rep, nr);
+}
+
+static void check_layout(const int want[TD_AXES], int S, const char *order_s, int dp_shard) {
     td_axis_id order[TD_AXES];
     char why[128];
     EXPECT(td_grid_order_parse(order_s, order, why, sizeof why), "order %s refused: %s", order_s,
            why);
-    td_grid_spec spec = {.order = order_s, .n_servers = S};
+    td_grid_spec spec = {.order = order_s, .n_servers = S, .dp_shard = dp_shard};
     memcpy(spec.size, want, sizeof spec.size);
     td_grid grid, *g = &grid;
     td_grid_create(g, &spec);
@@ -126,6 +138,10 @@ static void check_layout(const int want[TD_AXES], int S, const char *order_s) {
         }
         n = expected(coords, workers, me, TD_AXIS_BIT(TD_DP) | TD_AXIS_BIT(TD_CP), 0, 0, members);
         check_group(g, g->grad_comm, "grad (dp x cp)", members, n);
+        if (dp_shard >= 1 && dp_shard < n)
+            check_shards(g, members, n, dp_shard);
+        else
+            EXPECT(g->shard_comm == g->grad_comm && !g->replica_comm, "shards without --dp-shard");
         n = expected(coords, workers, me, TD_AXIS_BIT(TD_TP) | TD_AXIS_BIT(TD_PP), 0, 0, members);
         check_group(g, g->mp_comm, "mp (tp x pp)", members, n);
         int P = size[TD_PP], j = coords[me][TD_PP];
@@ -149,7 +165,8 @@ static void check_layout(const int want[TD_AXES], int S, const char *order_s) {
         EXPECT(g->is_server && g->server_rank == me - workers, "server rank %d", g->server_rank);
         for (int a = 0; a < TD_AXES; a++)
             EXPECT(td_grid_coord(g, a) == -1 && !td_grid_comm(g, a), "server on axis %s", names[a]);
-        EXPECT(!g->grad_comm && !g->mp_comm && !g->embed_comm, "server in a derived group");
+        EXPECT(!g->grad_comm && !g->mp_comm && !g->embed_comm && !g->shard_comm && !g->replica_comm,
+               "server in a derived group");
         EXPECT(g->pp_prev == -1 && g->pp_next == -1, "server pp neighbours");
         for (int r = 0; r < S; r++) members[r] = workers + r;
         check_group(g, g->ps_comm, "ps", members, S);
@@ -222,8 +239,11 @@ int main(int argc, char **argv) {
         /* orders matter only when two or more axes are larger than 1 */
         int big =
             (l[0] > 1) + (l[1] > 1) + (l[2] > 1 || (l[2] == 0 && workers / fixed > 1)) + (l[3] > 1);
+        /* every other pass of a gradient group of 4 or more ranks in shards of 2 */
+        int G = l[1] * (l[2] > 0 ? l[2] : workers / fixed);
         for (int k = 0; k < (big >= 2 ? n_orders : 1); k++) {
-            check_layout(l, l[4], big >= 2 ? orders[k] : TD_GRID_ORDER_DEFAULT);
+            int ns = G >= 4 && G % 2 == 0 && (i + (size_t)k) % 2 == 1 ? 2 : 0;
+            check_layout(l, l[4], big >= 2 ? orders[k] : TD_GRID_ORDER_DEFAULT, ns);
             ran++;
         }
     }

@@ -176,6 +176,17 @@ static const char *breaking(td_rule_id id, td_compat_cfg *c) {
         return "--sample-prompt needs a text tokenizer, but --data train.bin holds token ids; "
                "leave "
                "--sample-prompt out (the sample then starts from token 0)";
+    case TD_RULE_DP_SHARD_ZERO:
+        c->dp = 4, c->dp_shard = 2;
+        return "--dp-shard 2 splits ZeRO's state within shards of 2 ranks; it needs --zero 1, 2 or 3";
+    case TD_RULE_DP_SHARD_PAYLOAD:
+        c->dp = 4, c->dp_shard = 2, c->zero = 1, c->topk_ratio = 0.01;
+        return "--dp-shard 2 reduces fp32 gradients (within each shard, then over the replicas); "
+               "--grad-compress topk does not combine with it";
+    case TD_RULE_DP_SHARD_DIVIDES:
+        c->dp = 3, c->cp = 2, c->dp_shard = 4, c->zero = 1;
+        return "--dp-shard 4 does not divide the 6 ranks of dp x cp (dp 3, cp 2) into equal shards; "
+               "use a divisor of 6";
     case TD_RULE_N:
         break;
     }

@@ -29,7 +29,7 @@ int main(void) {
         for (int zero = 1; zero <= 3; zero++)
             for (int shm = 0; shm <= 1; shm++) {
                 o.mode = TD_DP_ALLREDUCE, o.zero = zero;
-                td_layout lay = {D, 1, 1, 0, 0, 0, shm, 1};
+                td_layout lay = {D, 1, 1, 0, 0, 0, shm, 1, 0};
                 td_param_table t;
                 td_param_table_build(&t, &cfg, td_dp_unit_align(&o, &lay));
                 size_t n = t.numel * sizeof(float), sum[TD_MEM_NCAT] = {0};
@@ -58,14 +58,32 @@ int main(void) {
                 expect(what, sum[TD_MEM_PARAMS], zero == 3 ? n : D * n);
                 td_param_table_free(&t);
             }
+    /* hybrid sharding: dp 4 (or dp 2 x cp 2) in shards of 2 plans each
+     * rank's model state as ZeRO over 2 ranks does (the replicas repeat it) */
+    for (int zero = 1; zero <= 3; zero++)
+        for (int cp = 1; cp <= 2; cp++) {
+            o.mode = TD_DP_ALLREDUCE, o.zero = zero;
+            td_layout hy = {4 / cp, 1, 1, 0, 0, 0, 1, cp, 2}, two = {2, 1, 1, 0, 0, 0, 1, 1, 0};
+            snprintf(what, sizeof what, "zero %d dp %d cp %d shard 2: unit padding", zero, 4 / cp, cp);
+            expect(what, (size_t)td_dp_unit_align(&o, &hy), (size_t)td_dp_unit_align(&o, &two));
+            td_param_table t;
+            td_param_table_build(&t, &cfg, td_dp_unit_align(&o, &hy));
+            td_mem_plan a = td_dp_memory_plan(&o, &hy, &t), b = td_dp_memory_plan(&o, &two, &t);
+            for (int c = TD_MEM_PARAMS; c <= TD_MEM_GATHER; c++) {
+                snprintf(what, sizeof what, "zero %d dp %d cp %d shard 2: %s as zero over 2 ranks", zero,
+                         4 / cp, cp, td_mem_cat_name(c));
+                expect(what, a.bytes[c], b.bytes[c]);
+            }
+            td_param_table_free(&t);
+        }
     for (int S = 1; S <= 3; S++) {
         o.mode = TD_DP_PS, o.zero = 0;
-        td_layout lay = {2, 1, 1, S, 0, 0, 0, 1};
+        td_layout lay = {2, 1, 1, S, 0, 0, 0, 1, 0};
         td_param_table t;
         td_param_table_build(&t, &cfg, td_dp_unit_align(&o, &lay));
         size_t n = t.numel * sizeof(float), params = 0, optim = 0;
         for (int s = 0; s < S; s++) {
-            td_layout srv = {2, 1, 1, S, -1, 1, 0, 1};
+            td_layout srv = {2, 1, 1, S, -1, 1, 0, 1, 0};
             td_mem_plan p = td_dp_memory_plan(&o, &srv, &t);
             params += p.bytes[TD_MEM_PARAMS], optim += p.bytes[TD_MEM_OPTIM];
         }
@@ -82,7 +100,7 @@ int main(void) {
     }
     o.mode = TD_DP_REDUCE_BROADCAST, o.zero = 0;
     td_param_table t;
-    td_layout lay = {3, 1, 1, 0, 0, 0, 1, 1};
+    td_layout lay = {3, 1, 1, 0, 0, 0, 1, 1, 0};
     td_param_table_build(&t, &cfg, td_dp_unit_align(&o, &lay));
     for (int r = 0; r < 3; r++) {
         lay.dp_rank = r;
