@@ -1,8 +1,9 @@
 /* planner: which layout fits, and which is fastest, for a model on a cluster.
  *
  * A cost model of memory and step time as pure functions (no MPI,
- * docs/design.md principle 6) and a search over dp x tp x pp x zero x
- * micro-batches x schedule x recompute x sequence parallelism. Model states
+ * docs/design.md principle 6) and a search over dp x tp x pp x cp x zero
+ * (over all of dp x cp or hybrid, in shards of a node) x micro-batches x
+ * schedule x recompute x sequence parallelism. Model states
  * come from the engine's own state plan (state_plan.h), activations from the
  * per-layer formulas of Korthikanti et al. 2022 ("Reducing Activation
  * Recomputation in Large Transformer Models", table 2), FLOPs from
@@ -83,9 +84,20 @@ typedef struct {
     int micro_batches; /* per replica per step (m = global / (dp b)) */
     int sched, v;      /* td_sched_kind or TD_PLAN_NO_SCHED; model chunks per stage */
     int rc, sp;        /* td_plan_rc; sequence parallelism */
+    int cp;            /* context parallelism: each sequence over cp devices (0 = 1) */
+    int shard;         /* hybrid sharding: ZeRO shards over runs of this many of
+                        * the dp x cp devices, replicas all-reduce (0 = none) */
 } td_plan_layout;
 
-enum { TD_COST_COMPUTE, TD_COST_TP, TD_COST_PP, TD_COST_BUBBLE, TD_COST_DP, TD_COST_OPTIM, TD_COST_N };
+/* cp of a layout (0 reads as 1). */
+static inline int td_plan_cp(const td_plan_layout *l) { return l->cp > 1 ? l->cp : 1; }
+/* Devices ZeRO shards the model state over: a shard, else all of dp x cp. */
+static inline int td_plan_shards(const td_plan_layout *l) {
+    int g = l->dp * td_plan_cp(l);
+    return l->shard >= 1 && l->shard < g ? l->shard : g;
+}
+
+enum { TD_COST_COMPUTE, TD_COST_TP, TD_COST_PP, TD_COST_BUBBLE, TD_COST_DP, TD_COST_OPTIM, TD_COST_CP, TD_COST_N };
 const char *td_plan_cost_name(int cost);
 
 typedef struct {
@@ -167,6 +179,8 @@ void td_plan_evaluate(const td_plan_model *m, const td_plan_cluster *c, int glob
 /* Choices fixed by flags: 0 (or -1 for sched, rc, sp, zero) means free. */
 typedef struct {
     int dp, tp, pp, zero, micro_batches, sched, v, rc, sp;
+    int cp;    /* 0: free */
+    int shard; /* -1: free (none, or a node's members of dp x cp); 0: none */
     int tp_across_nodes; /* allow tp groups larger than a node (on the inter-node links) */
     int zero3_only; /* tp = pp = 1, zero = 3; dp need not divide the global
                        batch (the busiest replica runs ceil(global / dp)) */

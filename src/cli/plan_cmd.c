@@ -51,6 +51,8 @@ int td_plan_main(int argc, char **argv) {
         {"--tp", TD_FLAG_INT, &fix.tp, "fix the tensor-parallel size", "[1, 1024]"},
         {"--pp", TD_FLAG_INT, &fix.pp, "fix the pipeline stages", "[1, 100000]"},
         {"--zero", TD_FLAG_INT, &fix.zero, "fix the ZeRO stage", "[0, 3]"},
+        {"--cp", TD_FLAG_INT, &fix.cp, "fix the context-parallel size", "[1, 1024]"},
+        {"--dp-shard", TD_FLAG_INT, &fix.shard, "fix hybrid sharding: ZeRO over shards of N devices (0: none)", "[0, 10000000]"},
         {"--micro-batches", TD_FLAG_INT, &fix.micro_batches, "fix the micro-batches per replica", "[1, 100000000]"},
         {"--schedule", TD_FLAG_STR, &sched_s, "fix the schedule: gpipe, 1f1b or interleaved", NULL},
         {"--virtual-stages", TD_FLAG_INT, &fix.v, "fix the chunks per stage of interleaved", "[2, 100000]"},
@@ -120,7 +122,7 @@ int td_plan_main(int argc, char **argv) {
     if (sp) fix.sp = 1;
     char why[512];
     TD_CHECK(td_plan_fixed_check(&m, &c, batch, &fix, why, sizeof why) == 0, "plan: %s", why);
-    int fixed = fix.dp || fix.tp || fix.pp || fix.zero >= 0 || fix.micro_batches || fix.sched >= 0 || fix.v ||
+    int fixed = fix.dp || fix.tp || fix.pp || fix.cp || fix.shard >= 0 || fix.zero >= 0 || fix.micro_batches || fix.sched >= 0 || fix.v ||
                 fix.rc >= 0 || fix.sp >= 0;
     td_plan_out out = {&m, &c, batch, strcmp(cluster_s, "local") == 0 ? threads : 0, fixed, no_band};
 
@@ -157,7 +159,7 @@ int td_plan_main(int argc, char **argv) {
     td_plan_print_table(&out, &r, top);
     td_plan_print_command(&out, &r);
     const td_plan_eval *best = &r.plans[0];
-    if (best->lay.tp > 1 || best->lay.pp > 1) td_plan_print_zero3(&out, best);
+    if (best->lay.tp > 1 || best->lay.pp > 1 || td_plan_cp(&best->lay) > 1) td_plan_print_zero3(&out, best);
     td_plan_result_free(&r);
     return 0;
 }

@@ -49,8 +49,11 @@ static void print_row(const td_plan_out *o, const char *tag, const td_plan_eval 
         band_tput(v, &lo, &hi);
         band_str(lo, hi, bt, sizeof bt);
     }
-    printf("%-5s %5d %3d %3d %4d %4d %5d  %-14s %-9s %-3s %8.3g %9.3g %-9s %8.3g %-9s %5.1f%%  %s (%.0f%%)\n", tag,
-           l->dp, l->tp, l->pp, l->zero, l->micro_batch, l->micro_batches, sched_label(l, s, sizeof s), rc_name(l->rc),
+    char zero[16];
+    if (l->shard) snprintf(zero, sizeof zero, "%d/%d", l->zero, l->shard); /* hybrid: ZeRO over shards of N */
+    else snprintf(zero, sizeof zero, "%d", l->zero);
+    printf("%-5s %5d %3d %3d %3d %5s %4d %5d  %-14s %-9s %-3s %8.3g %9.3g %-9s %8.3g %-9s %5.1f%%  %s (%.0f%%)\n", tag,
+           l->dp, l->tp, l->pp, td_plan_cp(l), zero, l->micro_batch, l->micro_batches, sched_label(l, s, sizeof s), rc_name(l->rc),
            l->sp ? "yes" : "no", e->mem_bytes / 1e9, e->step_s, bs, e->tflops_per_device, bt, 100 * e->mfu,
            td_plan_cost_name(e->dominant), 100 * dominant_s(e) / e->step_s);
 }
@@ -61,8 +64,8 @@ static void print_costs(const char *tag, const td_plan_eval *e) {
 }
 
 static void print_header(void) {
-    printf("%-5s %5s %3s %3s %4s %4s %5s  %-14s %-9s %-3s %8s %9s %-9s %8s %-9s %6s  %s\n", "rank", "dp", "tp", "pp",
-           "zero", "b", "m", "schedule", "recompute", "sp", "mem GB", "step s", "err band", "TFLOP/s", "err band",
+    printf("%-5s %5s %3s %3s %3s %5s %4s %5s  %-14s %-9s %-3s %8s %9s %-9s %8s %-9s %6s  %s\n", "rank", "dp", "tp", "pp",
+           "cp", "zero", "b", "m", "schedule", "recompute", "sp", "mem GB", "step s", "err band", "TFLOP/s", "err band",
            "MFU", "dominant cost");
 }
 
@@ -100,11 +103,12 @@ void td_plan_print_json(const td_plan_out *o, const td_plan_result *r, int top) 
     for (int i = 0; i < r->n && i < top; i++) {
         const td_plan_eval *e = &r->plans[i];
         const td_plan_layout *l = &e->lay;
-        printf("%s\n  {\"dp\": %d, \"tp\": %d, \"pp\": %d, \"zero\": %d, \"micro_batch\": %d, \"micro_batches\": %d, "
+        printf("%s\n  {\"dp\": %d, \"tp\": %d, \"pp\": %d, \"cp\": %d, \"zero\": %d, \"dp_shard\": %d, "
+               "\"micro_batch\": %d, \"micro_batches\": %d, "
                "\"schedule\": \"%s\", \"virtual_stages\": %d, \"recompute\": \"%s\", \"sequence_parallel\": %s, "
                "\"memory_bytes\": %.0f, \"step_s\": %.6g, \"tflops_per_device\": %.6g, \"mfu\": %.4f, "
                "\"dominant\": \"%s\", \"costs_s\": {",
-               i ? "," : "", l->dp, l->tp, l->pp, l->zero, l->micro_batch, l->micro_batches,
+               i ? "," : "", l->dp, l->tp, l->pp, td_plan_cp(l), l->zero, l->shard, l->micro_batch, l->micro_batches,
                l->sched == TD_PLAN_NO_SCHED ? "none" : td_sched_name((td_sched_kind)l->sched), l->v, rc_name(l->rc),
                l->sp ? "true" : "false", e->mem_bytes, e->step_s, e->tflops_per_device, e->mfu,
                td_plan_cost_name(e->dominant));
@@ -139,8 +143,10 @@ int td_plan_train_command(const td_plan_out *o, const td_plan_layout *l, char *b
     int k = snprintf(buf, n,
                      "mpirun -np %d trident train --data synthetic:%d --layers %d --heads %d --embd %d --seq %d "
                      "--batch %d --dp %d --tp %d --pp %d --zero %d --micro-batches %d",
-                     l->dp * l->tp * l->pp, m->V, m->L, m->H, m->C, m->T, o->batch, l->dp, l->tp, l->pp, l->zero,
+                     l->dp * l->tp * l->pp * td_plan_cp(l), m->V, m->L, m->H, m->C, m->T, o->batch, l->dp, l->tp, l->pp, l->zero,
                      l->micro_batches);
+    if (l->cp > 1 && k < (int)n) k += snprintf(buf + k, n - (size_t)k, " --cp %d", l->cp);
+    if (l->shard && k < (int)n) k += snprintf(buf + k, n - (size_t)k, " --dp-shard %d", l->shard);
     if (l->pp > 1 && k < (int)n)
         k += snprintf(buf + k, n - (size_t)k, " --schedule %s", td_sched_name((td_sched_kind)l->sched));
     if (l->sched == TD_SCHED_INTERLEAVED && k < (int)n)
@@ -212,13 +218,13 @@ void td_plan_print_zero3(const td_plan_out *o, const td_plan_eval *best) {
     td_plan_result zr;
     td_plan_search(o->m, o->c, o->batch, &z, &zr);
     if (zr.n == 0) {
-        printf("ZeRO-3 only (tp = pp = 1): nothing fits (smallest needs %.1f GB)\n", zr.smallest_too_big / 1e9);
+        printf("ZeRO-3 only (tp = pp = cp = 1): nothing fits (smallest needs %.1f GB)\n", zr.smallest_too_big / 1e9);
         td_plan_result_free(&zr);
         return;
     }
     const td_plan_eval *e = &zr.plans[0];
     int gpus = o->c->gpus;
-    printf("best ZeRO-3-only plan (tp = pp = 1)%s:\n",
+    printf("best ZeRO-3-only plan (tp = pp = cp = 1)%s:\n",
            o->batch % gpus ? ", the busiest replica's share of an uneven batch" : "");
     print_row(o, "z3", e);
     compare_step(o, e, best);

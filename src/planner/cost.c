@@ -6,7 +6,14 @@
  * elementwise operations at the achievable memory bandwidth, the
  * tensor-parallel collectives on the node's links. Per step: m micro-batches, the pipeline bubble of the
  * schedule, point-to-point transfers between stages, the data-parallel
- * reduction less what hides behind the backward, the optimizer. */
+ * reduction less what hides behind the backward, the optimizer, and under
+ * context parallelism the ring's K/V transfers less what hides behind the
+ * attention they feed.
+ *
+ * Context parallelism (cp devices per sequence): every per-token cost runs
+ * on the device's s / cp rows (the model seen with T / cp), attention's
+ * products on its s / cp queries against all s keys; parameters do not
+ * split, the model state shards over dp x cp (or a shard of it). */
 #include <math.h>
 #include <string.h>
 
@@ -15,7 +22,7 @@
 #include "trident/state_plan.h"
 
 const char *td_plan_cost_name(int cost) {
-    static const char *n[TD_COST_N] = {"compute", "tp comm", "pp p2p", "bubble", "dp comm", "optimizer"};
+    static const char *n[TD_COST_N] = {"compute", "tp comm", "pp p2p", "bubble", "dp comm", "optimizer", "cp ring"};
     return n[cost];
 }
 
@@ -29,8 +36,9 @@ double td_plan_flops(const td_plan_model *m, double batch, int factor) {
     return factor * batch * s * l * h * h * (1 + s / (6 * h) + m->V / (16 * l * h));
 }
 
-double td_plan_layer_act_bytes(const td_plan_model *m, int b, int tp, int sp, int rc) {
-    double sbh = (double)m->T * b * m->C, t = tp, attn = 5.0 * m->H * m->T / ((double)m->C * t);
+/* A device's s / cp rows; their attention scores span all s keys. */
+static double act_bytes_cp(const td_plan_model *m, int b, int tp, int sp, int rc, int cp) {
+    double sbh = (double)m->T / cp * b * m->C, t = tp, attn = 5.0 * m->H * m->T / ((double)m->C * t);
     if (rc == TD_PLAN_RC_FULL) return 2 * sbh / (sp ? t : 1); /* the layer's input */
     /* 34 sbh of the layer's own tensors: 24 of them split by tp; the 10 of
      * LayerNorm and dropout inputs only with sequence parallelism; the
@@ -38,6 +46,10 @@ double td_plan_layer_act_bytes(const td_plan_model *m, int b, int tp, int sp, in
     double per = sp ? 34 / t : 10 + 24 / t;
     if (rc == TD_PLAN_RC_NONE) per += attn;
     return sbh * per;
+}
+
+double td_plan_layer_act_bytes(const td_plan_model *m, int b, int tp, int sp, int rc) {
+    return act_bytes_cp(m, b, tp, sp, rc, 1);
 }
 
 /* Ranks sharing cores, o threads per core: the costs are at each rank's
@@ -103,9 +115,9 @@ static double stage_params(const td_plan_model *m, int tp, int pp, int first) {
  * bias-dropout-residual adds (10 h elements of 2 bytes and 2 h one-byte
  * masks per token, split only with sequence parallelism), GeLU (8 h),
  * softmax and attention dropout (4 a s elements and an a s mask) split by tp. */
-static double layer_ew_bytes(const td_plan_model *m, int b, int tp, int sp) {
-    double h = m->C, as = (double)m->H * m->T;
-    return (double)b * m->T * (22 * h / (sp ? tp : 1) + (16 * h + 9 * as) / tp);
+static double layer_ew_bytes(const td_plan_model *m, int b, int tp, int sp, int cp) {
+    double h = m->C, as = (double)m->H * m->T; /* a device's s / cp rows against all s keys */
+    return (double)b * m->T / cp * (22 * h / (sp ? tp : 1) + (16 * h + 9 * as) / tp);
 }
 
 /* Bytes the loss moves per logit (b s V / t of them on the last stage). In
@@ -155,22 +167,25 @@ static double dp_bus_bw(const td_plan_cluster *c, int t, int d) {
  * (the logits); the larger goes to e. Model states are the ZeRO paper's
  * (2 + 2 + 12) psi from the engine's state plan. */
 static void plan_memory(const td_plan_model *m, const td_plan_cluster *c, const td_plan_layout *l, td_plan_eval *e) {
-    int t = l->tp, p = l->pp, d = l->dp, b = l->micro_batch, mb = l->micro_batches;
-    int v = l->sched == TD_SCHED_INTERLEAVED ? l->v : 1;
-    double h = m->C, s = m->T, lps = (double)m->L / p;
+    int t = l->tp, p = l->pp, d = td_plan_shards(l), b = l->micro_batch, mb = l->micro_batches;
+    int v = l->sched == TD_SCHED_INTERLEAVED ? l->v : 1, cp = td_plan_cp(l);
+    td_plan_model local = *m; /* a device's rows of each sequence */
+    local.T = m->T / cp;
+    double h = m->C, s = local.T, lps = (double)m->L / p;
     double psi0 = stage_params(m, t, p, 1), psiL = stage_params(m, t, p, p == 1);
     /* mixed precision's (2 + 2 + 12) psi; fp32 elements on `local` (the
      * engine there trains in fp32: 4 + 4 + 8 psi) */
     double eb = c->elem_bytes ? c->elem_bytes / 2.0 : 1;
     td_state_elem mixed = c->elem_bytes == 4 ? td_state_elem_engine(0) : td_state_elem_mixed();
-    double act_l = eb * td_plan_layer_act_bytes(m, b, t, l->sp, l->rc);
-    double work = l->rc == TD_PLAN_RC_NONE ? 0 : eb * td_plan_layer_act_bytes(m, b, t, l->sp, TD_PLAN_RC_NONE);
+    double act_l = eb * act_bytes_cp(m, b, t, l->sp, l->rc, cp);
+    double work = l->rc == TD_PLAN_RC_NONE ? 0 : eb * act_bytes_cp(m, b, t, l->sp, TD_PLAN_RC_NONE, cp);
     double acts0 = td_plan_inflight(l->sched, p, mb, v, 0) * lps / v * act_l + work;
     double logits = 4.0 * s * b * m->V / t; /* fp32 logits for the loss */
     double actsL = (p == 1 ? acts0 : td_plan_inflight(l->sched, p, mb, v, p - 1) * lps / v * act_l + work) + logits;
     double comm = 0;
     if (l->zero == 3) comm += 2 * 2 * eb * layer_params(m, t);  /* two layers gathered (prefetch) */
     if (p > 1) comm += 2 * 2 * eb * s * b * h / (l->sp ? t : 1); /* send and receive buffers */
+    if (cp > 1) comm += 4 * 2 * eb * s * b * 2 * h / t;          /* the ring's 4 K/V blocks */
     double mem0 = td_state_total(td_state_plan(psi0, d, l->zero, mixed)) + acts0;
     double memL = td_state_total(td_state_plan(psiL, d, l->zero, mixed)) + actsL;
     int last = memL > mem0;
@@ -185,9 +200,12 @@ void td_plan_evaluate(const td_plan_model *m, const td_plan_cluster *c, int glob
     memset(e, 0, sizeof *e);
     e->lay = *l;
     plan_memory(m, c, l, e);
-    int t = l->tp, p = l->pp, d = l->dp, b = l->micro_batch, mb = l->micro_batches, G = c->gpus_per_node;
-    int v = l->sched == TD_SCHED_INTERLEAVED ? l->v : 1;
-    double h = m->C, s = m->T, lps = (double)m->L / p, eb = c->elem_bytes ? c->elem_bytes / 2.0 : 1;
+    int t = l->tp, p = l->pp, b = l->micro_batch, mb = l->micro_batches, G = c->gpus_per_node;
+    int v = l->sched == TD_SCHED_INTERLEAVED ? l->v : 1, cp = td_plan_cp(l);
+    int d = l->dp * cp, k = td_plan_shards(l); /* the gradient group; ZeRO's shard of it */
+    td_plan_model local = *m; /* a device's s / cp rows of each sequence */
+    local.T = m->T / cp;
+    double h = m->C, s = local.T, s_all = m->T, lps = (double)m->L / p, eb = c->elem_bytes ? c->elem_bytes / 2.0 : 1;
     double psi0 = stage_params(m, t, p, 1), psiL = stage_params(m, t, p, p == 1);
     double psi = psi0 > psiL ? psi0 : psiL, logits = 4.0 * s * b * m->V / t;
 
@@ -197,15 +215,15 @@ void td_plan_evaluate(const td_plan_model *m, const td_plan_cluster *c, int glob
      * inner size h/a) at their own measured rate: they write or read an
      * a s^2 matrix per 2 h/a FLOPs per element, so memory-bound */
     double bs = (double)b * s, hd = h / m->H;
-    double bmm = c->bmm_flops > 0 ? c->bmm_flops : td_plan_gemm_rate(c, s, s, hd);
+    double bmm = c->bmm_flops > 0 ? c->bmm_flops : td_plan_gemm_rate(c, s, s_all, hd);
     double gemm_t = 2 * bs * h * (3 * h / t) / td_plan_gemm_rate(c, bs, 3 * h / t, h) +  /* QKV */
                     2 * bs * (h / t) * h / td_plan_gemm_rate(c, bs, h, h / t) +          /* projection */
                     2 * 2 * bs * h * (4 * h / t) / td_plan_gemm_rate(c, bs, 4 * h / t, h); /* MLP */
-    double attn_gemm = 4 * b * s * s * h / t;
-    double ew = eb * layer_ew_bytes(m, b, t, l->sp), attn_ew = eb * (double)b * s * 9 * m->H * s / t;
+    double attn_gemm = 4 * b * s * s_all * h / t; /* local queries, every key */
+    double ew = eb * layer_ew_bytes(m, b, t, l->sp, cp), attn_ew = eb * (double)b * s * 9 * m->H * s_all / t;
     /* at the bandwidth of the largest tensor an elementwise op streams (in
      * and out): GeLU's 4h wide one, or the attention scores */
-    double ws = 2 * eb * 2 * bs * fmax(4 * h / t, (double)m->H * s / t), mbw = td_plan_mem_rate(c, ws);
+    double ws = 2 * eb * 2 * bs * fmax(4 * h / t, (double)m->H * s_all / t), mbw = td_plan_mem_rate(c, ws);
     double tf = gemm_t + attn_gemm / bmm + ew / mbw;
     /* backward: twice the FLOPs; each elementwise op's backward moves 3
      * tensors for its forward's 2 */
@@ -228,7 +246,7 @@ void td_plan_evaluate(const td_plan_model *m, const td_plan_cluster *c, int glob
     /* each micro-batch after the first adds its weight gradients into the
      * accumulated ones (autograd keeps the first's as they are); ZeRO-2 and
      * 3 keep only the reduce-scattered shard */
-    double acc_elems = l->zero >= 2 ? psi / d : psi, acc_bytes = c->grad_acc_bytes * acc_elems;
+    double acc_elems = l->zero >= 2 ? psi / k : psi, acc_bytes = c->grad_acc_bytes * acc_elems;
     double acc = acc_bytes > 0 ? (mb - 1) * acc_bytes / td_plan_mem_rate(c, acc_bytes) : 0;
     e->t[TD_COST_COMPUTE] = mb * comp_mb + acc;
     e->t[TD_COST_TP] = mb * tp_mb;
@@ -247,12 +265,36 @@ void td_plan_evaluate(const td_plan_model *m, const td_plan_cluster *c, int glob
         double frac = td_schedule_bubble_theory((td_sched_kind)l->sched, p, mb, v, 1, 2, 0);
         e->t[TD_COST_BUBBLE] = frac * (e->t[TD_COST_COMPUTE] + e->t[TD_COST_TP]);
     }
+    if (cp > 1) {
+        /* Per layer and micro-batch the ring sends cp - 1 K/V blocks
+         * forward and cp - 1 K/V plus cp dK/dV blocks backward (a block: 2 b
+         * s/cp h/t elements, trident's td_cp_ring_formula); each step's
+         * transfer hides behind the attention of the block before it. The
+         * cp peers sit tp apart (order tp-cp-dp-pp): on a node while t cp
+         * fits. */
+        int cross = t * cp > G;
+        double bw = cross ? c->inter_bw : c->intra_bw, lat = cross ? c->inter_lat : c->intra_lat;
+        double blk = 2 * eb * 2.0 * b * s * h / t, af = attn_gemm / bmm;
+        double fwd = (cp - 1) * (blk / bw + lat), bwd = (2 * cp - 1) * (blk / bw + lat);
+        double ring = fmax(0, fwd - af) * (l->rc == TD_PLAN_RC_FULL ? 2 : 1) + fmax(0, bwd - 2 * af);
+        e->t[TD_COST_CP] = mb * lps * ring;
+    }
     if (d > 1) {
         /* A piece is one ring collective of the stage's 2-byte parameters or
          * gradients, one call per layer (bucket). */
-        int cross = dp_per_node(t, d, G) < d;
-        double bw = dp_bus_bw(c, t, d), lat = cross ? c->inter_lat : c->intra_lat;
-        double piece = eb * td_plan_dp_volume(psi, d, 0, 1) / 2 / bw + (lps + 1) * (d - 1) * lat;
+        int cross = dp_per_node(t, k, G) < k;
+        double bw = dp_bus_bw(c, t, k), lat = cross ? c->inter_lat : c->intra_lat;
+        double piece = k > 1 ? eb * td_plan_dp_volume(psi, k, 0, 1) / 2 / bw + (lps + 1) * (k - 1) * lat : 0;
+        /* hybrid sharding: the d / k replicas of each shard all-reduce its
+         * gradient sum after the backward (trident's engine: exposed), one
+         * member per node each, on the node's ports side by side */
+        int R = d / k;
+        double rep = 0;
+        if (R > 1) {
+            int rcross = (long)k * t * R > G;
+            rep = td_plan_allreduce_s(2 * eb * psi / k, R, rcross ? c->inter_bw : c->intra_bw,
+                                      rcross ? c->inter_lat : c->intra_lat);
+        }
         /* software that reduces after the backward hides nothing */
         double bwd = c->dp_serial ? 0 : lps * (tb + trc), exposed;
         if (l->zero == 0) /* buckets all-reduce during the last micro-batch's backward */
@@ -263,12 +305,12 @@ void td_plan_evaluate(const td_plan_model *m, const td_plan_cluster *c, int glob
             exposed = piece + mb * fmax(0, piece - bwd);
         else /* gather, gather, reduce-scatter beside every micro-batch's forward and backward */
             exposed = mb * fmax(0, 3 * piece - (c->dp_serial ? 0 : lps * (tf + tb + trc)));
-        e->t[TD_COST_DP] = exposed;
-        e->dp_traffic_s = piece * (l->zero <= 1 ? 2 : l->zero == 2 ? mb + 1 : 3.0 * mb);
+        e->t[TD_COST_DP] = exposed + rep;
+        e->dp_traffic_s = piece * (l->zero <= 1 ? 2 : l->zero == 2 ? mb + 1 : 3.0 * mb) + rep;
     }
     /* the optimizer step over the owned parameters: on `local` at the
      * engine's measured rate per element, elsewhere memory-bound */
-    double owned = l->zero >= 1 ? psi / d : psi, ob = owned * optim_bytes_per_param(c);
+    double owned = l->zero >= 1 ? psi / k : psi, ob = owned * optim_bytes_per_param(c);
     e->t[TD_COST_OPTIM] = c->optim_rate > 0 ? owned / c->optim_rate : ob / td_plan_mem_rate(c, ob);
 
     if (c->oversub > 1) e->t[TD_COST_BUBBLE] *= td_plan_bubble_shared(p, c->oversub);
@@ -280,7 +322,7 @@ void td_plan_evaluate(const td_plan_model *m, const td_plan_cluster *c, int glob
         double w = i == TD_COST_DP && e->t[i] > 0 ? e->dp_traffic_s : e->t[i];
         if (w > worst) worst = w, e->dominant = i;
     }
-    double gpus = (double)d * t * p;
+    double gpus = (double)d * t * p; /* d counts dp x cp */
     e->tflops_per_device = td_plan_flops(m, global_batch, l->rc == TD_PLAN_RC_FULL ? 96 : 72) / (gpus * e->step_s) / 1e12;
     e->mfu = td_plan_flops(m, global_batch, 72) / (gpus * e->step_s * c->peak_flops);
 }

@@ -10,7 +10,7 @@
 
 void td_plan_fixed_init(td_plan_fixed *f) {
     memset(f, 0, sizeof *f);
-    f->zero = f->sched = f->rc = f->sp = -1;
+    f->zero = f->sched = f->rc = f->sp = f->shard = -1;
 }
 
 /* The rules table's view of a planned layout: fp32, --dp-mode allreduce,
@@ -21,6 +21,7 @@ static void compat_of(const td_plan_model *m, const td_plan_layout *l, td_compat
     cc->schedule = l->sched, cc->virtual_stages = l->v, cc->micro_batches = l->micro_batches;
     cc->recompute = l->rc == TD_PLAN_RC_FULL; /* the engine recomputes whole blocks */
     cc->seq = m->T, cc->embd = m->C;
+    cc->cp = td_plan_cp(l), cc->dp_shard = l->shard;
 }
 
 int td_plan_check(const td_plan_model *m, const td_plan_cluster *c, int global_batch, int tp_across_nodes,
@@ -33,8 +34,8 @@ int td_plan_check(const td_plan_model *m, const td_plan_cluster *c, int global_b
     compat_of(m, l, &cc);
     if (l->dp < 1 || l->tp < 1 || l->pp < 1 || l->micro_batch < 1 || l->micro_batches < 1)
         BAD("sizes must be >= 1");
-    if ((long)l->dp * l->tp * l->pp != c->gpus)
-        BAD("dp %d x tp %d x pp %d is not the %d devices", l->dp, l->tp, l->pp, c->gpus);
+    if ((long)l->dp * l->tp * l->pp * td_plan_cp(l) != c->gpus)
+        BAD("dp %d x tp %d x pp %d x cp %d is not the %d devices", l->dp, l->tp, l->pp, td_plan_cp(l), c->gpus);
     if (m->H % l->tp) BAD("tp %d does not divide the %d heads", l->tp, m->H);
     if (l->tp > c->gpus_per_node && !tp_across_nodes) BAD("tp %d spans more than a node's %d devices", l->tp, c->gpus_per_node);
     if (m->L % l->pp) BAD("pp %d does not divide the %d layers", l->pp, m->L);
@@ -111,6 +112,43 @@ static void consider(walk *w, int check_batch, const td_plan_layout *l) {
 #define EACH(var, fixedv, unset, lo, hi) \
     for (int var = (fixedv) != (unset) ? (fixedv) : (lo); var <= ((fixedv) != (unset) ? (fixedv) : (hi)); var++)
 
+/* Hybrid sharding: shards of the gradient group's (dp x cp) members on one
+ * node, the replicas across nodes; 0 where that does not split the group. */
+static int node_shard(const walk *w, int tp, int G) {
+    int k = w->c->gpus_per_node / tp < G ? w->c->gpus_per_node / tp : G;
+    return k >= 2 && k < G && G % k == 0 ? k : 0;
+}
+
+/* Every choice below the grid's sizes: micro-batching, ZeRO and its
+ * sharding, recomputation, sp, the schedule and its chunks. */
+static void walk_choices(walk *w, int dp, int tp, int pp, int cp, int local) {
+    const td_plan_model *m = w->m;
+    const td_plan_fixed *fix = w->fix;
+    /* pp = 1 has no schedule; else the fixed one or each */
+    int s_lo = pp == 1 ? TD_PLAN_NO_SCHED : fix->sched >= 0 ? fix->sched : TD_SCHED_GPIPE;
+    int s_hi = pp == 1 ? TD_PLAN_NO_SCHED : fix->sched >= 0 ? fix->sched : TD_SCHED_INTERLEAVED;
+    int k = node_shard(w, tp, dp * cp);
+    for (int b = 1; b <= local; b++) {
+        if (local % b || (fix->micro_batches && local / b != fix->micro_batches)) continue;
+        EACH(zero, fix->zero3_only ? 3 : fix->zero, -1, 0, dp * cp > 1 ? 3 : 0)
+        for (int shard = 0; shard <= (zero > 0 ? k : 0); shard += k ? k : 1) {
+            if (fix->shard >= 0 && shard != fix->shard) continue;
+            EACH(rc, fix->rc, -1, TD_PLAN_RC_NONE, TD_PLAN_RC_FULL)
+            EACH(sp, fix->sp, -1, 0, tp > 1)
+            for (int sched = s_lo; sched <= s_hi; sched++)
+                for (int v = 1; v <= (sched == TD_SCHED_INTERLEAVED ? m->L / pp : 1); v++) {
+                    /* a fixed chunk count is the interleaved schedule's: no
+                     * other layout has it; chunk counts that do not divide a
+                     * stage's layers are no layout to report */
+                    if (fix->v && v != fix->v) continue;
+                    if (sched == TD_SCHED_INTERLEAVED && (v < 2 || (m->L / pp) % v)) continue;
+                    td_plan_layout l = {dp, tp, pp, zero, b, local / b, sched, v, rc, sp, cp, shard};
+                    consider(w, dp * local, &l);
+                }
+        }
+    }
+}
+
 static void walk_layouts(walk *w) {
     const td_plan_model *m = w->m;
     const td_plan_fixed *fix = w->fix;
@@ -119,35 +157,21 @@ static void walk_layouts(walk *w) {
         if (N % tp || (fix->tp && tp != fix->tp) || (fix->zero3_only && tp != 1)) continue;
         for (int pp = 1; pp <= N / tp; pp++) {
             if ((N / tp) % pp || (fix->pp && pp != fix->pp) || (fix->zero3_only && pp != 1)) continue;
-            if (!w->r && w->found) return;
-            int dp = N / tp / pp;
-            if (fix->dp && dp != fix->dp) continue;
-            int uneven = fix->zero3_only && global_batch % dp;
-            int local = uneven ? (global_batch + dp - 1) / dp : global_batch / dp;
-            if (!uneven && global_batch % dp) { /* one reason for the whole family */
-                if (w->r && !w->r->invalid++)
-                    snprintf(w->r->first_invalid, sizeof w->r->first_invalid,
-                             "dp %d does not divide the global batch %d", dp, global_batch);
-                continue;
-            }
-            /* pp = 1 has no schedule; else the fixed one or each */
-            int s_lo = pp == 1 ? TD_PLAN_NO_SCHED : fix->sched >= 0 ? fix->sched : TD_SCHED_GPIPE;
-            int s_hi = pp == 1 ? TD_PLAN_NO_SCHED : fix->sched >= 0 ? fix->sched : TD_SCHED_INTERLEAVED;
-            for (int b = 1; b <= local; b++) {
-                if (local % b || (fix->micro_batches && local / b != fix->micro_batches)) continue;
-                EACH(zero, fix->zero3_only ? 3 : fix->zero, -1, 0, dp > 1 ? 3 : 0)
-                EACH(rc, fix->rc, -1, TD_PLAN_RC_NONE, TD_PLAN_RC_FULL)
-                EACH(sp, fix->sp, -1, 0, tp > 1)
-                for (int sched = s_lo; sched <= s_hi; sched++)
-                for (int v = 1; v <= (sched == TD_SCHED_INTERLEAVED ? m->L / pp : 1); v++) {
-                    /* a fixed chunk count is the interleaved schedule's: no
-                     * other layout has it; chunk counts that do not divide a
-                     * stage's layers are no layout to report */
-                    if (fix->v && v != fix->v) continue;
-                    if (sched == TD_SCHED_INTERLEAVED && (v < 2 || (m->L / pp) % v)) continue;
-                    td_plan_layout l = {dp, tp, pp, zero, b, local / b, sched, v, rc, sp};
-                    consider(w, dp * local, &l);
+            for (int cp = 1; cp <= N / tp / pp; cp++) {
+                if ((N / tp / pp) % cp || (fix->cp && cp != fix->cp) || (fix->zero3_only && cp != 1)) continue;
+                if (cp > 1 && m->T % (2 * cp)) continue; /* the load-balanced split needs 2 cp chunks */
+                if (!w->r && w->found) return;
+                int dp = N / tp / pp / cp;
+                if (fix->dp && dp != fix->dp) continue;
+                int uneven = fix->zero3_only && global_batch % dp;
+                int local = uneven ? (global_batch + dp - 1) / dp : global_batch / dp;
+                if (!uneven && global_batch % dp) { /* one reason for the whole family */
+                    if (w->r && !w->r->invalid++)
+                        snprintf(w->r->first_invalid, sizeof w->r->first_invalid,
+                                 "dp %d does not divide the global batch %d", dp, global_batch);
+                    continue;
                 }
+                walk_choices(w, dp, tp, pp, cp, local);
             }
         }
     }
@@ -169,14 +193,18 @@ static int feasible(const td_plan_model *m, const td_plan_cluster *c, int global
 
 /* The fixed choices one at a time, in flag order; each against the ones
  * before it. */
-enum { F_DP, F_TP, F_PP, F_ZERO, F_MB, F_SCHED, F_V, F_RC, F_SP, F_N };
-static const char *const fixed_flag[F_N] = {"--dp", "--tp", "--pp", "--zero", "--micro-batches", "--schedule",
-                                            "--virtual-stages", "--recompute", "--sequence-parallel"};
+enum { F_DP, F_TP, F_PP, F_CP, F_ZERO, F_SHARD, F_MB, F_SCHED, F_V, F_RC, F_SP, F_N };
+static const char *const fixed_flag[F_N] = {"--dp", "--tp", "--pp", "--cp", "--zero", "--dp-shard",
+                                            "--micro-batches", "--schedule", "--virtual-stages", "--recompute",
+                                            "--sequence-parallel"};
 static int *fixed_field(td_plan_fixed *f, int k) {
-    int *p[F_N] = {&f->dp, &f->tp, &f->pp, &f->zero, &f->micro_batches, &f->sched, &f->v, &f->rc, &f->sp};
+    int *p[F_N] = {&f->dp,  &f->tp, &f->pp, &f->cp, &f->zero, &f->shard, &f->micro_batches,
+                   &f->sched, &f->v, &f->rc, &f->sp};
     return p[k];
 }
-static int fixed_unset(int k) { return k == F_ZERO || k == F_SCHED || k == F_RC || k == F_SP ? -1 : 0; }
+static int fixed_unset(int k) {
+    return k == F_ZERO || k == F_SHARD || k == F_SCHED || k == F_RC || k == F_SP ? -1 : 0;
+}
 static void fixed_value(int k, int v, char *buf, size_t n) {
     static const char *rc[] = {"none", "selective", "full"};
     if (k == F_SCHED) snprintf(buf, n, "%s", td_sched_name((td_sched_kind)v));
@@ -190,11 +218,12 @@ static void fixed_value(int k, int v, char *buf, size_t n) {
 static const char *alone(const td_plan_model *m, const td_plan_cluster *c, int batch, const td_plan_fixed *t, int k,
                          int v, char *buf, size_t n) {
     int N = c->gpus;
-    if (k <= F_PP && N % v == 0) { /* the devices against dp x tp x pp fixed so far */
-        long prod = (long)(t->dp ? t->dp : 1) * (t->tp ? t->tp : 1) * (t->pp ? t->pp : 1);
-        if (N % prod) return snprintf(buf, n, "makes dp x tp x pp %ld, which does not divide --gpus %d", prod, N), buf;
-        if (t->dp && t->tp && t->pp && prod != N)
-            return snprintf(buf, n, "makes dp x tp x pp %ld, not --gpus %d", prod, N), buf;
+    if (k <= F_CP && N % v == 0) { /* the devices against dp x tp x pp x cp fixed so far */
+        long prod = (long)(t->dp ? t->dp : 1) * (t->tp ? t->tp : 1) * (t->pp ? t->pp : 1) * (t->cp ? t->cp : 1);
+        if (N % prod)
+            return snprintf(buf, n, "makes dp x tp x pp x cp %ld, which does not divide --gpus %d", prod, N), buf;
+        if (t->dp && t->tp && t->pp && t->cp && prod != N)
+            return snprintf(buf, n, "makes dp x tp x pp x cp %ld, not --gpus %d", prod, N), buf;
     }
     switch (k) {
     case F_DP:
@@ -212,6 +241,14 @@ static const char *alone(const td_plan_model *m, const td_plan_cluster *c, int b
         if (N % v) return snprintf(buf, n, "does not divide --gpus %d", N), buf;
         if (m->L % v) return snprintf(buf, n, "does not divide the model's %d layers", m->L), buf;
         break;
+    case F_CP:
+        if (N % v) return snprintf(buf, n, "does not divide --gpus %d", N), buf;
+        if (v > 1 && m->T % (2 * v))
+            return snprintf(buf, n, "does not split the sequence %d into %d chunks", m->T, 2 * v), buf;
+        break;
+    case F_SHARD:
+        return snprintf(buf, n, "needs ZeRO 1-3 and shards of a node's members of the gradient group (dp x cp) "
+                        "that divide it into 2 or more replicas"), buf;
     case F_MB:
         if (batch % v) return snprintf(buf, n, "does not divide --global-batch %d", batch), buf;
         break;
@@ -252,13 +289,13 @@ int td_plan_fixed_check(const td_plan_model *m, const td_plan_cluster *c, int gl
         }
         /* the values that would do, with the flags before it */
         char valid[200] = "", val[32], reason[200];
-        int lo = k == F_V ? 2 : k == F_ZERO || k == F_SCHED || k == F_RC ? 0 : 1;
-        int hi = k == F_DP || k == F_TP || k == F_PP ? c->gpus : k == F_ZERO ? 3 : k == F_MB ? global_batch
+        int lo = k == F_V ? 2 : k == F_ZERO || k == F_SHARD || k == F_SCHED || k == F_RC ? 0 : 1;
+        int hi = k <= F_CP || k == F_SHARD ? c->gpus : k == F_ZERO ? 3 : k == F_MB ? global_batch
                  : k == F_SCHED ? TD_SCHED_INTERLEAVED : k == F_V ? m->L : k == F_RC ? TD_PLAN_RC_FULL : 1;
         for (int x = lo; x <= hi; x++) {
             if (k == F_SCHED && x != TD_SCHED_GPIPE && x != TD_SCHED_1F1B && x != TD_SCHED_INTERLEAVED) continue;
             /* only divisors can be: skip the rest without a walk */
-            if ((k <= F_PP && c->gpus % x) || (k == F_MB && global_batch % x) || (k == F_V && m->L % x)) continue;
+            if ((k <= F_CP && c->gpus % x) || (k == F_SHARD && x == 1) || (k == F_MB && global_batch % x) || (k == F_V && m->L % x)) continue;
             *fixed_field(&t, k) = x;
             if (!feasible(m, c, global_batch, &t)) continue;
             size_t len = strlen(valid);

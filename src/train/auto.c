@@ -92,6 +92,7 @@ void td_auto_choose(td_train_opts *o, td_auto *a) {
     td_plan_cluster_local(&prof, world, o->threads, &a->cluster);
     td_plan_fixed fix;
     td_plan_fixed_init(&fix);
+    fix.cp = 1, fix.shard = 0; /* --auto sets dp, tp, pp and zero */
     /* the engine recomputes whole blocks or nothing */
     fix.rc = td_train_recompute(o) == TD_RECOMPUTE_BLOCK ? TD_PLAN_RC_FULL : -1;
     td_plan_result r;

@@ -23,7 +23,7 @@ assert len(p) == 4, len(p)
 need = "dp tp pp zero micro_batches schedule recompute memory_bytes step_s tflops_per_device mfu dominant".split()
 for x in p:
     assert all(k in x for k in need), x
-    assert x["dp"] * x["tp"] * x["pp"] == 16 and x["dp"] * x["micro_batch"] * x["micro_batches"] == 64, x
+    assert x["dp"] * x["tp"] * x["pp"] * x["cp"] == 16 and x["dp"] * x["micro_batch"] * x["micro_batches"] == 64, x
     assert 0 < x["memory_bytes"] <= 80e9 and 0 < x["mfu"] < 1 and x["step_s"] > 0, x
 assert [x["step_s"] for x in p] == sorted(x["step_s"] for x in p)
 # a100-ndr: the A100 validation (Megatron-LM table 1, measured on a100-hdr): step times predicted short
@@ -51,7 +51,7 @@ w3() { python3 -c '
 import re, sys
 out = sys.argv[1]
 rows = {l.split()[0]: l.split() for l in out.splitlines() if re.match(r"^(1|z3) ", l)}
-r = float(rows["z3"][11]) / float(rows["1"][11])
+r = float(rows["z3"][12]) / float(rows["1"][12])
 m = re.search(r"^its step takes ([0-9.]+)x plan 1.s \((\d+)% (longer|shorter)", out, re.M)
 assert m and abs(float(m.group(1)) - r) <= 0.01 + 0.01 * r, (m and m.groups(), r)
 assert m.group(3) == sys.argv[2] and abs(int(m.group(2)) - round(100 * abs(r - 1))) <= 1, m.groups()
@@ -103,9 +103,28 @@ assert p and all(x["tp"] == 2 and x["recompute"] == "selective" for x in p), p
 ' "$out"; then ok "fixed --tp 2 --recompute selective respected"; else fail "fixed choices (exit $rc)" "$out"; fi
 
 out=$("$T" plan --model gpt3-175b --global-batch 1536 --gpus 1024 --cluster a100-hdr 2>&1); rc=$?
-if [ $rc -eq 0 ] && grep -q "^best ZeRO-3-only plan (tp = pp = 1)" <<<"$out" && grep -q "^z3 " <<<"$out" &&
+if [ $rc -eq 0 ] && grep -q "^best ZeRO-3-only plan (tp = pp = cp = 1)" <<<"$out" && grep -q "^z3 " <<<"$out" &&
    grep -q "^1 " <<<"$out"; then ok "175B on 1024 A100s: best plan and the ZeRO-3-only plan beside it"
 else fail "175B table (exit $rc)" "$out"; fi
+
+# long sequences: the cp term lets 131072 tokens fit where cp 1 cannot;
+# hybrid sharding is weighed beside ZeRO over the whole gradient group
+long=(--model gpt2-124m --seq 131072 --gpus 64 --cluster h100-ndr --global-batch 64)
+out=$("$T" plan "${long[@]}" --json --top 1 2>&1); rc=$?
+out1=$("$T" plan "${long[@]}" --cp 1 2>&1); rc1=$?
+if [ $rc -eq 0 ] && [ $rc1 -ne 0 ] && grep -q "no layout fits" <<<"$out1" && python3 -c '
+import json, sys
+p = json.loads(sys.argv[1])[0]
+assert p["cp"] >= 2 and p["costs_s"]["cp ring"] >= 0 and p["memory_bytes"] <= 80e9, p
+' "$out"; then ok "T 131072: plan 1 uses cp; with --cp 1 nothing fits"; else fail "long sequence cp (exit $rc/$rc1)" "$out $out1"; fi
+out=$("$T" plan --model gpt3-1.3b --gpus 64 --global-batch 64 --inter-bw 2 --json --top 100 2>&1); rc=$?
+if [ $rc -eq 0 ] && python3 -c '
+import json, sys
+p = json.loads(sys.argv[1])
+hs = [x for x in p if x["dp_shard"]]
+assert hs and all(x["zero"] >= 1 and (x["dp"] * x["cp"]) % x["dp_shard"] == 0 for x in hs), hs[:1]
+assert all("--dp-shard %d" % x["dp_shard"] in x["command"] for x in hs if x["command"]), hs[:1]
+' "$out"; then ok "hybrid-sharded plans ranked beside plain ZeRO"; else fail "hybrid sharding plans (exit $rc)" "$out"; fi
 
 bad() { # name, expected text, flags...
   local name=$1 want=$2; shift 2
@@ -128,8 +147,10 @@ m124=(--model gpt2-124m --global-batch 24 --gpus 8)
 bad "dp not dividing the devices" "--dp 3 does not divide --gpus 8; valid: 1, 2, 4, 8" "${m124[@]}" --dp 3
 bad "tp not dividing the heads" "--tp 8 does not divide the model's 12 heads; valid: 1, 2, 4" "${m124[@]}" --tp 8
 bad "pp not dividing the layers" "--pp 8 does not divide the model's 12 layers; valid: 1, 2, 4" "${m124[@]}" --pp 8
-bad "dp x tp x pp over the devices" "--pp 4 makes dp x tp x pp 16, which does not divide --gpus 8; valid with --dp 2 --tp 2: 2" \
+bad "dp x tp x pp over the devices" "--pp 4 makes dp x tp x pp x cp 16, which does not divide --gpus 8; valid with --dp 2 --tp 2: 1, 2" \
     "${m124[@]}" --dp 2 --tp 2 --pp 4
+bad "cp not dividing the devices" "--cp 3 does not divide --gpus 8; valid: 1, 2, 4, 8" "${m124[@]}" --cp 3
+bad "hybrid shard no node splits" "--dp-shard 3 needs ZeRO 1-3 and shards of a node's members" "${m124[@]}" --dp-shard 3
 bad "micro-batches" "--micro-batches 5 does not divide --global-batch 24; valid: 1, 2, 3, 4, 6, 8, 12, 24" "${m124[@]}" --micro-batches 5
 bad "zero 2 with a pipeline" "--zero 2 gives no valid layout together with --pp 2; valid with --pp 2: 0, 1" "${m124[@]}" --pp 2 --zero 2
 bad "chunks per stage" "--virtual-stages 5 .*valid with --pp 2: 2, 3, 6" "${m124[@]}" --pp 2 --virtual-stages 5

@@ -42,7 +42,7 @@ for p in plans:
         assert c is None and "selective" in p["command_note"], p
         continue
     a = shlex.split(c)
-    assert a[:4] == ["mpirun", "-np", str(p["dp"] * p["tp"] * p["pp"]), "trident"] and a[4] == "train", a
+    assert a[:4] == ["mpirun", "-np", str(p["dp"] * p["tp"] * p["pp"] * p["cp"]), "trident"] and a[4] == "train", a
     flags, i = {}, 5
     while i < len(a):
         assert a[i].startswith("--"), a
@@ -53,6 +53,8 @@ for p in plans:
     want = {"--data": "synthetic:65", "--layers": "4", "--heads": "2", "--embd": "32", "--seq": "16",
             "--batch": "4", "--dp": str(p["dp"]), "--tp": str(p["tp"]), "--pp": str(p["pp"]),
             "--zero": str(p["zero"]), "--micro-batches": str(p["micro_batches"]), "--threads": "1"}
+    if p["cp"] > 1: want["--cp"] = str(p["cp"])
+    if p["dp_shard"]: want["--dp-shard"] = str(p["dp_shard"])
     if p["pp"] > 1:
         want["--schedule"] = p["schedule"]
         if p["schedule"] == "interleaved": want["--virtual-stages"] = str(p["virtual_stages"])
@@ -60,10 +62,10 @@ for p in plans:
     if p["recompute"] == "full": want["--recompute"] = "block"
     assert flags == want, (flags, want)   # nothing missing, nothing extra (local trains fp32)
     assert p["validation"] == "bench_plan" and p["step_s_error_band"][0] <= 0 <= p["step_s_error_band"][1], p
-    kind = ("pp" if p["pp"] > 1 and p["schedule"] != "gpipe" else "tp_sp" if p["sequence_parallel"]
+    kind = ("cp" if p["cp"] > 1 else "pp" if p["pp"] > 1 and p["schedule"] != "gpipe" else "tp_sp" if p["sequence_parallel"]
             else "dp_zero_block" if p["dp"] > 1 and p["zero"] > 0 and p["recompute"] == "full" else None)
     if kind and kind not in picked: picked[kind] = c
-assert set(picked) == {"pp", "tp_sp", "dp_zero_block"}, picked
+assert set(picked) == {"cp", "pp", "tp_sp", "dp_zero_block"}, picked
 for k, c in picked.items(): open(sys.argv[2] + "/cmd_" + k, "w").write(c)
 PY
 then ok "local: every plan's command has exactly its layout's train flags"
@@ -76,7 +78,7 @@ if [ $rc -eq 0 ] && grep -q "^run plan 1 with trident train:" <<<"$out" && grep 
 then ok "text: plan 1's command, as in --json"; else fail "text command (exit $rc)" "$out"; fi
 
 # as printed, but for the launcher's flags and the binary's path: one step
-for k in pp tp_sp dp_zero_block; do
+for k in cp pp tp_sp dp_zero_block; do
   [ -f "$tmp/cmd_$k" ] || { fail "no $k command picked"; continue; }
   cmd=$(cat "$tmp/cmd_$k")
   args=${cmd#mpirun -np }; np=${args%% *}; args=${args#* trident train }

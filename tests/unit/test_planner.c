@@ -228,7 +228,7 @@ static void test_bubble(void) {
     char err[256];
     td_plan_cluster_preset("a100-hdr", &c, err, sizeof err);
     c.gpus = 8;
-    td_plan_layout l = {2, 1, 4, 0, 1, 8, TD_SCHED_1F1B, 1, TD_PLAN_RC_NONE, 0};
+    td_plan_layout l = {2, 1, 4, 0, 1, 8, TD_SCHED_1F1B, 1, TD_PLAN_RC_NONE, 0, 1, 0};
     td_plan_eval e;
     EXPECT(td_plan_check(&m, &c, 16, 0, &l, err, sizeof err) == 0, "%s", err);
     td_plan_evaluate(&m, &c, 16, &l, &e);
@@ -253,7 +253,7 @@ static void test_gpu_costs(void) {
     c.gpus = 32;
     double h = m.C, psi = m.L * (12 * h * h + 13 * h) + m.V * h + m.T * h; /* tp 1, pp 1: all of it */
     /* dp 32 on 8 per node, ZeRO-1, 2 micro-batches of 1 */
-    td_plan_layout l = {32, 1, 1, 1, 1, 2, TD_PLAN_NO_SCHED, 1, TD_PLAN_RC_NONE, 0};
+    td_plan_layout l = {32, 1, 1, 1, 1, 2, TD_PLAN_NO_SCHED, 1, TD_PLAN_RC_NONE, 0, 1, 0};
     td_plan_eval e, e0;
     EXPECT(td_plan_check(&m, &c, 64, 0, &l, err, sizeof err) == 0, "%s", err);
     td_plan_evaluate(&m, &c, 64, &l, &e);
@@ -272,7 +272,7 @@ static void test_gpu_costs(void) {
     double bw = fmin(c.intra_bw, 8 * c.inter_bw), piece = 2 * psi * 31 / 32 / bw + (m.L + 1) * 31 * c.inter_lat;
     EXPECT(rel(e.dp_traffic_s, 2 * piece) < 1e-12, "dp traffic %g, derived %g", e.dp_traffic_s, 2 * piece);
     /* tp 8 leaves one member per node: one port each */
-    td_plan_layout l8 = {4, 8, 1, 1, 1, 16, TD_PLAN_NO_SCHED, 1, TD_PLAN_RC_NONE, 0};
+    td_plan_layout l8 = {4, 8, 1, 1, 1, 16, TD_PLAN_NO_SCHED, 1, TD_PLAN_RC_NONE, 0, 1, 0};
     EXPECT(td_plan_check(&m, &c, 64, 0, &l8, err, sizeof err) == 0, "%s", err);
     td_plan_evaluate(&m, &c, 64, &l8, &e0);
     double psi8 = m.L * (12 * h * h / 8 + 13 * h) + m.V * h / 8 + m.T * h;
@@ -386,6 +386,60 @@ static void test_bubble_shared(void) {
     printf("bubble on shared cores: worst %.1f%% from the simulation\n", 100 * worst);
 }
 
+/* The cp term: a device's activations fall to 1/cp, the ring's four
+ * K/V blocks, the same FLOPs per device (queries split, every key met),
+ * and the ring's time exposed where links are slower than attention:
+ * (cp - 1) blocks forward and 2 cp - 1 backward per layer and micro-batch,
+ * a block 2 b (s/cp) h elements of 2 bytes. Hybrid sharding: the state of
+ * ZeRO over the shard, plus the replicas' all-reduce of 2 psi / k bytes. */
+static void test_cp_and_shard_costs(void) {
+    td_plan_model m = {"long", 4, 8, 512, 1000, 8192};
+    td_plan_cluster c;
+    char err[256];
+    td_plan_cluster_preset("a100-hdr", &c, err, sizeof err);
+    c.gpus = 4;
+    td_plan_layout l1 = {4, 1, 1, 1, 1, 1, TD_PLAN_NO_SCHED, 1, TD_PLAN_RC_NONE, 0, 1, 0};
+    td_plan_layout l4 = {1, 1, 1, 1, 1, 4, TD_PLAN_NO_SCHED, 1, TD_PLAN_RC_NONE, 0, 4, 0};
+    td_plan_eval e1, e4;
+    EXPECT(td_plan_check(&m, &c, 4, 0, &l4, err, sizeof err) == 0, "%s", err);
+    td_plan_evaluate(&m, &c, 4, &l1, &e1);
+    td_plan_evaluate(&m, &c, 4, &l4, &e4);
+    double h = m.C, s = m.T / 4.0, blk = 2 * 2.0 * s * h; /* K and V of one block, bytes */
+    double ring_mem = 4 * blk;
+    printf("cp 4 at T %d: activations %.3g MB against cp 1's %.3g MB (x%.3f; ring blocks %.3g MB), compute %.4g s "
+           "against %.4g s\n", m.T, e4.mem_acts / 1e6, e1.mem_acts / 1e6, e4.mem_acts / e1.mem_acts, ring_mem / 1e6,
+           e4.t[TD_COST_COMPUTE], e1.t[TD_COST_COMPUTE]);
+    EXPECT(rel(e4.mem_acts, e1.mem_acts / 4) < 1e-9, "activations %g, cp 1's %g", e4.mem_acts, e1.mem_acts);
+    EXPECT(rel(e4.mem_comm - e1.mem_comm, ring_mem) < 1e-9, "ring buffers %g, derived %g", e4.mem_comm - e1.mem_comm,
+           ring_mem);
+    EXPECT(rel(e4.t[TD_COST_COMPUTE], e1.t[TD_COST_COMPUTE]) < 0.1, "compute %g vs %g", e4.t[TD_COST_COMPUTE],
+           e1.t[TD_COST_COMPUTE]);
+    EXPECT(e1.t[TD_COST_CP] == 0, "cp 1 has no ring");
+    /* a slow link exposes nearly all of it */
+    td_plan_cluster slow = c;
+    slow.intra_bw = 1e6, slow.intra_lat = 0;
+    td_plan_evaluate(&m, &slow, 4, &l4, &e4);
+    double want = 4 * m.L * ((4 - 1) + (2 * 4 - 1)) * blk / slow.intra_bw;
+    EXPECT(rel(e4.t[TD_COST_CP], want) < 1e-3, "ring %g s, derived %g s", e4.t[TD_COST_CP], want);
+
+    /* dp 8 over two nodes of 4, shards of 4 (a node) against ZeRO-1 over 4 */
+    c.gpus = 8, c.gpus_per_node = 4, m.T = 1024;
+    td_plan_layout hs = {8, 1, 1, 1, 1, 1, TD_PLAN_NO_SCHED, 1, TD_PLAN_RC_NONE, 0, 1, 4};
+    td_plan_layout z4 = {4, 1, 1, 1, 1, 1, TD_PLAN_NO_SCHED, 1, TD_PLAN_RC_NONE, 0, 1, 0};
+    td_plan_eval eh, ez;
+    EXPECT(td_plan_check(&m, &c, 8, 0, &hs, err, sizeof err) == 0, "%s", err);
+    td_plan_evaluate(&m, &c, 8, &hs, &eh);
+    td_plan_cluster c4 = c;
+    c4.gpus = 4;
+    td_plan_evaluate(&m, &c4, 4, &z4, &ez);
+    double psi = m.L * (12 * h * h + 13 * h) + m.V * h + m.T * h;
+    double rep = td_plan_allreduce_s(2 * psi / 4, 2, c.inter_bw, c.inter_lat);
+    EXPECT(rel(eh.mem_states, ez.mem_states) < 1e-12, "shard state %g, ZeRO-1 over 4 %g", eh.mem_states,
+           ez.mem_states);
+    EXPECT(rel(eh.dp_traffic_s, ez.dp_traffic_s + rep) < 1e-9, "shard traffic %g, derived %g + %g", eh.dp_traffic_s,
+           ez.dp_traffic_s, rep);
+}
+
 /* The search against a brute-force count of valid tuples, derived here from
  * the rules (not from td_plan_check): every plan valid, fitting, sorted;
  * every valid tuple either a plan or dropped for memory. */
@@ -399,26 +453,32 @@ static void test_enumeration(void) {
     long want = 0;
     for (int tp = 1; tp <= 8; tp++)
         for (int pp = 1; pp <= 8; pp++)
-            for (int dp = 1; dp <= 8; dp++) {
-                if (dp * tp * pp != 8 || m.H % tp || tp > 4 || m.L % pp || B % dp) continue;
-                /* sequence parallelism also needs tp to divide the sequence
-                 * (16 here: every tp of the 4 heads does) */
-                for (int b = 1; b <= B / dp; b++) {
-                    if ((B / dp) % b) continue;
-                    int mb = B / dp / b;
-                    for (int zero = 0; zero <= (dp > 1 ? 3 : 0); zero++)
-                        for (int sp = 0; sp <= (tp > 1); sp++) {
-                            if (zero >= 2 && pp > 1) continue;
-                            long scheds = 1; /* pp = 1: none */
-                            if (pp > 1) {
-                                scheds = 2; /* gpipe, 1f1b */
-                                for (int v = 2; v <= m.L / pp; v++)
-                                    if (m.L % (pp * v) == 0 && mb % pp == 0) scheds++;
+            for (int cp = 1; cp <= 8; cp++)
+                for (int dp = 1; dp <= 8; dp++) {
+                    if (dp * tp * pp * cp != 8 || m.H % tp || tp > 4 || m.L % pp || B % dp) continue;
+                    if (m.T % (2 * cp) && cp > 1) continue; /* cp's 2 cp chunks */
+                    /* sequence parallelism also needs tp to divide each cp
+                     * chunk (16 / 2cp here: every tp that fits beside cp does) */
+                    int G = dp * cp, k = 4 / tp < G ? 4 / tp : G; /* a node's share of the gradient group */
+                    int shards = k >= 2 && k < G && G % k == 0;   /* hybrid sharding over k */
+                    for (int b = 1; b <= B / dp; b++) {
+                        if ((B / dp) % b) continue;
+                        int mb = B / dp / b;
+                        for (int zero = 0; zero <= (G > 1 ? 3 : 0); zero++)
+                            for (int sp = 0; sp <= (tp > 1); sp++) {
+                                if (zero >= 2 && pp > 1) continue;
+                                long scheds = 1; /* pp = 1: none */
+                                if (pp > 1) {
+                                    scheds = 2; /* gpipe, 1f1b */
+                                    for (int v = 2; v <= m.L / pp; v++)
+                                        if (m.L % (pp * v) == 0 && mb % pp == 0) scheds++;
+                                }
+                                /* recompute none, selective, full; ZeRO over
+                                 * the whole group or (zero > 0) its shards */
+                                want += 3 * scheds * (1 + (zero > 0 && shards));
                             }
-                            want += 3 * scheds; /* recompute none, selective, full */
-                        }
+                    }
                 }
-            }
     td_plan_fixed f;
     td_plan_fixed_init(&f);
     td_plan_result r;
@@ -427,7 +487,7 @@ static void test_enumeration(void) {
     for (int i = 0; i < r.n; i++) {
         const td_plan_layout *l = &r.plans[i].lay;
         EXPECT(td_plan_check(&m, &c, B, 0, l, err, sizeof err) == 0, "plan %d invalid: %s", i, err);
-        EXPECT(l->dp * l->tp * l->pp == 8 && l->dp * l->micro_batch * l->micro_batches == B, "plan %d sizes", i);
+        EXPECT(l->dp * l->tp * l->pp * td_plan_cp(l) == 8 && l->dp * l->micro_batch * l->micro_batches == B, "plan %d sizes", i);
         EXPECT(r.plans[i].mem_bytes <= c.mem_bytes, "plan %d does not fit", i);
         EXPECT(i == 0 || (float)r.plans[i - 1].step_s <= (float)r.plans[i].step_s, "plan %d out of order", i);
     }
@@ -441,10 +501,10 @@ static void test_enumeration(void) {
     EXPECT(r.too_big > 0 && r.smallest_too_big > 1e5, "nothing dropped for memory at 100 kB");
     td_plan_result_free(&r);
     /* a bad layout names its fault */
-    td_plan_layout bad = {2, 3, 1, 0, 1, 8, TD_PLAN_NO_SCHED, 1, 0, 0};
+    td_plan_layout bad = {2, 3, 1, 0, 1, 8, TD_PLAN_NO_SCHED, 1, 0, 0, 1, 0};
     c.gpus = 6;
     EXPECT(td_plan_check(&m, &c, B, 0, &bad, err, sizeof err) != 0 && strstr(err, "heads"), "tp 3 of 4 heads: '%s'", err);
-    td_plan_layout wide = {1, 4, 2, 0, 1, 16, TD_SCHED_1F1B, 1, 0, 0};
+    td_plan_layout wide = {1, 4, 2, 0, 1, 16, TD_SCHED_1F1B, 1, 0, 0, 1, 0};
     c.gpus = 8, c.gpus_per_node = 2;
     EXPECT(td_plan_check(&m, &c, B, 0, &wide, err, sizeof err) != 0 && strstr(err, "node"), "tp 4 > 2 per node: '%s'", err);
     EXPECT(td_plan_check(&m, &c, B, 1, &wide, err, sizeof err) == 0, "tp across nodes allowed: %s", err);
@@ -513,7 +573,7 @@ static void test_profile(void) {
      * cores idle (1 - 1.5/2) where a core per rank idles half: half the
      * bubble, at full speed (1/1.5): a third */
     td_plan_model pm = {"small", 4, 4, 256, 65, 64};
-    td_plan_layout pl = {2, 1, 2, 0, 2, 2, TD_SCHED_1F1B, 1, TD_PLAN_RC_NONE, 0};
+    td_plan_layout pl = {2, 1, 2, 0, 2, 2, TD_SCHED_1F1B, 1, TD_PLAN_RC_NONE, 0, 1, 0};
     td_plan_eval pe;
     c.gpus = 4;
     td_plan_evaluate(&pm, &c, 8, &pl, &pe);
@@ -564,6 +624,7 @@ int main(int argc, char **argv) {
         test_bubble();
         test_bubble_shared();
         test_gpu_costs();
+        test_cp_and_shard_costs();
         test_enumeration();
         test_profile();
     }
