@@ -63,9 +63,16 @@ typedef struct {
 typedef struct td_cp_ring td_cp_ring;
 
 /* A ring over the cp group c (borrowed; n = td_comm_size(c) >= 1). Its
- * buffers grow to the largest shape seen (TD_MEM_COMM). */
+ * buffers grow to the largest shape seen (TD_MEM_COMM), unless lent. */
 td_cp_ring *td_cp_ring_new(td_comm *c);
 void td_cp_ring_free(td_cp_ring *ring); /* NULL: nothing to do */
+/* Lends the ring `bytes` of scratch for its four blocks in the calls that
+ * follow, in place of its own memory (the model lends its MLP backward's
+ * scratch, dead while attention runs: td_gpt_cp_scratch). Borrowed: the
+ * ring frees none of it and no message of its is in flight on it once a
+ * call returns. A shape whose blocks do not fit uses the ring's own
+ * buffers; NULL: always its own. */
+void td_cp_ring_lend(td_cp_ring *ring, void *ws, size_t bytes);
 
 /* out [B, T, C] and lse (B * NH * T floats, in the ring's own layout: only
  * td_cp_attn_backward reads it) of this rank's rows attending causally to
@@ -83,8 +90,9 @@ void td_cp_ring_reset_stats(td_cp_ring *ring);
 /* Bytes one rank sends in one forward and one backward of shape s over n
  * ranks (the header's formula). */
 void td_cp_ring_formula(const td_cp_shape *s, int n, uint64_t *fwd, uint64_t *bwd);
-/* The ring's buffers for shape s (the memory plan's comm category). */
-size_t td_cp_ring_plan_bytes(const td_cp_shape *s, int n);
+/* The ring's own buffers for shape s over n ranks when `lent` bytes are
+ * lent (the memory plan's comm category): 0 where its blocks fit there. */
+size_t td_cp_ring_plan_bytes(const td_cp_shape *s, int n, size_t lent);
 
 /* Binds the ring to the model's communication table (model.h's
  * cp_attention_* hooks), so that td_gpt_forward/backward run ring attention. */

@@ -449,6 +449,12 @@ void td_gpt_bind_flat(td_gpt *m, float *params, float *grads);
  * reduced-precision compute copies are stale and are remade on each unit's
  * next use. A no-op under FP32. */
 void td_gpt_params_changed(td_gpt *m);
+/* The MLP backward's scratch (its fc output gradients, 8 N Ca elements),
+ * dead while attention runs forward or backward: a cp ring keeps its four
+ * K/V blocks there (td_cp_ring_lend) instead of in memory of its own. The
+ * bytes for micro-batch B on this table's rank, and the model's pointer. */
+size_t td_gpt_cp_scratch_bytes(const td_param_table *t, int B, int seq_parallel);
+void *td_gpt_cp_scratch(td_gpt *m, size_t *bytes);
 /* Bytes of the compute copies under reduced precision (0 under FP32): the
  * plan's TD_MEM_PARAMS beside the fp32 master weights. */
 size_t td_gpt_compute_param_bytes(const td_param_table *t);

@@ -279,6 +279,19 @@ static void create_scratch(td_gpt *m) {
     TD_ASSERT((size_t)(cur - (char *)m->grads_acts) == scratch_bytes(d));
 }
 
+/* dfch and dfchg, carved one after the other by create_scratch */
+size_t td_gpt_cp_scratch_bytes(const td_param_table *t, int B, int seq_parallel) {
+    td_gpt_dims d;
+    td_gpt_dims_of(&d, t, B, seq_parallel);
+    return 2 * A(&d, (size_t)d.N * d.F);
+}
+
+void *td_gpt_cp_scratch(td_gpt *m, size_t *bytes) {
+    TD_ASSERT((char *)m->s.dfchg == (char *)m->s.dfch + A(&m->d, (size_t)m->d.N * m->d.F));
+    *bytes = 2 * A(&m->d, (size_t)m->d.N * m->d.F);
+    return m->s.dfch;
+}
+
 size_t td_gpt_stage_bytes(const td_param_table *t, int B, int seq_parallel, td_recompute rc) {
     td_gpt_dims d;
     td_gpt_dims_of(&d, t, B, seq_parallel);

@@ -50,7 +50,10 @@ struct td_cp_ring {
     td_comm *c;
     int n, r;
     void *kv[2], *dkv[2];   /* K/V blocks [B, T, 2C] and their gradients, double-buffered */
-    size_t cap;             /* bytes of each */
+    void *own[4];           /* the ring's own blocks, where the lent scratch is too small */
+    size_t cap;             /* bytes of each of own */
+    void *lent;             /* td_cp_ring_lend's scratch, or NULL */
+    size_t lent_bytes;
     td_request *send, *recv, *dsend, *drecv;
     td_cp_stats st;
 };
@@ -67,7 +70,7 @@ td_cp_ring *td_cp_ring_new(td_comm *c) {
 
 void td_cp_ring_free(td_cp_ring *g) {
     if (!g) return;
-    for (int i = 0; i < 2; i++) td_free(g->kv[i]), td_free(g->dkv[i]);
+    for (int i = 0; i < 4; i++) td_free(g->own[i]);
     td_request_free(g->send), td_request_free(g->recv);
     td_request_free(g->dsend), td_request_free(g->drecv);
     td_free(g);
@@ -78,7 +81,11 @@ static size_t block_bytes(const td_cp_shape *s) {
     return (size_t)s->B * s->T * 2 * s->C * elem_bytes(s->prec);
 }
 
-size_t td_cp_ring_plan_bytes(const td_cp_shape *s, int n) { return n > 1 ? 4 * block_bytes(s) : 0; }
+size_t td_cp_ring_plan_bytes(const td_cp_shape *s, int n, size_t lent) {
+    return n > 1 && 4 * block_bytes(s) > lent ? 4 * block_bytes(s) : 0;
+}
+
+void td_cp_ring_lend(td_cp_ring *g, void *ws, size_t bytes) { g->lent = ws, g->lent_bytes = ws ? bytes : 0; }
 
 void td_cp_ring_formula(const td_cp_shape *s, int n, uint64_t *fwd, uint64_t *bwd) {
     uint64_t blk = block_bytes(s);
@@ -86,15 +93,20 @@ void td_cp_ring_formula(const td_cp_shape *s, int n, uint64_t *fwd, uint64_t *bw
     *bwd = n > 1 ? (uint64_t)(2 * n - 1) * blk : 0;
 }
 
-/* The four blocks, sized once for the largest shape (the plan's 4 blocks). */
+/* The four blocks: in the lent scratch where they fit, else the ring's
+ * own, sized once for the largest shape (the plan's 4 blocks). */
 static void ensure(td_cp_ring *g, const td_cp_shape *s) {
     size_t need = block_bytes(s);
-    if (need <= g->cap) return;
-    for (int i = 0; i < 2; i++) {
-        td_free(g->kv[i]), td_free(g->dkv[i]);
-        g->kv[i] = td_alloc(need, TD_MEM_COMM), g->dkv[i] = td_alloc(need, TD_MEM_COMM);
+    void **blk[4] = {&g->kv[0], &g->kv[1], &g->dkv[0], &g->dkv[1]};
+    if (g->lent && 4 * need <= g->lent_bytes) {
+        for (int i = 0; i < 4; i++) *blk[i] = (char *)g->lent + i * need;
+        return;
     }
-    g->cap = need;
+    if (need > g->cap) {
+        for (int i = 0; i < 4; i++) td_free(g->own[i]), g->own[i] = td_alloc(need, TD_MEM_COMM);
+        g->cap = need;
+    }
+    for (int i = 0; i < 4; i++) *blk[i] = g->own[i];
 }
 
 td_cp_stats td_cp_ring_stats(const td_cp_ring *g) { return g->st; }

@@ -30,7 +30,9 @@ td_mem_plan td_train_mem_plan(const td_train_opts *o, const td_gpt_config *cfg, 
         plan.bytes[TD_MEM_COMM] += td_tp_comm_plan_bytes(table, rs->Bm, o->seq_parallel);
         int cp = lay->cp > 1 ? lay->cp : 1, tp = lay->tp;
         td_cp_shape ring = {rs->Bm, cfg->T / cp, cfg->C / tp, cfg->H / tp, td_train_precision(o)};
-        plan.bytes[TD_MEM_COMM] += td_cp_ring_plan_bytes(&ring, cp); /* its K/V blocks */
+        /* its K/V blocks, in the MLP backward's scratch (run.c lends it) */
+        size_t lent = td_gpt_cp_scratch_bytes(table, rs->Bm, o->seq_parallel);
+        plan.bytes[TD_MEM_COMM] += td_cp_ring_plan_bytes(&ring, cp, lent);
         plan.bytes[TD_MEM_PARAMS] += td_gpt_compute_param_bytes(table); /* reduced-precision copies */
     }
     return plan;

@@ -114,6 +114,11 @@ static void open_model(td_run *r, const td_dp_config *dcfg) {
         else
             td_gpt_create_rc(&r->model, &r->table, r->ec.Bm, o->seq_parallel, td_train_recompute(o));
         r->model.comm = td_tp_comm_ops(&r->tpc);
+        if (r->ring) { /* the ring's blocks live in scratch that is dead while attention runs */
+            size_t bytes;
+            void *ws = td_gpt_cp_scratch(&r->model, &bytes);
+            td_cp_ring_lend(r->ring, ws, bytes);
+        }
         td_gpt_gemm_stats_enable(o->gemm_stats);
     }
     r->dp = td_dp_create(dcfg, g, &r->table, g->is_server ? NULL : &r->model);

@@ -6,7 +6,7 @@
  *
  * Shapes: T = 2n x 6 (chunks of 6 rows, one kernel block) and 2n x 70
  * (chunks of 70: a full and a partial 64-row block), B 2, 2 heads of 8.
- * Also the ring on a 1-rank group (cp = 1), the split helpers, the bytes
+ * Also the ring on a 1-rank group (cp = 1), its blocks in lent scratch, the split helpers, the bytes
  * against td_cp_ring_formula, and the predicate that refuses a T the 2n
  * chunks do not divide.
  *
@@ -141,6 +141,47 @@ static void check(td_comm *cp, int T, int lp, uint64_t seed) {
     tu_release(mark);
 }
 
+/* A lent scratch (td_cp_ring_lend) holds the four blocks: the same bits as
+ * the ring's own buffers, no byte written past the four blocks, and no
+ * TD_MEM_COMM of the ring's own; a lent scratch too small for them is left
+ * alone and the ring's own buffers serve, with the same bits. */
+static void check_lend(td_comm *cp, int T) {
+    int mark = tu_mark(), n = td_comm_size(cp), Tl = T / n;
+    size_t nq = (size_t)B * Tl * 3 * C, no = (size_t)B * Tl * C, nl = (size_t)B * NH * Tl;
+    size_t blocks = 4 * (size_t)B * Tl * 2 * C * sizeof(float), guard = 256;
+    float *q = TU_NEW(float, nq), *dout = TU_NEW(float, no);
+    tu_randn(q, nq, 41, 1.0f);
+    tu_randn(dout, no, 42, 1.0f);
+    float *o[3], *l[3], *d[3];
+    unsigned char *ws = TU_NEW(unsigned char, blocks + guard);
+    for (int k = 0; k < 3; k++) {
+        o[k] = TU_NEW(float, no), l[k] = TU_NEW(float, nl), d[k] = TU_NEW(float, nq);
+        memset(ws, 0xA5, blocks + guard);
+        td_cp_shape s = {B, Tl, C, NH, TD_PREC_FP32};
+        td_cp_ring *g = td_cp_ring_new(cp);
+        /* k 0: its own buffers; 1: lent exactly enough; 2: lent one byte short */
+        if (k) td_cp_ring_lend(g, ws, k == 1 ? blocks : blocks - 1);
+        size_t comm0 = td_mem_current(TD_MEM_COMM);
+        td_cp_attn_forward(g, o[k], l[k], q, &s);
+        td_cp_attn_backward(g, d[k], dout, o[k], l[k], q, &s);
+        size_t own = td_mem_current(TD_MEM_COMM) - comm0;
+        int untouched = 1;
+        for (size_t i = k == 1 ? blocks : 0; i < blocks + guard; i++) untouched &= ws[i] == 0xA5;
+        if (n > 1) {
+            TU_EXPECT(k == 1 ? own == 0 : own == blocks, "cp %d lend %d: the ring holds %zu B of its own", n, k, own);
+            TU_EXPECT(untouched, "cp %d lend %d: bytes written %s", n, k,
+                      k == 1 ? "past the four blocks" : "into a scratch too small");
+        }
+        td_cp_ring_free(g);
+        if (k) {
+            TU_EXPECT(!memcmp(o[k], o[0], no * sizeof(float)) && !memcmp(l[k], l[0], nl * sizeof(float)) &&
+                          !memcmp(d[k], d[0], nq * sizeof(float)),
+                      "cp %d lend %d: results differ from the ring's own buffers", n, k);
+        }
+    }
+    tu_release(mark);
+}
+
 /* take then put restores this rank's rows and leaves the others alone. */
 static void check_split(int n, int r) {
     int T = 4 * n, mark = tu_mark();
@@ -175,6 +216,7 @@ int main(int argc, char **argv) {
         check(w, 2 * n * 6, lp, 11);
         check(w, 2 * n * 70, lp, 21);
     }
+    check_lend(w, 2 * n * 70);
     td_comm *self = td_comm_split(w, r, 0, "cp1"); /* each rank alone: cp = 1 */
     check(self, 2 * 70, 0, 31);
     td_comm_free(self);
