@@ -94,7 +94,7 @@ typedef struct {
     uint32_t *chars;         /* [tok_vocab] for the char tokenizer, else NULL */
     int ls_mode, ls_clean, ls_consecutive, ls_skipped;
     float ls_scale;
-    int dp, tp, pp, zero, ranks;
+    int dp, cp, tp, pp, zero, ranks; /* cp: 1 where the layout names none (older manifests) */
     char precision[16], dp_mode[32], grad_compress[64];
     int n_files;
     char **files;            /* [n_files] names (= shards[i].name) */

@@ -27,7 +27,7 @@ void td_ckpt_check(const char *path, td_ckpt_summary *s) {
     snprintf(s->dir, sizeof s->dir, "%s", r.dir);
     s->step = m->step, s->seed = m->seed, s->n_files = m->n_files, s->n_tensors = m->n_tensors;
     s->layers = m->layers, s->heads = m->heads, s->embd = m->embd, s->seq = m->seq, s->vocab = m->vocab;
-    s->dp = m->dp, s->tp = m->tp, s->pp = m->pp, s->zero = m->zero, s->ranks = m->ranks;
+    s->dp = m->dp, s->cp = m->cp, s->tp = m->tp, s->pp = m->pp, s->zero = m->zero, s->ranks = m->ranks;
     snprintf(s->precision, sizeof s->precision, "%s", m->precision);
     snprintf(s->dp_mode, sizeof s->dp_mode, "%s", m->dp_mode);
     snprintf(s->grad_compress, sizeof s->grad_compress, "%s", m->grad_compress);

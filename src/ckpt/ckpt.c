@@ -25,7 +25,7 @@ void td_ckpt_meta_default(td_ckpt_meta *m, int step) {
     memset(m, 0, sizeof *m);
     m->step = step;
     td_loss_scaler_init(&m->scaler, TD_LOSS_SCALE_NONE, 1.0f, 1);
-    m->dp = m->tp = m->pp = m->ranks = 1;
+    m->dp = m->cp = m->tp = m->pp = m->ranks = 1;
     m->precision = "fp32", m->dp_mode = "allreduce", m->grad_compress = "none";
     m->run = td_random_id(); /* a new run unless the caller says whose it is */
 }

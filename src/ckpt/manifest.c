@@ -108,8 +108,8 @@ char *td_manifest_format(const td_ckpt_dir *d, int n_files, const td_ckpt_meta *
     const td_loss_scaler *s = &meta->scaler;
     put(&b, "},\n \"loss_scale\": {\"mode\": %d, \"scale\": %.9g, \"clean\": %d, \"consecutive\": %d, \"skipped\": %d},\n",
         (int)s->mode, (double)s->scale, s->clean, s->consecutive, s->skipped);
-    put(&b, " \"layout\": {\"dp\": %d, \"tp\": %d, \"pp\": %d, \"zero\": %d, \"ranks\": %d, \"precision\": ", meta->dp,
-        meta->tp, meta->pp, meta->zero, meta->ranks);
+    put(&b, " \"layout\": {\"dp\": %d, \"cp\": %d, \"tp\": %d, \"pp\": %d, \"zero\": %d, \"ranks\": %d, \"precision\": ",
+        meta->dp, meta->cp, meta->tp, meta->pp, meta->zero, meta->ranks);
     put_str(&b, meta->precision);
     put(&b, ", \"dp_mode\": ");
     put_str(&b, meta->dp_mode);

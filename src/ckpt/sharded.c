@@ -260,9 +260,11 @@ void td_ckpt_resume(const td_ckpt_state *st, const char *path, td_ckpt_meta *met
         else if (saved && !here)
             td_log("resume: this run keeps no per-dp-rank state (--grad-compress %s); the checkpoint's (%s) is "
                    "dropped\n", meta->grad_compress, m->grad_compress);
-        td_log("resume: %s (step %d, saved under dp %d tp %d pp %d zero %d %s) in %.2f s (checksums verified in "
+        char cp[24] = ""; /* named where it splits the sequence */
+        if (m->cp > 1) snprintf(cp, sizeof cp, " cp %d", m->cp);
+        td_log("resume: %s (step %d, saved under dp %d%s tp %d pp %d zero %d %s) in %.2f s (checksums verified in "
                "%.3f s); memory during the load: peak %.3f MiB, %.3f MiB at its start\n",
-               r.dir, m->step, m->dp, m->tp, m->pp, m->zero, m->precision, (td_now_ms() - t0) / 1000.0,
+               r.dir, m->step, m->dp, cp, m->tp, m->pp, m->zero, m->precision, (td_now_ms() - t0) / 1000.0,
                (td_ckpt_verify_ms - v0) / 1000.0, td_mem_total_peak() / 1048576.0, start / 1048576.0);
     }
     td_ckpt_reader_close(&r);

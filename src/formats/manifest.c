@@ -257,6 +257,8 @@ static int parse_top(const td_jv *j, td_manifest *m, td_err *e) {
         copy_str(lay, "dp_mode", m->dp_mode, sizeof m->dp_mode, e) ||
         copy_str(lay, "grad_compress", m->grad_compress, sizeof m->grad_compress, e))
         return in(e, "layout", -1);
+    m->cp = 1; /* manifests written before context parallelism name no cp */
+    if (td_json_get(lay, "cp") && get_i(lay, "cp", 1, 1 << 20, &m->cp, e)) return in(e, "layout", -1);
     if (td_json_get(j, "data") && parse_data(td_json_get(j, "data"), m, e) != 0) return in(e, "data", -1);
     if (get_obj(j, "files", TD_JV_ARR, &files, e) != 0) return -1;
     if (files->n < 1 || files->n > 1 << 20) return td_err_set(e, "field files: %d files", files->n);

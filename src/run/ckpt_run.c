@@ -40,7 +40,7 @@ void td_run_ckpt_meta(const td_train_opts *o, const td_grid *g, const td_loss_sc
     m->run = g_run_id;
     m->seed = o->seed;
     m->scaler = *s;
-    m->dp = g->axis[TD_DP].size, m->tp = g->axis[TD_TP].size, m->pp = g->axis[TD_PP].size,
+    m->dp = g->axis[TD_DP].size, m->cp = g->axis[TD_CP].size, m->tp = g->axis[TD_TP].size, m->pp = g->axis[TD_PP].size,
     m->zero = o->zero;
     m->ranks = td_grid_workers(g);
     m->precision = o->precision ? o->precision : "fp32";

@@ -76,6 +76,10 @@ reshard 8-to-tp2dp2z2 src8  4 --tp 2 --dp 2 --zero 2
 tr srccp 2 --cp 2 --zero 1 --out "$tmp/srccp" --stop-after 4
 reshard cp2z1-to-dp2z1 srccp 2 --dp 2 --zero 1
 reshard cp2z1-to-1     srccp 1
+# the manifest records cp: ckpt check and the resume name the layout saved
+"$T" ckpt check "$tmp/srccp/step-00000004" 2>&1 | grep -q "saved under dp 1 x cp 2 x tp 1 x pp 1 (2 ranks), zero 1" &&
+  grep -q "saved under dp 1 cp 2 tp 1 pp 1 zero 1" "$tmp/cp2z1-to-1.out" && echo "ok   the manifest records cp 2" ||
+  fail "cp: ckpt check or the resume line does not name cp 2"
 # hybrid sharding: the first replica saves the shards' state once; it
 # continues as plain ZeRO over dp 2 and on one process, and into shards again
 tr srchs 4 --dp 4 --dp-shard 2 --zero 3 --out "$tmp/srchs" --stop-after 4
