@@ -19,7 +19,7 @@
  *   |out - exact| <= u sum_j P_ij |v_j| + eta sum_j |v_j| =: bo_i.
  *  Backward, P = exp(s - lse) (normalised) and dS = P (dP - D) scale are
  *   rounded before their GEMMs; D is taken with the ROUNDED out o^, which
- *   moves it by dD_i = |dO_i . (o^_i - o_i)| and dS by P scale dD_i:
+ *   moves it by dD_i <= sum_d |dO_id| |o^_id - o_id| and dS by P scale dD_i:
  *   bv_j = sum_i (u P_ij + eta) |dO_i|,
  *   bk_j = sum_i (u |dS_ij| + eta + P_ij scale dD_i) |q_i|,
  *   bq_i = sum_j (u |dS_ij| + eta + P_ij scale dD_i) |k_j|.
@@ -48,6 +48,18 @@ typedef struct {
     int f16;
     double u, eta;
 } lp;
+
+/* The bounds of the header before the final rounding (attn_dref.h),
+ * zeroed first; dD from |o^ - o|, o^ the 16-bit kernel's rounded out. */
+static void bounds(double *bo, double *bq, double *bk, double *bv, const double *oh, const prob *p,
+                   const lp *t) {
+    double *ro = TU_NEW(double, p->nq), *rl = TU_NEW(double, p->nl), *oe = TU_NEW(double, p->nq);
+    dref(ro, rl, NULL, NULL, NULL, NULL, p->dq_, p->dk_, p->dv_, &p->s);
+    for (size_t i = 0; i < p->nq; i++) oe[i] = fabs(oh[i] - ro[i]);
+    memset(bo, 0, p->nq * 8), memset(bq, 0, p->nq * 8);
+    memset(bk, 0, p->nk * 8), memset(bv, 0, p->nk * 8);
+    attn_lp_bounds(bo, bq, bk, bv, oe, p->dq_, p->dk_, p->dv_, p->dd, &p->s, t->u, t->eta);
+}
 
 static void to16(const lp *t, void *d, const float *s, size_t n) {
     if (t->f16)
@@ -80,52 +92,6 @@ static void bwd16(const lp *t, uint16_t *const *g, const uint16_t *dout, const u
         td_attn_f16_backward(g[0], g[1], g[2], dout, o, l, x[0], x[1], x[2], s);
     else
         td_attn_bf16_backward(g[0], g[1], g[2], dout, o, l, x[0], x[1], x[2], s);
-}
-
-/* The bounds of the header, before the final rounding: bo (out), bq, bk,
- * bv (gradients), zeroed here; oh the rounded out (for dD). */
-static void bounds(double *bo, double *bq, double *bk, double *bv, const double *oh, const prob *p,
-                   const lp *t) {
-    const td_attn_shape *s = &p->s;
-    int hs = s->hs, G = s->NH / s->NKV;
-    double sc = 1.0 / sqrt((double)hs), P[512], o[512];
-    memset(bo, 0, p->nq * 8), memset(bq, 0, p->nq * 8);
-    memset(bk, 0, p->nk * 8), memset(bv, 0, p->nk * 8);
-    for (int b = 0; b < s->B; b++)
-        for (int h = 0; h < s->NH; h++)
-            for (int i = 0; i < s->Tq; i++) {
-                size_t qi = ((size_t)b * s->Tq + i) * s->q_stride + h * hs;
-                size_t kb = (size_t)b * s->Tk * s->kv_stride + (h / G) * hs;
-                double mx = -INFINITY, sum = 0, D = 0, dD = 0;
-                for (int j = 0; j < s->Tk; j++) {
-                    double a = 0;
-                    for (int d = 0; d < hs; d++) a += p->dq_[qi + d] * p->dk_[kb + (size_t)j * s->kv_stride + d];
-                    P[j] = dvis(s, i, j) ? a * sc : -INFINITY;
-                    mx = fmax(mx, P[j]);
-                }
-                for (int j = 0; j < s->Tk; j++) sum += (P[j] = dvis(s, i, j) ? exp(P[j] - mx) : 0);
-                for (int j = 0; j < s->Tk; j++) P[j] = sum > 0 ? P[j] / sum : 0;
-                for (int d = 0; d < hs; d++) {
-                    o[d] = 0;
-                    for (int j = 0; j < s->Tk; j++) o[d] += P[j] * p->dv_[kb + (size_t)j * s->kv_stride + d];
-                    D += p->dd[qi + d] * o[d], dD += p->dd[qi + d] * (oh[qi + d] - o[d]);
-                }
-                dD = fabs(dD);
-                for (int j = 0; j < s->Tk; j++) {
-                    if (!dvis(s, i, j)) continue;
-                    size_t kj = kb + (size_t)j * s->kv_stride;
-                    double dp = 0;
-                    for (int d = 0; d < hs; d++) dp += p->dd[qi + d] * p->dv_[kj + d];
-                    double ds = fabs(P[j] * (dp - D) * sc);
-                    double wp = t->u * P[j] + t->eta, ws = t->u * ds + t->eta + P[j] * sc * dD;
-                    for (int d = 0; d < hs; d++) {
-                        bo[qi + d] += wp * fabs(p->dv_[kj + d]);
-                        bv[kj + d] += wp * fabs(p->dd[qi + d]);
-                        bk[kj + d] += ws * fabs(p->dq_[qi + d]);
-                        bq[qi + d] += ws * fabs(p->dk_[kj + d]);
-                    }
-                }
-            }
 }
 
 static double rms(const double *x, size_t n) {
