@@ -82,7 +82,8 @@ static inline int clampi(int x, int lo, int hi) { return x < lo ? lo : x > hi ? 
 /* ---- forward ---- */
 
 /* Merges one row's new result (o_new[hs] = O / l, lse_new) into out_row and
- * *lse (shared with attention_lowp.c through internal.h). Scalar libm exp/log: once per row, so accuracy is worth it. */
+ * *lse (shared with attention_lowp.c through internal.h). Scalar libm
+ * exp/log: once per row, so accuracy is worth it. */
 void td_attn_merge_row(float *restrict out_row, float *lse, const float *restrict o_new,
                        float lse_new, int hs, int accumulate) {
     float lse_old = *lse;

@@ -33,8 +33,9 @@
 #include "trident/attention.h"
 #include "trident/base.h"
 
-#define LB_BQ 64  /* query rows per block */
-#define LB_BK 128 /* key rows per block: larger than the fp32 kernel's, for oneDNN's per-call cost */
+#define LB_BQ 64 /* query rows per block */
+#define LB_BK                                                                                      \
+    128 /* key rows per block: larger than the fp32 kernel's, for oneDNN's per-call cost */
 _Static_assert(LB_BK >= LB_BQ, "the forward's O [BQ,hs] lives in a [BK,hs] scratch");
 
 static size_t al64(size_t bytes) { return (bytes + 63) / 64 * 64; }
@@ -74,11 +75,14 @@ typedef struct {
 } ctx;
 
 static size_t q_rows(const td_attn_shape *s) { return (size_t)(s->q_rows > 0 ? s->q_rows : s->Tq); }
-static size_t kv_rows(const td_attn_shape *s) { return (size_t)(s->kv_rows > 0 ? s->kv_rows : s->Tk); }
+static size_t kv_rows(const td_attn_shape *s) {
+    return (size_t)(s->kv_rows > 0 ? s->kv_rows : s->Tk);
+}
 
 /* The 16-bit head slice of row i of batch element b in a strided tensor. */
 static char *slice(const ctx *c, const void *p, int b, size_t pitch, size_t i, int stride, int h) {
-    return (char *)p + (((size_t)b * pitch + i) * (size_t)stride + (size_t)h * c->s->hs) * c->t->size;
+    return (char *)p +
+           (((size_t)b * pitch + i) * (size_t)stride + (size_t)h * c->s->hs) * c->t->size;
 }
 
 /* dst [B, heads, Tp, hs] <- the head slices of src; rows past T zero. */
@@ -242,8 +246,8 @@ static void bwd_pair(const ctx *c, const float *lse, const char *Kb, const char 
     int hs = s->hs, nq = s->Tq - i0 < LB_BQ ? s->Tq - i0 : LB_BQ;
     size_t z = t->size, prow = ((size_t)b * s->NH + h) * c->Tqp + i0;
     const char *Q = c->Q + prow * hs * z, *dO = c->dO + prow * hs * z; /* [BQ, hs] */
-    const float *lr = lse + ((size_t)b * s->NH + h) * s->Tq + i0;     /* [nq] */
-    const float *Dr = c->D + ((size_t)b * s->NH + h) * s->Tq + i0;    /* [nq] */
+    const float *lr = lse + ((size_t)b * s->NH + h) * s->Tq + i0;      /* [nq] */
+    const float *Dr = c->D + ((size_t)b * s->NH + h) * s->Tq + i0;     /* [nq] */
     td_dn_slot_gemm_run(c->qk, slot, w->S, Q, Kb);
     td_dn_slot_gemm_run(c->qk, slot, w->dP, dO, Vb);
     for (int r = 0; r < nq; r++) {
@@ -343,7 +347,7 @@ static void lp_backward(const td_lp_type *t, void *dq, void *dk, void *dv, const
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(dynamic, 1)
     for (int i = 0; i < tasks; i++)
         bwd_task(&c, dk, dv, lse, i / s->NKV, i % s->NKV, omp_get_thread_num());
-    /* dq = old value + the fp32 sum over all key blocks, rounded once */
+        /* dq = old value + the fp32 sum over all key blocks, rounded once */
 #pragma omp parallel for num_threads(nr) if (nr > 1) schedule(static)
     for (size_t r = 0; r < rows; r++) {
         int i = (int)(r % (size_t)s->Tq), h = (int)(r / (size_t)s->Tq % (size_t)NH);

@@ -401,10 +401,13 @@ static void slot_grow(struct td_slot_gemm *g, int slots) {
     TD_CHECK(g->mem && g->scratch && g->conv, "out of memory (slot GEMM state)");
     size_t conv = g->e->converted ? (size_t)k->M * k->K + (size_t)k->K * k->N + 16 : 0;
     for (int i = g->slots; i < slots; i++) {
-        for (int j = 0; j < 3; j++) DN_CHECK(dnnl_memory_create(&g->mem[i][j], &md[j], g_engine, DNNL_MEMORY_NONE));
-        g->scratch[i] = g->run->scratch_bytes ? td_alloc(g->run->scratch_bytes, TD_MEM_OTHER) : NULL;
+        for (int j = 0; j < 3; j++)
+            DN_CHECK(dnnl_memory_create(&g->mem[i][j], &md[j], g_engine, DNNL_MEMORY_NONE));
+        g->scratch[i] =
+            g->run->scratch_bytes ? td_alloc(g->run->scratch_bytes, TD_MEM_OTHER) : NULL;
         g->mem[i][3] = NULL;
-        if (g->scratch[i]) DN_CHECK(dnnl_memory_create(&g->mem[i][3], &md[3], g_engine, g->scratch[i]));
+        if (g->scratch[i])
+            DN_CHECK(dnnl_memory_create(&g->mem[i][3], &md[3], g_engine, g->scratch[i]));
         g->conv[i] = conv ? td_alloc(conv * sizeof(float), TD_MEM_OTHER) : NULL;
         if (!g_slot_stream[i])
             DN_CHECK(dnnl_stream_create(&g_slot_stream[i], g_engine, dnnl_stream_default_flags));
@@ -415,8 +418,16 @@ static void slot_grow(struct td_slot_gemm *g, int slots) {
 td_slot_gemm *td_dn_slot_gemm(td_ktype t, int M, int K, int N, int a_trans, int b_trans, int sum,
                               int slots) {
     TD_ASSERT(slots >= 1 && slots <= DN_MAX_SLOTS);
-    gemm_key k = {.M = M, .K = K, .N = N, .a_trans = a_trans, .b_trans = b_trans, .ta = t,
-                  .tb = t, .tc = TD_K_F32, .sum = sum, .threads = 1};
+    gemm_key k = {.M = M,
+                  .K = K,
+                  .N = N,
+                  .a_trans = a_trans,
+                  .b_trans = b_trans,
+                  .ta = t,
+                  .tb = t,
+                  .tc = TD_K_F32,
+                  .sum = sum,
+                  .threads = 1};
     struct td_slot_gemm *g = NULL;
     for (int i = 0; i < g_slot_gemms && !g; i++)
         if (!memcmp(&g_slot_gemm[i].e->key, &k, sizeof k)) g = &g_slot_gemm[i];
@@ -451,7 +462,9 @@ void td_dn_slot_gemm_run(td_slot_gemm *g, int slot, float *c, const void *a, con
     DN_CHECK(dnnl_memory_set_data_handle(m[0], (void *)a));
     DN_CHECK(dnnl_memory_set_data_handle(m[1], (void *)b));
     DN_CHECK(dnnl_memory_set_data_handle(m[2], c));
-    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, m[0]}, {DNNL_ARG_WEIGHTS, m[1]}, {DNNL_ARG_DST, m[2]},
+    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, m[0]},
+                               {DNNL_ARG_WEIGHTS, m[1]},
+                               {DNNL_ARG_DST, m[2]},
                                {DNNL_ARG_SCRATCHPAD, m[3]}};
     /* One thread also outside a parallel region (the caller's one-thread
      * case): oneDNN's gemm-based fp32 matmul (the converting fallback)

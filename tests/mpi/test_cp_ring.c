@@ -131,7 +131,8 @@ static void check_plus(const char *name, const float *got, const float *exp, con
     double fl = n ? floor * sqrt(ss / n) : 0;
     size_t wi = 0;
     for (size_t i = 0; i < n; i++) {
-        double r = fabs((double)got[i] - exp[i]) / (tol * (fabs(exp[i]) + fl) + (extra ? extra[i] : 0));
+        double r =
+            fabs((double)got[i] - exp[i]) / (tol * (fabs(exp[i]) + fl) + (extra ? extra[i] : 0));
         if (!(r <= worst)) worst = r, wi = i;
     }
     TU_EXPECT(worst <= 1.0, "%s: [%zu] got %.9g expected %.9g (%.2f x its bound)", name, wi,
@@ -151,9 +152,17 @@ static void lp_terms(double *eo, double *eg, const float *qkv, const float *dout
     td_bf16_from_float_n(h, qkv, nq), widen(f, h, nq);
     double *x = tu_to_double(f, nq);
     td_bf16_from_float_n(h, dout, no), widen(f, h, no);
-    double *g = tu_to_double(f, no), *o = TU_NEW(double, no), *l = TU_NEW(double, (size_t)B * NH * T);
-    td_attn_shape s = {.B = B, .Tq = T, .Tk = T, .NH = NH, .NKV = NH, .hs = HS, .q_stride = 3 * C,
-                       .kv_stride = 3 * C, .o_stride = C, .mask = TD_ATTN_CAUSAL};
+    double *g = tu_to_double(f, no), *o = TU_NEW(double, no), *l = TU_NEW(double, (size_t)B *NH *T);
+    td_attn_shape s = {.B = B,
+                       .Tq = T,
+                       .Tk = T,
+                       .NH = NH,
+                       .NKV = NH,
+                       .hs = HS,
+                       .q_stride = 3 * C,
+                       .kv_stride = 3 * C,
+                       .o_stride = C,
+                       .mask = TD_ATTN_CAUSAL};
     dref(o, l, NULL, NULL, NULL, NULL, x, x + C, x + 2 * C, &s);
     double ss = 0, *oe = TU_NEW(double, no);
     for (size_t i = 0; i < no; i++) ss += (double)out1[i] * out1[i];
@@ -192,15 +201,16 @@ static void check(td_comm *cp, int T, int lp, uint64_t seed) {
     double tf = lp ? 2.0 * n / 512 : TOL_FWD, tb = lp ? (4.0 * n + 1) / 512 : TOL_BWD;
     double *eo = NULL, *eg = NULL;
     if (lp) {
-        double *ao = TU_NEW(double, (size_t)B * T * C), *ag = TU_NEW(double, (size_t)B * T * 3 * C);
+        double *ao = TU_NEW(double, (size_t)B *T *C), *ag = TU_NEW(double, (size_t)B *T * 3 * C);
         lp_terms(ao, ag, qkv, dout, want.out, T, tf);
-        eo = TU_NEW(double, (size_t)B * Tl * C), eg = TU_NEW(double, (size_t)B * Tl * 3 * C);
+        eo = TU_NEW(double, (size_t)B *Tl *C), eg = TU_NEW(double, (size_t)B *Tl * 3 * C);
         td_cp_take_local(eo, ao, B, T, n, r, C * sizeof(double));
         td_cp_take_local(eg, ag, B, T, n, r, 3 * C * sizeof(double));
     }
     check_plus(L("out", n, T, p), got.out, wo, eo, (size_t)B * Tl * C, tf, lp ? FLOOR_LP : FLOOR);
     tu_check_close_f(L("lse", n, T, p), got.lse, wl, (size_t)B * NH * Tl, TOL_FWD, FLOOR); /* fp32 in both */
-    check_plus(L("dqkv", n, T, p), got.dqkv, wd, eg, (size_t)B * Tl * 3 * C, tb, lp ? FLOOR_LP : FLOOR);
+    check_plus(L("dqkv", n, T, p), got.dqkv, wd, eg, (size_t)B * Tl * 3 * C, tb,
+               lp ? FLOOR_LP : FLOOR);
     tu_release(mark);
 }
 

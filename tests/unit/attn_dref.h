@@ -18,8 +18,9 @@ static inline int dvis(const td_attn_shape *s, int i, int j) {
 
 /* out, lse as the header defines them; when dout != NULL also ADDS the
  * analytic gradients into dq, dk, dv (same layouts as q, k, v). */
-static inline void dref(double *out, double *lse, double *dq, double *dk, double *dv, const double *dout,
-                 const double *q, const double *k, const double *v, const td_attn_shape *s) {
+static inline void dref(double *out, double *lse, double *dq, double *dk, double *dv,
+                        const double *dout, const double *q, const double *k, const double *v,
+                        const td_attn_shape *s) {
     int hs = s->hs, G = s->NH / s->NKV;
     double scale = 1.0 / sqrt((double)hs), p[1024], dp[1024];
     if (s->Tk > 1024) abort(); /* the row buffers below */
@@ -76,7 +77,7 @@ typedef struct {
 } prob;
 
 static inline prob make(int B, int Tq, int Tk, int NH, int NKV, int hs, long qp, long kp,
-                 td_attn_mask mask, uint64_t seed) {
+                        td_attn_mask mask, uint64_t seed) {
     prob p = {.s = {B, Tq, Tk, NH, NKV, hs, NH * hs, NKV * hs, NH * hs, qp, kp, mask}};
     p.nq = (size_t)B * Tq * NH * hs, p.nk = (size_t)B * Tk * NKV * hs, p.nl = (size_t)B * NH * Tq;
     p.q = TU_NEW(float, p.nq), p.k = TU_NEW(float, p.nk), p.v = TU_NEW(float, p.nk);
@@ -97,9 +98,10 @@ static inline prob make(int B, int Tq, int Tk, int NH, int NKV, int hs, long qp,
  * u |dS_ij| + eta + P_ij scale dD_i, dD_i = sum_d |dO_id| oerr_id, oerr a
  * bound on the distance of the out the backward is given from the exact
  * one (layout of out). */
-static inline void attn_lp_bounds(double *bo, double *bq, double *bk, double *bv, const double *oerr,
-                           const double *q, const double *k, const double *v, const double *dout,
-                           const td_attn_shape *s, double u, double eta) {
+static inline void attn_lp_bounds(double *bo, double *bq, double *bk, double *bv,
+                                  const double *oerr, const double *q, const double *k,
+                                  const double *v, const double *dout, const td_attn_shape *s,
+                                  double u, double eta) {
     int hs = s->hs, G = s->NH / s->NKV;
     double sc = 1.0 / sqrt((double)hs), P[1024];
     if (s->Tk > 1024) abort(); /* the row buffer */
@@ -112,7 +114,8 @@ static inline void attn_lp_bounds(double *bo, double *bq, double *bk, double *bv
                 double mx = -INFINITY, sum = 0, D = 0, dD = 0;
                 for (int j = 0; j < s->Tk; j++) {
                     double a = 0;
-                    for (int d = 0; d < hs; d++) a += q[qi + d] * k[kb + (size_t)j * s->kv_stride + d];
+                    for (int d = 0; d < hs; d++)
+                        a += q[qi + d] * k[kb + (size_t)j * s->kv_stride + d];
                     P[j] = dvis(s, i, j) ? a * sc : -INFINITY;
                     mx = fmax(mx, P[j]);
                 }
@@ -120,7 +123,8 @@ static inline void attn_lp_bounds(double *bo, double *bq, double *bk, double *bv
                 for (int j = 0; j < s->Tk; j++) P[j] = sum > 0 ? P[j] / sum : 0;
                 for (int d = 0; d < hs; d++) {
                     double o = 0;
-                    for (int j = 0; j < s->Tk; j++) o += P[j] * v[kb + (size_t)j * s->kv_stride + d];
+                    for (int j = 0; j < s->Tk; j++)
+                        o += P[j] * v[kb + (size_t)j * s->kv_stride + d];
                     D += dout[oi + d] * o, dD += fabs(dout[oi + d]) * oerr[oi + d];
                 }
                 for (int j = 0; j < s->Tk; j++) {

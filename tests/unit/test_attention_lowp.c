@@ -153,8 +153,10 @@ static inputs round_inputs(prob *p, const lp *t) {
         to16(t, h, f[i], n[i]);
         from16(t, f[i], h, n[i]);
         *dd[i] = tu_to_double(f[i], n[i]);
-        if (i < 3) in.x[i] = h;
-        else in.dout = h;
+        if (i < 3)
+            in.x[i] = h;
+        else
+            in.dout = h;
     }
     for (int i = 0; i < 3; i++) {
         size_t m = i ? p->nk : p->nq;
@@ -179,15 +181,18 @@ static uint16_t *spread(const uint16_t *s, int B, int rows, int width, int pitch
     for (size_t i = 0; i < (size_t)B * pitch * stride; i++) d[i] = 0x7fc0; /* NaN in both types */
     for (int b = 0; b < B; b++)
         for (int r = 0; r < rows; r++)
-            memcpy(d + ((size_t)b * pitch + r) * stride, s + ((size_t)b * rows + r) * width, width * 2);
+            memcpy(d + ((size_t)b * pitch + r) * stride, s + ((size_t)b * rows + r) * width,
+                   width * 2);
     return d;
 }
-static float *gather(const lp *t, const uint16_t *s, int B, int rows, int width, int pitch, int stride) {
+static float *gather(const lp *t, const uint16_t *s, int B, int rows, int width, int pitch,
+                     int stride) {
     uint16_t *h = TU_NEW(uint16_t, (size_t)B * rows * width);
     for (int b = 0; b < B; b++)
         for (int r = 0; r < rows; r++)
-            memcpy(h + ((size_t)b * rows + r) * width, s + ((size_t)b * pitch + r) * stride, width * 2);
-    float *f = TU_NEW(float, (size_t)B * rows * width);
+            memcpy(h + ((size_t)b * rows + r) * width, s + ((size_t)b * pitch + r) * stride,
+                   width * 2);
+    float *f = TU_NEW(float, (size_t)B *rows *width);
     from16(t, f, h, (size_t)B * rows * width);
     return f;
 }
@@ -245,25 +250,29 @@ static void test_lowp(const lp *t, int B, int Tq, int Tk, int NH, int NKV, int h
     td_attn_shape v = p.s;
     int wq = NH * hs, wk = NKV * hs;
     v.q_stride = v.o_stride = wq + 8, v.kv_stride = wk + 8, v.q_rows = Tq + 3, v.kv_rows = Tk + 3;
-    uint16_t *x[3] = {spread(in.x[0], B, Tq, wq, Tq + 3, wq + 8), spread(in.x[1], B, Tk, wk, Tk + 3, wk + 8),
+    uint16_t *x[3] = {spread(in.x[0], B, Tq, wq, Tq + 3, wq + 8),
+                      spread(in.x[1], B, Tk, wk, Tk + 3, wk + 8),
                       spread(in.x[2], B, Tk, wk, Tk + 3, wk + 8)};
-    uint16_t *gv[3] = {spread(in.g[0], B, Tq, wq, Tq + 3, wq + 8), spread(in.g[1], B, Tk, wk, Tk + 3, wk + 8),
+    uint16_t *gv[3] = {spread(in.g[0], B, Tq, wq, Tq + 3, wq + 8),
+                       spread(in.g[1], B, Tk, wk, Tk + 3, wk + 8),
                        spread(in.g[2], B, Tk, wk, Tk + 3, wk + 8)};
-    uint16_t *ov = spread(oh, B, Tq, wq, Tq + 3, wq + 8), *dv = spread(in.dout, B, Tq, wq, Tq + 3, wq + 8);
+    uint16_t *ov = spread(oh, B, Tq, wq, Tq + 3, wq + 8),
+             *dv = spread(in.dout, B, Tq, wq, Tq + 3, wq + 8);
     float *lv = TU_NEW(float, p.nl);
     fwd16(t, ov, lv, x, &v, 0);
     bwd16(t, gv, dv, ov, lv, x, &v);
     float *a = TU_NEW(float, p.nq);
     from16(t, a, oh, p.nq);
-    tu_check_bitwise(L("%s views = dense: out", tag), gather(t, ov, B, Tq, wq, Tq + 3, wq + 8), a, p.nq);
+    tu_check_bitwise(L("%s views = dense: out", tag), gather(t, ov, B, Tq, wq, Tq + 3, wq + 8), a,
+                     p.nq);
     tu_check_bitwise(L("%s views = dense: lse", tag), lv, lh, p.nl);
     for (int i = 0; i < 3; i++) {
         int rows = i ? Tk : Tq, w = i ? wk : wq;
         size_t m = (size_t)B * rows * w;
         float *d = TU_NEW(float, m);
         from16(t, d, g[i], m);
-        tu_check_bitwise(L("%s views = dense: %s", tag, gn[i]), gather(t, gv[i], B, rows, w, rows + 3, w + 8),
-                         d, m);
+        tu_check_bitwise(L("%s views = dense: %s", tag, gn[i]),
+                         gather(t, gv[i], B, rows, w, rows + 3, w + 8), d, m);
     }
     /* 2 threads vs 1 */
     td_kernels_set_threads(2);
@@ -273,8 +282,9 @@ static void test_lowp(const lp *t, int B, int Tq, int Tk, int NH, int NKV, int h
     fwd16(t, o2, l2, in.x, &p.s, 0);
     bwd16(t, g2, in.dout, o2, l2, in.x, &p.s);
     td_kernels_set_threads(1);
-    TU_EXPECT(!memcmp(o2, oh, p.nq * 2) && !memcmp(l2, lh, p.nl * 4) && !memcmp(g2[0], g[0], p.nq * 2) &&
-                  !memcmp(g2[1], g[1], p.nk * 2) && !memcmp(g2[2], g[2], p.nk * 2),
+    TU_EXPECT(!memcmp(o2, oh, p.nq * 2) && !memcmp(l2, lh, p.nl * 4) &&
+                  !memcmp(g2[0], g[0], p.nq * 2) && !memcmp(g2[1], g[1], p.nk * 2) &&
+                  !memcmp(g2[2], g[2], p.nk * 2),
               "%s: 2 threads differ from 1", tag);
     printf("      %s: 2 threads vs 1 checked bitwise (out, lse, dq, dk, dv)\n", tag);
     tu_release(mark);
@@ -290,7 +300,8 @@ static void test_ring(const lp *t, int pieces) {
     int w = NKV * hs, per = (Tk + pieces - 1) / pieces;
     for (int c = 0; c < pieces; c++) {
         int j0 = c * per, n = Tk - j0 < per ? Tk - j0 : per;
-        uint16_t *pk = TU_NEW(uint16_t, (size_t)B * n * w), *pv = TU_NEW(uint16_t, (size_t)B * n * w);
+        uint16_t *pk = TU_NEW(uint16_t, (size_t)B * n * w),
+                 *pv = TU_NEW(uint16_t, (size_t)B * n * w);
         for (int b = 0; b < B; b++) {
             memcpy(pk + (size_t)b * n * w, in.x[1] + ((size_t)b * Tk + j0) * w, (size_t)n * w * 2);
             memcpy(pv + (size_t)b * n * w, in.x[2] + ((size_t)b * Tk + j0) * w, (size_t)n * w * 2);
@@ -309,14 +320,16 @@ static void test_ring(const lp *t, int pieces) {
         for (int c = 0; c < 4 * hs; c++) {
             double mv = 0;
             for (int j = 0; j < Tk; j++)
-                mv = fmax(mv, fabs(p.dv_[((size_t)(r / Tq) * Tk + j) * w + (c / hs / 2) * hs + c % hs]));
+                mv = fmax(
+                    mv, fabs(p.dv_[((size_t)(r / Tq) * Tk + j) * w + (c / hs / 2) * hs + c % hs]));
             b[0][r * 4 * hs + c] += pieces * (t->u * mv + t->eta);
         }
     float *of = TU_NEW(float, p.nq);
     from16(t, of, o, p.nq);
-    check_bound(L("%s ring %d pieces out vs double", t->f16 ? "fp16" : "bf16", pieces), of, ro, ro, b[0],
-                p.nq, t, TOL_FWD);
-    check_lse(L("%s ring %d pieces lse vs double", t->f16 ? "fp16" : "bf16", pieces), l, rl, p.nl, TOL_FWD);
+    check_bound(L("%s ring %d pieces out vs double", t->f16 ? "fp16" : "bf16", pieces), of, ro, ro,
+                b[0], p.nq, t, TOL_FWD);
+    check_lse(L("%s ring %d pieces lse vs double", t->f16 ? "fp16" : "bf16", pieces), l, rl, p.nl,
+              TOL_FWD);
     tu_release(mark);
 }
 
