@@ -68,10 +68,19 @@ void td_attn_backward(float *dq, float *dk, float *dv, const float *dout, const 
                       const td_attn_shape *s);
 
 /* 16-bit versions: q, k, v, out, dout, dq, dk, dv in bf16 / fp16, lse fp32,
- * the same shape and semantics. Computed in fp32 by the kernels above on
- * each batch row converted to fp32: a 16-bit output is the rounding of
- * the fp32 kernel's result on the same 16-bit-valued inputs (gradients:
- * of old value + the fp32 gradient, rounded once). */
+ * the same shape and semantics. The block products (forward S = Q K^T,
+ * O += P V; backward S, dP = dO V^T, dV += P^T dO, dK += dS^T Q, dQ += dS
+ * K) are 16-bit GEMMs with fp32 accumulation through oneDNN, as the linear
+ * layers' (fp16 here and bf16 below AVX-512: operands converted to fp32,
+ * oneDNN having no such kernel). The softmax statistics (running max, sum,
+ * rescaling, lse) and D = rowsum(dout * out) are fp32. ROUNDING: P (forward
+ * and backward) and dS are rounded to the 16-bit type before their GEMMs,
+ * as FlashAttention does on GPUs (the row sum is of the fp32 P), so a
+ * result differs from the fp32 kernel's on the same inputs by up to about
+ * u sum_j |P_ij v_j| (out; u = 2^-8 bf16, 2^-11 fp16), u sum |dS| |k| (dq),
+ * and so on, besides the final rounding of each output: out once per row,
+ * gradients as old value + this call's fp32 sum, rounded once (dk, dv per
+ * key block; dq at the end). test_attention_lowp.c derives the bounds. */
 void td_attn_bf16_forward(td_bf16 *out, float *lse, const td_bf16 *q, const td_bf16 *k,
                           const td_bf16 *v, const td_attn_shape *s, int accumulate);
 void td_attn_bf16_backward(td_bf16 *dq, td_bf16 *dk, td_bf16 *dv, const td_bf16 *dout,
@@ -83,8 +92,9 @@ void td_attn_f16_backward(td_f16 *dq, td_f16 *dk, td_f16 *dv, const td_f16 *dout
                           const float *lse, const td_f16 *q, const td_f16 *k, const td_f16 *v,
                           const td_attn_shape *s);
 
-/* Frees the per-thread block scratch (fp32 kernels) and the row buffers
- * (16-bit kernels) kept between calls (TD_MEM_OTHER). */
+/* Frees the per-thread block scratch and the 16-bit kernels' packed
+ * copies kept between calls (TD_MEM_OTHER); their oneDNN primitives go
+ * with td_matmul_bf16_release. */
 void td_attn_release_scratch(void);
 
 #endif

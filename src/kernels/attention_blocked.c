@@ -68,7 +68,7 @@ void td_attn_blocked_release_scratch(void) {
 static size_t q_rows(const td_attn_shape *s) { return (size_t)(s->q_rows > 0 ? s->q_rows : s->Tq); }
 static size_t kv_rows(const td_attn_shape *s) { return (size_t)(s->kv_rows > 0 ? s->kv_rows : s->Tk); }
 
-static void check_shape(const td_attn_shape *s) {
+void td_attn_check_shape(const td_attn_shape *s) {
     TD_CHECK(s->B >= 0 && s->Tq >= 0 && s->Tk >= 0 && s->hs >= 1, "attention: bad sizes");
     TD_CHECK(s->NKV >= 1 && s->NH >= s->NKV && s->NH % s->NKV == 0,
              "attention: NH (%d) must be a multiple of NKV (%d)", s->NH, s->NKV);
@@ -77,22 +77,15 @@ static void check_shape(const td_attn_shape *s) {
              "attention: a row stride is shorter than its heads");
 }
 
-/* Keys of this call visible to local query row i: [0, vis). Causal
- * visibility is monotone in i, so a block's last row bounds the block. */
-static inline int visible(const td_attn_shape *s, int i) {
-    if (s->mask == TD_ATTN_NONE) return s->Tk;
-    long n = s->q_pos + i - s->k_pos + 1;
-    return n <= 0 ? 0 : n >= s->Tk ? s->Tk : (int)n;
-}
-
 static inline int clampi(int x, int lo, int hi) { return x < lo ? lo : x > hi ? hi : x; }
 
 /* ---- forward ---- */
 
 /* Merges one row's new result (o_new[hs] = O / l, lse_new) into out_row and
- * *lse. Scalar libm exp/log: once per row, so accuracy is worth it. */
-static void merge_row(float *restrict out_row, float *lse, const float *restrict o_new,
-                      float lse_new, int hs, int accumulate) {
+ * *lse (shared with attention_lowp.c through internal.h). Scalar libm
+ * exp/log: once per row, so accuracy is worth it. */
+void td_attn_merge_row(float *restrict out_row, float *lse, const float *restrict o_new,
+                       float lse_new, int hs, int accumulate) {
     float lse_old = *lse;
     if (lse_new == -INFINITY) { /* nothing visible in this call */
         if (!accumulate) {
@@ -134,14 +127,14 @@ static void fwd_task(float *out, float *lse, const float *q, const float *k, con
     float *l = m + round64(ATT_BQ);                  /* [nq] running sum */
     for (int r = 0; r < nq; r++) m[r] = -INFINITY, l[r] = 0.0f;
     for (size_t i = 0; i < (size_t)nq * hs; i++) O[i] = 0.0f;
-    int kend = visible(s, i0 + nq - 1); /* keys any row of the block sees */
+    int kend = td_attn_visible(s, i0 + nq - 1); /* keys any row of the block sees */
     for (int j0 = 0; j0 < kend; j0 += ATT_BK) {
         int nk = kend - j0 < ATT_BK ? kend - j0 : ATT_BK;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, hs, scale, Q, s->q_stride,
                     K + (size_t)j0 * s->kv_stride, s->kv_stride, 0.0f, S, ATT_BK);
         for (int r = 0; r < nq; r++) {
             float *restrict row = S + (size_t)r * ATT_BK;
-            int L = clampi(visible(s, i0 + r) - j0, 0, nk); /* visible keys of the block */
+            int L = clampi(td_attn_visible(s, i0 + r) - j0, 0, nk); /* visible keys of the block */
             if (L == 0) { /* P = 0; the row's O, m, l stay as they are */
                 for (int j = 0; j < nk; j++) row[j] = 0.0f;
                 continue;
@@ -170,14 +163,14 @@ static void fwd_task(float *out, float *lse, const float *q, const float *k, con
             for (int d = 0; d < hs; d++) o[d] *= inv;
             lse_new = m[r] + logf(l[r]);
         }
-        merge_row(out + ((size_t)b * q_rows(s) + i0 + r) * s->o_stride + (size_t)h * hs,
+        td_attn_merge_row(out + ((size_t)b * q_rows(s) + i0 + r) * s->o_stride + (size_t)h * hs,
                   lse + ((size_t)b * s->NH + h) * s->Tq + i0 + r, o, lse_new, hs, accumulate);
     }
 }
 
 void td_attn_forward(float *out, float *lse, const float *q, const float *k, const float *v,
                      const td_attn_shape *s, int accumulate) {
-    check_shape(s);
+    td_attn_check_shape(s);
     int nqb = (s->Tq + ATT_BQ - 1) / ATT_BQ;
     long tasks = (long)s->B * s->NH * nqb;
     if (tasks == 0) return;
@@ -230,7 +223,7 @@ static void bwd_pair(float *dq, const float *dout, const float *out, const float
         float *restrict p = P + (size_t)r * ATT_BK, *restrict g = dS + (size_t)r * ATT_BK;
         float m = lr[r], Dr = D[r];
         /* a row that saw no key anywhere (lse -inf) has P = 0 */
-        int L = m == -INFINITY ? 0 : clampi(visible(s, i0 + r) - j0, 0, nk);
+        int L = m == -INFINITY ? 0 : clampi(td_attn_visible(s, i0 + r) - j0, 0, nk);
         for (int j = 0; j < L; j++) p[j] = td_k_expf(p[j] - m);
         for (int j = L; j < nk; j++) p[j] = 0.0f;
         for (int j = 0; j < nk; j++) g[j] = p[j] * (g[j] - Dr) * scale;
@@ -279,7 +272,7 @@ static void bwd_task(float *dq, float *dk, float *dv, const float *dout, const f
 void td_attn_backward(float *dq, float *dk, float *dv, const float *dout, const float *out,
                       const float *lse, const float *q, const float *k, const float *v,
                       const td_attn_shape *s) {
-    check_shape(s);
+    td_attn_check_shape(s);
     int tasks = s->B * s->NKV;
     if (tasks == 0) return;
     int nt = td_k_threads_for((size_t)s->B * s->NH * s->Tq * (size_t)s->Tk * s->hs / 4);

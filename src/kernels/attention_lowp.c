@@ -1,129 +1,361 @@
 /* Blocked attention on bf16 and fp16 tensors (trident/attention.h): one
  * implementation, the element type a descriptor as in lowp_ops.c.
  *
- * A call's rows (every batch element's, strided views included) are
- * converted to dense fp32 rows in one parallel region per tensor, the fp32
- * blocked kernel runs on them (dense strides) and the outputs are rounded
- * back once; lse is fp32 and passed straight through. So a 16-bit result is
- * exactly the rounding of what the fp32 kernel gives on the same
- * 16-bit-valued inputs laid out densely (the tests check that), and thread
- * independence is the fp32 kernel's (its tasks are per batch element, head
- * and query block, so converting B elements at once changes no bit).
- * Buffers are O(B T C), never O(T^2).
+ * The block products are 16-bit GEMMs with fp32 accumulation through
+ * oneDNN (td_dn_slot_gemm: matmul_bf16.c's primitive cache, one-thread
+ * primitives run from inside our tasks), as the linear layers' are:
+ * forward S = Q K^T and O += P V, backward S, dP = dO V^T, dV += P^T dO,
+ * dK += dS^T Q, dQ += dS K. Everything else is fp32: scores, the online
+ * softmax's running max, sum and rescaling, lse, D = rowsum(dO * O), the O,
+ * dQ, dK, dV accumulators. P (forward and backward) and dS are rounded to
+ * the 16-bit type before their GEMMs, as FlashAttention does on GPUs; the
+ * row sum l is taken from the fp32 P before rounding.
  *
- * The block products are fp32 sgemms on converted data, not bf16 GEMMs
- * through oneDNN (matmul_bf16.c): that variant is not written yet, so this
- * path costs the fp32 kernel plus the conversions (bench_attention). */
+ * Each call first copies q, k, v (and dout) into packed 16-bit arrays
+ * [B, heads, T padded to the block, hs] with zero rows past T, so that
+ * every GEMM has one of three fixed shapes (few primitives, created before
+ * the parallel region) and dense operands; the copies are O(B T C), as are
+ * the backward's fp32 dq accumulator and D. Outputs are rounded once: out
+ * per row after the merge (in fp32), dk / dv per key block as old value +
+ * the block's fp32 sum, dq at the end as old value + the fp32 sum over all
+ * key blocks. Tasks are those of the fp32 kernel (forward: batch, head,
+ * query block; backward: batch, kv head), each GEMM single-threaded with
+ * shapes fixed by the problem, so results are bitwise independent of the
+ * thread count. Where oneDNN has no 16-bit kernel (fp16 here; bf16 below
+ * AVX-512), the slot GEMM converts its operands to fp32, so P and dS are
+ * rounded all the same and the results are those of the native path up to
+ * summation order. */
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
 #include "internal.h"
 #include "trident/attention.h"
 #include "trident/base.h"
 
-/* Persistent fp32 row buffers, grown to the largest request (a fresh
- * allocation per call faults and zeroes its pages each time). */
-#define AL_SLOTS 8
-static float *g_buf[AL_SLOTS];
-static size_t g_cap[AL_SLOTS];
+#define LB_BQ 64 /* query rows per block */
+#define LB_BK                                                                                      \
+    128 /* key rows per block: larger than the fp32 kernel's, for oneDNN's per-call cost */
+_Static_assert(LB_BK >= LB_BQ, "the forward's O [BQ,hs] lives in a [BK,hs] scratch");
 
-static float *buf(int slot, size_t n) {
-    if (g_cap[slot] < n) {
+static size_t al64(size_t bytes) { return (bytes + 63) / 64 * 64; }
+static inline int clampi(int x, int lo, int hi) { return x < lo ? lo : x > hi ? hi : x; }
+
+/* Persistent buffers, grown to the largest request (a fresh allocation per
+ * call faults and zeroes its pages each time). */
+enum { B_Q, B_K, B_V, B_DO, B_D, B_DQ, B_WS, B_SLOTS };
+static void *g_buf[B_SLOTS];
+static size_t g_cap[B_SLOTS];
+
+static void *buf(int slot, size_t bytes) {
+    if (g_cap[slot] < bytes) {
         td_free(g_buf[slot]);
-        g_buf[slot] = td_alloc((n ? n : 1) * sizeof(float), TD_MEM_OTHER);
-        g_cap[slot] = n;
+        g_buf[slot] = td_alloc(bytes ? bytes : 1, TD_MEM_OTHER);
+        g_cap[slot] = bytes;
     }
     return g_buf[slot];
 }
 
 void td_attn_release_scratch(void) {
-    for (int i = 0; i < AL_SLOTS; i++) td_free(g_buf[i]), g_buf[i] = NULL, g_cap[i] = 0;
+    for (int i = 0; i < B_SLOTS; i++) td_free(g_buf[i]), g_buf[i] = NULL, g_cap[i] = 0;
     td_attn_blocked_release_scratch();
 }
 
-/* dst [rows, width] dense fp32 <- src rows of `width` elements at `stride`.
- * Rows are split over the threads here: each row alone is too short for
- * the conversion's own threading, and elementwise work is exact anyway. */
-/* The rows of all B batch elements, each `rows` rows at a pitch of `pitch`
- * rows (q_rows / kv_rows) of `stride` elements, to or from dense fp32
- * [B * rows, width]: one parallel region per tensor and call. */
+/* One call's state, shared read-only by its tasks. */
 typedef struct {
-    int B, rows, pitch, width, stride;
-} view;
+    const td_lp_type *t;
+    const td_attn_shape *s;
+    int Tqp, Tkp;               /* Tq, Tk rounded up to LB_BQ, LB_BK */
+    char *Q, *K, *V, *dO;       /* packed 16-bit [B, NH or NKV, Tqp or Tkp, hs] */
+    float *D, *dQ;              /* [B,NH,Tq] rowsum(dO * O); [B,NH,Tqp,hs] fp32 dq sums */
+    td_slot_gemm *qk, *pv, *tn; /* [BQ,hs]x[BK,hs]^T, [BQ,BK]x[BK,hs], [BQ,BK]^Tx[BQ,hs] */
+    char *ws;                   /* per-thread scratch, ws_per bytes each */
+    size_t ws_per;
+    float scale;
+} ctx;
 
-static const char *row_at(const td_lp_type *t, const void *p, const view *w, size_t i) {
-    size_t b = i / (size_t)w->rows, r = i % (size_t)w->rows;
-    return (const char *)p + ((b * (size_t)w->pitch + r) * (size_t)w->stride) * t->size;
+static size_t q_rows(const td_attn_shape *s) { return (size_t)(s->q_rows > 0 ? s->q_rows : s->Tq); }
+static size_t kv_rows(const td_attn_shape *s) {
+    return (size_t)(s->kv_rows > 0 ? s->kv_rows : s->Tk);
 }
 
-static void rows_in(const td_lp_type *t, float *dst, const void *src, const view *w) {
-    size_t n = (size_t)w->B * w->rows;
-    int nt = td_k_threads_for(n * (size_t)w->width);
+/* The 16-bit head slice of row i of batch element b in a strided tensor. */
+static char *slice(const ctx *c, const void *p, int b, size_t pitch, size_t i, int stride, int h) {
+    return (char *)p +
+           (((size_t)b * pitch + i) * (size_t)stride + (size_t)h * c->s->hs) * c->t->size;
+}
+
+/* dst [B, heads, Tp, hs] <- the head slices of src; rows past T zero. */
+static void pack(const ctx *c, char *dst, const void *src, int heads, int T, int Tp, size_t pitch,
+                 int stride) {
+    size_t row = (size_t)c->s->hs * c->t->size, n = (size_t)c->s->B * heads * Tp;
+    int nt = td_k_threads_for(n * c->s->hs);
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
-    for (size_t i = 0; i < n; i++) t->to_f32(dst + i * w->width, row_at(t, src, w, i), (size_t)w->width);
+    for (size_t r = 0; r < n; r++) {
+        int i = (int)(r % (size_t)Tp), h = (int)(r / (size_t)Tp % (size_t)heads);
+        int b = (int)(r / ((size_t)Tp * heads));
+        if (i < T)
+            memcpy(dst + r * row, slice(c, src, b, pitch, (size_t)i, stride, h), row);
+        else
+            memset(dst + r * row, 0, row);
+    }
 }
 
-static void rows_out(const td_lp_type *t, void *dst, const float *src, const view *w) {
-    size_t n = (size_t)w->B * w->rows;
-    int nt = td_k_threads_for(n * (size_t)w->width);
-#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
-    for (size_t i = 0; i < n; i++)
-        t->from_f32((char *)row_at(t, dst, w, i), src + i * w->width, (size_t)w->width);
-}
-
-/* The fp32 kernels' shape on the dense converted rows. */
-static td_attn_shape dense(const td_attn_shape *s) {
-    td_attn_shape d = *s;
-    d.q_stride = d.o_stride = s->NH * s->hs;
-    d.kv_stride = s->NKV * s->hs;
-    d.q_rows = d.kv_rows = 0;
-    return d;
+/* Scratch of one task: S and dP fp32 [BQ,BK], P and dS 16-bit [BQ,BK], O
+ * (forward) or dK_blk, dV_blk (backward) fp32, m, l [BQ], two fp32 rows. */
+static size_t ws_bytes(const td_lp_type *t, int hs) {
+    size_t f = sizeof(float), bk = (size_t)LB_BQ * LB_BK;
+    return 2 * al64(bk * f) + 2 * al64(bk * t->size) + 2 * al64((size_t)LB_BK * hs * f) +
+           2 * al64(LB_BQ * f) + 2 * al64((size_t)hs * f);
 }
 
 typedef struct {
-    view q, o, kv; /* q and dq; out and dout; k, v, dk, dv */
-} views;
+    float *S, *dP;
+    char *P, *dS;
+    float *A, *B; /* forward: O [BQ,hs] in A; backward: dK_blk, dV_blk [BK,hs] */
+    float *m, *l, *r0, *r1;
+} scratch;
 
-static views views_of(const td_attn_shape *s) {
-    int qr = s->q_rows > 0 ? s->q_rows : s->Tq, kr = s->kv_rows > 0 ? s->kv_rows : s->Tk;
-    views v = {{s->B, s->Tq, qr, s->NH * s->hs, s->q_stride},
-               {s->B, s->Tq, qr, s->NH * s->hs, s->o_stride},
-               {s->B, s->Tk, kr, s->NKV * s->hs, s->kv_stride}};
-    return v;
+static scratch carve(const ctx *c, int slot) {
+    size_t f = sizeof(float), bk = (size_t)LB_BQ * LB_BK, hs = (size_t)c->s->hs;
+    char *p = c->ws + (size_t)slot * c->ws_per;
+    scratch w;
+    w.S = (float *)p, p += al64(bk * f);
+    w.dP = (float *)p, p += al64(bk * f);
+    w.P = p, p += al64(bk * c->t->size);
+    w.dS = p, p += al64(bk * c->t->size);
+    w.A = (float *)p, p += al64(LB_BK * hs * f);
+    w.B = (float *)p, p += al64(LB_BK * hs * f);
+    w.m = (float *)p, p += al64(LB_BQ * f);
+    w.l = (float *)p, p += al64(LB_BQ * f);
+    w.r0 = (float *)p, p += al64(hs * f);
+    w.r1 = (float *)p;
+    return w;
+}
+
+/* Shared setup: padded sizes, the three GEMMs and nt threads' scratch. */
+static ctx setup(const td_lp_type *t, const td_attn_shape *s, int nt) {
+    ctx c = {.t = t, .s = s, .scale = 1.0f / sqrtf((float)s->hs)};
+    c.Tqp = (s->Tq + LB_BQ - 1) / LB_BQ * LB_BQ;
+    c.Tkp = (s->Tk + LB_BK - 1) / LB_BK * LB_BK;
+    int hs = s->hs;
+    c.qk = td_dn_slot_gemm(t->k, LB_BQ, hs, LB_BK, 0, 1, 0, nt);
+    c.pv = td_dn_slot_gemm(t->k, LB_BQ, LB_BK, hs, 0, 0, 1, nt);
+    c.tn = td_dn_slot_gemm(t->k, LB_BK, LB_BQ, hs, 1, 0, 1, nt);
+    c.ws_per = ws_bytes(t, hs);
+    c.ws = buf(B_WS, (size_t)nt * c.ws_per);
+    return c;
+}
+
+/* ---- forward ---- */
+
+static void fwd_task(const ctx *c, void *out, float *lse, int accumulate, int b, int h, int i0,
+                     int slot) {
+    const td_attn_shape *s = c->s;
+    const td_lp_type *t = c->t;
+    int hs = s->hs, g = h / (s->NH / s->NKV), nq = s->Tq - i0 < LB_BQ ? s->Tq - i0 : LB_BQ;
+    size_t z = t->size;
+    const char *Q = c->Q + (((size_t)b * s->NH + h) * c->Tqp + i0) * hs * z;
+    const char *K = c->K + ((size_t)b * s->NKV + g) * c->Tkp * hs * z;
+    const char *V = c->V + ((size_t)b * s->NKV + g) * c->Tkp * hs * z;
+    scratch w = carve(c, slot);
+    float *O = w.A;
+    for (int r = 0; r < nq; r++) w.m[r] = -INFINITY, w.l[r] = 0.0f;
+    memset(O, 0, sizeof(float) * LB_BQ * hs);
+    memset(w.P + (size_t)nq * LB_BK * z, 0, (size_t)(LB_BQ - nq) * LB_BK * z); /* padding rows */
+    int kend = td_attn_visible(s, i0 + nq - 1); /* keys any row of the block sees */
+    for (int j0 = 0; j0 < kend; j0 += LB_BK) {
+        int nk = kend - j0 < LB_BK ? kend - j0 : LB_BK;
+        td_dn_slot_gemm_run(c->qk, slot, w.S, Q, K + (size_t)j0 * hs * z);
+        for (int r = 0; r < nq; r++) {
+            float *restrict row = w.S + (size_t)r * LB_BK;
+            char *prow = w.P + (size_t)r * LB_BK * z;
+            int L = clampi(td_attn_visible(s, i0 + r) - j0, 0, nk); /* visible keys of the block */
+            if (L == 0) { /* P = 0; the row's O, m, l stay as they are */
+                memset(prow, 0, LB_BK * z);
+                continue;
+            }
+            for (int j = 0; j < L; j++) row[j] *= c->scale;
+            float mx = td_k_max(row, L), m = w.m[r];
+            mx = td_k_ford(mx) > td_k_ford(m) ? mx : m;
+            /* exp(-inf - mx) would be td_k_expf's clamp value, not 0 */
+            float alpha = m == -INFINITY ? 0.0f : td_k_expf(m - mx);
+            for (int j = 0; j < L; j++) row[j] = td_k_expf(row[j] - mx);
+            for (int j = L; j < LB_BK; j++) row[j] = 0.0f; /* masked or past the keys: exactly 0 */
+            w.l[r] = w.l[r] * alpha + td_k_sum(row, L);
+            w.m[r] = mx;
+            if (alpha != 1.0f) {
+                float *restrict o = O + (size_t)r * hs;
+                for (int d = 0; d < hs; d++) o[d] *= alpha;
+            }
+            t->from_f32_1t(prow, row, LB_BK); /* P rounded to 16 bits for its GEMM */
+        }
+        td_dn_slot_gemm_run(c->pv, slot, O, w.P, V + (size_t)j0 * hs * z);
+    }
+    for (int r = 0; r < nq; r++) {
+        float *restrict o = O + (size_t)r * hs;
+        float lse_new = -INFINITY;
+        if (w.l[r] > 0.0f) {
+            float inv = 1.0f / w.l[r];
+            for (int d = 0; d < hs; d++) o[d] *= inv;
+            lse_new = w.m[r] + logf(w.l[r]);
+        }
+        /* merged in fp32, rounded once; a row left unchanged round-trips exactly */
+        char *orow = slice(c, out, b, q_rows(s), (size_t)(i0 + r), s->o_stride, h);
+        if (accumulate) t->to_f32_1t(w.r0, orow, hs);
+        td_attn_merge_row(w.r0, lse + ((size_t)b * s->NH + h) * s->Tq + i0 + r, o, lse_new, hs,
+                          accumulate);
+        t->from_f32_1t(orow, w.r0, hs);
+    }
 }
 
 static void lp_forward(const td_lp_type *t, void *out, float *lse, const void *q, const void *k,
                        const void *v, const td_attn_shape *s, int accumulate) {
-    td_attn_shape d = dense(s);
-    views w = views_of(s);
-    size_t nq = (size_t)s->B * s->Tq * w.q.width, nk = (size_t)s->B * s->Tk * w.kv.width;
-    float *qf = buf(0, nq), *of = buf(1, nq), *kf = buf(2, nk), *vf = buf(3, nk);
-    rows_in(t, qf, q, &w.q);
-    rows_in(t, kf, k, &w.kv);
-    rows_in(t, vf, v, &w.kv);
-    if (accumulate) rows_in(t, of, out, &w.o);
-    td_attn_forward(of, lse, qf, kf, vf, &d, accumulate);
-    rows_out(t, out, of, &w.o);
+    td_attn_check_shape(s);
+    int nqb = (s->Tq + LB_BQ - 1) / LB_BQ;
+    long tasks = (long)s->B * s->NH * nqb;
+    if (tasks == 0) return;
+    int nt = td_k_threads_for((size_t)s->B * s->NH * s->Tq * (size_t)s->Tk * s->hs / 8);
+    if (nt > tasks) nt = (int)tasks;
+    ctx c = setup(t, s, nt);
+    size_t z = t->size, nq = (size_t)s->B * s->NH * c.Tqp * s->hs;
+    size_t nk = (size_t)s->B * s->NKV * c.Tkp * s->hs;
+    c.Q = buf(B_Q, nq * z), c.K = buf(B_K, nk * z), c.V = buf(B_V, nk * z);
+    pack(&c, c.Q, q, s->NH, s->Tq, c.Tqp, q_rows(s), s->q_stride);
+    pack(&c, c.K, k, s->NKV, s->Tk, c.Tkp, kv_rows(s), s->kv_stride);
+    pack(&c, c.V, v, s->NKV, s->Tk, c.Tkp, kv_rows(s), s->kv_stride);
+    /* dynamic: causal blocks differ in cost; which thread runs a task does
+     * not change its result */
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(dynamic, 1)
+    for (long i = 0; i < tasks; i++) {
+        /* the last query blocks (the most keys) first, for balance */
+        int qb = nqb - 1 - (int)(i % nqb), bh = (int)(i / nqb);
+        fwd_task(&c, out, lse, accumulate, bh / s->NH, bh % s->NH, qb * LB_BQ,
+                 omp_get_thread_num());
+    }
+}
+
+/* ---- backward ---- */
+
+/* One (query head h, query block i0) against the key block at j0 (nk keys;
+ * Kb, Vb its packed rows): adds into dKb, dVb (the task's) and c->dQ. */
+static void bwd_pair(const ctx *c, const float *lse, const char *Kb, const char *Vb,
+                     const scratch *w, int b, int h, int i0, int j0, int nk, int slot) {
+    const td_attn_shape *s = c->s;
+    const td_lp_type *t = c->t;
+    int hs = s->hs, nq = s->Tq - i0 < LB_BQ ? s->Tq - i0 : LB_BQ;
+    size_t z = t->size, prow = ((size_t)b * s->NH + h) * c->Tqp + i0;
+    const char *Q = c->Q + prow * hs * z, *dO = c->dO + prow * hs * z; /* [BQ, hs] */
+    const float *lr = lse + ((size_t)b * s->NH + h) * s->Tq + i0;      /* [nq] */
+    const float *Dr = c->D + ((size_t)b * s->NH + h) * s->Tq + i0;     /* [nq] */
+    td_dn_slot_gemm_run(c->qk, slot, w->S, Q, Kb);
+    td_dn_slot_gemm_run(c->qk, slot, w->dP, dO, Vb);
+    for (int r = 0; r < nq; r++) {
+        float *restrict p = w->S + (size_t)r * LB_BK, *restrict g = w->dP + (size_t)r * LB_BK;
+        float m = lr[r], D = Dr[r];
+        /* a row that saw no key anywhere (lse -inf) has P = 0 */
+        int L = m == -INFINITY ? 0 : clampi(td_attn_visible(s, i0 + r) - j0, 0, nk);
+        for (int j = 0; j < L; j++) p[j] = td_k_expf(p[j] * c->scale - m);
+        for (int j = L; j < LB_BK; j++) p[j] = 0.0f;
+        for (int j = 0; j < LB_BK; j++) g[j] = p[j] * (g[j] - D) * c->scale;
+        /* P and dS rounded to 16 bits for their GEMMs */
+        t->from_f32_1t(w->P + (size_t)r * LB_BK * z, p, LB_BK);
+        t->from_f32_1t(w->dS + (size_t)r * LB_BK * z, g, LB_BK);
+    }
+    size_t pad = (size_t)(LB_BQ - nq) * LB_BK * z; /* query rows past Tq add nothing */
+    memset(w->P + (size_t)nq * LB_BK * z, 0, pad);
+    memset(w->dS + (size_t)nq * LB_BK * z, 0, pad);
+    /* dV_blk += P^T dO;  dK_blk += dS^T Q;  dQ += dS K_blk */
+    td_dn_slot_gemm_run(c->tn, slot, w->B, w->P, dO);
+    td_dn_slot_gemm_run(c->tn, slot, w->A, w->dS, Q);
+    td_dn_slot_gemm_run(c->pv, slot, c->dQ + prow * hs, w->dS, Kb);
+}
+
+/* 16-bit row x <- round(x + add), hs elements, tmp an fp32 row. */
+static void add_round(const td_lp_type *t, char *x, const float *add, float *tmp, int hs) {
+    t->to_f32_1t(tmp, x, hs);
+    for (int d = 0; d < hs; d++) tmp[d] += add[d];
+    t->from_f32_1t(x, tmp, hs);
+}
+
+static void bwd_task(const ctx *c, void *dk, void *dv, const float *lse, int b, int g, int slot) {
+    const td_attn_shape *s = c->s;
+    int hs = s->hs, G = s->NH / s->NKV;
+    size_t z = c->t->size;
+    scratch w = carve(c, slot);
+    const char *K = c->K + ((size_t)b * s->NKV + g) * c->Tkp * hs * z;
+    const char *V = c->V + ((size_t)b * s->NKV + g) * c->Tkp * hs * z;
+    for (int j0 = 0; j0 < s->Tk; j0 += LB_BK) {
+        int nk = s->Tk - j0 < LB_BK ? s->Tk - j0 : LB_BK;
+        /* first query row that sees key j0 (causal), as a block start */
+        int i_first = 0;
+        if (s->mask == TD_ATTN_CAUSAL) {
+            long f = s->k_pos + j0 - s->q_pos;
+            if (f >= s->Tq) break; /* this and later key blocks: seen by no query */
+            i_first = f <= 0 ? 0 : (int)(f / LB_BQ) * LB_BQ;
+        }
+        if (s->Tq == 0) break;
+        memset(w.A, 0, sizeof(float) * LB_BK * hs);
+        memset(w.B, 0, sizeof(float) * LB_BK * hs);
+        for (int hh = 0; hh < G; hh++)
+            for (int i0 = i_first; i0 < s->Tq; i0 += LB_BQ)
+                bwd_pair(c, lse, K + (size_t)j0 * hs * z, V + (size_t)j0 * hs * z, &w, b,
+                         g * G + hh, i0, j0, nk, slot);
+        for (int j = 0; j < nk; j++) { /* old value + this block's fp32 sum, rounded once */
+            size_t i = (size_t)(j0 + j);
+            add_round(c->t, slice(c, dk, b, kv_rows(s), i, s->kv_stride, g), w.A + (size_t)j * hs,
+                      w.r0, hs);
+            add_round(c->t, slice(c, dv, b, kv_rows(s), i, s->kv_stride, g), w.B + (size_t)j * hs,
+                      w.r0, hs);
+        }
+    }
 }
 
 static void lp_backward(const td_lp_type *t, void *dq, void *dk, void *dv, const void *dout,
                         const void *out, const float *lse, const void *q, const void *k,
                         const void *v, const td_attn_shape *s) {
-    td_attn_shape d = dense(s);
-    views w = views_of(s);
-    size_t nq = (size_t)s->B * s->Tq * w.q.width, nk = (size_t)s->B * s->Tk * w.kv.width;
-    float *qf = buf(0, nq), *of = buf(1, nq), *gf = buf(4, nq), *dqf = buf(5, nq);
-    float *kf = buf(2, nk), *vf = buf(3, nk), *dkf = buf(6, nk), *dvf = buf(7, nk);
-    rows_in(t, qf, q, &w.q);
-    rows_in(t, of, out, &w.o);
-    rows_in(t, gf, dout, &w.o);
-    rows_in(t, kf, k, &w.kv);
-    rows_in(t, vf, v, &w.kv);
-    /* the kernel adds into the gradients: start from their values */
-    rows_in(t, dqf, dq, &w.q);
-    rows_in(t, dkf, dk, &w.kv);
-    rows_in(t, dvf, dv, &w.kv);
-    td_attn_backward(dqf, dkf, dvf, gf, of, lse, qf, kf, vf, &d);
-    rows_out(t, dq, dqf, &w.q);
-    rows_out(t, dk, dkf, &w.kv);
-    rows_out(t, dv, dvf, &w.kv);
+    td_attn_check_shape(s);
+    int tasks = s->B * s->NKV;
+    if (tasks == 0 || s->Tq == 0) return;
+    int nt = td_k_threads_for((size_t)s->B * s->NH * s->Tq * (size_t)s->Tk * s->hs / 4);
+    int nrow = td_kernels_threads(); /* the row loops below may use all threads */
+    ctx c = setup(t, s, nt > nrow ? nt : nrow);
+    if (nt > tasks) nt = tasks;
+    int hs = s->hs, NH = s->NH;
+    size_t z = t->size, nq = (size_t)s->B * NH * c.Tqp * hs;
+    size_t nk = (size_t)s->B * s->NKV * c.Tkp * hs;
+    c.Q = buf(B_Q, nq * z), c.dO = buf(B_DO, nq * z);
+    c.K = buf(B_K, nk * z), c.V = buf(B_V, nk * z);
+    c.D = buf(B_D, sizeof(float) * s->B * NH * s->Tq), c.dQ = buf(B_DQ, sizeof(float) * nq);
+    pack(&c, c.Q, q, NH, s->Tq, c.Tqp, q_rows(s), s->q_stride);
+    pack(&c, c.dO, dout, NH, s->Tq, c.Tqp, q_rows(s), s->o_stride);
+    pack(&c, c.K, k, s->NKV, s->Tk, c.Tkp, kv_rows(s), s->kv_stride);
+    pack(&c, c.V, v, s->NKV, s->Tk, c.Tkp, kv_rows(s), s->kv_stride);
+    size_t rows = (size_t)s->B * NH * s->Tq;
+    int nr = td_k_threads_for(rows * hs);
+    /* D = rowsum(dO * O) in fp32, once per row */
+#pragma omp parallel for num_threads(nr) if (nr > 1) schedule(static)
+    for (size_t r = 0; r < rows; r++) {
+        int i = (int)(r % (size_t)s->Tq), h = (int)(r / (size_t)s->Tq % (size_t)NH);
+        int b = (int)(r / ((size_t)s->Tq * NH));
+        scratch w = carve(&c, omp_get_thread_num());
+        t->to_f32_1t(w.r0, slice(&c, dout, b, q_rows(s), (size_t)i, s->o_stride, h), hs);
+        t->to_f32_1t(w.r1, slice(&c, out, b, q_rows(s), (size_t)i, s->o_stride, h), hs);
+        c.D[r] = td_k_dot(w.r0, w.r1, hs);
+    }
+    memset(c.dQ, 0, sizeof(float) * nq); /* padding rows too: their GEMM sums stay finite */
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(dynamic, 1)
+    for (int i = 0; i < tasks; i++)
+        bwd_task(&c, dk, dv, lse, i / s->NKV, i % s->NKV, omp_get_thread_num());
+        /* dq = old value + the fp32 sum over all key blocks, rounded once */
+#pragma omp parallel for num_threads(nr) if (nr > 1) schedule(static)
+    for (size_t r = 0; r < rows; r++) {
+        int i = (int)(r % (size_t)s->Tq), h = (int)(r / (size_t)s->Tq % (size_t)NH);
+        int b = (int)(r / ((size_t)s->Tq * NH));
+        scratch w = carve(&c, omp_get_thread_num());
+        add_round(t, slice(&c, dq, b, q_rows(s), (size_t)i, s->q_stride, h),
+                  c.dQ + (((size_t)b * NH + h) * c.Tqp + i) * hs, w.r0, hs);
+    }
 }
 
 void td_attn_bf16_forward(td_bf16 *out, float *lse, const td_bf16 *q, const td_bf16 *k,

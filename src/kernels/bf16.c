@@ -49,17 +49,28 @@ td_bf16 td_bf16_from_float_ref(float x) {
 /* Chunks of this many elements per OpenMP iteration (whole vectors). */
 #define TD_CVT_CHUNK 8192
 
+void td_bf16_from_float_serial(td_bf16 *dst, const float *src, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &src[i], 4); /* defined punning; compiles to a load */
+        dst[i] = round_bits(u);
+    }
+}
+
+void td_bf16_to_float_serial(float *dst, const td_bf16 *src, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)src[i] << 16;
+        memcpy(&dst[i], &u, 4);
+    }
+}
+
 void td_bf16_from_float_n(td_bf16 *dst, const float *src, size_t n) {
     int nt = td_k_threads_for(n);
     long nchunks = (long)((n + TD_CVT_CHUNK - 1) / TD_CVT_CHUNK);
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
     for (long ch = 0; ch < nchunks; ch++) {
         size_t i0 = (size_t)ch * TD_CVT_CHUNK, i1 = i0 + TD_CVT_CHUNK < n ? i0 + TD_CVT_CHUNK : n;
-        for (size_t i = i0; i < i1; i++) {
-            uint32_t u;
-            memcpy(&u, &src[i], 4); /* defined punning; compiles to a load */
-            dst[i] = round_bits(u);
-        }
+        td_bf16_from_float_serial(dst + i0, src + i0, i1 - i0);
     }
 }
 
@@ -69,9 +80,6 @@ void td_bf16_to_float_n(float *dst, const td_bf16 *src, size_t n) {
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
     for (long ch = 0; ch < nchunks; ch++) {
         size_t i0 = (size_t)ch * TD_CVT_CHUNK, i1 = i0 + TD_CVT_CHUNK < n ? i0 + TD_CVT_CHUNK : n;
-        for (size_t i = i0; i < i1; i++) {
-            uint32_t u = (uint32_t)src[i] << 16;
-            memcpy(&dst[i], &u, 4);
-        }
+        td_bf16_to_float_serial(dst + i0, src + i0, i1 - i0);
     }
 }

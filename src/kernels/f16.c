@@ -112,6 +112,11 @@ static void to_float_range(float *dst, const td_f16 *src, size_t i0, size_t i1) 
     for (; i < i1; i++) dst[i] = td_f16_to_float(src[i]);
 }
 
+void td_f16_from_float_serial(td_f16 *dst, const float *src, size_t n) {
+    from_float_range(dst, src, 0, n);
+}
+void td_f16_to_float_serial(float *dst, const td_f16 *src, size_t n) { to_float_range(dst, src, 0, n); }
+
 void td_f16_from_float_n(td_f16 *dst, const float *src, size_t n) {
     int nt = td_k_threads_for(n);
     long nchunks = (long)((n + TD_CVT_CHUNK - 1) / TD_CVT_CHUNK);

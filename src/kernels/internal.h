@@ -7,7 +7,9 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "trident/attention.h"
 #include "trident/kernels.h"
+#include "trident/kernels_bf16.h"
 
 /* Below this many floats touched, an OpenMP fork/join (~1-3 us) costs more
  * than the loop itself, so the kernels run on the calling thread. */
@@ -135,14 +137,59 @@ static inline float td_k_max(const float *x, int n) {
  * by td_attn_release_scratch with the 16-bit kernels' buffers. */
 void td_attn_blocked_release_scratch(void);
 
-/* A 16-bit element type: bytes per element and its bulk conversions, so one
- * body serves bf16 and fp16 (lowp_ops.c defines the two; attention_lowp.c
- * uses them too). */
+/* Shared by the fp32 (attention_blocked.c, which defines them) and 16-bit
+ * (attention_lowp.c) blocked attention: the shape's checks, and the merge
+ * of one row's new (o_new = O / l, lse_new) into (out_row, *lse). */
+void td_attn_check_shape(const td_attn_shape *s);
+void td_attn_merge_row(float *restrict out_row, float *lse, const float *restrict o_new,
+                       float lse_new, int hs, int accumulate);
+
+/* Keys of the call visible to local query row i: [0, vis). Causal
+ * visibility is monotone in i, so a block's last row bounds the block. */
+static inline int td_attn_visible(const td_attn_shape *s, int i) {
+    if (s->mask == TD_ATTN_NONE) return s->Tk;
+    long n = s->q_pos + i - s->k_pos + 1;
+    return n <= 0 ? 0 : n >= s->Tk ? s->Tk : (int)n;
+}
+
+/* Conversions on the calling thread only (no OpenMP region, not even an
+ * inactive one): for rows converted inside a kernel's own parallel tasks.
+ * The _n versions in kernels_bf16.h / kernels_f16.h split these over
+ * threads; the bits are the same. */
+void td_bf16_from_float_serial(td_bf16 *dst, const float *src, size_t n);
+void td_bf16_to_float_serial(float *dst, const td_bf16 *src, size_t n);
+void td_f16_from_float_serial(td_f16 *dst, const float *src, size_t n);
+void td_f16_to_float_serial(float *dst, const td_f16 *src, size_t n);
+
+/* A 16-bit element type: bytes per element, its GEMM type, its bulk
+ * conversions (threaded) and its serial ones, so one body serves bf16 and
+ * fp16 (lowp_ops.c defines the two; attention_lowp.c uses them too). */
 typedef struct {
     size_t size;
     void (*to_f32)(float *dst, const void *src, size_t n);
     void (*from_f32)(void *dst, const float *src, size_t n);
+    td_ktype k;
+    void (*to_f32_1t)(float *dst, const void *src, size_t n);
+    void (*from_f32_1t)(void *dst, const float *src, size_t n);
 } td_lp_type;
 extern const td_lp_type TD_LP_BF16, TD_LP_F16;
+
+/* Small GEMMs of a few fixed shapes, run many times from inside a kernel's
+ * own OpenMP tasks (the 16-bit blocked attention's block products), through
+ * matmul_bf16.c's primitive cache: C[M,N] (+)= A[M,K] @ B[K,N], A and B of
+ * type t, dense row-major (a_trans: A stored [K,M]; b_trans: B stored
+ * [N,K]), C fp32 dense, "+=" with sum = 1 (fp32 accumulation throughout).
+ * td_dn_slot_gemm runs outside any parallel region, on the calling thread:
+ * it finds or creates the one-thread primitive and `slots` sets of
+ * execution state (memory objects, stream, scratchpad). Then
+ * td_dn_slot_gemm_run may run concurrently for distinct slots (a thread
+ * uses its omp_get_thread_num()). Where oneDNN has no kernel for t, the run
+ * converts A and B to fp32 in the slot's buffer and runs the fp32
+ * primitive, as the linear layers do. Handles live until
+ * td_matmul_bf16_release. */
+typedef struct td_slot_gemm td_slot_gemm;
+td_slot_gemm *td_dn_slot_gemm(td_ktype t, int M, int K, int N, int a_trans, int b_trans, int sum,
+                              int slots);
+void td_dn_slot_gemm_run(td_slot_gemm *g, int slot, float *c, const void *a, const void *b);
 
 #endif

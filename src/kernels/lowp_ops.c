@@ -32,8 +32,14 @@ static void bf16_from(void *d, const float *s, size_t n) { td_bf16_from_float_n(
 static void f16_to(float *d, const void *s, size_t n) { td_f16_to_float_n(d, s, n); }
 static void f16_from(void *d, const float *s, size_t n) { td_f16_from_float_n(d, s, n); }
 
-const td_lp_type TD_LP_BF16 = {sizeof(td_bf16), bf16_to, bf16_from};
-const td_lp_type TD_LP_F16 = {sizeof(td_f16), f16_to, f16_from};
+static void bf16_to_1t(float *d, const void *s, size_t n) { td_bf16_to_float_serial(d, s, n); }
+static void bf16_from_1t(void *d, const float *s, size_t n) { td_bf16_from_float_serial(d, s, n); }
+static void f16_to_1t(float *d, const void *s, size_t n) { td_f16_to_float_serial(d, s, n); }
+static void f16_from_1t(void *d, const float *s, size_t n) { td_f16_from_float_serial(d, s, n); }
+
+const td_lp_type TD_LP_BF16 = {sizeof(td_bf16), bf16_to, bf16_from, TD_K_BF16, bf16_to_1t,
+                               bf16_from_1t};
+const td_lp_type TD_LP_F16 = {sizeof(td_f16), f16_to, f16_from, TD_K_F16, f16_to_1t, f16_from_1t};
 
 /* Element i of a 16-bit array (the byte offset by the type's size). */
 static void *at(const td_lp_type *t, void *p, size_t i) { return (char *)p + i * t->size; }

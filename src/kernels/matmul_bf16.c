@@ -41,6 +41,7 @@
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
@@ -352,6 +353,146 @@ void td_matmul_f16_backward(void *dinp, td_ktype dinp_type, float *dw, float *db
     lowp_backward(TD_K_F16, dinp, dinp_type, dw, dbias, dout, inp, w, N, C, OC);
 }
 
+/* ---- slot GEMMs: many small ones from inside a caller's parallel tasks ---- */
+
+/* Per-slot execution state of one cached GEMM (internal.h): memory objects
+ * and scratchpad may not be shared by concurrent executions, the primitive
+ * may. Streams are per slot for all slot GEMMs. */
+struct td_slot_gemm {
+    gemm_entry *e;   /* the GEMM's entry (one thread) */
+    gemm_entry *run; /* what executes: e, or the fp32 entry when e is converted */
+    int slots;
+    dnnl_memory_t (*mem)[4]; /* [slots]: a, b, c, scratchpad */
+    void **scratch;          /* [slots] scratchpad buffers */
+    float **conv;            /* [slots] fp32 copies of A and B (converted only) */
+};
+
+#define DN_MAX_SLOT_GEMMS 32
+#define DN_MAX_SLOTS 256
+static struct td_slot_gemm g_slot_gemm[DN_MAX_SLOT_GEMMS];
+static int g_slot_gemms;
+static dnnl_stream_t g_slot_stream[DN_MAX_SLOTS];
+
+/* The entry of k created for one thread: oneDNN fixes a primitive's work
+ * split for omp_get_max_threads() at creation, and slot GEMMs run
+ * single-threaded inside the caller's tasks. */
+static gemm_entry *lookup_1t(const gemm_key *k) {
+    int saved = omp_get_max_threads();
+    omp_set_num_threads(1);
+    gemm_entry *e = dn_lookup(k);
+    omp_set_num_threads(saved);
+    return e;
+}
+
+static void slot_grow(struct td_slot_gemm *g, int slots) {
+    const gemm_key *k = &g->run->key;
+    dnnl_memory_desc_t md[4];
+    dn_md(&md[0], k->M, k->K, k->a_trans, k->ta);
+    dn_md(&md[1], k->K, k->N, k->b_trans, k->tb);
+    dn_md(&md[2], k->M, k->N, 0, k->tc);
+    if (g->run->scratch) {
+        const dnnl_memory_desc_t *sp;
+        DN_CHECK(dnnl_memory_get_memory_desc(g->run->scratch, &sp));
+        md[3] = *sp;
+    }
+    g->mem = realloc(g->mem, sizeof *g->mem * (size_t)slots);
+    g->scratch = realloc(g->scratch, sizeof *g->scratch * (size_t)slots);
+    g->conv = realloc(g->conv, sizeof *g->conv * (size_t)slots);
+    TD_CHECK(g->mem && g->scratch && g->conv, "out of memory (slot GEMM state)");
+    size_t conv = g->e->converted ? (size_t)k->M * k->K + (size_t)k->K * k->N + 16 : 0;
+    for (int i = g->slots; i < slots; i++) {
+        for (int j = 0; j < 3; j++)
+            DN_CHECK(dnnl_memory_create(&g->mem[i][j], &md[j], g_engine, DNNL_MEMORY_NONE));
+        g->scratch[i] =
+            g->run->scratch_bytes ? td_alloc(g->run->scratch_bytes, TD_MEM_OTHER) : NULL;
+        g->mem[i][3] = NULL;
+        if (g->scratch[i])
+            DN_CHECK(dnnl_memory_create(&g->mem[i][3], &md[3], g_engine, g->scratch[i]));
+        g->conv[i] = conv ? td_alloc(conv * sizeof(float), TD_MEM_OTHER) : NULL;
+        if (!g_slot_stream[i])
+            DN_CHECK(dnnl_stream_create(&g_slot_stream[i], g_engine, dnnl_stream_default_flags));
+    }
+    g->slots = slots;
+}
+
+td_slot_gemm *td_dn_slot_gemm(td_ktype t, int M, int K, int N, int a_trans, int b_trans, int sum,
+                              int slots) {
+    TD_ASSERT(slots >= 1 && slots <= DN_MAX_SLOTS);
+    gemm_key k = {.M = M,
+                  .K = K,
+                  .N = N,
+                  .a_trans = a_trans,
+                  .b_trans = b_trans,
+                  .ta = t,
+                  .tb = t,
+                  .tc = TD_K_F32,
+                  .sum = sum,
+                  .threads = 1};
+    struct td_slot_gemm *g = NULL;
+    for (int i = 0; i < g_slot_gemms && !g; i++)
+        if (!memcmp(&g_slot_gemm[i].e->key, &k, sizeof k)) g = &g_slot_gemm[i];
+    if (!g) {
+        TD_ASSERT(g_slot_gemms < DN_MAX_SLOT_GEMMS);
+        g = &g_slot_gemm[g_slot_gemms++];
+        memset(g, 0, sizeof *g);
+        g->e = g->run = lookup_1t(&k);
+        if (g->e->converted) {
+            gemm_key kf = k;
+            kf.ta = kf.tb = TD_K_F32;
+            g->run = lookup_1t(&kf);
+        }
+    }
+    if (slots > g->slots) slot_grow(g, slots);
+    return g;
+}
+
+void td_dn_slot_gemm_run(td_slot_gemm *g, int slot, float *c, const void *a, const void *b) {
+    TD_ASSERT(slot >= 0 && slot < g->slots);
+    if (g->e->converted) { /* A then B, each from a 64-byte line */
+        const gemm_key *k = &g->e->key;
+        size_t na = (size_t)k->M * k->K, nb = (size_t)k->K * k->N;
+        float *fa = g->conv[slot], *fb = fa + conv_floats(k->ta, na);
+        if (k->ta == TD_K_BF16)
+            td_bf16_to_float_serial(fa, a, na), td_bf16_to_float_serial(fb, b, nb);
+        else
+            td_f16_to_float_serial(fa, a, na), td_f16_to_float_serial(fb, b, nb);
+        a = fa, b = fb;
+    }
+    dnnl_memory_t *m = g->mem[slot];
+    DN_CHECK(dnnl_memory_set_data_handle(m[0], (void *)a));
+    DN_CHECK(dnnl_memory_set_data_handle(m[1], (void *)b));
+    DN_CHECK(dnnl_memory_set_data_handle(m[2], c));
+    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, m[0]},
+                               {DNNL_ARG_WEIGHTS, m[1]},
+                               {DNNL_ARG_DST, m[2]},
+                               {DNNL_ARG_SCRATCHPAD, m[3]}};
+    /* One thread also outside a parallel region (the caller's one-thread
+     * case): oneDNN's gemm-based fp32 matmul (the converting fallback)
+     * takes its thread count at execution, and more would change its
+     * summation order with the caller's thread count. */
+    int saved = omp_get_max_threads();
+    if (saved != 1) omp_set_num_threads(1);
+    DN_CHECK(dnnl_primitive_execute(g->run->prim, g_slot_stream[slot], m[3] ? 4 : 3, args));
+    DN_CHECK(dnnl_stream_wait(g_slot_stream[slot]));
+    if (saved != 1) omp_set_num_threads(saved);
+}
+
+static void slot_release(void) {
+    for (int i = 0; i < g_slot_gemms; i++) {
+        struct td_slot_gemm *g = &g_slot_gemm[i];
+        for (int s = 0; s < g->slots; s++) {
+            for (int j = 0; j < 4; j++)
+                if (g->mem[s][j]) dnnl_memory_destroy(g->mem[s][j]);
+            td_free(g->scratch[s]);
+            td_free(g->conv[s]);
+        }
+        free(g->mem), free(g->scratch), free(g->conv);
+    }
+    g_slot_gemms = 0;
+    for (int i = 0; i < DN_MAX_SLOTS; i++)
+        if (g_slot_stream[i]) dnnl_stream_destroy(g_slot_stream[i]), g_slot_stream[i] = NULL;
+}
+
 /* ---- reference: fp32 copies through the plain loops ---- */
 
 static float *to_f32_copy(const void *p, td_ktype t, size_t n) {
@@ -473,6 +614,7 @@ int td_matmul_bf16_describe(void (*fn)(const char *line, void *ctx), void *ctx) 
 size_t td_matmul_bf16_scratch_bytes(void) { return g_scratch_bytes; }
 
 void td_matmul_bf16_release(void) {
+    slot_release();
     for (int i = 0; i < g_entries; i++) {
         gemm_entry *e = &g_cache[i];
         if (e->prim) dnnl_primitive_destroy(e->prim);

@@ -7,8 +7,7 @@
  *     for the model's case (NKV = NH, causal, offsets 0, fused qkv);
  *  3. self-consistency: ring-style pieces (accumulate) vs one call, per-piece
  *     backward summed vs one call, 1 vs 2 threads bitwise;
- *  4. bf16 / fp16 against the fp32 blocked kernel on the same rounded
- *     inputs.
+ * (bf16 / fp16: test_attention_lowp.c.)
  * Tolerances: |got - exp| <= tol (|exp| + FLOOR rms(exp)) (tu_check_close):
  *  TOL_FWD 1e-5: out and lse vs double. An output is a softmax-weighted sum
  *   of <= 130 keys, each weight a few roundings (td_k_expf: a few ulp), the
@@ -39,13 +38,12 @@
  *   OpenBLAS sgemm micro-kernel and < 1e-5 with another; dk and dv sum
  *   over the same query rows in the same order and keep TOL_FAST. A
  *   missed or doubled key block is >= 1e-2 off.
- *  TOL_BF16 2^-8, TOL_F16 2^-11, no floor: the 16-bit result is one
- *   rounding of the fp32 kernel's value on the same inputs (half an ulp:
- *   2^-8 / 2^-11 relative); a wrong term exceeds it somewhere. */
+ */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "attn_dref.h"
 #include "test_util.h"
 #include "trident/attention.h"
 #include "trident/kernels.h"
@@ -56,86 +54,7 @@
 #define TOL_BWD_FAST 5e-5
 #define TOL_RING_DQ TOL_BWD_FAST
 #define ABS_ONEKEY 1e-5
-#define TOL_BF16 (1.0 / 256)
-#define TOL_F16 (1.0 / 2048)
 #define FLOOR 0.1
-
-/* ---- double reference ---- */
-
-static int dvis(const td_attn_shape *s, int i, int j) {
-    return s->mask == TD_ATTN_NONE || s->k_pos + j <= s->q_pos + i;
-}
-
-/* out, lse as the header defines them; when dout != NULL also ADDS the
- * analytic gradients into dq, dk, dv (same layouts as q, k, v). */
-static void dref(double *out, double *lse, double *dq, double *dk, double *dv, const double *dout,
-                 const double *q, const double *k, const double *v, const td_attn_shape *s) {
-    int hs = s->hs, G = s->NH / s->NKV;
-    double scale = 1.0 / sqrt((double)hs), p[512], dp[512];
-    for (int b = 0; b < s->B; b++)
-        for (int h = 0; h < s->NH; h++)
-            for (int i = 0; i < s->Tq; i++) {
-                const double *qi = q + ((size_t)b * s->Tq + i) * s->q_stride + h * hs;
-                size_t kb = (size_t)b * s->Tk * s->kv_stride + (h / G) * hs;
-                double mx = -INFINITY, sum = 0;
-                for (int j = 0; j < s->Tk; j++) {
-                    p[j] = -INFINITY;
-                    if (!dvis(s, i, j)) continue;
-                    double a = 0;
-                    for (int d = 0; d < hs; d++) a += qi[d] * k[kb + (size_t)j * s->kv_stride + d];
-                    p[j] = a * scale;
-                    mx = fmax(mx, p[j]);
-                }
-                for (int j = 0; j < s->Tk; j++) sum += (p[j] = dvis(s, i, j) ? exp(p[j] - mx) : 0);
-                double *o = out + ((size_t)b * s->Tq + i) * s->o_stride + h * hs;
-                lse[((size_t)b * s->NH + h) * s->Tq + i] = sum > 0 ? mx + log(sum) : -INFINITY;
-                for (int j = 0; j < s->Tk; j++) p[j] = sum > 0 ? p[j] / sum : 0;
-                for (int d = 0; d < hs; d++) {
-                    double a = 0;
-                    for (int j = 0; j < s->Tk; j++)
-                        a += p[j] * v[kb + (size_t)j * s->kv_stride + d];
-                    o[d] = a;
-                }
-                if (!dout) continue;
-                const double *go = dout + ((size_t)b * s->Tq + i) * s->o_stride + h * hs;
-                double D = 0;
-                for (int d = 0; d < hs; d++) D += go[d] * o[d];
-                double *gq = dq + ((size_t)b * s->Tq + i) * s->q_stride + h * hs;
-                for (int j = 0; j < s->Tk; j++) {
-                    size_t kj = kb + (size_t)j * s->kv_stride;
-                    dp[j] = 0;
-                    for (int d = 0; d < hs; d++) dp[j] += go[d] * v[kj + d];
-                    double ds = p[j] * (dp[j] - D) * scale;
-                    for (int d = 0; d < hs; d++) {
-                        dv[kj + d] += p[j] * go[d];
-                        gq[d] += ds * k[kj + d];
-                        dk[kj + d] += ds * qi[d];
-                    }
-                }
-            }
-}
-
-/* A problem: separate q [B,Tq,NH*hs], k, v [B,Tk,NKV*hs], dout, with
- * random data; float and double copies. */
-typedef struct {
-    td_attn_shape s;
-    size_t nq, nk, nl;
-    float *q, *k, *v, *dout;
-    double *dq_, *dk_, *dv_, *dd; /* double copies of q, k, v, dout */
-} prob;
-
-static prob make(int B, int Tq, int Tk, int NH, int NKV, int hs, long qp, long kp,
-                 td_attn_mask mask, uint64_t seed) {
-    prob p = {.s = {B, Tq, Tk, NH, NKV, hs, NH * hs, NKV * hs, NH * hs, qp, kp, mask}};
-    p.nq = (size_t)B * Tq * NH * hs, p.nk = (size_t)B * Tk * NKV * hs, p.nl = (size_t)B * NH * Tq;
-    p.q = TU_NEW(float, p.nq), p.k = TU_NEW(float, p.nk), p.v = TU_NEW(float, p.nk);
-    p.dout = TU_NEW(float, p.nq);
-    tu_randn(p.q, p.nq, seed, 1.0f), tu_randn(p.k, p.nk, seed + 1, 1.0f);
-    tu_randn(p.v, p.nk, seed + 2, 1.0f), tu_randn(p.dout, p.nq, seed + 3, 1.0f);
-    p.dq_ = tu_to_double(p.q, p.nq), p.dk_ = tu_to_double(p.k, p.nk);
-    p.dv_ = tu_to_double(p.v, p.nk), p.dd = tu_to_double(p.dout, p.nq);
-    return p;
-}
 
 /* lse values that are -inf in the reference must be exactly -inf; the
  * finite ones are compared with tolerance (after the -inf are set to 0). */
@@ -369,76 +288,6 @@ static void test_threads(void) {
     tu_release(mark);
 }
 
-/* 4. 16-bit: the fp32 kernel on dense copies of the rounded inputs. */
-static void to16(int f16, void *d, const float *s, size_t n) {
-    if (f16)
-        td_f16_from_float_n(d, s, n);
-    else
-        td_bf16_from_float_n(d, s, n);
-}
-static void from16(int f16, float *d, const void *s, size_t n) {
-    if (f16)
-        td_f16_to_float_n(d, s, n);
-    else
-        td_bf16_to_float_n(d, s, n);
-}
-static void test_lowp(int f16) {
-    int mark = tu_mark();
-    prob p = make(2, 70, 90, 4, 2, 16, 20, 0, TD_ATTN_CAUSAL, 800);
-    float *x[4] = {p.q, p.k, p.v, p.dout};
-    size_t n[4] = {p.nq, p.nk, p.nk, p.nq};
-    uint16_t *h[4];
-    for (int i = 0; i < 4; i++) { /* round the inputs; x becomes their exact values */
-        h[i] = TU_NEW(uint16_t, n[i]);
-        to16(f16, h[i], x[i], n[i]);
-        from16(f16, x[i], h[i], n[i]);
-    }
-    float *out = TU_NEW(float, p.nq), *lse = TU_NEW(float, p.nl), *lh = TU_NEW(float, p.nl);
-    float *g[3] = {TU_NEW(float, p.nq), TU_NEW(float, p.nk), TU_NEW(float, p.nk)};
-    uint16_t *oh = TU_NEW(uint16_t, p.nq), *gh[3];
-    for (int i = 0; i < 3; i++) { /* gradients start from 16-bit values */
-        size_t m = i ? p.nk : p.nq;
-        gh[i] = TU_NEW(uint16_t, m);
-        tu_randn(g[i], m, 810 + i, 1.0f);
-        to16(f16, gh[i], g[i], m);
-        from16(f16, g[i], gh[i], m);
-    }
-    td_attn_forward(out, lse, p.q, p.k, p.v, &p.s, 0);
-    td_attn_backward(g[0], g[1], g[2], p.dout, out, lse, p.q, p.k, p.v, &p.s);
-    if (f16) {
-        td_attn_f16_forward(oh, lh, h[0], h[1], h[2], &p.s, 0);
-        td_attn_f16_backward(gh[0], gh[1], gh[2], h[3], oh, lh, h[0], h[1], h[2], &p.s);
-    } else {
-        td_attn_bf16_forward(oh, lh, h[0], h[1], h[2], &p.s, 0);
-        td_attn_bf16_backward(gh[0], gh[1], gh[2], h[3], oh, lh, h[0], h[1], h[2], &p.s);
-    }
-    /* the 16-bit backward used the ROUNDED out: redo the fp32 one with it */
-    float *of = TU_NEW(float, p.nq);
-    from16(f16, of, oh, p.nq);
-    for (int i = 0; i < 3; i++) {
-        size_t m = i ? p.nk : p.nq;
-        tu_randn(g[i], m, 810 + i, 1.0f);
-        uint16_t *t = TU_NEW(uint16_t, m);
-        to16(f16, t, g[i], m);
-        from16(f16, g[i], t, m);
-    }
-    td_attn_backward(g[0], g[1], g[2], p.dout, of, lse, p.q, p.k, p.v, &p.s);
-    double tol = f16 ? TOL_F16 : TOL_BF16;
-    const char *ty = f16 ? "fp16" : "bf16";
-    float *got = TU_NEW(float, p.nq);
-    from16(f16, got, oh, p.nq);
-    tu_check_close_f(L("%s fwd out vs fp32 kernel", ty), got, out, p.nq, tol, 0);
-    tu_check_bitwise(L("%s fwd lse vs fp32 kernel", ty), lh, lse, p.nl);
-    const char *gn[3] = {"dq", "dk", "dv"};
-    for (int i = 0; i < 3; i++) {
-        size_t m = i ? p.nk : p.nq;
-        float *gg = TU_NEW(float, m);
-        from16(f16, gg, gh[i], m);
-        tu_check_close_f(L("%s bwd %s vs fp32 kernel", ty, gn[i]), gg, g[i], m, tol, 0);
-    }
-    tu_release(mark);
-}
-
 int main(void) {
     td_kernels_set_threads(1);
     /* T not a multiple of the block size; offsets; no mask; GQA; Tq != Tk */
@@ -459,8 +308,6 @@ int main(void) {
     }
     test_masked_pair();
     test_threads();
-    test_lowp(0);
-    test_lowp(1);
     td_attn_release_scratch();
     return tu_finish("test_attention_blocked");
 }
