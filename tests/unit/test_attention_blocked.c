@@ -162,7 +162,7 @@ static void test_vs_materialized(int B, int T, int C, int NH) {
     size_t natt = (size_t)B * NH * T * T;
     float *qkv = TU_NEW(float, N * 3 * C), *dout = TU_NEW(float, N *C);
     tu_randn(qkv, N * 3 * C, 400 + T, 1.0f), tu_randn(dout, N * C, 401 + T, 1.0f);
-    td_attn_shape s = {B, T, T, NH, NH, hs, 3 * C, 3 * C, C, 0, 0, TD_ATTN_CAUSAL};
+    td_attn_shape s = {B, T, T, NH, NH, hs, 3 * C, 3 * C, C, 0, 0, TD_ATTN_CAUSAL, 0, 0};
     float *out = TU_NEW(float, N *C), *lse = TU_NEW(float, B *NH *T);
     float *dqkv = TU_NEW(float, N * 3 * C);
     td_attn_forward(out, lse, qkv, qkv + C, qkv + 2 * C, &s, 0);
