@@ -245,14 +245,8 @@ static void bwd_task(float *dq, float *dk, float *dv, const float *dout, const f
     float *dVb = dKb + round64((size_t)ATT_BK * hs);        /* [BK, hs] */
     for (int j0 = 0; j0 < s->Tk; j0 += ATT_BK) {
         int nk = s->Tk - j0 < ATT_BK ? s->Tk - j0 : ATT_BK;
-        /* first query row that sees key j0 (causal), as a block start */
-        int i_first = 0;
-        if (s->mask == TD_ATTN_CAUSAL) {
-            long f = s->k_pos + j0 - s->q_pos;
-            if (f >= s->Tq) break; /* this and later key blocks: seen by no query */
-            i_first = f <= 0 ? 0 : (int)(f / ATT_BQ) * ATT_BQ;
-        }
-        if (s->Tq == 0) break;
+        int i_first = td_attn_first_qblock(s, j0, ATT_BQ);
+        if (i_first < 0) break; /* this and later key blocks: seen by no query */
         size_t krow = (size_t)b * kv_rows(s) + j0;
         const float *Kb = k + krow * s->kv_stride + (size_t)g * hs; /* [nk, hs] */
         const float *Vb = v + krow * s->kv_stride + (size_t)g * hs; /* [nk, hs] */

@@ -33,10 +33,20 @@
 #include "trident/attention.h"
 #include "trident/base.h"
 
-#define LB_BQ 64 /* query rows per block */
-#define LB_BK                                                                                      \
-    128 /* key rows per block: larger than the fp32 kernel's, for oneDNN's per-call cost */
+/* The largest blocks: query rows, and key rows (more than the fp32
+ * kernel's, for oneDNN's per-call cost). A call's blocks are these, or its
+ * Tq / Tk rounded up to LB_B0 where shorter (short sequences and cp's
+ * chunks would otherwise multiply zero padding: T 64 ran 1.16x slower in
+ * 64 x 128 blocks than the materialized kernel). They depend on the shape
+ * alone, never on the thread count. */
+#define LB_BQ 64
+#define LB_BK 128
+#define LB_B0 16
 _Static_assert(LB_BK >= LB_BQ, "the forward's O [BQ,hs] lives in a [BK,hs] scratch");
+static int block_of(int T, int max) {
+    int r = (T + LB_B0 - 1) / LB_B0 * LB_B0;
+    return r < max ? (r > 0 ? r : LB_B0) : max;
+}
 
 static size_t al64(size_t bytes) { return (bytes + 63) / 64 * 64; }
 static inline int clampi(int x, int lo, int hi) { return x < lo ? lo : x > hi ? hi : x; }
@@ -65,7 +75,8 @@ void td_attn_release_scratch(void) {
 typedef struct {
     const td_lp_type *t;
     const td_attn_shape *s;
-    int Tqp, Tkp;               /* Tq, Tk rounded up to LB_BQ, LB_BK */
+    int bq, bk;                 /* this call's blocks (block_of), bk >= bq or bk = Tk's */
+    int Tqp, Tkp;               /* Tq, Tk rounded up to bq, bk */
     char *Q, *K, *V, *dO;       /* packed 16-bit [B, NH or NKV, Tqp or Tkp, hs] */
     float *D, *dQ;              /* [B,NH,Tq] rowsum(dO * O); [B,NH,Tqp,hs] fp32 dq sums */
     td_slot_gemm *qk, *pv, *tn; /* [BQ,hs]x[BK,hs]^T, [BQ,BK]x[BK,hs], [BQ,BK]^Tx[BQ,hs] */
@@ -136,12 +147,13 @@ static scratch carve(const ctx *c, int slot) {
 /* Shared setup: padded sizes, the three GEMMs and nt threads' scratch. */
 static ctx setup(const td_lp_type *t, const td_attn_shape *s, int nt) {
     ctx c = {.t = t, .s = s, .scale = 1.0f / sqrtf((float)s->hs)};
-    c.Tqp = (s->Tq + LB_BQ - 1) / LB_BQ * LB_BQ;
-    c.Tkp = (s->Tk + LB_BK - 1) / LB_BK * LB_BK;
+    c.bq = block_of(s->Tq, LB_BQ), c.bk = block_of(s->Tk, LB_BK);
+    c.Tqp = (s->Tq + c.bq - 1) / c.bq * c.bq;
+    c.Tkp = (s->Tk + c.bk - 1) / c.bk * c.bk;
     int hs = s->hs;
-    c.qk = td_dn_slot_gemm(t->k, LB_BQ, hs, LB_BK, 0, 1, 0, nt);
-    c.pv = td_dn_slot_gemm(t->k, LB_BQ, LB_BK, hs, 0, 0, 1, nt);
-    c.tn = td_dn_slot_gemm(t->k, LB_BK, LB_BQ, hs, 1, 0, 1, nt);
+    c.qk = td_dn_slot_gemm(t->k, c.bq, hs, c.bk, 0, 1, 0, nt);
+    c.pv = td_dn_slot_gemm(t->k, c.bq, c.bk, hs, 0, 0, 1, nt);
+    c.tn = td_dn_slot_gemm(t->k, c.bk, c.bq, hs, 1, 0, 1, nt);
     c.ws_per = ws_bytes(t, hs);
     c.ws = buf(B_WS, (size_t)nt * c.ws_per);
     return c;
@@ -153,7 +165,8 @@ static void fwd_task(const ctx *c, void *out, float *lse, int accumulate, int b,
                      int slot) {
     const td_attn_shape *s = c->s;
     const td_lp_type *t = c->t;
-    int hs = s->hs, g = h / (s->NH / s->NKV), nq = s->Tq - i0 < LB_BQ ? s->Tq - i0 : LB_BQ;
+    int BQ = c->bq, BK = c->bk, hs = s->hs, g = h / (s->NH / s->NKV);
+    int nq = s->Tq - i0 < BQ ? s->Tq - i0 : BQ;
     size_t z = t->size;
     const char *Q = c->Q + (((size_t)b * s->NH + h) * c->Tqp + i0) * hs * z;
     const char *K = c->K + ((size_t)b * s->NKV + g) * c->Tkp * hs * z;
@@ -161,18 +174,18 @@ static void fwd_task(const ctx *c, void *out, float *lse, int accumulate, int b,
     scratch w = carve(c, slot);
     float *O = w.A;
     for (int r = 0; r < nq; r++) w.m[r] = -INFINITY, w.l[r] = 0.0f;
-    memset(O, 0, sizeof(float) * LB_BQ * hs);
-    memset(w.P + (size_t)nq * LB_BK * z, 0, (size_t)(LB_BQ - nq) * LB_BK * z); /* padding rows */
+    memset(O, 0, sizeof(float) * BQ * hs);
+    memset(w.P + (size_t)nq * BK * z, 0, (size_t)(BQ - nq) * BK * z); /* padding rows */
     int kend = td_attn_visible(s, i0 + nq - 1); /* keys any row of the block sees */
-    for (int j0 = 0; j0 < kend; j0 += LB_BK) {
-        int nk = kend - j0 < LB_BK ? kend - j0 : LB_BK;
+    for (int j0 = 0; j0 < kend; j0 += BK) {
+        int nk = kend - j0 < BK ? kend - j0 : BK;
         td_dn_slot_gemm_run(c->qk, slot, w.S, Q, K + (size_t)j0 * hs * z);
         for (int r = 0; r < nq; r++) {
-            float *restrict row = w.S + (size_t)r * LB_BK;
-            char *prow = w.P + (size_t)r * LB_BK * z;
+            float *restrict row = w.S + (size_t)r * BK;
+            char *prow = w.P + (size_t)r * BK * z;
             int L = clampi(td_attn_visible(s, i0 + r) - j0, 0, nk); /* visible keys of the block */
             if (L == 0) { /* P = 0; the row's O, m, l stay as they are */
-                memset(prow, 0, LB_BK * z);
+                memset(prow, 0, BK * z);
                 continue;
             }
             for (int j = 0; j < L; j++) row[j] *= c->scale;
@@ -181,14 +194,14 @@ static void fwd_task(const ctx *c, void *out, float *lse, int accumulate, int b,
             /* exp(-inf - mx) would be td_k_expf's clamp value, not 0 */
             float alpha = m == -INFINITY ? 0.0f : td_k_expf(m - mx);
             for (int j = 0; j < L; j++) row[j] = td_k_expf(row[j] - mx);
-            for (int j = L; j < LB_BK; j++) row[j] = 0.0f; /* masked or past the keys: exactly 0 */
+            for (int j = L; j < BK; j++) row[j] = 0.0f; /* masked or past the keys: exactly 0 */
             w.l[r] = w.l[r] * alpha + td_k_sum(row, L);
             w.m[r] = mx;
             if (alpha != 1.0f) {
                 float *restrict o = O + (size_t)r * hs;
                 for (int d = 0; d < hs; d++) o[d] *= alpha;
             }
-            t->from_f32_1t(prow, row, LB_BK); /* P rounded to 16 bits for its GEMM */
+            t->from_f32_1t(prow, row, BK); /* P rounded to 16 bits for its GEMM */
         }
         td_dn_slot_gemm_run(c->pv, slot, O, w.P, V + (size_t)j0 * hs * z);
     }
@@ -212,10 +225,11 @@ static void fwd_task(const ctx *c, void *out, float *lse, int accumulate, int b,
 static void lp_forward(const td_lp_type *t, void *out, float *lse, const void *q, const void *k,
                        const void *v, const td_attn_shape *s, int accumulate) {
     td_attn_check_shape(s);
-    int nqb = (s->Tq + LB_BQ - 1) / LB_BQ;
-    long tasks = (long)s->B * s->NH * nqb;
-    if (tasks == 0) return;
+    long bh = (long)s->B * s->NH;
+    if (bh == 0 || s->Tq == 0) return;
     int nt = td_k_threads_for((size_t)s->B * s->NH * s->Tq * (size_t)s->Tk * s->hs / 8);
+    int nqb = (s->Tq + block_of(s->Tq, LB_BQ) - 1) / block_of(s->Tq, LB_BQ);
+    long tasks = bh * nqb;
     if (nt > tasks) nt = (int)tasks;
     ctx c = setup(t, s, nt);
     size_t z = t->size, nq = (size_t)s->B * s->NH * c.Tqp * s->hs;
@@ -229,9 +243,8 @@ static void lp_forward(const td_lp_type *t, void *out, float *lse, const void *q
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(dynamic, 1)
     for (long i = 0; i < tasks; i++) {
         /* the last query blocks (the most keys) first, for balance */
-        int qb = nqb - 1 - (int)(i % nqb), bh = (int)(i / nqb);
-        fwd_task(&c, out, lse, accumulate, bh / s->NH, bh % s->NH, qb * LB_BQ,
-                 omp_get_thread_num());
+        int qb = nqb - 1 - (int)(i % nqb), bhi = (int)(i / nqb);
+        fwd_task(&c, out, lse, accumulate, bhi / s->NH, bhi % s->NH, qb * c.bq, omp_get_thread_num());
     }
 }
 
@@ -243,7 +256,7 @@ static void bwd_pair(const ctx *c, const float *lse, const char *Kb, const char 
                      const scratch *w, int b, int h, int i0, int j0, int nk, int slot) {
     const td_attn_shape *s = c->s;
     const td_lp_type *t = c->t;
-    int hs = s->hs, nq = s->Tq - i0 < LB_BQ ? s->Tq - i0 : LB_BQ;
+    int BQ = c->bq, BK = c->bk, hs = s->hs, nq = s->Tq - i0 < BQ ? s->Tq - i0 : BQ;
     size_t z = t->size, prow = ((size_t)b * s->NH + h) * c->Tqp + i0;
     const char *Q = c->Q + prow * hs * z, *dO = c->dO + prow * hs * z; /* [BQ, hs] */
     const float *lr = lse + ((size_t)b * s->NH + h) * s->Tq + i0;      /* [nq] */
@@ -251,20 +264,20 @@ static void bwd_pair(const ctx *c, const float *lse, const char *Kb, const char 
     td_dn_slot_gemm_run(c->qk, slot, w->S, Q, Kb);
     td_dn_slot_gemm_run(c->qk, slot, w->dP, dO, Vb);
     for (int r = 0; r < nq; r++) {
-        float *restrict p = w->S + (size_t)r * LB_BK, *restrict g = w->dP + (size_t)r * LB_BK;
+        float *restrict p = w->S + (size_t)r * BK, *restrict g = w->dP + (size_t)r * BK;
         float m = lr[r], D = Dr[r];
         /* a row that saw no key anywhere (lse -inf) has P = 0 */
         int L = m == -INFINITY ? 0 : clampi(td_attn_visible(s, i0 + r) - j0, 0, nk);
         for (int j = 0; j < L; j++) p[j] = td_k_expf(p[j] * c->scale - m);
-        for (int j = L; j < LB_BK; j++) p[j] = 0.0f;
-        for (int j = 0; j < LB_BK; j++) g[j] = p[j] * (g[j] - D) * c->scale;
+        for (int j = L; j < BK; j++) p[j] = 0.0f;
+        for (int j = 0; j < BK; j++) g[j] = p[j] * (g[j] - D) * c->scale;
         /* P and dS rounded to 16 bits for their GEMMs */
-        t->from_f32_1t(w->P + (size_t)r * LB_BK * z, p, LB_BK);
-        t->from_f32_1t(w->dS + (size_t)r * LB_BK * z, g, LB_BK);
+        t->from_f32_1t(w->P + (size_t)r * BK * z, p, BK);
+        t->from_f32_1t(w->dS + (size_t)r * BK * z, g, BK);
     }
-    size_t pad = (size_t)(LB_BQ - nq) * LB_BK * z; /* query rows past Tq add nothing */
-    memset(w->P + (size_t)nq * LB_BK * z, 0, pad);
-    memset(w->dS + (size_t)nq * LB_BK * z, 0, pad);
+    size_t pad = (size_t)(BQ - nq) * BK * z; /* query rows past Tq add nothing */
+    memset(w->P + (size_t)nq * BK * z, 0, pad);
+    memset(w->dS + (size_t)nq * BK * z, 0, pad);
     /* dV_blk += P^T dO;  dK_blk += dS^T Q;  dQ += dS K_blk */
     td_dn_slot_gemm_run(c->tn, slot, w->B, w->P, dO);
     td_dn_slot_gemm_run(c->tn, slot, w->A, w->dS, Q);
@@ -285,20 +298,15 @@ static void bwd_task(const ctx *c, void *dk, void *dv, const float *lse, int b, 
     scratch w = carve(c, slot);
     const char *K = c->K + ((size_t)b * s->NKV + g) * c->Tkp * hs * z;
     const char *V = c->V + ((size_t)b * s->NKV + g) * c->Tkp * hs * z;
-    for (int j0 = 0; j0 < s->Tk; j0 += LB_BK) {
-        int nk = s->Tk - j0 < LB_BK ? s->Tk - j0 : LB_BK;
-        /* first query row that sees key j0 (causal), as a block start */
-        int i_first = 0;
-        if (s->mask == TD_ATTN_CAUSAL) {
-            long f = s->k_pos + j0 - s->q_pos;
-            if (f >= s->Tq) break; /* this and later key blocks: seen by no query */
-            i_first = f <= 0 ? 0 : (int)(f / LB_BQ) * LB_BQ;
-        }
-        if (s->Tq == 0) break;
-        memset(w.A, 0, sizeof(float) * LB_BK * hs);
-        memset(w.B, 0, sizeof(float) * LB_BK * hs);
+    int BQ = c->bq, BK = c->bk;
+    for (int j0 = 0; j0 < s->Tk; j0 += BK) {
+        int nk = s->Tk - j0 < BK ? s->Tk - j0 : BK;
+        int i_first = td_attn_first_qblock(s, j0, BQ);
+        if (i_first < 0) break; /* this and later key blocks: seen by no query */
+        memset(w.A, 0, sizeof(float) * BK * hs);
+        memset(w.B, 0, sizeof(float) * BK * hs);
         for (int hh = 0; hh < G; hh++)
-            for (int i0 = i_first; i0 < s->Tq; i0 += LB_BQ)
+            for (int i0 = i_first; i0 < s->Tq; i0 += BQ)
                 bwd_pair(c, lse, K + (size_t)j0 * hs * z, V + (size_t)j0 * hs * z, &w, b,
                          g * G + hh, i0, j0, nk, slot);
         for (int j = 0; j < nk; j++) { /* old value + this block's fp32 sum, rounded once */

@@ -152,6 +152,17 @@ static inline int td_attn_visible(const td_attn_shape *s, int i) {
     return n <= 0 ? 0 : n >= s->Tk ? s->Tk : (int)n;
 }
 
+/* The backward's first query block (of bq rows) that sees key j0, as its
+ * start row; -1 when no query row sees key j0 or any later key (causal:
+ * the key loop ends there). */
+static inline int td_attn_first_qblock(const td_attn_shape *s, int j0, int bq) {
+    if (s->Tq == 0) return -1;
+    if (s->mask != TD_ATTN_CAUSAL) return 0;
+    long f = s->k_pos + j0 - s->q_pos;
+    if (f >= s->Tq) return -1;
+    return f <= 0 ? 0 : (int)(f / bq) * bq;
+}
+
 /* Conversions on the calling thread only (no OpenMP region, not even an
  * inactive one): for rows converted inside a kernel's own parallel tasks.
  * The _n versions in kernels_bf16.h / kernels_f16.h split these over

@@ -157,7 +157,9 @@ static int dn_create(gemm_entry *e) {
 static gemm_entry *dn_lookup(const gemm_key *k) {
     for (int i = 0; i < g_entries; i++)
         if (!memcmp(&g_cache[i].key, k, sizeof *k)) return &g_cache[i];
-    TD_ASSERT(g_entries < DN_MAX_ENTRIES);
+    TD_CHECK(g_entries < DN_MAX_ENTRIES,
+             "internal: more than %d distinct oneDNN GEMM shapes cached; td_matmul_bf16_release between "
+             "shape sweeps", DN_MAX_ENTRIES);
     dn_init();
     gemm_entry *e = &g_cache[g_entries++];
     memset(e, 0, sizeof *e);
@@ -367,7 +369,9 @@ struct td_slot_gemm {
     float **conv;            /* [slots] fp32 copies of A and B (converted only) */
 };
 
-#define DN_MAX_SLOT_GEMMS 32
+/* 3 per (16-bit type, head size, attention block pair): a run meets a
+ * few; the tests' sweeps of shapes the most */
+#define DN_MAX_SLOT_GEMMS 128
 #define DN_MAX_SLOTS 256
 static struct td_slot_gemm g_slot_gemm[DN_MAX_SLOT_GEMMS];
 static int g_slot_gemms;
@@ -432,7 +436,9 @@ td_slot_gemm *td_dn_slot_gemm(td_ktype t, int M, int K, int N, int a_trans, int 
     for (int i = 0; i < g_slot_gemms && !g; i++)
         if (!memcmp(&g_slot_gemm[i].e->key, &k, sizeof k)) g = &g_slot_gemm[i];
     if (!g) {
-        TD_ASSERT(g_slot_gemms < DN_MAX_SLOT_GEMMS);
+        TD_CHECK(g_slot_gemms < DN_MAX_SLOT_GEMMS,
+                 "internal: more than %d distinct slot GEMM shapes (attention's 16-bit block products); "
+                 "td_matmul_bf16_release between shape sweeps", DN_MAX_SLOT_GEMMS);
         g = &g_slot_gemm[g_slot_gemms++];
         memset(g, 0, sizeof *g);
         g->e = g->run = lookup_1t(&k);
