@@ -85,7 +85,13 @@ size_t td_cp_ring_plan_bytes(const td_cp_shape *s, int n, size_t lent) {
     return n > 1 && 4 * block_bytes(s) > lent ? 4 * block_bytes(s) : 0;
 }
 
-void td_cp_ring_lend(td_cp_ring *g, void *ws, size_t bytes) { g->lent = ws, g->lent_bytes = ws ? bytes : 0; }
+void td_cp_ring_lend(td_cp_ring *g, void *ws, size_t bytes) {
+    g->lent = ws, g->lent_bytes = ws ? bytes : 0;
+    /* blocks of its own from earlier calls would be held beside the lent
+     * ones, which the plan does not count: they are made again if needed */
+    for (int i = 0; i < 4; i++) td_free(g->own[i]), g->own[i] = NULL;
+    g->cap = 0;
+}
 
 void td_cp_ring_formula(const td_cp_shape *s, int n, uint64_t *fwd, uint64_t *bwd) {
     uint64_t blk = block_bytes(s);
