@@ -19,7 +19,9 @@ rows=()
 run() {
   local D=$1 Z=$2 S=$3 ms="" log="$tmp/z$2-d$1-s$3.jsonl"
   for rep in 1 2; do
-    out=$($M -np $D build/trident bench train $CFG --batch $((4 * D)) --dp $D --zero $Z --dp-shard $S --log "$log" 2>&1 | grep 'bench train:')
+    out=$($M -np $D build/trident bench train $CFG --batch $((4 * D)) --dp $D --zero $Z --dp-shard $S --log "$log" 2>&1) ||
+      { echo "bench_zero: dp $D zero $Z shard $S failed:"; grep -m3 error <<<"$out"; exit 1; }
+    out=$(grep 'bench train:' <<<"$out")
     t=$(sed -n 's/.*step_ms=\([0-9.]*\).*/\1/p' <<<"$out")
     if [ -z "$ms" ] || awk "BEGIN{exit !($t < $ms)}"; then ms=$t; fi
   done

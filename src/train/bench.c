@@ -34,6 +34,8 @@ static int bench_train(int argc, char **argv) {
         {"--ps-servers", TD_FLAG_INT, &o.ps_servers, "parameter servers", NULL},
         {"--ps-staleness", TD_FLAG_INT, &o.ps_staleness, "ps staleness bound", NULL},
         {"--zero", TD_FLAG_INT, &o.zero, "ZeRO stage", NULL},
+        {"--dp-shard", TD_FLAG_INT, &o.dp_shard, "hybrid sharding: ZeRO within shards of N ranks (0: none)", NULL},
+        {"--cp", TD_FLAG_INT, &o.cp, "context-parallel size", NULL},
         {"--bucket-mb", TD_FLAG_DOUBLE, &o.bucket_mb, "bucket MiB", NULL},
         {"--no-overlap", TD_FLAG_BOOL, &o.no_overlap, "communicate after backward", NULL},
         {"--memory-report", TD_FLAG_BOOL, &o.memory_report, "detailed memory table", NULL},
