@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# `trident verify`: passes on correct layouts (pipeline, 3D, parameter
-# servers), and fails, naming the tensor and the rank, on a layout whose
+# `trident verify`: passes on correct layouts (pipeline, 3D, context
+# parallelism, parameter servers), and fails, naming the tensor and the rank, on a layout whose
 # reduction is broken on purpose (TRIDENT_FAULT=skip-embed-sum: the tied
 # embedding's gradient is not summed between the first and the last stage at
 # step 1).
@@ -22,6 +22,8 @@ pass pp2_1f1b      2 --pp 2 --micro-batches 2
 pass pp2_zbh1_tp2  4 --pp 2 --tp 2 --sequence-parallel --schedule zb-h1 --micro-batches 4
 pass 3d_zero1      8 --dp 2 --tp 2 --pp 2 --zero 1 --micro-batches 2
 pass tp2_dp2_zero3 4 --tp 2 --dp 2 --zero 3
+# context parallelism: every gradient summed over dp x cp, ZeRO sharded there
+pass cp2_dp2_zero1 4 --cp 2 --dp 2 --zero 1
 # a parameter server runs no steps of its own; its exit code is still the verdict
 pass ps_1server    3 --dp-mode ps --ps-servers 1
 

@@ -14,6 +14,7 @@
  * numbers on purpose, so they are not factors here (the precision and
  * compression tests hold them to their own bounds).
  *
+ * Usage: pairwise_set SEQ EMBD (the trained model's, which rules read).
  * Prints one line per run, "RANKS FLAGS...", to stdout, and a summary to
  * stderr; exits 1 when the set holds more than the issue's 40 runs or a
  * coverable pair is left uncovered (a bug here). */
@@ -62,6 +63,9 @@ static int ranks(const cand *c) {
     return ival(c, F_DP) * ival(c, F_TP) * ival(c, F_PP) * ival(c, F_CP) + ps(c);
 }
 
+/* The test's model: the rules read its sequence and channels */
+static int g_seq, g_embd;
+
 /* The run's options as the trainer would parse them. */
 static void opts_of(const cand *c, td_train_opts *o) {
     td_train_opts_default(o);
@@ -75,7 +79,7 @@ static void opts_of(const cand *c, td_train_opts *o) {
     o->grad_accum = ival(c, F_MICRO);
     o->dp_shard = c->v[F_SHARD] ? 2 : 0;
     o->grid_order = F[F_ORDER].val[c->v[F_ORDER]];
-    o->seq = 16, o->embd = 32; /* the test's model (test_pairwise.sh) */
+    o->seq = g_seq, o->embd = g_embd;
     td_train_opts_choices(o);
 }
 
@@ -116,7 +120,11 @@ static void print_run(const cand *c) {
     printf("\n");
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    if (argc != 3 || (g_seq = atoi(argv[1])) < 1 || (g_embd = atoi(argv[2])) < 1) {
+        fprintf(stderr, "usage: pairwise_set SEQ EMBD (the model test_pairwise.sh trains)\n");
+        return 2;
+    }
     size_t total = 1;
     for (int f = 0; f < NF; f++) total *= (size_t)F[f].n;
     cand *ok = malloc(total * sizeof *ok);

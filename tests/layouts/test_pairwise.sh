@@ -12,8 +12,9 @@ RUN=${2:?}
 shift 2
 # 4 layers: the interleaved schedule's 2 chunks on each of 2 stages; 2 heads
 # for tp 2; batch 8 for dp 4 x 2 micro-batches
-MODEL=(--layers 4 --heads 2 --embd 32 --seq 16 --batch 8 --steps 5 --threads 1)
-runs=$("$SET") || { echo "FAIL: pairwise_set"; exit 1; }
+SEQ=16 EMBD=32
+MODEL=(--layers 4 --heads 2 --embd $EMBD --seq $SEQ --batch 8 --steps 5 --threads 1)
+runs=$("$SET" $SEQ $EMBD) || { echo "FAIL: pairwise_set"; exit 1; }
 n=0 fails=0 t0=$SECONDS
 while read -r np flags; do
   n=$((n + 1))
