@@ -22,9 +22,11 @@
  * pos.float() * inv_freq (HF's [half,1] @ [1,T] matmul has K = 1), and each
  * output is fl(fl(x1 c) - fl(x2 s)) as q*cos + rotate_half(q)*sin rounds
  * it (the build has fp contraction off, so no FMA merges the two). At large
- * positions the fp32 angle itself is off from p*inv_freq by up to half an
- * ulp of the angle (p = 131072 with inv_freq = 1: ~1.3e5 rad, ulp 2^-7, so
- * up to 0.004 rad); that is HF's behaviour too, so imported models see the
+ * positions the fp32 angle is off from the exact p * theta^(-2i/hs) by half
+ * an ulp of the angle (p = 131072 with inv_freq = 1: ~1.3e5 rad, ulp 2^-7,
+ * up to 0.004 rad) plus p times inv_freq's own fp32 error (a few ulp):
+ * test_rope measures up to 9e-3 rad at position 131071 with Llama 3.1's
+ * table. That is HF's behaviour too, so imported models see the
  * same rotation as in PyTorch. The only difference left is the cos/sin
  * libraries: glibc's cosf/sinf here, SLEEF's (CPU) or CUDA's there, each
  * within about 1 ulp of the exact cos/sin of the same fp32 angle.
