@@ -111,22 +111,22 @@ void td_rope_forward(float *x, const float *cs, int B, int T, int stride, int co
 void td_rope_backward(float *g, const float *cs, int B, int T, int stride, int col, int heads,
                       int hs);
 /* The oracles: the same results from pos and inv_freq, no table. */
-void td_rope_forward_ref(float *x, const int *pos, const float *inv_freq, int B, int T,
-                         int stride, int col, int heads, int hs);
-void td_rope_backward_ref(float *g, const int *pos, const float *inv_freq, int B, int T,
-                          int stride, int col, int heads, int hs);
+void td_rope_forward_ref(float *x, const int *pos, const float *inv_freq, int B, int T, int stride,
+                         int col, int heads, int hs);
+void td_rope_backward_ref(float *g, const int *pos, const float *inv_freq, int B, int T, int stride,
+                          int col, int heads, int hs);
 
 /* 16-bit activations (bf16 / fp16), the fp32 table: each head vector is
  * converted to fp32, turned by the fp32 kernel's arithmetic and rounded
  * once, so the result is exactly the rounding of what td_rope_forward /
  * td_rope_backward give on the same (16-bit-valued) inputs. */
-void td_rope_bf16_forward(td_bf16 *x, const float *cs, int B, int T, int stride, int col,
-                          int heads, int hs);
+void td_rope_bf16_forward(td_bf16 *x, const float *cs, int B, int T, int stride, int col, int heads,
+                          int hs);
 void td_rope_bf16_backward(td_bf16 *g, const float *cs, int B, int T, int stride, int col,
                            int heads, int hs);
 void td_rope_f16_forward(td_f16 *x, const float *cs, int B, int T, int stride, int col, int heads,
                          int hs);
-void td_rope_f16_backward(td_f16 *g, const float *cs, int B, int T, int stride, int col,
-                          int heads, int hs);
+void td_rope_f16_backward(td_f16 *g, const float *cs, int B, int T, int stride, int col, int heads,
+                          int hs);
 
 #endif

@@ -29,9 +29,9 @@ void td_rope_inv_freq(float *inv_freq, double theta, int hs) {
     TD_CHECK(theta > 0.0, "rope: theta %g must be > 0", theta);
     const float base = (float)theta, dim = (float)hs;
     for (int i = 0; i < hs / 2; i++) {
-        float e = (float)(2 * i) / dim;               /* arange(0, dim, 2).float() / dim */
+        float e = (float)(2 * i) / dim;                /* arange(0, dim, 2).float() / dim */
         float p = (float)pow((double)base, (double)e); /* base ** e, fp32 */
-        inv_freq[i] = 1.0f / p;                         /* 1.0 / (...) */
+        inv_freq[i] = 1.0f / p;                        /* 1.0 / (...) */
     }
 }
 
@@ -159,13 +159,13 @@ static void rope_ref(float *x, const int *pos, const float *inv_freq, int B, int
             }
 }
 
-void td_rope_forward_ref(float *x, const int *pos, const float *inv_freq, int B, int T,
-                         int stride, int col, int heads, int hs) {
+void td_rope_forward_ref(float *x, const int *pos, const float *inv_freq, int B, int T, int stride,
+                         int col, int heads, int hs) {
     rope_ref(x, pos, inv_freq, B, T, stride, col, heads, hs, 0);
 }
 
-void td_rope_backward_ref(float *g, const int *pos, const float *inv_freq, int B, int T,
-                          int stride, int col, int heads, int hs) {
+void td_rope_backward_ref(float *g, const int *pos, const float *inv_freq, int B, int T, int stride,
+                          int col, int heads, int hs) {
     rope_ref(g, pos, inv_freq, B, T, stride, col, heads, hs, 1);
 }
 
@@ -204,8 +204,8 @@ static void rope_lp(const td_lp_type *t, void *x, const float *cs, int B, int T,
     }
 }
 
-void td_rope_bf16_forward(td_bf16 *x, const float *cs, int B, int T, int stride, int col,
-                          int heads, int hs) {
+void td_rope_bf16_forward(td_bf16 *x, const float *cs, int B, int T, int stride, int col, int heads,
+                          int hs) {
     rope_lp(&TD_LP_BF16, x, cs, B, T, stride, col, heads, hs, 0);
 }
 void td_rope_bf16_backward(td_bf16 *g, const float *cs, int B, int T, int stride, int col,
@@ -216,7 +216,7 @@ void td_rope_f16_forward(td_f16 *x, const float *cs, int B, int T, int stride, i
                          int hs) {
     rope_lp(&TD_LP_F16, x, cs, B, T, stride, col, heads, hs, 0);
 }
-void td_rope_f16_backward(td_f16 *g, const float *cs, int B, int T, int stride, int col,
-                          int heads, int hs) {
+void td_rope_f16_backward(td_f16 *g, const float *cs, int B, int T, int stride, int col, int heads,
+                          int hs) {
     rope_lp(&TD_LP_F16, g, cs, B, T, stride, col, heads, hs, 1);
 }
