@@ -62,7 +62,7 @@ static size_t at(lay L, long n, int h, int j) {
 /* ang[t * half + i]: the kernel's fp32 angle, as a double. */
 static double *fp32_angles(const int *pos, const float *inv, int T, int hs) {
     int half = hs / 2;
-    double *a = TU_NEW(double, (size_t)T * half);
+    double *a = TU_NEW(double, (size_t)T *half);
     for (int t = 0; t < T; t++)
         for (int i = 0; i < half; i++) a[(size_t)t * half + i] = (double)((float)pos[t] * inv[i]);
     return a;
@@ -173,6 +173,24 @@ static double dref_llama3(double inv, double factor, double low, double high, do
     return (1.0 - smooth) * inv / factor + smooth * inv;
 }
 
+/* Llama 3.1's table as PyTorch computes it with HF's code (fp32, CPU):
+ * tests/unit/rope_hf_table.py's output (torch 1.13). The fp32 steps of
+ * rope.h reproduce it bit for bit; an importer can rely on that. (cos/sin
+ * of the angles then differ from torch's SLEEF by at most 1 ulp; measured
+ * at positions 0, 1, 8191, 131071: 15 of 512 entries.) */
+static const uint32_t HF_LLAMA31_INV_FREQ[64] = {
+    0x3f800000u, 0x3f508ac1u, 0x3f29e1c6u, 0x3f0a6384u, 0x3ee177bcu, 0x3eb7ab7du, 0x3e959ee3u,
+    0x3e73c461u, 0x3e4693b0u, 0x3e21c3a0u, 0x3e03c6a0u, 0x3dd6b19cu, 0x3daee4adu, 0x3d8e7898u,
+    0x3d681e67u, 0x3d3d1684u, 0x3d1a08c8u, 0x3cfaf53fu, 0x3ccc6f49u, 0x3ca68939u, 0x3c87a9c3u,
+    0x3c5d06ecu, 0x3c340d6du, 0x3c12ac7fu, 0x3beef74fu, 0x3bc2aa76u, 0x3b9e9402u, 0x3b812e35u,
+    0x3b527720u, 0x3b0dfd06u, 0x3ab3d11du, 0x3a60979eu, 0x3a0995d2u, 0x39a3f108u, 0x393b2dd2u,
+    0x38c86886u, 0x38a3418du, 0x3884fdbfu, 0x3858ac81u, 0x38308199u, 0x380fc8f8u, 0x37ea426fu,
+    0x37bed4f4u, 0x379b7475u, 0x377d45c3u, 0x374e51f5u, 0x3728126bu, 0x3708ea0fu, 0x36df10c4u,
+    0x36b5b687u, 0x369406cbu, 0x36712b80u, 0x36447610u, 0x36200a69u, 0x36025f34u, 0x35d46808u,
+    0x35ad07a7u, 0x358cf400u, 0x3565a54du, 0x353b12c7u, 0x351864a7u, 0x34f848c2u, 0x34ca41b0u,
+    0x34a4c2ffu,
+};
+
 static void test_llama3(void) {
     int mark = tu_mark();
     const int hs = 128, half = hs / 2;
@@ -198,9 +216,12 @@ static void test_llama3(void) {
         double d = pow(theta, -2.0 * i / hs), e = dref_llama3(d, factor, low, high, orig);
         worst = fmax(worst, fabs(inv[i] - e) / (e * U32));
         double wl = 2.0 * M_PI / d;
-        if (wl < orig / high) kept++, wrong_branch += inv[i] != base[i];
-        else if (wl > orig / low) divided++, wrong_branch += inv[i] != base[i] / 8.0f;
-        else blended++;
+        if (wl < orig / high)
+            kept++, wrong_branch += inv[i] != base[i];
+        else if (wl > orig / low)
+            divided++, wrong_branch += inv[i] != base[i] / 8.0f;
+        else
+            blended++;
     }
     TU_EXPECT(worst <= 224.0, "llama3 scaling: %.1f u > 224 u", worst);
     printf("%s  %-60s max %.2f u relative (tol 224)\n", worst <= 224.0 ? "PASS" : "FAIL",
@@ -210,11 +231,13 @@ static void test_llama3(void) {
      * i = 35.0); kept and divided entries are the base table bit for bit
      * (and / 8, exact for a power of two). */
     TU_EXPECT(kept == 29 && blended == 6 && divided == 29 && wrong_branch == 0,
-              "llama3 branches: kept %d blended %d divided %d, %d entries not base or base/8",
-              kept, blended, divided, wrong_branch);
+              "llama3 branches: kept %d blended %d divided %d, %d entries not base or base/8", kept,
+              blended, divided, wrong_branch);
     printf("%s  %-60s kept %d, blended %d, divided %d\n",
            kept == 29 && blended == 6 && divided == 29 && !wrong_branch ? "PASS" : "FAIL",
            "llama3 branches: 29 kept, 6 blended, 29 divided, exact", kept, blended, divided);
+    check_bits("llama3.1 table = torch's (HF's code), bitwise", inv, HF_LLAMA31_INV_FREQ,
+               sizeof HF_LLAMA31_INV_FREQ);
     tu_release(mark);
 }
 
@@ -231,7 +254,7 @@ static void test_fused_gqa(void) {
     size_t n = lay_n(Q);
     int *pos = TU_NEW(int, T);
     for (int t = 0; t < T; t++) pos[t] = t < T / 2 ? t : 131072 - T + t;
-    float *inv = TU_NEW(float, hs / 2), *cs = TU_NEW(float, (size_t)T * hs);
+    float *inv = TU_NEW(float, hs / 2), *cs = TU_NEW(float, (size_t)T *hs);
     td_rope_inv_freq(inv, 10000.0, hs);
     td_rope_table(cs, pos, inv, T, hs);
     double *ang = fp32_angles(pos, inv, T, hs);
@@ -317,14 +340,14 @@ static void test_fd(void) {
     lay L = {2, 3, 20, 2, 2, 8}; /* columns 2..17 turned, 0,1,18,19 not */
     const int pos[3] = {5, 1000, 70000};
     size_t n = lay_n(L);
-    float *inv = TU_NEW(float, L.hs / 2), *cs = TU_NEW(float, (size_t)L.T * L.hs);
+    float *inv = TU_NEW(float, L.hs / 2), *cs = TU_NEW(float, (size_t)L.T *L.hs);
     td_rope_inv_freq(inv, 10000.0, L.hs);
     td_rope_table(cs, pos, inv, L.T, L.hs);
     float *x = TU_NEW(float, n), *g = TU_NEW(float, n);
     tu_randn(x, n, 3, 1.0f);
     tu_randn(g, n, 4, 1.0f);
-    struct fd_ctx c = {L, fp32_angles(pos, inv, L.T, L.hs), tu_to_double(g, n),
-                       tu_to_double(x, n), TU_NEW(double, n)};
+    struct fd_ctx c = {L, fp32_angles(pos, inv, L.T, L.hs), tu_to_double(g, n), tu_to_double(x, n),
+                       TU_NEW(double, n)};
     double *fd = TU_NEW(double, n);
     for (size_t i = 0; i < n; i++) {
         double x0 = c.x[i], h = 1e-3;
@@ -366,7 +389,7 @@ static void test_llama31_positions(void) {
     size_t n = lay_n(L);
     int *pos = TU_NEW(int, T);
     for (int t = 0; t < T; t++) pos[t] = t < 8 ? t : t < 16 ? 8192 + t : 131072 - T + t;
-    float *inv = TU_NEW(float, half), *cs = TU_NEW(float, (size_t)T * hs);
+    float *inv = TU_NEW(float, half), *cs = TU_NEW(float, (size_t)T *hs);
     td_rope_inv_freq(inv, 500000.0, hs);
     td_rope_llama3_scale(inv, hs, 8, 1, 4, 8192);
     td_rope_table(cs, pos, inv, T, hs);
@@ -375,7 +398,7 @@ static void test_llama31_positions(void) {
     double *xd = tu_to_double(x, n), *y = TU_NEW(double, n), *yd = TU_NEW(double, n);
     float *xf = tu_copy(x, n);
     td_rope_forward(xf, cs, B, T, L.stride, 0, heads, hs);
-    double *ang = fp32_angles(pos, inv, T, hs), *angd = TU_NEW(double, (size_t)T * half);
+    double *ang = fp32_angles(pos, inv, T, hs), *angd = TU_NEW(double, (size_t)T *half);
     double max_dang = 0;
     for (int t = 0; t < T; t++)
         for (int i = 0; i < half; i++) {
@@ -402,7 +425,8 @@ static void test_llama31_positions(void) {
     printf("%s  %-60s %.6f of r(|da| + 4u)\n", worst_ratio <= 1.0 ? "PASS" : "FAIL",
            "llama3.1 fwd vs fully double angles, within r |d angle|", worst_ratio);
     printf("INFO  fp32 vs double angles to pos 131071: max |d angle| %.3e rad, "
-           "max |out - out_double| / r %.3e\n", max_dang, worst_info);
+           "max |out - out_double| / r %.3e\n",
+           max_dang, worst_info);
     tu_release(mark);
 }
 
@@ -419,7 +443,7 @@ static void test_cp_split(void) {
     td_rope_inv_freq(inv, 500000.0, hs);
     int *gpos = TU_NEW(int, Tg);
     for (int t = 0; t < Tg; t++) gpos[t] = p0 + t;
-    float *csg = TU_NEW(float, (size_t)Tg * hs);
+    float *csg = TU_NEW(float, (size_t)Tg *hs);
     td_rope_table(csg, gpos, inv, Tg, hs);
     size_t ng = (size_t)B * Tg * W;
     float *xg = TU_NEW(float, ng);
@@ -430,7 +454,7 @@ static void test_cp_split(void) {
     int ok = 1;
     for (int r = 0; r < N; r++) {
         int Tl = 2 * ch, *pos = TU_NEW(int, Tl);
-        float *xl = TU_NEW(float, (size_t)B * Tl * W), *csl = TU_NEW(float, (size_t)Tl * hs);
+        float *xl = TU_NEW(float, (size_t)B *Tl *W), *csl = TU_NEW(float, (size_t)Tl *hs);
         for (int b = 0; b < B; b++)
             for (int t = 0; t < Tl; t++) {
                 int chunk = t < ch ? r : 2 * N - 1 - r, gt = chunk * ch + t % ch;
@@ -453,7 +477,7 @@ static void test_cp_split(void) {
            "cp 2: chunks {r, 3-r} with own positions = whole, bitwise");
     /* and the positions do matter: the same local rows with contiguous
      * positions 0.. give something else (the check above can fail) */
-    float *xc = tu_copy(x0, ng), *csc = TU_NEW(float, (size_t)Tg * hs);
+    float *xc = tu_copy(x0, ng), *csc = TU_NEW(float, (size_t)Tg *hs);
     int *cpos = TU_NEW(int, Tg);
     for (int t = 0; t < Tg; t++) cpos[t] = t;
     td_rope_table(csc, cpos, inv, Tg, hs);
@@ -534,7 +558,7 @@ static void test_lowp(const lp *t) {
         size_t n = lay_n(QK);
         int *pos = TU_NEW(int, T);
         for (int i = 0; i < T; i++) pos[i] = i % 2 ? 131000 + i : i;
-        float *inv = TU_NEW(float, hs / 2), *cs = TU_NEW(float, (size_t)T * hs);
+        float *inv = TU_NEW(float, hs / 2), *cs = TU_NEW(float, (size_t)T *hs);
         td_rope_inv_freq(inv, 500000.0, hs);
         td_rope_table(cs, pos, inv, T, hs);
         /* 16-bit inputs and their exact fp32 values; g scaled small, as
@@ -579,7 +603,7 @@ typedef struct {
 static thr_out thread_run(void) {
     const int B = 2, T = 256, NH = 8, NKV = 4, hs = 64, C = NH * hs, W = C + 2 * NKV * hs;
     size_t n = (size_t)B * T * W;
-    thr_out o = {TU_NEW(float, (size_t)T * hs), TU_NEW(float, n), TU_NEW(float, n),
+    thr_out o = {TU_NEW(float, (size_t)T *hs), TU_NEW(float, n), TU_NEW(float, n),
                  TU_NEW(td_bf16, n), TU_NEW(td_f16, n)};
     int *pos = TU_NEW(int, T);
     for (int t = 0; t < T; t++) pos[t] = (t * 7919) % 131072; /* scattered */
