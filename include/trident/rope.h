@@ -75,7 +75,8 @@
  * exponent e = fp32(2i) / fp32(hs) rounded to fp32, the base rounded to
  * fp32, fp32(theta^e) (taken as pow in double rounded once: the correctly
  * rounded value, which torch's powf, within 1 ulp, nearly always gives),
- * then the fp32 reciprocal. hs even, >= 2; theta > 0. */
+ * then the fp32 reciprocal. With td_rope_llama3_scale it gives Llama 3.1's
+ * table bit for bit as torch does with HF's code (test_rope). hs even, >= 2; theta > 0. */
 void td_rope_inv_freq(float *inv_freq, double theta, int hs);
 
 /* Llama 3.1's rope_scaling (rope_type "llama3"), applied in place to a
