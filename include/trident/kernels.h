@@ -1,4 +1,4 @@
-/* kernels: forward and backward of every op of the GPT model on the CPU.
+/* kernels: forward and backward of every op of the GPT-2 and Llama models on the CPU.
  *
  * Conventions (docs/design.md): outputs first, then saved statistics, then inputs,
  * weights, sizes. All tensors are row-major fp32 in flat buffers. Every
@@ -53,6 +53,21 @@ void td_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
                            const float *inp, const float *w, const float *mean,
                            const float *rstd, int N, int C);
 
+/* RMSNorm (Llama): out[N,C] = inp * rstd * w, rstd = 1 / sqrt(mean(inp^2) +
+ * eps) per row, saved in rstd[N] (fp32; may be NULL in the forward). No
+ * bias, no centring. eps is the model's (Llama 1: 1e-6, Llama 2/3: 1e-5).
+ * The backward ADDS dinp += rstd (w dout - xh mean(w dout xh)), xh = inp
+ * rstd, and dw += sum over rows of dout inp rstd. The _ref versions are
+ * plain loops (one running sum per row), the oracle for the tests. */
+void td_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C,
+                        float eps);
+void td_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp,
+                         const float *w, const float *rstd, int N, int C);
+void td_rmsnorm_forward_ref(float *out, float *rstd, const float *inp, const float *w, int N, int C,
+                            float eps);
+void td_rmsnorm_backward_ref(float *dinp, float *dw, const float *dout, const float *inp,
+                             const float *w, const float *rstd, int N, int C);
+
 /* out[N,OC] = inp[N,C] @ w[OC,C]^T + bias[OC] (bias may be NULL). */
 void td_matmul_forward(float *out, const float *inp, const float *w, const float *bias,
                        int N, int C, int OC);
@@ -79,6 +94,21 @@ void td_attention_backward_ref(float *dqkv, float *datt, const float *dout, cons
 /* GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
 void td_gelu_forward(float *out, const float *inp, size_t n);
 void td_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
+
+/* SwiGLU (Llama's MLP): h[N,F] = silu(g) * u, silu(g) = g sigmoid(g), read
+ * from the FUSED gate|up activation gu[N, 2F]: row n holds g in columns
+ * [0, F) and u in [F, 2F), as one GEMM with the weight [gate; up] (2F rows,
+ * gate first) writes it; under tensor parallelism each rank's gu is
+ * [N, 2 F/tp] laid out the same way from its own gate and up shards.
+ * The backward WRITES (the exception to the add rule, like dlogits: gu has
+ * no other consumer) dgu[N, 2F] in the same layout: dg = dh u silu'(g),
+ * silu'(g) = sigmoid(g) (1 + g (1 - sigmoid(g))), du = dh silu(g). dgu may
+ * alias gu. Safe for any |g| (no inf / NaN from finite inputs, see
+ * swiglu.c). The _ref versions are plain loops on libm's expf. */
+void td_swiglu_forward(float *h, const float *gu, int N, int F);
+void td_swiglu_backward(float *dgu, const float *dh, const float *gu, int N, int F);
+void td_swiglu_forward_ref(float *h, const float *gu, int N, int F);
+void td_swiglu_backward_ref(float *dgu, const float *dh, const float *gu, int N, int F);
 
 /* out = a + b */
 void td_residual_forward(float *out, const float *a, const float *b, size_t n);

@@ -103,6 +103,19 @@ void td_layernorm_bf16_backward(td_bf16 *dinp, float *dw, float *db, const td_bf
                                 const td_bf16 *inp, const float *w, const float *mean,
                                 const float *rstd, int N, int C);
 
+/* RMSNorm (Llama), as td_rmsnorm_*: rstd [N] fp32 (saved statistics);
+ * w, dw fp32; dinp bf16, added into. */
+void td_rmsnorm_bf16_forward(td_bf16 *out, float *rstd, const td_bf16 *inp, const float *w, int N,
+                             int C, float eps);
+void td_rmsnorm_bf16_backward(td_bf16 *dinp, float *dw, const td_bf16 *dout, const td_bf16 *inp,
+                              const float *w, const float *rstd, int N, int C);
+
+/* SwiGLU (Llama), as td_swiglu_*: h[N,F] from the fused gate|up gu[N,2F]
+ * (g in columns [0, F), u in [F, 2F)); dgu written in that layout, may
+ * alias gu. */
+void td_swiglu_bf16_forward(td_bf16 *h, const td_bf16 *gu, int N, int F);
+void td_swiglu_bf16_backward(td_bf16 *dgu, const td_bf16 *dh, const td_bf16 *gu, int N, int F);
+
 void td_gelu_bf16_forward(td_bf16 *out, const td_bf16 *inp, size_t n);
 void td_gelu_bf16_backward(td_bf16 *dinp, const td_bf16 *inp, const td_bf16 *dout, size_t n);
 void td_residual_bf16_forward(td_bf16 *out, const td_bf16 *a, const td_bf16 *b, size_t n);

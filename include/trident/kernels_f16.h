@@ -85,6 +85,12 @@ void td_layernorm_f16_forward(td_f16 *out, float *mean, float *rstd, const td_f1
 void td_layernorm_f16_backward(td_f16 *dinp, float *dw, float *db, const td_f16 *dout,
                                const td_f16 *inp, const float *w, const float *mean,
                                const float *rstd, int N, int C);
+void td_rmsnorm_f16_forward(td_f16 *out, float *rstd, const td_f16 *inp, const float *w, int N,
+                            int C, float eps);
+void td_rmsnorm_f16_backward(td_f16 *dinp, float *dw, const td_f16 *dout, const td_f16 *inp,
+                             const float *w, const float *rstd, int N, int C);
+void td_swiglu_f16_forward(td_f16 *h, const td_f16 *gu, int N, int F);
+void td_swiglu_f16_backward(td_f16 *dgu, const td_f16 *dh, const td_f16 *gu, int N, int F);
 void td_gelu_f16_forward(td_f16 *out, const td_f16 *inp, size_t n);
 void td_gelu_f16_backward(td_f16 *dinp, const td_f16 *inp, const td_f16 *dout, size_t n);
 void td_residual_f16_forward(td_f16 *out, const td_f16 *a, const td_f16 *b, size_t n);

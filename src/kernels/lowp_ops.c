@@ -181,6 +181,78 @@ static void layernorm_bwd(const td_lp_type *t, void *dinp, float *dw, float *db,
     release(dx);
 }
 
+/* ---- rmsnorm (Llama): tiles of whole rows, as layernorm ---- */
+
+static void rmsnorm_fwd(const td_lp_type *t, void *out, float *rstd, const void *inp,
+                        const float *w, int N, int C, float eps) {
+    int R = tile_rows(C);
+    float *x = scratch((size_t)R * C), *y = scratch((size_t)R * C);
+    for (int n0 = 0; n0 < N; n0 += R) {
+        int rows = N - n0 < R ? N - n0 : R;
+        size_t off = (size_t)n0 * C, len = (size_t)rows * C;
+        t->to_f32(x, at_c(t, inp, off), len);
+        td_rmsnorm_forward(y, rstd ? rstd + n0 : NULL, x, w, rows, C, eps);
+        t->from_f32(at(t, out, off), y, len);
+    }
+    release(x);
+    release(y);
+}
+
+/* dw (fp32) receives one partial sum per tile, tiles in row order. */
+static void rmsnorm_bwd(const td_lp_type *t, void *dinp, float *dw, const void *dout,
+                        const void *inp, const float *w, const float *rstd, int N, int C) {
+    int R = tile_rows(C);
+    float *x = scratch((size_t)R * C), *g = scratch((size_t)R * C);
+    float *dx = dinp ? scratch((size_t)R * C) : NULL;
+    for (int n0 = 0; n0 < N; n0 += R) {
+        int rows = N - n0 < R ? N - n0 : R;
+        size_t off = (size_t)n0 * C, len = (size_t)rows * C;
+        t->to_f32(x, at_c(t, inp, off), len);
+        t->to_f32(g, at_c(t, dout, off), len);
+        if (dx) t->to_f32(dx, at(t, dinp, off), len); /* the kernel adds into dinp */
+        td_rmsnorm_backward(dx, dw, g, x, w, rstd + n0, rows, C);
+        if (dx) t->from_f32(at(t, dinp, off), dx, len);
+    }
+    release(x);
+    release(g);
+    release(dx);
+}
+
+/* ---- swiglu (Llama): tiles of whole rows of the fused gate|up [N, 2F] ---- */
+
+static void swiglu_fwd(const td_lp_type *t, void *h, const void *gu, int N, int F) {
+    int R = tile_rows(2 * F);
+    float *x = scratch((size_t)R * 2 * F), *y = scratch((size_t)R * F);
+    for (int n0 = 0; n0 < N; n0 += R) {
+        int rows = N - n0 < R ? N - n0 : R;
+        t->to_f32(x, at_c(t, gu, (size_t)n0 * 2 * F), (size_t)rows * 2 * F);
+        td_swiglu_forward(y, x, rows, F);
+        t->from_f32(at(t, h, (size_t)n0 * F), y, (size_t)rows * F);
+    }
+    release(x);
+    release(y);
+}
+
+/* dgu is written, and may alias gu: each tile of gu is read before the
+ * same tile of dgu is written. */
+static void swiglu_bwd(const td_lp_type *t, void *dgu, const void *dh, const void *gu, int N,
+                       int F) {
+    int R = tile_rows(2 * F);
+    float *x = scratch((size_t)R * 2 * F), *g = scratch((size_t)R * F);
+    float *dx = scratch((size_t)R * 2 * F);
+    for (int n0 = 0; n0 < N; n0 += R) {
+        int rows = N - n0 < R ? N - n0 : R;
+        size_t off = (size_t)n0 * 2 * F, len = (size_t)rows * 2 * F;
+        t->to_f32(x, at_c(t, gu, off), len);
+        t->to_f32(g, at_c(t, dh, (size_t)n0 * F), (size_t)rows * F);
+        td_swiglu_backward(dx, g, x, rows, F);
+        t->from_f32(at(t, dgu, off), dx, len);
+    }
+    release(x);
+    release(g);
+    release(dx);
+}
+
 /* ---- attention: one batch row (all heads) per tile ---- */
 
 static void attention_fwd(const td_lp_type *t, void *out, void *att, const void *qkv, int B, int T,
@@ -326,6 +398,21 @@ void td_softmax_xent_bf16_backward(td_bf16 *dlogits, const td_bf16 *probs, const
     xent_bwd(&TD_LP_BF16, dlogits, probs, targets, dloss, N, V, Vp);
 }
 
+void td_rmsnorm_bf16_forward(td_bf16 *out, float *rstd, const td_bf16 *inp, const float *w, int N,
+                             int C, float eps) {
+    rmsnorm_fwd(&TD_LP_BF16, out, rstd, inp, w, N, C, eps);
+}
+void td_rmsnorm_bf16_backward(td_bf16 *dinp, float *dw, const td_bf16 *dout, const td_bf16 *inp,
+                              const float *w, const float *rstd, int N, int C) {
+    rmsnorm_bwd(&TD_LP_BF16, dinp, dw, dout, inp, w, rstd, N, C);
+}
+void td_swiglu_bf16_forward(td_bf16 *h, const td_bf16 *gu, int N, int F) {
+    swiglu_fwd(&TD_LP_BF16, h, gu, N, F);
+}
+void td_swiglu_bf16_backward(td_bf16 *dgu, const td_bf16 *dh, const td_bf16 *gu, int N, int F) {
+    swiglu_bwd(&TD_LP_BF16, dgu, dh, gu, N, F);
+}
+
 /* ---- the public functions: fp16 ---- */
 
 void td_gelu_f16_forward(td_f16 *out, const td_f16 *inp, size_t n) {
@@ -372,4 +459,18 @@ void td_softmax_xent_f16_forward(float *losses, td_f16 *probs, const td_f16 *log
 void td_softmax_xent_f16_backward(td_f16 *dlogits, const td_f16 *probs, const int *targets,
                                   const float *dloss, int N, int V, int Vp) {
     xent_bwd(&TD_LP_F16, dlogits, probs, targets, dloss, N, V, Vp);
+}
+void td_rmsnorm_f16_forward(td_f16 *out, float *rstd, const td_f16 *inp, const float *w, int N,
+                            int C, float eps) {
+    rmsnorm_fwd(&TD_LP_F16, out, rstd, inp, w, N, C, eps);
+}
+void td_rmsnorm_f16_backward(td_f16 *dinp, float *dw, const td_f16 *dout, const td_f16 *inp,
+                             const float *w, const float *rstd, int N, int C) {
+    rmsnorm_bwd(&TD_LP_F16, dinp, dw, dout, inp, w, rstd, N, C);
+}
+void td_swiglu_f16_forward(td_f16 *h, const td_f16 *gu, int N, int F) {
+    swiglu_fwd(&TD_LP_F16, h, gu, N, F);
+}
+void td_swiglu_f16_backward(td_f16 *dgu, const td_f16 *dh, const td_f16 *gu, int N, int F) {
+    swiglu_bwd(&TD_LP_F16, dgu, dh, gu, N, F);
 }
