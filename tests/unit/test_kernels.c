@@ -133,32 +133,7 @@ static double ddot(const double *a, const double *b, size_t n) {
     return s;
 }
 
-/* ---- finite differences ---------------------------------------------------- */
-
-/* The objective reads the inputs through ctx; fd_grad perturbs x in place. */
-typedef double (*objective_fn)(void *ctx);
-
-/* g[i] = d f / d x[i], central differences in double. h ~ 1e-6 |x|: the
- * truncation error (h^2 f''') and rounding (1e-16 |f| / h) both stay
- * below ~1e-9, far under the float errors being tested. */
-static void fd_grad(double *g, double *x, size_t n, objective_fn f, void *ctx) {
-    for (size_t i = 0; i < n; i++) {
-        double x0 = x[i], h = 1e-6 * fmax(1.0, fabs(x0));
-        double xp = x0 + h, xm = x0 - h;
-        x[i] = xp;
-        double fp = f(ctx);
-        x[i] = xm;
-        double fm = f(ctx);
-        x[i] = x0;
-        g[i] = (fp - fm) / (xp - xm);
-    }
-}
-
-static double *fd_of(double *x, size_t n, objective_fn f, void *ctx) {
-    double *g = TU_NEW(double, n);
-    fd_grad(g, x, n, f, ctx);
-    return g;
-}
+/* ---- finite differences: tu_fd_of (test_util.h) ---- */
 
 /* "backward called twice gives 2x": g2 after two calls vs 2 * g1 */
 static void check_twice(const char *name, const float *g1, const float *g2, size_t n) {
@@ -200,9 +175,9 @@ static void test_embedding(void) {
     /* one float add: correctly rounded, so within half an ulp */
     tu_check_close("embedding fwd vs double", out, c.tmp, N * C, 1e-7, 0);
     td_embedding_backward(dwte, dwpe, dout, tok, B, T, C);
-    tu_check_close("embedding bwd dwte vs FD", dwte, fd_of(c.wte, V * C, emb_obj, &c), V * C,
+    tu_check_close("embedding bwd dwte vs FD", dwte, tu_fd_of(c.wte, V * C, emb_obj, &c), V * C,
                    TOL_FD, FLOOR);
-    tu_check_close("embedding bwd dwpe vs FD", dwpe, fd_of(c.wpe, T * C, emb_obj, &c), T * C,
+    tu_check_close("embedding bwd dwpe vs FD", dwpe, tu_fd_of(c.wpe, T * C, emb_obj, &c), T * C,
                    TOL_FD, FLOOR);
     float *g1 = tu_copy(dwte, V * C), *p1 = tu_copy(dwpe, T * C);
     td_embedding_backward(dwte, dwpe, dout, tok, B, T, C);
@@ -304,10 +279,10 @@ static void test_layernorm(void) {
     tu_check_close("layernorm fwd mean vs double", mean, dmean, N, TOL_FWD, FLOOR);
     tu_check_close("layernorm fwd rstd vs double", rstd, drstd, N, TOL_FWD, 0);
     td_layernorm_backward(dx, dw, db, dout, x, w, mean, rstd, N, C);
-    tu_check_close("layernorm bwd dinp vs FD", dx, fd_of(c.x, N * C, ln_obj, &c), N * C, TOL_FD,
+    tu_check_close("layernorm bwd dinp vs FD", dx, tu_fd_of(c.x, N * C, ln_obj, &c), N * C, TOL_FD,
                    FLOOR);
-    tu_check_close("layernorm bwd dw vs FD", dw, fd_of(c.w, C, ln_obj, &c), C, TOL_FD, FLOOR);
-    tu_check_close("layernorm bwd db vs FD", db, fd_of(c.b, C, ln_obj, &c), C, TOL_FD, FLOOR);
+    tu_check_close("layernorm bwd dw vs FD", dw, tu_fd_of(c.w, C, ln_obj, &c), C, TOL_FD, FLOOR);
+    tu_check_close("layernorm bwd db vs FD", db, tu_fd_of(c.b, C, ln_obj, &c), C, TOL_FD, FLOOR);
     float *dx1 = tu_copy(dx, N * C), *dw1 = tu_copy(dw, C), *db1 = tu_copy(db, C);
     td_layernorm_backward(dx, dw, db, dout, x, w, mean, rstd, N, C);
     check_twice("layernorm bwd twice = 2x (dinp)", dx1, dx, N * C);
@@ -367,8 +342,8 @@ static void test_matmul(void) {
     struct mm_ctx c = {N, C, OC, tu_to_double(x, N * C), tu_to_double(w, OC * C),
                        tu_to_double(bias, OC), tu_to_double(dout, N * OC),
                        TU_NEW(double, N * OC)};
-    double *gx = fd_of(c.x, N * C, mm_obj, &c), *gw = fd_of(c.w, OC * C, mm_obj, &c);
-    double *gb = fd_of(c.bias, OC, mm_obj, &c);
+    double *gx = tu_fd_of(c.x, N * C, mm_obj, &c), *gw = tu_fd_of(c.w, OC * C, mm_obj, &c);
+    double *gb = tu_fd_of(c.bias, OC, mm_obj, &c);
     double *ref = TU_NEW(double, N * OC), *ref_nb = TU_NEW(double, N * OC);
     dref_matmul(ref, c.x, c.w, c.bias, N, C, OC);
     dref_matmul(ref_nb, c.x, c.w, NULL, N, C, OC);
@@ -430,7 +405,7 @@ static void test_attention(void) {
                         TU_NEW(double, N * C)};
     double *ref = TU_NEW(double, N * C), *ref_att = TU_NEW(double, natt);
     dref_attention(ref, ref_att, c.qkv, B, T, C, NH);
-    double *g = fd_of(c.qkv, N * 3 * C, att_obj, &c);
+    double *g = tu_fd_of(c.qkv, N * 3 * C, att_obj, &c);
     const char *names[2] = {"attention fast", "attention ref"};
     att_fwd_fn fwd[2] = {td_attention_forward, td_attention_forward_ref};
     att_bwd_fn bwd[2] = {td_attention_backward, td_attention_backward_ref};
@@ -487,7 +462,7 @@ static void test_gelu(void) {
     td_gelu_forward(out, x, n);
     tu_check_close("gelu fwd vs double", out, ref, n, TOL_FWD, FLOOR);
     td_gelu_backward(dx, x, dout, n);
-    tu_check_close("gelu bwd vs FD", dx, fd_of(c.x, n, ew_obj, &c), n, TOL_FD, FLOOR);
+    tu_check_close("gelu bwd vs FD", dx, tu_fd_of(c.x, n, ew_obj, &c), n, TOL_FD, FLOOR);
     float *d1 = tu_copy(dx, n);
     td_gelu_backward(dx, x, dout, n);
     check_twice("gelu bwd twice = 2x", d1, dx, n);
@@ -508,8 +483,8 @@ static void test_residual(void) {
     td_residual_forward(out, a, b, n);
     tu_check_close("residual fwd vs double", out, ref, n, 1e-7, 0); /* one rounding */
     td_residual_backward(da, db, dout, n);
-    tu_check_close("residual bwd da vs FD", da, fd_of(c.x, n, ew_obj, &c), n, TOL_FD, FLOOR);
-    tu_check_close("residual bwd db vs FD", db, fd_of(c.y, n, ew_obj, &c), n, TOL_FD, FLOOR);
+    tu_check_close("residual bwd da vs FD", da, tu_fd_of(c.x, n, ew_obj, &c), n, TOL_FD, FLOOR);
+    tu_check_close("residual bwd db vs FD", db, tu_fd_of(c.y, n, ew_obj, &c), n, TOL_FD, FLOOR);
     float *a1 = tu_copy(da, n);
     td_residual_backward(da, NULL, dout, n);
     check_twice("residual bwd twice = 2x (da), db=NULL", a1, da, n);
@@ -565,7 +540,7 @@ static void xent_case(const char *tag, int N, int V, int Vp, float scale, int ig
     for (size_t i = 0; i < nl; i++) dl[i] = 7.0f;
     td_softmax_xent_backward(dl, probs, tgt, dloss, N, V, Vp);
     /* FD over all Vp columns: the padded ones must come out exactly 0 */
-    tu_check_close(nm(tag, "bwd dlogits vs FD"), dl, fd_of(c.logits, nl, xe_obj, &c), nl,
+    tu_check_close(nm(tag, "bwd dlogits vs FD"), dl, tu_fd_of(c.logits, nl, xe_obj, &c), nl,
                    TOL_FD, FLOOR);
     for (int n = 0; n < N; n++)
         for (int v = V; v < Vp; v++) pad[(size_t)n * (Vp - V) + v - V] = dl[(size_t)n * Vp + v];

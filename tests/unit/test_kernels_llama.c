@@ -45,7 +45,7 @@
  *  Large |g| (beyond the clamp at +-80): the fast kernel is off by at most
  *   80 e^-80 ~ 1.5e-33 absolute per unit factor (swiglu.c); 2e-33 |factor|.
  *  FD. Central differences in double with h ~ 1e-6 |x| are exact to ~1e-9
- *   of the gradient's scale (test_kernels.c's fd_grad); FD_TOL = 1e-6
+ *   of the gradient's scale (test_util.h's tu_fd_of); FD_TOL = 1e-6
  *   relative with the 0.1 rms floor leaves 1000x and still misses no
  *   formula error (a dropped term is >= 1e-2 of the rms; the deliberately
  *   wrong backwards below must fail). The float backward against FD gets
@@ -122,21 +122,6 @@ static void add_fd(double *b, const double *fd, size_t n) {
 
 /* ---- finite differences ---------------------------------------------------------- */
 
-typedef double (*objective_fn)(void *ctx);
-
-static double *fd_of(double *x, size_t n, objective_fn f, void *ctx) {
-    double *g = dnew(n);
-    for (size_t i = 0; i < n; i++) {
-        double x0 = x[i], h = 1e-6 * fmax(1.0, fabs(x0)), xp = x0 + h, xm = x0 - h;
-        x[i] = xp;
-        double fp = f(ctx);
-        x[i] = xm;
-        double fm = f(ctx);
-        x[i] = x0;
-        g[i] = (fp - fm) / (xp - xm);
-    }
-    return g;
-}
 
 /* ---- RMSNorm ------------------------------------------------------------------------ */
 
@@ -293,7 +278,7 @@ static void test_rmsnorm(int N, int C, float eps, int fd) {
 
     if (fd) { /* the formula and the kernel against FD of the double forward */
         struct rms_ctx cx = {N, C, eps, xd, wd, gd, dnew(n)};
-        double *fx = fd_of(xd, n, rms_obj, &cx), *fw = fd_of(wd, C, rms_obj, &cx);
+        double *fx = tu_fd_of(xd, n, rms_obj, &cx), *fw = tu_fd_of(wd, C, rms_obj, &cx);
         double *z = bnd_of(0, NULL, 0, NULL, n), *zw = bnd_of(0, NULL, 0, NULL, C);
         add_fd(z, fx, n), add_fd(zw, fw, C);
         check_bnd(nm(lab, "double formula dinp vs FD"), dx_e, fx, z, n, 0);
@@ -421,7 +406,7 @@ static void test_swiglu(int N, int F, int fd) {
 
     if (fd) {
         struct sw_ctx cx = {N, F, gud, dhd, dnew(nh)};
-        double *fg = fd_of(gud, ng, sw_obj, &cx), *z = bnd_of(0, NULL, 0, NULL, ng);
+        double *fg = tu_fd_of(gud, ng, sw_obj, &cx), *z = bnd_of(0, NULL, 0, NULL, ng);
         add_fd(z, fg, ng);
         check_bnd(nm(lab, "double formula dgu vs FD"), dgu_e, fg, z, ng, 0);
         add_fd(b, fg, ng);
