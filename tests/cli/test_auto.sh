@@ -36,7 +36,7 @@ out=$("$T" plan "${model[@]}" --vocab 65 --global-batch 4 --gpus 2 --cluster loc
 if [ $rc -eq 0 ] && python3 -c '
 import json, sys
 p = json.loads(sys.argv[1])
-assert p and all(x["dp"] * x["tp"] * x["pp"] == 2 and x["step_s"] > 0 for x in p), p
+assert p and all(x["dp"] * x["tp"] * x["pp"] * x["cp"] == 2 and x["step_s"] > 0 for x in p), p
 ' "$out"; then ok "--cluster local plans from the profile"; else fail "--cluster local (exit $rc)" "$out"; fi
 
 out=$($MPIRUN -np 2 "$T" train --auto --data "$DATA" "${model[@]}" --batch 4 --steps 3 --threads 1 \
