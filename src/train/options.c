@@ -17,6 +17,7 @@ void td_train_opts_default(td_train_opts *o) {
     o->tokenizer = NULL; /* NULL: not given (text files use char; token files refuse one) */
     o->vocab = -1;       /* unset: a token file's max id + 1 (an explicit --vocab is >= 1) */
     o->layers = 4, o->heads = 4, o->embd = 128, o->seq = 64;
+    o->arch = "gpt2";
     o->batch = 12, o->grad_accum = 1, o->steps = 2000;
     o->optim = (td_optim_config){.lr = 1e-3f, .min_lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.99f,
                                  .eps = 1e-8f, .weight_decay = 0.1f, .clip = 1.0f, .warmup = 100};
@@ -58,6 +59,12 @@ int td_train_flag_table(td_train_opts *o, td_flag *out, int cap) {
         {"--heads", TD_FLAG_INT, &o->heads, "attention heads H (4)", "[1, " STR(TD_MAX_EMBD) "]"},
         {"--embd", TD_FLAG_INT, &o->embd, "channels C, divisible by H (128)", "[1, " STR(TD_MAX_EMBD) "]"},
         {"--seq", TD_FLAG_INT, &o->seq, "context length T (64)", "[1, " STR(TD_MAX_SEQ) "]"},
+        {"--arch", TD_FLAG_STR, &o->arch, "model family: gpt2 (default: LayerNorm, learned positions, GELU MLP, biases, tied head) or llama (RMSNorm, rotary positions, SwiGLU MLP, grouped-query attention, no biases, untied head)", NULL},
+        {"--kv-heads", TD_FLAG_INT, &o->kv_heads, "llama: key/value heads, dividing --heads (default: --heads; 1 = multi-query)", NONNEG},
+        {"--ffn-hidden", TD_FLAG_INT, &o->ffn_hidden, "llama: MLP hidden features (default: 8C/3 rounded up to a multiple of 256)", NONNEG},
+        {"--norm-eps", TD_FLAG_FLOAT, &o->norm_eps, "llama: RMSNorm epsilon (1e-5)", "(0, 1]"},
+        {"--rope-theta", TD_FLAG_DOUBLE, &o->rope_theta, "llama: rotary embedding base (10000)", "(0, 1e30]"},
+        {"--tie-embeddings", TD_FLAG_STR, &o->tie_embeddings, "on or off: the LM head is the token embedding (default: on for gpt2, off for llama)", NULL},
         {"--batch", TD_FLAG_INT, &o->batch, "global batch in sequences per step (12)", POS},
         {"--grad-accum", TD_FLAG_INT, &o->grad_accum, "micro-batches per step per replica (1); the pipeline's micro-batches", POS},
         {"--micro-batches", TD_FLAG_INT, &o->grad_accum, "the same as --grad-accum: micro-batches per step per replica, which a pipeline schedule runs in flight", POS},
@@ -135,6 +142,19 @@ void td_train_opts_parse(td_train_opts *o, int argc, char **argv) {
     td_train_opts_check(o);
     o->run_config = td_flags_json(flags, n);
     o->print_config = info.print_config;
+}
+
+void td_train_model_config(const td_train_opts *o, int V, td_gpt_config *cfg) {
+    *cfg = (td_gpt_config){.L = o->layers, .H = o->heads, .C = o->embd, .T = o->seq, .V = V};
+    int arch = td_arch_parse(o->arch);
+    TD_CHECK(arch >= 0, "--arch %s: unknown model family; valid: gpt2, llama", o->arch);
+    cfg->arch = (td_arch)arch;
+    cfg->KV = o->kv_heads, cfg->F = o->ffn_hidden;
+    cfg->norm_eps = o->norm_eps, cfg->rope_theta = o->rope_theta;
+    const char *tie = o->tie_embeddings;
+    TD_CHECK(!tie || strcmp(tie, "on") == 0 || strcmp(tie, "off") == 0, "--tie-embeddings %s: valid: on, off", tie);
+    cfg->tie = !tie ? TD_TIE_DEFAULT : strcmp(tie, "on") == 0 ? TD_TIE_ON : TD_TIE_OFF;
+    td_gpt_config_finish(cfg);
 }
 
 void td_train_opts_check(td_train_opts *o) {

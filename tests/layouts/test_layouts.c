@@ -25,7 +25,7 @@ static void reference(const td_train_opts *o, float *losses, float *norms, float
                       float **V, td_param_table *t) {
     td_dataset d;
     td_data_load(&d, o->data, o->tokenizer, 0, o->seq);
-    td_gpt_config cfg = {o->layers, o->heads, o->embd, o->seq, d.tok.V, 0};
+    td_gpt_config cfg = {.L = o->layers, .H = o->heads, .C = o->embd, .T = o->seq, .V = d.tok.V};
     td_gpt_config_finish(&cfg);
     td_param_table_build(t, &cfg, 1);
     size_t n = t->numel;
