@@ -89,7 +89,7 @@ static const td_param *lookup(const td_param_table *t, const char *name, int *ba
         layer = (int)l;
         name = end + 1;
     }
-    for (int k = 0; k < TD_T_COUNT; k++) {
+    for (int k = 0; k <= TD_T_LNFB; k++) { /* GPT-2's kinds */
         int block = k != TD_T_WTE && k != TD_T_WPE && k != TD_T_LNFW && k != TD_T_LNFB;
         if (block == (layer >= 0) && strcmp(name, td_hf_kinds[k].name) == 0)
             return td_param_lookup(t, (td_tensor_kind)k, layer);
@@ -196,7 +196,7 @@ static void import_llmc(const char *path, td_gpt_config *cfg, float **params_out
     float *params = td_alloc(sizeof(float) * t->numel, TD_MEM_PARAMS);
     memset(params, 0, sizeof(float) * t->numel);
     const unsigned char *at = file + TD_LLMC_HEADER_BYTES;
-    for (int k = 0; k < TD_T_COUNT; k++) { /* td_tensor_kind is llm.c's order */
+    for (int k = 0; k <= TD_T_LNFB; k++) { /* the GPT-2 kinds are in llm.c's order */
         int layers = (k == TD_T_WTE || k == TD_T_WPE || k == TD_T_LNFW || k == TD_T_LNFB) ? 1 : h.L;
         for (int l = 0; l < layers; l++) {
             const td_param *p = td_param_lookup(t, (td_tensor_kind)k, l);

@@ -12,12 +12,17 @@
 static void config_family(td_gpt_config *cfg) {
     int llama = cfg->arch == TD_ARCH_LLAMA;
     TD_CHECK(cfg->arch == TD_ARCH_GPT2 || llama, "unknown architecture %d", (int)cfg->arch);
-    if (!llama) { /* GPT-2 as published: these belong to the Llama family */
-        TD_CHECK(cfg->KV == 0 || cfg->KV == cfg->H, "--kv-heads needs --arch llama (gpt2 has H kv heads)");
-        TD_CHECK(cfg->F == 0 || cfg->F == 4 * cfg->C, "--ffn-hidden needs --arch llama (gpt2's MLP is 4C = %d)",
-                 4 * cfg->C);
-        TD_CHECK(cfg->norm_eps == 0.0f && cfg->rope_theta == 0.0 && cfg->rope_scaling.factor == 0.0,
-                 "--norm-eps and --rope-theta need --arch llama (gpt2 has LayerNorm and learned positions)");
+    if (!llama) { /* GPT-2 as published: the rules table's arch-flags */
+        char flag[64] = "";
+        if (cfg->KV != 0 && cfg->KV != cfg->H) snprintf(flag, sizeof flag, "--kv-heads %d", cfg->KV);
+        else if (cfg->F != 0 && cfg->F != 4 * cfg->C) snprintf(flag, sizeof flag, "--ffn-hidden %d", cfg->F);
+        else if (cfg->norm_eps != 0.0f) snprintf(flag, sizeof flag, "--norm-eps %g", cfg->norm_eps);
+        else if (cfg->rope_theta != 0.0 || cfg->rope_scaling.factor != 0.0)
+            snprintf(flag, sizeof flag, "--rope-theta %g", cfg->rope_theta);
+        td_compat_cfg c;
+        td_compat_cfg_init(&c);
+        c.llama_flag_text = flag[0] ? flag : NULL;
+        td_compat_check(&c, TD_COMPAT_AT_MODEL_CONFIG);
     }
     if (cfg->KV == 0) cfg->KV = cfg->H;
     TD_CHECK(cfg->KV > 0 && cfg->H % cfg->KV == 0,
