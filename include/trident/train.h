@@ -44,6 +44,7 @@ typedef struct {
     float norm_eps;             /* 0: the family's default */
     double rope_theta;          /* 0: the family's default */
     const char *tie_embeddings; /* --tie-embeddings on|off; NULL: the family's default */
+    td_rope_scaling rope_scaling; /* no flag: a resumed (imported) checkpoint's */
     /* batch and schedule */
     int batch, grad_accum, steps;
     td_optim_config optim;
@@ -120,6 +121,8 @@ int td_train_flag_table(td_train_opts *o, td_flag *out, int cap);
 /* The model of these options over a vocabulary of V (the data's),
  * finished (td_gpt_config_finish): one clear error for a bad flag. */
 void td_train_model_config(const td_train_opts *o, int V, td_gpt_config *cfg);
+/* The reverse: the model flags of a finished config (a checkpoint's). */
+void td_train_opts_set_model(td_train_opts *o, const td_gpt_config *cfg);
 void td_train_opts_check(td_train_opts *o);
 /* Parses the choice flags (--precision, --recompute, --schedule,
  * --pp-partition's kind, --dp-mode, --grad-reduce-dtype, --grad-compress,

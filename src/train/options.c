@@ -151,10 +151,20 @@ void td_train_model_config(const td_train_opts *o, int V, td_gpt_config *cfg) {
     cfg->arch = (td_arch)arch;
     cfg->KV = o->kv_heads, cfg->F = o->ffn_hidden;
     cfg->norm_eps = o->norm_eps, cfg->rope_theta = o->rope_theta;
+    cfg->rope_scaling = o->rope_scaling;
     const char *tie = o->tie_embeddings;
     TD_CHECK(!tie || strcmp(tie, "on") == 0 || strcmp(tie, "off") == 0, "--tie-embeddings %s: valid: on, off", tie);
     cfg->tie = !tie ? TD_TIE_DEFAULT : strcmp(tie, "on") == 0 ? TD_TIE_ON : TD_TIE_OFF;
     td_gpt_config_finish(cfg);
+}
+
+void td_train_opts_set_model(td_train_opts *o, const td_gpt_config *cfg) {
+    o->layers = cfg->L, o->heads = cfg->H, o->embd = cfg->C, o->seq = cfg->T;
+    o->arch = td_arch_name(cfg->arch);
+    o->rope_scaling = cfg->rope_scaling;
+    if (cfg->arch == TD_ARCH_GPT2) return; /* the rest are llama's flags */
+    o->kv_heads = cfg->KV, o->ffn_hidden = cfg->F, o->norm_eps = cfg->norm_eps, o->rope_theta = cfg->rope_theta;
+    o->tie_embeddings = td_gpt_tied(cfg) ? "on" : "off";
 }
 
 void td_train_opts_check(td_train_opts *o) {
