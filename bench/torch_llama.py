@@ -10,7 +10,6 @@ Run with /usr/bin/python3 (Debian's torch 1.13).
 import argparse
 import os
 import sys
-import time
 
 import torch
 
@@ -18,7 +17,7 @@ here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(here, "..", "tests", "ref"))
 sys.path.insert(0, here)
 from llama_ref import forward  # noqa: E402
-from torch_gpt import nonnegative, openblas_threads, positive  # noqa: E402
+from torch_gpt import nonnegative, openblas_threads, positive, report, train_steps  # noqa: E402
 
 
 def main():
@@ -66,28 +65,11 @@ def main():
     data = torch.randint(0, V, (n, a.batch, a.seq + 1), generator=g)
     cfg = (L, a.heads, a.kv_heads, C, F, a.seq, V, a.batch, 0, 1e-5, 10000.0, (0.0, 1.0, 4.0, 8192))
 
-    def step(i):
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
-            logits = forward(p, cfg, data[i, :, :-1])
-            loss = torch.nn.functional.cross_entropy(logits.float().view(-1, V), data[i, :, 1:].reshape(-1))
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        return loss
+    def loss_of(i):
+        logits = forward(p, cfg, data[i, :, :-1])
+        return torch.nn.functional.cross_entropy(logits.float().view(-1, V), data[i, :, 1:].reshape(-1))
 
-    for i in range(a.warmup_steps):
-        step(i)
-    t0 = time.perf_counter()
-    for i in range(a.warmup_steps, n):
-        loss = step(i)
-    elapsed = time.perf_counter() - t0
-    if not torch.isfinite(loss):
-        sys.stderr.write("torch_llama: error: non-finite loss\n")
-        return 1
-    print("torch: threads=%d step_ms=%.1f tokens_per_s=%.1f blas_threads=%s precision=%s arch=llama"
-          % (a.threads, 1000.0 * elapsed / a.steps, a.batch * a.seq * a.steps / elapsed, blas_note, a.precision))
-    return 0
+    return report("torch_llama", a, train_steps(loss_of, opt, params, a), blas_note, " arch=llama")
 
 
 if __name__ == "__main__":
