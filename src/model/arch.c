@@ -29,7 +29,6 @@ static const td_arch_row GPT2_ROWS[] = {
     {TD_T_FCPROJB, "transformer.h.%d.mlp.c_proj.bias", TD_PLACE_BLOCK, TD_DIM_C, TD_DIM_0, TD_SPLIT_NONE, 1, TD_INIT_ZERO, 0},
     {TD_T_LNFW, "transformer.ln_f.weight", TD_PLACE_FINAL, TD_DIM_C, TD_DIM_0, TD_SPLIT_NONE, 1, TD_INIT_ONE, 0},
     {TD_T_LNFB, "transformer.ln_f.bias", TD_PLACE_FINAL, TD_DIM_C, TD_DIM_0, TD_SPLIT_NONE, 1, TD_INIT_ZERO, 0},
-    {TD_T_HEAD, "lm_head.weight", TD_PLACE_FINAL, TD_DIM_V, TD_DIM_C, TD_SPLIT_VOCAB, 1, TD_INIT_NORMAL, 1},
 };
 
 /* Llama (Hugging Face LlamaForCausalLM's names). q, k, v and gate, up are

@@ -19,6 +19,8 @@ static void config_family(td_gpt_config *cfg) {
         else if (cfg->norm_eps != 0.0f) snprintf(flag, sizeof flag, "--norm-eps %g", cfg->norm_eps);
         else if (cfg->rope_theta != 0.0 || cfg->rope_scaling.factor != 0.0)
             snprintf(flag, sizeof flag, "--rope-theta %g", cfg->rope_theta);
+        else if (cfg->tie == TD_TIE_OFF) /* its exports (hf-gpt2, llm.c) have no head of their own */
+            snprintf(flag, sizeof flag, "--tie-embeddings off");
         td_compat_cfg c;
         td_compat_cfg_init(&c);
         c.llama_flag_text = flag[0] ? flag : NULL;

@@ -268,7 +268,7 @@ SAY(interleaved_equal_chunks) {
  * rotary positions belong to the Llama family */
 OK(arch_flags) { return !c->llama_flag_text; }
 SAY(arch_flags) {
-    snprintf(buf, n, "%s needs --arch llama (gpt2 has H kv heads, a 4C GELU MLP, LayerNorm and learned positions)",
+    snprintf(buf, n, "%s needs --arch llama (gpt2 has H kv heads, a 4C GELU MLP, LayerNorm, learned positions and a tied head)",
              S(c->llama_flag_text));
 }
 

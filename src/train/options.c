@@ -64,7 +64,7 @@ int td_train_flag_table(td_train_opts *o, td_flag *out, int cap) {
         {"--ffn-hidden", TD_FLAG_INT, &o->ffn_hidden, "llama: MLP hidden features (default: 8C/3 rounded up to a multiple of 256)", NONNEG},
         {"--norm-eps", TD_FLAG_FLOAT, &o->norm_eps, "llama: RMSNorm epsilon (1e-5)", "(0, 1]"},
         {"--rope-theta", TD_FLAG_DOUBLE, &o->rope_theta, "llama: rotary embedding base (10000)", "(0, 1e30]"},
-        {"--tie-embeddings", TD_FLAG_STR, &o->tie_embeddings, "on or off: the LM head is the token embedding (default: on for gpt2, off for llama)", NULL},
+        {"--tie-embeddings", TD_FLAG_STR, &o->tie_embeddings, "on or off: the LM head is the token embedding (default: on for gpt2, which has no other, off for llama)", NULL},
         {"--batch", TD_FLAG_INT, &o->batch, "global batch in sequences per step (12)", POS},
         {"--grad-accum", TD_FLAG_INT, &o->grad_accum, "micro-batches per step per replica (1); the pipeline's micro-batches", POS},
         {"--micro-batches", TD_FLAG_INT, &o->grad_accum, "the same as --grad-accum: micro-batches per step per replica, which a pipeline schedule runs in flight", POS},

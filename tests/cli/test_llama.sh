@@ -62,6 +62,7 @@ bad "kv heads must divide heads" "--kv-heads 3 does not divide --heads 4" "$T" t
 bad "tp must divide kv heads" "--tp 2 does not divide --kv-heads 1" $MPIRUN -np 2 "$T" train "${RUN[@]}" --arch llama --heads 4 \
   --kv-heads 1 --embd 32 --tp 2 --steps 1
 bad "gpt2 has no kv heads" "--kv-heads 2 needs --arch llama" "$T" train "${RUN[@]}" --kv-heads 2 --steps 1
+bad "gpt2's head is tied" "--tie-embeddings off needs --arch llama" "$T" train "${RUN[@]}" --tie-embeddings off --steps 1
 bad "unknown family" "--arch mamba: unknown model family" "$T" train "${RUN[@]}" --arch mamba --steps 1
 bad "odd head size" "needs an even head size" "$T" train "${RUN[@]}" --arch llama --heads 4 --embd 36 --steps 1
 bad "resume into another family" "the checkpoint is of another model" "$T" train "${RUN[@]}" --arch gpt2 \

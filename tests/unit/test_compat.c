@@ -189,8 +189,8 @@ static const char *breaking(td_rule_id id, td_compat_cfg *c) {
                "use a divisor of 6";
     case TD_RULE_ARCH_FLAGS:
         c->llama_flag_text = "--kv-heads 2";
-        return "--kv-heads 2 needs --arch llama (gpt2 has H kv heads, a 4C GELU MLP, LayerNorm and learned "
-               "positions)";
+        return "--kv-heads 2 needs --arch llama (gpt2 has H kv heads, a 4C GELU MLP, LayerNorm, learned "
+               "positions and a tied head)";
     case TD_RULE_N:
         break;
     }
