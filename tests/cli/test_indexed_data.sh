@@ -49,7 +49,7 @@ MAGIC = b"MMIDIDX\x00\x00"
 DTYPES = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64, 6: np.float64, 7: np.float32, 8: np.uint16}
 CODE = {np.uint16: 8, np.int32: 4}
 
-def write_megatron(prefix, docs, dtype, code=None, version=1, pointers=None):
+def write_megatron(prefix, docs, dtype, code=None, version=1, pointers=None, doc_index=None):
     """docs: lists of ids, one sequence and one document each (as
     preprocess_data.py without sentence splitting writes them)."""
     lengths = [len(d) for d in docs]
@@ -57,9 +57,9 @@ def write_megatron(prefix, docs, dtype, code=None, version=1, pointers=None):
     ptr = pointers if pointers is not None else [sum(lengths[:i]) * item for i in range(len(docs))]
     with open(prefix + ".idx", "wb") as f:
         f.write(MAGIC + struct.pack("<Q", version) + struct.pack("<B", code or CODE[dtype]))
-        f.write(struct.pack("<Q", len(docs)) + struct.pack("<Q", len(docs) + 1))
+        f.write(struct.pack("<Q", len(docs)) + struct.pack("<Q", len(doc_index) if doc_index is not None else len(docs) + 1))
         f.write(np.array(lengths, np.int32).tobytes() + np.array(ptr, np.int64).tobytes())
-        f.write(np.arange(len(docs) + 1, dtype=np.int64).tobytes())
+        f.write(np.array(doc_index if doc_index is not None else range(len(docs) + 1), np.int64).tobytes())
     with open(prefix + ".bin", "wb") as f:
         for d in docs: f.write(np.array(d, dtype).tobytes())
 
@@ -163,6 +163,8 @@ elif cmd == "bad":  # damaged copies of the mega16 / mega32 sets
     lengths = [len(x) for x in docs]; ptr = [sum(lengths[:i]) * 2 for i in range(len(docs))]; ptr[3] += 2
     case("pointer", pointers=ptr)
     case("binlong"); open(f"{d}/binlong/x_train.bin", "ab").write(b"\x01\x00")
+    case("docindex", doc_index=[0, 2, 1] + list(range(3, len(docs) + 1)))
+    case("multimodal"); open(f"{d}/multimodal/x_train.idx", "ab").write(bytes(len(docs)))
     case("truncidx"); p = f"{d}/truncidx/x_train.idx"; b = open(p, "rb").read(); open(p, "wb").write(b[:-8])
     docs[2][5] = 5000; case("beyond", dtype=np.int32)            # the id at index len(docs[0]) + len(docs[1]) + 5
     docs[2][5] = -7; case("negative", dtype=np.int32); docs[2][5] = 5
@@ -222,6 +224,8 @@ bad dtype9 "x_train.idx: unknown dtype code 9" train --data "$b/dtype9/x_train.b
 bad float32 "x_train.idx: dtype float32 \(code 7\) is not read" train --data "$b/float32/x_train.bin"
 bad pointer "x_train.idx: sequence 3 points at byte .* \(the index disagrees with its .bin\)" train --data "$b/pointer/x_train.bin"
 bad bin-long "x_train.idx: .* but the .bin has 6002 bytes \(the index disagrees with its .bin\)" train --data "$b/binlong/x_train.bin"
+bad doc-index "x_train.idx: document-index entry 2 is 1; the entries start at 0 and rise" train --data "$b/docindex/x_train.bin"
+bad multimodal "x_train.idx: it carries per-sequence modes \(a multimodal index\)" train --data "$b/multimodal/x_train.bin"
 bad idx-cut "x_train.idx: .*the index is cut short" train --data "$b/truncidx/x_train.bin"
 bad beyond "beyond/x_train.bin: token id 5000 at index $at does not fit --vocab 1000" train --data "$b/beyond/x_train.bin" --vocab 1000
 bad negative "negative/x_train.bin: token $at is -7 as int32" train --data "$b/negative/x_train.bin"
