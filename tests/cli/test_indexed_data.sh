@@ -8,21 +8,25 @@
 # uint16 (20240520, 1) or uint32 (20240801, 7) tokens), sharing no code with
 # trident:
 #  1. The same random documents as llm.c uint16 (the reference), Megatron
-#     uint16, Megatron int32 and llm.c uint32 train to the same loss, grad
-#     norm and val loss bits, and `trident eval` of one checkpoint gives the
-#     same numbers on each.
-#  2. Ids up to 100276 (cl100k's vocabulary): Megatron int32 and llm.c
-#     uint32 written by mega.py train alike with --vocab 100277; the
-#     writer's (token_write_tool) files of that vocabulary read back field
-#     by field in mega.py.
+#     uint16, Megatron int32 and llm.c uint32, and ids up to 100276 (cl100k's
+#     vocabulary) as Megatron int32 and llm.c uint32: trident's loader
+#     (token_file_tool read, no MPI) gives exactly mega.py's token stream.
+#  2. The writer's files (token_file_tool write) at vocabularies 300,
+#     100277 and 200019 read back field by field in mega.py.
 #  3. `trident tokenize --format megatron`: every .idx field checked, one
 #     sequence per document piece (each starting where <|endoftext|> does),
 #     the stream equal to --format llmc's, data.json's sizes and XXH3s
-#     recomputed; both shard sets train alike.
-#  4. Each bad file is one `trident: error:` line naming it and the fault.
-# Usage: test_indexed_data.sh TRIDENT TOKEN_WRITE_TOOL DATA_DIR
+#     recomputed.
+#  4. End to end: llm.c uint16, Megatron uint16 and int32 train to the same
+#     loss, grad norm and val loss bits, `trident eval` of one checkpoint
+#     gives the same numbers on llm.c uint16 and Megatron int32, the
+#     Megatron int32 ids up to 100276 train with --vocab 100277, and the
+#     tokenized Megatron shard set trains.
+#  5. Each bad file is one `trident: error:` line naming it and the fault
+#     (through the loader without MPI; one through train).
+# Usage: test_indexed_data.sh TRIDENT TOKEN_FILE_TOOL DATA_DIR
 set -u
-T=${1:?usage: test_indexed_data.sh TRIDENT TOKEN_WRITE_TOOL DATA_DIR}
+T=${1:?usage: test_indexed_data.sh TRIDENT TOKEN_FILE_TOOL DATA_DIR}
 W=${2:?}
 DATA=${3:?}
 PY=/usr/bin/python3
@@ -30,8 +34,8 @@ tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 fails=0
 fail() { echo "FAIL $*"; fails=$((fails+1)); }
 # Most of a short trident run is MPI's start-up, spent waiting, so the
-# independent runs of each part go together: bg NAME CMD... runs CMD in the
-# background, its output in $tmp/NAME.out and exit status in $tmp/NAME.rc.
+# trident runs go together: bg NAME CMD... runs CMD in the background, its
+# output in $tmp/NAME.out and exit status in $tmp/NAME.rc.
 bg() { local name=$1; shift; ("$@" > "$tmp/$name.out" 2>&1; echo $? > "$tmp/$name.rc") & }
 ran() { [ "$(cat "$tmp/$1.rc")" = 0 ] || { fail "$1 (exit $(cat "$tmp/$1.rc")):"; tail -3 "$tmp/$1.out"; return 1; }; }
 
@@ -108,7 +112,7 @@ def flat(docs): return [t for d in docs for t in d]
 
 cmd = sys.argv[1]
 if cmd == "make":  # the same documents in every format
-    d = sys.argv[2]; rng = random.Random(7)
+    d = sys.argv[2]; rng = random.Random(7); want = {"tiny": [], "big": []}
     for split, n in (("train", 20000), ("val", 3000)):
         docs = docs_of(rng, n, 300)
         for sub in ("llmc16", "mega16", "mega32", "llmc32"): os.makedirs(f"{d}/{sub}", exist_ok=True)
@@ -120,18 +124,28 @@ if cmd == "make":  # the same documents in every format
         for sub in ("big32", "bigl"): os.makedirs(f"{d}/{sub}", exist_ok=True)
         write_megatron(f"{d}/big32/big_{split}", big, np.int32)
         write_llmc(f"{d}/bigl/big_{split}.bin", flat(big), True)
-elif cmd == "writer":  # token_write_tool's files: format, vocab, n, path
-    fmt, vocab, n, path = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
-    want = [i * 7919 % vocab for i in range(n)]; want[-1] = vocab - 1
-    width = 2 if vocab <= 65536 else 4
-    if fmt == "llmc":
-        w, toks = read_llmc(path); assert w == width, (w, width)
-    else:
-        code, lengths, doc, toks = read_megatron(path[:-4])
-        assert code == (8 if width == 2 else 4), code
-        assert list(lengths) == [min(1000, n - s) for s in range(0, n, 1000)], list(lengths)
-        assert list(doc) == list(range(len(lengths) + 1)), list(doc)
-    assert [int(t) for t in toks] == want, "tokens differ"
+        want["tiny"] += flat(docs); want["big"] += flat(big)
+    for k, v in want.items(): np.array(v, np.int32).tofile(f"{d}/want_{k}.i32")
+elif cmd == "stream":  # what token_file_tool read wrote, against the expected stream: GOT WANT pairs
+    for g, w in zip(sys.argv[2::2], sys.argv[3::2]):
+        got, want = np.fromfile(g, np.int32), np.fromfile(w, np.int32)
+        ok = len(got) == len(want) and (got == want).all()
+        print(f"{'ok  ' if ok else 'FAIL'} {os.path.basename(g)}: the loader's train + val stream "
+              f"{'=' if ok else '!='} mega.py's ({len(got)} vs {len(want)} tokens)")
+elif cmd == "writer":  # token_file_tool write's files: FORMAT VOCAB N PATH quadruples
+    for at in range(2, len(sys.argv), 4):
+        fmt, vocab, n, path = sys.argv[at], int(sys.argv[at + 1]), int(sys.argv[at + 2]), sys.argv[at + 3]
+        want = [i * 7919 % vocab for i in range(n)]; want[-1] = vocab - 1
+        width = 2 if vocab <= 65536 else 4
+        if fmt == "llmc":
+            w, toks = read_llmc(path); assert w == width, (w, width)
+        else:
+            code, lengths, doc, toks = read_megatron(path[:-4])
+            assert code == (8 if width == 2 else 4), code
+            assert list(lengths) == [min(1000, n - s) for s in range(0, n, 1000)], list(lengths)
+            assert list(doc) == list(range(len(lengths) + 1)), list(doc)
+        assert [int(t) for t in toks] == want, "tokens differ"
+        print(f"ok   writer: {fmt}, vocabulary {vocab}, {n} tokens read back field by field")
 elif cmd == "tokenized":  # tokenize's llmc dir vs its megatron dir
     import xxhash
     ld, md = sys.argv[2], sys.argv[3]
@@ -176,78 +190,88 @@ PY
 tiny="--layers 2 --embd 32 --heads 2 --seq 16 --batch 4 --steps 3 --eval-every 3 --eval-iters 2 --threads 1"
 big="--layers 2 --embd 16 --heads 2 --seq 16 --batch 2 --steps 2 --eval-every 2 --eval-iters 1 --threads 1"
 $PY "$tmp/mega.py" make "$tmp" || { echo "FAIL mega.py make"; exit 1; }
-
-# 1. the same documents in four formats: the same bits
-for f in llmc16 mega16 mega32 llmc32; do
-  bg "$f" "$T" train --data "$tmp/$f/tiny_train.bin" --vocab 512 $tiny --log "$tmp/$f.jsonl" --out "$tmp/ck_$f"
-done
-for f in big32 bigl; do
-  bg "$f" "$T" train --data "$tmp/$f/big_train.bin" --vocab 100277 $big --log "$tmp/$f.jsonl"
-done
-wait
-for f in llmc16 mega16 mega32 llmc32 big32 bigl; do ran "$f"; done
-grep -q "tiny_train.bin + .*tiny_val.bin (token ids)" "$tmp/mega32.out" || fail "mega32: the data line names both files"
-if $PY "$tmp/mega.py" same "$tmp/llmc16.jsonl" "$tmp/mega16.jsonl" "$tmp/mega32.jsonl" "$tmp/llmc32.jsonl"; then
-  echo "ok   llm.c uint16 = Megatron uint16 = Megatron int32 = llm.c uint32: losses, grad norms, val loss bitwise"
-else fail "the formats train differently"; fi
-# 2. a vocabulary above 65536 (trained beside part 1)
-$PY "$tmp/mega.py" same "$tmp/big32.jsonl" "$tmp/bigl.jsonl" &&
-  echo "ok   ids up to 100276: Megatron int32 = llm.c uint32 with --vocab 100277" || fail "big vocabulary"
-for spec in "llmc 100277 2500" "megatron 100277 2500" "megatron 200019 1500" "megatron 300 2100" "llmc 300 10"; do
-  set -- $spec
-  "$W" "$1" "$2" "$3" "$tmp/w_$1_$2.bin" >/dev/null && $PY "$tmp/mega.py" writer "$1" "$2" "$3" "$tmp/w_$1_$2.bin" &&
-    echo "ok   writer: $1, vocabulary $2, $3 tokens read back field by field" || fail "writer $spec"
-done
-
-# 3. trident tokenize --format megatron against --format llmc (then trained below)
 head -c 30000 "$DATA/tinyshakespeare.txt" > "$tmp/a.txt"; tail -c 20000 "$DATA/tinyshakespeare.txt" > "$tmp/b.txt"
 tok() { "$T" tokenize --tokenizer gpt2 "$tmp/a.txt" "$tmp/b.txt" --out "$tmp/$1" --shard-tokens 4000 --threads 1 "${@:2}"; }
-if tok tl >/dev/null && tok tm --format megatron >/dev/null && r=$($PY "$tmp/mega.py" tokenized "$tmp/tl" "$tmp/tm"); then
+tok tl >/dev/null && tok tm --format megatron >/dev/null || fail "tokenize"
+
+# 4 starts first (in the background): the MPI runs
+for f in llmc16 mega16 mega32; do
+  bg "$f" "$T" train --data "$tmp/$f/tiny_train.bin" --vocab 512 $tiny --log "$tmp/$f.jsonl" --out "$tmp/ck_$f"
+done
+bg big32 "$T" train --data "$tmp/big32/big_train.bin" --vocab 100277 $big --log "$tmp/big32.jsonl"
+bg tm "$T" train --data "$tmp/tm" $tiny --log "$tmp/tm.jsonl"
+bg bad_uint16-train "$T" train --data "$tmp/mega16/tiny_train.bin" --vocab 100277 $tiny
+
+# 1. the loader's stream, format by format
+pairs=()
+for f in llmc16 mega16 mega32 llmc32 big32 bigl; do
+  case $f in big*) set -- big 100277;; *) set -- tiny 512;; esac
+  "$W" read "$tmp/$f/$1_train.bin" "$2" "$tmp/$f.i32" > "$tmp/read_$f.out" 2>&1 || { fail "read $f"; head -3 "$tmp/read_$f.out"; }
+  pairs+=("$tmp/$f.i32" "$tmp/want_$1.i32")
+done
+r=$($PY "$tmp/mega.py" stream "${pairs[@]}") || fail "mega.py stream"
+echo "$r"; grep -q FAIL <<<"$r" && fail "streams"
+
+# 2. the writer
+specs=()
+for spec in "llmc 100277 2500" "megatron 100277 2500" "megatron 200019 1500" "megatron 300 2100" "llmc 300 10"; do
+  set -- $spec
+  "$W" write "$1" "$2" "$3" "$tmp/w_$1_$2.bin" || fail "write $spec"
+  specs+=("$1" "$2" "$3" "$tmp/w_$1_$2.bin")
+done
+$PY "$tmp/mega.py" writer "${specs[@]}" || fail "the writer's files"
+
+# 3. trident tokenize --format megatron against --format llmc
+if r=$($PY "$tmp/mega.py" tokenized "$tmp/tl" "$tmp/tm"); then
   echo "ok   tokenize --format megatron: every .idx field, $r, the stream = llmc's, data.json sizes and XXH3s"
 else fail "tokenize --format megatron"; fi
-cp -r "$tmp/tm" "$tmp/tm_noidx" && rm "$tmp/tm_noidx/a_val_000000.idx"
 
-# the runs of parts 1 (eval), 3 and 4 together
-for f in llmc16 mega32 llmc32; do
-  bg "ev_$f" "$T" eval --ckpt "$tmp/ck_llmc16" --data "$tmp/$f/tiny_train.bin" --batch 4 --log "$tmp/ev_$f.json"
-done
-bg tl "$T" train --data "$tmp/tl" $tiny --log "$tmp/tl.jsonl"
-bg tm "$T" train --data "$tmp/tm" $tiny --log "$tmp/tm.jsonl"
-# 4. one error line each: bad NAME REGEX ARGS... (checked after the wait)
+# 5. one error line each, through the loader (checked with the one through train below)
 at=$($PY "$tmp/mega.py" bad "$tmp/bad") || { echo "FAIL mega.py bad"; exit 1; }
-bads=()
-bad() { bads+=("$1" "$2"); bg "bad_$1" "$T" "${@:3}"; }
+cp -r "$tmp/tm" "$tmp/tm_noidx" && rm "$tmp/tm_noidx/a_val_000000.idx"
+bads=(uint16-train "mega16/tiny_train.bin: this Megatron dataset \(dtype uint16\) holds uint16 tokens, .* 100277")
+bad() { bads+=("$1" "$2"); bg "bad_$1" "${@:3}"; }
+rd() { "$W" read "$1" "${2:-0}" "$tmp/ignored.i32"; }
 b="$tmp/bad"
-bad magic "x_train.bin: its Megatron index .*x_train.idx: not a Megatron-LM index" train --data "$b/magic/x_train.bin"
-bad version "x_train.idx: Megatron index version 2 is not supported" train --data "$b/version/x_train.bin"
-bad dtype9 "x_train.idx: unknown dtype code 9" train --data "$b/dtype9/x_train.bin"
-bad float32 "x_train.idx: dtype float32 \(code 7\) is not read" train --data "$b/float32/x_train.bin"
-bad pointer "x_train.idx: sequence 3 points at byte .* \(the index disagrees with its .bin\)" train --data "$b/pointer/x_train.bin"
-bad bin-long "x_train.idx: .* but the .bin has 6002 bytes \(the index disagrees with its .bin\)" train --data "$b/binlong/x_train.bin"
-bad doc-index "x_train.idx: document-index entry 2 is 1; the entries start at 0 and rise" train --data "$b/docindex/x_train.bin"
-bad multimodal "x_train.idx: it carries per-sequence modes \(a multimodal index\)" train --data "$b/multimodal/x_train.bin"
-bad idx-cut "x_train.idx: .*the index is cut short" train --data "$b/truncidx/x_train.bin"
-bad beyond "beyond/x_train.bin: token id 5000 at index $at does not fit --vocab 1000" train --data "$b/beyond/x_train.bin" --vocab 1000
-bad negative "negative/x_train.bin: token $at is -7 as int32" train --data "$b/negative/x_train.bin"
-bad uint16-big "mega16/tiny_train.bin: this Megatron dataset \(dtype uint16\) holds uint16 tokens, .* 100277" \
-  train --data "$tmp/mega16/tiny_train.bin" --vocab 100277
+bad magic "x_train.bin: its Megatron index .*x_train.idx: not a Megatron-LM index" rd "$b/magic/x_train.bin"
+bad version "x_train.idx: Megatron index version 2 is not supported" rd "$b/version/x_train.bin"
+bad dtype9 "x_train.idx: unknown dtype code 9" rd "$b/dtype9/x_train.bin"
+bad float32 "x_train.idx: dtype float32 \(code 7\) is not read" rd "$b/float32/x_train.bin"
+bad pointer "x_train.idx: sequence 3 points at byte .* \(the index disagrees with its .bin\)" rd "$b/pointer/x_train.bin"
+bad bin-long "x_train.idx: .* but the .bin has 6002 bytes \(the index disagrees with its .bin\)" rd "$b/binlong/x_train.bin"
+bad doc-index "x_train.idx: document-index entry 2 is 1; the entries start at 0 and rise" rd "$b/docindex/x_train.bin"
+bad multimodal "x_train.idx: it carries per-sequence modes \(a multimodal index\)" rd "$b/multimodal/x_train.bin"
+bad idx-cut "x_train.idx: .*the index is cut short" rd "$b/truncidx/x_train.bin"
+bad beyond "beyond/x_train.bin: token id 5000 at index $at does not fit --vocab 1000" rd "$b/beyond/x_train.bin" 1000
+bad negative "negative/x_train.bin: token $at is -7 as int32" rd "$b/negative/x_train.bin"
 bad llmc16-big "llmc16/tiny_train.bin: this llm.c token file holds uint16 tokens, .* 100277" \
-  train --data "$tmp/llmc16/tiny_train.bin" --vocab 100277
+  rd "$tmp/llmc16/tiny_train.bin" 100277
 bad llmc32-v1 "l32v1/x_train.bin: llm.c token file version 1 is not supported; trident reads version 7 \(uint32 tokens\)" \
-  train --data "$b/l32v1/x_train.bin"
-bad format "tokenize --format parquet is not known; valid: llmc, megatron" \
-  tokenize --tokenizer gpt2 "$tmp/a.txt" --out "$tmp/nope" --format parquet
+  rd "$b/l32v1/x_train.bin"
 bad idx-missing "a_val_000000.bin: .*data.json says its shards are Megatron files, but .*a_val_000000.idx is missing" \
-  train --data "$tmp/tm_noidx"
+  rd "$tmp/tm_noidx"
+bad format "tokenize --format parquet is not known; valid: llmc, megatron" \
+  "$T" tokenize --tokenizer gpt2 "$tmp/a.txt" --out "$tmp/nope" --format parquet
 wait
 
-for f in llmc16 mega32 llmc32; do ran "ev_$f"; done
-if $PY -c 'import json,sys; a=[json.load(open(p)) for p in sys.argv[1:]]; k=[{x: r[x] for x in r if "loss" in x or "tokens" in x} for r in a]; assert k[0] and k[0]==k[1]==k[2], k' \
-    "$tmp/ev_llmc16.json" "$tmp/ev_mega32.json" "$tmp/ev_llmc32.json"; then
-  echo "ok   eval: the same loss on llm.c uint16, Megatron int32 and llm.c uint32"
-else fail "eval differs between formats"; fi
-ran tl && ran tm && $PY "$tmp/mega.py" same "$tmp/tl.jsonl" "$tmp/tm.jsonl" &&
-  echo "ok   tokenized shard sets: llmc = megatron, bitwise" || fail "tokenized sets train differently"
+# 4. end to end
+for f in llmc16 mega16 mega32 big32 tm; do ran "$f"; done
+grep -q "tiny_train.bin + .*tiny_val.bin (token ids)" "$tmp/mega32.out" || fail "mega32: the data line names both files"
+$PY "$tmp/mega.py" same "$tmp/llmc16.jsonl" "$tmp/mega16.jsonl" "$tmp/mega32.jsonl" &&
+  echo "ok   train: llm.c uint16 = Megatron uint16 = Megatron int32: losses, grad norms, val loss bitwise" ||
+  fail "the formats train differently"
+grep -q '"val_loss"' "$tmp/big32.jsonl" && grep -q '"vocab": 100277' "$tmp/big32.jsonl" &&
+  echo "ok   train: Megatron int32 ids up to 100276 with --vocab 100277" || fail "big vocabulary"
+grep -q "^eval .*val loss" "$tmp/tm.out" && echo "ok   train: the tokenized Megatron shard set" || fail "tm: no val loss"
+for f in llmc16 mega32; do
+  bg "ev_$f" "$T" eval --ckpt "$tmp/ck_llmc16" --data "$tmp/$f/tiny_train.bin" --batch 4 --log "$tmp/ev_$f.json"
+done
+wait
+ran ev_llmc16 && ran ev_mega32 &&
+  $PY -c 'import json,sys; a=[json.load(open(p)) for p in sys.argv[1:]]; k=[{x: r[x] for x in r if "loss" in x or "tokens" in x} for r in a]; assert k[0] and k[0]==k[1], k' \
+    "$tmp/ev_llmc16.json" "$tmp/ev_mega32.json" &&
+  echo "ok   eval: the same loss and token count on llm.c uint16 and Megatron int32" || fail "eval differs between formats"
+
 for ((i = 0; i < ${#bads[@]}; i += 2)); do
   name=${bads[i]} want=${bads[i+1]} out=$(cat "$tmp/bad_${bads[i]}.out") rc=$(cat "$tmp/bad_${bads[i]}.rc")
   if [ "$rc" -ne 0 ] && [ "$(grep -c "^trident: error: " <<<"$out")" -eq 1 ] && [ "$(wc -l <<<"$out")" -eq 1 ] &&
