@@ -69,8 +69,9 @@ typedef struct {
 /* Loads PATH: a UTF-8 text file (tokenizer "char" or "byte", split 90/10),
  * a nanoGPT train.bin (raw uint16, val.bin beside it), an llm.c .bin
  * (magic 20240520 uint16 or 20240801 uint32; *_train.bin with *_val.bin
- * beside it) or a Megatron-LM .bin with its .idx beside it
- * (formats_indexed.h; its sequences concatenated in index order); a token
+ * beside it) or a Megatron-LM .bin with its .idx beside it, or their
+ * PREFIX as Megatron names them (formats_indexed.h; its sequences
+ * concatenated in index order); a token
  * file without a val file beside it is split 90/10. A uint16 file for a
  * vocab above 65536 is an error. vocab > 0 fixes V for token
  * files (else max id + 1). Every failure is one clear error. T is checked

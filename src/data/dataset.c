@@ -170,11 +170,24 @@ static size_t encode_gpt2(td_dataset *d, const char *text, size_t n, const char 
     return count;
 }
 
+/* Megatron-LM names a dataset by its prefix: PREFIX, when no such file
+ * exists but PREFIX.bin and PREFIX.idx do, is read as PREFIX.bin (into
+ * buf); any other path is itself. */
+static const char *megatron_prefix_bin(const char *path, char *buf, size_t cap) {
+    struct stat st;
+    char idx[4200];
+    if (stat(path, &st) == 0 || strlen(path) + 5 > cap) return path;
+    snprintf(buf, cap, "%s.bin", path);
+    return megatron_idx_of(buf, idx, sizeof idx) && stat(buf, &st) == 0 ? buf : path;
+}
+
 /* tokenizer is NULL when the user gave none: text files then use "char",
  * and token files / synthetic data refuse one (their tokens are ids). */
 void td_data_load(td_dataset *d, const char *path, const char *tokenizer, int vocab, int T) {
     memset(d, 0, sizeof *d);
     TD_CHECK(path && *path, "--data needs a path to a text file or a .bin token file");
+    char prefixed[4200];
+    path = megatron_prefix_bin(path, prefixed, sizeof prefixed);
     td_err e;
     if (strncmp(path, "synthetic:", 10) == 0) {
         /* uniform random tokens, for benchmarks: synthetic:V */
@@ -299,6 +312,8 @@ void td_data_load(td_dataset *d, const char *path, const char *tokenizer, int vo
 }
 
 int td_data_is_tokens(const char *path) {
+    char prefixed[4200];
+    path = megatron_prefix_bin(path, prefixed, sizeof prefixed);
     /* the order of td_data_load's branches */
     return strncmp(path, "synthetic:", 10) == 0 || td_data_is_shard_set(path) || ends_with(path, ".bin");
 }

@@ -10,7 +10,8 @@
 #  1. The same random documents as llm.c uint16 (the reference), Megatron
 #     uint16, Megatron int32 and llm.c uint32, and ids up to 100276 (cl100k's
 #     vocabulary) as Megatron int32 and llm.c uint32: trident's loader
-#     (token_file_tool read, no MPI) gives exactly mega.py's token stream.
+#     (token_file_tool read, no MPI) gives exactly mega.py's token stream,
+#     also from a Megatron dataset named by its prefix.
 #  2. The writer's files (token_file_tool write) at vocabularies 300,
 #     100277 and 200019 read back field by field in mega.py.
 #  3. `trident tokenize --format megatron`: every .idx field checked, one
@@ -209,6 +210,9 @@ for f in llmc16 mega16 mega32 llmc32 big32 bigl; do
   "$W" read "$tmp/$f/$1_train.bin" "$2" "$tmp/$f.i32" > "$tmp/read_$f.out" 2>&1 || { fail "read $f"; head -3 "$tmp/read_$f.out"; }
   pairs+=("$tmp/$f.i32" "$tmp/want_$1.i32")
 done
+# Megatron's own way to name a dataset: its prefix
+"$W" read "$tmp/mega32/tiny_train" 512 "$tmp/mega32_prefix.i32" > "$tmp/read_prefix.out" 2>&1 || fail "read a prefix"
+pairs+=("$tmp/mega32_prefix.i32" "$tmp/want_tiny.i32")
 r=$($PY "$tmp/mega.py" stream "${pairs[@]}") || fail "mega.py stream"
 echo "$r"; grep -q FAIL <<<"$r" && fail "streams"
 
