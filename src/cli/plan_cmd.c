@@ -181,8 +181,12 @@ int td_plan_main(int argc, char **argv) {
     printf("; %ld invalid", r.invalid);
     if (r.invalid) printf(" (first: %s)", r.first_invalid);
     printf("\n");
-    printf("TFLOP/s per device counts Megatron's FLOPs (eq. 3: 96 with full recomputation, 72 without); "
-           "MFU counts the model's (72)\n");
+    if (m.arch == TD_ARCH_LLAMA)
+        printf("TFLOP/s per device counts the model's FLOPs (6 per weight and token + attention's, "
+               "td_gpt_flops_per_token; 4/3 of them with full recomputation); MFU counts them without\n");
+    else
+        printf("TFLOP/s per device counts Megatron's FLOPs (eq. 3: 96 with full recomputation, 72 without); "
+               "MFU counts the model's (72)\n");
     td_plan_print_table(&out, &r, top);
     td_plan_print_command(&out, &r);
     const td_plan_eval *best = &r.plans[0];
