@@ -9,8 +9,9 @@
  * Recomputation in Large Transformer Models", table 2), FLOPs from
  * Narayanan et al. 2021 (Megatron-LM, eq. 2 and 3), pipeline bubbles from
  * src/schedule, communication from alpha-beta ring models on the link tier
- * each axis uses. Depends on base, model (family defaults, FLOPs), formats (the calibration profile),
- * schedule and state_plan; never on comm. */
+ * each axis uses. Depends on base, model (the family's defaults and
+ * FLOPs), formats (the calibration profile), schedule and state_plan;
+ * never on comm. */
 #ifndef TRIDENT_PLANNER_H
 #define TRIDENT_PLANNER_H
 
