@@ -165,7 +165,7 @@ double td_plan_mem_rate(const td_plan_cluster *c, double bytes);
 /* Parameters and FLOPs per iteration of `batch` sequences (factor 96
  * counts the recomputed forward, 72 does not). gpt2: Megatron-LM eq. 2 and
  * eq. 3 (eq. 2 leaves out the final LayerNorm's 2C, eq. 3 at 72 counts the
- * head's 6 V C per token as 4.5); an untied gpt2 head adds V C parameters.
+ * head's 6 V C per token as 4.5; gpt2's head is always tied).
  * llama: the model's own count (model.h's parameter table, n_global, and
  * td_gpt_flops_per_token at 72, 4/3 of it at 96). */
 double td_plan_params(const td_plan_model *m);

@@ -50,8 +50,7 @@ double td_plan_params(const td_plan_model *m) {
     double l = m->L, h = m->C;
     if (is_llama(m)) /* blocks with their two RMSNorms, the embedding, the final norm, the head */
         return l * (llama_block_matrices(m) + 2 * h) + (double)m->V * h + h + (untied(m) ? (double)m->V * h : 0);
-    double p = 12 * l * h * h * (1 + 13 / (12 * h) + (m->V + m->T) / (12 * l * h));
-    return untied(m) ? p + (double)m->V * h : p;
+    return 12 * l * h * h * (1 + 13 / (12 * h) + (m->V + m->T) / (12 * l * h));
 }
 
 double td_plan_flops(const td_plan_model *m, double batch, int factor) {

@@ -102,7 +102,8 @@ static const model_row *find_model(const char *name) {
 }
 
 void td_plan_model_finish(td_plan_model *m) {
-    if (m->arch != TD_ARCH_LLAMA && !m->KV && !m->F) { /* gpt2's defaults; sizes beyond the engine's stay plannable */
+    /* gpt2's defaults; sizes beyond the engine's limits stay plannable */
+    if (m->arch != TD_ARCH_LLAMA && !m->KV && !m->F && m->tie != TD_TIE_OFF) {
         TD_CHECK(m->arch == TD_ARCH_GPT2, "unknown architecture %d", m->arch);
         if (!m->tie) m->tie = TD_TIE_ON;
         return;

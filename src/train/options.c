@@ -154,8 +154,11 @@ static void apply_model_preset(td_train_opts *o, const td_flag *flags, int n, co
     FROM_PRESET(kv_heads, llama ? p.KV : 0);
     FROM_PRESET(ffn_hidden, llama ? p.F : 0);
     FROM_PRESET(rope_theta, p.rope_theta);
-    FROM_PRESET(tie_embeddings, p.tie == TD_TIE_DEFAULT ? NULL : p.tie == TD_TIE_ON ? "on" : "off");
+    FROM_PRESET(tie_embeddings, !llama ? NULL : p.tie == TD_TIE_ON ? "on" : "off");
 #undef FROM_PRESET
+    /* Llama 3.1's scaling has no flag: the preset's while the family stays
+     * its own (a resumed checkpoint's replaces it, run_config.c) */
+    if (llama && strcmp(o->arch, "llama") == 0) o->rope_scaling = p.rope_scaling;
 }
 
 void td_train_opts_parse(td_train_opts *o, int argc, char **argv) {
@@ -173,10 +176,6 @@ void td_train_opts_parse(td_train_opts *o, int argc, char **argv) {
 
 void td_train_model_config(const td_train_opts *o, int V, td_gpt_config *cfg) {
     *cfg = (td_gpt_config){.L = o->layers, .H = o->heads, .C = o->embd, .T = o->seq, .V = V};
-    td_gpt_config preset;
-    if (o->model && td_plan_model_preset_config(o->model, &preset) == 0 && preset.arch == TD_ARCH_LLAMA &&
-        strcmp(o->arch, "llama") == 0)
-        cfg->rope_scaling = preset.rope_scaling; /* no flag of its own: the preset's, with its family */
     int arch = td_arch_parse(o->arch);
     TD_CHECK(arch >= 0, "--arch %s: unknown model family; valid: gpt2, llama", o->arch);
     cfg->arch = (td_arch)arch;

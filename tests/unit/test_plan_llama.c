@@ -143,14 +143,13 @@ static void test_presets(void) {
     }
 }
 
-/* Small configs of each kind: MHA, GQA, MQA; tied and untied; gpt2 both ways. */
+/* Small configs of each kind: MHA, GQA, MQA; tied and untied; gpt2 (always tied). */
 static const td_plan_model smalls[] = {
     {"mha-untied", 4, 4, 64, 96, 16, TD_ARCH_LLAMA, 4, 160, TD_TIE_OFF},
     {"gqa-tied", 4, 8, 64, 96, 16, TD_ARCH_LLAMA, 2, 128, TD_TIE_ON},
     {"mqa-untied", 2, 4, 32, 64, 8, TD_ARCH_LLAMA, 1, 96, TD_TIE_OFF},
     {"gqa-default-f", 2, 4, 96, 64, 8, TD_ARCH_LLAMA, 2, 0, 0},
-    {"gpt2-tied", 4, 4, 64, 96, 16, TD_ARCH_GPT2, 0, 0, 0},
-    {"gpt2-untied", 4, 4, 64, 96, 16, TD_ARCH_GPT2, 0, 0, TD_TIE_OFF},
+    {"gpt2", 4, 4, 64, 96, 16, TD_ARCH_GPT2, 0, 0, 0},
 };
 
 static void test_small_configs(void) {
