@@ -137,7 +137,7 @@ int td_train_flag_table(td_train_opts *o, td_flag *out, int cap) {
 /* --model: every model flag not given (on the command line or in --config)
  * takes the preset's value; a given one wins, as the command line wins
  * over --config (docs/config.md). The preset's vocabulary is not a flag:
- * the data's is the model's (td_train_model_config notes a difference). */
+ * the data's is the model's (the run notes a difference: src/run/run.c). */
 static void apply_model_preset(td_train_opts *o, const td_flag *flags, int n, const td_flags_info *info) {
     td_gpt_config p;
     if (!o->model) return;
