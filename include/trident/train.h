@@ -38,6 +38,8 @@ typedef struct {
     const char *data, *tokenizer;
     int vocab;
     /* model */
+    const char *model; /* --model PRESET (the planner's): the model flags not
+                          given are its; NULL: none */
     int layers, heads, embd, seq;
     const char *arch;           /* --arch gpt2|llama */
     int kv_heads, ffn_hidden;   /* 0: the family's default */

@@ -16,6 +16,7 @@
 #include "trident/fault.h"
 #include "trident/kernels.h"
 #include "trident/out_lock.h"
+#include "trident/planner.h"
 #include "trident/stop.h"
 
 /* Default threads: the cores of this node shared by the ranks on it. */
@@ -79,6 +80,9 @@ static void open_plan(td_run *r, td_dp_mode mode, td_dp_config *dcfg) {
     const td_train_opts *o = r->o;
     td_grid *g = &r->g;
     td_train_model_config(o, r->data.tok.V, &r->cfg);
+    td_gpt_config preset; /* --model: the data's vocabulary, not the preset's */
+    if (o->model && td_plan_model_preset_config(o->model, &preset) == 0 && preset.V != r->cfg.V)
+        td_log("--model %s: vocabulary %d (the data's), not the preset's %d\n", o->model, r->cfg.V, preset.V);
     td_gpt_check_tp(&r->cfg, g->axis[TD_TP].size, o->seq_parallel);
     split_batch(o, g->axis[TD_DP].size, &r->ec.Bl, &r->ec.Bm);
     int Bm = r->ec.Bm;

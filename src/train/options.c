@@ -9,6 +9,7 @@
 #include "trident/loss_scale.h"
 #include "trident/model.h"
 #include "trident/parallel.h"
+#include "trident/planner.h"
 #include "trident/train.h"
 #include "run_config.h"
 
@@ -55,6 +56,7 @@ int td_train_flag_table(td_train_opts *o, td_flag *out, int cap) {
         {"--tokenizer", TD_FLAG_STR, &o->tokenizer, "char (default), byte or gpt2 (GPT-2 BPE, vocabulary 50257) for text files; gpt2 also marks token files of GPT-2 ids", NULL},
         {"--vocab", TD_FLAG_INT, &o->vocab, "vocabulary size of a token file (default: max id + 1)",
          "[1, " STR(TD_MAX_VOCAB) "]"},
+        {"--model", TD_FLAG_STR, &o->model, "a model preset of `trident plan --list-models` (gpt2-124m, llama3-8b, smollm-135m, ...): sets --layers --heads --embd --seq --arch --kv-heads --ffn-hidden --rope-theta --tie-embeddings (and Llama 3.1's rope scaling); flags given on the command line or in --config win; the vocabulary stays the data's", NULL},
         {"--layers", TD_FLAG_INT, &o->layers, "transformer blocks L (4)", "[1, " STR(TD_MAX_LAYERS) "]"},
         {"--heads", TD_FLAG_INT, &o->heads, "attention heads H (4)", "[1, " STR(TD_MAX_EMBD) "]"},
         {"--embd", TD_FLAG_INT, &o->embd, "channels C, divisible by H (128)", "[1, " STR(TD_MAX_EMBD) "]"},
@@ -132,12 +134,40 @@ int td_train_flag_table(td_train_opts *o, td_flag *out, int cap) {
     return n;
 }
 
+/* --model: every model flag not given (on the command line or in --config)
+ * takes the preset's value; a given one wins, as the command line wins
+ * over --config (docs/config.md). The preset's vocabulary is not a flag:
+ * the data's is the model's (the run notes a difference: src/run/run.c). */
+static void apply_model_preset(td_train_opts *o, const td_flag *flags, int n, const td_flags_info *info) {
+    td_gpt_config p;
+    if (!o->model) return;
+    TD_CHECK(td_plan_model_preset_config(o->model, &p) == 0, "--model '%s' is not a preset; use %s", o->model,
+             td_plan_model_presets());
+    int llama = p.arch == TD_ARCH_LLAMA;
+#define FROM_PRESET(field, value) \
+    if (td_flags_from(flags, n, info, &o->field) == TD_FROM_DEFAULT) o->field = (value)
+    FROM_PRESET(layers, p.L);
+    FROM_PRESET(heads, p.H);
+    FROM_PRESET(embd, p.C);
+    FROM_PRESET(seq, p.T);
+    FROM_PRESET(arch, td_arch_name(p.arch));
+    FROM_PRESET(kv_heads, llama ? p.KV : 0);
+    FROM_PRESET(ffn_hidden, llama ? p.F : 0);
+    FROM_PRESET(rope_theta, p.rope_theta);
+    FROM_PRESET(tie_embeddings, !llama ? NULL : p.tie == TD_TIE_ON ? "on" : "off");
+#undef FROM_PRESET
+    /* Llama 3.1's scaling has no flag: the preset's while the family stays
+     * its own (a resumed checkpoint's replaces it, run_config.c) */
+    if (llama && strcmp(o->arch, "llama") == 0) o->rope_scaling = p.rope_scaling;
+}
+
 void td_train_opts_parse(td_train_opts *o, int argc, char **argv) {
     td_flag flags[TD_TRAIN_MAX_FLAGS];
     int n = td_train_flag_table(o, flags, TD_TRAIN_MAX_FLAGS);
     unsigned char from[TD_TRAIN_MAX_FLAGS];
     td_flags_info info = {from, NULL, 0};
     td_flags_parse_info("train", flags, n, argc, argv, &info);
+    apply_model_preset(o, flags, n, &info);       /* --model: the flags not given */
     td_train_resume_defaults(o, flags, n, &info); /* --resume: the model, tokenizer, data of the checkpoint */
     td_train_opts_check(o);
     o->run_config = td_flags_json(flags, n);
