@@ -407,12 +407,15 @@ void td_import_hf_llama(const td_import_opts *o, td_gpt_config *cfg, td_hf_confi
                  "empty or not an object", index);
         rd.found = td_alloc((size_t)rd.map->n, TD_MEM_OTHER);
         memset(rd.found, 0, (size_t)rd.map->n);
-        /* each file once, in the order the index first names it */
-        for (int i = 0; i < rd.map->n; i++) {
+        for (int i = 0; i < rd.map->n; i++) { /* every name checked before any is opened */
             const td_jv *f = &rd.map->items[i];
             TD_CHECK(f->type == TD_JV_STR, "import: %s: weight_map: tensor \"%s\": the file is not a string", index,
                      rd.map->keys[i]);
             check_file_name(index, f->str, rd.map->keys[i]);
+        }
+        /* each file once, in the order the index first names it */
+        for (int i = 0; i < rd.map->n; i++) {
+            const td_jv *f = &rd.map->items[i];
             int again = 0;
             for (int j = 0; j < i && !again; j++) again = strcmp(rd.map->items[j].str, f->str) == 0;
             if (again) continue;
