@@ -21,13 +21,8 @@ T=${1:?usage: test_hf_llama.sh TRIDENT INTEROP_TOOL DATA_DIR}
 TOOL=${2:?}
 DATA=${3:?}
 HERE=$(cd "$(dirname "$0")" && pwd)
-PY=/usr/bin/python3
 F="$HERE/hf_llama_files.py"
-MPIRUN="mpirun --allow-run-as-root --oversubscribe --bind-to none"
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-fails=0
-fail() { echo "FAIL $*"; fails=$((fails+1)); }
-head -c 20000 "$DATA/tinyshakespeare.txt" > "$tmp/small.txt"
+. "$HERE/../cli/ckpt_lib.sh" # MPIRUN, PY, $tmp, fail, $tmp/small.txt
 llama=(--arch llama --kv-heads 2 --ffn-hidden 64 --norm-eps 1e-5 --rope-theta 10000 --tie-embeddings off)
 tiny=(--layers 2 --heads 4 --embd 32 --seq 16 --batch 4 --eval-every 0 --threads 1)
 "$T" train --data "$tmp/small.txt" "${llama[@]}" "${tiny[@]}" --steps 3 --out "$tmp/ck" > "$tmp/train.log" 2>&1 \
@@ -43,7 +38,7 @@ import json, sys
 c = json.load(open(sys.argv[1]))
 want = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 32, "intermediate_size": 64,
         "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8,
-        "hidden_act": "silu", "max_position_embeddings": 16, "vocab_size": 58, "rms_norm_eps": 1e-05,
+        "hidden_act": "silu", "max_position_embeddings": 16, "vocab_size": 59, "rms_norm_eps": 1e-05,
         "rope_theta": 10000.0, "rope_scaling": None, "attention_bias": False, "mlp_bias": False,
         "tie_word_embeddings": False, "torch_dtype": "float32", "trident_tokenizer": "char"}
 bad = {k: (c.get(k), v) for k, v in want.items() if c.get(k) != v or type(c.get(k)) != type(v)}
