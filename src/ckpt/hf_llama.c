@@ -110,6 +110,8 @@ void td_export_hf_llama(const td_checkpoint *ck, const td_param_table *t, const 
         size += bytes, total += bytes;
     }
     first[n] = t->n_rows;
+    TD_CHECK(n <= 99999, "export: --shard-mb %g cuts the model into %d files; save_pretrained's names number "
+             "at most 99999", o->shard_mb, n);
     td_st_plan *plans = td_alloc(sizeof *plans * (size_t)n, TD_MEM_OTHER);
     char (*files)[48] = td_alloc(sizeof *files * (size_t)n, TD_MEM_OTHER);
     for (int i = 0; i < n; i++) {
@@ -117,8 +119,6 @@ void td_export_hf_llama(const td_checkpoint *ck, const td_param_table *t, const 
         if (n == 1) snprintf(files[i], sizeof files[i], "model.safetensors");
         else snprintf(files[i], sizeof files[i], "model-%05d-of-%05d.safetensors", i + 1, n);
     }
-    TD_CHECK(n <= 99999, "export: --shard-mb %g cuts the model into %d files; save_pretrained's names number "
-             "at most 99999", o->shard_mb, n);
     char *index = NULL;
     size_t ilen = 0;
     if (n > 1) { /* save_pretrained's index: total_size is the tensors' bytes */

@@ -8,18 +8,18 @@ trident's reader and writer.
       llama3 with original_max_position_embeddings 8 so all three frequency
       bands occur in 16 positions, vocabulary 83 so trident pads it), F32,
       with an older save's rotary_emb.inv_freq buffer, which is no weight
-  hf_llama_files.py logits DIR TOKENS LOGITS
+  hf_llama_files.py logits DIR TOKENS LOGITS [DIR TOKENS LOGITS ...]
       the PyTorch reference (llama_ref.py's forward, HF's eager path) on
       DIR's weights and TOKENS (int32[T]) against trident's LOGITS
       (float32[T][V]): passes when max |diff| <= 1e-5 x max |torch logit|
-  hf_llama_files.py bf16 FP32DIR BF16DIR
+  hf_llama_files.py bf16 FP32DIR BF16DIR [WHAT]
       every BF16 tensor is its F32 tensor rounded to nearest, ties to even
       (computed here on the bits), names and shapes the same, torch_dtype
   hf_llama_files.py shards ONEDIR SHARDDIR LIMIT_BYTES
       the index names every tensor of the single file once, total_size is the
       tensors' bytes, each shard holds exactly its tensors with the same bytes,
       no shard above LIMIT unless it is one tensor, shards cut in order
-  hf_llama_files.py edit SRCDIR DSTDIR PYTHON
+  hf_llama_files.py edit SRCDIR DSTDIR PYTHON [DSTDIR PYTHON ...]
       a copy with `hdr` (the safetensors header: name -> dtype, shape) and
       `cfg` (config.json) changed by PYTHON (ren(A, B) renames a tensor);
       each tensor keeps its data bytes, a removed one's are dropped
@@ -93,6 +93,7 @@ def make(d):
 
 def logits(d, tok_path, logit_path):
     import torch  # here only: the other commands start in a fraction of torch's import time
+
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import llama_ref
     cfg = json.load(open(os.path.join(d, "config.json")))
@@ -109,8 +110,9 @@ def logits(d, tok_path, logit_path):
     ours = torch.from_numpy(np.fromfile(logit_path, dtype="<f4").astype(np.float64)).view(T, V)
     err, scale = (ours - ref).abs().max().item(), ref.abs().max().item()
     ok = err <= 1e-5 * scale
-    print("%s  logits of the imported HF file: max |trident - torch| = %.3e, 1e-5 x max |logit| = %.3e "
-          "(%d tokens x %d vocabulary)" % ("ok " if ok else "FAIL", err, 1e-5 * scale, T, V))
+    print("%s  logits of the imported HF file %s: max |trident - torch| = %.3e, 1e-5 x max |logit| = %.3e "
+          "(%d tokens x %d vocabulary, %s)" % ("ok " if ok else "FAIL", os.path.basename(d), err, 1e-5 * scale, T,
+                                              V, "tied" if cfg["tie_word_embeddings"] else "untied"))
     return 0 if ok else 1
 
 
@@ -119,7 +121,7 @@ def rne(f32):
     return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype("<u2")
 
 
-def bf16(d32, d16):
+def bf16(d32, d16, what="the bf16 export"):
     h32, r32 = read_st(os.path.join(d32, "model.safetensors"))
     h16, r16 = read_st(os.path.join(d16, "model.safetensors"))
     assert list(h32) == list(h16), "tensor names differ"
@@ -129,7 +131,7 @@ def bf16(d32, d16):
     c32 = json.load(open(os.path.join(d32, "config.json")))
     c16 = json.load(open(os.path.join(d16, "config.json")))
     assert c32.pop("torch_dtype") == "float32" and c16.pop("torch_dtype") == "bfloat16" and c32 == c16
-    print("ok   bf16 export: each of %d tensors is the fp32 export rounded to nearest even" % len(h32))
+    print("ok   %s: each of %d tensors is the fp32 one rounded to nearest even" % (what, len(h32)))
     return 0
 
 
@@ -167,21 +169,22 @@ def edit(src, dst, code):
     exec(code, {"hdr": hdr, "raw": raw, "cfg": cfg, "ren": ren})
     write_st(os.path.join(dst, "model.safetensors"), hdr, {k: raw[k] for k in hdr})
     json.dump(cfg, open(os.path.join(dst, "config.json"), "w"), indent=2)
-    return 0
 
 
 def main(a):
     if a[1] == "make":
         make(a[2])
         return 0
-    if a[1] == "logits":
-        return logits(a[2], a[3], a[4])
+    if a[1] == "logits":  # one or more DIR TOKENS LOGITS, in one process (torch loads once)
+        return max(logits(*a[i:i + 3]) for i in range(2, len(a), 3))
     if a[1] == "bf16":
-        return bf16(a[2], a[3])
+        return bf16(*a[2:5])
     if a[1] == "shards":
         return shards(a[2], a[3], float(a[4]))
-    if a[1] == "edit":
-        return edit(a[2], a[3], a[4])
+    if a[1] == "edit":  # SRC, then one or more DST PYTHON
+        for i in range(3, len(a), 2):
+            edit(a[2], a[i], a[i + 1])
+        return 0
     print(__doc__)
     return 2
 

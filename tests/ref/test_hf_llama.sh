@@ -7,9 +7,10 @@
 #    a correct index, the single file's bytes, and imports bitwise equal;
 #    the gpt2 tokenizer's files are GPT-2's (SHA-256 as test_export_hf.sh);
 #  - a LlamaForCausalLM directory written by Python (random weights, GQA,
-#    untied, rope_theta 500000, llama3 rope_scaling, an inv_freq buffer)
-#    imported: trident's logits equal llama_ref.py's (HF's eager path) within
-#    1e-5 of the largest;
+#    untied, rope_theta 500000, llama3 rope_scaling, an inv_freq buffer),
+#    and its tied form, imported: trident's logits equal llama_ref.py's
+#    (HF's eager path) within 1e-5 of the largest; a bf16 file imports
+#    exactly;
 #  - bad input: one error line naming the file and what is wrong, --out
 #    never written; exporting the other family refused;
 #  - the imported checkpoint resumed under tp 2: the losses of 2 steps
@@ -50,6 +51,10 @@ PYEOF
   || fail "fp32 round trip"
 "$T" export --ckpt "$tmp/ck" --format hf-llama --dtype bf16 --out "$tmp/hf16" >/dev/null || fail "export bf16"
 $PY "$F" bf16 "$tmp/hf" "$tmp/hf16" || fail "bf16 values"
+# BF16 read exactly: the import's fp32 export, rounded again, is the bf16 file
+"$T" import --format hf-llama --in "$tmp/hf16" --out "$tmp/im16" >/dev/null \
+  && "$T" export --ckpt "$tmp/im16" --format hf-llama --out "$tmp/hf16b" >/dev/null || fail "bf16 import"
+$PY "$F" bf16 "$tmp/hf16b" "$tmp/hf16" "the bf16 file imported and exported fp32" || fail "bf16 import values"
 "$T" export --ckpt "$tmp/ck" --format hf-llama --shard-mb 0.02 --out "$tmp/hfs" >/dev/null || fail "export sharded"
 $PY "$F" shards "$tmp/hf" "$tmp/hfs" 20000 || fail "shards"
 "$T" import --format hf-llama --in "$tmp/hfs" --out "$tmp/ims" >/dev/null && "$TOOL" cmp "$tmp/ck" "$tmp/ims" >/dev/null \
@@ -57,7 +62,8 @@ $PY "$F" shards "$tmp/hf" "$tmp/hfs" 20000 || fail "shards"
 "$T" import --format hf-llama --in "$tmp/hfs/model.safetensors.index.json" --out "$tmp/ims2" >/dev/null \
   && "$TOOL" cmp "$tmp/ck" "$tmp/ims2" >/dev/null && echo "ok   sharded round trip (--in the index): bitwise equal" \
   || fail "sharded round trip from the index"
-"$T" train --data "$tmp/small.txt" --tokenizer gpt2 "${llama[@]}" "${tiny[@]}" --steps 1 --out "$tmp/ckg" \
+head -c 4000 "$tmp/small.txt" > "$tmp/4k.txt" # BPE under ASan: a few KB are enough for one step
+"$T" train --data "$tmp/4k.txt" --tokenizer gpt2 "${llama[@]}" "${tiny[@]}" --steps 1 --out "$tmp/ckg" \
   > "$tmp/train.log" 2>&1 || { tail -5 "$tmp/train.log"; exit 1; }
 "$T" export --ckpt "$tmp/ckg" --format hf-llama --out "$tmp/g" >/dev/null || fail "export gpt2-tokenizer llama"
 sum() { sha256sum "$1" | cut -d' ' -f1; }
@@ -70,9 +76,14 @@ sum() { sha256sum "$1" | cut -d' ' -f1; }
 
 # --- an HF directory made by Python: logits against the PyTorch reference ----------
 $PY "$F" make "$tmp/py" >/dev/null || fail "make the HF directory"
-"$T" import --format hf-llama --in "$tmp/py" --out "$tmp/pyim" >/dev/null || fail "import the Python-made directory"
-"$TOOL" logits "$tmp/pyim" "$tmp/tokens.bin" "$tmp/logits.bin" >/dev/null || fail "logits"
-$PY "$F" logits "$tmp/py" "$tmp/tokens.bin" "$tmp/logits.bin" || fail "logits against PyTorch"
+# tied: the head is embed_tokens (HF's tied files store no lm_head.weight)
+$PY "$F" edit "$tmp/py" "$tmp/pytied" 'cfg["tie_word_embeddings"] = True; del hdr["lm_head.weight"]'
+for d in py pytied; do
+  "$T" import --format hf-llama --in "$tmp/$d" --out "$tmp/${d}_im" >/dev/null || fail "import the Python-made $d"
+  "$TOOL" logits "$tmp/${d}_im" "$tmp/$d.tokens" "$tmp/$d.logits" >/dev/null || fail "logits $d"
+done
+$PY "$F" logits "$tmp/py" "$tmp/py.tokens" "$tmp/py.logits" "$tmp/pytied" "$tmp/pytied.tokens" "$tmp/pytied.logits" \
+  || fail "logits against PyTorch"
 
 # --- bad input --------------------------------------------------------------------
 # bad NAME REGEX ARGS...: the command fails cleanly with one error line matching
@@ -87,9 +98,10 @@ bad() {
   [ -e "$tmp/bad" ] && { fail "$name: --out was written"; rm -rf "$tmp/bad"; return; }
   echo "ok   $name: $out"
 }
-# e NAME REGEX PYTHON: the Python-made directory edited by PYTHON, then imported
-n=0
-e() { n=$((n+1)); $PY "$F" edit "$tmp/py" "$tmp/e$n" "$3" && bad "$1" "$2" import --format hf-llama --in "$tmp/e$n"; }
+# e NAME REGEX PYTHON: the Python-made directory edited by PYTHON (into $tmp/eN,
+# all in one Python process below), then imported
+names=(); res=(); codes=()
+e() { names+=("$1"); res+=("$2"); codes+=("$3"); }
 e "unknown tensor" "e1/model.safetensors: tensor \"model.layers.0.mlp.gate.weight\" is not a LlamaForCausalLM tensor" \
   'ren("model.layers.0.mlp.gate_proj.weight", "model.layers.0.mlp.gate.weight")'
 e "missing tensor" "e2/model.safetensors: tensor \"model.norm.weight\" is missing" 'del hdr["model.norm.weight"]'
@@ -107,6 +119,11 @@ e "layer past the config" "tensor \"model.layers.2.input_layernorm.weight\": lay
 e "config disagrees (GQA)" "tensor \"model.layers.0.self_attn.k_proj.weight\": shape \[16, 32\], but .*need \[32, 32\]" \
   'cfg["num_key_value_heads"] = 4'
 e "other model_type" "e11/config.json: field model_type: \"mistral\"" 'cfg["model_type"] = "mistral"'
+e "tied, another head stored" "e12/model.safetensors: tensor \"lm_head.weight\" differs from \"model.embed_tokens.weight\", but .*tie_word_embeddings true" \
+  'cfg["tie_word_embeddings"] = True'
+edits=(); for i in "${!codes[@]}"; do edits+=("$tmp/e$((i + 1))" "${codes[$i]}"); done
+$PY "$F" edit "$tmp/py" "${edits[@]}" || fail "edit the Python-made directory"
+for i in "${!names[@]}"; do bad "${names[$i]}" "${res[$i]}" import --format hf-llama --in "$tmp/e$((i + 1))"; done
 cp -r "$tmp/hfs" "$tmp/i1"
 $PY -c 'import json,sys; p=sys.argv[1]; i=json.load(open(p)); m=i["weight_map"]; m["model.norm.weight"]=min(m.values()); json.dump(i,open(p,"w"))' \
   "$tmp/i1/model.safetensors.index.json"
@@ -126,14 +143,15 @@ bad "gpt2 as hf-llama" "the checkpoint is a gpt2 model; --format hf-llama writes
 bad "bf16 for hf-gpt2" "--dtype and --shard-mb apply to --format hf-llama" export --ckpt "$tmp/ck2" --format hf-gpt2 --dtype bf16
 
 # --- resume across layouts: the imported checkpoint, 2 steps ------------------------
-resume() { # resume NAME NP ARGS...: losses of steps 0 and 1 into $tmp/NAME.loss
-  local name=$1 np=$2; shift 2
-  $MPIRUN -np "$np" "$T" train --resume "$tmp/im" "${llama[@]}" --data "$tmp/small.txt" --batch 4 --eval-every 0 \
+resume() { # resume NAME LAUNCH... -- ARGS...: losses of steps 0 and 1 into $tmp/NAME.loss
+  local name=$1 launch=(); shift
+  while [ "$1" != -- ]; do launch+=("$1"); shift; done; shift
+  "${launch[@]}" "$T" train --resume "$tmp/im" "${llama[@]}" --data "$tmp/small.txt" --batch 4 --eval-every 0 \
     --threads 1 --steps 2 --out "$tmp/r_$name" --log "$tmp/$name.jsonl" "$@" > "$tmp/$name.log" 2>&1 \
     || { tail -5 "$tmp/$name.log"; fail "resume $name"; return; }
   grep '"step": [01],' "$tmp/$name.jsonl" | sed 's/.*"loss": \([^,]*\),.*/\1/' > "$tmp/$name.loss"
 }
-resume one 1; resume tp2 2 --tp 2
+resume one --; resume tp2 $MPIRUN -np 2 -- --tp 2
 for l in tp2; do
   $PY - "$tmp/one.loss" "$tmp/$l.loss" "$l" <<'PYEOF' || fail "resume $l"
 import sys
