@@ -1,6 +1,8 @@
 /* Export: a checkpoint's parameters as a Hugging Face GPT-2 directory, a
  * safetensors file (+ config.json) or llm.c's GPT-2 checkpoint
- * (ckpt_interop.h). Reads through td_ckpt_load only. Everything an output
+ * (ckpt_interop.h), and the safetensors writer and tokenizer files that
+ * hf_llama.c's Llama directory shares (interop.h). Reads through
+ * td_ckpt_load only. Everything an output
  * holds is prepared in memory first, so that between creating its
  * temporary and renaming it into place only writes can fail, and each
  * failure removes the temporaries (staged.h). */

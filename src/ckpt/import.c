@@ -1,6 +1,6 @@
-/* Import: Hugging Face GPT-2 safetensors (+ config.json) or an llm.c GPT-2
- * checkpoint into a new checkpoint directory, parameters only
- * (ckpt_interop.h). Everything is read and checked before anything is
+/* Import: Hugging Face GPT-2 safetensors (+ config.json), an llm.c GPT-2
+ * checkpoint or (read by hf_llama.c) a Hugging Face Llama directory into a
+ * new checkpoint directory, parameters only (ckpt_interop.h). Everything is read and checked before anything is
  * written: bad input is one error line naming the file and what is wrong,
  * and --out stays untouched. Writes through td_ckpt_save only, into a
  * staged directory (staged.h). */

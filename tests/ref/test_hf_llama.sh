@@ -59,6 +59,15 @@ $PY "$F" bf16 "$tmp/hf16b" "$tmp/hf16" "the bf16 file imported and exported fp32
 $PY "$F" shards "$tmp/hf" "$tmp/hfs" 20000 || fail "shards"
 "$T" import --format hf-llama --in "$tmp/hfs" --out "$tmp/ims" >/dev/null && "$TOOL" cmp "$tmp/ck" "$tmp/ims" >/dev/null \
   && echo "ok   sharded round trip (--in DIR): bitwise equal" || fail "sharded round trip"
+# --overwrite replaces a directory of hf-llama's own files (the shards included)
+cp -r "$tmp/hfs" "$tmp/hfo"
+out=$("$T" export --ckpt "$tmp/ck" --format hf-llama --out "$tmp/hfo" 2>&1) && fail "existing --out replaced" \
+  || grep -q "exists" <<<"$out" || fail "existing --out: $out"
+"$T" export --ckpt "$tmp/ck" --format hf-llama --out "$tmp/hfo" --overwrite >/dev/null \
+  && [ "$(cd "$tmp/hfo" && ls | tr '\n' ' ')" = "config.json generation_config.json model.safetensors " ] \
+  && cmp -s "$tmp/hf/model.safetensors" "$tmp/hfo/model.safetensors" \
+  && echo "ok   --overwrite: the sharded directory refused without it, replaced by the single file with it" \
+  || fail "--overwrite of a sharded directory"
 "$T" import --format hf-llama --in "$tmp/hfs/model.safetensors.index.json" --out "$tmp/ims2" >/dev/null \
   && "$TOOL" cmp "$tmp/ck" "$tmp/ims2" >/dev/null && echo "ok   sharded round trip (--in the index): bitwise equal" \
   || fail "sharded round trip from the index"
