@@ -99,15 +99,21 @@ void td_st_plan_prepare(td_st_plan *sp, const td_param_table *t, int lo, int hi,
     TD_CHECK(td_st_header_format(sp->st, n, mk, mv, 2, &sp->hdr, &sp->hlen, &e) == 0, "export: %s", e.msg);
     sp->bytes = sp->hlen + (size_t)sp->st[n - 1].end;
     /* the fp32 tensor, then (bf16) its rounded form after it */
-    sp->buf = td_alloc((sizeof(float) + (dtype == TD_ST_BF16 ? sizeof(td_bf16) : 0)) * most, TD_MEM_OTHER);
+    sp->scratch = (sizeof(float) + (dtype == TD_ST_BF16 ? sizeof(td_bf16) : 0)) * most;
 }
 
-void td_st_plan_write(const td_st_plan *sp, const td_param_table *t, const float *params, td_staged *s, int fd,
-                      const char *name) {
+void *td_st_plan_scratch(const td_st_plan *plans, int n) {
+    size_t most = 0;
+    for (int i = 0; i < n; i++) most = td_max_sz(most, plans[i].scratch);
+    return td_alloc(most, TD_MEM_OTHER);
+}
+
+void td_st_plan_write(const td_st_plan *sp, const td_param_table *t, const float *params, void *scratch,
+                      td_staged *s, int fd, const char *name) {
     td_staged_write(s, fd, name, sp->hdr, sp->hlen);
     for (int r = sp->lo; r < sp->hi; r++) {
         const td_st_tensor *st = &sp->st[r - sp->lo];
-        float *f = sp->buf;
+        float *f = scratch;
         hf_tensor(f, &t->rows[r], params, t->cfg.arch == TD_ARCH_GPT2);
         size_t n = (size_t)(st->end - st->begin);
         if (sp->dtype == TD_ST_BF16) {
@@ -122,7 +128,6 @@ void td_st_plan_write(const td_st_plan *sp, const td_param_table *t, const float
 
 void td_st_plan_free(td_st_plan *sp) {
     free(sp->hdr);
-    td_free(sp->buf);
     td_free(sp->names);
     td_free(sp->st);
 }
@@ -158,18 +163,20 @@ static void export_safetensors(const td_checkpoint *ck, const td_param_table *t,
     config_path(cpath, sizeof cpath, o->out);
     td_st_plan sp;
     td_st_plan_prepare(&sp, t, 0, t->n_rows, "", TD_ST_F32);
+    void *scratch = td_st_plan_scratch(&sp, 1);
     td_hf_config hc = td_export_hf_config(ck);
     char *text = td_export_checked(td_hf_config_format(&hc), "config.json");
     td_staged m, c;
     td_staged_begin(&m, "export", o->out, 0, o->overwrite);
     td_staged_begin(&c, "export", cpath, 0, o->overwrite);
-    td_st_plan_write(&sp, t, ck->params, &m, m.fd, NULL);
+    td_st_plan_write(&sp, t, ck->params, scratch, &m, m.fd, NULL);
     td_staged_write(&c, c.fd, NULL, text, strlen(text));
     /* the model first, so a reader never finds a new config without its weights */
     td_staged_commit(&m);
     td_staged_commit(&c);
     printf("export: wrote %s (%d tensors, %zu bytes) and %s\n", o->out, t->n_rows, sp.bytes, cpath);
     free(text);
+    td_free(scratch);
     td_st_plan_free(&sp);
 }
 
@@ -259,6 +266,7 @@ static void export_hf_dir(const td_checkpoint *ck, const td_param_table *t, cons
      * lm_head.weight left out), so loaders keyed on that class's state dict
      * need no prefix rule (HF's loader also takes GPT2Model's bare names) */
     td_st_plan_prepare(&sp, t, 0, t->n_rows, "transformer.", TD_ST_F32);
+    void *scratch = td_st_plan_scratch(&sp, 1);
     td_hf_config hc = td_export_hf_config(ck);
     char *text[F_COUNT] = {NULL}, *tok[TD_TOK_FILES];
     size_t tok_len[TD_TOK_FILES];
@@ -270,7 +278,7 @@ static void export_hf_dir(const td_checkpoint *ck, const td_param_table *t, cons
     td_staged d;
     td_staged_begin(&d, "export", o->out, 1, o->overwrite);
     int fd = td_staged_create(&d, hf_files[F_MODEL]);
-    td_st_plan_write(&sp, t, ck->params, &d, fd, hf_files[F_MODEL]);
+    td_st_plan_write(&sp, t, ck->params, scratch, &d, fd, hf_files[F_MODEL]);
     td_staged_close(&d, fd, hf_files[F_MODEL]);
     for (int f = F_CONFIG; f < F_COUNT; f++) td_export_put(&d, hf_files[f], text[f], strlen(text[f]));
     for (int f = 0; f < TD_TOK_FILES; f++)
@@ -282,6 +290,7 @@ static void export_hf_dir(const td_checkpoint *ck, const td_param_table *t, cons
     td_export_tok_summary(ck, merges);
     for (int f = 0; f < F_COUNT; f++) free(text[f]);
     for (int f = 0; f < TD_TOK_FILES; f++) free(tok[f]);
+    td_free(scratch);
     td_st_plan_free(&sp);
 }
 

@@ -119,6 +119,7 @@ void td_export_hf_llama(const td_checkpoint *ck, const td_param_table *t, const 
         if (n == 1) snprintf(files[i], sizeof files[i], "model.safetensors");
         else snprintf(files[i], sizeof files[i], "model-%05d-of-%05d.safetensors", i + 1, n);
     }
+    void *scratch = td_st_plan_scratch(plans, n);
     char *index = NULL;
     size_t ilen = 0;
     if (n > 1) { /* save_pretrained's index: total_size is the tensors' bytes */
@@ -149,7 +150,7 @@ void td_export_hf_llama(const td_checkpoint *ck, const td_param_table *t, const 
     size_t bytes = 0;
     for (int i = 0; i < n; i++) {
         int fd = td_staged_create(&d, files[i]);
-        td_st_plan_write(&plans[i], t, ck->params, &d, fd, files[i]);
+        td_st_plan_write(&plans[i], t, ck->params, scratch, &d, fd, files[i]);
         td_staged_close(&d, fd, files[i]);
         bytes += plans[i].bytes;
     }
@@ -170,6 +171,7 @@ void td_export_hf_llama(const td_checkpoint *ck, const td_param_table *t, const 
     free(config);
     free(index);
     for (int i = 0; i < n; i++) td_st_plan_free(&plans[i]);
+    td_free(scratch);
     td_free(files);
     td_free(plans);
     td_free(first);

@@ -27,15 +27,18 @@ typedef struct {
     char (*names)[112];
     int lo, hi;
     td_st_dtype dtype;
-    char *hdr;    /* u64 length + JSON header */
-    size_t hlen;  /* its bytes */
-    size_t bytes; /* the whole file */
-    void *buf;    /* room for the largest tensor (and its fp32 form) */
+    char *hdr;      /* u64 length + JSON header */
+    size_t hlen;    /* its bytes */
+    size_t bytes;   /* the whole file */
+    size_t scratch; /* bytes of room the write needs: its largest tensor in fp32 (and bf16) */
 } td_st_plan;
 void td_st_plan_prepare(td_st_plan *sp, const td_param_table *t, int lo, int hi, const char *prefix,
                         td_st_dtype dtype);
-void td_st_plan_write(const td_st_plan *sp, const td_param_table *t, const float *params, td_staged *s, int fd,
-                      const char *name);
+/* One buffer of the scratch the writes of plans[0..n) need, allocated
+ * before the output is created (the files of a sharded model share it). */
+void *td_st_plan_scratch(const td_st_plan *plans, int n);
+void td_st_plan_write(const td_st_plan *sp, const td_param_table *t, const float *params, void *scratch,
+                      td_staged *s, int fd, const char *name);
 void td_st_plan_free(td_st_plan *sp);
 /* text, or the error "export: out of memory formatting WHAT" */
 char *td_export_checked(char *text, const char *what);
