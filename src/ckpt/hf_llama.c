@@ -163,7 +163,7 @@ void td_export_hf_llama(const td_checkpoint *ck, const td_param_table *t, const 
 
     printf("export: wrote %s/ (Hugging Face LlamaForCausalLM, %s: ", o->out, o->bf16 ? "bf16" : "fp32");
     if (n == 1) printf("model.safetensors %d tensors %zu bytes", t->n_rows, bytes);
-    else printf("%d shards of at most %g MB, %zu bytes, and %s", n, limit / 1e6, bytes, INDEX_NAME);
+    else printf("%d shards cut at %g MB, %zu bytes, and %s", n, limit / 1e6, bytes, INDEX_NAME);
     printf(", config.json, generation_config.json");
     td_export_tok_summary(ck, merges);
     for (int f = 0; f < TD_TOK_FILES; f++) free(tok[f]);
