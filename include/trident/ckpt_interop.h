@@ -13,11 +13,21 @@
  *   safetensors: one file with GPT2Model's names ("h.0.attn.c_attn.weight")
  *                and config.json beside it;
  *   llmc:        llm.c's GPT-2 checkpoint (formats_gpt2.h; the vocabulary
- *                padded to a multiple of 128 as llm.c's exporter pads it).
+ *                padded to a multiple of 128 as llm.c's exporter pads it);
+ * and a Llama-family checkpoint as
+ *   hf-llama:    a Hugging Face LlamaForCausalLM directory: its names and
+ *                [out, in] shapes, fp32 or bf16, one model.safetensors or,
+ *                past --shard-mb, model-0000i-of-0000n.safetensors and
+ *                model.safetensors.index.json; config.json (LlamaConfig),
+ *                generation_config.json and the gpt2 tokenizer's files.
+ * Each format takes one family; another is refused (one error line).
  * Import (`trident import --format safetensors|llmc --in FILE --out DIR`)
- * reads either file form (with or without "transformer.") into a new
+ * reads either GPT-2 file form (with or without "transformer.") into a new
  * checkpoint directory, parameters only: fine-tuning starts a fresh
- * optimizer. Both go through td_ckpt_load and td_ckpt_save only.
+ * optimizer; `--format hf-llama --in DIR|INDEX|FILE` reads such a
+ * directory (F32, BF16 or F16), every tensor, shape and config field
+ * checked (hidden_act silu, no biases, rope_scaling null or llama3). Both
+ * go through td_ckpt_load and td_ckpt_save only.
  *
  * Outputs are staged (src/ckpt/staged.h): written under PATH.tmp.PID and
  * renamed into place, an existing output refused unless overwrite (and then
@@ -27,23 +37,26 @@
 #ifndef TRIDENT_CKPT_INTEROP_H
 #define TRIDENT_CKPT_INTEROP_H
 
-typedef enum { TD_EXPORT_HF_GPT2, TD_EXPORT_SAFETENSORS, TD_EXPORT_LLMC } td_export_format;
+typedef enum { TD_EXPORT_HF_GPT2, TD_EXPORT_SAFETENSORS, TD_EXPORT_LLMC, TD_EXPORT_HF_LLAMA } td_export_format;
 
 typedef struct {
     const char *ckpt; /* checkpoint DIR (follows DIR/latest) or a step directory */
     td_export_format format;
     const char *out;
     int overwrite;
+    int bf16;        /* hf-llama: the weights in bf16 (rounded to nearest even), else fp32 */
+    double shard_mb; /* hf-llama: the largest shard in MB (10^6 bytes); 0: 5000, HF's 5GB */
 } td_export_opts;
 
 typedef struct {
-    const char *format;    /* "safetensors" or "llmc" */
-    const char *in;        /* the file to read */
+    const char *format;    /* "safetensors", "llmc" or "hf-llama" */
+    const char *in;        /* the file to read (hf-llama: a directory, its index or one file) */
     const char *config;    /* safetensors: config.json (NULL: beside in) */
     const char *tokenizer; /* char, byte, ids, gpt2 or NULL (from config.json / V) */
     const char *data;      /* --tokenizer char: the text whose characters are the vocabulary */
     const char *out;       /* checkpoint DIR: new, empty, or (overwrite) an earlier one */
     int overwrite;
+    int seq;               /* hf-llama: the context T (0: config.json's max_position_embeddings) */
 } td_import_opts;
 
 /* Check out first (before loading anything), load, write, print one line

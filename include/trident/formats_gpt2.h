@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #include "trident/formats.h"
+#include "trident/formats_json.h"
 
 #define TD_LLMC_MAGIC 20240326
 #define TD_LLMC_VERSION_FP32 3
@@ -58,6 +59,15 @@ void td_hf_config_free(td_hf_config *c);
  * fields for trident's model, bos/eos_token_id 50256 for the gpt2
  * tokenizer (null otherwise), and the trident_ fields above. */
 char *td_hf_config_format(const td_hf_config *c);
+/* trident's own fields of a Hugging Face config.json (any family's), for
+ * the vocabulary c->V: "trident_tokenizer" into c->tokenizer ("" when
+ * absent) and, for "char", "trident_chars" into c->chars (malloc'd); errors
+ * as td_hf_config_parse's (the caller frees c on error). */
+int td_hf_trident_fields_parse(const td_jv *o, td_hf_config *c, td_err *e);
+/* Appends ",\n  \"trident_chars\": [...]" for a char tokenizer (nothing
+ * otherwise) to s (len bytes used of cap, which needs 24 + 12 V bytes
+ * free); returns the new length. */
+size_t td_hf_trident_chars_format(char *s, size_t cap, size_t len, const td_hf_config *c);
 /* The other files of a Hugging Face GPT-2 directory (malloc'd, or NULL):
  * generation_config.json (GPT-2's bos/eos <|endoftext|>, or none), and for
  * the gpt2 tokenizer tokenizer_config.json (GPT2Tokenizer, model_max_length

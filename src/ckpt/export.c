@@ -1,6 +1,8 @@
 /* Export: a checkpoint's parameters as a Hugging Face GPT-2 directory, a
  * safetensors file (+ config.json) or llm.c's GPT-2 checkpoint
- * (ckpt_interop.h). Reads through td_ckpt_load only. Everything an output
+ * (ckpt_interop.h), and the safetensors writer and tokenizer files that
+ * hf_llama.c's Llama directory shares (interop.h). Reads through
+ * td_ckpt_load only. Everything an output
  * holds is prepared in memory first, so that between creating its
  * temporary and renaming it into place only writes can fail, and each
  * failure removes the temporaries (staged.h). */
@@ -11,6 +13,7 @@
 #include <string.h>
 
 #include "gpt2_names.h"
+#include "interop.h"
 #include "staged.h"
 #include "trident/base.h"
 #include "trident/bpe.h"
@@ -18,6 +21,7 @@
 #include "trident/ckpt_interop.h"
 #include "trident/formats_gpt2.h"
 #include "trident/formats_safetensors.h"
+#include "trident/kernels_bf16.h"
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "both formats are little-endian; so is this writer");
 
@@ -46,11 +50,11 @@ int td_hf_shape(const td_param *p, int64_t shape[2]) {
     return p->ndim;
 }
 
-/* Row p of the canonical buffer in HF's layout into dst (transposed for
- * Conv1D weights; wte's real rows only). */
-static void hf_tensor(float *dst, const td_param *p, const float *params) {
+/* Row p of the canonical buffer in HF's layout into dst (GPT-2's Conv1D
+ * weights transposed; the vocabulary's real rows only). */
+static void hf_tensor(float *dst, const td_param *p, const float *params, int gpt2) {
     const float *src = params + p->offset;
-    if (!td_hf_kinds[p->kind].transposed) {
+    if (!gpt2 || !td_hf_kinds[p->kind].transposed) {
         memcpy(dst, src, sizeof(float) * (size_t)p->shape[0] * (p->ndim == 2 ? (size_t)p->shape[1] : 1));
         return;
     }
@@ -62,64 +66,88 @@ static void hf_tensor(float *dst, const td_param *p, const float *params) {
 
 /* ---- the model as safetensors: prepared, then written ------------------- */
 
-typedef struct {
-    td_st_tensor *st;
-    char (*names)[112];
-    char *hdr;      /* u64 length + JSON header */
-    size_t hlen;    /* its bytes */
-    size_t bytes;   /* the whole file */
-    float *buf;     /* room for the largest tensor */
-} st_plan;
-
-/* The header for t's rows named prefix + GPT2Model's name ("" for the
- * file export, "transformer." in a GPT2LMHeadModel directory). */
-static void st_prepare(st_plan *sp, const td_param_table *t, const char *prefix) {
-    sp->st = td_alloc(sizeof *sp->st * (size_t)t->n_rows, TD_MEM_OTHER);
-    sp->names = td_alloc(sizeof *sp->names * (size_t)t->n_rows, TD_MEM_OTHER);
+/* GPT-2's names are prefix + GPT2Model's name ("" for the file export,
+ * "transformer." in a GPT2LMHeadModel directory); Llama's rows carry
+ * LlamaForCausalLM's own names and shapes. */
+void td_st_plan_prepare(td_st_plan *sp, const td_param_table *t, int lo, int hi, const char *prefix,
+                        td_st_dtype dtype) {
+    TD_ASSERT(0 <= lo && lo < hi && hi <= t->n_rows && (dtype == TD_ST_F32 || dtype == TD_ST_BF16));
+    int gpt2 = t->cfg.arch == TD_ARCH_GPT2, n = hi - lo;
+    sp->lo = lo, sp->hi = hi, sp->dtype = dtype;
+    sp->st = td_alloc(sizeof *sp->st * (size_t)n, TD_MEM_OTHER);
+    sp->names = td_alloc(sizeof *sp->names * (size_t)n, TD_MEM_OTHER);
     size_t most = 0;
-    for (int i = 0; i < t->n_rows; i++) { /* rows are in forward order: wte, wpe, h.0..., ln_f */
-        const td_param *p = &t->rows[i];
-        char base[96];
-        td_hf_name(base, sizeof base, p);
-        snprintf(sp->names[i], sizeof sp->names[i], "%s%s", prefix, base);
-        sp->st[i] = (td_st_tensor){.name = sp->names[i], .dtype = TD_ST_F32};
-        sp->st[i].ndim = td_hf_shape(p, sp->st[i].shape);
+    for (int i = 0; i < n; i++) { /* rows are in forward order: embeddings, blocks, final norm (head) */
+        const td_param *p = &t->rows[lo + i];
+        td_st_tensor *st = &sp->st[i];
+        if (gpt2) {
+            char base[96];
+            td_hf_name(base, sizeof base, p);
+            snprintf(sp->names[i], sizeof sp->names[i], "%s%s", prefix, base);
+            st->ndim = td_hf_shape(p, st->shape);
+        } else {
+            snprintf(sp->names[i], sizeof sp->names[i], "%s", p->name);
+            st->ndim = p->ndim;
+            st->shape[0] = p->shape[0];
+            if (p->ndim == 2) st->shape[1] = p->shape[1];
+        }
+        st->name = sp->names[i], st->dtype = dtype;
         most = td_max_sz(most, (size_t)p->shape[0] * (p->ndim == 2 ? (size_t)p->shape[1] : 1));
     }
     const char *mk[] = {"format", "producer"}, *mv[] = {"pt", "trident export"};
     td_err e;
-    TD_CHECK(td_st_header_format(sp->st, t->n_rows, mk, mv, 2, &sp->hdr, &sp->hlen, &e) == 0,
-             "export: %s", e.msg);
-    sp->bytes = sp->hlen + (size_t)sp->st[t->n_rows - 1].end;
-    sp->buf = td_alloc(sizeof(float) * most, TD_MEM_OTHER);
+    TD_CHECK(td_st_header_format(sp->st, n, mk, mv, 2, &sp->hdr, &sp->hlen, &e) == 0, "export: %s", e.msg);
+    sp->bytes = sp->hlen + (size_t)sp->st[n - 1].end;
+    /* the fp32 tensor, then (bf16) its rounded form after it */
+    sp->scratch = (sizeof(float) + (dtype == TD_ST_BF16 ? sizeof(td_bf16) : 0)) * most;
 }
 
-static void st_write(const st_plan *sp, const td_param_table *t, const float *params, td_staged *s,
-                     int fd, const char *name) {
+void *td_st_plan_scratch(const td_st_plan *plans, int n) {
+    size_t most = 0;
+    for (int i = 0; i < n; i++) most = td_max_sz(most, plans[i].scratch);
+    return td_alloc(most, TD_MEM_OTHER);
+}
+
+void td_st_plan_write(const td_st_plan *sp, const td_param_table *t, const float *params, void *scratch,
+                      td_staged *s, int fd, const char *name) {
     td_staged_write(s, fd, name, sp->hdr, sp->hlen);
-    for (int i = 0; i < t->n_rows; i++) {
-        hf_tensor(sp->buf, &t->rows[i], params);
-        td_staged_write(s, fd, name, sp->buf, sp->st[i].end - sp->st[i].begin);
+    for (int r = sp->lo; r < sp->hi; r++) {
+        const td_st_tensor *st = &sp->st[r - sp->lo];
+        float *f = scratch;
+        hf_tensor(f, &t->rows[r], params, t->cfg.arch == TD_ARCH_GPT2);
+        size_t n = (size_t)(st->end - st->begin);
+        if (sp->dtype == TD_ST_BF16) {
+            td_bf16 *h = (td_bf16 *)(f + n / sizeof(td_bf16)); /* past the n/2 floats */
+            td_bf16_from_float_n(h, f, n / sizeof(td_bf16));
+            td_staged_write(s, fd, name, h, n);
+        } else {
+            td_staged_write(s, fd, name, f, n);
+        }
     }
 }
 
-static void st_free(st_plan *sp) {
+void td_st_plan_free(td_st_plan *sp) {
     free(sp->hdr);
-    td_free(sp->buf);
     td_free(sp->names);
     td_free(sp->st);
 }
 
-static td_hf_config hf_config(const td_checkpoint *ck) {
+td_hf_config td_export_hf_config(const td_checkpoint *ck) {
     const td_gpt_config *c = &ck->cfg;
     td_hf_config hc = {c->L, c->H, c->C, c->T, c->V, "", ck->tok.kind == TD_TOK_CHAR ? ck->tok.chars : NULL};
     snprintf(hc.tokenizer, sizeof hc.tokenizer, "%s", td_tokenizer_name(ck->tok.kind));
     return hc;
 }
 
-static char *checked(char *text, const char *what) {
+char *td_export_checked(char *text, const char *what) {
     TD_CHECK(text, "export: out of memory formatting %s", what);
     return text;
+}
+
+void td_export_put(td_staged *d, const char *name, const char *text, size_t len) {
+    int fd = td_staged_create(d, name);
+    td_staged_write(d, fd, name, text, len);
+    td_staged_close(d, fd, name);
 }
 
 /* ---- the three formats -------------------------------------------------- */
@@ -133,21 +161,23 @@ static void config_path(char *buf, size_t cap, const char *out) {
 static void export_safetensors(const td_checkpoint *ck, const td_param_table *t, const td_export_opts *o) {
     char cpath[PATH_MAX + 16];
     config_path(cpath, sizeof cpath, o->out);
-    st_plan sp;
-    st_prepare(&sp, t, "");
-    td_hf_config hc = hf_config(ck);
-    char *text = checked(td_hf_config_format(&hc), "config.json");
+    td_st_plan sp;
+    td_st_plan_prepare(&sp, t, 0, t->n_rows, "", TD_ST_F32);
+    void *scratch = td_st_plan_scratch(&sp, 1);
+    td_hf_config hc = td_export_hf_config(ck);
+    char *text = td_export_checked(td_hf_config_format(&hc), "config.json");
     td_staged m, c;
     td_staged_begin(&m, "export", o->out, 0, o->overwrite);
     td_staged_begin(&c, "export", cpath, 0, o->overwrite);
-    st_write(&sp, t, ck->params, &m, m.fd, NULL);
+    td_st_plan_write(&sp, t, ck->params, scratch, &m, m.fd, NULL);
     td_staged_write(&c, c.fd, NULL, text, strlen(text));
     /* the model first, so a reader never finds a new config without its weights */
     td_staged_commit(&m);
     td_staged_commit(&c);
     printf("export: wrote %s (%d tensors, %zu bytes) and %s\n", o->out, t->n_rows, sp.bytes, cpath);
     free(text);
-    st_free(&sp);
+    td_free(scratch);
+    td_st_plan_free(&sp);
 }
 
 static void export_llmc(const td_checkpoint *ck, const td_param_table *t, const td_export_opts *o) {
@@ -183,60 +213,41 @@ static void export_llmc(const td_checkpoint *ck, const td_param_table *t, const 
            o->out, cfg->V, h.Vp, bytes);
 }
 
-/* The files of a Hugging Face GPT-2 directory, in the order written. */
-enum { F_MODEL, F_CONFIG, F_GENERATION, F_VOCAB, F_MERGES, F_TOKENIZER, F_SPECIAL, F_COUNT };
-static const char *const hf_files[F_COUNT] = {"model.safetensors", "config.json", "generation_config.json",
-                                               "vocab.json", "merges.txt", "tokenizer_config.json",
-                                               "special_tokens_map.json"};
+/* The files of a Hugging Face GPT-2 directory, in the order written (the
+ * tokenizer's after these). */
+enum { F_MODEL, F_CONFIG, F_GENERATION, F_COUNT };
+static const char *const hf_files[F_COUNT] = {"model.safetensors", "config.json", "generation_config.json"};
+const char *const td_tok_file_names[TD_TOK_FILES] = {"vocab.json", "merges.txt", "tokenizer_config.json",
+                                                     "special_tokens_map.json"};
 /* --overwrite replaces a directory that holds only these */
 static int hf_file(const char *name) {
     for (int i = 0; i < F_COUNT; i++)
         if (strcmp(name, hf_files[i]) == 0) return 1;
+    for (int i = 0; i < TD_TOK_FILES; i++)
+        if (strcmp(name, td_tok_file_names[i]) == 0) return 1;
     return 0;
 }
 
-static void export_hf_dir(const td_checkpoint *ck, const td_param_table *t, const td_export_opts *o) {
-    st_plan sp;
-    /* GPT2LMHeadModel's own names: what its save_pretrained writes (the tied
-     * lm_head.weight left out), so loaders keyed on that class's state dict
-     * need no prefix rule (HF's loader also takes GPT2Model's bare names) */
-    st_prepare(&sp, t, "transformer.");
-    td_hf_config hc = hf_config(ck);
-    char *text[F_COUNT] = {NULL};
-    size_t len[F_COUNT] = {0};
-    text[F_CONFIG] = checked(td_hf_config_format(&hc), "config.json");
-    text[F_GENERATION] = checked(td_hf_generation_config_format(&hc), "generation_config.json");
-    int gpt2 = ck->tok.kind == TD_TOK_GPT2, merges = 0;
-    if (gpt2) {
-        td_err e;
-        TD_CHECK(td_bpe_vocab(ck->tok.bpe) == ck->cfg.V, "export: the checkpoint's vocabulary is %d, but "
-                 "GPT-2's tokenizer has %d tokens", ck->cfg.V, td_bpe_vocab(ck->tok.bpe));
-        text[F_VOCAB] = td_bpe_hf_vocab_json(ck->tok.bpe, &len[F_VOCAB], &e);
-        TD_CHECK(text[F_VOCAB], "export: vocab.json: %s", e.msg);
-        text[F_MERGES] = td_bpe_hf_merges_txt(ck->tok.bpe, &len[F_MERGES], &merges, &e);
-        TD_CHECK(text[F_MERGES], "export: merges.txt: %s", e.msg);
-        text[F_TOKENIZER] = checked(td_hf_tokenizer_config_format(&hc), "tokenizer_config.json");
-        text[F_SPECIAL] = checked(strdup(td_hf_special_tokens_map), "special_tokens_map.json");
-    }
-    for (int f = F_CONFIG; f < F_COUNT; f++)
-        if (text[f] && !len[f]) len[f] = strlen(text[f]);
+void td_export_tok_files(const td_checkpoint *ck, const td_hf_config *hc, char *texts[TD_TOK_FILES],
+                         size_t lens[TD_TOK_FILES], int *merges) {
+    memset(texts, 0, sizeof(char *) * TD_TOK_FILES);
+    memset(lens, 0, sizeof(size_t) * TD_TOK_FILES);
+    *merges = 0;
+    if (ck->tok.kind != TD_TOK_GPT2) return;
+    td_err e;
+    TD_CHECK(td_bpe_vocab(ck->tok.bpe) == ck->cfg.V, "export: the checkpoint's vocabulary is %d, but "
+             "GPT-2's tokenizer has %d tokens", ck->cfg.V, td_bpe_vocab(ck->tok.bpe));
+    texts[0] = td_bpe_hf_vocab_json(ck->tok.bpe, &lens[0], &e);
+    TD_CHECK(texts[0], "export: vocab.json: %s", e.msg);
+    texts[1] = td_bpe_hf_merges_txt(ck->tok.bpe, &lens[1], merges, &e);
+    TD_CHECK(texts[1], "export: merges.txt: %s", e.msg);
+    texts[2] = td_export_checked(td_hf_tokenizer_config_format(hc), "tokenizer_config.json");
+    texts[3] = td_export_checked(strdup(td_hf_special_tokens_map), "special_tokens_map.json");
+    lens[2] = strlen(texts[2]), lens[3] = strlen(texts[3]);
+}
 
-    td_staged d;
-    td_staged_begin(&d, "export", o->out, 1, o->overwrite);
-    int fd = td_staged_create(&d, hf_files[F_MODEL]);
-    st_write(&sp, t, ck->params, &d, fd, hf_files[F_MODEL]);
-    td_staged_close(&d, fd, hf_files[F_MODEL]);
-    for (int f = F_CONFIG; f < F_COUNT; f++) {
-        if (!text[f]) continue;
-        fd = td_staged_create(&d, hf_files[f]);
-        td_staged_write(&d, fd, hf_files[f], text[f], len[f]);
-        td_staged_close(&d, fd, hf_files[f]);
-    }
-    td_staged_commit(&d);
-
-    printf("export: wrote %s/ (Hugging Face GPT2LMHeadModel: model.safetensors %d tensors %zu bytes, "
-           "config.json, generation_config.json", o->out, t->n_rows, sp.bytes);
-    if (gpt2)
+void td_export_tok_summary(const td_checkpoint *ck, int merges) {
+    if (ck->tok.kind == TD_TOK_GPT2)
         printf(", vocab.json %d tokens, merges.txt %d merges, tokenizer_config.json, "
                "special_tokens_map.json)\n", td_bpe_vocab(ck->tok.bpe), merges);
     else
@@ -247,8 +258,40 @@ static void export_hf_dir(const td_checkpoint *ck, const td_param_table *t, cons
                                               : "plain ids of a token file (no text tokenizer)",
                ck->tok.kind == TD_TOK_CHAR ? "config.json's trident_chars lists the characters"
                                            : "config.json's trident_tokenizer names it");
+}
+
+static void export_hf_dir(const td_checkpoint *ck, const td_param_table *t, const td_export_opts *o) {
+    td_st_plan sp;
+    /* GPT2LMHeadModel's own names: what its save_pretrained writes (the tied
+     * lm_head.weight left out), so loaders keyed on that class's state dict
+     * need no prefix rule (HF's loader also takes GPT2Model's bare names) */
+    td_st_plan_prepare(&sp, t, 0, t->n_rows, "transformer.", TD_ST_F32);
+    void *scratch = td_st_plan_scratch(&sp, 1);
+    td_hf_config hc = td_export_hf_config(ck);
+    char *text[F_COUNT] = {NULL}, *tok[TD_TOK_FILES];
+    size_t tok_len[TD_TOK_FILES];
+    int merges;
+    text[F_CONFIG] = td_export_checked(td_hf_config_format(&hc), "config.json");
+    text[F_GENERATION] = td_export_checked(td_hf_generation_config_format(&hc), "generation_config.json");
+    td_export_tok_files(ck, &hc, tok, tok_len, &merges);
+
+    td_staged d;
+    td_staged_begin(&d, "export", o->out, 1, o->overwrite);
+    int fd = td_staged_create(&d, hf_files[F_MODEL]);
+    td_st_plan_write(&sp, t, ck->params, scratch, &d, fd, hf_files[F_MODEL]);
+    td_staged_close(&d, fd, hf_files[F_MODEL]);
+    for (int f = F_CONFIG; f < F_COUNT; f++) td_export_put(&d, hf_files[f], text[f], strlen(text[f]));
+    for (int f = 0; f < TD_TOK_FILES; f++)
+        if (tok[f]) td_export_put(&d, td_tok_file_names[f], tok[f], tok_len[f]);
+    td_staged_commit(&d);
+
+    printf("export: wrote %s/ (Hugging Face GPT2LMHeadModel: model.safetensors %d tensors %zu bytes, "
+           "config.json, generation_config.json", o->out, t->n_rows, sp.bytes);
+    td_export_tok_summary(ck, merges);
     for (int f = 0; f < F_COUNT; f++) free(text[f]);
-    st_free(&sp);
+    for (int f = 0; f < TD_TOK_FILES; f++) free(tok[f]);
+    td_free(scratch);
+    td_st_plan_free(&sp);
 }
 
 void td_export(const td_export_opts *o) {
@@ -256,8 +299,9 @@ void td_export(const td_export_opts *o) {
     char what[PATH_MAX + 64];
     snprintf(what, sizeof what, "--out %s", o->out);
     /* refusals first: nothing is loaded for an output that would be refused */
-    if (o->format == TD_EXPORT_HF_GPT2) {
-        td_staged_check("export", what, o->out, 1, o->overwrite, hf_file);
+    if (o->format == TD_EXPORT_HF_GPT2 || o->format == TD_EXPORT_HF_LLAMA) {
+        td_staged_check("export", what, o->out, 1, o->overwrite,
+                        o->format == TD_EXPORT_HF_GPT2 ? hf_file : td_hf_llama_file);
     } else {
         TD_CHECK(o->format == TD_EXPORT_LLMC || strcmp(base, "config.json") != 0,
                  "export: --out %s: safetensors writes config.json beside the model; name the model otherwise",
@@ -272,9 +316,19 @@ void td_export(const td_export_opts *o) {
     }
     td_checkpoint ck;
     td_ckpt_load(&ck, o->ckpt);
+    /* each format holds one family's tensors */
+    int llama = ck.cfg.arch == TD_ARCH_LLAMA;
+    TD_CHECK(llama == (o->format == TD_EXPORT_HF_LLAMA),
+             "export: %s: the checkpoint is a %s model; --format %s writes %s, so use %s", ck.dir,
+             td_arch_name(ck.cfg.arch),
+             o->format == TD_EXPORT_HF_LLAMA ? "hf-llama" : o->format == TD_EXPORT_HF_GPT2 ? "hf-gpt2"
+             : o->format == TD_EXPORT_LLMC ? "llmc" : "safetensors",
+             llama ? "GPT-2's tensors" : "Llama's tensors",
+             llama ? "--format hf-llama" : "--format hf-gpt2, safetensors or llmc");
     td_param_table canon;
     td_param_table_build(&canon, &ck.cfg, 1);
     if (o->format == TD_EXPORT_HF_GPT2) export_hf_dir(&ck, &canon, o);
+    else if (o->format == TD_EXPORT_HF_LLAMA) td_export_hf_llama(&ck, &canon, o);
     else if (o->format == TD_EXPORT_SAFETENSORS) export_safetensors(&ck, &canon, o);
     else export_llmc(&ck, &canon, o);
     td_param_table_free(&canon);

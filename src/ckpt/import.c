@@ -1,6 +1,6 @@
-/* Import: Hugging Face GPT-2 safetensors (+ config.json) or an llm.c GPT-2
- * checkpoint into a new checkpoint directory, parameters only
- * (ckpt_interop.h). Everything is read and checked before anything is
+/* Import: Hugging Face GPT-2 safetensors (+ config.json), an llm.c GPT-2
+ * checkpoint or (read by hf_llama.c) a Hugging Face Llama directory into a
+ * new checkpoint directory, parameters only (ckpt_interop.h). Everything is read and checked before anything is
  * written: bad input is one error line naming the file and what is wrong,
  * and --out stays untouched. Writes through td_ckpt_save only, into a
  * staged directory (staged.h). */
@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "gpt2_names.h"
+#include "interop.h"
 #include "staged.h"
 #include "trident/base.h"
 #include "trident/ckpt.h"
@@ -29,7 +30,7 @@
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "both formats are little-endian; so is this reader");
 
 /* The whole file (untrusted: its size comes from fstat, not from it). */
-static unsigned char *read_all(const char *path, size_t *len) {
+unsigned char *td_import_read_all(const char *path, size_t *len) {
     struct stat st;
     const char *why;
     int fd = td_open_input(path, &st, &why);
@@ -48,8 +49,8 @@ static unsigned char *read_all(const char *path, size_t *len) {
 
 /* n elements of dtype at src (unaligned, little-endian) as floats; every
  * value must be finite, as td_ckpt_load will require. */
-static void to_float(float *dst, const unsigned char *src, size_t n, td_st_dtype dt, const char *path,
-                     const char *name) {
+void td_import_to_float(float *dst, const unsigned char *src, size_t n, td_st_dtype dt, const char *path,
+                        const char *name) {
     for (size_t i = 0; i < n; i++) {
         uint32_t u32;
         uint16_t u16;
@@ -110,7 +111,7 @@ static int mask_buffer(const char *name) {
 static void import_safetensors(const char *path, const char *config, td_gpt_config *cfg,
                                td_hf_config *hc, float **params_out, td_param_table *t) {
     size_t clen;
-    char *ctext = (char *)read_all(config, &clen);
+    char *ctext = (char *)td_import_read_all(config, &clen);
     td_err e;
     TD_CHECK(td_hf_config_parse(ctext, clen, hc, &e) == 0, "import: %s: %s", config, e.msg);
     td_free(ctext);
@@ -119,7 +120,7 @@ static void import_safetensors(const char *path, const char *config, td_gpt_conf
     td_param_table_build(t, cfg, 1);
 
     size_t len;
-    unsigned char *file = read_all(path, &len);
+    unsigned char *file = td_import_read_all(path, &len);
     uint64_t n;
     td_st_header h;
     TD_CHECK(td_st_header_len(file, len, &n, &e) == 0 &&
@@ -156,7 +157,7 @@ static void import_safetensors(const char *path, const char *config, td_gpt_conf
                  td_st_dtype_name(s->dtype));
         size_t numel = (size_t)want[0] * (nd > 1 ? (size_t)want[1] : 1);
         float *tmp = td_alloc(sizeof(float) * numel, TD_MEM_OTHER);
-        to_float(tmp, file + h.data_off + s->begin, numel, s->dtype, path, s->name);
+        td_import_to_float(tmp, file + h.data_off + s->begin, numel, s->dtype, path, s->name);
         place(params, p, tmp);
         td_free(tmp);
     }
@@ -172,7 +173,7 @@ static void import_safetensors(const char *path, const char *config, td_gpt_conf
         TD_CHECK(head->ndim == 2 && head->shape[0] == cfg->V && head->shape[1] == cfg->C &&
                      (head->dtype == TD_ST_F32 || head->dtype == TD_ST_BF16 || head->dtype == TD_ST_F16),
                  "import: %s: tensor \"lm_head.weight\": not a [%d, %d] float tensor", path, cfg->V, cfg->C);
-        to_float(tmp, file + h.data_off + head->begin, numel, head->dtype, path, "lm_head.weight");
+        td_import_to_float(tmp, file + h.data_off + head->begin, numel, head->dtype, path, "lm_head.weight");
         TD_CHECK(memcmp(tmp, params + wte->offset, sizeof(float) * numel) == 0,
                  "import: %s: tensor \"lm_head.weight\" differs from \"wte.weight\"; trident's head is tied "
                  "to the token embedding", path);
@@ -186,7 +187,7 @@ static void import_safetensors(const char *path, const char *config, td_gpt_conf
 
 static void import_llmc(const char *path, td_gpt_config *cfg, float **params_out, td_param_table *t) {
     size_t len;
-    unsigned char *file = read_all(path, &len);
+    unsigned char *file = td_import_read_all(path, &len);
     td_llmc_header h;
     td_err e;
     TD_CHECK(td_llmc_header_parse(file, len, len, &h, &e) == 0, "import: %s: %s", path, e.msg);
@@ -203,7 +204,7 @@ static void import_llmc(const char *path, td_gpt_config *cfg, float **params_out
             size_t n = (size_t)p->shape[0] * (p->ndim == 2 ? (size_t)p->shape[1] : 1);
             char name[96];
             td_hf_name(name, sizeof name, p);
-            to_float(params + p->offset, at, n, TD_ST_F32, path, name);
+            td_import_to_float(params + p->offset, at, n, TD_ST_F32, path, name);
             at += 4 * n;
         }
         if (k == TD_T_WTE) at += 4 * (size_t)(h.Vp - h.V) * (size_t)h.C; /* llm.c's padding rows */
@@ -228,7 +229,7 @@ static void pick_tokenizer(td_tokenizer *tok, const char *flag, const char *data
     if (strcmp(kind, "char") == 0) {
         TD_CHECK(data, "import: --tokenizer char needs --data TEXT, the text whose characters are the vocabulary");
         size_t n;
-        char *text = (char *)read_all(data, &n);
+        char *text = (char *)td_import_read_all(data, &n);
         td_tokenizer_build_char(tok, text, n, "--data");
         td_free(text);
         TD_CHECK(tok->V == V, "import: --data %s has %d distinct characters, but the model's vocabulary is %d",
@@ -254,12 +255,16 @@ static int ckpt_entry(const char *name) {
 
 void td_import(const td_import_opts *o) {
     const char *format = o->format, *config = o->config, *tokenizer = o->tokenizer, *data = o->data;
-    TD_CHECK(format && (strcmp(format, "safetensors") == 0 || strcmp(format, "llmc") == 0),
-             "import: --format %s is not known; use safetensors or llmc", format ? format : "(missing)");
-    TD_CHECK(o->in, "import: --in FILE is required");
+    TD_CHECK(format && (strcmp(format, "safetensors") == 0 || strcmp(format, "llmc") == 0 ||
+                        strcmp(format, "hf-llama") == 0),
+             "import: --format %s is not known; use safetensors, hf-llama or llmc", format ? format : "(missing)");
+    int llama = strcmp(format, "hf-llama") == 0, st = strcmp(format, "safetensors") == 0;
+    TD_CHECK(o->in, "import: --in %s is required", llama ? "DIR (or FILE)" : "FILE");
     TD_CHECK(o->out, "import: --out DIR is required");
-    TD_CHECK(!config || strcmp(format, "safetensors") == 0,
-             "import: --config applies to --format safetensors (an llm.c file holds its sizes)");
+    TD_CHECK(!config || strcmp(format, "llmc") != 0,
+             "import: --config applies to --format safetensors and hf-llama (an llm.c file holds its sizes)");
+    TD_CHECK(!o->seq || llama, "import: --seq applies to --format hf-llama (GPT-2's positions are weights of "
+             "n_positions rows)");
     TD_CHECK(!data || (tokenizer && strcmp(tokenizer, "char") == 0),
              "import: --data applies to --tokenizer char only (its characters are the vocabulary)");
     /* never mix an import into existing checkpoints: a new or empty DIR, or
@@ -268,7 +273,7 @@ void td_import(const td_import_opts *o) {
     snprintf(what, sizeof what, "--out %s", o->out);
     td_staged_check("import", what, o->out, 1, o->overwrite, ckpt_entry);
     char cpath[PATH_MAX + 16];
-    if (!config && strcmp(format, "safetensors") == 0) {
+    if (!config && st) {
         char dir[PATH_MAX];
         snprintf(dir, sizeof dir, "%s", o->in);
         snprintf(cpath, sizeof cpath, "%s/config.json", dirname(dir));
@@ -278,18 +283,20 @@ void td_import(const td_import_opts *o) {
     td_param_table t;
     td_hf_config hc = {0};
     float *params;
-    if (strcmp(format, "safetensors") == 0) import_safetensors(o->in, config, &cfg, &hc, &params, &t);
+    if (st) import_safetensors(o->in, config, &cfg, &hc, &params, &t);
+    else if (llama) td_import_hf_llama(o, &cfg, &hc, &params, &t);
     else import_llmc(o->in, &cfg, &params, &t);
     td_tokenizer tok;
-    pick_tokenizer(&tok, tokenizer, data, strcmp(format, "safetensors") == 0 ? &hc : NULL, cfg.V);
+    pick_tokenizer(&tok, tokenizer, data, st || llama ? &hc : NULL, cfg.V);
     /* saved into DIR.tmp.PID, then renamed into place: an error inside the
      * save ends the process through the abort hook, which removes it */
     td_staged s;
     td_staged_begin(&s, "import", o->out, 1, o->overwrite);
     td_ckpt_save(s.tmp, &cfg, &tok, 0, params, NULL, NULL, t.numel);
     td_staged_commit(&s);
-    printf("import: wrote %s/step-00000000 (L %d H %d C %d T %d V %d, %zu parameters, tokenizer %s)\n", o->out,
-           cfg.L, cfg.H, cfg.C, cfg.T, cfg.V, t.n_global, td_tokenizer_name(tok.kind));
+    printf("import: wrote %s/step-00000000 (%s L %d H %d C %d T %d V %d, %zu parameters, tokenizer %s)\n",
+           o->out, td_arch_name(cfg.arch), cfg.L, cfg.H, cfg.C, cfg.T, cfg.V, t.n_global,
+           td_tokenizer_name(tok.kind));
     td_hf_config_free(&hc);
     td_tokenizer_free(&tok);
     td_param_table_free(&t);

@@ -123,7 +123,11 @@ static int parse_fields(const td_jv *o, td_hf_config *c, td_err *e) {
     v = td_json_get(o, "layer_norm_epsilon");
     if (v && (v->type != TD_JV_NUM || fabs(v->num - 1e-5) > 1e-12))
         FAIL("field layer_norm_epsilon: trident's LayerNorm uses 1e-05");
-    v = td_json_get(o, "trident_tokenizer");
+    return td_hf_trident_fields_parse(o, c, e);
+}
+
+int td_hf_trident_fields_parse(const td_jv *o, td_hf_config *c, td_err *e) {
+    const td_jv *v = td_json_get(o, "trident_tokenizer");
     if (!v) return 0;
     static const char *const kinds[4] = {"char", "byte", "ids", "gpt2"};
     int k = 0;
@@ -185,14 +189,17 @@ char *td_hf_config_format(const td_hf_config *c) {
         gpt2 ? "  \"bos_token_id\": 50256,\n  \"eos_token_id\": 50256,\n"
              : "  \"bos_token_id\": null,\n  \"eos_token_id\": null,\n",
         c->tokenizer[0] ? c->tokenizer : "ids");
-    if (c->chars) {
-        len += (size_t)snprintf(s + len, cap - len, ",\n  \"trident_chars\": [");
-        for (int64_t i = 0; i < c->V; i++)
-            len += (size_t)snprintf(s + len, cap - len, "%s%" PRIu32, i ? ", " : "", c->chars[i]);
-        len += (size_t)snprintf(s + len, cap - len, "]");
-    }
+    len = td_hf_trident_chars_format(s, cap, len, c);
     snprintf(s + len, cap - len, "\n}\n");
     return s;
+}
+
+size_t td_hf_trident_chars_format(char *s, size_t cap, size_t len, const td_hf_config *c) {
+    if (!c->chars) return len;
+    len += (size_t)snprintf(s + len, cap - len, ",\n  \"trident_chars\": [");
+    for (int64_t i = 0; i < c->V; i++)
+        len += (size_t)snprintf(s + len, cap - len, "%s%" PRIu32, i ? ", " : "", c->chars[i]);
+    return len + (size_t)snprintf(s + len, cap - len, "]");
 }
 
 char *td_hf_generation_config_format(const td_hf_config *c) {
