@@ -14,8 +14,8 @@
 #  - bad input: one error line naming the file and what is wrong, --out
 #    never written; exporting the other family refused;
 #  - the imported checkpoint resumed under tp 2: the losses of 2 steps
-#    equal one process's within 1e-5 (relative). (The model flags are given:
-#    a resume does not yet take the Llama family's from the checkpoint.)
+#    equal one process's within 1e-5 (relative), no model flag given (the
+#    resume takes the family, its rope scaling included, from the checkpoint).
 # Usage: test_hf_llama.sh TRIDENT INTEROP_TOOL DATA_DIR
 set -u
 T=${1:?usage: test_hf_llama.sh TRIDENT INTEROP_TOOL DATA_DIR}
@@ -155,7 +155,7 @@ bad "bf16 for hf-gpt2" "--dtype and --shard-mb apply to --format hf-llama" expor
 resume() { # resume NAME LAUNCH... -- ARGS...: losses of steps 0 and 1 into $tmp/NAME.loss
   local name=$1 launch=(); shift
   while [ "$1" != -- ]; do launch+=("$1"); shift; done; shift
-  "${launch[@]}" "$T" train --resume "$tmp/im" "${llama[@]}" --data "$tmp/small.txt" --batch 4 --eval-every 0 \
+  "${launch[@]}" "$T" train --resume "$tmp/im" --data "$tmp/small.txt" --batch 4 --eval-every 0 \
     --threads 1 --steps 2 --out "$tmp/r_$name" --log "$tmp/$name.jsonl" "$@" > "$tmp/$name.log" 2>&1 \
     || { tail -5 "$tmp/$name.log"; fail "resume $name"; return; }
   grep '"step": [01],' "$tmp/$name.jsonl" | sed 's/.*"loss": \([^,]*\),.*/\1/' > "$tmp/$name.loss"
