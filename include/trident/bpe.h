@@ -33,8 +33,9 @@ int td_bpe_load(const char *path, td_bpe **out, td_err *e);
  * field that is wrong or unsupported (the caller adds the path). Ids are
  * the file's; td_bpe_vocab is the largest id + 1 (model.vocab and
  * added_tokens). td_bpe_ranks counts the same ids, some of which may hold
- * no token (td_bpe_token: NULL). */
-int td_bpe_load_hf(const char *path, td_bpe **out, td_err *e);
+ * no token (td_bpe_token: NULL). *xxh3 (unless NULL): the XXH3-64 of the
+ * file's bytes, so a checkpoint can tell the same file from an edited one. */
+int td_bpe_load_hf(const char *path, td_bpe **out, uint64_t *xxh3, td_err *e);
 void td_bpe_free(td_bpe *b);
 /* GPT-2's tables, loaded once per process from td_bpe_gpt2_path(); any
  * failure (missing, corrupt, not GPT-2's) is one error line and exit 2. */

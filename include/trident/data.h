@@ -1,4 +1,4 @@
-/* data: tokenizers (char, byte), token files (nanoGPT raw uint16 .bin, llm.c
+/* data: tokenizers (char, byte, GPT-2 BPE, a tokenizer.json's BPE), token files (nanoGPT raw uint16 .bin, llm.c
  * .bin with its 256-int32 header) and the deterministic global sampler. */
 #ifndef TRIDENT_DATA_H
 #define TRIDENT_DATA_H
@@ -9,14 +9,16 @@
 
 #include "trident/formats_data_manifest.h"
 
-typedef enum { TD_TOK_CHAR = 0, TD_TOK_BYTE = 1, TD_TOK_IDS = 2, TD_TOK_GPT2 = 3 } td_tokenizer_kind;
+typedef enum { TD_TOK_CHAR = 0, TD_TOK_BYTE = 1, TD_TOK_IDS = 2, TD_TOK_GPT2 = 3, TD_TOK_HF = 4 } td_tokenizer_kind;
 
 struct td_bpe;
 typedef struct {
     td_tokenizer_kind kind;
     int V;               /* vocabulary size */
     uint32_t *chars;     /* [V] code points (char tokenizer only, sorted) */
-    const struct td_bpe *bpe; /* GPT-2's tables (gpt2 only; shared, never freed) */
+    const struct td_bpe *bpe; /* the BPE tables (gpt2: shared, never freed; hf: own) */
+    char *file;          /* hf: the tokenizer.json as given (td_alloc'd) */
+    uint64_t file_xxh3;  /* hf: the XXH3-64 of its bytes */
 } td_tokenizer;
 
 const char *td_tokenizer_name(td_tokenizer_kind k);
@@ -26,13 +28,20 @@ void td_tokenizer_build_char(td_tokenizer *tk, const char *text, size_t n, const
 /* GPT-2's byte-level BPE (vocabulary 50257; src/data/bpe.c), its tables
  * loaded from td_bpe_gpt2_path() (a missing or corrupt file is an error). */
 void td_tokenizer_gpt2(td_tokenizer *tk);
+/* Whether --tokenizer NAME names a tokenizer.json file (it ends in .json). */
+int td_tokenizer_is_file(const char *name);
+/* A Hugging Face tokenizer.json of the byte-level BPE kind (bpe.h's
+ * td_bpe_load_hf; vocabulary = its largest id + 1). Any problem with the
+ * file is one error line naming `flag` (e.g. "--tokenizer"), the path and
+ * the field. */
+void td_tokenizer_hf(td_tokenizer *tk, const char *path, const char *flag);
 /* Encode UTF-8 text; unknown characters are a user error naming them
- * (gpt2: text that is not UTF-8 is an error giving the byte offset; the
+ * (gpt2, hf: text that is not UTF-8 is an error giving the byte offset; the
  * encoding is ordinary, a literal <|endoftext|> is text). Returns the token
  * count; *out is td_alloc'd. */
 size_t td_tokenizer_encode(const td_tokenizer *tk, const char *text, size_t n, int **out);
 /* Decode one token into buf (ids print as "<123>"): UTF-8, except that a
- * gpt2 token may hold part of a character (print through td_utf8_out).
+ * gpt2 or hf token may hold part of a character (print through td_utf8_out).
  * cap >= 256 holds any token. Returns the length. */
 int td_tokenizer_decode(const td_tokenizer *tk, int token, char *buf, int cap);
 void td_tokenizer_free(td_tokenizer *tk);

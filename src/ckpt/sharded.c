@@ -179,8 +179,10 @@ static void check_same_model(const td_ckpt_reader *r, const td_gpt_config *cfg, 
     for (int i = 0; i < 5; i++)
         TD_CHECK(got[i] == want[i], "--resume %s: the checkpoint is of another model: it has %s %d, this run %d",
                  r->dir, field[i], got[i], want[i]);
-    TD_CHECK(m->tok_kind == (int)tok->kind && (tok->kind != TD_TOK_CHAR ||
-                                               memcmp(m->chars, tok->chars, sizeof(uint32_t) * (size_t)tok->V) == 0),
+    TD_CHECK(m->tok_kind == (int)tok->kind &&
+                 (tok->kind != TD_TOK_CHAR ||
+                  memcmp(m->chars, tok->chars, sizeof(uint32_t) * (size_t)tok->V) == 0) &&
+                 (tok->kind != TD_TOK_HF || m->tok_xxh3 == tok->file_xxh3),
              "--resume %s: the checkpoint's tokenizer (%s) differs from this run's (--data, --tokenizer)", r->dir,
              td_tokenizer_name((td_tokenizer_kind)m->tok_kind));
     /* the data order of the steps to come depends on the seed; a step-0

@@ -377,11 +377,12 @@ static int load(loader *L, const td_jv *root, td_err *e) {
     return 0;
 }
 
-int td_bpe_load_hf(const char *path, td_bpe **out, td_err *e) {
+int td_bpe_load_hf(const char *path, td_bpe **out, uint64_t *xxh3, td_err *e) {
     *out = NULL;
     size_t n;
     char *text = (char *)td_bpe_read_file(path, &n, e);
     if (!text) return -1;
+    if (xxh3) *xxh3 = td_xxh3(text, n);
     td_jv *root;
     int rc = td_json_parse(text, n, &root, e);
     free(text);

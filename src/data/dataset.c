@@ -107,21 +107,26 @@ static void split_90_10(td_dataset *d, int *ids, size_t n) {
     td_free(ids);
 }
 
-/* A text file as GPT-2 tokens: <|endoftext|>, then the text's ordinary
- * encoding (as `trident tokenize` writes a document), on all threads. */
-static size_t encode_gpt2(td_dataset *d, const char *text, size_t n, const char *label, int **out) {
+/* A text file as BPE tokens (gpt2, or a tokenizer.json): the token a
+ * document starts with (GPT-2's <|endoftext|>, as `trident tokenize` writes
+ * a document; td_bpe_bos), then the text's ordinary encoding, on all
+ * threads. */
+static size_t encode_bpe(td_dataset *d, const char *text, size_t n, const char *label,
+                         const char *tokenizer, int **out) {
     size_t bad;
     td_err e;
     TD_CHECK(td_utf8_check((const unsigned char *)text, n, &bad, &e) == 0,
-             "%s: %s; --tokenizer gpt2 reads UTF-8 text (use --tokenizer byte for other bytes)", label,
-             e.msg);
-    td_tokenizer_gpt2(&d->tok);
+             "%s: %s; --tokenizer %s reads UTF-8 text (use --tokenizer byte for other bytes)", label,
+             e.msg, tokenizer);
+    if (td_tokenizer_is_file(tokenizer)) td_tokenizer_hf(&d->tok, tokenizer, "--tokenizer");
+    else td_tokenizer_gpt2(&d->tok);
     int threads = omp_get_max_threads();
     td_bpe_enc **encs = td_alloc(sizeof *encs * (size_t)threads, TD_MEM_OTHER);
     for (int t = 0; t < threads; t++) encs[t] = td_bpe_enc_new(d->tok.bpe);
-    int *ids = td_alloc(sizeof(int) * (n + 1), TD_MEM_OTHER);
-    ids[0] = TD_GPT2_EOT;
-    size_t count = 1 + td_bpe_encode_threads(encs, threads, (const unsigned char *)text, n, ids + 1);
+    int *ids = td_alloc(sizeof(int) * (n + 1), TD_MEM_OTHER), bos = td_bpe_bos(d->tok.bpe);
+    size_t count = bos >= 0;
+    if (bos >= 0) ids[0] = bos;
+    count += td_bpe_encode_threads(encs, threads, (const unsigned char *)text, n, ids + count);
     for (int t = 0; t < threads; t++) td_bpe_enc_free(encs[t]);
     td_free(encs);
     *out = ids;
@@ -216,16 +221,17 @@ void td_data_load(td_dataset *d, const char *path, const char *tokenizer, int vo
         else d->tok.kind = TD_TOK_IDS, d->tok.V = vocab > 0 ? vocab : max_id + 1;
     } else {
         const char *tk = tokenizer ? tokenizer : "char";
-        TD_CHECK(strcmp(tk, "char") == 0 || strcmp(tk, "byte") == 0 || gpt2,
-                 "--tokenizer %s is not known; use char, byte or gpt2", tk);
+        int hf = td_tokenizer_is_file(tk);
+        TD_CHECK(strcmp(tk, "char") == 0 || strcmp(tk, "byte") == 0 || gpt2 || hf,
+                 "--tokenizer %s is not known; use char, byte, gpt2 or a tokenizer.json file", tk);
         TD_CHECK(vocab <= 0 || gpt2, "--vocab applies to token files (.bin) only; text files build their own");
         size_t n;
         char *text = read_file(path, label, &n);
         td_hash_stream_add(all, text, n);
         int *ids;
         size_t count;
-        if (gpt2) {
-            count = encode_gpt2(d, text, n, label, &ids);
+        if (gpt2 || hf) {
+            count = encode_bpe(d, text, n, label, tk, &ids);
         } else {
             if (strcmp(tk, "char") == 0) {
                 td_tokenizer_build_char(&d->tok, text, n, label); /* strict UTF-8, errors name the offset */
@@ -238,7 +244,8 @@ void td_data_load(td_dataset *d, const char *path, const char *tokenizer, int vo
         td_free(text);
         split_90_10(d, ids, count);
         snprintf(d->description, sizeof d->description, "%s (%s, vocab %d, split 90/10)", path,
-                 d->tok.kind == TD_TOK_CHAR ? "character-level" : gpt2 ? "GPT-2 BPE" : "byte-level",
+                 d->tok.kind == TD_TOK_CHAR ? "character-level" : gpt2 ? "GPT-2 BPE"
+                 : hf ? "BPE of the tokenizer.json" : "byte-level",
                  d->tok.V);
     }
     d->fp.xxh3 = td_hash_stream_value(all);

@@ -20,7 +20,8 @@
  * The stress text avoids the code points whose class (\p{L}, \p{N}, \s)
  * differs between PCRE2's Unicode tables and the JavaScript ones that gpt2
  * follows (it counts and prints them: newer Unicode letters, U+0085,
- * U+FEFF...). Usage: test_bpe_hfjson DATA_DIR TMPDIR */
+ * U+FEFF...). Usage: test_bpe_hfjson DATA_DIR TMPDIR; test_bpe_hfjson write
+ * bytelevel|split OUT.json writes that form of the file (test_hfjson_cli.sh). */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 #include <stdio.h>
@@ -322,7 +323,7 @@ static void test_bad_files(const char *good, const char *dir) {
         char *t = edit(good, cases[i].from, cases[i].to);
         write_file(path, t, strlen(t));
         free(t);
-        int rc = td_bpe_load_hf(path, &b, &e);
+        int rc = td_bpe_load_hf(path, &b, NULL, &e);
         EXPECT(rc != 0 && strstr(e.msg, cases[i].what), "bad file %d: rc %d, '%s', want '%s'", i,
                rc, rc ? e.msg : "", cases[i].what);
         if (rc == 0) td_bpe_free(b);
@@ -330,14 +331,21 @@ static void test_bad_files(const char *good, const char *dir) {
     }
     /* truncated JSON, and a Split regex PCRE2 cannot compile */
     write_file(path, good, strlen(good) / 2);
-    int rc = td_bpe_load_hf(path, &b, &e);
+    int rc = td_bpe_load_hf(path, &b, NULL, &e);
     EXPECT(rc != 0 && strstr(e.msg, "not valid JSON"), "truncated: rc %d '%s'", rc, rc ? e.msg : "");
     ok += rc != 0;
     printf(ok == n + 1 ? "ok   %d bad files refused, each naming the field\n" : "", ok);
 }
 
 int main(int argc, char **argv) {
-    TD_CHECK(argc == 3, "usage: test_bpe_hfjson DATA_DIR TMPDIR");
+    if (argc == 4 && strcmp(argv[1], "write") == 0) { /* for test_hfjson_cli.sh */
+        int form = strcmp(argv[2], "split") == 0 ? FORM_SPLIT : FORM_BYTELEVEL;
+        char *json = gpt2_tokenizer_json(td_bpe_gpt2(), form);
+        write_file(argv[3], json, strlen(json));
+        free(json);
+        return 0;
+    }
+    TD_CHECK(argc == 3, "usage: test_bpe_hfjson DATA_DIR TMPDIR | write bytelevel|split OUT.json");
     char path[4200], tmpl[4200];
     snprintf(tmpl, sizeof tmpl, "%s/hfjson.XXXXXX", argv[2]);
     const char *dir = mkdtemp(tmpl);
@@ -359,7 +367,7 @@ int main(int argc, char **argv) {
         snprintf(path, sizeof path, "%s/%s.json", dir, form_name[form]);
         write_file(path, json, strlen(json));
         td_bpe *h;
-        int rc = td_bpe_load_hf(path, &h, &e);
+        int rc = td_bpe_load_hf(path, &h, NULL, &e);
         EXPECT(rc == 0, "%s: %s", form_name[form], rc ? e.msg : "");
         if (rc != 0) continue;
         EXPECT(td_bpe_vocab(h) == TD_GPT2_VOCAB && td_bpe_eot(h) == TD_GPT2_EOT &&
