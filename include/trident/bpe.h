@@ -54,7 +54,12 @@ int td_bpe_ranks(const td_bpe *b);  /* mergeable tokens: ids 0 .. ranks-1 (GPT-2
 /* The bytes of token id (a rank or a special token); NULL for other ids. */
 const unsigned char *td_bpe_token(const td_bpe *b, int id, int *len);
 
+/* Whether b pre-tokenizes by regexes (a tokenizer.json), for which
+ * td_bpe_split_point is not safe. */
+int td_bpe_has_regex(const td_bpe *b);
+
 td_bpe_enc *td_bpe_enc_new(const td_bpe *b);
+const td_bpe *td_bpe_enc_tables(const td_bpe_enc *enc); /* the tables enc encodes with */
 void td_bpe_enc_free(td_bpe_enc *enc);
 /* Ordinary encoding of s[0..n) (UTF-8: check it first, see td_utf8_check;
  * other bytes are encoded, never read past n). ids needs room for n (a token

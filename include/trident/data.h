@@ -109,7 +109,9 @@ int td_data_manifest_of(const char *path, td_data_manifest *m, char *json, size_
 /* The tokenizer to use for data described by manifest m (at json):
  * tokenizer (the user's --tokenizer, NULL: none) must agree with it, else
  * one error naming both; a tokenizer this build cannot read shards of is an
- * error. Returns a static name ("gpt2"). td_data_load applies this rule;
+ * error. Returns a static name ("gpt2"), or for shards of a tokenizer.json
+ * the user's FILE.json (required; td_data_load checks its XXH3 against the
+ * manifest's). td_data_load applies this rule;
  * commands that load data themselves (eval) call it to do the same. */
 const char *td_data_tokenizer_for(const td_data_manifest *m, const char *json, const char *tokenizer);
 

@@ -264,6 +264,7 @@ const td_bpe *td_bpe_gpt2(void) {
 int td_bpe_vocab(const td_bpe *b) { return b->vocab; }
 int td_bpe_eot(const td_bpe *b) { return b->eot; }
 int td_bpe_bos(const td_bpe *b) { return b->bos; }
+int td_bpe_has_regex(const td_bpe *b) { return b->regex != NULL; }
 int td_bpe_ranks(const td_bpe *b) { return (int)b->f.n_ranks; }
 
 const unsigned char *td_bpe_token(const td_bpe *b, int id, int *len) {
@@ -434,6 +435,8 @@ td_bpe_enc *td_bpe_enc_new(const td_bpe *b) {
     if (b->regex) enc->scratch = td_bpe_regex_scratch_new(b->regex);
     return enc;
 }
+
+const td_bpe *td_bpe_enc_tables(const td_bpe_enc *enc) { return enc->b; }
 
 void td_bpe_enc_free(td_bpe_enc *enc) {
     if (!enc) return;

@@ -133,6 +133,18 @@ static size_t encode_bpe(td_dataset *d, const char *text, size_t n, const char *
     return count;
 }
 
+/* The tokenizer.json that shards of one were made with: its bytes (XXH3)
+ * and vocabulary as their data.json records them. */
+static void shards_tokenizer_json(td_dataset *d, const td_data_manifest *man, const char *path) {
+    td_tokenizer_hf(&d->tok, path, "--tokenizer");
+    char hx[32];
+    snprintf(hx, sizeof hx, "hf:%016llx", (unsigned long long)d->tok.file_xxh3);
+    TD_CHECK(strcmp(hx, man->tokenizer) == 0 && d->tok.V == man->vocab,
+             "--tokenizer %s (XXH3 %s, vocabulary %d) is not the tokenizer.json the shards were made with "
+             "(%s says XXH3 %s, vocabulary %d)", path, hx + 3, d->tok.V, d->manifest, man->tokenizer + 3,
+             man->vocab);
+}
+
 /* tokenizer is NULL when the user gave none: text files then use "char",
  * and token files / synthetic data refuse one (their tokens are ids). */
 void td_data_load(td_dataset *d, const char *path, const char *tokenizer, int vocab, int T) {
@@ -174,19 +186,23 @@ void td_data_load(td_dataset *d, const char *path, const char *tokenizer, int vo
     TD_CHECK(all, "--data %s: out of memory for its checksum", path);
     /* token files of GPT-2 ids may say so: vocabulary 50257, samples decoded */
     int gpt2 = tokenizer && strcmp(tokenizer, "gpt2") == 0;
+    /* token shards of a tokenizer.json: their data.json names it by XXH3 */
+    int hf_ids = has_man && strncmp(man.tokenizer, "hf:", 3) == 0;
+    if (hf_ids) vocab = man.vocab;
     if (gpt2) {
         TD_CHECK(vocab <= 0 || vocab == TD_GPT2_VOCAB, "--vocab %d with --tokenizer gpt2, whose "
                  "vocabulary is %d; leave --vocab out", vocab, TD_GPT2_VOCAB);
         if (vocab <= 0) vocab = TD_GPT2_VOCAB;
     }
     if (shards) {
-        TD_CHECK(!tokenizer || gpt2, "--tokenizer %s applies to text files only; --data %s is a set "
+        TD_CHECK(!tokenizer || gpt2 || hf_ids, "--tokenizer %s applies to text files only; --data %s is a set "
                  "of token shards; drop --tokenizer, or give gpt2 for GPT-2 ids", tokenizer, path);
         int max_id = td_data_load_shards(d, path, vocab, has_man ? &man : NULL, d->manifest, all);
-        if (gpt2) td_tokenizer_gpt2(&d->tok);
+        if (hf_ids) shards_tokenizer_json(d, &man, tokenizer);
+        else if (gpt2) td_tokenizer_gpt2(&d->tok);
         else d->tok.kind = TD_TOK_IDS, d->tok.V = vocab > 0 ? vocab : max_id + 1;
     } else if (ends_with(path, ".bin")) {
-        TD_CHECK(!tokenizer || gpt2, "--tokenizer %s applies to text files only; --data %s is a token "
+        TD_CHECK(!tokenizer || gpt2 || hf_ids, "--tokenizer %s applies to text files only; --data %s is a token "
                  "file (.bin) of ids already; drop --tokenizer, or give gpt2 for GPT-2 ids",
                  tokenizer, path);
         int max_train, max_val = -1, *ids;
@@ -217,7 +233,8 @@ void td_data_load(td_dataset *d, const char *path, const char *tokenizer, int vo
             split_90_10(d, ids, n);
             snprintf(d->description, sizeof d->description, "%s (token ids, split 90/10)", path);
         }
-        if (gpt2) td_tokenizer_gpt2(&d->tok);
+        if (hf_ids) shards_tokenizer_json(d, &man, tokenizer);
+        else if (gpt2) td_tokenizer_gpt2(&d->tok);
         else d->tok.kind = TD_TOK_IDS, d->tok.V = vocab > 0 ? vocab : max_id + 1;
     } else {
         const char *tk = tokenizer ? tokenizer : "char";

@@ -51,7 +51,7 @@ void td_train_opts_default(td_train_opts *o) {
 int td_train_flag_table(td_train_opts *o, td_flag *out, int cap) {
     const td_flag flags[] = {
         {"--data", TD_FLAG_STR, &o->data, "text file (UTF-8), token file (.bin: nanoGPT uint16 or llm.c), or a directory or glob of *_train_*.bin / *_val_*.bin shards", NULL},
-        {"--tokenizer", TD_FLAG_STR, &o->tokenizer, "char (default), byte, gpt2 (GPT-2 BPE, vocabulary 50257) or FILE.json (a Hugging Face tokenizer.json, byte-level BPE) for text files; gpt2 also marks token files of GPT-2 ids", NULL},
+        {"--tokenizer", TD_FLAG_STR, &o->tokenizer, "char (default), byte, gpt2 (GPT-2 BPE, vocabulary 50257) or FILE.json (a Hugging Face tokenizer.json, byte-level BPE) for text files; gpt2 also marks token files of GPT-2 ids, FILE.json the shards tokenized with it", NULL},
         {"--vocab", TD_FLAG_INT, &o->vocab, "vocabulary size of a token file (default: max id + 1)",
          "[1, " STR(TD_MAX_VOCAB) "]"},
         {"--layers", TD_FLAG_INT, &o->layers, "transformer blocks L (4)", "[1, " STR(TD_MAX_LAYERS) "]"},

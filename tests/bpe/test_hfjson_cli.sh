@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# --tokenizer FILE.json end to end, with GPT-2's tokenizer.json (the Split +
+# ByteLevel form, which test_bpe_hfjson writes from the shipped GPT-2 files)
+# against --tokenizer gpt2 as the oracle:
+# - `trident tokenize` writes the same shard bytes with either;
+# - `train --data TEXT` prints the same losses with either; the checkpoint
+#   records the file, so `sample` loads it, and refuses it once edited;
+# - `train --data SHARDS` needs the file back, checked by its XXH3;
+# - bad files (another model type, a normalizer, broken JSON, a missing
+#   file) are one line "trident: error: --tokenizer FILE: ..." naming the
+#   field, exit status 2.
+# Usage: test_hfjson_cli.sh TRIDENT TEST_BPE_HFJSON DATA_DIR
+set -u
+T=$1 tool=$2 data=$3
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+fails=0
+ok() { echo "ok   $1"; }
+fail() { echo "FAIL $1"; shift; [ $# -gt 0 ] && echo "$@" | tail -5; fails=$((fails+1)); }
+text=$data/tinyshakespeare.txt
+tok=$tmp/tokenizer.json
+"$tool" write split "$tok" || { echo "FAIL cannot write $tok"; exit 1; }
+
+"$T" tokenize --tokenizer gpt2 "$text" --out "$tmp/g" --shard-tokens 100000 >"$tmp/log" 2>&1 &&
+"$T" tokenize --tokenizer "$tok" "$text" --out "$tmp/h" --shard-tokens 100000 >>"$tmp/log" 2>&1 ||
+  fail "tokenize runs" "$(cat "$tmp/log")"
+differ=$(cd "$tmp/g" && for f in *.bin; do cmp -s "$f" "../h/$f" || echo "$f"; done)
+if [ -z "$differ" ] && [ "$(ls "$tmp/h"/*.bin | wc -l)" -eq 5 ] && grep -q '"tokenizer": "hf:' "$tmp/h/data.json"; then
+  ok "tokenize: the 5 shards of FILE.json are byte for byte gpt2's; data.json names the file by XXH3"
+else fail "tokenize: shards differ: $differ" "$(ls -l "$tmp/g" "$tmp/h")"; fi
+
+small="--layers 1 --embd 32 --heads 2 --seq 16 --batch 4 --steps 2 --eval-every 2 --eval-iters 1 --threads 1"
+losses() { grep -oE '(val )?loss [0-9.]+' | tr '\n' ' '; }
+g=$("$T" train --data "$text" --tokenizer gpt2 $small 2>&1 | losses)
+h=$("$T" train --data "$text" --tokenizer "$tok" $small --out "$tmp/ck" 2>&1 | losses)
+if [ -n "$g" ] && [ "$g" = "$h" ]; then ok "train --data TEXT: the same losses as gpt2 ($h)"
+else fail "train losses: gpt2 '$g', FILE.json '$h'"; fi
+
+out=$("$T" sample --ckpt "$tmp/ck" --tokens 20 --seed 7 2>&1)
+if [ $? -eq 0 ] && [ -n "$out" ]; then ok "sample loads the checkpoint's tokenizer.json"
+else fail "sample" "$out"; fi
+out=$("$T" train --data "$tmp/h" --tokenizer "$tok" $small 2>&1)
+if [ $? -eq 0 ] && [ "$(losses <<<"$out")" = "$h" ]; then ok "train --data SHARDS --tokenizer FILE.json: the same losses"
+else fail "train --data SHARDS" "$out"; fi
+
+# one line "trident: error: ..." with exit status 2, matching $2
+expect_error() {
+  local what=$1 want=$2; shift 2
+  "$@" >"$tmp/out" 2>"$tmp/err"
+  local rc=$? lines
+  lines=$(wc -l <"$tmp/err")
+  if [ $rc -eq 2 ] && [ "$lines" -eq 1 ] && grep -q "^trident: error: .*$want" "$tmp/err"; then
+    ok "$what: $(cat "$tmp/err")"
+  else fail "$what: exit $rc, $lines lines, want '$want'" "$(cat "$tmp/err")"; fi
+}
+expect_error "shards without their file" "give that file as --tokenizer FILE.json" \
+  "$T" train --data "$tmp/h" $small
+sed 's/"type": "BPE"/"type": "WordPiece"/' "$tok" >"$tmp/wordpiece.json"
+expect_error "model type" "--tokenizer $tmp/wordpiece.json: model.type WordPiece is not supported" \
+  "$T" train --data "$text" --tokenizer "$tmp/wordpiece.json" $small
+sed 's/"normalizer": null/"normalizer": {"type": "NFKC"}/' "$tok" >"$tmp/norm.json"
+expect_error "normalizer" "normalizer (type NFKC) is not supported" \
+  "$T" tokenize --tokenizer "$tmp/norm.json" "$text" --out "$tmp/x"
+head -c 5000 "$tok" >"$tmp/cut.json"
+expect_error "truncated JSON" "cut.json: not valid JSON: byte 5000" \
+  "$T" train --data "$text" --tokenizer "$tmp/cut.json" $small
+expect_error "missing file" "nothere.json: cannot be read" \
+  "$T" train --data "$text" --tokenizer "$tmp/nothere.json" $small
+sed -i 's/"ignore_merges": true/"ignore_merges": false/' "$tok"
+expect_error "an edited file" "has changed since the checkpoint was saved" \
+  "$T" sample --ckpt "$tmp/ck" --tokens 5
+[ $fails -eq 0 ] && echo "hf tokenizer cli: all passed" || echo "hf tokenizer cli: $fails FAILED"
+exit $((fails != 0))
