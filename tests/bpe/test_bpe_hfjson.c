@@ -337,6 +337,32 @@ static void test_bad_files(const char *good, const char *dir) {
     printf(ok == n + 1 ? "ok   %d bad files refused, each naming the field\n" : "", ok);
 }
 
+/* The pieces one Split stage of the regex in pattern_file cuts text into:
+ * their end offsets as uint32 into out (test_hfjson_regex.py). */
+static void add_piece_end(void *ctx, size_t start, size_t end) {
+    (void)start;
+    uint32_t e = (uint32_t)end;
+    TD_CHECK(fwrite(&e, 4, 1, ctx) == 1, "split: write failed");
+}
+
+static int split_tool(const char *pattern_file, const char *text_file, const char *out) {
+    size_t np, n, bad;
+    char *pattern = (char *)read_all(pattern_file, &np);
+    unsigned char *text = read_all(text_file, &n);
+    td_err e;
+    TD_CHECK(td_utf8_check(text, n, &bad, &e) == 0, "%s: %s", text_file, e.msg);
+    while (np && (pattern[np - 1] == '\n')) np--;
+    td_bpe_regex *r = td_bpe_regex_new();
+    TD_CHECK(r && td_bpe_regex_add(r, pattern, np, 0, &e) == 0, "%s: %s", pattern_file, e.msg);
+    td_bpe_regex_scratch *sc = td_bpe_regex_scratch_new(r);
+    FILE *f = fopen(out, "wb");
+    TD_CHECK(f, "%s: cannot write", out);
+    td_bpe_regex_split(r, sc, text, n, add_piece_end, f);
+    TD_CHECK(fclose(f) == 0, "%s: write failed", out);
+    td_bpe_regex_scratch_free(sc), td_bpe_regex_free(r), free(pattern), free(text);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc == 4 && strcmp(argv[1], "write") == 0) { /* for test_hfjson_cli.sh */
         int form = strcmp(argv[2], "split") == 0 ? FORM_SPLIT : FORM_BYTELEVEL;
@@ -345,7 +371,17 @@ int main(int argc, char **argv) {
         free(json);
         return 0;
     }
-    TD_CHECK(argc == 3, "usage: test_bpe_hfjson DATA_DIR TMPDIR | write bytelevel|split OUT.json");
+    if (argc == 3 && strcmp(argv[1], "stress") == 0) { /* for test_hfjson_regex.py */
+        int disagree;
+        size_t n;
+        char *text = stress_text(200000, &n, &disagree);
+        write_file(argv[2], text, n);
+        free(text);
+        return 0;
+    }
+    if (argc == 5 && strcmp(argv[1], "split") == 0) return split_tool(argv[2], argv[3], argv[4]);
+    TD_CHECK(argc == 3, "usage: test_bpe_hfjson DATA_DIR TMPDIR | write bytelevel|split OUT.json | "
+                        "stress OUT | split PATTERN_FILE TEXT OUT");
     char path[4200], tmpl[4200];
     snprintf(tmpl, sizeof tmpl, "%s/hfjson.XXXXXX", argv[2]);
     const char *dir = mkdtemp(tmpl);
