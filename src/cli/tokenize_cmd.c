@@ -76,8 +76,8 @@ static void progress_print(progress *p, int final) {
 /* Encodes one input file as a document onto t (it starts at t->n). A
  * tokenizer.json's regexes have no split point known to be safe, so its
  * text is one segment (the scratch grows to hold it). */
-static void encode_file(const char *path, td_bpe_enc **encs, int threads, tokens *t, progress *p,
-                        int **scratch) {
+static void encode_file(const char *path, const char *tokenizer, td_bpe_enc **encs, int threads,
+                        tokens *t, progress *p, int **scratch) {
     struct stat st;
     const char *why;
     int fd = td_open_input(path, &st, &why);
@@ -91,8 +91,8 @@ static void encode_file(const char *path, td_bpe_enc **encs, int threads, tokens
     close(fd);
     size_t bad;
     td_err e;
-    TD_CHECK(td_utf8_check(s, n, &bad, &e) == 0, "tokenize: input %s: %s; BPE reads UTF-8 text",
-             path, e.msg);
+    TD_CHECK(td_utf8_check(s, n, &bad, &e) == 0, "tokenize: input %s: %s; %s reads UTF-8 text",
+             path, e.msg, tokenizer);
     const td_bpe *bpe = td_bpe_enc_tables(encs[0]);
     int bos = td_bpe_bos(bpe), whole = td_bpe_has_regex(bpe);
     if (bos >= 0) push(t, &bos, 1);
@@ -291,7 +291,7 @@ int td_tokenize_main(int argc, char **argv) {
     TD_CHECK(doc_start, "tokenize: out of memory");
     for (int i = 0; i < nin; i++) {
         doc_start[i] = t.n;
-        encode_file(in[i], encs, threads, &t, &p, &scratch);
+        encode_file(in[i], tokenizer, encs, threads, &t, &p, &scratch);
     }
     progress_print(&p, 1);
     TD_CHECK(p.total > 0, "tokenize: %s empty; give text to tokenize",

@@ -34,23 +34,11 @@
 #include "trident/base.h"
 #include "trident/bpe.h"
 #include "trident/formats_data.h"
+#include "../unit/test_util.h"
 
-static int fails;
-#define EXPECT(cond, ...)                                                                          \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                            \
-            printf(__VA_ARGS__);                                                                   \
-            printf("\n");                                                                          \
-            if (++fails > 10) exit(1);                                                             \
-        }                                                                                          \
-    } while (0)
-
-static uint64_t rng = 0x9E3779B97F4A7C15ULL;
-static uint32_t rnd(uint32_t n) {
-    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-    return (uint32_t)(rng % n);
-}
+/* The stress text's choices: trident's counter-based generator (base.h). */
+static uint64_t draws;
+static uint32_t rnd(uint32_t n) { return (uint32_t)(td_rng_u64(2026, 12, draws++) % n); }
 
 /* ---- a growing buffer ---------------------------------------------------- */
 
@@ -101,6 +89,24 @@ static void put_alphabet(buf *b, const unsigned char *p, int n) {
     }
 }
 
+static int same_id(int id) { return id; }
+
+/* vocab.json entries "token": new_id(id), for gpt2's ids 0 .. n-1, each
+ * followed by ", " */
+static void put_vocab(buf *b, const td_bpe *g, int n, int (*new_id)(int)) {
+    for (int id = 0; id < n; id++) {
+        int len;
+        const unsigned char *p = td_bpe_token(g, id, &len);
+        buf t = {0};
+        put_alphabet(&t, p, len);
+        put_json_str(b, t.s, t.n);
+        char num[32];
+        snprintf(num, sizeof num, ": %d, ", new_id(id));
+        puts_(b, num);
+        free(t.s);
+    }
+}
+
 /* A tokenizer's vocab.json text, merges.txt text (its line count) and
  * the id of <|endoftext|>, to wrap as a tokenizer.json. */
 typedef struct {
@@ -123,17 +129,8 @@ static hf_files gpt2_files(const td_bpe *g, int permuted) {
     }
     buf b = {0};
     puts_(&b, "{");
-    for (int id = 0; id < td_bpe_vocab(g); id++) {
-        int n;
-        const unsigned char *p = td_bpe_token(g, id, &n);
-        buf t = {0};
-        put_alphabet(&t, p, n);
-        put_json_str(&b, t.s, t.n);
-        char num[32];
-        snprintf(num, sizeof num, ": %d%s", permute(id), id + 1 < td_bpe_vocab(g) ? ", " : "");
-        puts_(&b, num);
-        free(t.s);
-    }
+    put_vocab(&b, g, td_bpe_vocab(g), permute);
+    b.n -= 2; /* the last ", " */
     puts_(&b, "}");
     f.vocab = b.s;
     return f;
@@ -144,17 +141,7 @@ static hf_files gpt2_files(const td_bpe *g, int permuted) {
 static hf_files mini_files(const td_bpe *g) {
     buf b = {0};
     puts_(&b, "{");
-    for (int id = 0; id < 256; id++) {
-        int n;
-        const unsigned char *p = td_bpe_token(g, id, &n);
-        buf t = {0};
-        put_alphabet(&t, p, n);
-        put_json_str(&b, t.s, t.n);
-        char num[32];
-        snprintf(num, sizeof num, ": %d, ", id);
-        puts_(&b, num);
-        free(t.s);
-    }
+    put_vocab(&b, g, 256, same_id);
     puts_(&b, "\"\\u0120t\": 256, \"he\": 257, \"\\u0120the\": 258, \"<|endoftext|>\": 259}");
     hf_files f = {b.s, strdup("#version: 0.2\n\xC4\xA0 t\nh e\n\xC4\xA0t he\n"), 3, 259};
     return f;
@@ -307,10 +294,10 @@ static void compare(const td_bpe *h, int form, const char *name, const unsigned 
     size_t kh = encode(h, s, n, 1, &have), i = 0;
     size_t kh2 = form == FORM_SPLIT ? encode(h, s, n, 2, &have2) : kh;
     while (i < kw && i < kh && have[i] == (form == FORM_PERMUTED ? permute(want[i]) : want[i])) i++;
-    EXPECT(i == kw && kw == kh, "%s, %s: %zu tokens, gpt2 %zu; first difference at token %zu "
+    TU_EXPECT(i == kw && kw == kh, "%s, %s: %zu tokens, gpt2 %zu; first difference at token %zu "
            "(%d, gpt2 %d)", form_name[form], name, kh, kw, i, i < kh ? have[i] : -1,
            i < kw ? want[i] : -1);
-    EXPECT(kh2 == kh && (!have2 || memcmp(have, have2, kh * sizeof *have) == 0),
+    TU_EXPECT(kh2 == kh && (!have2 || memcmp(have, have2, kh * sizeof *have) == 0),
            "%s, %s: 2 threads give other tokens than 1", form_name[form], name);
     size_t at = 0;
     int round = 1;
@@ -320,7 +307,7 @@ static void compare(const td_bpe *h, int form, const char *name, const unsigned 
         round = p && at + (size_t)len <= n && memcmp(s + at, p, (size_t)len) == 0;
         at += round ? (size_t)len : 0;
     }
-    EXPECT(round && at == n, "%s, %s: decoding the tokens does not give the text back",
+    TU_EXPECT(round && at == n, "%s, %s: decoding the tokens does not give the text back",
            form_name[form], name);
     if (i == kw && kw == kh)
         printf("ok   %-9s %-16s %zu bytes: %zu tokens equal gpt2's%s;%s decodes back\n",
@@ -351,11 +338,11 @@ static void test_bad_files(const td_bpe *g, const char *dir) {
     td_bpe *b;
     td_err e;
     int rc = td_bpe_load_hf(path, &b, NULL, &e), ids[8];
-    EXPECT(rc == 0, "the small tokenizer: %s", rc ? e.msg : "");
+    TU_EXPECT(rc == 0, "the small tokenizer: %s", rc ? e.msg : "");
     if (rc == 0) { /* " the the": two pieces, each merged to \u0120the by its three merges */
         td_bpe_enc *enc = td_bpe_enc_new(b);
         size_t k = td_bpe_encode(enc, (const unsigned char *)" the the", 8, ids);
-        EXPECT(k == 2 && ids[0] == 258 && ids[1] == 258 && td_bpe_vocab(b) == 260 && td_bpe_eot(b) == 259,
+        TU_EXPECT(k == 2 && ids[0] == 258 && ids[1] == 258 && td_bpe_vocab(b) == 260 && td_bpe_eot(b) == 259,
                "the small tokenizer: %zu tokens (%d %d), vocabulary %d", k, ids[0], ids[1], td_bpe_vocab(b));
         if (k == 2 && ids[0] == 258 && ids[1] == 258)
             printf("ok   a small tokenizer.json (256 bytes, 3 merges): \" the the\" -> 258 258\n");
@@ -393,7 +380,7 @@ static void test_bad_files(const td_bpe *g, const char *dir) {
         write_file(path, t, strlen(t));
         free(t);
         int rc = td_bpe_load_hf(path, &b, NULL, &e);
-        EXPECT(rc != 0 && strstr(e.msg, cases[i].what), "bad file %d: rc %d, '%s', want '%s'", i,
+        TU_EXPECT(rc != 0 && strstr(e.msg, cases[i].what), "bad file %d: rc %d, '%s', want '%s'", i,
                rc, rc ? e.msg : "", cases[i].what);
         if (rc == 0) td_bpe_free(b);
         else ok++, printf("       refused: %s\n", e.msg);
@@ -401,7 +388,7 @@ static void test_bad_files(const td_bpe *g, const char *dir) {
     /* truncated JSON, and a Split regex PCRE2 cannot compile */
     write_file(path, good, strlen(good) / 2);
     rc = td_bpe_load_hf(path, &b, NULL, &e);
-    EXPECT(rc != 0 && strstr(e.msg, "not valid JSON"), "truncated: rc %d '%s'", rc, rc ? e.msg : "");
+    TU_EXPECT(rc != 0 && strstr(e.msg, "not valid JSON"), "truncated: rc %d '%s'", rc, rc ? e.msg : "");
     ok += rc != 0;
     free(good);
     printf(ok == n + 1 ? "ok   %d bad files refused, each naming the field\n" : "", ok);
@@ -479,9 +466,9 @@ int main(int argc, char **argv) {
         write_file(path, json, strlen(json));
         td_bpe *h;
         int rc = td_bpe_load_hf(path, &h, NULL, &e);
-        EXPECT(rc == 0, "%s: %s", form_name[form], rc ? e.msg : "");
+        TU_EXPECT(rc == 0, "%s: %s", form_name[form], rc ? e.msg : "");
         if (rc != 0) continue;
-        EXPECT(td_bpe_vocab(h) == TD_GPT2_VOCAB && td_bpe_eot(h) == TD_GPT2_EOT &&
+        TU_EXPECT(td_bpe_vocab(h) == TD_GPT2_VOCAB && td_bpe_eot(h) == TD_GPT2_EOT &&
                    td_bpe_bos(h) == TD_GPT2_EOT,
                "%s: vocabulary %d, <|endoftext|> %d, document start %d", form_name[form],
                td_bpe_vocab(h), td_bpe_eot(h), td_bpe_bos(h));
@@ -496,6 +483,5 @@ int main(int argc, char **argv) {
     unlink(path);
     rmdir(dir);
     free(shake), free(stress), free(want_shake), free(want_stress);
-    printf(fails ? "hf tokenizer.json: %d FAILED\n" : "hf tokenizer.json: all passed\n", fails);
-    return fails != 0;
+    return tu_finish("hf tokenizer.json");
 }

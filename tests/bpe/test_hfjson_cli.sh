@@ -12,10 +12,7 @@
 # Usage: test_hfjson_cli.sh TRIDENT TEST_BPE_HFJSON DATA_DIR
 set -u
 T=$1 tool=$2 data=$3
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-fails=0
-ok() { echo "ok   $1"; }
-fail() { echo "FAIL $1"; shift; [ $# -gt 0 ] && echo "$@" | tail -5; fails=$((fails+1)); }
+. "$(dirname "$0")/cli_lib.sh" # $tmp, ok, fail, expect
 text=$data/tinyshakespeare.txt
 tok=$tmp/tokenizer.json
 "$tool" write split "$tok" || { echo "FAIL cannot write $tok"; exit 1; }
@@ -42,25 +39,15 @@ out=$("$T" train --data "$tmp/h" --tokenizer "$tok" $small 2>&1)
 if [ $? -eq 0 ] && [ "$(losses <<<"$out")" = "$h" ]; then ok "train --data SHARDS --tokenizer FILE.json: the same losses"
 else fail "train --data SHARDS" "$out"; fi
 
-# one line "trident: error: ..." with exit status 2, matching $2
-expect_error() {
-  local what=$1 want=$2; shift 2
-  "$@" >"$tmp/out" 2>"$tmp/err"
-  local rc=$? lines
-  lines=$(wc -l <"$tmp/err")
-  if [ $rc -eq 2 ] && [ "$lines" -eq 1 ] && grep -q "^trident: error: .*$want" "$tmp/err"; then
-    ok "$what: $(cat "$tmp/err")"
-  else fail "$what: exit $rc, $lines lines, want '$want'" "$(cat "$tmp/err")"; fi
-}
-expect_error "shards without their file" "give that file as --tokenizer FILE.json" \
+expect "shards without their file" "give that file as --tokenizer FILE.json" \
   "$T" train --data "$tmp/h" $small
 sed 's/"type": "BPE"/"type": "WordPiece"/' "$tok" >"$tmp/wordpiece.json"
-expect_error "model type" "--tokenizer $tmp/wordpiece.json: model.type WordPiece is not supported" \
+expect "model type" "--tokenizer $tmp/wordpiece.json: model.type WordPiece is not supported" \
   "$T" train --data "$text" --tokenizer "$tmp/wordpiece.json" $small
-expect_error "missing file" "nothere.json: cannot be read" \
+expect "missing file" "nothere.json: cannot be read" \
   "$T" train --data "$text" --tokenizer "$tmp/nothere.json" $small
 sed -i 's/"ignore_merges": true/"ignore_merges": false/' "$tok"
-expect_error "an edited file" "has changed since the checkpoint was saved" \
+expect "an edited file" "has changed since the checkpoint was saved" \
   "$T" sample --ckpt "$tmp/ck" --tokens 5
 [ $fails -eq 0 ] && echo "hf tokenizer cli: all passed" || echo "hf tokenizer cli: $fails FAILED"
 exit $((fails != 0))
