@@ -23,7 +23,7 @@ typedef struct {
 
 const char *td_tokenizer_name(td_tokenizer_kind k);
 /* Char vocabulary = the sorted distinct code points of strict UTF-8 text;
- * `what` prefixes errors (e.g. "--data PATH"). */
+ * `what` prefixes errors (e.g. "--data PATH"). Sets every field of tk. */
 void td_tokenizer_build_char(td_tokenizer *tk, const char *text, size_t n, const char *what);
 /* GPT-2's byte-level BPE (vocabulary 50257; src/data/bpe.c), its tables
  * loaded from td_bpe_gpt2_path() (a missing or corrupt file is an error). */

@@ -46,6 +46,7 @@ void td_tokenizer_build_char(td_tokenizer *tk, const char *text, size_t n, const
     td_err e;
     TD_CHECK(td_utf8_vocab((const unsigned char *)text, n, &chars, &V, &e) == 0,
              "%s: %s; use --tokenizer byte for text that is not UTF-8", what, e.msg);
+    memset(tk, 0, sizeof *tk); /* every field known, so td_tokenizer_free may free it */
     tk->kind = TD_TOK_CHAR;
     tk->V = (int)V; /* at most 0x110000 code points */
     tk->chars = td_alloc(sizeof(uint32_t) * (V ? V : 1), TD_MEM_OTHER);
