@@ -30,7 +30,8 @@ int td_bpe_regex_add(td_bpe_regex *r, const char *pattern, size_t len, int liter
         return td_err_set(e, "more than %d splitting stages", TD_BPE_REGEX_STAGES);
     int err;
     PCRE2_SIZE at;
-    uint32_t opts = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0);
+    /* PCRE2 allows UTF but not UCP beside LITERAL (a literal has no classes) */
+    uint32_t opts = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
     pcre2_code *c = pcre2_compile((PCRE2_SPTR)pattern, len, opts, &err, &at, NULL);
     if (!c) {
         PCRE2_UCHAR msg[256];

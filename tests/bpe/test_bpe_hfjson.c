@@ -136,14 +136,16 @@ static hf_files gpt2_files(const td_bpe *g, int permuted) {
     return f;
 }
 
-/* A small tokenizer: the 256 bytes in GPT-2's order, then three merges
- * that make " the" (the bad files are edits of it: quick to load). */
+/* A small tokenizer: the 256 bytes in GPT-2's order, three merges that
+ * make " the" and one that makes "12" (the bad files are edits of it: quick
+ * to load). */
 static hf_files mini_files(const td_bpe *g) {
     buf b = {0};
     puts_(&b, "{");
     put_vocab(&b, g, 256, same_id);
-    puts_(&b, "\"\\u0120t\": 256, \"he\": 257, \"\\u0120the\": 258, \"<|endoftext|>\": 259}");
-    hf_files f = {b.s, strdup("#version: 0.2\n\xC4\xA0 t\nh e\n\xC4\xA0t he\n"), 3, 259};
+    puts_(&b, "\"\\u0120t\": 256, \"he\": 257, \"\\u0120the\": 258, \"<|endoftext|>\": 259, "
+              "\"12\": 260}");
+    hf_files f = {b.s, strdup("#version: 0.2\n\xC4\xA0 t\nh e\n\xC4\xA0t he\n1 2\n"), 4, 259};
     return f;
 }
 
@@ -329,27 +331,64 @@ static char *edit(const char *text, const char *from, const char *to) {
     return b.s;
 }
 
+/* The tokens of text under tokenizer.json `json` (written to path);
+ * -1 when it does not load. */
+static int encode_with(const char *json, const char *path, const char *text, int *ids, int *vocab) {
+    write_file(path, json, strlen(json));
+    td_bpe *b;
+    td_err e;
+    int rc = td_bpe_load_hf(path, &b, NULL, &e);
+    unlink(path);
+    TU_EXPECT(rc == 0, "a small tokenizer: %s", rc ? e.msg : "");
+    if (rc != 0) return -1;
+    td_bpe_enc *enc = td_bpe_enc_new(b);
+    int k = (int)td_bpe_encode(enc, (const unsigned char *)text, strlen(text), ids);
+    *vocab = td_bpe_vocab(b);
+    td_bpe_enc_free(enc);
+    td_bpe_free(b);
+    return k;
+}
+
+/* The small tokenizer, and its pre-tokenizer made a Sequence of a literal
+ * Split or Digits before ByteLevel: each changes where pieces end, so the
+ * merges see other pieces. Ids: 'e' 68, 'h' 71, 'a' 64, '1' 16, '2' 17. */
+static void test_small_files(const char *good, const char *path) {
+    static const char bytelevel[] = "{\"type\": \"ByteLevel\", \"add_prefix_space\": false, "
+                                    "\"trim_offsets\": true, \"use_regex\": true}";
+    static const struct {
+        const char *pre, *text, *what;
+        int n, ids[6];
+    } cases[] = {
+        {NULL, " the the", "ByteLevel: \" the\" twice, each merged by three merges", 2, {258, 258}},
+        {NULL, "a12", "ByteLevel: \"a\", \"12\" (merged)", 2, {64, 260}},
+        {"{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", \"pattern\": {\"String\": "
+         "\"e\"}, \"behavior\": \"Isolated\", \"invert\": false}, {\"type\": \"ByteLevel\", "
+         "\"use_regex\": false}]}", " the the", "Split on the string \"e\": \" th\" \"e\" twice",
+         6, {256, 71, 68, 256, 71, 68}},
+        {"{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Digits\", \"individual_digits\": "
+         "true}, {\"type\": \"ByteLevel\", \"use_regex\": true}]}", "a12", "Digits (individual): \"a\" "
+         "\"1\" \"2\"", 3, {64, 16, 17}},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        char *json = cases[c].pre ? edit(good, bytelevel, cases[c].pre) : strdup(good);
+        int ids[16] = {0}, vocab = 0, k = encode_with(json, path, cases[c].text, ids, &vocab);
+        int same = k == cases[c].n && memcmp(ids, cases[c].ids, sizeof(int) * (size_t)k) == 0;
+        TU_EXPECT(same && vocab == 261, "small tokenizer, %s: %d tokens (%d %d %d ...), vocabulary %d",
+                  cases[c].what, k, ids[0], ids[1], ids[2], vocab);
+        if (same) printf("ok   a small tokenizer.json, %s\n", cases[c].what);
+        free(json);
+    }
+}
+
 static void test_bad_files(const td_bpe *g, const char *dir) {
     hf_files mini = mini_files(g);
     char *good = tokenizer_json(&mini, FORM_BYTELEVEL), path[4200];
     free(mini.vocab), free(mini.merges_txt);
     snprintf(path, sizeof path, "%s/mini.json", dir);
-    write_file(path, good, strlen(good));
+    test_small_files(good, path);
     td_bpe *b;
     td_err e;
-    int rc = td_bpe_load_hf(path, &b, NULL, &e), ids[8];
-    TU_EXPECT(rc == 0, "the small tokenizer: %s", rc ? e.msg : "");
-    if (rc == 0) { /* " the the": two pieces, each merged to \u0120the by its three merges */
-        td_bpe_enc *enc = td_bpe_enc_new(b);
-        size_t k = td_bpe_encode(enc, (const unsigned char *)" the the", 8, ids);
-        TU_EXPECT(k == 2 && ids[0] == 258 && ids[1] == 258 && td_bpe_vocab(b) == 260 && td_bpe_eot(b) == 259,
-               "the small tokenizer: %zu tokens (%d %d), vocabulary %d", k, ids[0], ids[1], td_bpe_vocab(b));
-        if (k == 2 && ids[0] == 258 && ids[1] == 258)
-            printf("ok   a small tokenizer.json (256 bytes, 3 merges): \" the the\" -> 258 258\n");
-        td_bpe_enc_free(enc);
-        td_bpe_free(b);
-    }
-    unlink(path);
+    int rc;
     static const struct {
         const char *from, *to, *what;
     } cases[] = {
