@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "trident/base.h"
+#include "trident/data.h"
 #include "trident/compat.h"
 #include "trident/flags.h"
 #include "trident/loss_scale.h"
@@ -161,6 +162,11 @@ void td_train_opts_check(td_train_opts *o) {
              "--grid-order '%s' is not an order of the axes: %s; use a '-'-joined permutation of tp, cp, dp, pp, "
              "fastest first (default %s)", o->grid_order, why, TD_GRID_ORDER_DEFAULT);
     TD_CHECK(o->zero >= 0 && o->zero <= 3, "--zero %d is not a ZeRO stage; use 0, 1, 2 or 3", o->zero);
+    /* the run's prompt check (src/run/preflight.c) knows char, byte, ids and
+     * gpt2 vocabularies only; until it knows a tokenizer.json's, refused here */
+    TD_CHECK(!td_tokenizer_is_file(o->tokenizer) || !o->sample_prompt || !*o->sample_prompt,
+             "--sample-prompt with --tokenizer %s: a tokenizer.json's prompt is not checked before a run "
+             "yet; sample afterwards: trident sample --ckpt DIR --prompt TEXT", o->tokenizer);
     /* each choice is a known value, then no two flags are a combination
      * the rules table refuses (--auto with a layout, checkpoint flags
      * without --out, zb-h1 recomputing, top-k with tp or pp) */

@@ -44,6 +44,8 @@ expect "shards without their file" "give that file as --tokenizer FILE.json" \
 sed 's/"type": "BPE"/"type": "WordPiece"/' "$tok" >"$tmp/wordpiece.json"
 expect "model type" "--tokenizer $tmp/wordpiece.json: model.type WordPiece is not supported" \
   "$T" train --data "$text" --tokenizer "$tmp/wordpiece.json" $small
+expect "a prompt before a run" "sample-prompt with --tokenizer $tok: a tokenizer.json's prompt is not checked" \
+  "$T" train --data "$text" --tokenizer "$tok" $small --sample-prompt "Hi"
 expect "missing file" "nothere.json: cannot be read" \
   "$T" train --data "$text" --tokenizer "$tmp/nothere.json" $small
 sed -i 's/"ignore_merges": true/"ignore_merges": false/' "$tok"
