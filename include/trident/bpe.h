@@ -37,6 +37,10 @@ int td_bpe_load(const char *path, td_bpe **out, td_err *e);
  * file's bytes, so a checkpoint can tell the same file from an edited one. */
 int td_bpe_load_hf(const char *path, td_bpe **out, uint64_t *xxh3, td_err *e);
 void td_bpe_free(td_bpe *b);
+/* A whole file, malloc'd with a NUL after its *n bytes (a tokenizer file,
+ * or the copy export makes of one); NULL with e (naming nothing: the caller
+ * adds the path). */
+unsigned char *td_bpe_read_file(const char *path, size_t *n, td_err *e);
 /* GPT-2's tables, loaded once per process from td_bpe_gpt2_path(); any
  * failure (missing, corrupt, not GPT-2's) is one error line and exit 2. */
 const td_bpe *td_bpe_gpt2(void);

@@ -17,6 +17,7 @@
 #include "trident/ckpt.h"
 #include "trident/ckpt_interop.h"
 #include "trident/formats_gpt2.h"
+#include "trident/formats_hash.h"
 #include "trident/formats_safetensors.h"
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "both formats are little-endian; so is this writer");
@@ -184,10 +185,10 @@ static void export_llmc(const td_checkpoint *ck, const td_param_table *t, const 
 }
 
 /* The files of a Hugging Face GPT-2 directory, in the order written. */
-enum { F_MODEL, F_CONFIG, F_GENERATION, F_VOCAB, F_MERGES, F_TOKENIZER, F_SPECIAL, F_COUNT };
+enum { F_MODEL, F_CONFIG, F_GENERATION, F_VOCAB, F_MERGES, F_TOKENIZER, F_SPECIAL, F_HF_JSON, F_COUNT };
 static const char *const hf_files[F_COUNT] = {"model.safetensors", "config.json", "generation_config.json",
                                                "vocab.json", "merges.txt", "tokenizer_config.json",
-                                               "special_tokens_map.json"};
+                                               "special_tokens_map.json", "tokenizer.json"};
 /* --overwrite replaces a directory that holds only these */
 static int hf_file(const char *name) {
     for (int i = 0; i < F_COUNT; i++)
@@ -218,6 +219,13 @@ static void export_hf_dir(const td_checkpoint *ck, const td_param_table *t, cons
         text[F_TOKENIZER] = checked(td_hf_tokenizer_config_format(&hc), "tokenizer_config.json");
         text[F_SPECIAL] = checked(strdup(td_hf_special_tokens_map), "special_tokens_map.json");
     }
+    if (ck->tok.kind == TD_TOK_HF) { /* the model's tokenizer.json, which Hugging Face reads as it is */
+        td_err e;
+        text[F_HF_JSON] = (char *)td_bpe_read_file(ck->tok.file, &len[F_HF_JSON], &e);
+        TD_CHECK(text[F_HF_JSON], "export: the checkpoint's tokenizer %s %s", ck->tok.file, e.msg);
+        TD_CHECK(td_xxh3(text[F_HF_JSON], len[F_HF_JSON]) == ck->tok.file_xxh3,
+                 "export: the checkpoint's tokenizer %s has changed since it was loaded", ck->tok.file);
+    }
     for (int f = F_CONFIG; f < F_COUNT; f++)
         if (text[f] && !len[f]) len[f] = strlen(text[f]);
 
@@ -239,6 +247,8 @@ static void export_hf_dir(const td_checkpoint *ck, const td_param_table *t, cons
     if (gpt2)
         printf(", vocab.json %d tokens, merges.txt %d merges, tokenizer_config.json, "
                "special_tokens_map.json)\n", td_bpe_vocab(ck->tok.bpe), merges);
+    else if (ck->tok.kind == TD_TOK_HF)
+        printf(", tokenizer.json: %s as the checkpoint recorded it)\n", ck->tok.file);
     else
         printf(")\nexport: note: no tokenizer files: the model's vocabulary is trident's %s, which no "
                "Hugging Face tokenizer reproduces; %s\n",

@@ -39,7 +39,7 @@ int td_import_main(int argc, char **argv) {
         {"--out", TD_FLAG_STR, &o.out, "checkpoint DIR to create (must not exist or be empty); holds step-00000000 and latest", NULL},
         {"--overwrite", TD_FLAG_BOOL, &o.overwrite, "replace an existing checkpoint DIR whole (every step in it), atomically", NULL},
         {"--config", TD_FLAG_STR, &o.config, "safetensors: the HF config.json (default: config.json beside --in)", NULL},
-        {"--tokenizer", TD_FLAG_STR, &o.tokenizer, "char, byte, ids or gpt2 (default: config.json's trident_tokenizer, else gpt2 for a vocabulary of 50257, else ids)", NULL},
+        {"--tokenizer", TD_FLAG_STR, &o.tokenizer, "char, byte, ids, gpt2 or FILE.json, a Hugging Face tokenizer.json (default: config.json's trident_tokenizer, else gpt2 for a vocabulary of 50257, else ids)", NULL},
         {"--data", TD_FLAG_STR, &o.data, "with --tokenizer char: the text whose characters are the vocabulary", NULL},
     };
     td_flags_parse("import", flags, (int)(sizeof flags / sizeof flags[0]), argc, argv);

@@ -89,9 +89,6 @@ typedef struct {
     td_bpe_regex *regex;   /* the pre-tokenizer */
 } td_bpe_tables;
 
-/* A whole file, malloc'd with a NUL after its *n bytes; NULL with e
- * (naming nothing: the caller adds the path). */
-unsigned char *td_bpe_read_file(const char *path, size_t *n, td_err *e);
 /* GPT-2's byte-to-unicode alphabet: the code point that stands for byte b
  * (bpe_hf.c). */
 unsigned td_bpe_byte_char(unsigned char b);

@@ -5,6 +5,7 @@
 # - `trident tokenize` writes the same shard bytes with either;
 # - `train --data TEXT` prints the same losses with either; the checkpoint
 #   records the file, so `sample` loads it, and refuses it once edited;
+#   `export` copies it beside the model and `import --tokenizer` takes it;
 # - `train --data SHARDS` needs the file back, checked by its XXH3;
 # - bad files (another model type, a missing file) are one
 #   line "trident: error: --tokenizer FILE: ..." naming the field, exit
@@ -35,6 +36,13 @@ else fail "train losses: gpt2 '$g', FILE.json '$h'"; fi
 out=$("$T" sample --ckpt "$tmp/ck" --tokens 20 --seed 7 2>&1)
 if [ $? -eq 0 ] && [ -n "$out" ]; then ok "sample loads the checkpoint's tokenizer.json"
 else fail "sample" "$out"; fi
+# export writes the file beside the model; import takes it back with it
+out=$("$T" export --ckpt "$tmp/ck" --format hf-gpt2 --out "$tmp/ex" 2>&1 &&
+      "$T" import --format safetensors --in "$tmp/ex/model.safetensors" --config "$tmp/ex/config.json" \
+        --tokenizer "$tmp/ex/tokenizer.json" --out "$tmp/imp" 2>&1)
+if [ $? -eq 0 ] && cmp -s "$tok" "$tmp/ex/tokenizer.json" && grep -q "tokenizer hf" <<<"$out"; then
+  ok "export copies tokenizer.json; import --tokenizer FILE.json takes it back"
+else fail "export / import" "$out"; fi
 out=$("$T" train --data "$tmp/h" --tokenizer "$tok" $small 2>&1)
 if [ $? -eq 0 ] && [ "$(losses <<<"$out")" = "$h" ]; then ok "train --data SHARDS --tokenizer FILE.json: the same losses"
 else fail "train --data SHARDS" "$out"; fi
