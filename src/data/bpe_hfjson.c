@@ -112,6 +112,7 @@ static int read_tokens(loader *L, const td_jv *vocab, const td_jv *added, td_err
         bytes += strlen(content);
     }
     if (max_id < 0) return td_err_set(e, "model.vocab is empty");
+    if (bytes >= UINT32_MAX) return td_err_set(e, "the tokens hold %zu bytes; at most 4 GiB", bytes);
     uint32_t n = (uint32_t)max_id + 1;
     L->t.n_tokens = n;
     L->t.data = malloc(bytes + 1);
