@@ -64,6 +64,44 @@ def openblas_threads(n=None):
     return "none"
 
 
+def train_steps(loss_of, opt, params, args):
+    """Runs args.warmup_steps untimed and args.steps timed training steps
+    (zero_grad, forward and loss under bf16 autocast when args.precision
+    says so, backward, clip at 1.0, AdamW); loss_of(i) is batch i's loss.
+    Returns (the last loss as a float, the timed seconds)."""
+    use_bf16 = args.precision == "bf16"
+
+    def step(i):
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=use_bf16):
+            loss = loss_of(i)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        return loss
+
+    for i in range(args.warmup_steps):
+        step(i)
+    t0 = time.perf_counter()
+    for i in range(args.warmup_steps, args.warmup_steps + args.steps):
+        loss = step(i)
+    elapsed = time.perf_counter() - t0
+    return float(loss), elapsed  # float(): the work is done before the clock is read back
+
+
+def report(who, args, result, blas_note, extra):
+    """The one output line (0), or a non-finite loss's error (1)."""
+    loss, elapsed = result
+    if not torch.isfinite(torch.tensor(loss)):
+        sys.stderr.write("%s: error: non-finite loss %r\n" % (who, loss))
+        return 1
+    step_ms = 1000.0 * elapsed / args.steps
+    tokens_per_s = args.batch * args.seq * args.steps / elapsed
+    print("torch: threads=%d step_ms=%.1f tokens_per_s=%.1f blas_threads=%s precision=%s%s"
+          % (args.threads, step_ms, tokens_per_s, blas_note, args.precision, extra))
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--layers", type=positive, default=4)
@@ -101,34 +139,10 @@ def main():
     xs = data[:, :, :-1].contiguous()
     ys = data[:, :, 1:].contiguous()
 
-    use_bf16 = args.precision == "bf16"
+    def loss_of(i):
+        return model(xs[i], ys[i])
 
-    def step(i):
-        x = xs[i]
-        y = ys[i]
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=use_bf16):
-            loss = model(x, y)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        return loss
-
-    for i in range(args.warmup_steps):
-        step(i)
-    t0 = time.perf_counter()
-    for i in range(args.warmup_steps, nbatch):
-        loss = step(i)
-    elapsed = time.perf_counter() - t0
-    loss = float(loss)  # also makes sure the work is done before we report
-    if not torch.isfinite(torch.tensor(loss)):
-        sys.stderr.write("torch_gpt: error: non-finite loss %r\n" % loss)
-        return 1
-
-    step_ms = 1000.0 * elapsed / args.steps
-    tokens_per_s = args.batch * args.seq * args.steps / elapsed
-    print("torch: threads=%d step_ms=%.1f tokens_per_s=%.1f blas_threads=%s precision=%s"
-          % (args.threads, step_ms, tokens_per_s, blas_note, args.precision))
+    return report("torch_gpt", args, train_steps(loss_of, opt, params, args), blas_note, "")
     return 0
 
 

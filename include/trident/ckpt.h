@@ -146,6 +146,9 @@ void td_ckpt_describe(td_checkpoint *ck, const char *path);
  * and checked; dir gets the step directory. Errors name `what` (the flag)
  * and the file. The caller frees m (td_manifest_free). No shard is read. */
 void td_ckpt_read_manifest(const char *path, const char *what, td_manifest *m, char *dir, size_t cap);
+/* The model a manifest describes, finished (td_gpt_config_finish); a
+ * config the model refuses is an error naming dir's manifest. */
+void td_ckpt_manifest_config(const td_manifest *m, const char *dir, td_gpt_config *cfg);
 void td_ckpt_free(td_checkpoint *ck);
 
 /* `trident ckpt check`: verifies a checkpoint without building a model:

@@ -40,7 +40,8 @@ enum {
     TD_COMPAT_AT_CKPT_LOAD = 1 << 9,  /* td_ckpt_resume: a dp mode without ranges to load */
     TD_COMPAT_AT_PREFLIGHT = 1 << 10, /* td_preflight: the data loaded, before the model */
     TD_COMPAT_AT_GRID = 1 << 11,      /* right after td_grid_create, with its sizes */
-    TD_COMPAT_AT_ANY = 0xfff          /* every row (the planner, the tests) */
+    TD_COMPAT_AT_MODEL_CONFIG = 1 << 12, /* td_gpt_config_finish: the model family's flags */
+    TD_COMPAT_AT_ANY = 0x1fff         /* every row (the planner, the tests) */
 };
 
 /* The rows, in the table's order (which is the order in which each site
@@ -82,6 +83,7 @@ typedef enum {
     TD_RULE_DP_SHARD_ZERO,
     TD_RULE_DP_SHARD_PAYLOAD,
     TD_RULE_DP_SHARD_DIVIDES,
+    TD_RULE_ARCH_FLAGS,
     TD_RULE_N
 } td_rule_id;
 
@@ -119,6 +121,9 @@ typedef struct {
     const char *dp_mode_text, *schedule_name, *recompute_name, *precision_name;
     const char *grad_compress_text, *loss_scale_text, *loss_scale_name, *pp_partition_text;
     const char *data_text; /* --data */
+    /* the model family: the first flag of the Llama family given to a gpt2
+     * model ("--kv-heads 2"), NULL: none */
+    const char *llama_flag_text;
 } td_compat_cfg;
 
 typedef struct {

@@ -48,10 +48,13 @@ void td_cp_take_local(void *dst, const void *src, int B, int T, int n, int r, si
 void td_cp_put_local(void *dst, const void *src, int B, int T, int n, int r, size_t es);
 
 /* One micro-batch's attention on this rank: B sequences of T local rows
- * (2 chunks) of the fused qkv [B, T, 3C], C = NH * hs. */
+ * (2 chunks) of the fused qkv [B, T, C + 2 KVC], C = NH * hs query columns,
+ * KVC = NKV * hs columns each of k and v (grouped-query attention; NKV 0:
+ * NH, the fused [B, T, 3C]). The ring's K/V blocks are [B, T, 2 KVC]. */
 typedef struct {
     int B, T, C, NH;
     td_precision prec;
+    int NKV;
 } td_cp_shape;
 
 typedef struct {

@@ -1,5 +1,7 @@
-/* data: tokenizers (char, byte, GPT-2 BPE, a tokenizer.json's BPE), token files (nanoGPT raw uint16 .bin, llm.c
- * .bin with its 256-int32 header) and the deterministic global sampler. */
+/* data: tokenizers (char, byte, GPT-2 BPE, a tokenizer.json's BPE), token
+ * files (nanoGPT raw uint16 .bin, llm.c .bin with its 256-int32 header,
+ * Megatron-LM .bin + .idx; read and written) and the deterministic global
+ * sampler. */
 #ifndef TRIDENT_DATA_H
 #define TRIDENT_DATA_H
 
@@ -75,9 +77,13 @@ typedef struct {
 } td_dataset;
 
 /* Loads PATH: a UTF-8 text file (tokenizer "char" or "byte", split 90/10),
- * a nanoGPT train.bin (raw uint16, val.bin beside it) or an llm.c .bin
- * (magic 20240520; *_train.bin with *_val.bin beside it); a token file
- * without a val file beside it is split 90/10. vocab > 0 fixes V for token
+ * a nanoGPT train.bin (raw uint16, val.bin beside it), an llm.c .bin
+ * (magic 20240520 uint16 or 20240801 uint32; *_train.bin with *_val.bin
+ * beside it) or a Megatron-LM .bin with its .idx beside it, or their
+ * PREFIX as Megatron names them (formats_indexed.h; its sequences
+ * concatenated in index order); a token
+ * file without a val file beside it is split 90/10. A uint16 file for a
+ * vocab above 65536 is an error. vocab > 0 fixes V for token
  * files (else max id + 1). Every failure is one clear error. T is checked
  * against both splits (each must hold one sequence plus its target).
  * "synthetic:V" gives 2^20 uniform random tokens (for benchmarks).
@@ -121,6 +127,20 @@ const char *td_data_tokenizer_for(const td_data_manifest *m, const char *json, c
  * samples first .. first+count-1. split: 0 train, 1 val. */
 void td_data_batch(const td_dataset *d, int split, uint64_t seed, int64_t step, int first,
                    int count, int T, int *inputs, int *targets);
+
+/* Writing token files, for `trident tokenize` and any tokenizer: ids (each
+ * in [0, vocab)) and a vocabulary size in, one file out. llm.c: the 256
+ * int32 header, then uint16 tokens (magic 20240520, version 1) for a
+ * vocabulary up to 65536, uint32 (magic 20240801, version 7) above.
+ * Megatron: PATH (a .bin) of uint16 or int32 tokens by the same rule, and
+ * its PREFIX.idx (formats_indexed.h) whose sequences start at
+ * seq_starts[0..nseq) (0 first, rising, below n), each sequence one
+ * document. Every file goes to a temporary renamed into place. Returns 0
+ * with the .bin's *size and the XXH3 of its bytes, or -1 with errno in *err
+ * (nothing of the file is left; EOVERFLOW: a sequence above 2^31 - 1 tokens). */
+typedef enum { TD_TOKFMT_LLMC = 0, TD_TOKFMT_MEGATRON = 1 } td_token_format;
+int td_token_file_write(const char *path, td_token_format fmt, int vocab, const int *ids, size_t n,
+                        const size_t *seq_starts, size_t nseq, uint64_t *size, uint64_t *xxh3, int *err);
 
 /* DIR/data.json (formats_data_manifest.h) written atomically (a temporary
  * file renamed into place); -1 with *err an errno when it could not be (no

@@ -91,6 +91,13 @@ typedef struct {
     uint64_t seed;
     uint64_t run;            /* the run's id */
     int layers, heads, embd, seq, vocab;
+    /* the model family (optional in "config": absent = gpt2, whose other
+     * fields are then 0); llama writes every one of them */
+    char arch[16];
+    int kv_heads, ffn_hidden, tie;  /* tie: 1 tied head, 2 untied (TD_TIE_*), 0 absent */
+    double norm_eps, rope_theta;
+    double rope_factor, rope_low_freq, rope_high_freq; /* rope_scaling (llama3); factor 0: none */
+    int rope_orig_max_pos;
     int tok_kind, tok_vocab; /* td_tokenizer_kind */
     uint32_t *chars;         /* [tok_vocab] for the char tokenizer, else NULL */
     char *tok_file;          /* hf: the tokenizer.json (malloc'd), else NULL */

@@ -1,16 +1,17 @@
-/* model: GPT-2 configuration, the parameter table, activations and the
+/* model: the configuration of a model family (GPT-2, Llama), the parameter table, activations and the
  * forward/backward pass of one micro-batch, made of per-block functions
  * (embedding, transformer block, final norm + head + loss) over explicit
  * activation structs. Knows nothing of MPI (library trident_model): parallel
  * strategies reach it only through the unit hook (docs/design.md principle 4) and
  * the communication table td_model_comm.
  *
- * Parameters live in one flat buffer laid out by UNIT, in forward order:
+ * Parameters live in one flat buffer laid out by UNIT, in forward order
+ * (GPT-2's rows; Llama's in arch.c):
  *   unit 0      embeddings: wte[Vp/tp,C] (this rank's vocabulary rows), wpe[T,C]
  *   unit 1..L   block l-1: ln_1 w,b[C], c_attn w[3C,C] b[3C], attn c_proj
  *               w[C,C] b[C], ln_2 w,b[C], c_fc w[4C,C] b[4C], mlp c_proj
  *               w[C,4C] b[C]
- *   unit L+1    ln_f w,b[C]
+ *   unit L+1    ln_f w,b[C] (and an untied head [Vp/tp,C])
  * Under tensor parallelism each rank's table holds its slices of the split
  * tensors (td_tp_split) in the same order, so units keep their meaning and
  * a unit is a contiguous range: data-parallel buckets and ZeRO shards are
@@ -40,6 +41,32 @@
 #define TD_MAX_EMBD 65536
 #define TD_MAX_SEQ 1048576
 
+/* Model families (docs/design.md principle 11): each is a table of tensor
+ * kinds (src/model/arch.c) and the choices of its block (norm, MLP
+ * activation, rotary positions), over the same kernels and passes.
+ *   GPT2   LayerNorm with biases, learned positions, GELU MLP of 4C, biases
+ *          everywhere, the LM head tied to the token embedding.
+ *   LLAMA  RMSNorm, rotary positions on q and k (Hugging Face's rotate-half
+ *          convention), SwiGLU MLP down(silu(gate(x)) * up(x)), grouped-query
+ *          attention (KV kv heads), no biases, an untied head by default. */
+typedef enum { TD_ARCH_GPT2 = 0, TD_ARCH_LLAMA = 1 } td_arch;
+/* "gpt2", "llama"; td_arch_parse: -1 for another name */
+const char *td_arch_name(td_arch a);
+int td_arch_parse(const char *s);
+
+/* Tying of the LM head to the token embedding; DEFAULT is resolved by
+ * td_gpt_config_finish (on for gpt2, off for llama). */
+enum { TD_TIE_DEFAULT = 0, TD_TIE_ON = 1, TD_TIE_OFF = 2 };
+
+/* Llama 3.1's rope_scaling (rope_type "llama3"), include/trident/rope.h;
+ * factor 0: none. */
+typedef struct {
+    double factor, low_freq_factor, high_freq_factor;
+    int orig_max_pos;
+} td_rope_scaling;
+
+/* Zero in every field after V means "the architecture's default", so a
+ * config written {L, H, C, T, V} is GPT-2 as it always was. */
 typedef struct {
     int L;  /* layers */
     int H;  /* heads */
@@ -48,10 +75,23 @@ typedef struct {
     int V;  /* real vocabulary */
     int Vp; /* V padded for one process (tp 1), the layout of checkpoint files
                and sampling; a tp layout pads further (td_param_table.Vp) */
+    td_arch arch;
+    int KV;            /* key/value heads (grouped-query attention; H: multi-head,
+                          1: multi-query); 0: H */
+    int F;             /* MLP hidden features; 0: 4C (gpt2), 8C/3 rounded up to a
+                          multiple of 256 (llama, as Meta's code rounds it) */
+    int tie;           /* TD_TIE_* */
+    float norm_eps;    /* RMSNorm epsilon (llama); 0: 1e-5 */
+    double rope_theta; /* rotary base (llama); 0: 10000 */
+    td_rope_scaling rope_scaling;
 } td_gpt_config;
 
-/* Fills Vp from V and checks every size; a bad size is a user error naming
- * the flag (C % H, positive sizes, the maxima above). */
+/* The LM head is the token embedding (after td_gpt_config_finish). */
+static inline int td_gpt_tied(const td_gpt_config *c) { return c->tie != TD_TIE_OFF; }
+
+/* Fills Vp from V and the architecture's defaults, and checks every size; a
+ * bad size is a user error naming the flag (C % H, H % KV, positive sizes,
+ * the maxima above, flags the architecture does not have). */
 void td_gpt_config_finish(td_gpt_config *cfg);
 
 /* Tensor-parallel split of a tensor over the tp ranks. trident stores a
@@ -67,13 +107,24 @@ typedef enum { TD_SPLIT_NONE, TD_SPLIT_ROW, TD_SPLIT_COL, TD_SPLIT_VOCAB } td_tp
 
 /* What a row is, independent of its layer: the model finds every tensor by
  * (kind, layer) in the table, never by its distance from another tensor. */
+/* What a row is, independent of its layer: the model finds every tensor by
+ * (kind, layer) in the table, never by its distance from another tensor.
+ * The kinds of all families in one list; each family's table (arch.c) names
+ * the ones it has, and a kind the model's family lacks has no row (its
+ * td_gpt.off entry is TD_NO_TENSOR). Llama's q/k/v and gate/up are rows of
+ * their own (Hugging Face's tensors, split over tp each on its own) that
+ * the table lays out next to each other, so a unit holds them as one fused
+ * [q; k; v] and [gate; up] weight for one GEMM. */
 typedef enum {
-    TD_T_WTE, TD_T_WPE,                                   /* unit 0 */
+    TD_T_WTE, TD_T_WPE,                                   /* embeddings */
     TD_T_LN1W, TD_T_LN1B, TD_T_QKVW, TD_T_QKVB, TD_T_ATTPROJW, TD_T_ATTPROJB,
-    TD_T_LN2W, TD_T_LN2B, TD_T_FCW, TD_T_FCB, TD_T_FCPROJW, TD_T_FCPROJB, /* units 1..L */
-    TD_T_LNFW, TD_T_LNFB,                                 /* unit L+1 */
+    TD_T_LN2W, TD_T_LN2B, TD_T_FCW, TD_T_FCB, TD_T_FCPROJW, TD_T_FCPROJB, /* blocks */
+    TD_T_LNFW, TD_T_LNFB,                                 /* final norm */
+    TD_T_QW, TD_T_KW, TD_T_VW, TD_T_GATEW, TD_T_UPW,      /* llama blocks */
+    TD_T_HEAD,                                            /* an untied LM head */
     TD_T_COUNT
 } td_tensor_kind;
+#define TD_NO_TENSOR ((size_t)-1)
 
 typedef struct {
     char name[64];     /* nanoGPT state_dict name */
@@ -126,7 +177,7 @@ typedef struct {
     size_t n_real;           /* this rank's parameters excluding vocab and unit padding */
     size_t n_global;         /* the model's parameters (global shapes), any layout */
     int unit_align;
-    int n_units;             /* L + 2 */
+    int n_units;             /* L + 2: embeddings, blocks, final norm (+ untied head) */
     size_t *unit_offset;     /* [n_units + 1], unit u is [unit_offset[u], unit_offset[u+1]) */
     /* [n_units] 1 for the units this rank holds (a pipeline stage holds some
      * blocks; the first the embeddings, the last the final norm and, tied to
@@ -170,11 +221,13 @@ const td_param *td_param_find(const td_param_table *t, const char *name);
 /* The row of tensor `kind` of block `layer` (0..L-1); layer is ignored for
  * the embedding and final-norm kinds. Never NULL for a built table. */
 const td_param *td_param_lookup(const td_param_table *t, td_tensor_kind kind, int layer);
+/* The same, NULL for a kind the table's family (or tying) has no row of. */
+const td_param *td_param_lookup_opt(const td_param_table *t, td_tensor_kind kind, int layer);
 size_t td_unit_numel(const td_param_table *t, int unit);
 
-/* GPT-2 init of the elements [lo, hi) of the flat buffer into out[0..hi-lo):
- * normal(0, 0.02), residual projections 0.02/sqrt(2L), biases 0, LayerNorm
- * gains 1, vocab padding rows 0. Each value is a function of (seed, tensor
+/* Init of the elements [lo, hi) of the flat buffer into out[0..hi-lo), as
+ * the family's table says: normal(0, 0.02), GPT-2's residual projections
+ * 0.02/sqrt(2L), biases 0, norm gains 1, vocab padding rows 0. Each value is a function of (seed, tensor
  * id, global element index) alone, so every layout (tp slices, ZeRO shards)
  * initializes every global element identically. */
 void td_param_init_range(const td_param_table *t, unsigned long long seed, size_t lo, size_t hi,
@@ -252,7 +305,11 @@ typedef struct {
                        regions: N, or N/tp with sequence parallelism */
     int row0;       /* the first of them among the N */
     int Ca, Ha;     /* attention width and heads on this rank: C/tp, H/tp */
-    int F;          /* MLP hidden features on this rank: 4C/tp */
+    int KVa, hs;    /* kv heads on this rank (KV/tp) and the head size C/H */
+    int QKV;        /* the fused q|k|v row on this rank: Ca + 2 KVa hs */
+    int F;          /* MLP hidden features on this rank: F/tp */
+    int F1;         /* the MLP's first projection on this rank: F (gelu), 2F
+                       (SwiGLU's gate|up) */
     int Vl, Vreal;  /* vocabulary columns on this rank (with padding), real ones */
     int vocab_lo;
     int tp, tp_rank, sp;
@@ -341,7 +398,12 @@ typedef struct td_gpt {
     const td_model_comm *comm; /* required when the table's tp > 1 */
     /* Each tensor's offset inside its unit, looked up in the table by kind
      * at create time (the same for every block). */
-    size_t off[TD_T_COUNT];
+    size_t off[TD_T_COUNT];  /* TD_NO_TENSOR: a kind the family has not */
+    const struct td_arch_desc *arch; /* the family's table (src/model/arch.c) */
+    int head_unit;           /* the LM head's weight: unit 0 (tied: wte) or L+1 */
+    td_tensor_kind head_kind; /* TD_T_WTE or TD_T_HEAD */
+    float *rope_cs;          /* rotary positions: the cos/sin table [T, hs] of this
+                                rank's rows (rope.h), in the scratch; NULL for gpt2 */
 
     td_recompute recompute;
     /* activations, sized for B x T, one allocation */
@@ -508,7 +570,8 @@ void td_head_backward(td_gpt *m, const td_act *x, const int *targets, td_head_ac
 
 /* FLOPs of one training step (forward + backward) per token, for MFU, as
  * PaLM and nanoGPT count them: 6 x matmul parameters + 12 L T C attention
- * (the causal half is not subtracted). */
+ * (the causal half is not subtracted). Grouped-query attention's smaller k
+ * and v and SwiGLU's third matrix count as they are. */
 double td_gpt_flops_per_token(const td_gpt_config *cfg);
 
 /* B: like td_block_backward (dres in: the gradient of the block's output;

@@ -38,8 +38,9 @@ void td_pp_split_parse(td_pp_split *sp, const char *spec, int L, int P, int V);
  * Returns the predicted time of the slowest virtual stage. */
 double td_pp_split_auto(td_pp_split *sp, const double *block_cost, double embed_cost,
                         double head_cost, int L, int P, int V);
-/* The units stage s holds: held[L+2] (model.h td_param_table.held). */
-void td_pp_held_units(const td_pp_split *sp, int L, int stage, unsigned char *held);
+/* The units stage s holds: held[L+2] (model.h td_param_table.held); tied:
+ * the last stage holds the embedding too, as its head. */
+void td_pp_held_units(const td_pp_split *sp, int L, int tied, int stage, unsigned char *held);
 /* The slot shape of stage s (model.h) and how many slots its schedule needs. */
 td_slot_shape td_pp_slot_shape(const td_pp_split *sp, const td_schedule *sched, int stage);
 /* Activation bytes of stage s: the model's scratch (with recomputation, its

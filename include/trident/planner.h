@@ -9,18 +9,29 @@
  * Recomputation in Large Transformer Models", table 2), FLOPs from
  * Narayanan et al. 2021 (Megatron-LM, eq. 2 and 3), pipeline bubbles from
  * src/schedule, communication from alpha-beta ring models on the link tier
- * each axis uses. Depends on base, formats (the calibration profile),
- * schedule and state_plan; never on comm. */
+ * each axis uses. Depends on base, model (the family's defaults and
+ * FLOPs), formats (the calibration profile), schedule and state_plan;
+ * never on comm. */
 #ifndef TRIDENT_PLANNER_H
 #define TRIDENT_PLANNER_H
 
 #include <stddef.h>
 
 #include "trident/formats_profile.h"
+#include "trident/model.h"
 
+/* A model as the planner sees it. The fields after T are the family's
+ * (model.h's td_gpt_config, same meanings); zero in each is the family's
+ * default, so {name, L, H, C, V, T} is GPT-2 as it always was. */
 typedef struct {
     char name[32];
     int L, H, C, V, T; /* layers, heads, hidden, vocabulary, sequence */
+    int arch;          /* td_arch: TD_ARCH_GPT2 (0) or TD_ARCH_LLAMA */
+    int KV;            /* key/value heads (grouped-query attention); 0: H */
+    int F;             /* MLP hidden features; 0: 4C (llama's default is set
+                          by td_plan_model_finish) */
+    int tie;           /* TD_TIE_*: the LM head is the token embedding;
+                          0: on for gpt2, off for llama */
 } td_plan_model;
 
 /* The measurements a cluster preset's step times were checked against:
@@ -113,8 +124,17 @@ typedef struct {
                      running beside) */
 } td_plan_eval;
 
-/* Presets: 0, or -1 for an unknown name (the caller reports). */
+/* Resolves the family's defaults (KV, F, tie) as the model does
+ * (td_gpt_config_finish) and checks the family's sizes: H % KV, F, an even
+ * head size for llama, --kv-heads or --ffn-hidden given to gpt2; a bad one
+ * is a user error naming the flag (exits). */
+void td_plan_model_finish(td_plan_model *m);
+/* Presets (finished): 0, or -1 for an unknown name (the caller reports). */
 int td_plan_model_preset(const char *name, td_plan_model *m);
+/* A preset as the model's config, with what the planner does not need
+ * (rope theta and scaling, norm epsilon): 0, or -1 for an unknown name.
+ * V is the preset's; Vp is left 0 (td_gpt_config_finish fills it). */
+int td_plan_model_preset_config(const char *name, td_gpt_config *cfg);
 const char *td_plan_model_presets(void);  /* "gpt2-124m, ..." for messages */
 /* A preset's source and where it departs from it ("Brown et al. 2020,
  * table 2.1; ..."); NULL for a name that is no preset. */
@@ -142,12 +162,18 @@ double td_plan_gemm_rate(const td_plan_cluster *c, double M, double N, double K)
 /* Memory bandwidth (bytes/s) of an operation streaming `bytes`. */
 double td_plan_mem_rate(const td_plan_cluster *c, double bytes);
 
-/* Megatron-LM eq. 2 (parameters) and eq. 3 (FLOPs per iteration of
- * `batch` sequences): factor 96 counts the recomputed forward, 72 does not. */
+/* Parameters and FLOPs per iteration of `batch` sequences (factor 96
+ * counts the recomputed forward, 72 does not). gpt2: Megatron-LM eq. 2 and
+ * eq. 3 (eq. 2 leaves out the final LayerNorm's 2C, eq. 3 at 72 counts the
+ * head's 6 V C per token as 4.5; gpt2's head is always tied).
+ * llama: the model's own count (model.h's parameter table, n_global, and
+ * td_gpt_flops_per_token at 72, 4/3 of it at 96). */
 double td_plan_params(const td_plan_model *m);
 double td_plan_flops(const td_plan_model *m, double batch, int factor);
 /* Activation bytes one layer keeps per micro-batch of b sequences
- * (Korthikanti table 2; full recomputation keeps the layer input). */
+ * (Korthikanti table 2; full recomputation keeps the layer input). Llama's
+ * by the same accounting: no dropout, GQA's narrower k and v, SwiGLU's
+ * gate|up and product instead of GeLU's input and output (docs/planner.md). */
 double td_plan_layer_act_bytes(const td_plan_model *m, int b, int tp, int sp, int rc);
 /* Micro-batch-chunks whose activations a stage holds at once: m (gpipe),
  * min(m, p - stage) (1f1b), Megatron's interleaved warm-up + 1 (capped at

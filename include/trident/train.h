@@ -6,6 +6,7 @@
 #include "trident/data.h"
 #include "trident/flags.h"
 #include "trident/loss_scale.h"
+#include "trident/model.h"
 #include "trident/pipeline.h"
 
 typedef struct td_layout_pass td_layout_pass; /* layout_pass.h */
@@ -37,7 +38,15 @@ typedef struct {
     const char *data, *tokenizer;
     int vocab;
     /* model */
+    const char *model; /* --model PRESET (the planner's): the model flags not
+                          given are its; NULL: none */
     int layers, heads, embd, seq;
+    const char *arch;           /* --arch gpt2|llama */
+    int kv_heads, ffn_hidden;   /* 0: the family's default */
+    float norm_eps;             /* 0: the family's default */
+    double rope_theta;          /* 0: the family's default */
+    const char *tie_embeddings; /* --tie-embeddings on|off; NULL: the family's default */
+    td_rope_scaling rope_scaling; /* no flag: a resumed (imported) checkpoint's */
     /* batch and schedule */
     int batch, grad_accum, steps;
     td_optim_config optim;
@@ -111,6 +120,11 @@ void td_train_opts_parse(td_train_opts *o, int argc, char **argv);
  * parsing (flags relating to each other; one clear error each). */
 #define TD_TRAIN_MAX_FLAGS 128
 int td_train_flag_table(td_train_opts *o, td_flag *out, int cap);
+/* The model of these options over a vocabulary of V (the data's),
+ * finished (td_gpt_config_finish): one clear error for a bad flag. */
+void td_train_model_config(const td_train_opts *o, int V, td_gpt_config *cfg);
+/* The reverse: the model flags of a finished config (a checkpoint's). */
+void td_train_opts_set_model(td_train_opts *o, const td_gpt_config *cfg);
 void td_train_opts_check(td_train_opts *o);
 /* Parses the choice flags (--precision, --recompute, --schedule,
  * --pp-partition's kind, --dp-mode, --grad-reduce-dtype, --grad-compress,

@@ -33,10 +33,8 @@ void td_ckpt_check(const char *path, td_ckpt_summary *s) {
     snprintf(s->grad_compress, sizeof s->grad_compress, "%s", m->grad_compress);
     snprintf(s->tokenizer, sizeof s->tokenizer, "%s", td_tokenizer_name((td_tokenizer_kind)m->tok_kind));
     td_hash_hex(m->run, s->run);
-    TD_CHECK(m->embd % m->heads == 0, "%s/manifest.json: config: embd %d is not a multiple of heads %d", r.dir,
-             m->embd, m->heads);
-    td_gpt_config cfg = {m->layers, m->heads, m->embd, m->seq, m->vocab, 0};
-    td_gpt_config_finish(&cfg);
+    td_gpt_config cfg;
+    td_ckpt_manifest_config(m, r.dir, &cfg);
     td_param_table canon;
     td_param_table_build(&canon, &cfg, 1);
     /* every section the manifest names, each tensor put together once */

@@ -100,11 +100,7 @@ void td_ckpt_save(const char *out, const td_gpt_config *cfg, const td_tokenizer 
 static void describe(td_checkpoint *ck, const td_ckpt_reader *r) {
     const td_manifest *m = &r->m;
     snprintf(ck->dir, sizeof ck->dir, "%s", r->dir);
-    ck->cfg = (td_gpt_config){m->layers, m->heads, m->embd, m->seq, m->vocab, 0};
-    /* the model's own size checks must hold: a bad config is the file's error */
-    TD_CHECK(m->embd % m->heads == 0, "%s/manifest.json: config: embd %d is not a multiple of heads %d", r->dir,
-             m->embd, m->heads);
-    td_gpt_config_finish(&ck->cfg);
+    td_ckpt_manifest_config(m, r->dir, &ck->cfg);
     ck->step = m->step;
     ck->tok.kind = (td_tokenizer_kind)m->tok_kind;
     ck->tok.V = m->tok_vocab;

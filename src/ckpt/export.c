@@ -164,8 +164,8 @@ static void export_llmc(const td_checkpoint *ck, const td_param_table *t, const 
     td_staged_begin(&s, "export", o->out, 0, o->overwrite);
     td_staged_write(&s, s.fd, NULL, hdr, sizeof hdr);
     size_t bytes = sizeof hdr;
-    /* grouped by kind across layers: td_tensor_kind is llm.c's order */
-    for (int k = 0; k < TD_T_COUNT; k++) {
+    /* grouped by kind across layers: td_tensor_kind's GPT-2 kinds are llm.c's order */
+    for (int k = 0; k <= TD_T_LNFB; k++) {
         int layers = (k == TD_T_WTE || k == TD_T_WPE || k == TD_T_LNFW || k == TD_T_LNFB) ? 1 : cfg->L;
         for (int l = 0; l < layers; l++) {
             const td_param *p = td_param_lookup(t, (td_tensor_kind)k, l);

@@ -89,7 +89,7 @@ static const td_param *lookup(const td_param_table *t, const char *name, int *ba
         layer = (int)l;
         name = end + 1;
     }
-    for (int k = 0; k < TD_T_COUNT; k++) {
+    for (int k = 0; k <= TD_T_LNFB; k++) { /* GPT-2's kinds */
         int block = k != TD_T_WTE && k != TD_T_WPE && k != TD_T_LNFW && k != TD_T_LNFB;
         if (block == (layer >= 0) && strcmp(name, td_hf_kinds[k].name) == 0)
             return td_param_lookup(t, (td_tensor_kind)k, layer);
@@ -114,7 +114,7 @@ static void import_safetensors(const char *path, const char *config, td_gpt_conf
     td_err e;
     TD_CHECK(td_hf_config_parse(ctext, clen, hc, &e) == 0, "import: %s: %s", config, e.msg);
     td_free(ctext);
-    *cfg = (td_gpt_config){(int)hc->L, (int)hc->H, (int)hc->C, (int)hc->T, (int)hc->V, 0};
+    *cfg = (td_gpt_config){.L = (int)hc->L, .H = (int)hc->H, .C = (int)hc->C, .T = (int)hc->T, .V = (int)hc->V};
     td_gpt_config_finish(cfg); /* cannot fail: the parser checked the same ranges */
     td_param_table_build(t, cfg, 1);
 
@@ -190,13 +190,13 @@ static void import_llmc(const char *path, td_gpt_config *cfg, float **params_out
     td_llmc_header h;
     td_err e;
     TD_CHECK(td_llmc_header_parse(file, len, len, &h, &e) == 0, "import: %s: %s", path, e.msg);
-    *cfg = (td_gpt_config){h.L, h.H, h.C, h.maxT, h.V, 0};
+    *cfg = (td_gpt_config){.L = h.L, .H = h.H, .C = h.C, .T = h.maxT, .V = h.V};
     td_gpt_config_finish(cfg);
     td_param_table_build(t, cfg, 1);
     float *params = td_alloc(sizeof(float) * t->numel, TD_MEM_PARAMS);
     memset(params, 0, sizeof(float) * t->numel);
     const unsigned char *at = file + TD_LLMC_HEADER_BYTES;
-    for (int k = 0; k < TD_T_COUNT; k++) { /* td_tensor_kind is llm.c's order */
+    for (int k = 0; k <= TD_T_LNFB; k++) { /* the GPT-2 kinds are in llm.c's order */
         int layers = (k == TD_T_WTE || k == TD_T_WPE || k == TD_T_LNFW || k == TD_T_LNFB) ? 1 : h.L;
         for (int l = 0; l < layers; l++) {
             const td_param *p = td_param_lookup(t, (td_tensor_kind)k, l);

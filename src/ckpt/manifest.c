@@ -96,8 +96,21 @@ char *td_manifest_format(const td_ckpt_dir *d, int n_files, const td_ckpt_meta *
     td_hash_hex(meta->run, run);
     put(&b, "{\"format\": \"trident-checkpoint\", \"version\": %d, \"step\": %d, \"lr_step\": %d, \"seed\": %llu, "
         "\"run\": \"%s\",\n", TD_MANIFEST_VERSION, meta->step, meta->step, meta->seed, run);
-    put(&b, " \"config\": {\"layers\": %d, \"heads\": %d, \"embd\": %d, \"seq\": %d, \"vocab\": %d},\n", cfg->L, cfg->H,
+    put(&b, " \"config\": {\"layers\": %d, \"heads\": %d, \"embd\": %d, \"seq\": %d, \"vocab\": %d", cfg->L, cfg->H,
         cfg->C, cfg->T, cfg->V);
+    if (cfg->arch != TD_ARCH_GPT2) { /* GPT-2's manifests stay as they were */
+        put(&b, ", \"arch\": \"%s\", \"kv_heads\": %d, \"ffn_hidden\": %d, \"tie_embeddings\": %s, \"norm_eps\": %.9g, "
+            "\"rope_theta\": %.17g, \"rope_scaling\": ", td_arch_name(cfg->arch), cfg->KV, cfg->F,
+            td_gpt_tied(cfg) ? "true" : "false", (double)cfg->norm_eps, cfg->rope_theta);
+        const td_rope_scaling *r = &cfg->rope_scaling;
+        if (r->factor > 0)
+            put(&b, "{\"rope_type\": \"llama3\", \"factor\": %.17g, \"low_freq_factor\": %.17g, \"high_freq_factor\": "
+                "%.17g, \"original_max_position_embeddings\": %d}", r->factor, r->low_freq_factor, r->high_freq_factor,
+                r->orig_max_pos);
+        else
+            put(&b, "null");
+    }
+    put(&b, "},\n");
     put(&b, " \"tokenizer\": {\"kind\": \"%s\", \"vocab\": %d", tok_names[tok->kind], tok->V);
     if (tok->kind == TD_TOK_CHAR) {
         put(&b, ", \"chars\": [");
@@ -284,4 +297,22 @@ int td_ckpt_prune(const char *out, int step, int keep) {
     int removed = keep_newest(&d, keep);
     remove_stale(&d);
     return removed;
+}
+
+void td_ckpt_manifest_config(const td_manifest *m, const char *dir, td_gpt_config *cfg) {
+    /* the model's own size checks must hold: a bad config is the file's error */
+    TD_CHECK(m->embd % m->heads == 0, "%s/manifest.json: config: embd %d is not a multiple of heads %d", dir,
+             m->embd, m->heads);
+    TD_CHECK(m->kv_heads == 0 || m->heads % m->kv_heads == 0,
+             "%s/manifest.json: config: heads %d is not a multiple of kv_heads %d", dir, m->heads, m->kv_heads);
+    *cfg = (td_gpt_config){.L = m->layers, .H = m->heads, .C = m->embd, .T = m->seq, .V = m->vocab};
+    int arch = td_arch_parse(m->arch[0] ? m->arch : "gpt2");
+    TD_CHECK(arch >= 0, "%s/manifest.json: config: unknown arch \"%s\"", dir, m->arch);
+    cfg->arch = (td_arch)arch;
+    if (cfg->arch != TD_ARCH_GPT2) {
+        cfg->KV = m->kv_heads, cfg->F = m->ffn_hidden, cfg->tie = m->tie;
+        cfg->norm_eps = (float)m->norm_eps, cfg->rope_theta = m->rope_theta;
+        cfg->rope_scaling = (td_rope_scaling){m->rope_factor, m->rope_low_freq, m->rope_high_freq, m->rope_orig_max_pos};
+    }
+    td_gpt_config_finish(cfg);
 }

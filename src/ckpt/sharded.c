@@ -179,6 +179,16 @@ static void check_same_model(const td_ckpt_reader *r, const td_gpt_config *cfg, 
     for (int i = 0; i < 5; i++)
         TD_CHECK(got[i] == want[i], "--resume %s: the checkpoint is of another model: it has %s %d, this run %d",
                  r->dir, field[i], got[i], want[i]);
+    td_gpt_config saved;
+    td_ckpt_manifest_config(m, r->dir, &saved);
+    TD_CHECK(saved.arch == cfg->arch && saved.KV == cfg->KV && saved.F == cfg->F && saved.tie == cfg->tie &&
+                 saved.norm_eps == cfg->norm_eps && saved.rope_theta == cfg->rope_theta &&
+                 memcmp(&saved.rope_scaling, &cfg->rope_scaling, sizeof saved.rope_scaling) == 0,
+             "--resume %s: the checkpoint is of another model: it is --arch %s --kv-heads %d --ffn-hidden %d "
+             "--tie-embeddings %s --norm-eps %g --rope-theta %g, this run --arch %s --kv-heads %d --ffn-hidden %d "
+             "--tie-embeddings %s --norm-eps %g --rope-theta %g", r->dir, td_arch_name(saved.arch), saved.KV, saved.F,
+             td_gpt_tied(&saved) ? "on" : "off", saved.norm_eps, saved.rope_theta, td_arch_name(cfg->arch), cfg->KV,
+             cfg->F, td_gpt_tied(cfg) ? "on" : "off", cfg->norm_eps, cfg->rope_theta);
     TD_CHECK(m->tok_kind == (int)tok->kind &&
                  (tok->kind != TD_TOK_CHAR ||
                   memcmp(m->chars, tok->chars, sizeof(uint32_t) * (size_t)tok->V) == 0) &&

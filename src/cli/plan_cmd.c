@@ -6,6 +6,7 @@
 #include "trident/base.h"
 #include "trident/cli.h"
 #include "trident/flags.h"
+#include "trident/model.h"
 #include "trident/planner.h"
 #include "trident/schedule.h"
 
@@ -17,8 +18,8 @@ static int rc_parse(const char *s) {
 }
 
 int td_plan_main(int argc, char **argv) {
-    const char *model_s = NULL, *cluster_s = "a100-hdr", *sched_s = NULL, *rc_s = NULL;
-    int L = 0, H = 0, C = 0, V = 0, T = 0, batch = 0, gpus = 0, gpn = 0, top = 5, json = 0, calibrate = 0, sp = 0;
+    const char *model_s = NULL, *cluster_s = "a100-hdr", *sched_s = NULL, *rc_s = NULL, *arch_s = NULL, *tie_s = NULL;
+    int L = 0, H = 0, C = 0, V = 0, T = 0, KV = 0, F = 0, batch = 0, gpus = 0, gpn = 0, top = 5, json = 0, calibrate = 0, sp = 0;
     int threads = 1, list_models = 0;
     double mem_gb = 0, tflops = 0, intra = 0, inter = 0, eff = 0, hbm = 0, intra_us = -1, inter_us = -1;
     td_plan_fixed fix;
@@ -27,13 +28,20 @@ int td_plan_main(int argc, char **argv) {
         {"--model", TD_FLAG_STR, &model_s, "preset: gpt2-124m, gpt2-350m, gpt2-1.5b; gpt3-125m, -350m, -760m, "
          "-1.3b, -2.7b, -6.7b, -13b, -175b (Brown et al. 2020, table 2.1; 13B at d_model 5120, not the table's "
          "5140, which 40 heads do not divide; XL with 16 heads, not 24); megatron-1.7b ... megatron-1t "
-         "(Narayanan et al. 2021, table 1); --list-models prints them", NULL},
+         "(Narayanan et al. 2021, table 1); llama: smollm-135m, tinyllama-1.1b, llama2-7b, llama3-8b, llama3.1-70b, "
+         "llama3.1-405b (their Hugging Face config.json); --list-models prints them", NULL},
         {"--list-models", TD_FLAG_BOOL, &list_models, "print the model presets with their sizes and sources", NULL},
         {"--layers", TD_FLAG_INT, &L, "transformer blocks (overrides the preset)", "[1, 100000]"},
         {"--heads", TD_FLAG_INT, &H, "attention heads", "[1, 100000]"},
         {"--embd", TD_FLAG_INT, &C, "hidden size, divisible by heads", "[1, 1000000]"},
         {"--vocab", TD_FLAG_INT, &V, "vocabulary", "[1, 100000000]"},
         {"--seq", TD_FLAG_INT, &T, "sequence length", "[1, 10000000]"},
+        {"--arch", TD_FLAG_STR, &arch_s, "model family: gpt2 or llama (the preset's; gpt2 without one)", NULL},
+        {"--kv-heads", TD_FLAG_INT, &KV, "llama: key/value heads, dividing --heads (default: --heads)", "[1, 100000]"},
+        {"--ffn-hidden", TD_FLAG_INT, &F, "llama: MLP hidden features (default: 8C/3 rounded up to a multiple of 256)",
+         "[1, 4000000]"},
+        {"--tie-embeddings", TD_FLAG_STR, &tie_s, "on or off: the LM head is the token embedding (default: on for "
+         "gpt2, off for llama)", NULL},
         {"--global-batch", TD_FLAG_INT, &batch, "sequences per optimizer step (required)", "[1, 100000000]"},
         {"--gpus", TD_FLAG_INT, &gpus, "devices (required)", "[1, 10000000]"},
         {"--gpus-per-node", TD_FLAG_INT, &gpn, "devices per node (the preset's: 8)", "[1, 1024]"},
@@ -71,7 +79,7 @@ int td_plan_main(int argc, char **argv) {
         td_plan_model_presets_print();
         return 0;
     }
-    td_plan_model m = {"custom", 0, 0, 0, 0, 0};
+    td_plan_model m = {"custom", 0, 0, 0, 0, 0, TD_ARCH_GPT2, 0, 0, 0};
     if (model_s)
         TD_CHECK(td_plan_model_preset(model_s, &m) == 0, "--model '%s' is not a preset; use %s", model_s,
                  td_plan_model_presets());
@@ -80,8 +88,21 @@ int td_plan_main(int argc, char **argv) {
     if (C) m.C = C;
     if (V) m.V = V;
     if (T) m.T = T;
+    if (arch_s) {
+        int a = td_arch_parse(arch_s);
+        TD_CHECK(a >= 0, "--arch %s: unknown model family; valid: gpt2, llama", arch_s);
+        if (a != m.arch) m.KV = m.F = m.tie = 0; /* the other family's defaults, not the preset's */
+        m.arch = a;
+    }
+    if (KV) m.KV = KV;
+    if (F) m.F = F;
+    if (tie_s) {
+        TD_CHECK(strcmp(tie_s, "on") == 0 || strcmp(tie_s, "off") == 0, "--tie-embeddings %s: valid: on, off", tie_s);
+        m.tie = strcmp(tie_s, "on") == 0 ? TD_TIE_ON : TD_TIE_OFF;
+    }
     TD_CHECK(m.L && m.H && m.C && m.V && m.T, "plan: give --model PRESET or all of --layers --heads --embd --vocab --seq");
     TD_CHECK(m.C % m.H == 0, "--embd %d is not divisible by --heads %d", m.C, m.H);
+    td_plan_model_finish(&m);
     TD_CHECK(batch > 0, "plan: --global-batch N is required (sequences per step)");
     TD_CHECK(gpus > 0, "plan: --gpus N is required");
     td_plan_cluster c;
@@ -141,10 +162,16 @@ int td_plan_main(int argc, char **argv) {
         return 0;
     }
     const char *note = model_s ? td_plan_model_note(model_s) : NULL;
-    printf("model %s%s%s%s: %d layers, %d heads, hidden %d, vocabulary %d, sequence %d: %.2fB parameters "
-           "(Megatron eq. 2)\n",
-           m.name, note ? " (" : "", note ? note : "", note ? ")" : "", m.L, m.H, m.C, m.V, m.T,
-           td_plan_params(&m) / 1e9);
+    if (m.arch == TD_ARCH_LLAMA)
+        printf("model %s%s%s%s: llama, %d layers, %d heads, %d kv heads, hidden %d, MLP hidden %d, vocabulary %d, "
+               "sequence %d, %s head: %.3fB parameters (the model's table)\n",
+               m.name, note ? " (" : "", note ? note : "", note ? ")" : "", m.L, m.H, m.KV, m.C, m.F, m.V, m.T,
+               m.tie == TD_TIE_ON ? "tied" : "untied", td_plan_params(&m) / 1e9);
+    else
+        printf("model %s%s%s%s: %d layers, %d heads, hidden %d, vocabulary %d, sequence %d: %.2fB parameters "
+               "(Megatron eq. 2)\n",
+               m.name, note ? " (" : "", note ? note : "", note ? ")" : "", m.L, m.H, m.C, m.V, m.T,
+               td_plan_params(&m) / 1e9);
     printf("cluster %s: %d devices, %d per node, %.0f GB at %.0f GB/s, %.1f TFLOP/s peak (GEMMs at %.1f%%), "
            "%.0f GB/s and %.3g us in a node, %.1f GB/s and %.3g us between nodes; global batch %d\n",
            c.name, c.gpus, c.gpus_per_node, c.mem_bytes / 1e9, c.hbm_bw / 1e9, c.peak_flops / 1e12,
@@ -154,8 +181,12 @@ int td_plan_main(int argc, char **argv) {
     printf("; %ld invalid", r.invalid);
     if (r.invalid) printf(" (first: %s)", r.first_invalid);
     printf("\n");
-    printf("TFLOP/s per device counts Megatron's FLOPs (eq. 3: 96 with full recomputation, 72 without); "
-           "MFU counts the model's (72)\n");
+    if (m.arch == TD_ARCH_LLAMA)
+        printf("TFLOP/s per device counts the model's FLOPs (6 per weight and token + attention's, "
+               "td_gpt_flops_per_token; 4/3 of them with full recomputation); MFU counts them without\n");
+    else
+        printf("TFLOP/s per device counts Megatron's FLOPs (eq. 3: 96 with full recomputation, 72 without); "
+               "MFU counts the model's (72)\n");
     td_plan_print_table(&out, &r, top);
     td_plan_print_command(&out, &r);
     const td_plan_eval *best = &r.plans[0];

@@ -136,7 +136,8 @@ int td_plan_train_command(const td_plan_out *o, const td_plan_layout *l, char *b
         return *why = "selective recomputation: trident train recomputes whole blocks (--recompute block) or none", -1;
     /* train's flag ranges (src/train/options.c) and its data's vocabulary */
     if (m->V < 2 || m->V > TD_VOCAB_MAX) return *why = "trident train's vocabulary is 2 .. 2^24", -1;
-    if (m->L > TD_MAX_LAYERS || m->C > TD_MAX_EMBD || m->H > TD_MAX_EMBD || m->T > TD_MAX_SEQ)
+    if (m->L > TD_MAX_LAYERS || m->C > TD_MAX_EMBD || m->H > TD_MAX_EMBD || m->T > TD_MAX_SEQ ||
+        m->F > 4 * TD_MAX_EMBD)
         return *why = "beyond trident train's model limits (layers, width, sequence)", -1;
     if ((long long)o->batch * m->T > INT_MAX || (long long)o->batch * m->H > INT_MAX)
         return *why = "beyond trident train's limit of 2^31 - 1 tokens or attention maps per step", -1;
@@ -145,6 +146,13 @@ int td_plan_train_command(const td_plan_out *o, const td_plan_layout *l, char *b
                      "--batch %d --dp %d --tp %d --pp %d --zero %d --micro-batches %d",
                      l->dp * l->tp * l->pp * td_plan_cp(l), m->V, m->L, m->H, m->C, m->T, o->batch, l->dp, l->tp, l->pp, l->zero,
                      l->micro_batches);
+    /* llama's family flags; a preset's name brings its rope theta and
+     * scaling, which the planner does not model (the flags beside it are
+     * the preset's own sizes or plan's overrides of them, which win) */
+    if (m->arch == TD_ARCH_LLAMA && k < (int)n)
+        k += snprintf(buf + k, n - (size_t)k, "%s%s --arch llama --kv-heads %d --ffn-hidden %d --tie-embeddings %s",
+                      td_plan_model_note(m->name) ? " --model " : "", td_plan_model_note(m->name) ? m->name : "",
+                      m->KV, m->F, m->tie == TD_TIE_ON ? "on" : "off");
     if (l->cp > 1 && k < (int)n) k += snprintf(buf + k, n - (size_t)k, " --cp %d", l->cp);
     if (l->shard && k < (int)n) k += snprintf(buf + k, n - (size_t)k, " --dp-shard %d", l->shard);
     if (l->pp > 1 && k < (int)n)

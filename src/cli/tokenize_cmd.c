@@ -1,17 +1,25 @@
-/* `trident tokenize`: text files to llm.c token shards with GPT-2's BPE or
- * a tokenizer.json's (a vocabulary of at most 65536: the shards hold
- * uint16). Each input file is a document: <|endoftext|> (a tokenizer.json's
- * document-start token, td_bpe_bos), then its text's ordinary encoding
- * (llm.c's convention; a literal <|endoftext|> inside is text).
+/* `trident tokenize`: text files to token shards with GPT-2's BPE or a
+ * tokenizer.json's. Each input file is a document: <|endoftext|> (a
+ * tokenizer.json's document-start token, td_bpe_bos), then its text's
+ * ordinary encoding (llm.c's convention; a literal <|endoftext|> inside is
+ * text).
  * The documents' tokens, in input order, are split train / val by
  * --val-fraction (the last fraction is val, as `train` splits a text file)
  * and written as NAME_train_000000.bin, ..., NAME_val_000000.bin, ... of at
- * most --shard-tokens tokens each (256 int32 header: 20240520, 1, count;
- * then uint16 tokens). Threads encode chunks split where the pattern splits
- * anyway, so every thread count writes the same bytes. DIR/data.json
- * (formats_data_manifest.h) says what the shards are: the tokenizer, the
- * counts, each shard's size and XXH3; `train --data DIR` reads the tokenizer
- * from it and checks every shard against it. */
+ * most --shard-tokens tokens each: --format llmc (the default) writes llm.c
+ * files (256 int32 header: 20240520, 1, count; then uint16 tokens; uint32
+ * under 20240801, 7 for vocabularies above 65536), --format megatron
+ * Megatron-LM .bin files of uint16 (int32 above 65536 ids) tokens, each with
+ * its .idx (formats_indexed.h) whose sequences are the pieces of documents
+ * in that shard (a document cut by a shard or the train/val boundary is a
+ * sequence on each side), each its own document in the index. Every format
+ * holds the same token stream. Threads encode chunks split where the
+ * pattern splits anyway (a tokenizer.json's regexes: pieces cut by one
+ * thread, merged by all), so every thread count writes the same bytes.
+ * DIR/data.json (formats_data_manifest.h) says what the shards are: the
+ * tokenizer, the shard format, the counts, each shard's size and XXH3;
+ * `train --data DIR` reads the tokenizer from it and checks every shard
+ * against it. */
 #include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
@@ -38,8 +46,10 @@
 /* Inputs from this size on get a progress line on stderr. */
 #define PROGRESS_MIN (16u << 20)
 
+/* The ids as int whatever the vocabulary, so that any tokenizer's ids fit
+ * (4 bytes a token in memory; the files take 2 where the vocabulary allows). */
 typedef struct {
-    uint16_t *tok;
+    int *tok;
     size_t n, cap;
 } tokens;
 
@@ -47,9 +57,9 @@ static void push(tokens *t, const int *ids, size_t k) {
     if (t->n + k > t->cap) {
         t->cap = (t->n + k) * 3 / 2 + 1024;
         t->tok = realloc(t->tok, t->cap * sizeof *t->tok);
-        TD_CHECK(t->tok, "tokenize: out of memory for %zu tokens (2 bytes each)", t->cap);
+        TD_CHECK(t->tok, "tokenize: out of memory for %zu tokens (4 bytes each)", t->cap);
     }
-    for (size_t i = 0; i < k; i++) t->tok[t->n + i] = (uint16_t)ids[i]; /* ids < 65536: the vocabulary is checked */
+    memcpy(t->tok + t->n, ids, k * sizeof *ids);
     t->n += k;
 }
 
@@ -113,71 +123,71 @@ static void encode_file(const char *path, const char *tokenizer, td_bpe_enc **en
     if (n) munmap((void *)s, n);
 }
 
-/* XXH3-64 of a then b, as if one buffer */
-static uint64_t hash2(const void *a, size_t na, const void *b, size_t nb) {
-    td_hash_stream *st = td_hash_stream_new();
-    TD_CHECK(st, "tokenize: out of memory");
-    td_hash_stream_add(st, a, na);
-    td_hash_stream_add(st, b, nb);
-    uint64_t h = td_hash_stream_value(st);
-    td_hash_stream_free(st);
-    return h;
-}
+/* The documents of the whole stream: doc[0..ndoc) are where each starts. */
+typedef struct {
+    const size_t *start;
+    int n;
+} documents;
 
-/* Writes tok[0..n) of split s as shards NAME_SPLIT_%06d.bin, each one's
- * entry (size, tokens, XXH3 of its bytes) appended to man. Returns 0, or -1
- * with the failed file in failed and errno in *err (its temporary removed;
- * the shards written before it are in man, for the caller to remove). */
-static int write_shards(const char *dir, const char *name, int s, const uint16_t *tok, size_t n, size_t per,
-                        td_data_manifest *man, char *failed, size_t cap, int *err) {
+/* Writes tok[first..first+n) of the stream, split s, as shards
+ * NAME_SPLIT_%06d.bin (Megatron: each with its .idx, a sequence per piece of
+ * a document in the shard), each one's entry (size, tokens, XXH3 of its
+ * bytes) appended to man. Returns 0, or -1 with the failed file in failed
+ * and errno in *err (nothing of it left; the shards written before it are
+ * in man, for the caller to remove). */
+static int write_shards(const char *dir, const char *name, int s, const int *tok, size_t first, size_t n,
+                        size_t per, const documents *docs, td_data_manifest *man, char *failed, size_t cap,
+                        int *err) {
     static const char *const split[2] = {"train", "val"};
+    size_t *seq = malloc(sizeof(size_t) * ((size_t)docs->n + 1));
+    TD_CHECK(seq, "tokenize: out of memory");
     for (size_t at = 0; at < n; at += per) {
-        size_t m = n - at < per ? n - at : per;
-        char path[4400], tmp[4500];
+        size_t m = n - at < per ? n - at : per, a = first + at, nseq = 0;
+        /* a shard starts a sequence, and so does each document starting in it */
+        seq[nseq++] = 0;
+        for (int d = 0; d < docs->n; d++)
+            if (docs->start[d] > a && docs->start[d] < a + m) seq[nseq++] = docs->start[d] - a;
+        char path[4400];
         snprintf(path, sizeof path, "%s/%s_%s_%06d.bin", dir, name, split[s], man->split_shards[s]);
-        snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
-        int32_t head[256] = {TD_LLMC_TOKENS_MAGIC, TD_LLMC_TOKENS_VERSION, (int32_t)m};
-        const char *why; /* a pid-named new file: errno says why it failed */
-        FILE *f = td_fopen_output(tmp, &why);
-        int ok = f && fwrite(head, sizeof head, 1, f) == 1 && fwrite(tok + at, 2, m, f) == m;
-        *err = errno;
-        ok = f && (fclose(f) == 0) && ok;
-        if (ok && rename(tmp, path) != 0) ok = 0;
-        if (!ok) {
-            *err = errno ? errno : *err;
-            unlink(tmp);
+        uint64_t size, h;
+        if (td_token_file_write(path, man->megatron ? TD_TOKFMT_MEGATRON : TD_TOKFMT_LLMC, man->vocab, tok + a, m,
+                                seq, nseq, &size, &h, err) != 0) {
             snprintf(failed, cap, "%s", path);
+            free(seq);
             return -1;
         }
-        /* the bytes just written, as a reader will hash them */
-        uint64_t h = hash2(head, sizeof head, tok + at, 2 * m);
         td_dm_shard *x = &man->shards[man->n_shards++];
         x->name = strdup(strrchr(path, '/') + 1);
         TD_CHECK(x->name, "tokenize: out of memory");
-        x->split = s, x->size = sizeof head + 2 * m, x->tokens = m, x->xxh3 = h;
+        x->split = s, x->size = size, x->tokens = m, x->xxh3 = h;
         man->split_shards[s]++;
         man->split_tokens[s] += m;
     }
+    free(seq);
     return 0;
 }
 
-/* A refused write leaves nothing behind: the shards written so far, and
- * --out when this run created it. */
+/* A refused write leaves nothing behind: the shards written so far (and
+ * their indexes), and --out when this run created it. */
 static void remove_written(const char *dir, const td_data_manifest *man, int made_dir) {
     char p[4400];
     for (int i = 0; i < man->n_shards; i++) {
         snprintf(p, sizeof p, "%s/%s", dir, man->shards[i].name);
         unlink(p);
+        if (man->megatron) {
+            snprintf(p, sizeof p, "%s/%.*s.idx", dir, (int)strlen(man->shards[i].name) - 4, man->shards[i].name);
+            unlink(p);
+        }
     }
     if (made_dir) rmdir(dir);
 }
 
 int td_tokenize_main(int argc, char **argv) {
-    const char *tokenizer = NULL, *out = NULL, *name = NULL;
+    const char *tokenizer = NULL, *out = NULL, *name = NULL, *format = "llmc";
     int shard_tokens = 100000000, threads = 0;
     double val_fraction = 0.1;
     const td_flag flags[] = {
-        {"--tokenizer", TD_FLAG_STR, &tokenizer, "gpt2 (GPT-2's byte-level BPE) or FILE.json (a Hugging Face tokenizer.json, byte-level BPE, vocabulary <= 65536); required", NULL},
+        {"--tokenizer", TD_FLAG_STR, &tokenizer, "gpt2 (GPT-2's byte-level BPE) or FILE.json (a Hugging Face tokenizer.json, byte-level BPE); required", NULL},
         {"--out", TD_FLAG_STR, &out,
          "directory for the shards (created if missing; its parent must exist)", NULL},
         {"--name", TD_FLAG_STR, &name,
@@ -187,6 +197,10 @@ int td_tokenize_main(int argc, char **argv) {
         {"--val-fraction", TD_FLAG_DOUBLE, &val_fraction,
          "last fraction of the tokens for validation (0.1)", "[0, 1)"},
         {"--threads", TD_FLAG_INT, &threads, "encoding threads, 0 = one per core (0)", "[0, 256]"},
+        {"--format", TD_FLAG_STR, &format,
+         "shard files: llmc (llm.c .bin, uint16; uint32 above 65536 ids) or megatron (Megatron-LM .bin + .idx, "
+         "uint16; int32 above 65536 ids) (llmc)",
+         NULL},
     };
     int nflags = (int)(sizeof flags / sizeof flags[0]);
     /* IN... are the arguments that are neither flags nor their values */
@@ -218,6 +232,8 @@ int td_tokenize_main(int argc, char **argv) {
     int hf = td_tokenizer_is_file(tokenizer);
     TD_CHECK(strcmp(tokenizer, "gpt2") == 0 || hf,
              "tokenize --tokenizer %s is not known; valid: gpt2 or a tokenizer.json file", tokenizer);
+    TD_CHECK(strcmp(format, "llmc") == 0 || strcmp(format, "megatron") == 0,
+             "tokenize --format %s is not known; valid: llmc, megatron", format);
     TD_CHECK(nin > 0,
              "tokenize: no input files; usage: trident tokenize --tokenizer gpt2 IN... --out DIR");
     TD_CHECK(out, "tokenize: --out DIR is required (the directory for the shards)");
@@ -270,9 +286,6 @@ int td_tokenize_main(int argc, char **argv) {
     td_tokenizer tk;
     if (hf) td_tokenizer_hf(&tk, tokenizer, "tokenize --tokenizer");
     else td_tokenizer_gpt2(&tk);
-    TD_CHECK(tk.V <= 65536, "tokenize --tokenizer %s: its vocabulary is %d; llm.c shards hold uint16 ids "
-             "(a vocabulary of at most 65536); train on the text file instead (train --data TEXT "
-             "--tokenizer %s)", tokenizer, tk.V, tokenizer);
     const td_bpe *bpe = tk.bpe;
     if (threads == 0) threads = omp_get_num_procs();
     td_bpe_enc **encs = malloc(sizeof *encs * (size_t)threads);
@@ -303,7 +316,8 @@ int td_tokenize_main(int argc, char **argv) {
     size_t n_train = (size_t)((unsigned __int128)t.n * (1000000 - ppm) / 1000000);
     TD_CHECK(n_train > 0, "tokenize --val-fraction %g leaves no training tokens of the %zu; give more text or a "
              "smaller --val-fraction", val_fraction, t.n);
-    td_data_manifest man = {.vocab = tk.V, .tokens = t.n, .documents = (uint64_t)nin};
+    td_data_manifest man = {.vocab = tk.V, .megatron = strcmp(format, "megatron") == 0, .tokens = t.n,
+                            .documents = (uint64_t)nin};
     /* a tokenizer.json by its checksum: its path may differ where it is read */
     if (hf) snprintf(man.tokenizer, sizeof man.tokenizer, "hf:%016llx", (unsigned long long)tk.file_xxh3);
     else snprintf(man.tokenizer, sizeof man.tokenizer, "%s", tokenizer);
@@ -314,8 +328,9 @@ int td_tokenize_main(int argc, char **argv) {
     TD_CHECK(!made_dir || mkdir(out, 0777) == 0, "tokenize --out %s: cannot create it: %s", out, strerror(errno));
     char failed[4400];
     int err = 0;
-    if (write_shards(out, name, 0, t.tok, n_train, per, &man, failed, sizeof failed, &err) != 0 ||
-        write_shards(out, name, 1, t.tok + n_train, t.n - n_train, per, &man, failed, sizeof failed, &err) != 0 ||
+    documents docs = {doc_start, nin};
+    if (write_shards(out, name, 0, t.tok, 0, n_train, per, &docs, &man, failed, sizeof failed, &err) != 0 ||
+        write_shards(out, name, 1, t.tok, n_train, t.n - n_train, per, &docs, &man, failed, sizeof failed, &err) != 0 ||
         (snprintf(failed, sizeof failed, "%s/%s", out, TD_DATA_MANIFEST_NAME),
          td_data_manifest_write(out, &man, &err) != 0)) {
         remove_written(out, &man, made_dir);

@@ -7,9 +7,13 @@
 #include "trident/data.h"
 #include "trident/formats_hash.h"
 
-/* Tokens of one .bin token file (llm.c or raw uint16) into *out (td_alloc'd);
- * returns the count, *max_id the largest (-1 if none). Errors name `label`. */
-size_t td_data_load_bin(const char *path, const char *label, int **out, int *max_id);
+/* Tokens of one .bin token file (llm.c uint16 or uint32, raw uint16, or a
+ * Megatron-LM .bin, which a PREFIX.idx beside it marks) into *out
+ * (td_alloc'd); returns the count, *max_id the largest (-1 if none). Their
+ * sequences are concatenated in index order, nothing inserted between
+ * documents. Errors name `label` (and the .idx). vocab > 0: a file of
+ * uint16 tokens for a vocabulary above 65536 is an error. */
+size_t td_data_load_bin(const char *path, const char *label, int vocab, int **out, int *max_id);
 
 /* --data naming a set of token shards: a directory, or a pattern with * ? [ */
 int td_data_is_shard_set(const char *path);

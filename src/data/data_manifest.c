@@ -133,4 +133,12 @@ void td_data_shard_check(const td_data_manifest *m, const char *json, const char
     td_hash_hex(x->xxh3, want);
     TD_CHECK(x->xxh3 == xxh3, "%s: its XXH3 is %s, %s records %s: the shard is corrupt or was changed; tokenize the "
              "text again", label, have, json, want);
+    /* the loader reads a .bin with an .idx beside it as Megatron's: the
+     * index must be there exactly when the manifest says so */
+    char idx[4200];
+    struct stat st;
+    snprintf(idx, sizeof idx, "%.*s.idx", (int)strlen(path) - 4, path);
+    int has_idx = stat(idx, &st) == 0;
+    TD_CHECK(has_idx == m->megatron, "%s: %s says its shards are %s files, but %s %s; tokenize the text again",
+             label, json, m->megatron ? "Megatron" : "llm.c", idx, has_idx ? "is beside it" : "is missing");
 }

@@ -13,6 +13,7 @@
 #include "trident/files.h"
 #include "trident/formats_data.h"
 #include "trident/formats_hash.h"
+#include "trident/formats_indexed.h"
 
 /* Opens a corpus file; `label` says how errors name it ("--data PATH", or
  * the validation file found beside it). */
@@ -48,30 +49,71 @@ static int ends_with(const char *s, const char *suffix) {
     return n >= m && strcmp(s + n - m, suffix) == 0;
 }
 
-/* Tokens of one .bin file (either format) into *out; returns the count. The
- * header is probed before anything is allocated (src/formats/token_file.c
- * decides the format and checks the sizes), then the tokens are read in
- * chunks so the file's bytes are never held beside its ids. */
-size_t td_data_load_bin(const char *path, const char *label, int **out, int *max_id) {
+/* PATH.idx when path is PREFIX.bin and that index exists: the .bin is then
+ * a Megatron-LM indexed dataset's (formats_indexed.h), not a raw file. */
+static int megatron_idx_of(const char *path, char *idx, size_t cap) {
+    size_t n = strlen(path);
+    if (n < 4 || strcmp(path + n - 4, ".bin") != 0 || n >= cap) return 0;
+    snprintf(idx, cap, "%.*s.idx", (int)(n - 4), path);
+    struct stat st;
+    return stat(idx, &st) == 0;
+}
+
+/* The Megatron index of a .bin of bin_size bytes, read whole and checked
+ * against it; errors name the index. */
+static td_mmidx read_megatron_idx(const char *idx, const char *label, uint64_t bin_size) {
+    char ilabel[8600];
+    snprintf(ilabel, sizeof ilabel, "%s: its Megatron index %s", label, idx);
+    size_t n;
+    unsigned char *bytes = (unsigned char *)read_file(idx, ilabel, &n);
+    td_mmidx x;
+    td_err e;
+    TD_CHECK(td_mmidx_parse(bytes, n, bin_size, &x, &e) == 0, "%s: %s", ilabel, e.msg);
+    td_free(bytes);
+    return x;
+}
+
+/* Tokens of one .bin file (llm.c, raw uint16, or a Megatron .bin beside its
+ * .idx) into *out; returns the count. The header (or the index) is checked
+ * before anything is allocated (src/formats decides the format and checks
+ * the sizes), then the tokens are read in chunks so the file's bytes are
+ * never held beside its ids. vocab > 0: a uint16 file cannot serve a
+ * vocabulary above 65536. */
+size_t td_data_load_bin(const char *path, const char *label, int vocab, int **out, int *max_id) {
     uint64_t size;
     FILE *f = open_regular(path, label, &size);
-    unsigned char head[TD_TOKFILE_PROBE_BYTES];
-    size_t head_n = size < sizeof head ? (size_t)size : sizeof head;
-    read_exact(f, head, head_n, label);
-    td_tokfile tf;
+    char idx[4200];
     td_err e;
-    TD_CHECK(td_tokfile_probe(head, head_n, size, &tf, &e) == 0, "%s: %s", label, e.msg);
-    size_t count = (size_t)tf.count;
+    uint64_t offset, count64;
+    int width;
+    const char *what;
+    if (megatron_idx_of(path, idx, sizeof idx)) {
+        td_mmidx x = read_megatron_idx(idx, label, size);
+        offset = 0, count64 = x.tokens, width = x.width;
+        what = width == 2 ? "this Megatron dataset (dtype uint16)" : "this Megatron dataset (dtype int32)";
+    } else {
+        unsigned char head[TD_TOKFILE_PROBE_BYTES];
+        size_t head_n = size < sizeof head ? (size_t)size : sizeof head;
+        read_exact(f, head, head_n, label);
+        td_tokfile tf;
+        TD_CHECK(td_tokfile_probe(head, head_n, size, &tf, &e) == 0, "%s: %s", label, e.msg);
+        offset = tf.offset, count64 = tf.count, width = tf.width;
+        what = tf.kind == TD_TOKFILE_RAW ? "this raw token file" : "this llm.c token file";
+    }
+    if (vocab > 0) TD_CHECK(td_tokfile_check_width(width, vocab, what, &e) == 0, "%s: %s", label, e.msg);
+    size_t count = (size_t)count64;
     int *ids = td_alloc(sizeof(int) * (count ? count : 1), TD_MEM_OTHER);
     enum { CHUNK_TOKENS = 1 << 19 };
-    unsigned char *chunk = td_alloc(2 * CHUNK_TOKENS, TD_MEM_OTHER);
-    TD_CHECK(fseeko(f, (off_t)tf.offset, SEEK_SET) == 0, "%s: seek failed: %s", label, strerror(errno));
+    unsigned char *chunk = td_alloc((size_t)width * CHUNK_TOKENS, TD_MEM_OTHER);
+    TD_CHECK(fseeko(f, (off_t)offset, SEEK_SET) == 0, "%s: seek failed: %s", label, strerror(errno));
     int mx = -1;
     for (size_t done = 0; done < count;) {
         size_t k = count - done < CHUNK_TOKENS ? count - done : CHUNK_TOKENS;
         int m;
-        read_exact(f, chunk, 2 * k, label);
-        td_tokfile_decode(chunk, k, ids + done, &m);
+        read_exact(f, chunk, (size_t)width * k, label);
+        size_t bad = td_tokfile_decode(chunk, k, width, ids + done, &m);
+        TD_CHECK(bad == k, "%s: token %zu is %d as int32 (%u as uint32), not a token id", label, done + bad,
+                 ids[done + bad], (unsigned)ids[done + bad]);
         if (m > mx) mx = m;
         done += k;
     }
@@ -145,11 +187,24 @@ static void shards_tokenizer_json(td_dataset *d, const td_data_manifest *man, co
              man->vocab);
 }
 
+/* Megatron-LM names a dataset by its prefix: PREFIX, when no such file
+ * exists but PREFIX.bin and PREFIX.idx do, is read as PREFIX.bin (into
+ * buf); any other path is itself. */
+static const char *megatron_prefix_bin(const char *path, char *buf, size_t cap) {
+    struct stat st;
+    char idx[4200];
+    if (stat(path, &st) == 0 || strlen(path) + 5 > cap) return path;
+    snprintf(buf, cap, "%s.bin", path);
+    return megatron_idx_of(buf, idx, sizeof idx) && stat(buf, &st) == 0 ? buf : path;
+}
+
 /* tokenizer is NULL when the user gave none: text files then use "char",
  * and token files / synthetic data refuse one (their tokens are ids). */
 void td_data_load(td_dataset *d, const char *path, const char *tokenizer, int vocab, int T) {
     memset(d, 0, sizeof *d);
     TD_CHECK(path && *path, "--data needs a path to a text file or a .bin token file");
+    char prefixed[4200];
+    path = megatron_prefix_bin(path, prefixed, sizeof prefixed);
     td_err e;
     if (strncmp(path, "synthetic:", 10) == 0) {
         /* uniform random tokens, for benchmarks: synthetic:V */
@@ -208,13 +263,13 @@ void td_data_load(td_dataset *d, const char *path, const char *tokenizer, int vo
         int max_train, max_val = -1, *ids;
         uint64_t size, h = td_data_file_hash(path, label, &size, all);
         if (has_man) td_data_shard_check(&man, d->manifest, path, label, size, h);
-        size_t n = td_data_load_bin(path, label, &ids, &max_train);
+        size_t n = td_data_load_bin(path, label, vocab, &ids, &max_train);
         char vpath[4096];
         int has_val = val_path_for(path, vpath, sizeof vpath);
         if (has_val) {
             snprintf(vlabel, sizeof vlabel, "--data %s: its validation file %s", path, vpath);
             td_data_file_hash(vpath, vlabel, &size, all);
-            d->n_val = td_data_load_bin(vpath, vlabel, &d->val, &max_val);
+            d->n_val = td_data_load_bin(vpath, vlabel, vocab, &d->val, &max_val);
         }
         int max_id = max_train > max_val ? max_train : max_val;
         /* each file is checked on its own, so an error names the file that
@@ -281,6 +336,8 @@ void td_data_load(td_dataset *d, const char *path, const char *tokenizer, int vo
 }
 
 int td_data_is_tokens(const char *path) {
+    char prefixed[4200];
+    path = megatron_prefix_bin(path, prefixed, sizeof prefixed);
     /* the order of td_data_load's branches */
     return strncmp(path, "synthetic:", 10) == 0 || td_data_is_shard_set(path) || ends_with(path, ".bin");
 }

@@ -45,7 +45,7 @@ static size_t load_split(char **files, size_t nfiles, int split, int vocab, int 
         uint64_t size, h = td_data_file_hash(files[i], label, &size, c->all);
         if (c->m) td_data_shard_check(c->m, c->json, files[i], label, size, h);
         int *part, mx;
-        size_t n = td_data_load_bin(files[i], label, &part, &mx);
+        size_t n = td_data_load_bin(files[i], label, vocab, &part, &mx);
         td_err e;
         if (vocab > 0)
             TD_CHECK(td_tokfile_check_ids(part, n, vocab, &e) == 0, "%s: %s; valid ids: 0 .. %d",

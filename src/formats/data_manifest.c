@@ -57,8 +57,8 @@ char *td_data_manifest_format(const td_data_manifest *m, size_t *len) {
     b.p[0] = 0;
     put(&b, "{\"format\": \"trident-data\", \"version\": %d, \"tokenizer\": ", TD_DATA_MANIFEST_VERSION);
     put_str(&b, m->tokenizer);
-    put(&b, ", \"vocab\": %d,\n \"tokens\": %llu, \"documents\": %llu,\n", m->vocab, (unsigned long long)m->tokens,
-        (unsigned long long)m->documents);
+    put(&b, ", \"vocab\": %d, \"shard_format\": \"%s\",\n \"tokens\": %llu, \"documents\": %llu,\n", m->vocab,
+        m->megatron ? "megatron" : "llmc", (unsigned long long)m->tokens, (unsigned long long)m->documents);
     for (int s = 0; s < 2; s++)
         put(&b, " \"%s\": {\"tokens\": %llu, \"documents\": %llu, \"shards\": %d},\n", split_names[s],
             (unsigned long long)m->split_tokens[s], (unsigned long long)m->split_documents[s], m->split_shards[s]);
@@ -96,7 +96,9 @@ static int plain_bin_name(const char *s) {
     return n > 4 && n < 256 && !strchr(s, '/') && strcmp(s + n - 4, ".bin") == 0;
 }
 
-static int parse_shard(const td_jv *o, td_dm_shard *x, td_err *e) {
+int td_data_manifest_width(int vocab) { return vocab <= TD_UINT16_VOCAB_MAX ? 2 : 4; }
+
+static int parse_shard(const td_jv *o, const td_data_manifest *m, td_dm_shard *x, td_err *e) {
     const char *name, *split, *hx;
     if (o->type != TD_JV_OBJ) return td_err_set(e, "must be an object");
     if (td_json_get_str(o, "name", &name, e) || td_json_get_str(o, "split", &split, e) ||
@@ -106,10 +108,11 @@ static int parse_shard(const td_jv *o, td_dm_shard *x, td_err *e) {
         return td_err_set(e, "field name: \"%.64s\" is not a plain .bin file name of the directory", name);
     x->split = strcmp(split, "train") == 0 ? 0 : strcmp(split, "val") == 0 ? 1 : -1;
     if (x->split < 0) return td_err_set(e, "field split: \"%.16s\"; valid: train, val", split);
-    if (x->size != TD_LLMC_HEADER_BYTES + 2 * x->tokens)
-        return td_err_set(e, "field size: %llu bytes, but an llm.c shard of %llu tokens has %llu",
-                          (unsigned long long)x->size, (unsigned long long)x->tokens,
-                          (unsigned long long)(TD_LLMC_HEADER_BYTES + 2 * x->tokens));
+    uint64_t want = (m->megatron ? 0 : TD_LLMC_HEADER_BYTES) + (uint64_t)td_data_manifest_width(m->vocab) * x->tokens;
+    if (x->size != want)
+        return td_err_set(e, "field size: %llu bytes, but %s shard of %llu tokens has %llu", (unsigned long long)x->size,
+                          m->megatron ? "a Megatron" : "an llm.c", (unsigned long long)x->tokens,
+                          (unsigned long long)want);
     if (strlen(hx) != TD_HASH_HEX || td_hash_parse_hex(hx, &x->xxh3) != 0)
         return td_err_set(e, "field xxh3: must be 16 hex digits");
     x->name = strdup(name);
@@ -133,6 +136,14 @@ static int parse_top(const td_jv *j, td_data_manifest *m, td_err *e) {
     memcpy(m->tokenizer, tok, strlen(tok) + 1);
     if (td_json_get_int(j, "vocab", 1, TD_VOCAB_MAX, &vocab, e) != 0) return -1;
     m->vocab = (int)vocab;
+    const td_jv *sf = td_json_get(j, "shard_format");
+    if (sf) { /* absent in manifests written before Megatron shards: llm.c */
+        const char *f;
+        if (td_json_get_str(j, "shard_format", &f, e) != 0) return -1;
+        m->megatron = strcmp(f, "megatron") == 0;
+        if (!m->megatron && strcmp(f, "llmc") != 0)
+            return td_err_set(e, "field shard_format: \"%.40s\"; valid: llmc, megatron", f);
+    }
     if (get_u(j, "tokens", &m->tokens, e) || get_u(j, "documents", &m->documents, e)) return -1;
     for (int s = 0; s < 2; s++) {
         const td_jv *o = td_json_get(j, split_names[s]);
@@ -155,7 +166,7 @@ static int parse_top(const td_jv *j, td_data_manifest *m, td_err *e) {
     uint64_t tokens[2] = {0, 0};
     int count[2] = {0, 0};
     for (int i = 0; i < sh->n; i++) {
-        if (parse_shard(&sh->items[i], &m->shards[i], e) != 0) {
+        if (parse_shard(&sh->items[i], m, &m->shards[i], e) != 0) {
             char msg[512];
             snprintf(msg, sizeof msg, "%s", e->msg);
             return td_err_set(e, "shard %d: %s", i, msg);

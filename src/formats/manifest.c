@@ -66,6 +66,41 @@ static int get_obj(const td_jv *o, const char *k, td_jv_type type, const td_jv *
     return 0;
 }
 
+static int get_num(const td_jv *o, const char *k, double lo, double hi, double *out, td_err *e) {
+    const td_jv *v = td_json_get(o, k);
+    if (!v) return td_err_set(e, "field %s: missing", k);
+    if (v->type != TD_JV_NUM || !(v->num >= lo && v->num <= hi))
+        return td_err_set(e, "field %s: must be a number in [%g, %g]", k, lo, hi);
+    *out = v->num;
+    return 0;
+}
+
+static int copy_str(const td_jv *o, const char *k, char *dst, size_t cap, td_err *e);
+
+/* The model family's fields of "config": none for gpt2 (older manifests),
+ * all of them for llama. */
+static int get_family(const td_jv *c, td_manifest *m, td_err *e) {
+    snprintf(m->arch, sizeof m->arch, "gpt2");
+    if (!td_json_get(c, "arch")) return 0;
+    if (copy_str(c, "arch", m->arch, sizeof m->arch, e) != 0) return -1;
+    if (strcmp(m->arch, "gpt2") == 0) return 0;
+    if (strcmp(m->arch, "llama") != 0) return td_err_set(e, "field arch: \"%s\", valid is gpt2 or llama", m->arch);
+    const td_jv *tie = td_json_get(c, "tie_embeddings"), *rs = td_json_get(c, "rope_scaling");
+    if (!tie || tie->type != TD_JV_BOOL) return td_err_set(e, "field tie_embeddings: must be true or false");
+    m->tie = tie->boolean ? 1 : 2;
+    if (get_i(c, "kv_heads", 1, 65536, &m->kv_heads, e) || get_i(c, "ffn_hidden", 1, 1 << 18, &m->ffn_hidden, e) ||
+        get_num(c, "norm_eps", 1e-30, 1.0, &m->norm_eps, e) || get_num(c, "rope_theta", 1e-30, 1e30, &m->rope_theta, e))
+        return -1;
+    if (!rs || rs->type == TD_JV_NULL) return 0;
+    if (rs->type != TD_JV_OBJ) return td_err_set(e, "field rope_scaling: must be an object or null");
+    if (get_num(rs, "factor", 1e-30, 1e30, &m->rope_factor, e) ||
+        get_num(rs, "low_freq_factor", 1e-30, 1e30, &m->rope_low_freq, e) ||
+        get_num(rs, "high_freq_factor", 1e-30, 1e30, &m->rope_high_freq, e) ||
+        get_i(rs, "original_max_position_embeddings", 1, 1 << 30, &m->rope_orig_max_pos, e))
+        return in(e, "rope_scaling", -1);
+    return 0;
+}
+
 static int copy_str(const td_jv *o, const char *k, char *dst, size_t cap, td_err *e) {
     const char *s;
     if (td_json_get_str(o, k, &s, e) != 0) return -1;
@@ -214,7 +249,7 @@ static int parse_top(const td_jv *j, td_manifest *m, td_err *e) {
     if (get_obj(j, "config", TD_JV_OBJ, &c, e) != 0) return -1;
     if (get_i(c, "layers", 1, 256, &m->layers, e) || get_i(c, "heads", 1, 65536, &m->heads, e) ||
         get_i(c, "embd", 1, 65536, &m->embd, e) || get_i(c, "seq", 1, 1048576, &m->seq, e) ||
-        get_i(c, "vocab", 1, 1 << 24, &m->vocab, e))
+        get_i(c, "vocab", 1, 1 << 24, &m->vocab, e) || get_family(c, m, e))
         return in(e, "config", -1);
     if (get_obj(j, "tokenizer", TD_JV_OBJ, &tok, e) != 0) return -1;
     const char *kind;

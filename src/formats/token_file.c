@@ -1,6 +1,6 @@
-/* Token files (llm.c headed .bin, nanoGPT raw uint16 .bin) and the
- * synthetic:V spec. The rule that tells the two file formats apart is in
- * include/trident/formats_data.h. */
+/* Token files (llm.c headed .bin of uint16 or uint32 tokens, nanoGPT raw
+ * uint16 .bin) and the synthetic:V spec. The rule that tells the file
+ * formats apart is in include/trident/formats_data.h. */
 #include <inttypes.h>
 #include <string.h>
 
@@ -21,6 +21,14 @@ static const char *llmc_other_kind(int32_t magic) {
     }
 }
 
+/* The llm.c token-file kinds: magic, the version it must have, token width. */
+static const struct {
+    int32_t magic, version;
+    int width;
+    td_tokfile_kind kind;
+} llmc_kinds[] = {{TD_LLMC_TOKENS_MAGIC, TD_LLMC_TOKENS_VERSION, 2, TD_TOKFILE_LLMC},
+                  {TD_LLMC_TOKENS32_MAGIC, TD_LLMC_TOKENS32_VERSION, 4, TD_TOKFILE_LLMC32}};
+
 int td_tokfile_probe(const unsigned char *head, size_t head_len, uint64_t file_size, td_tokfile *tf,
                      td_err *e) {
     uint64_t want_head = file_size < TD_TOKFILE_PROBE_BYTES ? file_size : TD_TOKFILE_PROBE_BYTES;
@@ -33,48 +41,73 @@ int td_tokfile_probe(const unsigned char *head, size_t head_len, uint64_t file_s
         const char *other = llmc_other_kind(magic);
         if (other)
             return td_err_set(e, "magic %d is an llm.c %s file, not a token file; trident reads llm.c "
-                                 "token files (magic %d, version %d) and raw uint16 files",
-                              (int)magic, other, TD_LLMC_TOKENS_MAGIC, TD_LLMC_TOKENS_VERSION);
-        if (magic != TD_LLMC_TOKENS_MAGIC)
+                                 "token files (magic %d version %d, magic %d version %d) and raw uint16 files",
+                              (int)magic, other, TD_LLMC_TOKENS_MAGIC, TD_LLMC_TOKENS_VERSION,
+                              TD_LLMC_TOKENS32_MAGIC, TD_LLMC_TOKENS32_VERSION);
+        int k = magic == TD_LLMC_TOKENS_MAGIC ? 0 : magic == TD_LLMC_TOKENS32_MAGIC ? 1 : -1;
+        if (k < 0)
             return td_err_set(e, "the header looks like llm.c's but its magic is %d; trident reads llm.c "
-                                 "token files with magic %d (version %d) (a raw uint16 file starting with "
-                                 "tokens %u %u is refused as ambiguous)",
-                              (int)magic, TD_LLMC_TOKENS_MAGIC, TD_LLMC_TOKENS_VERSION,
-                              (unsigned)(head[0] | head[1] << 8), (unsigned)(head[2] | head[3] << 8));
+                                 "token files with magic %d (version %d) of uint16 tokens or %d (version %d) of uint32 "
+                                 "tokens "
+                                 "(a raw uint16 file starting with tokens %u %u is refused as ambiguous)",
+                              (int)magic, TD_LLMC_TOKENS_MAGIC, TD_LLMC_TOKENS_VERSION, TD_LLMC_TOKENS32_MAGIC,
+                              TD_LLMC_TOKENS32_VERSION, (unsigned)(head[0] | head[1] << 8),
+                              (unsigned)(head[2] | head[3] << 8));
         if (file_size < TD_LLMC_HEADER_BYTES)
             return td_err_set(e, "the llm.c header (magic %d) is truncated: the file has %" PRIu64
                                  " bytes, the header alone needs %d",
-                              TD_LLMC_TOKENS_MAGIC, file_size, TD_LLMC_HEADER_BYTES);
+                              (int)magic, file_size, TD_LLMC_HEADER_BYTES);
         int32_t version = rd_i32(head + 4), count = rd_i32(head + 8);
-        if (version != TD_LLMC_TOKENS_VERSION)
+        int width = llmc_kinds[k].width;
+        if (version != llmc_kinds[k].version)
             return td_err_set(e, "llm.c token file version %d is not supported; trident reads version %d "
-                                 "(uint16 tokens)",
-                              (int)version, TD_LLMC_TOKENS_VERSION);
+                                 "(uint%d tokens) with magic %d",
+                              (int)version, (int)llmc_kinds[k].version, 8 * width, (int)magic);
         if (count < 0)
             return td_err_set(e, "the llm.c header's token count %d is negative", (int)count);
-        uint64_t body = file_size - TD_LLMC_HEADER_BYTES, want = 2 * (uint64_t)count;
+        uint64_t body = file_size - TD_LLMC_HEADER_BYTES, want = (uint64_t)width * (uint64_t)count;
         if (body != want)
             return td_err_set(e, "the llm.c header says %d tokens (%" PRIu64 " bytes) but %" PRIu64
                                  " bytes follow it (%s)",
-                              (int)count, want, body, body > want ? "trailing bytes" : "the file is cut short");
-        *tf = (td_tokfile){TD_TOKFILE_LLMC, TD_LLMC_HEADER_BYTES, (uint64_t)count};
+                              (int)count, want, body,
+                              body > want ? "trailing bytes" : "the file is cut short");
+        *tf = (td_tokfile){llmc_kinds[k].kind, TD_LLMC_HEADER_BYTES, (uint64_t)count, width};
         return 0;
     }
     if (file_size % 2 != 0)
         return td_err_set(e, "a raw uint16 token file must have an even size; this one has %" PRIu64 " bytes",
                           file_size);
-    *tf = (td_tokfile){TD_TOKFILE_RAW, 0, file_size / 2};
+    *tf = (td_tokfile){TD_TOKFILE_RAW, 0, file_size / 2, 2};
     return 0;
 }
 
-void td_tokfile_decode(const unsigned char *tokens, size_t count, int *ids, int *max_id) {
+size_t td_tokfile_decode(const unsigned char *tokens, size_t count, int width, int *ids, int *max_id) {
     int mx = -1;
-    for (size_t i = 0; i < count; i++) {
-        int id = tokens[2 * i] | tokens[2 * i + 1] << 8;
-        ids[i] = id;
-        if (id > mx) mx = id;
+    size_t bad = count;
+    if (width == 2) {
+        for (size_t i = 0; i < count; i++) {
+            int id = tokens[2 * i] | tokens[2 * i + 1] << 8;
+            ids[i] = id;
+            if (id > mx) mx = id;
+        }
+    } else {
+        for (size_t i = 0; i < count; i++) {
+            int32_t id = rd_i32(tokens + 4 * i);
+            ids[i] = id;
+            if (id > mx) mx = id;
+            if (id < 0 && bad == count) bad = i;
+        }
     }
     *max_id = mx;
+    return bad;
+}
+
+int td_tokfile_check_width(int width, int vocab, const char *what, td_err *e) {
+    if (width == 2 && vocab > TD_UINT16_VOCAB_MAX)
+        return td_err_set(e, "%s holds uint16 tokens, which cannot hold the ids of a vocabulary of %d (above %d); "
+                             "write the data as int32 (Megatron) or uint32 (llm.c) tokens",
+                          what, vocab, TD_UINT16_VOCAB_MAX);
+    return 0;
 }
 
 int td_tokfile_check_ids(const int *ids, size_t count, int vocab, td_err *e) {

@@ -1,6 +1,9 @@
 /* One transformer block of one micro-batch, forward and backward:
- *   res2 = x + attproj(attention(qkv(ln1(x))))
- *   res3 = res2 + fcproj(gelu(fc(ln2(res2))))
+ *   res2 = x + attproj(attention(rope(qkv(ln1(x)))))
+ *   res3 = res2 + fcproj(act(fc(ln2(res2))))
+ * in the family's choices (arch.c): GPT-2's LayerNorm, no rope and GELU of
+ * fc; Llama's RMSNorm, rotary q and k, grouped-query attention and SwiGLU
+ * of the fused gate|up, without biases (td_m_w gives NULL for them).
  * Under tensor parallelism (Megatron) qkv and fc are column-parallel (this
  * rank's heads and MLP features), attproj and fcproj row-parallel (their
  * partial sums are reduced by the g operator); their biases are added once,
@@ -81,13 +84,14 @@ void td_block_forward(td_gpt *m, int l, const td_act *x, td_block_acts *a) {
     size_t ns = (size_t)d->Ns * C;
 #define W(k) td_m_w(m, u, k)
     td_m_norm_forward(m, a->ln1, a->ln1_mean, a->ln1_rstd, x, W(TD_T_LN1W), W(TD_T_LN1B));
-    td_m_matmul_forward(m, a->qkv, 0, a->ln1, u, TD_T_QKVW, W(TD_T_QKVB), N, C, 3 * d->Ca);
+    td_m_matmul_forward(m, a->qkv, 0, a->ln1, u, m->arch->qkv, W(TD_T_QKVB), N, C, d->QKV);
+    td_m_rope(m, a->qkv, 0);
     td_m_attention_forward(m, a->atty, a->lse, a->qkv);
     row_parallel_forward(m, a->attproj, a->atty, u, TD_T_ATTPROJW, W(TD_T_ATTPROJB), d->Ca);
     td_m_residual_forward(m, a->res2, x, a->attproj, ns);
     td_m_norm_forward(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, W(TD_T_LN2W), W(TD_T_LN2B));
-    td_m_matmul_forward(m, a->fch, 0, a->ln2, u, TD_T_FCW, W(TD_T_FCB), N, C, d->F);
-    td_m_gelu_forward(m, a->fch_gelu, a->fch, (size_t)N * d->F);
+    td_m_matmul_forward(m, a->fch, 0, a->ln2, u, m->arch->fc, W(TD_T_FCB), N, C, d->F1);
+    td_m_mlp_act_forward(m, a->fch_gelu, a->fch, (size_t)N * d->F);
     row_parallel_forward(m, a->fcproj, a->fch_gelu, u, TD_T_FCPROJW, W(TD_T_FCPROJB), d->F);
     td_m_residual_forward(m, a->res3, a->res2, a->fcproj, ns);
 #undef W
@@ -102,7 +106,7 @@ void td_block_forward(td_gpt *m, int l, const td_act *x, td_block_acts *a) {
  * bits as the fused call (matmul.c: 48-row slices; test_kernel_threads). */
 
 /* MLP, input half: dres [Ns,C] holds d(res3) (= d(res2) through the
- * identity). The fc output gradient goes to dfch[N,F]; returns the
+ * identity). The fc output gradient goes to dfch[N,F1]; returns the
  * gathered fcproj output gradient [N,C] (in keep when given). Leaves the
  * partial gradient of ln2 in s->dln. */
 static const td_act *mlp_backward_input(td_gpt *m, int u, const td_block_acts *a,
@@ -111,15 +115,15 @@ static const td_act *mlp_backward_input(td_gpt *m, int u, const td_block_acts *a
     td_gpt_scratch *s = &m->s;
     size_t nf = (size_t)d->N * d->F;
     const td_act *dfcproj = row_parallel_backward_input(m, s->dfchg, dres, u, TD_T_FCPROJW, d->F, keep);
-    memset(dfch, 0, d->es * nf);
-    td_m_gelu_backward(m, dfch, a->fch, s->dfchg, nf);
+    memset(dfch, 0, d->es * (size_t)d->N * d->F1);
+    td_m_mlp_act_backward(m, dfch, a->fch, s->dfchg, nf);
     memset(s->dln, 0, sizeof(float) * (size_t)d->N * d->C);
-    td_m_matmul_backward(m, s->dln, 1, NULL, NULL, dfch, NULL, u, TD_T_FCW, d->N, d->C, d->F);
+    td_m_matmul_backward(m, s->dln, 1, NULL, NULL, dfch, NULL, u, m->arch->fc, d->N, d->C, d->F1);
     return dfcproj;
 }
 
 /* MLP, weight half: fcproj's and fc's weight and bias gradients from their
- * saved inputs (a) and output gradients dfcproj[N,C], dfch[N,F]. Every
+ * saved inputs (a) and output gradients dfcproj[N,C], dfch[N,F1]. Every
  * rank sees all N rows here, so no reduction follows (the row-parallel
  * bias gradient is the same on every tp rank). */
 static void mlp_backward_weight(td_gpt *m, int u, const td_block_acts *a, const td_act *dfcproj,
@@ -127,12 +131,13 @@ static void mlp_backward_weight(td_gpt *m, int u, const td_block_acts *a, const 
     const td_gpt_dims *d = &m->d;
     td_m_matmul_backward(m, NULL, 0, td_m_g(m, u, TD_T_FCPROJW), td_m_g(m, u, TD_T_FCPROJB), dfcproj,
                          a->fch_gelu, u, TD_T_FCPROJW, d->N, d->F, d->C);
-    td_m_matmul_backward(m, NULL, 0, td_m_g(m, u, TD_T_FCW), td_m_g(m, u, TD_T_FCB), dfch, a->ln2, u,
-                         TD_T_FCW, d->N, d->C, d->F);
+    td_m_matmul_backward(m, NULL, 0, td_m_g(m, u, m->arch->fc), td_m_g(m, u, TD_T_FCB), dfch, a->ln2, u,
+                         m->arch->fc, d->N, d->C, d->F1);
 }
 
 /* Attention, input half: dres holds d(res2); the QKV output gradient goes
- * to dqkv[N,3Ca]; returns the gathered attproj output gradient [N,C] (in
+ * to dqkv[N,QKV] (with rotary positions: the gradient of q and k before
+ * their turn); returns the gathered attproj output gradient [N,C] (in
  * keep when given). Leaves the partial gradient of ln1 in s->dln. */
 static const td_act *attn_backward_input(td_gpt *m, int u, const td_block_acts *a,
                                          const td_act *dres, td_act *dqkv, td_act *keep) {
@@ -140,10 +145,11 @@ static const td_act *attn_backward_input(td_gpt *m, int u, const td_block_acts *
     td_gpt_scratch *s = &m->s;
     const td_act *dattproj =
         row_parallel_backward_input(m, s->datty, dres, u, TD_T_ATTPROJW, d->Ca, keep);
-    memset(dqkv, 0, d->es * (size_t)d->N * 3 * d->Ca);
+    memset(dqkv, 0, d->es * (size_t)d->N * d->QKV);
     td_m_attention_backward(m, dqkv, s->datty, a->atty, a->lse, a->qkv);
+    td_m_rope(m, dqkv, 1);
     memset(s->dln, 0, sizeof(float) * (size_t)d->N * d->C);
-    td_m_matmul_backward(m, s->dln, 1, NULL, NULL, dqkv, NULL, u, TD_T_QKVW, d->N, d->C, 3 * d->Ca);
+    td_m_matmul_backward(m, s->dln, 1, NULL, NULL, dqkv, NULL, u, m->arch->qkv, d->N, d->C, d->QKV);
     return dattproj;
 }
 
@@ -152,8 +158,8 @@ static void attn_backward_weight(td_gpt *m, int u, const td_block_acts *a, const
     const td_gpt_dims *d = &m->d;
     td_m_matmul_backward(m, NULL, 0, td_m_g(m, u, TD_T_ATTPROJW), td_m_g(m, u, TD_T_ATTPROJB),
                          dattproj, a->atty, u, TD_T_ATTPROJW, d->N, d->Ca, d->C);
-    td_m_matmul_backward(m, NULL, 0, td_m_g(m, u, TD_T_QKVW), td_m_g(m, u, TD_T_QKVB), dqkv, a->ln1, u,
-                         TD_T_QKVW, d->N, d->C, 3 * d->Ca);
+    td_m_matmul_backward(m, NULL, 0, td_m_g(m, u, m->arch->qkv), td_m_g(m, u, TD_T_QKVB), dqkv, a->ln1, u,
+                         m->arch->qkv, d->N, d->C, d->QKV);
 }
 
 /* The input half of block l, and with keep == NULL the whole backward. The
@@ -190,16 +196,16 @@ void td_block_backward(td_gpt *m, int l, const td_act *x, const td_block_acts *a
 /* ---- split backward (zero-bubble pipelines) ---- */
 
 size_t td_block_wstash_bytes(const td_gpt_dims *d) {
-    return d->es * (size_t)d->N * ((size_t)3 * d->Ca + 2 * (size_t)d->C + (size_t)d->F);
+    return d->es * (size_t)d->N * ((size_t)d->QKV + 2 * (size_t)d->C + (size_t)d->F1);
 }
 
 void td_block_wstash_carve(td_block_wstash *w, const td_gpt_dims *d, void *buf) {
     size_t N = (size_t)d->N;
     char *p = buf;
     w->dqkv = p;
-    w->dattproj = p += d->es * N * 3 * d->Ca;
+    w->dattproj = p += d->es * N * d->QKV;
     w->dfch = p += d->es * N * d->C;
-    w->dfcproj = p += d->es * N * d->F;
+    w->dfcproj = p += d->es * N * d->F1;
 }
 
 void td_block_backward_input(td_gpt *m, int l, const td_act *x, const td_block_acts *a, td_act *dres,

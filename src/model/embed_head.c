@@ -1,5 +1,5 @@
-/* The ends of the model: token + position embedding, and the final
- * LayerNorm + tied LM head + cross-entropy.
+/* The ends of the model: token (+ learned position) embedding, and the
+ * final norm + LM head (tied to the embedding, or its own) + cross-entropy.
  *
  * Vocab-parallel (Megatron): each tp rank holds rows [vocab_lo, vocab_lo +
  * Vl) of wte. The embedding looks up the tokens of its shard (zeros for the
@@ -27,7 +27,8 @@ void td_embed_forward(td_gpt *m, const int *inputs, td_embed_acts *a) {
     td_embedding_shard_forward(part, inputs, td_m_w(m, EMBED_UNIT, TD_T_WTE), d->vocab_lo, d->Vl,
                                d->N, d->C);
     td_m_reduce_rows(m, part, rows);
-    td_position_forward(rows, td_m_w(m, EMBED_UNIT, TD_T_WPE), m->pos, d->row0, d->Ns, d->T, d->C);
+    const float *wpe = td_m_w(m, EMBED_UNIT, TD_T_WPE); /* NULL: rotary positions instead */
+    if (wpe) td_position_forward(rows, wpe, m->pos, d->row0, d->Ns, d->T, d->C);
     if (d->lp) td_m_round_n(m, a->encoded, rows, (size_t)d->Ns * d->C);
 }
 
@@ -42,7 +43,8 @@ void td_embed_backward(td_gpt *m, const int *inputs, const td_act *dres) {
     td_embedding_shard_backward(td_m_g(m, EMBED_UNIT, TD_T_WTE), g, inputs, d->vocab_lo, d->Vl, d->N,
                                 d->C);
     /* from all N rows: the position gradient is the same on every tp rank */
-    td_position_backward(td_m_g(m, EMBED_UNIT, TD_T_WPE), g, m->pos, 0, d->N, d->T, d->C);
+    float *gwpe = td_m_g(m, EMBED_UNIT, TD_T_WPE);
+    if (gwpe) td_position_backward(gwpe, g, m->pos, 0, d->N, d->T, d->C);
 }
 
 /* The logits are fp32 in every precision (the GEMM writes them so), and so
@@ -53,8 +55,8 @@ double td_head_forward(td_gpt *m, const td_act *x, const int *targets, td_head_a
     /* the head's input: all rows */
     td_m_norm_forward(m, a->lnf, a->lnf_mean, a->lnf_rstd, x, td_m_w(m, u, TD_T_LNFW),
                       td_m_w(m, u, TD_T_LNFB));
-    /* LM head tied to this rank's wte rows: logits[N,Vl] = lnf @ wte^T */
-    td_m_matmul_forward(m, a->logits, 1, a->lnf, EMBED_UNIT, TD_T_WTE, NULL, N, C, d->Vl);
+    /* the LM head's rows of this rank (wte's when tied): logits[N,Vl] = lnf @ head^T */
+    td_m_matmul_forward(m, a->logits, 1, a->lnf, m->head_unit, m->head_kind, NULL, N, C, d->Vl);
     if (!targets) return 0.0;
     /* a target < 0 is ignored (loss 0, no gradient): trident eval's masked positions */
     for (int i = 0; i < N; i++) TD_ASSERT(targets[i] < m->cfg.V);
@@ -85,8 +87,8 @@ void td_head_backward(td_gpt *m, const td_act *x, const int *targets, td_head_ac
         dlogits = s->dlogits_lp;
     }
     memset(s->dln, 0, sizeof(float) * (size_t)N * C);
-    td_m_matmul_backward(m, s->dln, 1, td_m_g(m, EMBED_UNIT, TD_T_WTE), NULL, dlogits, a->lnf,
-                         EMBED_UNIT, TD_T_WTE, N, C, d->Vl);
+    td_m_matmul_backward(m, s->dln, 1, td_m_g(m, m->head_unit, m->head_kind), NULL, dlogits, a->lnf,
+                         m->head_unit, m->head_kind, N, C, d->Vl);
     memset(dres, 0, d->es * (size_t)d->Ns * C);
     td_m_norm_backward(m, dres, x, a->lnf_mean, a->lnf_rstd, td_m_w(m, u, TD_T_LNFW),
                        td_m_g(m, u, TD_T_LNFW), td_m_g(m, u, TD_T_LNFB));

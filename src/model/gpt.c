@@ -7,6 +7,7 @@
 #include "internal.h"
 #include "trident/compat.h"
 #include "trident/base.h"
+#include "trident/rope.h"
 
 void td_gpt_dims_of(td_gpt_dims *d, const td_param_table *t, int B, int seq_parallel) {
     const td_gpt_config *c = &t->cfg;
@@ -17,7 +18,10 @@ void td_gpt_dims_of(td_gpt_dims *d, const td_param_table *t, int B, int seq_para
     d->tp = t->tp, d->tp_rank = t->tp_rank, d->sp = seq_parallel;
     d->Ns = seq_parallel ? d->N / t->tp : d->N;
     d->row0 = seq_parallel ? t->tp_rank * d->Ns : 0;
-    d->Ca = c->C / t->tp, d->Ha = c->H / t->tp, d->F = 4 * c->C / t->tp;
+    d->Ca = c->C / t->tp, d->Ha = c->H / t->tp, d->F = c->F / t->tp;
+    d->hs = c->C / c->H, d->KVa = c->KV / t->tp;
+    d->QKV = d->Ca + 2 * d->KVa * d->hs;
+    d->F1 = td_arch_desc_of(c->arch)->mlp == TD_MLP_SWIGLU ? 2 * d->F : d->F;
     d->Vl = t->vocab_local, d->vocab_lo = t->vocab_lo;
     int real = c->V - t->vocab_lo;
     d->Vreal = real < 0 ? 0 : real > d->Vl ? d->Vl : real;
@@ -42,10 +46,10 @@ static size_t F(size_t n) { return n * sizeof(float); }
 static size_t block_bytes(const td_gpt_dims *d) {
     size_t N = d->N, Ns = d->Ns, C = d->C, rows = (size_t)d->B * d->Ha * d->T;
     return 2 * (A(d, N * C) + F(2 * Ns))              /* ln1, ln2 and their statistics */
-           + A(d, N * 3 * d->Ca) + A(d, N * d->Ca)    /* qkv, atty */
+           + A(d, N * d->QKV) + A(d, N * d->Ca)       /* qkv, atty */
            + F(rows)                                  /* lse */
            + 4 * A(d, Ns * C)                         /* attproj, res2, fcproj, res3 */
-           + 2 * A(d, N * d->F);                      /* fch, fch_gelu */
+           + A(d, N * d->F1) + A(d, N * d->F);        /* fch, fch_gelu */
 }
 
 /* Saved tensors of L blocks: L full sets, or with recomputation one shared
@@ -67,22 +71,27 @@ static size_t act_bytes(const td_gpt_dims *d, int L, td_recompute rc) {
            + blocks_bytes(d, L, rc) + head_bytes(d);
 }
 
-static size_t scratch_bytes(const td_gpt_dims *d) {
+/* The rotary table: cos and sin of each of this rank's T rows (rope.h). */
+static size_t rope_bytes(const td_gpt_dims *d, const td_gpt_config *c) {
+    return td_arch_desc_of(c->arch)->rope ? F((size_t)d->T * d->hs) : 0;
+}
+
+static size_t scratch_bytes(const td_gpt_dims *d, const td_gpt_config *c) {
     size_t N = d->N, C = d->C, Ns = d->Ns;
     size_t f = A(d, Ns * C) + F(N * C)                /* dres, dln */
-               + A(d, N * d->Ca) + A(d, N * 3 * d->Ca) /* datty, dqkv */
-               + 2 * A(d, N * d->F)                   /* dfch, dfchg */
+               + A(d, N * d->Ca) + A(d, N * d->QKV)   /* datty, dqkv */
+               + A(d, N * d->F1) + A(d, N * d->F)     /* dfch, dfchg */
                + F(N);                                /* dlosses */
     if (d->sp || d->lp) f += F(N * C) + F(Ns * C);    /* full, dln_local */
     if (d->sp) f += F(2 * C);                         /* dnorm */
     if (d->lp) f += A(d, Ns * C) + A(d, N * d->Vl);   /* dln_lp, dlogits_lp */
-    return f;
+    return f + rope_bytes(d, c);
 }
 
 size_t td_gpt_activation_bytes_rc(const td_param_table *t, int B, int seq_parallel, td_recompute rc) {
     td_gpt_dims d;
     td_gpt_dims_of(&d, t, B, seq_parallel);
-    return act_bytes(&d, t->cfg.L, rc) + scratch_bytes(&d) + 2 * (size_t)d.N * sizeof(int) +
+    return act_bytes(&d, t->cfg.L, rc) + scratch_bytes(&d, &t->cfg) + 2 * (size_t)d.N * sizeof(int) +
            (size_t)t->cfg.L * sizeof(td_block_acts);
 }
 
@@ -102,7 +111,10 @@ static void *carve(char **cur, size_t bytes) {
  * table leaves the units it does not hold empty: their offsets are unused. */
 static void find_offsets(td_gpt *m, const td_param_table *t) {
     for (int k = 0; k < TD_T_COUNT; k++) {
-        int block = k >= TD_T_LN1W && k <= TD_T_FCPROJB;
+        m->off[k] = TD_NO_TENSOR;
+        const td_param *p0 = td_param_lookup_opt(t, (td_tensor_kind)k, 0);
+        if (!p0) continue; /* not of this family (or tied away) */
+        int block = td_arch_row_of(m->cfg.arch, (td_tensor_kind)k)->place == TD_PLACE_BLOCK;
         int n = block ? m->cfg.L : 1, found = 0;
         for (int l = 0; l < n; l++) {
             const td_param *p = td_param_lookup(t, (td_tensor_kind)k, l);
@@ -112,11 +124,22 @@ static void find_offsets(td_gpt *m, const td_param_table *t) {
             if (!found) m->off[k] = off, found = 1;
             TD_ASSERT(off == m->off[k]);
         }
+        /* a unit this rank does not hold: the offset of a full table (unused) */
+        if (!found) m->off[k] = 0;
     }
+    const td_arch_desc *ad = m->arch;
     TD_ASSERT(td_param_lookup(t, TD_T_WTE, 0)->unit == 0);
-    TD_ASSERT(td_param_lookup(t, TD_T_WPE, 0)->unit == 0);
     TD_ASSERT(td_param_lookup(t, TD_T_LNFW, 0)->unit == m->cfg.L + 1);
-    TD_ASSERT(td_param_lookup(t, TD_T_LNFB, 0)->unit == m->cfg.L + 1);
+    /* the fused weights the block's GEMMs read: q|k|v and gate|up lie next
+     * to each other in every block (arch.c's row order) */
+    if (ad->qkv == TD_T_QW && m->off[TD_T_QW] != 0) { /* 0: this stage holds no block */
+        const td_gpt_dims *d = &m->d;
+        TD_ASSERT(m->off[TD_T_KW] == m->off[TD_T_QW] + (size_t)d->Ca * d->C);
+        TD_ASSERT(m->off[TD_T_VW] == m->off[TD_T_KW] + (size_t)d->KVa * d->hs * d->C);
+        TD_ASSERT(m->off[TD_T_UPW] == m->off[TD_T_GATEW] + (size_t)d->F * d->C);
+    }
+    m->head_kind = td_gpt_tied(&m->cfg) ? TD_T_WTE : TD_T_HEAD;
+    m->head_unit = td_gpt_tied(&m->cfg) ? 0 : m->cfg.L + 1;
 }
 
 static void carve_block(td_block_acts *a, const td_gpt_dims *d, char **cur) {
@@ -124,7 +147,7 @@ static void carve_block(td_block_acts *a, const td_gpt_dims *d, char **cur) {
     a->ln1 = carve(cur, A(d, N * C));
     a->ln1_mean = carve(cur, F(Ns));
     a->ln1_rstd = carve(cur, F(Ns));
-    a->qkv = carve(cur, A(d, N * 3 * d->Ca));
+    a->qkv = carve(cur, A(d, N * d->QKV));
     a->atty = carve(cur, A(d, N * d->Ca));
     a->lse = carve(cur, F(rows));
     a->attproj = carve(cur, A(d, Ns * C));
@@ -132,7 +155,7 @@ static void carve_block(td_block_acts *a, const td_gpt_dims *d, char **cur) {
     a->ln2 = carve(cur, A(d, N * C));
     a->ln2_mean = carve(cur, F(Ns));
     a->ln2_rstd = carve(cur, F(Ns));
-    a->fch = carve(cur, A(d, N * d->F));
+    a->fch = carve(cur, A(d, N * d->F1));
     a->fch_gelu = carve(cur, A(d, N * d->F));
     a->fcproj = carve(cur, A(d, Ns * C));
     a->res3 = carve(cur, A(d, Ns * C));
@@ -210,7 +233,7 @@ void td_gpt_slot_destroy(td_gpt_slot *s) {
 size_t td_gpt_scratch_bytes(const td_param_table *t, int B, int seq_parallel) {
     td_gpt_dims d;
     td_gpt_dims_of(&d, t, B, seq_parallel);
-    return scratch_bytes(&d);
+    return scratch_bytes(&d, &t->cfg);
 }
 
 static void create_common(td_gpt *m, const td_param_table *t, int B, int seq_parallel) {
@@ -219,6 +242,7 @@ static void create_common(td_gpt *m, const td_param_table *t, int B, int seq_par
     m->table = t;
     m->B = B;
     td_gpt_dims_of(&m->d, t, B, seq_parallel);
+    m->arch = td_arch_desc_of(t->cfg.arch);
     find_offsets(m, t);
     m->unit_params = td_alloc(sizeof(float *) * t->n_units, TD_MEM_OTHER);
     m->unit_grads = td_alloc(sizeof(float *) * t->n_units, TD_MEM_OTHER);
@@ -253,18 +277,35 @@ size_t td_gpt_compute_param_bytes(const td_param_table *t) {
 
 void td_gpt_params_changed(td_gpt *m) { m->params_epoch++; }
 
+/* The rotary table of this rank's rows: positions 0..T-1, or the global
+ * positions of context parallelism's two chunks (m->pos). */
+static void rope_table(td_gpt *m) {
+    const td_gpt_config *c = &m->cfg;
+    int hs = m->d.hs, T = m->d.T;
+    float *inv = td_alloc(sizeof(float) * (size_t)(hs / 2), TD_MEM_OTHER);
+    int *pos = td_alloc(sizeof(int) * (size_t)T, TD_MEM_OTHER);
+    td_rope_inv_freq(inv, c->rope_theta, hs);
+    const td_rope_scaling *r = &c->rope_scaling;
+    if (r->factor > 0)
+        td_rope_llama3_scale(inv, hs, r->factor, r->low_freq_factor, r->high_freq_factor, r->orig_max_pos);
+    for (int i = 0; i < T; i++) pos[i] = m->pos ? m->pos[i] : i;
+    td_rope_table(m->rope_cs, pos, inv, T, hs);
+    td_free(pos);
+    td_free(inv);
+}
+
 /* Backward scratch, shared by every block and micro-batch. */
 static void create_scratch(td_gpt *m) {
     const td_gpt_dims *d = &m->d;
     size_t N = d->N, Ns = d->Ns, C = d->C;
-    m->grads_acts = td_alloc(scratch_bytes(d), TD_MEM_ACTS);
+    m->grads_acts = td_alloc(scratch_bytes(d, &m->cfg), TD_MEM_ACTS);
     char *cur = m->grads_acts;
     td_gpt_scratch *s = &m->s;
     s->dres = carve(&cur, A(d, Ns * C));
     s->dln = carve(&cur, F(N * C));
     s->datty = carve(&cur, A(d, N * d->Ca));
-    s->dqkv = carve(&cur, A(d, N * 3 * d->Ca));
-    s->dfch = carve(&cur, A(d, N * d->F));
+    s->dqkv = carve(&cur, A(d, N * d->QKV));
+    s->dfch = carve(&cur, A(d, N * d->F1));
     s->dfchg = carve(&cur, A(d, N * d->F));
     s->dlosses = carve(&cur, F(N));
     if (d->sp || d->lp) {
@@ -276,26 +317,30 @@ static void create_scratch(td_gpt *m) {
         s->dln_lp = carve(&cur, A(d, Ns * C));
         s->dlogits_lp = carve(&cur, A(d, N * d->Vl));
     }
-    TD_ASSERT((size_t)(cur - (char *)m->grads_acts) == scratch_bytes(d));
+    if (m->arch->rope) {
+        m->rope_cs = carve(&cur, rope_bytes(d, &m->cfg));
+        rope_table(m);
+    }
+    TD_ASSERT((size_t)(cur - (char *)m->grads_acts) == scratch_bytes(d, &m->cfg));
 }
 
 /* dfch and dfchg, carved one after the other by create_scratch */
 size_t td_gpt_cp_scratch_bytes(const td_param_table *t, int B, int seq_parallel) {
     td_gpt_dims d;
     td_gpt_dims_of(&d, t, B, seq_parallel);
-    return 2 * A(&d, (size_t)d.N * d.F);
+    return A(&d, (size_t)d.N * d.F1) + A(&d, (size_t)d.N * d.F);
 }
 
 void *td_gpt_cp_scratch(td_gpt *m, size_t *bytes) {
-    TD_ASSERT((char *)m->s.dfchg == (char *)m->s.dfch + A(&m->d, (size_t)m->d.N * m->d.F));
-    *bytes = 2 * A(&m->d, (size_t)m->d.N * m->d.F);
+    TD_ASSERT((char *)m->s.dfchg == (char *)m->s.dfch + A(&m->d, (size_t)m->d.N * m->d.F1));
+    *bytes = A(&m->d, (size_t)m->d.N * m->d.F1) + A(&m->d, (size_t)m->d.N * m->d.F);
     return m->s.dfch;
 }
 
 size_t td_gpt_stage_bytes(const td_param_table *t, int B, int seq_parallel, td_recompute rc) {
     td_gpt_dims d;
     td_gpt_dims_of(&d, t, B, seq_parallel);
-    return scratch_bytes(&d) + (rc == TD_RECOMPUTE_BLOCK ? block_bytes(&d) : 0);
+    return scratch_bytes(&d, &t->cfg) + (rc == TD_RECOMPUTE_BLOCK ? block_bytes(&d) : 0);
 }
 
 void td_gpt_create_stage_rc(td_gpt *m, const td_param_table *t, int B, int seq_parallel, td_recompute rc) {

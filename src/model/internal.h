@@ -8,15 +8,54 @@
 #include "trident/base.h"
 #include "trident/model.h"
 
+/* ---- the families' tables (arch.c) ---- */
+typedef enum { TD_PLACE_EMBED, TD_PLACE_BLOCK, TD_PLACE_FINAL } td_place; /* unit 0, l+1, L+1 */
+/* a global extent: 0 (a vector's second), C, V, T, 3C, F, KV * head size */
+typedef enum { TD_DIM_0, TD_DIM_C, TD_DIM_V, TD_DIM_T, TD_DIM_3C, TD_DIM_F, TD_DIM_KVC } td_dim;
+/* normal(0, 0.02), the residual projections' 0.02/sqrt(2L) (GPT-2), 0, 1 */
+typedef enum { TD_INIT_NORMAL, TD_INIT_RESID, TD_INIT_ZERO, TD_INIT_ONE } td_init;
+typedef enum { TD_NORM_LAYER, TD_NORM_RMS } td_norm_kind;
+typedef enum { TD_MLP_GELU, TD_MLP_SWIGLU } td_mlp_kind;
+
+typedef struct {
+    td_tensor_kind kind;
+    const char *name; /* the checkpoint name; block rows: a format of the layer */
+    td_place place;
+    td_dim d0, d1;
+    td_tp_split split;
+    int groups;       /* fused parts along the split dimension, each split alone */
+    td_init init;
+    int untied_only;  /* the row exists only when the head is not tied */
+} td_arch_row;
+
+typedef struct td_arch_desc {
+    td_arch arch;
+    const char *name;
+    const td_arch_row *rows;
+    int n_rows;
+    td_norm_kind norm;  /* LayerNorm (w, b) or RMSNorm (w) */
+    td_mlp_kind mlp;    /* GELU of fc, or SwiGLU of the fused gate|up */
+    int rope;           /* rotary positions on q and k (no learned positions) */
+    td_tensor_kind qkv; /* the first row of the fused q|k|v weight */
+    td_tensor_kind fc;  /* the first row of the MLP's first projection */
+} td_arch_desc;
+
+const td_arch_desc *td_arch_desc_of(td_arch a);
+/* The family's row of a kind, NULL when it has none. */
+const td_arch_row *td_arch_row_of(td_arch a, td_tensor_kind kind);
+int td_arch_dim(const td_gpt_config *c, td_dim d);
+
 /* Unit of block l (units: 0 embeddings, 1..L blocks, L+1 final norm). */
 static inline int td_m_block_unit(int l) { return l + 1; }
 
+/* A tensor's weights and gradient in its unit; NULL for a kind the model's
+ * family does not have (a bias of Llama's: the kernels then add none). */
 static inline const float *td_m_w(const td_gpt *m, int unit, td_tensor_kind k) {
-    return m->unit_params[unit] + m->off[k];
+    return m->off[k] == TD_NO_TENSOR ? NULL : m->unit_params[unit] + m->off[k];
 }
 
 static inline float *td_m_g(const td_gpt *m, int unit, td_tensor_kind k) {
-    return m->unit_grads[unit] + m->off[k];
+    return m->off[k] == TD_NO_TENSOR ? NULL : m->unit_grads[unit] + m->off[k];
 }
 
 static inline void td_m_tp_allreduce(const td_gpt *m, float *buf, size_t n, td_reduce_op op) {
@@ -88,7 +127,9 @@ static inline void td_m_norm_grad_end(const td_gpt *m, float *gw, float *gb) {
     if (!m->d.sp) return;
     int C = m->d.C;
     td_m_tp_allreduce(m, m->s.dnorm, 2 * (size_t)C, TD_REDUCE_SUM);
-    for (int i = 0; i < C; i++) gw[i] += m->s.dnorm[i], gb[i] += m->s.dnorm[C + i];
+    for (int i = 0; i < C; i++) gw[i] += m->s.dnorm[i];
+    if (gb) /* RMSNorm has no bias */
+        for (int i = 0; i < C; i++) gb[i] += m->s.dnorm[C + i];
 }
 
 /* block.c: a LayerNorm feeding a column-parallel projection (ln_1, ln_2,
@@ -117,9 +158,10 @@ void td_m_layernorm_forward(const td_gpt *m, td_act *out, float *mean, float *rs
 void td_m_layernorm_backward(const td_gpt *m, td_act *dinp, float *dw, float *db,
                              const td_act *dout, const td_act *inp, const float *w,
                              const float *mean, const float *rstd, int N);
-void td_m_gelu_forward(const td_gpt *m, td_act *out, const td_act *inp, size_t n);
-void td_m_gelu_backward(const td_gpt *m, td_act *dinp, const td_act *inp, const td_act *dout,
-                        size_t n);
+void td_m_mlp_act_forward(const td_gpt *m, td_act *out, const td_act *inp, size_t n);
+void td_m_mlp_act_backward(const td_gpt *m, td_act *dinp, const td_act *inp, const td_act *dout,
+                           size_t n);
+void td_m_rope(const td_gpt *m, td_act *qkv, int backward);
 void td_m_residual_forward(const td_gpt *m, td_act *out, const td_act *a, const td_act *b,
                            size_t n);
 void td_m_attention_forward(const td_gpt *m, td_act *out, float *lse, const td_act *qkv);

@@ -14,6 +14,7 @@
 #include "trident/base.h"
 #include "trident/kernels.h"
 #include "trident/kernels_bf16.h"
+#include "trident/rope.h"
 
 static int g_stats;
 static double g_flops, g_ms;
@@ -55,20 +56,29 @@ typedef struct {
                     const td_attn_shape *s, int accumulate);
     void (*att_bwd)(h16 *dq, h16 *dk, h16 *dv, const h16 *dout, const h16 *out, const float *lse,
                     const h16 *q, const h16 *k, const h16 *v, const td_attn_shape *s);
+    void (*rms_fwd)(h16 *out, float *rstd, const h16 *inp, const float *w, int N, int C, float eps);
+    void (*rms_bwd)(h16 *dinp, float *dw, const h16 *dout, const h16 *inp, const float *w,
+                    const float *rstd, int N, int C);
+    void (*swiglu_fwd)(h16 *h, const h16 *gu, int N, int F);
+    void (*swiglu_bwd)(h16 *dgu, const h16 *dh, const h16 *gu, int N, int F);
+    void (*rope_fwd)(h16 *x, const float *cs, int B, int T, int stride, int col, int heads, int hs);
+    void (*rope_bwd)(h16 *g, const float *cs, int B, int T, int stride, int col, int heads, int hs);
 } lp_family;
 
 static const lp_family BF16 = {
     TD_K_BF16, td_bf16_from_float_n, td_bf16_to_float_n, td_matmul_bf16_forward,
     td_matmul_bf16_backward, td_layernorm_bf16_forward, td_layernorm_bf16_backward,
     td_gelu_bf16_forward, td_gelu_bf16_backward, td_residual_bf16_forward,
-    td_attn_bf16_forward, td_attn_bf16_backward,
+    td_attn_bf16_forward, td_attn_bf16_backward, td_rmsnorm_bf16_forward, td_rmsnorm_bf16_backward,
+    td_swiglu_bf16_forward, td_swiglu_bf16_backward, td_rope_bf16_forward, td_rope_bf16_backward,
 };
 
 static const lp_family F16 = {
     TD_K_F16, td_f16_from_float_n, td_f16_to_float_n, td_matmul_f16_forward,
     td_matmul_f16_backward, td_layernorm_f16_forward, td_layernorm_f16_backward,
     td_gelu_f16_forward, td_gelu_f16_backward, td_residual_f16_forward,
-    td_attn_f16_forward, td_attn_f16_backward,
+    td_attn_f16_forward, td_attn_f16_backward, td_rmsnorm_f16_forward, td_rmsnorm_f16_backward,
+    td_swiglu_f16_forward, td_swiglu_f16_backward, td_rope_f16_forward, td_rope_f16_backward,
 };
 
 static const lp_family *fam(const td_gpt *m) {
@@ -110,10 +120,18 @@ void td_m_matmul_backward(td_gpt *m, void *dinp, int dinp32, float *dw, float *d
     stats_end(t0, 2.0 * N * C * OC * ((dinp ? 1 : 0) + (dw ? 1 : 0)));
 }
 
+/* The family's norm: LayerNorm (w, b; mean and rstd saved) or RMSNorm (w;
+ * rstd saved, mean and b unused). */
 void td_m_layernorm_forward(const td_gpt *m, td_act *out, float *mean, float *rstd,
                             const td_act *inp, const float *w, const float *b, int N) {
-    if (!m->d.lp)
+    int rms = m->arch->norm == TD_NORM_RMS;
+    float eps = m->cfg.norm_eps;
+    if (!m->d.lp && rms)
+        td_rmsnorm_forward(out, rstd, inp, w, N, m->d.C, eps);
+    else if (!m->d.lp)
         td_layernorm_forward(out, mean, rstd, inp, w, b, N, m->d.C);
+    else if (rms)
+        fam(m)->rms_fwd(out, rstd, inp, w, N, m->d.C, eps);
     else
         fam(m)->ln_fwd(out, mean, rstd, inp, w, b, N, m->d.C);
 }
@@ -121,25 +139,63 @@ void td_m_layernorm_forward(const td_gpt *m, td_act *out, float *mean, float *rs
 void td_m_layernorm_backward(const td_gpt *m, td_act *dinp, float *dw, float *db,
                              const td_act *dout, const td_act *inp, const float *w,
                              const float *mean, const float *rstd, int N) {
-    if (!m->d.lp)
+    int rms = m->arch->norm == TD_NORM_RMS;
+    if (!m->d.lp && rms)
+        td_rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, m->d.C);
+    else if (!m->d.lp)
         td_layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, m->d.C);
+    else if (rms)
+        fam(m)->rms_bwd(dinp, dw, dout, inp, w, rstd, N, m->d.C);
     else
         fam(m)->ln_bwd(dinp, dw, db, dout, inp, w, mean, rstd, N, m->d.C);
 }
 
-void td_m_gelu_forward(const td_gpt *m, td_act *out, const td_act *inp, size_t n) {
-    if (!m->d.lp)
+/* The MLP's activation: GELU of fc [N,F] (out [N,F]), or SwiGLU of the
+ * fused gate|up [N,2F] (out [N,F]); n = N*F. */
+void td_m_mlp_act_forward(const td_gpt *m, td_act *out, const td_act *inp, size_t n) {
+    int swiglu = m->arch->mlp == TD_MLP_SWIGLU, N = m->d.N, F = m->d.F;
+    if (!m->d.lp && swiglu)
+        td_swiglu_forward(out, inp, N, F);
+    else if (!m->d.lp)
         td_gelu_forward(out, inp, n);
+    else if (swiglu)
+        fam(m)->swiglu_fwd(out, inp, N, F);
     else
         fam(m)->gelu_fwd(out, inp, n);
 }
 
-void td_m_gelu_backward(const td_gpt *m, td_act *dinp, const td_act *inp, const td_act *dout,
-                        size_t n) {
-    if (!m->d.lp)
+/* dinp ([N,F1], zeroed by the caller) from dout [N,F]: GELU's backward
+ * adds, SwiGLU's writes. */
+void td_m_mlp_act_backward(const td_gpt *m, td_act *dinp, const td_act *inp, const td_act *dout,
+                           size_t n) {
+    int swiglu = m->arch->mlp == TD_MLP_SWIGLU, N = m->d.N, F = m->d.F;
+    if (!m->d.lp && swiglu)
+        td_swiglu_backward(dinp, dout, inp, N, F);
+    else if (!m->d.lp)
         td_gelu_backward(dinp, inp, dout, n);
+    else if (swiglu)
+        fam(m)->swiglu_bwd(dinp, dout, inp, N, F);
     else
         fam(m)->gelu_bwd(dinp, inp, dout, n);
+}
+
+/* Rotary positions on q and k of the fused qkv [N, QKV] (in place), or
+ * the backward on their gradients in dqkv; nothing for a family without. */
+void td_m_rope(const td_gpt *m, td_act *qkv, int backward) {
+    if (!m->arch->rope) return;
+    const td_gpt_dims *d = &m->d;
+    int parts[2][2] = {{0, d->Ha}, {d->Ca, d->KVa}}; /* (column, heads) of q and of k */
+    for (int i = 0; i < 2; i++) {
+        int col = parts[i][0], heads = parts[i][1];
+        if (!d->lp && !backward)
+            td_rope_forward(qkv, m->rope_cs, d->B, d->T, d->QKV, col, heads, d->hs);
+        else if (!d->lp)
+            td_rope_backward(qkv, m->rope_cs, d->B, d->T, d->QKV, col, heads, d->hs);
+        else if (!backward)
+            fam(m)->rope_fwd(qkv, m->rope_cs, d->B, d->T, d->QKV, col, heads, d->hs);
+        else
+            fam(m)->rope_bwd(qkv, m->rope_cs, d->B, d->T, d->QKV, col, heads, d->hs);
+    }
 }
 
 void td_m_residual_forward(const td_gpt *m, td_act *out, const td_act *a, const td_act *b,
@@ -150,13 +206,14 @@ void td_m_residual_forward(const td_gpt *m, td_act *out, const td_act *a, const 
         fam(m)->res_fwd(out, a, b, n);
 }
 
-/* Causal self-attention over the fused qkv[B,T,3Ca] of this rank's heads,
- * by the blocked kernel in one call per batch (positions 0..T-1): only the
- * output and the per-row log-sum-exp lse[B,Ha,T] are saved, never the
- * [T,T] scores. */
+/* Causal self-attention over the fused qkv[B,T,QKV] of this rank's heads
+ * (q: Ha heads at column 0, k and v: KVa heads each at Ca and Ca + KVa hs;
+ * GPT-2's KVa = Ha), by the blocked kernel in one call per batch
+ * (positions 0..T-1): only the output and the per-row log-sum-exp
+ * lse[B,Ha,T] are saved, never the [T,T] scores. */
 static td_attn_shape attn_shape(const td_gpt_dims *d) {
-    td_attn_shape s = {.B = d->B, .Tq = d->T, .Tk = d->T, .NH = d->Ha, .NKV = d->Ha,
-                       .hs = d->Ca / d->Ha, .q_stride = 3 * d->Ca, .kv_stride = 3 * d->Ca,
+    td_attn_shape s = {.B = d->B, .Tq = d->T, .Tk = d->T, .NH = d->Ha, .NKV = d->KVa,
+                       .hs = d->hs, .q_stride = d->QKV, .kv_stride = d->QKV,
                        .o_stride = d->Ca, .q_pos = 0, .k_pos = 0, .mask = TD_ATTN_CAUSAL};
     return s;
 }
@@ -166,15 +223,15 @@ static td_attn_shape attn_shape(const td_gpt_dims *d) {
 void td_m_attention_forward(const td_gpt *m, td_act *out, float *lse, const td_act *qkv) {
     const td_gpt_dims *d = &m->d;
     td_attn_shape s = attn_shape(d);
-    size_t Ca = (size_t)d->Ca;
+    size_t kc = (size_t)d->Ca, vc = kc + (size_t)d->KVa * d->hs;
     if (d->cp > 1) {
         m->comm->cp_attention_forward(m->comm->cp_ctx, out, lse, qkv, &s, d->prec);
     } else if (!d->lp) {
         const float *q = qkv;
-        td_attn_forward(out, lse, q, q + Ca, q + 2 * Ca, &s, 0);
+        td_attn_forward(out, lse, q, q + kc, q + vc, &s, 0);
     } else {
         const h16 *q = qkv;
-        fam(m)->att_fwd(out, lse, q, q + Ca, q + 2 * Ca, &s, 0);
+        fam(m)->att_fwd(out, lse, q, q + kc, q + vc, &s, 0);
     }
 }
 
@@ -183,19 +240,19 @@ void td_m_attention_backward(const td_gpt *m, td_act *dqkv, const td_act *dout, 
                              const float *lse, const td_act *qkv) {
     const td_gpt_dims *d = &m->d;
     td_attn_shape s = attn_shape(d);
-    size_t Ca = (size_t)d->Ca;
+    size_t kc = (size_t)d->Ca, vc = kc + (size_t)d->KVa * d->hs;
     if (d->cp > 1) {
         m->comm->cp_attention_backward(m->comm->cp_ctx, dqkv, dout, out, lse, qkv, &s, d->prec);
         return;
     }
-    memset(dqkv, 0, (size_t)d->N * 3 * Ca * d->es);
+    memset(dqkv, 0, (size_t)d->N * d->QKV * d->es);
     if (!d->lp) {
         const float *q = qkv;
         float *dq = dqkv;
-        td_attn_backward(dq, dq + Ca, dq + 2 * Ca, dout, out, lse, q, q + Ca, q + 2 * Ca, &s);
+        td_attn_backward(dq, dq + kc, dq + vc, dout, out, lse, q, q + kc, q + vc, &s);
     } else {
         const h16 *q = qkv;
         h16 *dq = dqkv;
-        fam(m)->att_bwd(dq, dq + Ca, dq + 2 * Ca, dout, out, lse, q, q + Ca, q + 2 * Ca, &s);
+        fam(m)->att_bwd(dq, dq + kc, dq + vc, dout, out, lse, q, q + kc, q + vc, &s);
     }
 }

@@ -6,6 +6,43 @@
 #include "trident/base.h"
 #include "trident/compat.h"
 #include "trident/model.h"
+#include "internal.h"
+
+/* The family's defaults and the flags it does not have. */
+static void config_family(td_gpt_config *cfg) {
+    int llama = cfg->arch == TD_ARCH_LLAMA;
+    TD_CHECK(cfg->arch == TD_ARCH_GPT2 || llama, "unknown architecture %d", (int)cfg->arch);
+    if (!llama) { /* GPT-2 as published: the rules table's arch-flags */
+        char flag[64] = "";
+        if (cfg->KV != 0 && cfg->KV != cfg->H) snprintf(flag, sizeof flag, "--kv-heads %d", cfg->KV);
+        else if (cfg->F != 0 && cfg->F != 4 * cfg->C) snprintf(flag, sizeof flag, "--ffn-hidden %d", cfg->F);
+        else if (cfg->norm_eps != 0.0f) snprintf(flag, sizeof flag, "--norm-eps %g", cfg->norm_eps);
+        else if (cfg->rope_theta != 0.0 || cfg->rope_scaling.factor != 0.0)
+            snprintf(flag, sizeof flag, "--rope-theta %g", cfg->rope_theta);
+        else if (cfg->tie == TD_TIE_OFF) /* its exports (hf-gpt2, llm.c) have no head of their own */
+            snprintf(flag, sizeof flag, "--tie-embeddings off");
+        td_compat_cfg c;
+        td_compat_cfg_init(&c);
+        c.llama_flag_text = flag[0] ? flag : NULL;
+        td_compat_check(&c, TD_COMPAT_AT_MODEL_CONFIG);
+    }
+    if (cfg->KV == 0) cfg->KV = cfg->H;
+    TD_CHECK(cfg->KV > 0 && cfg->H % cfg->KV == 0,
+             "--kv-heads %d does not divide --heads %d: each kv head serves an equal group of query heads",
+             cfg->KV, cfg->H);
+    if (cfg->F == 0) /* Meta's rounding: int(2 * 4C / 3) up to a multiple of 256 */
+        cfg->F = llama ? (int)td_round_up((size_t)(8 * (long)cfg->C / 3), 256) : 4 * cfg->C;
+    TD_CHECK(cfg->F > 0 && cfg->F <= 4 * TD_MAX_EMBD, "--ffn-hidden must be in [1, %d] (got %d)",
+             4 * TD_MAX_EMBD, cfg->F);
+    if (cfg->tie == TD_TIE_DEFAULT) cfg->tie = llama ? TD_TIE_OFF : TD_TIE_ON;
+    if (!llama) return;
+    if (cfg->norm_eps == 0.0f) cfg->norm_eps = 1e-5f;
+    if (cfg->rope_theta == 0.0) cfg->rope_theta = 10000.0;
+    TD_CHECK(cfg->norm_eps > 0.0f && cfg->rope_theta > 0.0, "--norm-eps and --rope-theta must be positive");
+    TD_CHECK((cfg->C / cfg->H) % 2 == 0,
+             "--arch llama needs an even head size for rotary positions (--embd %d / --heads %d = %d)", cfg->C,
+             cfg->H, cfg->C / cfg->H);
+}
 
 void td_gpt_config_finish(td_gpt_config *cfg) {
     TD_CHECK(cfg->L > 0, "--layers must be a positive integer (got %d)", cfg->L);
@@ -29,6 +66,7 @@ void td_gpt_config_finish(td_gpt_config *cfg) {
     size_t Vp = td_round_up((size_t)cfg->V, TD_VOCAB_PAD);
     TD_ASSERT(Vp <= (size_t)TD_MAX_VOCAB);
     cfg->Vp = (int)Vp;
+    config_family(cfg);
 }
 
 void td_gpt_check_tp(const td_gpt_config *cfg, int tp, int seq_parallel) {
@@ -38,6 +76,14 @@ void td_gpt_check_tp(const td_gpt_config *cfg, int tp, int seq_parallel) {
              "--tp %d does not divide --heads %d: tensor parallelism splits the heads (and the "
              "MLP's 4C = %d features) over tp ranks; use a tp that divides %d",
              tp, cfg->H, 4 * cfg->C, cfg->H);
+    int kv = cfg->KV ? cfg->KV : cfg->H;
+    TD_CHECK(kv % tp == 0,
+             "--tp %d does not divide --kv-heads %d: tensor parallelism splits the kv heads too; use a tp "
+             "that divides %d",
+             tp, kv, kv);
+    int F = cfg->F ? cfg->F : 4 * cfg->C;
+    TD_CHECK(F % tp == 0, "--tp %d does not divide --ffn-hidden %d: tensor parallelism splits the MLP's features",
+             tp, F);
     /* sequence parallelism against tp and the sequence: the rules table's */
     td_compat_cfg c;
     td_compat_cfg_init(&c);
@@ -110,7 +156,7 @@ void td_param_table_build_layout(td_param_table *t, const td_gpt_config *cfg,
     t->Vp = (int)Vp;
     t->vocab_local = t->Vp / lay->tp;
     t->vocab_lo = lay->tp_rank * t->vocab_local;
-    int L = cfg->L, C = cfg->C, unit_align = lay->unit_align;
+    int L = cfg->L, unit_align = lay->unit_align;
     builder bd = {t, 16, 0};
     t->rows = td_alloc(sizeof(td_param) * (size_t)bd.cap, TD_MEM_OTHER);
     t->n_units = L + 2;
@@ -118,38 +164,22 @@ void td_param_table_build_layout(td_param_table *t, const td_gpt_config *cfg,
     t->held = td_alloc((size_t)t->n_units, TD_MEM_OTHER);
     for (int u = 0; u < t->n_units; u++) t->held[u] = lay->held ? lay->held[u] != 0 : 1;
     char name[64];
-
-    t->unit_offset[0] = 0;
-    add_row(&bd, TD_T_WTE, "transformer.wte.weight", cfg->V, C, TD_SPLIT_VOCAB, 1, 0, -1);
-    add_row(&bd, TD_T_WPE, "transformer.wpe.weight", cfg->T, C, TD_SPLIT_NONE, 1, 0, -1);
-    for (int l = 0; l < L; l++) {
+    const td_arch_desc *ad = td_arch_desc_of(cfg->arch);
+    /* the rows of each place in the family's order: embeddings, then every
+     * block's, then the final ones, each unit aligned */
+    for (int u = 0; u < t->n_units; u++) {
+        td_place place = u == 0 ? TD_PLACE_EMBED : u == L + 1 ? TD_PLACE_FINAL : TD_PLACE_BLOCK;
+        int layer = u == 0 ? -1 : u - 1;
         bd.off = td_round_up(bd.off, (size_t)unit_align);
-        t->unit_offset[l + 1] = bd.off;
-#define ROW(kind, suffix, d0, d1, split, groups)                                       \
-    do {                                                                               \
-        snprintf(name, sizeof name, "transformer.h.%d.%s", l, suffix);                 \
-        add_row(&bd, kind, name, d0, d1, split, groups, l + 1, l);                     \
-    } while (0)
-        /* Megatron: QKV and the MLP's first projection column-parallel (heads
-         * and features split), both output projections row-parallel */
-        ROW(TD_T_LN1W, "ln_1.weight", C, 0, TD_SPLIT_NONE, 1);
-        ROW(TD_T_LN1B, "ln_1.bias", C, 0, TD_SPLIT_NONE, 1);
-        ROW(TD_T_QKVW, "attn.c_attn.weight", 3 * C, C, TD_SPLIT_COL, 3);
-        ROW(TD_T_QKVB, "attn.c_attn.bias", 3 * C, 0, TD_SPLIT_COL, 3);
-        ROW(TD_T_ATTPROJW, "attn.c_proj.weight", C, C, TD_SPLIT_ROW, 1);
-        ROW(TD_T_ATTPROJB, "attn.c_proj.bias", C, 0, TD_SPLIT_NONE, 1);
-        ROW(TD_T_LN2W, "ln_2.weight", C, 0, TD_SPLIT_NONE, 1);
-        ROW(TD_T_LN2B, "ln_2.bias", C, 0, TD_SPLIT_NONE, 1);
-        ROW(TD_T_FCW, "mlp.c_fc.weight", 4 * C, C, TD_SPLIT_COL, 1);
-        ROW(TD_T_FCB, "mlp.c_fc.bias", 4 * C, 0, TD_SPLIT_COL, 1);
-        ROW(TD_T_FCPROJW, "mlp.c_proj.weight", C, 4 * C, TD_SPLIT_ROW, 1);
-        ROW(TD_T_FCPROJB, "mlp.c_proj.bias", C, 0, TD_SPLIT_NONE, 1);
-#undef ROW
+        t->unit_offset[u] = bd.off;
+        for (int i = 0; i < ad->n_rows; i++) {
+            const td_arch_row *r = &ad->rows[i];
+            if (r->place != place || (r->untied_only && td_gpt_tied(cfg))) continue;
+            snprintf(name, sizeof name, r->name, layer);
+            add_row(&bd, r->kind, name, td_arch_dim(cfg, r->d0), td_arch_dim(cfg, r->d1), r->split, r->groups,
+                    u, layer);
+        }
     }
-    bd.off = td_round_up(bd.off, (size_t)unit_align);
-    t->unit_offset[L + 1] = bd.off;
-    add_row(&bd, TD_T_LNFW, "transformer.ln_f.weight", C, 0, TD_SPLIT_NONE, 1, L + 1, L);
-    add_row(&bd, TD_T_LNFB, "transformer.ln_f.bias", C, 0, TD_SPLIT_NONE, 1, L + 1, L);
     bd.off = td_round_up(bd.off, (size_t)unit_align);
     t->unit_offset[L + 2] = bd.off;
     t->unit_align = unit_align;
@@ -160,10 +190,12 @@ void td_param_table_build_layout(td_param_table *t, const td_gpt_config *cfg,
         t->n_real += p->numel;
         t->n_global += (size_t)p->shape[0] * (size_t)p->shape[1];
     }
-    /* this rank's vocabulary padding rows hold no parameters */
+    /* this rank's vocabulary padding rows (embedding, untied head) hold no parameters */
     int vocab_real = cfg->V - t->vocab_lo;
     vocab_real = vocab_real < 0 ? 0 : vocab_real > t->vocab_local ? t->vocab_local : vocab_real;
-    if (t->held[0]) t->n_real -= (size_t)(t->vocab_local - vocab_real) * (size_t)C;
+    for (int i = 0; i < t->n_rows; i++)
+        if (t->rows[i].split == TD_SPLIT_VOCAB && t->rows[i].numel)
+            t->n_real -= (size_t)(t->vocab_local - vocab_real) * (size_t)cfg->C;
 }
 
 void td_param_table_build(td_param_table *t, const td_gpt_config *cfg, int unit_align) {
@@ -201,21 +233,23 @@ const td_param *td_param_find(const td_param_table *t, const char *name) {
     return NULL;
 }
 
-const td_param *td_param_lookup(const td_param_table *t, td_tensor_kind kind, int layer) {
-    int block = kind >= TD_T_LN1W && kind <= TD_T_FCPROJB;
-    for (int i = 0; i < t->n_rows; i++)
-        if (t->rows[i].kind == kind && (!block || t->rows[i].layer == layer)) return &t->rows[i];
-    TD_ASSERT(!"td_param_lookup: no such tensor");
+const td_param *td_param_lookup_opt(const td_param_table *t, td_tensor_kind kind, int layer) {
+    for (int i = 0; i < t->n_rows; i++) {
+        const td_param *p = &t->rows[i];
+        int block = p->unit >= 1 && p->unit <= t->cfg.L;
+        if (p->kind == kind && (!block || p->layer == layer)) return p;
+    }
     return NULL;
+}
+
+const td_param *td_param_lookup(const td_param_table *t, td_tensor_kind kind, int layer) {
+    const td_param *p = td_param_lookup_opt(t, kind, layer);
+    TD_ASSERT(p && "td_param_lookup: no such tensor");
+    return p;
 }
 
 size_t td_unit_numel(const td_param_table *t, int unit) {
     return t->unit_offset[unit + 1] - t->unit_offset[unit];
-}
-
-static int ends_with(const char *s, const char *suffix) {
-    size_t n = strlen(s), m = strlen(suffix);
-    return n >= m && strcmp(s + n - m, suffix) == 0;
 }
 
 void td_param_init_range(const td_param_table *t, unsigned long long seed, size_t lo, size_t hi,
@@ -225,15 +259,13 @@ void td_param_init_range(const td_param_table *t, unsigned long long seed, size_
         const td_param *p = &t->rows[i];
         size_t a = td_max_sz(lo, p->offset), b = td_min_sz(hi, p->offset + p->numel);
         if (a >= b) continue;
-        int is_ln = strstr(p->name, "ln_") != NULL;
-        int is_bias = ends_with(p->name, ".bias");
-        double std = 0.02;
-        if (ends_with(p->name, "c_proj.weight")) std = 0.02 / sqrt(2.0 * cfg->L);
+        td_init init = td_arch_row_of(cfg->arch, p->kind)->init;
+        double std = init == TD_INIT_RESID ? 0.02 / sqrt(2.0 * cfg->L) : 0.02;
         for (size_t e = a; e < b; e++) {
             long long k = td_param_global_index(t, p, t->tp_rank, e - p->offset);
             float v;
-            if (is_bias) v = 0.0f;
-            else if (is_ln) v = 1.0f;
+            if (init == TD_INIT_ZERO) v = 0.0f;
+            else if (init == TD_INIT_ONE) v = 1.0f;
             else if (k < 0) v = 0.0f; /* vocabulary padding */
             else v = (float)(std * td_rng_normal(seed, (uint64_t)p->id, (uint64_t)k));
             out[e - lo] = v;
@@ -242,9 +274,12 @@ void td_param_init_range(const td_param_table *t, unsigned long long seed, size_
 }
 
 double td_gpt_flops_per_token(const td_gpt_config *c) {
-    /* matmul weights touched per token: blocks 12 C^2 and the LM head V C
+    /* matmul weights touched per token: attention's q, k, v and o, the MLP's
+     * (two matrices of F x C for GELU, three for SwiGLU) and the LM head V C
      * (padded columns are computed, but count the real vocab) */
-    double mat = 12.0 * c->L * (double)c->C * c->C + (double)c->V * c->C;
+    double C = c->C, kvc = (double)c->KV * (c->C / c->H), F = c->F;
+    double mlp = (c->arch == TD_ARCH_LLAMA ? 3.0 : 2.0) * F * C;
+    double mat = c->L * (2.0 * C * C + 2.0 * kvc * C + mlp) + (double)c->V * C;
     return 6.0 * mat + 12.0 * c->L * (double)c->T * c->C;
 }
 

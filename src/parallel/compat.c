@@ -262,6 +262,16 @@ SAY(interleaved_equal_chunks) {
              S(c->pp_partition_text));
 }
 
+/* ---- the model's family (td_gpt_config_finish) ---------------------------- */
+
+/* GPT-2 as published: grouped-query attention, the MLP's width, RMSNorm and
+ * rotary positions belong to the Llama family */
+OK(arch_flags) { return !c->llama_flag_text; }
+SAY(arch_flags) {
+    snprintf(buf, n, "%s needs --arch llama (gpt2 has H kv heads, a 4C GELU MLP, LayerNorm, learned positions and a tied head)",
+             S(c->llama_flag_text));
+}
+
 /* ---- the model's shape (td_gpt_check_tp, td_gpt_dims_of) ---------------- */
 
 OK(sp_tp) { return !c->seq_parallel || c->tp > 1; }
@@ -395,7 +405,8 @@ enum {
     PPS = TD_COMPAT_AT_PP_SPLIT,
     CKL = TD_COMPAT_AT_CKPT_LOAD,
     PRE = TD_COMPAT_AT_PREFLIGHT,
-    GRD = TD_COMPAT_AT_GRID
+    GRD = TD_COMPAT_AT_GRID,
+    MCF = TD_COMPAT_AT_MODEL_CONFIG
 };
 #define ROW(ID, name, sites, fn)                                                                   \
     { ID, name, sites, ok_##fn, say_##fn, NULL }
@@ -440,6 +451,7 @@ static const td_compat_rule rules[TD_RULE_N] = {
     ROWB(TD_RULE_DP_SHARD_ZERO, "dp-shard-zero", OPT | DPN, dp_shard_zero),
     ROW(TD_RULE_DP_SHARD_PAYLOAD, "dp-shard-payload", OPT | DPN, dp_shard_payload),
     ROWB(TD_RULE_DP_SHARD_DIVIDES, "dp-shard-divides", GRD | DPN, dp_shard_divides),
+    ROW(TD_RULE_ARCH_FLAGS, "arch-flags", MCF, arch_flags),
 };
 
 const td_compat_rule *td_compat_rules(void) { return rules; }

@@ -49,7 +49,7 @@ void td_cp_put_local(void *dst, const void *src, int B, int T, int n, int r, siz
 struct td_cp_ring {
     td_comm *c;
     int n, r;
-    void *kv[2], *dkv[2];   /* K/V blocks [B, T, 2C] and their gradients, double-buffered */
+    void *kv[2], *dkv[2];   /* K/V blocks [B, T, 2KVC] and their gradients, double-buffered */
     void *own[4];           /* the ring's own blocks, where the lent scratch is too small */
     size_t cap;             /* bytes of each of own */
     void *lent;             /* td_cp_ring_lend's scratch, or NULL */
@@ -77,8 +77,13 @@ void td_cp_ring_free(td_cp_ring *g) {
 }
 
 static size_t elem_bytes(td_precision p) { return p == TD_PREC_FP32 ? 4 : 2; }
+/* columns of k (and of v) and of a qkv row */
+static size_t kv_cols(const td_cp_shape *s) {
+    return (size_t)(s->NKV > 0 ? s->NKV : s->NH) * (size_t)(s->C / s->NH);
+}
+static size_t row_cols(const td_cp_shape *s) { return (size_t)s->C + 2 * kv_cols(s); }
 static size_t block_bytes(const td_cp_shape *s) {
-    return (size_t)s->B * s->T * 2 * s->C * elem_bytes(s->prec);
+    return (size_t)s->B * s->T * 2 * kv_cols(s) * elem_bytes(s->prec);
 }
 
 size_t td_cp_ring_plan_bytes(const td_cp_shape *s, int n, size_t lent) {
@@ -118,11 +123,12 @@ static void ensure(td_cp_ring *g, const td_cp_shape *s) {
 td_cp_stats td_cp_ring_stats(const td_cp_ring *g) { return g->st; }
 void td_cp_ring_reset_stats(td_cp_ring *g) { memset(&g->st, 0, sizeof g->st); }
 
-/* This rank's K and V columns of qkv [B, T, 3C] into kv [B, T, 2C]. */
+/* This rank's K and V columns of qkv [B, T, C + 2KVC] into kv [B, T, 2KVC]. */
 static void pack_kv(void *kv, const void *qkv, const td_cp_shape *s) {
     size_t es = elem_bytes(s->prec), C = (size_t)s->C, rows = (size_t)s->B * s->T;
+    size_t kvc = kv_cols(s), row = row_cols(s);
     for (size_t i = 0; i < rows; i++)
-        memcpy((char *)kv + i * 2 * C * es, (const char *)qkv + (i * 3 + 1) * C * es, 2 * C * es);
+        memcpy((char *)kv + i * 2 * kvc * es, (const char *)qkv + (i * row + C) * es, 2 * kvc * es);
 }
 
 /* A block message (count in 2-byte or 4-byte elements: p2p copies bytes). */
@@ -205,11 +211,12 @@ static void step_pairs(pass *p, int src, const void *kv, void *dkv, int first) {
     const td_cp_shape *s = p->s;
     td_cp_ring *g = p->g;
     size_t es = elem_bytes(s->prec), C = (size_t)s->C, Tc = (size_t)s->T / 2;
+    size_t kvc = kv_cols(s), row = row_cols(s);
     long qpos[2], kpos[2];
     td_cp_chunk_pos(s->T * g->n, g->n, g->r, qpos);
     td_cp_chunk_pos(s->T * g->n, g->n, src, kpos);
-    td_attn_shape a = {.B = s->B, .Tq = (int)Tc, .Tk = (int)Tc, .NH = s->NH, .NKV = s->NH,
-                       .hs = s->C / s->NH, .q_stride = 3 * s->C, .kv_stride = 2 * s->C,
+    td_attn_shape a = {.B = s->B, .Tq = (int)Tc, .Tk = (int)Tc, .NH = s->NH, .NKV = (int)(kvc / (C / s->NH)),
+                       .hs = s->C / s->NH, .q_stride = (int)row, .kv_stride = (int)(2 * kvc),
                        .o_stride = s->C, .mask = TD_ATTN_CAUSAL, .q_rows = s->T, .kv_rows = s->T};
     for (int qc = 0; qc < 2; qc++)
         for (int kc = 0; kc < 2; kc++) {
@@ -218,19 +225,19 @@ static void step_pairs(pass *p, int src, const void *kv, void *dkv, int first) {
                 continue;
             }
             a.q_pos = qpos[qc], a.k_pos = kpos[kc];
-            const char *q = (const char *)p->qkv + (size_t)qc * Tc * 3 * C * es;
-            const char *k = (const char *)kv + (size_t)kc * Tc * 2 * C * es;
+            const char *q = (const char *)p->qkv + (size_t)qc * Tc * row * es;
+            const char *k = (const char *)kv + (size_t)kc * Tc * 2 * kvc * es;
             char *o = (char *)p->out + (size_t)qc * Tc * C * es;
             float *l = p->lse + (size_t)qc * s->B * s->NH * Tc;
             if (!p->dqkv) {
                 /* step 0 starts each query chunk with chunk 0 of its own block (at
                  * or before both of this rank's chunks) */
-                kernel_fwd(s->prec, o, l, q, k, k + C * es, &a, !(first && kc == 0));
+                kernel_fwd(s->prec, o, l, q, k, k + kvc * es, &a, !(first && kc == 0));
             } else {
-                char *dq = (char *)p->dqkv + (size_t)qc * Tc * 3 * C * es;
-                char *dk = (char *)dkv + (size_t)kc * Tc * 2 * C * es;
-                kernel_bwd(s->prec, dq, dk, dk + C * es, (const char *)p->dout + (size_t)qc * Tc * C * es,
-                           o, l, q, k, k + C * es, &a);
+                char *dq = (char *)p->dqkv + (size_t)qc * Tc * row * es;
+                char *dk = (char *)dkv + (size_t)kc * Tc * 2 * kvc * es;
+                kernel_bwd(s->prec, dq, dk, dk + kvc * es, (const char *)p->dout + (size_t)qc * Tc * C * es,
+                           o, l, q, k, k + kvc * es, &a);
             }
             g->st.pairs++;
             progress(g); /* Open MPI moves the ring's messages only inside MPI calls */
@@ -238,8 +245,9 @@ static void step_pairs(pass *p, int src, const void *kv, void *dkv, int first) {
 }
 
 static void check_shape(const td_cp_ring *g, const td_cp_shape *s) {
-    TD_CHECK(s->B >= 1 && s->T >= 2 && s->T % 2 == 0 && s->NH >= 1 && s->C % s->NH == 0,
-             "cp: bad attention shape (B %d, T %d local rows, C %d, NH %d)", s->B, s->T, s->C, s->NH);
+    TD_CHECK(s->B >= 1 && s->T >= 2 && s->T % 2 == 0 && s->NH >= 1 && s->C % s->NH == 0 && s->NKV >= 0 &&
+                 (s->NKV == 0 || s->NH % s->NKV == 0),
+             "cp: bad attention shape (B %d, T %d local rows, C %d, NH %d, NKV %d)", s->B, s->T, s->C, s->NH, s->NKV);
     (void)g;
 }
 
@@ -268,8 +276,9 @@ void td_cp_attn_backward(td_cp_ring *g, void *dqkv, const void *dout, const void
     check_shape(g, s);
     ensure(g, s);
     size_t es = elem_bytes(s->prec), C = (size_t)s->C, rows = (size_t)s->B * s->T;
+    size_t kvc = kv_cols(s), row = row_cols(s);
     pass p = {g, s, (void *)out, (float *)lse, qkv, dout, dqkv};
-    memset(dqkv, 0, rows * 3 * C * es);
+    memset(dqkv, 0, rows * row * es);
     int cur = 0;
     pack_kv(g->kv[cur], qkv, s);
     memset(g->dkv[cur], 0, block_bytes(s));
@@ -294,13 +303,13 @@ void td_cp_attn_backward(td_cp_ring *g, void *dqkv, const void *dout, const void
     /* with n = 1 the block never moved: cur flipped once, the gradient is in dkv[0] */
     const char *mine = g->n > 1 ? g->dkv[cur] : g->dkv[0];
     for (size_t i = 0; i < rows; i++)
-        memcpy((char *)dqkv + (i * 3 + 1) * C * es, mine + i * 2 * C * es, 2 * C * es);
+        memcpy((char *)dqkv + (i * row + C) * es, mine + i * 2 * kvc * es, 2 * kvc * es);
 }
 
 /* ---- the model's hooks -------------------------------------------------- */
 
 static td_cp_shape shape_of(const td_attn_shape *a, td_precision prec) {
-    td_cp_shape s = {a->B, a->Tq, a->NH * a->hs, a->NH, prec};
+    td_cp_shape s = {a->B, a->Tq, a->NH * a->hs, a->NH, prec, a->NKV};
     return s;
 }
 

@@ -427,11 +427,12 @@ double td_pp_train_step(td_pp *pp, int step, float dloss, td_pp_batch_fn batch, 
     pp->st.step_ms += ms;
     pp->st.steps++;
     /* the tied embedding: first and last stage sum their gradients, then it
-     * is final and its data-parallel reduction may start */
+     * is final and its data-parallel reduction may start (untied: the first
+     * stage alone holds it) */
     const td_param_table *t = pp->m->table;
     if (t->held[0]) {
         event(pp, TD_BWD_BEGIN, 0);
-        if (pp->g->embed_comm && !td_fault_at(TD_FAULT_SKIP_EMBED_SUM, step, -1))
+        if (pp->g->embed_comm && td_gpt_tied(&pp->m->cfg) && !td_fault_at(TD_FAULT_SKIP_EMBED_SUM, step, -1))
             td_allreduce(pp->g->embed_comm, pp->m->unit_grads[0], td_unit_numel(t, 0), TD_F32, TD_SUM);
         td_dp_set_final_backward(pp->dp, 1);
         event(pp, TD_BWD_END, 0);

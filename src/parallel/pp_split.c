@@ -72,7 +72,7 @@ double td_pp_split_auto(td_pp_split *sp, const double *block_cost, double embed_
     return worst;
 }
 
-void td_pp_held_units(const td_pp_split *sp, int L, int stage, unsigned char *held) {
+void td_pp_held_units(const td_pp_split *sp, int L, int tied, int stage, unsigned char *held) {
     memset(held, 0, (size_t)L + 2);
     int P = sp->P;
     for (int c = 0; c < sp->V; c++) {
@@ -80,8 +80,9 @@ void td_pp_held_units(const td_pp_split *sp, int L, int stage, unsigned char *he
         for (int l = sp->first[v]; l < sp->first[v + 1]; l++) held[l + 1] = 1;
     }
     /* the token embedding: the first stage looks tokens up, the last uses it
-     * as the head (both hold all of unit 0; pp = 1: one stage does both) */
-    if (stage == 0 || stage == P - 1) held[0] = 1;
+     * as the head when it is tied (both hold all of unit 0; pp = 1: one stage
+     * does both); an untied head lives in unit L+1 */
+    if (stage == 0 || (tied && stage == P - 1)) held[0] = 1;
     if (stage == P - 1) held[L + 1] = 1;
 }
 

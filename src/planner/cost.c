@@ -26,24 +26,63 @@ const char *td_plan_cost_name(int cost) {
     return n[cost];
 }
 
+/* The family's sizes; td_plan_model_finish has resolved llama's F. */
+static int is_llama(const td_plan_model *m) { return m->arch == TD_ARCH_LLAMA; }
+static double ffn(const td_plan_model *m) { return m->F ? m->F : 4.0 * m->C; }
+/* columns of k (and of v): KV heads of C / H */
+static double kv_cols(const td_plan_model *m) { return (double)(m->KV ? m->KV : m->H) * (m->C / m->H); }
+static int untied(const td_plan_model *m) {
+    return m->tie == TD_TIE_OFF || (m->tie == TD_TIE_DEFAULT && is_llama(m));
+}
+/* Llama's weight matrices per block: q and o (C x C), k and v (KV hs x C),
+ * gate, up and down (F x C) */
+static double llama_block_matrices(const td_plan_model *m) {
+    double h = m->C;
+    return 2 * h * h + 2 * kv_cols(m) * h + 3 * ffn(m) * h;
+}
+/* The model's config for td_gpt_flops_per_token (the sizes it reads). */
+static td_gpt_config gpt_config_of(const td_plan_model *m) {
+    return (td_gpt_config){.L = m->L, .H = m->H, .C = m->C, .T = m->T, .V = m->V, .arch = (td_arch)m->arch,
+                           .KV = m->KV ? m->KV : m->H, .F = (int)ffn(m), .tie = untied(m) ? TD_TIE_OFF : TD_TIE_ON};
+}
+
 double td_plan_params(const td_plan_model *m) {
     double l = m->L, h = m->C;
+    if (is_llama(m)) /* blocks with their two RMSNorms, the embedding, the final norm, the head */
+        return l * (llama_block_matrices(m) + 2 * h) + (double)m->V * h + h + (untied(m) ? (double)m->V * h : 0);
     return 12 * l * h * h * (1 + 13 / (12 * h) + (m->V + m->T) / (12 * l * h));
 }
 
 double td_plan_flops(const td_plan_model *m, double batch, int factor) {
     double l = m->L, h = m->C, s = m->T;
+    if (is_llama(m)) {
+        td_gpt_config cfg = gpt_config_of(m);
+        return factor / 72.0 * batch * s * td_gpt_flops_per_token(&cfg);
+    }
     return factor * batch * s * l * h * h * (1 + s / (6 * h) + m->V / (16 * l * h));
 }
 
 /* A device's s / cp rows; their attention scores span all s keys. */
 static double act_bytes_cp(const td_plan_model *m, int b, int tp, int sp, int rc, int cp) {
-    double sbh = (double)m->T / cp * b * m->C, t = tp, attn = 5.0 * m->H * m->T / ((double)m->C * t);
+    double sbh = (double)m->T / cp * b * m->C, t = tp;
     if (rc == TD_PLAN_RC_FULL) return 2 * sbh / (sp ? t : 1); /* the layer's input */
-    /* 34 sbh of the layer's own tensors: 24 of them split by tp; the 10 of
-     * LayerNorm and dropout inputs only with sequence parallelism; the
-     * 5 a s / h of attention scores go with selective recomputation */
-    double per = sp ? 34 / t : 10 + 24 / t;
+    double per, attn;
+    if (is_llama(m)) {
+        /* Korthikanti's accounting for Llama's block (no dropout): 8 sbh
+         * unsplit without sequence parallelism (the two RMSNorms' inputs,
+         * the q|k|v and gate|up GEMMs' inputs); split by tp: q 2, k and v
+         * 2 KV/H each, o's input 2, gate|up 4 F/h and their product 2 F/h;
+         * the softmax output 2 a s / h (no dropout mask or output) */
+        double split = 4 + 4 * kv_cols(m) / m->C + 6 * ffn(m) / m->C;
+        per = sp ? (8 + split) / t : 8 + split / t;
+        attn = 2.0 * m->H * m->T / ((double)m->C * t);
+    } else {
+        /* 34 sbh of the layer's own tensors: 24 of them split by tp; the 10 of
+         * LayerNorm and dropout inputs only with sequence parallelism; the
+         * 5 a s / h of attention scores go with selective recomputation */
+        per = sp ? 34 / t : 10 + 24 / t;
+        attn = 5.0 * m->H * m->T / ((double)m->C * t);
+    }
     if (rc == TD_PLAN_RC_NONE) per += attn;
     return sbh * per;
 }
@@ -100,23 +139,34 @@ double td_plan_dp_volume(double psi, int d, int zero, int m) {
 }
 
 /* Parameters one device holds: the layers of a stage split by tp (their
- * biases and LayerNorms replicated), with the vocabulary-parallel embedding
- * (and positions) on the first stage and the tied output copy on the last. */
+ * biases and norms replicated), with the vocabulary-parallel embedding (and
+ * gpt2's positions) on the first stage and on the last the head: the tied
+ * copy, or the untied head (a single stage holds both); llama's final norm
+ * on the last (gpt2's, like eq. 2, is left out). */
 static double layer_params(const td_plan_model *m, int tp) {
     double h = m->C;
+    if (is_llama(m)) return llama_block_matrices(m) / tp + 2 * h;
     return 12 * h * h / tp + 13 * h;
 }
-static double stage_params(const td_plan_model *m, int tp, int pp, int first) {
+static double stage_params(const td_plan_model *m, int tp, int pp, int first, int last) {
     double h = m->C, p = (double)m->L / pp * layer_params(m, tp) + (double)m->V * h / tp;
-    return first ? p + (double)m->T * h : p;
+    if (first && last && untied(m)) p += (double)m->V * h / tp;
+    if (last && is_llama(m)) p += h;
+    return first && !is_llama(m) ? p + (double)m->T * h : p;
 }
 
-/* Elementwise bytes of one layer's forward per micro-batch: LayerNorms and
- * bias-dropout-residual adds (10 h elements of 2 bytes and 2 h one-byte
- * masks per token, split only with sequence parallelism), GeLU (8 h),
- * softmax and attention dropout (4 a s elements and an a s mask) split by tp. */
+/* Elementwise bytes of one layer's forward per micro-batch. gpt2:
+ * LayerNorms and bias-dropout-residual adds (10 h elements of 2 bytes and
+ * 2 h one-byte masks per token, split only with sequence parallelism), GeLU
+ * (8 h), softmax and attention dropout (4 a s elements and an a s mask)
+ * split by tp. llama: RMSNorms and residual adds (10 h elements), split by
+ * tp rotary positions on q and k (read and written in place), SwiGLU (gate
+ * and up read, F written) and softmax (4 a s bytes). */
 static double layer_ew_bytes(const td_plan_model *m, int b, int tp, int sp, int cp) {
     double h = m->C, as = (double)m->H * m->T; /* a device's s / cp rows against all s keys */
+    if (is_llama(m))
+        return (double)b * m->T / cp *
+               (20 * h / (sp ? tp : 1) + (4 * (h + kv_cols(m)) + 6 * ffn(m) + 4 * as) / tp);
     return (double)b * m->T / cp * (22 * h / (sp ? tp : 1) + (16 * h + 9 * as) / tp);
 }
 
@@ -172,7 +222,7 @@ static void plan_memory(const td_plan_model *m, const td_plan_cluster *c, const 
     td_plan_model local = *m; /* a device's rows of each sequence */
     local.T = m->T / cp;
     double h = m->C, s = local.T, lps = (double)m->L / p;
-    double psi0 = stage_params(m, t, p, 1), psiL = stage_params(m, t, p, p == 1);
+    double psi0 = stage_params(m, t, p, 1, p == 1), psiL = stage_params(m, t, p, p == 1, 1);
     /* mixed precision's (2 + 2 + 12) psi; fp32 elements on `local` (the
      * engine there trains in fp32: 4 + 4 + 8 psi) */
     double eb = c->elem_bytes ? c->elem_bytes / 2.0 : 1;
@@ -185,7 +235,16 @@ static void plan_memory(const td_plan_model *m, const td_plan_cluster *c, const 
     double comm = 0;
     if (l->zero == 3) comm += 2 * 2 * eb * layer_params(m, t);  /* two layers gathered (prefetch) */
     if (p > 1) comm += 2 * 2 * eb * s * b * h / (l->sp ? t : 1); /* send and receive buffers */
-    if (cp > 1) comm += 4 * 2 * eb * s * b * 2 * h / t;          /* the ring's 4 K/V blocks */
+    if (cp > 1) { /* the ring's 4 K/V blocks, as the engine's plan counts them
+                   * (td_cp_ring_plan_bytes): held in the MLP backward's
+                   * scratch, idle while attention runs (td_gpt_cp_scratch_bytes:
+                   * the first MLP GEMM's output gradient and the second's
+                   * input gradient, F1 + F columns), own memory only where
+                   * they do not fit there */
+        double blocks = 4 * 2 * eb * s * b * 2 * kv_cols(m) / t;
+        double lent = 2 * eb * s * b * ((is_llama(m) ? 2 : 1) * ffn(m) + ffn(m)) / t;
+        if (blocks > lent) comm += blocks;
+    }
     double mem0 = td_state_total(td_state_plan(psi0, d, l->zero, mixed)) + acts0;
     double memL = td_state_total(td_state_plan(psiL, d, l->zero, mixed)) + actsL;
     int last = memL > mem0;
@@ -206,7 +265,7 @@ void td_plan_evaluate(const td_plan_model *m, const td_plan_cluster *c, int glob
     td_plan_model local = *m; /* a device's s / cp rows of each sequence */
     local.T = m->T / cp;
     double h = m->C, s = local.T, s_all = m->T, lps = (double)m->L / p, eb = c->elem_bytes ? c->elem_bytes / 2.0 : 1;
-    double psi0 = stage_params(m, t, p, 1), psiL = stage_params(m, t, p, p == 1);
+    double psi0 = stage_params(m, t, p, 1, p == 1), psiL = stage_params(m, t, p, p == 1, 1);
     double psi = psi0 > psiL ? psi0 : psiL, logits = 4.0 * s * b * m->V / t;
 
     /* one layer, one micro-batch */
@@ -219,11 +278,23 @@ void td_plan_evaluate(const td_plan_model *m, const td_plan_cluster *c, int glob
     double gemm_t = 2 * bs * h * (3 * h / t) / td_plan_gemm_rate(c, bs, 3 * h / t, h) +  /* QKV */
                     2 * bs * (h / t) * h / td_plan_gemm_rate(c, bs, h, h / t) +          /* projection */
                     2 * 2 * bs * h * (4 * h / t) / td_plan_gemm_rate(c, bs, 4 * h / t, h); /* MLP */
+    if (is_llama(m)) { /* q|k|v of h + 2 KV hs columns; gate|up (2F) and down (F) */
+        double qkv = (h + 2 * kv_cols(m)) / t, f = ffn(m) / t;
+        gemm_t = 2 * bs * h * qkv / td_plan_gemm_rate(c, bs, qkv, h) +
+                 2 * bs * (h / t) * h / td_plan_gemm_rate(c, bs, h, h / t) +
+                 2 * bs * h * 2 * f / td_plan_gemm_rate(c, bs, 2 * f, h) +
+                 2 * bs * f * h / td_plan_gemm_rate(c, bs, h, f);
+    }
     double attn_gemm = 4 * b * s * s_all * h / t; /* local queries, every key */
-    double ew = eb * layer_ew_bytes(m, b, t, l->sp, cp), attn_ew = eb * (double)b * s * 9 * m->H * s_all / t;
+    /* the scores' softmax (and gpt2's dropout): 4 (9) bytes per score */
+    double ew = eb * layer_ew_bytes(m, b, t, l->sp, cp);
+    double attn_ew = eb * (double)b * s * (is_llama(m) ? 4 : 9) * m->H * s_all / t;
     /* at the bandwidth of the largest tensor an elementwise op streams (in
-     * and out): GeLU's 4h wide one, or the attention scores */
-    double ws = 2 * eb * 2 * bs * fmax(4 * h / t, (double)m->H * s_all / t), mbw = td_plan_mem_rate(c, ws);
+     * and out): GeLU's 4h wide one (SwiGLU's 2F in, F out), or the attention
+     * scores */
+    double ws = 2 * eb * 2 * bs * fmax(4 * h / t, (double)m->H * s_all / t);
+    if (is_llama(m)) ws = 2 * eb * bs * fmax(3 * ffn(m) / t, 2.0 * m->H * s_all / t);
+    double mbw = td_plan_mem_rate(c, ws);
     double tf = gemm_t + attn_gemm / bmm + ew / mbw;
     /* backward: twice the FLOPs; each elementwise op's backward moves 3
      * tensors for its forward's 2 */
@@ -268,13 +339,13 @@ void td_plan_evaluate(const td_plan_model *m, const td_plan_cluster *c, int glob
     if (cp > 1) {
         /* Per layer and micro-batch the ring sends cp - 1 K/V blocks
          * forward and cp - 1 K/V plus cp dK/dV blocks backward (a block: 2 b
-         * s/cp h/t elements, trident's td_cp_ring_formula); each step's
+         * s/cp KV hs/t elements, trident's td_cp_ring_formula); each step's
          * transfer hides behind the attention of the block before it. The
          * cp peers sit tp apart (order tp-cp-dp-pp): on a node while t cp
          * fits. */
         int cross = t * cp > G;
         double bw = cross ? c->inter_bw : c->intra_bw, lat = cross ? c->inter_lat : c->intra_lat;
-        double blk = 2 * eb * 2.0 * b * s * h / t, af = attn_gemm / bmm;
+        double blk = 2 * eb * 2.0 * b * s * kv_cols(m) / t, af = attn_gemm / bmm;
         double fwd = (cp - 1) * (blk / bw + lat), bwd = (2 * cp - 1) * (blk / bw + lat);
         double ring = fmax(0, fwd - af) * (l->rc == TD_PLAN_RC_FULL ? 2 : 1) + fmax(0, bwd - 2 * af);
         e->t[TD_COST_CP] = mb * lps * ring;

@@ -6,20 +6,30 @@
 #include <string.h>
 #include <math.h>
 
+#include "trident/base.h"
 #include "trident/files.h"
 #include "trident/planner.h"
 
 typedef struct {
     td_plan_model m;
     const char *note;
+    double rope_theta;     /* llama: the rotary base (0: gpt2) */
+    td_rope_scaling scale; /* llama 3.1's long-context scaling (factor 0: none) */
 } model_row;
+
+/* Llama 3.1's rope_scaling (rope_type "llama3") in both config.json files */
+#define LLAMA31_SCALING {8.0, 1.0, 4.0, 8192}
+#define LLAMA TD_ARCH_LLAMA
+#define NO_SCALING {0, 0, 0, 0}
+/* a gpt2 row: learned positions, a tied head, no rotary base */
+#define GPT2_ROW(name, l, h, c, v, t, note) {{name, l, h, c, v, t, TD_ARCH_GPT2, 0, 0, TD_TIE_ON}, note, 0, NO_SCALING}
 
 static const model_row models[] = {
     /* GPT-2 (Radford et al. 2019, table 2; "350m" is the 24-layer 1024-wide
      * model, "1.5b" the 48-layer one), vocabulary 50257, context 1024 */
-    {{"gpt2-124m", 12, 12, 768, 50257, 1024}, "GPT-2 small, Radford et al. 2019, table 2"},
-    {{"gpt2-350m", 24, 16, 1024, 50257, 1024}, "GPT-2 medium, Radford et al. 2019, table 2"},
-    {{"gpt2-1.5b", 48, 25, 1600, 50257, 1024}, "GPT-2, Radford et al. 2019, table 2"},
+    GPT2_ROW("gpt2-124m", 12, 12, 768, 50257, 1024, "GPT-2 small, Radford et al. 2019, table 2"),
+    GPT2_ROW("gpt2-350m", 24, 16, 1024, 50257, 1024, "GPT-2 medium, Radford et al. 2019, table 2"),
+    GPT2_ROW("gpt2-1.5b", 48, 25, 1600, 50257, 1024, "GPT-2, Radford et al. 2019, table 2"),
     /* GPT-3: Brown et al. 2020, "Language Models are Few-Shot Learners",
      * table 2.1 (n_layers, d_model, n_heads, d_head), context 2048 (n_ctx,
      * section 2.1), GPT-2's vocabulary of 50257. Two rows of the table do
@@ -28,29 +38,52 @@ static const model_row models[] = {
      * (2048 / 128); GPT-3 13B lists d_model 5140 with 40 heads of 128, and
      * 5140 does not divide by 40: d_model 5120 (40 x 128). Parameters and
      * FLOPs do not depend on the head count; tp must divide it. */
-    {{"gpt3-125m", 12, 12, 768, 50257, 2048}, "GPT-3 Small, Brown et al. 2020, table 2.1"},
-    {{"gpt3-350m", 24, 16, 1024, 50257, 2048}, "GPT-3 Medium, Brown et al. 2020, table 2.1"},
-    {{"gpt3-760m", 24, 16, 1536, 50257, 2048}, "GPT-3 Large, Brown et al. 2020, table 2.1"},
-    {{"gpt3-1.3b", 24, 16, 2048, 50257, 2048},
+    GPT2_ROW("gpt3-125m", 12, 12, 768, 50257, 2048, "GPT-3 Small, Brown et al. 2020, table 2.1"),
+    GPT2_ROW("gpt3-350m", 24, 16, 1024, 50257, 2048, "GPT-3 Medium, Brown et al. 2020, table 2.1"),
+    GPT2_ROW("gpt3-760m", 24, 16, 1536, 50257, 2048, "GPT-3 Large, Brown et al. 2020, table 2.1"),
+    GPT2_ROW("gpt3-1.3b", 24, 16, 2048, 50257, 2048,
      "GPT-3 XL, Brown et al. 2020, table 2.1, with 16 heads: the table's 24 do not divide d_model 2048; "
-     "16 are its d_head 128"},
-    {{"gpt3-2.7b", 32, 32, 2560, 50257, 2048}, "GPT-3 2.7B, Brown et al. 2020, table 2.1"},
-    {{"gpt3-6.7b", 32, 32, 4096, 50257, 2048}, "GPT-3 6.7B, Brown et al. 2020, table 2.1"},
-    {{"gpt3-13b", 40, 40, 5120, 50257, 2048},
+     "16 are its d_head 128"),
+    GPT2_ROW("gpt3-2.7b", 32, 32, 2560, 50257, 2048, "GPT-3 2.7B, Brown et al. 2020, table 2.1"),
+    GPT2_ROW("gpt3-6.7b", 32, 32, 4096, 50257, 2048, "GPT-3 6.7B, Brown et al. 2020, table 2.1"),
+    GPT2_ROW("gpt3-13b", 40, 40, 5120, 50257, 2048,
      "GPT-3 13B, Brown et al. 2020, table 2.1, with d_model 5120: the table's 5140 does not divide by its "
-     "40 heads; 5120 is 40 x its d_head 128"},
-    {{"gpt3-175b", 96, 96, 12288, 50257, 2048}, "GPT-3 175B, Brown et al. 2020, table 2.1"},
+     "40 heads; 5120 is 40 x its d_head 128"),
+    GPT2_ROW("gpt3-175b", 96, 96, 12288, 50257, 2048, "GPT-3 175B, Brown et al. 2020, table 2.1"),
     /* Megatron-LM (Narayanan et al. 2021) table 1: vocabulary 51200, sequence 2048 */
-    {{"megatron-1.7b", 24, 24, 2304, 51200, 2048}, "Megatron-LM, Narayanan et al. 2021, table 1"},
-    {{"megatron-3.6b", 30, 32, 3072, 51200, 2048}, "Megatron-LM, Narayanan et al. 2021, table 1"},
-    {{"megatron-7.5b", 36, 32, 4096, 51200, 2048}, "Megatron-LM, Narayanan et al. 2021, table 1"},
-    {{"megatron-18b", 40, 48, 6144, 51200, 2048}, "Megatron-LM, Narayanan et al. 2021, table 1"},
-    {{"megatron-39b", 48, 64, 8192, 51200, 2048}, "Megatron-LM, Narayanan et al. 2021, table 1"},
-    {{"megatron-76b", 60, 80, 10240, 51200, 2048}, "Megatron-LM, Narayanan et al. 2021, table 1"},
-    {{"megatron-145b", 80, 96, 12288, 51200, 2048}, "Megatron-LM, Narayanan et al. 2021, table 1"},
-    {{"megatron-310b", 96, 128, 16384, 51200, 2048}, "Megatron-LM, Narayanan et al. 2021, table 1"},
-    {{"megatron-530b", 105, 128, 20480, 51200, 2048}, "Megatron-LM, Narayanan et al. 2021, table 1"},
-    {{"megatron-1t", 128, 160, 25600, 51200, 2048}, "Megatron-LM, Narayanan et al. 2021, table 1"},
+    GPT2_ROW("megatron-1.7b", 24, 24, 2304, 51200, 2048, "Megatron-LM, Narayanan et al. 2021, table 1"),
+    GPT2_ROW("megatron-3.6b", 30, 32, 3072, 51200, 2048, "Megatron-LM, Narayanan et al. 2021, table 1"),
+    GPT2_ROW("megatron-7.5b", 36, 32, 4096, 51200, 2048, "Megatron-LM, Narayanan et al. 2021, table 1"),
+    GPT2_ROW("megatron-18b", 40, 48, 6144, 51200, 2048, "Megatron-LM, Narayanan et al. 2021, table 1"),
+    GPT2_ROW("megatron-39b", 48, 64, 8192, 51200, 2048, "Megatron-LM, Narayanan et al. 2021, table 1"),
+    GPT2_ROW("megatron-76b", 60, 80, 10240, 51200, 2048, "Megatron-LM, Narayanan et al. 2021, table 1"),
+    GPT2_ROW("megatron-145b", 80, 96, 12288, 51200, 2048, "Megatron-LM, Narayanan et al. 2021, table 1"),
+    GPT2_ROW("megatron-310b", 96, 128, 16384, 51200, 2048, "Megatron-LM, Narayanan et al. 2021, table 1"),
+    GPT2_ROW("megatron-530b", 105, 128, 20480, 51200, 2048, "Megatron-LM, Narayanan et al. 2021, table 1"),
+    GPT2_ROW("megatron-1t", 128, 160, 25600, 51200, 2048, "Megatron-LM, Narayanan et al. 2021, table 1"),
+    /* The Llama family as its Hugging Face config.json files publish it
+     * (num_hidden_layers, num_attention_heads, num_key_value_heads,
+     * hidden_size, intermediate_size, vocab_size, max_position_embeddings,
+     * rope_theta, tie_word_embeddings; rms_norm_eps is 1e-5 in each, the
+     * model's default). The planner's parameter counts are printed beside
+     * the published sizes in docs/planner-cli.md. */
+    {{"smollm-135m", 30, 9, 576, 49152, 2048, LLAMA, 3, 1536, TD_TIE_ON},
+     "SmolLM-135M, HuggingFaceTB/SmolLM-135M config.json (Allal et al. 2024, the SmolLM blog post)", 10000, NO_SCALING},
+    {{"tinyllama-1.1b", 22, 32, 2048, 32000, 2048, LLAMA, 4, 5632, TD_TIE_OFF},
+     "TinyLlama-1.1B, TinyLlama/TinyLlama-1.1B-intermediate-step-1431k-3T config.json (Zhang et al. 2024)",
+     10000, NO_SCALING},
+    {{"llama2-7b", 32, 32, 4096, 32000, 4096, LLAMA, 32, 11008, TD_TIE_OFF},
+     "Llama 2 7B, meta-llama/Llama-2-7b-hf config.json (Touvron et al. 2023, table 1)", 10000, NO_SCALING},
+    {{"llama3-8b", 32, 32, 4096, 128256, 8192, LLAMA, 8, 14336, TD_TIE_OFF},
+     "Llama 3 8B, meta-llama/Meta-Llama-3-8B config.json (Dubey et al. 2024, table 3)", 500000, NO_SCALING},
+    {{"llama3.1-70b", 80, 64, 8192, 128256, 131072, LLAMA, 8, 28672, TD_TIE_OFF},
+     "Llama 3.1 70B, meta-llama/Llama-3.1-70B config.json (Dubey et al. 2024, table 3), rope_scaling llama3: "
+     "factor 8, low 1, high 4, original context 8192",
+     500000, LLAMA31_SCALING},
+    {{"llama3.1-405b", 126, 128, 16384, 128256, 131072, LLAMA, 8, 53248, TD_TIE_OFF},
+     "Llama 3.1 405B, meta-llama/Llama-3.1-405B config.json (Dubey et al. 2024, table 3), rope_scaling llama3: "
+     "factor 8, low 1, high 4, original context 8192",
+     500000, LLAMA31_SCALING},
 };
 #define N_MODELS ((int)(sizeof models / sizeof models[0]))
 
@@ -68,10 +101,36 @@ static const model_row *find_model(const char *name) {
     return NULL;
 }
 
+void td_plan_model_finish(td_plan_model *m) {
+    /* gpt2's defaults; sizes beyond the engine's limits stay plannable */
+    if (m->arch != TD_ARCH_LLAMA && !m->KV && !m->F && m->tie != TD_TIE_OFF) {
+        TD_CHECK(m->arch == TD_ARCH_GPT2, "unknown architecture %d", m->arch);
+        if (!m->tie) m->tie = TD_TIE_ON;
+        return;
+    }
+    /* the model's own defaults and checks; L, T and V play no part in them
+     * (a copy within the engine's limits, which the planner need not keep) */
+    td_gpt_config cfg = {.L = 1, .H = m->H, .C = m->C, .T = 1, .V = 1, .arch = (td_arch)m->arch,
+                         .KV = m->KV, .F = m->F, .tie = m->tie};
+    td_gpt_config_finish(&cfg);
+    m->KV = cfg.KV, m->F = cfg.F, m->tie = cfg.tie;
+}
+
 int td_plan_model_preset(const char *name, td_plan_model *m) {
     const model_row *r = find_model(name);
     if (!r) return -1;
     *m = r->m;
+    td_plan_model_finish(m);
+    return 0;
+}
+
+int td_plan_model_preset_config(const char *name, td_gpt_config *cfg) {
+    const model_row *r = find_model(name);
+    if (!r) return -1;
+    const td_plan_model *m = &r->m;
+    *cfg = (td_gpt_config){.L = m->L, .H = m->H, .C = m->C, .T = m->T, .V = m->V, .arch = (td_arch)m->arch,
+                           .KV = m->KV, .F = m->F, .tie = m->tie, .rope_theta = r->rope_theta,
+                           .rope_scaling = r->scale};
     return 0;
 }
 
@@ -96,7 +155,16 @@ void td_plan_model_presets_print(void) {
     printf("model presets (--model): layers, heads, hidden, vocabulary, sequence; source\n");
     for (int i = 0; i < N_MODELS; i++) {
         const td_plan_model *m = &models[i].m;
+        if (m->arch == TD_ARCH_LLAMA) continue;
         printf("  %-14s %4d %4d %6d %6d %5d  %s\n", m->name, m->L, m->H, m->C, m->V, m->T, models[i].note);
+    }
+    printf("llama presets: layers, heads, kv heads, hidden, MLP hidden, vocabulary, sequence, rope theta, "
+           "tied head; source\n");
+    for (int i = 0; i < N_MODELS; i++) {
+        const td_plan_model *m = &models[i].m;
+        if (m->arch != TD_ARCH_LLAMA) continue;
+        printf("  %-14s %4d %4d %3d %6d %6d %6d %6d %6.0f %-3s  %s\n", m->name, m->L, m->H, m->KV, m->C, m->F,
+               m->V, m->T, models[i].rope_theta, m->tie == TD_TIE_ON ? "yes" : "no", models[i].note);
     }
     for (size_t i = 0; i < sizeof aliases / sizeof aliases[0]; i++)
         printf("  %-14s = %s\n", aliases[i].alias, aliases[i].name);

@@ -37,6 +37,9 @@ int td_plan_check(const td_plan_model *m, const td_plan_cluster *c, int global_b
     if ((long)l->dp * l->tp * l->pp * td_plan_cp(l) != c->gpus)
         BAD("dp %d x tp %d x pp %d x cp %d is not the %d devices", l->dp, l->tp, l->pp, td_plan_cp(l), c->gpus);
     if (m->H % l->tp) BAD("tp %d does not divide the %d heads", l->tp, m->H);
+    /* grouped-query attention and a Llama MLP split on their own */
+    if (m->KV && m->KV % l->tp) BAD("tp %d does not divide the %d kv heads", l->tp, m->KV);
+    if (m->F && m->F % l->tp) BAD("tp %d does not divide the %d MLP features", l->tp, m->F);
     if (l->tp > c->gpus_per_node && !tp_across_nodes) BAD("tp %d spans more than a node's %d devices", l->tp, c->gpus_per_node);
     if (m->L % l->pp) BAD("pp %d does not divide the %d layers", l->pp, m->L);
     if ((long)l->dp * l->micro_batch * l->micro_batches != global_batch)
@@ -233,6 +236,8 @@ static const char *alone(const td_plan_model *m, const td_plan_cluster *c, int b
     case F_TP:
         if (N % v) return snprintf(buf, n, "does not divide --gpus %d", N), buf;
         if (m->H % v) return snprintf(buf, n, "does not divide the model's %d heads", m->H), buf;
+        if (m->KV && m->KV % v) return snprintf(buf, n, "does not divide the model's %d kv heads", m->KV), buf;
+        if (m->F && m->F % v) return snprintf(buf, n, "does not divide the model's %d MLP features", m->F), buf;
         if (v > c->gpus_per_node && !t->tp_across_nodes)
             return snprintf(buf, n, "is more than a node's %d devices (--tp-across-nodes allows it)", c->gpus_per_node),
                    buf;

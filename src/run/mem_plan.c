@@ -29,7 +29,7 @@ td_mem_plan td_train_mem_plan(const td_train_opts *o, const td_gpt_config *cfg, 
                                              : td_gpt_activation_bytes_rc(table, rs->Bm, o->seq_parallel, rc);
         plan.bytes[TD_MEM_COMM] += td_tp_comm_plan_bytes(table, rs->Bm, o->seq_parallel);
         int cp = lay->cp > 1 ? lay->cp : 1, tp = lay->tp;
-        td_cp_shape ring = {rs->Bm, cfg->T / cp, cfg->C / tp, cfg->H / tp, td_train_precision(o)};
+        td_cp_shape ring = {rs->Bm, cfg->T / cp, cfg->C / tp, cfg->H / tp, td_train_precision(o), cfg->KV / tp};
         /* its K/V blocks, in the MLP backward's scratch (run.c lends it) */
         size_t lent = td_gpt_cp_scratch_bytes(table, rs->Bm, o->seq_parallel);
         plan.bytes[TD_MEM_COMM] += td_cp_ring_plan_bytes(&ring, cp, lent);

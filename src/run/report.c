@@ -55,13 +55,19 @@ void td_report_open(td_report *r, const td_train_opts *o, const td_grid *g,
     td_grid_print(g);
     if (o->run_config) td_log("config: %s\n", o->run_config); /* every flag's value (docs/config.md) */
     td_log("data: %s; %zu train / %zu val tokens\n", d->description, d->n_train, d->n_val);
-    td_log("model: L=%d H=%d C=%d T=%d V=%d (padded %d); %zu parameters (%.2fM)\n", cfg->L, cfg->H,
-           cfg->C, cfg->T, cfg->V, t->Vp, t->n_global, t->n_global / 1e6);
+    if (cfg->arch == TD_ARCH_GPT2)
+        td_log("model: L=%d H=%d C=%d T=%d V=%d (padded %d); %zu parameters (%.2fM)\n", cfg->L, cfg->H, cfg->C,
+               cfg->T, cfg->V, t->Vp, t->n_global, t->n_global / 1e6);
+    else
+        td_log("model: %s L=%d H=%d KV=%d C=%d F=%d T=%d V=%d (padded %d), head %s, rope theta %g%s; %zu parameters "
+               "(%.2fM)\n", td_arch_name(cfg->arch), cfg->L, cfg->H, cfg->KV, cfg->C, cfg->F, cfg->T, cfg->V, t->Vp,
+               td_gpt_tied(cfg) ? "tied" : "untied", cfg->rope_theta,
+               cfg->rope_scaling.factor > 0 ? " (llama3 scaling)" : "", t->n_global, t->n_global / 1e6);
     if (g->axis[TD_TP].size > 1)
         td_log("tensor parallel: tp %d%s; %zu parameters per tp rank (heads %d, MLP features %d, "
                "vocabulary rows %d of %d)\n",
                g->axis[TD_TP].size, o->seq_parallel ? ", sequence parallel" : "", t->n_real,
-               cfg->H / g->axis[TD_TP].size, 4 * cfg->C / g->axis[TD_TP].size, t->vocab_local,
+               cfg->H / g->axis[TD_TP].size, cfg->F / g->axis[TD_TP].size, t->vocab_local,
                t->Vp);
     td_log("batch: %d sequences x %d tokens per step = %d replicas x %d micro-batches x %d; "
            "%d threads per rank; dp-mode %s, zero %d, recompute %s\n",

@@ -16,6 +16,7 @@
 #include "trident/fault.h"
 #include "trident/kernels.h"
 #include "trident/out_lock.h"
+#include "trident/planner.h"
 #include "trident/stop.h"
 
 /* Default threads: the cores of this node shared by the ranks on it. */
@@ -78,15 +79,17 @@ static void open_grid(td_run *r, td_dp_mode mode) {
 static void open_plan(td_run *r, td_dp_mode mode, td_dp_config *dcfg) {
     const td_train_opts *o = r->o;
     td_grid *g = &r->g;
-    r->cfg = (td_gpt_config){o->layers, o->heads, o->embd, o->seq, r->data.tok.V, 0};
-    td_gpt_config_finish(&r->cfg);
+    td_train_model_config(o, r->data.tok.V, &r->cfg);
+    td_gpt_config preset; /* --model: the data's vocabulary, not the preset's */
+    if (o->model && td_plan_model_preset_config(o->model, &preset) == 0 && preset.V != r->cfg.V)
+        td_log("--model %s: vocabulary %d (the data's), not the preset's %d\n", o->model, r->cfg.V, preset.V);
     td_gpt_check_tp(&r->cfg, g->axis[TD_TP].size, o->seq_parallel);
     split_batch(o, g->axis[TD_DP].size, &r->ec.Bl, &r->ec.Bm);
     int Bm = r->ec.Bm;
     r->piped = g->axis[TD_PP].size > 1;
     if (r->piped) {
         td_pipeline_setup(o, g, &r->cfg, Bm, &r->sched, &r->split);
-        td_pp_held_units(&r->split, r->cfg.L, g->axis[TD_PP].rank, r->held);
+        td_pp_held_units(&r->split, r->cfg.L, td_gpt_tied(&r->cfg), g->axis[TD_PP].rank, r->held);
     }
     *dcfg = td_train_dp_config(o, mode);
     td_layout lay = td_layout_of_grid(g);
@@ -262,7 +265,7 @@ static void traffic_formula(td_run *r) {
     if (recompute)
         td_tp_formula_add_recompute(&res->tp_formula, &local, r->ec.Bm, o->grad_accum, tp, o->seq_parallel, nb);
     if (r->ring) { /* per block and micro-batch one ring forward (two under recomputation) and one backward */
-        td_cp_shape s = {r->ec.Bm, local.T, r->cfg.C / tp, r->cfg.H / tp, td_train_precision(o)};
+        td_cp_shape s = {r->ec.Bm, local.T, r->cfg.C / tp, r->cfg.H / tp, td_train_precision(o), r->cfg.KV / tp};
         uint64_t fwd, bwd;
         td_cp_ring_formula(&s, g->axis[TD_CP].size, &fwd, &bwd);
         res->cp_formula_bytes = (uint64_t)nb * o->grad_accum * ((1 + recompute) * fwd + bwd);

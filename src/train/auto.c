@@ -42,7 +42,7 @@ static double engine_bytes(const td_train_opts *o, const td_gpt_config *cfg, con
     for (int st = 0; st < x.pp; st++) {
         td_layout lay = {.dp = x.dp, .tp = x.tp, .pp = x.pp, .dp_rank = 0, .dp_shares_memory = x.dp > 1};
         unsigned char held[TD_MAX_LAYERS + 2];
-        if (x.pp > 1) td_pp_held_units(&split, cfg->L, st, held);
+        if (x.pp > 1) td_pp_held_units(&split, cfg->L, td_gpt_tied(cfg), st, held);
         td_param_table t;
         td_rank_shape rs = {&dcfg, &lay, 0, st, x.pp > 1 ? held : NULL, x.pp > 1 ? &split : NULL, &sched, Bm, 0};
         td_mem_plan p = td_train_mem_plan(&x, cfg, &rs, &t);
@@ -85,10 +85,10 @@ void td_auto_choose(td_train_opts *o, td_auto *a) {
     }
     td_dataset data;
     td_data_load(&data, o->data, o->tokenizer, o->vocab, o->seq);
-    td_gpt_config cfg = {o->layers, o->heads, o->embd, o->seq, data.tok.V, 0};
+    td_gpt_config cfg;
+    td_train_model_config(o, data.tok.V, &cfg);
     td_data_free(&data);
-    td_gpt_config_finish(&cfg);
-    td_plan_model m = {"train", cfg.L, cfg.H, cfg.C, cfg.V, cfg.T};
+    td_plan_model m = {"train", cfg.L, cfg.H, cfg.C, cfg.V, cfg.T, (int)cfg.arch, cfg.KV, cfg.F, cfg.tie};
     td_plan_cluster_local(&prof, world, o->threads, &a->cluster);
     td_plan_fixed fix;
     td_plan_fixed_init(&fix);

@@ -194,7 +194,7 @@ int td_eval_main(int argc, char **argv) {
              "eval: --split '%s' is not a split; valid: val, train, all", e.split);
     td_ckpt_describe(&e.ck, e.ckpt);
     /* the model and the run it continues come from the checkpoint */
-    o.layers = e.ck.cfg.L, o.heads = e.ck.cfg.H, o.embd = e.ck.cfg.C, o.seq = e.ck.cfg.T;
+    td_train_opts_set_model(&o, &e.ck.cfg);
     o.seed = e.ck.seed;
     o.resume = e.ck.dir;
     o.steps = e.ck.step + 1; /* one step beyond it: none is run */

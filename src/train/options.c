@@ -10,6 +10,7 @@
 #include "trident/loss_scale.h"
 #include "trident/model.h"
 #include "trident/parallel.h"
+#include "trident/planner.h"
 #include "trident/train.h"
 #include "run_config.h"
 
@@ -18,6 +19,7 @@ void td_train_opts_default(td_train_opts *o) {
     o->tokenizer = NULL; /* NULL: not given (text files use char; token files refuse one) */
     o->vocab = -1;       /* unset: a token file's max id + 1 (an explicit --vocab is >= 1) */
     o->layers = 4, o->heads = 4, o->embd = 128, o->seq = 64;
+    o->arch = "gpt2";
     o->batch = 12, o->grad_accum = 1, o->steps = 2000;
     o->optim = (td_optim_config){.lr = 1e-3f, .min_lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.99f,
                                  .eps = 1e-8f, .weight_decay = 0.1f, .clip = 1.0f, .warmup = 100};
@@ -55,10 +57,17 @@ int td_train_flag_table(td_train_opts *o, td_flag *out, int cap) {
         {"--tokenizer", TD_FLAG_STR, &o->tokenizer, "char (default), byte, gpt2 (GPT-2 BPE, vocabulary 50257) or FILE.json (a Hugging Face tokenizer.json, byte-level BPE) for text files; gpt2 also marks token files of GPT-2 ids, FILE.json the shards tokenized with it", NULL},
         {"--vocab", TD_FLAG_INT, &o->vocab, "vocabulary size of a token file (default: max id + 1)",
          "[1, " STR(TD_MAX_VOCAB) "]"},
+        {"--model", TD_FLAG_STR, &o->model, "a model preset of `trident plan --list-models` (gpt2-124m, llama3-8b, smollm-135m, ...): sets --layers --heads --embd --seq --arch --kv-heads --ffn-hidden --rope-theta --tie-embeddings (and Llama 3.1's rope scaling); flags given on the command line or in --config win; the vocabulary stays the data's", NULL},
         {"--layers", TD_FLAG_INT, &o->layers, "transformer blocks L (4)", "[1, " STR(TD_MAX_LAYERS) "]"},
         {"--heads", TD_FLAG_INT, &o->heads, "attention heads H (4)", "[1, " STR(TD_MAX_EMBD) "]"},
         {"--embd", TD_FLAG_INT, &o->embd, "channels C, divisible by H (128)", "[1, " STR(TD_MAX_EMBD) "]"},
         {"--seq", TD_FLAG_INT, &o->seq, "context length T (64)", "[1, " STR(TD_MAX_SEQ) "]"},
+        {"--arch", TD_FLAG_STR, &o->arch, "model family: gpt2 (default: LayerNorm, learned positions, GELU MLP, biases, tied head) or llama (RMSNorm, rotary positions, SwiGLU MLP, grouped-query attention, no biases, untied head)", NULL},
+        {"--kv-heads", TD_FLAG_INT, &o->kv_heads, "llama: key/value heads, dividing --heads (default: --heads; 1 = multi-query)", NONNEG},
+        {"--ffn-hidden", TD_FLAG_INT, &o->ffn_hidden, "llama: MLP hidden features (default: 8C/3 rounded up to a multiple of 256)", NONNEG},
+        {"--norm-eps", TD_FLAG_FLOAT, &o->norm_eps, "llama: RMSNorm epsilon (1e-5)", "(0, 1]"},
+        {"--rope-theta", TD_FLAG_DOUBLE, &o->rope_theta, "llama: rotary embedding base (10000)", "(0, 1e30]"},
+        {"--tie-embeddings", TD_FLAG_STR, &o->tie_embeddings, "on or off: the LM head is the token embedding (default: on for gpt2, which has no other, off for llama)", NULL},
         {"--batch", TD_FLAG_INT, &o->batch, "global batch in sequences per step (12)", POS},
         {"--grad-accum", TD_FLAG_INT, &o->grad_accum, "micro-batches per step per replica (1); the pipeline's micro-batches", POS},
         {"--micro-batches", TD_FLAG_INT, &o->grad_accum, "the same as --grad-accum: micro-batches per step per replica, which a pipeline schedule runs in flight", POS},
@@ -126,16 +135,67 @@ int td_train_flag_table(td_train_opts *o, td_flag *out, int cap) {
     return n;
 }
 
+/* --model: every model flag not given (on the command line or in --config)
+ * takes the preset's value; a given one wins, as the command line wins
+ * over --config (docs/config.md). The preset's vocabulary is not a flag:
+ * the data's is the model's (the run notes a difference: src/run/run.c). */
+static void apply_model_preset(td_train_opts *o, const td_flag *flags, int n, const td_flags_info *info) {
+    td_gpt_config p;
+    if (!o->model) return;
+    TD_CHECK(td_plan_model_preset_config(o->model, &p) == 0, "--model '%s' is not a preset; use %s", o->model,
+             td_plan_model_presets());
+    int llama = p.arch == TD_ARCH_LLAMA;
+#define FROM_PRESET(field, value) \
+    if (td_flags_from(flags, n, info, &o->field) == TD_FROM_DEFAULT) o->field = (value)
+    FROM_PRESET(layers, p.L);
+    FROM_PRESET(heads, p.H);
+    FROM_PRESET(embd, p.C);
+    FROM_PRESET(seq, p.T);
+    FROM_PRESET(arch, td_arch_name(p.arch));
+    FROM_PRESET(kv_heads, llama ? p.KV : 0);
+    FROM_PRESET(ffn_hidden, llama ? p.F : 0);
+    FROM_PRESET(rope_theta, p.rope_theta);
+    FROM_PRESET(tie_embeddings, !llama ? NULL : p.tie == TD_TIE_ON ? "on" : "off");
+#undef FROM_PRESET
+    /* Llama 3.1's scaling has no flag: the preset's while the family stays
+     * its own (a resumed checkpoint's replaces it, run_config.c) */
+    if (llama && strcmp(o->arch, "llama") == 0) o->rope_scaling = p.rope_scaling;
+}
+
 void td_train_opts_parse(td_train_opts *o, int argc, char **argv) {
     td_flag flags[TD_TRAIN_MAX_FLAGS];
     int n = td_train_flag_table(o, flags, TD_TRAIN_MAX_FLAGS);
     unsigned char from[TD_TRAIN_MAX_FLAGS];
     td_flags_info info = {from, NULL, 0};
     td_flags_parse_info("train", flags, n, argc, argv, &info);
+    apply_model_preset(o, flags, n, &info);       /* --model: the flags not given */
     td_train_resume_defaults(o, flags, n, &info); /* --resume: the model, tokenizer, data of the checkpoint */
     td_train_opts_check(o);
     o->run_config = td_flags_json(flags, n);
     o->print_config = info.print_config;
+}
+
+void td_train_model_config(const td_train_opts *o, int V, td_gpt_config *cfg) {
+    *cfg = (td_gpt_config){.L = o->layers, .H = o->heads, .C = o->embd, .T = o->seq, .V = V};
+    int arch = td_arch_parse(o->arch);
+    TD_CHECK(arch >= 0, "--arch %s: unknown model family; valid: gpt2, llama", o->arch);
+    cfg->arch = (td_arch)arch;
+    cfg->KV = o->kv_heads, cfg->F = o->ffn_hidden;
+    cfg->norm_eps = o->norm_eps, cfg->rope_theta = o->rope_theta;
+    cfg->rope_scaling = o->rope_scaling;
+    const char *tie = o->tie_embeddings;
+    TD_CHECK(!tie || strcmp(tie, "on") == 0 || strcmp(tie, "off") == 0, "--tie-embeddings %s: valid: on, off", tie);
+    cfg->tie = !tie ? TD_TIE_DEFAULT : strcmp(tie, "on") == 0 ? TD_TIE_ON : TD_TIE_OFF;
+    td_gpt_config_finish(cfg);
+}
+
+void td_train_opts_set_model(td_train_opts *o, const td_gpt_config *cfg) {
+    o->layers = cfg->L, o->heads = cfg->H, o->embd = cfg->C, o->seq = cfg->T;
+    o->arch = td_arch_name(cfg->arch);
+    o->rope_scaling = cfg->rope_scaling;
+    if (cfg->arch == TD_ARCH_GPT2) return; /* the rest are llama's flags */
+    o->kv_heads = cfg->KV, o->ffn_hidden = cfg->F, o->norm_eps = cfg->norm_eps, o->rope_theta = cfg->rope_theta;
+    o->tie_embeddings = td_gpt_tied(cfg) ? "on" : "off";
 }
 
 void td_train_opts_check(td_train_opts *o) {

@@ -18,6 +18,26 @@ static const char *origin(const td_flags_info *info, int from, char *buf, size_t
     return buf;
 }
 
+/* The model family's flags: the checkpoint's where not given (a given one
+ * that contradicts it is refused at the load, td_ckpt_resume_check), and
+ * its rope scaling, which no flag sets. */
+static void resume_family(td_train_opts *o, const td_flag *flags, int n, const td_flags_info *info,
+                          const td_manifest *m, const char *dir) {
+    td_gpt_config saved;
+    td_ckpt_manifest_config(m, dir, &saved);
+    if (td_flags_from(flags, n, info, &o->arch) != TD_FROM_DEFAULT && td_arch_parse(o->arch) != (int)saved.arch)
+        return; /* another family: the load names the difference */
+    o->arch = td_arch_name(saved.arch);
+    o->rope_scaling = saved.rope_scaling;
+    if (saved.arch == TD_ARCH_GPT2) return;
+    if (td_flags_from(flags, n, info, &o->kv_heads) == TD_FROM_DEFAULT) o->kv_heads = saved.KV;
+    if (td_flags_from(flags, n, info, &o->ffn_hidden) == TD_FROM_DEFAULT) o->ffn_hidden = saved.F;
+    if (td_flags_from(flags, n, info, &o->norm_eps) == TD_FROM_DEFAULT) o->norm_eps = saved.norm_eps;
+    if (td_flags_from(flags, n, info, &o->rope_theta) == TD_FROM_DEFAULT) o->rope_theta = saved.rope_theta;
+    if (td_flags_from(flags, n, info, &o->tie_embeddings) == TD_FROM_DEFAULT)
+        o->tie_embeddings = td_gpt_tied(&saved) ? "on" : "off";
+}
+
 void td_train_resume_defaults(td_train_opts *o, const td_flag *flags, int n, const td_flags_info *info) {
     if (!o->resume) return;
     int latest = strcmp(o->resume, "latest") == 0;
@@ -43,6 +63,7 @@ void td_train_resume_defaults(td_train_opts *o, const td_flag *flags, int n, con
                  "resume takes it from the checkpoint) or give %d", dir, model[i].flag, model[i].saved,
                  *model[i].value, origin(info, from, where, sizeof where), model[i].flag, model[i].saved);
     }
+    resume_family(o, flags, n, info, &m, dir);
     /* a tokenizer.json: its file (the resume compares its XXH3, so another
      * path to the same bytes is fine) */
     const char *kind = m.tok_kind == TD_TOK_HF ? td_flags_strdup(m.tok_file) /* outlives m */

@@ -108,8 +108,8 @@ typedef struct {
 static void reference(const td_train_opts *o, verify_ctx *v) {
     td_dataset d;
     td_data_load(&d, o->data, o->tokenizer, o->vocab, o->seq);
-    td_gpt_config cfg = {o->layers, o->heads, o->embd, o->seq, d.tok.V, 0};
-    td_gpt_config_finish(&cfg);
+    td_gpt_config cfg;
+    td_train_model_config(o, d.tok.V, &cfg);
     td_param_table_build(&v->canon, &cfg, 1);
     const td_param_table *t = &v->canon;
     size_t n = t->numel;

@@ -47,7 +47,7 @@ static void check_load(const char *path, const float *p, const float *m, const f
 static void files(void) {
     char dir[] = "/tmp/td_ckpt_files.XXXXXX";
     TD_ASSERT(mkdtemp(dir));
-    td_gpt_config cfg = {1, 2, 16, 8, 5, 0};
+    td_gpt_config cfg = {.L = 1, .H = 2, .C = 16, .T = 8, .V = 5};
     td_gpt_config_finish(&cfg);
     uint32_t chars[5] = {'\n', 'a', 'b', 'c', 0x4E2D};
     td_tokenizer tok = {TD_TOK_CHAR, 5, chars, NULL, NULL, 0};

@@ -25,8 +25,8 @@ static void reference(const td_train_opts *o, float *losses, float *norms, float
                       float **V, td_param_table *t) {
     td_dataset d;
     td_data_load(&d, o->data, o->tokenizer, 0, o->seq);
-    td_gpt_config cfg = {o->layers, o->heads, o->embd, o->seq, d.tok.V, 0};
-    td_gpt_config_finish(&cfg);
+    td_gpt_config cfg;
+    td_train_model_config(o, d.tok.V, &cfg); /* the family's flags too (--arch llama) */
     td_param_table_build(t, &cfg, 1);
     size_t n = t->numel;
     float *p = td_alloc(n * 4, TD_MEM_PARAMS), *g = td_alloc(n * 4, TD_MEM_GRADS);

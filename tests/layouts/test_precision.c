@@ -66,8 +66,8 @@ int main(int argc, char **argv) {
         fclose(f);
         double tol = atof(argv[3]), gap = (mean - base_mean) / base_mean;
         if (rank == 0)
-            printf("%s: mean loss of the last %d steps %.5f vs fp32 %.5f (%+.3f%%, bound %.1f%%); "
-                   "compute state (params + grads + activations) %.0f B vs fp32 one process %.0f B "
+            printf("%s: mean loss of the last %d steps %.5f vs the baseline %.5f (%+.3f%%, bound %.1f%%); "
+                   "compute state (params + grads + activations) %.0f B vs the baseline's %.0f B "
                    "(%.1f%%), master %zu B, optimizer %zu B\n",
                    o.precision, LAST, mean, base_mean, 100 * gap, 100 * tol, state, base_state,
                    100 * state / base_state, res.mem_planned[TD_MEM_MASTER],

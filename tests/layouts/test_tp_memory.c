@@ -99,7 +99,7 @@ int main(int argc, char **argv) {
     }
 
     if (rank == 0) { /* the gathered parameters against the single-process init */
-        td_gpt_config cfg = {o.layers, o.heads, o.embd, o.seq, (int)V, 0};
+        td_gpt_config cfg = {.L = o.layers, .H = o.heads, .C = o.embd, .T = o.seq, .V = (int)V};
         td_gpt_config_finish(&cfg);
         td_param_table canon;
         td_param_table_build(&canon, &cfg, 1);

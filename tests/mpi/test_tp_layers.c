@@ -31,7 +31,7 @@
 /* L H C T V: tp 4 divides the heads; V = 70 pads to 96 for tp 2 (rank 1's
  * shard partly padding) and to 128 for tp 4 (rank 2's partly, rank 3's
  * wholly padding). */
-static td_gpt_config CFG = {1, 4, 32, 8, 70, 0};
+static td_gpt_config CFG = {.L = 1, .H = 4, .C = 32, .T = 8, .V = 70};
 enum { B = 3 };
 
 /* fp32 sums split over ranks and added in another order: errors of a few

@@ -1,6 +1,7 @@
 /* Writing trident's weights in tests/ref/gpt_ref.py's input format: per
  * tensor int32 namelen, name, int32 ndim, int32 shape[ndim], float32 data,
- * nanoGPT's names and shapes (wte without trident's vocabulary padding). */
+ * the table's names and global shapes (the vocabulary rows without
+ * trident's padding). */
 #ifndef TD_TESTS_REF_IO_H
 #define TD_TESTS_REF_IO_H
 
@@ -21,7 +22,7 @@ static inline void ref_write_tensors(FILE *f, const td_param_table *t, const flo
         int32_t nl = (int32_t)strlen(p->name), nd = p->ndim;
         int32_t sh[2] = {p->shape[0], p->shape[1]};
         size_t n = p->numel;
-        if (strcmp(p->name, "transformer.wte.weight") == 0) sh[0] = V, n = (size_t)V * C;
+        if (p->split == TD_SPLIT_VOCAB) sh[0] = V, n = (size_t)V * C; /* embedding, untied head */
         ref_write(f, &nl, 4);
         ref_write(f, p->name, (size_t)nl);
         ref_write(f, &nd, 4);

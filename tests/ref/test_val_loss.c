@@ -58,7 +58,7 @@ int main(int argc, char **argv) {
         /* the same data and model shape as the trainer's */
         td_dataset data;
         td_data_load(&data, o.data, o.tokenizer, o.vocab, T);
-        td_gpt_config cfg = {o.layers, o.heads, o.embd, T, data.tok.V, 0};
+        td_gpt_config cfg = {.L = o.layers, .H = o.heads, .C = o.embd, .T = T, .V = data.tok.V};
         td_gpt_config_finish(&cfg);
         td_param_table t;
         td_param_table_build(&t, &cfg, 1);

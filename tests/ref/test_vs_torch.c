@@ -41,7 +41,7 @@ static double cmp(const float *a, const float *b, size_t n, size_t *worst) {
 }
 
 int main(void) {
-    td_gpt_config cfg = {L, H, C, T, V, 0};
+    td_gpt_config cfg = {.L = L, .H = H, .C = C, .T = T, .V = V};
     td_gpt_config_finish(&cfg);
     td_param_table t;
     td_param_table_build(&t, &cfg, 1);

@@ -188,8 +188,8 @@ static void run_case(const td_gpt_config *cfg, int B, int threads) {
 }
 
 int main(void) {
-    const td_gpt_config small = {1, 4, 32, 8, 37, 0};  /* L H C T V: the brief's block */
-    const td_gpt_config wide = {1, 4, 64, 24, 37, 0};  /* B 4: N = 96, two 48-row slices */
+    const td_gpt_config small = {.L = 1, .H = 4, .C = 32, .T = 8, .V = 37};  /* L H C T V: the brief's block */
+    const td_gpt_config wide = {.L = 1, .H = 4, .C = 64, .T = 24, .V = 37};  /* B 4: N = 96, two 48-row slices */
     run_case(&small, 2, 1);
     run_case(&wide, 4, 1);
     run_case(&wide, 4, 2);

@@ -187,6 +187,10 @@ static const char *breaking(td_rule_id id, td_compat_cfg *c) {
         c->dp = 3, c->cp = 2, c->dp_shard = 4, c->zero = 1;
         return "--dp-shard 4 does not divide the 6 ranks of dp x cp (dp 3, cp 2) into equal shards; "
                "use a divisor of 6";
+    case TD_RULE_ARCH_FLAGS:
+        c->llama_flag_text = "--kv-heads 2";
+        return "--kv-heads 2 needs --arch llama (gpt2 has H kv heads, a 4C GELU MLP, LayerNorm, learned "
+               "positions and a tied head)";
     case TD_RULE_N:
         break;
     }

@@ -21,7 +21,7 @@ static void expect(const char *what, size_t got, size_t want) {
 }
 
 int main(void) {
-    td_gpt_config cfg = {2, 4, 64, 32, 65, 0};
+    td_gpt_config cfg = {.L = 2, .H = 4, .C = 64, .T = 32, .V = 65};
     td_gpt_config_finish(&cfg);
     td_dp_config o = {.mode = TD_DP_ALLREDUCE, .bucket_bytes = 1 << 20};
     char what[128];

@@ -200,7 +200,7 @@ static void test_token_files(void) {
            "good llm.c: rc %d kind %d offset %llu count %llu: %s", rc, tf.kind, (unsigned long long)tf.offset,
            (unsigned long long)tf.count, e.msg);
     int ids[8], max_id;
-    td_tokfile_decode(buf + 1024, 3, ids, &max_id);
+    td_tokfile_decode(buf + 1024, 3, 2, ids, &max_id);
     EXPECT(ids[0] == 0 && ids[1] == 356 && ids[2] == 65535 && max_id == 65535, "decode: %d %d %d max %d",
            ids[0], ids[1], ids[2], max_id);
     EXPECT(td_tokfile_check_ids(ids, 3, 65536, &e) == 0, "ids within --vocab 65536 refused: %s", e.msg);
@@ -209,7 +209,7 @@ static void test_token_files(void) {
            "id 65535 vs --vocab 65535: rc %d message '%s'", rc, e.msg);
     rc = td_tokfile_check_ids(ids, 3, 300, &e);
     EXPECT(rc == -1 && strstr(e.msg, "token id 356 at index 1"), "first bad id: rc %d message '%s'", rc, e.msg);
-    td_tokfile_decode(buf, 0, ids, &max_id);
+    td_tokfile_decode(buf, 0, 2, ids, &max_id);
     EXPECT(max_id == -1, "max id of no tokens is %d, want -1", max_id);
     /* a header with count 0 and nothing after it is a valid, empty file */
     n = llmc_file(buf, TD_LLMC_TOKENS_MAGIC, 1, 0, 0, 0);

@@ -12,7 +12,7 @@
 #include "trident/kernels.h"
 #include "trident/model.h"
 
-static const td_gpt_config CFG0 = {2, 2, 16, 8, 37, 0}; /* L H C T V; Vp = 48 */
+static const td_gpt_config CFG0 = {.L = 2, .H = 2, .C = 16, .T = 8, .V = 37}; /* L H C T V; Vp = 48 */
 enum { B = 3 };
 
 static void check_int(const char *name, long long got, long long exp) {
@@ -143,6 +143,7 @@ static void check_layout(const td_gpt *m) {
                               8 * C + 4 * C * C, 8 * C + 8 * C * C,  /* c_fc */
                               12 * C + 8 * C * C, 12 * C + 12 * C * C, /* mlp c_proj */
                               0,         C};     /* ln_f */
+    for (int k = TD_T_LNFB + 1; k < TD_T_COUNT; k++) exp[k] = TD_NO_TENSOR; /* Llama's and the untied head */
     int bad = -1;
     for (int k = 0; k < TD_T_COUNT; k++)
         if (m->off[k] != exp[k] && bad < 0) bad = k;

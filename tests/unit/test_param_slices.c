@@ -59,7 +59,7 @@ static int check_parts(const td_gpt_config *cfg, int parts) {
 }
 
 int main(void) {
-    td_gpt_config cfg = {2, 4, 64, 32, 65, 0}; /* V 65: the padded vocabulary pads unit 0 */
+    td_gpt_config cfg = {.L = 2, .H = 4, .C = 64, .T = 32, .V = 65}; /* V 65: the padded vocabulary pads unit 0 */
     td_gpt_config_finish(&cfg);
     int fails = 0;
     for (int parts = 1; parts <= 4; parts++) fails += check_parts(&cfg, parts);

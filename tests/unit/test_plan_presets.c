@@ -72,7 +72,7 @@ static int pick(int n) {
  * fixed choices on 8 devices, 4 per node, a model whose sequence (6) tp 4
  * does not divide. */
 static void test_fixed_check(void) {
-    td_plan_model m = {"small", 4, 4, 64, 100, 6};
+    td_plan_model m = {"small", 4, 4, 64, 100, 6, TD_ARCH_GPT2, 0, 0, 0};
     td_plan_cluster c;
     char err[512];
     td_plan_cluster_preset("a100-hdr", &c, err, sizeof err);

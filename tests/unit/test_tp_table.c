@@ -117,7 +117,7 @@ static void check_tp(const td_gpt_config *cfg, int tp) {
 }
 
 int main(void) {
-    td_gpt_config cfg = {2, 12, 48, 8, 70, 0};
+    td_gpt_config cfg = {.L = 2, .H = 12, .C = 48, .T = 8, .V = 70};
     td_gpt_config_finish(&cfg);
     for (int tp = 2; tp <= 4; tp++) check_tp(&cfg, tp);
     /* tp 4: V = 70 padded to 128, rows 32 per rank: rank 3 holds padding only */

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# The Llama family through the CLI: a run saved at step 6, resumed in another
+# layout (tp 2, pp 2) without repeating the family's flags, must continue
+# with the losses of the one-process resume (1e-5 relative, steps 6-9);
+# eval and sample read the checkpoint's family; the family's refusals are
+# one error line each.
+# Usage: test_llama.sh TRIDENT DATA_DIR
+set -u
+T=${1:?usage: test_llama.sh TRIDENT DATA_DIR}
+DATA=${2:?}/tinyshakespeare.txt
+MPIRUN="mpirun --allow-run-as-root --oversubscribe --bind-to none"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+ok() { echo "ok   $1"; }
+fail() { echo "FAIL $1"; shift; [ $# -gt 0 ] && echo "$@" | tail -8; fails=$((fails+1)); }
+M=(--arch llama --layers 2 --heads 4 --kv-heads 2 --embd 32 --ffn-hidden 48 --seq 16)
+RUN=(--data "$DATA" --batch 4 --eval-every 0 --threads 1 --warmup 2)
+
+out=$("$T" train "${M[@]}" "${RUN[@]}" --steps 6 --out "$tmp/ck" 2>&1) || fail "train --out" "$out"
+grep -q "model: llama L=2 H=4 KV=2 C=32 F=48" <<<"$out" && ok "the model line names the family" ||
+  fail "model line" "$out"
+# the resumes name no family flag: the checkpoint's manifest supplies them
+resume() { # name, ranks, layout flags...
+  local name=$1 np=$2; shift 2
+  cp -r "$tmp/ck" "$tmp/$name"
+  $MPIRUN -np "$np" "$T" train "${RUN[@]}" --steps 10 --out "$tmp/$name" --resume latest --log "$tmp/$name.jsonl" "$@" \
+    >"$tmp/$name.out" 2>&1 || fail "resume $name" "$(cat "$tmp/$name.out")"
+}
+resume one 1
+resume tp2 2 --tp 2
+resume pp2 2 --pp 2 --micro-batches 2
+if python3 - "$tmp" <<'P'
+import json, sys
+d = sys.argv[1]
+def losses(n): return {j["step"]: j["loss"] for j in map(json.loads, open("%s/%s.jsonl" % (d, n))) if "loss" in j}
+one = losses("one")
+assert sorted(one) == [6, 7, 8, 9], one
+for n in ("tp2", "pp2"):
+    got = losses(n)
+    for s in one:
+        rel = abs(got[s] - one[s]) / one[s]
+        assert rel <= 1e-5, (n, s, got[s], one[s], rel)
+    print("%s: steps 6-9 within %.1e of the one-process resume" % (n, max(abs(got[s] - one[s]) / one[s] for s in one)))
+P
+then ok "resume across layouts (tp 2, pp 2) continues the one-process run"; else fail "resume across layouts"; fi
+
+out=$("$T" eval --ckpt "$tmp/one" --data "$DATA" --max-tokens 2000 2>&1) && grep -q "^eval: tokens" <<<"$out" &&
+  ok "eval reads the family from the checkpoint" || fail "eval" "$out"
+out=$("$T" sample --ckpt "$tmp/one" --tokens 20 --prompt "KING" 2>&1) && ok "sample" || fail "sample" "$out"
+
+bad() { # name, expected text, command...
+  local name=$1 want=$2; shift 2
+  local o; o=$("$@" 2>&1 </dev/null)
+  # one error line (mpirun adds its own MPI_ABORT report around it)
+  if [ $? -ne 0 ] && grep -q "^trident: error: .*$want" <<<"$o" && [ "$(grep -c '^trident: error:' <<<"$o")" -eq 1 ] &&
+     { [ "$1" != "$T" ] || [ "$(grep -c . <<<"$o")" -eq 1 ]; }; then ok "$name"
+  else fail "$name (want one error line with '$want')" "$o"; fi
+}
+bad "kv heads must divide heads" "--kv-heads 3 does not divide --heads 4" "$T" train "${RUN[@]}" --arch llama \
+  --heads 4 --kv-heads 3 --embd 32 --steps 1
+bad "tp must divide kv heads" "--tp 2 does not divide --kv-heads 1" $MPIRUN -np 2 "$T" train "${RUN[@]}" --arch llama --heads 4 \
+  --kv-heads 1 --embd 32 --tp 2 --steps 1
+bad "gpt2 has no kv heads" "--kv-heads 2 needs --arch llama" "$T" train "${RUN[@]}" --kv-heads 2 --steps 1
+bad "gpt2's head is tied" "--tie-embeddings off needs --arch llama" "$T" train "${RUN[@]}" --tie-embeddings off --steps 1
+bad "unknown family" "--arch mamba: unknown model family" "$T" train "${RUN[@]}" --arch mamba --steps 1
+bad "odd head size" "needs an even head size" "$T" train "${RUN[@]}" --arch llama --heads 4 --embd 36 --steps 1
+bad "resume into another family" "the checkpoint is of another model" "$T" train "${RUN[@]}" --arch gpt2 \
+  --layers 2 --heads 4 --embd 32 --seq 16 --steps 8 --resume "$tmp/ck/latest"
+[ $fails -eq 0 ] && echo "test_llama: ok" || echo "test_llama: $fails failures"
+exit $((fails != 0))
