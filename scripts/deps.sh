@@ -7,7 +7,7 @@
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libopenblas-dev
       python3-torch gnuplot-nox fortunes clang libclang-rt-14-dev libdnnl-dev
-      libxxhash-dev python3-xxhash python3-regex
+      libxxhash-dev python3-xxhash python3-regex libpcre2-dev
       slurmctld slurmd slurm-client munge)
 missing=()
 for p in "${pkgs[@]}"; do

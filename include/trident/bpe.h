@@ -1,11 +1,15 @@
-/* bpe: GPT-2's byte-level BPE tokenizer, exact to the reference tokenizer
- * (js-tiktoken 1.0.21, getEncoding("gpt2"), ordinary encoding: a literal
- * "<|endoftext|>" in the text is text). Pre-tokenization by GPT-2's pattern
- * (src/data/bpe_pretok.c), then tiktoken's merge: within each piece, the
- * adjacent pair whose joined bytes have the lowest rank merges first
- * (leftmost on ties) until no joined pair is a token; a piece that is a
- * token as a whole is that token. The ranks come from a trident BPE file
- * (include/trident/formats_bpe.h; data/gpt2.bpe). */
+/* bpe: byte-level BPE tokenizers. GPT-2's is exact to the reference
+ * tokenizer (js-tiktoken 1.0.21, getEncoding("gpt2"), ordinary encoding: a
+ * literal "<|endoftext|>" in the text is text). Pre-tokenization by GPT-2's
+ * pattern (src/data/bpe_pretok.c), then tiktoken's merge: within each
+ * piece, the adjacent pair whose joined bytes have the lowest rank merges
+ * first (leftmost on ties) until no joined pair is a token; a piece that is
+ * a token as a whole is that token. The ranks come from a trident BPE file
+ * (include/trident/formats_bpe.h; data/gpt2.bpe).
+ * A Hugging Face tokenizer.json (td_bpe_load_hf; src/data/bpe_hfjson.c)
+ * drives the same engine with its own pairs (its merges list: priority =
+ * position, result = the joined token's id) and its pre-tokenizer regexes
+ * run by PCRE2 (src/data/bpe_regex.c); its encoding is ordinary too. */
 #ifndef TRIDENT_BPE_H
 #define TRIDENT_BPE_H
 
@@ -23,7 +27,20 @@ typedef struct td_bpe_enc td_bpe_enc; /* one thread's encoder (its cache of piec
 /* Loads and checks a BPE rank file; 0, or -1 with e (naming nothing: the
  * caller adds the path). */
 int td_bpe_load(const char *path, td_bpe **out, td_err *e);
+/* Loads a Hugging Face tokenizer.json of the byte-level BPE kind (model
+ * BPE, pre-tokenizer ByteLevel or a Sequence of Split / Digits ending in
+ * ByteLevel, no normalizer, decoder ByteLevel); 0, or -1 with e naming the
+ * field that is wrong or unsupported (the caller adds the path). Ids are
+ * the file's; td_bpe_vocab is the largest id + 1 (model.vocab and
+ * added_tokens). td_bpe_ranks counts the same ids, some of which may hold
+ * no token (td_bpe_token: NULL). *xxh3 (unless NULL): the XXH3-64 of the
+ * file's bytes, so a checkpoint can tell the same file from an edited one. */
+int td_bpe_load_hf(const char *path, td_bpe **out, uint64_t *xxh3, td_err *e);
 void td_bpe_free(td_bpe *b);
+/* A whole file, malloc'd with a NUL after its *n bytes (a tokenizer file,
+ * or the copy export makes of one); NULL with e (naming nothing: the caller
+ * adds the path). */
+unsigned char *td_bpe_read_file(const char *path, size_t *n, td_err *e);
 /* GPT-2's tables, loaded once per process from td_bpe_gpt2_path(); any
  * failure (missing, corrupt, not GPT-2's) is one error line and exit 2. */
 const td_bpe *td_bpe_gpt2(void);
@@ -33,11 +50,20 @@ const char *td_bpe_gpt2_path(void);
 
 int td_bpe_vocab(const td_bpe *b); /* ranks + special tokens (GPT-2: 50257) */
 int td_bpe_eot(const td_bpe *b);   /* the id of <|endoftext|>, or -1 */
+/* The token a document starts with (-1: none): GPT-2's <|endoftext|>; a
+ * tokenizer.json's TemplateProcessing special token (Llama 3's
+ * <|begin_of_text|>), else its <|endoftext|>. */
+int td_bpe_bos(const td_bpe *b);
 int td_bpe_ranks(const td_bpe *b);  /* mergeable tokens: ids 0 .. ranks-1 (GPT-2: 50256) */
 /* The bytes of token id (a rank or a special token); NULL for other ids. */
 const unsigned char *td_bpe_token(const td_bpe *b, int id, int *len);
 
+/* Whether b pre-tokenizes by regexes (a tokenizer.json), for which
+ * td_bpe_split_point is not safe. */
+int td_bpe_has_regex(const td_bpe *b);
+
 td_bpe_enc *td_bpe_enc_new(const td_bpe *b);
+const td_bpe *td_bpe_enc_tables(const td_bpe_enc *enc); /* the tables enc encodes with */
 void td_bpe_enc_free(td_bpe_enc *enc);
 /* Ordinary encoding of s[0..n) (UTF-8: check it first, see td_utf8_check;
  * other bytes are encoded, never read past n). ids needs room for n (a token
@@ -49,7 +75,7 @@ size_t td_bpe_encode(td_bpe_enc *enc, const unsigned char *s, size_t n, int *ids
 size_t td_bpe_encode_threads(td_bpe_enc **encs, int threads, const unsigned char *s, size_t n,
                              int *ids);
 
-/* A split point at or after `from` (<= n) where every match of the pattern
+/* A split point at or after `from` (<= n) where every match of GPT-2's pattern
  * ends, so text before and after it can be pre-tokenized apart with the same
  * pieces: s[p-1] is a printable ASCII character and s[p] ASCII whitespace
  * (the match holding s[p-1] cannot take whitespace, and none looks back).
@@ -60,7 +86,7 @@ size_t td_bpe_split_point(const unsigned char *s, size_t n, size_t from);
  * token's own bytes merged with the ranks below id only, as tiktoken-to-
  * Hugging-Face converters recover merges.txt. 0, or -1 for a one-byte
  * token, a special token, or a token its lower ranks do not bring to two
- * parts (never for GPT-2's). */
+ * parts (never for GPT-2's), and for a tokenizer.json's tables. */
 int td_bpe_merge_pair(const td_bpe *b, int id, int pair[2]);
 
 /* Hugging Face's GPT2Tokenizer files for b (src/data/bpe_hf.c), as text in

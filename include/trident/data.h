@@ -1,6 +1,7 @@
-/* data: tokenizers (char, byte), token files (nanoGPT raw uint16 .bin, llm.c
- * .bin with its 256-int32 header, Megatron-LM .bin + .idx; read and written)
- * and the deterministic global sampler. */
+/* data: tokenizers (char, byte, GPT-2 BPE, a tokenizer.json's BPE), token
+ * files (nanoGPT raw uint16 .bin, llm.c .bin with its 256-int32 header,
+ * Megatron-LM .bin + .idx; read and written) and the deterministic global
+ * sampler. */
 #ifndef TRIDENT_DATA_H
 #define TRIDENT_DATA_H
 
@@ -10,30 +11,39 @@
 
 #include "trident/formats_data_manifest.h"
 
-typedef enum { TD_TOK_CHAR = 0, TD_TOK_BYTE = 1, TD_TOK_IDS = 2, TD_TOK_GPT2 = 3 } td_tokenizer_kind;
+typedef enum { TD_TOK_CHAR = 0, TD_TOK_BYTE = 1, TD_TOK_IDS = 2, TD_TOK_GPT2 = 3, TD_TOK_HF = 4 } td_tokenizer_kind;
 
 struct td_bpe;
 typedef struct {
     td_tokenizer_kind kind;
     int V;               /* vocabulary size */
     uint32_t *chars;     /* [V] code points (char tokenizer only, sorted) */
-    const struct td_bpe *bpe; /* GPT-2's tables (gpt2 only; shared, never freed) */
+    const struct td_bpe *bpe; /* the BPE tables (gpt2: shared, never freed; hf: own) */
+    char *file;          /* hf: the tokenizer.json as given (td_alloc'd) */
+    uint64_t file_xxh3;  /* hf: the XXH3-64 of its bytes */
 } td_tokenizer;
 
 const char *td_tokenizer_name(td_tokenizer_kind k);
 /* Char vocabulary = the sorted distinct code points of strict UTF-8 text;
- * `what` prefixes errors (e.g. "--data PATH"). */
+ * `what` prefixes errors (e.g. "--data PATH"). Sets every field of tk. */
 void td_tokenizer_build_char(td_tokenizer *tk, const char *text, size_t n, const char *what);
 /* GPT-2's byte-level BPE (vocabulary 50257; src/data/bpe.c), its tables
  * loaded from td_bpe_gpt2_path() (a missing or corrupt file is an error). */
 void td_tokenizer_gpt2(td_tokenizer *tk);
+/* Whether --tokenizer NAME names a tokenizer.json file (it ends in .json). */
+int td_tokenizer_is_file(const char *name);
+/* A Hugging Face tokenizer.json of the byte-level BPE kind (bpe.h's
+ * td_bpe_load_hf; vocabulary = its largest id + 1). Any problem with the
+ * file is one error line naming `flag` (e.g. "--tokenizer"), the path and
+ * the field. */
+void td_tokenizer_hf(td_tokenizer *tk, const char *path, const char *flag);
 /* Encode UTF-8 text; unknown characters are a user error naming them
- * (gpt2: text that is not UTF-8 is an error giving the byte offset; the
+ * (gpt2, hf: text that is not UTF-8 is an error giving the byte offset; the
  * encoding is ordinary, a literal <|endoftext|> is text). Returns the token
  * count; *out is td_alloc'd. */
 size_t td_tokenizer_encode(const td_tokenizer *tk, const char *text, size_t n, int **out);
 /* Decode one token into buf (ids print as "<123>"): UTF-8, except that a
- * gpt2 token may hold part of a character (print through td_utf8_out).
+ * gpt2 or hf token may hold part of a character (print through td_utf8_out).
  * cap >= 256 holds any token. Returns the length. */
 int td_tokenizer_decode(const td_tokenizer *tk, int token, char *buf, int cap);
 void td_tokenizer_free(td_tokenizer *tk);
@@ -105,7 +115,9 @@ int td_data_manifest_of(const char *path, td_data_manifest *m, char *json, size_
 /* The tokenizer to use for data described by manifest m (at json):
  * tokenizer (the user's --tokenizer, NULL: none) must agree with it, else
  * one error naming both; a tokenizer this build cannot read shards of is an
- * error. Returns a static name ("gpt2"). td_data_load applies this rule;
+ * error. Returns a static name ("gpt2"), or for shards of a tokenizer.json
+ * the user's FILE.json (required; td_data_load checks its XXH3 against the
+ * manifest's). td_data_load applies this rule;
  * commands that load data themselves (eval) call it to do the same. */
 const char *td_data_tokenizer_for(const td_data_manifest *m, const char *json, const char *tokenizer);
 

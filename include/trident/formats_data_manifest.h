@@ -1,6 +1,6 @@
 /* formats_data_manifest: DIR/data.json, the manifest `trident tokenize`
  * writes beside its token shards, so that a shard set says what it is:
- *   {"format": "trident-data", "version": 1, "tokenizer": "gpt2", "vocab": 50257,
+ *   {"format": "trident-data", "version": 1, "tokenizer": "gpt2" | "hf:XXH3", "vocab": 50257,
  *    "shard_format": "llmc", "tokens": N, "documents": D,
  *    "train": {"tokens": n, "documents": d, "shards": k}, "val": {...},
  *    "shards": [{"name": "NAME_train_000000.bin", "split": "train", "size": bytes,
@@ -35,7 +35,7 @@ typedef struct {
 } td_dm_shard;
 
 typedef struct {
-    char tokenizer[16];            /* "gpt2" (the one tokenize writes) */
+    char tokenizer[32];            /* "gpt2", or "hf:" and the tokenizer.json's XXH3 in 16 hex digits */
     int vocab;
     int megatron;                  /* shard_format: 1 "megatron", 0 "llmc" */
     uint64_t tokens, documents;    /* totals */

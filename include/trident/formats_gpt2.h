@@ -14,8 +14,9 @@
  * Hugging Face's GPT-2 config.json (GPT2Config): n_layer, n_head, n_embd,
  * n_positions, vocab_size, plus fields that must hold for trident's model
  * (tanh GELU, LayerNorm eps 1e-5, tied head, 4C MLP). trident adds
- * "trident_tokenizer" and, for the char tokenizer, "trident_chars" (the
- * code points), which other readers ignore. */
+ * "trident_tokenizer" (char, byte, ids, gpt2, or hf: the tokenizer.json
+ * beside it) and, for the char tokenizer, "trident_chars" (the code
+ * points), which other readers ignore. */
 #ifndef TRIDENT_FORMATS_GPT2_H
 #define TRIDENT_FORMATS_GPT2_H
 

@@ -6,7 +6,8 @@
  * terms (the step directory's README is ckpt.h):
  *   {"format": "trident-checkpoint", "version": 5, "step": S, "run": "16 hex digits",
  *    "config": {"layers", "heads", "embd", "seq", "vocab"},
- *    "tokenizer": {"kind": "char"|"byte"|"ids"|"gpt2", "vocab": V, "chars": [code points]},
+ *    "tokenizer": {"kind": "char"|"byte"|"ids"|"gpt2"|"hf", "vocab": V, "chars": [code points]
+ *                  (char), "file": tokenizer.json path, "xxh3": "16 hex digits" of its bytes (hf)},
  *    "seed": N, "lr_step": S,
  *    "loss_scale": {"mode": 0..2, "scale": F, "clean": n, "consecutive": n, "skipped": n},
  *    "layout": {"dp", "tp", "pp", "zero", "ranks", "precision", "dp_mode", "grad_compress"},
@@ -99,6 +100,8 @@ typedef struct {
     int rope_orig_max_pos;
     int tok_kind, tok_vocab; /* td_tokenizer_kind */
     uint32_t *chars;         /* [tok_vocab] for the char tokenizer, else NULL */
+    char *tok_file;          /* hf: the tokenizer.json (malloc'd), else NULL */
+    uint64_t tok_xxh3;       /* hf: the XXH3-64 of its bytes */
     int ls_mode, ls_clean, ls_consecutive, ls_skipped;
     float ls_scale;
     int dp, cp, tp, pp, zero, ranks; /* cp: 1 where the layout names none (older manifests) */

@@ -109,6 +109,14 @@ static void describe(td_checkpoint *ck, const td_ckpt_reader *r) {
         memcpy(ck->tok.chars, m->chars, sizeof(uint32_t) * (size_t)m->tok_vocab);
     }
     if (m->tok_kind == TD_TOK_GPT2) td_tokenizer_gpt2(&ck->tok); /* its tables, to decode samples */
+    if (m->tok_kind == TD_TOK_HF) { /* the same file, or the ids would mean other tokens */
+        char what[4200];
+        snprintf(what, sizeof what, "%s/manifest.json: the checkpoint's tokenizer", r->dir);
+        td_tokenizer_hf(&ck->tok, m->tok_file, what);
+        TD_CHECK(ck->tok.file_xxh3 == m->tok_xxh3 && ck->tok.V == m->tok_vocab,
+                 "%s %s has changed since the checkpoint was saved (its XXH3 or vocabulary differs); "
+                 "restore that file", what, m->tok_file);
+    }
     ck->seed = m->seed;
 }
 

@@ -20,6 +20,7 @@
 #include "trident/ckpt.h"
 #include "trident/ckpt_interop.h"
 #include "trident/formats_gpt2.h"
+#include "trident/formats_hash.h"
 #include "trident/formats_safetensors.h"
 #include "trident/kernels_bf16.h"
 
@@ -218,7 +219,7 @@ static void export_llmc(const td_checkpoint *ck, const td_param_table *t, const 
 enum { F_MODEL, F_CONFIG, F_GENERATION, F_COUNT };
 static const char *const hf_files[F_COUNT] = {"model.safetensors", "config.json", "generation_config.json"};
 const char *const td_tok_file_names[TD_TOK_FILES] = {"vocab.json", "merges.txt", "tokenizer_config.json",
-                                                     "special_tokens_map.json"};
+                                                     "special_tokens_map.json", "tokenizer.json"};
 /* --overwrite replaces a directory that holds only these */
 static int hf_file(const char *name) {
     for (int i = 0; i < F_COUNT; i++)
@@ -233,8 +234,15 @@ void td_export_tok_files(const td_checkpoint *ck, const td_hf_config *hc, char *
     memset(texts, 0, sizeof(char *) * TD_TOK_FILES);
     memset(lens, 0, sizeof(size_t) * TD_TOK_FILES);
     *merges = 0;
-    if (ck->tok.kind != TD_TOK_GPT2) return;
     td_err e;
+    if (ck->tok.kind == TD_TOK_HF) { /* the model's tokenizer.json, which Hugging Face reads as it is */
+        texts[4] = (char *)td_bpe_read_file(ck->tok.file, &lens[4], &e);
+        TD_CHECK(texts[4], "export: the checkpoint's tokenizer %s %s", ck->tok.file, e.msg);
+        TD_CHECK(td_xxh3(texts[4], lens[4]) == ck->tok.file_xxh3,
+                 "export: the checkpoint's tokenizer %s has changed since it was loaded", ck->tok.file);
+        return;
+    }
+    if (ck->tok.kind != TD_TOK_GPT2) return;
     TD_CHECK(td_bpe_vocab(ck->tok.bpe) == ck->cfg.V, "export: the checkpoint's vocabulary is %d, but "
              "GPT-2's tokenizer has %d tokens", ck->cfg.V, td_bpe_vocab(ck->tok.bpe));
     texts[0] = td_bpe_hf_vocab_json(ck->tok.bpe, &lens[0], &e);
@@ -250,6 +258,8 @@ void td_export_tok_summary(const td_checkpoint *ck, int merges) {
     if (ck->tok.kind == TD_TOK_GPT2)
         printf(", vocab.json %d tokens, merges.txt %d merges, tokenizer_config.json, "
                "special_tokens_map.json)\n", td_bpe_vocab(ck->tok.bpe), merges);
+    else if (ck->tok.kind == TD_TOK_HF)
+        printf(", tokenizer.json: %s as the checkpoint recorded it)\n", ck->tok.file);
     else
         printf(")\nexport: note: no tokenizer files: the model's vocabulary is trident's %s, which no "
                "Hugging Face tokenizer reproduces; %s\n",

@@ -234,6 +234,13 @@ static void pick_tokenizer(td_tokenizer *tok, const char *flag, const char *data
         td_free(text);
         TD_CHECK(tok->V == V, "import: --data %s has %d distinct characters, but the model's vocabulary is %d",
                  data, tok->V, V);
+    } else if (strcmp(kind, "hf") == 0) { /* config.json of an export of such a checkpoint */
+        TD_CHECK(0, "import: config.json says the model's tokenizer is a tokenizer.json; give it as "
+                 "--tokenizer FILE.json (an export writes it beside config.json)");
+    } else if (td_tokenizer_is_file(kind)) { /* the model's own tokenizer.json */
+        td_tokenizer_hf(tok, kind, "import: --tokenizer");
+        TD_CHECK(tok->V == V, "import: --tokenizer %s has %d tokens (its largest id + 1), but the model's "
+                 "vocabulary is %d", kind, tok->V, V);
     } else if (strcmp(kind, "gpt2") == 0) {
         TD_CHECK(V == 50257, "import: --tokenizer gpt2 has 50257 tokens, but the model's vocabulary is %d", V);
         td_tokenizer_gpt2(tok);
@@ -241,7 +248,8 @@ static void pick_tokenizer(td_tokenizer *tok, const char *flag, const char *data
         TD_CHECK(V == 256, "import: --tokenizer byte has 256 tokens, but the model's vocabulary is %d", V);
         tok->kind = TD_TOK_BYTE, tok->V = 256;
     } else {
-        TD_CHECK(strcmp(kind, "ids") == 0, "import: --tokenizer %s is not known; use char, byte, ids or gpt2", kind);
+        TD_CHECK(strcmp(kind, "ids") == 0, "import: --tokenizer %s is not known; use char, byte, ids, gpt2 or a "
+                 "tokenizer.json file", kind);
         tok->kind = TD_TOK_IDS, tok->V = V;
     }
 }

@@ -49,7 +49,7 @@ void td_export_put(td_staged *d, const char *name, const char *text, size_t len)
  * merges.txt, tokenizer_config.json, special_tokens_map.json (texts[i] of
  * td_tok_file_names[i], malloc'd, lens[i] bytes); none (all NULL) for the
  * tokenizers no Hugging Face tokenizer reproduces. */
-enum { TD_TOK_FILES = 4 };
+enum { TD_TOK_FILES = 5 }; /* GPT-2's four files, or a tokenizer.json */
 extern const char *const td_tok_file_names[TD_TOK_FILES];
 void td_export_tok_files(const td_checkpoint *ck, const td_hf_config *hc, char *texts[TD_TOK_FILES],
                          size_t lens[TD_TOK_FILES], int *merges);

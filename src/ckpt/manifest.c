@@ -89,7 +89,7 @@ static const char *meta_of(const td_st_header *h, const char *key) {
 
 char *td_manifest_format(const td_ckpt_dir *d, int n_files, const td_ckpt_meta *meta, const td_gpt_config *cfg,
                          const td_tokenizer *tok, const td_param_table *t, size_t *len) {
-    static const char *tok_names[] = {"char", "byte", "ids", "gpt2"};
+    static const char *tok_names[] = {"char", "byte", "ids", "gpt2", "hf"};
     sbuf b = {malloc(4096), 0, 4096};
     TD_CHECK(b.p, "saving a checkpoint: out of memory for the manifest");
     char run[TD_HASH_HEX + 1];
@@ -116,6 +116,13 @@ char *td_manifest_format(const td_ckpt_dir *d, int n_files, const td_ckpt_meta *
         put(&b, ", \"chars\": [");
         for (int i = 0; i < tok->V; i++) put(&b, "%s%u", i ? ", " : "", tok->chars[i]);
         put(&b, "]");
+    }
+    if (tok->kind == TD_TOK_HF) { /* the file, to load again, and its checksum, to know it is the same */
+        char hx[TD_HASH_HEX + 1];
+        td_hash_hex(tok->file_xxh3, hx);
+        put(&b, ", \"file\": ");
+        put_str(&b, tok->file);
+        put(&b, ", \"xxh3\": \"%s\"", hx);
     }
     /* %.9g: a float's exact value comes back through a double */
     const td_loss_scaler *s = &meta->scaler;

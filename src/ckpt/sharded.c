@@ -189,8 +189,10 @@ static void check_same_model(const td_ckpt_reader *r, const td_gpt_config *cfg, 
              "--tie-embeddings %s --norm-eps %g --rope-theta %g", r->dir, td_arch_name(saved.arch), saved.KV, saved.F,
              td_gpt_tied(&saved) ? "on" : "off", saved.norm_eps, saved.rope_theta, td_arch_name(cfg->arch), cfg->KV,
              cfg->F, td_gpt_tied(cfg) ? "on" : "off", cfg->norm_eps, cfg->rope_theta);
-    TD_CHECK(m->tok_kind == (int)tok->kind && (tok->kind != TD_TOK_CHAR ||
-                                               memcmp(m->chars, tok->chars, sizeof(uint32_t) * (size_t)tok->V) == 0),
+    TD_CHECK(m->tok_kind == (int)tok->kind &&
+                 (tok->kind != TD_TOK_CHAR ||
+                  memcmp(m->chars, tok->chars, sizeof(uint32_t) * (size_t)tok->V) == 0) &&
+                 (tok->kind != TD_TOK_HF || m->tok_xxh3 == tok->file_xxh3),
              "--resume %s: the checkpoint's tokenizer (%s) differs from this run's (--data, --tokenizer)", r->dir,
              td_tokenizer_name((td_tokenizer_kind)m->tok_kind));
     /* the data order of the steps to come depends on the seed; a step-0

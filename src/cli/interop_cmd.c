@@ -57,7 +57,7 @@ int td_import_main(int argc, char **argv) {
                                              "or in the DIR)", NULL},
         {"--seq", TD_FLAG_INT, &o.seq, "hf-llama: the context to train and sample at (default: config.json's "
                                        "max_position_embeddings)", "[1, 1048576]"},
-        {"--tokenizer", TD_FLAG_STR, &o.tokenizer, "char, byte, ids or gpt2 (default: config.json's trident_tokenizer, else gpt2 for a vocabulary of 50257, else ids)", NULL},
+        {"--tokenizer", TD_FLAG_STR, &o.tokenizer, "char, byte, ids, gpt2 or FILE.json, a Hugging Face tokenizer.json (default: config.json's trident_tokenizer, else gpt2 for a vocabulary of 50257, else ids)", NULL},
         {"--data", TD_FLAG_STR, &o.data, "with --tokenizer char: the text whose characters are the vocabulary", NULL},
     };
     td_flags_parse("import", flags, (int)(sizeof flags / sizeof flags[0]), argc, argv);

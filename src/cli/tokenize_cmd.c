@@ -1,6 +1,8 @@
-/* `trident tokenize`: text files to token shards with GPT-2's BPE.
- * Each input file is a document: <|endoftext|>, then its text's ordinary
- * encoding (llm.c's convention; a literal <|endoftext|> inside is text).
+/* `trident tokenize`: text files to token shards with GPT-2's BPE or a
+ * tokenizer.json's. Each input file is a document: <|endoftext|> (a
+ * tokenizer.json's document-start token, td_bpe_bos), then its text's
+ * ordinary encoding (llm.c's convention; a literal <|endoftext|> inside is
+ * text).
  * The documents' tokens, in input order, are split train / val by
  * --val-fraction (the last fraction is val, as `train` splits a text file)
  * and written as NAME_train_000000.bin, ..., NAME_val_000000.bin, ... of at
@@ -12,7 +14,8 @@
  * in that shard (a document cut by a shard or the train/val boundary is a
  * sequence on each side), each its own document in the index. Every format
  * holds the same token stream. Threads encode chunks split where the
- * pattern splits anyway, so every thread count writes the same bytes.
+ * pattern splits anyway (a tokenizer.json's regexes: pieces cut by one
+ * thread, merged by all), so every thread count writes the same bytes.
  * DIR/data.json (formats_data_manifest.h) says what the shards are: the
  * tokenizer, the shard format, the counts, each shard's size and XXH3;
  * `train --data DIR` reads the tokenizer from it and checks every shard
@@ -80,9 +83,11 @@ static void progress_print(progress *p, int final) {
     fflush(stderr);
 }
 
-/* Encodes one input file as a document onto t (it starts at t->n). */
-static void encode_file(const char *path, td_bpe_enc **encs, int threads, tokens *t, progress *p,
-                        int *scratch) {
+/* Encodes one input file as a document onto t (it starts at t->n). A
+ * tokenizer.json's regexes have no split point known to be safe, so its
+ * text is one segment (the scratch grows to hold it). */
+static void encode_file(const char *path, const char *tokenizer, td_bpe_enc **encs, int threads,
+                        tokens *t, progress *p, int **scratch) {
     struct stat st;
     const char *why;
     int fd = td_open_input(path, &st, &why);
@@ -96,16 +101,21 @@ static void encode_file(const char *path, td_bpe_enc **encs, int threads, tokens
     close(fd);
     size_t bad;
     td_err e;
-    TD_CHECK(td_utf8_check(s, n, &bad, &e) == 0, "tokenize: input %s: %s; gpt2 reads UTF-8 text",
-             path, e.msg);
-    int eot = TD_GPT2_EOT;
-    push(t, &eot, 1);
+    TD_CHECK(td_utf8_check(s, n, &bad, &e) == 0, "tokenize: input %s: %s; %s reads UTF-8 text",
+             path, e.msg, tokenizer);
+    const td_bpe *bpe = td_bpe_enc_tables(encs[0]);
+    int bos = td_bpe_bos(bpe), whole = td_bpe_has_regex(bpe);
+    if (bos >= 0) push(t, &bos, 1);
+    if (whole && n > SEGMENT + (1u << 20)) {
+        free(*scratch);
+        TD_CHECK((*scratch = malloc(sizeof(int) * n)), "tokenize: out of memory for %zu tokens", n);
+    }
     for (size_t a = 0; a < n;) {
-        size_t b = n - a <= SEGMENT ? n : td_bpe_split_point(s, n, a + SEGMENT);
+        size_t b = n - a <= SEGMENT || whole ? n : td_bpe_split_point(s, n, a + SEGMENT);
         double t0 = td_now_ms();
-        size_t k = td_bpe_encode_threads(encs, threads, s + a, b - a, scratch);
+        size_t k = td_bpe_encode_threads(encs, threads, s + a, b - a, *scratch);
         p->encode_ms += td_now_ms() - t0;
-        push(t, scratch, k);
+        push(t, *scratch, k);
         p->done += b - a, p->ntok += k;
         progress_print(p, 0);
         a = b;
@@ -177,7 +187,7 @@ int td_tokenize_main(int argc, char **argv) {
     int shard_tokens = 100000000, threads = 0;
     double val_fraction = 0.1;
     const td_flag flags[] = {
-        {"--tokenizer", TD_FLAG_STR, &tokenizer, "gpt2 (required; GPT-2's byte-level BPE)", NULL},
+        {"--tokenizer", TD_FLAG_STR, &tokenizer, "gpt2 (GPT-2's byte-level BPE) or FILE.json (a Hugging Face tokenizer.json, byte-level BPE); required", NULL},
         {"--out", TD_FLAG_STR, &out,
          "directory for the shards (created if missing; its parent must exist)", NULL},
         {"--name", TD_FLAG_STR, &name,
@@ -211,16 +221,17 @@ int td_tokenize_main(int argc, char **argv) {
     for (int i = 0; i < fargc; i++)
         if (strcmp(fargv[i], "--help") == 0 || strcmp(fargv[i], "-h") == 0) {
             /* the inputs are positional, so the usage line names them */
-            printf("usage: trident tokenize --tokenizer gpt2 IN... --out DIR [flags]\n"
+            printf("usage: trident tokenize --tokenizer gpt2|FILE.json IN... --out DIR [flags]\n"
                    "  IN...                  text files (UTF-8), each one document (<|endoftext|>, then its "
                    "text), in the order given; at least one\n");
             td_flags_print_table(flags, nflags);
             exit(0);
         }
     td_flags_parse("tokenize", flags, nflags, fargc, fargv);
-    TD_CHECK(tokenizer, "tokenize: --tokenizer is required; valid: gpt2");
-    TD_CHECK(strcmp(tokenizer, "gpt2") == 0, "tokenize --tokenizer %s is not known; valid: gpt2",
-             tokenizer);
+    TD_CHECK(tokenizer, "tokenize: --tokenizer is required; valid: gpt2 or a tokenizer.json file");
+    int hf = td_tokenizer_is_file(tokenizer);
+    TD_CHECK(strcmp(tokenizer, "gpt2") == 0 || hf,
+             "tokenize --tokenizer %s is not known; valid: gpt2 or a tokenizer.json file", tokenizer);
     TD_CHECK(strcmp(format, "llmc") == 0 || strcmp(format, "megatron") == 0,
              "tokenize --format %s is not known; valid: llmc, megatron", format);
     TD_CHECK(nin > 0,
@@ -272,7 +283,10 @@ int td_tokenize_main(int argc, char **argv) {
              out, old, old ? g.gl_pathv[0] : "");
     if (!made_dir) globfree(&g);
 
-    const td_bpe *bpe = td_bpe_gpt2();
+    td_tokenizer tk;
+    if (hf) td_tokenizer_hf(&tk, tokenizer, "tokenize --tokenizer");
+    else td_tokenizer_gpt2(&tk);
+    const td_bpe *bpe = tk.bpe;
     if (threads == 0) threads = omp_get_num_procs();
     td_bpe_enc **encs = malloc(sizeof *encs * (size_t)threads);
     for (int t = 0; t < threads; t++) encs[t] = td_bpe_enc_new(bpe);
@@ -290,7 +304,7 @@ int td_tokenize_main(int argc, char **argv) {
     TD_CHECK(doc_start, "tokenize: out of memory");
     for (int i = 0; i < nin; i++) {
         doc_start[i] = t.n;
-        encode_file(in[i], encs, threads, &t, &p, scratch);
+        encode_file(in[i], tokenizer, encs, threads, &t, &p, &scratch);
     }
     progress_print(&p, 1);
     TD_CHECK(p.total > 0, "tokenize: %s empty; give text to tokenize",
@@ -302,9 +316,11 @@ int td_tokenize_main(int argc, char **argv) {
     size_t n_train = (size_t)((unsigned __int128)t.n * (1000000 - ppm) / 1000000);
     TD_CHECK(n_train > 0, "tokenize --val-fraction %g leaves no training tokens of the %zu; give more text or a "
              "smaller --val-fraction", val_fraction, t.n);
-    td_data_manifest man = {.vocab = TD_GPT2_VOCAB, .megatron = strcmp(format, "megatron") == 0, .tokens = t.n,
+    td_data_manifest man = {.vocab = tk.V, .megatron = strcmp(format, "megatron") == 0, .tokens = t.n,
                             .documents = (uint64_t)nin};
-    snprintf(man.tokenizer, sizeof man.tokenizer, "%s", tokenizer);
+    /* a tokenizer.json by its checksum: its path may differ where it is read */
+    if (hf) snprintf(man.tokenizer, sizeof man.tokenizer, "hf:%016llx", (unsigned long long)tk.file_xxh3);
+    else snprintf(man.tokenizer, sizeof man.tokenizer, "%s", tokenizer);
     for (int i = 0; i < nin; i++) man.split_documents[doc_start[i] >= n_train]++;
     size_t per = (size_t)shard_tokens, nshards = (n_train + per - 1) / per + (t.n - n_train + per - 1) / per;
     man.shards = calloc(nshards, sizeof *man.shards);
@@ -333,7 +349,7 @@ int td_tokenize_main(int argc, char **argv) {
            enc_s > 0 ? p.total / 1e6 / enc_s : 0.0, enc_s > 0 ? t.n / 1e6 / enc_s : 0.0, threads,
            enc_s, secs);
     for (int i = 0; i < threads; i++) td_bpe_enc_free(encs[i]);
-    free(encs), free(scratch), free(t.tok), free(fargv), free(in), free(doc_start);
+    free(encs), free(scratch), td_tokenizer_free(&tk), free(t.tok), free(fargv), free(in), free(doc_start);
     td_data_manifest_free(&man);
     return 0;
 }

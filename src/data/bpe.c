@@ -1,9 +1,12 @@
-/* GPT-2's byte-level BPE: the tables and the merge (the pattern is in
- * bpe_pretok.c). Two hash tables make the merge fast: the tokens by their
- * bytes (a piece that is a whole token, the common case, costs one probe),
- * and every pair of tokens whose joined bytes form a token, by the pair of
- * ids (so a merge step never joins bytes). Each encoder keeps a cache of
- * the pieces it has merged, as the reference implementations do. */
+/* Byte-level BPE: the tables and the merge (GPT-2's pattern is in
+ * bpe_pretok.c, a tokenizer.json's regexes in bpe_regex.c). Two hash tables
+ * make the merge fast: the tokens by their bytes (a piece that is a whole
+ * token, the common case, costs one probe), and the pairs of tokens that
+ * merge, by the pair of ids, with their priority and the token they make
+ * (so a merge step never joins bytes). A rank file's pairs are every split
+ * of a token into two tokens, priority and result its rank (tiktoken); a
+ * tokenizer.json's are its merges list (bpe_hfjson.c). Each encoder keeps a
+ * cache of the pieces it has merged, as the reference implementations do. */
 #include <errno.h>
 #include <omp.h>
 #include <stdio.h>
@@ -16,6 +19,7 @@
 #include "trident/bpe.h"
 #include "trident/files.h"
 #include "trident/formats_bpe.h"
+#include "trident/formats_data.h"
 
 #ifndef TD_GPT2_BPE_PATH
 #define TD_GPT2_BPE_PATH "data/gpt2.bpe"
@@ -28,9 +32,13 @@ struct td_bpe {
     uint32_t *tok_slot; /* [tok_mask + 1] ranks by bytes; UINT32_MAX = empty */
     uint32_t tok_mask;
     uint64_t *pair_key;  /* [pair_mask + 1] (left << 32 | right); UINT64_MAX = empty */
-    uint32_t *pair_rank; /* the rank of the joined token */
+    uint32_t *pair_rank; /* the pair's merge priority (lower merges first) */
+    uint32_t *pair_tok;  /* the token it makes (a rank file: pair_rank itself) */
     uint32_t pair_mask;
-    int vocab, eot;
+    int vocab, eot, bos;
+    int whole_piece;      /* a piece that is a token as a whole is that token */
+    td_bpe_regex *regex;  /* the pre-tokenizer; NULL: GPT-2's pattern by hand */
+    unsigned char *hashed; /* [n_ranks] 0 for ids the token table leaves out (NULL: none) */
 };
 
 /* ---- hashing ------------------------------------------------------------ */
@@ -77,85 +85,141 @@ static inline uint32_t find_token(const td_bpe *b, const unsigned char *p, size_
     }
 }
 
-/* The rank of the token joining tokens a and b, or UINT32_MAX. */
-static inline uint32_t find_pair(const td_bpe *b, uint32_t x, uint32_t y) {
+/* The priority of merging tokens x and y (UINT32_MAX: they do not merge),
+ * and in *joined the token they make. */
+static inline uint32_t find_pair(const td_bpe *b, uint32_t x, uint32_t y, uint32_t *joined) {
     uint64_t key = (uint64_t)x << 32 | y;
     for (size_t i = hash_pair(key) & b->pair_mask;; i = (i + 1) & b->pair_mask) {
-        if (b->pair_key[i] == key) return b->pair_rank[i];
+        if (b->pair_key[i] == key) return *joined = b->pair_tok[i], b->pair_rank[i];
         if (b->pair_key[i] == UINT64_MAX) return UINT32_MAX;
     }
 }
 
+/* Adds pair (x, y) -> joined at priority `rank`; -1 if it is there already. */
+static int add_pair(td_bpe *b, uint32_t x, uint32_t y, uint32_t rank, uint32_t joined) {
+    uint64_t key = (uint64_t)x << 32 | y;
+    size_t i = hash_pair(key) & b->pair_mask;
+    for (; b->pair_key[i] != UINT64_MAX; i = (i + 1) & b->pair_mask)
+        if (b->pair_key[i] == key) return -1;
+    b->pair_key[i] = key;
+    b->pair_rank[i] = rank;
+    if (b->pair_tok != b->pair_rank) b->pair_tok[i] = joined;
+    return 0;
+}
+
 /* ---- loading ------------------------------------------------------------ */
 
-static int build(td_bpe *b, td_err *e) {
+/* The token table (ids whose `hashed` entry is 0 left out) and room for
+ * `pairs` pairs; pair_tok separate when `own_results`. */
+static int build_tables(td_bpe *b, size_t pairs, int own_results, td_err *e) {
     const td_bpe_file *f = &b->f;
     size_t cap = pow2_at_least(2 * (size_t)f->n_ranks);
     b->tok_mask = (uint32_t)(cap - 1);
     b->tok_slot = malloc(cap * sizeof *b->tok_slot);
     if (!b->tok_slot) return td_err_set(e, "out of memory for the token table");
     memset(b->tok_slot, 0xFF, cap * sizeof *b->tok_slot);
-    size_t splits = 0;
     for (uint32_t r = 0; r < f->n_ranks; r++) {
         size_t len;
         const unsigned char *t = tok_bytes(b, r, &len);
+        if (b->hashed && !b->hashed[r]) continue;
         if ((int)len > b->max_len) b->max_len = (int)len;
-        splits += len - 1;
         size_t i = hash_bytes(t, len) & b->tok_mask;
         while (b->tok_slot[i] != UINT32_MAX) i = (i + 1) & b->tok_mask;
-        b->tok_slot[i] = r; /* the parser has refused duplicates */
+        b->tok_slot[i] = r; /* the parsers have refused duplicates */
     }
-    /* every split of every token into two tokens: at most `splits` pairs */
-    cap = pow2_at_least(2 * splits + 2);
+    cap = pow2_at_least(2 * pairs + 2);
     b->pair_mask = (uint32_t)(cap - 1);
     b->pair_key = malloc(cap * sizeof *b->pair_key);
     b->pair_rank = malloc(cap * sizeof *b->pair_rank);
-    if (!b->pair_key || !b->pair_rank) return td_err_set(e, "out of memory for the pair table");
+    b->pair_tok = own_results ? malloc(cap * sizeof *b->pair_tok) : b->pair_rank;
+    if (!b->pair_key || !b->pair_rank || !b->pair_tok)
+        return td_err_set(e, "out of memory for the pair table");
     memset(b->pair_key, 0xFF, cap * sizeof *b->pair_key);
+    return 0;
+}
+
+static int build(td_bpe *b, td_err *e) {
+    const td_bpe_file *f = &b->f;
+    size_t splits = 0;
+    for (uint32_t r = 0; r < f->n_ranks; r++) splits += f->offset[r + 1] - f->offset[r] - 1;
+    /* every split of every token into two tokens: at most `splits` pairs */
+    if (build_tables(b, splits, 0, e) != 0) return -1;
     for (uint32_t r = 0; r < f->n_ranks; r++) {
         size_t len;
         const unsigned char *t = tok_bytes(b, r, &len);
         for (size_t k = 1; k < len; k++) {
             uint32_t x = find_token(b, t, k), y = find_token(b, t + k, len - k);
-            if (x == UINT32_MAX || y == UINT32_MAX) continue;
-            uint64_t key = (uint64_t)x << 32 | y;
-            size_t i = hash_pair(key) & b->pair_mask;
-            while (b->pair_key[i] != UINT64_MAX) i = (i + 1) & b->pair_mask;
-            b->pair_key[i] = key; /* (x, y) joins to one byte string: never twice */
-            b->pair_rank[i] = r;
+            /* (x, y) joins to one byte string: never twice */
+            if (x != UINT32_MAX && y != UINT32_MAX) add_pair(b, x, y, r, r);
         }
     }
+    b->whole_piece = 1;
     b->vocab = (int)f->n_ranks;
-    b->eot = -1;
+    b->eot = b->bos = -1;
     for (uint32_t k = 0; k < f->n_special; k++) {
         const td_bpe_special *s = &f->special[k];
         if ((int)s->id >= b->vocab) b->vocab = (int)s->id + 1;
         if (s->len == 13 && memcmp(s->text, "<|endoftext|>", 13) == 0) b->eot = (int)s->id;
     }
+    b->bos = b->eot; /* GPT-2 starts a document with <|endoftext|> */
     return 0;
+}
+
+int td_bpe_from_tables(td_bpe_tables *t, td_bpe **out, td_err *e) {
+    *out = NULL;
+    td_bpe *b = calloc(1, sizeof *b);
+    if (!b) {
+        free(t->data), free(t->offset), free(t->hashed), td_bpe_regex_free(t->regex);
+        return td_err_set(e, "out of memory");
+    }
+    b->bytes = t->data, b->f.data = t->data, b->f.offset = t->offset;
+    b->f.n_ranks = t->n_tokens, b->hashed = t->hashed, b->regex = t->regex;
+    memcpy(b->f.byte_rank, t->byte_id, sizeof b->f.byte_rank);
+    b->whole_piece = t->whole_piece, b->eot = t->eot, b->bos = t->bos;
+    b->vocab = (int)t->n_tokens;
+    int rc = build_tables(b, t->n_merges, 1, e);
+    for (size_t k = 0; rc == 0 && k < t->n_merges; k++) {
+        const td_bpe_merge *m = &t->merges[k];
+        if (add_pair(b, m->left, m->right, (uint32_t)k, m->joined) != 0)
+            rc = td_err_set(e, "merge %zu repeats the pair of an earlier merge", k);
+    }
+    if (rc != 0) return td_bpe_free(b), -1;
+    *out = b;
+    return 0;
+}
+
+unsigned char *td_bpe_read_file(const char *path, size_t *n, td_err *e) {
+    struct stat st;
+    const char *why;
+    FILE *fp = td_fopen_input(path, &st, &why);
+    if (!fp) return td_err_set(e, "cannot be read: %s", why), NULL;
+    unsigned char *bytes = malloc((size_t)st.st_size + 1);
+    if (!bytes) {
+        fclose(fp);
+        td_err_set(e, "out of memory for %lld bytes", (long long)st.st_size);
+        return NULL;
+    }
+    size_t got = fread(bytes, 1, (size_t)st.st_size, fp);
+    int rerr = ferror(fp);
+    fclose(fp);
+    if (got != (size_t)st.st_size) {
+        td_err_set(e, "read %zu of %lld bytes (%s)", got, (long long)st.st_size,
+                   rerr ? strerror(errno) : "the file shrank while it was read");
+        free(bytes);
+        return NULL;
+    }
+    bytes[got] = 0;
+    *n = got;
+    return bytes;
 }
 
 int td_bpe_load(const char *path, td_bpe **out, td_err *e) {
     *out = NULL;
-    struct stat st;
-    const char *why;
-    FILE *fp = td_fopen_input(path, &st, &why);
-    if (!fp) return td_err_set(e, "cannot be read: %s", why);
     td_bpe *b = calloc(1, sizeof *b);
-    if (b) b->bytes = malloc((size_t)st.st_size + 1);
-    if (!b || !b->bytes) {
-        fclose(fp);
-        free(b);
-        return td_err_set(e, "out of memory for %lld bytes", (long long)st.st_size);
-    }
-    size_t got = fread(b->bytes, 1, (size_t)st.st_size, fp);
-    int rerr = ferror(fp);
-    fclose(fp);
-    int rc = got != (size_t)st.st_size
-                 ? td_err_set(e, "read %zu of %lld bytes (%s)", got, (long long)st.st_size,
-                              rerr ? strerror(errno) : "the file shrank while it was read")
-             : td_bpe_file_parse(b->bytes, got, &b->f, e) != 0 ? -1
-                                                               : build(b, e);
+    if (!b) return td_err_set(e, "out of memory");
+    size_t n;
+    b->bytes = td_bpe_read_file(path, &n, e);
+    int rc = !b->bytes ? -1 : td_bpe_file_parse(b->bytes, n, &b->f, e) != 0 ? -1 : build(b, e);
     if (rc != 0) return td_bpe_free(b), -1;
     *out = b;
     return 0;
@@ -166,7 +230,10 @@ void td_bpe_free(td_bpe *b) {
     td_bpe_file_free(&b->f);
     free(b->tok_slot);
     free(b->pair_key);
+    if (b->pair_tok != b->pair_rank) free(b->pair_tok);
     free(b->pair_rank);
+    free(b->hashed);
+    td_bpe_regex_free(b->regex);
     free(b->bytes);
     free(b);
 }
@@ -196,13 +263,15 @@ const td_bpe *td_bpe_gpt2(void) {
 
 int td_bpe_vocab(const td_bpe *b) { return b->vocab; }
 int td_bpe_eot(const td_bpe *b) { return b->eot; }
+int td_bpe_bos(const td_bpe *b) { return b->bos; }
+int td_bpe_has_regex(const td_bpe *b) { return b->regex != NULL; }
 int td_bpe_ranks(const td_bpe *b) { return (int)b->f.n_ranks; }
 
 const unsigned char *td_bpe_token(const td_bpe *b, int id, int *len) {
     if (id >= 0 && (uint32_t)id < b->f.n_ranks) {
         size_t n;
         const unsigned char *t = tok_bytes(b, (uint32_t)id, &n);
-        return *len = (int)n, t;
+        if (n) return *len = (int)n, t; /* 0: an id a tokenizer.json leaves out */
     }
     for (uint32_t k = 0; k < b->f.n_special; k++)
         if ((int)b->f.special[k].id == id)
@@ -220,27 +289,28 @@ const unsigned char *td_bpe_token(const td_bpe *b, int id, int *len) {
 /* Merges only pairs that join to a rank below `limit` (UINT32_MAX: all). */
 static size_t merge_scan(const td_bpe *b, const unsigned char *p, size_t n, int *out,
                          uint32_t limit) {
-    uint32_t tok[SCAN_MAX], rank[SCAN_MAX];
+    uint32_t tok[SCAN_MAX], rank[SCAN_MAX], joined[SCAN_MAX];
     for (size_t i = 0; i < n; i++) tok[i] = b->f.byte_rank[p[i]];
-    for (size_t i = 0; i + 1 < n; i++) rank[i] = find_pair(b, tok[i], tok[i + 1]);
+    for (size_t i = 0; i + 1 < n; i++) rank[i] = find_pair(b, tok[i], tok[i + 1], &joined[i]);
     while (n > 1) {
         size_t best = 0;
         for (size_t i = 1; i + 1 < n; i++)
             if (rank[i] < rank[best]) best = i;
         if (rank[best] >= limit) break;
-        tok[best] = rank[best];
+        tok[best] = joined[best];
         memmove(tok + best + 1, tok + best + 2, (n - best - 2) * sizeof *tok);
         memmove(rank + best, rank + best + 1, (n - best - 2) * sizeof *rank);
+        memmove(joined + best, joined + best + 1, (n - best - 2) * sizeof *joined);
         n--;
-        if (best > 0) rank[best - 1] = find_pair(b, tok[best - 1], tok[best]);
-        if (best + 1 < n) rank[best] = find_pair(b, tok[best], tok[best + 1]);
+        if (best > 0) rank[best - 1] = find_pair(b, tok[best - 1], tok[best], &joined[best - 1]);
+        if (best + 1 < n) rank[best] = find_pair(b, tok[best], tok[best + 1], &joined[best]);
     }
     for (size_t i = 0; i < n; i++) out[i] = (int)tok[i];
     return n;
 }
 
 typedef struct {
-    uint32_t rank, pos, left, right; /* the pair (left, right) of parts starting at pos */
+    uint32_t rank, pos, left, right, joined; /* the pair (left, right) of parts starting at pos */
 } heap_item;
 
 static inline int before(const heap_item *a, const heap_item *b) {
@@ -279,25 +349,26 @@ static size_t merge_heap(const td_bpe *b, const unsigned char *p, size_t n, int 
     size_t hn = 0;
     for (size_t i = 0; i < n; i++)
         tok[i] = b->f.byte_rank[p[i]], next[i] = (uint32_t)(i + 1), prev[i] = (uint32_t)i - 1;
+    uint32_t j2;
     for (size_t i = 0; i + 1 < n; i++) {
-        uint32_t r = find_pair(b, tok[i], tok[i + 1]);
-        if (r != UINT32_MAX) heap_push(h, &hn, (heap_item){r, (uint32_t)i, tok[i], tok[i + 1]});
+        uint32_t r = find_pair(b, tok[i], tok[i + 1], &j2);
+        if (r != UINT32_MAX) heap_push(h, &hn, (heap_item){r, (uint32_t)i, tok[i], tok[i + 1], j2});
     }
     while (hn) {
         heap_item it = heap_pop(h, &hn);
         uint32_t i = it.pos, j = next[i];
         if (tok[i] != it.left || j >= n || tok[j] != it.right) continue;
-        tok[i] = it.rank;
+        tok[i] = it.joined;
         tok[j] = UINT32_MAX; /* dead: no live entry can name it */
         next[i] = next[j];
         if (next[i] < n) prev[next[i]] = i;
         if (i > 0) {
-            uint32_t q = prev[i], r = find_pair(b, tok[q], tok[i]);
-            if (r != UINT32_MAX) heap_push(h, &hn, (heap_item){r, q, tok[q], tok[i]});
+            uint32_t q = prev[i], r = find_pair(b, tok[q], tok[i], &j2);
+            if (r != UINT32_MAX) heap_push(h, &hn, (heap_item){r, q, tok[q], tok[i], j2});
         }
         if (next[i] < n) {
-            uint32_t q = next[i], r = find_pair(b, tok[i], tok[q]);
-            if (r != UINT32_MAX) heap_push(h, &hn, (heap_item){r, i, tok[i], tok[q]});
+            uint32_t q = next[i], r = find_pair(b, tok[i], tok[q], &j2);
+            if (r != UINT32_MAX) heap_push(h, &hn, (heap_item){r, i, tok[i], tok[q], j2});
         }
     }
     size_t k = 0;
@@ -317,7 +388,8 @@ size_t td_bpe_merge_with(const td_bpe *b, const unsigned char *p, size_t n, int 
 }
 
 int td_bpe_merge_pair(const td_bpe *b, int id, int pair[2]) {
-    if (id < 0 || (uint32_t)id >= b->f.n_ranks) return -1;
+    /* a merges list's priorities are not ids: no limit to stop below */
+    if (id < 0 || (uint32_t)id >= b->f.n_ranks || b->pair_tok != b->pair_rank) return -1;
     size_t n;
     const unsigned char *t = tok_bytes(b, (uint32_t)id, &n);
     if (n < 2 || n > SCAN_MAX) return -1; /* the parser caps tokens at 255 bytes */
@@ -345,6 +417,7 @@ typedef struct {
 
 struct td_bpe_enc {
     const td_bpe *b;
+    td_bpe_regex_scratch *scratch; /* a regex pre-tokenizer's match state */
     cache_entry *slot; /* [CACHE_SLOTS]; len 0 = empty */
     unsigned char *bytes;
     int *toks;
@@ -359,19 +432,24 @@ td_bpe_enc *td_bpe_enc_new(const td_bpe *b) {
     enc->bytes = malloc(CACHE_BYTES);
     enc->toks = malloc(CACHE_BYTES * sizeof *enc->toks);
     TD_CHECK(enc->slot && enc->bytes && enc->toks, "out of memory for a tokenizer cache");
+    if (b->regex) enc->scratch = td_bpe_regex_scratch_new(b->regex);
     return enc;
 }
 
+const td_bpe *td_bpe_enc_tables(const td_bpe_enc *enc) { return enc->b; }
+
 void td_bpe_enc_free(td_bpe_enc *enc) {
     if (!enc) return;
+    td_bpe_regex_scratch_free(enc->scratch);
     free(enc->slot), free(enc->bytes), free(enc->toks), free(enc);
 }
 
 /* Tokens of one piece p[0..n) into out; returns their count. */
 static size_t encode_piece(td_bpe_enc *enc, const unsigned char *p, size_t n, int *out) {
     const td_bpe *b = enc->b;
-    uint32_t r = find_token(b, p, n);
+    uint32_t r = b->whole_piece ? find_token(b, p, n) : UINT32_MAX;
     if (r != UINT32_MAX) return out[0] = (int)r, 1;
+    if (n == 1) return out[0] = (int)b->f.byte_rank[p[0]], 1;
     if (n > CACHE_PIECE_MAX)
         return n > SCAN_MAX ? merge_heap(b, p, n, out) : merge_scan(b, p, n, out, UINT32_MAX);
     uint64_t h = hash_bytes(p, n);
@@ -398,8 +476,53 @@ static size_t encode_piece(td_bpe_enc *enc, const unsigned char *p, size_t n, in
     return k;
 }
 
+/* Piece ends found by a tokenizer.json's regexes, collected in order. */
+typedef struct {
+    size_t *end;
+    size_t n, cap;
+} piece_ends;
+
+static void add_end(void *ctx, size_t start, size_t end) {
+    (void)start;
+    piece_ends *pe = ctx;
+    if (pe->n == pe->cap) {
+        pe->cap = pe->cap ? 2 * pe->cap : 4096;
+        pe->end = realloc(pe->end, pe->cap * sizeof *pe->end);
+        TD_CHECK(pe->end, "out of memory for %zu pieces of text", pe->cap);
+    }
+    pe->end[pe->n++] = end;
+}
+
+/* Tokens of pieces [from, to) of s (piece k is s[end[k-1] .. end[k])). */
+static size_t encode_pieces(td_bpe_enc *enc, const unsigned char *s, const size_t *end,
+                            size_t from, size_t to, int *ids) {
+    size_t count = 0;
+    for (size_t k = from; k < to; k++) {
+        size_t a = k ? end[k - 1] : 0;
+        count += encode_piece(enc, s + a, end[k] - a, ids + count);
+    }
+    return count;
+}
+
+/* The pieces of text a regex pre-tokenizer cuts; PCRE2 reads it unchecked
+ * (a check per match would cost O(n) each), so it is checked here once. */
+static piece_ends regex_pieces(td_bpe_enc *enc, const unsigned char *s, size_t n) {
+    size_t bad;
+    td_err e;
+    TD_CHECK(td_utf8_check(s, n, &bad, &e) == 0, "the text to encode: %s", e.msg);
+    piece_ends pe = {0};
+    td_bpe_regex_split(enc->b->regex, enc->scratch, s, n, add_end, &pe);
+    return pe;
+}
+
 size_t td_bpe_encode(td_bpe_enc *enc, const unsigned char *s, size_t n, int *ids) {
     size_t count = 0;
+    if (enc->b->regex) {
+        piece_ends pe = regex_pieces(enc, s, n);
+        count = encode_pieces(enc, s, pe.end, 0, pe.n, ids);
+        free(pe.end);
+        return count;
+    }
     for (size_t i = 0; i < n;) {
         size_t j = td_bpe_pretok_next(s, n, i);
         count += encode_piece(enc, s + i, j - i, ids + count);
@@ -408,9 +531,42 @@ size_t td_bpe_encode(td_bpe_enc *enc, const unsigned char *s, size_t n, int *ids
     return count;
 }
 
+/* A regex pre-tokenizer has no split point known to be safe (td_bpe_split_
+ * point is GPT-2's), so one thread cuts all the pieces, then the threads
+ * merge runs of them: chunks of about 64 KiB or more, 8 per thread. */
+static size_t encode_regex_threads(td_bpe_enc **encs, int threads, const unsigned char *s,
+                                   size_t n, int *ids) {
+    piece_ends pe = regex_pieces(encs[0], s, n);
+    size_t target = n / ((size_t)threads * 8);
+    if (target < (1u << 16)) target = 1u << 16;
+    size_t cap = n / target + 2, nchunks = 0;
+    size_t *first = malloc((cap + 1) * sizeof *first), *count = malloc(cap * sizeof *count);
+    TD_CHECK(first && count, "out of memory splitting %zu bytes of text", n);
+    for (size_t k = 0, next = target; k < pe.n; k++)
+        if (k == 0 || (pe.end[k - 1] >= next && nchunks < cap)) {
+            first[nchunks++] = k;
+            next = (k ? pe.end[k - 1] : 0) + target;
+        }
+    first[nchunks] = pe.n;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+    for (size_t c = 0; c < nchunks; c++) {
+        size_t at = first[c] ? pe.end[first[c] - 1] : 0; /* the chunk's first byte */
+        count[c] = encode_pieces(encs[omp_get_thread_num()], s, pe.end, first[c], first[c + 1],
+                                 ids + at);
+    }
+    size_t total = 0;
+    for (size_t c = 0; c < nchunks; c++) {
+        memmove(ids + total, ids + (first[c] ? pe.end[first[c] - 1] : 0), count[c] * sizeof *ids);
+        total += count[c];
+    }
+    free(first), free(count), free(pe.end);
+    return total;
+}
+
 size_t td_bpe_encode_threads(td_bpe_enc **encs, int threads, const unsigned char *s, size_t n,
                              int *ids) {
     if (threads <= 1 || n < (1u << 16)) return td_bpe_encode(encs[0], s, n, ids);
+    if (encs[0]->b->regex) return encode_regex_threads(encs, threads, s, n, ids);
     /* chunks of at least 64 KiB, about 8 per thread for balance; each is
      * encoded into its own slice of ids (room for its bytes), then packed */
     size_t target = n / ((size_t)threads * 8);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bpe_internal.h"
 #include "trident/bpe.h"
 
 /* A growing text buffer; `failed` once an allocation has failed. */
@@ -38,7 +39,7 @@ static void puts_(text *t, const char *s) { put(t, s, strlen(s)); }
  * U+00A1..U+00AC, U+00AE..U+00FF) stand for themselves; the other 68, in
  * increasing order, for U+0100, U+0101, ... (so no token holds a space or a
  * control character). */
-static unsigned byte_char(unsigned char b) {
+unsigned td_bpe_byte_char(unsigned char b) {
     if ((b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE) return b;
     unsigned k = 0; /* non-printable bytes before b */
     for (unsigned c = 0; c < b; c++)
@@ -53,7 +54,7 @@ static unsigned byte_char(unsigned char b) {
  * them (encoder.json and vocab.bpe, which Hugging Face ships unchanged). */
 static void put_token(text *t, const unsigned char *p, int n, int json) {
     for (int i = 0; i < n; i++) {
-        unsigned cp = byte_char(p[i]);
+        unsigned cp = td_bpe_byte_char(p[i]);
         char u[12];
         if (json && (cp == '"' || cp == '\\')) u[0] = '\\', u[1] = (char)cp, put(t, u, 2);
         else if (cp < 0x80) u[0] = (char)cp, put(t, u, 1);

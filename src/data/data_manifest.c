@@ -58,6 +58,11 @@ int td_data_manifest_of(const char *path, td_data_manifest *m, char *json, size_
 }
 
 const char *td_data_tokenizer_for(const td_data_manifest *m, const char *json, const char *tokenizer) {
+    if (strncmp(m->tokenizer, "hf:", 3) == 0) { /* td_data_load compares the file's XXH3 */
+        TD_CHECK(td_tokenizer_is_file(tokenizer), "%s: the shards were tokenized with a tokenizer.json "
+                 "(XXH3 %s); give that file as --tokenizer FILE.json", json, m->tokenizer + 3);
+        return tokenizer;
+    }
     TD_CHECK(strcmp(m->tokenizer, "gpt2") == 0 && m->vocab == TD_GPT2_VOCAB,
              "%s: tokenizer %s (vocabulary %d): this build reads token shards of gpt2 (vocabulary %d) only", json,
              m->tokenizer, m->vocab, TD_GPT2_VOCAB);

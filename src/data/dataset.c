@@ -149,25 +149,42 @@ static void split_90_10(td_dataset *d, int *ids, size_t n) {
     td_free(ids);
 }
 
-/* A text file as GPT-2 tokens: <|endoftext|>, then the text's ordinary
- * encoding (as `trident tokenize` writes a document), on all threads. */
-static size_t encode_gpt2(td_dataset *d, const char *text, size_t n, const char *label, int **out) {
+/* A text file as BPE tokens (gpt2, or a tokenizer.json): the token a
+ * document starts with (GPT-2's <|endoftext|>, as `trident tokenize` writes
+ * a document; td_bpe_bos), then the text's ordinary encoding, on all
+ * threads. */
+static size_t encode_bpe(td_dataset *d, const char *text, size_t n, const char *label,
+                         const char *tokenizer, int **out) {
     size_t bad;
     td_err e;
     TD_CHECK(td_utf8_check((const unsigned char *)text, n, &bad, &e) == 0,
-             "%s: %s; --tokenizer gpt2 reads UTF-8 text (use --tokenizer byte for other bytes)", label,
-             e.msg);
-    td_tokenizer_gpt2(&d->tok);
+             "%s: %s; --tokenizer %s reads UTF-8 text (use --tokenizer byte for other bytes)", label,
+             e.msg, tokenizer);
+    if (td_tokenizer_is_file(tokenizer)) td_tokenizer_hf(&d->tok, tokenizer, "--tokenizer");
+    else td_tokenizer_gpt2(&d->tok);
     int threads = omp_get_max_threads();
     td_bpe_enc **encs = td_alloc(sizeof *encs * (size_t)threads, TD_MEM_OTHER);
     for (int t = 0; t < threads; t++) encs[t] = td_bpe_enc_new(d->tok.bpe);
-    int *ids = td_alloc(sizeof(int) * (n + 1), TD_MEM_OTHER);
-    ids[0] = TD_GPT2_EOT;
-    size_t count = 1 + td_bpe_encode_threads(encs, threads, (const unsigned char *)text, n, ids + 1);
+    int *ids = td_alloc(sizeof(int) * (n + 1), TD_MEM_OTHER), bos = td_bpe_bos(d->tok.bpe);
+    size_t count = bos >= 0;
+    if (bos >= 0) ids[0] = bos;
+    count += td_bpe_encode_threads(encs, threads, (const unsigned char *)text, n, ids + count);
     for (int t = 0; t < threads; t++) td_bpe_enc_free(encs[t]);
     td_free(encs);
     *out = ids;
     return count;
+}
+
+/* The tokenizer.json that shards of one were made with: its bytes (XXH3)
+ * and vocabulary as their data.json records them. */
+static void shards_tokenizer_json(td_dataset *d, const td_data_manifest *man, const char *path) {
+    td_tokenizer_hf(&d->tok, path, "--tokenizer");
+    char hx[32];
+    snprintf(hx, sizeof hx, "hf:%016llx", (unsigned long long)d->tok.file_xxh3);
+    TD_CHECK(strcmp(hx, man->tokenizer) == 0 && d->tok.V == man->vocab,
+             "--tokenizer %s (XXH3 %s, vocabulary %d) is not the tokenizer.json the shards were made with "
+             "(%s says XXH3 %s, vocabulary %d)", path, hx + 3, d->tok.V, d->manifest, man->tokenizer + 3,
+             man->vocab);
 }
 
 /* Megatron-LM names a dataset by its prefix: PREFIX, when no such file
@@ -224,19 +241,23 @@ void td_data_load(td_dataset *d, const char *path, const char *tokenizer, int vo
     TD_CHECK(all, "--data %s: out of memory for its checksum", path);
     /* token files of GPT-2 ids may say so: vocabulary 50257, samples decoded */
     int gpt2 = tokenizer && strcmp(tokenizer, "gpt2") == 0;
+    /* token shards of a tokenizer.json: their data.json names it by XXH3 */
+    int hf_ids = has_man && strncmp(man.tokenizer, "hf:", 3) == 0;
+    if (hf_ids) vocab = man.vocab;
     if (gpt2) {
         TD_CHECK(vocab <= 0 || vocab == TD_GPT2_VOCAB, "--vocab %d with --tokenizer gpt2, whose "
                  "vocabulary is %d; leave --vocab out", vocab, TD_GPT2_VOCAB);
         if (vocab <= 0) vocab = TD_GPT2_VOCAB;
     }
     if (shards) {
-        TD_CHECK(!tokenizer || gpt2, "--tokenizer %s applies to text files only; --data %s is a set "
+        TD_CHECK(!tokenizer || gpt2 || hf_ids, "--tokenizer %s applies to text files only; --data %s is a set "
                  "of token shards; drop --tokenizer, or give gpt2 for GPT-2 ids", tokenizer, path);
         int max_id = td_data_load_shards(d, path, vocab, has_man ? &man : NULL, d->manifest, all);
-        if (gpt2) td_tokenizer_gpt2(&d->tok);
+        if (hf_ids) shards_tokenizer_json(d, &man, tokenizer);
+        else if (gpt2) td_tokenizer_gpt2(&d->tok);
         else d->tok.kind = TD_TOK_IDS, d->tok.V = vocab > 0 ? vocab : max_id + 1;
     } else if (ends_with(path, ".bin")) {
-        TD_CHECK(!tokenizer || gpt2, "--tokenizer %s applies to text files only; --data %s is a token "
+        TD_CHECK(!tokenizer || gpt2 || hf_ids, "--tokenizer %s applies to text files only; --data %s is a token "
                  "file (.bin) of ids already; drop --tokenizer, or give gpt2 for GPT-2 ids",
                  tokenizer, path);
         int max_train, max_val = -1, *ids;
@@ -267,20 +288,22 @@ void td_data_load(td_dataset *d, const char *path, const char *tokenizer, int vo
             split_90_10(d, ids, n);
             snprintf(d->description, sizeof d->description, "%s (token ids, split 90/10)", path);
         }
-        if (gpt2) td_tokenizer_gpt2(&d->tok);
+        if (hf_ids) shards_tokenizer_json(d, &man, tokenizer);
+        else if (gpt2) td_tokenizer_gpt2(&d->tok);
         else d->tok.kind = TD_TOK_IDS, d->tok.V = vocab > 0 ? vocab : max_id + 1;
     } else {
         const char *tk = tokenizer ? tokenizer : "char";
-        TD_CHECK(strcmp(tk, "char") == 0 || strcmp(tk, "byte") == 0 || gpt2,
-                 "--tokenizer %s is not known; use char, byte or gpt2", tk);
+        int hf = td_tokenizer_is_file(tk);
+        TD_CHECK(strcmp(tk, "char") == 0 || strcmp(tk, "byte") == 0 || gpt2 || hf,
+                 "--tokenizer %s is not known; use char, byte, gpt2 or a tokenizer.json file", tk);
         TD_CHECK(vocab <= 0 || gpt2, "--vocab applies to token files (.bin) only; text files build their own");
         size_t n;
         char *text = read_file(path, label, &n);
         td_hash_stream_add(all, text, n);
         int *ids;
         size_t count;
-        if (gpt2) {
-            count = encode_gpt2(d, text, n, label, &ids);
+        if (gpt2 || hf) {
+            count = encode_bpe(d, text, n, label, tk, &ids);
         } else {
             if (strcmp(tk, "char") == 0) {
                 td_tokenizer_build_char(&d->tok, text, n, label); /* strict UTF-8, errors name the offset */
@@ -293,7 +316,8 @@ void td_data_load(td_dataset *d, const char *path, const char *tokenizer, int vo
         td_free(text);
         split_90_10(d, ids, count);
         snprintf(d->description, sizeof d->description, "%s (%s, vocab %d, split 90/10)", path,
-                 d->tok.kind == TD_TOK_CHAR ? "character-level" : gpt2 ? "GPT-2 BPE" : "byte-level",
+                 d->tok.kind == TD_TOK_CHAR ? "character-level" : gpt2 ? "GPT-2 BPE"
+                 : hf ? "BPE of the tokenizer.json" : "byte-level",
                  d->tok.V);
     }
     d->fp.xxh3 = td_hash_stream_value(all);

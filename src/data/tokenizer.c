@@ -1,5 +1,5 @@
-/* Character-level (code points of UTF-8 text), byte-level and GPT-2 BPE
- * tokenizers behind one interface. */
+/* Character-level (code points of UTF-8 text), byte-level, GPT-2 BPE and
+ * tokenizer.json BPE tokenizers behind one interface. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,7 +10,25 @@
 #include "trident/formats_data.h"
 
 const char *td_tokenizer_name(td_tokenizer_kind k) {
-    return k == TD_TOK_CHAR ? "char" : k == TD_TOK_BYTE ? "byte" : k == TD_TOK_GPT2 ? "gpt2" : "ids";
+    return k == TD_TOK_CHAR ? "char" : k == TD_TOK_BYTE ? "byte" : k == TD_TOK_GPT2 ? "gpt2"
+           : k == TD_TOK_HF ? "hf" : "ids";
+}
+
+int td_tokenizer_is_file(const char *name) {
+    size_t n = name ? strlen(name) : 0;
+    return n > 5 && strcmp(name + n - 5, ".json") == 0;
+}
+
+void td_tokenizer_hf(td_tokenizer *tk, const char *path, const char *flag) {
+    memset(tk, 0, sizeof *tk);
+    td_bpe *b;
+    td_err e;
+    TD_CHECK(td_bpe_load_hf(path, &b, &tk->file_xxh3, &e) == 0, "%s %s: %s", flag, path, e.msg);
+    tk->kind = TD_TOK_HF;
+    tk->bpe = b;
+    tk->V = td_bpe_vocab(b);
+    tk->file = td_alloc(strlen(path) + 1, TD_MEM_OTHER);
+    memcpy(tk->file, path, strlen(path) + 1);
 }
 
 void td_tokenizer_gpt2(td_tokenizer *tk) {
@@ -28,6 +46,7 @@ void td_tokenizer_build_char(td_tokenizer *tk, const char *text, size_t n, const
     td_err e;
     TD_CHECK(td_utf8_vocab((const unsigned char *)text, n, &chars, &V, &e) == 0,
              "%s: %s; use --tokenizer byte for text that is not UTF-8", what, e.msg);
+    memset(tk, 0, sizeof *tk); /* every field known, so td_tokenizer_free may free it */
     tk->kind = TD_TOK_CHAR;
     tk->V = (int)V; /* at most 0x110000 code points */
     tk->chars = td_alloc(sizeof(uint32_t) * (V ? V : 1), TD_MEM_OTHER);
@@ -41,10 +60,11 @@ size_t td_tokenizer_encode(const td_tokenizer *tk, const char *text, size_t n, i
     size_t count = 0;
     if (tk->kind == TD_TOK_BYTE) {
         for (size_t i = 0; i < n; i++) ids[count++] = s[i];
-    } else if (tk->kind == TD_TOK_GPT2) {
+    } else if (tk->kind == TD_TOK_GPT2 || tk->kind == TD_TOK_HF) {
         td_err e;
         size_t bad;
-        TD_CHECK(td_utf8_check(s, n, &bad, &e) == 0, "the text to encode with gpt2: %s", e.msg);
+        TD_CHECK(td_utf8_check(s, n, &bad, &e) == 0, "the text to encode with %s: %s",
+                 tk->kind == TD_TOK_HF ? tk->file : "gpt2", e.msg);
         td_bpe_enc *enc = td_bpe_enc_new(tk->bpe);
         count = td_bpe_encode(enc, s, n, ids);
         td_bpe_enc_free(enc);
@@ -62,7 +82,7 @@ int td_tokenizer_decode(const td_tokenizer *tk, int token, char *buf, int cap) {
     TD_ASSERT(cap >= 16);
     if (token < 0 || token >= tk->V) return snprintf(buf, (size_t)cap, "<%d>", token);
     if (tk->kind == TD_TOK_BYTE) return buf[0] = (char)token, 1;
-    if (tk->kind == TD_TOK_GPT2) {
+    if (tk->kind == TD_TOK_GPT2 || tk->kind == TD_TOK_HF) {
         int len;
         const unsigned char *t = td_bpe_token(tk->bpe, token, &len);
         if (t && len <= cap) return memcpy(buf, t, (size_t)len), len;
@@ -76,6 +96,8 @@ int td_tokenizer_decode(const td_tokenizer *tk, int token, char *buf, int cap) {
 }
 
 void td_tokenizer_free(td_tokenizer *tk) {
+    if (tk->kind == TD_TOK_HF) td_bpe_free((td_bpe *)tk->bpe);
+    td_free(tk->file);
     td_free(tk->chars);
     memset(tk, 0, sizeof *tk);
 }

@@ -129,10 +129,11 @@ static int parse_fields(const td_jv *o, td_hf_config *c, td_err *e) {
 int td_hf_trident_fields_parse(const td_jv *o, td_hf_config *c, td_err *e) {
     const td_jv *v = td_json_get(o, "trident_tokenizer");
     if (!v) return 0;
-    static const char *const kinds[4] = {"char", "byte", "ids", "gpt2"};
+    /* hf: a tokenizer.json, which an export writes beside config.json */
+    static const char *const kinds[5] = {"char", "byte", "ids", "gpt2", "hf"};
     int k = 0;
-    while (k < 4 && !(v->type == TD_JV_STR && strcmp(v->str, kinds[k]) == 0)) k++;
-    if (k == 4) FAIL("field trident_tokenizer: valid is \"char\", \"byte\", \"ids\" or \"gpt2\"");
+    while (k < 5 && !(v->type == TD_JV_STR && strcmp(v->str, kinds[k]) == 0)) k++;
+    if (k == 5) FAIL("field trident_tokenizer: valid is \"char\", \"byte\", \"ids\", \"gpt2\" or \"hf\"");
     snprintf(c->tokenizer, sizeof c->tokenizer, "%s", kinds[k]);
     if ((k == 1 && c->V != 256) || (k == 3 && c->V != 50257))
         FAIL("field vocab_size: %" PRId64 ", but the %s tokenizer has %d", c->V, kinds[k],

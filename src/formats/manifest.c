@@ -39,7 +39,7 @@ static int section_id(const char *s, int dp, int tp) {
     return strcmp(canon, s) == 0 ? id : -1;
 }
 
-static const char *const tok_names[] = {"char", "byte", "ids", "gpt2"};
+static const char *const tok_names[] = {"char", "byte", "ids", "gpt2", "hf"};
 
 #define BIG (INT64_C(1) << 40) /* element counts and offsets: far beyond any model here */
 
@@ -256,9 +256,17 @@ static int parse_top(const td_jv *j, td_manifest *m, td_err *e) {
     if (td_json_get_str(tok, "kind", &kind, e) || get_i(tok, "vocab", 1, 1 << 24, &m->tok_vocab, e))
         return in(e, "tokenizer", -1);
     m->tok_kind = -1;
-    for (int k = 0; k < 4; k++)
+    for (int k = 0; k < 5; k++)
         if (strcmp(kind, tok_names[k]) == 0) m->tok_kind = k;
-    if (m->tok_kind < 0) return td_err_set(e, "tokenizer: field kind: \"%.20s\", valid is char, byte, ids or gpt2", kind);
+    if (m->tok_kind < 0) return td_err_set(e, "tokenizer: field kind: \"%.20s\", valid is char, byte, ids, gpt2 or hf", kind);
+    if (m->tok_kind == 4) { /* a tokenizer.json: where it was, and its checksum */
+        const char *file, *hx;
+        if (td_json_get_str(tok, "file", &file, e) || td_json_get_str(tok, "xxh3", &hx, e))
+            return in(e, "tokenizer", -1);
+        if (strlen(hx) != TD_HASH_HEX || td_hash_parse_hex(hx, &m->tok_xxh3) != 0)
+            return td_err_set(e, "tokenizer: field xxh3: must be 16 hex digits");
+        if (!*file || !(m->tok_file = strdup(file))) return td_err_set(e, "tokenizer: field file: empty");
+    }
     if (m->tok_vocab != m->vocab)
         return td_err_set(e, "tokenizer: field vocab: %d, but config says %d", m->tok_vocab, m->vocab);
     if (m->tok_kind == 0) {
@@ -351,6 +359,7 @@ void td_manifest_free(td_manifest *m) {
     free(m->tensors);
     free(m->files);
     free(m->chars);
+    free(m->tok_file);
     free(m->data_path);
     free(m->run_config);
     memset(m, 0, sizeof *m);

@@ -64,10 +64,14 @@ void td_train_resume_defaults(td_train_opts *o, const td_flag *flags, int n, con
                  *model[i].value, origin(info, from, where, sizeof where), model[i].flag, model[i].saved);
     }
     resume_family(o, flags, n, info, &m, dir);
-    const char *kind = td_tokenizer_name((td_tokenizer_kind)m.tok_kind);
+    /* a tokenizer.json: its file (the resume compares its XXH3, so another
+     * path to the same bytes is fine) */
+    const char *kind = m.tok_kind == TD_TOK_HF ? td_flags_strdup(m.tok_file) /* outlives m */
+                                               : td_tokenizer_name((td_tokenizer_kind)m.tok_kind);
     int from = td_flags_from(flags, n, info, &o->tokenizer);
     if (from == TD_FROM_DEFAULT && m.tok_kind != TD_TOK_IDS) o->tokenizer = kind;
-    TD_CHECK(!o->tokenizer || strcmp(o->tokenizer, kind) == 0,
+    int same_file = m.tok_kind == TD_TOK_HF && td_tokenizer_is_file(o->tokenizer);
+    TD_CHECK(!o->tokenizer || same_file || strcmp(o->tokenizer, kind) == 0,
              "--resume %s: --tokenizer %s%s contradicts the checkpoint's tokenizer %s%s; leave it out (a resume "
              "takes it from the checkpoint)", dir, o->tokenizer, origin(info, from, where, sizeof where), kind,
              m.tok_kind == TD_TOK_IDS ? " (token ids, no --tokenizer)" : "");

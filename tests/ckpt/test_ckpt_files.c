@@ -50,7 +50,7 @@ static void files(void) {
     td_gpt_config cfg = {.L = 1, .H = 2, .C = 16, .T = 8, .V = 5};
     td_gpt_config_finish(&cfg);
     uint32_t chars[5] = {'\n', 'a', 'b', 'c', 0x4E2D};
-    td_tokenizer tok = {TD_TOK_CHAR, 5, chars, NULL};
+    td_tokenizer tok = {TD_TOK_CHAR, 5, chars, NULL, NULL, 0};
     td_param_table canon;
     td_param_table_build(&canon, &cfg, 1);
     size_t n = canon.numel;

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# --tokenizer FILE.json end to end, with GPT-2's tokenizer.json (the Split +
+# ByteLevel form, which test_bpe_hfjson writes from the shipped GPT-2 files)
+# against --tokenizer gpt2 as the oracle:
+# - `trident tokenize` writes the same shard bytes with either;
+# - `train --data TEXT` prints the same losses with either; the checkpoint
+#   records the file, so `sample` loads it, and refuses it once edited;
+#   `export` copies it beside the model and `import --tokenizer` takes it;
+# - `train --data SHARDS` needs the file back, checked by its XXH3;
+# - bad files (another model type, a missing file) are one
+#   line "trident: error: --tokenizer FILE: ..." naming the field, exit
+#   status 2 (test_bpe_hfjson refuses more kinds, in-process).
+# Usage: test_hfjson_cli.sh TRIDENT TEST_BPE_HFJSON DATA_DIR
+set -u
+T=$1 tool=$2 data=$3
+. "$(dirname "$0")/cli_lib.sh" # $tmp, ok, fail, expect
+text=$data/tinyshakespeare.txt
+tok=$tmp/tokenizer.json
+"$tool" write split "$tok" || { echo "FAIL cannot write $tok"; exit 1; }
+
+"$T" tokenize --tokenizer gpt2 "$text" --out "$tmp/g" --shard-tokens 100000 >"$tmp/log" 2>&1 &&
+"$T" tokenize --tokenizer "$tok" "$text" --out "$tmp/h" --shard-tokens 100000 >>"$tmp/log" 2>&1 ||
+  fail "tokenize runs" "$(cat "$tmp/log")"
+differ=$(cd "$tmp/g" && for f in *.bin; do cmp -s "$f" "../h/$f" || echo "$f"; done)
+if [ -z "$differ" ] && [ "$(ls "$tmp/h"/*.bin | wc -l)" -eq 5 ] && grep -q '"tokenizer": "hf:' "$tmp/h/data.json"; then
+  ok "tokenize: the 5 shards of FILE.json are byte for byte gpt2's; data.json names the file by XXH3"
+else fail "tokenize: shards differ: $differ" "$(ls -l "$tmp/g" "$tmp/h")"; fi
+
+small="--layers 1 --embd 32 --heads 2 --seq 16 --batch 4 --steps 2 --eval-every 2 --eval-iters 1 --threads 1"
+losses() { grep -oE '(val )?loss [0-9.]+' | tr '\n' ' '; }
+g=$("$T" train --data "$text" --tokenizer gpt2 $small 2>&1 | losses)
+h=$("$T" train --data "$text" --tokenizer "$tok" $small --out "$tmp/ck" 2>&1 | losses)
+if [ -n "$g" ] && [ "$g" = "$h" ]; then ok "train --data TEXT: the same losses as gpt2 ($h)"
+else fail "train losses: gpt2 '$g', FILE.json '$h'"; fi
+
+out=$("$T" sample --ckpt "$tmp/ck" --tokens 20 --seed 7 2>&1)
+if [ $? -eq 0 ] && [ -n "$out" ]; then ok "sample loads the checkpoint's tokenizer.json"
+else fail "sample" "$out"; fi
+# export writes the file beside the model; import takes it back with it
+out=$("$T" export --ckpt "$tmp/ck" --format hf-gpt2 --out "$tmp/ex" 2>&1 &&
+      "$T" import --format safetensors --in "$tmp/ex/model.safetensors" --config "$tmp/ex/config.json" \
+        --tokenizer "$tmp/ex/tokenizer.json" --out "$tmp/imp" 2>&1)
+if [ $? -eq 0 ] && cmp -s "$tok" "$tmp/ex/tokenizer.json" && grep -q "tokenizer hf" <<<"$out"; then
+  ok "export copies tokenizer.json; import --tokenizer FILE.json takes it back"
+else fail "export / import" "$out"; fi
+out=$("$T" train --data "$tmp/h" --tokenizer "$tok" $small 2>&1)
+if [ $? -eq 0 ] && [ "$(losses <<<"$out")" = "$h" ]; then ok "train --data SHARDS --tokenizer FILE.json: the same losses"
+else fail "train --data SHARDS" "$out"; fi
+
+expect "shards without their file" "give that file as --tokenizer FILE.json" \
+  "$T" train --data "$tmp/h" $small
+sed 's/"type": "BPE"/"type": "WordPiece"/' "$tok" >"$tmp/wordpiece.json"
+expect "model type" "--tokenizer $tmp/wordpiece.json: model.type WordPiece is not supported" \
+  "$T" train --data "$text" --tokenizer "$tmp/wordpiece.json" $small
+expect "a prompt before a run" "sample-prompt with --tokenizer $tok: a tokenizer.json's prompt is not checked" \
+  "$T" train --data "$text" --tokenizer "$tok" $small --sample-prompt "Hi"
+expect "missing file" "nothere.json: cannot be read" \
+  "$T" train --data "$text" --tokenizer "$tmp/nothere.json" $small
+sed -i 's/"ignore_merges": true/"ignore_merges": false/' "$tok"
+expect "an edited file" "has changed since the checkpoint was saved" \
+  "$T" sample --ckpt "$tmp/ck" --tokens 5
+[ $fails -eq 0 ] && echo "hf tokenizer cli: all passed" || echo "hf tokenizer cli: $fails FAILED"
+exit $((fails != 0))
