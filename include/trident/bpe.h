@@ -1,11 +1,13 @@
-/* bpe: GPT-2's byte-level BPE tokenizer, exact to the reference tokenizer
- * (js-tiktoken 1.0.21, getEncoding("gpt2"), ordinary encoding: a literal
- * "<|endoftext|>" in the text is text). Pre-tokenization by GPT-2's pattern
- * (src/data/bpe_pretok.c), then tiktoken's merge: within each piece, the
+/* bpe: byte-level BPE tokenizers (GPT-2's, tiktoken's cl100k_base and
+ * o200k_base), exact to the reference tokenizer (js-tiktoken 1.0.21,
+ * getEncoding("gpt2" | "cl100k_base" | "o200k_base"), ordinary encoding: the
+ * literal text of a special token such as "<|endoftext|>" is text).
+ * Pre-tokenization by the tokenizer's pattern (src/data/bpe_pretok.c,
+ * bpe_pretok_tiktoken.c), then tiktoken's merge: within each piece, the
  * adjacent pair whose joined bytes have the lowest rank merges first
  * (leftmost on ties) until no joined pair is a token; a piece that is a
  * token as a whole is that token. The ranks come from a trident BPE file
- * (include/trident/formats_bpe.h; data/gpt2.bpe). */
+ * (include/trident/formats_bpe.h; data/gpt2.bpe, cl100k.bpe, o200k.bpe). */
 #ifndef TRIDENT_BPE_H
 #define TRIDENT_BPE_H
 
@@ -20,16 +22,28 @@
 typedef struct td_bpe td_bpe;         /* the tables: read-only once loaded, shared by threads */
 typedef struct td_bpe_enc td_bpe_enc; /* one thread's encoder (its cache of pieces) */
 
-/* Loads and checks a BPE rank file; 0, or -1 with e (naming nothing: the
- * caller adds the path). */
-int td_bpe_load(const char *path, td_bpe **out, td_err *e);
+/* The tokenizers, by the name --tokenizer gives them: gpt2 (vocabulary
+ * 50257), cl100k (100277, ids 100261..100275 unused), o200k (200019). */
+typedef enum { TD_BPE_GPT2 = 0, TD_BPE_CL100K = 1, TD_BPE_O200K = 2 } td_bpe_kind;
+#define TD_BPE_KINDS 3
+const char *td_bpe_kind_name(td_bpe_kind k); /* "gpt2", "cl100k", "o200k" */
+int td_bpe_kind_parse(const char *name);     /* a td_bpe_kind, or -1 for another name */
+
+/* Loads and checks a BPE rank file, to pre-tokenize with kind's pattern; 0,
+ * or -1 with e (naming nothing: the caller adds the path). */
+int td_bpe_load(const char *path, td_bpe_kind kind, td_bpe **out, td_err *e);
 void td_bpe_free(td_bpe *b);
-/* GPT-2's tables, loaded once per process from td_bpe_gpt2_path(); any
- * failure (missing, corrupt, not GPT-2's) is one error line and exit 2. */
-const td_bpe *td_bpe_gpt2(void);
-/* $TRIDENT_GPT2_BPE when set, else data/gpt2.bpe of the source tree the
- * binary was built from. */
-const char *td_bpe_gpt2_path(void);
+/* A tokenizer's tables, loaded once per process from td_bpe_path(k) (not
+ * thread-safe: the first call comes before any threads); any failure
+ * (missing, corrupt, another tokenizer's ranks) is one error line naming
+ * the file and the environment variable, and exit 2. */
+const td_bpe *td_bpe_get(td_bpe_kind k);
+const td_bpe *td_bpe_gpt2(void); /* td_bpe_get(TD_BPE_GPT2) */
+/* $TRIDENT_GPT2_BPE, $TRIDENT_CL100K_BPE or $TRIDENT_O200K_BPE when set,
+ * else data/gpt2.bpe, cl100k.bpe or o200k.bpe of the source tree the binary
+ * was built from. */
+const char *td_bpe_path(td_bpe_kind k);
+td_bpe_kind td_bpe_kind_of(const td_bpe *b);
 
 int td_bpe_vocab(const td_bpe *b); /* ranks + special tokens (GPT-2: 50257) */
 int td_bpe_eot(const td_bpe *b);   /* the id of <|endoftext|>, or -1 */
@@ -49,12 +63,12 @@ size_t td_bpe_encode(td_bpe_enc *enc, const unsigned char *s, size_t n, int *ids
 size_t td_bpe_encode_threads(td_bpe_enc **encs, int threads, const unsigned char *s, size_t n,
                              int *ids);
 
-/* A split point at or after `from` (<= n) where every match of the pattern
+/* A split point at or after `from` (<= n) where every match of b's pattern
  * ends, so text before and after it can be pre-tokenized apart with the same
- * pieces: s[p-1] is a printable ASCII character and s[p] ASCII whitespace
- * (the match holding s[p-1] cannot take whitespace, and none looks back).
+ * pieces: s[p-1] is a printable ASCII character and s[p] a space (gpt2: or
+ * a newline); the match holding s[p-1] cannot take it, and none looks back.
  * Returns n when there is none. */
-size_t td_bpe_split_point(const unsigned char *s, size_t n, size_t from);
+size_t td_bpe_split_point(const td_bpe *b, const unsigned char *s, size_t n, size_t from);
 
 /* The two tokens (pair[0], pair[1]) that BPE joins into token `id`: the
  * token's own bytes merged with the ranks below id only, as tiktoken-to-

@@ -10,14 +10,23 @@
 
 #include "trident/formats_data_manifest.h"
 
-typedef enum { TD_TOK_CHAR = 0, TD_TOK_BYTE = 1, TD_TOK_IDS = 2, TD_TOK_GPT2 = 3 } td_tokenizer_kind;
+/* gpt2, cl100k and o200k are the byte-level BPE tokenizers (bpe.h) */
+typedef enum {
+    TD_TOK_CHAR = 0,
+    TD_TOK_BYTE = 1,
+    TD_TOK_IDS = 2,
+    TD_TOK_GPT2 = 3,
+    TD_TOK_CL100K = 4,
+    TD_TOK_O200K = 5
+} td_tokenizer_kind;
+#define TD_TOK_KINDS 6
 
 struct td_bpe;
 typedef struct {
     td_tokenizer_kind kind;
     int V;               /* vocabulary size */
     uint32_t *chars;     /* [V] code points (char tokenizer only, sorted) */
-    const struct td_bpe *bpe; /* GPT-2's tables (gpt2 only; shared, never freed) */
+    const struct td_bpe *bpe; /* the BPE tables (gpt2, cl100k, o200k; shared, never freed) */
 } td_tokenizer;
 
 const char *td_tokenizer_name(td_tokenizer_kind k);
@@ -25,8 +34,15 @@ const char *td_tokenizer_name(td_tokenizer_kind k);
  * `what` prefixes errors (e.g. "--data PATH"). */
 void td_tokenizer_build_char(td_tokenizer *tk, const char *text, size_t n, const char *what);
 /* GPT-2's byte-level BPE (vocabulary 50257; src/data/bpe.c), its tables
- * loaded from td_bpe_gpt2_path() (a missing or corrupt file is an error). */
+ * loaded from td_bpe_path() (a missing or corrupt file is an error). */
 void td_tokenizer_gpt2(td_tokenizer *tk);
+/* The byte-level BPE tokenizer `name` names (gpt2, cl100k, o200k) into tk;
+ * returns 0, or -1 (tk untouched) for a name that is none of them. */
+int td_tokenizer_bpe(td_tokenizer *tk, const char *name);
+/* Whether kind is one of the byte-level BPE tokenizers, and the kind of the
+ * tokenizer name (-1: not a BPE tokenizer's name). */
+int td_tokenizer_is_bpe(td_tokenizer_kind kind);
+int td_tokenizer_bpe_kind(const char *name);
 /* Encode UTF-8 text; unknown characters are a user error naming them
  * (gpt2: text that is not UTF-8 is an error giving the byte offset; the
  * encoding is ordinary, a literal <|endoftext|> is text). Returns the token

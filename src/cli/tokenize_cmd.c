@@ -1,4 +1,5 @@
-/* `trident tokenize`: text files to token shards with GPT-2's BPE.
+/* `trident tokenize`: text files to token shards with a byte-level BPE
+ * (gpt2, cl100k or o200k; bpe.h).
  * Each input file is a document: <|endoftext|>, then its text's ordinary
  * encoding (llm.c's convention; a literal <|endoftext|> inside is text).
  * The documents' tokens, in input order, are split train / val by
@@ -81,8 +82,8 @@ static void progress_print(progress *p, int final) {
 }
 
 /* Encodes one input file as a document onto t (it starts at t->n). */
-static void encode_file(const char *path, td_bpe_enc **encs, int threads, tokens *t, progress *p,
-                        int *scratch) {
+static void encode_file(const char *path, const td_bpe *bpe, td_bpe_enc **encs, int threads,
+                        tokens *t, progress *p, int *scratch) {
     struct stat st;
     const char *why;
     int fd = td_open_input(path, &st, &why);
@@ -96,12 +97,12 @@ static void encode_file(const char *path, td_bpe_enc **encs, int threads, tokens
     close(fd);
     size_t bad;
     td_err e;
-    TD_CHECK(td_utf8_check(s, n, &bad, &e) == 0, "tokenize: input %s: %s; gpt2 reads UTF-8 text",
-             path, e.msg);
-    int eot = TD_GPT2_EOT;
+    TD_CHECK(td_utf8_check(s, n, &bad, &e) == 0, "tokenize: input %s: %s; %s reads UTF-8 text",
+             path, e.msg, td_bpe_kind_name(td_bpe_kind_of(bpe)));
+    int eot = td_bpe_eot(bpe);
     push(t, &eot, 1);
     for (size_t a = 0; a < n;) {
-        size_t b = n - a <= SEGMENT ? n : td_bpe_split_point(s, n, a + SEGMENT);
+        size_t b = n - a <= SEGMENT ? n : td_bpe_split_point(bpe, s, n, a + SEGMENT);
         double t0 = td_now_ms();
         size_t k = td_bpe_encode_threads(encs, threads, s + a, b - a, scratch);
         p->encode_ms += td_now_ms() - t0;
@@ -177,7 +178,9 @@ int td_tokenize_main(int argc, char **argv) {
     int shard_tokens = 100000000, threads = 0;
     double val_fraction = 0.1;
     const td_flag flags[] = {
-        {"--tokenizer", TD_FLAG_STR, &tokenizer, "gpt2 (required; GPT-2's byte-level BPE)", NULL},
+        {"--tokenizer", TD_FLAG_STR, &tokenizer,
+         "gpt2, cl100k or o200k (required; GPT-2's byte-level BPE, tiktoken's cl100k_base or "
+         "o200k_base)", NULL},
         {"--out", TD_FLAG_STR, &out,
          "directory for the shards (created if missing; its parent must exist)", NULL},
         {"--name", TD_FLAG_STR, &name,
@@ -211,16 +214,16 @@ int td_tokenize_main(int argc, char **argv) {
     for (int i = 0; i < fargc; i++)
         if (strcmp(fargv[i], "--help") == 0 || strcmp(fargv[i], "-h") == 0) {
             /* the inputs are positional, so the usage line names them */
-            printf("usage: trident tokenize --tokenizer gpt2 IN... --out DIR [flags]\n"
+            printf("usage: trident tokenize --tokenizer gpt2|cl100k|o200k IN... --out DIR [flags]\n"
                    "  IN...                  text files (UTF-8), each one document (<|endoftext|>, then its "
                    "text), in the order given; at least one\n");
             td_flags_print_table(flags, nflags);
             exit(0);
         }
     td_flags_parse("tokenize", flags, nflags, fargc, fargv);
-    TD_CHECK(tokenizer, "tokenize: --tokenizer is required; valid: gpt2");
-    TD_CHECK(strcmp(tokenizer, "gpt2") == 0, "tokenize --tokenizer %s is not known; valid: gpt2",
-             tokenizer);
+    TD_CHECK(tokenizer, "tokenize: --tokenizer is required; valid: gpt2, cl100k, o200k");
+    int kind = td_bpe_kind_parse(tokenizer);
+    TD_CHECK(kind >= 0, "tokenize --tokenizer %s is not known; valid: gpt2, cl100k, o200k", tokenizer);
     TD_CHECK(strcmp(format, "llmc") == 0 || strcmp(format, "megatron") == 0,
              "tokenize --format %s is not known; valid: llmc, megatron", format);
     TD_CHECK(nin > 0,
@@ -272,7 +275,7 @@ int td_tokenize_main(int argc, char **argv) {
              out, old, old ? g.gl_pathv[0] : "");
     if (!made_dir) globfree(&g);
 
-    const td_bpe *bpe = td_bpe_gpt2();
+    const td_bpe *bpe = td_bpe_get((td_bpe_kind)kind);
     if (threads == 0) threads = omp_get_num_procs();
     td_bpe_enc **encs = malloc(sizeof *encs * (size_t)threads);
     for (int t = 0; t < threads; t++) encs[t] = td_bpe_enc_new(bpe);
@@ -290,7 +293,7 @@ int td_tokenize_main(int argc, char **argv) {
     TD_CHECK(doc_start, "tokenize: out of memory");
     for (int i = 0; i < nin; i++) {
         doc_start[i] = t.n;
-        encode_file(in[i], encs, threads, &t, &p, scratch);
+        encode_file(in[i], bpe, encs, threads, &t, &p, scratch);
     }
     progress_print(&p, 1);
     TD_CHECK(p.total > 0, "tokenize: %s empty; give text to tokenize",
@@ -302,7 +305,7 @@ int td_tokenize_main(int argc, char **argv) {
     size_t n_train = (size_t)((unsigned __int128)t.n * (1000000 - ppm) / 1000000);
     TD_CHECK(n_train > 0, "tokenize --val-fraction %g leaves no training tokens of the %zu; give more text or a "
              "smaller --val-fraction", val_fraction, t.n);
-    td_data_manifest man = {.vocab = TD_GPT2_VOCAB, .megatron = strcmp(format, "megatron") == 0, .tokens = t.n,
+    td_data_manifest man = {.vocab = td_bpe_vocab(bpe), .megatron = strcmp(format, "megatron") == 0, .tokens = t.n,
                             .documents = (uint64_t)nin};
     snprintf(man.tokenizer, sizeof man.tokenizer, "%s", tokenizer);
     for (int i = 0; i < nin; i++) man.split_documents[doc_start[i] >= n_train]++;

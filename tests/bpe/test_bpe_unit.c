@@ -252,7 +252,7 @@ int main(int argc, char **argv) {
     snprintf(path, sizeof path, "%s/gpt2.bpe", argv[1]);
     td_bpe *b;
     td_err e;
-    TD_CHECK(td_bpe_load(path, &b, &e) == 0, "%s: %s", path, e.msg);
+    TD_CHECK(td_bpe_load(path, TD_BPE_GPT2, &b, &e) == 0, "%s: %s", path, e.msg);
     test_merge(b);
     if (!fails)
         printf("ok   merge: scan, heap and tiktoken's literal merge agree on 3000 pieces up to "
