@@ -48,4 +48,13 @@ out.push('const td_uc_range td_bpe_uc_ranges[] = {');
 const cells = ranges.map(([a, b, c]) => `{${hex(a)}, ${hex(b)}, ${classes[c - 1][0]}},`);
 for (let i = 0; i < cells.length; i += 4) out.push('    ' + cells.slice(i, i + 4).join(' '));
 out.push('};');
+// ASCII, the common case, as a plain table the inline character reader
+// indexes without a call
+out.push('const unsigned char td_bpe_uc_ascii[128] = {');
+for (let i = 0; i < 128; i += 16) {
+  const row = [];
+  for (let cp = i; cp < i + 16; cp++) row.push(cls(cp) ? classes[cls(cp) - 1][0] : '0');
+  out.push('    ' + row.join(', ') + ',');
+}
+out.push('};');
 console.log(out.join('\n'));

@@ -41,6 +41,7 @@ typedef struct {
 extern const char td_bpe_unicode_version[];
 extern const int td_bpe_uc_nranges;
 extern const td_uc_range td_bpe_uc_ranges[];
+extern const unsigned char td_bpe_uc_ascii[128]; /* the classes of U+0000..U+007F */
 
 /* The class of a code point, as JavaScript's RegExp with the u flag has it. */
 int td_bpe_uc_class(uint32_t cp);
@@ -50,7 +51,7 @@ int td_bpe_uc_class(uint32_t cp);
  * any input is safe to scan (checked text never has one). */
 static inline int td_bpe_char_at(const unsigned char *s, size_t n, size_t i, int *len) {
     unsigned b = s[i];
-    if (b < 0x80) return *len = 1, td_bpe_uc_class(b);
+    if (b < 0x80) return *len = 1, td_bpe_uc_ascii[b];
     int k = b >= 0xF0 ? 4 : b >= 0xE0 ? 3 : b >= 0xC0 ? 2 : 0;
     if (k == 0 || b > 0xF4 || i + (size_t)k > n) return *len = 1, TD_UC_OTHER;
     uint32_t cp = b & (0x7Fu >> k);

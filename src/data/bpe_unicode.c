@@ -625,3 +625,13 @@ const td_uc_range td_bpe_uc_ranges[] = {
     {0x2A700, 0x2B81D, LO}, {0x2B820, 0x2CEAD, LO}, {0x2CEB0, 0x2EBE0, LO}, {0x2EBF0, 0x2EE5D, LO},
     {0x2F800, 0x2FA1D, LO}, {0x30000, 0x3134A, LO}, {0x31350, 0x33479, LO}, {0xE0100, 0xE01EF, MK},
 };
+const unsigned char td_bpe_uc_ascii[128] = {
+    0, 0, 0, 0, 0, 0, 0, 0, 0, SP, SP, SP, SP, SP, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    SP, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    NU, NU, NU, NU, NU, NU, NU, NU, NU, NU, 0, 0, 0, 0, 0, 0,
+    0, LU, LU, LU, LU, LU, LU, LU, LU, LU, LU, LU, LU, LU, LU, LU,
+    LU, LU, LU, LU, LU, LU, LU, LU, LU, LU, LU, 0, 0, 0, 0, 0,
+    0, LL, LL, LL, LL, LL, LL, LL, LL, LL, LL, LL, LL, LL, LL, LL,
+    LL, LL, LL, LL, LL, LL, LL, LL, LL, LL, LL, 0, 0, 0, 0, 0,
+};
