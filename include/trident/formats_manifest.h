@@ -6,7 +6,8 @@
  * terms (the step directory's README is ckpt.h):
  *   {"format": "trident-checkpoint", "version": 5, "step": S, "run": "16 hex digits",
  *    "config": {"layers", "heads", "embd", "seq", "vocab"},
- *    "tokenizer": {"kind": "char"|"byte"|"ids"|"gpt2", "vocab": V, "chars": [code points]},
+ *    "tokenizer": {"kind": "char"|"byte"|"ids"|"gpt2"|"cl100k"|"o200k", "vocab": V,
+ *                  "chars": [code points]},
  *    "seed": N, "lr_step": S,
  *    "loss_scale": {"mode": 0..2, "scale": F, "clean": n, "consecutive": n, "skipped": n},
  *    "layout": {"dp", "tp", "pp", "zero", "ranks", "precision", "dp_mode", "grad_compress"},

@@ -149,20 +149,20 @@ static void split_90_10(td_dataset *d, int *ids, size_t n) {
     td_free(ids);
 }
 
-/* A text file as GPT-2 tokens: <|endoftext|>, then the text's ordinary
- * encoding (as `trident tokenize` writes a document), on all threads. */
-static size_t encode_gpt2(td_dataset *d, const char *text, size_t n, const char *label, int **out) {
+/* A text file as BPE tokens (d->tok: gpt2, cl100k or o200k): <|endoftext|>,
+ * then the text's ordinary encoding (as `trident tokenize` writes a
+ * document), on all threads. */
+static size_t encode_bpe(td_dataset *d, const char *text, size_t n, const char *label, int **out) {
     size_t bad;
     td_err e;
     TD_CHECK(td_utf8_check((const unsigned char *)text, n, &bad, &e) == 0,
-             "%s: %s; --tokenizer gpt2 reads UTF-8 text (use --tokenizer byte for other bytes)", label,
-             e.msg);
-    td_tokenizer_gpt2(&d->tok);
+             "%s: %s; --tokenizer %s reads UTF-8 text (use --tokenizer byte for other bytes)", label,
+             e.msg, td_tokenizer_name(d->tok.kind));
     int threads = omp_get_max_threads();
     td_bpe_enc **encs = td_alloc(sizeof *encs * (size_t)threads, TD_MEM_OTHER);
     for (int t = 0; t < threads; t++) encs[t] = td_bpe_enc_new(d->tok.bpe);
     int *ids = td_alloc(sizeof(int) * (n + 1), TD_MEM_OTHER);
-    ids[0] = TD_GPT2_EOT;
+    ids[0] = td_bpe_eot(d->tok.bpe);
     size_t count = 1 + td_bpe_encode_threads(encs, threads, (const unsigned char *)text, n, ids + 1);
     for (int t = 0; t < threads; t++) td_bpe_enc_free(encs[t]);
     td_free(encs);
@@ -222,8 +222,10 @@ void td_data_load(td_dataset *d, const char *path, const char *tokenizer, int vo
     }
     td_hash_stream *all = td_hash_stream_new();
     TD_CHECK(all, "--data %s: out of memory for its checksum", path);
-    /* token files of GPT-2 ids may say so: vocabulary 50257, samples decoded */
+    /* token files of GPT-2 ids may say so: vocabulary 50257, samples decoded;
+     * cl100k and o200k read text only (their ids do not fit uint16 files) */
     int gpt2 = tokenizer && strcmp(tokenizer, "gpt2") == 0;
+    int bpe = td_tokenizer_bpe_kind(tokenizer) >= 0;
     if (gpt2) {
         TD_CHECK(vocab <= 0 || vocab == TD_GPT2_VOCAB, "--vocab %d with --tokenizer gpt2, whose "
                  "vocabulary is %d; leave --vocab out", vocab, TD_GPT2_VOCAB);
@@ -271,16 +273,17 @@ void td_data_load(td_dataset *d, const char *path, const char *tokenizer, int vo
         else d->tok.kind = TD_TOK_IDS, d->tok.V = vocab > 0 ? vocab : max_id + 1;
     } else {
         const char *tk = tokenizer ? tokenizer : "char";
-        TD_CHECK(strcmp(tk, "char") == 0 || strcmp(tk, "byte") == 0 || gpt2,
-                 "--tokenizer %s is not known; use char, byte or gpt2", tk);
+        TD_CHECK(strcmp(tk, "char") == 0 || strcmp(tk, "byte") == 0 || bpe,
+                 "--tokenizer %s is not known; use char, byte, gpt2, cl100k or o200k", tk);
         TD_CHECK(vocab <= 0 || gpt2, "--vocab applies to token files (.bin) only; text files build their own");
         size_t n;
         char *text = read_file(path, label, &n);
         td_hash_stream_add(all, text, n);
         int *ids;
         size_t count;
-        if (gpt2) {
-            count = encode_gpt2(d, text, n, label, &ids);
+        if (bpe) {
+            td_tokenizer_bpe(&d->tok, tk);
+            count = encode_bpe(d, text, n, label, &ids);
         } else {
             if (strcmp(tk, "char") == 0) {
                 td_tokenizer_build_char(&d->tok, text, n, label); /* strict UTF-8, errors name the offset */
@@ -293,7 +296,8 @@ void td_data_load(td_dataset *d, const char *path, const char *tokenizer, int vo
         td_free(text);
         split_90_10(d, ids, count);
         snprintf(d->description, sizeof d->description, "%s (%s, vocab %d, split 90/10)", path,
-                 d->tok.kind == TD_TOK_CHAR ? "character-level" : gpt2 ? "GPT-2 BPE" : "byte-level",
+                 d->tok.kind == TD_TOK_CHAR ? "character-level" : gpt2 ? "GPT-2 BPE"
+                 : bpe ? td_tokenizer_name(d->tok.kind) : "byte-level",
                  d->tok.V);
     }
     d->fp.xxh3 = td_hash_stream_value(all);

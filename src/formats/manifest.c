@@ -39,7 +39,8 @@ static int section_id(const char *s, int dp, int tp) {
     return strcmp(canon, s) == 0 ? id : -1;
 }
 
-static const char *const tok_names[] = {"char", "byte", "ids", "gpt2"};
+/* td_tokenizer_kind's names, in its order */
+static const char *const tok_names[] = {"char", "byte", "ids", "gpt2", "cl100k", "o200k"};
 
 #define BIG (INT64_C(1) << 40) /* element counts and offsets: far beyond any model here */
 
@@ -256,9 +257,11 @@ static int parse_top(const td_jv *j, td_manifest *m, td_err *e) {
     if (td_json_get_str(tok, "kind", &kind, e) || get_i(tok, "vocab", 1, 1 << 24, &m->tok_vocab, e))
         return in(e, "tokenizer", -1);
     m->tok_kind = -1;
-    for (int k = 0; k < 4; k++)
+    for (int k = 0; k < (int)(sizeof tok_names / sizeof tok_names[0]); k++)
         if (strcmp(kind, tok_names[k]) == 0) m->tok_kind = k;
-    if (m->tok_kind < 0) return td_err_set(e, "tokenizer: field kind: \"%.20s\", valid is char, byte, ids or gpt2", kind);
+    if (m->tok_kind < 0)
+        return td_err_set(e, "tokenizer: field kind: \"%.20s\", valid is char, byte, ids, gpt2, cl100k or o200k",
+                          kind);
     if (m->tok_vocab != m->vocab)
         return td_err_set(e, "tokenizer: field vocab: %d, but config says %d", m->tok_vocab, m->vocab);
     if (m->tok_kind == 0) {

@@ -53,7 +53,7 @@ void td_train_opts_default(td_train_opts *o) {
 int td_train_flag_table(td_train_opts *o, td_flag *out, int cap) {
     const td_flag flags[] = {
         {"--data", TD_FLAG_STR, &o->data, "text file (UTF-8), token file (.bin: nanoGPT uint16 or llm.c), or a directory or glob of *_train_*.bin / *_val_*.bin shards", NULL},
-        {"--tokenizer", TD_FLAG_STR, &o->tokenizer, "char (default), byte or gpt2 (GPT-2 BPE, vocabulary 50257) for text files; gpt2 also marks token files of GPT-2 ids", NULL},
+        {"--tokenizer", TD_FLAG_STR, &o->tokenizer, "char (default), byte, gpt2 (GPT-2 BPE, vocabulary 50257), cl100k or o200k (tiktoken's cl100k_base, 100277; o200k_base, 200019) for text files; gpt2 also marks token files of GPT-2 ids", NULL},
         {"--vocab", TD_FLAG_INT, &o->vocab, "vocabulary size of a token file (default: max id + 1)",
          "[1, " STR(TD_MAX_VOCAB) "]"},
         {"--model", TD_FLAG_STR, &o->model, "a model preset of `trident plan --list-models` (gpt2-124m, llama3-8b, smollm-135m, ...): sets --layers --heads --embd --seq --arch --kv-heads --ffn-hidden --rope-theta --tie-embeddings (and Llama 3.1's rope scaling); flags given on the command line or in --config win; the vocabulary stays the data's", NULL},
