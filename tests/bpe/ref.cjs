@@ -8,7 +8,8 @@
 //                                              the reference's for TEXT; else
 //                                              prints the first mismatch, exit 1
 //   node ref.cjs bench PKG TEXT SECONDS [ENC]  the reference's encoding MB/s
-//   node ref.cjs stress SEED OUT               writes the generated stress text
+//   node ref.cjs stress SEED OUT [PARTS]       writes the generated stress text
+//                                              (PARTS random pieces, 20000)
 //   node ref.cjs classes TABLE                 TABLE (one byte per code point,
 //                                              from bpe_tool classes) equals
 //                                              \p{Lu} ... \p{M}, \p{N}, \s of
@@ -75,8 +76,8 @@ if (mode === 'compare') {
               `${(bytes / 1e6 / best).toFixed(2)} MB/s ` +
               `(${n} tokens, best of ${runs})`);
 } else if (mode === 'stress') {
-  const [seed, out] = args;
-  fs.writeFileSync(out, stressText(Number(seed)));
+  const [seed, out, parts] = args;
+  fs.writeFileSync(out, stressText(Number(seed), Number(parts || 20000)));
 } else if (mode === 'classes') {
   const table = fs.readFileSync(args[0]);
   // in the order of TD_UC_* (src/data/bpe_internal.h), from 1; 0 is other
@@ -112,7 +113,7 @@ if (mode === 'compare') {
 // (astral, ZWJ sequences), every code point U+0000..U+00FF, the whitespace
 // JavaScript's \s has and lacks, long words (the heap merge) and the
 // literal text of the special tokens. Seeded, so a failure reproduces.
-function stressText(seed) {
+function stressText(seed, count) {
   let x = seed >>> 0 || 1;
   const rnd = (n) => { x ^= x << 13; x >>>= 0; x ^= x >>> 17; x ^= x << 5; x >>>= 0; return x % n; };
   const pick = (a) => a[rnd(a.length)];
@@ -141,7 +142,7 @@ function stressText(seed) {
   for (let cp = 0; cp < 256; cp++) parts.push(String.fromCodePoint(cp)); // U+0000..U+00FF in order
   parts.push('\n');
   for (let cp = 0; cp < 256; cp++) parts.push(String.fromCodePoint(cp), pick([' ', '', 'a', '1', "'s"]));
-  for (let k = 0; k < 20000; k++) {
+  for (let k = 0; k < count; k++) {
     const r = rnd(100);
     if (r < 35) parts.push(pick(words));
     else if (r < 47) parts.push(pick(numbers));
