@@ -10,6 +10,9 @@
 //   node ref.cjs bench PKG TEXT SECONDS [ENC]  the reference's encoding MB/s
 //   node ref.cjs stress SEED OUT [PARTS]       writes the generated stress text
 //                                              (PARTS random pieces, 20000)
+//   node ref.cjs soup SEED OUT                 writes a text of 40000 characters
+//                                              drawn from a small alphabet of
+//                                              the patterns' edge cases
 //   node ref.cjs classes TABLE                 TABLE (one byte per code point,
 //                                              from bpe_tool classes) equals
 //                                              \p{Lu} ... \p{M}, \p{N}, \s of
@@ -78,6 +81,9 @@ if (mode === 'compare') {
 } else if (mode === 'stress') {
   const [seed, out, parts] = args;
   fs.writeFileSync(out, stressText(Number(seed), Number(parts || 20000)));
+} else if (mode === 'soup') {
+  const [seed, out] = args;
+  fs.writeFileSync(out, soupText(Number(seed)));
 } else if (mode === 'classes') {
   const table = fs.readFileSync(args[0]);
   // in the order of TD_UC_* (src/data/bpe_internal.h), from 1; 0 is other
@@ -99,7 +105,7 @@ if (mode === 'compare') {
   console.log(`classes: all ${0x110000 - 0x800} code points agree with node ${process.version} ` +
               `(Unicode ${process.versions.unicode})`);
 } else {
-  console.error('usage: ref.cjs compare|bench|stress|classes ...');
+  console.error('usage: ref.cjs compare|bench|stress|soup|classes ...');
   process.exit(2);
 }
 
@@ -153,5 +159,23 @@ function stressText(seed, count) {
     else parts.push(pick(words).repeat(1 + rnd(90))); // long words, over 256 bytes at times
   }
   parts.push('end', ' '.repeat(300), 'x'.repeat(1000), '!'.repeat(700), '  ');
+  return parts.join('');
+}
+
+// Characters in random order, no words: every pair and triple of the
+// patterns' edge cases meets (a title-case or modifier letter after an upper
+// one, a mark after a prefix, an apostrophe between letters of either case,
+// \r before \n and spaces, '/' after punctuation, digits of several
+// systems), which a text of words rarely brings together. Cheap for the
+// reference: its pieces are short.
+function soupText(seed) {
+  let x = (seed * 7919) >>> 0 || 1;
+  const rnd = (n) => { x ^= x << 13; x >>>= 0; x ^= x >>> 17; x ^= x << 5; x >>>= 0; return x % n; };
+  const alphabet = ['a', 'b', 's', 't', 'l', 'L', 'S', 'T', 'r', 'R', 'e', 'E', 'd', 'D', 'm', 'M',
+    'v', 'V', 'B', 'H', 'Ǆ', 'ǅ', 'ǆ', 'ʰ', 'ˇ', '中', 'ก', '\u0301', '\u0903', '\u20dd', ' ', ' ',
+    '  ', '\t', '\r', '\n', '\r\n', '\u3000', '\u00a0', '\u2028', "'", "'", '1', '2', '٣', '²',
+    'Ⅻ', '!', '/', '.', '$', '\u200d', '👍', '🏽', '\ufeff', '\u0085', '_', '-', 'ﬁ'];
+  const parts = [];
+  for (let i = 0; i < 40000; i++) parts.push(alphabet[rnd(alphabet.length)]);
   return parts.join('');
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A BPE tokenizer token for token against the reference, js-tiktoken 1.0.21
-# run by node, on the tiny Shakespeare text and a generated stress text
+# run by node, on the tiny Shakespeare text, a generated stress text and a
+# "soup" of the patterns' edge-case characters in random order
 # (gpt2 also on Debian's fortunes corpus; cl100k and o200k on a stress text
 # of 8000 random pieces instead of 20000, which still holds each of its
 # words, numbers, symbols and spaces dozens of times, for CI time: the
@@ -20,10 +21,11 @@ pkg=$("$src/scripts/js_tiktoken.sh" dir)
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 node "$src/tests/bpe/ref.cjs" stress 1 "$work/stress.txt"
 node "$src/tests/bpe/ref.cjs" stress 2 "$work/stress_short.txt" 8000
+node "$src/tests/bpe/ref.cjs" soup 1 "$work/soup.txt"
 for tk in "${tokenizers[@]}"; do
-  files=("$data/tinyshakespeare.txt" "$work/stress_short.txt")
+  files=("$data/tinyshakespeare.txt" "$work/stress_short.txt" "$work/soup.txt")
   if [[ $tk == gpt2 ]]; then
-    files=("$data/tinyshakespeare.txt" "$work/stress.txt")
+    files=("$data/tinyshakespeare.txt" "$work/stress.txt" "$work/soup.txt")
     "$tool" classes "$work/classes"
     node "$src/tests/bpe/ref.cjs" classes "$work/classes"
     "$src/scripts/corpus.sh" "$work/fortunes.txt"
