@@ -8,8 +8,10 @@
 //                                              the reference's for TEXT; else
 //                                              prints the first mismatch, exit 1
 //   node ref.cjs bench PKG TEXT SECONDS [ENC]  the reference's encoding MB/s
-//   node ref.cjs stress SEED OUT [PARTS]       writes the generated stress text
-//                                              (PARTS random pieces, 20000)
+//   node ref.cjs stress SEED OUT [PARTS REPEAT]
+//                                              writes the generated stress text
+//                                              (PARTS random pieces, 20000; long
+//                                              words of up to REPEAT words, 90)
 //   node ref.cjs soup SEED OUT                 writes a text of 40000 characters
 //                                              drawn from a small alphabet of
 //                                              the patterns' edge cases
@@ -79,8 +81,8 @@ if (mode === 'compare') {
               `${(bytes / 1e6 / best).toFixed(2)} MB/s ` +
               `(${n} tokens, best of ${runs})`);
 } else if (mode === 'stress') {
-  const [seed, out, parts] = args;
-  fs.writeFileSync(out, stressText(Number(seed), Number(parts || 20000)));
+  const [seed, out, parts, repeat] = args;
+  fs.writeFileSync(out, stressText(Number(seed), Number(parts || 20000), Number(repeat || 90)));
 } else if (mode === 'soup') {
   const [seed, out] = args;
   fs.writeFileSync(out, soupText(Number(seed)));
@@ -119,7 +121,7 @@ if (mode === 'compare') {
 // (astral, ZWJ sequences), every code point U+0000..U+00FF, the whitespace
 // JavaScript's \s has and lacks, long words (the heap merge) and the
 // literal text of the special tokens. Seeded, so a failure reproduces.
-function stressText(seed, count) {
+function stressText(seed, count, repeat) {
   let x = seed >>> 0 || 1;
   const rnd = (n) => { x ^= x << 13; x >>>= 0; x ^= x >>> 17; x ^= x << 5; x >>>= 0; return x % n; };
   const pick = (a) => a[rnd(a.length)];
@@ -156,7 +158,7 @@ function stressText(seed, count) {
     else if (r < 70) parts.push(pick(contractions));
     else if (r < 98) parts.push(pick(spaces));
     else if (r < 99) parts.push(String.fromCodePoint(rnd(256)));
-    else parts.push(pick(words).repeat(1 + rnd(90))); // long words, over 256 bytes at times
+    else parts.push(pick(words).repeat(1 + rnd(repeat))); // long words, over 256 bytes at times
   }
   parts.push('end', ' '.repeat(300), 'x'.repeat(1000), '!'.repeat(700), '  ');
   return parts.join('');
