@@ -28,6 +28,7 @@ typedef enum { TD_BPE_GPT2 = 0, TD_BPE_CL100K = 1, TD_BPE_O200K = 2 } td_bpe_kin
 #define TD_BPE_KINDS 3
 const char *td_bpe_kind_name(td_bpe_kind k); /* "gpt2", "cl100k", "o200k" */
 int td_bpe_kind_parse(const char *name);     /* a td_bpe_kind, or -1 for another name */
+int td_bpe_kind_vocab(td_bpe_kind k);        /* 50257, 100277, 200019 (without loading) */
 
 /* Loads and checks a BPE rank file, to pre-tokenize with kind's pattern; 0,
  * or -1 with e (naming nothing: the caller adds the path). */

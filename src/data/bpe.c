@@ -193,6 +193,7 @@ static const struct {
 };
 
 const char *td_bpe_kind_name(td_bpe_kind k) { return expect[k].name; }
+int td_bpe_kind_vocab(td_bpe_kind k) { return expect[k].vocab; }
 
 int td_bpe_kind_parse(const char *name) {
     for (int k = 0; k < TD_BPE_KINDS; k++)

@@ -222,24 +222,25 @@ void td_data_load(td_dataset *d, const char *path, const char *tokenizer, int vo
     }
     td_hash_stream *all = td_hash_stream_new();
     TD_CHECK(all, "--data %s: out of memory for its checksum", path);
-    /* token files of GPT-2 ids may say so: vocabulary 50257, samples decoded;
-     * cl100k and o200k read text only (their ids do not fit uint16 files) */
+    /* token files of a BPE's ids (gpt2, cl100k, o200k) may say so: its
+     * vocabulary, samples decoded */
     int gpt2 = tokenizer && strcmp(tokenizer, "gpt2") == 0;
-    int bpe = td_tokenizer_bpe_kind(tokenizer) >= 0;
-    if (gpt2) {
-        TD_CHECK(vocab <= 0 || vocab == TD_GPT2_VOCAB, "--vocab %d with --tokenizer gpt2, whose "
-                 "vocabulary is %d; leave --vocab out", vocab, TD_GPT2_VOCAB);
-        if (vocab <= 0) vocab = TD_GPT2_VOCAB;
+    int bpe_kind = td_bpe_kind_parse(tokenizer), bpe = bpe_kind >= 0;
+    if (bpe) {
+        int V = td_bpe_kind_vocab((td_bpe_kind)bpe_kind);
+        TD_CHECK(vocab <= 0 || vocab == V, "--vocab %d with --tokenizer %s, whose vocabulary is %d; leave "
+                 "--vocab out", vocab, tokenizer, V);
+        if (vocab <= 0) vocab = V;
     }
     if (shards) {
-        TD_CHECK(!tokenizer || gpt2, "--tokenizer %s applies to text files only; --data %s is a set "
-                 "of token shards; drop --tokenizer, or give gpt2 for GPT-2 ids", tokenizer, path);
+        TD_CHECK(!tokenizer || bpe, "--tokenizer %s applies to text files only; --data %s is a set of token "
+                 "shards; drop --tokenizer, or give gpt2, cl100k or o200k for their ids", tokenizer, path);
         int max_id = td_data_load_shards(d, path, vocab, has_man ? &man : NULL, d->manifest, all);
-        if (gpt2) td_tokenizer_gpt2(&d->tok);
+        if (bpe) td_tokenizer_bpe(&d->tok, tokenizer);
         else d->tok.kind = TD_TOK_IDS, d->tok.V = vocab > 0 ? vocab : max_id + 1;
     } else if (ends_with(path, ".bin")) {
-        TD_CHECK(!tokenizer || gpt2, "--tokenizer %s applies to text files only; --data %s is a token "
-                 "file (.bin) of ids already; drop --tokenizer, or give gpt2 for GPT-2 ids",
+        TD_CHECK(!tokenizer || bpe, "--tokenizer %s applies to text files only; --data %s is a token "
+                 "file (.bin) of ids already; drop --tokenizer, or give gpt2, cl100k or o200k for their ids",
                  tokenizer, path);
         int max_train, max_val = -1, *ids;
         uint64_t size, h = td_data_file_hash(path, label, &size, all);
@@ -269,13 +270,13 @@ void td_data_load(td_dataset *d, const char *path, const char *tokenizer, int vo
             split_90_10(d, ids, n);
             snprintf(d->description, sizeof d->description, "%s (token ids, split 90/10)", path);
         }
-        if (gpt2) td_tokenizer_gpt2(&d->tok);
+        if (bpe) td_tokenizer_bpe(&d->tok, tokenizer);
         else d->tok.kind = TD_TOK_IDS, d->tok.V = vocab > 0 ? vocab : max_id + 1;
     } else {
         const char *tk = tokenizer ? tokenizer : "char";
         TD_CHECK(strcmp(tk, "char") == 0 || strcmp(tk, "byte") == 0 || bpe,
                  "--tokenizer %s is not known; use char, byte, gpt2, cl100k or o200k", tk);
-        TD_CHECK(vocab <= 0 || gpt2, "--vocab applies to token files (.bin) only; text files build their own");
+        TD_CHECK(vocab <= 0 || bpe, "--vocab applies to token files (.bin) only; text files build their own");
         size_t n;
         char *text = read_file(path, label, &n);
         td_hash_stream_add(all, text, n);

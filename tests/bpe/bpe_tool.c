@@ -11,11 +11,12 @@
  *                                       (checked UTF-8 in memory, fresh
  *                                       encoders, as `trident tokenize`
  *                                       times it; bench/bench_tokenizer.sh)
- *   bpe_tool shards DIR TEXT            the shards `trident tokenize` wrote
+ *   bpe_tool [--tokenizer=T] shards DIR TEXT
+ *                                       the shards `trident tokenize` wrote
  *                                       from TEXT, loaded as `train --data
- *                                       DIR --tokenizer gpt2` loads them,
+ *                                       DIR --tokenizer T` loads them,
  *                                       equal `train --data TEXT
- *                                       --tokenizer gpt2`'s tokens
+ *                                       --tokenizer T`'s tokens
  *   bpe_tool classes OUT                the patterns' class of every code
  *                                       point, one byte each (TD_UC_*:
  *                                       0 other, 1 Lu ... 8 space)
@@ -75,8 +76,8 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "shards") == 0) {
         TD_CHECK(argc == 4, "shards needs DIR TEXT");
         td_dataset a, b;
-        td_data_load(&a, argv[2], "gpt2", -1, 16);
-        td_data_load(&b, argv[3], "gpt2", -1, 16);
+        td_data_load(&a, argv[2], td_bpe_kind_name(kind), -1, 16);
+        td_data_load(&b, argv[3], td_bpe_kind_name(kind), -1, 16);
         const char *name[2] = {"train", "val"};
         for (int split = 0; split < 2; split++) {
             const int *x = split ? a.val : a.train, *y = split ? b.val : b.train;
@@ -88,7 +89,8 @@ int main(int argc, char **argv) {
                 return 1;
             }
         }
-        if (a.tok.kind != TD_TOK_GPT2 || a.tok.V != TD_GPT2_VOCAB) {
+        if (a.tok.kind != (td_tokenizer_kind)td_tokenizer_bpe_kind(td_bpe_kind_name(kind)) ||
+            a.tok.V != td_bpe_kind_vocab(kind)) {
             printf("shards %s: loaded with tokenizer %s, vocabulary %d\n", argv[2],
                    td_tokenizer_name(a.tok.kind), a.tok.V);
             return 1;

@@ -5,13 +5,16 @@
 #   200019) and its checkpoint records the tokenizer; `eval` reads the text
 #   back with a cl100k checkpoint's (o200k's, and --resume's, are the same
 #   code: ckpt.c loads the tables the manifest names);
-# - `tokenize --tokenizer T` is refused before any work, in one line naming
-#   the vocabulary that does not fit the uint16 shards, and leaves no --out;
+# - `tokenize --tokenizer T` writes shards of T's ids (cl100k: llm.c's
+#   uint32 files, o200k: Megatron's int32 .bin + .idx, the formats for ids
+#   above 65535) that `train --data DIR` reads back as T's tokens, equal to
+#   the in-memory encoding of the text (bpe_tool shards);
 # - a missing rank file, or another tokenizer's, is one error line naming
-#   the file and the environment variable.
-# Usage: test_tiktoken_cli.sh TRIDENT DATA_DIR
+#   the file and the environment variable; so are a --tokenizer that
+#   contradicts the shards' data.json and a --vocab other than T's.
+# Usage: test_tiktoken_cli.sh TRIDENT BPE_TOOL DATA_DIR
 set -u
-T=$1 data=$2
+T=$1 tool=$2 data=$3
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 fails=0
 ok() { echo "ok   $1"; }
@@ -32,20 +35,30 @@ for tv in cl100k:100277 o200k:200019; do
   else fail "eval --ckpt ($tk)" "$out"; fi
 done
 
+for tf in cl100k:llmc:20240801 o200k:megatron:MMIDIDX; do
+  tk=${tf%%:*} rest=${tf#*:} fmt=${rest%%:*} magic=${rest#*:}
+  "$T" tokenize --tokenizer "$tk" --format "$fmt" "$tmp/small.txt" --out "$tmp/sh_$tk" --shard-tokens 3000 \
+    >"$tmp/log" 2>&1 || fail "tokenize --tokenizer $tk --format $fmt" "$(cat "$tmp/log")"
+  head=$( [ "$fmt" = llmc ] && od -An -tu4 -N4 "$tmp/sh_$tk/small_train_000000.bin" | xargs ||
+          head -c 7 "$tmp/sh_$tk/small_train_000000.idx")
+  if out=$("$tool" --tokenizer="$tk" shards "$tmp/sh_$tk" "$tmp/small.txt" 2>&1) && [ "$head" = "$magic" ]; then
+    ok "tokenize --tokenizer $tk --format $fmt ($head): $out"
+  else fail "tokenize --tokenizer $tk --format $fmt: first shard's magic '$head'" "$out"; fi
+done
+
 expect() {
   local name=$1 want=$2; shift 2
   out=$("$@" 2>&1); rc=$?
   if [ $rc -eq 2 ] && [ "$(wc -l <<<"$out")" -eq 1 ] && grep -q -- "$want" <<<"$out"; then ok "$name: $out"
   else fail "$name (exit $rc, want '$want')" "$out"; fi
 }
-expect tokenize-cl100k "tokenize --tokenizer cl100k: vocabulary 100277 does not fit uint16 shards" \
-  "$T" tokenize --tokenizer cl100k "$tmp/small.txt" --out "$tmp/shards"
-if [ ! -e "$tmp/shards" ]; then ok "a refused tokenize leaves no --out"; else fail "--out exists"; fi
 expect missing-file "cl100k_base tokenizer file $tmp/nope.bpe: cannot be read: No such file.*TRIDENT_CL100K_BPE" \
   env TRIDENT_CL100K_BPE="$tmp/nope.bpe" "$T" train --data "$tmp/small.txt" --tokenizer cl100k $Q --steps 1
 expect other-ranks "o200k_base tokenizer file $data/cl100k.bpe holds 100256 ranks .*not o200k_base's 199998" \
   env TRIDENT_O200K_BPE="$data/cl100k.bpe" "$T" train --data "$tmp/small.txt" --tokenizer o200k $Q --steps 1
-expect token-file "--tokenizer cl100k applies to text files only" \
-  "$T" train --data "$tmp/ck_cl100k/none.bin" --tokenizer cl100k $Q --steps 1
+expect contradicts "--tokenizer cl100k contradicts $tmp/sh_o200k/data.json, which says the shards were tokenized with o200k" \
+  "$T" train --data "$tmp/sh_o200k" --tokenizer cl100k $Q --steps 1
+expect vocab "--vocab 100 with --tokenizer cl100k, whose vocabulary is 100277" \
+  "$T" train --data "$tmp/sh_cl100k" --tokenizer cl100k --vocab 100 $Q --steps 1
 [ $fails -eq 0 ] && echo "tiktoken cli: all passed"
 exit $fails
