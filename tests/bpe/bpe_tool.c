@@ -6,11 +6,6 @@
  *   bpe_tool [--tokenizer=T] roundtrip FILE
  *                                       decode(encode(FILE)) == FILE, and
  *                                       1 thread == 2 and 3 threads
- *   bpe_tool [--tokenizer=T] bench FILE THREADS
- *                                       prints the encoding MB/s of FILE
- *                                       (checked UTF-8 in memory, fresh
- *                                       encoders, as `trident tokenize`
- *                                       times it; bench/bench_tokenizer.sh)
  *   bpe_tool [--tokenizer=T] shards DIR TEXT
  *                                       the shards `trident tokenize` wrote
  *                                       from TEXT, loaded as `train --data
@@ -113,19 +108,6 @@ int main(int argc, char **argv) {
         FILE *f = fopen(argv[3], "wb");
         TD_CHECK(f && fwrite(ids, sizeof(int), k, f) == k && fclose(f) == 0, "%s: write failed",
                  argv[3]);
-        free(ids), free(s);
-        return 0;
-    }
-    if (strcmp(argv[1], "bench") == 0) {
-        TD_CHECK(argc >= 4, "bench needs THREADS");
-        int threads = atoi(argv[3]);
-        TD_CHECK(threads >= 1 && threads <= 8, "THREADS: 1..8");
-        td_bpe_get(kind); /* the tables load outside the timing */
-        double t0 = td_now_ms();
-        size_t k = encode(s, n, threads, &ids);
-        double secs = (td_now_ms() - t0) / 1e3;
-        printf("bench %s (%s): %.2f MB/s, %zu tokens at %d thread(s)\n", argv[2],
-               td_bpe_kind_name(kind), n / 1e6 / secs, k, threads);
         free(ids), free(s);
         return 0;
     }
