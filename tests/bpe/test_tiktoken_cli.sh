@@ -15,10 +15,7 @@
 # Usage: test_tiktoken_cli.sh TRIDENT BPE_TOOL DATA_DIR
 set -u
 T=$1 tool=$2 data=$3
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-fails=0
-ok() { echo "ok   $1"; }
-fail() { echo "FAIL $1"; shift; [ $# -gt 0 ] && echo "$@" | tail -5; fails=$((fails+1)); }
+source "$(dirname "$0")/../cli/expect_lib.sh"
 head -c 20000 "$data/tinyshakespeare.txt" >"$tmp/small.txt"
 Q="--layers 1 --embd 16 --heads 2 --seq 8 --batch 2 --eval-every 0 --threads 1"
 
@@ -46,12 +43,6 @@ for tf in cl100k:llmc:20240801 o200k:megatron:MMIDIDX; do
   else fail "tokenize --tokenizer $tk --format $fmt: first shard's magic '$head'" "$out"; fi
 done
 
-expect() {
-  local name=$1 want=$2; shift 2
-  out=$("$@" 2>&1); rc=$?
-  if [ $rc -eq 2 ] && [ "$(wc -l <<<"$out")" -eq 1 ] && grep -q -- "$want" <<<"$out"; then ok "$name: $out"
-  else fail "$name (exit $rc, want '$want')" "$out"; fi
-}
 expect missing-file "cl100k_base tokenizer file $tmp/nope.bpe: cannot be read: No such file.*TRIDENT_CL100K_BPE" \
   env TRIDENT_CL100K_BPE="$tmp/nope.bpe" "$T" train --data "$tmp/small.txt" --tokenizer cl100k $Q --steps 1
 expect other-ranks "o200k_base tokenizer file $data/cl100k.bpe holds 100256 ranks .*not o200k_base's 199998" \

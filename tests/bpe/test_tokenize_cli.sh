@@ -12,10 +12,7 @@
 # Usage: test_tokenize_cli.sh TRIDENT BPE_TOOL DATA_DIR
 set -u
 T=$1 tool=$2 data=$3
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-fails=0
-ok() { echo "ok   $1"; }
-fail() { echo "FAIL $1"; shift; [ $# -gt 0 ] && echo "$@" | tail -5; fails=$((fails+1)); }
+source "$(dirname "$0")/../cli/expect_lib.sh"
 text=$data/tinyshakespeare.txt
 
 "$T" tokenize --tokenizer gpt2 "$text" --out "$tmp/one" --threads 1 --shard-tokens 100000 >"$tmp/log1" 2>&1 &&
@@ -66,12 +63,6 @@ if [ "$want" = "$have" ] && [ ! -e "$tmp/docs/a_val_000000.bin" ]; then ok "two 
 else fail "two documents: want '$want', have '$have'"; fi
 
 # errors: one line, exit 2, naming the file and what is valid
-expect() {
-  local name=$1 want=$2; shift 2
-  out=$("$@" 2>&1); rc=$?
-  if [ $rc -eq 2 ] && [ "$(wc -l <<<"$out")" -eq 1 ] && grep -q -- "$want" <<<"$out"; then ok "$name: $out"
-  else fail "$name (exit $rc, want '$want')" "$out"; fi
-}
 head -c 1000 "$data/gpt2.bpe" >"$tmp/short.bpe"
 cp "$data/gpt2.bpe" "$tmp/flip.bpe"; printf 'X' | dd of="$tmp/flip.bpe" bs=1 seek=200000 conv=notrunc 2>/dev/null
 printf 'abc\xe2\x82 def' >"$tmp/bad.txt"
