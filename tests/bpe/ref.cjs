@@ -4,9 +4,11 @@
 // PKG is the directory whose node_modules holds js-tiktoken
 // (scripts/js_tiktoken.sh dir); ENC is trident's name for the encoding
 // (gpt2, cl100k, o200k; default gpt2).
-//   node ref.cjs compare PKG TEXT IDS [ENC]    trident's int32 ids (IDS) equal
-//                                              the reference's for TEXT; else
-//                                              prints the first mismatch, exit 1
+//   node ref.cjs compare PKG ENC TEXT IDS [TEXT IDS...]
+//                                              trident's int32 ids (IDS) equal
+//                                              the reference's for each TEXT;
+//                                              else prints the first mismatch,
+//                                              exit 1
 //   node ref.cjs bench PKG TEXT SECONDS [ENC]  the reference's encoding MB/s
 //   node ref.cjs stress SEED OUT [PARTS REPEAT]
 //                                              writes the generated stress text
@@ -37,32 +39,11 @@ function encoder(pkg, name) {
 const readText = (f) => fs.readFileSync(f).toString('utf8');
 
 if (mode === 'compare') {
-  const [pkg, textFile, idsFile, encName] = args;
+  // pairs TEXT IDS after ENC, so that one node (its ranks parsed once)
+  // checks every text of a tokenizer
+  const [pkg, encName, ...pairs] = args;
   const enc = encoder(pkg, encName);
-  const text = readText(textFile);
-  const t0 = process.hrtime.bigint();
-  const want = enc.encode(text, [], []);
-  const secs = Number(process.hrtime.bigint() - t0) / 1e9;
-  const raw = fs.readFileSync(idsFile);
-  const have = new Int32Array(raw.buffer, raw.byteOffset, raw.length / 4);
-  let i = 0;
-  while (i < want.length && i < have.length && want[i] === have[i]) i++;
-  const name = `${path.basename(textFile)} (${encName || 'gpt2'})`;
-  if (i === want.length && i === have.length) {
-    // decode(encode(x)) == x on the reference side too
-    if (enc.decode(want) !== text) { console.log(`${name}: the reference does not round-trip`); process.exit(1); }
-    console.log(`${name}: ${text.length} UTF-16 units, ${want.length} tokens, token for token equal ` +
-                `to js-tiktoken 1.0.21 (reference ${secs.toFixed(2)} s)`);
-    process.exit(0);
-  }
-  const show = (ids) => JSON.stringify(ids.map((t) => enc.decode([t])));
-  const lo = Math.max(0, i - 3);
-  const bytesBefore = Buffer.byteLength(enc.decode(want.slice(0, i)), 'utf8');
-  console.log(`${name}: MISMATCH at token ${i} (byte offset ~${bytesBefore}): ` +
-              `trident ${have.length} tokens, reference ${want.length}`);
-  console.log(`  trident:   ${JSON.stringify(Array.from(have.slice(lo, i + 5)))} ${show(Array.from(have.slice(lo, i + 5)))}`);
-  console.log(`  reference: ${JSON.stringify(want.slice(lo, i + 5))} ${show(want.slice(lo, i + 5))}`);
-  process.exit(1);
+  for (let p = 0; p + 1 < pairs.length; p += 2) compareOne(enc, encName, pairs[p], pairs[p + 1]);
 } else if (mode === 'bench') {
   const [pkg, textFile, seconds, encName] = args;
   const enc = encoder(pkg, encName);
@@ -180,4 +161,33 @@ function soupText(seed) {
   const parts = [];
   for (let i = 0; i < 40000; i++) parts.push(alphabet[rnd(alphabet.length)]);
   return parts.join('');
+}
+
+// trident's int32 ids (idsFile) against the reference's for textFile; the
+// first mismatch is printed and ends the run with status 1
+function compareOne(enc, encName, textFile, idsFile) {
+  const text = readText(textFile);
+  const t0 = process.hrtime.bigint();
+  const want = enc.encode(text, [], []);
+  const secs = Number(process.hrtime.bigint() - t0) / 1e9;
+  const raw = fs.readFileSync(idsFile);
+  const have = new Int32Array(raw.buffer, raw.byteOffset, raw.length / 4);
+  let i = 0;
+  while (i < want.length && i < have.length && want[i] === have[i]) i++;
+  const name = `${path.basename(textFile)} (${encName})`;
+  if (i === want.length && i === have.length) {
+    // decode(encode(x)) == x on the reference side too
+    if (enc.decode(want) !== text) { console.log(`${name}: the reference does not round-trip`); process.exit(1); }
+    console.log(`${name}: ${text.length} UTF-16 units, ${want.length} tokens, token for token equal ` +
+                `to js-tiktoken 1.0.21 (reference ${secs.toFixed(2)} s)`);
+    return;
+  }
+  const show = (ids) => JSON.stringify(ids.map((t) => enc.decode([t])));
+  const lo = Math.max(0, i - 3);
+  const bytesBefore = Buffer.byteLength(enc.decode(want.slice(0, i)), 'utf8');
+  console.log(`${name}: MISMATCH at token ${i} (byte offset ~${bytesBefore}): ` +
+              `trident ${have.length} tokens, reference ${want.length}`);
+  console.log(`  trident:   ${JSON.stringify(Array.from(have.slice(lo, i + 5)))} ${show(Array.from(have.slice(lo, i + 5)))}`);
+  console.log(`  reference: ${JSON.stringify(want.slice(lo, i + 5))} ${show(want.slice(lo, i + 5))}`);
+  process.exit(1);
 }

@@ -31,9 +31,11 @@ for tk in "${tokenizers[@]}"; do
     "$src/scripts/corpus.sh" "$work/fortunes.txt"
     files+=("$work/fortunes.txt")
   fi
-  for f in "${files[@]}"; do
-    "$tool" --tokenizer="$tk" encode "$f" "$work/ids"
-    node "$src/tests/bpe/ref.cjs" compare "$pkg" "$f" "$work/ids" "$tk"
-    "$tool" --tokenizer="$tk" roundtrip "$f"
+  pairs=()
+  for k in "${!files[@]}"; do
+    "$tool" --tokenizer="$tk" encode "${files[$k]}" "$work/ids$k"
+    "$tool" --tokenizer="$tk" roundtrip "${files[$k]}"
+    pairs+=("${files[$k]}" "$work/ids$k")
   done
+  node "$src/tests/bpe/ref.cjs" compare "$pkg" "$tk" "${pairs[@]}"
 done
