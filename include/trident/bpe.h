@@ -1,11 +1,13 @@
-/* bpe: byte-level BPE tokenizers. GPT-2's is exact to the reference
- * tokenizer (js-tiktoken 1.0.21, getEncoding("gpt2"), ordinary encoding: a
- * literal "<|endoftext|>" in the text is text). Pre-tokenization by GPT-2's
- * pattern (src/data/bpe_pretok.c), then tiktoken's merge: within each
- * piece, the adjacent pair whose joined bytes have the lowest rank merges
- * first (leftmost on ties) until no joined pair is a token; a piece that is
- * a token as a whole is that token. The ranks come from a trident BPE file
- * (include/trident/formats_bpe.h; data/gpt2.bpe).
+/* bpe: byte-level BPE tokenizers (GPT-2's, tiktoken's cl100k_base and
+ * o200k_base), exact to the reference tokenizer (js-tiktoken 1.0.21,
+ * getEncoding("gpt2" | "cl100k_base" | "o200k_base"), ordinary encoding: the
+ * literal text of a special token such as "<|endoftext|>" is text).
+ * Pre-tokenization by the tokenizer's pattern (src/data/bpe_pretok.c,
+ * bpe_pretok_tiktoken.c), then tiktoken's merge: within each piece, the
+ * adjacent pair whose joined bytes have the lowest rank merges first
+ * (leftmost on ties) until no joined pair is a token; a piece that is a
+ * token as a whole is that token. The ranks come from a trident BPE file
+ * (include/trident/formats_bpe.h; data/gpt2.bpe, cl100k.bpe, o200k.bpe).
  * A Hugging Face tokenizer.json (td_bpe_load_hf; src/data/bpe_hfjson.c)
  * drives the same engine with its own pairs (its merges list: priority =
  * position, result = the joined token's id) and its pre-tokenizer regexes
@@ -24,9 +26,18 @@
 typedef struct td_bpe td_bpe;         /* the tables: read-only once loaded, shared by threads */
 typedef struct td_bpe_enc td_bpe_enc; /* one thread's encoder (its cache of pieces) */
 
-/* Loads and checks a BPE rank file; 0, or -1 with e (naming nothing: the
- * caller adds the path). */
-int td_bpe_load(const char *path, td_bpe **out, td_err *e);
+/* The tokenizers, by the name --tokenizer gives them: gpt2 (vocabulary
+ * 50257), cl100k (100277, ids 100261..100275 unused), o200k (200019). */
+typedef enum { TD_BPE_GPT2 = 0, TD_BPE_CL100K = 1, TD_BPE_O200K = 2 } td_bpe_kind;
+#define TD_BPE_KINDS 3
+const char *td_bpe_kind_name(td_bpe_kind k); /* "gpt2", "cl100k", "o200k" */
+int td_bpe_kind_parse(const char *name);     /* a td_bpe_kind, or -1 for another name */
+int td_bpe_kind_vocab(td_bpe_kind k);        /* 50257, 100277, 200019 (without loading) */
+
+/* Loads and checks a BPE rank file, to pre-tokenize with kind's pattern; 0,
+ * or -1 with e (naming nothing: the caller adds the path). */
+int td_bpe_load(const char *path, td_bpe_kind kind, td_bpe **out, td_err *e);
+void td_bpe_free(td_bpe *b);
 /* Loads a Hugging Face tokenizer.json of the byte-level BPE kind (model
  * BPE, pre-tokenizer ByteLevel or a Sequence of Split / Digits ending in
  * ByteLevel, no normalizer, decoder ByteLevel); 0, or -1 with e naming the
@@ -36,17 +47,21 @@ int td_bpe_load(const char *path, td_bpe **out, td_err *e);
  * no token (td_bpe_token: NULL). *xxh3 (unless NULL): the XXH3-64 of the
  * file's bytes, so a checkpoint can tell the same file from an edited one. */
 int td_bpe_load_hf(const char *path, td_bpe **out, uint64_t *xxh3, td_err *e);
-void td_bpe_free(td_bpe *b);
 /* A whole file, malloc'd with a NUL after its *n bytes (a tokenizer file,
  * or the copy export makes of one); NULL with e (naming nothing: the caller
  * adds the path). */
 unsigned char *td_bpe_read_file(const char *path, size_t *n, td_err *e);
-/* GPT-2's tables, loaded once per process from td_bpe_gpt2_path(); any
- * failure (missing, corrupt, not GPT-2's) is one error line and exit 2. */
-const td_bpe *td_bpe_gpt2(void);
-/* $TRIDENT_GPT2_BPE when set, else data/gpt2.bpe of the source tree the
- * binary was built from. */
-const char *td_bpe_gpt2_path(void);
+/* A tokenizer's tables, loaded once per process from td_bpe_path(k) (not
+ * thread-safe: the first call comes before any threads); any failure
+ * (missing, corrupt, another tokenizer's ranks) is one error line naming
+ * the file and the environment variable, and exit 2. */
+const td_bpe *td_bpe_get(td_bpe_kind k);
+const td_bpe *td_bpe_gpt2(void); /* td_bpe_get(TD_BPE_GPT2) */
+/* $TRIDENT_GPT2_BPE, $TRIDENT_CL100K_BPE or $TRIDENT_O200K_BPE when set,
+ * else data/gpt2.bpe, cl100k.bpe or o200k.bpe of the source tree the binary
+ * was built from. */
+const char *td_bpe_path(td_bpe_kind k);
+td_bpe_kind td_bpe_kind_of(const td_bpe *b);
 
 int td_bpe_vocab(const td_bpe *b); /* ranks + special tokens (GPT-2: 50257) */
 int td_bpe_eot(const td_bpe *b);   /* the id of <|endoftext|>, or -1 */
@@ -75,12 +90,12 @@ size_t td_bpe_encode(td_bpe_enc *enc, const unsigned char *s, size_t n, int *ids
 size_t td_bpe_encode_threads(td_bpe_enc **encs, int threads, const unsigned char *s, size_t n,
                              int *ids);
 
-/* A split point at or after `from` (<= n) where every match of GPT-2's pattern
+/* A split point at or after `from` (<= n) where every match of b's pattern
  * ends, so text before and after it can be pre-tokenized apart with the same
- * pieces: s[p-1] is a printable ASCII character and s[p] ASCII whitespace
- * (the match holding s[p-1] cannot take whitespace, and none looks back).
+ * pieces: s[p-1] is a printable ASCII character and s[p] a space (gpt2: or
+ * a newline); the match holding s[p-1] cannot take it, and none looks back.
  * Returns n when there is none. */
-size_t td_bpe_split_point(const unsigned char *s, size_t n, size_t from);
+size_t td_bpe_split_point(const td_bpe *b, const unsigned char *s, size_t n, size_t from);
 
 /* The two tokens (pair[0], pair[1]) that BPE joins into token `id`: the
  * token's own bytes merged with the ranks below id only, as tiktoken-to-

@@ -11,14 +11,25 @@
 
 #include "trident/formats_data_manifest.h"
 
-typedef enum { TD_TOK_CHAR = 0, TD_TOK_BYTE = 1, TD_TOK_IDS = 2, TD_TOK_GPT2 = 3, TD_TOK_HF = 4 } td_tokenizer_kind;
+/* gpt2, cl100k and o200k are the byte-level BPE tokenizers of rank files
+ * (bpe.h); hf is a Hugging Face tokenizer.json's byte-level BPE */
+typedef enum {
+    TD_TOK_CHAR = 0,
+    TD_TOK_BYTE = 1,
+    TD_TOK_IDS = 2,
+    TD_TOK_GPT2 = 3,
+    TD_TOK_CL100K = 4,
+    TD_TOK_O200K = 5,
+    TD_TOK_HF = 6
+} td_tokenizer_kind;
+#define TD_TOK_KINDS 7
 
 struct td_bpe;
 typedef struct {
     td_tokenizer_kind kind;
     int V;               /* vocabulary size */
     uint32_t *chars;     /* [V] code points (char tokenizer only, sorted) */
-    const struct td_bpe *bpe; /* the BPE tables (gpt2: shared, never freed; hf: own) */
+    const struct td_bpe *bpe; /* the BPE tables (gpt2, cl100k, o200k: shared, never freed; hf: own) */
     char *file;          /* hf: the tokenizer.json as given (td_alloc'd) */
     uint64_t file_xxh3;  /* hf: the XXH3-64 of its bytes */
 } td_tokenizer;
@@ -28,7 +39,7 @@ const char *td_tokenizer_name(td_tokenizer_kind k);
  * `what` prefixes errors (e.g. "--data PATH"). Sets every field of tk. */
 void td_tokenizer_build_char(td_tokenizer *tk, const char *text, size_t n, const char *what);
 /* GPT-2's byte-level BPE (vocabulary 50257; src/data/bpe.c), its tables
- * loaded from td_bpe_gpt2_path() (a missing or corrupt file is an error). */
+ * loaded from td_bpe_path() (a missing or corrupt file is an error). */
 void td_tokenizer_gpt2(td_tokenizer *tk);
 /* Whether --tokenizer NAME names a tokenizer.json file (it ends in .json). */
 int td_tokenizer_is_file(const char *name);
@@ -37,6 +48,16 @@ int td_tokenizer_is_file(const char *name);
  * file is one error line naming `flag` (e.g. "--tokenizer"), the path and
  * the field. */
 void td_tokenizer_hf(td_tokenizer *tk, const char *path, const char *flag);
+/* The byte-level BPE tokenizer `name` names (gpt2, cl100k, o200k) into tk;
+ * returns 0, or -1 (tk untouched) for a name that is none of them. */
+int td_tokenizer_bpe(td_tokenizer *tk, const char *name);
+/* Whether kind is one of the byte-level BPE tokenizers, and the kind of the
+ * tokenizer name (-1: not a BPE tokenizer's name). */
+int td_tokenizer_is_bpe(td_tokenizer_kind kind);
+int td_tokenizer_bpe_kind(const char *name);
+/* Whether tk->bpe encodes and decodes for kind: a rank file's BPE or a
+ * tokenizer.json's (hf). */
+int td_tokenizer_has_bpe(td_tokenizer_kind kind);
 /* Encode UTF-8 text; unknown characters are a user error naming them
  * (gpt2, hf: text that is not UTF-8 is an error giving the byte offset; the
  * encoding is ordinary, a literal <|endoftext|> is text). Returns the token

@@ -1,5 +1,6 @@
-/* formats (bpe): trident's file of byte-level BPE ranks (data/gpt2.bpe holds
- * GPT-2's, converted once from the npm package js-tiktoken; data/README.md).
+/* formats (bpe): trident's file of byte-level BPE ranks (data/gpt2.bpe,
+ * cl100k.bpe and o200k.bpe hold GPT-2's, cl100k_base's and o200k_base's,
+ * converted once from the npm package js-tiktoken; data/README.md).
  * Like all of src/formats: no MPI, no exit, no printing; errors come back as
  * td_err. All integers little-endian:
  *

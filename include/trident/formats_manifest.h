@@ -6,8 +6,9 @@
  * terms (the step directory's README is ckpt.h):
  *   {"format": "trident-checkpoint", "version": 5, "step": S, "run": "16 hex digits",
  *    "config": {"layers", "heads", "embd", "seq", "vocab"},
- *    "tokenizer": {"kind": "char"|"byte"|"ids"|"gpt2"|"hf", "vocab": V, "chars": [code points]
- *                  (char), "file": tokenizer.json path, "xxh3": "16 hex digits" of its bytes (hf)},
+ *    "tokenizer": {"kind": "char"|"byte"|"ids"|"gpt2"|"cl100k"|"o200k"|"hf", "vocab": V,
+ *                  "chars": [code points] (char), "file": tokenizer.json path, "xxh3": "16
+ *                  hex digits" of its bytes (hf)},
  *    "seed": N, "lr_step": S,
  *    "loss_scale": {"mode": 0..2, "scale": F, "clean": n, "consecutive": n, "skipped": n},
  *    "layout": {"dp", "tp", "pp", "zero", "ranks", "precision", "dp_mode", "grad_compress"},

@@ -108,7 +108,8 @@ static void describe(td_checkpoint *ck, const td_ckpt_reader *r) {
         ck->tok.chars = td_alloc(sizeof(uint32_t) * (size_t)m->tok_vocab, TD_MEM_OTHER);
         memcpy(ck->tok.chars, m->chars, sizeof(uint32_t) * (size_t)m->tok_vocab);
     }
-    if (m->tok_kind == TD_TOK_GPT2) td_tokenizer_gpt2(&ck->tok); /* its tables, to decode samples */
+    /* a BPE's tables, to decode samples */
+    if (td_tokenizer_is_bpe(ck->tok.kind)) td_tokenizer_bpe(&ck->tok, td_tokenizer_name(ck->tok.kind));
     if (m->tok_kind == TD_TOK_HF) { /* the same file, or the ids would mean other tokens */
         char what[4200];
         snprintf(what, sizeof what, "%s/manifest.json: the checkpoint's tokenizer", r->dir);

@@ -260,6 +260,10 @@ void td_export_tok_summary(const td_checkpoint *ck, int merges) {
                "special_tokens_map.json)\n", td_bpe_vocab(ck->tok.bpe), merges);
     else if (ck->tok.kind == TD_TOK_HF)
         printf(", tokenizer.json: %s as the checkpoint recorded it)\n", ck->tok.file);
+    else if (td_tokenizer_is_bpe(ck->tok.kind)) /* cl100k, o200k: GPT-2's files would pre-tokenize wrong */
+        printf(")\nexport: note: no tokenizer files: the model's vocabulary is tiktoken's %s, whose pattern "
+               "GPT-2's vocab.json and merges.txt cannot carry; config.json's trident_tokenizer names it\n",
+               ck->tok.kind == TD_TOK_CL100K ? "cl100k_base" : "o200k_base");
     else
         printf(")\nexport: note: no tokenizer files: the model's vocabulary is trident's %s, which no "
                "Hugging Face tokenizer reproduces; %s\n",

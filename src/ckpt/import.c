@@ -19,6 +19,7 @@
 #include "interop.h"
 #include "staged.h"
 #include "trident/base.h"
+#include "trident/bpe.h"
 #include "trident/ckpt.h"
 #include "trident/ckpt_interop.h"
 #include "trident/files.h"
@@ -241,15 +242,16 @@ static void pick_tokenizer(td_tokenizer *tok, const char *flag, const char *data
         td_tokenizer_hf(tok, kind, "import: --tokenizer");
         TD_CHECK(tok->V == V, "import: --tokenizer %s has %d tokens (its largest id + 1), but the model's "
                  "vocabulary is %d", kind, tok->V, V);
-    } else if (strcmp(kind, "gpt2") == 0) {
-        TD_CHECK(V == 50257, "import: --tokenizer gpt2 has 50257 tokens, but the model's vocabulary is %d", V);
-        td_tokenizer_gpt2(tok);
+    } else if (td_bpe_kind_parse(kind) >= 0) { /* gpt2, cl100k, o200k */
+        int bv = td_bpe_kind_vocab((td_bpe_kind)td_bpe_kind_parse(kind));
+        TD_CHECK(V == bv, "import: --tokenizer %s has %d tokens, but the model's vocabulary is %d", kind, bv, V);
+        td_tokenizer_bpe(tok, kind);
     } else if (strcmp(kind, "byte") == 0) {
         TD_CHECK(V == 256, "import: --tokenizer byte has 256 tokens, but the model's vocabulary is %d", V);
         tok->kind = TD_TOK_BYTE, tok->V = 256;
     } else {
-        TD_CHECK(strcmp(kind, "ids") == 0, "import: --tokenizer %s is not known; use char, byte, ids, gpt2 or a "
-                 "tokenizer.json file", kind);
+        TD_CHECK(strcmp(kind, "ids") == 0, "import: --tokenizer %s is not known; use char, byte, ids, gpt2, cl100k, "
+                 "o200k or a tokenizer.json file", kind);
         tok->kind = TD_TOK_IDS, tok->V = V;
     }
 }

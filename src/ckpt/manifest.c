@@ -89,7 +89,6 @@ static const char *meta_of(const td_st_header *h, const char *key) {
 
 char *td_manifest_format(const td_ckpt_dir *d, int n_files, const td_ckpt_meta *meta, const td_gpt_config *cfg,
                          const td_tokenizer *tok, const td_param_table *t, size_t *len) {
-    static const char *tok_names[] = {"char", "byte", "ids", "gpt2", "hf"};
     sbuf b = {malloc(4096), 0, 4096};
     TD_CHECK(b.p, "saving a checkpoint: out of memory for the manifest");
     char run[TD_HASH_HEX + 1];
@@ -111,7 +110,7 @@ char *td_manifest_format(const td_ckpt_dir *d, int n_files, const td_ckpt_meta *
             put(&b, "null");
     }
     put(&b, "},\n");
-    put(&b, " \"tokenizer\": {\"kind\": \"%s\", \"vocab\": %d", tok_names[tok->kind], tok->V);
+    put(&b, " \"tokenizer\": {\"kind\": \"%s\", \"vocab\": %d", td_tokenizer_name(tok->kind), tok->V);
     if (tok->kind == TD_TOK_CHAR) {
         put(&b, ", \"chars\": [");
         for (int i = 0; i < tok->V; i++) put(&b, "%s%u", i ? ", " : "", tok->chars[i]);

@@ -1,8 +1,8 @@
-/* `trident tokenize`: text files to token shards with GPT-2's BPE or a
- * tokenizer.json's. Each input file is a document: <|endoftext|> (a
- * tokenizer.json's document-start token, td_bpe_bos), then its text's
- * ordinary encoding (llm.c's convention; a literal <|endoftext|> inside is
- * text).
+/* `trident tokenize`: text files to token shards with a byte-level BPE
+ * (gpt2, cl100k or o200k; bpe.h) or a tokenizer.json's. Each input file is
+ * a document: <|endoftext|> (a tokenizer.json's document-start token,
+ * td_bpe_bos), then its text's ordinary encoding (llm.c's convention; a
+ * literal <|endoftext|> inside is text).
  * The documents' tokens, in input order, are split train / val by
  * --val-fraction (the last fraction is val, as `train` splits a text file)
  * and written as NAME_train_000000.bin, ..., NAME_val_000000.bin, ... of at
@@ -111,7 +111,7 @@ static void encode_file(const char *path, const char *tokenizer, td_bpe_enc **en
         TD_CHECK((*scratch = malloc(sizeof(int) * n)), "tokenize: out of memory for %zu tokens", n);
     }
     for (size_t a = 0; a < n;) {
-        size_t b = n - a <= SEGMENT || whole ? n : td_bpe_split_point(s, n, a + SEGMENT);
+        size_t b = n - a <= SEGMENT || whole ? n : td_bpe_split_point(bpe, s, n, a + SEGMENT);
         double t0 = td_now_ms();
         size_t k = td_bpe_encode_threads(encs, threads, s + a, b - a, *scratch);
         p->encode_ms += td_now_ms() - t0;
@@ -187,7 +187,9 @@ int td_tokenize_main(int argc, char **argv) {
     int shard_tokens = 100000000, threads = 0;
     double val_fraction = 0.1;
     const td_flag flags[] = {
-        {"--tokenizer", TD_FLAG_STR, &tokenizer, "gpt2 (GPT-2's byte-level BPE) or FILE.json (a Hugging Face tokenizer.json, byte-level BPE); required", NULL},
+        {"--tokenizer", TD_FLAG_STR, &tokenizer,
+         "gpt2, cl100k, o200k (GPT-2's byte-level BPE, tiktoken's cl100k_base or o200k_base) or FILE.json (a "
+         "Hugging Face tokenizer.json, byte-level BPE); required", NULL},
         {"--out", TD_FLAG_STR, &out,
          "directory for the shards (created if missing; its parent must exist)", NULL},
         {"--name", TD_FLAG_STR, &name,
@@ -221,17 +223,17 @@ int td_tokenize_main(int argc, char **argv) {
     for (int i = 0; i < fargc; i++)
         if (strcmp(fargv[i], "--help") == 0 || strcmp(fargv[i], "-h") == 0) {
             /* the inputs are positional, so the usage line names them */
-            printf("usage: trident tokenize --tokenizer gpt2|FILE.json IN... --out DIR [flags]\n"
+            printf("usage: trident tokenize --tokenizer gpt2|cl100k|o200k|FILE.json IN... --out DIR [flags]\n"
                    "  IN...                  text files (UTF-8), each one document (<|endoftext|>, then its "
                    "text), in the order given; at least one\n");
             td_flags_print_table(flags, nflags);
             exit(0);
         }
     td_flags_parse("tokenize", flags, nflags, fargc, fargv);
-    TD_CHECK(tokenizer, "tokenize: --tokenizer is required; valid: gpt2 or a tokenizer.json file");
+    TD_CHECK(tokenizer, "tokenize: --tokenizer is required; valid: gpt2, cl100k, o200k or a tokenizer.json file");
     int hf = td_tokenizer_is_file(tokenizer);
-    TD_CHECK(strcmp(tokenizer, "gpt2") == 0 || hf,
-             "tokenize --tokenizer %s is not known; valid: gpt2 or a tokenizer.json file", tokenizer);
+    TD_CHECK(td_bpe_kind_parse(tokenizer) >= 0 || hf,
+             "tokenize --tokenizer %s is not known; valid: gpt2, cl100k, o200k or a tokenizer.json file", tokenizer);
     TD_CHECK(strcmp(format, "llmc") == 0 || strcmp(format, "megatron") == 0,
              "tokenize --format %s is not known; valid: llmc, megatron", format);
     TD_CHECK(nin > 0,
@@ -285,7 +287,7 @@ int td_tokenize_main(int argc, char **argv) {
 
     td_tokenizer tk;
     if (hf) td_tokenizer_hf(&tk, tokenizer, "tokenize --tokenizer");
-    else td_tokenizer_gpt2(&tk);
+    else td_tokenizer_bpe(&tk, tokenizer);
     const td_bpe *bpe = tk.bpe;
     if (threads == 0) threads = omp_get_num_procs();
     td_bpe_enc **encs = malloc(sizeof *encs * (size_t)threads);

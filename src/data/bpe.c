@@ -1,12 +1,14 @@
-/* Byte-level BPE: the tables and the merge (GPT-2's pattern is in
- * bpe_pretok.c, a tokenizer.json's regexes in bpe_regex.c). Two hash tables
- * make the merge fast: the tokens by their bytes (a piece that is a whole
- * token, the common case, costs one probe), and the pairs of tokens that
- * merge, by the pair of ids, with their priority and the token they make
- * (so a merge step never joins bytes). A rank file's pairs are every split
- * of a token into two tokens, priority and result its rank (tiktoken); a
- * tokenizer.json's are its merges list (bpe_hfjson.c). Each encoder keeps a
- * cache of the pieces it has merged, as the reference implementations do. */
+/* Byte-level BPE (GPT-2's, cl100k_base's, o200k_base's, a tokenizer.json's):
+ * the tables and the merge (the hand-written patterns are in bpe_pretok.c
+ * and bpe_pretok_tiktoken.c, a tokenizer.json's regexes in bpe_regex.c).
+ * Two hash tables make the merge fast: the tokens by their bytes (a piece
+ * that is a whole token, the common case, costs one probe), and the pairs of
+ * tokens that merge, by the pair of ids, with their priority and the token
+ * they make (so a merge step never joins bytes). A rank file's pairs are
+ * every split of a token into two tokens, priority and result its rank
+ * (tiktoken); a tokenizer.json's are its merges list (bpe_hfjson.c). Each
+ * encoder keeps a cache of the pieces it has merged, as the reference
+ * implementations do. */
 #include <errno.h>
 #include <omp.h>
 #include <stdio.h>
@@ -21,8 +23,8 @@
 #include "trident/formats_bpe.h"
 #include "trident/formats_data.h"
 
-#ifndef TD_GPT2_BPE_PATH
-#define TD_GPT2_BPE_PATH "data/gpt2.bpe"
+#ifndef TD_BPE_DATA_DIR
+#define TD_BPE_DATA_DIR "data"
 #endif
 
 struct td_bpe {
@@ -37,8 +39,10 @@ struct td_bpe {
     uint32_t pair_mask;
     int vocab, eot, bos;
     int whole_piece;      /* a piece that is a token as a whole is that token */
-    td_bpe_regex *regex;  /* the pre-tokenizer; NULL: GPT-2's pattern by hand */
+    td_bpe_regex *regex;  /* a tokenizer.json's pre-tokenizer; NULL: a hand-written pattern */
     unsigned char *hashed; /* [n_ranks] 0 for ids the token table leaves out (NULL: none) */
+    td_bpe_kind kind;                                          /* whose pattern (rank files) */
+    size_t (*pretok)(const unsigned char *, size_t, size_t); /* that pattern */
 };
 
 /* ---- hashing ------------------------------------------------------------ */
@@ -148,7 +152,8 @@ static int build(td_bpe *b, td_err *e) {
         size_t len;
         const unsigned char *t = tok_bytes(b, r, &len);
         for (size_t k = 1; k < len; k++) {
-            uint32_t x = find_token(b, t, k), y = find_token(b, t + k, len - k);
+            /* most prefixes are no token: skip the suffix's probe then */
+            uint32_t x = find_token(b, t, k), y = x == UINT32_MAX ? x : find_token(b, t + k, len - k);
             /* (x, y) joins to one byte string: never twice */
             if (x != UINT32_MAX && y != UINT32_MAX) add_pair(b, x, y, r, r);
         }
@@ -213,14 +218,20 @@ unsigned char *td_bpe_read_file(const char *path, size_t *n, td_err *e) {
     return bytes;
 }
 
-int td_bpe_load(const char *path, td_bpe **out, td_err *e) {
+static size_t (*const pretok_of[TD_BPE_KINDS])(const unsigned char *, size_t, size_t) = {
+    td_bpe_pretok_gpt2, td_bpe_pretok_cl100k, td_bpe_pretok_o200k};
+
+int td_bpe_load(const char *path, td_bpe_kind kind, td_bpe **out, td_err *e) {
     *out = NULL;
+    TD_ASSERT(kind >= 0 && kind < TD_BPE_KINDS);
     td_bpe *b = calloc(1, sizeof *b);
     if (!b) return td_err_set(e, "out of memory");
     size_t n;
     b->bytes = td_bpe_read_file(path, &n, e);
     int rc = !b->bytes ? -1 : td_bpe_file_parse(b->bytes, n, &b->f, e) != 0 ? -1 : build(b, e);
     if (rc != 0) return td_bpe_free(b), -1;
+    b->kind = kind;
+    b->pretok = pretok_of[kind];
     *out = b;
     return 0;
 }
@@ -238,28 +249,62 @@ void td_bpe_free(td_bpe *b) {
     free(b);
 }
 
-const char *td_bpe_gpt2_path(void) {
-    const char *env = getenv("TRIDENT_GPT2_BPE");
-    return env && *env ? env : TD_GPT2_BPE_PATH;
+/* What each tokenizer's file must hold, so that a file of another
+ * tokenizer (or another version) is refused by name. */
+static const struct {
+    const char *name, *title, *file, *env; /* title: how errors name it */
+    uint32_t ranks, specials;
+    int eot, vocab;
+} expect[TD_BPE_KINDS] = {
+    {"gpt2", "GPT-2", "gpt2.bpe", "TRIDENT_GPT2_BPE", 50256, 1, 50256, 50257},
+    {"cl100k", "cl100k_base", "cl100k.bpe", "TRIDENT_CL100K_BPE", 100256, 5, 100257, 100277},
+    {"o200k", "o200k_base", "o200k.bpe", "TRIDENT_O200K_BPE", 199998, 2, 199999, 200019},
+};
+
+const char *td_bpe_kind_name(td_bpe_kind k) { return expect[k].name; }
+int td_bpe_kind_vocab(td_bpe_kind k) { return expect[k].vocab; }
+
+int td_bpe_kind_parse(const char *name) {
+    for (int k = 0; k < TD_BPE_KINDS; k++)
+        if (name && strcmp(name, expect[k].name) == 0) return k;
+    return -1;
 }
 
-const td_bpe *td_bpe_gpt2(void) {
-    static td_bpe *gpt2;
-    if (gpt2) return gpt2;
-    const char *path = td_bpe_gpt2_path();
-    const char *fix =
-        getenv("TRIDENT_GPT2_BPE")
-            ? "unset TRIDENT_GPT2_BPE or point it at data/gpt2.bpe of a trident checkout"
-            : "set TRIDENT_GPT2_BPE to data/gpt2.bpe of a trident checkout";
-    td_err e;
-    TD_CHECK(td_bpe_load(path, &gpt2, &e) == 0, "GPT-2 tokenizer file %s: %s; %s", path, e.msg,
-             fix);
-    TD_CHECK(gpt2->f.n_ranks == TD_GPT2_EOT && gpt2->f.n_special == 1 && gpt2->eot == TD_GPT2_EOT,
-             "GPT-2 tokenizer file %s holds %u ranks and %u special tokens (<|endoftext|> = %d), "
-             "not GPT-2's 50256 and <|endoftext|> = 50256; %s",
-             path, gpt2->f.n_ranks, gpt2->f.n_special, gpt2->eot, fix);
-    return gpt2;
+td_bpe_kind td_bpe_kind_of(const td_bpe *b) { return b->kind; }
+
+const char *td_bpe_path(td_bpe_kind k) {
+    static char path[TD_BPE_KINDS][4096];
+    const char *env = getenv(expect[k].env);
+    if (env && *env) return env;
+    if (!path[k][0]) snprintf(path[k], sizeof path[k], "%s/%s", TD_BPE_DATA_DIR, expect[k].file);
+    return path[k];
 }
+
+const td_bpe *td_bpe_get(td_bpe_kind k) {
+    static td_bpe *loaded[TD_BPE_KINDS];
+    TD_ASSERT(k >= 0 && k < TD_BPE_KINDS);
+    if (loaded[k]) return loaded[k];
+    const char *path = td_bpe_path(k), *env = expect[k].env, *file = expect[k].file;
+    char fix[256];
+    if (getenv(env) && *getenv(env))
+        snprintf(fix, sizeof fix, "unset %s or point it at data/%s of a trident checkout", env, file);
+    else
+        snprintf(fix, sizeof fix, "set %s to data/%s of a trident checkout", env, file);
+    td_err e;
+    td_bpe *b;
+    TD_CHECK(td_bpe_load(path, k, &b, &e) == 0, "%s tokenizer file %s: %s; %s", expect[k].title,
+             path, e.msg, fix);
+    TD_CHECK(b->f.n_ranks == expect[k].ranks && b->f.n_special == expect[k].specials &&
+                 b->eot == expect[k].eot && b->vocab == expect[k].vocab,
+             "%s tokenizer file %s holds %u ranks and %u special tokens (<|endoftext|> = %d, "
+             "vocabulary %d), not %s's %u, %u (<|endoftext|> = %d, vocabulary %d); %s",
+             expect[k].title, path, b->f.n_ranks, b->f.n_special, b->eot, b->vocab,
+             expect[k].title, expect[k].ranks, expect[k].specials, expect[k].eot, expect[k].vocab,
+             fix);
+    return loaded[k] = b;
+}
+
+const td_bpe *td_bpe_gpt2(void) { return td_bpe_get(TD_BPE_GPT2); }
 
 int td_bpe_vocab(const td_bpe *b) { return b->vocab; }
 int td_bpe_eot(const td_bpe *b) { return b->eot; }
@@ -524,7 +569,7 @@ size_t td_bpe_encode(td_bpe_enc *enc, const unsigned char *s, size_t n, int *ids
         return count;
     }
     for (size_t i = 0; i < n;) {
-        size_t j = td_bpe_pretok_next(s, n, i);
+        size_t j = enc->b->pretok(s, n, i);
         count += encode_piece(enc, s + i, j - i, ids + count);
         i = j;
     }
@@ -576,7 +621,7 @@ size_t td_bpe_encode_threads(td_bpe_enc **encs, int threads, const unsigned char
     TD_CHECK(start && count, "out of memory splitting %zu bytes of text", n);
     for (size_t p = 0; p < n && nchunks < cap;) {
         start[nchunks++] = p;
-        p = p + target >= n ? n : td_bpe_split_point(s, n, p + target);
+        p = p + target >= n ? n : td_bpe_split_point(encs[0]->b, s, n, p + target);
     }
     start[nchunks] = n;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)

@@ -63,13 +63,14 @@ const char *td_data_tokenizer_for(const td_data_manifest *m, const char *json, c
                  "(XXH3 %s); give that file as --tokenizer FILE.json", json, m->tokenizer + 3);
         return tokenizer;
     }
-    TD_CHECK(strcmp(m->tokenizer, "gpt2") == 0 && m->vocab == TD_GPT2_VOCAB,
-             "%s: tokenizer %s (vocabulary %d): this build reads token shards of gpt2 (vocabulary %d) only", json,
-             m->tokenizer, m->vocab, TD_GPT2_VOCAB);
+    int k = td_bpe_kind_parse(m->tokenizer);
+    TD_CHECK(k >= 0 && m->vocab == td_bpe_kind_vocab((td_bpe_kind)k),
+             "%s: tokenizer %s (vocabulary %d): this build reads token shards of gpt2 (vocabulary 50257), "
+             "cl100k (100277) or o200k (200019) only", json, m->tokenizer, m->vocab);
     TD_CHECK(!tokenizer || strcmp(tokenizer, m->tokenizer) == 0,
              "--tokenizer %s contradicts %s, which says the shards were tokenized with %s; drop --tokenizer",
              tokenizer, json, m->tokenizer);
-    return "gpt2";
+    return td_bpe_kind_name((td_bpe_kind)k);
 }
 
 int td_data_manifest_write(const char *dir, const td_data_manifest *m, int *err) {

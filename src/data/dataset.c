@@ -149,19 +149,16 @@ static void split_90_10(td_dataset *d, int *ids, size_t n) {
     td_free(ids);
 }
 
-/* A text file as BPE tokens (gpt2, or a tokenizer.json): the token a
- * document starts with (GPT-2's <|endoftext|>, as `trident tokenize` writes
- * a document; td_bpe_bos), then the text's ordinary encoding, on all
- * threads. */
-static size_t encode_bpe(td_dataset *d, const char *text, size_t n, const char *label,
-                         const char *tokenizer, int **out) {
+/* A text file as BPE tokens (d->tok: gpt2, cl100k, o200k or a
+ * tokenizer.json's): the token a document starts with (<|endoftext|> for
+ * the rank files, as `trident tokenize` writes a document; td_bpe_bos),
+ * then the text's ordinary encoding, on all threads. */
+static size_t encode_bpe(td_dataset *d, const char *text, size_t n, const char *label, int **out) {
     size_t bad;
     td_err e;
     TD_CHECK(td_utf8_check((const unsigned char *)text, n, &bad, &e) == 0,
              "%s: %s; --tokenizer %s reads UTF-8 text (use --tokenizer byte for other bytes)", label,
-             e.msg, tokenizer);
-    if (td_tokenizer_is_file(tokenizer)) td_tokenizer_hf(&d->tok, tokenizer, "--tokenizer");
-    else td_tokenizer_gpt2(&d->tok);
+             e.msg, d->tok.kind == TD_TOK_HF ? d->tok.file : td_tokenizer_name(d->tok.kind));
     int threads = omp_get_max_threads();
     td_bpe_enc **encs = td_alloc(sizeof *encs * (size_t)threads, TD_MEM_OTHER);
     for (int t = 0; t < threads; t++) encs[t] = td_bpe_enc_new(d->tok.bpe);
@@ -239,26 +236,29 @@ void td_data_load(td_dataset *d, const char *path, const char *tokenizer, int vo
     }
     td_hash_stream *all = td_hash_stream_new();
     TD_CHECK(all, "--data %s: out of memory for its checksum", path);
-    /* token files of GPT-2 ids may say so: vocabulary 50257, samples decoded */
+    /* token files of a BPE's ids (gpt2, cl100k, o200k) may say so: its
+     * vocabulary, samples decoded */
     int gpt2 = tokenizer && strcmp(tokenizer, "gpt2") == 0;
+    int bpe_kind = td_bpe_kind_parse(tokenizer), bpe = bpe_kind >= 0;
     /* token shards of a tokenizer.json: their data.json names it by XXH3 */
     int hf_ids = has_man && strncmp(man.tokenizer, "hf:", 3) == 0;
     if (hf_ids) vocab = man.vocab;
-    if (gpt2) {
-        TD_CHECK(vocab <= 0 || vocab == TD_GPT2_VOCAB, "--vocab %d with --tokenizer gpt2, whose "
-                 "vocabulary is %d; leave --vocab out", vocab, TD_GPT2_VOCAB);
-        if (vocab <= 0) vocab = TD_GPT2_VOCAB;
+    if (bpe) {
+        int V = td_bpe_kind_vocab((td_bpe_kind)bpe_kind);
+        TD_CHECK(vocab <= 0 || vocab == V, "--vocab %d with --tokenizer %s, whose vocabulary is %d; leave "
+                 "--vocab out", vocab, tokenizer, V);
+        if (vocab <= 0) vocab = V;
     }
     if (shards) {
-        TD_CHECK(!tokenizer || gpt2 || hf_ids, "--tokenizer %s applies to text files only; --data %s is a set "
-                 "of token shards; drop --tokenizer, or give gpt2 for GPT-2 ids", tokenizer, path);
+        TD_CHECK(!tokenizer || bpe || hf_ids, "--tokenizer %s applies to text files only; --data %s is a set of "
+                 "token shards; drop --tokenizer, or give gpt2, cl100k or o200k for their ids", tokenizer, path);
         int max_id = td_data_load_shards(d, path, vocab, has_man ? &man : NULL, d->manifest, all);
         if (hf_ids) shards_tokenizer_json(d, &man, tokenizer);
-        else if (gpt2) td_tokenizer_gpt2(&d->tok);
+        else if (bpe) td_tokenizer_bpe(&d->tok, tokenizer);
         else d->tok.kind = TD_TOK_IDS, d->tok.V = vocab > 0 ? vocab : max_id + 1;
     } else if (ends_with(path, ".bin")) {
-        TD_CHECK(!tokenizer || gpt2 || hf_ids, "--tokenizer %s applies to text files only; --data %s is a token "
-                 "file (.bin) of ids already; drop --tokenizer, or give gpt2 for GPT-2 ids",
+        TD_CHECK(!tokenizer || bpe || hf_ids, "--tokenizer %s applies to text files only; --data %s is a token "
+                 "file (.bin) of ids already; drop --tokenizer, or give gpt2, cl100k or o200k for their ids",
                  tokenizer, path);
         int max_train, max_val = -1, *ids;
         uint64_t size, h = td_data_file_hash(path, label, &size, all);
@@ -289,21 +289,23 @@ void td_data_load(td_dataset *d, const char *path, const char *tokenizer, int vo
             snprintf(d->description, sizeof d->description, "%s (token ids, split 90/10)", path);
         }
         if (hf_ids) shards_tokenizer_json(d, &man, tokenizer);
-        else if (gpt2) td_tokenizer_gpt2(&d->tok);
+        else if (bpe) td_tokenizer_bpe(&d->tok, tokenizer);
         else d->tok.kind = TD_TOK_IDS, d->tok.V = vocab > 0 ? vocab : max_id + 1;
     } else {
         const char *tk = tokenizer ? tokenizer : "char";
         int hf = td_tokenizer_is_file(tk);
-        TD_CHECK(strcmp(tk, "char") == 0 || strcmp(tk, "byte") == 0 || gpt2 || hf,
-                 "--tokenizer %s is not known; use char, byte, gpt2 or a tokenizer.json file", tk);
-        TD_CHECK(vocab <= 0 || gpt2, "--vocab applies to token files (.bin) only; text files build their own");
+        TD_CHECK(strcmp(tk, "char") == 0 || strcmp(tk, "byte") == 0 || bpe || hf,
+                 "--tokenizer %s is not known; use char, byte, gpt2, cl100k, o200k or a tokenizer.json file", tk);
+        TD_CHECK(vocab <= 0 || bpe, "--vocab applies to token files (.bin) only; text files build their own");
         size_t n;
         char *text = read_file(path, label, &n);
         td_hash_stream_add(all, text, n);
         int *ids;
         size_t count;
-        if (gpt2 || hf) {
-            count = encode_bpe(d, text, n, label, tk, &ids);
+        if (bpe || hf) {
+            if (hf) td_tokenizer_hf(&d->tok, tk, "--tokenizer");
+            else td_tokenizer_bpe(&d->tok, tk);
+            count = encode_bpe(d, text, n, label, &ids);
         } else {
             if (strcmp(tk, "char") == 0) {
                 td_tokenizer_build_char(&d->tok, text, n, label); /* strict UTF-8, errors name the offset */
@@ -317,7 +319,7 @@ void td_data_load(td_dataset *d, const char *path, const char *tokenizer, int vo
         split_90_10(d, ids, count);
         snprintf(d->description, sizeof d->description, "%s (%s, vocab %d, split 90/10)", path,
                  d->tok.kind == TD_TOK_CHAR ? "character-level" : gpt2 ? "GPT-2 BPE"
-                 : hf ? "BPE of the tokenizer.json" : "byte-level",
+                 : hf ? "BPE of the tokenizer.json" : bpe ? td_tokenizer_name(d->tok.kind) : "byte-level",
                  d->tok.V);
     }
     d->fp.xxh3 = td_hash_stream_value(all);

@@ -1,5 +1,6 @@
-/* Character-level (code points of UTF-8 text), byte-level, GPT-2 BPE and
- * tokenizer.json BPE tokenizers behind one interface. */
+/* Character-level (code points of UTF-8 text), byte-level, the BPE
+ * tokenizers of rank files (gpt2, cl100k, o200k) and a tokenizer.json's BPE
+ * behind one interface. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,9 +10,10 @@
 #include "trident/data.h"
 #include "trident/formats_data.h"
 
+static const char *const names[TD_TOK_KINDS] = {"char", "byte", "ids", "gpt2", "cl100k", "o200k", "hf"};
+
 const char *td_tokenizer_name(td_tokenizer_kind k) {
-    return k == TD_TOK_CHAR ? "char" : k == TD_TOK_BYTE ? "byte" : k == TD_TOK_GPT2 ? "gpt2"
-           : k == TD_TOK_HF ? "hf" : "ids";
+    return k >= 0 && k < TD_TOK_KINDS ? names[k] : "ids";
 }
 
 int td_tokenizer_is_file(const char *name) {
@@ -31,12 +33,26 @@ void td_tokenizer_hf(td_tokenizer *tk, const char *path, const char *flag) {
     memcpy(tk->file, path, strlen(path) + 1);
 }
 
-void td_tokenizer_gpt2(td_tokenizer *tk) {
-    memset(tk, 0, sizeof *tk);
-    tk->kind = TD_TOK_GPT2;
-    tk->bpe = td_bpe_gpt2();
-    tk->V = td_bpe_vocab(tk->bpe);
+/* td_bpe_kind in the order of td_tokenizer_kind, from gpt2 */
+int td_tokenizer_is_bpe(td_tokenizer_kind kind) { return kind >= TD_TOK_GPT2 && kind <= TD_TOK_O200K; }
+int td_tokenizer_has_bpe(td_tokenizer_kind kind) { return td_tokenizer_is_bpe(kind) || kind == TD_TOK_HF; }
+
+int td_tokenizer_bpe_kind(const char *name) {
+    int k = td_bpe_kind_parse(name);
+    return k < 0 ? -1 : TD_TOK_GPT2 + k;
 }
+
+int td_tokenizer_bpe(td_tokenizer *tk, const char *name) {
+    int k = td_bpe_kind_parse(name);
+    if (k < 0) return -1;
+    memset(tk, 0, sizeof *tk);
+    tk->kind = (td_tokenizer_kind)(TD_TOK_GPT2 + k);
+    tk->bpe = td_bpe_get((td_bpe_kind)k);
+    tk->V = td_bpe_vocab(tk->bpe);
+    return 0;
+}
+
+void td_tokenizer_gpt2(td_tokenizer *tk) { td_tokenizer_bpe(tk, "gpt2"); }
 
 /* Builds the char vocabulary from text (sorted distinct code points);
  * strict UTF-8 (src/formats/utf8.c), errors prefixed with `what`. */
@@ -60,11 +76,11 @@ size_t td_tokenizer_encode(const td_tokenizer *tk, const char *text, size_t n, i
     size_t count = 0;
     if (tk->kind == TD_TOK_BYTE) {
         for (size_t i = 0; i < n; i++) ids[count++] = s[i];
-    } else if (tk->kind == TD_TOK_GPT2 || tk->kind == TD_TOK_HF) {
+    } else if (td_tokenizer_has_bpe(tk->kind)) {
         td_err e;
         size_t bad;
         TD_CHECK(td_utf8_check(s, n, &bad, &e) == 0, "the text to encode with %s: %s",
-                 tk->kind == TD_TOK_HF ? tk->file : "gpt2", e.msg);
+                 tk->kind == TD_TOK_HF ? tk->file : td_tokenizer_name(tk->kind), e.msg);
         td_bpe_enc *enc = td_bpe_enc_new(tk->bpe);
         count = td_bpe_encode(enc, s, n, ids);
         td_bpe_enc_free(enc);
@@ -82,7 +98,7 @@ int td_tokenizer_decode(const td_tokenizer *tk, int token, char *buf, int cap) {
     TD_ASSERT(cap >= 16);
     if (token < 0 || token >= tk->V) return snprintf(buf, (size_t)cap, "<%d>", token);
     if (tk->kind == TD_TOK_BYTE) return buf[0] = (char)token, 1;
-    if (tk->kind == TD_TOK_GPT2 || tk->kind == TD_TOK_HF) {
+    if (td_tokenizer_has_bpe(tk->kind)) {
         int len;
         const unsigned char *t = td_bpe_token(tk->bpe, token, &len);
         if (t && len <= cap) return memcpy(buf, t, (size_t)len), len;

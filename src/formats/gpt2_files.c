@@ -130,14 +130,16 @@ int td_hf_trident_fields_parse(const td_jv *o, td_hf_config *c, td_err *e) {
     const td_jv *v = td_json_get(o, "trident_tokenizer");
     if (!v) return 0;
     /* hf: a tokenizer.json, which an export writes beside config.json */
-    static const char *const kinds[5] = {"char", "byte", "ids", "gpt2", "hf"};
+    static const char *const kinds[] = {"char", "byte", "ids", "gpt2", "cl100k", "o200k", "hf"};
+    static const int vocab[] = {0, 256, 0, 50257, 100277, 200019, 0}; /* 0: the model's */
+    enum { N = (int)(sizeof kinds / sizeof kinds[0]) };
     int k = 0;
-    while (k < 5 && !(v->type == TD_JV_STR && strcmp(v->str, kinds[k]) == 0)) k++;
-    if (k == 5) FAIL("field trident_tokenizer: valid is \"char\", \"byte\", \"ids\", \"gpt2\" or \"hf\"");
+    while (k < N && !(v->type == TD_JV_STR && strcmp(v->str, kinds[k]) == 0)) k++;
+    if (k == N)
+        FAIL("field trident_tokenizer: valid is \"char\", \"byte\", \"ids\", \"gpt2\", \"cl100k\", \"o200k\" or \"hf\"");
     snprintf(c->tokenizer, sizeof c->tokenizer, "%s", kinds[k]);
-    if ((k == 1 && c->V != 256) || (k == 3 && c->V != 50257))
-        FAIL("field vocab_size: %" PRId64 ", but the %s tokenizer has %d", c->V, kinds[k],
-             k == 1 ? 256 : 50257);
+    if (vocab[k] && c->V != vocab[k])
+        FAIL("field vocab_size: %" PRId64 ", but the %s tokenizer has %d", c->V, kinds[k], vocab[k]);
     if (k != 0) return 0;
     v = td_json_get(o, "trident_chars");
     if (!v || v->type != TD_JV_ARR || v->n != c->V)

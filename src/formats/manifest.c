@@ -39,7 +39,9 @@ static int section_id(const char *s, int dp, int tp) {
     return strcmp(canon, s) == 0 ? id : -1;
 }
 
-static const char *const tok_names[] = {"char", "byte", "ids", "gpt2", "hf"};
+/* td_tokenizer_kind's names, in its order */
+static const char *const tok_names[] = {"char", "byte", "ids", "gpt2", "cl100k", "o200k", "hf"};
+enum { TOK_HF = 6 };
 
 #define BIG (INT64_C(1) << 40) /* element counts and offsets: far beyond any model here */
 
@@ -256,10 +258,12 @@ static int parse_top(const td_jv *j, td_manifest *m, td_err *e) {
     if (td_json_get_str(tok, "kind", &kind, e) || get_i(tok, "vocab", 1, 1 << 24, &m->tok_vocab, e))
         return in(e, "tokenizer", -1);
     m->tok_kind = -1;
-    for (int k = 0; k < 5; k++)
+    for (int k = 0; k < (int)(sizeof tok_names / sizeof tok_names[0]); k++)
         if (strcmp(kind, tok_names[k]) == 0) m->tok_kind = k;
-    if (m->tok_kind < 0) return td_err_set(e, "tokenizer: field kind: \"%.20s\", valid is char, byte, ids, gpt2 or hf", kind);
-    if (m->tok_kind == 4) { /* a tokenizer.json: where it was, and its checksum */
+    if (m->tok_kind < 0)
+        return td_err_set(e, "tokenizer: field kind: \"%.20s\", valid is char, byte, ids, gpt2, cl100k, o200k or hf",
+                          kind);
+    if (m->tok_kind == TOK_HF) { /* a tokenizer.json: where it was, and its checksum */
         const char *file, *hx;
         if (td_json_get_str(tok, "file", &file, e) || td_json_get_str(tok, "xxh3", &hx, e))
             return in(e, "tokenizer", -1);

@@ -238,11 +238,12 @@ static int check_prompt(verdict *v, const char *prompt, const td_tokenizer *tok,
     c.sample_prompt = 1, c.data_token_ids = tok->kind == TD_TOK_IDS, c.data_text = data;
     char why[1024];
     if (td_compat_first(&c, TD_COMPAT_AT_PREFLIGHT, why, sizeof why) >= 0) return refuse(v, "%s", why);
-    if (tok->kind == TD_TOK_GPT2) { /* any UTF-8 text encodes */
+    if (td_tokenizer_has_bpe(tok->kind)) { /* any UTF-8 text encodes */
         size_t bad;
         td_err e;
         if (td_utf8_check((const unsigned char *)prompt, strlen(prompt), &bad, &e) != 0)
-            return refuse(v, "--sample-prompt: %s; gpt2 encodes UTF-8 text", e.msg);
+            return refuse(v, "--sample-prompt: %s; %s encodes UTF-8 text", e.msg,
+                          tok->kind == TD_TOK_HF ? tok->file : td_tokenizer_name(tok->kind));
         return 0;
     }
     /* the formats library's encoder: the same strict UTF-8 and lookup the

@@ -68,12 +68,13 @@ void td_generate(const td_param_table *canon, const float *params, const td_toke
         if (tok->kind == TD_TOK_BYTE) nl = '\n';
         if (tok->kind == TD_TOK_CHAR)
             for (int i = 0; i < tok->V; i++) if (tok->chars[i] == '\n') nl = i;
-        if (tok->kind == TD_TOK_GPT2) nl = td_bpe_eot(tok->bpe); /* GPT-2 starts documents so */
+        /* a BPE's document-start token (GPT-2's <|endoftext|>), as its documents begin */
+        if (td_tokenizer_has_bpe(tok->kind) && td_bpe_bos(tok->bpe) >= 0) nl = td_bpe_bos(tok->bpe);
         seq[len++] = nl;
     }
     int *window = td_alloc(sizeof(int) * c->T, TD_MEM_OTHER);
     char buf[256];
-    td_utf8_out text = {{0}, 0}; /* gpt2 tokens can end inside a character */
+    td_utf8_out text = {{0}, 0}; /* BPE tokens can end inside a character */
     for (int i = 0; i < n_tokens; i++) {
         int start = len > c->T ? len - c->T : 0, n = len - start;
         memset(window, 0, sizeof(int) * c->T);
@@ -83,7 +84,7 @@ void td_generate(const td_param_table *canon, const float *params, const td_toke
         int next = sample_token(logits, c->V, temperature, top_k, td_rng_uniform(seed, 77, (uint64_t)i));
         seq[len++] = next;
         int k = td_tokenizer_decode(tok, next, buf, sizeof buf);
-        if (tok->kind == TD_TOK_GPT2) td_utf8_out_write(&text, buf, k, out);
+        if (td_tokenizer_has_bpe(tok->kind)) td_utf8_out_write(&text, buf, k, out);
         else fwrite(buf, 1, (size_t)k, out);
         if (tok->kind == TD_TOK_IDS) fputc(' ', out);
     }

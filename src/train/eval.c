@@ -134,7 +134,7 @@ static void data_for_checkpoint(eval_run *e, td_train_opts *o) {
     const td_tokenizer *tk = &e->ck.tok;
     int tokens = td_data_is_tokens(o->data);
     e->text = !tokens;
-    if (tk->kind == TD_TOK_GPT2) { o->tokenizer = "gpt2"; return; }
+    if (td_tokenizer_is_bpe(tk->kind)) { o->tokenizer = td_tokenizer_name(tk->kind); return; }
     if (tk->kind == TD_TOK_HF) { o->tokenizer = tk->file; return; } /* the checkpoint's tokenizer.json */
     if (tokens) {
         TD_CHECK(tk->kind == TD_TOK_IDS, "eval: --data %s is token ids, but --ckpt %s was trained on text (tokenizer "

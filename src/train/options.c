@@ -54,7 +54,7 @@ void td_train_opts_default(td_train_opts *o) {
 int td_train_flag_table(td_train_opts *o, td_flag *out, int cap) {
     const td_flag flags[] = {
         {"--data", TD_FLAG_STR, &o->data, "text file (UTF-8), token file (.bin: nanoGPT uint16 or llm.c), or a directory or glob of *_train_*.bin / *_val_*.bin shards", NULL},
-        {"--tokenizer", TD_FLAG_STR, &o->tokenizer, "char (default), byte, gpt2 (GPT-2 BPE, vocabulary 50257) or FILE.json (a Hugging Face tokenizer.json, byte-level BPE) for text files; gpt2 also marks token files of GPT-2 ids, FILE.json the shards tokenized with it", NULL},
+        {"--tokenizer", TD_FLAG_STR, &o->tokenizer, "char (default), byte, gpt2 (GPT-2 BPE, vocabulary 50257), cl100k or o200k (tiktoken's cl100k_base, 100277; o200k_base, 200019) or FILE.json (a Hugging Face tokenizer.json, byte-level BPE) for text files; gpt2, cl100k and o200k also mark token files of their ids, FILE.json the shards tokenized with it", NULL},
         {"--vocab", TD_FLAG_INT, &o->vocab, "vocabulary size of a token file (default: max id + 1)",
          "[1, " STR(TD_MAX_VOCAB) "]"},
         {"--model", TD_FLAG_STR, &o->model, "a model preset of `trident plan --list-models` (gpt2-124m, llama3-8b, smollm-135m, ...): sets --layers --heads --embd --seq --arch --kv-heads --ffn-hidden --rope-theta --tie-embeddings (and Llama 3.1's rope scaling); flags given on the command line or in --config win; the vocabulary stays the data's", NULL},
@@ -222,11 +222,6 @@ void td_train_opts_check(td_train_opts *o) {
              "--grid-order '%s' is not an order of the axes: %s; use a '-'-joined permutation of tp, cp, dp, pp, "
              "fastest first (default %s)", o->grid_order, why, TD_GRID_ORDER_DEFAULT);
     TD_CHECK(o->zero >= 0 && o->zero <= 3, "--zero %d is not a ZeRO stage; use 0, 1, 2 or 3", o->zero);
-    /* the run's prompt check (src/run/preflight.c) knows char, byte, ids and
-     * gpt2 vocabularies only; until it knows a tokenizer.json's, refused here */
-    TD_CHECK(!td_tokenizer_is_file(o->tokenizer) || !o->sample_prompt || !*o->sample_prompt,
-             "--sample-prompt with --tokenizer %s: a tokenizer.json's prompt is not checked before a run "
-             "yet; sample afterwards: trident sample --ckpt DIR --prompt TEXT", o->tokenizer);
     /* each choice is a known value, then no two flags are a combination
      * the rules table refuses (--auto with a layout, checkpoint flags
      * without --out, zb-h1 recomputing, top-k with tp or pp) */

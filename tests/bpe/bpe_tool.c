@@ -1,16 +1,20 @@
-/* The GPT-2 tokenizer as the reference tests drive it (tests/bpe/test_bpe_ref.sh):
- *   bpe_tool encode FILE OUT [THREADS]  ordinary encoding of FILE as int32
- *                                       ids into OUT (no <|endoftext|>)
- *   bpe_tool roundtrip FILE             decode(encode(FILE)) == FILE, and
+/* The BPE tokenizers as the reference tests drive them (tests/bpe/test_bpe_ref.sh):
+ *   bpe_tool [--tokenizer=T] encode FILE OUT [THREADS]
+ *                                       ordinary encoding of FILE as int32
+ *                                       ids into OUT (no <|endoftext|>);
+ *                                       T: gpt2 (default), cl100k, o200k
+ *   bpe_tool [--tokenizer=T] roundtrip FILE
+ *                                       decode(encode(FILE)) == FILE, and
  *                                       1 thread == 2 and 3 threads
- *   bpe_tool shards DIR TEXT            the shards `trident tokenize` wrote
+ *   bpe_tool [--tokenizer=T] shards DIR TEXT
+ *                                       the shards `trident tokenize` wrote
  *                                       from TEXT, loaded as `train --data
- *                                       DIR --tokenizer gpt2` loads them,
+ *                                       DIR --tokenizer T` loads them,
  *                                       equal `train --data TEXT
- *                                       --tokenizer gpt2`'s tokens
- *   bpe_tool classes OUT                the pattern's class of every code
- *                                       point, one byte each (0 other,
- *                                       1 letter, 2 number, 3 space)
+ *                                       --tokenizer T`'s tokens
+ *   bpe_tool classes OUT                the patterns' class of every code
+ *                                       point, one byte each (TD_UC_*:
+ *                                       0 other, 1 Lu ... 8 space)
  * Exits 1 on any mismatch, printing the first. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,8 +39,10 @@ static unsigned char *slurp(const char *path, size_t *n) {
     return buf;
 }
 
+static td_bpe_kind kind = TD_BPE_GPT2;
+
 static size_t encode(const unsigned char *s, size_t n, int threads, int **ids) {
-    const td_bpe *b = td_bpe_gpt2();
+    const td_bpe *b = td_bpe_get(kind);
     td_bpe_enc *encs[8];
     for (int t = 0; t < threads; t++) encs[t] = td_bpe_enc_new(b);
     *ids = malloc(sizeof(int) * (n ? n : 1));
@@ -46,6 +52,12 @@ static size_t encode(const unsigned char *s, size_t n, int threads, int **ids) {
 }
 
 int main(int argc, char **argv) {
+    if (argc > 1 && strncmp(argv[1], "--tokenizer=", 12) == 0) {
+        int k = td_bpe_kind_parse(argv[1] + 12);
+        TD_CHECK(k >= 0, "%s: valid are gpt2, cl100k, o200k", argv[1]);
+        kind = (td_bpe_kind)k;
+        argv++, argc--;
+    }
     TD_CHECK(argc >= 3, "usage: bpe_tool encode FILE OUT [THREADS] | roundtrip FILE | classes OUT");
     if (strcmp(argv[1], "classes") == 0) {
         unsigned char *t = malloc(0x110000);
@@ -59,8 +71,8 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "shards") == 0) {
         TD_CHECK(argc == 4, "shards needs DIR TEXT");
         td_dataset a, b;
-        td_data_load(&a, argv[2], "gpt2", -1, 16);
-        td_data_load(&b, argv[3], "gpt2", -1, 16);
+        td_data_load(&a, argv[2], td_bpe_kind_name(kind), -1, 16);
+        td_data_load(&b, argv[3], td_bpe_kind_name(kind), -1, 16);
         const char *name[2] = {"train", "val"};
         for (int split = 0; split < 2; split++) {
             const int *x = split ? a.val : a.train, *y = split ? b.val : b.train;
@@ -72,7 +84,8 @@ int main(int argc, char **argv) {
                 return 1;
             }
         }
-        if (a.tok.kind != TD_TOK_GPT2 || a.tok.V != TD_GPT2_VOCAB) {
+        if (a.tok.kind != (td_tokenizer_kind)td_tokenizer_bpe_kind(td_bpe_kind_name(kind)) ||
+            a.tok.V != td_bpe_kind_vocab(kind)) {
             printf("shards %s: loaded with tokenizer %s, vocabulary %d\n", argv[2],
                    td_tokenizer_name(a.tok.kind), a.tok.V);
             return 1;
@@ -100,7 +113,7 @@ int main(int argc, char **argv) {
     }
     TD_CHECK(strcmp(argv[1], "roundtrip") == 0, "unknown mode %s", argv[1]);
     size_t k = encode(s, n, 1, &ids);
-    const td_bpe *b = td_bpe_gpt2();
+    const td_bpe *b = td_bpe_get(kind);
     unsigned char *back = malloc(n + 1);
     size_t m = 0;
     for (size_t i = 0; i < k; i++) {
@@ -131,8 +144,8 @@ int main(int argc, char **argv) {
         }
         free(par);
     }
-    printf("roundtrip %s: %zu bytes -> %zu tokens -> the same bytes; 1, 2 and 3 threads agree\n",
-           argv[2], n, k);
+    printf("roundtrip %s (%s): %zu bytes -> %zu tokens -> the same bytes; 1, 2 and 3 threads "
+           "agree\n", argv[2], td_bpe_kind_name(kind), n, k);
     free(ids), free(back), free(s);
     return 0;
 }

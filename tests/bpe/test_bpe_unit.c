@@ -1,9 +1,10 @@
-/* The GPT-2 tokenizer's parts without node (runs in the sanitizer subset):
+/* The BPE tokenizers' parts without node (runs in the sanitizer subset):
  * - the merge: the array scan, the heap and a literal transcription of
  *   tiktoken's byte_pair_merge (byte ranges, ranks of joined bytes) agree on
  *   random pieces, short and long;
  * - encode then decode gives the text back, and 1, 2, 3 threads agree, on
- *   random UTF-8 of every class of character;
+ *   random UTF-8 of every class of character and on random bytes, with
+ *   each tokenizer's pattern (gpt2, cl100k, o200k);
  * - td_utf8_out: a character split anywhere across writes prints whole,
  *   anything else prints as valid UTF-8;
  * - the rank-file parser refuses truncated, corrupt and inconsistent files
@@ -83,13 +84,18 @@ static void test_merge(const td_bpe *b) {
 }
 
 /* Random UTF-8: every class of character, the separators of the pattern. */
-static size_t random_text(unsigned char *s, size_t cap) {
+static size_t random_text(unsigned char *s, size_t cap, int raw) {
     static const uint32_t pool[] = {'a',      'Z',    ' ',    ' ',    '\n',   '\t',    '\'',
                                     's',      't',    '1',    '.',    '!',    0xA0,    0xE9,
                                     0x3B1,    0x416,  0x5D0,  0x627,  0x928,  0x94D,   0x4E2D,
                                     0xAC00,   0x2028, 0x3000, 0xFEFF, 0x85,   0x1F600, 0x1D400,
-                                    0x10FFFF, 0x200D, 0x301,  0x660,  0xFF11, 0x2167};
+                                    0x10FFFF, 0x200D, 0x301,  0x660,  0xFF11, 0x2167,
+                                    0x1C5,    0x2B0,  0x903,  '\r',   '/',    'S',     'L'};
     size_t n = 0;
+    if (raw) { /* any bytes: the patterns must not read past a broken sequence */
+        for (; n < cap; n++) s[n] = (unsigned char)(rnd(3) ? rnd(256) : pool[rnd(12)]);
+        return n;
+    }
     while (n + 4 <= cap) {
         uint32_t cp = rnd(4) ? pool[rnd(sizeof pool / sizeof pool[0])] : rnd(0x110000);
         if (cp >= 0xD800 && cp <= 0xDFFF) continue;
@@ -98,17 +104,16 @@ static size_t random_text(unsigned char *s, size_t cap) {
     return n;
 }
 
-static void test_roundtrip(const td_bpe *b) {
-    size_t cap = 300000;
+static void test_roundtrip(const td_bpe *b, size_t cap, int raw) {
     unsigned char *s = malloc(cap), *back = malloc(cap);
     int *ids = malloc(cap * sizeof *ids), *par = malloc(cap * sizeof *par);
-    size_t n = random_text(s, cap);
+    size_t n = random_text(s, cap, raw);
     td_bpe_enc *encs[3] = {td_bpe_enc_new(b), td_bpe_enc_new(b), td_bpe_enc_new(b)};
     size_t k = td_bpe_encode(encs[0], s, n, ids), m = 0;
     for (size_t i = 0; i < k; i++) {
         int len;
         const unsigned char *t = td_bpe_token(b, ids[i], &len);
-        EXPECT(t && ids[i] != TD_GPT2_EOT && m + (size_t)len <= n, "token %zu: id %d", i, ids[i]);
+        EXPECT(t && ids[i] < td_bpe_ranks(b) && m + (size_t)len <= n, "token %zu: id %d", i, ids[i]);
         if (!t || m + (size_t)len > n) break;
         memcpy(back + m, t, (size_t)len), m += (size_t)len;
     }
@@ -122,9 +127,9 @@ static void test_roundtrip(const td_bpe *b) {
     size_t k2 = td_bpe_encode(encs[0], s, n, par);
     EXPECT(k2 == k && memcmp(par, ids, k * sizeof *ids) == 0, "a second encoding differs");
     for (int t = 0; t < 3; t++) td_bpe_enc_free(encs[t]);
-    printf("ok   roundtrip: %zu random UTF-8 bytes -> %zu tokens -> the same bytes; 1 = 2 = 3 "
+    printf("ok   roundtrip (%s): %zu random %s -> %zu tokens -> the same bytes; 1 = 2 = 3 "
            "threads\n",
-           n, k);
+           td_bpe_kind_name(td_bpe_kind_of(b)), n, raw ? "bytes" : "UTF-8 bytes", k);
     free(s), free(back), free(ids), free(par);
 }
 
@@ -252,12 +257,22 @@ int main(int argc, char **argv) {
     snprintf(path, sizeof path, "%s/gpt2.bpe", argv[1]);
     td_bpe *b;
     td_err e;
-    TD_CHECK(td_bpe_load(path, &b, &e) == 0, "%s: %s", path, e.msg);
+    TD_CHECK(td_bpe_load(path, TD_BPE_GPT2, &b, &e) == 0, "%s: %s", path, e.msg);
     test_merge(b);
     if (!fails)
         printf("ok   merge: scan, heap and tiktoken's literal merge agree on 3000 pieces up to "
                "1001 bytes\n");
-    test_roundtrip(b);
+    test_roundtrip(b, 300000, 0);
+    test_roundtrip(b, 100000, 1);
+    /* the other patterns: smaller texts, their tables take longer to build */
+    for (int k = TD_BPE_CL100K; k <= TD_BPE_O200K; k++) {
+        td_bpe *other;
+        snprintf(path, sizeof path, "%s/%s.bpe", argv[1], td_bpe_kind_name((td_bpe_kind)k));
+        TD_CHECK(td_bpe_load(path, (td_bpe_kind)k, &other, &e) == 0, "%s: %s", path, e.msg);
+        test_roundtrip(other, 100000, 0);
+        test_roundtrip(other, 50000, 1);
+        td_bpe_free(other);
+    }
     test_utf8_out();
     test_parser(argv[1]);
     td_bpe_free(b);

@@ -13,7 +13,7 @@
 # Usage: test_hfjson_cli.sh TRIDENT TEST_BPE_HFJSON DATA_DIR
 set -u
 T=$1 tool=$2 data=$3
-. "$(dirname "$0")/cli_lib.sh" # $tmp, ok, fail, expect
+source "$(dirname "$0")/../cli/expect_lib.sh" # $tmp, ok, fail, expect
 text=$data/tinyshakespeare.txt
 tok=$tmp/tokenizer.json
 "$tool" write split "$tok" || { echo "FAIL cannot write $tok"; exit 1; }
@@ -52,8 +52,8 @@ expect "shards without their file" "give that file as --tokenizer FILE.json" \
 sed 's/"type": "BPE"/"type": "WordPiece"/' "$tok" >"$tmp/wordpiece.json"
 expect "model type" "--tokenizer $tmp/wordpiece.json: model.type WordPiece is not supported" \
   "$T" train --data "$text" --tokenizer "$tmp/wordpiece.json" $small
-expect "a prompt before a run" "sample-prompt with --tokenizer $tok: a tokenizer.json's prompt is not checked" \
-  "$T" train --data "$text" --tokenizer "$tok" $small --sample-prompt "Hi"
+out=$("$T" train --data "$text" --tokenizer "$tok" $small --sample-prompt "Hi" --sample-tokens 8 2>&1) &&
+  ok "a prompt with a tokenizer.json" || fail "a prompt with a tokenizer.json" "$out"
 expect "missing file" "nothere.json: cannot be read" \
   "$T" train --data "$text" --tokenizer "$tmp/nothere.json" $small
 sed -i 's/"ignore_merges": true/"ignore_merges": false/' "$tok"

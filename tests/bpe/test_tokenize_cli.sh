@@ -12,7 +12,7 @@
 # Usage: test_tokenize_cli.sh TRIDENT BPE_TOOL DATA_DIR
 set -u
 T=$1 tool=$2 data=$3
-. "$(dirname "$0")/cli_lib.sh" # $tmp, ok, fail, expect
+source "$(dirname "$0")/../cli/expect_lib.sh"
 text=$data/tinyshakespeare.txt
 
 "$T" tokenize --tokenizer gpt2 "$text" --out "$tmp/one" --threads 1 --shard-tokens 100000 >"$tmp/log1" 2>&1 &&

@@ -82,7 +82,7 @@ bad tok-bin      "--tokenizer byte applies to text files only; --data .*/near/tr
 bad tok-char-bin "--tokenizer char applies to text files only" --data "$tmp/near/train.bin" --tokenizer char
 bad tok-synth    "--tokenizer byte applies to text files only; --data synthetic:50 gives token ids" \
     --data synthetic:50 --tokenizer byte
-bad tok-unknown  "--tokenizer word is not known; use char, byte or gpt2" --data "$tmp/good.txt" --tokenizer word
+bad tok-unknown  "--tokenizer word is not known; use char, byte, gpt2, cl100k, o200k or a tokenizer.json file" --data "$tmp/good.txt" --tokenizer word
 # what must still load: bytes the char tokenizer refuses are fine for byte;
 # 1-4 byte characters; a raw file starting just below the llm.c window
 good byte-any-bytes --data "$tmp/overlong.txt" --tokenizer byte

@@ -20,17 +20,8 @@
 set -u
 T=$1 DATA=$2
 PY=/usr/bin/python3
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-fails=0
-ok() { echo "ok   $1"; }
-fail() { echo "FAIL $1"; shift; [ $# -gt 0 ] && echo "$@" | tail -5; fails=$((fails+1)); }
-# one error line "trident: error: ..." matching $2, exit status 2
-expect() {
-  local name=$1 want=$2; shift 2
-  out=$("$@" 2>&1); rc=$?
-  if [ $rc -eq 2 ] && [ "$(wc -l <<<"$out")" -eq 1 ] && grep -q -- "$want" <<<"$out"; then ok "$name: $out"
-  else fail "$name (exit $rc, want '$want')" "$out"; fi
-}
+# tmp, ok, fail, and expect: one error line "trident: error: ..." matching $2, exit status 2
+source "$(dirname "$0")/expect_lib.sh"
 # the same for refusals that come after train's setup lines (stdout): stderr alone
 expect_err() {
   local name=$1 want=$2; shift 2

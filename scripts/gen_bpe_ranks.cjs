@@ -1,22 +1,25 @@
-// GPT-2's byte-level BPE ranks, from the npm package js-tiktoken (MIT), into
-// trident's compact binary rank file (format: include/trident/formats_bpe.h).
-// The conversion is done once and the result committed as data/gpt2.bpe, so
-// a build needs no registry; `check` re-derives it from the installed package
-// and compares byte for byte (the test bpe_ranks_file runs that).
-//   node gen_gpt2_bpe.cjs write PKG_DIR OUT
-//   node gen_gpt2_bpe.cjs check PKG_DIR FILE
+// Byte-level BPE ranks of one of js-tiktoken's encodings (gpt2, cl100k_base,
+// o200k_base), from the npm package (MIT), into trident's compact binary rank
+// file (format: include/trident/formats_bpe.h). The conversion is done once
+// and the results committed as data/gpt2.bpe, data/cl100k.bpe and
+// data/o200k.bpe, so a build needs no registry; `check` re-derives a file
+// from the installed package and compares byte for byte (the test
+// bpe_ranks_file runs that for all three).
+//   node gen_bpe_ranks.cjs write ENCODING PKG_DIR OUT
+//   node gen_bpe_ranks.cjs check ENCODING PKG_DIR FILE
 // PKG_DIR holds node_modules/js-tiktoken (scripts/js_tiktoken.sh dir).
 'use strict';
 const fs = require('fs');
 const path = require('path');
-const [mode, pkgDir, file] = process.argv.slice(2);
-if (!['write', 'check'].includes(mode) || !pkgDir || !file) {
-  console.error('usage: gen_gpt2_bpe.cjs write|check PKG_DIR FILE');
+const [mode, encoding, pkgDir, file] = process.argv.slice(2);
+const encodings = ['gpt2', 'cl100k_base', 'o200k_base'];
+if (!['write', 'check'].includes(mode) || !encodings.includes(encoding) || !pkgDir || !file) {
+  console.error(`usage: gen_bpe_ranks.cjs write|check ${encodings.join('|')} PKG_DIR FILE`);
   process.exit(2);
 }
 const mod = path.join(pkgDir, 'node_modules', 'js-tiktoken');
 const version = require(path.join(mod, 'package.json')).version;
-const g = require(path.join(mod, 'dist', 'ranks', 'gpt2.cjs'));
+const g = require(path.join(mod, 'dist', 'ranks', `${encoding}.cjs`));
 const enc = g.default || g;
 
 // js-tiktoken's own reading of its compressed ranks ("! OFFSET b64 b64 ...":
@@ -29,7 +32,11 @@ for (const line of enc.bpe_ranks.split('\n').filter(Boolean)) {
 for (let i = 0; i < ranks.length; i++) if (!ranks[i]) throw new Error(`rank ${i} missing`);
 const specials = Object.entries(enc.special_tokens).map(([text, id]) => [id, Buffer.from(text, 'utf8')]);
 specials.sort((a, b) => a[0] - b[0]);
-if (enc.explicit_n_vocab !== ranks.length + specials.length) throw new Error('vocabulary size');
+// gpt2 states its vocabulary; the others leave ids unused between their
+// last rank and their specials (cl100k: 100261..100275), so check order only
+if (enc.explicit_n_vocab !== undefined && enc.explicit_n_vocab !== ranks.length + specials.length)
+  throw new Error('vocabulary size');
+if (specials[0][0] < ranks.length) throw new Error('a special token id among the ranks');
 
 const lengths = Buffer.from(ranks.map((b) => {
   if (b.length < 1 || b.length > 255) throw new Error('token length');
@@ -69,14 +76,14 @@ if (mode === 'write') {
 } else {
   const have = fs.readFileSync(file);
   if (have.equals(out)) {
-    console.log(`${file}: equal to js-tiktoken ${version}'s gpt2 ranks (${ranks.length} ranks, ` +
+    console.log(`${file}: equal to js-tiktoken ${version}'s ${encoding} ranks (${ranks.length} ranks, ` +
                 `${specials.map(([id, t]) => `${t} = ${id}`).join(', ')}; ${out.length} bytes)`);
     process.exit(0);
   }
   let i = 0;
   while (i < have.length && i < out.length && have[i] === out[i]) i++;
-  console.error(`${file}: differs from js-tiktoken ${version}'s gpt2 ranks at byte ${i} ` +
+  console.error(`${file}: differs from js-tiktoken ${version}'s ${encoding} ranks at byte ${i} ` +
                 `(${have.length} bytes, the package gives ${out.length}); regenerate with ` +
-                `node scripts/gen_gpt2_bpe.cjs write PKG_DIR ${file}`);
+                `node scripts/gen_bpe_ranks.cjs write ${encoding} PKG_DIR ${file}`);
   process.exit(1);
 }

@@ -1,8 +1,7 @@
-# Sourced by the tokenizer command-line tests (test_tokenize_cli.sh,
-# test_hfjson_cli.sh): a temporary directory $tmp removed at exit, `ok` and
-# `fail` lines with the failures counted in $fails, and
-#   expect NAME WANT CMD...   CMD must exit with status 2 and print one line
-#                             matching WANT (grep), its "trident: error: ...".
+# The setup command-line tests share (tests/bpe/test_tokenize_cli.sh,
+# test_tiktoken_cli.sh, test_hfjson_cli.sh, tests/cli/test_data_manifest.sh), sourced first: a temporary directory removed on exit, the failure counter, ok/fail
+# lines, and expect NAME WANT CMD..., which passes when CMD fails the way
+# trident refuses input: exit status 2 and one line matching WANT.
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 fails=0
 ok() { echo "ok   $1"; }
