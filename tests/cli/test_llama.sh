@@ -9,11 +9,7 @@ set -u
 T=${1:?usage: test_llama.sh TRIDENT DATA_DIR}
 DATA=${2:?}/tinyshakespeare.txt
 MPIRUN="mpirun --allow-run-as-root --oversubscribe --bind-to none"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-ok() { echo "ok   $1"; }
-fail() { echo "FAIL $1"; shift; [ $# -gt 0 ] && echo "$@" | tail -8; fails=$((fails+1)); }
+source "$(dirname "$0")/expect_lib.sh" # $tmp, fails, ok, fail
 M=(--arch llama --layers 2 --heads 4 --kv-heads 2 --embd 32 --ffn-hidden 48 --seq 16)
 RUN=(--data "$DATA" --batch 4 --eval-every 0 --threads 1 --warmup 2)
 
