@@ -12,6 +12,11 @@
  *                                       DIR --tokenizer T` loads them,
  *                                       equal `train --data TEXT
  *                                       --tokenizer T`'s tokens
+ *   bpe_tool stress OUT BYTES           a random text for the tiktoken
+ *                                       patterns (fragments and code
+ *                                       points), without the code points
+ *                                       whose class PCRE2's Unicode tables
+ *                                       give otherwise (see stress_text)
  *   bpe_tool classes OUT                the patterns' class of every code
  *                                       point, one byte each (TD_UC_*:
  *                                       0 other, 1 Lu ... 8 space)
@@ -19,6 +24,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
 
 #include "../../src/data/bpe_internal.h"
 #include "trident/base.h"
@@ -51,6 +59,68 @@ static size_t encode(const unsigned char *s, size_t n, int threads, int **ids) {
     return k;
 }
 
+/* The class PCRE2 (UTF, UCP) gives cp, as td_bpe_uc_class's TD_UC_*. */
+static int pcre2_class(uint32_t cp, pcre2_code *const re[8], pcre2_match_data *md) {
+    unsigned char u[4];
+    int n = td_utf8_put(cp, u);
+    for (int k = 0; k < 8; k++)
+        if (pcre2_match(re[k], u, (size_t)n, 0, 0, md, NULL) >= 0) return k + 1;
+    return TD_UC_OTHER;
+}
+
+/* Fragments the patterns treat specially (contractions in both cases,
+ * whitespace runs before text, digit runs, punctuation with newlines and
+ * o200k's '/', case changes inside words, marks) and random code points.
+ * A tokenizer.json's Split runs through PCRE2, whose Unicode tables are
+ * older than the hand-written matchers' (and whose \s is not JavaScript's:
+ * U+FEFF), so code points the two classify differently are left out: on
+ * them the patterns are the same text but the engines are not. */
+static void stress_text(const char *out, size_t want) {
+    static const char *const frag[] = {
+        "don't", "I'M", "we'LL", "they'Ve", "YOU'RE", "she'd", "it's", "'S", "''s", "!!'t",
+        "   ", "\t\t", "\n\n\n", " \n ", "\r\n", "  \t \n", " ", "\xC2\xA0", "\xE3\x80\x80",
+        "123", "4567890", " 42", "\xD9\xA3\xD9\xA4", "\xC2\xBD", "...\n", "?!\r\n", " --", "a/b//",
+        "https://x.y/z", "#$%", "CamelCase", "HTTPServer", "iPhone", "\xF0\x9F\x98\x80",
+        "\xF0\x9F\x91\xA9\xE2\x80\x8D\xF0\x9F\x92\xBB", "na\xC3\xAFve", "e\xCC\x81",
+        "\xD0\x9F\xD1\x80\xD0\xB8\xD0\xB2\xD0\xB5\xD1\x82", "\xE6\x97\xA5\xE6\x9C\xAC",
+        "\xD8\xA7\xD9\x84\xD8\xB9\xD8\xB1\xD8\xA8\xD9\x8A\xD8\xA9", "\xC7\x85" "a", " Hello", " world"};
+    static const char *const pat[8] = {"^\\p{Lu}$", "^\\p{Ll}$", "^\\p{Lt}$", "^\\p{Lm}$",
+                                       "^\\p{Lo}$", "^\\p{M}$",  "^\\p{N}$",  "^\\s$"};
+    pcre2_code *re[8];
+    for (int k = 0; k < 8; k++) {
+        int err;
+        PCRE2_SIZE at;
+        re[k] = pcre2_compile((PCRE2_SPTR)pat[k], PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &err,
+                              &at, NULL);
+        TD_CHECK(re[k], "pcre2_compile %s", pat[k]);
+    }
+    pcre2_match_data *md = pcre2_match_data_create(4, NULL);
+    unsigned char *s = malloc(want + 64);
+    size_t n = 0, left_out = 0;
+    for (uint64_t draw = 0; n < want; draw++) {
+        uint64_t r = td_rng_u64(2026, 12, draw);
+        uint32_t pick = (uint32_t)(r % 10), x = (uint32_t)(r >> 8);
+        if (pick < 6) {
+            const char *f = frag[x % (sizeof frag / sizeof *frag)];
+            memcpy(s + n, f, strlen(f)), n += strlen(f);
+            continue;
+        }
+        uint32_t cp = pick < 8 ? 0x20 + x % 0x3000 : pick < 9 ? x % 0x10000 : 0x10000 + x % 0x30000;
+        if (cp >= 0xD800 && cp <= 0xDFFF) continue;
+        if (pcre2_class(cp, re, md) != td_bpe_uc_class(cp)) {
+            left_out++;
+            continue;
+        }
+        n += (size_t)td_utf8_put(cp, s + n);
+    }
+    for (int k = 0; k < 8; k++) pcre2_code_free(re[k]);
+    pcre2_match_data_free(md);
+    FILE *f = fopen(out, "wb");
+    TD_CHECK(f && fwrite(s, 1, n, f) == n && fclose(f) == 0, "%s: write failed", out);
+    free(s);
+    printf("stress text: %zu bytes, %zu code points left out\n", n, left_out);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && strncmp(argv[1], "--tokenizer=", 12) == 0) {
         int k = td_bpe_kind_parse(argv[1] + 12);
@@ -66,6 +136,11 @@ int main(int argc, char **argv) {
         TD_CHECK(f && fwrite(t, 1, 0x110000, f) == 0x110000 && fclose(f) == 0, "%s: write failed",
                  argv[2]);
         free(t);
+        return 0;
+    }
+    if (strcmp(argv[1], "stress") == 0) {
+        TD_CHECK(argc == 4, "stress needs OUT BYTES");
+        stress_text(argv[2], (size_t)atol(argv[3]));
         return 0;
     }
     if (strcmp(argv[1], "shards") == 0) {
