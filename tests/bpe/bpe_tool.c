@@ -25,14 +25,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define PCRE2_CODE_UNIT_WIDTH 8
-#include <pcre2.h>
-
 #include "../../src/data/bpe_internal.h"
 #include "trident/base.h"
 #include "trident/bpe.h"
 #include "trident/data.h"
 #include "trident/formats_data.h"
+#include "pcre2_class.h"
 
 static unsigned char *slurp(const char *path, size_t *n) {
     FILE *f = fopen(path, "rb");
@@ -59,21 +57,10 @@ static size_t encode(const unsigned char *s, size_t n, int threads, int **ids) {
     return k;
 }
 
-/* The class PCRE2 (UTF, UCP) gives cp, as td_bpe_uc_class's TD_UC_*. */
-static int pcre2_class(uint32_t cp, pcre2_code *const re[8], pcre2_match_data *md) {
-    unsigned char u[4];
-    int n = td_utf8_put(cp, u);
-    for (int k = 0; k < 8; k++)
-        if (pcre2_match(re[k], u, (size_t)n, 0, 0, md, NULL) >= 0) return k + 1;
-    return TD_UC_OTHER;
-}
-
 /* Fragments the patterns treat specially (contractions in both cases,
  * whitespace runs before text, digit runs, punctuation with newlines and
  * o200k's '/', case changes inside words, marks) and random code points.
- * A tokenizer.json's Split runs through PCRE2, whose Unicode tables are
- * older than the hand-written matchers' (and whose \s is not JavaScript's:
- * U+FEFF), so code points the two classify differently are left out: on
+ * Code points PCRE2 classifies otherwise are left out (pcre2_class.h): on
  * them the patterns are the same text but the engines are not. */
 static void stress_text(const char *out, size_t want) {
     static const char *const frag[] = {
@@ -84,17 +71,8 @@ static void stress_text(const char *out, size_t want) {
         "\xF0\x9F\x91\xA9\xE2\x80\x8D\xF0\x9F\x92\xBB", "na\xC3\xAFve", "e\xCC\x81",
         "\xD0\x9F\xD1\x80\xD0\xB8\xD0\xB2\xD0\xB5\xD1\x82", "\xE6\x97\xA5\xE6\x9C\xAC",
         "\xD8\xA7\xD9\x84\xD8\xB9\xD8\xB1\xD8\xA8\xD9\x8A\xD8\xA9", "\xC7\x85" "a", " Hello", " world"};
-    static const char *const pat[8] = {"^\\p{Lu}$", "^\\p{Ll}$", "^\\p{Lt}$", "^\\p{Lm}$",
-                                       "^\\p{Lo}$", "^\\p{M}$",  "^\\p{N}$",  "^\\s$"};
-    pcre2_code *re[8];
-    for (int k = 0; k < 8; k++) {
-        int err;
-        PCRE2_SIZE at;
-        re[k] = pcre2_compile((PCRE2_SPTR)pat[k], PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &err,
-                              &at, NULL);
-        TD_CHECK(re[k], "pcre2_compile %s", pat[k]);
-    }
-    pcre2_match_data *md = pcre2_match_data_create(4, NULL);
+    pcre2_classes pc;
+    pcre2_classes_init(&pc);
     unsigned char *s = malloc(want + 64);
     size_t n = 0, left_out = 0;
     for (uint64_t draw = 0; n < want; draw++) {
@@ -107,14 +85,13 @@ static void stress_text(const char *out, size_t want) {
         }
         uint32_t cp = pick < 8 ? 0x20 + x % 0x3000 : pick < 9 ? x % 0x10000 : 0x10000 + x % 0x30000;
         if (cp >= 0xD800 && cp <= 0xDFFF) continue;
-        if (pcre2_class(cp, re, md) != td_bpe_uc_class(cp)) {
+        if (pcre2_class_of(&pc, cp) != td_bpe_uc_class(cp)) {
             left_out++;
             continue;
         }
         n += (size_t)td_utf8_put(cp, s + n);
     }
-    for (int k = 0; k < 8; k++) pcre2_code_free(re[k]);
-    pcre2_match_data_free(md);
+    pcre2_classes_free(&pc);
     FILE *f = fopen(out, "wb");
     TD_CHECK(f && fwrite(s, 1, n, f) == n && fclose(f) == 0, "%s: write failed", out);
     free(s);
