@@ -117,5 +117,12 @@ int td_bpe_merge_pair(const td_bpe *b, int id, int pair[2]);
  * No I/O. */
 char *td_bpe_hf_vocab_json(const td_bpe *b, size_t *len, td_err *e);
 char *td_bpe_hf_merges_txt(const td_bpe *b, size_t *len, int *merges, td_err *e);
+/* Hugging Face's tokenizer.json for tiktoken's cl100k_base or o200k_base
+ * (an error for other tables): model BPE with vocab (the ranks, in that
+ * alphabet), merges (merges.txt's pairs, "left right") and ignore_merges
+ * true (tiktoken's whole-piece rule); the special tokens as added_tokens;
+ * pre_tokenizer a Split with tiktoken's pattern as js-tiktoken writes it,
+ * then ByteLevel without its regex. Same returns as above. */
+char *td_bpe_hf_tokenizer_json(const td_bpe *b, size_t *len, int *merges, td_err *e);
 
 #endif

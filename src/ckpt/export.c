@@ -242,6 +242,15 @@ void td_export_tok_files(const td_checkpoint *ck, const td_hf_config *hc, char *
                  "export: the checkpoint's tokenizer %s has changed since it was loaded", ck->tok.file);
         return;
     }
+    if (ck->tok.kind == TD_TOK_CL100K || ck->tok.kind == TD_TOK_O200K) {
+        /* GPT-2's vocab.json and merges.txt cannot carry tiktoken's pattern;
+         * a tokenizer.json's Split can */
+        TD_CHECK(td_bpe_vocab(ck->tok.bpe) == ck->cfg.V, "export: the checkpoint's vocabulary is %d, "
+                 "but its tokenizer has %d tokens", ck->cfg.V, td_bpe_vocab(ck->tok.bpe));
+        texts[4] = td_bpe_hf_tokenizer_json(ck->tok.bpe, &lens[4], merges, &e);
+        TD_CHECK(texts[4], "export: tokenizer.json: %s", e.msg);
+        return;
+    }
     if (ck->tok.kind != TD_TOK_GPT2) return;
     TD_CHECK(td_bpe_vocab(ck->tok.bpe) == ck->cfg.V, "export: the checkpoint's vocabulary is %d, but "
              "GPT-2's tokenizer has %d tokens", ck->cfg.V, td_bpe_vocab(ck->tok.bpe));
@@ -260,10 +269,10 @@ void td_export_tok_summary(const td_checkpoint *ck, int merges) {
                "special_tokens_map.json)\n", td_bpe_vocab(ck->tok.bpe), merges);
     else if (ck->tok.kind == TD_TOK_HF)
         printf(", tokenizer.json: %s as the checkpoint recorded it)\n", ck->tok.file);
-    else if (td_tokenizer_is_bpe(ck->tok.kind)) /* cl100k, o200k: GPT-2's files would pre-tokenize wrong */
-        printf(")\nexport: note: no tokenizer files: the model's vocabulary is tiktoken's %s, whose pattern "
-               "GPT-2's vocab.json and merges.txt cannot carry; config.json's trident_tokenizer names it\n",
-               ck->tok.kind == TD_TOK_CL100K ? "cl100k_base" : "o200k_base");
+    else if (ck->tok.kind == TD_TOK_CL100K || ck->tok.kind == TD_TOK_O200K)
+        printf(", tokenizer.json: tiktoken's %s, %d tokens, %d merges)\n",
+               ck->tok.kind == TD_TOK_CL100K ? "cl100k_base" : "o200k_base", td_bpe_vocab(ck->tok.bpe),
+               merges);
     else
         printf(")\nexport: note: no tokenizer files: the model's vocabulary is trident's %s, which no "
                "Hugging Face tokenizer reproduces; %s\n",

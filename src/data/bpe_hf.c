@@ -125,3 +125,102 @@ char *td_bpe_hf_merges_txt(const td_bpe *b, size_t *len, int *merges, td_err *e)
     }
     return finish(&t, len, e);
 }
+
+/* tiktoken's patterns as js-tiktoken 1.0.21 spells them (pat_str of
+ * cl100k_base and o200k_base): the text that bpe_pretok_tiktoken.c matches
+ * by hand, so a Split with it pre-tokenizes as --tokenizer cl100k/o200k
+ * does (PCRE2 and Hugging Face's Oniguruma both take this syntax). */
+#define TIKTOKEN_C "('s|'S|'t|'T|'re|'rE|'Re|'RE|'ve|'vE|'Ve|'VE|'m|'M|'ll|'lL|'Ll|'LL|'d|'D)"
+static const char cl100k_pattern[] =
+    TIKTOKEN_C "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+static const char o200k_pattern[] =
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+" TIKTOKEN_C
+    "?|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*" TIKTOKEN_C
+    "?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+static const char *tiktoken_pattern(td_bpe_kind k) {
+    return k == TD_BPE_CL100K ? cl100k_pattern : k == TD_BPE_O200K ? o200k_pattern : NULL;
+}
+
+/* s[0..n) as the inside of a JSON string: '"' and '\\' backslashed (the
+ * patterns and the alphabet's UTF-8 hold no control character) */
+static void put_json_chars(text *t, const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] == '"' || s[i] == '\\') put(t, "\\", 1);
+        put(t, s + i, 1);
+    }
+}
+
+char *td_bpe_hf_tokenizer_json(const td_bpe *b, size_t *len, int *merges, td_err *e) {
+    const char *pattern = tiktoken_pattern(td_bpe_kind_of(b));
+    if (!pattern || td_bpe_has_regex(b)) {
+        td_err_set(e, "a tokenizer.json is written for tiktoken's cl100k_base and o200k_base only");
+        return NULL;
+    }
+    text t = {0};
+    char num[64];
+    int V = td_bpe_vocab(b), ranks = td_bpe_ranks(b), first = 1;
+    /* special tokens are added tokens: ids to decode, not pieces of BPE */
+    puts_(&t, "{\n  \"version\": \"1.0\",\n  \"truncation\": null,\n  \"padding\": null,\n"
+              "  \"added_tokens\": [");
+    for (int id = ranks; id < V; id++) {
+        int n;
+        const unsigned char *p = td_bpe_token(b, id, &n);
+        if (!p) continue;
+        for (int i = 0; i < n; i++)
+            if (p[i] < 0x20 || p[i] >= 0x7F || p[i] == '"' || p[i] == '\\') {
+                free(t.s);
+                td_err_set(e, "special token %d is not printable ASCII without quotes", id);
+                return NULL;
+            }
+        snprintf(num, sizeof num, "%s\n    {\"id\": %d, \"content\": \"", first ? "" : ",", id);
+        puts_(&t, num);
+        put(&t, p, (size_t)n);
+        puts_(&t, "\", \"single_word\": false, \"lstrip\": false, \"rstrip\": false, "
+                  "\"normalized\": false, \"special\": true}");
+        first = 0;
+    }
+    puts_(&t, "\n  ],\n  \"normalizer\": null,\n  \"pre_tokenizer\": {\"type\": \"Sequence\", "
+              "\"pretokenizers\": [\n    {\"type\": \"Split\", \"pattern\": {\"Regex\": \"");
+    put_json_chars(&t, pattern, strlen(pattern));
+    /* use_regex false: the Split above is the whole pattern; ByteLevel only
+     * maps bytes to the alphabet */
+    puts_(&t, "\"}, \"behavior\": \"Isolated\", \"invert\": false},\n    {\"type\": \"ByteLevel\", "
+              "\"add_prefix_space\": false, \"trim_offsets\": true, \"use_regex\": false}]},\n"
+              "  \"post_processor\": null,\n  \"decoder\": {\"type\": \"ByteLevel\", "
+              "\"add_prefix_space\": true, \"trim_offsets\": true, \"use_regex\": true},\n"
+              /* ignore_merges: tiktoken's rule, a piece that is a token as a whole is that token */
+              "  \"model\": {\"type\": \"BPE\", \"dropout\": null, \"unk_token\": null, "
+              "\"continuing_subword_prefix\": null, \"end_of_word_suffix\": null, \"fuse_unk\": false, "
+              "\"byte_fallback\": false, \"ignore_merges\": true,\n    \"vocab\": {");
+    for (int id = 0; id < ranks; id++) {
+        int n;
+        const unsigned char *p = td_bpe_token(b, id, &n);
+        puts_(&t, id ? ", \"" : "\"");
+        put_token(&t, p, n, 1);
+        snprintf(num, sizeof num, "\": %d", id);
+        puts_(&t, num);
+    }
+    puts_(&t, "},\n    \"merges\": [");
+    /* one pair per merged token, in rank order: when every token's lower
+     * ranks bring its bytes to exactly two parts (checked here), tiktoken's
+     * merge of any piece only ever joins those two into it, so the list
+     * merges as the ranks do */
+    char *merge_lines = td_bpe_hf_merges_txt(b, len, merges, e);
+    if (!merge_lines) {
+        free(t.s);
+        return NULL;
+    }
+    /* merges.txt's lines after its "#version" line, each a JSON string */
+    const char *lines = strchr(merge_lines, '\n') + 1;
+    for (const char *line = lines, *end; *line; line = end + 1) {
+        end = strchr(line, '\n');
+        puts_(&t, line == lines ? "\"" : ", \"");
+        put_json_chars(&t, line, (size_t)(end - line));
+        puts_(&t, "\"");
+    }
+    free(merge_lines);
+    puts_(&t, "]\n  }\n}\n");
+    return finish(&t, len, e);
+}

@@ -12,6 +12,11 @@
  *                                       DIR --tokenizer T` loads them,
  *                                       equal `train --data TEXT
  *                                       --tokenizer T`'s tokens
+ *   bpe_tool stress OUT BYTES           a random text for the tiktoken
+ *                                       patterns (fragments and code
+ *                                       points), without the code points
+ *                                       whose class PCRE2's Unicode tables
+ *                                       give otherwise (see stress_text)
  *   bpe_tool classes OUT                the patterns' class of every code
  *                                       point, one byte each (TD_UC_*:
  *                                       0 other, 1 Lu ... 8 space)
@@ -25,6 +30,7 @@
 #include "trident/bpe.h"
 #include "trident/data.h"
 #include "trident/formats_data.h"
+#include "pcre2_class.h"
 
 static unsigned char *slurp(const char *path, size_t *n) {
     FILE *f = fopen(path, "rb");
@@ -51,6 +57,47 @@ static size_t encode(const unsigned char *s, size_t n, int threads, int **ids) {
     return k;
 }
 
+/* Fragments the patterns treat specially (contractions in both cases,
+ * whitespace runs before text, digit runs, punctuation with newlines and
+ * o200k's '/', case changes inside words, marks) and random code points.
+ * Code points PCRE2 classifies otherwise are left out (pcre2_class.h): on
+ * them the patterns are the same text but the engines are not. */
+static void stress_text(const char *out, size_t want) {
+    static const char *const frag[] = {
+        "don't", "I'M", "we'LL", "they'Ve", "YOU'RE", "she'd", "it's", "'S", "''s", "!!'t",
+        "   ", "\t\t", "\n\n\n", " \n ", "\r\n", "  \t \n", " ", "\xC2\xA0", "\xE3\x80\x80",
+        "123", "4567890", " 42", "\xD9\xA3\xD9\xA4", "\xC2\xBD", "...\n", "?!\r\n", " --", "a/b//",
+        "https://x.y/z", "#$%", "CamelCase", "HTTPServer", "iPhone", "\xF0\x9F\x98\x80",
+        "\xF0\x9F\x91\xA9\xE2\x80\x8D\xF0\x9F\x92\xBB", "na\xC3\xAFve", "e\xCC\x81",
+        "\xD0\x9F\xD1\x80\xD0\xB8\xD0\xB2\xD0\xB5\xD1\x82", "\xE6\x97\xA5\xE6\x9C\xAC",
+        "\xD8\xA7\xD9\x84\xD8\xB9\xD8\xB1\xD8\xA8\xD9\x8A\xD8\xA9", "\xC7\x85" "a", " Hello", " world"};
+    pcre2_classes pc;
+    pcre2_classes_init(&pc);
+    unsigned char *s = malloc(want + 64);
+    size_t n = 0, left_out = 0;
+    for (uint64_t draw = 0; n < want; draw++) {
+        uint64_t r = td_rng_u64(2026, 12, draw);
+        uint32_t pick = (uint32_t)(r % 10), x = (uint32_t)(r >> 8);
+        if (pick < 6) {
+            const char *f = frag[x % (sizeof frag / sizeof *frag)];
+            memcpy(s + n, f, strlen(f)), n += strlen(f);
+            continue;
+        }
+        uint32_t cp = pick < 8 ? 0x20 + x % 0x3000 : pick < 9 ? x % 0x10000 : 0x10000 + x % 0x30000;
+        if (cp >= 0xD800 && cp <= 0xDFFF) continue;
+        if (pcre2_class_of(&pc, cp) != td_bpe_uc_class(cp)) {
+            left_out++;
+            continue;
+        }
+        n += (size_t)td_utf8_put(cp, s + n);
+    }
+    pcre2_classes_free(&pc);
+    FILE *f = fopen(out, "wb");
+    TD_CHECK(f && fwrite(s, 1, n, f) == n && fclose(f) == 0, "%s: write failed", out);
+    free(s);
+    printf("stress text: %zu bytes, %zu code points left out\n", n, left_out);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && strncmp(argv[1], "--tokenizer=", 12) == 0) {
         int k = td_bpe_kind_parse(argv[1] + 12);
@@ -66,6 +113,11 @@ int main(int argc, char **argv) {
         TD_CHECK(f && fwrite(t, 1, 0x110000, f) == 0x110000 && fclose(f) == 0, "%s: write failed",
                  argv[2]);
         free(t);
+        return 0;
+    }
+    if (strcmp(argv[1], "stress") == 0) {
+        TD_CHECK(argc == 4, "stress needs OUT BYTES");
+        stress_text(argv[2], (size_t)atol(argv[3]));
         return 0;
     }
     if (strcmp(argv[1], "shards") == 0) {

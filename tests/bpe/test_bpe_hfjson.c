@@ -23,8 +23,6 @@
  * U+FEFF...). Usage: test_bpe_hfjson DATA_DIR TMPDIR [MAX_BYTES] (a prefix of
  * the Shakespeare text, for the sanitizer build); test_bpe_hfjson write
  * bytelevel|split OUT.json writes that form of the file (test_hfjson_cli.sh). */
-#define PCRE2_CODE_UNIT_WIDTH 8
-#include <pcre2.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +33,7 @@
 #include "trident/bpe.h"
 #include "trident/formats_data.h"
 #include "../unit/test_util.h"
+#include "pcre2_class.h"
 
 /* The stress text's choices: trident's counter-based generator (base.h). */
 static uint64_t draws;
@@ -220,14 +219,9 @@ static unsigned char *read_all(const char *path, size_t *n) {
 
 /* ---- the stress text ------------------------------------------------------ */
 
-/* Whether PCRE2 (UTF, UCP) puts cp in the class gpt2's tables give it. */
-static int classes_agree(uint32_t cp, pcre2_code *const re[3], pcre2_match_data *md) {
-    unsigned char u[4];
-    int n = td_utf8_put(cp, u);
-    int cls = 0; /* as td_bpe_uc_class: 1 letter, 2 number, 3 space, 0 other */
-    for (int k = 0; k < 3 && !cls; k++)
-        if (pcre2_match(re[k], u, (size_t)n, 0, 0, md, NULL) >= 0) cls = k + 1;
-    return cls == td_bpe_uc_class(cp);
+/* gpt2's pattern sees letters, numbers, \s and the rest (marks too) */
+static int coarse(int c) {
+    return TD_UC_BIT(c) & TD_UCS_LETTER ? 1 : c == TD_UC_NUMBER ? 2 : c == TD_UC_SPACE ? 3 : 0;
 }
 
 /* Random fragments (contractions, whitespace runs, digits, punctuation,
@@ -244,16 +238,8 @@ static char *stress_text(size_t want, size_t *len, int *disagree) {
         "\xAC\xE8\xAA\x9E", "\xD8\xA7\xD9\x84\xD8\xB9\xD8\xB1\xD8\xA8\xD9\x8A\xD8\xA9",
         "e\xCC\x81", "\xE0\xA4\xB9\xE0\xA4\xBF\xE0\xA4\x82\xE0\xA4\xA6\xE0\xA5\x80", "Hello",
         " world", "x", "<|endoftext|>", "\xEF\xBF\xBD"};
-    static const char *const pat[3] = {"^\\p{L}$", "^\\p{N}$", "^\\s$"};
-    pcre2_code *re[3];
-    for (int k = 0; k < 3; k++) {
-        int err;
-        PCRE2_SIZE at;
-        re[k] = pcre2_compile((PCRE2_SPTR)pat[k], PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &err,
-                              &at, NULL);
-        TD_CHECK(re[k], "pcre2_compile %s", pat[k]);
-    }
-    pcre2_match_data *md = pcre2_match_data_create(4, NULL);
+    pcre2_classes pc;
+    pcre2_classes_init(&pc);
     buf b = {0};
     *disagree = 0;
     while (b.n < want) {
@@ -264,15 +250,14 @@ static char *stress_text(size_t want, size_t *len, int *disagree) {
         }
         uint32_t cp = r < 8 ? 0x20 + rnd(0x3000) : r < 9 ? rnd(0x10000) : 0x10000 + rnd(0x30000);
         if (cp >= 0xD800 && cp <= 0xDFFF) continue;
-        if (!classes_agree(cp, re, md)) {
+        if (coarse(pcre2_class_of(&pc, cp)) != coarse(td_bpe_uc_class(cp))) {
             ++*disagree;
             continue;
         }
         unsigned char u[4];
         put(&b, u, (size_t)td_utf8_put(cp, u));
     }
-    for (int k = 0; k < 3; k++) pcre2_code_free(re[k]);
-    pcre2_match_data_free(md);
+    pcre2_classes_free(&pc);
     *len = b.n;
     return b.s;
 }

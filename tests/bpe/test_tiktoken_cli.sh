@@ -9,6 +9,12 @@
 #   uint32 files, o200k: Megatron's int32 .bin + .idx, the formats for ids
 #   above 65535) that `train --data DIR` reads back as T's tokens, equal to
 #   the in-memory encoding of the text (bpe_tool shards);
+# - `export` of a cl100k (hf-gpt2) and an o200k (hf-llama) checkpoint
+#   writes a tokenizer.json that `tokenize --tokenizer FILE.json` (PCRE2,
+#   bpe_hfjson.c) turns into the same shard bytes as --tokenizer cl100k /
+#   o200k on tinyshakespeare and on bpe_tool's stress text (whose code
+#   points PCRE2's older Unicode tables classify as the matchers do), and
+#   `import` of the hf-llama export takes o200k back from its config.json;
 # - a missing rank file, or another tokenizer's, is one error line naming
 #   the file and the environment variable; so are a --tokenizer that
 #   contradicts the shards' data.json and a --vocab other than T's.
@@ -38,6 +44,31 @@ for tf in cl100k:llmc:20240801 o200k:megatron:MMIDIDX; do
     ok "tokenize --tokenizer $tk --format $fmt ($head): $out"
   else fail "tokenize --tokenizer $tk --format $fmt: first shard's magic '$head'" "$out"; fi
 done
+
+"$tool" stress "$tmp/stress.txt" 100000 >/dev/null
+"$T" train --data "$tmp/small.txt" --tokenizer o200k --arch llama --layers 1 --heads 2 --embd 16 --ffn-hidden 16 \
+  --seq 8 --batch 2 --eval-every 0 --threads 1 --steps 1 --out "$tmp/ck_o200k" >"$tmp/log" 2>&1 ||
+  fail "train --tokenizer o200k --arch llama" "$(cat "$tmp/log")"
+for tf in cl100k:ck:hf-gpt2 o200k:ck_o200k:hf-llama; do
+  tk=${tf%%:*} rest=${tf#*:} ck=${rest%%:*} fmt=${rest#*:}
+  out=$("$T" export --ckpt "$tmp/$ck" --format "$fmt" --out "$tmp/hf_$tk" 2>&1)
+  if [ $? -ne 0 ] || ! grep -q "tokenizer.json: tiktoken's ${tk}_base, [0-9]* tokens, [0-9]* merges)$" <<<"$out"; then
+    fail "export --format $fmt of a $tk checkpoint" "$out"; continue
+  fi
+  same=1
+  for tok in "$tmp/hf_$tk/tokenizer.json" "$tk"; do
+    "$T" tokenize --tokenizer "$tok" --format llmc "$data/tinyshakespeare.txt" "$tmp/stress.txt" \
+      --out "$tmp/tj_${tok##*/}" >"$tmp/log" 2>&1 || fail "tokenize --tokenizer $tok" "$(cat "$tmp/log")"
+  done
+  for f in "$tmp/tj_$tk"/*.bin; do cmp "$f" "$tmp/tj_tokenizer.json/${f##*/}" >>"$tmp/cmp" 2>&1 || same=0; done
+  ls "$tmp/tj_$tk"/*.bin >/dev/null 2>&1 || same=0
+  rm -rf "$tmp/tj_$tk" "$tmp/tj_tokenizer.json"
+  if [ $same -eq 1 ]; then ok "export $fmt: tokenizer.json tokenizes as $tk: $(grep -o 'tokenizer.json: .*' <<<"$out")"
+  else fail "tokenizer.json of $tk: shards differ from --tokenizer $tk's" "$(cat "$tmp/cmp")"; fi
+done
+out=$("$T" import --format hf-llama --in "$tmp/hf_o200k" --out "$tmp/imp_o200k" 2>&1)
+if [ $? -eq 0 ] && grep -q "V 200019, .*tokenizer o200k)$" <<<"$out"; then ok "import of that hf-llama export: $out"
+else fail "import --format hf-llama of an o200k export" "$out"; fi
 
 expect missing-file "cl100k_base tokenizer file $tmp/nope.bpe: cannot be read: No such file.*TRIDENT_CL100K_BPE" \
   env TRIDENT_CL100K_BPE="$tmp/nope.bpe" "$T" train --data "$tmp/small.txt" --tokenizer cl100k $Q --steps 1
