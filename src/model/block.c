@@ -14,17 +14,17 @@
 
 #include "internal.h"
 
-/* A LayerNorm feeding a column-parallel projection (ln_1, ln_2 and, from
- * embed_head.c, ln_f): this rank's rows of
+/* The family's norm (LayerNorm or RMSNorm) feeding a column-parallel
+ * projection (ln_1, ln_2 and, from embed_head.c, ln_f): this rank's rows of
  * x[Ns,C] normalised into its rows of out[N,C], which then holds every row. */
 void td_m_norm_forward(td_gpt *m, td_act *out, float *mean, float *rstd, const td_act *x,
                        const float *w, const float *b) {
-    td_m_layernorm_forward(m, td_m_my_rows(m, out), mean, rstd, x, w, b, m->d.Ns);
+    td_m_norm_op_forward(m, td_m_my_rows(m, out), mean, rstd, x, w, b, m->d.Ns);
     td_m_gather_rows(m, out);
 }
 
 /* The backward through a column-parallel projection's input and the
- * LayerNorm before it: s->dln [N,C] (fp32) holds this rank's partial input
+ * norm before it: s->dln [N,C] (fp32) holds this rank's partial input
  * gradient; it is reduced to this rank's rows (in fp32: a sum over tp) and
  * the norm's backward adds the gradient of its input x[Ns,C] into dres. */
 void td_m_norm_backward(td_gpt *m, td_act *dres, const td_act *x, const float *mean,
@@ -38,7 +38,7 @@ void td_m_norm_backward(td_gpt *m, td_act *dres, const td_act *x, const float *m
         dout = s->dln_lp;
     }
     td_m_norm_grad_begin(m);
-    td_m_layernorm_backward(m, dres, td_m_norm_grad(m, gw, 0), td_m_norm_grad(m, gb, 1), dout, x, w,
+    td_m_norm_op_backward(m, dres, td_m_norm_grad(m, gw, 0), td_m_norm_grad(m, gb, 1), dout, x, w,
                             mean, rstd, m->d.Ns);
     td_m_norm_grad_end(m, gw, gb);
 }

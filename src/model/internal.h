@@ -132,8 +132,8 @@ static inline void td_m_norm_grad_end(const td_gpt *m, float *gw, float *gb) {
         for (int i = 0; i < C; i++) gb[i] += m->s.dnorm[C + i];
 }
 
-/* block.c: a LayerNorm feeding a column-parallel projection (ln_1, ln_2,
- * ln_f), forward and backward. */
+/* block.c: the family's norm feeding a column-parallel projection (ln_1,
+ * ln_2, ln_f), forward and backward. */
 void td_m_norm_forward(td_gpt *m, td_act *out, float *mean, float *rstd, const td_act *x,
                        const float *w, const float *b);
 void td_m_norm_backward(td_gpt *m, td_act *dres, const td_act *x, const float *mean,
@@ -153,11 +153,11 @@ void td_m_matmul_forward(td_gpt *m, void *out, int out32, const td_act *inp, int
 void td_m_matmul_backward(td_gpt *m, void *dinp, int dinp32, float *dw, float *dbias,
                           const td_act *dout, const td_act *inp, int unit, td_tensor_kind wk,
                           int N, int C, int OC);
-void td_m_layernorm_forward(const td_gpt *m, td_act *out, float *mean, float *rstd,
-                            const td_act *inp, const float *w, const float *b, int N);
-void td_m_layernorm_backward(const td_gpt *m, td_act *dinp, float *dw, float *db,
-                             const td_act *dout, const td_act *inp, const float *w,
-                             const float *mean, const float *rstd, int N);
+/* the family's norm kernel alone (ops.c: LayerNorm, or RMSNorm ignoring mean and b) */
+void td_m_norm_op_forward(const td_gpt *m, td_act *out, float *mean, float *rstd, const td_act *inp,
+                          const float *w, const float *b, int N);
+void td_m_norm_op_backward(const td_gpt *m, td_act *dinp, float *dw, float *db, const td_act *dout,
+                           const td_act *inp, const float *w, const float *mean, const float *rstd, int N);
 void td_m_mlp_act_forward(const td_gpt *m, td_act *out, const td_act *inp, size_t n);
 void td_m_mlp_act_backward(const td_gpt *m, td_act *dinp, const td_act *inp, const td_act *dout,
                            size_t n);

@@ -122,8 +122,8 @@ void td_m_matmul_backward(td_gpt *m, void *dinp, int dinp32, float *dw, float *d
 
 /* The family's norm: LayerNorm (w, b; mean and rstd saved) or RMSNorm (w;
  * rstd saved, mean and b unused). */
-void td_m_layernorm_forward(const td_gpt *m, td_act *out, float *mean, float *rstd,
-                            const td_act *inp, const float *w, const float *b, int N) {
+void td_m_norm_op_forward(const td_gpt *m, td_act *out, float *mean, float *rstd, const td_act *inp,
+                          const float *w, const float *b, int N) {
     int rms = m->arch->norm == TD_NORM_RMS;
     float eps = m->cfg.norm_eps;
     if (!m->d.lp && rms)
@@ -136,9 +136,8 @@ void td_m_layernorm_forward(const td_gpt *m, td_act *out, float *mean, float *rs
         fam(m)->ln_fwd(out, mean, rstd, inp, w, b, N, m->d.C);
 }
 
-void td_m_layernorm_backward(const td_gpt *m, td_act *dinp, float *dw, float *db,
-                             const td_act *dout, const td_act *inp, const float *w,
-                             const float *mean, const float *rstd, int N) {
+void td_m_norm_op_backward(const td_gpt *m, td_act *dinp, float *dw, float *db, const td_act *dout,
+                           const td_act *inp, const float *w, const float *mean, const float *rstd, int N) {
     int rms = m->arch->norm == TD_NORM_RMS;
     if (!m->d.lp && rms)
         td_rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, m->d.C);
