@@ -65,6 +65,32 @@ typedef struct {
     int orig_max_pos;
 } td_rope_scaling;
 
+/* Mixture of experts (--moe-*): every `every`-th block's MLP (blocks l
+ * with l % every == 0, Megatron-core's moe_layer_freq) is E experts of
+ * the family's MLP form, F features each, of which a router (a linear C ->
+ * E, softmax or sigmoid) picks K per token, plus `shared` experts every
+ * token passes through (DeepSeek). The router's choice is the top K of
+ * score + the balancing bias (ties to the lower expert id); the outputs are
+ * weighted by the chosen scores, renormalised to sum 1 with norm_topk. The
+ * loss adds aux_coef E sum_i f_i P_i (f_i: share of the micro-batch's
+ * K-assignments routed to i, P_i: mean score of i, both over every rank's
+ * tokens of the micro-batch) and z_coef mean(logsumexp(logits)^2).
+ * bias_rate > 0 moves a per-expert bias (for selection only) by bias_rate x
+ * the sign of its load error after each step (DeepSeek-V3's
+ * auxiliary-loss-free balancing). capacity > 0 keeps per expert the first
+ * ceil(capacity N K / E) assignments in order of (token, k) and drops the
+ * rest; 0 is dropless. E = 0: a dense model. */
+typedef enum { TD_ROUTER_SOFTMAX = 0, TD_ROUTER_SIGMOID = 1 } td_moe_router;
+typedef struct {
+    int E, K;         /* routed experts, experts per token */
+    int every;        /* 0: 1 (every block) */
+    int F;            /* an expert's hidden features; 0: the dense F */
+    int shared;       /* always-active experts, F features each */
+    int router;       /* td_moe_router */
+    int norm_topk;    /* TD_TIE_* values: 0 default (on for K >= 2), 1 on, 2 off */
+    float aux_coef, z_coef, bias_rate, capacity;
+} td_moe_config;
+
 /* Zero in every field after V means "the architecture's default", so a
  * config written {L, H, C, T, V} is GPT-2 as it always was. */
 typedef struct {
@@ -84,7 +110,13 @@ typedef struct {
     float norm_eps;    /* RMSNorm epsilon (llama); 0: 1e-5 */
     double rope_theta; /* rotary base (llama); 0: 10000 */
     td_rope_scaling rope_scaling;
+    td_moe_config moe; /* all 0: dense */
 } td_gpt_config;
+
+/* Block l is a mixture of experts. */
+static inline int td_gpt_moe_layer(const td_gpt_config *c, int l) {
+    return c->moe.E > 0 && l % (c->moe.every > 0 ? c->moe.every : 1) == 0;
+}
 
 /* The LM head is the token embedding (after td_gpt_config_finish). */
 static inline int td_gpt_tied(const td_gpt_config *c) { return c->tie != TD_TIE_OFF; }
@@ -102,8 +134,11 @@ void td_gpt_config_finish(td_gpt_config *cfg);
  *                   columns (dim 1); its bias is replicated, added once
  *   TD_SPLIT_VOCAB  the token embedding (tied LM head): rows split by
  *                   vocabulary id, padded as the layout needs
- *   TD_SPLIT_NONE   replicated on every tp rank (LayerNorm, positions) */
-typedef enum { TD_SPLIT_NONE, TD_SPLIT_ROW, TD_SPLIT_COL, TD_SPLIT_VOCAB } td_tp_split;
+ *   TD_SPLIT_NONE   replicated on every tp rank (LayerNorm, positions)
+ *   TD_SPLIT_EXPERT a stack of E experts' tensors along dim 0: replicated
+ *                   over tp, split over the expert-parallel ranks (each
+ *                   holds E/ep consecutive experts) */
+typedef enum { TD_SPLIT_NONE, TD_SPLIT_ROW, TD_SPLIT_COL, TD_SPLIT_VOCAB, TD_SPLIT_EXPERT } td_tp_split;
 
 /* What a row is, independent of its layer: the model finds every tensor by
  * (kind, layer) in the table, never by its distance from another tensor. */
@@ -122,6 +157,13 @@ typedef enum {
     TD_T_LNFW, TD_T_LNFB,                                 /* final norm */
     TD_T_QW, TD_T_KW, TD_T_VW, TD_T_GATEW, TD_T_UPW,      /* llama blocks */
     TD_T_HEAD,                                            /* an untied LM head */
+    /* a mixture of experts' block (in place of FC*): the router [E,C] and
+     * its balancing bias [E] (no gradient), the experts stacked along dim
+     * 0 (fc [E F1,C] with each expert's gate|up together, its bias [E F],
+     * proj [E C,F], its bias [E C]) and the shared experts as one MLP of
+     * shared x F features */
+    TD_T_ROUTERW, TD_T_ROUTERB, TD_T_EXPFCW, TD_T_EXPFCB, TD_T_EXPPROJW, TD_T_EXPPROJB,
+    TD_T_SHFCW, TD_T_SHFCB, TD_T_SHPROJW, TD_T_SHPROJB,
     TD_T_COUNT
 } td_tensor_kind;
 #define TD_NO_TENSOR ((size_t)-1)
@@ -167,6 +209,8 @@ typedef struct {
     int tp, tp_rank;         /* the tensor-parallel layout this table is for */
     int cp, cp_rank;         /* the context-parallel one (activations only: no
                                 parameter depends on it) */
+    int ep, ep_rank;         /* the expert-parallel one: TD_SPLIT_EXPERT rows hold
+                                experts [ep_rank E/ep, (ep_rank + 1) E/ep) */
     int Vp;                  /* padded vocabulary of this layout: V rounded up to
                                 TD_VOCAB_PAD x tp (a layout property: no tensor's
                                 global shape, checkpoint or loss includes it) */
@@ -198,6 +242,7 @@ typedef struct {
     int cp, cp_rank;           /* context parallelism: each sequence's T rows split
                                   over cp ranks (T/cp local rows in two chunks,
                                   include/trident/cp.h); 0 = 1 */
+    int ep, ep_rank;           /* expert parallelism (ep divides the experts); 0 = 1 */
 } td_table_layout;
 
 /* Checks that a model splits over tp (tp divides the heads, hence C and
@@ -283,6 +328,16 @@ typedef void (*td_unit_hook)(void *ctx, td_unit_event ev, int unit);
  * q = qkv, k = qkv + Ca, v = qkv + 2Ca), in the model's precision prec.
  * Collective over the cp group. */
 typedef enum { TD_REDUCE_SUM, TD_REDUCE_MAX } td_reduce_op;
+/* A mixture of experts needs (moe_ctx; NULL hooks: one process):
+ * moe_stats_allreduce(ctx, buf, n): the routing statistics summed over the
+ *   ranks that share a micro-batch (dp x cp), in place;
+ * with expert parallelism (the table's ep > 1), over the ep group:
+ * ep_counts(ctx, send, recv, n): an all-to-all of n ints to each peer
+ *   (send[r n ..] to rank r, recv[r n ..] from it);
+ * ep_exchange(ctx, send, send_rows, recv, recv_rows, row_bytes): an
+ *   all-to-all-v of rows (send_rows[r] rows to rank r, consecutive in
+ *   rank order; recv_rows[r] from it, likewise). */
+#define TD_MOE_MAX_EP 256
 typedef struct {
     void *ctx;
     void (*tp_allreduce)(void *ctx, float *buf, size_t n, td_reduce_op op);
@@ -294,6 +349,11 @@ typedef struct {
     void (*cp_attention_backward)(void *cp_ctx, void *dqkv, const void *dout, const void *out,
                                   const float *lse, const void *qkv, const td_attn_shape *s,
                                   td_precision prec);
+    void *moe_ctx;
+    void (*moe_stats_allreduce)(void *moe_ctx, float *buf, size_t n);
+    void (*ep_counts)(void *moe_ctx, const int *send, int *recv, int n);
+    void (*ep_exchange)(void *moe_ctx, const void *send, const int *send_rows, void *recv, const int *recv_rows,
+                        size_t row_bytes);
 } td_model_comm;
 
 /* Sizes of this rank's share of the model and of one micro-batch: the
@@ -343,6 +403,9 @@ typedef struct {
     td_act *ln2; float *ln2_mean, *ln2_rstd; /* [N,C], [Ns], [Ns] */
     td_act *fch, *fch_gelu;           /* [N,F] */
     td_act *fcproj, *res3;            /* [Ns,C]; res3 is the block's output */
+    struct td_moe_acts *moe;          /* a mixture of experts' block: its routing and
+                                         the experts' tensors (moe.c), sized by the
+                                         routing; made on first use, owned by the model */
 } td_block_acts;
 
 typedef struct {
@@ -433,7 +496,26 @@ typedef struct td_gpt {
     int *pos;                /* [T] global positions of a sequence's local rows
                                 (context parallelism's two chunks); NULL: 0..T-1 */
     size_t acts_bytes;
+    struct td_moe_state *moe; /* a mixture of experts' state (moe.c); NULL: dense */
 } td_gpt;
+
+/* A mixture of experts' figures since td_gpt_moe_stats_reset (once per
+ * step): loads and the aux loss are of every rank's tokens (the routing
+ * statistics are reduced over dp x cp), dropped assignments this rank's. */
+typedef struct {
+    int L, E;
+    double *load;      /* [L, E] assignments per expert, before capacity */
+    double assigned, dropped;
+    double aux, z;     /* the layers' aux and z losses, summed per layer and micro-batch */
+    int n;             /* layer forwards summed */
+    double loss_sum;   /* N (aux + z) summed: this rank's share of the step's loss sum */
+} td_moe_stats;
+/* NULL for a dense model. */
+td_moe_stats *td_gpt_moe_stats(td_gpt *m);
+void td_gpt_moe_stats_reset(td_gpt *m);
+/* The loss gradient per token of the coming backward (the aux and z
+ * losses' gradients scale with it); td_gpt_backward sets it itself. */
+void td_gpt_set_dloss(td_gpt *m, float dloss);
 
 /* Split backward of a block, for zero-bubble pipeline schedules (ZB-H1):
  * B, the input half, computes the gradient of the block's input (what the
@@ -560,6 +642,9 @@ void td_gpt_backward_blocks(td_gpt *m, int l0, int l1, const td_act *x, td_act *
 void td_embed_forward(td_gpt *m, const int *inputs, td_embed_acts *a);
 void td_embed_backward(td_gpt *m, const int *inputs, const td_act *dres);
 void td_block_forward(td_gpt *m, int l, const td_act *x, td_block_acts *a);
+/* The same for a backward's recomputation (a mixture of experts counts its
+ * statistics and loss once). */
+void td_gpt_recompute_block(td_gpt *m, int l, const td_act *x, td_block_acts *a);
 /* dres: in, the gradient of the block's output; out, that of x. */
 void td_block_backward(td_gpt *m, int l, const td_act *x, const td_block_acts *a, td_act *dres);
 double td_head_forward(td_gpt *m, const td_act *x, const int *targets, td_head_acts *a);

@@ -47,6 +47,8 @@ typedef struct {
     double rope_theta;          /* 0: the family's default */
     const char *tie_embeddings; /* --tie-embeddings on|off; NULL: the family's default */
     td_rope_scaling rope_scaling; /* no flag: a resumed (imported) checkpoint's */
+    td_moe_config moe;          /* --moe-*: E = 0 dense (model.h) */
+    const char *moe_router, *moe_norm_topk; /* softmax|sigmoid, on|off (NULL: K >= 2) */
     /* batch and schedule */
     int batch, grad_accum, steps;
     td_optim_config optim;
@@ -58,6 +60,7 @@ typedef struct {
     const char *grid_order; /* --grid-order: the axes fastest first (grid.h) */
     int seq_parallel; /* --sequence-parallel */
     int cp;           /* --cp: context-parallel size (each sequence over cp ranks) */
+    int ep;           /* --ep: expert-parallel size (the experts over ep ranks of dp) */
     int dp_shard;     /* --dp-shard: ZeRO's shard size (hybrid sharding); 0 = all of dp x cp */
     const char *recompute; /* --recompute none|block (td_train_recompute) */
     const char *precision; /* --precision fp32|bf16 (td_train_precision) */

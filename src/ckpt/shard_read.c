@@ -228,7 +228,7 @@ static const td_param_table *source_table(td_param_table *cache, int *n_cache, c
     for (int i = 0; i < *n_cache; i++)
         if (cache[i].tp == tp) return &cache[i];
     TD_CHECK(*n_cache < 8 && cfg->H % tp == 0, "manifest: a piece's tp %d does not divide the model", tp);
-    td_table_layout lay = {1, tp, 0, NULL, TD_PREC_FP32, 1, 0};
+    td_table_layout lay = {.unit_align = 1, .tp = tp, .prec = TD_PREC_FP32, .cp = 1};
     td_param_table_build_layout(&cache[*n_cache], cfg, &lay);
     return &cache[(*n_cache)++];
 }

@@ -90,9 +90,13 @@ void td_block_forward(td_gpt *m, int l, const td_act *x, td_block_acts *a) {
     row_parallel_forward(m, a->attproj, a->atty, u, TD_T_ATTPROJW, W(TD_T_ATTPROJB), d->Ca);
     td_m_residual_forward(m, a->res2, x, a->attproj, ns);
     td_m_norm_forward(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, W(TD_T_LN2W), W(TD_T_LN2B));
-    td_m_matmul_forward(m, a->fch, 0, a->ln2, u, m->arch->fc, W(TD_T_FCB), N, C, d->F1);
-    td_m_mlp_act_forward(m, a->fch_gelu, a->fch, (size_t)N * d->F);
-    row_parallel_forward(m, a->fcproj, a->fch_gelu, u, TD_T_FCPROJW, W(TD_T_FCPROJB), d->F);
+    if (td_gpt_moe_layer(&m->cfg, l)) {
+        td_moe_forward(m, l, a);
+    } else {
+        td_m_matmul_forward(m, a->fch, 0, a->ln2, u, m->arch->fc, W(TD_T_FCB), N, C, d->F1);
+        td_m_mlp_act_forward(m, a->fch_gelu, a->fch, N, d->F);
+        row_parallel_forward(m, a->fcproj, a->fch_gelu, u, TD_T_FCPROJW, W(TD_T_FCPROJB), d->F);
+    }
     td_m_residual_forward(m, a->res3, a->res2, a->fcproj, ns);
 #undef W
 }
@@ -113,10 +117,9 @@ static const td_act *mlp_backward_input(td_gpt *m, int u, const td_block_acts *a
                                         const td_act *dres, td_act *dfch, td_act *keep) {
     const td_gpt_dims *d = &m->d;
     td_gpt_scratch *s = &m->s;
-    size_t nf = (size_t)d->N * d->F;
     const td_act *dfcproj = row_parallel_backward_input(m, s->dfchg, dres, u, TD_T_FCPROJW, d->F, keep);
     memset(dfch, 0, d->es * (size_t)d->N * d->F1);
-    td_m_mlp_act_backward(m, dfch, a->fch, s->dfchg, nf);
+    td_m_mlp_act_backward(m, dfch, a->fch, s->dfchg, d->N, d->F);
     memset(s->dln, 0, sizeof(float) * (size_t)d->N * d->C);
     td_m_matmul_backward(m, s->dln, 1, NULL, NULL, dfch, NULL, u, m->arch->fc, d->N, d->C, d->F1);
     return dfcproj;
@@ -177,8 +180,13 @@ static void block_backward(td_gpt *m, int l, const td_act *x, const td_block_act
 #define W(k) td_m_w(m, u, k)
 #define G(k) td_m_g(m, u, k)
     td_act *dfch = keep ? keep->dfch : s->dfch, *dqkv = keep ? keep->dqkv : s->dqkv;
-    const td_act *dfcproj = mlp_backward_input(m, u, a, dres, dfch, keep ? keep->dfcproj : NULL);
-    if (!keep) mlp_backward_weight(m, u, a, dfcproj, dfch);
+    if (td_gpt_moe_layer(&m->cfg, l)) { /* whole in the input half: W has nothing of it */
+        memset(s->dln, 0, sizeof(float) * (size_t)m->d.N * m->d.C);
+        td_moe_backward(m, l, a, td_m_gather_grad(m, dres), s->dln);
+    } else {
+        const td_act *dfcproj = mlp_backward_input(m, u, a, dres, dfch, keep ? keep->dfcproj : NULL);
+        if (!keep) mlp_backward_weight(m, u, a, dfcproj, dfch);
+    }
     td_m_norm_backward(m, dres, a->res2, a->ln2_mean, a->ln2_rstd, W(TD_T_LN2W), G(TD_T_LN2W),
                        G(TD_T_LN2B));
     const td_act *dattproj = attn_backward_input(m, u, a, dres, dqkv, keep ? keep->dattproj : NULL);
@@ -216,6 +224,6 @@ void td_block_backward_input(td_gpt *m, int l, const td_act *x, const td_block_a
 
 void td_block_backward_weight(td_gpt *m, int l, const td_block_acts *a, const td_block_wstash *w) {
     int u = td_m_block_unit(l);
-    mlp_backward_weight(m, u, a, w->dfcproj, w->dfch);
+    if (!td_gpt_moe_layer(&m->cfg, l)) mlp_backward_weight(m, u, a, w->dfcproj, w->dfch);
     attn_backward_weight(m, u, a, w->dattproj, w->dqkv);
 }

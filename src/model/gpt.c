@@ -112,12 +112,15 @@ static void *carve(char **cur, size_t bytes) {
 static void find_offsets(td_gpt *m, const td_param_table *t) {
     for (int k = 0; k < TD_T_COUNT; k++) {
         m->off[k] = TD_NO_TENSOR;
-        const td_param *p0 = td_param_lookup_opt(t, (td_tensor_kind)k, 0);
-        if (!p0) continue; /* not of this family (or tied away) */
-        int block = td_arch_row_of(m->cfg.arch, (td_tensor_kind)k)->place == TD_PLACE_BLOCK;
-        int n = block ? m->cfg.L : 1, found = 0;
+        const td_arch_row *row = td_arch_row_of(m->cfg.arch, (td_tensor_kind)k);
+        if (!row) continue; /* not of this family */
+        int block = row->place == TD_PLACE_BLOCK;
+        int n = block ? m->cfg.L : 1, found = 0, any = 0;
         for (int l = 0; l < n; l++) {
-            const td_param *p = td_param_lookup(t, (td_tensor_kind)k, l);
+            /* absent: tied away, or a block of the other kind (dense / experts) */
+            const td_param *p = td_param_lookup_opt(t, (td_tensor_kind)k, l);
+            if (!p) continue;
+            any = 1;
             TD_ASSERT(!block || p->unit == td_m_block_unit(l));
             if (!t->held[p->unit]) continue;
             size_t off = p->offset - t->unit_offset[p->unit];
@@ -125,7 +128,7 @@ static void find_offsets(td_gpt *m, const td_param_table *t) {
             TD_ASSERT(off == m->off[k]);
         }
         /* a unit this rank does not hold: the offset of a full table (unused) */
-        if (!found) m->off[k] = 0;
+        if (any && !found) m->off[k] = 0;
     }
     const td_arch_desc *ad = m->arch;
     TD_ASSERT(td_param_lookup(t, TD_T_WTE, 0)->unit == 0);
@@ -136,7 +139,8 @@ static void find_offsets(td_gpt *m, const td_param_table *t) {
         const td_gpt_dims *d = &m->d;
         TD_ASSERT(m->off[TD_T_KW] == m->off[TD_T_QW] + (size_t)d->Ca * d->C);
         TD_ASSERT(m->off[TD_T_VW] == m->off[TD_T_KW] + (size_t)d->KVa * d->hs * d->C);
-        TD_ASSERT(m->off[TD_T_UPW] == m->off[TD_T_GATEW] + (size_t)d->F * d->C);
+        TD_ASSERT(m->off[TD_T_GATEW] == TD_NO_TENSOR || /* every block has experts */
+                  m->off[TD_T_UPW] == m->off[TD_T_GATEW] + (size_t)d->F * d->C);
     }
     m->head_kind = td_gpt_tied(&m->cfg) ? TD_T_WTE : TD_T_HEAD;
     m->head_unit = td_gpt_tied(&m->cfg) ? 0 : m->cfg.L + 1;
@@ -244,6 +248,7 @@ static void create_common(td_gpt *m, const td_param_table *t, int B, int seq_par
     td_gpt_dims_of(&m->d, t, B, seq_parallel);
     m->arch = td_arch_desc_of(t->cfg.arch);
     find_offsets(m, t);
+    td_moe_state_create(m);
     m->unit_params = td_alloc(sizeof(float *) * t->n_units, TD_MEM_OTHER);
     m->unit_grads = td_alloc(sizeof(float *) * t->n_units, TD_MEM_OTHER);
     if (m->d.cp > 1) { /* the load-balanced split (cp.h): chunks r and 2cp-1-r of 2cp */
@@ -393,6 +398,7 @@ void td_gpt_create(td_gpt *m, const td_param_table *t, int B, int seq_parallel) 
 }
 
 void td_gpt_destroy(td_gpt *m) {
+    td_moe_state_destroy(m);
     td_free(m->blocks);
     td_free(m->acts);
     td_free(m->grads_acts);
@@ -459,7 +465,7 @@ void td_gpt_backward_blocks(td_gpt *m, int l0, int l1, const td_act *x, td_act *
         event(m, TD_BWD_BEGIN, u);
         /* the shared set holds another block's tensors: rebuild block l's
          * (its res3 is rewritten with the same bits; nothing reads it again) */
-        if (m->recompute == TD_RECOMPUTE_BLOCK) td_block_forward(m, l, in, &m->blocks[l]);
+        if (m->recompute == TD_RECOMPUTE_BLOCK) td_gpt_recompute_block(m, l, in, &m->blocks[l]);
         td_block_backward(m, l, in, &m->blocks[l], dres);
         event(m, TD_BWD_END, u);
     }
@@ -482,8 +488,15 @@ double td_gpt_forward(td_gpt *m, const int *inputs, const int *targets) {
     return sum;
 }
 
+void td_gpt_recompute_block(td_gpt *m, int l, const td_act *x, td_block_acts *a) {
+    td_moe_set_quiet(m, 1);
+    td_block_forward(m, l, x, a);
+    td_moe_set_quiet(m, 0);
+}
+
 void td_gpt_backward(td_gpt *m, float dloss) {
     int L = m->cfg.L;
+    td_gpt_set_dloss(m, dloss);
     event(m, TD_BWD_BEGIN, 0);
     event(m, TD_BWD_BEGIN, L + 1);
     td_head_backward(m, block_input(m, L), m->targets, &m->head, dloss, m->s.dres);

@@ -11,7 +11,14 @@
 /* ---- the families' tables (arch.c) ---- */
 typedef enum { TD_PLACE_EMBED, TD_PLACE_BLOCK, TD_PLACE_FINAL } td_place; /* unit 0, l+1, L+1 */
 /* a global extent: 0 (a vector's second), C, V, T, 3C, F, KV * head size */
-typedef enum { TD_DIM_0, TD_DIM_C, TD_DIM_V, TD_DIM_T, TD_DIM_3C, TD_DIM_F, TD_DIM_KVC } td_dim;
+typedef enum { TD_DIM_0, TD_DIM_C, TD_DIM_V, TD_DIM_T, TD_DIM_3C, TD_DIM_F, TD_DIM_KVC,
+               /* mixture of experts: E; an expert's F; E x its first projection
+                * (F, or 2F for SwiGLU's gate|up); E F; E C; the shared experts'
+                * S F and S x first projection */
+               TD_DIM_E, TD_DIM_FE, TD_DIM_EF1, TD_DIM_EF, TD_DIM_EC, TD_DIM_SF, TD_DIM_SF1 } td_dim;
+/* Which blocks have a row: every block, dense blocks only (the MLP), mixture
+ * of experts blocks only, those with shared experts only. */
+typedef enum { TD_MOE_ANY, TD_MOE_DENSE, TD_MOE_ONLY, TD_MOE_SHARED } td_moe_place;
 /* normal(0, 0.02), the residual projections' 0.02/sqrt(2L) (GPT-2), 0, 1 */
 typedef enum { TD_INIT_NORMAL, TD_INIT_RESID, TD_INIT_ZERO, TD_INIT_ONE } td_init;
 typedef enum { TD_NORM_LAYER, TD_NORM_RMS } td_norm_kind;
@@ -26,6 +33,7 @@ typedef struct {
     int groups;       /* fused parts along the split dimension, each split alone */
     td_init init;
     int untied_only;  /* the row exists only when the head is not tied */
+    td_moe_place moe;
 } td_arch_row;
 
 typedef struct td_arch_desc {
@@ -44,6 +52,10 @@ const td_arch_desc *td_arch_desc_of(td_arch a);
 /* The family's row of a kind, NULL when it has none. */
 const td_arch_row *td_arch_row_of(td_arch a, td_tensor_kind kind);
 int td_arch_dim(const td_gpt_config *c, td_dim d);
+/* 2 for SwiGLU's gate|up, 1 for GELU's fc: the MLP's first projection's parts */
+int td_arch_mlp_parts(td_arch a);
+/* Block l (0..L-1) has row r (mixture-of-experts blocks trade the MLP's). */
+int td_arch_row_in_block(const td_arch_row *r, const td_gpt_config *c, int l);
 
 /* Unit of block l (units: 0 embeddings, 1..L blocks, L+1 final norm). */
 static inline int td_m_block_unit(int l) { return l + 1; }
@@ -158,14 +170,33 @@ void td_m_norm_op_forward(const td_gpt *m, td_act *out, float *mean, float *rstd
                           const float *w, const float *b, int N);
 void td_m_norm_op_backward(const td_gpt *m, td_act *dinp, float *dw, float *db, const td_act *dout,
                            const td_act *inp, const float *w, const float *mean, const float *rstd, int N);
-void td_m_mlp_act_forward(const td_gpt *m, td_act *out, const td_act *inp, size_t n);
+void td_m_mlp_act_forward(const td_gpt *m, td_act *out, const td_act *inp, int N, int F);
 void td_m_mlp_act_backward(const td_gpt *m, td_act *dinp, const td_act *inp, const td_act *dout,
-                           size_t n);
+                           int N, int F);
+/* The GEMMs of a weight's slice from element woff (an expert of a stack). */
+void td_m_matmul_forward_at(td_gpt *m, void *out, int out32, const td_act *inp, int unit,
+                            td_tensor_kind wk, size_t woff, const float *bias, int N, int C, int OC);
+void td_m_matmul_backward_at(td_gpt *m, void *dinp, int dinp32, float *dw, float *dbias,
+                             const td_act *dout, const td_act *inp, int unit, td_tensor_kind wk,
+                             size_t woff, int N, int C, int OC);
 void td_m_rope(const td_gpt *m, td_act *qkv, int backward);
 void td_m_residual_forward(const td_gpt *m, td_act *out, const td_act *a, const td_act *b,
                            size_t n);
 void td_m_attention_forward(const td_gpt *m, td_act *out, float *lse, const td_act *qkv);
 void td_m_attention_backward(const td_gpt *m, td_act *dqkv, const td_act *dout, const td_act *out,
                              const float *lse, const td_act *qkv);
+
+/* ---- mixture of experts (moe.c) ---- */
+typedef struct td_moe_acts td_moe_acts;
+void td_moe_state_create(td_gpt *m);  /* nothing for a dense model */
+void td_moe_state_destroy(td_gpt *m);
+/* Block l's MLP: from ba->ln2 [N,C] to ba->fcproj [Ns,C] (this rank's rows). */
+void td_moe_forward(td_gpt *m, int l, td_block_acts *ba);
+/* Its backward: dout [N,C], the output gradient of all rows; adds the
+ * gradient of ln2 into dln [N,C] (fp32; on tp rank 0, the others add
+ * nothing: dln is summed over tp) and the weights' into their gradients. */
+void td_moe_backward(td_gpt *m, int l, const td_block_acts *ba, const td_act *dout, float *dln);
+/* A recomputing forward: statistics and loss are not counted again. */
+void td_moe_set_quiet(td_gpt *m, int quiet);
 
 #endif

@@ -98,26 +98,38 @@ static const void *weight_lp(td_gpt *m, int unit, td_tensor_kind k) {
     return (const char *)td_m_unit_lp(m, unit) + m->off[k] * m->d.es;
 }
 
-void td_m_matmul_forward(td_gpt *m, void *out, int out32, const td_act *inp, int unit,
-                         td_tensor_kind wk, const float *bias, int N, int C, int OC) {
+void td_m_matmul_forward_at(td_gpt *m, void *out, int out32, const td_act *inp, int unit,
+                            td_tensor_kind wk, size_t woff, const float *bias, int N, int C, int OC) {
     double t0 = stats_begin();
     if (!m->d.lp)
-        td_matmul_forward(out, inp, td_m_w(m, unit, wk), bias, N, C, OC);
+        td_matmul_forward(out, inp, td_m_w(m, unit, wk) + woff, bias, N, C, OC);
     else
-        fam(m)->mm_fwd(out, out32 ? TD_K_F32 : fam(m)->k, inp, weight_lp(m, unit, wk), bias, N, C, OC);
+        fam(m)->mm_fwd(out, out32 ? TD_K_F32 : fam(m)->k, inp,
+                       (const h16 *)weight_lp(m, unit, wk) + woff, bias, N, C, OC);
     stats_end(t0, 2.0 * N * C * OC);
+}
+
+void td_m_matmul_forward(td_gpt *m, void *out, int out32, const td_act *inp, int unit,
+                         td_tensor_kind wk, const float *bias, int N, int C, int OC) {
+    td_m_matmul_forward_at(m, out, out32, inp, unit, wk, 0, bias, N, C, OC);
+}
+
+void td_m_matmul_backward_at(td_gpt *m, void *dinp, int dinp32, float *dw, float *dbias,
+                             const td_act *dout, const td_act *inp, int unit, td_tensor_kind wk,
+                             size_t woff, int N, int C, int OC) {
+    double t0 = stats_begin();
+    if (!m->d.lp)
+        td_matmul_backward(dinp, dw, dbias, dout, inp, dinp ? td_m_w(m, unit, wk) + woff : NULL, N, C, OC);
+    else
+        fam(m)->mm_bwd(dinp, dinp32 ? TD_K_F32 : fam(m)->k, dw, dbias, dout, inp,
+                       dinp ? (const h16 *)weight_lp(m, unit, wk) + woff : NULL, N, C, OC);
+    stats_end(t0, 2.0 * N * C * OC * ((dinp ? 1 : 0) + (dw ? 1 : 0)));
 }
 
 void td_m_matmul_backward(td_gpt *m, void *dinp, int dinp32, float *dw, float *dbias,
                           const td_act *dout, const td_act *inp, int unit, td_tensor_kind wk,
                           int N, int C, int OC) {
-    double t0 = stats_begin();
-    if (!m->d.lp)
-        td_matmul_backward(dinp, dw, dbias, dout, inp, dinp ? td_m_w(m, unit, wk) : NULL, N, C, OC);
-    else
-        fam(m)->mm_bwd(dinp, dinp32 ? TD_K_F32 : fam(m)->k, dw, dbias, dout, inp,
-                       dinp ? weight_lp(m, unit, wk) : NULL, N, C, OC);
-    stats_end(t0, 2.0 * N * C * OC * ((dinp ? 1 : 0) + (dw ? 1 : 0)));
+    td_m_matmul_backward_at(m, dinp, dinp32, dw, dbias, dout, inp, unit, wk, 0, N, C, OC);
 }
 
 /* The family's norm: LayerNorm (w, b; mean and rstd saved) or RMSNorm (w;
@@ -150,9 +162,10 @@ void td_m_norm_op_backward(const td_gpt *m, td_act *dinp, float *dw, float *db, 
 }
 
 /* The MLP's activation: GELU of fc [N,F] (out [N,F]), or SwiGLU of the
- * fused gate|up [N,2F] (out [N,F]); n = N*F. */
-void td_m_mlp_act_forward(const td_gpt *m, td_act *out, const td_act *inp, size_t n) {
-    int swiglu = m->arch->mlp == TD_MLP_SWIGLU, N = m->d.N, F = m->d.F;
+ * fused gate|up [N,2F] (out [N,F]). */
+void td_m_mlp_act_forward(const td_gpt *m, td_act *out, const td_act *inp, int N, int F) {
+    int swiglu = m->arch->mlp == TD_MLP_SWIGLU;
+    size_t n = (size_t)N * F;
     if (!m->d.lp && swiglu)
         td_swiglu_forward(out, inp, N, F);
     else if (!m->d.lp)
@@ -166,8 +179,9 @@ void td_m_mlp_act_forward(const td_gpt *m, td_act *out, const td_act *inp, size_
 /* dinp ([N,F1], zeroed by the caller) from dout [N,F]: GELU's backward
  * adds, SwiGLU's writes. */
 void td_m_mlp_act_backward(const td_gpt *m, td_act *dinp, const td_act *inp, const td_act *dout,
-                           size_t n) {
-    int swiglu = m->arch->mlp == TD_MLP_SWIGLU, N = m->d.N, F = m->d.F;
+                           int N, int F) {
+    int swiglu = m->arch->mlp == TD_MLP_SWIGLU;
+    size_t n = (size_t)N * F;
     if (!m->d.lp && swiglu)
         td_swiglu_backward(dinp, dout, inp, N, F);
     else if (!m->d.lp)

@@ -44,6 +44,32 @@ static void config_family(td_gpt_config *cfg) {
              cfg->H, cfg->C / cfg->H);
 }
 
+/* The mixture of experts' defaults and ranges (the flags' names). */
+static void config_moe(td_gpt_config *cfg) {
+    td_moe_config *e = &cfg->moe;
+    if (e->E == 0) {
+        TD_CHECK(e->K == 0 && e->shared == 0 && e->F == 0,
+                 "--moe-top-k, --moe-ffn-hidden and --moe-shared-experts need --moe-experts");
+        return;
+    }
+    TD_CHECK(e->E >= 2 && e->E <= 4096, "--moe-experts must be in [2, 4096] (got %d)", e->E);
+    if (e->K == 0) e->K = 1;
+    TD_CHECK(e->K >= 1 && e->K <= e->E, "--moe-top-k must be in [1, --moe-experts %d] (got %d)", e->E, e->K);
+    if (e->every == 0) e->every = 1;
+    TD_CHECK(e->every >= 1 && e->every <= cfg->L, "--moe-every must be in [1, --layers %d] (got %d)", cfg->L,
+             e->every);
+    if (e->F == 0) e->F = cfg->F;
+    TD_CHECK(e->F > 0 && e->F <= 4 * TD_MAX_EMBD, "--moe-ffn-hidden must be in [1, %d] (got %d)",
+             4 * TD_MAX_EMBD, e->F);
+    TD_CHECK(e->shared >= 0 && e->shared <= 64, "--moe-shared-experts must be in [0, 64] (got %d)", e->shared);
+    TD_CHECK(e->router == TD_ROUTER_SOFTMAX || e->router == TD_ROUTER_SIGMOID, "unknown --moe-router %d",
+             e->router);
+    /* K = 1 renormalised is weight 1: the router would get no gradient from the loss */
+    if (e->norm_topk == TD_TIE_DEFAULT) e->norm_topk = e->K >= 2 ? TD_TIE_ON : TD_TIE_OFF;
+    TD_CHECK(e->aux_coef >= 0.0f && e->z_coef >= 0.0f && e->bias_rate >= 0.0f && e->capacity >= 0.0f,
+             "--moe-aux-coef, --moe-z-coef, --moe-bias-balance and --moe-capacity must be >= 0");
+}
+
 void td_gpt_config_finish(td_gpt_config *cfg) {
     TD_CHECK(cfg->L > 0, "--layers must be a positive integer (got %d)", cfg->L);
     TD_CHECK(cfg->L <= TD_MAX_LAYERS, "--layers must be at most %d (got %d)", TD_MAX_LAYERS, cfg->L);
@@ -67,6 +93,7 @@ void td_gpt_config_finish(td_gpt_config *cfg) {
     TD_ASSERT(Vp <= (size_t)TD_MAX_VOCAB);
     cfg->Vp = (int)Vp;
     config_family(cfg);
+    config_moe(cfg);
 }
 
 void td_gpt_check_tp(const td_gpt_config *cfg, int tp, int seq_parallel) {
@@ -116,10 +143,13 @@ static void add_row(builder *bd, td_tensor_kind kind, const char *name, int d0, 
     p->ndim = d1 > 0 ? 2 : 1;
     p->shape[0] = p->local_shape[0] = d0;
     p->shape[1] = p->local_shape[1] = d1 > 0 ? d1 : 1;
-    p->split = t->tp > 1 || split == TD_SPLIT_VOCAB ? split : TD_SPLIT_NONE;
+    p->split = t->tp > 1 || split == TD_SPLIT_VOCAB || split == TD_SPLIT_EXPERT ? split : TD_SPLIT_NONE;
     p->split_dim = p->split == TD_SPLIT_NONE ? -1 : p->split == TD_SPLIT_ROW ? 1 : 0;
     p->groups = groups;
-    if (p->split == TD_SPLIT_VOCAB) { /* padded to the layout's Vp, then split */
+    if (p->split == TD_SPLIT_EXPERT) { /* E/ep consecutive experts, whatever the tp */
+        p->local_shape[0] = p->shape[0] / t->ep;
+        p->split_lo = t->ep_rank * p->local_shape[0];
+    } else if (p->split == TD_SPLIT_VOCAB) { /* padded to the layout's Vp, then split */
         p->local_shape[0] = t->vocab_local;
         p->split_lo = t->vocab_lo;
     } else if (p->split_dim >= 0) {
@@ -148,6 +178,9 @@ void td_param_table_build_layout(td_param_table *t, const td_gpt_config *cfg,
     t->cp = lay->cp > 0 ? lay->cp : 1;
     t->cp_rank = lay->cp > 0 ? lay->cp_rank : 0;
     TD_ASSERT(t->cp_rank >= 0 && t->cp_rank < t->cp);
+    t->ep = lay->ep > 0 ? lay->ep : 1;
+    t->ep_rank = lay->ep > 0 ? lay->ep_rank : 0;
+    TD_ASSERT(t->ep_rank >= 0 && t->ep_rank < t->ep && (cfg->moe.E == 0 || cfg->moe.E % t->ep == 0));
     t->prec = lay->prec;
     size_t Vp = td_round_up((size_t)cfg->V, (size_t)TD_VOCAB_PAD * (size_t)lay->tp);
     TD_CHECK(Vp <= (size_t)TD_MAX_VOCAB,
@@ -175,6 +208,7 @@ void td_param_table_build_layout(td_param_table *t, const td_gpt_config *cfg,
         for (int i = 0; i < ad->n_rows; i++) {
             const td_arch_row *r = &ad->rows[i];
             if (r->place != place || (r->untied_only && td_gpt_tied(cfg))) continue;
+            if (place == TD_PLACE_BLOCK && !td_arch_row_in_block(r, cfg, layer)) continue;
             snprintf(name, sizeof name, r->name, layer);
             add_row(&bd, r->kind, name, td_arch_dim(cfg, r->d0), td_arch_dim(cfg, r->d1), r->split, r->groups,
                     u, layer);
@@ -199,7 +233,7 @@ void td_param_table_build_layout(td_param_table *t, const td_gpt_config *cfg,
 }
 
 void td_param_table_build(td_param_table *t, const td_gpt_config *cfg, int unit_align) {
-    td_table_layout lay = {unit_align, 1, 0, NULL, TD_PREC_FP32, 1, 0};
+    td_table_layout lay = {.unit_align = unit_align, .tp = 1, .prec = TD_PREC_FP32, .cp = 1};
     td_param_table_build_layout(t, cfg, &lay);
 }
 
@@ -207,6 +241,8 @@ long long td_param_global_index(const td_param_table *t, const td_param *p, int 
     TD_ASSERT(r >= 0 && r < t->tp && k < p->numel);
     size_t cols = (size_t)p->local_shape[1];
     size_t i = k / cols, j = k % cols; /* local row and column */
+    if (p->split == TD_SPLIT_EXPERT) /* the table's own ep rank, on every tp rank */
+        return (long long)(((size_t)p->split_lo + i) * cols + j);
     if (p->split == TD_SPLIT_VOCAB) {
         size_t row = (size_t)r * (size_t)t->vocab_local + i;
         return row < (size_t)p->shape[0] ? (long long)(row * cols + j) : -1;
@@ -278,8 +314,12 @@ double td_gpt_flops_per_token(const td_gpt_config *c) {
      * (two matrices of F x C for GELU, three for SwiGLU) and the LM head V C
      * (padded columns are computed, but count the real vocab) */
     double C = c->C, kvc = (double)c->KV * (c->C / c->H), F = c->F;
-    double mlp = (c->arch == TD_ARCH_LLAMA ? 3.0 : 2.0) * F * C;
-    double mat = c->L * (2.0 * C * C + 2.0 * kvc * C + mlp) + (double)c->V * C;
+    double per = c->arch == TD_ARCH_LLAMA ? 3.0 : 2.0, mlp = 0.0;
+    /* a mixture of experts' block: K routed and the shared experts of F each, and the router */
+    const td_moe_config *e = &c->moe;
+    for (int l = 0; l < c->L; l++)
+        mlp += td_gpt_moe_layer(c, l) ? per * (double)(e->K + e->shared) * e->F * C + (double)e->E * C : per * F * C;
+    double mat = c->L * (2.0 * C * C + 2.0 * kvc * C) + mlp + (double)c->V * C;
     return 6.0 * mat + 12.0 * c->L * (double)c->T * c->C;
 }
 

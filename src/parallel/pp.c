@@ -219,7 +219,7 @@ static void backward(td_pp *pp, slot *sl, int final, int head_final, int split) 
         event(pp, TD_BWD_BEGIN, l + 1);
         const td_block_acts *a = &sl->s.blocks[l - l0];
         if (sl->s.shape.recompute) { /* the slot kept the output only: rebuild the rest */
-            td_block_forward(m, l, x, &m->rc_set);
+            td_gpt_recompute_block(m, l, x, &m->rc_set);
             a = &m->rc_set;
         }
         td_block_backward(m, l, x, a, sl->s.dx);
@@ -407,6 +407,7 @@ double td_pp_train_step(td_pp *pp, int step, float dloss, td_pp_batch_fn batch, 
     double t0 = td_now_ms();
     begin(pp, batch, ctx);
     pp->dloss = dloss;
+    td_gpt_set_dloss(pp->m, dloss);
     td_dp_begin_pipeline(pp->dp);
     int n = pp->sched->n[pp->s];
     for (int i = 0, fired = 0; i < n; i++) {

@@ -40,7 +40,8 @@ void td_tp_comm_init(td_tp_comm *c, const td_grid *g) {
     memset(c, 0, sizeof *c);
     c->group = g->axis[TD_TP].comm;
     c->size = g->axis[TD_TP].size;
-    c->ops = (td_model_comm){c, tp_allreduce, seq_all_gather, seq_reduce_scatter, NULL, NULL, NULL};
+    c->ops = (td_model_comm){.ctx = c, .tp_allreduce = tp_allreduce, .seq_all_gather = seq_all_gather,
+                             .seq_reduce_scatter = seq_reduce_scatter};
 }
 
 const td_model_comm *td_tp_comm_ops(const td_tp_comm *c) {

@@ -18,8 +18,9 @@ td_dp_config td_train_dp_config(const td_train_opts *o, td_dp_mode mode) {
 td_mem_plan td_train_mem_plan(const td_train_opts *o, const td_gpt_config *cfg, const td_rank_shape *rs,
                               td_param_table *table) {
     const td_layout *lay = rs->lay;
-    td_table_layout tlay = {td_dp_unit_align(rs->dcfg, lay), lay->tp, lay->is_server ? 0 : rs->tp_rank,
-                            rs->held, td_train_precision(o), lay->cp, lay->is_server ? 0 : rs->cp_rank};
+    td_table_layout tlay = {.unit_align = td_dp_unit_align(rs->dcfg, lay), .tp = lay->tp,
+                            .tp_rank = lay->is_server ? 0 : rs->tp_rank, .held = rs->held,
+                            .prec = td_train_precision(o), .cp = lay->cp, .cp_rank = lay->is_server ? 0 : rs->cp_rank};
     td_param_table_build_layout(table, cfg, &tlay);
     td_mem_plan plan = td_dp_memory_plan(rs->dcfg, lay, table);
     if (!lay->is_server) {

@@ -42,6 +42,8 @@ void td_train_opts_default(td_train_opts *o) {
     o->heartbeat_timeout = 60.0;
     o->sample_prompt = "";
     o->timing_skip = 1;
+    o->moe.aux_coef = 0.01f;
+    o->ep = 1;
     td_train_opts_choices(o);
 }
 
@@ -68,6 +70,17 @@ int td_train_flag_table(td_train_opts *o, td_flag *out, int cap) {
         {"--norm-eps", TD_FLAG_FLOAT, &o->norm_eps, "llama: RMSNorm epsilon (1e-5)", "(0, 1]"},
         {"--rope-theta", TD_FLAG_DOUBLE, &o->rope_theta, "llama: rotary embedding base (10000)", "(0, 1e30]"},
         {"--tie-embeddings", TD_FLAG_STR, &o->tie_embeddings, "on or off: the LM head is the token embedding (default: on for gpt2, which has no other, off for llama)", NULL},
+        {"--moe-experts", TD_FLAG_INT, &o->moe.E, "mixture of experts: E routed experts in place of each MLP (0: dense)", "[0, 4096]"},
+        {"--moe-top-k", TD_FLAG_INT, &o->moe.K, "mixture of experts: experts per token K (1)", "[0, 4096]"},
+        {"--moe-every", TD_FLAG_INT, &o->moe.every, "mixture of experts: every N-th block (blocks l with l % N == 0) has experts, the others the dense MLP (1)", "[0, 256]"},
+        {"--moe-ffn-hidden", TD_FLAG_INT, &o->moe.F, "mixture of experts: hidden features of each expert (default: the dense MLP's)", NONNEG},
+        {"--moe-shared-experts", TD_FLAG_INT, &o->moe.shared, "mixture of experts: always-active shared experts, --moe-ffn-hidden features each (0)", "[0, 64]"},
+        {"--moe-router", TD_FLAG_STR, &o->moe_router, "mixture of experts: softmax (default) or sigmoid scores of the router", NULL},
+        {"--moe-norm-topk", TD_FLAG_STR, &o->moe_norm_topk, "on or off: renormalise the chosen experts' weights to sum 1 (default: on for top-k >= 2, off for 1)", NULL},
+        {"--moe-aux-coef", TD_FLAG_FLOAT, &o->moe.aux_coef, "mixture of experts: load-balancing loss coefficient (0.01)", "[0, inf)"},
+        {"--moe-z-coef", TD_FLAG_FLOAT, &o->moe.z_coef, "mixture of experts: router z-loss coefficient (0)", "[0, inf)"},
+        {"--moe-bias-balance", TD_FLAG_FLOAT, &o->moe.bias_rate, "mixture of experts: auxiliary-loss-free balancing (DeepSeek-V3): a per-expert selection bias moved by RATE x the sign of its load error after each step (0: off)", "[0, inf)"},
+        {"--moe-capacity", TD_FLAG_FLOAT, &o->moe.capacity, "mixture of experts: capacity factor F: each expert keeps its first ceil(F x tokens x K / E) assignments (0: dropless)", "[0, inf)"},
         {"--batch", TD_FLAG_INT, &o->batch, "global batch in sequences per step (12)", POS},
         {"--grad-accum", TD_FLAG_INT, &o->grad_accum, "micro-batches per step per replica (1); the pipeline's micro-batches", POS},
         {"--micro-batches", TD_FLAG_INT, &o->grad_accum, "the same as --grad-accum: micro-batches per step per replica, which a pipeline schedule runs in flight", POS},
@@ -88,6 +101,7 @@ int td_train_flag_table(td_train_opts *o, td_flag *out, int cap) {
         {"--threads", TD_FLAG_INT, &o->threads, "compute threads per rank, 0 = default (cores / local ranks)", "[0, 4096]"},
         {"--dp", TD_FLAG_INT, &o->dp, "data-parallel size, 0 = default (ranks / (tp*cp*pp))", NONNEG},
         {"--tp", TD_FLAG_INT, &o->tp, "tensor-parallel size (1): Megatron layers, heads and vocabulary split over tp ranks", POS},
+        {"--ep", TD_FLAG_INT, &o->ep, "expert-parallel size (1): the experts of each mixture-of-experts block split over ep ranks of the data-parallel axis (ep divides --moe-experts and dp x cp), tokens sent to their experts by all-to-all", POS},
         {"--cp", TD_FLAG_INT, &o->cp, "context-parallel size (1): each sequence split over cp ranks in 2 cp chunks (rank r holds chunks r and 2cp-1-r), attention by ring attention; --seq must be a multiple of 2 cp", POS},
         {"--dp-shard", TD_FLAG_INT, &o->dp_shard, "hybrid sharding (0 = off): ZeRO 1-3 shard the model state within runs of N ranks of dp x cp and the N-rank shards' replicas all-reduce the gradients (N divides dp x cp; torchtitan's HSDP, DeepSpeed's MiCS)", NONNEG},
         {"--sequence-parallel", TD_FLAG_BOOL, &o->seq_parallel, "split LayerNorm and residual activations along the sequence over the tp ranks (needs --tp >= 2)", NULL},
@@ -175,6 +189,16 @@ void td_train_opts_parse(td_train_opts *o, int argc, char **argv) {
     o->print_config = info.print_config;
 }
 
+static void moe_config(const td_train_opts *o, td_moe_config *e) {
+    *e = o->moe;
+    const char *r = o->moe_router, *n = o->moe_norm_topk;
+    TD_CHECK(!r || strcmp(r, "softmax") == 0 || strcmp(r, "sigmoid") == 0, "--moe-router %s: valid: softmax, sigmoid", r);
+    e->router = r && strcmp(r, "sigmoid") == 0 ? TD_ROUTER_SIGMOID : TD_ROUTER_SOFTMAX;
+    TD_CHECK(!n || strcmp(n, "on") == 0 || strcmp(n, "off") == 0, "--moe-norm-topk %s: valid: on, off", n);
+    e->norm_topk = !n ? TD_TIE_DEFAULT : strcmp(n, "on") == 0 ? TD_TIE_ON : TD_TIE_OFF;
+    if (e->E == 0) e->aux_coef = 0.0f; /* the default coefficient of a dense model */
+}
+
 void td_train_model_config(const td_train_opts *o, int V, td_gpt_config *cfg) {
     *cfg = (td_gpt_config){.L = o->layers, .H = o->heads, .C = o->embd, .T = o->seq, .V = V};
     int arch = td_arch_parse(o->arch);
@@ -186,6 +210,7 @@ void td_train_model_config(const td_train_opts *o, int V, td_gpt_config *cfg) {
     const char *tie = o->tie_embeddings;
     TD_CHECK(!tie || strcmp(tie, "on") == 0 || strcmp(tie, "off") == 0, "--tie-embeddings %s: valid: on, off", tie);
     cfg->tie = !tie ? TD_TIE_DEFAULT : strcmp(tie, "on") == 0 ? TD_TIE_ON : TD_TIE_OFF;
+    moe_config(o, &cfg->moe);
     td_gpt_config_finish(cfg);
 }
 
@@ -193,6 +218,9 @@ void td_train_opts_set_model(td_train_opts *o, const td_gpt_config *cfg) {
     o->layers = cfg->L, o->heads = cfg->H, o->embd = cfg->C, o->seq = cfg->T;
     o->arch = td_arch_name(cfg->arch);
     o->rope_scaling = cfg->rope_scaling;
+    o->moe = cfg->moe;
+    o->moe_router = cfg->moe.router == TD_ROUTER_SIGMOID ? "sigmoid" : "softmax";
+    o->moe_norm_topk = cfg->moe.E == 0 ? NULL : cfg->moe.norm_topk == TD_TIE_ON ? "on" : "off";
     if (cfg->arch == TD_ARCH_GPT2) return; /* the rest are llama's flags */
     o->kv_heads = cfg->KV, o->ffn_hidden = cfg->F, o->norm_eps = cfg->norm_eps, o->rope_theta = cfg->rope_theta;
     o->tie_embeddings = td_gpt_tied(cfg) ? "on" : "off";

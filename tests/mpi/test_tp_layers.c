@@ -388,7 +388,7 @@ int main(int argc, char **argv) {
 
     td_param_table full, t;
     td_param_table_build(&full, &CFG, 1);
-    td_table_layout lay = {16, tp, g.axis[TD_TP].rank, NULL, TD_PREC_FP32, 1, 0};
+    td_table_layout lay = {.unit_align = 16, .tp = tp, .tp_rank = g.axis[TD_TP].rank, .prec = TD_PREC_FP32, .cp = 1};
     td_param_table_build_layout(&t, &CFG, &lay);
     TD_ASSERT(full.n_rows == t.n_rows);
     check_layout(&t);

@@ -69,8 +69,8 @@ static void count_allreduce(void *ctx, float *buf, size_t n, td_reduce_op op) {
 }
 
 /* ---- helpers ---- */
-/* td_block_acts is read as an array of its 15 tensors */
-_Static_assert(sizeof(td_block_acts) == 15 * sizeof(float *), "td_block_acts: 15 tensors");
+/* td_block_acts is read as an array of its 15 tensors (then the moe pointer) */
+_Static_assert(sizeof(td_block_acts) == 16 * sizeof(float *), "td_block_acts: 15 tensors and moe");
 static size_t block_acts_len(const td_gpt *m, int field) {
     size_t N = (size_t)m->B * m->cfg.T, C = m->cfg.C;
     static const int kind[15] = {1, 0, 0, 3, 1, 9, 1, 1, 1, 0, 0, 4, 4, 1, 1};
@@ -219,7 +219,7 @@ int main(void) {
      * checked by the tensor-parallel tests under mpirun) */
     model_open(&d, &cfg, 5, p0);
     comm_count cnt = {0};
-    td_model_comm comm = {&cnt, count_allreduce, NULL, NULL, NULL, NULL, NULL};
+    td_model_comm comm = {.ctx = &cnt, .tp_allreduce = count_allreduce};
     d.m.comm = &comm;
     double ld = td_gpt_forward(&d.m, in, tg);
     td_gpt_backward(&d.m, dloss);

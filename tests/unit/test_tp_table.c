@@ -34,7 +34,7 @@ static void check_tp(const td_gpt_config *cfg, int tp) {
     td_param_table t[4];
     float *init[4];
     for (int r = 0; r < tp; r++) {
-        td_table_layout lay = {16, tp, r, NULL, TD_PREC_FP32, 1, 0};
+        td_table_layout lay = {.unit_align = 16, .tp = tp, .tp_rank = r, .prec = TD_PREC_FP32, .cp = 1};
         td_param_table_build_layout(&t[r], cfg, &lay);
         init[r] = td_alloc(t[r].numel * sizeof(float), TD_MEM_OTHER);
         td_param_init_range(&t[r], 1234, 0, t[r].numel, init[r]);

@@ -1,0 +1,573 @@
+/* A mixture of experts in place of a block's MLP (model.h, td_moe_config):
+ *   out[t] = sum_k w[t,k] expert_{idx[t,k]}(x[t]) + shared(x[t])
+ * over every row of ln2 (all N rows on every tp rank: the experts are
+ * replicated over tp and computed redundantly there, so their gradients
+ * need no tp reduction; tp rank 0 alone passes the input gradient on).
+ *
+ * Dispatch: the K assignments of each token are put in expert order (stably,
+ * so by (token, k) within an expert): the send order. With expert
+ * parallelism the experts [r E/ep, (r+1) E/ep) live on ep rank r, so the send
+ * order is also by destination; rows go there by all-to-all-v and come back
+ * in the same order (td_model_comm.ep_*). A rank's received rows are put
+ * expert-major (by expert, then source rank, then send order) and each
+ * expert is one GEMM per projection: a loop of GEMMs of variable sizes.
+ *
+ * The routing statistics (tokens per expert, mean scores, the number of
+ * tokens, sum of squared log-sum-exps) are summed over the ranks that share
+ * the micro-batch (td_model_comm.moe_stats_allreduce, dp x cp), so the aux
+ * and z losses, and their gradients, are those of one process holding the
+ * whole micro-batch. */
+#include <math.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* ---- the state: saved tensors of one block, scratch of the model ---- */
+
+struct td_moe_acts {
+    int N;
+    size_t cap_send, cap_recv;  /* rows the dispatch buffers hold */
+    float *logits, *scores;     /* [N,E] router output and its softmax / sigmoid */
+    int *idx;                   /* [N,K] chosen experts */
+    float *gate;                /* [N,K] their scores */
+    float *wts;                 /* [N,K] combine weights: gate, renormalised with norm_topk */
+    int *pos;                   /* [N,K] row of the assignment in the send order, -1 dropped */
+    int *cnt;                   /* [ep, El] rows sent to rank r's expert j (send order's runs) */
+    int *rcnt;                  /* [ep, El] rows received from rank r for local expert j */
+    int R;                      /* rows received */
+    td_act *xsend, *ysend;      /* [cap_send, C] dispatched inputs, returned outputs */
+    td_act *xs, *h, *a, *y;     /* [cap_recv, C|F1|F|C] expert-major (ep 1: xsend, ysend) */
+    td_act *sh_h, *sh_a;        /* [N, S F1], [N, S F] the shared experts' hidden */
+};
+
+struct td_moe_state {
+    td_moe_acts **pool;         /* every td_moe_acts made, freed with the model */
+    int n_pool, cap_pool;
+    size_t cap;                 /* rows of each scratch buffer below */
+    td_act *b0, *b1, *b2;       /* [cap, max(C, F1)] backward scratch */
+    float *f0;                  /* [cap, C] fp32 rows */
+    float *stats;               /* [2E + 3] the reduced statistics */
+    float dloss;                /* the loss's gradient per token (td_gpt_backward's) */
+    int quiet;                  /* a recomputing forward: statistics already counted */
+    td_moe_stats st;
+};
+
+static void *zalloc(size_t bytes, td_mem_cat cat) {
+    void *p = td_alloc(bytes, cat);
+    memset(p, 0, bytes);
+    return p;
+}
+
+static void *grow(void *p, size_t bytes) {
+    td_free(p);
+    return bytes ? td_alloc(bytes, TD_MEM_ACTS) : NULL;
+}
+
+static int n_local(const td_gpt *m) { return m->cfg.moe.E / m->table->ep; }
+static size_t F1e(const td_gpt *m) { return (size_t)m->cfg.moe.F * (size_t)td_arch_mlp_parts(m->cfg.arch); }
+
+void td_moe_state_create(td_gpt *m) {
+    if (m->cfg.moe.E == 0) return;
+    struct td_moe_state *s = zalloc(sizeof *s, TD_MEM_OTHER);
+    int E = m->cfg.moe.E, L = m->cfg.L;
+    s->stats = td_alloc(sizeof(float) * (size_t)(2 * E + 3), TD_MEM_OTHER);
+    s->st.load = zalloc(sizeof(double) * (size_t)L * E, TD_MEM_OTHER);
+    s->st.E = E, s->st.L = L;
+    s->dloss = 1.0f / (float)m->d.N;
+    m->moe = s;
+}
+
+void td_moe_state_destroy(td_gpt *m) {
+    struct td_moe_state *s = m->moe;
+    if (!s) return;
+    for (int i = 0; i < s->n_pool; i++) {
+        td_moe_acts *a = s->pool[i];
+        void *bufs[] = {a->logits, a->scores, a->idx, a->gate, a->wts, a->pos, a->cnt, a->rcnt,
+                        a->xsend, a->ysend, a->h, a->a, a->sh_h, a->sh_a,
+                        a->xs != a->xsend ? a->xs : NULL, a->y != a->ysend ? a->y : NULL};
+        for (size_t j = 0; j < sizeof bufs / sizeof bufs[0]; j++) td_free(bufs[j]);
+        td_free(a);
+    }
+    td_free(s->pool);
+    td_free(s->b0), td_free(s->b1), td_free(s->b2), td_free(s->f0);
+    td_free(s->stats);
+    td_free(s->st.load);
+    td_free(s);
+    m->moe = NULL;
+}
+
+static td_moe_acts *acts_new(td_gpt *m) {
+    struct td_moe_state *s = m->moe;
+    const td_gpt_dims *d = &m->d;
+    const td_moe_config *e = &m->cfg.moe;
+    td_moe_acts *a = zalloc(sizeof *a, TD_MEM_ACTS);
+    size_t N = (size_t)d->N, E = (size_t)e->E, K = (size_t)e->K, S = (size_t)e->shared;
+    a->N = d->N;
+    a->logits = td_alloc(sizeof(float) * N * E, TD_MEM_ACTS);
+    a->scores = td_alloc(sizeof(float) * N * E, TD_MEM_ACTS);
+    a->idx = td_alloc(sizeof(int) * N * K, TD_MEM_ACTS);
+    a->gate = td_alloc(sizeof(float) * N * K, TD_MEM_ACTS);
+    a->wts = td_alloc(sizeof(float) * N * K, TD_MEM_ACTS);
+    a->pos = td_alloc(sizeof(int) * N * K, TD_MEM_ACTS);
+    a->cnt = td_alloc(sizeof(int) * E, TD_MEM_ACTS);
+    a->rcnt = td_alloc(sizeof(int) * E, TD_MEM_ACTS);
+    if (S) {
+        a->sh_h = td_alloc(d->es * N * S * F1e(m), TD_MEM_ACTS);
+        a->sh_a = td_alloc(d->es * N * S * (size_t)e->F, TD_MEM_ACTS);
+    }
+    if (s->n_pool == s->cap_pool) {
+        s->cap_pool = s->cap_pool ? 2 * s->cap_pool : 16;
+        td_moe_acts **p = td_alloc(sizeof *p * (size_t)s->cap_pool, TD_MEM_OTHER);
+        if (s->n_pool) memcpy(p, s->pool, sizeof *p * (size_t)s->n_pool);
+        td_free(s->pool);
+        s->pool = p;
+    }
+    s->pool[s->n_pool++] = a;
+    return a;
+}
+
+/* Room for `send` rows to dispatch and `recv` rows received (ep 1: the
+ * same buffers). */
+static void acts_reserve(td_gpt *m, td_moe_acts *a, size_t send, size_t recv) {
+    size_t es = m->d.es, C = (size_t)m->d.C, F = (size_t)m->cfg.moe.F;
+    int ep1 = m->table->ep == 1;
+    if (send > a->cap_send) {
+        a->cap_send = send + send / 4;
+        a->xsend = grow(a->xsend, es * a->cap_send * C);
+        a->ysend = grow(a->ysend, es * a->cap_send * C);
+    }
+    if (recv > a->cap_recv || (ep1 && a->xs != a->xsend)) {
+        a->cap_recv = ep1 ? a->cap_send : recv + recv / 4;
+        if (!ep1) {
+            a->xs = grow(a->xs, es * a->cap_recv * C);
+            a->y = grow(a->y, es * a->cap_recv * C);
+        }
+        a->h = grow(a->h, es * a->cap_recv * F1e(m));
+        a->a = grow(a->a, es * a->cap_recv * F);
+    }
+    if (ep1) a->xs = a->xsend, a->y = a->ysend;
+}
+
+/* Backward scratch of `rows` rows. */
+static void scratch_reserve(td_gpt *m, size_t rows) {
+    struct td_moe_state *s = m->moe;
+    if (rows <= s->cap) return;
+    size_t es = m->d.es, C = (size_t)m->d.C, w = F1e(m) > C ? F1e(m) : C;
+    size_t S = (size_t)m->cfg.moe.shared;
+    if (S * F1e(m) > w) w = S * F1e(m);
+    s->cap = rows + rows / 4;
+    if (s->cap < (size_t)m->d.N) s->cap = (size_t)m->d.N;
+    s->b0 = grow(s->b0, es * s->cap * w);
+    s->b1 = grow(s->b1, es * s->cap * w);
+    s->b2 = grow(s->b2, es * s->cap * w);
+    s->f0 = grow(s->f0, sizeof(float) * (s->cap + 1) * C); /* + a row of temporary */
+}
+
+/* ---- rows in the model's precision ---- */
+
+static td_act *row(const td_gpt *m, const td_act *p, size_t i, size_t width) {
+    return td_m_at(m, p, i * width);
+}
+
+static void row_copy(const td_gpt *m, td_act *dst, size_t di, const td_act *src, size_t si, size_t width) {
+    memcpy(row(m, dst, di, width), row(m, src, si, width), m->d.es * width);
+}
+
+static void widen(const td_gpt *m, float *dst, const td_act *src, size_t n) {
+    if (m->d.lp) td_m_widen_n(m, dst, src, n);
+    else memcpy(dst, src, sizeof(float) * n);
+}
+
+static void narrow(const td_gpt *m, td_act *dst, const float *src, size_t n) {
+    if (m->d.lp) td_m_round_n(m, dst, src, n);
+    else memcpy(dst, src, sizeof(float) * n);
+}
+
+/* ---- routing ---- */
+
+/* Scores, the top K (ties to the lower id), the combine weights. */
+static void route(td_gpt *m, int u, td_moe_acts *a) {
+    const td_moe_config *e = &m->cfg.moe;
+    int N = a->N, E = e->E, K = e->K;
+    const float *bias = td_m_w(m, u, TD_T_ROUTERB);
+    for (int t = 0; t < N; t++) {
+        const float *lg = a->logits + (size_t)t * E;
+        float *sc = a->scores + (size_t)t * E;
+        if (e->router == TD_ROUTER_SOFTMAX) {
+            float mx = lg[0];
+            for (int i = 1; i < E; i++) mx = lg[i] > mx ? lg[i] : mx;
+            double sum = 0.0;
+            for (int i = 0; i < E; i++) sum += (sc[i] = expf(lg[i] - mx));
+            for (int i = 0; i < E; i++) sc[i] = (float)(sc[i] / sum);
+        } else {
+            for (int i = 0; i < E; i++) sc[i] = 1.0f / (1.0f + expf(-lg[i]));
+        }
+        int *idx = a->idx + (size_t)t * K;
+        float *g = a->gate + (size_t)t * K, *w = a->wts + (size_t)t * K;
+        for (int k = 0; k < K; k++) { /* selection by score + bias: K passes of a max */
+            int best = -1;
+            float bv = 0.0f;
+            for (int i = 0; i < E; i++) {
+                int taken = 0;
+                for (int j = 0; j < k; j++) taken |= idx[j] == i;
+                float v = sc[i] + (bias ? bias[i] : 0.0f);
+                if (!taken && (best < 0 || v > bv)) best = i, bv = v;
+            }
+            idx[k] = best;
+            g[k] = sc[best];
+        }
+        double gs = 0.0;
+        for (int k = 0; k < K; k++) gs += g[k];
+        for (int k = 0; k < K; k++) w[k] = e->norm_topk == TD_TIE_ON ? (float)(g[k] / gs) : g[k];
+    }
+}
+
+/* The statistics of every rank's tokens of this micro-batch: per expert
+ * the assignments and the summed score, the tokens, the sum of squared
+ * log-sum-exps of the router's logits (z-loss). */
+static void reduce_stats(td_gpt *m, const td_moe_acts *a) {
+    float *st = m->moe->stats;
+    int N = a->N, E = m->cfg.moe.E, K = m->cfg.moe.K;
+    memset(st, 0, sizeof(float) * (size_t)(2 * E + 3));
+    for (int t = 0; t < N; t++) {
+        for (int k = 0; k < K; k++) st[a->idx[(size_t)t * K + k]] += 1.0f;
+        for (int i = 0; i < E; i++) st[E + i] += a->scores[(size_t)t * E + i];
+        const float *lg = a->logits + (size_t)t * E;
+        float mx = lg[0];
+        for (int i = 1; i < E; i++) mx = lg[i] > mx ? lg[i] : mx;
+        double s = 0.0;
+        for (int i = 0; i < E; i++) s += exp((double)lg[i] - mx);
+        double lse = mx + log(s);
+        st[2 * E + 1] += (float)(lse * lse);
+    }
+    st[2 * E] = (float)N;
+    if (m->comm && m->comm->moe_stats_allreduce) m->comm->moe_stats_allreduce(m->comm->moe_ctx, st, (size_t)(2 * E + 3));
+}
+
+/* Capacity: keep the first ceil(F N K / E) assignments of each expert in
+ * order of (token, k); the others are dropped (pos -1, no output). */
+static void place(td_gpt *m, td_moe_acts *a, int *dropped) {
+    const td_moe_config *e = &m->cfg.moe;
+    int N = a->N, E = e->E, K = e->K, ep = m->table->ep, El = n_local(m);
+    float ntot = m->moe->stats[2 * E];
+    long cap = e->capacity > 0.0f ? (long)ceil((double)e->capacity * ntot * K / E) : -1;
+    int *per = a->rcnt; /* borrowed: assignments counted per expert so far */
+    memset(per, 0, sizeof(int) * (size_t)E);
+    *dropped = 0;
+    for (int t = 0; t < N; t++)
+        for (int k = 0; k < K; k++) {
+            int i = a->idx[(size_t)t * K + k];
+            if (cap >= 0 && per[i] >= cap) {
+                a->pos[(size_t)t * K + k] = -1;
+                ++*dropped;
+            } else
+                a->pos[(size_t)t * K + k] = per[i]++;
+        }
+    /* runs of the send order: expert i's rows start after every lower expert's */
+    int off = 0;
+    for (int i = 0; i < E; i++) {
+        a->cnt[i] = per[i];
+        int c = per[i];
+        per[i] = off;
+        off += c;
+    }
+    for (size_t j = 0; j < (size_t)N * K; j++)
+        if (a->pos[j] >= 0) a->pos[j] += per[a->idx[j]];
+    (void)ep, (void)El;
+}
+
+/* ---- expert parallelism: the exchange and the expert-major order ---- */
+
+/* Rows of rank r's block j in a source-major buffer ([r][j] runs) moved
+ * to or from expert-major ([j][r]). */
+static void permute(const td_gpt *m, td_act *dst, const td_act *src, const int *rcnt, size_t width,
+                    int to_expert_major) {
+    int ep = m->table->ep, El = n_local(m);
+    size_t src_off = 0;
+    for (int r = 0; r < ep; r++)
+        for (int j = 0; j < El; j++) {
+            size_t em = 0; /* expert-major offset of (j, r) */
+            for (int jj = 0; jj < j; jj++)
+                for (int rr = 0; rr < ep; rr++) em += (size_t)rcnt[rr * El + jj];
+            for (int rr = 0; rr < r; rr++) em += (size_t)rcnt[rr * El + j];
+            size_t n = (size_t)rcnt[r * El + j];
+            if (to_expert_major) memcpy(row(m, dst, em, width), row(m, src, src_off, width), m->d.es * width * n);
+            else memcpy(row(m, dst, src_off, width), row(m, src, em, width), m->d.es * width * n);
+            src_off += n;
+        }
+}
+
+/* Rows per peer of the [ep, El] counts. */
+static void rows_per_rank(const td_gpt *m, const int *cnt, int *out) {
+    int ep = m->table->ep, El = n_local(m);
+    for (int r = 0; r < ep; r++) {
+        out[r] = 0;
+        for (int j = 0; j < El; j++) out[r] += cnt[r * El + j];
+    }
+}
+
+/* send (rows in send order, [ep, El] runs cnt) to the experts' ranks,
+ * received expert-major into dst; or back (the reverse). */
+static void dispatch(td_gpt *m, td_moe_acts *a, td_act *dst, const td_act *send, td_act *tmp, int back) {
+    int ep = m->table->ep;
+    size_t C = (size_t)m->d.C;
+    int sr[TD_MOE_MAX_EP], rr[TD_MOE_MAX_EP];
+    rows_per_rank(m, a->cnt, sr);
+    rows_per_rank(m, a->rcnt, rr);
+    if (!back) {
+        m->comm->ep_exchange(m->comm->moe_ctx, send, sr, tmp, rr, m->d.es * C);
+        permute(m, dst, tmp, a->rcnt, C, 1);
+    } else {
+        permute(m, tmp, send, a->rcnt, C, 0);
+        m->comm->ep_exchange(m->comm->moe_ctx, tmp, rr, dst, sr, m->d.es * C);
+    }
+    (void)ep;
+}
+
+/* ---- forward ---- */
+
+static void experts_forward(td_gpt *m, int u, td_moe_acts *a) {
+    const td_moe_config *e = &m->cfg.moe;
+    int El = n_local(m), ep = m->table->ep, C = m->d.C, F = e->F, F1 = (int)F1e(m);
+    const float *b1 = td_m_w(m, u, TD_T_EXPFCB), *b2 = td_m_w(m, u, TD_T_EXPPROJB);
+    size_t o = 0;
+    for (int j = 0; j < El; j++) {
+        int n = 0;
+        for (int r = 0; r < ep; r++) n += a->rcnt[r * El + j];
+        if (n > 0) {
+            td_m_matmul_forward_at(m, row(m, a->h, o, (size_t)F1), 0, row(m, a->xs, o, (size_t)C), u, TD_T_EXPFCW,
+                                   (size_t)j * F1 * C, b1 ? b1 + (size_t)j * F1 : NULL, n, C, F1);
+            td_m_mlp_act_forward(m, row(m, a->a, o, (size_t)F), row(m, a->h, o, (size_t)F1), n, F);
+            td_m_matmul_forward_at(m, row(m, a->y, o, (size_t)C), 0, row(m, a->a, o, (size_t)F), u, TD_T_EXPPROJW,
+                                   (size_t)j * C * F, b2 ? b2 + (size_t)j * C : NULL, n, F, C);
+        }
+        o += (size_t)n;
+    }
+}
+
+static void count_stats(td_gpt *m, int l, const td_moe_acts *a, int dropped) {
+    struct td_moe_state *s = m->moe;
+    const td_moe_config *e = &m->cfg.moe;
+    int E = e->E;
+    const float *st = s->stats;
+    double ntot = st[2 * E], aux = 0.0;
+    for (int i = 0; i < E; i++) aux += (st[i] / (ntot * e->K)) * (st[E + i] / ntot);
+    aux *= (double)e->aux_coef * E;
+    double z = (double)e->z_coef * st[2 * E + 1] / ntot;
+    if (s->quiet) return; /* a recomputing forward: counted the first time */
+    s->st.loss_sum += (double)a->N * (aux + z);
+    for (int i = 0; i < E; i++) s->st.load[(size_t)l * E + i] += st[i];
+    s->st.assigned += ntot * e->K;
+    s->st.dropped += dropped;
+    s->st.aux += aux, s->st.z += z, s->st.n++;
+}
+
+void td_moe_forward(td_gpt *m, int l, td_block_acts *ba) {
+    const td_gpt_dims *d = &m->d;
+    const td_moe_config *e = &m->cfg.moe;
+    int u = td_m_block_unit(l), N = d->N, C = d->C, E = e->E, K = e->K, ep = m->table->ep;
+    if (!ba->moe) ba->moe = acts_new(m);
+    td_moe_acts *a = ba->moe;
+    TD_ASSERT(a->N == N && ep <= TD_MOE_MAX_EP);
+    td_m_matmul_forward(m, a->logits, 1, ba->ln2, u, TD_T_ROUTERW, NULL, N, C, E);
+    route(m, u, a);
+    reduce_stats(m, a);
+    int dropped;
+    place(m, a, &dropped);
+    size_t S = 0;
+    for (int i = 0; i < E; i++) S += (size_t)a->cnt[i];
+    if (ep > 1) m->comm->ep_counts(m->comm->moe_ctx, a->cnt, a->rcnt, n_local(m));
+    else memcpy(a->rcnt, a->cnt, sizeof(int) * (size_t)E);
+    a->R = 0;
+    for (int i = 0; i < E; i++) a->R += a->rcnt[i];
+    acts_reserve(m, a, S, (size_t)a->R);
+    for (size_t j = 0; j < (size_t)N * K; j++)
+        if (a->pos[j] >= 0) row_copy(m, a->xsend, (size_t)a->pos[j], ba->ln2, j / (size_t)K, (size_t)C);
+    if (ep > 1) {
+        scratch_reserve(m, (size_t)a->R > S ? (size_t)a->R : S);
+        dispatch(m, a, a->xs, a->xsend, m->moe->b0, 0);
+    }
+    experts_forward(m, u, a);
+    if (ep > 1) dispatch(m, a, a->ysend, a->y, m->moe->b0, 1);
+    /* the output of this rank's rows, summed in fp32: shared experts, then the K chosen */
+    scratch_reserve(m, (size_t)N);
+    float *out = m->moe->f0, *yrow = out + m->moe->cap * C;
+    if (e->shared) {
+        int SF = e->shared * e->F, SF1 = SF * td_arch_mlp_parts(m->cfg.arch);
+        td_m_matmul_forward(m, a->sh_h, 0, ba->ln2, u, TD_T_SHFCW, td_m_w(m, u, TD_T_SHFCB), N, C, SF1);
+        td_m_mlp_act_forward(m, a->sh_a, a->sh_h, N, SF);
+        td_m_matmul_forward(m, out, 1, a->sh_a, u, TD_T_SHPROJW, td_m_w(m, u, TD_T_SHPROJB), N, SF, C);
+    }
+    for (int r = 0; r < d->Ns; r++) {
+        size_t t = (size_t)(d->row0 + r);
+        float *o = out + (size_t)r * C;
+        if (e->shared) memmove(o, out + t * C, sizeof(float) * C);
+        else memset(o, 0, sizeof(float) * C);
+        for (int k = 0; k < K; k++) {
+            int p = a->pos[t * K + k];
+            if (p < 0) continue;
+            widen(m, yrow, row(m, a->ysend, (size_t)p, (size_t)C), (size_t)C);
+            float w = a->wts[t * K + k];
+            for (int c = 0; c < C; c++) o[c] += w * yrow[c];
+        }
+    }
+    narrow(m, ba->fcproj, out, (size_t)d->Ns * C);
+    count_stats(m, l, a, dropped);
+}
+
+/* ---- backward ---- */
+
+/* The experts' backward, expert-major: dy [R,C] (overwritten by the input
+ * gradient dxs), the weight gradients added. */
+static void experts_backward(td_gpt *m, int u, const td_moe_acts *a, td_act *dy) {
+    struct td_moe_state *s = m->moe;
+    const td_moe_config *e = &m->cfg.moe;
+    int El = n_local(m), ep = m->table->ep, C = m->d.C, F = e->F, F1 = (int)F1e(m);
+    float *g1 = td_m_g(m, u, TD_T_EXPFCW), *gb1 = td_m_g(m, u, TD_T_EXPFCB);
+    float *g2 = td_m_g(m, u, TD_T_EXPPROJW), *gb2 = td_m_g(m, u, TD_T_EXPPROJB);
+    size_t o = 0, es = m->d.es;
+    for (int j = 0; j < El; j++) {
+        int n = 0;
+        for (int r = 0; r < ep; r++) n += a->rcnt[r * El + j];
+        if (n > 0) {
+            td_act *dyj = row(m, dy, o, (size_t)C);
+            memset(s->b1, 0, es * (size_t)n * F);
+            td_m_matmul_backward_at(m, s->b1, 0, g2 + (size_t)j * C * F, gb2 ? gb2 + (size_t)j * C : NULL, dyj,
+                                    row(m, a->a, o, (size_t)F), u, TD_T_EXPPROJW, (size_t)j * C * F, n, F, C);
+            memset(s->b2, 0, es * (size_t)n * F1);
+            td_m_mlp_act_backward(m, s->b2, row(m, a->h, o, (size_t)F1), s->b1, n, F);
+            memset(dyj, 0, es * (size_t)n * C);
+            td_m_matmul_backward_at(m, dyj, 0, g1 + (size_t)j * F1 * C, gb1 ? gb1 + (size_t)j * F1 : NULL, s->b2,
+                                    row(m, a->xs, o, (size_t)C), u, TD_T_EXPFCW, (size_t)j * F1 * C, n, C, F1);
+        }
+        o += (size_t)n;
+    }
+}
+
+/* The router's logits' gradient [N,E] (fp32, into s->f0) from the combine
+ * weights' gradient dw [N,K], the aux loss and the z-loss. */
+static float *router_grad(td_gpt *m, const td_moe_acts *a, const float *dw) {
+    struct td_moe_state *s = m->moe;
+    const td_moe_config *e = &m->cfg.moe;
+    int N = a->N, E = e->E, K = e->K;
+    const float *st = s->stats;
+    double ntot = st[2 * E];
+    float *dl = td_alloc(sizeof(float) * (size_t)N * E, TD_MEM_ACTS); /* the caller frees */
+    float *ds = td_alloc(sizeof(float) * (size_t)E, TD_MEM_OTHER);
+    for (int t = 0; t < N; t++) {
+        const float *sc = a->scores + (size_t)t * E, *g = a->gate + (size_t)t * K, *w = a->wts + (size_t)t * K;
+        const int *idx = a->idx + (size_t)t * K;
+        const float *dwt = dw + (size_t)t * K;
+        /* the aux loss: d/ds_i of coef E sum f_i P_i, per token (f_i constant) */
+        for (int i = 0; i < E; i++) ds[i] = s->dloss * e->aux_coef * E * (float)(st[i] / (ntot * K));
+        double gs = 0.0, dot = 0.0;
+        for (int k = 0; k < K; k++) gs += g[k], dot += (double)dwt[k] * w[k];
+        for (int k = 0; k < K; k++)
+            ds[idx[k]] += e->norm_topk == TD_TIE_ON ? (float)((dwt[k] - dot) / gs) : dwt[k];
+        float *dlt = dl + (size_t)t * E;
+        if (e->router == TD_ROUTER_SOFTMAX) {
+            double sd = 0.0;
+            for (int i = 0; i < E; i++) sd += (double)ds[i] * sc[i];
+            for (int i = 0; i < E; i++) dlt[i] = sc[i] * (float)(ds[i] - sd);
+        } else {
+            for (int i = 0; i < E; i++) dlt[i] = ds[i] * sc[i] * (1.0f - sc[i]);
+        }
+        if (e->z_coef > 0.0f) { /* d/dlogit_i of z mean(lse^2) = 2 z lse softmax_i / N */
+            const float *lg = a->logits + (size_t)t * E;
+            float mx = lg[0];
+            for (int i = 1; i < E; i++) mx = lg[i] > mx ? lg[i] : mx;
+            double sum = 0.0;
+            for (int i = 0; i < E; i++) sum += exp((double)lg[i] - mx);
+            double lse = mx + log(sum);
+            for (int i = 0; i < E; i++)
+                dlt[i] += (float)(s->dloss * 2.0 * e->z_coef * lse * exp((double)lg[i] - lse));
+        }
+    }
+    td_free(ds);
+    return dl;
+}
+
+void td_moe_backward(td_gpt *m, int l, const td_block_acts *ba, const td_act *dout, float *dln) {
+    struct td_moe_state *s = m->moe;
+    const td_gpt_dims *d = &m->d;
+    const td_moe_config *e = &m->cfg.moe;
+    const td_moe_acts *a = ba->moe;
+    int u = td_m_block_unit(l), N = d->N, C = d->C, E = e->E, K = e->K, ep = m->table->ep;
+    size_t S = 0;
+    for (int i = 0; i < E; i++) S += (size_t)a->cnt[i];
+    scratch_reserve(m, (size_t)a->R > S ? (size_t)a->R : S);
+    /* the combine's backward: each kept assignment's output gradient w dout[t]
+     * (into f0 rows, rounded to b0 in send order) and its weight's, dout . y */
+    float *dw = td_alloc(sizeof(float) * (size_t)N * K, TD_MEM_OTHER);
+    float *dt = s->f0, *yt = s->f0 + s->cap * C;
+    td_act *dysend = ep > 1 ? s->b1 : s->b0;
+    for (int t = 0; t < N; t++) {
+        widen(m, dt, row(m, dout, (size_t)t, (size_t)C), (size_t)C);
+        for (int k = 0; k < K; k++) {
+            size_t j = (size_t)t * K + k;
+            int p = a->pos[j];
+            dw[j] = 0.0f;
+            if (p < 0) continue;
+            widen(m, yt, row(m, a->ysend, (size_t)p, (size_t)C), (size_t)C);
+            double dot = 0.0;
+            for (int c = 0; c < C; c++) dot += (double)dt[c] * yt[c];
+            dw[j] = (float)dot;
+            for (int c = 0; c < C; c++) yt[c] = a->wts[j] * dt[c];
+            narrow(m, row(m, dysend, (size_t)p, (size_t)C), yt, (size_t)C);
+        }
+    }
+    td_act *dy = s->b0;
+    if (ep > 1) dispatch(m, (td_moe_acts *)a, dy, dysend, s->b2, 0);
+    experts_backward(m, u, a, dy); /* dy now holds the inputs' gradients, expert-major */
+    td_act *dxsend = dy;
+    if (ep > 1) {
+        dxsend = s->b1;
+        dispatch(m, (td_moe_acts *)a, dxsend, dy, s->b2, 1);
+    }
+    int first = d->tp_rank == 0; /* the input gradient is added once over tp (summed there) */
+    if (first)
+        for (size_t j = 0; j < (size_t)N * K; j++) {
+            if (a->pos[j] < 0) continue;
+            widen(m, yt, row(m, dxsend, (size_t)a->pos[j], (size_t)C), (size_t)C);
+            float *o = dln + (j / K) * C;
+            for (int c = 0; c < C; c++) o[c] += yt[c];
+        }
+    /* the router */
+    float *dl = router_grad(m, a, dw);
+    td_free(dw);
+    if (d->lp) td_m_round_n(m, dl, dl, (size_t)N * E); /* in place: 2-byte elements behind 4-byte ones */
+    td_m_matmul_backward(m, first ? dln : NULL, 1, td_m_g(m, u, TD_T_ROUTERW), NULL, dl, ba->ln2, u,
+                         TD_T_ROUTERW, N, C, E);
+    td_free(dl);
+    /* the shared experts: an MLP of S F features */
+    if (e->shared) {
+        int SF = e->shared * e->F, SF1 = SF * td_arch_mlp_parts(m->cfg.arch);
+        memset(s->b0, 0, d->es * (size_t)N * SF);
+        td_m_matmul_backward(m, s->b0, 0, td_m_g(m, u, TD_T_SHPROJW), td_m_g(m, u, TD_T_SHPROJB), dout, a->sh_a,
+                             u, TD_T_SHPROJW, N, SF, C);
+        memset(s->b1, 0, d->es * (size_t)N * SF1);
+        td_m_mlp_act_backward(m, s->b1, a->sh_h, s->b0, N, SF);
+        td_m_matmul_backward(m, first ? dln : NULL, 1, td_m_g(m, u, TD_T_SHFCW), td_m_g(m, u, TD_T_SHFCB), s->b1,
+                             ba->ln2, u, TD_T_SHFCW, N, C, SF1);
+    }
+}
+
+/* ---- the model's side ---- */
+
+td_moe_stats *td_gpt_moe_stats(td_gpt *m) { return m->moe ? &m->moe->st : NULL; }
+
+void td_gpt_moe_stats_reset(td_gpt *m) {
+    if (!m->moe) return;
+    td_moe_stats *st = &m->moe->st;
+    memset(st->load, 0, sizeof(double) * (size_t)st->L * st->E);
+    st->dropped = st->assigned = st->aux = st->z = st->loss_sum = 0.0;
+    st->n = 0;
+}
+
+void td_gpt_set_dloss(td_gpt *m, float dloss) {
+    if (m->moe) m->moe->dloss = dloss;
+}
+
+void td_moe_set_quiet(td_gpt *m, int quiet) {
+    if (m->moe) m->moe->quiet = quiet;
+}
