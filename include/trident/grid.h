@@ -43,6 +43,8 @@ typedef struct {
     const char *order;
     int n_servers;
     int dp_shard; /* hybrid sharding: ranks per shard of the gradient group; 0 = none */
+    int ep;       /* expert parallelism: ranks per run of the gradient group sharing out
+                     the experts; 0 or 1 = none */
 } td_grid_spec;
 
 typedef struct {
@@ -65,9 +67,15 @@ typedef struct {
      *       runs of N ranks are the shards over which ZeRO splits the state,
      *       the ranks with one index in every shard a replica group that
      *       sums the shards' gradients. Without it shard is grad and replica
-     *       NULL. */
+     *       NULL.
+     * ep, edp: expert parallelism (--ep N): grad's consecutive runs of N
+     *       ranks share out the experts (dispatch by all-to-all), the ranks
+     *       with one index in every run hold the same experts and sum their
+     *       gradients. Without it ep NULL and edp is grad. */
     td_comm *grad_comm, *mp_comm, *embed_comm, *ps_comm;
     td_comm *shard_comm, *replica_comm;
+    td_comm *ep_comm, *edp_comm;
+    int ep;               /* the spec's ep (1: none) */
     int dp_shard;         /* the spec's (0: none), as asked: the rules table checks it */
     int pp_prev, pp_next; /* world ranks of pipeline neighbours, -1 at the ends */
     unsigned owned;       /* which derived groups grid.c created (the rest alias an axis) */

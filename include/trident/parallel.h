@@ -70,6 +70,8 @@ typedef struct {
                            * shards over dp x cp (td_layout_grad_ranks) */
     int dp_shard;         /* hybrid sharding (--dp-shard): ZeRO shards over runs of
                            * this many ranks of dp x cp; 0 = over all of them */
+    int ep;               /* expert parallelism: runs of ep ranks of dp x cp share out
+                           * the experts (dp_rank % ep is the ep rank); 0 = 1 */
 } td_layout;
 
 /* The ranks over which every gradient is summed: dp x cp. */

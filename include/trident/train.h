@@ -209,6 +209,15 @@ typedef struct {
     double pp_bubble, pp_bubble_theory;
     double pp_stage_bubble[TD_MAX_PP_REPORT]; /* per stage (the first TD_MAX_PP_REPORT) */
     int stop_saved; /* > 0: the stop (--max-loss) saved a checkpoint after this many steps */
+    /* a mixture of experts: the last step's figures, the same on every rank:
+     * the aux and z losses (per micro-batch, summed over layers), the load of
+     * the busiest and the idlest expert relative to an even share (over
+     * experts and layers), the share of assignments dropped (capacity), and
+     * the expert-parallel exchange: its bytes sent to other ranks by this
+     * rank and the formula's (parallel.h), calls */
+    double moe_aux, moe_z, moe_load_min, moe_load_max, moe_dropped;
+    double ep_sent_bytes, ep_formula_bytes;
+    double *moe_load;     /* [L, E] assignments per expert summed over the run (NULL: dense) */
     /* a stop signal before the first step: 1 after the data load, 2 after
      * the model build and the resume (0: none); nothing trained or saved */
     int stopped_startup;

@@ -145,7 +145,15 @@ static td_comm *derived(td_grid *g, unsigned set, const char *name, unsigned bit
     return split_set(g, set, 1, name);
 }
 
-enum { OWN_GRAD = 1, OWN_MP = 2, OWN_SHARD = 4 };
+enum { OWN_GRAD = 1, OWN_MP = 2, OWN_SHARD = 4, OWN_EP = 8 };
+
+/* The gradient group's consecutive runs of n ranks (*run), and the ranks
+ * with one index in every run (*across). Collective over grad. */
+static void runs_of(td_grid *g, int n, td_comm **run, td_comm **across, const char *rn, const char *an) {
+    int k = td_comm_rank(g->grad_comm);
+    *run = td_comm_split(g->grad_comm, k / n, k, rn);
+    *across = td_comm_split(g->grad_comm, k % n, k, an);
+}
 
 void td_grid_create(td_grid *g, const td_grid_spec *spec) {
     memset(g, 0, sizeof *g);
@@ -198,10 +206,17 @@ void td_grid_create(td_grid *g, const td_grid_spec *spec) {
     g->dp_shard = ns;
     g->shard_comm = g->grad_comm, g->replica_comm = NULL;
     if (ns >= 1 && ns < G && G % ns == 0 && !g->is_server) {
-        int k = td_comm_rank(g->grad_comm);
-        g->shard_comm = td_comm_split(g->grad_comm, k / ns, k, "shard");
-        g->replica_comm = td_comm_split(g->grad_comm, k % ns, k, "replica");
+        runs_of(g, ns, &g->shard_comm, &g->replica_comm, "shard", "replica");
         g->owned |= OWN_SHARD;
+    }
+    /* expert parallelism likewise: runs of ep ranks share out the experts,
+     * the ranks with one index in every run hold the same ones (edp) */
+    int ne = spec->ep > 0 ? spec->ep : 1;
+    g->ep = ne;
+    g->ep_comm = NULL, g->edp_comm = g->grad_comm;
+    if (ne > 1 && ne <= G && G % ne == 0 && !g->is_server) {
+        runs_of(g, ne, &g->ep_comm, &g->edp_comm, "ep", "edp");
+        g->owned |= OWN_EP;
     }
     g->mp_comm = split_set(g, TD_AXIS_BIT(TD_TP) | TD_AXIS_BIT(TD_PP), 1, "mp");
     g->owned |= OWN_MP;
@@ -232,6 +247,7 @@ void td_grid_destroy(td_grid *g) {
     if (g->owned & OWN_GRAD) td_comm_free(g->grad_comm);
     if (g->owned & OWN_MP) td_comm_free(g->mp_comm);
     if (g->owned & OWN_SHARD) td_comm_free(g->shard_comm), td_comm_free(g->replica_comm);
+    if (g->owned & OWN_EP) td_comm_free(g->ep_comm), td_comm_free(g->edp_comm);
     for (int a = 0; a < TD_AXES; a++) td_comm_free(g->axis[a].comm);
     td_comm_free(g->ps_comm);
     td_comm_free(g->embed_comm);
@@ -255,7 +271,8 @@ static void print_transports(const td_grid *g) {
     if (g->world_size < 2) return;
     td_comm *groups[] = {g->axis[TD_DP].comm, g->axis[TD_CP].comm, g->axis[TD_TP].comm,
                          g->axis[TD_PP].comm, g->ps_comm,
-                         g->replica_comm ? g->shard_comm : NULL, g->replica_comm};
+                         g->replica_comm ? g->shard_comm : NULL, g->replica_comm, g->ep_comm,
+                         g->ep_comm ? g->edp_comm : NULL};
     char line[1024], d[160];
     size_t n = (size_t)snprintf(line, sizeof line, "transports:");
     for (size_t i = 0; i < sizeof groups / sizeof *groups; i++) {

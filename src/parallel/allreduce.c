@@ -33,9 +33,10 @@ void td_replicated_create(td_dp *dp) {
         dp->v = td_alloc(n * sizeof(float), TD_MEM_OPTIM);
     }
     td_param_init_range(dp->t, dp->cfg.seed, 0, n, dp->params);
-    /* replicas start identical whatever their seeds */
-    if (dp->D > 1) td_broadcast(dp->comm, dp->params, n, TD_F32, 0);
     dp->impl = td_buckets_build(dp, allreduce ? -1 : 0);
+    /* replicas start identical whatever their seeds (expert rows: those of
+     * the ranks holding the same experts) */
+    td_buckets_broadcast(dp, dp->impl, dp->params);
     td_gpt_bind_flat(dp->model, dp->params, dp->grads);
     dp->model->hook = replicated_hook;
     dp->model->hook_ctx = dp;

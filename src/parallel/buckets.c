@@ -7,6 +7,7 @@
 typedef struct {
     int lo_unit;          /* its lowest unit: the bucket is ready once that unit's backward ends */
     size_t lo, hi;        /* element range */
+    int expert;           /* expert rows under expert parallelism: summed over edp */
     td_request *req;
     double start_ms;
 } td_bucket;
@@ -37,21 +38,60 @@ int td_bucket_ranges(const td_param_table *t, size_t bucket_bytes, size_t *lo, s
 
 float *td_buckets_rank_state(td_buckets *b, int k) { return b->pay ? td_gpay_rank_state(b->pay, k) : NULL; }
 
+/* Under expert parallelism each unit's expert rows (consecutive in the
+ * unit: arch.c) are a bucket of their own, summed over edp; the ranges
+ * keep the backward's order (higher elements first). Padding goes with the
+ * row before it. */
+static int is_expert(const td_param *p) { return p->split == TD_SPLIT_EXPERT; }
+
+static int is_expert_row(const td_param_table *t, size_t e) {
+    int kind = 0;
+    for (int i = 0; i < t->n_rows && t->ep > 1; i++) {
+        const td_param *p = &t->rows[i];
+        if (p->numel == 0) continue;
+        if (p->offset > e) break;
+        kind = is_expert(p);
+    }
+    return kind;
+}
+
+static void add_bucket(td_buckets *bs, const td_param_table *t, size_t lo, size_t hi, int expert) {
+    td_bucket *b = &bs->b[bs->n++];
+    b->lo = lo, b->hi = hi, b->expert = expert;
+    b->lo_unit = 0; /* the unit holding lo */
+    while (b->lo_unit + 1 < t->n_units && t->unit_offset[b->lo_unit + 1] <= lo) b->lo_unit++;
+    b->req = td_request_new();
+}
+
+/* Range [lo, hi) as pieces of one kind each (expert rows or not), highest first. */
+static void split_range(td_buckets *bs, const td_param_table *t, size_t lo, size_t hi) {
+    size_t cut[2 * 64 + 2];
+    int nc = 0;
+    cut[nc++] = hi;
+    for (int i = t->n_rows - 1; i >= 0 && t->ep > 1; i--) { /* row boundaries where the kind changes */
+        const td_param *p = &t->rows[i];
+        if (p->numel == 0 || p->offset <= lo || p->offset >= hi) continue;
+        if (is_expert_row(t, p->offset) != is_expert_row(t, p->offset - 1)) {
+            TD_ASSERT(nc < (int)(sizeof cut / sizeof *cut) - 1);
+            cut[nc++] = p->offset;
+        }
+    }
+    cut[nc++] = lo;
+    for (int i = 0; i + 1 < nc; i++) add_bucket(bs, t, cut[i + 1], cut[i], is_expert_row(t, cut[i + 1]));
+}
+
 td_buckets *td_buckets_build(td_dp *dp, int root) {
     const td_param_table *t = dp->t;
     td_buckets *bs = td_alloc(sizeof *bs, TD_MEM_OTHER);
-    bs->b = td_alloc(sizeof(td_bucket) * (size_t)t->n_units, TD_MEM_OTHER);
+    /* a unit's pieces: at most dense, expert, dense */
+    bs->b = td_alloc(sizeof(td_bucket) * 3 * (size_t)t->n_units, TD_MEM_OTHER);
     bs->root = root;
     size_t *lo = td_alloc(sizeof(size_t) * (size_t)t->n_units, TD_MEM_OTHER);
     size_t *len = td_alloc(sizeof(size_t) * (size_t)t->n_units, TD_MEM_OTHER);
-    bs->n = td_bucket_ranges(t, dp->cfg.bucket_bytes, lo, len);
-    for (int i = 0; i < bs->n; i++) {
-        td_bucket *b = &bs->b[i];
-        b->lo = lo[i], b->hi = lo[i] + len[i];
-        b->lo_unit = 0;
-        while (t->unit_offset[b->lo_unit] < b->lo) b->lo_unit++;
-        b->req = td_request_new();
-    }
+    int n = td_bucket_ranges(t, dp->cfg.bucket_bytes, lo, len);
+    bs->n = 0;
+    for (int i = 0; i < n; i++) split_range(bs, t, lo[i], lo[i] + len[i]);
+    TD_ASSERT(bs->n == n || t->ep > 1); /* payloads (bf16, top-k) see the unsplit ranges */
     bs->pay = root < 0 ? td_gpay_create(dp, bs->n, lo, len) : NULL;
     td_free(lo);
     td_free(len);
@@ -68,6 +108,18 @@ void td_buckets_free(td_dp *dp, td_buckets *bs) {
 
 void td_buckets_reset(td_buckets *bs) { bs->next = 0; }
 
+void td_buckets_broadcast(td_dp *dp, td_buckets *bs, float *buf) {
+    if (dp->t->ep == 1) { /* one call: no bucket is an expert one */
+        if (dp->D > 1) td_broadcast(dp->comm, buf, dp->t->numel, TD_F32, 0);
+        return;
+    }
+    for (int i = 0; i < bs->n; i++) {
+        const td_bucket *b = &bs->b[i];
+        if (b->expert ? dp->ED > 1 : dp->D > 1)
+            td_broadcast(b->expert ? dp->ecomm : dp->comm, buf + b->lo, b->hi - b->lo, TD_F32, 0);
+    }
+}
+
 int td_buckets_started(const td_buckets *bs) { return bs->next; }
 
 static void start_bucket(td_dp *dp, td_buckets *bs, td_bucket *b) {
@@ -78,11 +130,13 @@ static void start_bucket(td_dp *dp, td_buckets *bs, td_bucket *b) {
         td_gpay_start(dp, bs->pay, (int)(b - bs->b), b->req);
         return;
     }
+    td_comm *c = b->expert ? dp->ecomm : dp->comm;
+    if (b->expert && dp->ED == 1) return; /* ep = dp x cp: every expert on one rank */
     uint64_t sent0 = td_comm_sent_bytes();
     if (bs->root >= 0)
-        td_reduce_start(b->req, dp->comm, g, n, TD_F32, bs->root);
+        td_reduce_start(b->req, c, g, n, TD_F32, bs->root);
     else
-        td_allreduce_start(b->req, dp->comm, g, n, TD_F32, TD_SUM);
+        td_allreduce_start(b->req, c, g, n, TD_F32, TD_SUM);
     td_dp_count_grad(dp, sent0, n);
 }
 

@@ -80,7 +80,8 @@ td_layout td_layout_of_grid(const td_grid *g) {
                    .n_servers = g->n_servers,
                    .dp_rank = g->is_server ? -1 : td_comm_rank(g->grad_comm),
                    .is_server = g->is_server,
-                   .dp_shard = g->replica_comm ? td_comm_size(g->shard_comm) : 0};
+                   .dp_shard = g->replica_comm ? td_comm_size(g->shard_comm) : 0,
+                   .ep = g->ep};
     /* ZeRO's collectives run over the shard (grad without hybrid sharding) */
     l.dp_shares_memory =
         td_layout_shard_ranks(&l) > 1 && !g->is_server && td_comm_shares_memory(g->shard_comm);
@@ -137,6 +138,9 @@ td_dp *td_dp_create(const td_dp_config *cfg, const td_grid *g, const td_param_ta
     dp->rep = g->replica_comm;
     dp->R = dp->rep ? td_comm_size(dp->rep) : 1;
     dp->rep_r = dp->rep ? td_comm_rank(dp->rep) : 0;
+    /* expert parallelism: the expert rows' gradients sum over edp only */
+    dp->ecomm = g->ep_comm ? g->edp_comm : NULL;
+    dp->ED = dp->ecomm ? td_comm_size(dp->ecomm) : dp->D;
     dp->n_units = t->n_units;
     dp->training = 1;
     dp->bad_row = dp->bad_step = -1;
@@ -194,7 +198,9 @@ td_step_group td_dp_step_group(const td_dp *dp, td_comm *group, int size, int sh
                        g->axis[TD_PP].size,
                        g->axis[TD_PP].size > 1 && g->axis[TD_PP].rank == g->axis[TD_PP].size - 1,
                        dp->loss_scale,
-                       td_gpay_updates(&dp->cfg, dp->D)};
+                       td_gpay_updates(&dp->cfg, dp->D),
+                       g->ep_comm,
+                       g->ep};
     return s;
 }
 

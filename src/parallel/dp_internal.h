@@ -51,6 +51,9 @@ struct td_dp {
     int D, r;      /* its size and this rank's place */
     td_comm *rep;  /* hybrid sharding: the replica group summing the shards; NULL: none */
     int R, rep_r;  /* its size (1 without) and this rank's place (0 without) */
+    td_comm *ecomm; /* expert parallelism: edp, the ranks holding this rank's experts,
+                       over which the expert rows' gradients sum; NULL: none */
+    int ED;         /* its size (D without) */
     int n_units;
 
     /* flat buffers bound to the model (each mode says which it keeps) */
@@ -89,6 +92,9 @@ typedef struct td_buckets td_buckets;
 td_buckets *td_buckets_build(td_dp *dp, int root);
 void td_buckets_free(td_dp *dp, td_buckets *b);
 void td_buckets_reset(td_buckets *b);
+/* buf's buckets broadcast from rank 0 of each one's group (dp, or edp for
+ * expert rows): collective over both */
+void td_buckets_broadcast(td_dp *dp, td_buckets *b, float *buf);
 void td_buckets_on_unit_done(td_dp *dp, td_buckets *b, int unit);
 void td_buckets_progress(td_buckets *b);
 int td_buckets_started(const td_buckets *b);

@@ -24,17 +24,20 @@ int td_step_agree_row(td_comm *group, int group_size, int row) {
 
 /* This rank's share of the squared norm over its ranges when some of its
  * elements are counted elsewhere: every element of the split tensors'
- * slices, the tp-replicated tensors on tp rank 0 only, the tied embedding
- * on the first pipeline stage only (each piece summed in td_sumsq's fixed
- * order). */
+ * slices, the tp-replicated tensors (experts too) on tp rank 0 only, the
+ * tied embedding on the first pipeline stage only (each piece summed in
+ * td_sumsq's fixed order); experts: -1 every row, 0 all but the expert
+ * rows, 1 those only. */
 static double counted_sumsq(const td_param_table *t, const float *grads, const td_step_range *r,
-                            int n_ranges, int skip_tied, int skip_2d) {
+                            int n_ranges, int skip_tied, int skip_2d, int experts) {
     double sum = 0.0;
     size_t k = 0;
     for (int i = 0; i < n_ranges; i++) {
         for (int j = 0; j < t->n_rows; j++) {
             const td_param *p = &t->rows[j];
-            if (p->split == TD_SPLIT_NONE && t->tp_rank != 0) continue;
+            int expert = p->split == TD_SPLIT_EXPERT;
+            if ((p->split == TD_SPLIT_NONE || expert) && t->tp_rank != 0) continue;
+            if (experts >= 0 && expert != experts) continue;
             if (skip_tied && p->unit == 0) continue;
             if (skip_2d && p->ndim == 2) continue;
             size_t a = td_max_sz(r[i].lo, p->offset), b = td_min_sz(r[i].lo + r[i].n, p->offset + p->numel);
@@ -71,9 +74,15 @@ static td_step_result apply(const td_step_group *grp, const float *grads, const 
     int tp = grp->tp_group && grp->tp > 1, pp = grp->pp_group && grp->pp > 1;
     /* 1/scale: a power of two scales the double sum exactly */
     double unscale = grp->loss_scale > 0.0f ? 1.0 / grp->loss_scale : 1.0;
-    double sumsq = tp || grp->skip_tied || grp->updates_2d
-                       ? counted_sumsq(t, grads, r, n_ranges, grp->skip_tied, grp->updates_2d)
+    int ep = grp->ep_group && grp->ep > 1;
+    double sumsq = tp || grp->skip_tied || grp->updates_2d || ep
+                       ? counted_sumsq(t, grads, r, n_ranges, grp->skip_tied, grp->updates_2d, ep ? 0 : -1)
                        : td_sumsq(grads, total);
+    if (ep) { /* the other ranks' experts */
+        float sq = (float)counted_sumsq(t, grads, r, n_ranges, grp->skip_tied, grp->updates_2d, 1);
+        td_allreduce(grp->ep_group, &sq, 1, TD_F32, TD_SUM);
+        sumsq += sq;
+    }
     /* given updates are not gradients (no norm), but a non-finite one must
      * stop the step like a gradient: it turns this sum into NaN (0 x inf) */
     if (grp->updates_2d) sumsq += 0.0 * td_sumsq(grads, total);

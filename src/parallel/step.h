@@ -65,6 +65,11 @@ typedef struct {
      * only the non-finite check, then are added to the parameters with the
      * decoupled decay (td_adamw_update_2d_given). */
     int updates_2d;
+    /* Expert parallelism: the ep peers hold the other experts (the table's
+     * TD_SPLIT_EXPERT rows); the norm sums those rows over ep as well. NULL
+     * / 1: none. */
+    td_comm *ep_group;
+    int ep;
 } td_step_group;
 
 /* bad_row: -1 when the step was applied; else the agreed first row holding a

@@ -45,7 +45,7 @@ void td_tp_comm_init(td_tp_comm *c, const td_grid *g) {
 }
 
 const td_model_comm *td_tp_comm_ops(const td_tp_comm *c) {
-    return c->size > 1 || c->ops.cp_ctx ? &c->ops : NULL;
+    return c->size > 1 || c->ops.cp_ctx || c->ops.moe_ctx ? &c->ops : NULL;
 }
 
 void td_tp_comm_reset(td_tp_comm *c) {

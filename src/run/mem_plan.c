@@ -20,7 +20,8 @@ td_mem_plan td_train_mem_plan(const td_train_opts *o, const td_gpt_config *cfg, 
     const td_layout *lay = rs->lay;
     td_table_layout tlay = {.unit_align = td_dp_unit_align(rs->dcfg, lay), .tp = lay->tp,
                             .tp_rank = lay->is_server ? 0 : rs->tp_rank, .held = rs->held,
-                            .prec = td_train_precision(o), .cp = lay->cp, .cp_rank = lay->is_server ? 0 : rs->cp_rank};
+                            .prec = td_train_precision(o), .cp = lay->cp, .cp_rank = lay->is_server ? 0 : rs->cp_rank,
+                            .ep = lay->ep, .ep_rank = lay->is_server || lay->ep < 2 ? 0 : lay->dp_rank % lay->ep};
     td_param_table_build_layout(table, cfg, &tlay);
     td_mem_plan plan = td_dp_memory_plan(rs->dcfg, lay, table);
     if (!lay->is_server) {

@@ -204,6 +204,10 @@ void td_report_step(td_report *r, int step, float loss, float lr, double norm, d
                 "\"tokens_per_s\": %.1f, \"mfu\": %.4f",
                 step, loss, lr, norm, ms, tps, mfu);
         if (r->loss_scale > 0) fprintf(r->log, ", \"loss_scale\": %.9g", r->loss_scale);
+        if (r->moe)
+            fprintf(r->log, ", \"moe_aux\": %.9g, \"moe_z\": %.9g, \"moe_load_min\": %.4f, \"moe_load_max\": %.4f, "
+                            "\"moe_dropped\": %.6f", r->moe->moe_aux, r->moe->moe_z, r->moe->moe_load_min,
+                    r->moe->moe_load_max, r->moe->moe_dropped);
         fprintf(r->log, ", \"elapsed_s\": %.3f, \"eta_s\": %.3f}\n", elapsed_s, eta_s);
         log_flush(r);
     }
@@ -211,9 +215,15 @@ void td_report_step(td_report *r, int step, float loss, float lr, double norm, d
         char el[32], eta[32];
         format_duration(el, sizeof el, elapsed_s);
         format_duration(eta, sizeof eta, eta_s);
-        td_log("step %5d/%d | loss %.4f | lr %.2e | norm %.4f | %7.1f ms | %8.0f tok/s | MFU %4.1f%% | "
+        char moe[96] = "";
+        if (r->moe) /* the load of the idlest and busiest expert, 1 = an even share */
+            snprintf(moe, sizeof moe, "aux %.4f | load %.2f-%.2f | ", r->moe->moe_aux, r->moe->moe_load_min,
+                     r->moe->moe_load_max);
+        if (r->moe && r->o->moe.capacity > 0)
+            snprintf(moe + strlen(moe), sizeof moe - strlen(moe), "dropped %.1f%% | ", 100.0 * r->moe->moe_dropped);
+        td_log("step %5d/%d | loss %.4f | %slr %.2e | norm %.4f | %7.1f ms | %8.0f tok/s | MFU %4.1f%% | "
                "%s elapsed, ETA %s\n",
-               step, r->o->steps, loss, lr, norm, ms, tps, 100.0 * mfu, el, eta);
+               step, r->o->steps, loss, moe, lr, norm, ms, tps, 100.0 * mfu, el, eta);
     }
     td_vlog("step %d loss %.6f norm %.6f %.1f ms\n", step, loss, norm, ms);
 }
@@ -300,6 +310,35 @@ void td_report_eval(td_report *r, int step, double val_loss) {
     }
 }
 
+/* The experts' load over the run, per layer (tokens per expert relative to
+ * an even share), and the expert-parallel exchange beside its formula. */
+static void report_moe(td_report *r, const td_train_result *res) {
+    const td_moe_config *e = &r->cfg->moe;
+    td_log("experts: %d, top-%d; last step: aux loss %.5f, z-loss %.5f, load %.2f-%.2f of an even share", e->E, e->K,
+           res->moe_aux, res->moe_z, res->moe_load_min, res->moe_load_max);
+    if (e->capacity > 0) td_log(", %.2f%% of assignments dropped", 100.0 * res->moe_dropped);
+    td_log("\n");
+    for (int l = 0; l < r->cfg->L && res->moe_load; l++) {
+        if (!td_gpt_moe_layer(r->cfg, l)) continue;
+        const double *ld = res->moe_load + (size_t)l * e->E;
+        double sum = 0.0, lo = INFINITY, hi = 0.0;
+        for (int i = 0; i < e->E; i++) sum += ld[i], lo = fmin(lo, ld[i]), hi = fmax(hi, ld[i]);
+        char list[256] = "";
+        for (int i = 0, k = 0; i < e->E && i < 16; i++)
+            k += snprintf(list + k, sizeof list - (size_t)k, "%s%.0f", i ? " " : "", ld[i]);
+        td_log("  layer %d: assignments per expert over the run %s%s (min %.2f, max %.2f of an even share)\n", l,
+               list, e->E > 16 ? " ..." : "", sum > 0 ? lo / (sum / e->E) : 0.0, sum > 0 ? hi / (sum / e->E) : 0.0);
+    }
+    if (res->ep_formula_bytes > 0)
+        td_log("ep exchange (rank 0, last step): %.0f bytes sent to other ranks; formula for a uniform router "
+               "%.0f (%.2fx)\n", res->ep_sent_bytes, res->ep_formula_bytes, res->ep_sent_bytes / res->ep_formula_bytes);
+    if (r->log)
+        fprintf(r->log, "{\"event\": \"moe\", \"aux\": %.9g, \"z\": %.9g, \"load_min\": %.4f, \"load_max\": %.4f, "
+                        "\"dropped\": %.6f, \"ep_sent_bytes\": %.0f, \"ep_formula_bytes\": %.0f}\n",
+                res->moe_aux, res->moe_z, res->moe_load_min, res->moe_load_max, res->moe_dropped,
+                res->ep_sent_bytes, res->ep_formula_bytes);
+}
+
 void td_report_summary(td_report *r, const td_train_result *res) {
     if (r->g->is_server) return;
     if (res->step_ms <= 0.0) { /* no step ran (a checkpoint saved again): no rates to give */
@@ -314,6 +353,7 @@ void td_report_summary(td_report *r, const td_train_result *res) {
         td_log("gemm: %.3e flop/step, %.1f ms/step, %.1f GFLOP/s (rank 0, timed steps, every GEMM "
                "of forward and backward)\n",
                res->gemm_flops, res->gemm_ms, res->gemm_flops / (res->gemm_ms * 1e6));
+    if (r->moe) report_moe(r, res);
     if (r->loss_scale > 0) {
         td_log("loss scaling (%s): final scale %g, skipped steps %d\n", r->o->loss_scale ? r->o->loss_scale : "auto",
                (double)res->loss_scale, res->skipped_steps);

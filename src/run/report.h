@@ -25,6 +25,7 @@ typedef struct {
     double t_first_ms;            /* td_now_ms() when this run's first reported step began */
     int first_step;               /* that step (a resumed run starts past 0); -1 before it */
     int log_err;                  /* rank 0: the errno of the first failed --log write, 0: none */
+    const td_train_result *moe;   /* a mixture of experts' step figures (res->moe_*); NULL: dense */
 } td_report;
 
 void td_report_open(td_report *r, const td_train_opts *o, const td_grid *g,

@@ -63,7 +63,8 @@ static void open_grid(td_run *r, td_dp_mode mode) {
     td_grid_spec gs = {.size = {[TD_TP] = o->tp, [TD_CP] = o->cp, [TD_DP] = o->dp, [TD_PP] = o->pp},
                        .order = o->grid_order,
                        .n_servers = mode == TD_DP_PS ? o->ps_servers : 0,
-                       .dp_shard = o->dp_shard};
+                       .dp_shard = o->dp_shard,
+                       .ep = o->ep};
     td_grid_create(&r->g, &gs);
     cc.dp = r->g.axis[TD_DP].size; /* --dp 0 resolved */
     td_compat_check(&cc, TD_COMPAT_AT_GRID);
@@ -116,6 +117,7 @@ static void open_model(td_run *r, const td_dp_config *dcfg) {
             td_gpt_create_stage_rc(&r->model, &r->table, r->ec.Bm, o->seq_parallel, td_train_recompute(o));
         else
             td_gpt_create_rc(&r->model, &r->table, r->ec.Bm, o->seq_parallel, td_train_recompute(o));
+        if (r->cfg.moe.E > 0) td_ep_bind_model(&r->ep, g, &r->tpc.ops); /* before the ops are handed out */
         r->model.comm = td_tp_comm_ops(&r->tpc);
         if (r->ring) { /* the ring's blocks live in scratch that is dead while attention runs */
             size_t bytes;
@@ -166,6 +168,7 @@ int td_run_open(td_run *r, const td_train_opts *o, td_train_result *res) {
 
     td_preflight_result pf = r->rep.baseline;
     td_report_open(&r->rep, o, &r->g, &r->cfg, &r->table, &r->data, td_kernels_threads(), r->ec.Bm);
+    r->rep.moe = r->cfg.moe.E > 0 ? res : NULL;
     r->rep.baseline = pf;
     td_report_precision(&r->rep, &r->plan);
     td_report_memory(&r->rep, &r->plan, 0);

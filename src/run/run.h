@@ -19,6 +19,7 @@
 #include "grad_watch.h"
 #include "mem_plan.h"
 #include "report.h"
+#include "trident/ep.h"
 #include "trident/cp.h"
 #include "trident/data.h"
 #include "trident/grid.h"
@@ -45,6 +46,7 @@ typedef struct {
     td_gpt model;                /* training ranks only */
     td_tp_comm tpc;
     td_cp_ring *ring;            /* context parallelism's (cp > 1), else NULL */
+    td_ep ep;                    /* a mixture of experts' communication (moe.E > 0) */
     td_dp *dp;
     td_pp *pp;                   /* NULL without a pipeline */
     td_loss_scaler scaler;

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "ckpt_run.h"
+#include "moe_run.h"
 #include "run.h"
 #include "trident/base.h"
 #include "trident/comm.h"
@@ -76,9 +77,11 @@ static double train_step(td_run *r, int step, float lr, double *norm) {
     float dloss = 1.0f / ((float)r->o->batch * r->o->seq) * r->scaler.scale; /* global mean over all tokens */
     td_grad_watch_begin(&r->watch, frow != NULL);
     r->watch.fault_value = nan_f ? NAN : INFINITY;
+    td_run_moe_begin(r);
     double loss_sum = r->engine->train_step(&r->ec, step, dloss, &r->watch, frow);
     td_grad_watch_end(&r->watch);
     *norm = td_dp_finish_step(dp, step, lr);
+    loss_sum += td_run_moe_end(r, step); /* the aux and z losses (after the step: the bias moves) */
     td_gpt_params_changed(&r->model); /* eval and the next step see the update */
     uint64_t gsent, gdense;
     td_dp_grad_traffic(dp, &gsent, &gdense);

@@ -35,6 +35,7 @@ void td_train_result_free(td_train_result *r) {
     td_free(r->final_params);
     td_free(r->final_m);
     td_free(r->final_v);
+    td_free(r->moe_load);
     memset(r, 0, sizeof *r);
 }
 

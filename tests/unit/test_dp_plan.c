@@ -29,7 +29,7 @@ int main(void) {
         for (int zero = 1; zero <= 3; zero++)
             for (int shm = 0; shm <= 1; shm++) {
                 o.mode = TD_DP_ALLREDUCE, o.zero = zero;
-                td_layout lay = {D, 1, 1, 0, 0, 0, shm, 1, 0};
+                td_layout lay = {D, 1, 1, 0, 0, 0, shm, 1, 0, 1};
                 td_param_table t;
                 td_param_table_build(&t, &cfg, td_dp_unit_align(&o, &lay));
                 size_t n = t.numel * sizeof(float), sum[TD_MEM_NCAT] = {0};
@@ -63,7 +63,7 @@ int main(void) {
     for (int zero = 1; zero <= 3; zero++)
         for (int cp = 1; cp <= 2; cp++) {
             o.mode = TD_DP_ALLREDUCE, o.zero = zero;
-            td_layout hy = {4 / cp, 1, 1, 0, 0, 0, 1, cp, 2}, two = {2, 1, 1, 0, 0, 0, 1, 1, 0};
+            td_layout hy = {4 / cp, 1, 1, 0, 0, 0, 1, cp, 2, 1}, two = {2, 1, 1, 0, 0, 0, 1, 1, 0, 1};
             snprintf(what, sizeof what, "zero %d dp %d cp %d shard 2: unit padding", zero, 4 / cp, cp);
             expect(what, (size_t)td_dp_unit_align(&o, &hy), (size_t)td_dp_unit_align(&o, &two));
             td_param_table t;
@@ -78,12 +78,12 @@ int main(void) {
         }
     for (int S = 1; S <= 3; S++) {
         o.mode = TD_DP_PS, o.zero = 0;
-        td_layout lay = {2, 1, 1, S, 0, 0, 0, 1, 0};
+        td_layout lay = {2, 1, 1, S, 0, 0, 0, 1, 0, 1};
         td_param_table t;
         td_param_table_build(&t, &cfg, td_dp_unit_align(&o, &lay));
         size_t n = t.numel * sizeof(float), params = 0, optim = 0;
         for (int s = 0; s < S; s++) {
-            td_layout srv = {2, 1, 1, S, -1, 1, 0, 1, 0};
+            td_layout srv = {2, 1, 1, S, -1, 1, 0, 1, 0, 1};
             td_mem_plan p = td_dp_memory_plan(&o, &srv, &t);
             params += p.bytes[TD_MEM_PARAMS], optim += p.bytes[TD_MEM_OPTIM];
         }
@@ -100,7 +100,7 @@ int main(void) {
     }
     o.mode = TD_DP_REDUCE_BROADCAST, o.zero = 0;
     td_param_table t;
-    td_layout lay = {3, 1, 1, 0, 0, 0, 1, 1, 0};
+    td_layout lay = {3, 1, 1, 0, 0, 0, 1, 1, 0, 1};
     td_param_table_build(&t, &cfg, td_dp_unit_align(&o, &lay));
     for (int r = 0; r < 3; r++) {
         lay.dp_rank = r;
