@@ -88,11 +88,22 @@ static size_t scratch_bytes(const td_gpt_dims *d, const td_gpt_config *c) {
     return f + rope_bytes(d, c);
 }
 
+/* A mixture of experts' blocks among the n from block l0 this rank holds:
+ * each keeps its own routing and expert tensors (moe.c), also under
+ * recomputation. */
+static size_t moe_bytes(const td_gpt_dims *d, const td_param_table *t, int l0, int n) {
+    size_t b = 0;
+    for (int l = l0; l < l0 + n && l < t->cfg.L; l++)
+        if (td_gpt_moe_layer(&t->cfg, l) && t->held[td_m_block_unit(l)]) b += td_moe_block_bytes(d, &t->cfg, t->ep);
+    return b;
+}
+
 size_t td_gpt_activation_bytes_rc(const td_param_table *t, int B, int seq_parallel, td_recompute rc) {
     td_gpt_dims d;
     td_gpt_dims_of(&d, t, B, seq_parallel);
     return act_bytes(&d, t->cfg.L, rc) + scratch_bytes(&d, &t->cfg) + 2 * (size_t)d.N * sizeof(int) +
-           (size_t)t->cfg.L * sizeof(td_block_acts);
+           (size_t)t->cfg.L * sizeof(td_block_acts) + moe_bytes(&d, t, 0, t->cfg.L) +
+           td_moe_scratch_bytes(&d, &t->cfg, t->ep);
 }
 
 size_t td_gpt_activation_bytes(const td_param_table *t, int B, int seq_parallel) {
@@ -190,7 +201,10 @@ static size_t slot_mem_bytes(const td_gpt_dims *d, const td_slot_shape *sh) {
 size_t td_gpt_slot_bytes(const td_param_table *t, int B, int seq_parallel, const td_slot_shape *sh) {
     td_gpt_dims d;
     td_gpt_dims_of(&d, t, B, seq_parallel);
-    return slot_mem_bytes(&d, sh) + 2 * (size_t)d.N * sizeof(int) +
+    /* a mixture of experts: each slot block's own routing and expert tensors
+     * (an upper bound when --moe-every leaves some blocks dense) */
+    size_t moe = t->cfg.moe.E ? (size_t)sh->n_blocks * td_moe_block_bytes(&d, &t->cfg, t->ep) : 0;
+    return slot_mem_bytes(&d, sh) + 2 * (size_t)d.N * sizeof(int) + moe +
            (size_t)sh->n_blocks * (sizeof(td_block_acts) + (sh->wstash ? sizeof(td_block_wstash) : 0));
 }
 
@@ -345,7 +359,9 @@ void *td_gpt_cp_scratch(td_gpt *m, size_t *bytes) {
 size_t td_gpt_stage_bytes(const td_param_table *t, int B, int seq_parallel, td_recompute rc) {
     td_gpt_dims d;
     td_gpt_dims_of(&d, t, B, seq_parallel);
-    return scratch_bytes(&d, &t->cfg) + (rc == TD_RECOMPUTE_BLOCK ? block_bytes(&d) : 0);
+    size_t moe = td_moe_scratch_bytes(&d, &t->cfg, t->ep); /* and the recomputed block's own set */
+    if (rc == TD_RECOMPUTE_BLOCK && t->cfg.moe.E) moe += td_moe_block_bytes(&d, &t->cfg, t->ep);
+    return scratch_bytes(&d, &t->cfg) + (rc == TD_RECOMPUTE_BLOCK ? block_bytes(&d) : 0) + moe;
 }
 
 void td_gpt_create_stage_rc(td_gpt *m, const td_param_table *t, int B, int seq_parallel, td_recompute rc) {

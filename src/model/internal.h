@@ -189,6 +189,10 @@ void td_m_attention_backward(const td_gpt *m, td_act *dqkv, const td_act *dout, 
 /* ---- mixture of experts (moe.c) ---- */
 typedef struct td_moe_acts td_moe_acts;
 void td_moe_state_create(td_gpt *m);  /* nothing for a dense model */
+/* Bytes of one block's saved tensors at the dispatch's worst case, and of
+ * the model's scratch (td_gpt_activation_bytes counts them). */
+size_t td_moe_block_bytes(const td_gpt_dims *d, const td_gpt_config *c, int ep);
+size_t td_moe_scratch_bytes(const td_gpt_dims *d, const td_gpt_config *c, int ep);
 void td_moe_state_destroy(td_gpt *m);
 /* Block l's MLP: from ba->ln2 [N,C] to ba->fcproj [Ns,C] (this rank's rows). */
 void td_moe_forward(td_gpt *m, int l, td_block_acts *ba);

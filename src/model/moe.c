@@ -26,7 +26,7 @@
 
 struct td_moe_acts {
     int N;
-    size_t cap_send, cap_recv;  /* rows the dispatch buffers hold */
+    void *mem;                  /* the one allocation (td_moe_block_bytes) */
     float *logits, *scores;     /* [N,E] router output and its softmax / sigmoid */
     int *idx;                   /* [N,K] chosen experts */
     float *gate;                /* [N,K] their scores */
@@ -44,23 +44,23 @@ struct td_moe_state {
     td_moe_acts **pool;         /* every td_moe_acts made, freed with the model */
     int n_pool, cap_pool;
     size_t cap;                 /* rows of each scratch buffer below */
-    td_act *b0, *b1, *b2;       /* [cap, max(C, F1)] backward scratch */
-    float *f0;                  /* [cap, C] fp32 rows */
+    void *scratch;              /* the one allocation (td_moe_scratch_bytes) */
+    td_act *b0, *b1, *b2;       /* [cap, max(C, F1, S F1)] */
+    float *f0;                  /* [cap + 1, C] fp32 rows (the last a temporary) */
     float *stats;               /* [2E + 3] the reduced statistics */
     float dloss;                /* the loss's gradient per token (td_gpt_backward's) */
     int quiet;                  /* a recomputing forward: statistics already counted */
     td_moe_stats st;
 };
 
+static size_t scratch_rows(const td_gpt_dims *d, const td_gpt_config *c, int ep);
+static size_t scratch_width(const td_gpt_config *c, int C);
+static size_t A(const td_gpt_dims *d, size_t n);
+
 static void *zalloc(size_t bytes, td_mem_cat cat) {
     void *p = td_alloc(bytes, cat);
     memset(p, 0, bytes);
     return p;
-}
-
-static void *grow(void *p, size_t bytes) {
-    td_free(p);
-    return bytes ? td_alloc(bytes, TD_MEM_ACTS) : NULL;
 }
 
 static int n_local(const td_gpt *m) { return m->cfg.moe.E / m->table->ep; }
@@ -74,6 +74,12 @@ void td_moe_state_create(td_gpt *m) {
     s->st.load = zalloc(sizeof(double) * (size_t)L * E, TD_MEM_OTHER);
     s->st.E = E, s->st.L = L;
     s->dloss = 1.0f / (float)m->d.N;
+    int ep = m->table->ep;
+    s->cap = scratch_rows(&m->d, &m->cfg, ep);
+    size_t w = A(&m->d, s->cap * scratch_width(&m->cfg, m->d.C));
+    s->scratch = td_alloc(td_moe_scratch_bytes(&m->d, &m->cfg, ep), TD_MEM_ACTS);
+    s->b0 = s->scratch, s->b1 = (char *)s->scratch + w, s->b2 = (char *)s->scratch + 2 * w;
+    s->f0 = (float *)((char *)s->scratch + 3 * w);
     m->moe = s;
 }
 
@@ -82,39 +88,90 @@ void td_moe_state_destroy(td_gpt *m) {
     if (!s) return;
     for (int i = 0; i < s->n_pool; i++) {
         td_moe_acts *a = s->pool[i];
-        void *bufs[] = {a->logits, a->scores, a->idx, a->gate, a->wts, a->pos, a->cnt, a->rcnt,
-                        a->xsend, a->ysend, a->h, a->a, a->sh_h, a->sh_a,
-                        a->xs != a->xsend ? a->xs : NULL, a->y != a->ysend ? a->y : NULL};
-        for (size_t j = 0; j < sizeof bufs / sizeof bufs[0]; j++) td_free(bufs[j]);
+        td_free(a->mem);
         td_free(a);
     }
     td_free(s->pool);
-    td_free(s->b0), td_free(s->b1), td_free(s->b2), td_free(s->f0);
+    td_free(s->scratch);
     td_free(s->stats);
     td_free(s->st.load);
     td_free(s);
     m->moe = NULL;
 }
 
+/* The dispatch's worst case under dropless routing: every assignment of
+ * the ep group's tokens may come to this rank's experts. */
+static size_t recv_rows(const td_gpt_dims *d, const td_gpt_config *c, int ep) {
+    return (size_t)ep * (size_t)d->N * (size_t)c->moe.K;
+}
+
+static size_t scratch_rows(const td_gpt_dims *d, const td_gpt_config *c, int ep) {
+    size_t r = recv_rows(d, c, ep);
+    return r > (size_t)d->N ? r : (size_t)d->N;
+}
+
+static size_t scratch_width(const td_gpt_config *c, int C) {
+    size_t f1 = (size_t)c->moe.F * (size_t)td_arch_mlp_parts(c->arch), w = f1 > (size_t)C ? f1 : (size_t)C;
+    return (size_t)c->moe.shared * f1 > w ? (size_t)c->moe.shared * f1 : w;
+}
+
+/* Bytes of activations, 4-byte aligned like gpt.c's. */
+static size_t A(const td_gpt_dims *d, size_t n) { return td_round_up(n * d->es, 4); }
+
+size_t td_moe_block_bytes(const td_gpt_dims *d, const td_gpt_config *c, int ep) {
+    const td_moe_config *e = &c->moe;
+    if (e->E == 0) return 0;
+    size_t N = (size_t)d->N, E = (size_t)e->E, K = (size_t)e->K, S = (size_t)e->shared, F = (size_t)e->F;
+    size_t F1 = F * (size_t)td_arch_mlp_parts(c->arch), C = (size_t)d->C, R = recv_rows(d, c, ep);
+    return 4 * (2 * N * E + 4 * N * K + 2 * E)          /* logits, scores; idx, gate, wts, pos; counts */
+           + (S ? A(d, N * S * F1) + A(d, N * S * F) : 0) /* the shared experts' hidden */
+           + 2 * A(d, N * K * C)                         /* sent and returned rows */
+           + (ep > 1 ? 2 * A(d, R * C) : 0)              /* received rows, their outputs */
+           + A(d, R * F1) + A(d, R * F);                 /* the experts' hidden */
+}
+
+size_t td_moe_scratch_bytes(const td_gpt_dims *d, const td_gpt_config *c, int ep) {
+    if (c->moe.E == 0) return 0;
+    size_t rows = scratch_rows(d, c, ep);
+    return 3 * A(d, rows * scratch_width(c, d->C)) + 4 * (rows + 1) * (size_t)d->C;
+}
+
 static td_moe_acts *acts_new(td_gpt *m) {
     struct td_moe_state *s = m->moe;
     const td_gpt_dims *d = &m->d;
     const td_moe_config *e = &m->cfg.moe;
-    td_moe_acts *a = zalloc(sizeof *a, TD_MEM_ACTS);
-    size_t N = (size_t)d->N, E = (size_t)e->E, K = (size_t)e->K, S = (size_t)e->shared;
+    int ep = m->table->ep;
+    td_moe_acts *a = zalloc(sizeof *a, TD_MEM_OTHER);
+    size_t N = (size_t)d->N, E = (size_t)e->E, K = (size_t)e->K, S = (size_t)e->shared, C = (size_t)d->C;
+    size_t R = recv_rows(d, &m->cfg, ep);
     a->N = d->N;
-    a->logits = td_alloc(sizeof(float) * N * E, TD_MEM_ACTS);
-    a->scores = td_alloc(sizeof(float) * N * E, TD_MEM_ACTS);
-    a->idx = td_alloc(sizeof(int) * N * K, TD_MEM_ACTS);
-    a->gate = td_alloc(sizeof(float) * N * K, TD_MEM_ACTS);
-    a->wts = td_alloc(sizeof(float) * N * K, TD_MEM_ACTS);
-    a->pos = td_alloc(sizeof(int) * N * K, TD_MEM_ACTS);
-    a->cnt = td_alloc(sizeof(int) * E, TD_MEM_ACTS);
-    a->rcnt = td_alloc(sizeof(int) * E, TD_MEM_ACTS);
+    a->mem = td_alloc(td_moe_block_bytes(d, &m->cfg, ep), TD_MEM_ACTS);
+    char *cur = a->mem;
+#define CARVE(p, bytes) (p = (void *)cur, cur += (bytes))
+    CARVE(a->logits, 4 * N * E);
+    CARVE(a->scores, 4 * N * E);
+    CARVE(a->idx, 4 * N * K);
+    CARVE(a->gate, 4 * N * K);
+    CARVE(a->wts, 4 * N * K);
+    CARVE(a->pos, 4 * N * K);
+    CARVE(a->cnt, 4 * E);
+    CARVE(a->rcnt, 4 * E);
     if (S) {
-        a->sh_h = td_alloc(d->es * N * S * F1e(m), TD_MEM_ACTS);
-        a->sh_a = td_alloc(d->es * N * S * (size_t)e->F, TD_MEM_ACTS);
+        CARVE(a->sh_h, A(d, N * S * F1e(m)));
+        CARVE(a->sh_a, A(d, N * S * (size_t)e->F));
     }
+    CARVE(a->xsend, A(d, N * K * C));
+    CARVE(a->ysend, A(d, N * K * C));
+    if (ep > 1) {
+        CARVE(a->xs, A(d, R * C));
+        CARVE(a->y, A(d, R * C));
+    } else {
+        a->xs = a->xsend, a->y = a->ysend;
+    }
+    CARVE(a->h, A(d, R * F1e(m)));
+    CARVE(a->a, A(d, R * (size_t)e->F));
+#undef CARVE
+    TD_ASSERT((size_t)(cur - (char *)a->mem) == td_moe_block_bytes(d, &m->cfg, ep));
     if (s->n_pool == s->cap_pool) {
         s->cap_pool = s->cap_pool ? 2 * s->cap_pool : 16;
         td_moe_acts **p = td_alloc(sizeof *p * (size_t)s->cap_pool, TD_MEM_OTHER);
@@ -124,43 +181,6 @@ static td_moe_acts *acts_new(td_gpt *m) {
     }
     s->pool[s->n_pool++] = a;
     return a;
-}
-
-/* Room for `send` rows to dispatch and `recv` rows received (ep 1: the
- * same buffers). */
-static void acts_reserve(td_gpt *m, td_moe_acts *a, size_t send, size_t recv) {
-    size_t es = m->d.es, C = (size_t)m->d.C, F = (size_t)m->cfg.moe.F;
-    int ep1 = m->table->ep == 1;
-    if (send > a->cap_send) {
-        a->cap_send = send + send / 4;
-        a->xsend = grow(a->xsend, es * a->cap_send * C);
-        a->ysend = grow(a->ysend, es * a->cap_send * C);
-    }
-    if (recv > a->cap_recv || (ep1 && a->xs != a->xsend)) {
-        a->cap_recv = ep1 ? a->cap_send : recv + recv / 4;
-        if (!ep1) {
-            a->xs = grow(a->xs, es * a->cap_recv * C);
-            a->y = grow(a->y, es * a->cap_recv * C);
-        }
-        a->h = grow(a->h, es * a->cap_recv * F1e(m));
-        a->a = grow(a->a, es * a->cap_recv * F);
-    }
-    if (ep1) a->xs = a->xsend, a->y = a->ysend;
-}
-
-/* Backward scratch of `rows` rows. */
-static void scratch_reserve(td_gpt *m, size_t rows) {
-    struct td_moe_state *s = m->moe;
-    if (rows <= s->cap) return;
-    size_t es = m->d.es, C = (size_t)m->d.C, w = F1e(m) > C ? F1e(m) : C;
-    size_t S = (size_t)m->cfg.moe.shared;
-    if (S * F1e(m) > w) w = S * F1e(m);
-    s->cap = rows + rows / 4;
-    if (s->cap < (size_t)m->d.N) s->cap = (size_t)m->d.N;
-    s->b0 = grow(s->b0, es * s->cap * w);
-    s->b1 = grow(s->b1, es * s->cap * w);
-    s->b2 = grow(s->b2, es * s->cap * w);
-    s->f0 = grow(s->f0, sizeof(float) * (s->cap + 1) * C); /* + a row of temporary */
 }
 
 /* ---- rows in the model's precision ---- */
@@ -380,17 +400,13 @@ void td_moe_forward(td_gpt *m, int l, td_block_acts *ba) {
     else memcpy(a->rcnt, a->cnt, sizeof(int) * (size_t)E);
     a->R = 0;
     for (int i = 0; i < E; i++) a->R += a->rcnt[i];
-    acts_reserve(m, a, S, (size_t)a->R);
+    TD_ASSERT((size_t)a->R <= recv_rows(d, &m->cfg, ep));
     for (size_t j = 0; j < (size_t)N * K; j++)
         if (a->pos[j] >= 0) row_copy(m, a->xsend, (size_t)a->pos[j], ba->ln2, j / (size_t)K, (size_t)C);
-    if (ep > 1) {
-        scratch_reserve(m, (size_t)a->R > S ? (size_t)a->R : S);
-        dispatch(m, a, a->xs, a->xsend, m->moe->b0, 0);
-    }
+    if (ep > 1) dispatch(m, a, a->xs, a->xsend, m->moe->b0, 0);
     experts_forward(m, u, a);
     if (ep > 1) dispatch(m, a, a->ysend, a->y, m->moe->b0, 1);
     /* the output of this rank's rows, summed in fp32: shared experts, then the K chosen */
-    scratch_reserve(m, (size_t)N);
     float *out = m->moe->f0, *yrow = out + m->moe->cap * C;
     if (e->shared) {
         int SF = e->shared * e->F, SF1 = SF * td_arch_mlp_parts(m->cfg.arch);
@@ -452,7 +468,7 @@ static float *router_grad(td_gpt *m, const td_moe_acts *a, const float *dw) {
     int N = a->N, E = e->E, K = e->K;
     const float *st = s->stats;
     double ntot = st[2 * E];
-    float *dl = td_alloc(sizeof(float) * (size_t)N * E, TD_MEM_ACTS); /* the caller frees */
+    float *dl = td_alloc(sizeof(float) * (size_t)N * E, TD_MEM_OTHER); /* the caller frees */
     float *ds = td_alloc(sizeof(float) * (size_t)E, TD_MEM_OTHER);
     for (int t = 0; t < N; t++) {
         const float *sc = a->scores + (size_t)t * E, *g = a->gate + (size_t)t * K, *w = a->wts + (size_t)t * K;
@@ -495,10 +511,10 @@ void td_moe_backward(td_gpt *m, int l, const td_block_acts *ba, const td_act *do
     int u = td_m_block_unit(l), N = d->N, C = d->C, E = e->E, K = e->K, ep = m->table->ep;
     size_t S = 0;
     for (int i = 0; i < E; i++) S += (size_t)a->cnt[i];
-    scratch_reserve(m, (size_t)a->R > S ? (size_t)a->R : S);
+    (void)S;
     /* the combine's backward: each kept assignment's output gradient w dout[t]
      * (into f0 rows, rounded to b0 in send order) and its weight's, dout . y */
-    float *dw = td_alloc(sizeof(float) * (size_t)N * K, TD_MEM_OTHER);
+    float *dw = td_alloc(sizeof(float) * (size_t)N * K, TD_MEM_OTHER); /* small: not planned */
     float *dt = s->f0, *yt = s->f0 + s->cap * C;
     td_act *dysend = ep > 1 ? s->b1 : s->b0;
     for (int t = 0; t < N; t++) {

@@ -7,6 +7,7 @@
 #include "trident/base.h"
 #include "trident/comm.h"
 #include "trident/ep.h"
+#include "trident/parallel.h"
 
 /* TEMPORARY until comm's all-to-all-v lands: point-to-point, 2-byte elements. */
 static void a2av(td_comm *c, const void *send, const size_t *sc, const size_t *sd, void *recv, const size_t *rc,
@@ -69,3 +70,44 @@ void td_ep_bind_model(td_ep *e, const td_grid *g, td_model_comm *ops) {
 }
 
 void td_ep_reset_stats(td_ep *e) { e->calls = 0, e->bytes_off_rank = 0; }
+
+/* ---- a unit put together from the ep group's experts ---- */
+
+typedef struct {
+    size_t lo, hi;
+    const float *at; /* the unit's first element in this rank's buffer */
+} find_unit;
+
+static void unit_of(void *ctx, size_t lo, size_t n, float *data) {
+    find_unit *f = ctx;
+    if (f->lo >= lo && f->hi <= lo + n) f->at = data + (f->lo - lo);
+}
+
+const float *td_ep_gather_unit(td_dp *dp, const td_grid *g, const td_param_table *t, const td_param_table *canon,
+                               int section, int u, float *scratch, const td_param_table **layout) {
+    *layout = canon;
+    TD_ASSERT(t->ep > 1 && t->tp == 1 && g->ep_comm);
+    size_t n = td_unit_numel(t, u), unit = 0;
+    for (int k = 0; k < t->n_units; k++) unit = td_max_sz(unit, td_unit_numel(t, k));
+    find_unit f = {t->unit_offset[u], t->unit_offset[u] + n, NULL};
+    /* every rank of a replicated mode holds its whole copy (the moments too) */
+    TD_CHECK(td_dp_ranges(dp, section, 0, unit_of, &f) && f.at,
+             "--ep: this data-parallel mode cannot put the experts together (use --dp-mode allreduce)");
+    float *all = scratch + unit, *out = all + (size_t)t->ep * unit;
+    td_all_gather(g->ep_comm, f.at, all, n, TD_F32);
+    if (g->world_rank != td_comm_world_rank_of(g->grad_comm, 0) || td_comm_rank(g->ep_comm) != 0) return NULL;
+    memset(out, 0, td_unit_numel(canon, u) * sizeof(float));
+    for (int i = 0; i < t->n_rows; i++) {
+        const td_param *p = &t->rows[i], *c = &canon->rows[i];
+        if (p->unit != u) continue;
+        float *dst = out + (c->offset - canon->unit_offset[u]);
+        size_t off = p->offset - t->unit_offset[u];
+        if (p->split != TD_SPLIT_EXPERT) { /* the same on every ep rank: this one's */
+            memcpy(dst, all + off, p->numel * sizeof(float));
+            continue;
+        }
+        for (int r = 0; r < t->ep; r++) /* rank r's experts follow rank r - 1's */
+            memcpy(dst + (size_t)r * p->numel, all + (size_t)r * unit + off, p->numel * sizeof(float));
+    }
+    return out;
+}

@@ -5,6 +5,7 @@
  * layer's own trace around each call, not computed here, so the benchmark's
  * comparison with the formula checks what really went through the group. */
 #include "trident/parallel.h"
+#include "trident/ep.h"
 
 #include <string.h>
 
@@ -117,14 +118,15 @@ void td_tp_formula(td_tp_traffic *f, const td_gpt_config *cfg, int B, int n_micr
 size_t td_tp_gather_scratch_floats(const td_param_table *t, const td_param_table *canon) {
     size_t unit = 0, cunit = 0;
     for (int u = 0; u < t->n_units; u++) unit = td_max_sz(unit, td_unit_numel(t, u));
-    if (t->tp == 1) return unit;
+    if (t->tp == 1 && t->ep == 1) return unit;
     for (int u = 0; u < canon->n_units; u++) cunit = td_max_sz(cunit, td_unit_numel(canon, u));
-    return unit + (size_t)t->tp * unit + cunit;
+    return unit + (size_t)(t->tp > t->ep ? t->tp : t->ep) * unit + cunit;
 }
 
 const float *td_tp_gather_unit(td_dp *dp, const td_grid *g, const td_param_table *t,
                                const td_param_table *canon, int section, int u, float *scratch,
                                const td_param_table **layout) {
+    if (t->ep > 1) return td_ep_gather_unit(dp, g, t, canon, section, u, scratch, layout);
     *layout = t;
     const float *mine = td_dp_gather_unit(dp, section, u, scratch); /* on dp rank 0 */
     if (t->tp == 1) return mine;

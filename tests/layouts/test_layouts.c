@@ -39,8 +39,10 @@ static void reference(const td_train_opts *o, float *losses, float *norms, float
     int *in = malloc(sizeof(int) * B * T), *tg = malloc(sizeof(int) * B * T);
     for (int s = 0; s < o->steps; s++) {
         td_data_batch(&d, 0, o->seed, s, 0, B, T, in, tg);
+        td_gpt_moe_stats_reset(&model);
         double sum = td_gpt_forward(&model, in, tg);
         td_gpt_backward(&model, 1.0f / ((float)B * T));
+        if (td_gpt_moe_stats(&model)) sum += td_gpt_moe_stats(&model)->loss_sum; /* aux and z losses */
         double norm = sqrt(td_sumsq(g, n));
         td_adamw_update(p, g, m, v, 0, n, t, &o->optim, td_lr_at(&o->optim, s), s + 1,
                         td_clip_scale(norm, o->optim.clip));
