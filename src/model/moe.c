@@ -34,6 +34,7 @@ struct td_moe_acts {
     int *pos;                   /* [N,K] row of the assignment in the send order, -1 dropped */
     int *cnt;                   /* [ep, El] rows sent to rank r's expert j (send order's runs) */
     int *rcnt;                  /* [ep, El] rows received from rank r for local expert j */
+    float *stats;               /* [2E + 3] the routing statistics, reduced (reduce_stats) */
     int R;                      /* rows received */
     td_act *xsend, *ysend;      /* [cap_send, C] dispatched inputs, returned outputs */
     td_act *xs, *h, *a, *y;     /* [cap_recv, C|F1|F|C] expert-major (ep 1: xsend, ysend) */
@@ -47,7 +48,6 @@ struct td_moe_state {
     void *scratch;              /* the one allocation (td_moe_scratch_bytes) */
     td_act *b0, *b1, *b2;       /* [cap, max(C, F1, S F1)] */
     float *f0;                  /* [cap + 1, C] fp32 rows (the last a temporary) */
-    float *stats;               /* [2E + 3] the reduced statistics */
     float dloss;                /* the loss's gradient per token (td_gpt_backward's) */
     int quiet;                  /* a recomputing forward: statistics already counted */
     td_moe_stats st;
@@ -70,7 +70,6 @@ void td_moe_state_create(td_gpt *m) {
     if (m->cfg.moe.E == 0) return;
     struct td_moe_state *s = zalloc(sizeof *s, TD_MEM_OTHER);
     int E = m->cfg.moe.E, L = m->cfg.L;
-    s->stats = td_alloc(sizeof(float) * (size_t)(2 * E + 3), TD_MEM_OTHER);
     s->st.load = zalloc(sizeof(double) * (size_t)L * E, TD_MEM_OTHER);
     s->st.E = E, s->st.L = L;
     s->dloss = 1.0f / (float)m->d.N;
@@ -93,7 +92,6 @@ void td_moe_state_destroy(td_gpt *m) {
     }
     td_free(s->pool);
     td_free(s->scratch);
-    td_free(s->stats);
     td_free(s->st.load);
     td_free(s);
     m->moe = NULL;
@@ -123,7 +121,7 @@ size_t td_moe_block_bytes(const td_gpt_dims *d, const td_gpt_config *c, int ep) 
     if (e->E == 0) return 0;
     size_t N = (size_t)d->N, E = (size_t)e->E, K = (size_t)e->K, S = (size_t)e->shared, F = (size_t)e->F;
     size_t F1 = F * (size_t)td_arch_mlp_parts(c->arch), C = (size_t)d->C, R = recv_rows(d, c, ep);
-    return 4 * (2 * N * E + 4 * N * K + 2 * E)          /* logits, scores; idx, gate, wts, pos; counts */
+    return 4 * (2 * N * E + 4 * N * K + 4 * E + 3)      /* logits, scores; idx, gate, wts, pos; counts, stats */
            + (S ? A(d, N * S * F1) + A(d, N * S * F) : 0) /* the shared experts' hidden */
            + 2 * A(d, N * K * C)                         /* sent and returned rows */
            + (ep > 1 ? 2 * A(d, R * C) : 0)              /* received rows, their outputs */
@@ -156,6 +154,7 @@ static td_moe_acts *acts_new(td_gpt *m) {
     CARVE(a->pos, 4 * N * K);
     CARVE(a->cnt, 4 * E);
     CARVE(a->rcnt, 4 * E);
+    CARVE(a->stats, 4 * (2 * E + 3));
     if (S) {
         CARVE(a->sh_h, A(d, N * S * F1e(m)));
         CARVE(a->sh_a, A(d, N * S * (size_t)e->F));
@@ -245,8 +244,8 @@ static void route(td_gpt *m, int u, td_moe_acts *a) {
 /* The statistics of every rank's tokens of this micro-batch: per expert
  * the assignments and the summed score, the tokens, the sum of squared
  * log-sum-exps of the router's logits (z-loss). */
-static void reduce_stats(td_gpt *m, const td_moe_acts *a) {
-    float *st = m->moe->stats;
+static void reduce_stats(td_gpt *m, td_moe_acts *a) {
+    float *st = a->stats;
     int N = a->N, E = m->cfg.moe.E, K = m->cfg.moe.K;
     memset(st, 0, sizeof(float) * (size_t)(2 * E + 3));
     for (int t = 0; t < N; t++) {
@@ -269,7 +268,7 @@ static void reduce_stats(td_gpt *m, const td_moe_acts *a) {
 static void place(td_gpt *m, td_moe_acts *a, int *dropped) {
     const td_moe_config *e = &m->cfg.moe;
     int N = a->N, E = e->E, K = e->K, ep = m->table->ep, El = n_local(m);
-    float ntot = m->moe->stats[2 * E];
+    float ntot = a->stats[2 * E];
     long cap = e->capacity > 0.0f ? (long)ceil((double)e->capacity * ntot * K / E) : -1;
     int *per = a->rcnt; /* borrowed: assignments counted per expert so far */
     memset(per, 0, sizeof(int) * (size_t)E);
@@ -369,7 +368,7 @@ static void count_stats(td_gpt *m, int l, const td_moe_acts *a, int dropped) {
     struct td_moe_state *s = m->moe;
     const td_moe_config *e = &m->cfg.moe;
     int E = e->E;
-    const float *st = s->stats;
+    const float *st = a->stats;
     double ntot = st[2 * E], aux = 0.0;
     for (int i = 0; i < E; i++) aux += (st[i] / (ntot * e->K)) * (st[E + i] / ntot);
     aux *= (double)e->aux_coef * E;
@@ -466,7 +465,7 @@ static float *router_grad(td_gpt *m, const td_moe_acts *a, const float *dw) {
     struct td_moe_state *s = m->moe;
     const td_moe_config *e = &m->cfg.moe;
     int N = a->N, E = e->E, K = e->K;
-    const float *st = s->stats;
+    const float *st = a->stats;
     double ntot = st[2 * E];
     float *dl = td_alloc(sizeof(float) * (size_t)N * E, TD_MEM_OTHER); /* the caller frees */
     float *ds = td_alloc(sizeof(float) * (size_t)E, TD_MEM_OTHER);

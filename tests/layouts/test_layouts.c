@@ -33,15 +33,29 @@ static void reference(const td_train_opts *o, float *losses, float *norms, float
     float *m = td_alloc(n * 4, TD_MEM_OPTIM), *v = td_alloc(n * 4, TD_MEM_OPTIM);
     td_param_init_range(t, o->seed, 0, n, p);
     int B = o->batch, T = o->seq;
+    /* A mixture of experts' aux loss is one of each micro-batch of every
+     * replica's tokens together (model.h): the oracle runs those M batches
+     * of D x Bm sequences, replica r's rows [r Bl + k Bm, + Bm) in the k-th. */
+    int Mk = cfg.moe.E ? o->grad_accum : 1, D = td_comm_size(td_comm_world()) / (o->tp * o->pp * o->cp);
+    int Bk = B / Mk, Bm = B / (D * Mk);
     td_gpt model;
-    td_gpt_create(&model, t, B, 0);
+    td_gpt_create(&model, t, Bk, 0);
     td_gpt_bind_flat(&model, p, g);
     int *in = malloc(sizeof(int) * B * T), *tg = malloc(sizeof(int) * B * T);
+    int *kin = malloc(sizeof(int) * Bk * T), *ktg = malloc(sizeof(int) * Bk * T);
     for (int s = 0; s < o->steps; s++) {
         td_data_batch(&d, 0, o->seed, s, 0, B, T, in, tg);
         td_gpt_moe_stats_reset(&model);
-        double sum = td_gpt_forward(&model, in, tg);
-        td_gpt_backward(&model, 1.0f / ((float)B * T));
+        double sum = 0.0;
+        for (int k = 0; k < Mk; k++) {
+            for (int r = 0; r < (Mk > 1 ? D : 1); r++) {
+                size_t from = Mk > 1 ? (size_t)(r * (B / D) + k * Bm) * T : 0, n = Mk > 1 ? (size_t)Bm * T : (size_t)B * T;
+                memcpy(kin + (size_t)r * n, in + from, sizeof(int) * n);
+                memcpy(ktg + (size_t)r * n, tg + from, sizeof(int) * n);
+            }
+            sum += td_gpt_forward(&model, kin, ktg);
+            td_gpt_backward(&model, 1.0f / ((float)B * T));
+        }
         if (td_gpt_moe_stats(&model)) sum += td_gpt_moe_stats(&model)->loss_sum; /* aux and z losses */
         double norm = sqrt(td_sumsq(g, n));
         td_adamw_update(p, g, m, v, 0, n, t, &o->optim, td_lr_at(&o->optim, s), s + 1,
@@ -52,6 +66,8 @@ static void reference(const td_train_opts *o, float *losses, float *norms, float
     }
     free(in);
     free(tg);
+    free(kin);
+    free(ktg);
     td_gpt_destroy(&model);
     td_free(g);
     td_data_free(&d);
