@@ -47,6 +47,7 @@ struct td_moe_state {
     size_t cap;                 /* rows of each scratch buffer below */
     void *scratch;              /* the one allocation (td_moe_scratch_bytes) */
     td_act *b0, *b1, *b2;       /* [cap, max(C, F1, S F1)] */
+    td_act *t0, *t1, *t2;       /* [TILE, max(C, F1)] reduced precision's padded tiles */
     float *f0;                  /* [cap + 1, C] fp32 rows (the last a temporary) */
     float dloss;                /* the loss's gradient per token (td_gpt_backward's) */
     int quiet;                  /* a recomputing forward: statistics already counted */
@@ -56,6 +57,7 @@ struct td_moe_state {
 static size_t scratch_rows(const td_gpt_dims *d, const td_gpt_config *c, int ep);
 static size_t scratch_width(const td_gpt_config *c, int C);
 static size_t A(const td_gpt_dims *d, size_t n);
+static size_t tile_elems(const td_gpt_dims *d, const td_gpt_config *c);
 
 static void *zalloc(size_t bytes, td_mem_cat cat) {
     void *p = td_alloc(bytes, cat);
@@ -79,6 +81,11 @@ void td_moe_state_create(td_gpt *m) {
     s->scratch = td_alloc(td_moe_scratch_bytes(&m->d, &m->cfg, ep), TD_MEM_ACTS);
     s->b0 = s->scratch, s->b1 = (char *)s->scratch + w, s->b2 = (char *)s->scratch + 2 * w;
     s->f0 = (float *)((char *)s->scratch + 3 * w);
+    if (m->d.lp) {
+        char *t = (char *)(s->f0 + (s->cap + 1) * (size_t)m->d.C);
+        size_t tb = A(&m->d, tile_elems(&m->d, &m->cfg));
+        s->t0 = t, s->t1 = t + tb, s->t2 = t + 2 * tb;
+    }
     m->moe = s;
 }
 
@@ -113,6 +120,11 @@ static size_t scratch_width(const td_gpt_config *c, int C) {
     return (size_t)c->moe.shared * f1 > w ? (size_t)c->moe.shared * f1 : w;
 }
 
+static size_t tile_elems(const td_gpt_dims *d, const td_gpt_config *c) {
+    size_t f1 = (size_t)c->moe.F * (size_t)td_arch_mlp_parts(c->arch);
+    return 128 * (f1 > (size_t)d->C ? f1 : (size_t)d->C);
+}
+
 /* Bytes of activations, 4-byte aligned like gpt.c's. */
 static size_t A(const td_gpt_dims *d, size_t n) { return td_round_up(n * d->es, 4); }
 
@@ -131,7 +143,8 @@ size_t td_moe_block_bytes(const td_gpt_dims *d, const td_gpt_config *c, int ep) 
 size_t td_moe_scratch_bytes(const td_gpt_dims *d, const td_gpt_config *c, int ep) {
     if (c->moe.E == 0) return 0;
     size_t rows = scratch_rows(d, c, ep);
-    return 3 * A(d, rows * scratch_width(c, d->C)) + 4 * (rows + 1) * (size_t)d->C;
+    return 3 * A(d, rows * scratch_width(c, d->C)) + 4 * (rows + 1) * (size_t)d->C +
+           (d->lp ? 3 * A(d, tile_elems(d, c)) : 0);
 }
 
 static td_moe_acts *acts_new(td_gpt *m) {
@@ -295,6 +308,57 @@ static void place(td_gpt *m, td_moe_acts *a, int *dropped) {
     (void)ep, (void)El;
 }
 
+/* ---- an expert's GEMMs ---- */
+
+/* Under reduced precision each GEMM shape is a oneDNN primitive of its own
+ * (matmul_bf16.c caches them), and an expert's row count changes every
+ * step: its rows go through in tiles of TILE, the last one zero-padded in
+ * scratch, so every expert GEMM has one of a few shapes. fp32 (OpenBLAS)
+ * takes any count in one call. */
+#define TILE 128
+
+static void expert_mm_forward(td_gpt *m, td_act *out, const td_act *inp, int u, td_tensor_kind wk, size_t woff,
+                              const float *bias, int n, int C, int OC) {
+    if (!m->d.lp) {
+        td_m_matmul_forward_at(m, out, 0, inp, u, wk, woff, bias, n, C, OC);
+        return;
+    }
+    struct td_moe_state *s = m->moe;
+    int full = n / TILE * TILE, rest = n - full;
+    for (int r = 0; r < full; r += TILE)
+        td_m_matmul_forward_at(m, row(m, out, (size_t)r, (size_t)OC), 0, row(m, inp, (size_t)r, (size_t)C), u, wk,
+                               woff, bias, TILE, C, OC);
+    if (!rest) return;
+    memset(s->t0, 0, m->d.es * TILE * (size_t)C);
+    memcpy(s->t0, row(m, inp, (size_t)full, (size_t)C), m->d.es * (size_t)rest * C);
+    td_m_matmul_forward_at(m, s->t1, 0, s->t0, u, wk, woff, bias, TILE, C, OC);
+    memcpy(row(m, out, (size_t)full, (size_t)OC), s->t1, m->d.es * (size_t)rest * OC);
+}
+
+/* dinp [n,C] (zero on entry) and dw, dbias (added) of out = inp @ w^T. */
+static void expert_mm_backward(td_gpt *m, td_act *dinp, float *dw, float *dbias, const td_act *dout,
+                               const td_act *inp, int u, td_tensor_kind wk, size_t woff, int n, int C, int OC) {
+    if (!m->d.lp) {
+        td_m_matmul_backward_at(m, dinp, 0, dw, dbias, dout, inp, u, wk, woff, n, C, OC);
+        return;
+    }
+    struct td_moe_state *s = m->moe;
+    int full = n / TILE * TILE, rest = n - full;
+    for (int r = 0; r < full; r += TILE)
+        td_m_matmul_backward_at(m, row(m, dinp, (size_t)r, (size_t)C), 0, dw, dbias,
+                                row(m, dout, (size_t)r, (size_t)OC), row(m, inp, (size_t)r, (size_t)C), u, wk, woff,
+                                TILE, C, OC);
+    if (!rest) return;
+    size_t es = m->d.es;
+    memset(s->t0, 0, es * TILE * (size_t)OC);
+    memcpy(s->t0, row(m, dout, (size_t)full, (size_t)OC), es * (size_t)rest * OC);
+    memset(s->t1, 0, es * TILE * (size_t)C);
+    memcpy(s->t1, row(m, inp, (size_t)full, (size_t)C), es * (size_t)rest * C);
+    memset(s->t2, 0, es * TILE * (size_t)C);
+    td_m_matmul_backward_at(m, s->t2, 0, dw, dbias, s->t0, s->t1, u, wk, woff, TILE, C, OC);
+    memcpy(row(m, dinp, (size_t)full, (size_t)C), s->t2, es * (size_t)rest * C);
+}
+
 /* ---- expert parallelism: the exchange and the expert-major order ---- */
 
 /* Rows of rank r's block j in a source-major buffer ([r][j] runs) moved
@@ -354,10 +418,10 @@ static void experts_forward(td_gpt *m, int u, td_moe_acts *a) {
         int n = 0;
         for (int r = 0; r < ep; r++) n += a->rcnt[r * El + j];
         if (n > 0) {
-            td_m_matmul_forward_at(m, row(m, a->h, o, (size_t)F1), 0, row(m, a->xs, o, (size_t)C), u, TD_T_EXPFCW,
+            expert_mm_forward(m, row(m, a->h, o, (size_t)F1), row(m, a->xs, o, (size_t)C), u, TD_T_EXPFCW,
                                    (size_t)j * F1 * C, b1 ? b1 + (size_t)j * F1 : NULL, n, C, F1);
             td_m_mlp_act_forward(m, row(m, a->a, o, (size_t)F), row(m, a->h, o, (size_t)F1), n, F);
-            td_m_matmul_forward_at(m, row(m, a->y, o, (size_t)C), 0, row(m, a->a, o, (size_t)F), u, TD_T_EXPPROJW,
+            expert_mm_forward(m, row(m, a->y, o, (size_t)C), row(m, a->a, o, (size_t)F), u, TD_T_EXPPROJW,
                                    (size_t)j * C * F, b2 ? b2 + (size_t)j * C : NULL, n, F, C);
         }
         o += (size_t)n;
@@ -447,12 +511,12 @@ static void experts_backward(td_gpt *m, int u, const td_moe_acts *a, td_act *dy)
         if (n > 0) {
             td_act *dyj = row(m, dy, o, (size_t)C);
             memset(s->b1, 0, es * (size_t)n * F);
-            td_m_matmul_backward_at(m, s->b1, 0, g2 + (size_t)j * C * F, gb2 ? gb2 + (size_t)j * C : NULL, dyj,
+            expert_mm_backward(m, s->b1, g2 + (size_t)j * C * F, gb2 ? gb2 + (size_t)j * C : NULL, dyj,
                                     row(m, a->a, o, (size_t)F), u, TD_T_EXPPROJW, (size_t)j * C * F, n, F, C);
             memset(s->b2, 0, es * (size_t)n * F1);
             td_m_mlp_act_backward(m, s->b2, row(m, a->h, o, (size_t)F1), s->b1, n, F);
             memset(dyj, 0, es * (size_t)n * C);
-            td_m_matmul_backward_at(m, dyj, 0, g1 + (size_t)j * F1 * C, gb1 ? gb1 + (size_t)j * F1 : NULL, s->b2,
+            expert_mm_backward(m, dyj, g1 + (size_t)j * F1 * C, gb1 ? gb1 + (size_t)j * F1 : NULL, s->b2,
                                     row(m, a->xs, o, (size_t)C), u, TD_T_EXPFCW, (size_t)j * F1 * C, n, C, F1);
         }
         o += (size_t)n;
