@@ -228,6 +228,10 @@ const float *td_dp_gather_unit(td_dp *dp, int section, int u, float *scratch);
  * vocabulary padded for one process). scratch holds
  * td_tp_gather_scratch_floats(t, canon) floats on every rank. Collective
  * over the world. Checkpoints, sampling and tests read the state this way. */
+/* Unit u of table t's layout in `all` (the tp ranks' copies, one after the
+ * other, td_unit_numel(t, u) each) placed at the global indices of the
+ * canonical layout in out (padding 0; expert rows: t's own experts). */
+void td_tp_place_unit(const td_param_table *t, const td_param_table *canon, int u, const float *all, float *out);
 const float *td_tp_gather_unit(td_dp *dp, const td_grid *g, const td_param_table *t,
                                const td_param_table *canon, int section, int u, float *scratch,
                                const td_param_table **layout);

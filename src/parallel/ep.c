@@ -86,28 +86,30 @@ static void unit_of(void *ctx, size_t lo, size_t n, float *data) {
 const float *td_ep_gather_unit(td_dp *dp, const td_grid *g, const td_param_table *t, const td_param_table *canon,
                                int section, int u, float *scratch, const td_param_table **layout) {
     *layout = canon;
-    TD_ASSERT(t->ep > 1 && t->tp == 1 && g->ep_comm);
-    size_t n = td_unit_numel(t, u), unit = 0;
+    TD_ASSERT(t->ep > 1 && g->ep_comm);
+    size_t n = td_unit_numel(t, u), unit = 0, cn = td_unit_numel(canon, u), cunit = 0;
     for (int k = 0; k < t->n_units; k++) unit = td_max_sz(unit, td_unit_numel(t, k));
+    for (int k = 0; k < canon->n_units; k++) cunit = td_max_sz(cunit, td_unit_numel(canon, k));
     find_unit f = {t->unit_offset[u], t->unit_offset[u] + n, NULL};
     /* every rank of a replicated mode holds its whole copy (the moments too) */
     TD_CHECK(td_dp_ranges(dp, section, 0, unit_of, &f) && f.at,
              "--ep: this data-parallel mode cannot put the experts together (use --dp-mode allreduce)");
-    float *all = scratch + unit, *out = all + (size_t)t->ep * unit;
-    td_all_gather(g->ep_comm, f.at, all, n, TD_F32);
-    if (g->world_rank != td_comm_world_rank_of(g->grad_comm, 0) || td_comm_rank(g->ep_comm) != 0) return NULL;
-    memset(out, 0, td_unit_numel(canon, u) * sizeof(float));
+    float *all = scratch + unit, *mine = all + (size_t)t->tp * unit, *eps = mine + cunit, *out = eps + (size_t)t->ep * cunit;
+    /* this rank's experts and its tp peers' slices in the canonical layout ... */
+    if (t->tp > 1) td_all_gather(g->axis[TD_TP].comm, f.at, all, n, TD_F32);
+    else memcpy(all, f.at, n * sizeof(float));
+    td_tp_place_unit(t, canon, u, all, mine);
+    /* ... and the ep group's experts beside them */
+    td_all_gather(g->ep_comm, mine, eps, cn, TD_F32);
+    if (g->world_rank != td_comm_world_rank_of(g->grad_comm, 0) || g->axis[TD_TP].rank != 0) return NULL;
+    memcpy(out, mine, cn * sizeof(float));
     for (int i = 0; i < t->n_rows; i++) {
         const td_param *p = &t->rows[i], *c = &canon->rows[i];
-        if (p->unit != u) continue;
-        float *dst = out + (c->offset - canon->unit_offset[u]);
-        size_t off = p->offset - t->unit_offset[u];
-        if (p->split != TD_SPLIT_EXPERT) { /* the same on every ep rank: this one's */
-            memcpy(dst, all + off, p->numel * sizeof(float));
-            continue;
-        }
-        for (int r = 0; r < t->ep; r++) /* rank r's experts follow rank r - 1's */
-            memcpy(dst + (size_t)r * p->numel, all + (size_t)r * unit + off, p->numel * sizeof(float));
+        if (p->unit != u || p->split != TD_SPLIT_EXPERT) continue;
+        size_t off = c->offset - canon->unit_offset[u];
+        for (int r = 1; r < t->ep; r++) /* rank r's experts: rows [r E/ep, (r + 1) E/ep) of the stack */
+            memcpy(out + off + (size_t)r * p->numel, eps + (size_t)r * cn + off + (size_t)r * p->numel,
+                   p->numel * sizeof(float));
     }
     return out;
 }

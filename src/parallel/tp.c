@@ -120,7 +120,8 @@ size_t td_tp_gather_scratch_floats(const td_param_table *t, const td_param_table
     for (int u = 0; u < t->n_units; u++) unit = td_max_sz(unit, td_unit_numel(t, u));
     if (t->tp == 1 && t->ep == 1) return unit;
     for (int u = 0; u < canon->n_units; u++) cunit = td_max_sz(cunit, td_unit_numel(canon, u));
-    return unit + (size_t)(t->tp > t->ep ? t->tp : t->ep) * unit + cunit;
+    if (t->ep > 1) return unit + (size_t)t->tp * unit + (size_t)(t->ep + 2) * cunit; /* td_ep_gather_unit */
+    return unit + (size_t)t->tp * unit + cunit;
 }
 
 const float *td_tp_gather_unit(td_dp *dp, const td_grid *g, const td_param_table *t,
@@ -138,7 +139,13 @@ const float *td_tp_gather_unit(td_dp *dp, const td_grid *g, const td_param_table
     float *all = scratch + unit, *out = all + (size_t)t->tp * unit;
     td_all_gather(g->axis[TD_TP].comm, mine, all, n, TD_F32);
     if (g->axis[TD_TP].rank != 0) return NULL;
-    /* ... and place each element at its global index (padding rows stay 0) */
+    td_tp_place_unit(t, canon, u, all, out);
+    return out;
+}
+
+void td_tp_place_unit(const td_param_table *t, const td_param_table *canon, int u, const float *all, float *out) {
+    size_t n = td_unit_numel(t, u);
+    /* each element at its global index (padding rows stay 0) */
     memset(out, 0, td_unit_numel(canon, u) * sizeof(float));
     for (int i = 0; i < t->n_rows; i++) {
         const td_param *p = &t->rows[i];
@@ -152,5 +159,4 @@ const float *td_tp_gather_unit(td_dp *dp, const td_grid *g, const td_param_table
             }
         }
     }
-    return out;
 }
