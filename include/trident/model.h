@@ -331,6 +331,8 @@ typedef enum { TD_REDUCE_SUM, TD_REDUCE_MAX } td_reduce_op;
 /* A mixture of experts needs (moe_ctx; NULL hooks: one process):
  * moe_stats_allreduce(ctx, buf, n): the routing statistics summed over the
  *   ranks that share a micro-batch (dp x cp), in place;
+ * moe_stats_exscan(ctx, in, out, n): out = the sum of in over the ranks of
+ *   that group before this one (capacity's order of tokens; cp = 1);
  * with expert parallelism (the table's ep > 1), over the ep group:
  * ep_counts(ctx, send, recv, n): an all-to-all of n ints to each peer
  *   (send[r n ..] to rank r, recv[r n ..] from it);
@@ -351,6 +353,7 @@ typedef struct {
                                   td_precision prec);
     void *moe_ctx;
     void (*moe_stats_allreduce)(void *moe_ctx, float *buf, size_t n);
+    void (*moe_stats_exscan)(void *moe_ctx, const float *in, float *out, size_t n);
     void (*ep_counts)(void *moe_ctx, const int *send, int *recv, int n);
     void (*ep_exchange)(void *moe_ctx, const void *send, const int *send_rows, void *recv, const int *recv_rows,
                         size_t row_bytes);

@@ -277,19 +277,30 @@ static void reduce_stats(td_gpt *m, td_moe_acts *a) {
 }
 
 /* Capacity: keep the first ceil(F N K / E) assignments of each expert in
- * order of (token, k); the others are dropped (pos -1, no output). */
+ * order of (token, k) over the whole micro-batch (the ranks before this one
+ * in the grad group hold the tokens before its own: their assignments of
+ * each expert, summed, come first); the others are dropped (pos -1). */
 static void place(td_gpt *m, td_moe_acts *a, int *dropped) {
     const td_moe_config *e = &m->cfg.moe;
-    int N = a->N, E = e->E, K = e->K, ep = m->table->ep, El = n_local(m);
+    int N = a->N, E = e->E, K = e->K;
     float ntot = a->stats[2 * E];
     long cap = e->capacity > 0.0f ? (long)ceil((double)e->capacity * ntot * K / E) : -1;
     int *per = a->rcnt; /* borrowed: assignments counted per expert so far */
     memset(per, 0, sizeof(int) * (size_t)E);
+    float *before = m->moe->f0; /* the earlier ranks' assignments per expert, then this rank's */
+    TD_ASSERT(2 * (size_t)E <= (m->moe->cap + 1) * (size_t)m->d.C);
+    memset(before, 0, sizeof(float) * (size_t)E);
+    if (cap >= 0 && m->comm && m->comm->moe_stats_exscan) {
+        float *mine = before + E;
+        memset(mine, 0, sizeof(float) * (size_t)E);
+        for (size_t j = 0; j < (size_t)N * K; j++) mine[a->idx[j]] += 1.0f;
+        m->comm->moe_stats_exscan(m->comm->moe_ctx, mine, before, (size_t)E);
+    }
     *dropped = 0;
     for (int t = 0; t < N; t++)
         for (int k = 0; k < K; k++) {
             int i = a->idx[(size_t)t * K + k];
-            if (cap >= 0 && per[i] >= cap) {
+            if (cap >= 0 && per[i] + (long)before[i] >= cap) {
                 a->pos[(size_t)t * K + k] = -1;
                 ++*dropped;
             } else
@@ -305,7 +316,6 @@ static void place(td_gpt *m, td_moe_acts *a, int *dropped) {
     }
     for (size_t j = 0; j < (size_t)N * K; j++)
         if (a->pos[j] >= 0) a->pos[j] += per[a->idx[j]];
-    (void)ep, (void)El;
 }
 
 /* ---- an expert's GEMMs ---- */

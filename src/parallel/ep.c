@@ -31,6 +31,18 @@ static void stats_allreduce(void *ctx, float *buf, size_t n) {
     if (td_grid_grad_ranks(e->g) > 1) td_allreduce(e->g->grad_comm, buf, n, TD_F32, TD_SUM);
 }
 
+static void stats_exscan(void *ctx, const float *in, float *out, size_t n) {
+    td_ep *e = ctx;
+    int G = td_grid_grad_ranks(e->g), me = G > 1 ? td_comm_rank(e->g->grad_comm) : 0;
+    memset(out, 0, sizeof(float) * n);
+    if (G == 1) return;
+    float *all = td_alloc(sizeof(float) * n * (size_t)G, TD_MEM_OTHER);
+    td_all_gather(e->g->grad_comm, in, all, n, TD_F32);
+    for (int r = 0; r < me; r++)
+        for (size_t i = 0; i < n; i++) out[i] += all[(size_t)r * n + i];
+    td_free(all);
+}
+
 static void counts(void *ctx, const int *send, int *recv, int n) {
     td_ep *e = ctx;
     int P = td_comm_size(e->g->ep_comm);
@@ -63,6 +75,7 @@ void td_ep_bind_model(td_ep *e, const td_grid *g, td_model_comm *ops) {
     e->g = g;
     ops->moe_ctx = e;
     ops->moe_stats_allreduce = stats_allreduce;
+    ops->moe_stats_exscan = stats_exscan;
     if (g->ep_comm) {
         ops->ep_counts = counts;
         ops->ep_exchange = exchange;
