@@ -84,6 +84,16 @@ typedef enum {
     TD_RULE_DP_SHARD_PAYLOAD,
     TD_RULE_DP_SHARD_DIVIDES,
     TD_RULE_ARCH_FLAGS,
+    TD_RULE_EP_MOE,
+    TD_RULE_EP_EXPERTS,
+    TD_RULE_MOE_ETP,
+    TD_RULE_MOE_CAPACITY_CP,
+    TD_RULE_EP_PS,
+    TD_RULE_MOE_BIAS_PS,
+    TD_RULE_EP_ZERO,
+    TD_RULE_EP_REDUCE_BROADCAST,
+    TD_RULE_EP_PAYLOAD,
+    TD_RULE_EP_DIVIDES,
     TD_RULE_N
 } td_rule_id;
 
@@ -124,6 +134,9 @@ typedef struct {
     /* the model family: the first flag of the Llama family given to a gpt2
      * model ("--kv-heads 2"), NULL: none */
     const char *llama_flag_text;
+    /* a mixture of experts: --moe-experts (0 dense), --ep, --moe-etp,
+     * --moe-capacity and --moe-bias-balance given (> 0) */
+    int moe_experts, ep, moe_etp, moe_capacity, moe_bias;
 } td_compat_cfg;
 
 typedef struct {

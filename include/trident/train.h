@@ -61,6 +61,7 @@ typedef struct {
     int seq_parallel; /* --sequence-parallel */
     int cp;           /* --cp: context-parallel size (each sequence over cp ranks) */
     int ep;           /* --ep: expert-parallel size (the experts over ep ranks of dp) */
+    int moe_etp;      /* --moe-etp: 1 (experts replicated over tp) */
     int dp_shard;     /* --dp-shard: ZeRO's shard size (hybrid sharding); 0 = all of dp x cp */
     const char *recompute; /* --recompute none|block (td_train_recompute) */
     const char *precision; /* --precision fp32|bf16 (td_train_precision) */

@@ -25,6 +25,7 @@ const char *td_dp_mode_name(td_dp_mode m) {
 void td_compat_cfg_init(td_compat_cfg *c) {
     memset(c, 0, sizeof *c);
     c->dp = c->tp = c->pp = c->cp = 1;
+    c->ep = c->moe_etp = 1;
     c->virtual_stages = c->micro_batches = 1;
     c->dp_mode = TD_DP_ALLREDUCE;
     c->schedule = -1;
@@ -408,6 +409,94 @@ enum {
     GRD = TD_COMPAT_AT_GRID,
     MCF = TD_COMPAT_AT_MODEL_CONFIG
 };
+/* ---- mixture of experts and expert parallelism (ep.h) --------------------- */
+
+OK(ep_moe) { return c->ep <= 1 || c->moe_experts > 0; }
+SAY(ep_moe) {
+    snprintf(buf, n, "--ep %d needs a mixture of experts (--moe-experts E): it shares out the experts", c->ep);
+}
+
+OK(ep_experts) { return c->ep <= 1 || c->moe_experts <= 0 || (c->moe_experts % c->ep == 0 && c->ep <= 256); }
+SAY(ep_experts) {
+    snprintf(buf, n, "--ep %d does not divide --moe-experts %d: each ep rank holds E / ep experts (ep <= 256)", c->ep,
+             c->moe_experts);
+}
+BRIEF(ep_experts) { snprintf(buf, n, "ep %d does not divide the %d experts", c->ep, c->moe_experts); }
+
+/* the experts are replicated over tp: the tp ranks compute them together */
+OK(moe_etp) { return c->moe_etp <= 1; }
+SAY(moe_etp) {
+    snprintf(buf, n,
+             "--moe-etp %d: experts split over tensor-parallel ranks are not implemented; the experts are "
+             "replicated over tp (etp 1) and --ep shares them out over dp x cp",
+             c->moe_etp);
+}
+
+/* capacity keeps each expert's first assignments in token order, and a
+ * sequence's tokens lie on every cp rank (two chunks each) */
+OK(moe_capacity_cp) { return !c->moe_capacity || c->cp <= 1; }
+SAY(moe_capacity_cp) {
+    snprintf(buf, n,
+             "--moe-capacity does not combine with --cp %d: the capacity keeps each expert's first assignments in "
+             "token order, which spans the cp ranks' chunks; drop one of the two (dropless routing works with cp)",
+             c->cp);
+}
+
+OK(ep_ps) { return c->ep <= 1 || c->dp_mode != TD_DP_PS; }
+SAY(ep_ps) {
+    snprintf(buf, n, "--ep %d does not combine with --dp-mode ps: its servers hold one copy of every parameter",
+             c->ep);
+}
+
+/* the bias moves on every copy a rank keeps (td_dp_ranges), which the
+ * servers' workers do not */
+OK(moe_bias_ps) { return !c->moe_bias || c->dp_mode != TD_DP_PS; }
+SAY(moe_bias_ps) {
+    snprintf(buf, n, "--moe-bias-balance does not combine with --dp-mode ps: the servers own the parameters");
+}
+
+OK(ep_zero) { return c->ep <= 1 || c->zero == 0; }
+SAY(ep_zero) {
+    snprintf(buf, n,
+             "--ep %d does not combine with --zero %d yet: ZeRO would shard the expert rows over dp x cp, whose "
+             "ranks hold different experts; use --zero 0",
+             c->ep, c->zero);
+}
+BRIEF(ep_zero) { snprintf(buf, n, "ep %d with ZeRO %d is not implemented", c->ep, c->zero); }
+
+OK(ep_reduce_broadcast) { return c->ep <= 1 || c->dp_mode != TD_DP_REDUCE_BROADCAST; }
+SAY(ep_reduce_broadcast) {
+    snprintf(buf, n,
+             "--ep %d does not combine with --dp-mode reduce-broadcast yet: its root would broadcast its own "
+             "experts over ranks that hold others; use --dp-mode allreduce",
+             c->ep);
+}
+
+/* the payloads pack whole buckets; expert rows are buckets of their own,
+ * summed over another group */
+OK(ep_payload) { return c->ep <= 1 || (!c->grad_bf16 && c->topk_ratio == 0.0); }
+SAY(ep_payload) {
+    snprintf(buf, n, "--ep %d does not combine with --grad-reduce-dtype bf16 or --grad-compress %s: the expert "
+                     "rows are summed over their own group in fp32",
+             c->ep, S(c->grad_compress_text));
+}
+
+OK(ep_divides) {
+    int G = (c->dp > 0 ? c->dp : 1) * (c->cp > 0 ? c->cp : 1);
+    return c->ep <= 1 || G % c->ep == 0;
+}
+SAY(ep_divides) {
+    int G = (c->dp > 0 ? c->dp : 1) * (c->cp > 0 ? c->cp : 1);
+    snprintf(buf, n,
+             "--ep %d does not divide dp x cp = %d: the experts are shared out over runs of ep data-parallel (and "
+             "context-parallel) ranks; use an ep that divides %d",
+             c->ep, G, G);
+}
+BRIEF(ep_divides) {
+    int G = (c->dp > 0 ? c->dp : 1) * (c->cp > 0 ? c->cp : 1);
+    snprintf(buf, n, "ep %d does not divide dp x cp = %d", c->ep, G);
+}
+
 #define ROW(ID, name, sites, fn)                                                                   \
     { ID, name, sites, ok_##fn, say_##fn, NULL }
 #define ROWB(ID, name, sites, fn)                                                                  \
@@ -452,6 +541,16 @@ static const td_compat_rule rules[TD_RULE_N] = {
     ROW(TD_RULE_DP_SHARD_PAYLOAD, "dp-shard-payload", OPT | DPN, dp_shard_payload),
     ROWB(TD_RULE_DP_SHARD_DIVIDES, "dp-shard-divides", GRD | DPN, dp_shard_divides),
     ROW(TD_RULE_ARCH_FLAGS, "arch-flags", MCF, arch_flags),
+    ROW(TD_RULE_EP_MOE, "ep-moe", OPT, ep_moe),
+    ROWB(TD_RULE_EP_EXPERTS, "ep-experts", OPT, ep_experts),
+    ROW(TD_RULE_MOE_ETP, "moe-etp", OPT, moe_etp),
+    ROW(TD_RULE_MOE_CAPACITY_CP, "moe-capacity-cp", OPT, moe_capacity_cp),
+    ROW(TD_RULE_EP_PS, "ep-ps", RUN, ep_ps),
+    ROW(TD_RULE_MOE_BIAS_PS, "moe-bias-ps", RUN, moe_bias_ps),
+    ROWB(TD_RULE_EP_ZERO, "ep-zero", RUN, ep_zero),
+    ROW(TD_RULE_EP_REDUCE_BROADCAST, "ep-reduce-broadcast", RUN, ep_reduce_broadcast),
+    ROW(TD_RULE_EP_PAYLOAD, "ep-payload", RUN, ep_payload),
+    ROWB(TD_RULE_EP_DIVIDES, "ep-divides", GRD, ep_divides),
 };
 
 const td_compat_rule *td_compat_rules(void) { return rules; }

@@ -43,7 +43,7 @@ void td_train_opts_default(td_train_opts *o) {
     o->sample_prompt = "";
     o->timing_skip = 1;
     o->moe.aux_coef = 0.01f;
-    o->ep = 1;
+    o->ep = 1, o->moe_etp = 1;
     td_train_opts_choices(o);
 }
 
@@ -101,6 +101,7 @@ int td_train_flag_table(td_train_opts *o, td_flag *out, int cap) {
         {"--threads", TD_FLAG_INT, &o->threads, "compute threads per rank, 0 = default (cores / local ranks)", "[0, 4096]"},
         {"--dp", TD_FLAG_INT, &o->dp, "data-parallel size, 0 = default (ranks / (tp*cp*pp))", NONNEG},
         {"--tp", TD_FLAG_INT, &o->tp, "tensor-parallel size (1): Megatron layers, heads and vocabulary split over tp ranks", POS},
+        {"--moe-etp", TD_FLAG_INT, &o->moe_etp, "mixture of experts: tensor-parallel ranks per expert (1: experts replicated over tp; larger is not implemented)", POS},
         {"--ep", TD_FLAG_INT, &o->ep, "expert-parallel size (1): the experts of each mixture-of-experts block split over ep ranks of the data-parallel axis (ep divides --moe-experts and dp x cp), tokens sent to their experts by all-to-all", POS},
         {"--cp", TD_FLAG_INT, &o->cp, "context-parallel size (1): each sequence split over cp ranks in 2 cp chunks (rank r holds chunks r and 2cp-1-r), attention by ring attention; --seq must be a multiple of 2 cp", POS},
         {"--dp-shard", TD_FLAG_INT, &o->dp_shard, "hybrid sharding (0 = off): ZeRO 1-3 shard the model state within runs of N ranks of dp x cp and the N-rank shards' replicas all-reduce the gradients (N divides dp x cp; torchtitan's HSDP, DeepSpeed's MiCS)", NONNEG},
@@ -312,6 +313,8 @@ void td_train_compat_cfg(const td_train_opts *o, td_compat_cfg *c) {
     c->precision_name = o->precision, c->grad_compress_text = o->grad_compress;
     c->loss_scale_text = o->loss_scale ? o->loss_scale : "auto"; /* opts filled in by hand */
     c->loss_scale_name = td_loss_scale_mode_name(ch->loss_scale);
+    c->moe_experts = o->moe.E, c->ep = o->ep, c->moe_etp = o->moe_etp;
+    c->moe_capacity = o->moe.capacity > 0.0f, c->moe_bias = o->moe.bias_rate > 0.0f;
 }
 
 int td_train_choices_current(const td_train_opts *o) {
