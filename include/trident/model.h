@@ -516,6 +516,14 @@ typedef struct {
 /* NULL for a dense model. */
 td_moe_stats *td_gpt_moe_stats(td_gpt *m);
 void td_gpt_moe_stats_reset(td_gpt *m);
+/* Tests: called with every mixture-of-experts block's routing of a
+ * micro-batch (not again when recomputed): the chosen experts idx[N,K] of
+ * the model's N rows and each row's margin[N], the last chosen expert's
+ * selection value over the best one left out (infinite for K = E). One
+ * process-wide probe; NULL: none. */
+typedef void (*td_moe_route_probe)(void *ctx, const td_gpt *m, int layer, int N, int K, const int *idx,
+                                   const float *margin);
+void td_gpt_set_route_probe(td_moe_route_probe fn, void *ctx);
 /* The loss gradient per token of the coming backward (the aux and z
  * losses' gradients scale with it); td_gpt_backward sets it itself. */
 void td_gpt_set_dloss(td_gpt *m, float dloss);

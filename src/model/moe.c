@@ -217,6 +217,14 @@ static void narrow(const td_gpt *m, td_act *dst, const float *src, size_t n) {
 
 /* ---- routing ---- */
 
+static td_moe_route_probe g_probe;
+static void *g_probe_ctx;
+
+void td_gpt_set_route_probe(td_moe_route_probe fn, void *ctx) {
+    g_probe = fn;
+    g_probe_ctx = ctx;
+}
+
 /* Scores, the top K (ties to the lower id), the combine weights. */
 static void route(td_gpt *m, int u, td_moe_acts *a) {
     const td_moe_config *e = &m->cfg.moe;
@@ -247,6 +255,16 @@ static void route(td_gpt *m, int u, td_moe_acts *a) {
             }
             idx[k] = best;
             g[k] = sc[best];
+        }
+        if (g_probe) { /* the margin: the last chosen's selection value over the best left out */
+            float last = sc[idx[K - 1]] + (bias ? bias[idx[K - 1]] : 0.0f), next = -INFINITY;
+            for (int i = 0; i < E; i++) {
+                int taken = 0;
+                for (int j = 0; j < K; j++) taken |= idx[j] == i;
+                float v = sc[i] + (bias ? bias[i] : 0.0f);
+                if (!taken && v > next) next = v;
+            }
+            m->moe->f0[t] = last - next;
         }
         double gs = 0.0;
         for (int k = 0; k < K; k++) gs += g[k];
@@ -464,6 +482,7 @@ void td_moe_forward(td_gpt *m, int l, td_block_acts *ba) {
     TD_ASSERT(a->N == N && ep <= TD_MOE_MAX_EP);
     td_m_matmul_forward(m, a->logits, 1, ba->ln2, u, TD_T_ROUTERW, NULL, N, C, E);
     route(m, u, a);
+    if (g_probe && !m->moe->quiet) g_probe(g_probe_ctx, m, l, N, K, a->idx, m->moe->f0);
     reduce_stats(m, a);
     int dropped;
     place(m, a, &dropped);

@@ -15,6 +15,7 @@
 #include "trident/data.h"
 #include "trident/kernels.h"
 #include "trident/train.h"
+#include "moe_routes.h"
 
 #ifndef TD_DATA_DIR
 #error "TD_DATA_DIR must name the repository's data/ folder"
@@ -22,7 +23,7 @@
 
 /* The oracle: one process, the whole global batch, no strategy. */
 static void reference(const td_train_opts *o, float *losses, float *norms, float **P, float **M,
-                      float **V, td_param_table *t) {
+                      float **V, td_param_table *t, routes *rt) {
     td_dataset d;
     td_data_load(&d, o->data, o->tokenizer, 0, o->seq);
     td_gpt_config cfg;
@@ -41,6 +42,8 @@ static void reference(const td_train_opts *o, float *losses, float *norms, float
     td_gpt model;
     td_gpt_create(&model, t, Bk, 0);
     td_gpt_bind_flat(&model, p, g);
+    *rt = (routes){.M = Mk, .Bm = Bk, .T = T};
+    if (cfg.moe.E) td_gpt_set_route_probe(route_probe, rt);
     int *in = malloc(sizeof(int) * B * T), *tg = malloc(sizeof(int) * B * T);
     int *kin = malloc(sizeof(int) * Bk * T), *ktg = malloc(sizeof(int) * Bk * T);
     for (int s = 0; s < o->steps; s++) {
@@ -68,6 +71,7 @@ static void reference(const td_train_opts *o, float *losses, float *norms, float
     free(tg);
     free(kin);
     free(ktg);
+    td_gpt_set_route_probe(NULL, NULL);
     td_gpt_destroy(&model);
     td_free(g);
     td_data_free(&d);
@@ -117,8 +121,15 @@ int main(int argc, char **argv) {
     o.quiet = 1;
     o.log_every = 1000;
     td_train_opts_parse(&o, argc - 1, argv + 1);
+    /* a mixture of experts: every token's routing, beside the oracle's */
+    int world = td_comm_size(td_comm_world()), D = world / (o.tp * o.pp * o.cp);
+    routes run = {.M = o.grad_accum, .Bm = o.batch / (D * o.grad_accum), .T = o.seq,
+                  .replica = (td_comm_rank(td_comm_world()) / (o.tp * o.cp)) % D};
+    if (o.moe.E) td_gpt_set_route_probe(route_probe, &run);
     td_train_result res;
     td_train_run(&o, &res, 1);
+    td_gpt_set_route_probe(NULL, NULL);
+    if (o.moe.E) routes_gather(&run);
 
     int fails = 0;
     /* Memory: every model-state category measured by the accounting
@@ -215,7 +226,10 @@ int main(int argc, char **argv) {
         float *ref_losses = malloc(sizeof(float) * o.steps), *ref_norms = malloc(sizeof(float) * o.steps);
         float *P, *M, *V;
         td_param_table t;
-        reference(&o, ref_losses, ref_norms, &P, &M, &V, &t);
+        routes oracle;
+        reference(&o, ref_losses, ref_norms, &P, &M, &V, &t, &oracle);
+        if (o.moe.E) fails += routes_compare(&run, &oracle, o.moe.K);
+        free(oracle.r);
         /* Losses: 1e-5 relative (the issue's bound): layouts only reorder
          * fp32 sums (GEMM rows, replica sums), ~1e-7 per step. */
         double worst = 0;
@@ -274,6 +288,7 @@ int main(int argc, char **argv) {
         td_free(P), td_free(M), td_free(V);
         td_param_table_free(&t);
     }
+    free(run.r);
     td_train_result_free(&res);
     td_comm_finalize();
     return fails ? 1 : 0;
