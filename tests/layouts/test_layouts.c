@@ -63,6 +63,16 @@ static void reference(const td_train_opts *o, float *losses, float *norms, float
         double norm = sqrt(td_sumsq(g, n));
         td_adamw_update(p, g, m, v, 0, n, t, &o->optim, td_lr_at(&o->optim, s), s + 1,
                         td_clip_scale(norm, o->optim.clip));
+        if (cfg.moe.bias_rate > 0) /* DeepSeek-V3's update, written out: b_i += rate sign(mean load - load_i) */
+            for (int l = 0; l < cfg.L; l++) {
+                const td_param *bp = td_param_lookup_opt(t, TD_T_ROUTERB, l);
+                if (!bp) continue;
+                const double *ld = td_gpt_moe_stats(&model)->load + (size_t)l * cfg.moe.E;
+                double mean = 0;
+                for (int e = 0; e < cfg.moe.E; e++) mean += ld[e] / cfg.moe.E;
+                for (int e = 0; e < cfg.moe.E; e++)
+                    p[bp->offset + e] += mean > ld[e] ? cfg.moe.bias_rate : mean < ld[e] ? -cfg.moe.bias_rate : 0.0f;
+            }
         memset(g, 0, n * 4);
         losses[s] = (float)(sum / ((double)B * T));
         norms[s] = (float)norm;
