@@ -191,6 +191,30 @@ static const char *breaking(td_rule_id id, td_compat_cfg *c) {
         c->llama_flag_text = "--kv-heads 2";
         return "--kv-heads 2 needs --arch llama (gpt2 has H kv heads, a 4C GELU MLP, LayerNorm, learned "
                "positions and a tied head)";
+    case TD_RULE_MOE_FLAGS:
+        c->moe_flag_text = "--moe-top-k 2";
+        return "--moe-top-k 2 needs --moe-experts E (it shapes the experts of a mixture-of-experts model; a "
+               "dense model has none)";
+    case TD_RULE_EP_MOE:
+        c->ep = 2, c->dp = 2;
+        return "--ep 2 needs --moe-experts E (expert parallelism splits the experts of a mixture-of-experts "
+               "model; a dense model has none)";
+    case TD_RULE_EP_EXPERTS:
+        c->experts = 8, c->ep = 3, c->dp = 3;
+        return "--ep 3 does not divide --moe-experts 8: each ep rank holds an equal share of the experts; use "
+               "a divisor of 8";
+    case TD_RULE_ETP_TP:
+        c->experts = 8, c->etp = 2, c->tp = 3, c->seq_parallel = 1, c->seq = 6;
+        return "--moe-etp 2 does not divide --tp 3: the experts' tensor-parallel groups fold into the dense "
+               "part's; use a divisor of 3";
+    case TD_RULE_EP_GRID:
+        c->experts = 8, c->ep = 4, c->dp = 2;
+        return "--ep 4 does not divide tp x cp x dp / etp = 1 x 1 x 2 / 1: the experts' grid etp x ep x edp "
+               "folds into the dense part's tp x cp x dp";
+    case TD_RULE_MOE_TP_SP:
+        c->experts = 8, c->tp = 2;
+        return "--moe-experts 8 with --tp 2 needs --sequence-parallel: each tp rank routes and dispatches its "
+               "own share of the sequence";
     case TD_RULE_N:
         break;
     }
