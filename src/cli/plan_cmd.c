@@ -79,7 +79,7 @@ int td_plan_main(int argc, char **argv) {
         td_plan_model_presets_print();
         return 0;
     }
-    td_plan_model m = {"custom", 0, 0, 0, 0, 0, TD_ARCH_GPT2, 0, 0, 0};
+    td_plan_model m = {"custom", 0, 0, 0, 0, 0, TD_ARCH_GPT2, 0, 0, 0, 0, 0, 0, 0, 0};
     if (model_s)
         TD_CHECK(td_plan_model_preset(model_s, &m) == 0, "--model '%s' is not a preset; use %s", model_s,
                  td_plan_model_presets());

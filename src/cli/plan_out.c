@@ -1,6 +1,8 @@
 /* `trident plan`'s output: the ranked plans (a table or JSON) with the
  * validation's error band beside each prediction, the ZeRO-3-only plan
- * beside the best, and the `trident train` command that runs a plan. */
+ * beside the best, and the `trident train` command that runs a plan. A
+ * mixture-of-experts model's rows carry ep and etp, its costs the
+ * all-to-all; a dense model's output leaves them out. */
 #include "plan_out.h"
 
 #include <limits.h>
@@ -39,6 +41,9 @@ static const char *band_str(double lo, double hi, char *buf, size_t n) {
     return buf;
 }
 
+/* the costs a model has: a dense model's leave the experts' all-to-all out */
+static int n_costs(const td_plan_out *o) { return o->m->E > 0 ? TD_COST_N : TD_COST_EP; }
+
 static void print_row(const td_plan_out *o, const char *tag, const td_plan_eval *e) {
     char s[32], bs[24] = "-", bt[24] = "-";
     const td_plan_layout *l = &e->lay;
@@ -52,21 +57,24 @@ static void print_row(const td_plan_out *o, const char *tag, const td_plan_eval 
     char zero[16];
     if (l->shard) snprintf(zero, sizeof zero, "%d/%d", l->zero, l->shard); /* hybrid: ZeRO over shards of N */
     else snprintf(zero, sizeof zero, "%d", l->zero);
-    printf("%-5s %5d %3d %3d %3d %5s %4d %5d  %-14s %-9s %-3s %8.3g %9.3g %-9s %8.3g %-9s %5.1f%%  %s (%.0f%%)\n", tag,
-           l->dp, l->tp, l->pp, td_plan_cp(l), zero, l->micro_batch, l->micro_batches, sched_label(l, s, sizeof s), rc_name(l->rc),
+    char ep[32] = "";
+    if (o->m->E > 0) snprintf(ep, sizeof ep, " %3d %3d", td_plan_ep(l), td_plan_etp(l));
+    printf("%-5s %5d %3d %3d %3d%s %5s %4d %5d  %-14s %-9s %-3s %8.3g %9.3g %-9s %8.3g %-9s %5.1f%%  %s (%.0f%%)\n", tag,
+           l->dp, l->tp, l->pp, td_plan_cp(l), ep, zero, l->micro_batch, l->micro_batches, sched_label(l, s, sizeof s), rc_name(l->rc),
            l->sp ? "yes" : "no", e->mem_bytes / 1e9, e->step_s, bs, e->tflops_per_device, bt, 100 * e->mfu,
            td_plan_cost_name(e->dominant), 100 * dominant_s(e) / e->step_s);
 }
 
-static void print_costs(const char *tag, const td_plan_eval *e) {
+static void print_costs(const td_plan_out *o, const char *tag, const td_plan_eval *e) {
+    int n = n_costs(o);
     printf("  %-7s", tag);
-    for (int k = 0; k < TD_COST_N; k++) printf(" %s %.3g%s", td_plan_cost_name(k), e->t[k], k + 1 < TD_COST_N ? "," : "\n");
+    for (int k = 0; k < n; k++) printf(" %s %.3g%s", td_plan_cost_name(k), e->t[k], k + 1 < n ? "," : "\n");
 }
 
-static void print_header(void) {
-    printf("%-5s %5s %3s %3s %3s %5s %4s %5s  %-14s %-9s %-3s %8s %9s %-9s %8s %-9s %6s  %s\n", "rank", "dp", "tp", "pp",
-           "cp", "zero", "b", "m", "schedule", "recompute", "sp", "mem GB", "step s", "err band", "TFLOP/s", "err band",
-           "MFU", "dominant cost");
+static void print_header(const td_plan_out *o) {
+    printf("%-5s %5s %3s %3s %3s%s %5s %4s %5s  %-14s %-9s %-3s %8s %9s %-9s %8s %-9s %6s  %s\n", "rank", "dp", "tp",
+           "pp", "cp", o->m->E > 0 ? "  ep etp" : "", "zero", "b", "m", "schedule", "recompute", "sp", "mem GB",
+           "step s", "err band", "TFLOP/s", "err band", "MFU", "dominant cost");
 }
 
 /* What the error band columns mean, once above the table. */
@@ -89,7 +97,7 @@ static void print_validation(const td_plan_out *o) {
 
 void td_plan_print_table(const td_plan_out *o, const td_plan_result *r, int top) {
     print_validation(o);
-    print_header();
+    print_header(o);
     char tag[16];
     for (int i = 0; i < r->n && i < top; i++) {
         snprintf(tag, sizeof tag, "%d", i + 1);
@@ -112,8 +120,9 @@ void td_plan_print_json(const td_plan_out *o, const td_plan_result *r, int top) 
                l->sched == TD_PLAN_NO_SCHED ? "none" : td_sched_name((td_sched_kind)l->sched), l->v, rc_name(l->rc),
                l->sp ? "true" : "false", e->mem_bytes, e->step_s, e->tflops_per_device, e->mfu,
                td_plan_cost_name(e->dominant));
-        for (int k = 0; k < TD_COST_N; k++) printf("%s\"%s\": %.6g", k ? ", " : "", td_plan_cost_name(k), e->t[k]);
+        for (int k = 0; k < n_costs(o); k++) printf("%s\"%s\": %.6g", k ? ", " : "", td_plan_cost_name(k), e->t[k]);
         printf("}, ");
+        if (o->m->E > 0) printf("\"ep\": %d, \"etp\": %d, \"edp\": %d, ", td_plan_ep(l), td_plan_etp(l), td_plan_edp(l));
         if (v) {
             double lo, hi;
             band_tput(v, &lo, &hi);
@@ -238,11 +247,12 @@ void td_plan_print_zero3(const td_plan_out *o, const td_plan_eval *best) {
     compare_step(o, e, best);
     printf("; dominant cost %s (%.3g s). Seconds per step by cost (dp comm: the part not hidden behind compute):\n",
            td_plan_cost_name(e->dominant), dominant_s(e));
-    print_costs("plan 1", best);
-    print_costs("z3", e);
+    print_costs(o, "plan 1", best);
+    print_costs(o, "z3", e);
     printf("ZeRO-3's collectives take %.3g s per step (%.3g s not hidden behind compute); plan 1's dp "
            "collectives %.3g s, its tp collectives %.3g s\n",
            e->dp_traffic_s, e->t[TD_COST_DP], best->dp_traffic_s, best->t[TD_COST_TP]);
     explain_compute(e, best, o->batch, gpus);
     td_plan_result_free(&zr);
 }
+

@@ -142,8 +142,10 @@ int td_train_flag_table(td_train_opts *o, td_flag *out, int cap) {
 static void apply_model_preset(td_train_opts *o, const td_flag *flags, int n, const td_flags_info *info) {
     td_gpt_config p;
     if (!o->model) return;
-    TD_CHECK(td_plan_model_preset_config(o->model, &p) == 0, "--model '%s' is not a preset; use %s", o->model,
-             td_plan_model_presets());
+    int rc = td_plan_model_preset_config(o->model, &p);
+    TD_CHECK(rc >= 0, "--model '%s' is not a preset; use %s", o->model, td_plan_model_presets());
+    TD_CHECK(rc == 0, "--model %s is a mixture-of-experts preset, which trident train does not run yet (trident "
+             "plan plans it)", o->model);
     int llama = p.arch == TD_ARCH_LLAMA;
 #define FROM_PRESET(field, value) \
     if (td_flags_from(flags, n, info, &o->field) == TD_FROM_DEFAULT) o->field = (value)
