@@ -141,6 +141,7 @@ void td_plan_print_json(const td_plan_out *o, const td_plan_result *r, int top) 
 
 int td_plan_train_command(const td_plan_out *o, const td_plan_layout *l, char *buf, size_t n, const char **why) {
     const td_plan_model *m = o->m;
+    if (m->E > 0) return *why = "trident train does not run mixture-of-experts models yet", -1;
     if (l->rc == TD_PLAN_RC_SELECTIVE)
         return *why = "selective recomputation: trident train recomputes whole blocks (--recompute block) or none", -1;
     /* train's flag ranges (src/train/options.c) and its data's vocabulary */
@@ -256,3 +257,84 @@ void td_plan_print_zero3(const td_plan_out *o, const td_plan_eval *best) {
     td_plan_result_free(&zr);
 }
 
+/* The fastest plan of a search under the fixed choices f with ep > 1
+ * (want_ep) or ep = 1, into e: 1, or 0 with the smallest memory that did
+ * not fit (0: none valid) in *smallest. */
+static int best_of(const td_plan_out *o, const td_plan_fixed *f, int want_ep, td_plan_eval *e, double *smallest) {
+    td_plan_result r;
+    td_plan_search(o->m, o->c, o->batch, f, &r);
+    int found = 0;
+    for (int i = 0; i < r.n && !found; i++)
+        if ((td_plan_ep(&r.plans[i].lay) > 1) == want_ep) *e = r.plans[i], found = 1;
+    *smallest = r.too_big ? r.smallest_too_big : 0;
+    td_plan_result_free(&r);
+    return found;
+}
+
+/* Why this plan is not the published run's (NULL: it is): the preset's
+ * model unchanged, its cluster preset's figures, devices and batch. */
+static const char *other_run(const td_plan_out *o, const td_plan_published *p) {
+    td_plan_model a, b = *o->m;
+    if (td_plan_model_preset(p->model, &a) != 0) return "no such preset";
+    memset(a.name, 0, sizeof a.name), memset(b.name, 0, sizeof b.name);
+    if (memcmp(&a, &b, sizeof a) != 0) return "the model's sizes differ from the preset's";
+    if (strcmp(o->c->name, p->cluster) != 0 || o->overridden) return "another cluster, or the preset's figures overridden";
+    if (o->c->gpus != p->gpus) return "another number of devices";
+    if (o->batch != p->global_batch) return "another global batch";
+    return NULL;
+}
+
+static void print_memory(const char *tag, const td_plan_eval *e) {
+    printf("  %-7s memory %.3g GB: model states %.3g, activations %.3g, buffers %.3g\n", tag, e->mem_bytes / 1e9,
+           e->mem_states / 1e9, e->mem_acts / 1e9, e->mem_comm / 1e9);
+}
+
+void td_plan_print_moe(const td_plan_out *o, const td_plan_fixed *fix, const td_plan_published *pub, int n_pub) {
+    td_plan_fixed f = *fix;
+    td_plan_eval with, without, pe;
+    double small_with, small_without;
+    if (f.ep == 1) f.ep = 0; /* --ep 1: the comparison still looks for ep > 1 */
+    int has_ep = best_of(o, &f, 1, &with, &small_with);
+    f = *fix;
+    f.ep = 1;
+    int has_no = best_of(o, &f, 0, &without, &small_without);
+    const char *other = n_pub ? other_run(o, pub) : "";
+    int has_pub = 0;
+    char why[160] = "";
+    if (n_pub && !other) {
+        td_plan_layout l = pub->lay;
+        if (td_plan_check(o->m, o->c, o->batch, 0, &l, why, sizeof why) == 0) {
+            td_plan_evaluate(o->m, o->c, o->batch, &l, &pe);
+            has_pub = 1;
+        }
+    }
+    printf("expert parallelism: the best layout with ep > 1 (ep), the best with ep = 1 (ep=1)%s; predicted, not "
+           "measured%s:\n",
+           has_pub ? " and the published run's layout (pub)" : "", fix->ep ? " (--ep set aside for the comparison)" : "");
+    print_header(o);
+    if (has_ep) print_row(o, "ep", &with);
+    else printf("ep    none fits with ep > 1 (the smallest needs %.1f GB)\n", small_with / 1e9);
+    if (has_no) print_row(o, "ep=1", &without);
+    else printf("ep=1  none fits with ep = 1 (the smallest needs %.1f GB)\n", small_without / 1e9);
+    if (has_pub) print_row(o, "pub", &pe);
+    printf("Seconds per step by cost, and memory per device:\n");
+    if (has_ep) print_costs(o, "ep", &with), print_memory("ep", &with);
+    if (has_no) print_costs(o, "ep=1", &without), print_memory("ep=1", &without);
+    if (has_pub) print_costs(o, "pub", &pe), print_memory("pub", &pe);
+    if (has_ep && has_no) {
+        double r = with.step_s / without.step_s;
+        printf("the ep layout's step takes %.2fx the ep = 1 layout's (%.0f%% %s); its all-to-all %.3g s per step\n", r,
+               100 * fabs(r - 1), r <= 1 ? "shorter" : "longer", with.t[TD_COST_EP]);
+    }
+    for (int i = 0; i < n_pub; i++) {
+        printf("published %s: %.0f TFLOP/s per GPU; %s\n", pub[i].name, pub[i].tflops, pub[i].source);
+        if (has_pub)
+            printf("  predicted / published: %.2f for its layout (pub, %.0f TFLOP/s per GPU)%s", pe.tflops_per_device /
+                   pub[i].tflops, pe.tflops_per_device, has_ep ? "" : "\n");
+        else
+            printf("  not predicted here: %s%s", other ? other : why, has_ep ? "" : "\n");
+        if (has_ep)
+            printf("; %.2f for the ep layout (%.0f TFLOP/s per GPU)\n", with.tflops_per_device / pub[i].tflops,
+                   with.tflops_per_device);
+    }
+}
