@@ -237,7 +237,10 @@ void td_plan_model_presets_print(void) {
  *   2-core machine the model was built on: every layout within 11% on a
  *   quiet run (MAPE 2.1%), within 18% on a loaded one (MAPE 7.3%) (README,
  *   published at commit 83272fe, 2026-12-02). The band is the wider run's.
- * - H100: no published run has been predicted; no band. */
+ * - H100: no published run of a dense model has been predicted; no band.
+ *   One published mixture-of-experts run (Megatron-core's Mixtral 8x7B,
+ *   td_plan_published_runs below) is predicted beside MoE plans: a single
+ *   point, which makes no band. */
 static const td_plan_validation megatron_t1 = {
     "megatron-t1", 137.0 / 164.5 - 1, 138.0 / 152.9 - 1,
     "Megatron-LM table 1 (Narayanan et al. 2021): 6 rows on A100 80GB with HDR as its scripts ran them "
