@@ -84,8 +84,12 @@ typedef enum {
     TD_RULE_DP_SHARD_PAYLOAD,
     TD_RULE_DP_SHARD_DIVIDES,
     TD_RULE_ARCH_FLAGS,
+    TD_RULE_MOE_FLAGS,
     TD_RULE_EP_MOE,
     TD_RULE_EP_EXPERTS,
+    TD_RULE_ETP_TP,
+    TD_RULE_EP_GRID,
+    TD_RULE_MOE_TP_SP,
     TD_RULE_MOE_ETP,
     TD_RULE_MOE_CAPACITY_CP,
     TD_RULE_EP_PS,
@@ -134,9 +138,12 @@ typedef struct {
     /* the model family: the first flag of the Llama family given to a gpt2
      * model ("--kv-heads 2"), NULL: none */
     const char *llama_flag_text;
-    /* a mixture of experts: --moe-experts (0 dense), --ep, --moe-etp,
-     * --moe-capacity and --moe-bias-balance given (> 0) */
-    int moe_experts, ep, moe_etp, moe_capacity, moe_bias;
+    /* mixture of experts: --moe-experts (0: a dense model), --ep, --moe-etp
+     * (1: none), and the first other MoE flag given to a dense model
+     * ("--moe-top-k 2"), NULL: none */
+    int experts, ep, etp;
+    const char *moe_flag_text;
+    int moe_capacity, moe_bias; /* --moe-capacity, --moe-bias-balance given (> 0) */
 } td_compat_cfg;
 
 typedef struct {

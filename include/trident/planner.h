@@ -32,7 +32,24 @@ typedef struct {
                           by td_plan_model_finish) */
     int tie;           /* TD_TIE_*: the LM head is the token embedding;
                           0: on for gpt2, off for llama */
+    /* Mixture of experts (0 in E: a dense model, the fields after it unused).
+     * An MoE block's MLP is E experts of the family's MLP form (GELU for
+     * gpt2, SwiGLU for llama) of moe_ffn hidden features each, K of them
+     * active per token, chosen by a router (a linear C -> E), plus S shared
+     * experts of the same width every token passes through. Blocks 0, N,
+     * 2N, ... are MoE blocks (Megatron-core's --moe-layer-freq N); the
+     * others keep the dense MLP of F. */
+    int E;         /* routed experts per MoE block (--moe-experts) */
+    int K;         /* experts active per token (--moe-top-k); 0: 2 */
+    int moe_every; /* N (--moe-every); 0: 1, every block */
+    int moe_ffn;   /* hidden features of one expert (--moe-ffn-hidden); 0: F */
+    int S;         /* shared experts (--moe-shared-experts) */
 } td_plan_model;
+
+/* MoE blocks in the model: ceil(L / moe_every); 0 for a dense model. */
+int td_plan_moe_layers(const td_plan_model *m);
+/* MoE blocks among the layers [lo, hi). */
+int td_plan_moe_layers_in(const td_plan_model *m, int lo, int hi);
 
 /* The measurements a cluster preset's step times were checked against:
  * over the validated layouts, (predicted - measured) / measured step time
@@ -98,17 +115,32 @@ typedef struct {
     int cp;            /* context parallelism: each sequence over cp devices (0 = 1) */
     int shard;         /* hybrid sharding: ZeRO shards over runs of this many of
                         * the dp x cp devices, replicas all-reduce (0 = none) */
+    /* MoE: the experts' own grid over the same ranks (Megatron-core's
+     * parallel folding), etp x ep x edp x pp = the devices: etp divides tp,
+     * ep divides tp x cp x dp / etp and the experts, edp is the rest. Each
+     * device holds E / ep experts, each split over etp (0 reads as 1). */
+    int ep, etp;
 } td_plan_layout;
 
 /* cp of a layout (0 reads as 1). */
 static inline int td_plan_cp(const td_plan_layout *l) { return l->cp > 1 ? l->cp : 1; }
+static inline int td_plan_ep(const td_plan_layout *l) { return l->ep > 1 ? l->ep : 1; }
+static inline int td_plan_etp(const td_plan_layout *l) { return l->etp > 1 ? l->etp : 1; }
+/* The experts' data-parallel size: tp x cp x dp / (etp x ep), over which
+ * expert gradients reduce and ZeRO shards the expert state. */
+static inline int td_plan_edp(const td_plan_layout *l) {
+    return l->tp * td_plan_cp(l) * l->dp / (td_plan_etp(l) * td_plan_ep(l));
+}
 /* Devices ZeRO shards the model state over: a shard, else all of dp x cp. */
 static inline int td_plan_shards(const td_plan_layout *l) {
     int g = l->dp * td_plan_cp(l);
     return l->shard >= 1 && l->shard < g ? l->shard : g;
 }
 
-enum { TD_COST_COMPUTE, TD_COST_TP, TD_COST_PP, TD_COST_BUBBLE, TD_COST_DP, TD_COST_OPTIM, TD_COST_CP, TD_COST_N };
+/* TD_COST_EP (the experts' all-to-all) is last: a dense model's output
+ * leaves it out */
+enum { TD_COST_COMPUTE, TD_COST_TP, TD_COST_PP, TD_COST_BUBBLE, TD_COST_DP, TD_COST_OPTIM, TD_COST_CP, TD_COST_EP,
+       TD_COST_N };
 const char *td_plan_cost_name(int cost);
 
 typedef struct {
@@ -132,8 +164,9 @@ void td_plan_model_finish(td_plan_model *m);
 /* Presets (finished): 0, or -1 for an unknown name (the caller reports). */
 int td_plan_model_preset(const char *name, td_plan_model *m);
 /* A preset as the model's config, with what the planner does not need
- * (rope theta and scaling, norm epsilon): 0, or -1 for an unknown name.
- * V is the preset's; Vp is left 0 (td_gpt_config_finish fills it). */
+ * (rope theta and scaling, norm epsilon; a mixture of experts' E, K, every,
+ * expert F and shared experts): 0, or -1 for an unknown name. V is the
+ * preset's; Vp is left 0 (td_gpt_config_finish fills it). */
 int td_plan_model_preset_config(const char *name, td_gpt_config *cfg);
 const char *td_plan_model_presets(void);  /* "gpt2-124m, ..." for messages */
 /* A preset's source and where it departs from it ("Brown et al. 2020,
@@ -141,6 +174,22 @@ const char *td_plan_model_presets(void);  /* "gpt2-124m, ..." for messages */
 const char *td_plan_model_note(const char *name);
 /* The presets as a table (name, sizes, source), one per line. */
 void td_plan_model_presets_print(void);
+/* A published training run of a model preset, which `trident plan`
+ * predicts beside its own layouts: the layout as the planner lays it out,
+ * the throughput as the source counts it (model FLOPs per second per GPU,
+ * Megatron-core's formula: the same count as td_plan_flops at 72 but for
+ * the router's C x E). */
+typedef struct {
+    const char *model, *cluster; /* the presets it ran as */
+    int gpus, global_batch;
+    td_plan_layout lay;
+    double tflops; /* per GPU, published */
+    const char *name;   /* short tag: "mcore-0.8" */
+    const char *source; /* what, where, which version, the layout's words */
+} td_plan_published;
+/* The published runs of a model preset: *n of them (0 and NULL: none). */
+const td_plan_published *td_plan_published_runs(const char *model, int *n);
+
 /* gpus and gpus_per_node are filled in by the caller. `local` reads the
  * calibration profile: -1 with the reason in err when it is missing. */
 int td_plan_cluster_preset(const char *name, td_plan_cluster *c, char *err, size_t errlen);
@@ -170,6 +219,19 @@ double td_plan_mem_rate(const td_plan_cluster *c, double bytes);
  * td_gpt_flops_per_token at 72, 4/3 of it at 96). */
 double td_plan_params(const td_plan_model *m);
 double td_plan_flops(const td_plan_model *m, double batch, int factor);
+/* MoE: the parameters one token meets (the K routed experts of each MoE
+ * block, not E; the router, shared experts, attention, embedding and head
+ * in full); td_plan_params for a dense model. td_plan_flops counts these:
+ * the K + S experts' GEMMs and the router's C x E. */
+double td_plan_params_active(const td_plan_model *m);
+/* Bytes one device sends to other ranks per MoE block and micro-batch of b
+ * sequences in the forward: its b T / (cp tp) tokens (tp ranks route their
+ * sequence-parallel shares), K copies of each, (ep - 1) / ep of them to
+ * experts on other ranks (routing uniform on average), C elements of
+ * elem_bytes each, once to the experts (dispatch) and once back (combine):
+ * 2 (b T / (cp tp)) K (ep - 1) / ep C elem_bytes. The backward sends as
+ * many (the gradients, back the same ways). */
+double td_plan_a2a_bytes(const td_plan_model *m, int b, int tp, int cp, int ep, double elem_bytes);
 /* Activation bytes one layer keeps per micro-batch of b sequences
  * (Korthikanti table 2; full recomputation keeps the layer input). Llama's
  * by the same accounting: no dropout, GQA's narrower k and v, SwiGLU's
@@ -210,6 +272,7 @@ typedef struct {
     int tp_across_nodes; /* allow tp groups larger than a node (on the inter-node links) */
     int zero3_only; /* tp = pp = 1, zero = 3; dp need not divide the global
                        batch (the busiest replica runs ceil(global / dp)) */
+    int ep, etp;    /* MoE: --ep, --moe-etp (0: free) */
 } td_plan_fixed;
 void td_plan_fixed_init(td_plan_fixed *f);
 /* Whether the fixed choices (flags) can be met at all for this model,

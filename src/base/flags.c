@@ -25,6 +25,9 @@ void td_flags_print_table(const td_flag *flags, int n) {
                                                                                        : " X";
         char left[64];
         snprintf(left, sizeof left, "%s%s", flags[i].name, kind);
+        /* a name that fills the column still has two spaces after it, which
+         * is how scripts/gen_flag_docs.py tells the name from its help */
+        if (strlen(left) >= 22) strcat(left, " ");
         if (flags[i].range) printf("  %-22s %s; valid %s\n", left, flags[i].help, flags[i].range);
         else printf("  %-22s %s\n", left, flags[i].help);
     }

@@ -1,6 +1,8 @@
 /* `trident plan`'s output: the ranked plans (a table or JSON) with the
  * validation's error band beside each prediction, the ZeRO-3-only plan
- * beside the best, and the `trident train` command that runs a plan. */
+ * beside the best, and the `trident train` command that runs a plan. A
+ * mixture-of-experts model's rows carry ep and etp, its costs the
+ * all-to-all; a dense model's output leaves them out. */
 #include "plan_out.h"
 
 #include <limits.h>
@@ -39,6 +41,9 @@ static const char *band_str(double lo, double hi, char *buf, size_t n) {
     return buf;
 }
 
+/* the costs a model has: a dense model's leave the experts' all-to-all out */
+static int n_costs(const td_plan_out *o) { return o->m->E > 0 ? TD_COST_N : TD_COST_EP; }
+
 static void print_row(const td_plan_out *o, const char *tag, const td_plan_eval *e) {
     char s[32], bs[24] = "-", bt[24] = "-";
     const td_plan_layout *l = &e->lay;
@@ -52,21 +57,24 @@ static void print_row(const td_plan_out *o, const char *tag, const td_plan_eval 
     char zero[16];
     if (l->shard) snprintf(zero, sizeof zero, "%d/%d", l->zero, l->shard); /* hybrid: ZeRO over shards of N */
     else snprintf(zero, sizeof zero, "%d", l->zero);
-    printf("%-5s %5d %3d %3d %3d %5s %4d %5d  %-14s %-9s %-3s %8.3g %9.3g %-9s %8.3g %-9s %5.1f%%  %s (%.0f%%)\n", tag,
-           l->dp, l->tp, l->pp, td_plan_cp(l), zero, l->micro_batch, l->micro_batches, sched_label(l, s, sizeof s), rc_name(l->rc),
+    char ep[32] = "";
+    if (o->m->E > 0) snprintf(ep, sizeof ep, " %3d %3d", td_plan_ep(l), td_plan_etp(l));
+    printf("%-5s %5d %3d %3d %3d%s %5s %4d %5d  %-14s %-9s %-3s %8.3g %9.3g %-9s %8.3g %-9s %5.1f%%  %s (%.0f%%)\n", tag,
+           l->dp, l->tp, l->pp, td_plan_cp(l), ep, zero, l->micro_batch, l->micro_batches, sched_label(l, s, sizeof s), rc_name(l->rc),
            l->sp ? "yes" : "no", e->mem_bytes / 1e9, e->step_s, bs, e->tflops_per_device, bt, 100 * e->mfu,
            td_plan_cost_name(e->dominant), 100 * dominant_s(e) / e->step_s);
 }
 
-static void print_costs(const char *tag, const td_plan_eval *e) {
+static void print_costs(const td_plan_out *o, const char *tag, const td_plan_eval *e) {
+    int n = n_costs(o);
     printf("  %-7s", tag);
-    for (int k = 0; k < TD_COST_N; k++) printf(" %s %.3g%s", td_plan_cost_name(k), e->t[k], k + 1 < TD_COST_N ? "," : "\n");
+    for (int k = 0; k < n; k++) printf(" %s %.3g%s", td_plan_cost_name(k), e->t[k], k + 1 < n ? "," : "\n");
 }
 
-static void print_header(void) {
-    printf("%-5s %5s %3s %3s %3s %5s %4s %5s  %-14s %-9s %-3s %8s %9s %-9s %8s %-9s %6s  %s\n", "rank", "dp", "tp", "pp",
-           "cp", "zero", "b", "m", "schedule", "recompute", "sp", "mem GB", "step s", "err band", "TFLOP/s", "err band",
-           "MFU", "dominant cost");
+static void print_header(const td_plan_out *o) {
+    printf("%-5s %5s %3s %3s %3s%s %5s %4s %5s  %-14s %-9s %-3s %8s %9s %-9s %8s %-9s %6s  %s\n", "rank", "dp", "tp",
+           "pp", "cp", o->m->E > 0 ? "  ep etp" : "", "zero", "b", "m", "schedule", "recompute", "sp", "mem GB",
+           "step s", "err band", "TFLOP/s", "err band", "MFU", "dominant cost");
 }
 
 /* What the error band columns mean, once above the table. */
@@ -89,7 +97,7 @@ static void print_validation(const td_plan_out *o) {
 
 void td_plan_print_table(const td_plan_out *o, const td_plan_result *r, int top) {
     print_validation(o);
-    print_header();
+    print_header(o);
     char tag[16];
     for (int i = 0; i < r->n && i < top; i++) {
         snprintf(tag, sizeof tag, "%d", i + 1);
@@ -112,8 +120,9 @@ void td_plan_print_json(const td_plan_out *o, const td_plan_result *r, int top) 
                l->sched == TD_PLAN_NO_SCHED ? "none" : td_sched_name((td_sched_kind)l->sched), l->v, rc_name(l->rc),
                l->sp ? "true" : "false", e->mem_bytes, e->step_s, e->tflops_per_device, e->mfu,
                td_plan_cost_name(e->dominant));
-        for (int k = 0; k < TD_COST_N; k++) printf("%s\"%s\": %.6g", k ? ", " : "", td_plan_cost_name(k), e->t[k]);
+        for (int k = 0; k < n_costs(o); k++) printf("%s\"%s\": %.6g", k ? ", " : "", td_plan_cost_name(k), e->t[k]);
         printf("}, ");
+        if (o->m->E > 0) printf("\"ep\": %d, \"etp\": %d, \"edp\": %d, ", td_plan_ep(l), td_plan_etp(l), td_plan_edp(l));
         if (v) {
             double lo, hi;
             band_tput(v, &lo, &hi);
@@ -132,6 +141,11 @@ void td_plan_print_json(const td_plan_out *o, const td_plan_result *r, int top) 
 
 int td_plan_train_command(const td_plan_out *o, const td_plan_layout *l, char *buf, size_t n, const char **why) {
     const td_plan_model *m = o->m;
+    /* trident train's experts: replicated over tp, shared out over dp x cp */
+    if (m->E > 0 && td_plan_etp(l) > 1) return *why = "experts split over tp (etp > 1): trident train replicates them", -1;
+    if (m->E > 0 && (l->dp * td_plan_cp(l)) % td_plan_ep(l))
+        return *why = "ep carved out of tp: trident train shares the experts out over dp x cp only", -1;
+    if (m->E > 0 && td_plan_ep(l) > 1 && l->zero > 0) return *why = "ZeRO with ep: trident train runs ep with --zero 0", -1;
     if (l->rc == TD_PLAN_RC_SELECTIVE)
         return *why = "selective recomputation: trident train recomputes whole blocks (--recompute block) or none", -1;
     /* train's flag ranges (src/train/options.c) and its data's vocabulary */
@@ -153,6 +167,9 @@ int td_plan_train_command(const td_plan_out *o, const td_plan_layout *l, char *b
         k += snprintf(buf + k, n - (size_t)k, "%s%s --arch llama --kv-heads %d --ffn-hidden %d --tie-embeddings %s",
                       td_plan_model_note(m->name) ? " --model " : "", td_plan_model_note(m->name) ? m->name : "",
                       m->KV, m->F, m->tie == TD_TIE_ON ? "on" : "off");
+    if (m->E > 0 && k < (int)n)
+        k += snprintf(buf + k, n - (size_t)k, " --moe-experts %d --moe-top-k %d --moe-ffn-hidden %d --moe-every %d "
+                      "--moe-shared-experts %d --ep %d", m->E, m->K, m->moe_ffn, m->moe_every, m->S, td_plan_ep(l));
     if (l->cp > 1 && k < (int)n) k += snprintf(buf + k, n - (size_t)k, " --cp %d", l->cp);
     if (l->shard && k < (int)n) k += snprintf(buf + k, n - (size_t)k, " --dp-shard %d", l->shard);
     if (l->pp > 1 && k < (int)n)
@@ -238,11 +255,93 @@ void td_plan_print_zero3(const td_plan_out *o, const td_plan_eval *best) {
     compare_step(o, e, best);
     printf("; dominant cost %s (%.3g s). Seconds per step by cost (dp comm: the part not hidden behind compute):\n",
            td_plan_cost_name(e->dominant), dominant_s(e));
-    print_costs("plan 1", best);
-    print_costs("z3", e);
+    print_costs(o, "plan 1", best);
+    print_costs(o, "z3", e);
     printf("ZeRO-3's collectives take %.3g s per step (%.3g s not hidden behind compute); plan 1's dp "
            "collectives %.3g s, its tp collectives %.3g s\n",
            e->dp_traffic_s, e->t[TD_COST_DP], best->dp_traffic_s, best->t[TD_COST_TP]);
     explain_compute(e, best, o->batch, gpus);
     td_plan_result_free(&zr);
+}
+
+/* The fastest plan of a search under the fixed choices f with ep > 1
+ * (want_ep) or ep = 1, into e: 1, or 0 with the smallest memory that did
+ * not fit (0: none valid) in *smallest. */
+static int best_of(const td_plan_out *o, const td_plan_fixed *f, int want_ep, td_plan_eval *e, double *smallest) {
+    td_plan_result r;
+    td_plan_search(o->m, o->c, o->batch, f, &r);
+    int found = 0;
+    for (int i = 0; i < r.n && !found; i++)
+        if ((td_plan_ep(&r.plans[i].lay) > 1) == want_ep) *e = r.plans[i], found = 1;
+    *smallest = r.too_big ? r.smallest_too_big : 0;
+    td_plan_result_free(&r);
+    return found;
+}
+
+/* Why this plan is not the published run's (NULL: it is): the preset's
+ * model unchanged, its cluster preset's figures, devices and batch. */
+static const char *other_run(const td_plan_out *o, const td_plan_published *p) {
+    td_plan_model a, b = *o->m;
+    if (td_plan_model_preset(p->model, &a) != 0) return "no such preset";
+    memset(a.name, 0, sizeof a.name), memset(b.name, 0, sizeof b.name);
+    if (memcmp(&a, &b, sizeof a) != 0) return "the model's sizes differ from the preset's";
+    if (strcmp(o->c->name, p->cluster) != 0 || o->overridden) return "another cluster, or the preset's figures overridden";
+    if (o->c->gpus != p->gpus) return "another number of devices";
+    if (o->batch != p->global_batch) return "another global batch";
+    return NULL;
+}
+
+static void print_memory(const char *tag, const td_plan_eval *e) {
+    printf("  %-7s memory %.3g GB: model states %.3g, activations %.3g, buffers %.3g\n", tag, e->mem_bytes / 1e9,
+           e->mem_states / 1e9, e->mem_acts / 1e9, e->mem_comm / 1e9);
+}
+
+void td_plan_print_moe(const td_plan_out *o, const td_plan_fixed *fix, const td_plan_published *pub, int n_pub) {
+    td_plan_fixed f = *fix;
+    td_plan_eval with, without, pe;
+    double small_with, small_without;
+    if (f.ep == 1) f.ep = 0; /* --ep 1: the comparison still looks for ep > 1 */
+    int has_ep = best_of(o, &f, 1, &with, &small_with);
+    f = *fix;
+    f.ep = 1;
+    int has_no = best_of(o, &f, 0, &without, &small_without);
+    const char *other = n_pub ? other_run(o, pub) : "";
+    int has_pub = 0;
+    char why[160] = "";
+    if (n_pub && !other) {
+        td_plan_layout l = pub->lay;
+        if (td_plan_check(o->m, o->c, o->batch, 0, &l, why, sizeof why) == 0) {
+            td_plan_evaluate(o->m, o->c, o->batch, &l, &pe);
+            has_pub = 1;
+        }
+    }
+    printf("expert parallelism: the best layout with ep > 1 (ep), the best with ep = 1 (ep=1)%s; predicted, not "
+           "measured%s:\n",
+           has_pub ? " and the published run's layout (pub)" : "", fix->ep ? " (--ep set aside for the comparison)" : "");
+    print_header(o);
+    if (has_ep) print_row(o, "ep", &with);
+    else printf("ep    none fits with ep > 1 (the smallest needs %.1f GB)\n", small_with / 1e9);
+    if (has_no) print_row(o, "ep=1", &without);
+    else printf("ep=1  none fits with ep = 1 (the smallest needs %.1f GB)\n", small_without / 1e9);
+    if (has_pub) print_row(o, "pub", &pe);
+    printf("Seconds per step by cost, and memory per device:\n");
+    if (has_ep) print_costs(o, "ep", &with), print_memory("ep", &with);
+    if (has_no) print_costs(o, "ep=1", &without), print_memory("ep=1", &without);
+    if (has_pub) print_costs(o, "pub", &pe), print_memory("pub", &pe);
+    if (has_ep && has_no) {
+        double r = with.step_s / without.step_s;
+        printf("the ep layout's step takes %.2fx the ep = 1 layout's (%.0f%% %s); its all-to-all %.3g s per step\n", r,
+               100 * fabs(r - 1), r <= 1 ? "shorter" : "longer", with.t[TD_COST_EP]);
+    }
+    for (int i = 0; i < n_pub; i++) {
+        printf("published %s: %.0f TFLOP/s per GPU; %s\n", pub[i].name, pub[i].tflops, pub[i].source);
+        if (has_pub)
+            printf("  predicted / published: %.2f for its layout (pub, %.0f TFLOP/s per GPU)%s", pe.tflops_per_device /
+                   pub[i].tflops, pe.tflops_per_device, has_ep ? "" : "\n");
+        else
+            printf("  not predicted here: %s%s", other ? other : why, has_ep ? "" : "\n");
+        if (has_ep)
+            printf("; %.2f for the ep layout (%.0f TFLOP/s per GPU)\n", with.tflops_per_device / pub[i].tflops,
+                   with.tflops_per_device);
+    }
 }

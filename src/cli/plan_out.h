@@ -15,6 +15,7 @@ typedef struct {
     int threads;              /* --cluster local: threads per rank; 0 elsewhere */
     int fixed;                /* some layout choice was fixed by a flag */
     const char *no_band;      /* why c has no validation (when it has none) */
+    int overridden;           /* a figure of c's preset was overridden by a flag */
 } td_plan_out;
 
 void td_plan_print_table(const td_plan_out *o, const td_plan_result *r, int top);
@@ -29,5 +30,12 @@ void td_plan_print_command(const td_plan_out *o, const td_plan_result *r);
 /* The train command of layout l into buf: 0, or -1 with *why (nothing that
  * train runs: selective recomputation, sizes beyond train's limits). */
 int td_plan_train_command(const td_plan_out *o, const td_plan_layout *l, char *buf, size_t n, const char **why);
+
+/* A mixture-of-experts model: the best plan with ep > 1 beside the best
+ * with ep = 1 (under the fixed choices, --ep set aside), their costs and
+ * memory, and the preset's published runs (n_pub of pub): the published
+ * layout as the planner predicts it when this is the run's model,
+ * cluster, devices and batch, and predicted / published TFLOP/s per GPU. */
+void td_plan_print_moe(const td_plan_out *o, const td_plan_fixed *fix, const td_plan_published *pub, int n_pub);
 
 #endif

@@ -47,13 +47,9 @@ static void config_family(td_gpt_config *cfg) {
 /* The mixture of experts' defaults and ranges (the flags' names). */
 static void config_moe(td_gpt_config *cfg) {
     td_moe_config *e = &cfg->moe;
-    if (e->E == 0) {
-        TD_CHECK(e->K == 0 && e->shared == 0 && e->F == 0,
-                 "--moe-top-k, --moe-ffn-hidden and --moe-shared-experts need --moe-experts");
-        return;
-    }
+    if (e->E == 0) return; /* a shaping flag without experts: the rules table's moe-flags */
     TD_CHECK(e->E >= 2 && e->E <= 4096, "--moe-experts must be in [2, 4096] (got %d)", e->E);
-    if (e->K == 0) e->K = 1;
+    if (e->K == 0) e->K = 2; /* Megatron-core's --moe-router-topk default */
     TD_CHECK(e->K >= 1 && e->K <= e->E, "--moe-top-k must be in [1, --moe-experts %d] (got %d)", e->E, e->K);
     if (e->every == 0) e->every = 1;
     TD_CHECK(e->every >= 1 && e->every <= cfg->L, "--moe-every must be in [1, --layers %d] (got %d)", cfg->L,

@@ -25,7 +25,7 @@ const char *td_dp_mode_name(td_dp_mode m) {
 void td_compat_cfg_init(td_compat_cfg *c) {
     memset(c, 0, sizeof *c);
     c->dp = c->tp = c->pp = c->cp = 1;
-    c->ep = c->moe_etp = 1;
+    c->ep = c->etp = 1;
     c->virtual_stages = c->micro_batches = 1;
     c->dp_mode = TD_DP_ALLREDUCE;
     c->schedule = -1;
@@ -392,6 +392,72 @@ SAY(sample_prompt_ids) {
              S(c->data_text));
 }
 
+/* ---- mixture of experts (the planner; the trainer's flags to come) --------- */
+
+/* --moe-top-k, --moe-every, --moe-ffn-hidden, --moe-shared-experts shape
+ * the experts a dense model does not have */
+OK(moe_flags) { return !c->moe_flag_text; }
+SAY(moe_flags) {
+    snprintf(buf, n, "%s needs --moe-experts E (it shapes the experts of a mixture-of-experts model; a dense "
+             "model has none)", S(c->moe_flag_text));
+}
+
+/* ep and etp split experts; a dense model has none to split */
+OK(ep_moe) { return c->experts > 0 || (c->ep <= 1 && c->etp <= 1); }
+SAY(ep_moe) {
+    if (c->ep > 1)
+        snprintf(buf, n, "--ep %d needs --moe-experts E (expert parallelism splits the experts of a "
+                 "mixture-of-experts model; a dense model has none)", c->ep);
+    else
+        snprintf(buf, n, "--moe-etp %d needs --moe-experts E (it splits each expert of a mixture-of-experts "
+                 "model; a dense model has none)", c->etp);
+}
+BRIEF(ep_moe) { snprintf(buf, n, "ep %d and etp %d need a mixture-of-experts model", c->ep, c->etp); }
+
+/* each ep rank holds an equal share of the experts */
+OK(ep_experts) { return c->experts <= 0 || c->ep < 1 || c->experts % c->ep == 0; }
+SAY(ep_experts) {
+    snprintf(buf, n, "--ep %d does not divide --moe-experts %d: each ep rank holds an equal share of the "
+             "experts; use a divisor of %d", c->ep, c->experts, c->experts);
+}
+BRIEF(ep_experts) { snprintf(buf, n, "ep %d does not divide the %d experts", c->ep, c->experts); }
+
+/* the experts' tensor-parallel groups are groups of the dense part's
+ * (Megatron-core's parallel folding) */
+OK(etp_tp) { return c->etp < 1 || c->tp < 1 || c->tp % c->etp == 0; }
+SAY(etp_tp) {
+    snprintf(buf, n, "--moe-etp %d does not divide --tp %d: the experts' tensor-parallel groups fold into the "
+             "dense part's; use a divisor of %d", c->etp, c->tp, c->tp);
+}
+BRIEF(etp_tp) { snprintf(buf, n, "etp %d does not divide tp %d", c->etp, c->tp); }
+
+/* etp x ep x edp is the dense part's tp x cp x dp, folded */
+OK(ep_grid) {
+    if (c->experts <= 0 || c->etp < 1 || c->ep < 1 || c->tp < 1 || c->tp % c->etp) return 1;
+    long fold = (long)c->tp * c->cp * c->dp / c->etp;
+    return fold % c->ep == 0;
+}
+SAY(ep_grid) {
+    snprintf(buf, n, "--ep %d does not divide tp x cp x dp / etp = %d x %d x %d / %d: the experts' grid "
+             "etp x ep x edp folds into the dense part's tp x cp x dp", c->ep, c->tp, c->cp, c->dp, c->etp);
+}
+BRIEF(ep_grid) {
+    snprintf(buf, n, "ep %d does not divide tp x cp x dp / etp (%d x %d x %d / %d)", c->ep, c->tp, c->cp, c->dp,
+             c->etp);
+}
+
+/* each tp rank routes and dispatches its own share of the sequence: the
+ * block's input is sequence-parallel (Megatron-core refuses expert with
+ * tensor parallelism without it) */
+OK(moe_tp_sp) { return c->experts <= 0 || c->tp <= 1 || c->seq_parallel; }
+SAY(moe_tp_sp) {
+    snprintf(buf, n, "--moe-experts %d with --tp %d needs --sequence-parallel: each tp rank routes and "
+             "dispatches its own share of the sequence", c->experts, c->tp);
+}
+BRIEF(moe_tp_sp) {
+    snprintf(buf, n, "experts with tp %d need sequence parallelism (each tp rank routes its share)", c->tp);
+}
+
 /* ---- the table ------------------------------------------------------------ */
 
 enum {
@@ -411,25 +477,14 @@ enum {
 };
 /* ---- mixture of experts and expert parallelism (ep.h) --------------------- */
 
-OK(ep_moe) { return c->ep <= 1 || c->moe_experts > 0; }
-SAY(ep_moe) {
-    snprintf(buf, n, "--ep %d needs a mixture of experts (--moe-experts E): it shares out the experts", c->ep);
-}
-
-OK(ep_experts) { return c->ep <= 1 || c->moe_experts <= 0 || (c->moe_experts % c->ep == 0 && c->ep <= 256); }
-SAY(ep_experts) {
-    snprintf(buf, n, "--ep %d does not divide --moe-experts %d: each ep rank holds E / ep experts (ep <= 256)", c->ep,
-             c->moe_experts);
-}
-BRIEF(ep_experts) { snprintf(buf, n, "ep %d does not divide the %d experts", c->ep, c->moe_experts); }
-
-/* the experts are replicated over tp: the tp ranks compute them together */
-OK(moe_etp) { return c->moe_etp <= 1; }
+/* the experts are replicated over tp: the tp ranks compute them together
+ * (an etp that does not divide tp is etp-tp's to refuse) */
+OK(moe_etp) { return c->etp <= 1 || (c->tp >= 1 && c->tp % c->etp != 0); }
 SAY(moe_etp) {
     snprintf(buf, n,
              "--moe-etp %d: experts split over tensor-parallel ranks are not implemented; the experts are "
              "replicated over tp (etp 1) and --ep shares them out over dp x cp",
-             c->moe_etp);
+             c->etp);
 }
 
 /* capacity keeps each expert's first assignments in token order, and a
@@ -481,9 +536,11 @@ SAY(ep_payload) {
              c->ep, S(c->grad_compress_text));
 }
 
+/* trident's ep runs over dp x cp only (an ep that does not even fit
+ * Megatron-core's folding is ep-grid's to refuse) */
 OK(ep_divides) {
     int G = (c->dp > 0 ? c->dp : 1) * (c->cp > 0 ? c->cp : 1);
-    return c->ep <= 1 || G % c->ep == 0;
+    return c->ep <= 1 || G % c->ep == 0 || !ok_ep_grid(c);
 }
 SAY(ep_divides) {
     int G = (c->dp > 0 ? c->dp : 1) * (c->cp > 0 ? c->cp : 1);
@@ -541,8 +598,12 @@ static const td_compat_rule rules[TD_RULE_N] = {
     ROW(TD_RULE_DP_SHARD_PAYLOAD, "dp-shard-payload", OPT | DPN, dp_shard_payload),
     ROWB(TD_RULE_DP_SHARD_DIVIDES, "dp-shard-divides", GRD | DPN, dp_shard_divides),
     ROW(TD_RULE_ARCH_FLAGS, "arch-flags", MCF, arch_flags),
-    ROW(TD_RULE_EP_MOE, "ep-moe", OPT, ep_moe),
+    ROW(TD_RULE_MOE_FLAGS, "moe-flags", OPT, moe_flags),
+    ROWB(TD_RULE_EP_MOE, "ep-moe", OPT, ep_moe),
     ROWB(TD_RULE_EP_EXPERTS, "ep-experts", OPT, ep_experts),
+    ROWB(TD_RULE_ETP_TP, "etp-tp", OPT, etp_tp),
+    ROWB(TD_RULE_EP_GRID, "ep-grid", GRD, ep_grid),
+    ROWB(TD_RULE_MOE_TP_SP, "moe-tp-sp", OPT, moe_tp_sp),
     ROW(TD_RULE_MOE_ETP, "moe-etp", OPT, moe_etp),
     ROW(TD_RULE_MOE_CAPACITY_CP, "moe-capacity-cp", OPT, moe_capacity_cp),
     ROW(TD_RULE_EP_PS, "ep-ps", RUN, ep_ps),

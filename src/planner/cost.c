@@ -17,49 +17,62 @@
 #include <math.h>
 #include <string.h>
 
+#include "cost_internal.h"
 #include "trident/planner.h"
 #include "trident/schedule.h"
 #include "trident/state_plan.h"
 
 const char *td_plan_cost_name(int cost) {
-    static const char *n[TD_COST_N] = {"compute", "tp comm", "pp p2p", "bubble", "dp comm", "optimizer", "cp ring"};
+    static const char *n[TD_COST_N] = {"compute", "tp comm", "pp p2p", "bubble", "dp comm", "optimizer", "cp ring",
+                                       "ep a2a"};
     return n[cost];
 }
 
-/* The family's sizes; td_plan_model_finish has resolved llama's F. */
-static int is_llama(const td_plan_model *m) { return m->arch == TD_ARCH_LLAMA; }
-static double ffn(const td_plan_model *m) { return m->F ? m->F : 4.0 * m->C; }
 /* columns of k (and of v): KV heads of C / H */
 static double kv_cols(const td_plan_model *m) { return (double)(m->KV ? m->KV : m->H) * (m->C / m->H); }
 static int untied(const td_plan_model *m) {
-    return m->tie == TD_TIE_OFF || (m->tie == TD_TIE_DEFAULT && is_llama(m));
+    return m->tie == TD_TIE_OFF || (m->tie == TD_TIE_DEFAULT && pl_llama(m));
 }
 /* Llama's weight matrices per block: q and o (C x C), k and v (KV hs x C),
  * gate, up and down (F x C) */
 static double llama_block_matrices(const td_plan_model *m) {
     double h = m->C;
-    return 2 * h * h + 2 * kv_cols(m) * h + 3 * ffn(m) * h;
+    return 2 * h * h + 2 * kv_cols(m) * h + 3 * pl_ffn(m) * h;
 }
 /* The model's config for td_gpt_flops_per_token (the sizes it reads). */
 static td_gpt_config gpt_config_of(const td_plan_model *m) {
     return (td_gpt_config){.L = m->L, .H = m->H, .C = m->C, .T = m->T, .V = m->V, .arch = (td_arch)m->arch,
-                           .KV = m->KV ? m->KV : m->H, .F = (int)ffn(m), .tie = untied(m) ? TD_TIE_OFF : TD_TIE_ON};
+                           .KV = m->KV ? m->KV : m->H, .F = (int)pl_ffn(m), .tie = untied(m) ? TD_TIE_OFF : TD_TIE_ON};
 }
 
-double td_plan_params(const td_plan_model *m) {
+static double dense_params(const td_plan_model *m) {
     double l = m->L, h = m->C;
-    if (is_llama(m)) /* blocks with their two RMSNorms, the embedding, the final norm, the head */
+    if (pl_llama(m)) /* blocks with their two RMSNorms, the embedding, the final norm, the head */
         return l * (llama_block_matrices(m) + 2 * h) + (double)m->V * h + h + (untied(m) ? (double)m->V * h : 0);
     return 12 * l * h * h * (1 + 13 / (12 * h) + (m->V + m->T) / (12 * l * h));
 }
 
-double td_plan_flops(const td_plan_model *m, double batch, int factor) {
+/* MoE: the dense count with each MoE block's MLP replaced (cost_moe.c) */
+double td_plan_params(const td_plan_model *m) {
+    return m->E > 0 ? dense_params(m) + pl_moe_params_delta(m, 0) : dense_params(m);
+}
+
+static double dense_flops(const td_plan_model *m, double batch, int factor) {
     double l = m->L, h = m->C, s = m->T;
-    if (is_llama(m)) {
+    if (pl_llama(m)) {
         td_gpt_config cfg = gpt_config_of(m);
         return factor / 72.0 * batch * s * td_gpt_flops_per_token(&cfg);
     }
     return factor * batch * s * l * h * h * (1 + s / (6 * h) + m->V / (16 * l * h));
+}
+
+/* MoE: 6 FLOPs per active weight and token (72 / 72 of them; 96 with the
+ * forward recomputed) for what each MoE block adds: the router's C x E,
+ * K + S experts in place of the dense MLP (Megatron-core's count, less the
+ * router's, which it leaves out: 0.01% of Mixtral 8x7B's) */
+double td_plan_flops(const td_plan_model *m, double batch, int factor) {
+    if (m->E <= 0) return dense_flops(m, batch, factor);
+    return dense_flops(m, batch, factor) + factor / 72.0 * batch * m->T * 6 * pl_moe_matrices_delta(m);
 }
 
 /* A device's s / cp rows; their attention scores span all s keys. */
@@ -67,13 +80,13 @@ static double act_bytes_cp(const td_plan_model *m, int b, int tp, int sp, int rc
     double sbh = (double)m->T / cp * b * m->C, t = tp;
     if (rc == TD_PLAN_RC_FULL) return 2 * sbh / (sp ? t : 1); /* the layer's input */
     double per, attn;
-    if (is_llama(m)) {
+    if (pl_llama(m)) {
         /* Korthikanti's accounting for Llama's block (no dropout): 8 sbh
          * unsplit without sequence parallelism (the two RMSNorms' inputs,
          * the q|k|v and gate|up GEMMs' inputs); split by tp: q 2, k and v
          * 2 KV/H each, o's input 2, gate|up 4 F/h and their product 2 F/h;
          * the softmax output 2 a s / h (no dropout mask or output) */
-        double split = 4 + 4 * kv_cols(m) / m->C + 6 * ffn(m) / m->C;
+        double split = 4 + 4 * kv_cols(m) / m->C + 6 * pl_ffn(m) / m->C;
         per = sp ? (8 + split) / t : 8 + split / t;
         attn = 2.0 * m->H * m->T / ((double)m->C * t);
     } else {
@@ -145,14 +158,14 @@ double td_plan_dp_volume(double psi, int d, int zero, int m) {
  * on the last (gpt2's, like eq. 2, is left out). */
 static double layer_params(const td_plan_model *m, int tp) {
     double h = m->C;
-    if (is_llama(m)) return llama_block_matrices(m) / tp + 2 * h;
+    if (pl_llama(m)) return llama_block_matrices(m) / tp + 2 * h;
     return 12 * h * h / tp + 13 * h;
 }
 static double stage_params(const td_plan_model *m, int tp, int pp, int first, int last) {
     double h = m->C, p = (double)m->L / pp * layer_params(m, tp) + (double)m->V * h / tp;
     if (first && last && untied(m)) p += (double)m->V * h / tp;
-    if (last && is_llama(m)) p += h;
-    return first && !is_llama(m) ? p + (double)m->T * h : p;
+    if (last && pl_llama(m)) p += h;
+    return first && !pl_llama(m) ? p + (double)m->T * h : p;
 }
 
 /* Elementwise bytes of one layer's forward per micro-batch. gpt2:
@@ -164,9 +177,9 @@ static double stage_params(const td_plan_model *m, int tp, int pp, int first, in
  * and up read, F written) and softmax (4 a s bytes). */
 static double layer_ew_bytes(const td_plan_model *m, int b, int tp, int sp, int cp) {
     double h = m->C, as = (double)m->H * m->T; /* a device's s / cp rows against all s keys */
-    if (is_llama(m))
+    if (pl_llama(m))
         return (double)b * m->T / cp *
-               (20 * h / (sp ? tp : 1) + (4 * (h + kv_cols(m)) + 6 * ffn(m) + 4 * as) / tp);
+               (20 * h / (sp ? tp : 1) + (4 * (h + kv_cols(m)) + 6 * pl_ffn(m) + 4 * as) / tp);
     return (double)b * m->T / cp * (22 * h / (sp ? tp : 1) + (16 * h + 9 * as) / tp);
 }
 
@@ -213,27 +226,60 @@ static double dp_bus_bw(const td_plan_cluster *c, int t, int d) {
     return fmin(c->intra_bw, k * c->inter_bw);
 }
 
+/* MoE: a stage's non-expert parameters (each MoE block's router and shared
+ * experts in place of the dense MLP) into *psi0 and *psiL (the first and
+ * last stage), its experts' into *x0 and *xL (0 for a dense model). */
+static void stage_moe_params(const td_plan_model *m, const td_plan_layout *l, double *psi0, double *psiL, double *x0,
+                             double *xL) {
+    *x0 = *xL = 0;
+    if (m->E <= 0) return;
+    int p = l->pp, v = l->sched == TD_SCHED_INTERLEAVED ? l->v : 1, t = l->tp;
+    int n0 = pl_moe_on_stage(m, p, v, 0), nL = pl_moe_on_stage(m, p, v, p - 1);
+    double block = pl_moe_block_params(m, t) - pl_dense_mlp_params(m, t);
+    double experts = pl_moe_expert_params(m, td_plan_ep(l), td_plan_etp(l));
+    *psi0 += n0 * block, *psiL += nL * block;
+    *x0 = n0 * experts, *xL = nL * experts;
+}
+
 /* Memory of the first stage (most activations in flight) and of the last
  * (the logits); the larger goes to e. Model states are the ZeRO paper's
- * (2 + 2 + 12) psi from the engine's state plan. */
+ * (2 + 2 + 12) psi from the engine's state plan; MoE experts' apart,
+ * sharded over edp. */
 static void plan_memory(const td_plan_model *m, const td_plan_cluster *c, const td_plan_layout *l, td_plan_eval *e) {
     int t = l->tp, p = l->pp, d = td_plan_shards(l), b = l->micro_batch, mb = l->micro_batches;
     int v = l->sched == TD_SCHED_INTERLEAVED ? l->v : 1, cp = td_plan_cp(l);
     td_plan_model local = *m; /* a device's rows of each sequence */
     local.T = m->T / cp;
     double h = m->C, s = local.T, lps = (double)m->L / p;
-    double psi0 = stage_params(m, t, p, 1, p == 1), psiL = stage_params(m, t, p, p == 1, 1);
+    double psi0 = stage_params(m, t, p, 1, p == 1), psiL = stage_params(m, t, p, p == 1, 1), x0, xL;
+    stage_moe_params(m, l, &psi0, &psiL, &x0, &xL);
     /* mixed precision's (2 + 2 + 12) psi; fp32 elements on `local` (the
      * engine there trains in fp32: 4 + 4 + 8 psi) */
     double eb = c->elem_bytes ? c->elem_bytes / 2.0 : 1;
     td_state_elem mixed = c->elem_bytes == 4 ? td_state_elem_engine(0) : td_state_elem_mixed();
     double act_l = eb * act_bytes_cp(m, b, t, l->sp, l->rc, cp);
     double work = l->rc == TD_PLAN_RC_NONE ? 0 : eb * act_bytes_cp(m, b, t, l->sp, TD_PLAN_RC_NONE, cp);
-    double acts0 = td_plan_inflight(l->sched, p, mb, v, 0) * lps / v * act_l + work;
+    /* a layer's average activations on the first and last stage: MoE
+     * blocks keep their experts' in place of the dense MLP's */
+    double per0 = act_l, perL = act_l, comm = 0;
+    pl_moe_block blk = {0};
+    if (m->E > 0) {
+        pl_moe_block_cost(m, c, l, eb, 0, &blk);
+        int n0 = pl_moe_on_stage(m, p, v, 0), nL = pl_moe_on_stage(m, p, v, p - 1);
+        double delta = blk.act - blk.dense_act, act_m = l->rc == TD_PLAN_RC_FULL ? act_l : act_l + delta;
+        per0 = ((lps - n0) * act_l + n0 * act_m) / lps, perL = ((lps - nL) * act_l + nL * act_m) / lps;
+        if (work > 0 && delta > 0) work += delta; /* the recomputed layer an MoE block */
+        if (n0 || nL) comm += blk.buf;            /* the dropless worst case, a block at a time */
+    }
+    double acts0 = td_plan_inflight(l->sched, p, mb, v, 0) * lps / v * per0 + work;
     double logits = 4.0 * s * b * m->V / t; /* fp32 logits for the loss */
-    double actsL = (p == 1 ? acts0 : td_plan_inflight(l->sched, p, mb, v, p - 1) * lps / v * act_l + work) + logits;
-    double comm = 0;
-    if (l->zero == 3) comm += 2 * 2 * eb * layer_params(m, t);  /* two layers gathered (prefetch) */
+    double actsL = (p == 1 ? acts0 : td_plan_inflight(l->sched, p, mb, v, p - 1) * lps / v * perL + work) + logits;
+    if (l->zero == 3) { /* two layers gathered (prefetch): an MoE block's with its experts */
+        double lay = layer_params(m, t);
+        if (m->E > 0) lay += fmax(0, pl_moe_block_params(m, t) - pl_dense_mlp_params(m, t) +
+                                         pl_moe_expert_params(m, td_plan_ep(l), td_plan_etp(l)));
+        comm += 2 * 2 * eb * lay;
+    }
     if (p > 1) comm += 2 * 2 * eb * s * b * h / (l->sp ? t : 1); /* send and receive buffers */
     if (cp > 1) { /* the ring's 4 K/V blocks, as the engine's plan counts them
                    * (td_cp_ring_plan_bytes): held in the MLP backward's
@@ -242,13 +288,17 @@ static void plan_memory(const td_plan_model *m, const td_plan_cluster *c, const 
                    * input gradient, F1 + F columns), own memory only where
                    * they do not fit there */
         double blocks = 4 * 2 * eb * s * b * 2 * kv_cols(m) / t;
-        double lent = 2 * eb * s * b * ((is_llama(m) ? 2 : 1) * ffn(m) + ffn(m)) / t;
+        double lent = 2 * eb * s * b * ((pl_llama(m) ? 2 : 1) * pl_ffn(m) + pl_ffn(m)) / t;
         if (blocks > lent) comm += blocks;
     }
-    double mem0 = td_state_total(td_state_plan(psi0, d, l->zero, mixed)) + acts0;
-    double memL = td_state_total(td_state_plan(psiL, d, l->zero, mixed)) + actsL;
+    int edp = td_plan_edp(l);
+    double st0 = td_state_total(td_state_plan(psi0, d, l->zero, mixed));
+    double stL = td_state_total(td_state_plan(psiL, d, l->zero, mixed));
+    if (x0 > 0) st0 += td_state_total(td_state_plan(x0, edp, l->zero, mixed));
+    if (xL > 0) stL += td_state_total(td_state_plan(xL, edp, l->zero, mixed));
+    double mem0 = st0 + acts0, memL = stL + actsL;
     int last = memL > mem0;
-    e->mem_states = td_state_total(td_state_plan(last ? psiL : psi0, d, l->zero, mixed));
+    e->mem_states = last ? stL : st0;
     e->mem_acts = last ? actsL : acts0;
     e->mem_comm = comm;
     e->mem_bytes = e->mem_states + e->mem_acts + comm;
@@ -265,8 +315,11 @@ void td_plan_evaluate(const td_plan_model *m, const td_plan_cluster *c, int glob
     td_plan_model local = *m; /* a device's s / cp rows of each sequence */
     local.T = m->T / cp;
     double h = m->C, s = local.T, s_all = m->T, lps = (double)m->L / p, eb = c->elem_bytes ? c->elem_bytes / 2.0 : 1;
-    double psi0 = stage_params(m, t, p, 1, p == 1), psiL = stage_params(m, t, p, p == 1, 1);
+    double psi0 = stage_params(m, t, p, 1, p == 1), psiL = stage_params(m, t, p, p == 1, 1), x0, xL;
+    stage_moe_params(m, l, &psi0, &psiL, &x0, &xL);
     double psi = psi0 > psiL ? psi0 : psiL, logits = 4.0 * s * b * m->V / t;
+    double px = x0 > xL ? x0 : xL; /* MoE: the expert parameters (0: dense) */
+    int edp = td_plan_edp(l);
 
     /* one layer, one micro-batch */
     /* the dense GEMMs (QKV, projection, MLP) at the GEMM rate; attention's
@@ -278,8 +331,8 @@ void td_plan_evaluate(const td_plan_model *m, const td_plan_cluster *c, int glob
     double gemm_t = 2 * bs * h * (3 * h / t) / td_plan_gemm_rate(c, bs, 3 * h / t, h) +  /* QKV */
                     2 * bs * (h / t) * h / td_plan_gemm_rate(c, bs, h, h / t) +          /* projection */
                     2 * 2 * bs * h * (4 * h / t) / td_plan_gemm_rate(c, bs, 4 * h / t, h); /* MLP */
-    if (is_llama(m)) { /* q|k|v of h + 2 KV hs columns; gate|up (2F) and down (F) */
-        double qkv = (h + 2 * kv_cols(m)) / t, f = ffn(m) / t;
+    if (pl_llama(m)) { /* q|k|v of h + 2 KV hs columns; gate|up (2F) and down (F) */
+        double qkv = (h + 2 * kv_cols(m)) / t, f = pl_ffn(m) / t;
         gemm_t = 2 * bs * h * qkv / td_plan_gemm_rate(c, bs, qkv, h) +
                  2 * bs * (h / t) * h / td_plan_gemm_rate(c, bs, h, h / t) +
                  2 * bs * h * 2 * f / td_plan_gemm_rate(c, bs, 2 * f, h) +
@@ -288,12 +341,12 @@ void td_plan_evaluate(const td_plan_model *m, const td_plan_cluster *c, int glob
     double attn_gemm = 4 * b * s * s_all * h / t; /* local queries, every key */
     /* the scores' softmax (and gpt2's dropout): 4 (9) bytes per score */
     double ew = eb * layer_ew_bytes(m, b, t, l->sp, cp);
-    double attn_ew = eb * (double)b * s * (is_llama(m) ? 4 : 9) * m->H * s_all / t;
+    double attn_ew = eb * (double)b * s * (pl_llama(m) ? 4 : 9) * m->H * s_all / t;
     /* at the bandwidth of the largest tensor an elementwise op streams (in
      * and out): GeLU's 4h wide one (SwiGLU's 2F in, F out), or the attention
      * scores */
     double ws = 2 * eb * 2 * bs * fmax(4 * h / t, (double)m->H * s_all / t);
-    if (is_llama(m)) ws = 2 * eb * bs * fmax(3 * ffn(m) / t, 2.0 * m->H * s_all / t);
+    if (pl_llama(m)) ws = 2 * eb * bs * fmax(3 * pl_ffn(m) / t, 2.0 * m->H * s_all / t);
     double mbw = td_plan_mem_rate(c, ws);
     double tf = gemm_t + attn_gemm / bmm + ew / mbw;
     /* backward: twice the FLOPs; each elementwise op's backward moves 3
@@ -314,10 +367,29 @@ void td_plan_evaluate(const td_plan_model *m, const td_plan_cluster *c, int glob
     double head = 6 * bs * h * m->V / t / td_plan_gemm_rate(c, bs, (double)m->V / t, h) +
                   loss_bytes_per_logit(c) * logits / 4 / td_plan_mem_rate(c, logits);
     double comp_mb = lps * (tf + tb + trc) + head, tp_mb = lps * ttp;
+    if (m->E > 0) {
+        /* the busiest stage's MoE blocks: the dense MLP's GEMMs, elementwise
+         * passes and collectives replaced by the block's (cost_moe.c); its
+         * all-to-all forward, backward, and again when the forward reruns */
+        pl_moe_block blk;
+        pl_moe_block_cost(m, c, l, eb, g_op, &blk);
+        double f = pl_ffn(m) / t, mlp_t = 2 * 2 * bs * h * (4 * h / t) / td_plan_gemm_rate(c, bs, 4 * h / t, h);
+        if (pl_llama(m))
+            mlp_t = 2 * bs * h * 2 * f / td_plan_gemm_rate(c, bs, 2 * f, h) + 2 * bs * f * h / td_plan_gemm_rate(c, bs, h, f);
+        double gm = gemm_t - mlp_t + blk.gemm_s, ewm = ew - blk.dense_ew_bytes + blk.ew_bytes;
+        double tfm = gm + attn_gemm / bmm + ewm / mbw, tbm = 2 * (gm + attn_gemm / bmm) + 1.5 * ewm / mbw;
+        double trcm = l->rc == TD_PLAN_RC_FULL ? tfm : trc, again = 2 + (l->rc == TD_PLAN_RC_FULL);
+        int nm = pl_moe_busiest(m, p, v);
+        comp_mb = (lps - nm) * (tf + tb + trc) + nm * (tfm + tbm + trcm) + head;
+        tp_mb = (lps - nm) * ttp + nm * (g_op + blk.tp_s) * again;
+        e->t[TD_COST_EP] = mb * nm * blk.a2a_s * again;
+    }
     /* each micro-batch after the first adds its weight gradients into the
      * accumulated ones (autograd keeps the first's as they are); ZeRO-2 and
-     * 3 keep only the reduce-scattered shard */
-    double acc_elems = l->zero >= 2 ? psi / k : psi, acc_bytes = c->grad_acc_bytes * acc_elems;
+     * 3 keep only the reduce-scattered shard (the experts' over edp) */
+    double acc_elems = l->zero >= 2 ? psi / k : psi;
+    if (px > 0) acc_elems += l->zero >= 2 ? px / edp : px;
+    double acc_bytes = c->grad_acc_bytes * acc_elems;
     double acc = acc_bytes > 0 ? (mb - 1) * acc_bytes / td_plan_mem_rate(c, acc_bytes) : 0;
     e->t[TD_COST_COMPUTE] = mb * comp_mb + acc;
     e->t[TD_COST_TP] = mb * tp_mb;
@@ -335,6 +407,7 @@ void td_plan_evaluate(const td_plan_model *m, const td_plan_cluster *c, int glob
         e->t[TD_COST_PP] = mb * 2.0 * v * x;
         double frac = td_schedule_bubble_theory((td_sched_kind)l->sched, p, mb, v, 1, 2, 0);
         e->t[TD_COST_BUBBLE] = frac * (e->t[TD_COST_COMPUTE] + e->t[TD_COST_TP]);
+        if (m->E > 0) e->t[TD_COST_BUBBLE] += frac * e->t[TD_COST_EP]; /* the all-to-all waits in it too */
     }
     if (cp > 1) {
         /* Per layer and micro-batch the ring sends cp - 1 K/V blocks
@@ -350,12 +423,22 @@ void td_plan_evaluate(const td_plan_model *m, const td_plan_cluster *c, int glob
         double ring = fmax(0, fwd - af) * (l->rc == TD_PLAN_RC_FULL ? 2 : 1) + fmax(0, bwd - 2 * af);
         e->t[TD_COST_CP] = mb * lps * ring;
     }
-    if (d > 1) {
+    /* MoE: the experts' gradients reduce over edp, whose members sit
+     * etp x ep apart (the experts' order etp-ep-edp-pp), after the dense
+     * part's on the same links */
+    double piece_x = 0;
+    if (px > 0 && edp > 1) {
+        int ex = td_plan_etp(l) * td_plan_ep(l), xcross = dp_per_node(ex, edp, G) < edp;
+        piece_x = eb * td_plan_dp_volume(px, edp, 0, 1) / 2 / dp_bus_bw(c, ex, edp) +
+                  (lps + 1) * (edp - 1) * (xcross ? c->inter_lat : c->intra_lat);
+    }
+    if (d > 1 || piece_x > 0) {
         /* A piece is one ring collective of the stage's 2-byte parameters or
          * gradients, one call per layer (bucket). */
         int cross = dp_per_node(t, k, G) < k;
         double bw = dp_bus_bw(c, t, k), lat = cross ? c->inter_lat : c->intra_lat;
         double piece = k > 1 ? eb * td_plan_dp_volume(psi, k, 0, 1) / 2 / bw + (lps + 1) * (k - 1) * lat : 0;
+        if (piece_x > 0) piece += piece_x;
         /* hybrid sharding: the d / k replicas of each shard all-reduce its
          * gradient sum after the backward (trident's engine: exposed), one
          * member per node each, on the node's ports side by side */
@@ -381,7 +464,9 @@ void td_plan_evaluate(const td_plan_model *m, const td_plan_cluster *c, int glob
     }
     /* the optimizer step over the owned parameters: on `local` at the
      * engine's measured rate per element, elsewhere memory-bound */
-    double owned = l->zero >= 1 ? psi / k : psi, ob = owned * optim_bytes_per_param(c);
+    double owned = l->zero >= 1 ? psi / k : psi;
+    if (px > 0) owned += l->zero >= 1 ? px / edp : px;
+    double ob = owned * optim_bytes_per_param(c);
     e->t[TD_COST_OPTIM] = c->optim_rate > 0 ? owned / c->optim_rate : ob / td_plan_mem_rate(c, ob);
 
     if (c->oversub > 1) e->t[TD_COST_BUBBLE] *= td_plan_bubble_shared(p, c->oversub);

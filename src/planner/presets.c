@@ -7,8 +7,10 @@
 #include <math.h>
 
 #include "trident/base.h"
+#include "trident/compat.h"
 #include "trident/files.h"
 #include "trident/planner.h"
+#include "trident/schedule.h"
 
 typedef struct {
     td_plan_model m;
@@ -22,7 +24,7 @@ typedef struct {
 #define LLAMA TD_ARCH_LLAMA
 #define NO_SCALING {0, 0, 0, 0}
 /* a gpt2 row: learned positions, a tied head, no rotary base */
-#define GPT2_ROW(name, l, h, c, v, t, note) {{name, l, h, c, v, t, TD_ARCH_GPT2, 0, 0, TD_TIE_ON}, note, 0, NO_SCALING}
+#define GPT2_ROW(name, l, h, c, v, t, note) {{name, l, h, c, v, t, TD_ARCH_GPT2, 0, 0, TD_TIE_ON, 0, 0, 0, 0, 0}, note, 0, NO_SCALING}
 
 static const model_row models[] = {
     /* GPT-2 (Radford et al. 2019, table 2; "350m" is the 24-layer 1024-wide
@@ -67,23 +69,38 @@ static const model_row models[] = {
      * rope_theta, tie_word_embeddings; rms_norm_eps is 1e-5 in each, the
      * model's default). The planner's parameter counts are printed beside
      * the published sizes in docs/planner-cli.md. */
-    {{"smollm-135m", 30, 9, 576, 49152, 2048, LLAMA, 3, 1536, TD_TIE_ON},
+    {{"smollm-135m", 30, 9, 576, 49152, 2048, LLAMA, 3, 1536, TD_TIE_ON, 0, 0, 0, 0, 0},
      "SmolLM-135M, HuggingFaceTB/SmolLM-135M config.json (Allal et al. 2024, the SmolLM blog post)", 10000, NO_SCALING},
-    {{"tinyllama-1.1b", 22, 32, 2048, 32000, 2048, LLAMA, 4, 5632, TD_TIE_OFF},
+    {{"tinyllama-1.1b", 22, 32, 2048, 32000, 2048, LLAMA, 4, 5632, TD_TIE_OFF, 0, 0, 0, 0, 0},
      "TinyLlama-1.1B, TinyLlama/TinyLlama-1.1B-intermediate-step-1431k-3T config.json (Zhang et al. 2024)",
      10000, NO_SCALING},
-    {{"llama2-7b", 32, 32, 4096, 32000, 4096, LLAMA, 32, 11008, TD_TIE_OFF},
+    {{"llama2-7b", 32, 32, 4096, 32000, 4096, LLAMA, 32, 11008, TD_TIE_OFF, 0, 0, 0, 0, 0},
      "Llama 2 7B, meta-llama/Llama-2-7b-hf config.json (Touvron et al. 2023, table 1)", 10000, NO_SCALING},
-    {{"llama3-8b", 32, 32, 4096, 128256, 8192, LLAMA, 8, 14336, TD_TIE_OFF},
+    {{"llama3-8b", 32, 32, 4096, 128256, 8192, LLAMA, 8, 14336, TD_TIE_OFF, 0, 0, 0, 0, 0},
      "Llama 3 8B, meta-llama/Meta-Llama-3-8B config.json (Dubey et al. 2024, table 3)", 500000, NO_SCALING},
-    {{"llama3.1-70b", 80, 64, 8192, 128256, 131072, LLAMA, 8, 28672, TD_TIE_OFF},
+    {{"llama3.1-70b", 80, 64, 8192, 128256, 131072, LLAMA, 8, 28672, TD_TIE_OFF, 0, 0, 0, 0, 0},
      "Llama 3.1 70B, meta-llama/Llama-3.1-70B config.json (Dubey et al. 2024, table 3), rope_scaling llama3: "
      "factor 8, low 1, high 4, original context 8192",
      500000, LLAMA31_SCALING},
-    {{"llama3.1-405b", 126, 128, 16384, 128256, 131072, LLAMA, 8, 53248, TD_TIE_OFF},
+    {{"llama3.1-405b", 126, 128, 16384, 128256, 131072, LLAMA, 8, 53248, TD_TIE_OFF, 0, 0, 0, 0, 0},
      "Llama 3.1 405B, meta-llama/Llama-3.1-405B config.json (Dubey et al. 2024, table 3), rope_scaling llama3: "
      "factor 8, low 1, high 4, original context 8192",
      500000, LLAMA31_SCALING},
+    /* Mixture of experts, Llama blocks with E SwiGLU experts of moe_ffn
+     * (here the config's intermediate_size) in every block: num_local_experts
+     * (num_experts), num_experts_per_tok from the same config.json files.
+     * Mixtral's sequence is the one Megatron-core's published run trained
+     * (4096; max_position_embeddings is 32768): the run the plan is
+     * compared with. OLMoE normalizes q and k (q_norm, k_norm: 4096
+     * parameters a block, 65,536 in all, 0.001%), which is not modelled. */
+    {{"mixtral-8x7b", 32, 32, 4096, 32000, 4096, LLAMA, 8, 14336, TD_TIE_OFF, 8, 2, 1, 14336, 0},
+     "Mixtral 8x7B, mistralai/Mixtral-8x7B-v0.1 config.json (Jiang et al. 2024), sequence 4096 as Megatron-core's "
+     "published run (max_position_embeddings 32768)",
+     1e6, NO_SCALING},
+    {{"olmoe-1b-7b", 16, 16, 2048, 50304, 4096, LLAMA, 16, 1024, TD_TIE_OFF, 64, 8, 1, 1024, 0},
+     "OLMoE-1B-7B, allenai/OLMoE-1B-7B-0924 config.json (Muennighoff et al. 2024), without its q and k norms "
+     "(65,536 parameters)",
+     10000, NO_SCALING},
 };
 #define N_MODELS ((int)(sizeof models / sizeof models[0]))
 
@@ -101,11 +118,37 @@ static const model_row *find_model(const char *name) {
     return NULL;
 }
 
+/* The MoE fields: a dense model's are the rules table's moe-flags (it has
+ * no experts to shape); an MoE model's defaults (top-2, every block, the
+ * dense F) and sizes. */
+static void moe_finish(td_plan_model *m) {
+    if (m->E <= 0) {
+        char flag[64] = "";
+        if (m->K) snprintf(flag, sizeof flag, "--moe-top-k %d", m->K);
+        else if (m->moe_every) snprintf(flag, sizeof flag, "--moe-every %d", m->moe_every);
+        else if (m->moe_ffn) snprintf(flag, sizeof flag, "--moe-ffn-hidden %d", m->moe_ffn);
+        else if (m->S) snprintf(flag, sizeof flag, "--moe-shared-experts %d", m->S);
+        td_compat_cfg c;
+        td_compat_cfg_init(&c);
+        c.moe_flag_text = flag[0] ? flag : NULL;
+        td_compat_check(&c, TD_COMPAT_AT_OPTIONS);
+        return;
+    }
+    if (!m->K) m->K = 2; /* Megatron-core's --moe-router-topk default */
+    if (!m->moe_every) m->moe_every = 1;
+    if (!m->moe_ffn) m->moe_ffn = m->F ? m->F : 4 * m->C;
+    TD_CHECK(m->K >= 1 && m->K <= m->E, "--moe-top-k %d: a token's experts are 1 to the %d of --moe-experts", m->K,
+             m->E);
+    TD_CHECK(m->moe_every >= 1 && m->moe_ffn >= 1 && m->S >= 0,
+             "--moe-every, --moe-ffn-hidden must be positive, --moe-shared-experts not negative");
+}
+
 void td_plan_model_finish(td_plan_model *m) {
     /* gpt2's defaults; sizes beyond the engine's limits stay plannable */
     if (m->arch != TD_ARCH_LLAMA && !m->KV && !m->F && m->tie != TD_TIE_OFF) {
         TD_CHECK(m->arch == TD_ARCH_GPT2, "unknown architecture %d", m->arch);
         if (!m->tie) m->tie = TD_TIE_ON;
+        moe_finish(m);
         return;
     }
     /* the model's own defaults and checks; L, T and V play no part in them
@@ -114,6 +157,7 @@ void td_plan_model_finish(td_plan_model *m) {
                          .KV = m->KV, .F = m->F, .tie = m->tie};
     td_gpt_config_finish(&cfg);
     m->KV = cfg.KV, m->F = cfg.F, m->tie = cfg.tie;
+    moe_finish(m);
 }
 
 int td_plan_model_preset(const char *name, td_plan_model *m) {
@@ -130,7 +174,8 @@ int td_plan_model_preset_config(const char *name, td_gpt_config *cfg) {
     const td_plan_model *m = &r->m;
     *cfg = (td_gpt_config){.L = m->L, .H = m->H, .C = m->C, .T = m->T, .V = m->V, .arch = (td_arch)m->arch,
                            .KV = m->KV, .F = m->F, .tie = m->tie, .rope_theta = r->rope_theta,
-                           .rope_scaling = r->scale};
+                           .rope_scaling = r->scale,
+                           .moe = {.E = m->E, .K = m->K, .every = m->moe_every, .F = m->moe_ffn, .shared = m->S}};
     return 0;
 }
 
@@ -162,9 +207,18 @@ void td_plan_model_presets_print(void) {
            "tied head; source\n");
     for (int i = 0; i < N_MODELS; i++) {
         const td_plan_model *m = &models[i].m;
-        if (m->arch != TD_ARCH_LLAMA) continue;
+        if (m->arch != TD_ARCH_LLAMA || m->E) continue;
         printf("  %-14s %4d %4d %3d %6d %6d %6d %6d %6.0f %-3s  %s\n", m->name, m->L, m->H, m->KV, m->C, m->F,
                m->V, m->T, models[i].rope_theta, m->tie == TD_TIE_ON ? "yes" : "no", models[i].note);
+    }
+    printf("mixture-of-experts presets (llama blocks): layers, heads, kv heads, hidden, expert MLP hidden, experts, "
+           "active per token, vocabulary, sequence, rope theta, tied head; source\n");
+    for (int i = 0; i < N_MODELS; i++) {
+        const td_plan_model *m = &models[i].m;
+        if (!m->E) continue;
+        printf("  %-14s %4d %4d %3d %6d %6d %4d %3d %6d %6d %7.0f %-3s  %s\n", m->name, m->L, m->H, m->KV, m->C,
+               m->moe_ffn, m->E, m->K, m->V, m->T, models[i].rope_theta, m->tie == TD_TIE_ON ? "yes" : "no",
+               models[i].note);
     }
     for (size_t i = 0; i < sizeof aliases / sizeof aliases[0]; i++)
         printf("  %-14s = %s\n", aliases[i].alias, aliases[i].name);
@@ -184,7 +238,10 @@ void td_plan_model_presets_print(void) {
  *   2-core machine the model was built on: every layout within 11% on a
  *   quiet run (MAPE 2.1%), within 18% on a loaded one (MAPE 7.3%) (README,
  *   published at commit 83272fe, 2026-12-02). The band is the wider run's.
- * - H100: no published run has been predicted; no band. */
+ * - H100: no published run of a dense model has been predicted; no band.
+ *   One published mixture-of-experts run (Megatron-core's Mixtral 8x7B,
+ *   td_plan_published_runs below) is predicted beside MoE plans: a single
+ *   point, which makes no band. */
 static const td_plan_validation megatron_t1 = {
     "megatron-t1", 137.0 / 164.5 - 1, 138.0 / 152.9 - 1,
     "Megatron-LM table 1 (Narayanan et al. 2021): 6 rows on A100 80GB with HDR as its scripts ran them "
@@ -196,6 +253,53 @@ static const td_plan_validation bench_plan = {
     "bench/bench_plan.sh: 9 layouts on 2 and 4 ranks of a 2-core machine (the one the model was built on), "
     "every layout within 11% on a quiet run (MAPE 2.1%) and 18% on a loaded one (MAPE 7.3%) "
     "(README, commit 83272fe, 2026-12-02); another machine's calibration is not validated"};
+
+/* Published runs of the presets (td_plan_published_runs).
+ * - Mixtral 8x7B: NVIDIA/Megatron-LM, megatron/core/transformer/moe/README.md.
+ *   As of Megatron-core v0.8 (the file at commit 0b4c4cf) it reads "This
+ *   boosts Mixtral 8X7B bf16 training to achieve 438 TFLOPS as of MCore
+ *   v0.8", and under "Reference Best Parallel Mapping" of MCore v0.8:
+ *   Mixtral 8x7B (dropless), vocabulary 32K, all-to-all dispatcher, BF16,
+ *   64 GPUs, sequence 4096, TP 1, EP 8, PP 4, VP 8, MBS 1, GBS 256, on
+ *   8xH100 80GB HBM3 servers with 4th-generation NVLink and 8x400 Gbit/s
+ *   InfiniBand (the h100-ndr preset), PyTorch 24.04 container with
+ *   TransformerEngine 1.9. A later version of the file (commit 022bcb5)
+ *   reads 468 TFLOPS with MCore v0.9, the same mapping table, PyTorch 24.09
+ *   and TransformerEngine 1.11. The document gives the figure and the
+ *   mapping side by side; it does not say in so many words that the figure
+ *   was measured with that mapping. Laid out here: dp 16 (edp 2), pp 4
+ *   interleaved with VP 8 read as 8 chunks of one layer per stage
+ *   (Megatron's virtual pipeline size), micro-batch 1, 16 micro-batches,
+ *   the distributed optimizer (ZeRO-1: the README's end-to-end practice and
+ *   its example script use --use-distributed-optimizer with
+ *   --overlap-grad-reduce --overlap-param-gather). It names no recomputation;
+ *   its attention is TransformerEngine's fused (flash) attention, which
+ *   keeps no s x s scores and recomputes them in its backward: the
+ *   planner's selective recomputation (the scores' memory dropped, their
+ *   GEMMs and softmax run again). */
+#define MIXTRAL_MCORE_LAYOUT {16, 1, 4, 1, 1, 16, TD_SCHED_INTERLEAVED, 8, TD_PLAN_RC_SELECTIVE, 0, 1, 0, 8, 1}
+#define MIXTRAL_MCORE_RUN "Mixtral 8x7B bf16, dropless, all-to-all dispatcher, 64 H100 80GB (8 per node, NVLink 4, " \
+    "8x400 Gb/s InfiniBand), sequence 4096, TP 1 EP 8 PP 4 VP 8, micro-batch 1, global batch 256"
+static const td_plan_published published_runs[] = {
+    {"mixtral-8x7b", "h100-ndr", 64, 256, MIXTRAL_MCORE_LAYOUT, 438, "mcore-0.8",
+     "NVIDIA/Megatron-LM megatron/core/transformer/moe/README.md as of MCore v0.8 (commit 0b4c4cf): 438 TFLOPS "
+     "per GPU; " MIXTRAL_MCORE_RUN "; PyTorch 24.04, TransformerEngine 1.9"},
+    {"mixtral-8x7b", "h100-ndr", 64, 256, MIXTRAL_MCORE_LAYOUT, 468, "mcore-0.9",
+     "the same README as of MCore v0.9 (commit 022bcb5): 468 TFLOPS per GPU, the same mapping table; "
+     "PyTorch 24.09, TransformerEngine 1.11"},
+};
+
+const td_plan_published *td_plan_published_runs(const char *model, int *n) {
+    const int all = (int)(sizeof published_runs / sizeof published_runs[0]);
+    int first = -1;
+    *n = 0;
+    for (int i = 0; i < all; i++)
+        if (strcmp(published_runs[i].model, model) == 0) {
+            if (first < 0) first = i;
+            ++*n;
+        }
+    return first < 0 ? NULL : &published_runs[first];
+}
 
 /* Devices.
  * A100 SXM4 80GB, NVIDIA A100 Tensor Core GPU data sheet (2021): BF16/FP16

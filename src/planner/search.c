@@ -22,6 +22,7 @@ static void compat_of(const td_plan_model *m, const td_plan_layout *l, td_compat
     cc->recompute = l->rc == TD_PLAN_RC_FULL; /* the engine recomputes whole blocks */
     cc->seq = m->T, cc->embd = m->C;
     cc->cp = td_plan_cp(l), cc->dp_shard = l->shard;
+    cc->experts = m->E, cc->ep = td_plan_ep(l), cc->etp = td_plan_etp(l);
 }
 
 int td_plan_check(const td_plan_model *m, const td_plan_cluster *c, int global_batch, int tp_across_nodes,
@@ -49,6 +50,14 @@ int td_plan_check(const td_plan_model *m, const td_plan_cluster *c, int global_b
     RULE(TD_RULE_ZERO_PP);
     RULE(TD_RULE_SP_TP);
     RULE(TD_RULE_SP_SEQ);
+    /* the experts' grid (MoE) */
+    RULE(TD_RULE_EP_MOE);
+    RULE(TD_RULE_ETP_TP);
+    RULE(TD_RULE_EP_EXPERTS);
+    RULE(TD_RULE_EP_GRID);
+    RULE(TD_RULE_MOE_TP_SP);
+    if (m->E > 0 && (m->moe_ffn ? m->moe_ffn : m->F) % td_plan_etp(l))
+        BAD("etp %d does not divide the %d expert MLP features", td_plan_etp(l), m->moe_ffn ? m->moe_ffn : m->F);
     if (l->rc < TD_PLAN_RC_NONE || l->rc > TD_PLAN_RC_FULL) BAD("unknown recompute mode");
     if (l->pp == 1 && l->sched != TD_PLAN_NO_SCHED) BAD("a schedule needs pp > 1");
     if (l->pp > 1 && l->sched != TD_SCHED_GPIPE && l->sched != TD_SCHED_1F1B && l->sched != TD_SCHED_INTERLEAVED)
@@ -124,7 +133,7 @@ static int node_shard(const walk *w, int tp, int G) {
 
 /* Every choice below the grid's sizes: micro-batching, ZeRO and its
  * sharding, recomputation, sp, the schedule and its chunks. */
-static void walk_choices(walk *w, int dp, int tp, int pp, int cp, int local) {
+static void walk_choices(walk *w, int dp, int tp, int pp, int cp, int local, int ep, int etp) {
     const td_plan_model *m = w->m;
     const td_plan_fixed *fix = w->fix;
     /* pp = 1 has no schedule; else the fixed one or each */
@@ -133,7 +142,8 @@ static void walk_choices(walk *w, int dp, int tp, int pp, int cp, int local) {
     int k = node_shard(w, tp, dp * cp);
     for (int b = 1; b <= local; b++) {
         if (local % b || (fix->micro_batches && local / b != fix->micro_batches)) continue;
-        EACH(zero, fix->zero3_only ? 3 : fix->zero, -1, 0, dp * cp > 1 ? 3 : 0)
+        /* ZeRO needs a group to shard over: dp x cp, or (MoE) the experts' edp */
+        EACH(zero, fix->zero3_only ? 3 : fix->zero, -1, 0, dp * cp > 1 || (m->E > 0 && tp * cp * dp > ep * etp) ? 3 : 0)
         for (int shard = 0; shard <= (zero > 0 ? k : 0); shard += k ? k : 1) {
             if (fix->shard >= 0 && shard != fix->shard) continue;
             EACH(rc, fix->rc, -1, TD_PLAN_RC_NONE, TD_PLAN_RC_FULL)
@@ -145,9 +155,26 @@ static void walk_choices(walk *w, int dp, int tp, int pp, int cp, int local) {
                      * stage's layers are no layout to report */
                     if (fix->v && v != fix->v) continue;
                     if (sched == TD_SCHED_INTERLEAVED && (v < 2 || (m->L / pp) % v)) continue;
-                    td_plan_layout l = {dp, tp, pp, zero, b, local / b, sched, v, rc, sp, cp, shard};
+                    td_plan_layout l = {dp, tp, pp, zero, b, local / b, sched, v, rc, sp, cp, shard, ep, etp};
                     consider(w, dp * local, &l);
                 }
+        }
+    }
+}
+
+/* MoE: the experts' grid within tp x cp x dp: etp dividing tp, ep dividing
+ * tp x cp x dp / etp and the experts (td_plan_check asks the rules table
+ * all the same); a dense model has ep = etp = 1, or the fixed values
+ * (which the table refuses). */
+static void walk_experts(walk *w, int dp, int tp, int pp, int cp, int local) {
+    const td_plan_fixed *fix = w->fix;
+    int moe = w->m->E > 0;
+    for (int etp = 1; etp <= (moe ? tp : fix->etp > 1 ? fix->etp : 1); etp++) {
+        if ((moe && tp % etp) || (fix->etp && etp != fix->etp)) continue;
+        int fold = tp * cp * dp / (moe ? etp : 1);
+        for (int ep = 1; ep <= (moe ? fold : fix->ep > 1 ? fix->ep : 1); ep++) {
+            if ((moe && (fold % ep || w->m->E % ep)) || (fix->ep && ep != fix->ep)) continue;
+            walk_choices(w, dp, tp, pp, cp, local, ep, etp);
         }
     }
 }
@@ -174,7 +201,7 @@ static void walk_layouts(walk *w) {
                                  "dp %d does not divide the global batch %d", dp, global_batch);
                     continue;
                 }
-                walk_choices(w, dp, tp, pp, cp, local);
+                walk_experts(w, dp, tp, pp, cp, local);
             }
         }
     }
@@ -196,13 +223,13 @@ static int feasible(const td_plan_model *m, const td_plan_cluster *c, int global
 
 /* The fixed choices one at a time, in flag order; each against the ones
  * before it. */
-enum { F_DP, F_TP, F_PP, F_CP, F_ZERO, F_SHARD, F_MB, F_SCHED, F_V, F_RC, F_SP, F_N };
+enum { F_DP, F_TP, F_PP, F_CP, F_ZERO, F_SHARD, F_MB, F_SCHED, F_V, F_RC, F_SP, F_EP, F_ETP, F_N };
 static const char *const fixed_flag[F_N] = {"--dp", "--tp", "--pp", "--cp", "--zero", "--dp-shard",
                                             "--micro-batches", "--schedule", "--virtual-stages", "--recompute",
-                                            "--sequence-parallel"};
+                                            "--sequence-parallel", "--ep", "--moe-etp"};
 static int *fixed_field(td_plan_fixed *f, int k) {
     int *p[F_N] = {&f->dp,  &f->tp, &f->pp, &f->cp, &f->zero, &f->shard, &f->micro_batches,
-                   &f->sched, &f->v, &f->rc, &f->sp};
+                   &f->sched, &f->v, &f->rc, &f->sp, &f->ep, &f->etp};
     return p[k];
 }
 static int fixed_unset(int k) {
@@ -267,6 +294,17 @@ static const char *alone(const td_plan_model *m, const td_plan_cluster *c, int b
                         "micro-batches a multiple of pp", v, m->L), buf;
     case F_SP:
         return snprintf(buf, n, "needs tp >= 2 dividing the %d heads and the sequence %d", m->H, m->T), buf;
+    case F_EP: /* the rules table's ep-moe is refused before the search (plan_cmd.c) */
+        if (N % v) return snprintf(buf, n, "does not divide --gpus %d", N), buf;
+        if (m->E > 0 && m->E % v) return snprintf(buf, n, "does not divide the model's %d experts", m->E), buf;
+        break;
+    case F_ETP:
+        if (N % v) return snprintf(buf, n, "does not divide --gpus %d", N), buf;
+        if (m->E > 0 && (m->moe_ffn ? m->moe_ffn : m->F) % v)
+            return snprintf(buf, n, "does not divide the model's %d expert MLP features",
+                            m->moe_ffn ? m->moe_ffn : m->F), buf;
+        if (t->tp && t->tp % v) return snprintf(buf, n, "does not divide --tp %d", t->tp), buf;
+        break;
     default: break;
     }
     return NULL;
@@ -295,12 +333,14 @@ int td_plan_fixed_check(const td_plan_model *m, const td_plan_cluster *c, int gl
         /* the values that would do, with the flags before it */
         char valid[200] = "", val[32], reason[200];
         int lo = k == F_V ? 2 : k == F_ZERO || k == F_SHARD || k == F_SCHED || k == F_RC ? 0 : 1;
-        int hi = k <= F_CP || k == F_SHARD ? c->gpus : k == F_ZERO ? 3 : k == F_MB ? global_batch
+        int hi = k <= F_CP || k == F_SHARD || k == F_EP || k == F_ETP ? c->gpus : k == F_ZERO ? 3 : k == F_MB ? global_batch
                  : k == F_SCHED ? TD_SCHED_INTERLEAVED : k == F_V ? m->L : k == F_RC ? TD_PLAN_RC_FULL : 1;
         for (int x = lo; x <= hi; x++) {
             if (k == F_SCHED && x != TD_SCHED_GPIPE && x != TD_SCHED_1F1B && x != TD_SCHED_INTERLEAVED) continue;
             /* only divisors can be: skip the rest without a walk */
-            if ((k <= F_CP && c->gpus % x) || (k == F_SHARD && x == 1) || (k == F_MB && global_batch % x) || (k == F_V && m->L % x)) continue;
+            if (((k <= F_CP || k == F_EP || k == F_ETP) && c->gpus % x) || (k == F_SHARD && x == 1) ||
+                (k == F_MB && global_batch % x) || (k == F_V && m->L % x) || (k == F_EP && m->E > 0 && m->E % x))
+                continue;
             *fixed_field(&t, k) = x;
             if (!feasible(m, c, global_batch, &t)) continue;
             size_t len = strlen(valid);

@@ -88,7 +88,7 @@ void td_auto_choose(td_train_opts *o, td_auto *a) {
     td_gpt_config cfg;
     td_train_model_config(o, data.tok.V, &cfg);
     td_data_free(&data);
-    td_plan_model m = {"train", cfg.L, cfg.H, cfg.C, cfg.V, cfg.T, (int)cfg.arch, cfg.KV, cfg.F, cfg.tie};
+    td_plan_model m = {"train", cfg.L, cfg.H, cfg.C, cfg.V, cfg.T, (int)cfg.arch, cfg.KV, cfg.F, cfg.tie, 0, 0, 0, 0, 0};
     td_plan_cluster_local(&prof, world, o->threads, &a->cluster);
     td_plan_fixed fix;
     td_plan_fixed_init(&fix);

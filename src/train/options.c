@@ -157,8 +157,8 @@ int td_train_flag_table(td_train_opts *o, td_flag *out, int cap) {
 static void apply_model_preset(td_train_opts *o, const td_flag *flags, int n, const td_flags_info *info) {
     td_gpt_config p;
     if (!o->model) return;
-    TD_CHECK(td_plan_model_preset_config(o->model, &p) == 0, "--model '%s' is not a preset; use %s", o->model,
-             td_plan_model_presets());
+    int rc = td_plan_model_preset_config(o->model, &p);
+    TD_CHECK(rc == 0, "--model '%s' is not a preset; use %s", o->model, td_plan_model_presets());
     int llama = p.arch == TD_ARCH_LLAMA;
 #define FROM_PRESET(field, value) \
     if (td_flags_from(flags, n, info, &o->field) == TD_FROM_DEFAULT) o->field = (value)
@@ -171,6 +171,11 @@ static void apply_model_preset(td_train_opts *o, const td_flag *flags, int n, co
     FROM_PRESET(ffn_hidden, llama ? p.F : 0);
     FROM_PRESET(rope_theta, p.rope_theta);
     FROM_PRESET(tie_embeddings, !llama ? NULL : p.tie == TD_TIE_ON ? "on" : "off");
+    FROM_PRESET(moe.E, p.moe.E); /* a mixture of experts' shape (all 0: dense) */
+    FROM_PRESET(moe.K, p.moe.K);
+    FROM_PRESET(moe.every, p.moe.every);
+    FROM_PRESET(moe.F, p.moe.F);
+    FROM_PRESET(moe.shared, p.moe.shared);
 #undef FROM_PRESET
     /* Llama 3.1's scaling has no flag: the preset's while the family stays
      * its own (a resumed checkpoint's replaces it, run_config.c) */
@@ -313,7 +318,15 @@ void td_train_compat_cfg(const td_train_opts *o, td_compat_cfg *c) {
     c->precision_name = o->precision, c->grad_compress_text = o->grad_compress;
     c->loss_scale_text = o->loss_scale ? o->loss_scale : "auto"; /* opts filled in by hand */
     c->loss_scale_name = td_loss_scale_mode_name(ch->loss_scale);
-    c->moe_experts = o->moe.E, c->ep = o->ep, c->moe_etp = o->moe_etp;
+    c->experts = o->moe.E, c->ep = o->ep, c->etp = o->moe_etp;
+    static char moe_flag[48]; /* the first flag that shapes experts a dense model lacks */
+    const td_moe_config *e = &o->moe;
+    moe_flag[0] = 0;
+    if (e->E == 0 && e->K) snprintf(moe_flag, sizeof moe_flag, "--moe-top-k %d", e->K);
+    else if (e->E == 0 && e->every) snprintf(moe_flag, sizeof moe_flag, "--moe-every %d", e->every);
+    else if (e->E == 0 && e->F) snprintf(moe_flag, sizeof moe_flag, "--moe-ffn-hidden %d", e->F);
+    else if (e->E == 0 && e->shared) snprintf(moe_flag, sizeof moe_flag, "--moe-shared-experts %d", e->shared);
+    c->moe_flag_text = moe_flag[0] ? moe_flag : NULL;
     c->moe_capacity = o->moe.capacity > 0.0f, c->moe_bias = o->moe.bias_rate > 0.0f;
 }
 

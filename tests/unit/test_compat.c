@@ -191,43 +191,61 @@ static const char *breaking(td_rule_id id, td_compat_cfg *c) {
         c->llama_flag_text = "--kv-heads 2";
         return "--kv-heads 2 needs --arch llama (gpt2 has H kv heads, a 4C GELU MLP, LayerNorm, learned "
                "positions and a tied head)";
+    case TD_RULE_MOE_FLAGS:
+        c->moe_flag_text = "--moe-top-k 2";
+        return "--moe-top-k 2 needs --moe-experts E (it shapes the experts of a mixture-of-experts model; a "
+               "dense model has none)";
     case TD_RULE_EP_MOE:
         c->ep = 2, c->dp = 2;
-        return "--ep 2 needs a mixture of experts (--moe-experts E): it shares out the experts";
+        return "--ep 2 needs --moe-experts E (expert parallelism splits the experts of a mixture-of-experts "
+               "model; a dense model has none)";
     case TD_RULE_EP_EXPERTS:
-        c->ep = 4, c->dp = 4, c->moe_experts = 6;
-        return "--ep 4 does not divide --moe-experts 6: each ep rank holds E / ep experts (ep <= 256)";
+        c->experts = 8, c->ep = 3, c->dp = 3;
+        return "--ep 3 does not divide --moe-experts 8: each ep rank holds an equal share of the experts; use "
+               "a divisor of 8";
+    case TD_RULE_ETP_TP:
+        c->experts = 8, c->etp = 2, c->tp = 3, c->seq_parallel = 1, c->seq = 6;
+        return "--moe-etp 2 does not divide --tp 3: the experts' tensor-parallel groups fold into the dense "
+               "part's; use a divisor of 3";
+    case TD_RULE_EP_GRID:
+        c->experts = 8, c->ep = 4, c->dp = 2;
+        return "--ep 4 does not divide tp x cp x dp / etp = 1 x 1 x 2 / 1: the experts' grid etp x ep x edp "
+               "folds into the dense part's tp x cp x dp";
+    case TD_RULE_MOE_TP_SP:
+        c->experts = 8, c->tp = 2;
+        return "--moe-experts 8 with --tp 2 needs --sequence-parallel: each tp rank routes and dispatches its "
+               "own share of the sequence";
     case TD_RULE_MOE_ETP:
-        c->moe_etp = 2, c->tp = 2, c->moe_experts = 4;
+        c->etp = 2, c->tp = 2, c->experts = 4, c->seq_parallel = 1, c->seq = 16;
         return "--moe-etp 2: experts split over tensor-parallel ranks are not implemented; the experts are "
                "replicated over tp (etp 1) and --ep shares them out over dp x cp";
     case TD_RULE_MOE_CAPACITY_CP:
-        c->moe_capacity = 1, c->cp = 2, c->moe_experts = 4, c->seq = 64;
+        c->moe_capacity = 1, c->cp = 2, c->experts = 4, c->seq = 64;
         return "--moe-capacity does not combine with --cp 2: the capacity keeps each expert's first assignments "
                "in token order, which spans the cp ranks' chunks; drop one of the two (dropless routing works "
                "with cp)";
     case TD_RULE_EP_PS:
-        c->ep = 2, c->dp = 2, c->moe_experts = 4, c->dp_mode = TD_DP_PS, c->ps_servers = 1;
+        c->ep = 2, c->dp = 2, c->experts = 4, c->dp_mode = TD_DP_PS, c->ps_servers = 1;
         return "--ep 2 does not combine with --dp-mode ps: its servers hold one copy of every parameter";
     case TD_RULE_MOE_BIAS_PS:
-        c->moe_bias = 1, c->moe_experts = 4, c->dp_mode = TD_DP_PS, c->ps_servers = 1;
+        c->moe_bias = 1, c->experts = 4, c->dp_mode = TD_DP_PS, c->ps_servers = 1;
         return "--moe-bias-balance does not combine with --dp-mode ps: the servers own the parameters";
     case TD_RULE_EP_ZERO:
-        c->ep = 2, c->dp = 2, c->moe_experts = 4, c->zero = 1;
+        c->ep = 2, c->dp = 2, c->experts = 4, c->zero = 1;
         return "--ep 2 does not combine with --zero 1 yet: ZeRO would shard the expert rows over dp x cp, whose "
                "ranks hold different experts; use --zero 0";
     case TD_RULE_EP_REDUCE_BROADCAST:
-        c->ep = 2, c->dp = 2, c->moe_experts = 4, c->dp_mode = TD_DP_REDUCE_BROADCAST;
+        c->ep = 2, c->dp = 2, c->experts = 4, c->dp_mode = TD_DP_REDUCE_BROADCAST;
         return "--ep 2 does not combine with --dp-mode reduce-broadcast yet: its root would broadcast its own "
                "experts over ranks that hold others; use --dp-mode allreduce";
     case TD_RULE_EP_PAYLOAD:
-        c->ep = 2, c->dp = 2, c->moe_experts = 4, c->grad_bf16 = 1, c->grad_compress_text = "none";
+        c->ep = 2, c->dp = 2, c->experts = 4, c->grad_bf16 = 1, c->grad_compress_text = "none";
         return "--ep 2 does not combine with --grad-reduce-dtype bf16 or --grad-compress none: the expert rows "
                "are summed over their own group in fp32";
     case TD_RULE_EP_DIVIDES:
-        c->ep = 4, c->dp = 3, c->cp = 2, c->moe_experts = 4, c->seq = 64;
-        return "--ep 4 does not divide dp x cp = 6: the experts are shared out over runs of ep data-parallel (and "
-               "context-parallel) ranks; use an ep that divides 6";
+        c->ep = 2, c->tp = 2, c->seq_parallel = 1, c->seq = 16, c->experts = 4; /* ep-grid's tp x cp x dp keeps it */
+        return "--ep 2 does not divide dp x cp = 1: the experts are shared out over runs of ep data-parallel (and "
+               "context-parallel) ranks; use an ep that divides 1";
     case TD_RULE_N:
         break;
     }

@@ -98,7 +98,7 @@ static void check_stages(const td_plan_model *m) {
             if (m->KV % tp) continue; /* multi-query: no tp */
             c.gpus = tp * pp;
             td_plan_layout l = {1, tp, pp, 0, 1, 2, pp > 1 ? TD_SCHED_1F1B : TD_PLAN_NO_SCHED, 1, TD_PLAN_RC_NONE,
-                                0, 1, 0};
+                                0, 1, 0, 1, 1};
             EXPECT(td_plan_check(m, &c, 2, 0, &l, err, sizeof err) == 0, "%s tp %d pp %d: %s", m->name, tp, pp, err);
             td_plan_eval e;
             td_plan_evaluate(m, &c, 2, &l, &e);
@@ -145,11 +145,11 @@ static void test_presets(void) {
 
 /* Small configs of each kind: MHA, GQA, MQA; tied and untied; gpt2 (always tied). */
 static const td_plan_model smalls[] = {
-    {"mha-untied", 4, 4, 64, 96, 16, TD_ARCH_LLAMA, 4, 160, TD_TIE_OFF},
-    {"gqa-tied", 4, 8, 64, 96, 16, TD_ARCH_LLAMA, 2, 128, TD_TIE_ON},
-    {"mqa-untied", 2, 4, 32, 64, 8, TD_ARCH_LLAMA, 1, 96, TD_TIE_OFF},
-    {"gqa-default-f", 2, 4, 96, 64, 8, TD_ARCH_LLAMA, 2, 0, 0},
-    {"gpt2", 4, 4, 64, 96, 16, TD_ARCH_GPT2, 0, 0, 0},
+    {"mha-untied", 4, 4, 64, 96, 16, TD_ARCH_LLAMA, 4, 160, TD_TIE_OFF, 0, 0, 0, 0, 0},
+    {"gqa-tied", 4, 8, 64, 96, 16, TD_ARCH_LLAMA, 2, 128, TD_TIE_ON, 0, 0, 0, 0, 0},
+    {"mqa-untied", 2, 4, 32, 64, 8, TD_ARCH_LLAMA, 1, 96, TD_TIE_OFF, 0, 0, 0, 0, 0},
+    {"gqa-default-f", 2, 4, 96, 64, 8, TD_ARCH_LLAMA, 2, 0, 0, 0, 0, 0, 0, 0},
+    {"gpt2", 4, 4, 64, 96, 16, TD_ARCH_GPT2, 0, 0, 0, 0, 0, 0, 0, 0},
 };
 
 static void test_small_configs(void) {
@@ -195,7 +195,7 @@ static double llama_block_bytes(const td_plan_model *m, int tp, int sp, int rc) 
 }
 
 static void test_activations(void) {
-    td_plan_model m = {"llama3-8b-like", 32, 32, 4096, 128256, 8192, TD_ARCH_LLAMA, 8, 14336, TD_TIE_OFF};
+    td_plan_model m = {"llama3-8b-like", 32, 32, 4096, 128256, 8192, TD_ARCH_LLAMA, 8, 14336, TD_TIE_OFF, 0, 0, 0, 0, 0};
     for (int tp = 1; tp <= 8; tp *= 2)
         for (int sp = 0; sp <= (tp > 1); sp++)
             for (int rc = TD_PLAN_RC_NONE; rc <= TD_PLAN_RC_FULL; rc++) {
@@ -210,8 +210,8 @@ static void test_activations(void) {
  * (td_gpt_cp_scratch_bytes, F1 + F columns): in it for Llama's widths, own
  * memory for a narrow MLP. Blocks of b = 1, cp 2, bf16. */
 static void test_cp_ring_memory(void) {
-    td_plan_model wide = {"wide", 2, 4, 64, 96, 64, TD_ARCH_LLAMA, 2, 160, TD_TIE_OFF};
-    td_plan_model narrow = {"narrow", 2, 4, 64, 96, 64, TD_ARCH_LLAMA, 4, 16, TD_TIE_OFF};
+    td_plan_model wide = {"wide", 2, 4, 64, 96, 64, TD_ARCH_LLAMA, 2, 160, TD_TIE_OFF, 0, 0, 0, 0, 0};
+    td_plan_model narrow = {"narrow", 2, 4, 64, 96, 64, TD_ARCH_LLAMA, 4, 16, TD_TIE_OFF, 0, 0, 0, 0, 0};
     td_plan_model *ms[] = {&wide, &narrow};
     td_plan_cluster c;
     char err[256];
@@ -226,8 +226,8 @@ static void test_cp_ring_memory(void) {
         td_param_table_free(&t);
         double blocks = 4 * 2.0 * (m->T / 2) * 2 * m->KV * (m->C / m->H), want = blocks > lent ? blocks : 0;
         c.gpus = 2;
-        td_plan_layout l1 = {2, 1, 1, 0, 1, 1, TD_PLAN_NO_SCHED, 1, TD_PLAN_RC_NONE, 0, 1, 0};
-        td_plan_layout l2 = {1, 1, 1, 0, 1, 2, TD_PLAN_NO_SCHED, 1, TD_PLAN_RC_NONE, 0, 2, 0};
+        td_plan_layout l1 = {2, 1, 1, 0, 1, 1, TD_PLAN_NO_SCHED, 1, TD_PLAN_RC_NONE, 0, 1, 0, 1, 1};
+        td_plan_layout l2 = {1, 1, 1, 0, 1, 2, TD_PLAN_NO_SCHED, 1, TD_PLAN_RC_NONE, 0, 2, 0, 1, 1};
         td_plan_eval e1, e2;
         EXPECT(td_plan_check(m, &c, 2, 0, &l2, err, sizeof err) == 0, "%s: %s", m->name, err);
         td_plan_evaluate(m, &c, 2, &l1, &e1);
@@ -240,12 +240,12 @@ static void test_cp_ring_memory(void) {
 
 /* tp splits kv heads and MLP features on their own. */
 static void test_tp_divides(void) {
-    td_plan_model m = {"gqa", 4, 8, 64, 96, 16, TD_ARCH_LLAMA, 2, 96, TD_TIE_OFF};
+    td_plan_model m = {"gqa", 4, 8, 64, 96, 16, TD_ARCH_LLAMA, 2, 96, TD_TIE_OFF, 0, 0, 0, 0, 0};
     td_plan_cluster c;
     char err[256];
     td_plan_cluster_preset("a100-hdr", &c, err, sizeof err);
     c.gpus = 4;
-    td_plan_layout l = {1, 4, 1, 0, 1, 1, TD_PLAN_NO_SCHED, 1, TD_PLAN_RC_NONE, 0, 1, 0};
+    td_plan_layout l = {1, 4, 1, 0, 1, 1, TD_PLAN_NO_SCHED, 1, TD_PLAN_RC_NONE, 0, 1, 0, 1, 1};
     EXPECT(td_plan_check(&m, &c, 1, 0, &l, err, sizeof err) != 0 && strstr(err, "2 kv heads"), "tp 4, 2 kv: '%s'",
            err);
     m.KV = 8, m.F = 90;

@@ -72,7 +72,7 @@ static int pick(int n) {
  * fixed choices on 8 devices, 4 per node, a model whose sequence (6) tp 4
  * does not divide. */
 static void test_fixed_check(void) {
-    td_plan_model m = {"small", 4, 4, 64, 100, 6, TD_ARCH_GPT2, 0, 0, 0};
+    td_plan_model m = {"small", 4, 4, 64, 100, 6, TD_ARCH_GPT2, 0, 0, 0, 0, 0, 0, 0, 0};
     td_plan_cluster c;
     char err[512];
     td_plan_cluster_preset("a100-hdr", &c, err, sizeof err);
@@ -114,7 +114,7 @@ static void test_fixed_check(void) {
     f.tp = 4, f.sp = 1;
     EXPECT(td_plan_fixed_check(&m, &c, 8, &f, err, sizeof err) != 0 && strstr(err, "--sequence-parallel needs"),
            "sp over tp 4 of a sequence of 6: '%s'", err);
-    td_plan_layout l = {2, 4, 1, 0, 1, 4, TD_PLAN_NO_SCHED, 1, TD_PLAN_RC_NONE, 1, 1, 0};
+    td_plan_layout l = {2, 4, 1, 0, 1, 4, TD_PLAN_NO_SCHED, 1, TD_PLAN_RC_NONE, 1, 1, 0, 1, 1};
     EXPECT(td_plan_check(&m, &c, 8, 0, &l, err, sizeof err) != 0 && strstr(err, "sequence"), "td_plan_check: '%s'",
            err);
 }

@@ -78,7 +78,7 @@ static const struct {
 /* Row i laid out as it ran, at GEMM fraction `eff` of peak; its best plan
  * in *e. Returns 0 when nothing fits. */
 static int megatron_row(size_t i, double eff, td_plan_eval *e, td_plan_result *r) {
-    td_plan_model m = {"row", megatron[i].layers, megatron[i].heads, megatron[i].hidden, 51200, 2048, TD_ARCH_GPT2, 0, 0, 0};
+    td_plan_model m = {"row", megatron[i].layers, megatron[i].heads, megatron[i].hidden, 51200, 2048, TD_ARCH_GPT2, 0, 0, 0, 0, 0, 0, 0, 0};
     td_plan_cluster c;
     char err[256];
     EXPECT(td_plan_cluster_preset("a100-hdr", &c, err, sizeof err) == 0, "%s", err);
@@ -168,7 +168,7 @@ static void test_validation_band(void) {
 /* eq. 2 against each row's published size (rounded to 0.1B) */
 static void test_params(void) {
     for (size_t i = 0; i < sizeof megatron / sizeof megatron[0]; i++) {
-        td_plan_model m = {"row", megatron[i].layers, megatron[i].heads, megatron[i].hidden, 51200, 2048, TD_ARCH_GPT2, 0, 0, 0};
+        td_plan_model m = {"row", megatron[i].layers, megatron[i].heads, megatron[i].hidden, 51200, 2048, TD_ARCH_GPT2, 0, 0, 0, 0, 0, 0, 0, 0};
         EXPECT(fabs(td_plan_params(&m) - megatron[i].pb * 1e9) <= 0.05e9, "row %zu: %.4g parameters, published %.1fB",
                i, td_plan_params(&m), megatron[i].pb);
     }
@@ -179,7 +179,7 @@ static void test_formulas(void) {
     /* Korthikanti et al. 2022 table 2, s = 2048, b = 1, h = 12288, a = 96, t = 8:
      * tp only 10 + 24/8 + 5*96*2048/(12288*8) = 23 sbh; tp + sp 34/8 + 10 = 14.25;
      * selective 13; selective + sp 4.25; full 2 (with sp 2/8) */
-    td_plan_model m = {"gpt3", 96, 96, 12288, 50257, 2048, TD_ARCH_GPT2, 0, 0, 0};
+    td_plan_model m = {"gpt3", 96, 96, 12288, 50257, 2048, TD_ARCH_GPT2, 0, 0, 0, 0, 0, 0, 0, 0};
     double sbh = 2048.0 * 12288;
     EXPECT(rel(td_plan_layer_act_bytes(&m, 1, 8, 0, TD_PLAN_RC_NONE), 23 * sbh) < 1e-12, "tp activations");
     EXPECT(rel(td_plan_layer_act_bytes(&m, 1, 8, 1, TD_PLAN_RC_NONE), 14.25 * sbh) < 1e-12, "tp+sp activations");
@@ -223,12 +223,12 @@ static void test_formulas(void) {
 /* Bubble of an evaluated layout: the schedule's (p-1)/m, (p-1)/(v m) of
  * the per-stage busy time. */
 static void test_bubble(void) {
-    td_plan_model m = {"small", 8, 8, 512, 1000, 256, TD_ARCH_GPT2, 0, 0, 0};
+    td_plan_model m = {"small", 8, 8, 512, 1000, 256, TD_ARCH_GPT2, 0, 0, 0, 0, 0, 0, 0, 0};
     td_plan_cluster c;
     char err[256];
     td_plan_cluster_preset("a100-hdr", &c, err, sizeof err);
     c.gpus = 8;
-    td_plan_layout l = {2, 1, 4, 0, 1, 8, TD_SCHED_1F1B, 1, TD_PLAN_RC_NONE, 0, 1, 0};
+    td_plan_layout l = {2, 1, 4, 0, 1, 8, TD_SCHED_1F1B, 1, TD_PLAN_RC_NONE, 0, 1, 0, 1, 1};
     td_plan_eval e;
     EXPECT(td_plan_check(&m, &c, 16, 0, &l, err, sizeof err) == 0, "%s", err);
     td_plan_evaluate(&m, &c, 16, &l, &e);
@@ -246,14 +246,14 @@ static void test_bubble(void) {
 /* The optimizer, the dp tier and gradient accumulation of one layout
  * against values derived here from the cited byte counts. */
 static void test_gpu_costs(void) {
-    td_plan_model m = {"small", 4, 8, 1024, 32000, 512, TD_ARCH_GPT2, 0, 0, 0};
+    td_plan_model m = {"small", 4, 8, 1024, 32000, 512, TD_ARCH_GPT2, 0, 0, 0, 0, 0, 0, 0, 0};
     td_plan_cluster c;
     char err[256];
     td_plan_cluster_preset("a100-hdr", &c, err, sizeof err);
     c.gpus = 32;
     double h = m.C, psi = m.L * (12 * h * h + 13 * h) + m.V * h + m.T * h; /* tp 1, pp 1: all of it */
     /* dp 32 on 8 per node, ZeRO-1, 2 micro-batches of 1 */
-    td_plan_layout l = {32, 1, 1, 1, 1, 2, TD_PLAN_NO_SCHED, 1, TD_PLAN_RC_NONE, 0, 1, 0};
+    td_plan_layout l = {32, 1, 1, 1, 1, 2, TD_PLAN_NO_SCHED, 1, TD_PLAN_RC_NONE, 0, 1, 0, 1, 1};
     td_plan_eval e, e0;
     EXPECT(td_plan_check(&m, &c, 64, 0, &l, err, sizeof err) == 0, "%s", err);
     td_plan_evaluate(&m, &c, 64, &l, &e);
@@ -272,7 +272,7 @@ static void test_gpu_costs(void) {
     double bw = fmin(c.intra_bw, 8 * c.inter_bw), piece = 2 * psi * 31 / 32 / bw + (m.L + 1) * 31 * c.inter_lat;
     EXPECT(rel(e.dp_traffic_s, 2 * piece) < 1e-12, "dp traffic %g, derived %g", e.dp_traffic_s, 2 * piece);
     /* tp 8 leaves one member per node: one port each */
-    td_plan_layout l8 = {4, 8, 1, 1, 1, 16, TD_PLAN_NO_SCHED, 1, TD_PLAN_RC_NONE, 0, 1, 0};
+    td_plan_layout l8 = {4, 8, 1, 1, 1, 16, TD_PLAN_NO_SCHED, 1, TD_PLAN_RC_NONE, 0, 1, 0, 1, 1};
     EXPECT(td_plan_check(&m, &c, 64, 0, &l8, err, sizeof err) == 0, "%s", err);
     td_plan_evaluate(&m, &c, 64, &l8, &e0);
     double psi8 = m.L * (12 * h * h / 8 + 13 * h) + m.V * h / 8 + m.T * h;
@@ -410,13 +410,13 @@ static double cp_ring_engine_bytes(const td_plan_model *m, int cp, double blocks
 }
 
 static void test_cp_and_shard_costs(void) {
-    td_plan_model m = {"long", 4, 8, 512, 1000, 8192, TD_ARCH_GPT2, 0, 0, 0};
+    td_plan_model m = {"long", 4, 8, 512, 1000, 8192, TD_ARCH_GPT2, 0, 0, 0, 0, 0, 0, 0, 0};
     td_plan_cluster c;
     char err[256];
     td_plan_cluster_preset("a100-hdr", &c, err, sizeof err);
     c.gpus = 4;
-    td_plan_layout l1 = {4, 1, 1, 1, 1, 1, TD_PLAN_NO_SCHED, 1, TD_PLAN_RC_NONE, 0, 1, 0};
-    td_plan_layout l4 = {1, 1, 1, 1, 1, 4, TD_PLAN_NO_SCHED, 1, TD_PLAN_RC_NONE, 0, 4, 0};
+    td_plan_layout l1 = {4, 1, 1, 1, 1, 1, TD_PLAN_NO_SCHED, 1, TD_PLAN_RC_NONE, 0, 1, 0, 1, 1};
+    td_plan_layout l4 = {1, 1, 1, 1, 1, 4, TD_PLAN_NO_SCHED, 1, TD_PLAN_RC_NONE, 0, 4, 0, 1, 1};
     td_plan_eval e1, e4;
     EXPECT(td_plan_check(&m, &c, 4, 0, &l4, err, sizeof err) == 0, "%s", err);
     td_plan_evaluate(&m, &c, 4, &l1, &e1);
@@ -441,8 +441,8 @@ static void test_cp_and_shard_costs(void) {
 
     /* dp 8 over two nodes of 4, shards of 4 (a node) against ZeRO-1 over 4 */
     c.gpus = 8, c.gpus_per_node = 4, m.T = 1024;
-    td_plan_layout hs = {8, 1, 1, 1, 1, 1, TD_PLAN_NO_SCHED, 1, TD_PLAN_RC_NONE, 0, 1, 4};
-    td_plan_layout z4 = {4, 1, 1, 1, 1, 1, TD_PLAN_NO_SCHED, 1, TD_PLAN_RC_NONE, 0, 1, 0};
+    td_plan_layout hs = {8, 1, 1, 1, 1, 1, TD_PLAN_NO_SCHED, 1, TD_PLAN_RC_NONE, 0, 1, 4, 1, 1};
+    td_plan_layout z4 = {4, 1, 1, 1, 1, 1, TD_PLAN_NO_SCHED, 1, TD_PLAN_RC_NONE, 0, 1, 0, 1, 1};
     td_plan_eval eh, ez;
     EXPECT(td_plan_check(&m, &c, 8, 0, &hs, err, sizeof err) == 0, "%s", err);
     td_plan_evaluate(&m, &c, 8, &hs, &eh);
@@ -461,7 +461,7 @@ static void test_cp_and_shard_costs(void) {
  * the rules (not from td_plan_check): every plan valid, fitting, sorted;
  * every valid tuple either a plan or dropped for memory. */
 static void test_enumeration(void) {
-    td_plan_model m = {"small", 4, 4, 64, 100, 16, TD_ARCH_GPT2, 0, 0, 0};
+    td_plan_model m = {"small", 4, 4, 64, 100, 16, TD_ARCH_GPT2, 0, 0, 0, 0, 0, 0, 0, 0};
     td_plan_cluster c;
     char err[256];
     td_plan_cluster_preset("a100-hdr", &c, err, sizeof err);
@@ -518,10 +518,10 @@ static void test_enumeration(void) {
     EXPECT(r.too_big > 0 && r.smallest_too_big > 1e5, "nothing dropped for memory at 100 kB");
     td_plan_result_free(&r);
     /* a bad layout names its fault */
-    td_plan_layout bad = {2, 3, 1, 0, 1, 8, TD_PLAN_NO_SCHED, 1, 0, 0, 1, 0};
+    td_plan_layout bad = {2, 3, 1, 0, 1, 8, TD_PLAN_NO_SCHED, 1, 0, 0, 1, 0, 1, 1};
     c.gpus = 6;
     EXPECT(td_plan_check(&m, &c, B, 0, &bad, err, sizeof err) != 0 && strstr(err, "heads"), "tp 3 of 4 heads: '%s'", err);
-    td_plan_layout wide = {1, 4, 2, 0, 1, 16, TD_SCHED_1F1B, 1, 0, 0, 1, 0};
+    td_plan_layout wide = {1, 4, 2, 0, 1, 16, TD_SCHED_1F1B, 1, 0, 0, 1, 0, 1, 1};
     c.gpus = 8, c.gpus_per_node = 2;
     EXPECT(td_plan_check(&m, &c, B, 0, &wide, err, sizeof err) != 0 && strstr(err, "node"), "tp 4 > 2 per node: '%s'", err);
     EXPECT(td_plan_check(&m, &c, B, 1, &wide, err, sizeof err) == 0, "tp across nodes allowed: %s", err);
@@ -589,8 +589,8 @@ static void test_profile(void) {
      * nothing idles. At 1.5 threads per core a quarter of the ranks'
      * cores idle (1 - 1.5/2) where a core per rank idles half: half the
      * bubble, at full speed (1/1.5): a third */
-    td_plan_model pm = {"small", 4, 4, 256, 65, 64, TD_ARCH_GPT2, 0, 0, 0};
-    td_plan_layout pl = {2, 1, 2, 0, 2, 2, TD_SCHED_1F1B, 1, TD_PLAN_RC_NONE, 0, 1, 0};
+    td_plan_model pm = {"small", 4, 4, 256, 65, 64, TD_ARCH_GPT2, 0, 0, 0, 0, 0, 0, 0, 0};
+    td_plan_layout pl = {2, 1, 2, 0, 2, 2, TD_SCHED_1F1B, 1, TD_PLAN_RC_NONE, 0, 1, 0, 1, 1};
     td_plan_eval pe;
     c.gpus = 4;
     td_plan_evaluate(&pm, &c, 8, &pl, &pe);
