@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "test_values.h"
 #include "trident/base.h"
 #include "trident/comm.h"
 
@@ -30,31 +31,22 @@ enum { UNIFORM, RAGGED, ONE_TO_ONE, ONE_TO_ALL, OWN_ONLY };
 
 static int R; /* world rank, for messages */
 
-static float val(int src, int dst, size_t i) {
-    uint64_t h = td_rng_u64((uint64_t)src, (uint64_t)dst, i);
-    return (float)((int)(h % 511) - 255) / 64.0f;
-}
-
-static void put(void *buf, td_dtype dt, size_t i, float x) {
-    if (dt == TD_F32)
-        ((float *)buf)[i] = x;
-    else
-        ((uint16_t *)buf)[i] = td_f32_to_bf16(x);
-}
-
-static float get(const void *buf, td_dtype dt, size_t i) {
-    return dt == TD_F32 ? ((const float *)buf)[i] : td_bf16_to_f32(((const uint16_t *)buf)[i]);
-}
+static float val(int src, int dst, size_t i) { return tv_value((uint64_t)src, (uint64_t)dst, i); }
 
 /* Elements group rank s sends group rank d. */
 static size_t cnt(int pat, size_t k, int s, int d, int n) {
     uint64_t h = td_rng_u64(77, (uint64_t)s, (uint64_t)d + k);
     switch (pat) {
-    case UNIFORM: return k;
-    case RAGGED: return h % 4 == 0 ? 0 : (size_t)(h % 2600); /* empty pairs, up to 2.5 pieces */
-    case ONE_TO_ONE: return s == 0 && d == n - 1 ? 5000 : 0;
-    case ONE_TO_ALL: return s == 0 ? 300 + 700 * (size_t)d : 0;
-    default: return s == d ? 300 : 0;
+    case UNIFORM:
+        return k;
+    case RAGGED:
+        return h % 4 == 0 ? 0 : (size_t)(h % 2600); /* empty pairs, up to 2.5 pieces */
+    case ONE_TO_ONE:
+        return s == 0 && d == n - 1 ? 5000 : 0;
+    case ONE_TO_ALL:
+        return s == 0 ? 300 + 700 * (size_t)d : 0;
+    default:
+        return s == d ? 300 : 0;
     }
 }
 
@@ -74,8 +66,7 @@ typedef struct {
 static int wr(const a2a_case *x, int r) { return td_comm_world_rank_of(x->c, r); }
 
 /* Counts (exchanged as a dispatcher would), layout, send data, guards. */
-static void setup(a2a_case *x, td_comm *c, int pat, size_t k, td_dtype dt, int shared,
-                  char *area) {
+static void setup(a2a_case *x, td_comm *c, int pat, size_t k, td_dtype dt, int shared, char *area) {
     memset(x, 0, sizeof *x);
     x->c = c, x->n = td_comm_size(c), x->me = td_comm_rank(c), x->pat = pat, x->k = k;
     x->dt = dt, x->shared = shared && area;
@@ -107,7 +98,8 @@ static void setup(a2a_case *x, td_comm *c, int pat, size_t k, td_dtype dt, int s
     /* at an offset that differs per rank: peers find it by the descriptors */
     x->send = x->shared ? area + (3 * (size_t)me + 1) * es : (char *)x->plain;
     for (int j = 0; j < n; j++)
-        for (size_t i = 0; i < x->sc[j]; i++) put(x->plain, dt, x->sd[j] + i, val(wr(x, me), wr(x, j), i));
+        for (size_t i = 0; i < x->sc[j]; i++)
+            tv_put(x->plain, dt, x->sd[j] + i, val(wr(x, me), wr(x, j), i));
     if (x->shared) memcpy(x->send, x->plain, x->s_len * es);
     x->q = td_request_new();
     snprintf(x->what, sizeof x->what, "%s pattern %d k %zu %s%s", td_comm_name(c), pat, k,
@@ -135,7 +127,7 @@ static void check(a2a_case *x) {
     TD_ASSERT(mine);
     for (int j = 0; j < x->n; j++)
         for (size_t i = 0; i < x->rc[j]; i++) {
-            float got = get(x->recv, x->dt, x->rd[j] + i), want = val(wr(x, j), wr(x, x->me), i);
+            float got = tv_get(x->recv, x->dt, x->rd[j] + i), want = val(wr(x, j), wr(x, x->me), i);
             TD_CHECK(got == want, "FAIL %s (%d ranks): rank %d, block from %d, [%zu] = %g, want %g",
                      x->what, x->n, x->me, j, i, got, want);
             mine[x->rd[j] + i] = 1;
@@ -157,11 +149,15 @@ static void suite(td_comm *c, char *area) {
         size_t k;
     } cases[16];
     int nc = 0;
-    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) cases[nc].pat = UNIFORM, cases[nc++].k = sizes[i];
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++)
+        cases[nc].pat = UNIFORM, cases[nc++].k = sizes[i];
     for (int p = RAGGED; p <= OWN_ONLY; p++) cases[nc].pat = p, cases[nc++].k = 0;
+    /* v: started (bit 0), shared send (bit 1). Each case runs plain and
+     * shared in both dtypes, blocking in one dtype and started in the other
+     * (alternating per case): every combination, at half the runs. */
     for (int i = 0; i < nc; i++)
         for (int d = 0; d < 2; d++)
-            for (int v = 0; v < 4; v++) { /* blocking / started, plain / shared send */
+            for (int v = (i + d) % 2; v < 4; v += 2) {
                 a2a_case x;
                 setup(&x, c, cases[i].pat, cases[i].k, d ? TD_BF16 : TD_F32, v & 2, area);
                 launch(&x, v & 1);
@@ -201,7 +197,8 @@ static void t_in_flight(td_comm *w, td_comm *h, char *area_w, char *area_h, char
 /* td_all_to_all: `k` elements per peer, blocks back to back, guards around. */
 static void t_fixed(td_comm *c, size_t k, int nb) {
     int n = td_comm_size(c), me = td_comm_rank(c);
-    float *send = td_alloc((k * n + 1) * 4, TD_MEM_OTHER), *buf = td_alloc((k * n + 2) * 4, TD_MEM_OTHER);
+    float *send = td_alloc((k * n + 1) * 4, TD_MEM_OTHER),
+          *buf = td_alloc((k * n + 2) * 4, TD_MEM_OTHER);
     for (int j = 0; j < n; j++)
         for (size_t i = 0; i < k; i++)
             send[j * k + i] = val(td_comm_world_rank_of(c, me), td_comm_world_rank_of(c, j), i);
