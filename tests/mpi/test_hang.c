@@ -29,7 +29,7 @@
  *                          bf16 on rank 1 (both through the ring)
  * All-to-all-v whose counts disagree (rank 1 sends 3 elements to rank 0,
  * which expects 4): one line naming both ranks, not a hang or short data:
- *   test_hang a2a_count         plain buffers (MPI messages)
+ *   test_hang a2a_count_mpi     plain buffers (MPI messages)
  *   test_hang a2a_count_shared  send buffers in a shared one (direct) */
 #include <signal.h>
 #include <stdio.h>
@@ -83,7 +83,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (!strncmp(mode, "a2a_count", 9)) {
-        float *send = strcmp(mode, "a2a_count") ? sh : x;
+        float *send = !strcmp(mode, "a2a_count_shared") ? sh : x;
         size_t sc[2] = {4, 4}, rc[2] = {4, 4}, displs[2] = {0, 4};
         sc[0] = me ? 3 : 4; /* rank 1 sends 3 to rank 0, which expects 4 */
         td_all_to_all_v(dp, send, sc, displs, x + 512, rc, displs, TD_F32);
