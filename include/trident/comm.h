@@ -155,10 +155,10 @@ void td_request_free(td_request *r);
     td_reduce_scatter_start_at(r, c, send, recv, count, dt, __FILE__, __LINE__)
 #define td_all_gather_start(r, c, send, recv, count, dt) \
     td_all_gather_start_at(r, c, send, recv, count, dt, __FILE__, __LINE__)
-#define td_all_to_all_v_start(r, c, send, send_counts, send_displs, recv, recv_counts,          \
-                              recv_displs, dt)                                                \
-    td_all_to_all_v_start_at(r, c, send, send_counts, send_displs, recv, recv_counts,         \
-                             recv_displs, dt, __FILE__, __LINE__)
+#define td_all_to_all_v_start(r, c, send, send_counts, send_displs, recv, recv_counts,             \
+                              recv_displs, dt)                                                     \
+    td_all_to_all_v_start_at(r, c, send, send_counts, send_displs, recv, recv_counts, recv_displs, \
+                             dt, __FILE__, __LINE__)
 #define td_all_to_all_start(r, c, send, recv, count, dt) \
     td_all_to_all_start_at(r, c, send, recv, count, dt, __FILE__, __LINE__)
 #define td_send_start(r, c, buf, count, dt, peer, tag) \
@@ -231,8 +231,8 @@ int td_request_active(const td_request *r);
     td_reduce_scatter_at(c, send, recv, count, dt, __FILE__, __LINE__)
 #define td_all_gather(c, send, recv, count, dt) \
     td_all_gather_at(c, send, recv, count, dt, __FILE__, __LINE__)
-#define td_all_to_all_v(c, send, send_counts, send_displs, recv, recv_counts, recv_displs, dt) \
-    td_all_to_all_v_at(c, send, send_counts, send_displs, recv, recv_counts, recv_displs, dt,   \
+#define td_all_to_all_v(c, send, send_counts, send_displs, recv, recv_counts, recv_displs, dt)     \
+    td_all_to_all_v_at(c, send, send_counts, send_displs, recv, recv_counts, recv_displs, dt,      \
                        __FILE__, __LINE__)
 #define td_all_to_all(c, send, recv, count, dt) \
     td_all_to_all_at(c, send, recv, count, dt, __FILE__, __LINE__)

@@ -73,7 +73,8 @@ static size_t extent(const td_request *r, const size_t *cnt, const size_t *dsp, 
     for (int j = 0; j < r->comm->size; j++) {
         TD_CHECK(dsp[j] <= lim && cnt[j] <= lim - dsp[j],
                  "%s on %s at %s:%d: %s block %d (displacement %zu + count %zu) overflows size_t",
-                 td_op_name(r->op), r->comm->label, td_base_name(r->file), r->line, side, j, dsp[j], cnt[j]);
+                 td_op_name(r->op), r->comm->label, td_base_name(r->file), r->line, side, j, dsp[j],
+                 cnt[j]);
         if (cnt[j] && dsp[j] + cnt[j] > hi) hi = dsp[j] + cnt[j];
     }
     return hi;
@@ -92,8 +93,8 @@ static _Noreturn void count_mismatch(const td_request *r, int j, long long sent)
     td_fail("%s on group %s at %s:%d: group rank %d (world rank %d) sent %s to group rank %d "
             "(world rank %d), which expects %zu: recv_counts[%d] must equal rank %d's "
             "send_counts[%d] (exchange them first: td_all_to_all_counts)",
-            td_op_name(r->op), c->label, td_base_name(r->file), r->line, j, c->world_ranks[j], what, c->rank,
-            c->world_ranks[c->rank], r->a2a->rc[j], j, j, c->rank);
+            td_op_name(r->op), c->label, td_base_name(r->file), r->line, j, c->world_ranks[j], what,
+            c->rank, c->world_ranks[c->rank], r->a2a->rc[j], j, j, c->rank);
 }
 
 /* ---- shared memory ----------------------------------------------------- */
@@ -130,7 +131,7 @@ void td_a2a_shm_part(const td_shm_op *op) {
     const td_shm *s = op->shm;
     const td_a2a *a = op->a2a;
     for (int i = 0; i < s->n; i++) {
-        int j = (s->me + i) % s->n; /* ranks start on different peers' buffers */
+        int j = (s->me + i) % s->n;                /* ranks start on different peers' buffers */
         const uint64_t *e = s->ctl[j]->a2a[s->me]; /* j's block for me: displacement, count */
         if (e[1] != a->rc[j]) count_mismatch(a->r, j, (long long)e[1]);
         if (!e[1]) continue;
@@ -227,7 +228,8 @@ int td_a2a_start(td_request *r, const size_t *sc, const size_t *sd, const size_t
     }
     size_t s_hi = extent(r, a->sc, a->sd, "send"), r_hi = extent(r, a->rc, a->rd, "receive");
     TD_CHECK((!s_hi || r->send) && (!r_hi || r->buf), "%s on %s at %s:%d: a NULL buffer for %s",
-             td_op_name(r->op), c->label, td_base_name(r->file), r->line, s_hi && !r->send ? "send" : "recv");
+             td_op_name(r->op), c->label, td_base_name(r->file), r->line,
+             s_hi && !r->send ? "send" : "recv");
     TD_CHECK(!td_ranges_overlap(r->send, s_hi * el, r->buf, r_hi * el),
              "%s on %s at %s:%d: send and recv overlap (in-place all-to-all is not supported)",
              td_op_name(r->op), c->label, td_base_name(r->file), r->line);

@@ -85,7 +85,8 @@ static void run_once(bench *B, int op, int impl, size_t bytes) {
             TD_MPI(MPI_Bcast(a, (int)count, MPI_FLOAT, 0, m));
             break;
         case OP_ALL_TO_ALL_V:
-            TD_MPI(MPI_Alltoallv(a, B->icnt, B->idsp, MPI_FLOAT, b, B->icnt, B->idsp, MPI_FLOAT, m));
+            TD_MPI(
+                MPI_Alltoallv(a, B->icnt, B->idsp, MPI_FLOAT, b, B->icnt, B->idsp, MPI_FLOAT, m));
             break;
         }
         return;

@@ -41,7 +41,8 @@ struct td_comm {
     float *stage;           /* hier: fp32 staging: intra's ring slots (td_shm_stage) */
     struct td_request *hier_owner; /* hier: the all-reduce now using stage, intra, inter */
     size_t stage_elems;
-    unsigned a2a_ops; /* all-to-all ops started on the group: picks each one's MPI tag */
+    /* all-to-all ops started on the group: picks each one's MPI tag */
+    unsigned a2a_ops;
 };
 
 /* ---- nodes and transports (nodes.c) ------------------------------------ */
@@ -106,7 +107,8 @@ typedef struct {
     int part_done;           /* direct: this rank's part is reduced */
     int moved;               /* the last td_shm_progress did some work */
     uint64_t seq;            /* trace record, for reports */
-    const struct td_a2a *a2a; /* all-to-all: the receive side's counts (alltoall.c) */
+    /* all-to-all: the receive side's counts (alltoall.c) */
+    const struct td_a2a *a2a;
 } td_shm_op;
 /* Starts an all-reduce, reduce-scatter or all-gather (arguments as the
  * td_*_start calls; all-reduce: send = buf) on a group with a ring, and
@@ -180,7 +182,8 @@ struct td_request {
     int ints_size; /* entries in ints */
     int via_shm;   /* all-reduce through the group's shared ring, not MPI */
     int agree;     /* MPI op on a group with a ring: pieces wait for the descriptors */
-    struct td_a2a *a2a; /* all-to-all: its tables and MPI messages (alltoall.c) */
+    /* all-to-all: its tables and MPI messages (alltoall.c) */
+    struct td_a2a *a2a;
     int hier;      /* all-reduce on a hierarchical group (hier.c), its state: */
     int hier_phase;
     size_t hier_o, hier_n, hier_s; /* this round's offset, length, shard */

@@ -45,10 +45,9 @@ void td_comm_note(const char *note) {
 static td_record g_ring[TD_TRACE_RING];
 static uint64_t g_seq, g_bytes, g_sent;
 
-static const char *g_op_names[TD_OP_N] = {"allreduce",  "reduce",      "broadcast",
-                                          "reduce_scatter", "all_gather", "send",
-                                          "recv",       "barrier",     "all_to_all_v",
-                                          "all_to_all"};
+static const char *g_op_names[TD_OP_N] = {
+    "allreduce", "reduce", "broadcast", "reduce_scatter", "all_gather",
+    "send",      "recv",   "barrier",   "all_to_all_v",   "all_to_all"};
 const char *td_op_name(td_op op) { return g_op_names[op]; }
 
 const char *td_base_name(const char *f) {
