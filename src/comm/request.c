@@ -6,7 +6,8 @@
  * so pieces are issued strictly in start order per group: a later request on
  * a group issues nothing until every earlier one has issued all its pieces.
  * (Completion order, and which request the caller waits on first, then do not
- * matter.)
+ * matter.) An all-to-all is one "piece" here: it posts all its messages at
+ * once, outside the piece budget, on tags of its own (alltoall.c).
  *
  * Blocking collectives call MPI's blocking collectives piece by piece:
  * measured faster than nonblocking pieces (libnbc) plus MPI_Test polling, see
