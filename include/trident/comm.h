@@ -1,7 +1,8 @@
 /* comm: the only module that talks to MPI.
  *
- * Collectives (all-reduce, reduce, broadcast, reduce-scatter, all-gather) and
- * point-to-point (send, recv), blocking and nonblocking, for fp32 and bf16.
+ * Collectives (all-reduce, reduce, broadcast, reduce-scatter, all-gather,
+ * all-to-all(-v)) and point-to-point (send, recv), blocking and nonblocking,
+ * for fp32 and bf16 (and u64 for all-to-all: the counts exchange).
  * Payloads are split into pieces of td_comm_piece_bytes() (Open MPI here loses
  * ~10x bandwidth above a few MiB per call; the default follows `trident bench
  * comm`). bf16 payloads are reduced in fp32 (converted per piece), so a sum
@@ -10,9 +11,10 @@
  * Each group's transport is chosen when it is created, alike on every
  * member (td_transport below). Within a node MPI is bypassed where it can
  * be: a group whose members all share one node all-reduces through a shared
- * staging ring, and fp32 all-reduce, reduce-scatter and all-gather whose
- * input lies in a td_comm_alloc_shared buffer run straight between the
- * members' buffers (src/comm/shm.c, shm_direct.c); every such op's
+ * staging ring, and fp32 all-reduce, reduce-scatter and all-gather (and
+ * all-to-all of any dtype) whose input lies in a td_comm_alloc_shared buffer
+ * run straight between the members' buffers (src/comm/shm.c, shm_direct.c,
+ * alltoall.c); every such op's
  * descriptor (op, count, dtype, path) is checked against the other members'
  * before data moves, and ranks that disagree fail with one line naming both
  * (shm_agree.c). Groups spanning nodes all-reduce hierarchically (hier.c).
@@ -25,7 +27,8 @@
  * ends the job (MPI_Abort, or _exit from a thread that may not call MPI).
  * A heartbeat outside MPI catches ranks that die or stop between calls. Blocking collectives run MPI's blocking collective per
  * piece (measured faster than nonblocking pieces + polling) and a watchdog
- * thread holds them to the same deadline; blocking send/recv are start + wait.
+ * thread holds them to the same deadline; blocking send/recv and all-to-all
+ * are start + wait.
  *
  * Call through the macros (td_allreduce, ...) so the call site is recorded. */
 #ifndef TRIDENT_COMM_H
@@ -36,7 +39,9 @@
 
 #include "trident/base.h"
 
-typedef enum { TD_F32 = 0, TD_BF16 = 1 } td_dtype;
+/* TD_U64 (uint64_t / size_t) is data movement only: all-to-all, where a
+ * mixture-of-experts dispatch exchanges its token counts. */
+typedef enum { TD_F32 = 0, TD_BF16 = 1, TD_U64 = 2 } td_dtype;
 typedef enum { TD_SUM = 0, TD_MAX = 1 } td_redop;
 
 size_t td_dtype_size(td_dtype dt);
@@ -55,7 +60,8 @@ typedef struct td_comm td_comm; /* a group: an MPI communicator with a name */
  *   HIER  2+ nodes with the same number (2+) of members on each: all-reduce
  *         (sum) reduce-scatters inside each node through shared memory,
  *         all-reduces each shard across nodes through MPI and all-gathers
- *         inside the node; every other op through MPI;
+ *         inside the node; every other op (all-to-all included, even between
+ *         members of one node) through MPI;
  *   MPI   everything else (and every group with TRIDENT_COMM_SHM=0; with
  *         TRIDENT_COMM_HIER=0 groups that would be HIER). */
 typedef enum { TD_TRANSPORT_SELF = 0, TD_TRANSPORT_SHM, TD_TRANSPORT_HIER, TD_TRANSPORT_MPI } td_transport;
@@ -115,10 +121,10 @@ void td_comm_set_shm(int on);
  * memory. Free with td_comm_free_shared (collective as well). */
 void *td_comm_alloc_shared(td_comm *c, size_t bytes, td_mem_cat cat);
 void td_comm_free_shared(td_comm *c, void *p, td_mem_cat cat);
-/* 1 when fp32 all-reduce, reduce-scatter and all-gather on c whose input is
- * a td_comm_alloc_shared buffer run straight between the members' buffers
- * (no MPI, no staging memory), as long as that buffer's allocation found
- * room; 0 for NULL. Memory plans use it. */
+/* 1 when fp32 all-reduce, reduce-scatter and all-gather (and all-to-all of
+ * any dtype) on c whose input is a td_comm_alloc_shared buffer run straight
+ * between the members' buffers (no MPI, no staging memory), as long as that
+ * buffer's allocation found room; 0 for NULL. Memory plans use it. */
 int td_comm_shares_memory(const td_comm *c);
 int td_comm_shm(void);
 void td_comm_set_shm_chunk(size_t bytes);
@@ -149,6 +155,12 @@ void td_request_free(td_request *r);
     td_reduce_scatter_start_at(r, c, send, recv, count, dt, __FILE__, __LINE__)
 #define td_all_gather_start(r, c, send, recv, count, dt) \
     td_all_gather_start_at(r, c, send, recv, count, dt, __FILE__, __LINE__)
+#define td_all_to_all_v_start(r, c, send, send_counts, send_displs, recv, recv_counts,             \
+                              recv_displs, dt)                                                     \
+    td_all_to_all_v_start_at(r, c, send, send_counts, send_displs, recv, recv_counts, recv_displs, \
+                             dt, __FILE__, __LINE__)
+#define td_all_to_all_start(r, c, send, recv, count, dt) \
+    td_all_to_all_start_at(r, c, send, recv, count, dt, __FILE__, __LINE__)
 #define td_send_start(r, c, buf, count, dt, peer, tag) \
     td_send_start_at(r, c, buf, count, dt, peer, tag, __FILE__, __LINE__)
 #define td_recv_start(r, c, buf, count, dt, peer, tag) \
@@ -165,8 +177,37 @@ void td_reduce_scatter_start_at(td_request *r, td_comm *c, const void *send, voi
                                 size_t count, td_dtype dt, const char *file, int line);
 void td_all_gather_start_at(td_request *r, td_comm *c, const void *send, void *recv,
                             size_t count, td_dtype dt, const char *file, int line);
+/* All-to-all-v (mixture-of-experts token dispatch and its return): block j
+ * of this rank's send buffer, send_counts[j] elements at send_displs[j],
+ * goes to group rank j, and rank j's block for this rank lands at
+ * recv_displs[j], recv_counts[j] elements. Counts and displacements are
+ * size_t, in elements of dt (no int limit: MPI gets large-count types);
+ * the four arrays have size entries each, are copied at the start and may
+ * be reused at once. recv_counts[j] must equal rank j's send_counts[this
+ * rank] (td_all_to_all_counts exchanges them first); a rank that receives
+ * more or fewer elements than it expects ends the job with one line naming
+ * both ranks. Only the receive blocks are written (gaps between them and
+ * everything around them stay as they were); blocks of one buffer must not
+ * overlap, and send must not overlap recv. Any block may be empty, on any
+ * rank; every rank must still make the call. Per transport: SELF copies;
+ * SHM copies each block straight out of the sender's buffer when every
+ * rank's send buffer lies inside a td_comm_alloc_shared buffer of c (one
+ * copy, no MPI; ranks that disagree on that fail with one line), else it
+ * goes through MPI like MPI and HIER groups: one message per peer, on a tag
+ * of trident's own (user tags stay below td_comm_tag_limit()). dt: fp32,
+ * bf16 or u64; the bytes arrive unchanged. */
+void td_all_to_all_v_start_at(td_request *r, td_comm *c, const void *send,
+                              const size_t *send_counts, const size_t *send_displs, void *recv,
+                              const size_t *recv_counts, const size_t *recv_displs, td_dtype dt,
+                              const char *file, int line);
+/* All-to-all of `count` elements per peer: send[count * size] (block j to
+ * rank j) -> recv[count * size] (block j from rank j). */
+void td_all_to_all_start_at(td_request *r, td_comm *c, const void *send, void *recv, size_t count,
+                            td_dtype dt, const char *file, int line);
+/* tag: 0 .. td_comm_tag_limit() - 1 (the tags above are all-to-all's). */
 void td_send_start_at(td_request *r, td_comm *c, const void *buf, size_t count, td_dtype dt,
                       int peer, int tag, const char *file, int line);
+int td_comm_tag_limit(void);
 /* peer may be TD_ANY_SOURCE; td_request_source() tells who sent. */
 #define TD_ANY_SOURCE (-1)
 void td_recv_start_at(td_request *r, td_comm *c, void *buf, size_t count, td_dtype dt,
@@ -190,6 +231,15 @@ int td_request_active(const td_request *r);
     td_reduce_scatter_at(c, send, recv, count, dt, __FILE__, __LINE__)
 #define td_all_gather(c, send, recv, count, dt) \
     td_all_gather_at(c, send, recv, count, dt, __FILE__, __LINE__)
+#define td_all_to_all_v(c, send, send_counts, send_displs, recv, recv_counts, recv_displs, dt)     \
+    td_all_to_all_v_at(c, send, send_counts, send_displs, recv, recv_counts, recv_displs, dt,      \
+                       __FILE__, __LINE__)
+#define td_all_to_all(c, send, recv, count, dt) \
+    td_all_to_all_at(c, send, recv, count, dt, __FILE__, __LINE__)
+/* The counts exchange before an all-to-all-v: send_counts[j] (size_t, what
+ * this rank will send to rank j) arrives in rank j's recv_counts[this rank]. */
+#define td_all_to_all_counts(c, send_counts, recv_counts) \
+    td_all_to_all_at(c, send_counts, recv_counts, 1, TD_U64, __FILE__, __LINE__)
 #define td_send(c, buf, count, dt, peer, tag) td_send_at(c, buf, count, dt, peer, tag, __FILE__, __LINE__)
 #define td_recv(c, buf, count, dt, peer, tag) td_recv_at(c, buf, count, dt, peer, tag, __FILE__, __LINE__)
 #define td_barrier(c) td_barrier_at(c, __FILE__, __LINE__)
@@ -203,6 +253,12 @@ void td_broadcast_at(td_comm *c, void *buf, size_t count, td_dtype dt, int root,
 void td_reduce_scatter_at(td_comm *c, const void *send, void *recv, size_t count, td_dtype dt,
                           const char *file, int line);
 void td_all_gather_at(td_comm *c, const void *send, void *recv, size_t count, td_dtype dt,
+                      const char *file, int line);
+/* Blocking all-to-all(-v): start + wait (arguments as the _start forms). */
+void td_all_to_all_v_at(td_comm *c, const void *send, const size_t *send_counts,
+                        const size_t *send_displs, void *recv, const size_t *recv_counts,
+                        const size_t *recv_displs, td_dtype dt, const char *file, int line);
+void td_all_to_all_at(td_comm *c, const void *send, void *recv, size_t count, td_dtype dt,
                       const char *file, int line);
 void td_send_at(td_comm *c, const void *buf, size_t count, td_dtype dt, int peer, int tag,
                 const char *file, int line);
@@ -224,10 +280,12 @@ uint64_t td_comm_calls(void);
 uint64_t td_comm_bytes(void);
 /* Bytes this rank has handed to calls as its own data so far: the payload
  * of an all-reduce, reduce or send, its block of an all-gather, its whole
- * input of a reduce-scatter, the root's payload of a broadcast (0 on the
- * others and for receives). At 2 ranks this is what the rank puts on the
+ * input of a reduce-scatter or all-to-all (every send block, its own
+ * included), the root's payload of a broadcast (0 on the others and for
+ * receives). At 2 ranks this is what the rank puts on the
  * wire for an all-reduce or an all-gather. td_comm_bytes() counts instead
- * the whole tensor of a call (an all-gather's every block). */
+ * the whole tensor of a call (an all-gather's every block; an all-to-all's
+ * send blocks, as here). */
 uint64_t td_comm_sent_bytes(void);
 
 /* What `trident bench comm` measures (src/cli/comm_bench_cmd.c parses it). */

@@ -11,7 +11,7 @@
 
 static const char *usage =
     "usage: trident bench comm [--min BYTES] [--max BYTES] [--iters N] [--trials N] "
-    "[--piece BYTES] [--ops allreduce,reduce_scatter,all_gather,broadcast] [--no-sweep] [--hier]  (run "
+    "[--piece BYTES] [--ops allreduce,reduce_scatter,all_gather,broadcast,all_to_all_v] [--no-sweep] [--hier]  (run "
     "under mpirun -np 2 or more)";
 
 static size_t parse_bytes(const char *flag, const char *s) {

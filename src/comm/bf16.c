@@ -6,11 +6,17 @@
 #include "comm_internal.h"
 
 size_t td_dtype_size(td_dtype dt) {
-    TD_ASSERT(dt == TD_F32 || dt == TD_BF16);
-    return dt == TD_F32 ? 4 : 2;
+    TD_ASSERT(dt == TD_F32 || dt == TD_BF16 || dt == TD_U64);
+    return dt == TD_F32 ? 4 : dt == TD_BF16 ? 2 : 8;
 }
 
-MPI_Datatype td_mpi_type(td_dtype dt) { return dt == TD_F32 ? MPI_FLOAT : MPI_UINT16_T; }
+MPI_Datatype td_mpi_type(td_dtype dt) {
+    return dt == TD_F32 ? MPI_FLOAT : dt == TD_BF16 ? MPI_UINT16_T : MPI_UINT64_T;
+}
+
+const char *td_dtype_name(td_dtype dt) {
+    return dt == TD_F32 ? "fp32" : dt == TD_BF16 ? "bf16" : dt == TD_U64 ? "u64" : "?";
+}
 
 static inline uint32_t f32_bits(float x) {
     uint32_t u;

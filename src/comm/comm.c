@@ -165,6 +165,7 @@ void td_comm_init(int *argc, char ***argv) {
      * library linked beside it sends on MPI_COMM_WORLD. */
     TD_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &dup));
     g_world = td_comm_wrap(dup, "world");
+    td_a2a_tags_init(MPI_COMM_WORLD);
     g_initialized = 1;
     td_watchdog_start();
     td_heartbeat_start(g_world->mpi);

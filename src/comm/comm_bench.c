@@ -3,9 +3,10 @@
  * piece-size sweep of all-reduce that the default piece size follows.
  *
  * Bus bandwidth as nccl-tests defines it, so numbers compare across rank
- * counts: all-reduce bytes*2(n-1)/n/t, reduce-scatter and all-gather
- * bytes*(n-1)/n/t (bytes = the whole gathered / scattered buffer), broadcast
- * bytes/t. A time is the slowest rank's mean over the iterations of a trial;
+ * counts: all-reduce bytes*2(n-1)/n/t, reduce-scatter, all-gather and
+ * all-to-all bytes*(n-1)/n/t (bytes = the whole gathered / scattered buffer,
+ * an all-to-all's send buffer: equal blocks, as MPI_Alltoallv beside it),
+ * broadcast bytes/t. A time is the slowest rank's mean over the iterations of a trial;
  * the best of the trials is kept, and the raw and trident trials alternate so
  * drifts of a shared machine hit both alike. */
 #include <stdio.h>
@@ -14,7 +15,7 @@
 
 #include "comm_internal.h"
 
-enum { OP_ALLREDUCE, OP_REDUCE_SCATTER, OP_ALL_GATHER, OP_BCAST, N_OPS };
+enum { OP_ALLREDUCE, OP_REDUCE_SCATTER, OP_ALL_GATHER, OP_BCAST, OP_ALL_TO_ALL_V, N_OPS };
 /* raw: one MPI call (raw_plain: on plain buffers); td: blocking trident call
  * on shared buffers; nb: the same
  * as start + wait; plain: blocking trident call on plain buffers;
@@ -31,7 +32,8 @@ enum {
     IMPL_RAW_PLAIN
 };
 
-static const char *g_names[N_OPS] = {"allreduce", "reduce_scatter", "all_gather", "broadcast"};
+static const char *g_names[N_OPS] = {"allreduce", "reduce_scatter", "all_gather", "broadcast",
+                                     "all_to_all_v"};
 
 typedef struct {
     td_comm *c;
@@ -39,11 +41,22 @@ typedef struct {
     float *a, *b;   /* [max_bytes/4] each, plain memory (td_alloc) */
     float *sa, *sb; /* the same from td_comm_alloc_shared, as the trainer's gradients */
     td_request *q;
+    size_t *cnt, *dsp; /* [n]: all-to-all blocks of the payload size at hand */
+    int *icnt, *idsp;  /* the same for MPI_Alltoallv */
 } bench;
+
+/* Equal all-to-all blocks of `per` elements, back to back. */
+static void a2a_blocks(bench *B, size_t per) {
+    for (int j = 0; j < B->n; j++) {
+        B->cnt[j] = per, B->dsp[j] = per * (size_t)j;
+        B->icnt[j] = (int)per, B->idsp[j] = (int)(per * (size_t)j);
+    }
+}
 
 static void run_once(bench *B, int op, int impl, size_t bytes) {
     MPI_Comm m = B->c->mpi;
-    size_t count = bytes / 4, per = count / (size_t)B->n; /* per-rank block of rs / ag */
+    size_t count = bytes / 4, per = count / (size_t)B->n; /* per-rank block of rs / ag / a2a */
+    if (op == OP_ALL_TO_ALL_V) a2a_blocks(B, per);
     if (impl == IMPL_INB) { /* allreduce only: MPI's nonblocking pieces, waited on */
         size_t pe = td_max_sz(1, td_comm_piece_bytes() / 4);
         for (size_t o = 0; o < count; o += pe) {
@@ -70,6 +83,10 @@ static void run_once(bench *B, int op, int impl, size_t bytes) {
             break;
         case OP_BCAST:
             TD_MPI(MPI_Bcast(a, (int)count, MPI_FLOAT, 0, m));
+            break;
+        case OP_ALL_TO_ALL_V:
+            TD_MPI(
+                MPI_Alltoallv(a, B->icnt, B->idsp, MPI_FLOAT, b, B->icnt, B->idsp, MPI_FLOAT, m));
             break;
         }
         return;
@@ -106,6 +123,12 @@ static void run_once(bench *B, int op, int impl, size_t bytes) {
             td_broadcast_start(q, B->c, a, count, TD_F32, 0);
         else
             td_broadcast(B->c, a, count, TD_F32, 0);
+        break;
+    case OP_ALL_TO_ALL_V:
+        if (q)
+            td_all_to_all_v_start(q, B->c, a, B->cnt, B->dsp, b, B->cnt, B->dsp, TD_F32);
+        else
+            td_all_to_all_v(B->c, a, B->cnt, B->dsp, b, B->cnt, B->dsp, TD_F32);
         break;
     }
     if (q) td_wait(q);
@@ -175,7 +198,7 @@ static int hier_bench(size_t lo, size_t hi, int iters, int trials) {
         td_comm_free(flat), td_comm_free(hier);
         return TD_EXIT_USAGE;
     }
-    bench F = {flat, td_comm_size(flat), td_alloc(hi, TD_MEM_COMM), NULL, NULL, NULL, NULL};
+    bench F = {.c = flat, .n = td_comm_size(flat), .a = td_alloc(hi, TD_MEM_COMM)};
     bench H = F;
     H.c = hier;
     td_log("trident bench comm --hier: %d ranks, %s; fp32 all-reduce bus bandwidth in GB/s, "
@@ -223,8 +246,10 @@ int td_comm_bench_run(const td_comm_bench_opts *opt) {
         return TD_EXIT_USAGE;
     }
     if (opt->hier) return hier_bench(lo, hi, iters, trials);
-    bench B = {td_comm_world(), td_comm_size(td_comm_world()), NULL, NULL, NULL, NULL,
-               td_request_new()};
+    bench B = {.c = td_comm_world(), .n = td_comm_size(td_comm_world()), .q = td_request_new()};
+    B.cnt = calloc((size_t)B.n, sizeof *B.cnt), B.dsp = calloc((size_t)B.n, sizeof *B.dsp);
+    B.icnt = calloc((size_t)B.n, sizeof *B.icnt), B.idsp = calloc((size_t)B.n, sizeof *B.idsp);
+    TD_ASSERT(B.cnt && B.dsp && B.icnt && B.idsp);
     B.a = td_alloc(hi, TD_MEM_COMM);
     B.b = td_alloc(hi, TD_MEM_COMM);
     B.sa = td_comm_alloc_shared(B.c, hi, TD_MEM_COMM);
@@ -246,9 +271,11 @@ int td_comm_bench_run(const td_comm_bench_opts *opt) {
            "wait;\n"
            "  ratio = trident / raw; vs plain = trident / raw plain; raw 1st = the first raw "
            "call of that size alone\n",
-           shm ? "all-reduce straight between the ranks' buffers, other ops MPI in pieces"
+           shm ? "all-reduce, reduce-scatter, all-gather and all-to-all straight between the "
+                 "ranks' buffers, broadcast MPI in pieces"
                : "MPI in pieces: no shared ring (ranks on several nodes, or TRIDENT_COMM_SHM=0)",
-           shm ? "all-reduce through the staging ring" : "MPI in pieces");
+           shm ? "all-reduce through the staging ring, all-to-all one MPI message per peer"
+               : "MPI in pieces");
     const int impls[6] = {IMPL_RAW, IMPL_RAW_PLAIN, IMPL_TD, IMPL_PLAIN, IMPL_PIECES, IMPL_NB};
     for (int op = 0; op < N_OPS; op++) {
         if (ops && !strstr(ops, g_names[op])) continue;
@@ -302,6 +329,7 @@ int td_comm_bench_run(const td_comm_bench_opts *opt) {
                "MPI_Iallreduce + MPI_Wait per piece, no trident polling\n");
     }
     td_request_free(B.q);
+    free(B.cnt), free(B.dsp), free(B.icnt), free(B.idsp);
     td_comm_free_shared(B.c, B.sa, TD_MEM_COMM);
     td_comm_free_shared(B.c, B.sb, TD_MEM_COMM);
     td_free(B.a);

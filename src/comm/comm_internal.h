@@ -41,6 +41,8 @@ struct td_comm {
     float *stage;           /* hier: fp32 staging: intra's ring slots (td_shm_stage) */
     struct td_request *hier_owner; /* hier: the all-reduce now using stage, intra, inter */
     size_t stage_elems;
+    /* all-to-all ops started on the group: picks each one's MPI tag */
+    unsigned a2a_ops;
 };
 
 /* ---- nodes and transports (nodes.c) ------------------------------------ */
@@ -82,7 +84,12 @@ void td_shm_close(td_shm *s);
  * it at the same point, the first time. This rank's part, *elems fp32. */
 float *td_shm_stage(td_shm *s, size_t *elems);
 /* What a shared-memory op computes. */
-typedef enum { TD_SHM_ALLREDUCE = 0, TD_SHM_REDUCE_SCATTER, TD_SHM_ALL_GATHER } td_shm_kind;
+typedef enum {
+    TD_SHM_ALLREDUCE = 0,
+    TD_SHM_REDUCE_SCATTER,
+    TD_SHM_ALL_GATHER,
+    TD_SHM_ALL_TO_ALL
+} td_shm_kind;
 typedef struct {
     td_shm *shm;
     td_shm_kind kind;
@@ -100,6 +107,8 @@ typedef struct {
     int part_done;           /* direct: this rank's part is reduced */
     int moved;               /* the last td_shm_progress did some work */
     uint64_t seq;            /* trace record, for reports */
+    /* all-to-all: the receive side's counts (alltoall.c) */
+    const struct td_a2a *a2a;
 } td_shm_op;
 /* Starts an all-reduce, reduce-scatter or all-gather (arguments as the
  * td_*_start calls; all-reduce: send = buf) on a group with a ring, and
@@ -138,11 +147,16 @@ typedef enum {
     TD_OP_SEND,
     TD_OP_RECV,
     TD_OP_BARRIER,
+    TD_OP_ALL_TO_ALL_V,
+    TD_OP_ALL_TO_ALL,
     TD_OP_N
 } td_op;
 
 const char *td_op_name(td_op op);
 static inline int td_op_is_p2p(td_op op) { return op == TD_OP_SEND || op == TD_OP_RECV; }
+static inline int td_op_is_a2a(td_op op) {
+    return op == TD_OP_ALL_TO_ALL_V || op == TD_OP_ALL_TO_ALL;
+}
 
 struct td_request {
     int active;
@@ -168,6 +182,8 @@ struct td_request {
     int ints_size; /* entries in ints */
     int via_shm;   /* all-reduce through the group's shared ring, not MPI */
     int agree;     /* MPI op on a group with a ring: pieces wait for the descriptors */
+    /* all-to-all: its tables and MPI messages (alltoall.c) */
+    struct td_a2a *a2a;
     int hier;      /* all-reduce on a hierarchical group (hier.c), its state: */
     int hier_phase;
     size_t hier_o, hier_n, hier_s; /* this round's offset, length, shard */
@@ -192,6 +208,8 @@ void td_comm_flush(td_comm *c);
 uint64_t td_trace_begin(td_op op, const td_comm *c, td_dtype dt, size_t bytes, int peer,
                         const char *file, int line);
 void td_trace_end(uint64_t seq);
+/* "test_hang.c" of "/src/tests/test_hang.c" (a call site's __FILE__). */
+const char *td_base_name(const char *file);
 /* Adds to td_comm_sent_bytes(). */
 void td_trace_count_sent(size_t bytes);
 /* One stuck call: print the message and the ring, then end the job
@@ -221,12 +239,17 @@ void td_heartbeat_abort_notice(void);
  * job on a non-zero exit). */
 _Noreturn void td_comm_abort(int code);
 
-/* ---- bf16 (bf16.c) ----------------------------------------------------- */
+/* ---- bf16 and dtypes (bf16.c) ------------------------------------------ */
 void td_bf16_to_f32_n(float *dst, const uint16_t *src, size_t n);
 void td_f32_to_bf16_n(uint16_t *dst, const float *src, size_t n);
 MPI_Datatype td_mpi_type(td_dtype dt);
+const char *td_dtype_name(td_dtype dt); /* "fp32", "bf16", "u64" */
 
 /* ---- pieces (pieces.c) ------------------------------------------------- */
+static inline int td_ranges_overlap(const void *a, size_t an, const void *b, size_t bn) {
+    uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+    return x < y + bn && y < x + an;
+}
 /* Splits the request into pieces and sizes its scratch for `slots` slots. */
 void td_piece_plan(td_request *r, int slots);
 /* Stages piece p in slot s and hands it to MPI: the blocking call when
@@ -234,7 +257,25 @@ void td_piece_plan(td_request *r, int slots);
 void td_piece_run(td_request *r, int s, size_t p, int blocking);
 /* After MPI completed the piece in slot s: unstage (bf16 back, unpack). */
 void td_piece_finish(td_request *r, int s);
-void td_piece_release(td_request *r); /* frees scratch and derived types */
+void td_piece_release(td_request *r); /* frees scratch, derived types, all-to-all tables */
+/* `count` elements of dt as one MPI message even above INT_MAX: sets *type
+ * and returns the MPI count; *derived is the type to free once the message
+ * completed (MPI_DATATYPE_NULL when dt itself serves). */
+int td_mpi_count_type(td_dtype dt, size_t count, MPI_Datatype *type, MPI_Datatype *derived);
+
+/* ---- all-to-all (alltoall.c) ------------------------------------------- */
+/* The first tag of the range all-to-all messages use (user tags below). */
+#define TD_A2A_TAGS 4096
+void td_a2a_tags_init(MPI_Comm world);
+/* r begun (op, comm, dt, send, buf, seq): copies and checks the tables
+ * (NULL tables: `fixed` elements per peer, blocks back to back) and starts
+ * the exchange. 0: it is complete already (a group of one); 1: r must be
+ * progressed, straight between shared buffers when r->via_shm, else by
+ * td_a2a_progress. */
+int td_a2a_start(td_request *r, const size_t *send_counts, const size_t *send_displs,
+                 const size_t *recv_counts, const size_t *recv_displs, size_t fixed);
+/* The MPI exchange of r: does what it can without waiting; 1 when complete. */
+int td_a2a_progress(td_request *r, int *moved);
 
 /* ---- requests (request.c) ---------------------------------------------- */
 void td_requests_shutdown(void);

@@ -29,11 +29,6 @@ static size_t piece_len(const td_request *r, size_t p) {
     return td_min_sz(r->piece_elems, r->count - o);
 }
 
-static int overlaps(const void *a, size_t an, const void *b, size_t bn) {
-    uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
-    return x < y + bn && y < x + an;
-}
-
 static void ensure_scratch(td_request *r, int s, size_t bytes) {
     if (r->scratch_bytes[s] >= bytes) return;
     td_free(r->scratch[s]);
@@ -82,7 +77,7 @@ void td_piece_plan(td_request *r, int slots) {
          * output inside the input (ZeRO's in-place shard) needs the packed
          * path, which reads each slice before that slice is written. */
         r->direct = !bf16 && r->count <= r->piece_elems &&
-                    !overlaps(r->send, r->count * size * el, r->buf, r->count * el);
+                    !td_ranges_overlap(r->send, r->count * size * el, r->buf, r->count * el);
         if (!r->direct) r->scratch_need = n * size * 4 + (bf16 ? n * 4 : 0);
         ensure_ints(r, c->size * (1 + slots));
         break;
@@ -95,7 +90,7 @@ void td_piece_plan(td_request *r, int slots) {
                  r->count, size, INT_MAX);
         r->in_place = r->send == (const char *)r->buf + (size_t)c->rank * r->count * el;
         if (!r->in_place)
-            TD_ASSERT(!overlaps(r->send, r->count * el, r->buf, r->count * size * el));
+            TD_ASSERT(!td_ranges_overlap(r->send, r->count * el, r->buf, r->count * size * el));
         ensure_ints(r, c->size * (1 + slots));
         for (int i = 0; i < c->size; i++) r->ints[i] = (int)((size_t)i * r->count);
         break;
@@ -112,28 +107,34 @@ void td_piece_plan(td_request *r, int slots) {
     for (int s = 0; s < slots && r->scratch_need; s++) ensure_scratch(r, s, r->scratch_need);
 }
 
-/* One MPI message of `count` elements even above INT_MAX: a derived type made
- * of 2^30-element blocks plus the rest. Returns the MPI count. */
-static int message_type(td_request *r, int s, MPI_Datatype *type) {
-    MPI_Datatype el = td_mpi_type(r->dt);
-    if (r->count <= INT_MAX) {
+/* Above INT_MAX elements: a derived type made of 2^30-element blocks plus
+ * the rest, sent once. */
+int td_mpi_count_type(td_dtype dt, size_t count, MPI_Datatype *type, MPI_Datatype *derived) {
+    MPI_Datatype el = td_mpi_type(dt);
+    *derived = MPI_DATATYPE_NULL;
+    if (count <= INT_MAX) {
         *type = el;
-        return (int)r->count;
+        return (int)count;
     }
     const size_t block = (size_t)1 << 30;
-    size_t q = r->count / block, rest = r->count % block;
+    size_t q = count / block, rest = count % block;
     MPI_Datatype blk, body;
     TD_MPI(MPI_Type_contiguous((int)block, el, &blk));
     TD_MPI(MPI_Type_contiguous((int)q, blk, &body));
     int lens[2] = {1, (int)rest};
-    MPI_Aint disp[2] = {0, (MPI_Aint)(q * block * td_dtype_size(r->dt))};
+    MPI_Aint disp[2] = {0, (MPI_Aint)(q * block * td_dtype_size(dt))};
     MPI_Datatype types[2] = {body, el};
     TD_MPI(MPI_Type_create_struct(rest ? 2 : 1, lens, disp, types, type));
     TD_MPI(MPI_Type_commit(type));
     TD_MPI(MPI_Type_free(&blk));
     TD_MPI(MPI_Type_free(&body));
-    r->slot_type[s] = *type;
+    *derived = *type;
     return 1;
+}
+
+/* One MPI message of the request's `count` elements; the slot frees the type. */
+static int message_type(td_request *r, int s, MPI_Datatype *type) {
+    return td_mpi_count_type(r->dt, r->count, type, &r->slot_type[s]);
 }
 
 void td_piece_run(td_request *r, int s, size_t p, int blocking) {
@@ -287,4 +288,6 @@ void td_piece_release(td_request *r) {
     free(r->ints);
     r->ints = NULL;
     r->ints_size = 0;
+    free(r->a2a); /* one block; its MPI types are freed as its messages complete */
+    r->a2a = NULL;
 }

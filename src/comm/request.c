@@ -6,7 +6,8 @@
  * so pieces are issued strictly in start order per group: a later request on
  * a group issues nothing until every earlier one has issued all its pieces.
  * (Completion order, and which request the caller waits on first, then do not
- * matter.)
+ * matter.) An all-to-all is one "piece" here: it posts all its messages at
+ * once, outside the piece budget, on tags of its own (alltoall.c).
  *
  * Blocking collectives call MPI's blocking collectives piece by piece:
  * measured faster than nonblocking pieces (libnbc) plus MPI_Test polling, see
@@ -14,8 +15,8 @@
  * a nonblocking one on another, so a blocking call never switches to the
  * request path; instead it first issues every piece still pending on its
  * group (order again), and the watchdog thread watches it (trace.c). Blocking
- * send / recv are start + wait: one message either way, and the wait keeps
- * the other requests progressing. */
+ * send / recv and all-to-all are start + wait: messages either way, and the
+ * wait keeps the other requests progressing. */
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,7 +27,7 @@
 static td_request *g_head, *g_tail; /* active requests in start order */
 static unsigned g_walk;
 static uint64_t g_progress;          /* pieces completed so far: the wait deadline resets on it */
-static td_request g_blocking, g_p2p; /* the requests behind blocking calls */
+static td_request g_blocking, g_p2p, g_a2a; /* the requests behind blocking calls */
 
 /* At finalize: the blocking calls' scratch goes back to the allocator. */
 void td_requests_shutdown(void) {
@@ -37,6 +38,7 @@ void td_requests_shutdown(void) {
                 td_comm_world_rank(), (unsigned long long)g_head->seq);
     td_piece_release(&g_blocking);
     td_piece_release(&g_p2p);
+    td_piece_release(&g_a2a);
 }
 
 td_request *td_request_new(void) {
@@ -86,7 +88,7 @@ static void trace_done(td_request *r) {
         snprintf(name, sizeof name, "%s %s", op, r->comm->label);
     const char *cat = td_op_is_p2p(r->op) ? "p2p" : "collective";
     /* a started request overlaps the caller's work: an async event */
-    if (r == &g_blocking || r == &g_p2p)
+    if (r == &g_blocking || r == &g_p2p || r == &g_a2a)
         td_timeline_add(name, cat, r->tl_t0, td_timeline_now_us(), -1, -1);
     else
         td_timeline_add_async(name, cat, r->tl_t0, td_timeline_now_us(), -1, -1);
@@ -104,15 +106,17 @@ static void complete(td_request *r) {
 
 static void progress_all(void) {
     for (td_request *r = g_head; r; r = r->next) {
-        if (r->hier) {
-            int moved = 0;
-            if (!r->done_pieces && td_hier_progress(r, &moved)) r->done_pieces = 1;
-            if (moved) g_progress++;
-            continue;
-        }
         if (r->via_shm) { /* in start order, as the ring requires */
             if (!r->done_pieces && td_shm_progress(&r->shm)) r->done_pieces = 1;
             if (r->shm.moved) g_progress++;
+            continue;
+        }
+        if (r->hier || r->a2a) { /* state machines of their own: one "piece" */
+            int moved = 0;
+            if (!r->done_pieces &&
+                (r->hier ? td_hier_progress(r, &moved) : td_a2a_progress(r, &moved)))
+                r->done_pieces = 1;
+            if (moved) g_progress++;
             continue;
         }
         for (int s = 0; s < TD_MAX_INFLIGHT; s++) {
@@ -228,7 +232,9 @@ static td_request *begin(td_request *r, td_op op, td_comm *c, td_dtype dt, size_
                          const char *file, int line) {
     TD_ASSERT(r && !r->active);
     TD_ASSERT(c);
-    TD_ASSERT(dt == TD_F32 || dt == TD_BF16);
+    TD_CHECK(dt == TD_F32 || dt == TD_BF16 || (dt == TD_U64 && td_op_is_a2a(op)),
+             "%s at %s:%d: dtype %d (u64 moves by all-to-all only)", td_op_name(op),
+             td_base_name(file), line, (int)dt);
     if (op == TD_OP_RECV)
         TD_ASSERT(peer == TD_ANY_SOURCE || (peer >= 0 && peer < c->size));
     else if (op == TD_OP_REDUCE || op == TD_OP_BCAST || op == TD_OP_SEND)
@@ -299,6 +305,19 @@ static int run_shm(td_request *r) {
     return 1;
 }
 
+/* Into the active list, in start order. */
+static void enlist(td_request *r) {
+    r->active = 1;
+    r->prev = g_tail;
+    r->next = NULL;
+    if (g_tail)
+        g_tail->next = r;
+    else
+        g_head = r;
+    g_tail = r;
+    r->comm->n_active++;
+}
+
 static void start(td_request *r) {
     r->hier = r->op == TD_OP_ALLREDUCE && td_hier_takes(r->comm, r->redop, r->count);
     r->via_shm = !r->hier && shm_begin(r);
@@ -313,15 +332,7 @@ static void start(td_request *r) {
         trace_done(r);
         return;
     }
-    r->active = 1;
-    r->prev = g_tail;
-    r->next = NULL;
-    if (g_tail)
-        g_tail->next = r;
-    else
-        g_head = r;
-    g_tail = r;
-    r->comm->n_active++;
+    enlist(r);
     if (td_op_is_p2p(r->op)) td_piece_run(r, 0, 0, 0); /* one message, no budget */
     progress_all();
 }
@@ -372,17 +383,62 @@ void td_all_gather_start_at(td_request *r, td_comm *c, const void *send, void *r
     start(r);
 }
 
+static int check_tag(const td_request *r, int tag) {
+    TD_CHECK(tag >= 0 && tag < td_comm_tag_limit(),
+             "%s at %s:%d: tag %d outside 0..%d (the tags above are all-to-all's)",
+             td_op_name(r->op), td_base_name(r->file), r->line, tag, td_comm_tag_limit() - 1);
+    return tag;
+}
+
+/* All-to-all: one "piece", progressed by alltoall.c (or the direct shared
+ * path); NULL tables: `fixed` elements per peer. */
+static void a2a_start(td_request *r, td_op op, td_comm *c, const void *send, const size_t *sc,
+                      const size_t *sd, void *recv, const size_t *rc, const size_t *rd,
+                      size_t fixed, td_dtype dt, const char *file, int line) {
+    TD_ASSERT(c);
+    size_t total = fixed * (size_t)c->size; /* for the trace; the tables are checked later */
+    for (int j = 0; sc && j < c->size; j++) total += sc[j];
+    begin(r, op, c, dt, total, -1, file, line);
+    r->send = send;
+    r->buf = recv;
+    r->n_pieces = r->next_piece = 1;
+    r->done_pieces = 0;
+    for (int s = 0; s < TD_MAX_INFLIGHT; s++) r->slot_piece[s] = SIZE_MAX;
+    if (!td_a2a_start(r, sc, sd, rc, rd, fixed)) { /* a group of one: copied already */
+        td_piece_release(r);
+        trace_done(r);
+        return;
+    }
+    enlist(r);
+    progress_all();
+}
+
+void td_all_to_all_v_start_at(td_request *r, td_comm *c, const void *send,
+                              const size_t *send_counts, const size_t *send_displs, void *recv,
+                              const size_t *recv_counts, const size_t *recv_displs, td_dtype dt,
+                              const char *file, int line) {
+    TD_CHECK(send_counts && send_displs && recv_counts && recv_displs,
+             "all_to_all_v at %s:%d: a NULL count or displacement array", td_base_name(file), line);
+    a2a_start(r, TD_OP_ALL_TO_ALL_V, c, send, send_counts, send_displs, recv, recv_counts,
+              recv_displs, 0, dt, file, line);
+}
+
+void td_all_to_all_start_at(td_request *r, td_comm *c, const void *send, void *recv, size_t count,
+                            td_dtype dt, const char *file, int line) {
+    a2a_start(r, TD_OP_ALL_TO_ALL, c, send, NULL, NULL, recv, NULL, NULL, count, dt, file, line);
+}
+
 void td_send_start_at(td_request *r, td_comm *c, const void *buf, size_t count, td_dtype dt,
                       int peer, int tag, const char *file, int line) {
     begin(r, TD_OP_SEND, c, dt, count, peer, file, line)->send = buf;
-    r->tag = tag;
+    r->tag = check_tag(r, tag);
     start(r);
 }
 
 void td_recv_start_at(td_request *r, td_comm *c, void *buf, size_t count, td_dtype dt, int peer,
                       int tag, const char *file, int line) {
     begin(r, TD_OP_RECV, c, dt, count, peer, file, line)->buf = buf;
-    r->tag = tag;
+    r->tag = check_tag(r, tag);
     start(r);
 }
 
@@ -437,6 +493,20 @@ void td_send_at(td_comm *c, const void *buf, size_t count, td_dtype dt, int peer
                 const char *file, int line) {
     td_send_start_at(&g_p2p, c, buf, count, dt, peer, tag, file, line);
     td_wait(&g_p2p);
+}
+
+void td_all_to_all_v_at(td_comm *c, const void *send, const size_t *send_counts,
+                        const size_t *send_displs, void *recv, const size_t *recv_counts,
+                        const size_t *recv_displs, td_dtype dt, const char *file, int line) {
+    td_all_to_all_v_start_at(&g_a2a, c, send, send_counts, send_displs, recv, recv_counts,
+                             recv_displs, dt, file, line);
+    td_wait(&g_a2a);
+}
+
+void td_all_to_all_at(td_comm *c, const void *send, void *recv, size_t count, td_dtype dt,
+                      const char *file, int line) {
+    td_all_to_all_start_at(&g_a2a, c, send, recv, count, dt, file, line);
+    td_wait(&g_a2a);
 }
 
 int td_recv_at(td_comm *c, void *buf, size_t count, td_dtype dt, int peer, int tag,

@@ -152,7 +152,8 @@ int td_shm_begin(td_shm_op *op, td_shm *s, td_shm_kind kind, const void *send, v
     op->file = file;
     op->line = line;
     size_t send_elems = kind == TD_SHM_REDUCE_SCATTER ? count * (size_t)s->n : count;
-    if (use_shm && dt == TD_F32 && td_shm_direct_begin(op, s, send, send_elems)) return 1;
+    if (use_shm && dt == TD_F32 && td_shm_direct_begin(op, s, send, send_elems * sizeof(float)))
+        return 1;
     if (!use_shm || kind != TD_SHM_ALLREDUCE) {
         td_shm_announce(op, TD_PATH_MPI, NULL, 0);
         return 0;

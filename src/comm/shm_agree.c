@@ -56,16 +56,18 @@ void td_shm_announce(td_shm_op *op, td_shm_path path, const td_shm_region *g, ui
     op->direct = path == TD_PATH_DIRECT;
 }
 
-/* "an fp32 all-reduce (sum) of 1024 elements through the staging ring" */
+/* "an fp32 all-reduce (sum) of 1024 elements through the staging ring";
+ * an all-to-all's count is what this rank sends (it may differ per rank) */
 static void describe(char *out, size_t cap, const td_shm_desc *d) {
-    static const char *kinds[] = {"all-reduce", "reduce-scatter", "all-gather"};
+    static const char *kinds[] = {"all-reduce", "reduce-scatter", "all-gather", "all-to-all"};
     static const char *paths[] = {"the staging ring (buffer not in a shared allocation)",
                                   "shared buffers (buffer inside a td_comm_alloc_shared one)",
                                   "MPI"};
-    snprintf(out, cap, "%s %s%s of %llu elements through %s", d->dt == TD_BF16 ? "bf16" : "fp32",
-             d->kind < 3 ? kinds[d->kind] : "unknown op",
+    snprintf(out, cap, "%s %s%s of %llu elements%s through %s", td_dtype_name((td_dtype)d->dt),
+             d->kind < 4 ? kinds[d->kind] : "unknown op",
              d->kind == TD_SHM_ALLREDUCE ? (d->redop == TD_MAX ? " (max)" : " (sum)") : "",
-             (unsigned long long)d->count, d->path < 3 ? paths[d->path] : "an unknown path");
+             (unsigned long long)d->count, d->kind == TD_SHM_ALL_TO_ALL ? " sent" : "",
+             d->path < 3 ? paths[d->path] : "an unknown path");
 }
 
 void td_shm_check_peers(const td_shm_op *op) {
@@ -73,8 +75,9 @@ void td_shm_check_peers(const td_shm_op *op) {
     const td_shm_desc *me = &s->ctl[s->me]->desc[op->k % TD_SHM_DESCS];
     for (int j = 0; j < s->n; j++) {
         const td_shm_desc *d = &s->ctl[j]->desc[op->k % TD_SHM_DESCS];
-        if (d->count == me->count && d->kind == me->kind && d->dt == me->dt &&
-            d->redop == me->redop && d->path == me->path)
+        int count_ok = d->count == me->count || me->kind == TD_SHM_ALL_TO_ALL;
+        if (count_ok && d->kind == me->kind && d->dt == me->dt && d->redop == me->redop &&
+            d->path == me->path)
             continue;
         char here[160], there[160], file[sizeof d->file];
         describe(here, sizeof here, me);

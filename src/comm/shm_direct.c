@@ -144,25 +144,23 @@ void td_shm_regions_free(td_shm *s) {
 
 /* ---- one direct op ----------------------------------------------------- */
 
-int td_shm_direct_begin(td_shm_op *op, td_shm *s, const void *send, size_t send_elems) {
-    td_shm_region *g = region_of(s, send, send_elems * sizeof(float));
+int td_shm_direct_begin(td_shm_op *op, td_shm *s, const void *send, size_t send_bytes) {
+    td_shm_region *g = region_of(s, send, send_bytes);
     if (!g) return 0;
     td_shm_announce(op, TD_PATH_DIRECT, g, (uint64_t)((const char *)send - g->base[s->me]));
     op->part_done = 0;
     return 1;
 }
 
-/* Rank j's input for op k, from j's descriptor. */
 /* Rank j's input for op k, from j's descriptor (checked to match mine). */
-static float *peer_input(const td_shm_op *op, int j) {
+char *td_shm_peer_input(const td_shm_op *op, int j, size_t bytes) {
     const td_shm *s = op->shm;
     const td_shm_desc *d = &s->ctl[j]->desc[op->k % TD_SHM_DESCS];
     td_shm_region *g = region_by_id(s, d->region);
     TD_CHECK(g, "group %s: rank %d's shared buffer of op %llu is not allocated here", s->label, j,
              (unsigned long long)op->k);
-    size_t elems = op->kind == TD_SHM_REDUCE_SCATTER ? op->count * (size_t)s->n : op->count;
-    TD_ASSERT(d->offset + elems * sizeof(float) <= g->size[j]);
-    return (float *)(g->base[j] + d->offset);
+    TD_ASSERT(d->offset + bytes <= g->size[j]);
+    return g->base[j] + d->offset;
 }
 
 /* acc[0..m) = sum (or max) over ranks in rank order of in[j][0..m) */
@@ -232,7 +230,12 @@ static void do_my_part(td_shm_op *op) {
     td_shm *s = op->shm;
     float *in[TD_SHM_MAX_RANKS]; /* no region exists on larger groups */
     td_shm_check_peers(op);
-    for (int j = 0; j < s->n; j++) in[j] = peer_input(op, j);
+    if (op->kind == TD_SHM_ALL_TO_ALL) {
+        td_a2a_shm_part(op);
+        return;
+    }
+    size_t elems = op->kind == TD_SHM_REDUCE_SCATTER ? op->count * (size_t)s->n : op->count;
+    for (int j = 0; j < s->n; j++) in[j] = (float *)td_shm_peer_input(op, j, elems * sizeof(float));
     if (op->kind == TD_SHM_ALLREDUCE)
         allreduce_part(op, in);
     else if (op->kind == TD_SHM_REDUCE_SCATTER)

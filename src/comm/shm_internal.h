@@ -50,6 +50,9 @@ typedef struct {
     _Alignas(TD_LINE) _Atomic uint64_t entered;
     _Alignas(TD_LINE) _Atomic uint64_t finished;
     _Alignas(TD_LINE) td_shm_desc desc[TD_SHM_DESCS]; /* op k in desc[k % TD_SHM_DESCS] */
+    /* the last direct all-to-all (td_shm.a2a_k): {displacement, count} of
+     * this rank's send block for each group rank, which that rank copies out */
+    _Alignas(TD_LINE) uint64_t a2a[TD_SHM_MAX_RANKS][2];
 } td_shm_ctl;
 
 /* A shared allocation: one MPI shared window, a part per rank. */
@@ -75,6 +78,7 @@ struct td_shm {
     /* ops (every path) started and checked/finished here (the counters
      * entered / finished mirror them); regions allocated so far */
     uint64_t started, finished, next_region;
+    uint64_t a2a_k; /* the last direct all-to-all started here: whose table ctl->a2a holds */
     const char *desc_file[TD_SHM_DESCS]; /* __FILE__ whose name desc[i].file holds */
     td_shm_region *regions;
 };
@@ -104,6 +108,7 @@ static inline void td_shm_op_init(td_shm_op *op, td_shm *s, td_shm_kind kind, co
     op->redop = redop;
     op->seq = seq;
     op->moved = 0;
+    op->a2a = NULL;
 }
 
 /* Collective over mpi: 1 when /dev/shm (where Open MPI backs shared windows)
@@ -122,9 +127,15 @@ void td_shm_check_peers(const td_shm_op *op);
 
 /* shm_direct.c, for shm.c: direct ops behind the td_shm_op interface. */
 /* op's kind, count, buffers and seq set: announces a direct op on `send`
- * (send_elems fp32) when it lies in a shared region; 0 and nothing done
+ * (its first send_bytes) when it lies in a shared region; 0 and nothing done
  * otherwise. */
-int td_shm_direct_begin(td_shm_op *op, td_shm *s, const void *send, size_t send_elems);
+int td_shm_direct_begin(td_shm_op *op, td_shm *s, const void *send, size_t send_bytes);
+/* Rank j's input of direct op op->k (its first `bytes` checked to lie in
+ * j's part of the region), from j's descriptor. */
+char *td_shm_peer_input(const td_shm_op *op, int j, size_t bytes);
+/* alltoall.c: this rank's part of a direct all-to-all: its blocks copied
+ * out of every rank's send buffer. */
+void td_a2a_shm_part(const td_shm_op *op);
 int td_shm_direct_progress(td_shm_op *op);
 void td_shm_regions_free(td_shm *s);
 /* The ring slots of every rank (bytes each) as a shared region, registered

@@ -45,11 +45,12 @@ void td_comm_note(const char *note) {
 static td_record g_ring[TD_TRACE_RING];
 static uint64_t g_seq, g_bytes, g_sent;
 
-static const char *g_op_names[TD_OP_N] = {"allreduce",  "reduce", "broadcast", "reduce_scatter",
-                                          "all_gather", "send",   "recv",      "barrier"};
+static const char *g_op_names[TD_OP_N] = {
+    "allreduce", "reduce", "broadcast", "reduce_scatter", "all_gather",
+    "send",      "recv",   "barrier",   "all_to_all_v",   "all_to_all"};
 const char *td_op_name(td_op op) { return g_op_names[op]; }
 
-static const char *base_name(const char *f) {
+const char *td_base_name(const char *f) {
     const char *b = f ? strrchr(f, '/') : NULL;
     return b ? b + 1 : (f ? f : "?");
 }
@@ -84,7 +85,7 @@ uint64_t td_comm_sent_bytes(void) { return g_sent; }
 
 static const char *dt_name(const td_record *r) {
     if (r->op == TD_OP_BARRIER) return "-";
-    return r->dt == TD_F32 ? "fp32" : "bf16";
+    return td_dtype_name(r->dt);
 }
 
 /* "root 1" / "peer 0" / "" for the op's extra argument. */
@@ -112,7 +113,7 @@ static int format_record(char *out, size_t n, const td_record *r) {
         snprintf(state, sizeof state, "STARTED, not done");
     return snprintf(out, n, "  #%llu %s on %s (%zu B, %s%s) at %s:%d, t=%.1f ms, %s\n",
                     (unsigned long long)r->seq, td_op_name(r->op), r->group, r->bytes, dt_name(r),
-                    peer, base_name(r->file), r->line, r->t_start, state);
+                    peer, td_base_name(r->file), r->line, r->t_start, state);
 }
 
 /* Built in one buffer and written with one call, so ranks dumping at the same
@@ -158,7 +159,7 @@ _Noreturn void td_trace_stuck(uint64_t seq) {
                  "complete within %.1f s\n",
                  td_comm_world_rank(), td_op_is_p2p(r->op) ? "p2p" : "collective",
                  (unsigned long long)seq, td_op_name(r->op), r->group, r->bytes, dt_name(r), peer,
-                 base_name(r->file), r->line, waited_s);
+                 td_base_name(r->file), r->line, waited_s);
     } else {
         snprintf(head, sizeof head,
                  "trident: rank %d: comm call #%llu did not complete within %.1f s\n",

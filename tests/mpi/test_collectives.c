@@ -13,27 +13,17 @@
 #include <string.h>
 
 #include "test_collectives.h"
+#include "test_values.h"
 #include "trident/base.h"
 #include "trident/comm.h"
 
 int R, N; /* world rank and size */
 
-float v(int rank, size_t i, int salt) {
-    uint64_t h = td_rng_u64((uint64_t)salt, (uint64_t)rank, i);
-    return (float)((int)(h % 511) - 255) / 64.0f;
-}
+float v(int rank, size_t i, int salt) { return tv_value((uint64_t)salt, (uint64_t)rank, i); }
 
-static void put(void *buf, td_dtype dt, size_t i, float x) {
-    if (dt == TD_F32)
-        ((float *)buf)[i] = x;
-    else
-        ((uint16_t *)buf)[i] = td_f32_to_bf16(x);
-}
-float get(const void *buf, td_dtype dt, size_t i) {
-    return dt == TD_F32 ? ((const float *)buf)[i] : td_bf16_to_f32(((const uint16_t *)buf)[i]);
-}
+float get(const void *buf, td_dtype dt, size_t i) { return tv_get(buf, dt, i); }
 void fill(void *buf, td_dtype dt, size_t n, int rank, int salt, size_t base) {
-    for (size_t i = 0; i < n; i++) put(buf, dt, i, v(rank, base + i, salt));
+    for (size_t i = 0; i < n; i++) tv_put(buf, dt, i, v(rank, base + i, salt));
 }
 static const char *dtn(td_dtype dt) { return dt == TD_F32 ? "fp32" : "bf16"; }
 

@@ -6,6 +6,8 @@
  *   test_hang blocking     rank 0: td_allreduce on "dp"   (watchdog thread)
  *   test_hang nonblocking  rank 0: start + td_wait        (polling wait)
  *   test_hang recv         rank 0: td_recv from rank 1    (p2p wait)
+ *   test_hang a2a          rank 0: td_all_to_all_v on "dp" (a plain buffer:
+ *                          MPI messages after the descriptors agree)
  *   test_hang shared       rank 0: td_allreduce inside a td_comm_alloc_shared
  *                          buffer (straight between buffers: the shm wait)
  * Rank 1 meanwhile sleeps 30 s outside MPI; mpirun kills it after the abort.
@@ -24,7 +26,11 @@
  *   test_hang placement_nb all-gather started nonblocking, rank 0 plain
  *                          (MPI pieces), rank 1 shared (direct)
  *   test_hang dtype        all-reduce of a plain buffer, fp32 on rank 0,
- *                          bf16 on rank 1 (both through the ring) */
+ *                          bf16 on rank 1 (both through the ring)
+ * All-to-all-v whose counts disagree (rank 1 sends 3 elements to rank 0,
+ * which expects 4): one line naming both ranks, not a hang or short data:
+ *   test_hang a2a_count_mpi     plain buffers (MPI messages)
+ *   test_hang a2a_count_shared  send buffers in a shared one (direct) */
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -76,6 +82,15 @@ int main(int argc, char **argv) {
         td_comm_finalize();
         return 0;
     }
+    if (!strncmp(mode, "a2a_count", 9)) {
+        float *send = !strcmp(mode, "a2a_count_shared") ? sh : x;
+        size_t sc[2] = {4, 4}, rc[2] = {4, 4}, displs[2] = {0, 4};
+        sc[0] = me ? 3 : 4; /* rank 1 sends 3 to rank 0, which expects 4 */
+        td_all_to_all_v(dp, send, sc, displs, x + 512, rc, displs, TD_F32);
+        fprintf(stderr, "test_hang: mismatched all-to-all returned\n");
+        td_comm_finalize();
+        return 0;
+    }
     if (me == 1 && fails) raise(!strcmp(fails, "kill") ? SIGKILL : SIGSTOP);
     if (me == 1) {
         sleep(30);
@@ -93,6 +108,9 @@ int main(int argc, char **argv) {
         td_allreduce(dp, sh, 1024, TD_F32, TD_SUM);
     } else if (!strcmp(mode, "recv")) {
         td_recv(w, x, 1024, TD_F32, 1, 5);
+    } else if (!strcmp(mode, "a2a")) {
+        size_t counts[2] = {256, 256}, displs[2] = {0, 256};
+        td_all_to_all_v(dp, x, counts, displs, x + 512, counts, displs, TD_F32);
     } else {
         td_fail("unknown mode '%s'; use blocking, nonblocking, recv, shared or mismatch", mode);
     }
