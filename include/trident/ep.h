@@ -17,11 +17,14 @@ typedef struct {
     const td_grid *g;
     uint64_t calls;          /* exchanges since the last reset */
     uint64_t bytes_off_rank; /* payload bytes this rank sent to other ranks since then */
+    td_request *req;         /* the exchange in flight */
+    size_t sc[TD_MOE_MAX_EP], sd[TD_MOE_MAX_EP], rc[TD_MOE_MAX_EP], rd[TD_MOE_MAX_EP]; /* its counts */
 } td_ep;
 
 /* Sets ops' moe hooks to e's (e must outlive the model's use of ops). */
 void td_ep_bind_model(td_ep *e, const td_grid *g, td_model_comm *ops);
 void td_ep_reset_stats(td_ep *e);
+void td_ep_free(td_ep *e);
 
 /* Unit u of section s (0 params, 1 and 2 AdamW's moments) in the canonical
  * layout on grad rank 0, every expert in place: the ep group's copies put

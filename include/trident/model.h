@@ -333,10 +333,12 @@ typedef enum { TD_REDUCE_SUM, TD_REDUCE_MAX } td_reduce_op;
  *   ranks that share a micro-batch (dp x cp), in place;
  * moe_stats_exscan(ctx, in, out, n): out = the sum of in over the ranks of
  *   that group before this one (capacity's order of tokens; cp = 1);
- * with expert parallelism (the table's ep > 1), over the ep group:
- * ep_counts(ctx, send, recv, n): an all-to-all of n ints to each peer
+ * with expert parallelism (the table's ep > 1), over the ep group, each
+ * started and then completed by ep_wait(ctx) (one in flight at a time, so
+ * the shared experts compute meanwhile; buffers untouched until then):
+ * ep_counts_start(ctx, send, recv, n): an all-to-all of n ints to each peer
  *   (send[r n ..] to rank r, recv[r n ..] from it);
- * ep_exchange(ctx, send, send_rows, recv, recv_rows, row_bytes): an
+ * ep_exchange_start(ctx, send, send_rows, recv, recv_rows, row_bytes): an
  *   all-to-all-v of rows (send_rows[r] rows to rank r, consecutive in
  *   rank order; recv_rows[r] from it, likewise). */
 #define TD_MOE_MAX_EP 256
@@ -354,9 +356,10 @@ typedef struct {
     void *moe_ctx;
     void (*moe_stats_allreduce)(void *moe_ctx, float *buf, size_t n);
     void (*moe_stats_exscan)(void *moe_ctx, const float *in, float *out, size_t n);
-    void (*ep_counts)(void *moe_ctx, const int *send, int *recv, int n);
-    void (*ep_exchange)(void *moe_ctx, const void *send, const int *send_rows, void *recv, const int *recv_rows,
-                        size_t row_bytes);
+    void (*ep_counts_start)(void *moe_ctx, const int *send, int *recv, int n);
+    void (*ep_exchange_start)(void *moe_ctx, const void *send, const int *send_rows, void *recv,
+                              const int *recv_rows, size_t row_bytes);
+    void (*ep_wait)(void *moe_ctx);
 } td_model_comm;
 
 /* Sizes of this rank's share of the model and of one micro-batch: the

@@ -48,6 +48,7 @@ struct td_moe_state {
     void *scratch;              /* the one allocation (td_moe_scratch_bytes) */
     td_act *b0, *b1, *b2;       /* [cap, max(C, F1, S F1)] */
     td_act *t0, *t1, *t2;       /* [TILE, max(C, F1)] reduced precision's padded tiles */
+    td_act *b3;                 /* [N, S F1] the shared experts' backward (S > 0) */
     float *f0;                  /* [cap + 1, C] fp32 rows (the last a temporary) */
     float dloss;                /* the loss's gradient per token (td_gpt_backward's) */
     int quiet;                  /* a recomputing forward: statistics already counted */
@@ -81,11 +82,13 @@ void td_moe_state_create(td_gpt *m) {
     s->scratch = td_alloc(td_moe_scratch_bytes(&m->d, &m->cfg, ep), TD_MEM_ACTS);
     s->b0 = s->scratch, s->b1 = (char *)s->scratch + w, s->b2 = (char *)s->scratch + 2 * w;
     s->f0 = (float *)((char *)s->scratch + 3 * w);
+    char *t = (char *)(s->f0 + (s->cap + 1) * (size_t)m->d.C);
     if (m->d.lp) {
-        char *t = (char *)(s->f0 + (s->cap + 1) * (size_t)m->d.C);
         size_t tb = A(&m->d, tile_elems(&m->d, &m->cfg));
         s->t0 = t, s->t1 = t + tb, s->t2 = t + 2 * tb;
+        t += 3 * tb;
     }
+    s->b3 = m->cfg.moe.shared ? t : NULL;
     m->moe = s;
 }
 
@@ -143,8 +146,9 @@ size_t td_moe_block_bytes(const td_gpt_dims *d, const td_gpt_config *c, int ep) 
 size_t td_moe_scratch_bytes(const td_gpt_dims *d, const td_gpt_config *c, int ep) {
     if (c->moe.E == 0) return 0;
     size_t rows = scratch_rows(d, c, ep);
+    size_t sh = (size_t)c->moe.shared * (size_t)c->moe.F * (size_t)td_arch_mlp_parts(c->arch);
     return 3 * A(d, rows * scratch_width(c, d->C)) + 4 * (rows + 1) * (size_t)d->C +
-           (d->lp ? 3 * A(d, tile_elems(d, c)) : 0);
+           (d->lp ? 3 * A(d, tile_elems(d, c)) : 0) + (sh ? A(d, (size_t)d->N * sh) : 0);
 }
 
 static td_moe_acts *acts_new(td_gpt *m) {
@@ -418,21 +422,41 @@ static void rows_per_rank(const td_gpt *m, const int *cnt, int *out) {
 }
 
 /* send (rows in send order, [ep, El] runs cnt) to the experts' ranks,
- * received expert-major into dst; or back (the reverse). */
-static void dispatch(td_gpt *m, td_moe_acts *a, td_act *dst, const td_act *send, td_act *tmp, int back) {
-    int ep = m->table->ep;
+ * arriving source-major in tmp (started: dispatch_finish puts them
+ * expert-major into dst); or back: the expert-major send permuted into
+ * tmp, returned in send order into dst (started and waited). */
+static void dispatch_start(td_gpt *m, td_moe_acts *a, td_act *dst, const td_act *send, td_act *tmp, int back) {
     size_t C = (size_t)m->d.C;
     int sr[TD_MOE_MAX_EP], rr[TD_MOE_MAX_EP];
     rows_per_rank(m, a->cnt, sr);
     rows_per_rank(m, a->rcnt, rr);
     if (!back) {
-        m->comm->ep_exchange(m->comm->moe_ctx, send, sr, tmp, rr, m->d.es * C);
-        permute(m, dst, tmp, a->rcnt, C, 1);
+        m->comm->ep_exchange_start(m->comm->moe_ctx, send, sr, tmp, rr, m->d.es * C);
     } else {
         permute(m, tmp, send, a->rcnt, C, 0);
-        m->comm->ep_exchange(m->comm->moe_ctx, tmp, rr, dst, sr, m->d.es * C);
+        m->comm->ep_exchange_start(m->comm->moe_ctx, tmp, rr, dst, sr, m->d.es * C);
+        m->comm->ep_wait(m->comm->moe_ctx);
     }
-    (void)ep;
+}
+
+static void dispatch_finish(td_gpt *m, const td_moe_acts *a, td_act *dst, const td_act *tmp) {
+    m->comm->ep_wait(m->comm->moe_ctx);
+    permute(m, dst, tmp, a->rcnt, (size_t)m->d.C, 1);
+}
+
+/* The shared experts (an MLP of S F features) of all N rows: out [N,C]
+ * fp32, their hidden kept in a. The first half (to the hidden) and the
+ * second run on either side of an exchange's wait. */
+static void shared_forward(td_gpt *m, int u, const td_block_acts *ba, td_moe_acts *a, float *out, int half) {
+    const td_moe_config *e = &m->cfg.moe;
+    int N = m->d.N, C = m->d.C, SF = e->shared * e->F, SF1 = SF * td_arch_mlp_parts(m->cfg.arch);
+    if (!e->shared) return;
+    if (half == 0) {
+        td_m_matmul_forward(m, a->sh_h, 0, ba->ln2, u, TD_T_SHFCW, td_m_w(m, u, TD_T_SHFCB), N, C, SF1);
+        td_m_mlp_act_forward(m, a->sh_a, a->sh_h, N, SF);
+    } else {
+        td_m_matmul_forward(m, out, 1, a->sh_a, u, TD_T_SHPROJW, td_m_w(m, u, TD_T_SHPROJB), N, SF, C);
+    }
 }
 
 /* ---- forward ---- */
@@ -486,26 +510,23 @@ void td_moe_forward(td_gpt *m, int l, td_block_acts *ba) {
     reduce_stats(m, a);
     int dropped;
     place(m, a, &dropped);
-    size_t S = 0;
-    for (int i = 0; i < E; i++) S += (size_t)a->cnt[i];
-    if (ep > 1) m->comm->ep_counts(m->comm->moe_ctx, a->cnt, a->rcnt, n_local(m));
+    /* the counts, then the rows, travel while the shared experts compute */
+    float *out = m->moe->f0, *yrow = out + m->moe->cap * C;
+    if (ep > 1) m->comm->ep_counts_start(m->comm->moe_ctx, a->cnt, a->rcnt, n_local(m));
     else memcpy(a->rcnt, a->cnt, sizeof(int) * (size_t)E);
+    for (size_t j = 0; j < (size_t)N * K; j++)
+        if (a->pos[j] >= 0) row_copy(m, a->xsend, (size_t)a->pos[j], ba->ln2, j / (size_t)K, (size_t)C);
+    shared_forward(m, u, ba, a, out, 0);
+    if (ep > 1) m->comm->ep_wait(m->comm->moe_ctx);
     a->R = 0;
     for (int i = 0; i < E; i++) a->R += a->rcnt[i];
     TD_ASSERT((size_t)a->R <= recv_rows(d, &m->cfg, ep));
-    for (size_t j = 0; j < (size_t)N * K; j++)
-        if (a->pos[j] >= 0) row_copy(m, a->xsend, (size_t)a->pos[j], ba->ln2, j / (size_t)K, (size_t)C);
-    if (ep > 1) dispatch(m, a, a->xs, a->xsend, m->moe->b0, 0);
+    if (ep > 1) dispatch_start(m, a, a->xs, a->xsend, m->moe->b0, 0);
+    shared_forward(m, u, ba, a, out, 1);
+    if (ep > 1) dispatch_finish(m, a, a->xs, m->moe->b0);
     experts_forward(m, u, a);
-    if (ep > 1) dispatch(m, a, a->ysend, a->y, m->moe->b0, 1);
+    if (ep > 1) dispatch_start(m, a, a->ysend, a->y, m->moe->b0, 1);
     /* the output of this rank's rows, summed in fp32: shared experts, then the K chosen */
-    float *out = m->moe->f0, *yrow = out + m->moe->cap * C;
-    if (e->shared) {
-        int SF = e->shared * e->F, SF1 = SF * td_arch_mlp_parts(m->cfg.arch);
-        td_m_matmul_forward(m, a->sh_h, 0, ba->ln2, u, TD_T_SHFCW, td_m_w(m, u, TD_T_SHFCB), N, C, SF1);
-        td_m_mlp_act_forward(m, a->sh_a, a->sh_h, N, SF);
-        td_m_matmul_forward(m, out, 1, a->sh_a, u, TD_T_SHPROJW, td_m_w(m, u, TD_T_SHPROJB), N, SF, C);
-    }
     for (int r = 0; r < d->Ns; r++) {
         size_t t = (size_t)(d->row0 + r);
         float *o = out + (size_t)r * C;
@@ -595,6 +616,24 @@ static float *router_grad(td_gpt *m, const td_moe_acts *a, const float *dw) {
     return dl;
 }
 
+/* The shared experts' backward from dout [N,C]: their weight gradients,
+ * and on tp rank 0 their input gradient added into dln; b0 and b3 as
+ * scratch (b0 is free until the dispatched gradients arrive in it). */
+static void shared_backward(td_gpt *m, int u, const td_block_acts *ba, const td_act *dout, float *dln) {
+    struct td_moe_state *s = m->moe;
+    const td_moe_config *e = &m->cfg.moe;
+    const td_gpt_dims *d = &m->d;
+    if (!e->shared) return;
+    int N = d->N, C = d->C, SF = e->shared * e->F, SF1 = SF * td_arch_mlp_parts(m->cfg.arch);
+    memset(s->b0, 0, d->es * (size_t)N * SF);
+    td_m_matmul_backward(m, s->b0, 0, td_m_g(m, u, TD_T_SHPROJW), td_m_g(m, u, TD_T_SHPROJB), dout, ba->moe->sh_a,
+                         u, TD_T_SHPROJW, N, SF, C);
+    memset(s->b3, 0, d->es * (size_t)N * SF1);
+    td_m_mlp_act_backward(m, s->b3, ba->moe->sh_h, s->b0, N, SF);
+    td_m_matmul_backward(m, d->tp_rank == 0 ? dln : NULL, 1, td_m_g(m, u, TD_T_SHFCW), td_m_g(m, u, TD_T_SHFCB),
+                         s->b3, ba->ln2, u, TD_T_SHFCW, N, C, SF1);
+}
+
 void td_moe_backward(td_gpt *m, int l, const td_block_acts *ba, const td_act *dout, float *dln) {
     struct td_moe_state *s = m->moe;
     const td_gpt_dims *d = &m->d;
@@ -604,6 +643,8 @@ void td_moe_backward(td_gpt *m, int l, const td_block_acts *ba, const td_act *do
     size_t S = 0;
     for (int i = 0; i < E; i++) S += (size_t)a->cnt[i];
     (void)S;
+    int first = d->tp_rank == 0; /* the input gradient is added once over tp (summed there) */
+    if (ep == 1) shared_backward(m, u, ba, dout, dln); /* first, as under ep (the same order of sums in dln) */
     /* the combine's backward: each kept assignment's output gradient w dout[t]
      * (into f0 rows, rounded to b0 in send order) and its weight's, dout . y */
     float *dw = td_alloc(sizeof(float) * (size_t)N * K, TD_MEM_OTHER); /* small: not planned */
@@ -625,14 +666,17 @@ void td_moe_backward(td_gpt *m, int l, const td_block_acts *ba, const td_act *do
         }
     }
     td_act *dy = s->b0;
-    if (ep > 1) dispatch(m, (td_moe_acts *)a, dy, dysend, s->b2, 0);
+    if (ep > 1) { /* the rows travel while the shared experts' backward runs */
+        dispatch_start(m, (td_moe_acts *)a, dy, dysend, s->b2, 0);
+        shared_backward(m, u, ba, dout, dln);
+        dispatch_finish(m, a, dy, s->b2);
+    }
     experts_backward(m, u, a, dy); /* dy now holds the inputs' gradients, expert-major */
     td_act *dxsend = dy;
     if (ep > 1) {
         dxsend = s->b1;
-        dispatch(m, (td_moe_acts *)a, dxsend, dy, s->b2, 1);
+        dispatch_start(m, (td_moe_acts *)a, dxsend, dy, s->b2, 1);
     }
-    int first = d->tp_rank == 0; /* the input gradient is added once over tp (summed there) */
     if (first)
         for (size_t j = 0; j < (size_t)N * K; j++) {
             if (a->pos[j] < 0) continue;
@@ -647,17 +691,6 @@ void td_moe_backward(td_gpt *m, int l, const td_block_acts *ba, const td_act *do
     td_m_matmul_backward(m, first ? dln : NULL, 1, td_m_g(m, u, TD_T_ROUTERW), NULL, dl, ba->ln2, u,
                          TD_T_ROUTERW, N, C, E);
     td_free(dl);
-    /* the shared experts: an MLP of S F features */
-    if (e->shared) {
-        int SF = e->shared * e->F, SF1 = SF * td_arch_mlp_parts(m->cfg.arch);
-        memset(s->b0, 0, d->es * (size_t)N * SF);
-        td_m_matmul_backward(m, s->b0, 0, td_m_g(m, u, TD_T_SHPROJW), td_m_g(m, u, TD_T_SHPROJB), dout, a->sh_a,
-                             u, TD_T_SHPROJW, N, SF, C);
-        memset(s->b1, 0, d->es * (size_t)N * SF1);
-        td_m_mlp_act_backward(m, s->b1, a->sh_h, s->b0, N, SF);
-        td_m_matmul_backward(m, first ? dln : NULL, 1, td_m_g(m, u, TD_T_SHFCW), td_m_g(m, u, TD_T_SHFCB), s->b1,
-                             ba->ln2, u, TD_T_SHFCW, N, C, SF1);
-    }
 }
 
 /* ---- the model's side ---- */

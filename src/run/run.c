@@ -366,6 +366,7 @@ void td_run_close(td_run *r, int keep) {
     td_dp_destroy(r->dp);
     if (!r->g.is_server) td_gpt_destroy(&r->model);
     td_cp_ring_free(r->ring);
+    td_ep_free(&r->ep);
     td_param_table_free(&r->table);
     td_param_table_free(&r->canon);
     td_data_free(&r->data);
