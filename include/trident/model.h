@@ -512,6 +512,7 @@ typedef struct {
     int L, E;
     double *load;      /* [L, E] assignments per expert, before capacity */
     double assigned, dropped;
+    double off_rank_rows; /* rows the forward exchanges sent to other ranks (ep > 1) */
     double aux, z;     /* the layers' aux and z losses, summed per layer and micro-batch */
     int n;             /* layer forwards summed */
     double loss_sum;   /* N (aux + z) summed: this rank's share of the step's loss sum */

@@ -217,7 +217,7 @@ typedef struct {
      * the expert-parallel exchange: its bytes sent to other ranks by this
      * rank and the formula's (parallel.h), calls */
     double moe_aux, moe_z, moe_load_min, moe_load_max, moe_dropped;
-    double ep_sent_bytes, ep_formula_bytes;
+    double ep_sent_bytes, ep_formula_bytes, ep_uniform_bytes;
     double *moe_load;     /* [L, E] assignments per expert summed over the run (NULL: dense) */
     /* a stop signal before the first step: 1 after the data load, 2 after
      * the model build and the resume (0: none); nothing trained or saved */

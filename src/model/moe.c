@@ -480,6 +480,17 @@ static void experts_forward(td_gpt *m, int u, td_moe_acts *a) {
     }
 }
 
+/* Rows this rank sends to other ranks in the block's forward: its
+ * assignments of other ranks' experts, then the rows of other ranks it
+ * returns (the backward sends as many again). */
+static double off_rank_rows(const td_gpt *m, const td_moe_acts *a) {
+    int ep = m->table->ep, El = n_local(m), me = m->table->ep_rank;
+    double off = 0.0;
+    for (int r = 0; r < ep; r++)
+        for (int j = 0; j < El && r != me; j++) off += a->cnt[r * El + j] + a->rcnt[r * El + j];
+    return off;
+}
+
 static void count_stats(td_gpt *m, int l, const td_moe_acts *a, int dropped) {
     struct td_moe_state *s = m->moe;
     const td_moe_config *e = &m->cfg.moe;
@@ -494,6 +505,7 @@ static void count_stats(td_gpt *m, int l, const td_moe_acts *a, int dropped) {
     for (int i = 0; i < E; i++) s->st.load[(size_t)l * E + i] += st[i];
     s->st.assigned += ntot * e->K;
     s->st.dropped += dropped;
+    s->st.off_rank_rows += off_rank_rows(m, a);
     s->st.aux += aux, s->st.z += z, s->st.n++;
 }
 
@@ -701,7 +713,7 @@ void td_gpt_moe_stats_reset(td_gpt *m) {
     if (!m->moe) return;
     td_moe_stats *st = &m->moe->st;
     memset(st->load, 0, sizeof(double) * (size_t)st->L * st->E);
-    st->dropped = st->assigned = st->aux = st->z = st->loss_sum = 0.0;
+    st->dropped = st->assigned = st->aux = st->z = st->loss_sum = st->off_rank_rows = 0.0;
     st->n = 0;
 }
 

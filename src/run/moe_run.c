@@ -77,15 +77,16 @@ double td_run_moe_end(td_run *r, int step) {
         }
     }
     res->ep_sent_bytes = (double)r->ep.bytes_off_rank;
-    /* the formula: per layer and micro-batch, dispatch and combine forward
-     * and backward of the tokens x K assignments a uniform router sends off
-     * the rank ((ep - 1) / ep of them), C elements each */
-    int ep = g->ep, layers = 0;
+    /* the formula, from the routing: the forward's rows sent off the rank
+     * (its assignments of other ranks' experts, the other ranks' rows it
+     * returns) sent again by the backward and by a recomputed forward, C
+     * elements each; and what a uniform router would send: 4 tokens x K x
+     * (ep - 1) / ep rows per layer and micro-batch */
+    int ep = g->ep, layers = 0, passes = 2 + (td_train_recompute(r->o) == TD_RECOMPUTE_BLOCK);
     for (int l = 0; l < L; l++) layers += td_gpt_moe_layer(&r->cfg, l) && r->table.held[l + 1];
-    double N = (double)r->ec.Bm * r->cfg.T / g->axis[TD_CP].size;
-    res->ep_formula_bytes = ep > 1 ? 4.0 * layers * micro * N * e->K * (ep - 1.0) / ep * r->cfg.C *
-                                         (td_train_precision(r->o) == TD_PREC_FP32 ? 4 : 2)
-                                   : 0.0;
+    double N = (double)r->ec.Bm * r->cfg.T / g->axis[TD_CP].size, es = td_train_precision(r->o) == TD_PREC_FP32 ? 4 : 2;
+    res->ep_formula_bytes = ep > 1 ? passes * st->off_rank_rows * r->cfg.C * es : 0.0;
+    res->ep_uniform_bytes = ep > 1 ? 4.0 * layers * micro * N * e->K * (ep - 1.0) / ep * r->cfg.C * es : 0.0;
     int bad_step;
     if (e->bias_rate > 0.0f && td_dp_nonfinite(r->dp, &bad_step) < 0) { /* not on a step that was not taken */
         bias_ctx b = {&r->table, f, e->bias_rate};

@@ -330,13 +330,13 @@ static void report_moe(td_report *r, const td_train_result *res) {
                list, e->E > 16 ? " ..." : "", sum > 0 ? lo / (sum / e->E) : 0.0, sum > 0 ? hi / (sum / e->E) : 0.0);
     }
     if (res->ep_formula_bytes > 0)
-        td_log("ep exchange (rank 0, last step): %.0f bytes sent to other ranks; formula for a uniform router "
-               "%.0f (%.2fx)\n", res->ep_sent_bytes, res->ep_formula_bytes, res->ep_sent_bytes / res->ep_formula_bytes);
+        td_log("ep exchange (rank 0, last step): %.0f bytes sent to other ranks; the formula from the routing %.0f, "
+               "for a uniform router %.0f\n", res->ep_sent_bytes, res->ep_formula_bytes, res->ep_uniform_bytes);
     if (r->log)
         fprintf(r->log, "{\"event\": \"moe\", \"aux\": %.9g, \"z\": %.9g, \"load_min\": %.4f, \"load_max\": %.4f, "
-                        "\"dropped\": %.6f, \"ep_sent_bytes\": %.0f, \"ep_formula_bytes\": %.0f}\n",
+                        "\"dropped\": %.6f, \"ep_sent_bytes\": %.0f, \"ep_formula_bytes\": %.0f, \"ep_uniform_bytes\": %.0f}\n",
                 res->moe_aux, res->moe_z, res->moe_load_min, res->moe_load_max, res->moe_dropped,
-                res->ep_sent_bytes, res->ep_formula_bytes);
+                res->ep_sent_bytes, res->ep_formula_bytes, res->ep_uniform_bytes);
 }
 
 void td_report_summary(td_report *r, const td_train_result *res) {

@@ -211,6 +211,19 @@ int main(int argc, char **argv) {
                    (unsigned long long)res.cp_skipped);
         }
     }
+    if (o.ep > 1) {
+        /* the experts' exchange in the last step, as the comm layer counted
+         * it (less the block a rank keeps), equals the formula from this
+         * rank's routing */
+        if (res.ep_sent_bytes != res.ep_formula_bytes || res.ep_sent_bytes == 0) {
+            printf("FAIL rank %d: the ep exchange sent %.0f bytes to other ranks in a step, formula %.0f\n",
+                   td_comm_rank(td_comm_world()), res.ep_sent_bytes, res.ep_formula_bytes);
+            fails++;
+        } else if (td_comm_rank(td_comm_world()) == 0) {
+            printf("ep exchange: %.0f bytes per step to other ranks = formula (a uniform router's: %.0f)\n",
+                   res.ep_sent_bytes, res.ep_uniform_bytes);
+        }
+    }
     if (o.pp > 1) {
         /* Activations a stage stashes, by the slots the executor held at
          * once (each slot one micro-batch chunk; ACTS above equals the plan):
