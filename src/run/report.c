@@ -63,6 +63,20 @@ void td_report_open(td_report *r, const td_train_opts *o, const td_grid *g,
                "(%.2fM)\n", td_arch_name(cfg->arch), cfg->L, cfg->H, cfg->KV, cfg->C, cfg->F, cfg->T, cfg->V, t->Vp,
                td_gpt_tied(cfg) ? "tied" : "untied", cfg->rope_theta,
                cfg->rope_scaling.factor > 0 ? " (llama3 scaling)" : "", t->n_global, t->n_global / 1e6);
+    const td_moe_config *e = &cfg->moe;
+    if (e->E > 0) { /* active: what a token meets (K routed and the shared experts, the router) */
+        double per = (double)e->F * cfg->C * (cfg->arch == TD_ARCH_LLAMA ? 3 : 2), active = (double)t->n_global;
+        for (int l = 0; l < cfg->L; l++)
+            if (td_gpt_moe_layer(cfg, l)) active -= per * (e->E - e->K);
+        char every[24] = "";
+        if (e->every > 1) snprintf(every, sizeof every, " %d-th", e->every);
+        td_log("experts: %d of F=%d in every%s block, top-%d (%s router%s), %d shared; aux %g, z %g%s%s; %.2fM "
+               "parameters active per token; ep %d (%d experts per rank)\n",
+               e->E, e->F, every, e->K, e->router == TD_ROUTER_SIGMOID ? "sigmoid" : "softmax",
+               e->norm_topk == TD_TIE_ON ? ", renormalised" : "", e->shared, e->aux_coef, e->z_coef,
+               e->bias_rate > 0 ? ", bias balancing" : "", e->capacity > 0 ? ", capacity" : ", dropless", active / 1e6,
+               t->ep, e->E / t->ep);
+    }
     if (g->axis[TD_TP].size > 1)
         td_log("tensor parallel: tp %d%s; %zu parameters per tp rank (heads %d, MLP features %d, "
                "vocabulary rows %d of %d)\n",
