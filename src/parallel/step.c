@@ -34,7 +34,7 @@ static double counted_sumsq(const td_param_table *t, const float *grads, const t
     for (int i = 0; i < n_ranges; i++) {
         for (int j = 0; j < t->n_rows; j++) {
             const td_param *p = &t->rows[j];
-            if (p->split == TD_SPLIT_NONE && t->tp_rank != 0) continue;
+            if (td_param_tp_replicated(p) && t->tp_rank != 0) continue;
             if (skip_tied && p->unit == 0) continue;
             if (skip_2d && p->ndim == 2) continue;
             size_t a = td_max_sz(r[i].lo, p->offset), b = td_min_sz(r[i].lo + r[i].n, p->offset + p->numel);
