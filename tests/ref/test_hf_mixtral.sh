@@ -4,11 +4,12 @@
 #  - a tiny trained Llama mixture of experts (4 experts, top 2, GQA,
 #    untied, char vocabulary) exported fp32: MixtralConfig's fields and
 #    MixtralForCausalLM's tensors; imported back: config and parameters
-#    bitwise equal, its eval the same as the trained checkpoint's, and
+#    bitwise equal, its eval and sample the same as the trained one's, and
 #    trident's logits equal the torch Mixtral's on the exported files
 #    within 1e-5 of the largest; a sharded export imports bitwise equal;
 #  - what Mixtral cannot express refused by the export, bad Mixtral files
-#    by the import: one error line, --out never written;
+#    by the import, a resume under other --moe-* flags: one error line,
+#    --out never written;
 #  - the imported checkpoint resumed under tp 2: the losses of 2 steps
 #    equal one process's within 1e-5 (relative), no model flag given.
 # Usage: test_hf_mixtral.sh TRIDENT INTEROP_TOOL DATA_DIR
@@ -49,6 +50,8 @@ files=$(cd "$tmp/hf" && ls | tr '\n' ' ')
   && "$T" import --format hf-mixtral --in "$tmp/hfs" --out "$tmp/ims" >/dev/null && "$TOOL" cmp "$tmp/ck" "$tmp/ims" >/dev/null \
   && echo "ok   sharded export ($(ls "$tmp/hfs" | grep -c '^model-') files and the index) imports bitwise equal" \
   || fail "sharded round trip"
+s1=$("$T" sample --ckpt "$tmp/ck" --tokens 24 2>&1); s2=$("$T" sample --ckpt "$tmp/im" --tokens 24 2>&1)
+[ -n "$s1" ] && [ "$s1" = "$s2" ] && echo "ok   sample of the import = the trained checkpoint's" || fail "sample: '$s1' vs '$s2'"
 "$TOOL" logits "$tmp/im" "$tmp/tokens" "$tmp/logits" >/dev/null || fail "logits"
 # in the background while the bad input is tried: the torch Mixtral (most of
 # its time is torch's import), the evals, the import resumed (one process, tp 2)
@@ -102,6 +105,8 @@ x bias "model.layers.0.block_sparse_moe.expert_bias\[1\] is 0.25, not 0 \(--moe-
 x gpt2moe "a gpt2 mixture-of-experts model \(--moe-experts 2\); no export format holds GPT-2's experts"
 bad "hf-llama of experts" "a mixture-of-experts llama model; --format hf-llama writes LlamaForCausalLM's dense MLPs, so use --format hf-mixtral" \
   export --ckpt "$tmp/ck" --format hf-llama
+bad "resume of another mixture" "the checkpoint is of another model: it has --moe-experts 4 --moe-top-k 2 .*, this run --moe-experts 4 --moe-top-k 1 " \
+  train --resume "$tmp/ck" --data "$tmp/small.txt" --moe-top-k 1 --steps 3
 # e NAME REGEX PYTHON: the export edited by PYTHON (hf_llama_files.py edit), then imported
 names=(); res=(); codes=()
 e() { names+=("$1"); res+=("$2"); codes+=("$3"); }
