@@ -25,17 +25,7 @@
 #include "trident/base.h"
 #include "trident/ckpt.h"
 #include "trident/formats_manifest.h"
-
-static int fails;
-#define EXPECT(cond, ...)                                                     \
-    do {                                                                      \
-        if (!(cond)) {                                                        \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                       \
-            printf(__VA_ARGS__);                                              \
-            printf("\n");                                                     \
-            fails++;                                                          \
-        }                                                                     \
-    } while (0)
+#include "expect.h"
 
 typedef struct {
     int dp, tp, pp, ep, zero;
@@ -116,19 +106,29 @@ static void world_free(world *w) {
     free(w->base);
 }
 
-/* every rank's buffers from the value function */
-static void world_fill_values(world *w) {
+/* every rank's buffers from the value function (what NULL), or checked
+ * against it (what: the check's name) */
+static void world_values(world *w, const char *what) {
+    size_t bad = 0, n = 0;
     for (int k = 0; k < w->n; k++) {
         const td_param_table *t = &w->t[k];
         for (int i = 0; i < t->n_rows; i++) {
             const td_param *p = &t->rows[i];
             for (size_t e = 0; e < p->numel; e++) {
                 long long gi = td_param_global_index(t, p, t->tp_rank, e);
-                for (int sec = 0; sec < 3; sec++)
-                    w->buf[sec][w->base[k] + p->offset + e] = gi < 0 ? 0.0f : value(sec, p->id, gi);
+                for (int sec = 0; sec < 3; sec++, n++) {
+                    float want = gi < 0 ? 0.0f : value(sec, p->id, gi), *got = &w->buf[sec][w->base[k] + p->offset + e];
+                    if (!what) *got = want;
+                    else if (memcmp(&want, got, sizeof want) != 0 && bad++ == 0)
+                        printf("FAIL %s: rank %d %s section %d element %zu: %a, want %a\n", what, k, p->name, sec, e,
+                               (double)*got, (double)want);
+                }
             }
         }
     }
+    if (!what) return;
+    EXPECT(bad == 0, "%s: %zu of %zu elements differ", what, bad, n);
+    if (!bad) printf("ok   %s: %zu elements of %d ranks bitwise\n", what, n, w->n);
 }
 
 /* every rank's buffers read from the checkpoint at path */
@@ -141,28 +141,6 @@ static void world_read(world *w, const char *path) {
             EXPECT(td_ckpt_reader_fill(&rd, &w->t[k], sec, &all, 1), "%s: no section %d", path, sec);
         }
     td_ckpt_reader_close(&rd);
-}
-
-/* the elements of every rank's buffers against the value function */
-static void world_check(const world *w, const char *what) {
-    size_t bad = 0, n = 0;
-    for (int k = 0; k < w->n; k++) {
-        const td_param_table *t = &w->t[k];
-        for (int i = 0; i < t->n_rows; i++) {
-            const td_param *p = &t->rows[i];
-            for (size_t e = 0; e < p->numel; e++) {
-                long long gi = td_param_global_index(t, p, t->tp_rank, e);
-                for (int sec = 0; sec < 3; sec++, n++) {
-                    float want = gi < 0 ? 0.0f : value(sec, p->id, gi), got = w->buf[sec][w->base[k] + p->offset + e];
-                    if (memcmp(&want, &got, sizeof got) != 0 && bad++ == 0)
-                        printf("FAIL %s: rank %d %s section %d element %zu: %a, want %a\n", what, k, p->name, sec, e,
-                               (double)got, (double)want);
-                }
-            }
-        }
-    }
-    EXPECT(bad == 0, "%s: %zu of %zu elements differ", what, bad, n);
-    if (!bad) printf("ok   %s: %zu elements of %d ranks bitwise\n", what, n, w->n);
 }
 
 /* every rank's shard of w's buffers, then the manifest: a checkpoint */
@@ -288,7 +266,7 @@ int main(void) {
     layout others[] = {{1, 1, 1, 1, 0}, {4, 1, 1, 4, 0}, {4, 2, 1, 2, 1}, {2, 1, 3, 1, 0}};
     world w;
     world_make(&w, &LA);
-    world_fill_values(&w);
+    world_values(&w, NULL);
     world_write(&w, a, 1);
     world_free(&w);
     check_manifest(a, &LA);
@@ -298,7 +276,7 @@ int main(void) {
         snprintf(what, sizeof what, "ep 2 tp 2 pp 2 read as dp %d tp %d pp %d ep %d", L->dp, L->tp, L->pp, L->ep);
         world_make(&w, L);
         world_read(&w, a);
-        world_check(&w, what);
+        world_values(&w, what);
         world_free(&w);
     }
     /* the chain: A (ep 2) -> B (ep 4, dp 4, tp 1, pp 2, zero) -> C (ep 1, tp 2)
@@ -315,7 +293,7 @@ int main(void) {
     }
     world_make(&w, &LA);
     world_read(&w, d);
-    world_check(&w, "ep 2 -> 4 -> 1 -> 2, read back as ep 2");
+    world_values(&w, "ep 2 -> 4 -> 1 -> 2, read back as ep 2");
     world_free(&w);
     canon_equal(a, d);
     bad_piece(a);

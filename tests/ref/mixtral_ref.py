@@ -47,28 +47,15 @@ def moe(h, p, pre, E, K):
 
 
 def forward(p, c, inputs):
-    import torch
-    from llama_ref import rms, rotate_half, inv_freq_of
+    from llama_ref import attention, rms, rope
     L, H, KV, C, E, K = (c["num_hidden_layers"], c["num_attention_heads"], c["num_key_value_heads"],
                          c["hidden_size"], c["num_local_experts"], c["num_experts_per_tok"])
-    B, T = inputs.shape
-    hs, eps = C // H, c["rms_norm_eps"]
+    eps = c["rms_norm_eps"]
     x = p["model.embed_tokens.weight"][inputs]
-    freqs = torch.arange(T, dtype=torch.int64)[:, None].float() @ inv_freq_of(c["rope_theta"], hs, 0, 0, 0, 0)[None]
-    emb = torch.cat((freqs, freqs), dim=-1)
-    cos, sin = emb.cos(), emb.sin()
-    mask = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
+    cos, sin = rope(c["rope_theta"], C // H, (0, 0, 0, 0), inputs.shape[1])
     for l in range(L):
         pre = "model.layers.%d." % l
-        h = rms(x, p[pre + "input_layernorm.weight"], eps)
-        q = (h @ p[pre + "self_attn.q_proj.weight"].T).view(B, T, H, hs).transpose(1, 2)
-        k = (h @ p[pre + "self_attn.k_proj.weight"].T).view(B, T, KV, hs).transpose(1, 2)
-        v = (h @ p[pre + "self_attn.v_proj.weight"].T).view(B, T, KV, hs).transpose(1, 2)
-        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
-        k = k[:, :, None].expand(B, KV, H // KV, T, hs).reshape(B, H, T, hs)
-        v = v[:, :, None].expand(B, KV, H // KV, T, hs).reshape(B, H, T, hs)
-        att = ((q @ k.transpose(2, 3)) / hs ** 0.5).masked_fill(mask, float("-inf")).softmax(dim=-1)
-        x = x + (att @ v).transpose(1, 2).reshape(B, T, C) @ p[pre + "self_attn.o_proj.weight"].T
+        x = attention(x, p, pre, H, KV, eps, cos, sin)
         x = x + moe(rms(x, p[pre + "post_attention_layernorm.weight"], eps), p, pre + "block_sparse_moe.", E, K)
     x = rms(x, p["model.norm.weight"], eps)
     return x @ (p["model.embed_tokens.weight"] if c["tie_word_embeddings"] else p["lm_head.weight"]).T

@@ -21,6 +21,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 F="$HERE/hf_llama_files.py"
 R="$HERE/mixtral_ref.py"
 . "$HERE/../cli/ckpt_lib.sh" # MPIRUN, PY, $tmp, fail, $tmp/small.txt
+. "$HERE/hf_lib.sh"        # bad, resume, same_losses
 moe=(--arch llama --kv-heads 2 --ffn-hidden 32 --moe-experts 4)
 tiny=(--layers 2 --heads 4 --embd 32 --seq 16 --batch 4 --eval-every 0 --threads 1)
 # the model, and those the export refuses, trained at once (a short run's
@@ -59,30 +60,10 @@ $PY "$R" check "$tmp/hf" "$tmp/tokens" "$tmp/logits" > "$tmp/torch.log" 2>&1 &
 torch_pid=$!
 "$T" eval --ckpt "$tmp/ck" --data "$tmp/small.txt" --threads 1 > "$tmp/eval_ck.log" 2>&1 &
 "$T" eval --ckpt "$tmp/im" --data "$tmp/small.txt" --threads 1 > "$tmp/eval_im.log" 2>&1 &
-resume() { # resume NAME LAUNCH... -- ARGS...: the import trained 2 steps, losses of steps 0 and 1 into $tmp/NAME.loss
-  local name=$1 launch=(); shift
-  while [ "$1" != -- ]; do launch+=("$1"); shift; done; shift
-  "${launch[@]}" "$T" train --resume "$tmp/im" --data "$tmp/small.txt" --batch 4 --eval-every 0 \
-    --threads 1 --steps 2 --out "$tmp/r_$name" --log "$tmp/$name.jsonl" "$@" > "$tmp/$name.log" 2>&1 \
-    || { tail -5 "$tmp/$name.log"; return; }
-  grep '"step": [01],' "$tmp/$name.jsonl" | sed 's/.*"loss": \([^,]*\),.*/\1/' > "$tmp/$name.loss"
-}
 resume one -- &
 resume tp2 $MPIRUN -np 2 -- --tp 2 &
 
 # --- bad input --------------------------------------------------------------------
-# bad NAME REGEX ARGS...: the command fails cleanly with one error line matching
-# REGEX, and $tmp/bad stays absent
-bad() {
-  local name=$1 re=$2; shift 2
-  local out rc
-  out=$(timeout 60 "$T" "$@" --out "$tmp/bad" 2>&1 </dev/null); rc=$?
-  if [ $rc -eq 0 ] || [ $rc -ge 124 ]; then fail "$name: exit code $rc (want a clean non-zero exit)"; echo "$out" | tail -3; return; fi
-  [ "$(echo "$out" | wc -l)" -eq 1 ] && grep -qE -e "^trident: error: .*$re" <<<"$out" \
-    || { fail "$name: output is not one error line matching /$re/:"; echo "$out" | tail -3; return; }
-  [ -e "$tmp/bad" ] && { fail "$name: --out was written"; rm -rf "$tmp/bad"; return; }
-  echo "ok   $name: $out"
-}
 x() { bad "export $1" "$2" export --ckpt "$tmp/$1" --format hf-mixtral; }
 # a balancing bias moved off zero: expert 1's of block 0, edited into a copy
 # of the model (the shard's bytes, then every checksum made again)
@@ -130,15 +111,7 @@ wait
 a=$(grep '^eval: tokens' "$tmp/eval_ck.log"); b=$(grep '^eval: tokens' "$tmp/eval_im.log")
 [ -n "$a" ] && [ "$a" = "$b" ] && echo "ok   eval of the imported checkpoint = the trained one's: $b" \
   || { fail "eval: '$a' vs '$b'"; tail -3 "$tmp/eval_im.log"; }
-$PY - "$tmp/one.loss" "$tmp/tp2.loss" <<'PYEOF' || fail "resume tp2"
-import sys
-a = [float(x) for x in open(sys.argv[1])]; b = [float(x) for x in open(sys.argv[2])]
-assert len(a) == len(b) == 2, (a, b)
-rel = max(abs(x - y) / abs(x) for x, y in zip(a, b))
-assert rel <= 1e-5, "losses %s vs one process's %s" % (b, a)
-print("ok   the imported checkpoint resumed under tp 2: losses %s, one process's %s (max rel diff %.1e <= 1e-5)"
-      % (b, a, rel))
-PYEOF
+same_losses tp2
 
 [ $fails -eq 0 ] && echo "test_hf_mixtral: all passed" || echo "test_hf_mixtral: $fails failed"
 exit $((fails > 0))
