@@ -21,7 +21,8 @@
  *
  * Loading reads any layout into any other: each rank puts together one
  * global tensor at a time from the pieces that hold it and copies the
- * elements it holds (td_param_global_index maps a tp slice to the tensor);
+ * elements it holds (td_param_global_index maps a tp slice, and an ep slice
+ * of the experts' rows, to the tensor);
  * per-dp-rank state likewise when dp is unchanged, else it is dropped with
  * a note. */
 #ifndef TRIDENT_CKPT_H

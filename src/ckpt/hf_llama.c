@@ -529,5 +529,5 @@ static void llama_names_note(const td_gpt_config *c, char *buf, size_t cap) {
     snprintf(buf, cap, ", attention_bias and mlp_bias false");
 }
 
-const td_hf_family td_hf_llama_family = {"hf-llama", "LlamaForCausalLM", "llama", "Llama", llama_config_format,
-                                         llama_config_parse, llama_items, llama_names_note};
+const td_hf_family td_hf_llama_family = {"LlamaForCausalLM", "llama", "Llama", llama_config_format, llama_config_parse,
+                                         llama_items, llama_names_note};

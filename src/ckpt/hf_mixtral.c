@@ -144,6 +144,5 @@ static void mixtral_config_parse(const td_jv *o, const char *path, td_gpt_config
     e->capacity = trident_coef(tm, "capacity", 0.0, path);
 }
 
-const td_hf_family td_hf_mixtral_family = {"hf-mixtral", "MixtralForCausalLM", "mixtral", "Mixtral",
-                                           mixtral_config_format, mixtral_config_parse, mixtral_items,
-                                           mixtral_names_note};
+const td_hf_family td_hf_mixtral_family = {"MixtralForCausalLM", "mixtral", "Mixtral", mixtral_config_format,
+                                           mixtral_config_parse, mixtral_items, mixtral_names_note};

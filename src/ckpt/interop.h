@@ -96,7 +96,6 @@ void td_import_to_float(float *dst, const unsigned char *src, size_t n, td_st_dt
  * config.json's common fields; the tensors' names and the family's own
  * fields differ. */
 typedef struct td_hf_family {
-    const char *format;     /* "hf-llama" */
     const char *cls;        /* "LlamaForCausalLM" */
     const char *model_type; /* "llama" */
     const char *model;      /* "Llama": what errors call trident's model of it */
