@@ -21,7 +21,8 @@
  *
  * Loading reads any layout into any other: each rank puts together one
  * global tensor at a time from the pieces that hold it and copies the
- * elements it holds (td_param_global_index maps a tp slice to the tensor);
+ * elements it holds (td_param_global_index maps a tp slice, and an ep slice
+ * of the experts' rows, to the tensor);
  * per-dp-rank state likewise when dp is unchanged, else it is dropped with
  * a note. */
 #ifndef TRIDENT_CKPT_H
@@ -52,6 +53,7 @@ typedef struct {
     uint64_t run;             /* the run's id: made at its first start, kept by resumes */
     td_loss_scaler scaler;
     int dp, cp, tp, pp, zero, ranks; /* cp: context parallelism (1 in manifests before it) */
+    int ep;                   /* expert parallelism (1 in manifests before it; 0 reads as 1) */
     const char *precision, *dp_mode, *grad_compress;
     int keep;                 /* --keep N: step directories kept, 0 = all */
     /* the training data: --data as given and its fingerprint (td_dataset.fp),
@@ -162,7 +164,8 @@ void td_ckpt_free(td_checkpoint *ck);
 typedef struct {
     char dir[4096];      /* the step directory checked */
     int step, layers, heads, embd, seq, vocab, n_files, n_tensors, n_sections, bad_blocks;
-    int dp, cp, tp, pp, zero, ranks;
+    int dp, cp, tp, pp, ep, zero, ranks;
+    char moe[256];           /* the mixture of experts as flags ("--moe-experts 8 ..."), "" dense */
     char precision[16], dp_mode[32], grad_compress[64], tokenizer[16], run[17];
     unsigned long long seed;
     uint64_t bytes, blocks;  /* data read and checked */

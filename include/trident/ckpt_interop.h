@@ -19,15 +19,24 @@
  *                [out, in] shapes, fp32 or bf16, one model.safetensors or,
  *                past --shard-mb, model-0000i-of-0000n.safetensors and
  *                model.safetensors.index.json; config.json (LlamaConfig),
- *                generation_config.json and the gpt2 tokenizer's files.
+ *                generation_config.json and the gpt2 tokenizer's files;
+ * and a Llama-family mixture of experts as
+ *   hf-mixtral:  a Hugging Face MixtralForCausalLM directory, the same form
+ *                (MixtralConfig's config.json): each stacked expert row cut
+ *                into the experts' w1 (gate), w3 (up) and w2 (down)
+ *                tensors, the router as block_sparse_moe.gate; what
+ *                Mixtral cannot express (shared experts, --moe-every > 1, a
+ *                sigmoid router, --moe-norm-topk off, a non-zero balancing
+ *                bias, rope scaling) is refused.
  * Each format takes one family; another is refused (one error line).
  * Import (`trident import --format safetensors|llmc --in FILE --out DIR`)
  * reads either GPT-2 file form (with or without "transformer.") into a new
  * checkpoint directory, parameters only: fine-tuning starts a fresh
  * optimizer; `--format hf-llama --in DIR|INDEX|FILE` reads such a
  * directory (F32, BF16 or F16), every tensor, shape and config field
- * checked (hidden_act silu, no biases, rope_scaling null or llama3). Both
- * go through td_ckpt_load and td_ckpt_save only.
+ * checked (hidden_act silu, no biases, rope_scaling null or llama3), and
+ * `--format hf-mixtral` a MixtralForCausalLM one likewise (its experts
+ * stacked back). Both go through td_ckpt_load and td_ckpt_save only.
  *
  * Outputs are staged (src/ckpt/staged.h): written under PATH.tmp.PID and
  * renamed into place, an existing output refused unless overwrite (and then
@@ -37,26 +46,26 @@
 #ifndef TRIDENT_CKPT_INTEROP_H
 #define TRIDENT_CKPT_INTEROP_H
 
-typedef enum { TD_EXPORT_HF_GPT2, TD_EXPORT_SAFETENSORS, TD_EXPORT_LLMC, TD_EXPORT_HF_LLAMA } td_export_format;
+typedef enum { TD_EXPORT_HF_GPT2, TD_EXPORT_SAFETENSORS, TD_EXPORT_LLMC, TD_EXPORT_HF_LLAMA, TD_EXPORT_HF_MIXTRAL } td_export_format;
 
 typedef struct {
     const char *ckpt; /* checkpoint DIR (follows DIR/latest) or a step directory */
     td_export_format format;
     const char *out;
     int overwrite;
-    int bf16;        /* hf-llama: the weights in bf16 (rounded to nearest even), else fp32 */
-    double shard_mb; /* hf-llama: the largest shard in MB (10^6 bytes); 0: 5000, HF's 5GB */
+    int bf16;        /* hf-llama, hf-mixtral: the weights in bf16 (rounded to nearest even), else fp32 */
+    double shard_mb; /* hf-llama, hf-mixtral: the largest shard in MB (10^6 bytes); 0: 5000, HF's 5GB */
 } td_export_opts;
 
 typedef struct {
-    const char *format;    /* "safetensors", "llmc" or "hf-llama" */
-    const char *in;        /* the file to read (hf-llama: a directory, its index or one file) */
+    const char *format;    /* "safetensors", "llmc", "hf-llama" or "hf-mixtral" */
+    const char *in;        /* the file to read (hf-llama, hf-mixtral: a directory, its index or one file) */
     const char *config;    /* safetensors: config.json (NULL: beside in) */
     const char *tokenizer; /* char, byte, ids, gpt2 or NULL (from config.json / V) */
     const char *data;      /* --tokenizer char: the text whose characters are the vocabulary */
     const char *out;       /* checkpoint DIR: new, empty, or (overwrite) an earlier one */
     int overwrite;
-    int seq;               /* hf-llama: the context T (0: config.json's max_position_embeddings) */
+    int seq;               /* hf-llama, hf-mixtral: the context T (0: config.json's max_position_embeddings) */
 } td_import_opts;
 
 /* Check out first (before loading anything), load, write, print one line

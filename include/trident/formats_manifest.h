@@ -5,21 +5,26 @@
  * The manifest describes the global training state in layout-independent
  * terms (the step directory's README is ckpt.h):
  *   {"format": "trident-checkpoint", "version": 5, "step": S, "run": "16 hex digits",
- *    "config": {"layers", "heads", "embd", "seq", "vocab"},
+ *    "config": {"layers", "heads", "embd", "seq", "vocab"[, llama's: "arch", "kv_heads", "ffn_hidden",
+ *               "tie_embeddings", "norm_eps", "rope_theta", "rope_scaling"]
+ *               [, "moe": {"experts", "top_k", "every", "ffn_hidden", "shared", "router":
+ *                          "softmax"|"sigmoid", "norm_topk": bool, "aux_coef", "z_coef",
+ *                          "bias_rate", "capacity"}] (absent: a dense model)},
  *    "tokenizer": {"kind": "char"|"byte"|"ids"|"gpt2"|"cl100k"|"o200k"|"hf", "vocab": V,
  *                  "chars": [code points] (char), "file": tokenizer.json path, "xxh3": "16
  *                  hex digits" of its bytes (hf)},
  *    "seed": N, "lr_step": S,
  *    "loss_scale": {"mode": 0..2, "scale": F, "clean": n, "consecutive": n, "skipped": n},
- *    "layout": {"dp", "tp", "pp", "zero", "ranks", "precision", "dp_mode", "grad_compress"},
+ *    "layout": {"dp", "cp", "tp", "pp", "ep", "zero", "ranks", "precision", "dp_mode", "grad_compress"}
+ *              (cp, ep: 1 where absent),
  *    "data": {"path": --data, "bytes": N, "xxh3": "16 hex digits"} (optional: the training data),
  *    "files": [{"name": "shard-00000.safetensors", "rank": r, "grid": "dp 0 tp 0 pp 0",
  *               "size": bytes, "header_xxh3": "16 hex digits"}, ...],
  *    "run_config": {"layers": 4, "data": "x.txt", ...} (optional: train's flags, docs/config.md),
  *    "tensors": [{"name", "shape": [..], "dtype": "F32",
  *                 "pieces": [{"section": "params"|"adam_m"|"adam_v"|"rsK_dpD", "file": i, "key": K,
- *                             "tp": n, "tp_rank": r, "split_dim": d, "groups": g,
- *                             "begin": b, "end": e}]}],
+ *                             "tp": n, "tp_rank": r, ["ep": n, "ep_rank": r,] "split_dim": d,
+ *                             "groups": g, "begin": b, "end": e}]}],
  *    "manifest_xxh3": "16 hex digits"}
  * Integrity: "run" names the training run (one id from the first start on,
  * kept by every resume), so a shard of another run is told from this run's.
@@ -29,7 +34,8 @@
  * ("xxh3/KEY"): the header's checksum thus covers every byte of the data.
  * manifest_xxh3 is the last member: the XXH3-64 of every byte of the text
  * before its value's opening quote; only "}" and white space may follow.
- * A piece's key must be SECTION/NAME/TP/TP_RANK/BEGIN of its own fields. 
+ * A piece's key must be SECTION/NAME/TP/TP_RANK/BEGIN of its own fields, or
+ * SECTION/NAME/TP/TP_RANK/EP/EP_RANK/BEGIN for a piece with ep > 1.
  * Section rsK_dpD is data-parallel rank D's (D < layout.dp) per-dp-rank
  * state of kind K (td_dp_rank_state: 0 the top-k residual, 1 and 2 the
  * top-k update scheme's local AdamW moments), a tensor like the others.
@@ -39,7 +45,12 @@
  * ..._tied the last pipeline stage's copy of the tied embedding.
  * A piece is elements [begin, end) of tp rank tp_rank's slice of the tensor
  * (under a layout of tp ranks), in the row-major order of that slice; the
- * slice's element -> global index mapping is td_param_global_index's. */
+ * slice's element -> global index mapping is td_param_global_index's. The
+ * rows of a mixture of experts' stacked experts (TD_SPLIT_EXPERT: the same
+ * on every tp rank, split over the expert-parallel ranks) name the slice
+ * by "ep" and "ep_rank" too (written for every piece of such a row; absent:
+ * 1 and 0): ep rank r of ep holds the experts [r E/ep, (r+1) E/ep), rows
+ * [r shape[0]/ep, (r+1) shape[0]/ep) of the stack. */
 #ifndef TRIDENT_FORMATS_MANIFEST_H
 #define TRIDENT_FORMATS_MANIFEST_H
 
@@ -66,6 +77,7 @@ void td_mf_section_name(int section, char *buf, size_t cap);
 
 typedef struct {
     int section, file, tp, tp_rank, split_dim, groups;
+    int ep, ep_rank; /* 1, 0 where the piece names none */
     uint64_t begin, end;
     char *key;
 } td_mf_piece;
@@ -99,13 +111,18 @@ typedef struct {
     double norm_eps, rope_theta;
     double rope_factor, rope_low_freq, rope_high_freq; /* rope_scaling (llama3); factor 0: none */
     int rope_orig_max_pos;
+    /* "moe" (optional in "config": absent = dense, moe_experts 0) */
+    int moe_experts, moe_top_k, moe_every, moe_ffn_hidden, moe_shared;
+    int moe_router;    /* td_moe_router: 0 softmax, 1 sigmoid */
+    int moe_norm_topk; /* 1 on, 2 off (TD_TIE_*) */
+    double moe_aux_coef, moe_z_coef, moe_bias_rate, moe_capacity;
     int tok_kind, tok_vocab; /* td_tokenizer_kind */
     uint32_t *chars;         /* [tok_vocab] for the char tokenizer, else NULL */
     char *tok_file;          /* hf: the tokenizer.json (malloc'd), else NULL */
     uint64_t tok_xxh3;       /* hf: the XXH3-64 of its bytes */
     int ls_mode, ls_clean, ls_consecutive, ls_skipped;
     float ls_scale;
-    int dp, cp, tp, pp, zero, ranks; /* cp: 1 where the layout names none (older manifests) */
+    int dp, cp, tp, pp, ep, zero, ranks; /* cp, ep: 1 where the layout names none (older manifests) */
     char precision[16], dp_mode[32], grad_compress[64];
     int n_files;
     char **files;            /* [n_files] names (= shards[i].name) */
@@ -129,8 +146,10 @@ typedef struct {
 int td_manifest_parse(const char *text, size_t n, td_manifest *m, td_err *e);
 void td_manifest_free(td_manifest *m);
 const td_mf_tensor *td_manifest_tensor(const td_manifest *m, const char *name);
-/* The key a piece of tensor `name` must have: "SECTION/NAME/TP/TP_RANK/BEGIN". */
-void td_mf_piece_key(char *buf, size_t cap, int section, const char *name, int tp, int tp_rank, uint64_t begin);
+/* The key a piece of tensor `name` must have: "SECTION/NAME/TP/TP_RANK/BEGIN", or with ep > 1
+ * "SECTION/NAME/TP/TP_RANK/EP/EP_RANK/BEGIN". */
+void td_mf_piece_key(char *buf, size_t cap, int section, const char *name, int tp, int tp_rank, int ep, int ep_rank,
+                     uint64_t begin);
 /* The text the writer appends after the last member: ",\n \"manifest_xxh3\": \"" then 16 hex
  * digits then "\"}\n"; td_manifest_seal writes it for text[0..n) into out (cap >= n + 64) and
  * returns the sealed length. */

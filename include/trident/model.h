@@ -189,6 +189,13 @@ typedef struct {
     td_tensor_kind kind;
 } td_param;
 
+/* Every tp rank holds the same elements of row p (TD_SPLIT_NONE, and the
+ * experts' rows, which split over ep only): its gradient norm, checkpoint
+ * pieces and other once-per-model sums count tp rank 0's copy alone. */
+static inline int td_param_tp_replicated(const td_param *p) {
+    return p->split == TD_SPLIT_NONE || p->split == TD_SPLIT_EXPERT;
+}
+
 /* Arithmetic of the forward and backward pass (--precision). FP32 computes
  * in fp32 throughout. BF16 and FP16 keep a reduced-precision compute copy of
  * the linear layers' weights (refreshed from the fp32 parameters, which

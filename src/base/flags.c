@@ -25,11 +25,10 @@ void td_flags_print_table(const td_flag *flags, int n) {
                                                                                        : " X";
         char left[64];
         snprintf(left, sizeof left, "%s%s", flags[i].name, kind);
-        /* a name that fills the column still has two spaces after it, which
-         * is how scripts/gen_flag_docs.py tells the name from its help */
-        if (strlen(left) >= 22) strcat(left, " ");
-        if (flags[i].range) printf("  %-22s %s; valid %s\n", left, flags[i].help, flags[i].range);
-        else printf("  %-22s %s\n", left, flags[i].help);
+        /* two spaces at least before the help (what the flag tables' readers split on) */
+        int w = (int)strlen(left) < 22 ? 22 : (int)strlen(left) + 1;
+        if (flags[i].range) printf("  %-*s %s; valid %s\n", w, left, flags[i].help, flags[i].range);
+        else printf("  %-*s %s\n", w, left, flags[i].help);
     }
     /* every table's built-ins (td_flags_parse_info), unless it has its own */
     int own = 0;

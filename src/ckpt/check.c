@@ -27,7 +27,7 @@ void td_ckpt_check(const char *path, td_ckpt_summary *s) {
     snprintf(s->dir, sizeof s->dir, "%s", r.dir);
     s->step = m->step, s->seed = m->seed, s->n_files = m->n_files, s->n_tensors = m->n_tensors;
     s->layers = m->layers, s->heads = m->heads, s->embd = m->embd, s->seq = m->seq, s->vocab = m->vocab;
-    s->dp = m->dp, s->cp = m->cp, s->tp = m->tp, s->pp = m->pp, s->zero = m->zero, s->ranks = m->ranks;
+    s->dp = m->dp, s->cp = m->cp, s->tp = m->tp, s->pp = m->pp, s->ep = m->ep, s->zero = m->zero, s->ranks = m->ranks;
     snprintf(s->precision, sizeof s->precision, "%s", m->precision);
     snprintf(s->dp_mode, sizeof s->dp_mode, "%s", m->dp_mode);
     snprintf(s->grad_compress, sizeof s->grad_compress, "%s", m->grad_compress);
@@ -35,6 +35,7 @@ void td_ckpt_check(const char *path, td_ckpt_summary *s) {
     td_hash_hex(m->run, s->run);
     td_gpt_config cfg;
     td_ckpt_manifest_config(m, r.dir, &cfg);
+    if (cfg.moe.E > 0) td_ckpt_moe_text(&cfg.moe, 1, s->moe, sizeof s->moe);
     td_param_table canon;
     td_param_table_build(&canon, &cfg, 1);
     /* every section the manifest names, each tensor put together once */

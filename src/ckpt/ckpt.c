@@ -25,7 +25,7 @@ void td_ckpt_meta_default(td_ckpt_meta *m, int step) {
     memset(m, 0, sizeof *m);
     m->step = step;
     td_loss_scaler_init(&m->scaler, TD_LOSS_SCALE_NONE, 1.0f, 1);
-    m->dp = m->cp = m->tp = m->pp = m->ranks = 1;
+    m->dp = m->cp = m->tp = m->pp = m->ep = m->ranks = 1;
     m->precision = "fp32", m->dp_mode = "allreduce", m->grad_compress = "none";
     m->run = td_random_id(); /* a new run unless the caller says whose it is */
 }
@@ -47,7 +47,7 @@ td_ckpt_writer *td_ckpt_writer_open(const char *out, const td_gpt_config *cfg,
     for (int s = 0; s < w->n_sections; s++)
         for (int i = 0; i < w->canon.n_rows; i++) {
             td_shard_item *it = &items[s * w->canon.n_rows + i];
-            td_piece_key(it->key, sizeof it->key, s, w->canon.rows[i].name, 1, 0, 0);
+            td_piece_key(it->key, sizeof it->key, s, w->canon.rows[i].name, 1, 0, 1, 0, 0);
             it->n = w->canon.rows[i].numel;
         }
     w->shard = td_shard_create(&w->d, 0, "", items, n);

@@ -47,7 +47,7 @@ _Noreturn void td_ckpt_save_failed(const td_ckpt_dir *d, const char *what, int e
 /* One shard file: tensors declared first (key, element count), the header
  * written at creation, each tensor's floats put by index. */
 typedef struct {
-    char key[128]; /* the longest: 18 + 1 + 63 + 3 x 11 */
+    char key[160]; /* the longest: 22 + 1 + 63 + 6 x 11 */
     uint64_t n;
 } td_shard_item;
 typedef struct td_shard td_shard;
@@ -65,9 +65,42 @@ size_t td_shard_bookkeeping(int n);
 /* "shard-%05d.safetensors" */
 void td_shard_name(char *buf, size_t cap, int file_index);
 
-/* Piece keys inside shard files: "SECTION/NAME/TP/TP_RANK/BEGIN" (section
- * names: td_mf_section_name). */
-void td_piece_key(char *buf, size_t cap, int section, const char *name, int tp, int tp_rank, size_t begin);
+/* Piece keys inside shard files: "SECTION/NAME/TP/TP_RANK/BEGIN", for an
+ * expert-parallel slice (ep > 1) "SECTION/NAME/TP/TP_RANK/EP/EP_RANK/BEGIN"
+ * (section names: td_mf_section_name). */
+void td_piece_key(char *buf, size_t cap, int section, const char *name, int tp, int tp_rank, int ep, int ep_rank,
+                  size_t begin);
+
+/* Elements [lo, lo + n) of a table's flat layout, lying at data. */
+typedef struct {
+    size_t lo, n;
+    float *data;
+} td_ckpt_range;
+
+/* One rank's shard of a sharded save: its world rank (the file's number)
+ * and grid position, its table (tp and ep slices, pipeline units held), the
+ * owner ranges of each model section in that table's flat layout (where
+ * the data lies) and its per-dp-rank state (NULL: none). Its pieces are the
+ * ranges cut at tensor boundaries, less what another rank writes: rows
+ * replicated over tp (td_param_tp_replicated) on tp ranks other than 0, the
+ * tied embedding on the last pipeline stage. Keys name the tp slice and,
+ * for the experts' rows, the ep slice. */
+typedef struct {
+    int world_rank, dp_rank, tp_rank, pp_rank;
+    const td_param_table *t;
+    const td_ckpt_range *ranges[TD_MF_NSECTIONS];
+    int n_ranges[TD_MF_NSECTIONS];
+    const float *state[TD_MF_RANK_KINDS];
+} td_shard_src;
+/* Writes d->tmp/shard-WORLD_RANK.safetensors; returns the bytes of
+ * bookkeeping it held beside the state. td_ckpt_save_sharded's, and the
+ * tests' (a layout without a run). */
+size_t td_ckpt_write_shard(const td_ckpt_dir *d, const td_shard_src *src);
+
+/* A mixture of experts as the flags that make it ("--moe-experts 8
+ * --moe-top-k 2 ..."; with coefs the training coefficients too), for
+ * messages; "no experts" for a dense model. */
+void td_ckpt_moe_text(const td_moe_config *e, int coefs, char *buf, size_t cap);
 
 /* Rank 0, after every shard is fsynced: manifest.json from the shards'
  * headers (t: any table of the model, for split dims), then the atomic
@@ -111,10 +144,6 @@ void td_ckpt_reader_get(td_ckpt_reader *r, int f, const char *key, uint64_t n, f
  * where to: for each tensor of t overlapping them, the global tensor is put
  * together from the manifest's pieces of `section` and this rank's elements
  * copied. Returns 0 when the manifest holds no piece of the section. */
-typedef struct {
-    size_t lo, n;
-    float *data;
-} td_ckpt_range;
 int td_ckpt_reader_fill(td_ckpt_reader *r, const td_param_table *t, int section, const td_ckpt_range *rg,
                         int n_ranges);
 

@@ -51,15 +51,15 @@ int td_hf_shape(const td_param *p, int64_t shape[2]) {
     return p->ndim;
 }
 
-/* Row p of the canonical buffer in HF's layout into dst (GPT-2's Conv1D
- * weights transposed; the vocabulary's real rows only). */
-static void hf_tensor(float *dst, const td_param *p, const float *params, int gpt2) {
-    const float *src = params + p->offset;
-    if (!gpt2 || !td_hf_kinds[p->kind].transposed) {
-        memcpy(dst, src, sizeof(float) * (size_t)p->shape[0] * (p->ndim == 2 ? (size_t)p->shape[1] : 1));
+/* An item of the canonical buffer in HF's layout into dst (GPT-2's
+ * Conv1D weights transposed; the vocabulary's real rows only). */
+static void hf_tensor(float *dst, const td_hf_item *it, const float *params) {
+    const float *src = params + it->off;
+    if (!it->transposed) {
+        memcpy(dst, src, sizeof(float) * td_hf_item_numel(it));
         return;
     }
-    size_t rows = (size_t)p->shape[0], cols = (size_t)p->shape[1]; /* trident: [out, in] */
+    size_t rows = (size_t)it->shape[1], cols = (size_t)it->shape[0]; /* trident: [out, in] */
     for (size_t r = 0; r < rows; r++)
         for (size_t c = 0; c < cols; c++) dst[c * rows + r] = src[r * cols + c];
 }
@@ -67,33 +67,46 @@ static void hf_tensor(float *dst, const td_param *p, const float *params, int gp
 
 /* ---- the model as safetensors: prepared, then written ------------------- */
 
+size_t td_hf_item_numel(const td_hf_item *it) {
+    return (size_t)it->shape[0] * (it->ndim == 2 ? (size_t)it->shape[1] : 1);
+}
+
 /* GPT-2's names are prefix + GPT2Model's name ("" for the file export,
  * "transformer." in a GPT2LMHeadModel directory); Llama's rows carry
  * LlamaForCausalLM's own names and shapes. */
-void td_st_plan_prepare(td_st_plan *sp, const td_param_table *t, int lo, int hi, const char *prefix,
-                        td_st_dtype dtype) {
-    TD_ASSERT(0 <= lo && lo < hi && hi <= t->n_rows && (dtype == TD_ST_F32 || dtype == TD_ST_BF16));
-    int gpt2 = t->cfg.arch == TD_ARCH_GPT2, n = hi - lo;
-    sp->lo = lo, sp->hi = hi, sp->dtype = dtype;
-    sp->st = td_alloc(sizeof *sp->st * (size_t)n, TD_MEM_OTHER);
-    sp->names = td_alloc(sizeof *sp->names * (size_t)n, TD_MEM_OTHER);
-    size_t most = 0;
-    for (int i = 0; i < n; i++) { /* rows are in forward order: embeddings, blocks, final norm (head) */
-        const td_param *p = &t->rows[lo + i];
-        td_st_tensor *st = &sp->st[i];
+void td_hf_items_of_rows(const td_param_table *t, int lo, int hi, const char *prefix, td_hf_item *out) {
+    int gpt2 = t->cfg.arch == TD_ARCH_GPT2;
+    for (int r = lo; r < hi; r++) { /* rows are in forward order: embeddings, blocks, final norm (head) */
+        const td_param *p = &t->rows[r];
+        td_hf_item *it = &out[r - lo];
+        memset(it, 0, sizeof *it);
+        it->off = p->offset;
         if (gpt2) {
             char base[96];
             td_hf_name(base, sizeof base, p);
-            snprintf(sp->names[i], sizeof sp->names[i], "%s%s", prefix, base);
-            st->ndim = td_hf_shape(p, st->shape);
+            snprintf(it->name, sizeof it->name, "%s%s", prefix, base);
+            it->ndim = td_hf_shape(p, it->shape);
+            it->transposed = td_hf_kinds[p->kind].transposed;
         } else {
-            snprintf(sp->names[i], sizeof sp->names[i], "%s", p->name);
-            st->ndim = p->ndim;
-            st->shape[0] = p->shape[0];
-            if (p->ndim == 2) st->shape[1] = p->shape[1];
+            snprintf(it->name, sizeof it->name, "%s", p->name);
+            it->ndim = p->ndim;
+            it->shape[0] = p->shape[0];
+            if (p->ndim == 2) it->shape[1] = p->shape[1];
         }
-        st->name = sp->names[i], st->dtype = dtype;
-        most = td_max_sz(most, (size_t)p->shape[0] * (p->ndim == 2 ? (size_t)p->shape[1] : 1));
+    }
+}
+
+void td_st_plan_prepare(td_st_plan *sp, const td_hf_item *items, int n, td_st_dtype dtype) {
+    TD_ASSERT(n > 0 && (dtype == TD_ST_F32 || dtype == TD_ST_BF16));
+    sp->items = items, sp->n = n, sp->dtype = dtype;
+    sp->st = td_alloc(sizeof *sp->st * (size_t)n, TD_MEM_OTHER);
+    size_t most = 0;
+    for (int i = 0; i < n; i++) {
+        td_st_tensor *st = &sp->st[i];
+        memset(st, 0, sizeof *st);
+        st->name = (char *)items[i].name, st->dtype = dtype, st->ndim = items[i].ndim;
+        st->shape[0] = items[i].shape[0], st->shape[1] = items[i].shape[1];
+        most = td_max_sz(most, td_hf_item_numel(&items[i]));
     }
     const char *mk[] = {"format", "producer"}, *mv[] = {"pt", "trident export"};
     td_err e;
@@ -109,13 +122,13 @@ void *td_st_plan_scratch(const td_st_plan *plans, int n) {
     return td_alloc(most, TD_MEM_OTHER);
 }
 
-void td_st_plan_write(const td_st_plan *sp, const td_param_table *t, const float *params, void *scratch,
-                      td_staged *s, int fd, const char *name) {
+void td_st_plan_write(const td_st_plan *sp, const float *params, void *scratch, td_staged *s, int fd,
+                      const char *name) {
     td_staged_write(s, fd, name, sp->hdr, sp->hlen);
-    for (int r = sp->lo; r < sp->hi; r++) {
-        const td_st_tensor *st = &sp->st[r - sp->lo];
+    for (int i = 0; i < sp->n; i++) {
+        const td_st_tensor *st = &sp->st[i];
         float *f = scratch;
-        hf_tensor(f, &t->rows[r], params, t->cfg.arch == TD_ARCH_GPT2);
+        hf_tensor(f, &sp->items[i], params);
         size_t n = (size_t)(st->end - st->begin);
         if (sp->dtype == TD_ST_BF16) {
             td_bf16 *h = (td_bf16 *)(f + n / sizeof(td_bf16)); /* past the n/2 floats */
@@ -129,8 +142,15 @@ void td_st_plan_write(const td_st_plan *sp, const td_param_table *t, const float
 
 void td_st_plan_free(td_st_plan *sp) {
     free(sp->hdr);
-    td_free(sp->names);
     td_free(sp->st);
+}
+
+/* A plan of every row of a canonical table (GPT-2's one-file forms); the
+ * items are freed with it by the caller (*items). */
+static void plan_rows(td_st_plan *sp, td_hf_item **items, const td_param_table *t, const char *prefix) {
+    *items = td_alloc(sizeof **items * (size_t)t->n_rows, TD_MEM_OTHER);
+    td_hf_items_of_rows(t, 0, t->n_rows, prefix, *items);
+    td_st_plan_prepare(sp, *items, t->n_rows, TD_ST_F32);
 }
 
 td_hf_config td_export_hf_config(const td_checkpoint *ck) {
@@ -163,14 +183,15 @@ static void export_safetensors(const td_checkpoint *ck, const td_param_table *t,
     char cpath[PATH_MAX + 16];
     config_path(cpath, sizeof cpath, o->out);
     td_st_plan sp;
-    td_st_plan_prepare(&sp, t, 0, t->n_rows, "", TD_ST_F32);
+    td_hf_item *items;
+    plan_rows(&sp, &items, t, "");
     void *scratch = td_st_plan_scratch(&sp, 1);
     td_hf_config hc = td_export_hf_config(ck);
     char *text = td_export_checked(td_hf_config_format(&hc), "config.json");
     td_staged m, c;
     td_staged_begin(&m, "export", o->out, 0, o->overwrite);
     td_staged_begin(&c, "export", cpath, 0, o->overwrite);
-    td_st_plan_write(&sp, t, ck->params, scratch, &m, m.fd, NULL);
+    td_st_plan_write(&sp, ck->params, scratch, &m, m.fd, NULL);
     td_staged_write(&c, c.fd, NULL, text, strlen(text));
     /* the model first, so a reader never finds a new config without its weights */
     td_staged_commit(&m);
@@ -179,6 +200,7 @@ static void export_safetensors(const td_checkpoint *ck, const td_param_table *t,
     free(text);
     td_free(scratch);
     td_st_plan_free(&sp);
+    td_free(items);
 }
 
 static void export_llmc(const td_checkpoint *ck, const td_param_table *t, const td_export_opts *o) {
@@ -288,7 +310,8 @@ static void export_hf_dir(const td_checkpoint *ck, const td_param_table *t, cons
     /* GPT2LMHeadModel's own names: what its save_pretrained writes (the tied
      * lm_head.weight left out), so loaders keyed on that class's state dict
      * need no prefix rule (HF's loader also takes GPT2Model's bare names) */
-    td_st_plan_prepare(&sp, t, 0, t->n_rows, "transformer.", TD_ST_F32);
+    td_hf_item *items;
+    plan_rows(&sp, &items, t, "transformer.");
     void *scratch = td_st_plan_scratch(&sp, 1);
     td_hf_config hc = td_export_hf_config(ck);
     char *text[F_COUNT] = {NULL}, *tok[TD_TOK_FILES];
@@ -301,7 +324,7 @@ static void export_hf_dir(const td_checkpoint *ck, const td_param_table *t, cons
     td_staged d;
     td_staged_begin(&d, "export", o->out, 1, o->overwrite);
     int fd = td_staged_create(&d, hf_files[F_MODEL]);
-    td_st_plan_write(&sp, t, ck->params, scratch, &d, fd, hf_files[F_MODEL]);
+    td_st_plan_write(&sp, ck->params, scratch, &d, fd, hf_files[F_MODEL]);
     td_staged_close(&d, fd, hf_files[F_MODEL]);
     for (int f = F_CONFIG; f < F_COUNT; f++) td_export_put(&d, hf_files[f], text[f], strlen(text[f]));
     for (int f = 0; f < TD_TOK_FILES; f++)
@@ -315,6 +338,27 @@ static void export_hf_dir(const td_checkpoint *ck, const td_param_table *t, cons
     for (int f = 0; f < TD_TOK_FILES; f++) free(tok[f]);
     td_free(scratch);
     td_st_plan_free(&sp);
+    td_free(items);
+}
+
+static const char *format_name(td_export_format f) {
+    return f == TD_EXPORT_HF_LLAMA ? "hf-llama" : f == TD_EXPORT_HF_MIXTRAL ? "hf-mixtral" : f == TD_EXPORT_HF_GPT2 ? "hf-gpt2"
+           : f == TD_EXPORT_LLMC ? "llmc" : "safetensors";
+}
+
+/* Each format holds one family's tensors: GPT-2's (dense), Llama's dense
+ * MLPs, or Llama's mixture of experts. */
+static void check_family(const td_checkpoint *ck, td_export_format f) {
+    int llama = ck->cfg.arch == TD_ARCH_LLAMA, moe = ck->cfg.moe.E > 0;
+    int llama_format = f == TD_EXPORT_HF_LLAMA || f == TD_EXPORT_HF_MIXTRAL;
+    TD_CHECK(!moe || llama, "export: %s: the checkpoint is a gpt2 mixture-of-experts model (--moe-experts %d); no "
+             "export format holds GPT-2's experts (hf-mixtral is the llama family's)", ck->dir, ck->cfg.moe.E);
+    TD_CHECK(llama == llama_format, "export: %s: the checkpoint is a %s model; --format %s writes %s, so use %s", ck->dir,
+             td_arch_name(ck->cfg.arch), format_name(f), llama ? "GPT-2's tensors" : "Llama's tensors",
+             !llama ? "--format hf-gpt2, safetensors or llmc" : moe ? "--format hf-mixtral" : "--format hf-llama");
+    TD_CHECK(moe == (f == TD_EXPORT_HF_MIXTRAL), "export: %s: the checkpoint is a %s llama model; --format %s writes %s, "
+             "so use --format %s", ck->dir, moe ? "mixture-of-experts" : "dense", format_name(f),
+             moe ? "LlamaForCausalLM's dense MLPs" : "MixtralForCausalLM's experts", moe ? "hf-mixtral" : "hf-llama");
 }
 
 void td_export(const td_export_opts *o) {
@@ -322,7 +366,7 @@ void td_export(const td_export_opts *o) {
     char what[PATH_MAX + 64];
     snprintf(what, sizeof what, "--out %s", o->out);
     /* refusals first: nothing is loaded for an output that would be refused */
-    if (o->format == TD_EXPORT_HF_GPT2 || o->format == TD_EXPORT_HF_LLAMA) {
+    if (o->format == TD_EXPORT_HF_GPT2 || o->format == TD_EXPORT_HF_LLAMA || o->format == TD_EXPORT_HF_MIXTRAL) {
         td_staged_check("export", what, o->out, 1, o->overwrite,
                         o->format == TD_EXPORT_HF_GPT2 ? hf_file : td_hf_llama_file);
     } else {
@@ -339,19 +383,15 @@ void td_export(const td_export_opts *o) {
     }
     td_checkpoint ck;
     td_ckpt_load(&ck, o->ckpt);
-    /* each format holds one family's tensors */
-    int llama = ck.cfg.arch == TD_ARCH_LLAMA;
-    TD_CHECK(llama == (o->format == TD_EXPORT_HF_LLAMA),
-             "export: %s: the checkpoint is a %s model; --format %s writes %s, so use %s", ck.dir,
-             td_arch_name(ck.cfg.arch),
-             o->format == TD_EXPORT_HF_LLAMA ? "hf-llama" : o->format == TD_EXPORT_HF_GPT2 ? "hf-gpt2"
-             : o->format == TD_EXPORT_LLMC ? "llmc" : "safetensors",
-             llama ? "GPT-2's tensors" : "Llama's tensors",
-             llama ? "--format hf-llama" : "--format hf-gpt2, safetensors or llmc");
+    check_family(&ck, o->format);
     td_param_table canon;
     td_param_table_build(&canon, &ck.cfg, 1);
     if (o->format == TD_EXPORT_HF_GPT2) export_hf_dir(&ck, &canon, o);
-    else if (o->format == TD_EXPORT_HF_LLAMA) td_export_hf_llama(&ck, &canon, o);
+    else if (o->format == TD_EXPORT_HF_LLAMA) td_hf_family_export(&td_hf_llama_family, &ck, &canon, o);
+    else if (o->format == TD_EXPORT_HF_MIXTRAL) {
+        td_hf_mixtral_check(&ck, &canon);
+        td_hf_family_export(&td_hf_mixtral_family, &ck, &canon, o);
+    }
     else if (o->format == TD_EXPORT_SAFETENSORS) export_safetensors(&ck, &canon, o);
     else export_llmc(&ck, &canon, o);
     td_param_table_free(&canon);

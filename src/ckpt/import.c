@@ -1,6 +1,6 @@
 /* Import: Hugging Face GPT-2 safetensors (+ config.json), an llm.c GPT-2
- * checkpoint or (read by hf_llama.c) a Hugging Face Llama directory into a
- * new checkpoint directory, parameters only (ckpt_interop.h). Everything is read and checked before anything is
+ * checkpoint or (read by hf_llama.c) a Hugging Face Llama or Mixtral
+ * directory into a new checkpoint directory, parameters only (ckpt_interop.h). Everything is read and checked before anything is
  * written: bad input is one error line naming the file and what is wrong,
  * and --out stays untouched. Writes through td_ckpt_save only, into a
  * staged directory (staged.h). */
@@ -266,15 +266,19 @@ static int ckpt_entry(const char *name) {
 void td_import(const td_import_opts *o) {
     const char *format = o->format, *config = o->config, *tokenizer = o->tokenizer, *data = o->data;
     TD_CHECK(format && (strcmp(format, "safetensors") == 0 || strcmp(format, "llmc") == 0 ||
-                        strcmp(format, "hf-llama") == 0),
-             "import: --format %s is not known; use safetensors, hf-llama or llmc", format ? format : "(missing)");
-    int llama = strcmp(format, "hf-llama") == 0, st = strcmp(format, "safetensors") == 0;
+                        strcmp(format, "hf-llama") == 0 || strcmp(format, "hf-mixtral") == 0),
+             "import: --format %s is not known; use safetensors, hf-llama, hf-mixtral or llmc",
+             format ? format : "(missing)");
+    const td_hf_family *fam = strcmp(format, "hf-llama") == 0     ? &td_hf_llama_family
+                              : strcmp(format, "hf-mixtral") == 0 ? &td_hf_mixtral_family
+                                                                  : NULL;
+    int llama = fam != NULL, st = strcmp(format, "safetensors") == 0;
     TD_CHECK(o->in, "import: --in %s is required", llama ? "DIR (or FILE)" : "FILE");
     TD_CHECK(o->out, "import: --out DIR is required");
     TD_CHECK(!config || strcmp(format, "llmc") != 0,
-             "import: --config applies to --format safetensors and hf-llama (an llm.c file holds its sizes)");
-    TD_CHECK(!o->seq || llama, "import: --seq applies to --format hf-llama (GPT-2's positions are weights of "
-             "n_positions rows)");
+             "import: --config applies to --format safetensors, hf-llama and hf-mixtral (an llm.c file holds its sizes)");
+    TD_CHECK(!o->seq || llama, "import: --seq applies to --format hf-llama and hf-mixtral (GPT-2's positions are "
+             "weights of n_positions rows)");
     TD_CHECK(!data || (tokenizer && strcmp(tokenizer, "char") == 0),
              "import: --data applies to --tokenizer char only (its characters are the vocabulary)");
     /* never mix an import into existing checkpoints: a new or empty DIR, or
@@ -294,7 +298,7 @@ void td_import(const td_import_opts *o) {
     td_hf_config hc = {0};
     float *params;
     if (st) import_safetensors(o->in, config, &cfg, &hc, &params, &t);
-    else if (llama) td_import_hf_llama(o, &cfg, &hc, &params, &t);
+    else if (llama) td_hf_family_import(fam, o, &cfg, &hc, &params, &t);
     else import_llmc(o->in, &cfg, &params, &t);
     td_tokenizer tok;
     pick_tokenizer(&tok, tokenizer, data, st || llama ? &hc : NULL, cfg.V);
@@ -304,8 +308,10 @@ void td_import(const td_import_opts *o) {
     td_staged_begin(&s, "import", o->out, 1, o->overwrite);
     td_ckpt_save(s.tmp, &cfg, &tok, 0, params, NULL, NULL, t.numel);
     td_staged_commit(&s);
-    printf("import: wrote %s/step-00000000 (%s L %d H %d C %d T %d V %d, %zu parameters, tokenizer %s)\n",
-           o->out, td_arch_name(cfg.arch), cfg.L, cfg.H, cfg.C, cfg.T, cfg.V, t.n_global,
+    char moe[48] = "";
+    if (cfg.moe.E > 0) snprintf(moe, sizeof moe, " experts %d top-%d", cfg.moe.E, cfg.moe.K);
+    printf("import: wrote %s/step-00000000 (%s L %d H %d C %d T %d V %d%s, %zu parameters, tokenizer %s)\n",
+           o->out, td_arch_name(cfg.arch), cfg.L, cfg.H, cfg.C, cfg.T, cfg.V, moe, t.n_global,
            td_tokenizer_name(tok.kind));
     td_hf_config_free(&hc);
     td_tokenizer_free(&tok);

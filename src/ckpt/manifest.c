@@ -109,6 +109,13 @@ char *td_manifest_format(const td_ckpt_dir *d, int n_files, const td_ckpt_meta *
         else
             put(&b, "null");
     }
+    const td_moe_config *e = &cfg->moe;
+    if (e->E > 0) /* a dense model's manifest names none */
+        put(&b, ", \"moe\": {\"experts\": %d, \"top_k\": %d, \"every\": %d, \"ffn_hidden\": %d, \"shared\": %d, "
+            "\"router\": \"%s\", \"norm_topk\": %s, \"aux_coef\": %.9g, \"z_coef\": %.9g, \"bias_rate\": %.9g, "
+            "\"capacity\": %.9g}", e->E, e->K, e->every, e->F, e->shared,
+            e->router == TD_ROUTER_SIGMOID ? "sigmoid" : "softmax", e->norm_topk == TD_TIE_ON ? "true" : "false",
+            (double)e->aux_coef, (double)e->z_coef, (double)e->bias_rate, (double)e->capacity);
     put(&b, "},\n");
     put(&b, " \"tokenizer\": {\"kind\": \"%s\", \"vocab\": %d", td_tokenizer_name(tok->kind), tok->V);
     if (tok->kind == TD_TOK_CHAR) {
@@ -127,8 +134,8 @@ char *td_manifest_format(const td_ckpt_dir *d, int n_files, const td_ckpt_meta *
     const td_loss_scaler *s = &meta->scaler;
     put(&b, "},\n \"loss_scale\": {\"mode\": %d, \"scale\": %.9g, \"clean\": %d, \"consecutive\": %d, \"skipped\": %d},\n",
         (int)s->mode, (double)s->scale, s->clean, s->consecutive, s->skipped);
-    put(&b, " \"layout\": {\"dp\": %d, \"cp\": %d, \"tp\": %d, \"pp\": %d, \"zero\": %d, \"ranks\": %d, \"precision\": ",
-        meta->dp, meta->cp, meta->tp, meta->pp, meta->zero, meta->ranks);
+    put(&b, " \"layout\": {\"dp\": %d, \"cp\": %d, \"tp\": %d, \"pp\": %d, \"ep\": %d, \"zero\": %d, \"ranks\": %d, "
+        "\"precision\": ", meta->dp, meta->cp, meta->tp, meta->pp, meta->ep > 0 ? meta->ep : 1, meta->zero, meta->ranks);
     put_str(&b, meta->precision);
     put(&b, ", \"dp_mode\": ");
     put_str(&b, meta->dp_mode);
@@ -170,17 +177,24 @@ char *td_manifest_format(const td_ckpt_dir *d, int n_files, const td_ckpt_meta *
         for (int f = 0; f < n_files; f++)
             for (int k = 0; k < sb[f].h.n; k++) {
                 char sec[32], nm[80];
-                int tp, tpr;
+                int tp, tpr, ep = 1, epr = 0, used = 0;
                 size_t begin;
                 const td_st_tensor *x = &sb[f].h.t[k];
-                if (sscanf(x->name, "%31[^/]/%79[^/]/%d/%d/%zu", sec, nm, &tp, &tpr, &begin) != 5 ||
+                /* SECTION/NAME/TP/TP_RANK/[EP/EP_RANK/]BEGIN (td_mf_piece_key) */
+                if (sscanf(x->name, "%31[^/]/%79[^/]/%d/%d/%n", sec, nm, &tp, &tpr, &used) != 4 ||
                     strcmp(nm, r->name) != 0)
                     continue;
+                const char *tail = x->name + used;
+                if (strchr(tail, '/'))
+                    TD_ASSERT(sscanf(tail, "%d/%d/%zu", &ep, &epr, &begin) == 3);
+                else
+                    TD_ASSERT(sscanf(tail, "%zu", &begin) == 1);
                 put(&b, "%s\n   {\"section\": \"%s\", \"file\": %d, \"key\": ", np++ ? "," : "", sec, f);
                 put_str(&b, x->name);
-                put(&b, ", \"tp\": %d, \"tp_rank\": %d, \"split_dim\": %d, \"groups\": %d, \"begin\": %zu, \"end\": %llu}",
-                    tp, tpr, r->split_dim, r->groups, begin,
-                    (unsigned long long)(begin + (x->end - x->begin) / sizeof(float)));
+                put(&b, ", \"tp\": %d, \"tp_rank\": %d", tp, tpr);
+                if (r->split == TD_SPLIT_EXPERT) put(&b, ", \"ep\": %d, \"ep_rank\": %d", ep, epr);
+                put(&b, ", \"split_dim\": %d, \"groups\": %d, \"begin\": %zu, \"end\": %llu}", r->split_dim, r->groups,
+                    begin, (unsigned long long)(begin + (x->end - x->begin) / sizeof(float)));
             }
         put(&b, "]}");
     }
@@ -298,6 +312,19 @@ int td_ckpt_prune(const char *out, int step, int keep) {
     return removed;
 }
 
+void td_ckpt_moe_text(const td_moe_config *e, int coefs, char *buf, size_t cap) {
+    if (e->E == 0) {
+        snprintf(buf, cap, "no experts");
+        return;
+    }
+    int n = snprintf(buf, cap, "--moe-experts %d --moe-top-k %d --moe-every %d --moe-ffn-hidden %d --moe-shared-experts %d "
+                     "--moe-router %s --moe-norm-topk %s", e->E, e->K, e->every, e->F, e->shared,
+                     e->router == TD_ROUTER_SIGMOID ? "sigmoid" : "softmax", e->norm_topk == TD_TIE_ON ? "on" : "off");
+    if (coefs && n > 0 && (size_t)n < cap)
+        snprintf(buf + n, cap - (size_t)n, " --moe-aux-coef %g --moe-z-coef %g --moe-bias-balance %g --moe-capacity %g",
+                 (double)e->aux_coef, (double)e->z_coef, (double)e->bias_rate, (double)e->capacity);
+}
+
 void td_ckpt_manifest_config(const td_manifest *m, const char *dir, td_gpt_config *cfg) {
     /* the model's own size checks must hold: a bad config is the file's error */
     TD_CHECK(m->embd % m->heads == 0, "%s/manifest.json: config: embd %d is not a multiple of heads %d", dir,
@@ -312,6 +339,15 @@ void td_ckpt_manifest_config(const td_manifest *m, const char *dir, td_gpt_confi
         cfg->KV = m->kv_heads, cfg->F = m->ffn_hidden, cfg->tie = m->tie;
         cfg->norm_eps = (float)m->norm_eps, cfg->rope_theta = m->rope_theta;
         cfg->rope_scaling = (td_rope_scaling){m->rope_factor, m->rope_low_freq, m->rope_high_freq, m->rope_orig_max_pos};
+    }
+    if (m->moe_experts > 0) {
+        TD_CHECK(m->moe_every <= m->layers, "%s/manifest.json: config: moe: every %d is past layers %d", dir,
+                 m->moe_every, m->layers);
+        cfg->moe = (td_moe_config){.E = m->moe_experts, .K = m->moe_top_k, .every = m->moe_every,
+                                   .F = m->moe_ffn_hidden, .shared = m->moe_shared, .router = m->moe_router,
+                                   .norm_topk = m->moe_norm_topk, .aux_coef = (float)m->moe_aux_coef,
+                                   .z_coef = (float)m->moe_z_coef, .bias_rate = (float)m->moe_bias_rate,
+                                   .capacity = (float)m->moe_capacity};
     }
     td_gpt_config_finish(cfg);
 }

@@ -222,15 +222,38 @@ void td_ckpt_reader_get(td_ckpt_reader *r, int f, const char *key, uint64_t n, f
     td_free(want);
 }
 
-/* the tables of the source layout (one per tp size: a row's element ->
- * global index mapping needs the slicing of that tp) */
-static const td_param_table *source_table(td_param_table *cache, int *n_cache, const td_gpt_config *cfg, int tp) {
-    for (int i = 0; i < *n_cache; i++)
-        if (cache[i].tp == tp) return &cache[i];
-    TD_CHECK(*n_cache < 8 && cfg->H % tp == 0, "manifest: a piece's tp %d does not divide the model", tp);
-    td_table_layout lay = {.unit_align = 1, .tp = tp, .prec = TD_PREC_FP32, .cp = 1};
-    td_param_table_build_layout(&cache[*n_cache], cfg, &lay);
-    return &cache[(*n_cache)++];
+/* The tables of the source layout, one per (tp, ep, ep rank) of its
+ * pieces: a row's element -> global index mapping needs the slicing of that
+ * tp (and, for the experts' rows, that ep slice). A few are kept, the
+ * oldest made again when needed (an ep of many ranks). */
+enum { N_SOURCE = 8 };
+typedef struct {
+    td_param_table t[N_SOURCE];
+    int n, next;
+} source_cache;
+
+static const td_param_table *source_table(source_cache *c, const td_ckpt_reader *r, const td_gpt_config *cfg,
+                                          const td_mf_piece *pc) {
+    for (int i = 0; i < c->n; i++)
+        if (c->t[i].tp == pc->tp && c->t[i].ep == pc->ep && c->t[i].ep_rank == pc->ep_rank) return &c->t[i];
+    int kv = cfg->KV ? cfg->KV : cfg->H;
+    TD_CHECK(cfg->H % pc->tp == 0 && kv % pc->tp == 0 && cfg->F % pc->tp == 0,
+             "%s/manifest.json: piece %s: tp %d does not divide the model", r->dir, pc->key, pc->tp);
+    TD_CHECK(pc->ep == 1 || (cfg->moe.E > 0 && cfg->moe.E % pc->ep == 0),
+             "%s/manifest.json: piece %s: ep %d does not divide the model's %d experts", r->dir, pc->key, pc->ep,
+             cfg->moe.E);
+    int i;
+    if (c->n < N_SOURCE) {
+        i = c->n++;
+    } else { /* the oldest goes */
+        i = c->next;
+        c->next = (c->next + 1) % N_SOURCE;
+        td_param_table_free(&c->t[i]);
+    }
+    td_table_layout lay = {.unit_align = 1, .tp = pc->tp, .prec = TD_PREC_FP32, .cp = 1, .ep = pc->ep,
+                           .ep_rank = pc->ep_rank};
+    td_param_table_build_layout(&c->t[i], cfg, &lay);
+    return &c->t[i];
 }
 
 int td_ckpt_reader_fill(td_ckpt_reader *r, const td_param_table *t, int section, const td_ckpt_range *rg,
@@ -239,8 +262,8 @@ int td_ckpt_reader_fill(td_ckpt_reader *r, const td_param_table *t, int section,
     for (int i = 0; i < r->m.n_tensors; i++)
         for (int k = 0; k < r->m.tensors[i].n_pieces; k++) any |= r->m.tensors[i].pieces[k].section == section;
     if (!any) return 0;
-    td_param_table cache[8];
-    int n_cache = 0;
+    source_cache cache;
+    memset(&cache, 0, sizeof cache);
     char sec[32];
     td_mf_section_name(section, sec, sizeof sec);
     for (int i = 0; i < t->n_rows; i++) {
@@ -264,7 +287,7 @@ int td_ckpt_reader_fill(td_ckpt_reader *r, const td_param_table *t, int section,
         for (int k = 0; k < mt->n_pieces; k++) {
             const td_mf_piece *pc = &mt->pieces[k];
             if (pc->section != section) continue;
-            const td_param_table *src = source_table(cache, &n_cache, &t->cfg, pc->tp);
+            const td_param_table *src = source_table(&cache, r, &t->cfg, pc);
             const td_param *sp = &src->rows[i];
             TD_CHECK(pc->end <= sp->numel, "%s/manifest.json: tensor %s: piece %s ends at %llu, beyond tp rank %d's "
                      "slice of %zu elements", r->dir, p->name, pc->key, (unsigned long long)pc->end, pc->tp_rank,
@@ -298,6 +321,6 @@ int td_ckpt_reader_fill(td_ckpt_reader *r, const td_param_table *t, int section,
         td_free(seen);
         td_free(global);
     }
-    for (int i = 0; i < n_cache; i++) td_param_table_free(&cache[i]);
+    for (int i = 0; i < cache.n; i++) td_param_table_free(&cache.t[i]);
     return 1;
 }

@@ -74,8 +74,10 @@ void td_shard_name(char *buf, size_t cap, int file_index) {
     snprintf(buf, cap, "shard-%05d.safetensors", file_index);
 }
 
-void td_piece_key(char *buf, size_t cap, int section, const char *name, int tp, int tp_rank, size_t begin) {
-    td_mf_piece_key(buf, cap, section, name, tp, tp_rank, begin); /* the parser checks keys against the same */
+void td_piece_key(char *buf, size_t cap, int section, const char *name, int tp, int tp_rank, int ep, int ep_rank,
+                  size_t begin) {
+    /* the parser checks keys against the same */
+    td_mf_piece_key(buf, cap, section, name, tp, tp_rank, ep, ep_rank, begin);
 }
 
 double td_ckpt_hash_ms;

@@ -10,6 +10,8 @@
 #include "trident/comm.h"
 #include "trident/out_lock.h"
 
+_Static_assert(TD_DP_RANK_STATES == TD_MF_RANK_KINDS, "the manifest's rank-state kinds are td_dp_rank_state's");
+
 /* MAX over every training rank: sharded saves have no parameter servers,
  * so the world is the dp x tp x pp grid. */
 static void workers_max(const td_grid *g, float *x, int n) {
@@ -34,23 +36,30 @@ static void add_range(void *ctx, size_t lo, size_t n, float *data) {
     l->r[l->n++] = (td_ckpt_range){lo, n, data};
 }
 
+/* Row p's piece key: its tp slice, and for the experts' rows the ep slice */
+static void piece_key(td_shard_item *it, int section, const td_param_table *t, const td_param *p, size_t begin) {
+    int ex = p->split == TD_SPLIT_EXPERT;
+    td_piece_key(it->key, sizeof it->key, section, p->name, t->tp, t->tp_rank, ex ? t->ep : 1, ex ? t->ep_rank : 0,
+                 begin);
+}
+
 /* The pieces of one section: ranges of this rank's flat layout cut at
- * tensor boundaries, without what another rank writes (replicated tensors:
- * tp rank 0; the tied embedding of the last pipeline stage: the first's).
- * Counts when items is NULL. */
-static int section_pieces(const td_grid *g, const td_param_table *t, int s, const td_ckpt_range *r, int n_ranges,
-                          td_shard_item *items, const float **data) {
+ * tensor boundaries, without what another rank writes (tensors replicated
+ * over tp, the experts' rows among them: tp rank 0; the tied embedding of
+ * the last pipeline stage: the first's). Counts when items is NULL. */
+static int section_pieces(const td_shard_src *src, int s, td_shard_item *items, const float **data) {
+    const td_param_table *t = src->t;
+    const td_ckpt_range *r = src->ranges[s];
     int n = 0;
-    for (int j = 0; j < n_ranges; j++)
+    for (int j = 0; j < src->n_ranges[s]; j++)
         for (int i = 0; i < t->n_rows; i++) {
             const td_param *p = &t->rows[i];
-            if (p->numel == 0 || (p->split == TD_SPLIT_NONE && g->axis[TD_TP].rank != 0) ||
-                (p->unit == 0 && g->axis[TD_PP].rank != 0))
+            if (p->numel == 0 || (td_param_tp_replicated(p) && src->tp_rank != 0) || (p->unit == 0 && src->pp_rank != 0))
                 continue;
             size_t lo = td_max_sz(r[j].lo, p->offset), hi = td_min_sz(r[j].lo + r[j].n, p->offset + p->numel);
             if (lo >= hi) continue;
             if (items) {
-                td_piece_key(items[n].key, sizeof items[n].key, s, p->name, t->tp, t->tp_rank, lo - p->offset);
+                piece_key(&items[n], s, t, p, lo - p->offset);
                 items[n].n = hi - lo;
                 data[n] = r[j].data + (lo - r[j].lo);
             }
@@ -62,35 +71,25 @@ static int section_pieces(const td_grid *g, const td_param_table *t, int s, cons
 /* Per-dp-rank state is not replicated where the model is: each holder of a
  * replicated tensor (tp ranks, the tied embedding's last stage) selected
  * its own top-k. The section of this rank's copy of row p: */
-static int state_section(const td_grid *g, const td_param *p, int kind) {
-    return td_mf_rank_section(kind, g->axis[TD_DP].rank, p->unit == 0 && g->axis[TD_PP].rank != 0,
-                              p->split == TD_SPLIT_NONE ? g->axis[TD_TP].rank : 0);
+static int state_section(int dp_rank, int tp_rank, int pp_rank, const td_param *p, int kind) {
+    return td_mf_rank_section(kind, dp_rank, p->unit == 0 && pp_rank != 0, td_param_tp_replicated(p) ? tp_rank : 0);
 }
 
 /* This rank's pieces: the owner ranges of each model section, then its
  * per-dp-rank state, every row whole, in its copy's section. Counts when
  * items is NULL. */
-static int collect(td_dp *dp, const td_grid *g, const td_param_table *t, td_shard_item *items,
-                   const float **data) {
+static int collect(const td_shard_src *src, td_shard_item *items, const float **data) {
+    const td_param_table *t = src->t;
     int n = 0;
-    for (int s = 0; s < TD_MF_NSECTIONS; s++) {
-        range_list l = {0, 0, NULL};
-        TD_ASSERT(td_dp_ranges(dp, s, 1, add_range, &l));
-        n += section_pieces(g, t, s, l.r, l.n, items ? items + n : NULL, data ? data + n : NULL);
-        td_free(l.r);
-    }
-    TD_CHECK(
-        td_dp_rank_state(dp, 0) == NULL ||
-            (g->axis[TD_DP].size <= TD_MF_MAX_DP && g->axis[TD_TP].size <= TD_MF_MAX_TP),
-        "--out: a checkpoint holds the per-dp-rank state of at most %d dp ranks and %d tp ranks",
-        TD_MF_MAX_DP, TD_MF_MAX_TP);
-    for (int k = 0; k < TD_DP_RANK_STATES; k++) {
-        const float *x = td_dp_rank_state(dp, k);
+    for (int s = 0; s < TD_MF_NSECTIONS; s++)
+        n += section_pieces(src, s, items ? items + n : NULL, data ? data + n : NULL);
+    for (int k = 0; k < TD_MF_RANK_KINDS; k++) {
+        const float *x = src->state[k];
         for (int i = 0; x && i < t->n_rows; i++) {
             const td_param *p = &t->rows[i];
             if (p->numel == 0) continue;
             if (items) {
-                td_piece_key(items[n].key, sizeof items[n].key, state_section(g, p, k), p->name, t->tp, t->tp_rank, 0);
+                piece_key(&items[n], state_section(src->dp_rank, src->tp_rank, src->pp_rank, p, k), t, p, 0);
                 items[n].n = p->numel;
                 data[n] = x + p->offset;
             }
@@ -98,6 +97,23 @@ static int collect(td_dp *dp, const td_grid *g, const td_param_table *t, td_shar
         }
     }
     return n;
+}
+
+size_t td_ckpt_write_shard(const td_ckpt_dir *d, const td_shard_src *src) {
+    int n = collect(src, NULL, NULL);
+    td_shard_item *items = td_alloc(sizeof *items * (size_t)(n + 1), TD_MEM_OTHER);
+    const float **data = td_alloc(sizeof *data * (size_t)(n + 1), TD_MEM_OTHER);
+    collect(src, items, data);
+    char grid[64];
+    snprintf(grid, sizeof grid, "dp %d tp %d pp %d", src->dp_rank, src->tp_rank, src->pp_rank);
+    if (src->t->ep > 1) /* its experts' slice */
+        snprintf(grid + strlen(grid), sizeof grid - strlen(grid), " ep %d", src->t->ep_rank);
+    td_shard *s = td_shard_create(d, src->world_rank, grid, items, n);
+    for (int i = 0; i < n; i++) td_shard_put(s, i, data[i]);
+    td_shard_close(s);
+    td_free(items);
+    td_free((void *)data);
+    return td_shard_bookkeeping(n);
 }
 
 /* Fills this rank's per-dp-rank state of kind k (x) from the checkpoint:
@@ -110,15 +126,17 @@ static int fill_state(td_ckpt_reader *r, const td_grid *g, const td_param_table 
         return 0;
     td_ckpt_range *rg = td_alloc(sizeof *rg * (size_t)(t->n_rows + 1), TD_MEM_OTHER);
     int first = td_mf_rank_section(k, g->axis[TD_DP].rank, 0, 0), done[4] = {first}, n_done = 1;
+    int dr = g->axis[TD_DP].rank, tr = g->axis[TD_TP].rank, pr = g->axis[TD_PP].rank;
     for (int i = 0; i < t->n_rows; i++) {
-        int sec = state_section(g, &t->rows[i], k), n = 0, seen = 0;
+        int sec = state_section(dr, tr, pr, &t->rows[i], k), n = 0, seen = 0;
         for (int j = 0; j < n_done; j++) seen |= done[j] == sec;
         if (seen || t->rows[i].numel == 0) continue;
         TD_ASSERT(n_done < 4); /* a rank holds at most (tp replica, tied) x 2 copies */
         done[n_done++] = sec;
         for (int j = i; j < t->n_rows; j++) {
             const td_param *p = &t->rows[j];
-            if (p->numel > 0 && state_section(g, p, k) == sec) rg[n++] = (td_ckpt_range){p->offset, p->numel, x + p->offset};
+            if (p->numel > 0 && state_section(dr, tr, pr, p, k) == sec)
+                rg[n++] = (td_ckpt_range){p->offset, p->numel, x + p->offset};
         }
         td_ckpt_reader_fill(r, t, sec, rg, n);
     }
@@ -151,23 +169,29 @@ size_t td_ckpt_save_sharded(const td_ckpt_state *st, const char *out, const td_c
     for (int i = 0; i < TAG; i++) job[i] = (char)(int)tag[i];
     job[TAG - 1] = 0;
     td_ckpt_dir_init(&d, out, meta->step, job);
-    int n = collect(dp, g, t, NULL, NULL);
-    td_shard_item *items = td_alloc(sizeof *items * (size_t)(n + 1), TD_MEM_OTHER);
-    const float **data = td_alloc(sizeof *data * (size_t)(n + 1), TD_MEM_OTHER);
-    collect(dp, g, t, items, data);
     d.run = meta->run;
-    char grid[64];
-    snprintf(grid, sizeof grid, "dp %d tp %d pp %d", g->axis[TD_DP].rank, g->axis[TD_TP].rank,
-             g->axis[TD_PP].rank);
-    td_shard *s = td_shard_create(&d, g->world_rank, grid, items, n);
-    for (int i = 0; i < n; i++) td_shard_put(s, i, data[i]);
-    td_shard_close(s);
-    td_free(items);
-    td_free((void *)data);
+    /* this rank's owner ranges of each model section and its per-dp-rank state */
+    td_shard_src src = {.world_rank = g->world_rank, .dp_rank = g->axis[TD_DP].rank, .tp_rank = g->axis[TD_TP].rank,
+                        .pp_rank = g->axis[TD_PP].rank, .t = t};
+    range_list l[TD_MF_NSECTIONS];
+    for (int s = 0; s < TD_MF_NSECTIONS; s++) {
+        l[s] = (range_list){0, 0, NULL};
+        TD_ASSERT(td_dp_ranges(dp, s, 1, add_range, &l[s]));
+        src.ranges[s] = l[s].r, src.n_ranges[s] = l[s].n;
+    }
+    TD_CHECK(td_dp_rank_state(dp, 0) == NULL ||
+                 (g->axis[TD_DP].size <= TD_MF_MAX_DP && g->axis[TD_TP].size <= TD_MF_MAX_TP),
+             "--out: a checkpoint holds the per-dp-rank state of at most %d dp ranks and %d tp ranks", TD_MF_MAX_DP,
+             TD_MF_MAX_TP);
+    for (int k = 0; k < TD_DP_RANK_STATES; k++) src.state[k] = td_dp_rank_state(dp, k);
+    size_t held = td_ckpt_write_shard(&d, &src);
+    for (int s = 0; s < TD_MF_NSECTIONS; s++) td_free(l[s].r);
     float done = 1.0f; /* every shard is on disk (a failed rank aborts the job instead) */
     workers_max(g, &done, 1);
-    if (g->world_rank == 0) td_ckpt_finish(&d, td_grid_workers(g), meta, cfg, tok, t, path, cap);
-    return td_shard_bookkeeping(n);
+    td_ckpt_meta m = *meta;
+    m.ep = t->ep; /* the layout the experts' rows were saved under */
+    if (g->world_rank == 0) td_ckpt_finish(&d, td_grid_workers(g), &m, cfg, tok, t, path, cap);
+    return held;
 }
 
 /* The checkpoint of r against this run: the model, the tokenizer, the seed. */
@@ -189,6 +213,14 @@ static void check_same_model(const td_ckpt_reader *r, const td_gpt_config *cfg, 
              "--tie-embeddings %s --norm-eps %g --rope-theta %g", r->dir, td_arch_name(saved.arch), saved.KV, saved.F,
              td_gpt_tied(&saved) ? "on" : "off", saved.norm_eps, saved.rope_theta, td_arch_name(cfg->arch), cfg->KV,
              cfg->F, td_gpt_tied(cfg) ? "on" : "off", cfg->norm_eps, cfg->rope_theta);
+    /* the experts' architecture (the coefficients, --moe-aux-coef and the
+     * like, are training settings a resume may change, as --lr) */
+    const td_moe_config *a = &saved.moe, *b = &cfg->moe;
+    char was[256], now[256];
+    td_ckpt_moe_text(a, 0, was, sizeof was);
+    td_ckpt_moe_text(b, 0, now, sizeof now);
+    TD_CHECK(strcmp(was, now) == 0, "--resume %s: the checkpoint is of another model: it has %s, this run %s", r->dir,
+             was, now);
     TD_CHECK(m->tok_kind == (int)tok->kind &&
                  (tok->kind != TD_TOK_CHAR ||
                   memcmp(m->chars, tok->chars, sizeof(uint32_t) * (size_t)tok->V) == 0) &&
@@ -242,7 +274,6 @@ void td_ckpt_resume(const td_ckpt_state *st, const char *path, td_ckpt_meta *met
     }
     /* per-dp-rank state belongs to a dp rank, not to the model: it
      * reshards like the model (tp, pp, zero, precision) while dp stays */
-    _Static_assert(TD_DP_RANK_STATES == TD_MF_RANK_KINDS, "the manifest's rank-state kinds are td_dp_rank_state's");
     int saved = 0, dropped = 0, here = 0;
     for (int i = 0; i < m->n_tensors; i++)
         for (int k = 0; k < m->tensors[i].n_pieces; k++) saved |= m->tensors[i].pieces[k].section >= TD_MF_NSECTIONS;
@@ -272,11 +303,12 @@ void td_ckpt_resume(const td_ckpt_state *st, const char *path, td_ckpt_meta *met
         else if (saved && !here)
             td_log("resume: this run keeps no per-dp-rank state (--grad-compress %s); the checkpoint's (%s) is "
                    "dropped\n", meta->grad_compress, m->grad_compress);
-        char cp[24] = ""; /* named where it splits the sequence */
+        char cp[24] = "", ep[24] = ""; /* named where they split something */
         if (m->cp > 1) snprintf(cp, sizeof cp, " cp %d", m->cp);
-        td_log("resume: %s (step %d, saved under dp %d%s tp %d pp %d zero %d %s) in %.2f s (checksums verified in "
+        if (m->ep > 1) snprintf(ep, sizeof ep, " ep %d", m->ep);
+        td_log("resume: %s (step %d, saved under dp %d%s tp %d pp %d%s zero %d %s) in %.2f s (checksums verified in "
                "%.3f s); memory during the load: peak %.3f MiB, %.3f MiB at its start\n",
-               r.dir, m->step, m->dp, cp, m->tp, m->pp, m->zero, m->precision, (td_now_ms() - t0) / 1000.0,
+               r.dir, m->step, m->dp, cp, m->tp, m->pp, ep, m->zero, m->precision, (td_now_ms() - t0) / 1000.0,
                (td_ckpt_verify_ms - v0) / 1000.0, td_mem_total_peak() / 1048576.0, start / 1048576.0);
     }
     td_ckpt_reader_close(&r);

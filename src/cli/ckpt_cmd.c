@@ -36,10 +36,12 @@ int td_ckpt_main(int argc, char **argv) {
     printf("  step %d, run %s, seed %llu\n", s.step, s.run, s.seed);
     printf("  model: --layers %d --heads %d --embd %d --seq %d, vocabulary %d (%s tokenizer)\n", s.layers, s.heads,
            s.embd, s.seq, s.vocab, s.tokenizer);
-    char cp[24] = ""; /* named where it splits the sequence */
+    if (s.moe[0]) printf("  mixture of experts: %s\n", s.moe);
+    char cp[24] = "", ep[24] = ""; /* named where they split something */
     if (s.cp > 1) snprintf(cp, sizeof cp, " x cp %d", s.cp);
-    printf("  saved under dp %d%s x tp %d x pp %d (%d ranks), zero %d, %s, dp mode %s, gradient compression %s\n",
-           s.dp, cp, s.tp, s.pp, s.ranks, s.zero, s.precision, s.dp_mode, s.grad_compress);
+    if (s.ep > 1) snprintf(ep, sizeof ep, " x ep %d", s.ep);
+    printf("  saved under dp %d%s x tp %d x pp %d%s (%d ranks), zero %d, %s, dp mode %s, gradient compression %s\n",
+           s.dp, cp, s.tp, s.pp, ep, s.ranks, s.zero, s.precision, s.dp_mode, s.grad_compress);
     printf("  %d shard files, %d tensors, %d sections: parameters %llu elements%s%s\n", s.n_files, s.n_tensors,
            s.n_sections, (unsigned long long)s.elements[0], s.elements[1] ? ", AdamW moments" : ", no AdamW moments",
            s.n_sections > 3 ? ", per-dp-rank state" : "");

@@ -103,6 +103,27 @@ static int get_family(const td_jv *c, td_manifest *m, td_err *e) {
     return 0;
 }
 
+/* "moe" of "config": a mixture of experts' fields, all of them (absent: dense) */
+static int get_moe(const td_jv *c, td_manifest *m, td_err *e) {
+    const td_jv *o = td_json_get(c, "moe"), *nt;
+    if (!o) return 0;
+    if (o->type != TD_JV_OBJ) return td_err_set(e, "field moe: must be an object");
+    char router[16];
+    if (get_i(o, "experts", 2, 4096, &m->moe_experts, e) || get_i(o, "top_k", 1, m->moe_experts, &m->moe_top_k, e) ||
+        get_i(o, "every", 1, 256, &m->moe_every, e) || get_i(o, "ffn_hidden", 1, 1 << 18, &m->moe_ffn_hidden, e) ||
+        get_i(o, "shared", 0, 64, &m->moe_shared, e) || copy_str(o, "router", router, sizeof router, e) ||
+        get_num(o, "aux_coef", 0, 1e30, &m->moe_aux_coef, e) || get_num(o, "z_coef", 0, 1e30, &m->moe_z_coef, e) ||
+        get_num(o, "bias_rate", 0, 1e30, &m->moe_bias_rate, e) || get_num(o, "capacity", 0, 1e30, &m->moe_capacity, e))
+        return in(e, "moe", -1);
+    if (strcmp(router, "softmax") != 0 && strcmp(router, "sigmoid") != 0)
+        return td_err_set(e, "moe: field router: \"%s\", valid is softmax or sigmoid", router);
+    m->moe_router = strcmp(router, "sigmoid") == 0;
+    if (!(nt = td_json_get(o, "norm_topk")) || nt->type != TD_JV_BOOL)
+        return td_err_set(e, "moe: field norm_topk: must be true or false");
+    m->moe_norm_topk = nt->boolean ? 1 : 2;
+    return 0;
+}
+
 static int copy_str(const td_jv *o, const char *k, char *dst, size_t cap, td_err *e) {
     const char *s;
     if (td_json_get_str(o, k, &s, e) != 0) return -1;
@@ -127,6 +148,10 @@ static int parse_piece(const td_jv *p, const td_mf_tensor *t, int n_files, int d
         get_i(p, "split_dim", -1, 1, &out->split_dim, e) != 0 || get_i(p, "groups", 1, 3, &out->groups, e) != 0 ||
         td_json_get_int(p, "begin", 0, BIG, &b, e) != 0 || td_json_get_int(p, "end", b, BIG, &en, e) != 0)
         return -1;
+    out->ep = 1, out->ep_rank = 0; /* a piece of no expert-parallel slice */
+    if ((td_json_get(p, "ep") || td_json_get(p, "ep_rank")) &&
+        (get_i(p, "ep", 1, 4096, &out->ep, e) != 0 || get_i(p, "ep_rank", 0, out->ep - 1, &out->ep_rank, e) != 0))
+        return -1;
     int64_t numel = t->shape[0] * (t->ndim == 2 ? t->shape[1] : 1);
     /* a slice holds at most its share plus vocabulary padding rows */
     int64_t cap = numel + (int64_t)16 * out->tp * (t->ndim == 2 ? t->shape[1] : 1);
@@ -137,10 +162,11 @@ static int parse_piece(const td_jv *p, const td_mf_tensor *t, int n_files, int d
      * slice or offset (keys swapped, an adam_m piece naming a params/ key)
      * would put the wrong numbers in place */
     char want[256];
-    td_mf_piece_key(want, sizeof want, out->section, t->name, out->tp, out->tp_rank, out->begin);
+    td_mf_piece_key(want, sizeof want, out->section, t->name, out->tp, out->tp_rank, out->ep, out->ep_rank, out->begin);
     if (strcmp(key, want) != 0)
-        return td_err_set(e, "field key: \"%.120s\" is not this piece's (section %s, tp %d, tp_rank %d, begin %llu): "
-                          "want \"%.120s\"", key, sec, out->tp, out->tp_rank, (unsigned long long)out->begin, want);
+        return td_err_set(e, "field key: \"%.120s\" is not this piece's (section %s, tp %d, tp_rank %d, ep %d, "
+                          "ep_rank %d, begin %llu): want \"%.120s\"", key, sec, out->tp, out->tp_rank, out->ep,
+                          out->ep_rank, (unsigned long long)out->begin, want);
     out->key = strdup(key);
     return out->key ? 0 : td_err_set(e, "out of memory");
 }
@@ -251,7 +277,7 @@ static int parse_top(const td_jv *j, td_manifest *m, td_err *e) {
     if (get_obj(j, "config", TD_JV_OBJ, &c, e) != 0) return -1;
     if (get_i(c, "layers", 1, 256, &m->layers, e) || get_i(c, "heads", 1, 65536, &m->heads, e) ||
         get_i(c, "embd", 1, 65536, &m->embd, e) || get_i(c, "seq", 1, 1048576, &m->seq, e) ||
-        get_i(c, "vocab", 1, 1 << 24, &m->vocab, e) || get_family(c, m, e))
+        get_i(c, "vocab", 1, 1 << 24, &m->vocab, e) || get_family(c, m, e) || get_moe(c, m, e))
         return in(e, "config", -1);
     if (get_obj(j, "tokenizer", TD_JV_OBJ, &tok, e) != 0) return -1;
     const char *kind;
@@ -304,8 +330,10 @@ static int parse_top(const td_jv *j, td_manifest *m, td_err *e) {
         copy_str(lay, "dp_mode", m->dp_mode, sizeof m->dp_mode, e) ||
         copy_str(lay, "grad_compress", m->grad_compress, sizeof m->grad_compress, e))
         return in(e, "layout", -1);
-    m->cp = 1; /* manifests written before context parallelism name no cp */
-    if (td_json_get(lay, "cp") && get_i(lay, "cp", 1, 1 << 20, &m->cp, e)) return in(e, "layout", -1);
+    m->cp = m->ep = 1; /* manifests written before context or expert parallelism name no cp, ep */
+    if ((td_json_get(lay, "cp") && get_i(lay, "cp", 1, 1 << 20, &m->cp, e)) ||
+        (td_json_get(lay, "ep") && get_i(lay, "ep", 1, 4096, &m->ep, e)))
+        return in(e, "layout", -1);
     if (td_json_get(j, "data") && parse_data(td_json_get(j, "data"), m, e) != 0) return in(e, "data", -1);
     if (get_obj(j, "files", TD_JV_ARR, &files, e) != 0) return -1;
     if (files->n < 1 || files->n > 1 << 20) return td_err_set(e, "field files: %d files", files->n);
@@ -375,10 +403,14 @@ const td_mf_tensor *td_manifest_tensor(const td_manifest *m, const char *name) {
     return NULL;
 }
 
-void td_mf_piece_key(char *buf, size_t cap, int section, const char *name, int tp, int tp_rank, uint64_t begin) {
+void td_mf_piece_key(char *buf, size_t cap, int section, const char *name, int tp, int tp_rank, int ep, int ep_rank,
+                     uint64_t begin) {
     char sec[32];
     td_mf_section_name(section, sec, sizeof sec);
-    snprintf(buf, cap, "%s/%s/%d/%d/%llu", sec, name, tp, tp_rank, (unsigned long long)begin);
+    if (ep > 1)
+        snprintf(buf, cap, "%s/%s/%d/%d/%d/%d/%llu", sec, name, tp, tp_rank, ep, ep_rank, (unsigned long long)begin);
+    else
+        snprintf(buf, cap, "%s/%s/%d/%d/%llu", sec, name, tp, tp_rank, (unsigned long long)begin);
 }
 
 size_t td_manifest_seal(const char *text, size_t n, char *out, size_t cap) {

@@ -36,7 +36,7 @@ static double counted_sumsq(const td_param_table *t, const float *grads, const t
         for (int j = 0; j < t->n_rows; j++) {
             const td_param *p = &t->rows[j];
             int expert = p->split == TD_SPLIT_EXPERT;
-            if ((p->split == TD_SPLIT_NONE || expert) && t->tp_rank != 0) continue;
+            if (td_param_tp_replicated(p) && t->tp_rank != 0) continue;
             if (experts >= 0 && expert != experts) continue;
             if (skip_tied && p->unit == 0) continue;
             if (skip_2d && p->ndim == 2) continue;

@@ -18,6 +18,35 @@ static const char *origin(const td_flags_info *info, int from, char *buf, size_t
     return buf;
 }
 
+/* The mixture of experts' flags: the checkpoint's where not given (its
+ * coefficients too, so that the run continues as it was; a given one may
+ * change them, an architecture flag that contradicts the checkpoint is
+ * refused at the load). */
+static void resume_moe(td_train_opts *o, const td_flag *flags, int n, const td_flags_info *info,
+                       const td_moe_config *saved) {
+    if (td_flags_from(flags, n, info, &o->moe.E) != TD_FROM_DEFAULT && o->moe.E != saved->E)
+        return; /* another model: the load names the difference */
+    struct {
+        void *value;
+        int is_float;
+        double saved;
+    } f[] = {{&o->moe.E, 0, saved->E},           {&o->moe.K, 0, saved->K},
+             {&o->moe.every, 0, saved->every},   {&o->moe.F, 0, saved->F},
+             {&o->moe.shared, 0, saved->shared}, {&o->moe.aux_coef, 1, saved->aux_coef},
+             {&o->moe.z_coef, 1, saved->z_coef}, {&o->moe.bias_rate, 1, saved->bias_rate},
+             {&o->moe.capacity, 1, saved->capacity}};
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+        if (td_flags_from(flags, n, info, f[i].value) != TD_FROM_DEFAULT) continue;
+        if (f[i].is_float) *(float *)f[i].value = (float)f[i].saved;
+        else *(int *)f[i].value = (int)f[i].saved;
+    }
+    if (saved->E == 0) return; /* the router flags of a dense model stay unset */
+    if (td_flags_from(flags, n, info, &o->moe_router) == TD_FROM_DEFAULT)
+        o->moe_router = saved->router == TD_ROUTER_SIGMOID ? "sigmoid" : "softmax";
+    if (td_flags_from(flags, n, info, &o->moe_norm_topk) == TD_FROM_DEFAULT)
+        o->moe_norm_topk = saved->norm_topk == TD_TIE_ON ? "on" : "off";
+}
+
 /* The model family's flags: the checkpoint's where not given (a given one
  * that contradicts it is refused at the load, td_ckpt_resume_check), and
  * its rope scaling, which no flag sets. */
@@ -29,6 +58,7 @@ static void resume_family(td_train_opts *o, const td_flag *flags, int n, const t
         return; /* another family: the load names the difference */
     o->arch = td_arch_name(saved.arch);
     o->rope_scaling = saved.rope_scaling;
+    resume_moe(o, flags, n, info, &saved.moe);
     if (saved.arch == TD_ARCH_GPT2) return;
     if (td_flags_from(flags, n, info, &o->kv_heads) == TD_FROM_DEFAULT) o->kv_heads = saved.KV;
     if (td_flags_from(flags, n, info, &o->ffn_hidden) == TD_FROM_DEFAULT) o->ffn_hidden = saved.F;

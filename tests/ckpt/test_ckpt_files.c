@@ -11,17 +11,7 @@
 #include "trident/base.h"
 #include "trident/ckpt.h"
 #include "trident/formats_manifest.h"
-
-static int fails;
-#define EXPECT(cond, ...)                                                     \
-    do {                                                                      \
-        if (!(cond)) {                                                        \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                       \
-            printf(__VA_ARGS__);                                              \
-            printf("\n");                                                     \
-            fails++;                                                          \
-        }                                                                     \
-    } while (0)
+#include "expect.h"
 
 /* the vocabulary padding rows (wte rows 5..15 of 16, first in the layout)
  * hold no parameters: a checkpoint stores none, loading gives 0 */

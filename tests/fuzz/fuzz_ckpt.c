@@ -27,8 +27,10 @@ static void parse(const char *text, size_t size) {
             for (int k = 0; k < m.tensors[i].n_pieces; k++) {
                 const td_mf_piece *p = &m.tensors[i].pieces[k];
                 char key[256];
-                td_mf_piece_key(key, sizeof key, p->section, m.tensors[i].name, p->tp, p->tp_rank, p->begin);
+                td_mf_piece_key(key, sizeof key, p->section, m.tensors[i].name, p->tp, p->tp_rank, p->ep, p->ep_rank,
+                                p->begin);
                 if (p->file < 0 || p->file >= m.n_files || p->begin > p->end || p->tp_rank >= p->tp ||
+                    p->ep < 1 || p->ep_rank < 0 || p->ep_rank >= p->ep ||
                     strcmp(key, p->key) != 0)
                     __builtin_trap();
             }

@@ -59,31 +59,42 @@ def rms(x, w, eps):
     return w * (x.float() * torch.rsqrt(var + eps))
 
 
-def forward(p, cfg, inputs):
-    L, H, KV, C, F, T, V, B, tied, eps, theta, rs = cfg
-    hs = C // H
-    x = p["model.embed_tokens.weight"][inputs]  # [B, T, C]
+def rope(theta, hs, rs, T):
+    """cos, sin [T, hs] of positions 0..T-1 (rs: factor, low, high, orig; factor 0: none)"""
     inv = inv_freq_of(theta, hs, *rs)
     pos = torch.arange(T, dtype=torch.int64)
     freqs = pos[:, None].float() @ inv[None, :]
     emb = torch.cat((freqs, freqs), dim=-1)
-    cos, sin = emb.cos(), emb.sin()
+    return emb.cos(), emb.sin()
+
+
+def attention(x, p, pre, H, KV, eps, cos, sin):
+    """x [B, T, C] plus block pre's attention (its input_layernorm first)"""
+    B, T, C = x.shape
+    hs = C // H
     mask = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
+    h = rms(x, p[pre + "input_layernorm.weight"], eps)
+    q = (h @ p[pre + "self_attn.q_proj.weight"].T).view(B, T, H, hs).transpose(1, 2)
+    k = (h @ p[pre + "self_attn.k_proj.weight"].T).view(B, T, KV, hs).transpose(1, 2)
+    v = (h @ p[pre + "self_attn.v_proj.weight"].T).view(B, T, KV, hs).transpose(1, 2)
+    q = q * cos + rotate_half(q) * sin
+    k = k * cos + rotate_half(k) * sin
+    rep = H // KV  # repeat_kv
+    k = k[:, :, None].expand(B, KV, rep, T, hs).reshape(B, H, T, hs)
+    v = v[:, :, None].expand(B, KV, rep, T, hs).reshape(B, H, T, hs)
+    att = (q @ k.transpose(2, 3)) / math.sqrt(hs)
+    att = att.masked_fill(mask, float("-inf")).softmax(dim=-1)
+    y = (att @ v).transpose(1, 2).reshape(B, T, C)
+    return x + y @ p[pre + "self_attn.o_proj.weight"].T
+
+
+def forward(p, cfg, inputs):
+    L, H, KV, C, F, T, V, B, tied, eps, theta, rs = cfg
+    x = p["model.embed_tokens.weight"][inputs]  # [B, T, C]
+    cos, sin = rope(theta, C // H, rs, T)
     for l in range(L):
         pre = "model.layers.%d." % l
-        h = rms(x, p[pre + "input_layernorm.weight"], eps)
-        q = (h @ p[pre + "self_attn.q_proj.weight"].T).view(B, T, H, hs).transpose(1, 2)
-        k = (h @ p[pre + "self_attn.k_proj.weight"].T).view(B, T, KV, hs).transpose(1, 2)
-        v = (h @ p[pre + "self_attn.v_proj.weight"].T).view(B, T, KV, hs).transpose(1, 2)
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
-        rep = H // KV  # repeat_kv
-        k = k[:, :, None].expand(B, KV, rep, T, hs).reshape(B, H, T, hs)
-        v = v[:, :, None].expand(B, KV, rep, T, hs).reshape(B, H, T, hs)
-        att = (q @ k.transpose(2, 3)) / math.sqrt(hs)
-        att = att.masked_fill(mask, float("-inf")).softmax(dim=-1)
-        y = (att @ v).transpose(1, 2).reshape(B, T, C)
-        x = x + y @ p[pre + "self_attn.o_proj.weight"].T
+        x = attention(x, p, pre, H, KV, eps, cos, sin)
         h = rms(x, p[pre + "post_attention_layernorm.weight"], eps)
         g = h @ p[pre + "mlp.gate_proj.weight"].T
         u = h @ p[pre + "mlp.up_proj.weight"].T

@@ -24,6 +24,7 @@ DATA=${3:?}
 HERE=$(cd "$(dirname "$0")" && pwd)
 F="$HERE/hf_llama_files.py"
 . "$HERE/../cli/ckpt_lib.sh" # MPIRUN, PY, $tmp, fail, $tmp/small.txt
+. "$HERE/hf_lib.sh"        # bad, resume, same_losses
 llama=(--arch llama --kv-heads 2 --ffn-hidden 64 --norm-eps 1e-5 --rope-theta 10000 --tie-embeddings off)
 tiny=(--layers 2 --heads 4 --embd 32 --seq 16 --batch 4 --eval-every 0 --threads 1)
 "$T" train --data "$tmp/small.txt" "${llama[@]}" "${tiny[@]}" --steps 3 --out "$tmp/ck" > "$tmp/train.log" 2>&1 \
@@ -95,18 +96,6 @@ $PY "$F" logits "$tmp/py" "$tmp/py.tokens" "$tmp/py.logits" "$tmp/pytied" "$tmp/
   || fail "logits against PyTorch"
 
 # --- bad input --------------------------------------------------------------------
-# bad NAME REGEX ARGS...: the command fails cleanly with one error line matching
-# REGEX, and $tmp/bad stays absent
-bad() {
-  local name=$1 re=$2; shift 2
-  local out rc
-  out=$(timeout 60 "$T" "$@" --out "$tmp/bad" 2>&1 </dev/null); rc=$?
-  if [ $rc -eq 0 ] || [ $rc -ge 124 ]; then fail "$name: exit code $rc (want a clean non-zero exit)"; echo "$out" | tail -3; return; fi
-  [ "$(echo "$out" | wc -l)" -eq 1 ] && grep -qE -e "^trident: error: .*$re" <<<"$out" \
-    || { fail "$name: output is not one error line matching /$re/:"; echo "$out" | tail -3; return; }
-  [ -e "$tmp/bad" ] && { fail "$name: --out was written"; rm -rf "$tmp/bad"; return; }
-  echo "ok   $name: $out"
-}
 # e NAME REGEX PYTHON: the Python-made directory edited by PYTHON (into $tmp/eN,
 # all in one Python process below), then imported
 names=(); res=(); codes=()
@@ -152,26 +141,8 @@ bad "gpt2 as hf-llama" "the checkpoint is a gpt2 model; --format hf-llama writes
 bad "bf16 for hf-gpt2" "--dtype and --shard-mb apply to --format hf-llama" export --ckpt "$tmp/ck2" --format hf-gpt2 --dtype bf16
 
 # --- resume across layouts: the imported checkpoint, 2 steps ------------------------
-resume() { # resume NAME LAUNCH... -- ARGS...: losses of steps 0 and 1 into $tmp/NAME.loss
-  local name=$1 launch=(); shift
-  while [ "$1" != -- ]; do launch+=("$1"); shift; done; shift
-  "${launch[@]}" "$T" train --resume "$tmp/im" --data "$tmp/small.txt" --batch 4 --eval-every 0 \
-    --threads 1 --steps 2 --out "$tmp/r_$name" --log "$tmp/$name.jsonl" "$@" > "$tmp/$name.log" 2>&1 \
-    || { tail -5 "$tmp/$name.log"; fail "resume $name"; return; }
-  grep '"step": [01],' "$tmp/$name.jsonl" | sed 's/.*"loss": \([^,]*\),.*/\1/' > "$tmp/$name.loss"
-}
 resume one --; resume tp2 $MPIRUN -np 2 -- --tp 2
-for l in tp2; do
-  $PY - "$tmp/one.loss" "$tmp/$l.loss" "$l" <<'PYEOF' || fail "resume $l"
-import sys
-a = [float(x) for x in open(sys.argv[1])]; b = [float(x) for x in open(sys.argv[2])]
-assert len(a) == len(b) == 2, (a, b)
-rel = max(abs(x - y) / abs(x) for x, y in zip(a, b))
-assert rel <= 1e-5, "losses %s vs one process's %s" % (b, a)
-print("ok   the imported checkpoint resumed under %s: losses %s, one process's %s (max rel diff %.1e <= 1e-5)"
-      % (sys.argv[3], b, a, rel))
-PYEOF
-done
+same_losses tp2
 
 [ $fails -eq 0 ] && echo "test_hf_llama: all passed" || echo "test_hf_llama: $fails failed"
 exit $((fails > 0))
