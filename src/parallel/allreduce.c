@@ -60,7 +60,16 @@ const float *td_replicated_gather_unit(td_dp *dp, int section, int u, float *scr
 void td_replicated_ranges(td_dp *dp, int section, int owner_only, td_dp_range_cb cb, void *ctx) {
     float *b = section == 0 ? dp->params : section == 1 ? dp->m : dp->v;
     /* reduce-broadcast: the moments live on dp rank 0 alone */
-    if (b && (!owner_only || dp->r == 0)) cb(ctx, 0, dp->t->numel, b);
+    if (b && (!owner_only || dp->r == 0)) {
+        cb(ctx, 0, dp->t->numel, b);
+        return;
+    }
+    /* expert parallelism: the other ranks of edp's first index own their experts */
+    if (!b || !dp->ecomm || td_comm_rank(dp->ecomm) != 0) return;
+    for (int i = 0; i < dp->t->n_rows; i++) {
+        const td_param *p = &dp->t->rows[i];
+        if (p->split == TD_SPLIT_EXPERT && p->numel) cb(ctx, p->offset, p->numel, b + p->offset);
+    }
 }
 
 static float *replicated_rank_state(td_dp *dp, int k) { return td_buckets_rank_state(dp->impl, k); }
