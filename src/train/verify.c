@@ -129,8 +129,10 @@ static void reference(const td_train_opts *o, verify_ctx *v) {
     for (int s = 0; s < v->K; s++) {
         double hs = v->u > 0 ? head_scale(t, p) : 0.0; /* before the step's forward */
         td_data_batch(&d, 0, o->seed, s, 0, B, T, in, tg);
+        td_gpt_moe_stats_reset(&model);
         double sum = td_gpt_forward(&model, in, tg);
         td_gpt_backward(&model, 1.0f / ((float)B * T));
+        if (td_gpt_moe_stats(&model)) sum += td_gpt_moe_stats(&model)->loss_sum; /* the aux and z losses */
         memcpy(v->ref_grads + (size_t)s * n, g, n * 4);
         for (int i = 0; i < t->n_rows; i++) {
             float mx = 0;

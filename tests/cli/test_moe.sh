@@ -59,6 +59,9 @@ out=$("$T" eval --ckpt "$tmp/ep4" --data "$DATA" --max-tokens 2000 2>&1) && grep
   ok "eval reads the experts from the checkpoint" || fail "eval" "$out"
 out=$("$T" sample --ckpt "$tmp/ep4" --tokens 20 --prompt "KING" 2>&1) && ok "sample" || fail "sample" "$out"
 
+out=$($MPIRUN -np 2 "$T" verify "${M[@]}" "${RUN[@]}" --dp 2 --ep 2 --steps 3 2>&1) &&
+  grep -q "^verify: passed: .* every reduced gradient matches" <<<"$out" && ok "verify at ep 2" || fail "verify --ep 2" "$out"
+
 # --model: a preset's experts (Mixtral: 8, top-2) at a size that trains here
 out=$("$T" train --model mixtral-8x7b --layers 1 --heads 4 --kv-heads 2 --embd 32 --ffn-hidden 32 --moe-ffn-hidden 32 --seq 16 \
   "${RUN[@]}" --steps 2 2>&1) && grep -q "^experts: 8 of F=32 in every block, top-2" <<<"$out" &&
