@@ -90,7 +90,7 @@ static double allreduce_finish(td_dp *dp, int step, float lr) {
     size_t n = dp->t->numel;
     td_buckets_wait_all(dp, dp->impl);
     td_step_group grp = td_dp_step_group(dp, dp->comm, dp->D, 0);
-    td_step_range all = {0, n, dp->params, dp->m, dp->v};
+    td_step_range all = {0, n, dp->params, dp->m, dp->v, NULL};
     td_step_result res = td_step_apply(&grp, dp->grads, &all, 1, step, lr);
     if (res.bad_row >= 0) td_dp_record_nonfinite(dp, step, res.bad_row);
     memset(dp->grads, 0, n * sizeof(float));

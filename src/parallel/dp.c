@@ -187,6 +187,10 @@ void td_dp_begin_micro(td_dp *dp, int micro, int n_micro) {
 
 td_step_group td_dp_step_group(const td_dp *dp, td_comm *group, int size, int sharded) {
     const td_grid *g = dp->g;
+    /* sharded: the group's ranges hold every expert once (each rank its
+     * experts' slices), so the group's sum already covers them; replicated:
+     * each rank holds its own experts, summed over ep */
+    int ep = sharded ? 1 : g->ep;
     td_step_group s = {dp->t,
                        &dp->cfg.optim,
                        group,
@@ -199,8 +203,8 @@ td_step_group td_dp_step_group(const td_dp *dp, td_comm *group, int size, int sh
                        g->axis[TD_PP].size > 1 && g->axis[TD_PP].rank == g->axis[TD_PP].size - 1,
                        dp->loss_scale,
                        td_gpay_updates(&dp->cfg, dp->D),
-                       g->ep_comm,
-                       g->ep};
+                       ep > 1 ? g->ep_comm : NULL,
+                       ep};
     return s;
 }
 
