@@ -51,8 +51,9 @@ void td_replicated_begin_micro(td_dp *dp) { td_buckets_reset(dp->impl); }
 
 const float *td_replicated_gather_unit(td_dp *dp, int section, int u, float *scratch) {
     (void)scratch;
-    /* dp rank 0 holds the moments under reduce-broadcast too */
-    if (dp->r != 0) return NULL;
+    /* dp rank 0 holds the moments under reduce-broadcast too; under ep
+     * every rank of edp rank 0 its experts' (td_ep_gather_unit) */
+    if (dp->er != 0) return NULL;
     const float *b = section == 0 ? dp->params : section == 1 ? dp->m : dp->v;
     return b + dp->t->unit_offset[u];
 }

@@ -141,6 +141,7 @@ td_dp *td_dp_create(const td_dp_config *cfg, const td_grid *g, const td_param_ta
     /* expert parallelism: the expert rows' gradients sum over edp only */
     dp->ecomm = g->ep_comm ? g->edp_comm : NULL;
     dp->ED = dp->ecomm ? td_comm_size(dp->ecomm) : dp->D;
+    dp->er = dp->ecomm ? td_comm_rank(dp->ecomm) : dp->r;
     dp->n_units = t->n_units;
     dp->training = 1;
     dp->bad_row = dp->bad_step = -1;

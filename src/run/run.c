@@ -16,6 +16,7 @@
 #include "trident/fault.h"
 #include "trident/kernels.h"
 #include "trident/out_lock.h"
+#include "trident/param_slices.h"
 #include "trident/planner.h"
 #include "trident/stop.h"
 
@@ -349,6 +350,12 @@ void td_run_close(td_run *r, int keep) {
     td_allreduce(r->g.world, &st, 1, TD_F32, TD_MAX);
     if (res->stop_step < 0) res->stop_step = (int)st;
     res->numel_layout = r->table.numel;
+    for (int u = 0; u < r->table.n_units; u++) {
+        size_t lo[TD_UNIT_PIECES], len[TD_UNIT_PIECES];
+        int ex[TD_UNIT_PIECES];
+        for (int k = 0, n = td_param_unit_pieces(&r->table, u, lo, len, ex); k < n; k++)
+            if (ex[k]) res->numel_expert += len[k];
+    }
     if (!r->g.is_server) traffic_formula(r);
     for (int c = 0; c < TD_MEM_NCAT; c++) res->mem_planned[c] = r->plan.bytes[c], res->mem_peak[c] = td_mem_peak(c);
     /* a stop during start-up trained nothing: no summary, save or sample */
