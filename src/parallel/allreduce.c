@@ -27,8 +27,10 @@ void td_replicated_create(td_dp *dp) {
     dp->grads_shared = allreduce && dp->D > 1;
     dp->grads = dp->grads_shared ? td_dp_alloc_shared(dp, n, TD_MEM_GRADS)
                                  : td_alloc(n * sizeof(float), TD_MEM_GRADS);
-    /* reduce-broadcast: only the root updates, so only it holds moments */
-    if (allreduce || dp->r == 0) {
+    /* reduce-broadcast: only the root updates, so only it holds moments;
+     * under ep the first ep run's other ranks update their experts (the
+     * rest of their moments unused: td_ep_gather_unit reads whole units) */
+    if (allreduce || dp->er == 0) {
         dp->m = td_alloc(n * sizeof(float), TD_MEM_OPTIM);
         dp->v = td_alloc(n * sizeof(float), TD_MEM_OPTIM);
     }
