@@ -285,12 +285,13 @@ static void traffic_formula(td_run *r) {
  * copy (a third of the state), after the save. */
 static void sample(td_run *r) {
     const td_grid *g = &r->g;
-    int root = g->world_rank == 0, tp_or_pp = g->axis[TD_TP].size > 1 || r->piped;
+    /* under ep a rank holds only its experts: put together like tp slices */
+    int root = g->world_rank == 0, tp_or_pp = g->axis[TD_TP].size > 1 || r->piped || r->table.ep > 1;
     const float *P = NULL;
     float *gathered = NULL;
     const td_param_table *in = &r->table;
     if (tp_or_pp || !td_dp_full_params(r->dp, &P)) {
-        /* with tp or pp the pieces are put together in the canonical layout */
+        /* with tp, pp or ep the pieces are put together in the canonical layout */
         float *scratch = td_alloc(td_pp_gather_scratch_floats(&r->table, &r->canon) * sizeof(float), TD_MEM_OTHER);
         if (tp_or_pp) in = &r->canon;
         if (root) gathered = td_alloc(in->numel * sizeof(float), TD_MEM_OTHER);
