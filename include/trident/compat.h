@@ -84,6 +84,10 @@ typedef enum {
     TD_RULE_DP_SHARD_PAYLOAD,
     TD_RULE_DP_SHARD_DIVIDES,
     TD_RULE_ARCH_FLAGS,
+    TD_RULE_EP_PS,
+    TD_RULE_EP_PAYLOAD,
+    TD_RULE_EP_DP_SHARD,
+    TD_RULE_EP_CHECKPOINT,
     TD_RULE_N
 } td_rule_id;
 
@@ -95,6 +99,7 @@ typedef struct {
     int dp, tp, pp, zero, seq_parallel;
     int cp;             /* --cp: each sequence split over cp ranks */
     int dp_shard;       /* --dp-shard: ZeRO's shard size under hybrid sharding; 0 none */
+    int ep;             /* --ep: runs of ep ranks of dp x cp share out the experts; 1 none */
     int ps_servers;     /* --ps-servers, or the grid's servers */
     int dp_mode;        /* td_dp_mode; -1: a name no mode has */
     int schedule;       /* td_sched_kind; -1: none (the planner's pp 1) */

@@ -24,7 +24,7 @@ const char *td_dp_mode_name(td_dp_mode m) {
 
 void td_compat_cfg_init(td_compat_cfg *c) {
     memset(c, 0, sizeof *c);
-    c->dp = c->tp = c->pp = c->cp = 1;
+    c->dp = c->tp = c->pp = c->cp = c->ep = 1;
     c->virtual_stages = c->micro_batches = 1;
     c->dp_mode = TD_DP_ALLREDUCE;
     c->schedule = -1;
@@ -379,6 +379,49 @@ BRIEF(dp_shard_divides) {
     snprintf(buf, n, "shards of %d do not divide dp x cp %d", c->dp_shard, c->dp * c->cp);
 }
 
+/* ---- expert parallelism (--ep) ---------------------------------------------- */
+
+/* the ranks of an ep run hold different experts at the same offsets: every
+ * strategy sums and places the expert stacks over edp apart from the rest */
+OK(ep_ps) { return c->ep <= 1 || c->dp_mode != TD_DP_PS; }
+SAY(ep_ps) {
+    snprintf(buf, n,
+             "--dp-mode ps does not combine with --ep %d: its servers hold one copy of every parameter, "
+             "while the ranks of an ep run hold different experts; use --dp-mode allreduce (--zero 0-3) "
+             "or reduce-broadcast",
+             c->ep);
+}
+
+/* the payloads reduce whole buckets (top-k selects in them) over the dp
+ * group, expert stacks included */
+OK(ep_payload) { return c->ep <= 1 || (c->topk_ratio == 0 && !c->grad_bf16); }
+SAY(ep_payload) {
+    snprintf(buf, n,
+             "%s does not combine with --ep %d yet: it reduces whole buckets over the dp group, while "
+             "the expert stacks sum over the ranks holding the same experts; use fp32 gradients",
+             payload_flag(c), c->ep);
+}
+
+/* the replicas of hybrid sharding and the edp groups would cross */
+OK(ep_dp_shard) { return c->ep <= 1 || c->dp_shard == 0; }
+SAY(ep_dp_shard) {
+    snprintf(buf, n,
+             "--dp-shard %d does not combine with --ep %d yet: ZeRO shards the expert stacks over the "
+             "ranks holding the same experts, which cross the shards; drop --dp-shard",
+             c->dp_shard, c->ep);
+}
+
+/* a checkpoint's pieces are keyed by each tensor's local offset, which the
+ * ranks holding different experts share */
+OK(ep_checkpoint) { return c->ep <= 1 || (!c->out && !c->resume); }
+SAY(ep_checkpoint) {
+    snprintf(buf, n,
+             "--ep %d does not combine with %s yet: a checkpoint keys each tensor's pieces by their "
+             "offset in the rank's own slice, and the ranks of an ep run hold different experts at "
+             "the same offsets; train without it, or with --ep 1",
+             c->ep, c->resume ? "--resume" : "--out (checkpoints)");
+}
+
 /* ---- the data (td_preflight) -------------------------------------------- */
 
 /* the sample at the end encodes the prompt with the run's tokenizer; token
@@ -452,6 +495,10 @@ static const td_compat_rule rules[TD_RULE_N] = {
     ROW(TD_RULE_DP_SHARD_PAYLOAD, "dp-shard-payload", OPT | DPN, dp_shard_payload),
     ROWB(TD_RULE_DP_SHARD_DIVIDES, "dp-shard-divides", GRD | DPN, dp_shard_divides),
     ROW(TD_RULE_ARCH_FLAGS, "arch-flags", MCF, arch_flags),
+    ROW(TD_RULE_EP_PS, "ep-ps", OPT | DPN, ep_ps),
+    ROW(TD_RULE_EP_PAYLOAD, "ep-payload", OPT | DPN, ep_payload),
+    ROW(TD_RULE_EP_DP_SHARD, "ep-dp-shard", OPT | DPN, ep_dp_shard),
+    ROW(TD_RULE_EP_CHECKPOINT, "ep-checkpoint", OPT, ep_checkpoint),
 };
 
 const td_compat_rule *td_compat_rules(void) { return rules; }

@@ -56,7 +56,7 @@ static void compat_of(const td_dp_config *cfg, const td_grid *g, td_compat_cfg *
     if (g) {
         c->dp = g->axis[TD_DP].size, c->tp = g->axis[TD_TP].size, c->pp = g->axis[TD_PP].size;
         c->ps_servers = g->n_servers;
-        c->cp = g->axis[TD_CP].size, c->dp_shard = g->dp_shard;
+        c->cp = g->axis[TD_CP].size, c->dp_shard = g->dp_shard, c->ep = g->ep;
     }
 }
 

@@ -191,6 +191,25 @@ static const char *breaking(td_rule_id id, td_compat_cfg *c) {
         c->llama_flag_text = "--kv-heads 2";
         return "--kv-heads 2 needs --arch llama (gpt2 has H kv heads, a 4C GELU MLP, LayerNorm, learned "
                "positions and a tied head)";
+    case TD_RULE_EP_PS:
+        c->dp = 2, c->ep = 2, c->dp_mode = TD_DP_PS, c->ps_servers = 1;
+        return "--dp-mode ps does not combine with --ep 2: its servers hold one copy of every parameter, "
+               "while the ranks of an ep run hold different experts; use --dp-mode allreduce (--zero 0-3) "
+               "or reduce-broadcast";
+    case TD_RULE_EP_PAYLOAD:
+        c->dp = 2, c->ep = 2, c->grad_bf16 = 1;
+        return "--grad-reduce-dtype bf16 does not combine with --ep 2 yet: it reduces whole buckets over "
+               "the dp group, while the expert stacks sum over the ranks holding the same experts; use "
+               "fp32 gradients";
+    case TD_RULE_EP_DP_SHARD:
+        c->dp = 4, c->ep = 2, c->dp_shard = 2, c->zero = 1;
+        return "--dp-shard 2 does not combine with --ep 2 yet: ZeRO shards the expert stacks over the "
+               "ranks holding the same experts, which cross the shards; drop --dp-shard";
+    case TD_RULE_EP_CHECKPOINT:
+        c->dp = 2, c->ep = 2, c->out = 1;
+        return "--ep 2 does not combine with --out (checkpoints) yet: a checkpoint keys each tensor's "
+               "pieces by their offset in the rank's own slice, and the ranks of an ep run hold "
+               "different experts at the same offsets; train without it, or with --ep 1";
     case TD_RULE_N:
         break;
     }
