@@ -101,6 +101,11 @@ double td_comm_timeout(void);
 /* Pieces of nonblocking collectives in MPI at once, per group (1..8; 0
  * restores the default). Blocking calls run one piece at a time. */
 void td_comm_set_inflight(int pieces);
+/* Staging bytes per in-flight piece of an fp32 reduce-scatter of `count`
+ * elements per rank over `size` ranks that runs through MPI (the output
+ * inside the input: in_place); such a request holds td_comm_inflight() of
+ * them from its start to its completion. Memory plans use it. */
+size_t td_comm_reduce_scatter_staging(size_t count, int size, int in_place);
 /* Heartbeat (src/comm/heartbeat.c): a rank whose process dies is detected at
  * once, a rank silent this many seconds (stopped, stuck, cut off) is taken
  * for failed; either way every rank prints a report naming it and the call

@@ -27,9 +27,10 @@ void td_ep_reset_stats(td_ep *e);
 void td_ep_free(td_ep *e);
 
 /* Unit u of section s (0 params, 1 and 2 AdamW's moments) in the canonical
- * layout on grad rank 0, every expert in place: the ep group's copies put
- * together (td_tp_gather_unit's contract; tp 1, a replicated dp mode).
- * Collective over ep. NULL on every other rank. */
+ * layout on grad rank 0, every expert in place: the copies of the first ep
+ * run (td_dp_gather_unit's, any dp mode but ps) put together
+ * (td_tp_gather_unit's contract). Collective over dp. NULL on every other
+ * rank. */
 const float *td_ep_gather_unit(td_dp *dp, const td_grid *g, const td_param_table *t, const td_param_table *canon,
                                int section, int u, float *scratch, const td_param_table **layout);
 

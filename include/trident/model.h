@@ -19,7 +19,11 @@
  * optimizer moments) use the same offsets. Each unit starts and ends on a
  * multiple of unit_align elements (zero padding between units belongs to no
  * tensor): ZeRO shards unit u into dp equal slices of its padded size, so no
- * tensor size has to divide by dp. */
+ * tensor size has to divide by dp. Under expert parallelism (ep > 1) a
+ * block's expert stack also starts and ends on a multiple of unit_align
+ * (padding inside the unit, after the row before it): it is summed and
+ * sharded over the ranks holding the same experts, apart from the unit's
+ * other rows (td_param_unit_pieces). */
 #ifndef TRIDENT_MODEL_H
 #define TRIDENT_MODEL_H
 

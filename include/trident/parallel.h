@@ -220,7 +220,10 @@ void td_dp_gather_state(td_dp *dp, const td_param_table *canon, float *params, f
  * returns a pointer to the unit's td_unit_numel(t, u) elements on dp rank 0
  * (the strategy's own memory where it holds them, else `scratch`), NULL on
  * other ranks. scratch holds the largest unit on every rank (sharded modes
- * gather into it). Collective over the dp group (and parameter servers). */
+ * gather into it). Collective over the dp group (and parameter servers).
+ * Under expert parallelism the unit, with this rank's own experts, is
+ * returned on every rank of edp rank 0 (the first ep run: dp rank 0 and
+ * the holders of the other experts), for td_ep_gather_unit. */
 const float *td_dp_gather_unit(td_dp *dp, int section, int u, float *scratch);
 /* Unit u of section s as above, with every tp rank's slices put together:
  * on world rank 0 (NULL elsewhere), laid out as the rows of *layout say: t

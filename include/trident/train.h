@@ -179,6 +179,8 @@ typedef struct {
     float *final_m, *final_v;
     size_t numel;         /* canonical */
     size_t numel_layout;  /* this layout's padded flat size */
+    size_t numel_expert;  /* of it, the expert stacks' under --ep (padding too),
+                             which ZeRO shards over edp (td_param_unit_pieces) */
     size_t mem_planned[8], mem_peak[8]; /* this rank, by td_mem_cat */
     /* a run that went wrong: stopped at stop_step (-1: it did not) with
      * stop_msg, nothing saved from that step on; td_train_main exits 3 */

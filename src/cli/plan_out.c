@@ -145,7 +145,6 @@ int td_plan_train_command(const td_plan_out *o, const td_plan_layout *l, char *b
     if (m->E > 0 && td_plan_etp(l) > 1) return *why = "experts split over tp (etp > 1): trident train replicates them", -1;
     if (m->E > 0 && (l->dp * td_plan_cp(l)) % td_plan_ep(l))
         return *why = "ep carved out of tp: trident train shares the experts out over dp x cp only", -1;
-    if (m->E > 0 && td_plan_ep(l) > 1 && l->zero > 0) return *why = "ZeRO with ep: trident train runs ep with --zero 0", -1;
     if (l->rc == TD_PLAN_RC_SELECTIVE)
         return *why = "selective recomputation: trident train recomputes whole blocks (--recompute block) or none", -1;
     /* train's flag ranges (src/train/options.c) and its data's vocabulary */

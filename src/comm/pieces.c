@@ -76,9 +76,9 @@ void td_piece_plan(td_request *r, int slots) {
         /* One fp32 piece that does not alias: MPI can read `send` as is. An
          * output inside the input (ZeRO's in-place shard) needs the packed
          * path, which reads each slice before that slice is written. */
-        r->direct = !bf16 && r->count <= r->piece_elems &&
-                    !td_ranges_overlap(r->send, r->count * size * el, r->buf, r->count * el);
-        if (!r->direct) r->scratch_need = n * size * 4 + (bf16 ? n * 4 : 0);
+        int aliased = td_ranges_overlap(r->send, r->count * size * el, r->buf, r->count * el);
+        r->direct = !bf16 && r->count <= r->piece_elems && !aliased;
+        if (!r->direct) r->scratch_need = bf16 ? n * size * 4 + n * 4 : td_comm_reduce_scatter_staging(r->count, c->size, aliased);
         ensure_ints(r, c->size * (1 + slots));
         break;
     }
@@ -105,6 +105,12 @@ void td_piece_plan(td_request *r, int slots) {
     }
     r->n_pieces = ceil_div(r->count, r->piece_elems);
     for (int s = 0; s < slots && r->scratch_need; s++) ensure_scratch(r, s, r->scratch_need);
+}
+
+size_t td_comm_reduce_scatter_staging(size_t count, int size, int in_place) {
+    size_t piece_elems = td_max_sz(1, td_comm_piece_bytes() / ((size_t)size * 4));
+    if (!in_place && count <= piece_elems) return 0; /* one direct piece */
+    return td_min_sz(piece_elems, count) * (size_t)size * 4;
 }
 
 /* Above INT_MAX elements: a derived type made of 2^30-element blocks plus

@@ -201,10 +201,17 @@ void td_param_table_build_layout(td_param_table *t, const td_gpt_config *cfg,
         int layer = u == 0 ? -1 : u - 1;
         bd.off = td_round_up(bd.off, (size_t)unit_align);
         t->unit_offset[u] = bd.off;
+        int prev = -1; /* the kind (expert stack or not) of the unit's previous row */
         for (int i = 0; i < ad->n_rows; i++) {
             const td_arch_row *r = &ad->rows[i];
             if (r->place != place || (r->untied_only && td_gpt_tied(cfg))) continue;
             if (place == TD_PLACE_BLOCK && !td_arch_row_in_block(r, cfg, layer)) continue;
+            /* under ep the expert stack is summed and sharded over other
+             * ranks than the unit's other rows: it starts and ends on
+             * unit_align too, so each part splits into equal slices */
+            int expert = t->ep > 1 && r->split == TD_SPLIT_EXPERT;
+            if (prev >= 0 && expert != prev) bd.off = td_round_up(bd.off, (size_t)unit_align);
+            prev = expert;
             snprintf(name, sizeof name, r->name, layer);
             add_row(&bd, r->kind, name, td_arch_dim(cfg, r->d0), td_arch_dim(cfg, r->d1), r->split, r->groups,
                     u, layer);

@@ -27,8 +27,10 @@ void td_replicated_create(td_dp *dp) {
     dp->grads_shared = allreduce && dp->D > 1;
     dp->grads = dp->grads_shared ? td_dp_alloc_shared(dp, n, TD_MEM_GRADS)
                                  : td_alloc(n * sizeof(float), TD_MEM_GRADS);
-    /* reduce-broadcast: only the root updates, so only it holds moments */
-    if (allreduce || dp->r == 0) {
+    /* reduce-broadcast: only the root updates, so only it holds moments;
+     * under ep the first ep run's other ranks update their experts (the
+     * rest of their moments unused: td_ep_gather_unit reads whole units) */
+    if (allreduce || dp->er == 0) {
         dp->m = td_alloc(n * sizeof(float), TD_MEM_OPTIM);
         dp->v = td_alloc(n * sizeof(float), TD_MEM_OPTIM);
     }
@@ -51,8 +53,9 @@ void td_replicated_begin_micro(td_dp *dp) { td_buckets_reset(dp->impl); }
 
 const float *td_replicated_gather_unit(td_dp *dp, int section, int u, float *scratch) {
     (void)scratch;
-    /* dp rank 0 holds the moments under reduce-broadcast too */
-    if (dp->r != 0) return NULL;
+    /* dp rank 0 holds the moments under reduce-broadcast too; under ep
+     * every rank of edp rank 0 its experts' (td_ep_gather_unit) */
+    if (dp->er != 0) return NULL;
     const float *b = section == 0 ? dp->params : section == 1 ? dp->m : dp->v;
     return b + dp->t->unit_offset[u];
 }
@@ -99,7 +102,7 @@ static double allreduce_finish(td_dp *dp, int step, float lr) {
     size_t n = dp->t->numel;
     td_buckets_wait_all(dp, dp->impl);
     td_step_group grp = td_dp_step_group(dp, dp->comm, dp->D, 0);
-    td_step_range all = {0, n, dp->params, dp->m, dp->v};
+    td_step_range all = {0, n, dp->params, dp->m, dp->v, NULL};
     td_step_result res = td_step_apply(&grp, dp->grads, &all, 1, step, lr);
     if (res.bad_row >= 0) td_dp_record_nonfinite(dp, step, res.bad_row);
     memset(dp->grads, 0, n * sizeof(float));

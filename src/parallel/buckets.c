@@ -38,23 +38,6 @@ int td_bucket_ranges(const td_param_table *t, size_t bucket_bytes, size_t *lo, s
 
 float *td_buckets_rank_state(td_buckets *b, int k) { return b->pay ? td_gpay_rank_state(b->pay, k) : NULL; }
 
-/* Under expert parallelism each unit's expert rows (consecutive in the
- * unit: arch.c) are a bucket of their own, summed over edp; the ranges
- * keep the backward's order (higher elements first). Padding goes with the
- * row before it. */
-static int is_expert(const td_param *p) { return p->split == TD_SPLIT_EXPERT; }
-
-static int is_expert_row(const td_param_table *t, size_t e) {
-    int kind = 0;
-    for (int i = 0; i < t->n_rows && t->ep > 1; i++) {
-        const td_param *p = &t->rows[i];
-        if (p->numel == 0) continue;
-        if (p->offset > e) break;
-        kind = is_expert(p);
-    }
-    return kind;
-}
-
 static void add_bucket(td_buckets *bs, const td_param_table *t, size_t lo, size_t hi, int expert) {
     td_bucket *b = &bs->b[bs->n++];
     b->lo = lo, b->hi = hi, b->expert = expert;
@@ -63,21 +46,25 @@ static void add_bucket(td_buckets *bs, const td_param_table *t, size_t lo, size_
     b->req = td_request_new();
 }
 
-/* Range [lo, hi) as pieces of one kind each (expert rows or not), highest first. */
+/* Under expert parallelism each unit's expert stack is a bucket of its own,
+ * summed over edp: range [lo, hi) of whole units as the units' pieces
+ * (td_param_unit_pieces), neighbours of one kind merged, highest first (the
+ * backward's order). */
 static void split_range(td_buckets *bs, const td_param_table *t, size_t lo, size_t hi) {
-    size_t cut[2 * 64 + 2];
-    int nc = 0;
-    cut[nc++] = hi;
-    for (int i = t->n_rows - 1; i >= 0 && t->ep > 1; i--) { /* row boundaries where the kind changes */
-        const td_param *p = &t->rows[i];
-        if (p->numel == 0 || p->offset <= lo || p->offset >= hi) continue;
-        if (is_expert_row(t, p->offset) != is_expert_row(t, p->offset - 1)) {
-            TD_ASSERT(nc < (int)(sizeof cut / sizeof *cut) - 1);
-            cut[nc++] = p->offset;
+    size_t top = hi, plo[TD_UNIT_PIECES], plen[TD_UNIT_PIECES];
+    int kind = -1, pex[TD_UNIT_PIECES];
+    for (int u = t->n_units - 1; u >= 0; u--) {
+        if (t->unit_offset[u] < lo || t->unit_offset[u] >= hi) continue;
+        for (int k = td_param_unit_pieces(t, u, plo, plen, pex) - 1; k >= 0; k--) {
+            if (plen[k] == 0) continue;
+            if (kind >= 0 && pex[k] != kind) {
+                add_bucket(bs, t, plo[k] + plen[k], top, kind);
+                top = plo[k] + plen[k];
+            }
+            kind = pex[k];
         }
     }
-    cut[nc++] = lo;
-    for (int i = 0; i + 1 < nc; i++) add_bucket(bs, t, cut[i + 1], cut[i], is_expert_row(t, cut[i + 1]));
+    add_bucket(bs, t, lo, top, kind > 0);
 }
 
 td_buckets *td_buckets_build(td_dp *dp, int root) {

@@ -380,6 +380,18 @@ BRIEF(dp_shard_divides) {
     snprintf(buf, n, "shards of %d do not divide dp x cp %d", c->dp_shard, c->dp * c->cp);
 }
 
+/* ---- expert parallelism (--ep) ---------------------------------------------- */
+
+/* the ranks of an ep run hold different experts at the same offsets: every
+ * strategy sums and places the expert stacks over edp apart from the rest */
+OK(ep_dp_shard) { return c->ep <= 1 || c->dp_shard == 0; }
+SAY(ep_dp_shard) {
+    snprintf(buf, n,
+             "--dp-shard %d does not combine with --ep %d yet: ZeRO shards the expert stacks over the "
+             "ranks holding the same experts, which cross the shards; drop --dp-shard",
+             c->dp_shard, c->ep);
+}
+
 /* ---- the data (td_preflight) -------------------------------------------- */
 
 /* the sample at the end encodes the prompt with the run's tokenizer; token
@@ -510,23 +522,6 @@ SAY(moe_bias_ps) {
     snprintf(buf, n, "--moe-bias-balance does not combine with --dp-mode ps: the servers own the parameters");
 }
 
-OK(ep_zero) { return c->ep <= 1 || c->zero == 0; }
-SAY(ep_zero) {
-    snprintf(buf, n,
-             "--ep %d does not combine with --zero %d yet: ZeRO would shard the expert rows over dp x cp, whose "
-             "ranks hold different experts; use --zero 0",
-             c->ep, c->zero);
-}
-BRIEF(ep_zero) { snprintf(buf, n, "ep %d with ZeRO %d is not implemented", c->ep, c->zero); }
-
-OK(ep_reduce_broadcast) { return c->ep <= 1 || c->dp_mode != TD_DP_REDUCE_BROADCAST; }
-SAY(ep_reduce_broadcast) {
-    snprintf(buf, n,
-             "--ep %d does not combine with --dp-mode reduce-broadcast yet: its root would broadcast its own "
-             "experts over ranks that hold others; use --dp-mode allreduce",
-             c->ep);
-}
-
 /* the payloads pack whole buckets; expert rows are buckets of their own,
  * summed over another group */
 OK(ep_payload) { return c->ep <= 1 || (!c->grad_bf16 && c->topk_ratio == 0.0); }
@@ -608,9 +603,8 @@ static const td_compat_rule rules[TD_RULE_N] = {
     ROW(TD_RULE_MOE_CAPACITY_CP, "moe-capacity-cp", OPT, moe_capacity_cp),
     ROW(TD_RULE_EP_PS, "ep-ps", RUN, ep_ps),
     ROW(TD_RULE_MOE_BIAS_PS, "moe-bias-ps", RUN, moe_bias_ps),
-    ROWB(TD_RULE_EP_ZERO, "ep-zero", RUN, ep_zero),
-    ROW(TD_RULE_EP_REDUCE_BROADCAST, "ep-reduce-broadcast", RUN, ep_reduce_broadcast),
     ROW(TD_RULE_EP_PAYLOAD, "ep-payload", RUN, ep_payload),
+    ROW(TD_RULE_EP_DP_SHARD, "ep-dp-shard", OPT | DPN, ep_dp_shard),
     ROWB(TD_RULE_EP_DIVIDES, "ep-divides", GRD, ep_divides),
 };
 

@@ -56,7 +56,7 @@ static void compat_of(const td_dp_config *cfg, const td_grid *g, td_compat_cfg *
     if (g) {
         c->dp = g->axis[TD_DP].size, c->tp = g->axis[TD_TP].size, c->pp = g->axis[TD_PP].size;
         c->ps_servers = g->n_servers;
-        c->cp = g->axis[TD_CP].size, c->dp_shard = g->dp_shard;
+        c->cp = g->axis[TD_CP].size, c->dp_shard = g->dp_shard, c->ep = g->ep;
     }
 }
 
@@ -141,6 +141,7 @@ td_dp *td_dp_create(const td_dp_config *cfg, const td_grid *g, const td_param_ta
     /* expert parallelism: the expert rows' gradients sum over edp only */
     dp->ecomm = g->ep_comm ? g->edp_comm : NULL;
     dp->ED = dp->ecomm ? td_comm_size(dp->ecomm) : dp->D;
+    dp->er = dp->ecomm ? td_comm_rank(dp->ecomm) : dp->r;
     dp->n_units = t->n_units;
     dp->training = 1;
     dp->bad_row = dp->bad_step = -1;
@@ -187,6 +188,10 @@ void td_dp_begin_micro(td_dp *dp, int micro, int n_micro) {
 
 td_step_group td_dp_step_group(const td_dp *dp, td_comm *group, int size, int sharded) {
     const td_grid *g = dp->g;
+    /* sharded: the group's ranges hold every expert once (each rank its
+     * experts' slices), so the group's sum already covers them; replicated:
+     * each rank holds its own experts, summed over ep */
+    int ep = sharded ? 1 : g->ep;
     td_step_group s = {dp->t,
                        &dp->cfg.optim,
                        group,
@@ -199,8 +204,8 @@ td_step_group td_dp_step_group(const td_dp *dp, td_comm *group, int size, int sh
                        g->axis[TD_PP].size > 1 && g->axis[TD_PP].rank == g->axis[TD_PP].size - 1,
                        dp->loss_scale,
                        td_gpay_updates(&dp->cfg, dp->D),
-                       g->ep_comm,
-                       g->ep};
+                       ep > 1 ? g->ep_comm : NULL,
+                       ep};
     return s;
 }
 

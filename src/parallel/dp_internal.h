@@ -53,7 +53,7 @@ struct td_dp {
     int R, rep_r;  /* its size (1 without) and this rank's place (0 without) */
     td_comm *ecomm; /* expert parallelism: edp, the ranks holding this rank's experts,
                        over which the expert rows' gradients sum; NULL: none */
-    int ED;         /* its size (D without) */
+    int ED, er;     /* its size and this rank's place (D and r without) */
     int n_units;
 
     /* flat buffers bound to the model (each mode says which it keeps) */

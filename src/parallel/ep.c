@@ -82,16 +82,6 @@ void td_ep_free(td_ep *e) {
 
 /* ---- a unit put together from the ep group's experts ---- */
 
-typedef struct {
-    size_t lo, hi;
-    const float *at; /* the unit's first element in this rank's buffer */
-} find_unit;
-
-static void unit_of(void *ctx, size_t lo, size_t n, float *data) {
-    find_unit *f = ctx;
-    if (f->lo >= lo && f->hi <= lo + n) f->at = data + (f->lo - lo);
-}
-
 const float *td_ep_gather_unit(td_dp *dp, const td_grid *g, const td_param_table *t, const td_param_table *canon,
                                int section, int u, float *scratch, const td_param_table **layout) {
     *layout = canon;
@@ -99,14 +89,14 @@ const float *td_ep_gather_unit(td_dp *dp, const td_grid *g, const td_param_table
     size_t n = td_unit_numel(t, u), unit = 0, cn = td_unit_numel(canon, u), cunit = 0;
     for (int k = 0; k < t->n_units; k++) unit = td_max_sz(unit, td_unit_numel(t, k));
     for (int k = 0; k < canon->n_units; k++) cunit = td_max_sz(cunit, td_unit_numel(canon, k));
-    find_unit f = {t->unit_offset[u], t->unit_offset[u] + n, NULL};
-    /* every rank of a replicated mode holds its whole copy (the moments too) */
-    TD_CHECK(td_dp_ranges(dp, section, 0, unit_of, &f) && f.at,
-             "--ep: this data-parallel mode cannot put the experts together (use --dp-mode allreduce)");
+    /* the unit with this rank's experts on every rank of edp rank 0 (the
+     * first ep run, whose tp peers are of it too), into scratch[0, unit) */
+    const float *at = td_dp_gather_unit(dp, section, u, scratch);
+    if (!at) return NULL;
     float *all = scratch + unit, *mine = all + (size_t)t->tp * unit, *eps = mine + cunit, *out = eps + (size_t)t->ep * cunit;
     /* this rank's experts and its tp peers' slices in the canonical layout ... */
-    if (t->tp > 1) td_all_gather(g->axis[TD_TP].comm, f.at, all, n, TD_F32);
-    else memcpy(all, f.at, n * sizeof(float));
+    if (t->tp > 1) td_all_gather(g->axis[TD_TP].comm, at, all, n, TD_F32);
+    else memcpy(all, at, n * sizeof(float));
     td_tp_place_unit(t, canon, u, all, mine);
     /* ... and the ep group's experts beside them */
     td_all_gather(g->ep_comm, mine, eps, cn, TD_F32);

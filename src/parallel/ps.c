@@ -121,7 +121,7 @@ static void ps_create(td_dp *dp) {
         for (int u = 0; u < dp->n_units; u++) {
             size_t off = unit_slice(dp, u, s, &len);
             td_param_init_range(dp->t, dp->cfg.seed, off, off + len, ps->p + k);
-            ps->ranges[u] = (td_step_range){off, len, ps->p + k, ps->m + k, ps->v + k};
+            ps->ranges[u] = (td_step_range){off, len, ps->p + k, ps->m + k, ps->v + k, NULL};
             k += len;
         }
         return;

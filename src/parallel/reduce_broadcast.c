@@ -12,24 +12,54 @@ static void rb_plan(const td_dp_config *cfg, const td_layout *lay, const td_para
     size_t n = t->numel * sizeof(float);
     p->bytes[td_dp_param_cat(cfg)] = n;
     p->bytes[TD_MEM_GRADS] = n;
-    p->bytes[TD_MEM_OPTIM] = lay->dp_rank == 0 ? 2 * n : 0;
+    /* the moments on dp rank 0, under ep on every rank of edp rank 0 */
+    p->bytes[TD_MEM_OPTIM] = lay->dp_rank >= 0 && lay->dp_rank < (lay->ep > 1 ? lay->ep : 1) ? 2 * n : 0;
+}
+
+/* Under ep the expert stacks were reduced to rank 0 of their edp group
+ * (buckets.c): the ranks of edp rank 0 (the first ep run) step together,
+ * the root the whole model, the others their own expert stacks, so their
+ * ranges partition the model over the ep group. */
+static td_step_result ep_step(td_dp *dp, int step, float lr) {
+    const td_param_table *t = dp->t;
+    td_step_range *r = td_alloc(sizeof *r * TD_UNIT_PIECES * (size_t)t->n_units, TD_MEM_OTHER);
+    int n = 0;
+    if (dp->r == 0) r[n++] = (td_step_range){0, t->numel, dp->params, dp->m, dp->v, NULL};
+    for (int u = 0; u < t->n_units && dp->r != 0; u++) {
+        size_t lo[TD_UNIT_PIECES], len[TD_UNIT_PIECES];
+        int ex[TD_UNIT_PIECES];
+        for (int k = 0, np = td_param_unit_pieces(t, u, lo, len, ex); k < np; k++)
+            if (ex[k])
+                r[n++] = (td_step_range){lo[k], len[k], dp->params + lo[k], dp->m + lo[k], dp->v + lo[k],
+                                         dp->grads + lo[k]};
+    }
+    td_step_group grp = td_dp_step_group(dp, dp->g->ep_comm, dp->g->ep, 1);
+    td_step_result res = td_step_apply(&grp, dp->grads, r, n, step, lr);
+    td_free(r);
+    return res;
 }
 
 static double rb_finish(td_dp *dp, int step, float lr) {
     size_t n = dp->t->numel;
     td_buckets_wait_all(dp, dp->impl);
-    /* the root owns the whole reduced gradient and steps alone */
+    /* the root owns the whole reduced gradient and steps alone (under ep
+     * with the ranks that own experts) */
     float norm_f = 0.0f;
     int row = dp->t->n_rows;
-    if (dp->r == 0) {
-        td_step_group grp = td_dp_step_group(dp, NULL, 1, 0);
-        td_step_range all = {0, n, dp->params, dp->m, dp->v};
-        td_step_result res = td_step_apply(&grp, dp->grads, &all, 1, step, lr);
+    if (dp->er == 0) {
+        td_step_result res;
+        if (dp->ecomm) {
+            res = ep_step(dp, step, lr);
+        } else {
+            td_step_group grp = td_dp_step_group(dp, NULL, 1, 0);
+            td_step_range all = {0, n, dp->params, dp->m, dp->v, NULL};
+            res = td_step_apply(&grp, dp->grads, &all, 1, step, lr);
+        }
         if (res.bad_row >= 0) row = res.bad_row;
         norm_f = (float)res.norm;
     }
-    if (dp->D > 1) {
-        td_broadcast(dp->comm, dp->params, n, TD_F32, 0);
+    if (dp->D > 1) { /* the expert stacks from rank 0 of their edp group */
+        td_buckets_broadcast(dp, dp->impl, dp->params);
         td_broadcast(dp->comm, &norm_f, 1, TD_F32, 0);
     }
     /* every rank learns a non-finite step from the broadcast norm, and the

@@ -28,6 +28,12 @@ int td_step_agree_row(td_comm *group, int group_size, int row) {
  * tied embedding on the first pipeline stage only (each piece summed in
  * td_sumsq's fixed order); experts: -1 every row, 0 all but the expert
  * rows, 1 those only. */
+/* Range i's gradient: its own, or its place in the packed buffer (k: the
+ * lengths of the ranges before it). */
+static const float *range_grads(const td_step_range *r, int i, const float *grads, size_t k) {
+    return r[i].g ? r[i].g : grads + k;
+}
+
 static double counted_sumsq(const td_param_table *t, const float *grads, const td_step_range *r,
                             int n_ranges, int skip_tied, int skip_2d, int experts) {
     double sum = 0.0;
@@ -41,7 +47,7 @@ static double counted_sumsq(const td_param_table *t, const float *grads, const t
             if (skip_tied && p->unit == 0) continue;
             if (skip_2d && p->ndim == 2) continue;
             size_t a = td_max_sz(r[i].lo, p->offset), b = td_min_sz(r[i].lo + r[i].n, p->offset + p->numel);
-            if (a < b) sum += td_sumsq(grads + k + (a - r[i].lo), b - a);
+            if (a < b) sum += td_sumsq(range_grads(r, i, grads, k) + (a - r[i].lo), b - a);
         }
         k += r[i].n;
     }
@@ -62,20 +68,21 @@ static td_step_result apply(const td_step_group *grp, const float *grads, const 
         size_t k = 0;
         float scale = grp->loss_scale > 0.0f ? grp->loss_scale : 1.0f;
         for (int i = 0; i < n_ranges; i++) {
-            g_probe(g_probe_ctx, grp->t, step, r[i].lo, r[i].n, grads + k, scale);
+            g_probe(g_probe_ctx, grp->t, step, r[i].lo, r[i].n, range_grads(r, i, grads, k), scale);
             k += r[i].n;
         }
     }
     const td_param_table *t = grp->t;
     int together = grp->group && grp->group_size > 1;
     size_t total = 0;
-    for (int i = 0; i < n_ranges; i++) total += r[i].n;
+    int packed = 1;
+    for (int i = 0; i < n_ranges; i++) total += r[i].n, packed &= r[i].g == NULL;
     td_step_result res = {0.0, -1};
     int tp = grp->tp_group && grp->tp > 1, pp = grp->pp_group && grp->pp > 1;
     /* 1/scale: a power of two scales the double sum exactly */
     double unscale = grp->loss_scale > 0.0f ? 1.0 / grp->loss_scale : 1.0;
     int ep = grp->ep_group && grp->ep > 1;
-    double sumsq = tp || grp->skip_tied || grp->updates_2d || ep
+    double sumsq = tp || grp->skip_tied || grp->updates_2d || ep || !packed
                        ? counted_sumsq(t, grads, r, n_ranges, grp->skip_tied, grp->updates_2d, ep ? 0 : -1)
                        : td_sumsq(grads, total);
     if (ep) { /* the other ranks' experts */
@@ -85,6 +92,7 @@ static td_step_result apply(const td_step_group *grp, const float *grads, const 
     }
     /* given updates are not gradients (no norm), but a non-finite one must
      * stop the step like a gradient: it turns this sum into NaN (0 x inf) */
+    TD_ASSERT(packed || !grp->updates_2d); /* its modes pack their ranges */
     if (grp->updates_2d) sumsq += 0.0 * td_sumsq(grads, total);
     sumsq *= unscale * unscale;
     if (grp->sharded) {
@@ -107,7 +115,7 @@ static td_step_result apply(const td_step_group *grp, const float *grads, const 
         int row = t->n_rows;
         size_t k = 0;
         for (int i = 0; i < n_ranges; i++) {
-            int ri = td_step_first_nonfinite(t, grads + k, r[i].lo, r[i].n);
+            int ri = td_step_first_nonfinite(t, range_grads(r, i, grads, k), r[i].lo, r[i].n);
             if (ri < row) row = ri;
             k += r[i].n;
         }
@@ -120,7 +128,7 @@ static td_step_result apply(const td_step_group *grp, const float *grads, const 
     size_t k = 0;
     for (int i = 0; i < n_ranges; i++) {
         (grp->updates_2d ? td_adamw_update_2d_given : td_adamw_update)(
-            r[i].p, grads + k, r[i].m, r[i].v, r[i].lo, r[i].lo + r[i].n, t, grp->optim, lr, step + 1,
+            r[i].p, range_grads(r, i, grads, k), r[i].m, r[i].v, r[i].lo, r[i].lo + r[i].n, t, grp->optim, lr, step + 1,
             scale);
         k += r[i].n;
     }

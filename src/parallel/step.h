@@ -30,10 +30,13 @@
 #include "trident/optim.h"
 
 /* Flat elements [lo, lo + n) of the model; p, m, v point at element lo of
- * the parameters and AdamW moments wherever the strategy keeps them. */
+ * the parameters and AdamW moments wherever the strategy keeps them; g at
+ * its gradient when the ranges' gradients are not packed (NULL: packed, see
+ * td_step_apply). */
 typedef struct {
     size_t lo, n;
     float *p, *m, *v;
+    const float *g;
 } td_step_range;
 
 typedef struct {
@@ -81,8 +84,9 @@ typedef struct {
 
 /* grads: the owned gradients packed range after range (range k's at the sum
  * of the lengths before it), so the sum of squares runs over one contiguous
- * buffer in td_sumsq's fixed block order. step is 0-based. Collective over
- * the group. */
+ * buffer in td_sumsq's fixed block order; a range whose g is set has its
+ * gradient there instead (then the sum runs range by range, row by row).
+ * step is 0-based. Collective over the group. */
 td_step_result td_step_apply(const td_step_group *grp, const float *grads, const td_step_range *r,
                              int n_ranges, int step, float lr);
 

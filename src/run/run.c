@@ -16,6 +16,7 @@
 #include "trident/fault.h"
 #include "trident/kernels.h"
 #include "trident/out_lock.h"
+#include "trident/param_slices.h"
 #include "trident/planner.h"
 #include "trident/stop.h"
 
@@ -284,12 +285,13 @@ static void traffic_formula(td_run *r) {
  * copy (a third of the state), after the save. */
 static void sample(td_run *r) {
     const td_grid *g = &r->g;
-    int root = g->world_rank == 0, tp_or_pp = g->axis[TD_TP].size > 1 || r->piped;
+    /* under ep a rank holds only its experts: put together like tp slices */
+    int root = g->world_rank == 0, tp_or_pp = g->axis[TD_TP].size > 1 || r->piped || r->table.ep > 1;
     const float *P = NULL;
     float *gathered = NULL;
     const td_param_table *in = &r->table;
     if (tp_or_pp || !td_dp_full_params(r->dp, &P)) {
-        /* with tp or pp the pieces are put together in the canonical layout */
+        /* with tp, pp or ep the pieces are put together in the canonical layout */
         float *scratch = td_alloc(td_pp_gather_scratch_floats(&r->table, &r->canon) * sizeof(float), TD_MEM_OTHER);
         if (tp_or_pp) in = &r->canon;
         if (root) gathered = td_alloc(in->numel * sizeof(float), TD_MEM_OTHER);
@@ -349,6 +351,12 @@ void td_run_close(td_run *r, int keep) {
     td_allreduce(r->g.world, &st, 1, TD_F32, TD_MAX);
     if (res->stop_step < 0) res->stop_step = (int)st;
     res->numel_layout = r->table.numel;
+    for (int u = 0; u < r->table.n_units; u++) {
+        size_t lo[TD_UNIT_PIECES], len[TD_UNIT_PIECES];
+        int ex[TD_UNIT_PIECES];
+        for (int k = 0, n = td_param_unit_pieces(&r->table, u, lo, len, ex); k < n; k++)
+            if (ex[k]) res->numel_expert += len[k];
+    }
     if (!r->g.is_server) traffic_formula(r);
     for (int c = 0; c < TD_MEM_NCAT; c++) res->mem_planned[c] = r->plan.bytes[c], res->mem_peak[c] = td_mem_peak(c);
     /* a stop during start-up trained nothing: no summary, save or sample */

@@ -304,7 +304,7 @@ void td_train_compat_cfg(const td_train_opts *o, td_compat_cfg *c) {
     const td_train_choices *ch = &o->ch;
     td_compat_cfg_init(c);
     c->dp = o->dp, c->tp = o->tp, c->pp = o->pp, c->zero = o->zero, c->seq_parallel = o->seq_parallel;
-    c->cp = o->cp, c->dp_shard = o->dp_shard;
+    c->cp = o->cp, c->dp_shard = o->dp_shard, c->ep = o->ep;
     c->ps_servers = o->ps_servers;
     c->dp_mode = ch->dp_mode, c->schedule = ch->schedule, c->virtual_stages = o->virtual_stages;
     c->micro_batches = o->grad_accum, c->recompute = ch->recompute, c->precision = ch->precision;

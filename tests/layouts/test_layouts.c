@@ -119,6 +119,13 @@ static int key_bias_ok(const td_param *p, const float *a, const float *b, int C)
     return 1;
 }
 
+/* Model-state bytes of psi fp32 elements sharded over N ranks at a ZeRO
+ * stage (4 + 4 + 8 per element): stage 1: 8 psi + 8 psi/N, stage 2:
+ * 4 psi + 12 psi/N, stage 3: 16 psi/N. */
+static double zero_state(int zero, double psi, double N) {
+    return zero == 1 ? 8 * psi + 8 * psi / N : zero == 2 ? 4 * psi + 12 * psi / N : 16 * psi / N;
+}
+
 int main(int argc, char **argv) {
     td_comm_init(&argc, &argv);
     td_train_opts o;
@@ -169,24 +176,29 @@ int main(int argc, char **argv) {
                100.0 * ((double)measured - planned) / planned);
     }
     if (o.zero > 0) {
-        /* ZeRO shards each tp rank's slices over its dp group */
+        /* ZeRO shards each tp rank's slices over its dp group; under ep the
+         * expert stacks (psi_e of psi, padded) over edp, the N / ep ranks
+         * holding the same experts, and the rest (psi_d) over all N */
         double psi = (double)res.numel_layout, N = td_comm_size(td_comm_world()) / (o.tp * o.pp);
         if (o.dp_shard > 0) N = o.dp_shard; /* hybrid sharding: over a shard */
-        double f = o.zero == 1 ? 8 * psi + 8 * psi / N : o.zero == 2 ? 4 * psi + 12 * psi / N : 16 * psi / N;
+        double pe = (double)res.numel_expert, pd = psi - pe, NE = o.ep > 1 ? N / o.ep : N;
+        double f = zero_state(o.zero, pd, N) + zero_state(o.zero, pe, NE);
         size_t state = res.mem_peak[TD_MEM_PARAMS] + res.mem_peak[TD_MEM_GRADS] + res.mem_peak[TD_MEM_OPTIM];
         if ((double)state != f) {
             printf("FAIL zero %d: model state %zu B, formula %.0f B\n", o.zero, state, f);
             fails++;
         } else if (td_comm_rank(td_comm_world()) == 0) {
-            printf("memory: zero %d model state %zu B = formula over the padded layout (psi %zu)\n", o.zero,
-                   state, res.numel_layout);
+            printf("memory: zero %d model state %zu B = formula over the padded layout (psi %zu, experts %zu)\n",
+                   o.zero, state, res.numel_layout, res.numel_expert);
         }
         /* the gradient payload a rank hands its collectives per step: the
          * reduce-scatter of every unit (4 psi; ZeRO-2/3 once per
-         * micro-batch), plus under hybrid sharding the replicas' all-reduce
-         * of its shard (4 psi / N, once per step) */
+         * micro-batch; the expert stacks only where edp has 2 ranks or
+         * more), plus under hybrid sharding the replicas' all-reduce of its
+         * shard (4 psi / N, once per step) */
         int hybrid = o.dp_shard > 0 && o.dp_shard < td_comm_size(td_comm_world()) / (o.tp * o.pp);
-        double pay = 4 * psi * ((o.zero == 1 ? 1 : o.grad_accum) + (hybrid ? 1 / N : 0));
+        double reduced = pd + (NE > 1 ? pe : 0);
+        double pay = 4 * reduced * ((o.zero == 1 ? 1 : o.grad_accum) + (hybrid ? 1 / N : 0));
         int fp32 = (!o.grad_compress || !strcmp(o.grad_compress, "none")) &&
                    (!o.grad_reduce_dtype || !strcmp(o.grad_reduce_dtype, "fp32"));
         if (o.tp == 1 && o.pp == 1 && fp32 && res.grad_sent_bytes != pay) {

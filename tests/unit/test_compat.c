@@ -230,14 +230,6 @@ static const char *breaking(td_rule_id id, td_compat_cfg *c) {
     case TD_RULE_MOE_BIAS_PS:
         c->moe_bias = 1, c->experts = 4, c->dp_mode = TD_DP_PS, c->ps_servers = 1;
         return "--moe-bias-balance does not combine with --dp-mode ps: the servers own the parameters";
-    case TD_RULE_EP_ZERO:
-        c->ep = 2, c->dp = 2, c->experts = 4, c->zero = 1;
-        return "--ep 2 does not combine with --zero 1 yet: ZeRO would shard the expert rows over dp x cp, whose "
-               "ranks hold different experts; use --zero 0";
-    case TD_RULE_EP_REDUCE_BROADCAST:
-        c->ep = 2, c->dp = 2, c->experts = 4, c->dp_mode = TD_DP_REDUCE_BROADCAST;
-        return "--ep 2 does not combine with --dp-mode reduce-broadcast yet: its root would broadcast its own "
-               "experts over ranks that hold others; use --dp-mode allreduce";
     case TD_RULE_EP_PAYLOAD:
         c->ep = 2, c->dp = 2, c->experts = 4, c->grad_bf16 = 1, c->grad_compress_text = "none";
         return "--ep 2 does not combine with --grad-reduce-dtype bf16 or --grad-compress none: the expert rows "
@@ -246,6 +238,10 @@ static const char *breaking(td_rule_id id, td_compat_cfg *c) {
         c->ep = 2, c->tp = 2, c->seq_parallel = 1, c->seq = 16, c->experts = 4; /* ep-grid's tp x cp x dp keeps it */
         return "--ep 2 does not divide dp x cp = 1: the experts are shared out over runs of ep data-parallel (and "
                "context-parallel) ranks; use an ep that divides 1";
+    case TD_RULE_EP_DP_SHARD:
+        c->dp = 4, c->ep = 2, c->dp_shard = 2, c->zero = 1, c->experts = 4;
+        return "--dp-shard 2 does not combine with --ep 2 yet: ZeRO shards the expert stacks over the "
+               "ranks holding the same experts, which cross the shards; drop --dp-shard";
     case TD_RULE_N:
         break;
     }

@@ -199,9 +199,12 @@ static void test_search(void) {
         EXPECT(m.E % ep == 0 && l->tp % etp == 0 && g % (ep * etp) == 0 && td_plan_edp(l) * ep * etp == g,
                "plan %d: tp %d cp %d dp %d ep %d etp %d", i, l->tp, td_plan_cp(l), l->dp, ep, etp);
         EXPECT(l->tp == 1 || l->sp, "plan %d: tp %d without sequence parallelism", i, l->tp);
+        /* what trident train runs (the rules table's moe-etp and ep-divides):
+         * experts replicated over tp, ep out of dp x cp */
+        EXPECT((l->dp * td_plan_cp(l)) % ep == 0, "plan %d: ep %d out of tp", i, ep);
         with_ep += ep > 1, with_etp += etp > 1;
     }
-    EXPECT(r.n > 0 && with_ep > 0 && with_etp > 0, "%d plans, %d with ep, %d with etp", r.n, with_ep, with_etp);
+    EXPECT(r.n > 0 && with_ep > 0 && with_etp == 0, "%d plans, %d with ep, %d with etp", r.n, with_ep, with_etp);
     td_plan_result_free(&r);
     /* the rules table, in the planner's words */
     char why[200];
