@@ -169,7 +169,9 @@ typedef enum {
 #define TD_NO_TENSOR ((size_t)-1)
 
 typedef struct {
-    char name[64];     /* nanoGPT state_dict name */
+    char name[96];     /* the checkpoint name (nanoGPT's, Hugging Face's); the
+                          longest, model.layers.255.block_sparse_moe.
+                          shared_experts.gate_up_proj.weight, is 68 */
     int id;            /* stable tensor id: the row's index, the same in every
                           layout (initialization, checkpoints) */
     int ndim;
