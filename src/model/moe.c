@@ -38,6 +38,7 @@ struct td_moe_acts {
     td_act *xsend, *ysend;      /* [cap_send, C] dispatched inputs, returned outputs */
     td_act *xs, *h, *a, *y;     /* [cap_recv, C|F1|F|C] expert-major (ep 1: xsend, ysend) */
     td_act *sh_h, *sh_a;        /* [N, S F1], [N, S F] the shared experts' hidden */
+    float *stats;               /* [2E + 3] this forward's reduced statistics (its backward's) */
 };
 
 struct td_moe_state {
@@ -83,7 +84,7 @@ void td_moe_state_destroy(td_gpt *m) {
     for (int i = 0; i < s->n_pool; i++) {
         td_moe_acts *a = s->pool[i];
         void *bufs[] = {a->logits, a->scores, a->idx, a->gate, a->wts, a->pos, a->cnt, a->rcnt,
-                        a->xsend, a->ysend, a->h, a->a, a->sh_h, a->sh_a,
+                        a->xsend, a->ysend, a->h, a->a, a->sh_h, a->sh_a, a->stats,
                         a->xs != a->xsend ? a->xs : NULL, a->y != a->ysend ? a->y : NULL};
         for (size_t j = 0; j < sizeof bufs / sizeof bufs[0]; j++) td_free(bufs[j]);
         td_free(a);
@@ -111,6 +112,7 @@ static td_moe_acts *acts_new(td_gpt *m) {
     a->pos = td_alloc(sizeof(int) * N * K, TD_MEM_ACTS);
     a->cnt = td_alloc(sizeof(int) * E, TD_MEM_ACTS);
     a->rcnt = td_alloc(sizeof(int) * E, TD_MEM_ACTS);
+    a->stats = td_alloc(sizeof(float) * (2 * E + 3), TD_MEM_ACTS);
     if (S) {
         a->sh_h = td_alloc(d->es * N * S * F1e(m), TD_MEM_ACTS);
         a->sh_a = td_alloc(d->es * N * S * (size_t)e->F, TD_MEM_ACTS);
@@ -372,6 +374,8 @@ void td_moe_forward(td_gpt *m, int l, td_block_acts *ba) {
     td_m_matmul_forward(m, a->logits, 1, ba->ln2, u, TD_T_ROUTERW, NULL, N, C, E);
     route(m, u, a);
     reduce_stats(m, a);
+    /* the backward's copy: the model's buffer is the next MoE block's by then */
+    memcpy(a->stats, m->moe->stats, sizeof(float) * (size_t)(2 * E + 3));
     int dropped;
     place(m, a, &dropped);
     size_t S = 0;
@@ -450,7 +454,7 @@ static float *router_grad(td_gpt *m, const td_moe_acts *a, const float *dw) {
     struct td_moe_state *s = m->moe;
     const td_moe_config *e = &m->cfg.moe;
     int N = a->N, E = e->E, K = e->K;
-    const float *st = s->stats;
+    const float *st = a->stats;
     double ntot = st[2 * E];
     float *dl = td_alloc(sizeof(float) * (size_t)N * E, TD_MEM_ACTS); /* the caller frees */
     float *ds = td_alloc(sizeof(float) * (size_t)E, TD_MEM_OTHER);
