@@ -518,6 +518,9 @@ void td_gpt_moe_stats_reset(td_gpt *m);
 /* The loss gradient per token of the coming backward (the aux and z
  * losses' gradients scale with it); td_gpt_backward sets it itself. */
 void td_gpt_set_dloss(td_gpt *m, float dloss);
+/* The experts a mixture-of-experts block's last forward (into a) chose for
+ * each of its N rows, best first: [N, K]; NULL before one (tests, tools). */
+const int *td_moe_chosen(const td_block_acts *a);
 
 /* Split backward of a block, for zero-bubble pipeline schedules (ZB-H1):
  * B, the input half, computes the gradient of the block's input (what the
