@@ -41,7 +41,8 @@ enum {
     TD_COMPAT_AT_PREFLIGHT = 1 << 10, /* td_preflight: the data loaded, before the model */
     TD_COMPAT_AT_GRID = 1 << 11,      /* right after td_grid_create, with its sizes */
     TD_COMPAT_AT_MODEL_CONFIG = 1 << 12, /* td_gpt_config_finish: the model family's flags */
-    TD_COMPAT_AT_ANY = 0x1fff         /* every row (the planner, the tests) */
+    TD_COMPAT_AT_PLAN = 1 << 13,      /* the planner's search alone: its cost model's assumptions */
+    TD_COMPAT_AT_ANY = 0x3fff         /* every row (the planner, the tests) */
 };
 
 /* The rows, in the table's order (which is the order in which each site

@@ -173,7 +173,9 @@ typedef enum {
 #define TD_NO_TENSOR ((size_t)-1)
 
 typedef struct {
-    char name[64];     /* nanoGPT state_dict name */
+    char name[96];     /* the checkpoint name (nanoGPT's, Hugging Face's); the
+                          longest, model.layers.255.block_sparse_moe.
+                          shared_experts.gate_up_proj.weight, is 68 */
     int id;            /* stable tensor id: the row's index, the same in every
                           layout (initialization, checkpoints) */
     int ndim;
@@ -542,6 +544,9 @@ void td_gpt_set_route_probe(td_moe_route_probe fn, void *ctx);
 /* The loss gradient per token of the coming backward (the aux and z
  * losses' gradients scale with it); td_gpt_backward sets it itself. */
 void td_gpt_set_dloss(td_gpt *m, float dloss);
+/* The experts a mixture-of-experts block's last forward (into a) chose for
+ * each of its N rows, best first: [N, K]; NULL before one (tests, tools). */
+const int *td_moe_chosen(const td_block_acts *a);
 
 /* Split backward of a block, for zero-bubble pipeline schedules (ZB-H1):
  * B, the input half, computes the gradient of the block's input (what the

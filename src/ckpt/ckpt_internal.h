@@ -47,7 +47,7 @@ _Noreturn void td_ckpt_save_failed(const td_ckpt_dir *d, const char *what, int e
 /* One shard file: tensors declared first (key, element count), the header
  * written at creation, each tensor's floats put by index. */
 typedef struct {
-    char key[160]; /* the longest: 22 + 1 + 63 + 6 x 11 */
+    char key[192]; /* the longest: 22 + 1 + 95 (td_param.name) + 6 x 11 */
     uint64_t n;
 } td_shard_item;
 typedef struct td_shard td_shard;

@@ -724,3 +724,5 @@ void td_gpt_set_dloss(td_gpt *m, float dloss) {
 void td_moe_set_quiet(td_gpt *m, int quiet) {
     if (m->moe) m->moe->quiet = quiet;
 }
+
+const int *td_moe_chosen(const td_block_acts *a) { return a->moe ? a->moe->idx : NULL; }

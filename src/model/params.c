@@ -135,6 +135,7 @@ static void add_row(builder *bd, td_tensor_kind kind, const char *name, int d0, 
     td_param *p = &t->rows[t->n_rows];
     memset(p, 0, sizeof *p);
     p->id = t->n_rows++;
+    TD_ASSERT(strlen(name) < sizeof p->name); /* a longer name would be cut (and no longer found) */
     snprintf(p->name, sizeof p->name, "%s", name);
     p->ndim = d1 > 0 ? 2 : 1;
     p->shape[0] = p->local_shape[0] = d0;
@@ -192,7 +193,7 @@ void td_param_table_build_layout(td_param_table *t, const td_gpt_config *cfg,
     t->unit_offset = td_alloc(sizeof(size_t) * (size_t)(t->n_units + 1), TD_MEM_OTHER);
     t->held = td_alloc((size_t)t->n_units, TD_MEM_OTHER);
     for (int u = 0; u < t->n_units; u++) t->held[u] = lay->held ? lay->held[u] != 0 : 1;
-    char name[64];
+    char name[sizeof t->rows[0].name + 1]; /* + 1: add_row asserts that none is cut */
     const td_arch_desc *ad = td_arch_desc_of(cfg->arch);
     /* the rows of each place in the family's order: embeddings, then every
      * block's, then the final ones, each unit aligned */

@@ -460,7 +460,8 @@ BRIEF(ep_grid) {
 
 /* each tp rank routes and dispatches its own share of the sequence: the
  * block's input is sequence-parallel (Megatron-core refuses expert with
- * tensor parallelism without it) */
+ * tensor parallelism without it). The planner's cost model assumes it;
+ * trident train's experts (replicated over tp) need not. */
 OK(moe_tp_sp) { return c->experts <= 0 || c->tp <= 1 || c->seq_parallel; }
 SAY(moe_tp_sp) {
     snprintf(buf, n, "--moe-experts %d with --tp %d needs --sequence-parallel: each tp rank routes and "
@@ -485,7 +486,8 @@ enum {
     CKL = TD_COMPAT_AT_CKPT_LOAD,
     PRE = TD_COMPAT_AT_PREFLIGHT,
     GRD = TD_COMPAT_AT_GRID,
-    MCF = TD_COMPAT_AT_MODEL_CONFIG
+    MCF = TD_COMPAT_AT_MODEL_CONFIG,
+    PLN = TD_COMPAT_AT_PLAN
 };
 /* ---- mixture of experts and expert parallelism (ep.h) --------------------- */
 
@@ -598,7 +600,7 @@ static const td_compat_rule rules[TD_RULE_N] = {
     ROWB(TD_RULE_EP_EXPERTS, "ep-experts", OPT, ep_experts),
     ROWB(TD_RULE_ETP_TP, "etp-tp", OPT, etp_tp),
     ROWB(TD_RULE_EP_GRID, "ep-grid", GRD, ep_grid),
-    ROWB(TD_RULE_MOE_TP_SP, "moe-tp-sp", OPT, moe_tp_sp),
+    ROWB(TD_RULE_MOE_TP_SP, "moe-tp-sp", PLN, moe_tp_sp), /* trident train runs tp without sp too */
     ROW(TD_RULE_MOE_ETP, "moe-etp", OPT, moe_etp),
     ROW(TD_RULE_MOE_CAPACITY_CP, "moe-capacity-cp", OPT, moe_capacity_cp),
     ROW(TD_RULE_EP_PS, "ep-ps", RUN, ep_ps),

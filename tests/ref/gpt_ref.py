@@ -77,11 +77,15 @@ class CausalSelfAttention(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self, n_embd):
+    """GPT-2's MLP of `hidden` features (4 n_embd by default); also a
+    mixture of experts' expert (tests/ref/moe_ref.py)."""
+
+    def __init__(self, n_embd, hidden=None):
         super().__init__()
-        self.c_fc = nn.Linear(n_embd, 4 * n_embd, bias=True)
+        hidden = hidden or 4 * n_embd
+        self.c_fc = nn.Linear(n_embd, hidden, bias=True)
         self.gelu = nn.GELU(approximate="tanh")
-        self.c_proj = nn.Linear(4 * n_embd, n_embd, bias=True)
+        self.c_proj = nn.Linear(hidden, n_embd, bias=True)
 
     def forward(self, x):
         return self.c_proj(self.gelu(self.c_fc(x)))
@@ -132,7 +136,7 @@ class GPT(nn.Module):
                 else:
                     p.normal_(0.0, 0.02, generator=generator)
 
-    def forward(self, idx, targets, reduction="mean"):
+    def logits(self, idx):
         b, t = idx.size()
         assert t <= self.block_size
         pos = torch.arange(0, t, dtype=torch.long, device=idx.device)
@@ -140,7 +144,10 @@ class GPT(nn.Module):
         for block in self.transformer.h:
             x = block(x)
         x = self.transformer.ln_f(x)
-        logits = F.linear(x, self.transformer.wte.weight)  # tied lm_head
+        return F.linear(x, self.transformer.wte.weight)  # tied lm_head
+
+    def forward(self, idx, targets, reduction="mean"):
+        logits = self.logits(idx)
         return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1),
                                reduction=reduction)
 

@@ -55,8 +55,39 @@ def rotate_half(x):
 
 
 def rms(x, w, eps):
-    var = x.float().pow(2).mean(-1, keepdim=True)
-    return w * (x.float() * torch.rsqrt(var + eps))
+    """In float32 (HF's upcast of half-precision inputs), or float64 for a
+    float64 model (tests/ref/moe_ref.py)."""
+    x = x.to(torch.promote_types(x.dtype, torch.float32))
+    var = x.pow(2).mean(-1, keepdim=True)
+    return w * (x * torch.rsqrt(var + eps))
+
+
+def swiglu(h, gate_w, up_w, down_w):
+    return (torch.nn.functional.silu(h @ gate_w.T) * (h @ up_w.T)) @ down_w.T
+
+
+def dense_mlp(p, l, h):
+    pre = "model.layers.%d.mlp." % l
+    return swiglu(h, p[pre + "gate_proj.weight"], p[pre + "up_proj.weight"], p[pre + "down_proj.weight"])
+
+
+def read_tensors(fin):
+    """The per-tensor section of IN: the names in file order and
+    {name: float32 tensor}."""
+    (nt,) = rd(fin, "i")
+    names, p = [], {}
+    for _ in range(nt):
+        (nl,) = rd(fin, "i")
+        name = fin.read(nl).decode()
+        (nd,) = rd(fin, "i")
+        shape = rd(fin, "%di" % nd)
+        n = 1
+        for s in shape:
+            n *= s
+        data = torch.frombuffer(bytearray(fin.read(4 * n)), dtype=torch.float32)
+        p[name] = data.view(*shape).clone()
+        names.append(name)
+    return names, p
 
 
 def rope(theta, hs, rs, T):
@@ -88,7 +119,9 @@ def attention(x, p, pre, H, KV, eps, cos, sin):
     return x + y @ p[pre + "self_attn.o_proj.weight"].T
 
 
-def forward(p, cfg, inputs):
+def forward(p, cfg, inputs, mlp=dense_mlp):
+    """The logits; mlp(p, l, h) is block l's MLP (moe_ref.py passes its
+    mixture of experts)."""
     L, H, KV, C, F, T, V, B, tied, eps, theta, rs = cfg
     x = p["model.embed_tokens.weight"][inputs]  # [B, T, C]
     cos, sin = rope(theta, C // H, rs, T)
@@ -96,48 +129,46 @@ def forward(p, cfg, inputs):
         pre = "model.layers.%d." % l
         x = attention(x, p, pre, H, KV, eps, cos, sin)
         h = rms(x, p[pre + "post_attention_layernorm.weight"], eps)
-        g = h @ p[pre + "mlp.gate_proj.weight"].T
-        u = h @ p[pre + "mlp.up_proj.weight"].T
-        x = x + (torch.nn.functional.silu(g) * u) @ p[pre + "mlp.down_proj.weight"].T
+        x = x + mlp(p, l, h)
     x = rms(x, p["model.norm.weight"], eps)
     head = p["model.embed_tokens.weight"] if tied else p["lm_head.weight"]
     return x @ head.T
 
 
-def main():
+def read_tokens(fin, B, T):
+    """int32 inputs[B][T], then targets[B][T]."""
+    return [torch.tensor(rd(fin, "%di" % (B * T)), dtype=torch.int64).view(B, T) for _ in range(2)]
+
+
+def run_cases(magic, what, run_case):
+    """IN (argv[1]): int32 magic, ncases, then per case what run_case(fin,
+    fout) reads; it writes the case's results to OUT (argv[2])."""
     fin, fout = open(sys.argv[1], "rb"), open(sys.argv[2], "wb")
-    magic, ncases = rd(fin, "ii")
-    assert magic == 0x4645524C, "not a llama_ref input"
+    m, ncases = rd(fin, "ii")
+    assert m == magic, "not a %s input" % what
     for _ in range(ncases):
-        L, H, KV, C, F, T, V, B, tied = rd(fin, "9i")
-        (eps,) = rd(fin, "f")
-        theta, factor, low, high = rd(fin, "4d")
-        (orig,) = rd(fin, "i")
-        (nt,) = rd(fin, "i")
-        names, p = [], {}
-        for _ in range(nt):
-            (nl,) = rd(fin, "i")
-            name = fin.read(nl).decode()
-            (nd,) = rd(fin, "i")
-            shape = rd(fin, "%di" % nd)
-            n = 1
-            for s in shape:
-                n *= s
-            data = torch.frombuffer(bytearray(fin.read(4 * n)), dtype=torch.float32)
-            p[name] = data.view(*shape).clone().requires_grad_(True)
-            names.append(name)
-        inputs = torch.tensor(rd(fin, "%di" % (B * T)), dtype=torch.int64).view(B, T)
-        targets = torch.tensor(rd(fin, "%di" % (B * T)), dtype=torch.int64).view(B, T)
-        cfg = (L, H, KV, C, F, T, V, B, tied, eps, theta, (factor, low, high, orig))
-        logits = forward(p, cfg, inputs)
-        loss = torch.nn.functional.cross_entropy(logits.view(-1, V), targets.view(-1))
-        loss.backward()
-        fout.write(struct.pack("<f", loss.item()))
-        fout.write(logits.detach().numpy().astype("<f4").tobytes())
-        for name in names:
-            fout.write(p[name].grad.numpy().astype("<f4").tobytes())
+        run_case(fin, fout)
     fout.close()
 
 
+def run_case(fin, fout):
+    L, H, KV, C, F, T, V, B, tied = rd(fin, "9i")
+    (eps,) = rd(fin, "f")
+    theta, factor, low, high = rd(fin, "4d")
+    (orig,) = rd(fin, "i")
+    names, p = read_tensors(fin)
+    for t in p.values():
+        t.requires_grad_(True)
+    inputs, targets = read_tokens(fin, B, T)
+    cfg = (L, H, KV, C, F, T, V, B, tied, eps, theta, (factor, low, high, orig))
+    logits = forward(p, cfg, inputs)
+    loss = torch.nn.functional.cross_entropy(logits.view(-1, V), targets.view(-1))
+    loss.backward()
+    fout.write(struct.pack("<f", loss.item()))
+    fout.write(logits.detach().numpy().astype("<f4").tobytes())
+    for name in names:
+        fout.write(p[name].grad.numpy().astype("<f4").tobytes())
+
+
 if __name__ == "__main__":
-    main()
+    run_cases(0x4645524C, "llama_ref", run_case)

@@ -1,11 +1,13 @@
 /* Writing trident's weights in tests/ref/gpt_ref.py's input format: per
  * tensor int32 namelen, name, int32 ndim, int32 shape[ndim], float32 data,
  * the table's names and global shapes (the vocabulary rows without
- * trident's padding). */
+ * trident's padding); running a reference script and reading back. */
 #ifndef TD_TESTS_REF_IO_H
 #define TD_TESTS_REF_IO_H
 
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "trident/base.h"
@@ -29,6 +31,82 @@ static inline void ref_write_tensors(FILE *f, const td_param_table *t, const flo
         ref_write(f, sh, 4 * (size_t)nd);
         ref_write(f, params + p->offset, 4 * n);
     }
+}
+
+/* A model of the reference tests: the canonical table (unit_align 1) of
+ * cfg with its weights and gradients. */
+typedef struct {
+    td_gpt_config cfg;
+    td_param_table t;
+    float *params, *grads;
+} ref_model;
+
+/* Finishes mc->cfg and builds the rest: the family's init (seed 42), then
+ * the biases and norm gains moved by N(0, 0.1) away from 0 and 1, so that
+ * their gradients are exercised (a router's expert_bias, for selection
+ * only, stays 0). */
+static inline void ref_model_build(ref_model *mc) {
+    td_gpt_config_finish(&mc->cfg);
+    td_param_table_build(&mc->t, &mc->cfg, 1);
+    mc->params = td_alloc(sizeof(float) * mc->t.numel, TD_MEM_PARAMS);
+    mc->grads = td_alloc(sizeof(float) * mc->t.numel, TD_MEM_GRADS);
+    td_param_init_range(&mc->t, 42, 0, mc->t.numel, mc->params);
+    for (int i = 0; i < mc->t.n_rows; i++) {
+        td_param *p = &mc->t.rows[i];
+        if (p->ndim == 2 || p->kind == TD_T_ROUTERB) continue;
+        for (size_t k = 0; k < p->numel; k++)
+            mc->params[p->offset + k] += (float)(0.1 * td_rng_normal(9, (uint64_t)i, k));
+    }
+}
+
+static inline void ref_model_free(ref_model *mc) {
+    td_free(mc->params), td_free(mc->grads);
+    td_param_table_free(&mc->t);
+}
+
+/* The tokens of the reference tests: n inputs and targets below V. */
+static inline void ref_tokens(int *inputs, int *targets, size_t n, int V) {
+    for (size_t i = 0; i < n; i++) {
+        inputs[i] = (int)(td_rng_u64(5, 1, (uint64_t)i) % (uint64_t)V);
+        targets[i] = (int)(td_rng_u64(5, 2, (uint64_t)i) % (uint64_t)V);
+    }
+}
+
+/* A new input file made from the template in_path ("/tmp/name_XXXXXX",
+ * rewritten), and out_path = in_path.out for the script's output. */
+static inline FILE *ref_create(char *in_path, char *out_path, size_t cap) {
+    int fd = mkstemp(in_path);
+    TD_ASSERT(fd >= 0);
+    snprintf(out_path, cap, "%s.out", in_path);
+    FILE *f = fdopen(fd, "wb");
+    TD_ASSERT(f);
+    return f;
+}
+
+static inline void ref_read(FILE *f, void *p, size_t n) {
+    if (fread(p, 1, n, f) != n) {
+        fprintf(stderr, "FAIL: reference output truncated\n");
+        exit(1);
+    }
+}
+
+/* Runs `/usr/bin/python3 script in out`; 0 when it succeeded (else says so). */
+static inline int ref_run(const char *script, const char *in, const char *out) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s %s %s", script, in, out);
+    if (system(cmd) == 0) return 0;
+    fprintf(stderr, "FAIL: the PyTorch reference did not run (%s); install python3-torch\n", cmd);
+    return 1;
+}
+
+/* Worst |a - b| relative to max|b| of the tensor (elements near zero make a
+ * per-element relative error meaningless); a[i * lda + j] against b[i * n + j]. */
+static inline double ref_cmp(const float *a, size_t lda, const float *b, size_t rows, size_t n) {
+    double maxb = 0.0, maxd = 0.0;
+    for (size_t i = 0; i < rows * n; i++) maxb = fmax(maxb, fabs(b[i]));
+    for (size_t i = 0; i < rows; i++)
+        for (size_t j = 0; j < n; j++) maxd = fmax(maxd, fabs((double)a[i * lda + j] - b[i * n + j]));
+    return maxb > 0 ? maxd / maxb : maxd;
 }
 
 #endif

@@ -29,48 +29,14 @@ static const test_case CASES[NCASE] = {
     {1, 0, 10000, 0}, {1, 1, 10000, 0}, {2, 0, 500000, 8},
 };
 
-static void rd(FILE *f, void *p, size_t n) {
-    if (fread(p, 1, n, f) != n) {
-        fprintf(stderr, "FAIL: reference output truncated\n");
-        exit(1);
-    }
-}
-
-/* Worst |a - b| relative to max|b| of the tensor (elements near zero make a
- * per-element relative error meaningless); a[i * lda + j] against b[i * n + j]. */
-static double cmp(const float *a, size_t lda, const float *b, size_t rows, size_t n) {
-    double maxb = 0.0, maxd = 0.0;
-    for (size_t i = 0; i < rows * n; i++) maxb = fmax(maxb, fabs(b[i]));
-    for (size_t i = 0; i < rows; i++)
-        for (size_t j = 0; j < n; j++) maxd = fmax(maxd, fabs((double)a[i * lda + j] - b[i * n + j]));
-    return maxb > 0 ? maxd / maxb : maxd;
-}
-
-typedef struct {
-    td_gpt_config cfg;
-    td_param_table t;
-    float *params, *grads;
-} model_case;
-
-static void build(model_case *mc, const test_case *tc) {
+static void build(ref_model *mc, const test_case *tc) {
     mc->cfg = (td_gpt_config){.L = L, .H = H, .C = C, .T = T, .V = V, .arch = TD_ARCH_LLAMA, .KV = tc->kv, .F = F,
                               .tie = tc->tied ? TD_TIE_ON : TD_TIE_OFF, .rope_theta = tc->theta};
     if (tc->factor > 0) mc->cfg.rope_scaling = (td_rope_scaling){tc->factor, 1.0, 4.0, 8};
-    td_gpt_config_finish(&mc->cfg);
-    td_param_table_build(&mc->t, &mc->cfg, 1);
-    mc->params = td_alloc(sizeof(float) * mc->t.numel, TD_MEM_PARAMS);
-    mc->grads = td_alloc(sizeof(float) * mc->t.numel, TD_MEM_GRADS);
-    td_param_init_range(&mc->t, 42, 0, mc->t.numel, mc->params);
-    /* the norm gains away from 1, so that their gradients are exercised */
-    for (int i = 0; i < mc->t.n_rows; i++) {
-        td_param *p = &mc->t.rows[i];
-        if (p->ndim == 2) continue;
-        for (size_t k = 0; k < p->numel; k++)
-            mc->params[p->offset + k] += (float)(0.1 * td_rng_normal(9, (uint64_t)i, k));
-    }
+    ref_model_build(mc); /* the norm gains away from 1 */
 }
 
-static void write_case(FILE *f, const model_case *mc, const test_case *tc, const int *inputs, const int *targets) {
+static void write_case(FILE *f, const ref_model *mc, const test_case *tc, const int *inputs, const int *targets) {
     const td_gpt_config *c = &mc->cfg;
     int32_t hdr[9] = {c->L, c->H, c->KV, c->C, c->F, c->T, c->V, B, tc->tied};
     float eps = c->norm_eps;
@@ -88,16 +54,10 @@ static void write_case(FILE *f, const model_case *mc, const test_case *tc, const
 
 int main(void) {
     int *inputs = malloc(sizeof(int) * B * T), *targets = malloc(sizeof(int) * B * T);
-    for (int i = 0; i < B * T; i++) {
-        inputs[i] = (int)(td_rng_u64(5, 1, (uint64_t)i) % V);
-        targets[i] = (int)(td_rng_u64(5, 2, (uint64_t)i) % V);
-    }
-    model_case mc[NCASE];
+    ref_tokens(inputs, targets, B * T, V);
+    ref_model mc[NCASE];
     char in_path[] = "/tmp/td_llama_ref_XXXXXX", out_path[256];
-    int fd = mkstemp(in_path);
-    TD_ASSERT(fd >= 0);
-    snprintf(out_path, sizeof out_path, "%s.out", in_path);
-    FILE *f = fdopen(fd, "wb");
+    FILE *f = ref_create(in_path, out_path, sizeof out_path);
     int32_t top[2] = {0x4645524C, NCASE};
     ref_write(f, top, sizeof top);
     for (int c = 0; c < NCASE; c++) {
@@ -105,12 +65,7 @@ int main(void) {
         write_case(f, &mc[c], &CASES[c], inputs, targets);
     }
     fclose(f);
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/tests/ref/llama_ref.py %s %s", TD_SOURCE_DIR, in_path, out_path);
-    if (system(cmd) != 0) {
-        fprintf(stderr, "FAIL: the PyTorch reference did not run (%s); install python3-torch\n", cmd);
-        return 1;
-    }
+    if (ref_run(TD_SOURCE_DIR "/tests/ref/llama_ref.py", in_path, out_path)) return 1;
     FILE *o = fopen(out_path, "rb");
     TD_ASSERT(o);
     /* Tolerances as test_vs_torch derives them: the loss 1e-5 relative
@@ -123,16 +78,16 @@ int main(void) {
     float *ref = malloc(sizeof(float) * (size_t)B * T * V * 4);
     for (int c = 0; c < NCASE; c++) {
         const test_case *tc = &CASES[c];
-        model_case *m = &mc[c];
+        ref_model *m = &mc[c];
         td_gpt model;
         td_gpt_create(&model, &m->t, B, 0);
         td_gpt_bind_flat(&model, m->params, m->grads);
         memset(m->grads, 0, sizeof(float) * m->t.numel);
         float ref_loss;
-        rd(o, &ref_loss, 4);
-        rd(o, ref, sizeof(float) * (size_t)B * T * V);
+        ref_read(o, &ref_loss, 4);
+        ref_read(o, ref, sizeof(float) * (size_t)B * T * V);
         td_gpt_forward(&model, inputs, NULL); /* the logits */
-        double elog = cmp(model.logits, (size_t)m->cfg.Vp, ref, (size_t)B * T, V);
+        double elog = ref_cmp(model.logits, (size_t)m->cfg.Vp, ref, (size_t)B * T, V);
         double loss = td_gpt_forward(&model, inputs, targets) / (B * T);
         td_gpt_backward(&model, 1.0f / (B * T));
         double rel = fabs(loss - ref_loss) / fabs(ref_loss);
@@ -141,8 +96,8 @@ int main(void) {
         for (int i = 0; i < m->t.n_rows; i++) {
             const td_param *p = &m->t.rows[i];
             size_t rows = p->split == TD_SPLIT_VOCAB ? (size_t)V : (size_t)p->shape[0];
-            rd(o, ref, sizeof(float) * rows * (size_t)p->shape[1]);
-            double e = cmp(m->grads + p->offset, (size_t)p->shape[1], ref, rows, (size_t)p->shape[1]);
+            ref_read(o, ref, sizeof(float) * rows * (size_t)p->shape[1]);
+            double e = ref_cmp(m->grads + p->offset, (size_t)p->shape[1], ref, rows, (size_t)p->shape[1]);
             if (e > worst) worst = e, worst_name = p->name;
         }
         int bad = rel > tol_loss || elog > tol || worst > tol;
@@ -153,8 +108,7 @@ int main(void) {
                tc->theta, tc->factor > 0 ? " llama3 scaling" : "", loss, ref_loss, rel, elog, m->t.n_rows, worst,
                worst_name, bad ? "FAIL" : "ok");
         td_gpt_destroy(&model);
-        td_free(m->params), td_free(m->grads);
-        td_param_table_free(&m->t);
+        ref_model_free(m);
     }
     fclose(o);
     remove(in_path);

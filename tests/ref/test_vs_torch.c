@@ -21,13 +21,6 @@
 
 enum { L = 2, H = 4, C = 32, T = 16, V = 37, B = 3, STEPS = 10 };
 
-static void rd(FILE *f, void *p, size_t n) {
-    if (fread(p, 1, n, f) != n) {
-        fprintf(stderr, "FAIL: reference output truncated\n");
-        exit(1);
-    }
-}
-
 /* Worst |a - b| relative to max|b| of the tensor (elements near zero make a
  * per-element relative error meaningless). */
 static double cmp(const float *a, const float *b, size_t n, size_t *worst) {
@@ -58,10 +51,7 @@ int main(void) {
             params[p->offset + k] += (float)(0.1 * td_rng_normal(9, (uint64_t)i, k));
     }
     int *inputs = malloc(sizeof(int) * STEPS * B * T), *targets = malloc(sizeof(int) * STEPS * B * T);
-    for (int i = 0; i < STEPS * B * T; i++) {
-        inputs[i] = (int)(td_rng_u64(5, 1, (uint64_t)i) % V);
-        targets[i] = (int)(td_rng_u64(5, 2, (uint64_t)i) % V);
-    }
+    ref_tokens(inputs, targets, STEPS * B * T, V);
     /* clip: the pre-clip gradient norms of this case are 0.69..0.99 (printed
      * below), so 0.25 clips every step, and the test asserts that it did.
      * weight_decay: 1.0, so decay moves the largest 2-D weights by several
@@ -71,10 +61,7 @@ int main(void) {
                           .weight_decay = 1.0f, .clip = 0.25f, .warmup = 0, .max_steps = STEPS};
 
     char in_path[] = "/tmp/td_ref_in_XXXXXX", out_path[256];
-    int fd = mkstemp(in_path);
-    TD_ASSERT(fd >= 0);
-    snprintf(out_path, sizeof out_path, "%s.out", in_path);
-    FILE *f = fdopen(fd, "wb");
+    FILE *f = ref_create(in_path, out_path, sizeof out_path);
     int32_t hdr[8] = {0x46455254, L, H, C, T, V, B, STEPS};
     float hp[6] = {oc.lr, oc.beta1, oc.beta2, oc.eps, oc.weight_decay, oc.clip};
     ref_write(f, hdr, sizeof hdr);
@@ -84,13 +71,7 @@ int main(void) {
     ref_write(f, targets, 4 * STEPS * B * T);
     fclose(f);
 
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/tests/ref/gpt_ref.py %s %s", TD_SOURCE_DIR, in_path,
-             out_path);
-    if (system(cmd) != 0) {
-        fprintf(stderr, "FAIL: the PyTorch reference did not run (%s); install python3-torch\n", cmd);
-        return 1;
-    }
+    if (ref_run(TD_SOURCE_DIR "/tests/ref/gpt_ref.py", in_path, out_path)) return 1;
     FILE *o = fopen(out_path, "rb");
     TD_ASSERT(o);
 
@@ -108,7 +89,7 @@ int main(void) {
      * changes gradients by O(1) of their scale). */
     const double tol_loss = 1e-5, tol_grad = 1e-4;
     float ref_loss0;
-    rd(o, &ref_loss0, 4);
+    ref_read(o, &ref_loss0, 4);
     double loss0 = td_gpt_forward(&model, inputs, targets) / (B * T);
     td_gpt_backward(&model, 1.0f / (B * T));
     double rel = fabs(loss0 - ref_loss0) / fabs(ref_loss0);
@@ -129,7 +110,7 @@ int main(void) {
                 }
         }
         float *ref = malloc(4 * n);
-        rd(o, ref, 4 * n);
+        ref_read(o, ref, 4 * n);
         size_t w = 0;
         double e = cmp(grads + p->offset, ref, n, &w);
         if (e > worst_grad) worst_grad = e;
@@ -145,8 +126,8 @@ int main(void) {
 
     /* 10 AdamW steps from the same start */
     float ref_losses[STEPS], ref_norms[STEPS];
-    rd(o, ref_losses, sizeof ref_losses);
-    rd(o, ref_norms, sizeof ref_norms);
+    ref_read(o, ref_losses, sizeof ref_losses);
+    ref_read(o, ref_norms, sizeof ref_norms);
     for (int s = 0; s < STEPS; s++) {
         memset(grads, 0, sizeof(float) * t.numel);
         double loss = td_gpt_forward(&model, inputs + s * B * T, targets + s * B * T) / (B * T);
@@ -195,7 +176,7 @@ int main(void) {
         td_param *p = &t.rows[i];
         size_t n = strcmp(p->name, "transformer.wte.weight") == 0 ? (size_t)V * C : p->numel;
         float *ref = malloc(4 * n);
-        rd(o, ref, 4 * n);
+        ref_read(o, ref, 4 * n);
         /* The key bias (c_attn.bias [C, 2C)) has an exactly zero gradient
          * (a constant added to every key shifts each score row by a constant,
          * which softmax ignores; its step-0 gradient is checked above). Its
