@@ -20,40 +20,9 @@
 #include <math.h>
 #include <string.h>
 
-#include "internal.h"
+#include "moe_internal.h"
 
 /* ---- the state: saved tensors of one block, scratch of the model ---- */
-
-struct td_moe_acts {
-    int N;
-    void *mem;                  /* the one allocation (td_moe_block_bytes) */
-    float *logits, *scores;     /* [N,E] router output and its softmax / sigmoid */
-    int *idx;                   /* [N,K] chosen experts */
-    float *gate;                /* [N,K] their scores */
-    float *wts;                 /* [N,K] combine weights: gate, renormalised with norm_topk */
-    int *pos;                   /* [N,K] row of the assignment in the send order, -1 dropped */
-    int *cnt;                   /* [ep, El] rows sent to rank r's expert j (send order's runs) */
-    int *rcnt;                  /* [ep, El] rows received from rank r for local expert j */
-    float *stats;               /* [2E + 3] the routing statistics, reduced (reduce_stats) */
-    int R;                      /* rows received */
-    td_act *xsend, *ysend;      /* [cap_send, C] dispatched inputs, returned outputs */
-    td_act *xs, *h, *a, *y;     /* [cap_recv, C|F1|F|C] expert-major (ep 1: xsend, ysend) */
-    td_act *sh_h, *sh_a;        /* [N, S F1], [N, S F] the shared experts' hidden */
-};
-
-struct td_moe_state {
-    td_moe_acts **pool;         /* every td_moe_acts made, freed with the model */
-    int n_pool, cap_pool;
-    size_t cap;                 /* rows of each scratch buffer below */
-    void *scratch;              /* the one allocation (td_moe_scratch_bytes) */
-    td_act *b0, *b1, *b2;       /* [cap, max(C, F1, S F1)] */
-    td_act *t0, *t1, *t2;       /* [TILE, max(C, F1)] reduced precision's padded tiles */
-    td_act *b3;                 /* [N, S F1] the shared experts' backward (S > 0) */
-    float *f0;                  /* [cap + 1, C] fp32 rows (the last a temporary) */
-    float dloss;                /* the loss's gradient per token (td_gpt_backward's) */
-    int quiet;                  /* a recomputing forward: statistics already counted */
-    td_moe_stats st;
-};
 
 static size_t scratch_rows(const td_gpt_dims *d, const td_gpt_config *c, int ep);
 static size_t scratch_width(const td_gpt_config *c, int C);
@@ -65,9 +34,6 @@ static void *zalloc(size_t bytes, td_mem_cat cat) {
     memset(p, 0, bytes);
     return p;
 }
-
-static int n_local(const td_gpt *m) { return m->cfg.moe.E / m->table->ep; }
-static size_t F1e(const td_gpt *m) { return (size_t)m->cfg.moe.F * (size_t)td_arch_mlp_parts(m->cfg.arch); }
 
 void td_moe_state_create(td_gpt *m) {
     if (m->cfg.moe.E == 0) return;
@@ -119,13 +85,14 @@ static size_t scratch_rows(const td_gpt_dims *d, const td_gpt_config *c, int ep)
 }
 
 static size_t scratch_width(const td_gpt_config *c, int C) {
-    size_t f1 = (size_t)c->moe.F * (size_t)td_arch_mlp_parts(c->arch), w = f1 > (size_t)C ? f1 : (size_t)C;
+    size_t f1 = (size_t)c->moe.F * (size_t)td_arch_mlp_parts(c->arch),
+           w = f1 > (size_t)C ? f1 : (size_t)C;
     return (size_t)c->moe.shared * f1 > w ? (size_t)c->moe.shared * f1 : w;
 }
 
 static size_t tile_elems(const td_gpt_dims *d, const td_gpt_config *c) {
     size_t f1 = (size_t)c->moe.F * (size_t)td_arch_mlp_parts(c->arch);
-    return 128 * (f1 > (size_t)d->C ? f1 : (size_t)d->C);
+    return TD_MOE_TILE * (f1 > (size_t)d->C ? f1 : (size_t)d->C);
 }
 
 /* Bytes of activations, 4-byte aligned like gpt.c's. */
@@ -134,13 +101,15 @@ static size_t A(const td_gpt_dims *d, size_t n) { return td_round_up(n * d->es, 
 size_t td_moe_block_bytes(const td_gpt_dims *d, const td_gpt_config *c, int ep) {
     const td_moe_config *e = &c->moe;
     if (e->E == 0) return 0;
-    size_t N = (size_t)d->N, E = (size_t)e->E, K = (size_t)e->K, S = (size_t)e->shared, F = (size_t)e->F;
+    size_t N = (size_t)d->N, E = (size_t)e->E, K = (size_t)e->K, S = (size_t)e->shared,
+           F = (size_t)e->F;
     size_t F1 = F * (size_t)td_arch_mlp_parts(c->arch), C = (size_t)d->C, R = recv_rows(d, c, ep);
-    return 4 * (2 * N * E + 4 * N * K + 4 * E + 3)      /* logits, scores; idx, gate, wts, pos; counts, stats */
+    return 4 * (2 * N * E + 4 * N * K + 4 * E +
+                3) /* logits, scores; idx, gate, wts, pos; counts, stats */
            + (S ? A(d, N * S * F1) + A(d, N * S * F) : 0) /* the shared experts' hidden */
-           + 2 * A(d, N * K * C)                         /* sent and returned rows */
-           + (ep > 1 ? 2 * A(d, R * C) : 0)              /* received rows, their outputs */
-           + A(d, R * F1) + A(d, R * F);                 /* the experts' hidden */
+           + 2 * A(d, N * K * C)                          /* sent and returned rows */
+           + (ep > 1 ? 2 * A(d, R * C) : 0)               /* received rows, their outputs */
+           + A(d, R * F1) + A(d, R * F);                  /* the experts' hidden */
 }
 
 size_t td_moe_scratch_bytes(const td_gpt_dims *d, const td_gpt_config *c, int ep) {
@@ -157,7 +126,8 @@ static td_moe_acts *acts_new(td_gpt *m) {
     const td_moe_config *e = &m->cfg.moe;
     int ep = m->table->ep;
     td_moe_acts *a = zalloc(sizeof *a, TD_MEM_OTHER);
-    size_t N = (size_t)d->N, E = (size_t)e->E, K = (size_t)e->K, S = (size_t)e->shared, C = (size_t)d->C;
+    size_t N = (size_t)d->N, E = (size_t)e->E, K = (size_t)e->K, S = (size_t)e->shared,
+           C = (size_t)d->C;
     size_t R = recv_rows(d, &m->cfg, ep);
     a->N = d->N;
     a->mem = td_alloc(td_moe_block_bytes(d, &m->cfg, ep), TD_MEM_ACTS);
@@ -197,26 +167,6 @@ static td_moe_acts *acts_new(td_gpt *m) {
     }
     s->pool[s->n_pool++] = a;
     return a;
-}
-
-/* ---- rows in the model's precision ---- */
-
-static td_act *row(const td_gpt *m, const td_act *p, size_t i, size_t width) {
-    return td_m_at(m, p, i * width);
-}
-
-static void row_copy(const td_gpt *m, td_act *dst, size_t di, const td_act *src, size_t si, size_t width) {
-    memcpy(row(m, dst, di, width), row(m, src, si, width), m->d.es * width);
-}
-
-static void widen(const td_gpt *m, float *dst, const td_act *src, size_t n) {
-    if (m->d.lp) td_m_widen_n(m, dst, src, n);
-    else memcpy(dst, src, sizeof(float) * n);
-}
-
-static void narrow(const td_gpt *m, td_act *dst, const float *src, size_t n) {
-    if (m->d.lp) td_m_round_n(m, dst, src, n);
-    else memcpy(dst, src, sizeof(float) * n);
 }
 
 /* ---- routing ---- */
@@ -276,6 +226,15 @@ static void route(td_gpt *m, int u, td_moe_acts *a) {
     }
 }
 
+/* log sum exp of a row of the router's logits, in double */
+static double log_sum_exp(const float *lg, int E) {
+    float mx = lg[0];
+    for (int i = 1; i < E; i++) mx = lg[i] > mx ? lg[i] : mx;
+    double s = 0.0;
+    for (int i = 0; i < E; i++) s += exp((double)lg[i] - mx);
+    return mx + log(s);
+}
+
 /* The statistics of every rank's tokens of this micro-batch: per expert
  * the assignments and the summed score, the tokens, the sum of squared
  * log-sum-exps of the router's logits (z-loss). */
@@ -286,16 +245,12 @@ static void reduce_stats(td_gpt *m, td_moe_acts *a) {
     for (int t = 0; t < N; t++) {
         for (int k = 0; k < K; k++) st[a->idx[(size_t)t * K + k]] += 1.0f;
         for (int i = 0; i < E; i++) st[E + i] += a->scores[(size_t)t * E + i];
-        const float *lg = a->logits + (size_t)t * E;
-        float mx = lg[0];
-        for (int i = 1; i < E; i++) mx = lg[i] > mx ? lg[i] : mx;
-        double s = 0.0;
-        for (int i = 0; i < E; i++) s += exp((double)lg[i] - mx);
-        double lse = mx + log(s);
+        double lse = log_sum_exp(a->logits + (size_t)t * E, E);
         st[2 * E + 1] += (float)(lse * lse);
     }
     st[2 * E] = (float)N;
-    if (m->comm && m->comm->moe_stats_allreduce) m->comm->moe_stats_allreduce(m->comm->moe_ctx, st, (size_t)(2 * E + 3));
+    if (m->comm && m->comm->moe_stats_allreduce)
+        m->comm->moe_stats_allreduce(m->comm->moe_ctx, st, (size_t)(2 * E + 3));
 }
 
 /* Capacity: keep the first ceil(F N K / E) assignments of each expert in
@@ -340,122 +295,21 @@ static void place(td_gpt *m, td_moe_acts *a, int *dropped) {
         if (a->pos[j] >= 0) a->pos[j] += per[a->idx[j]];
 }
 
-/* ---- an expert's GEMMs ---- */
-
-/* Under reduced precision each GEMM shape is a oneDNN primitive of its own
- * (matmul_bf16.c caches them), and an expert's row count changes every
- * step: its rows go through in tiles of TILE, the last one zero-padded in
- * scratch, so every expert GEMM has one of a few shapes. fp32 (OpenBLAS)
- * takes any count in one call. */
-#define TILE 128
-
-static void expert_mm_forward(td_gpt *m, td_act *out, const td_act *inp, int u, td_tensor_kind wk, size_t woff,
-                              const float *bias, int n, int C, int OC) {
-    if (!m->d.lp) {
-        td_m_matmul_forward_at(m, out, 0, inp, u, wk, woff, bias, n, C, OC);
-        return;
-    }
-    struct td_moe_state *s = m->moe;
-    int full = n / TILE * TILE, rest = n - full;
-    for (int r = 0; r < full; r += TILE)
-        td_m_matmul_forward_at(m, row(m, out, (size_t)r, (size_t)OC), 0, row(m, inp, (size_t)r, (size_t)C), u, wk,
-                               woff, bias, TILE, C, OC);
-    if (!rest) return;
-    memset(s->t0, 0, m->d.es * TILE * (size_t)C);
-    memcpy(s->t0, row(m, inp, (size_t)full, (size_t)C), m->d.es * (size_t)rest * C);
-    td_m_matmul_forward_at(m, s->t1, 0, s->t0, u, wk, woff, bias, TILE, C, OC);
-    memcpy(row(m, out, (size_t)full, (size_t)OC), s->t1, m->d.es * (size_t)rest * OC);
-}
-
-/* dinp [n,C] (zero on entry) and dw, dbias (added) of out = inp @ w^T. */
-static void expert_mm_backward(td_gpt *m, td_act *dinp, float *dw, float *dbias, const td_act *dout,
-                               const td_act *inp, int u, td_tensor_kind wk, size_t woff, int n, int C, int OC) {
-    if (!m->d.lp) {
-        td_m_matmul_backward_at(m, dinp, 0, dw, dbias, dout, inp, u, wk, woff, n, C, OC);
-        return;
-    }
-    struct td_moe_state *s = m->moe;
-    int full = n / TILE * TILE, rest = n - full;
-    for (int r = 0; r < full; r += TILE)
-        td_m_matmul_backward_at(m, row(m, dinp, (size_t)r, (size_t)C), 0, dw, dbias,
-                                row(m, dout, (size_t)r, (size_t)OC), row(m, inp, (size_t)r, (size_t)C), u, wk, woff,
-                                TILE, C, OC);
-    if (!rest) return;
-    size_t es = m->d.es;
-    memset(s->t0, 0, es * TILE * (size_t)OC);
-    memcpy(s->t0, row(m, dout, (size_t)full, (size_t)OC), es * (size_t)rest * OC);
-    memset(s->t1, 0, es * TILE * (size_t)C);
-    memcpy(s->t1, row(m, inp, (size_t)full, (size_t)C), es * (size_t)rest * C);
-    memset(s->t2, 0, es * TILE * (size_t)C);
-    td_m_matmul_backward_at(m, s->t2, 0, dw, dbias, s->t0, s->t1, u, wk, woff, TILE, C, OC);
-    memcpy(row(m, dinp, (size_t)full, (size_t)C), s->t2, es * (size_t)rest * C);
-}
-
-/* ---- expert parallelism: the exchange and the expert-major order ---- */
-
-/* Rows of rank r's block j in a source-major buffer ([r][j] runs) moved
- * to or from expert-major ([j][r]). */
-static void permute(const td_gpt *m, td_act *dst, const td_act *src, const int *rcnt, size_t width,
-                    int to_expert_major) {
-    int ep = m->table->ep, El = n_local(m);
-    size_t src_off = 0;
-    for (int r = 0; r < ep; r++)
-        for (int j = 0; j < El; j++) {
-            size_t em = 0; /* expert-major offset of (j, r) */
-            for (int jj = 0; jj < j; jj++)
-                for (int rr = 0; rr < ep; rr++) em += (size_t)rcnt[rr * El + jj];
-            for (int rr = 0; rr < r; rr++) em += (size_t)rcnt[rr * El + j];
-            size_t n = (size_t)rcnt[r * El + j];
-            if (to_expert_major) memcpy(row(m, dst, em, width), row(m, src, src_off, width), m->d.es * width * n);
-            else memcpy(row(m, dst, src_off, width), row(m, src, em, width), m->d.es * width * n);
-            src_off += n;
-        }
-}
-
-/* Rows per peer of the [ep, El] counts. */
-static void rows_per_rank(const td_gpt *m, const int *cnt, int *out) {
-    int ep = m->table->ep, El = n_local(m);
-    for (int r = 0; r < ep; r++) {
-        out[r] = 0;
-        for (int j = 0; j < El; j++) out[r] += cnt[r * El + j];
-    }
-}
-
-/* send (rows in send order, [ep, El] runs cnt) to the experts' ranks,
- * arriving source-major in tmp (started: dispatch_finish puts them
- * expert-major into dst); or back: the expert-major send permuted into
- * tmp, returned in send order into dst (started and waited). */
-static void dispatch_start(td_gpt *m, td_moe_acts *a, td_act *dst, const td_act *send, td_act *tmp, int back) {
-    size_t C = (size_t)m->d.C;
-    int sr[TD_MOE_MAX_EP], rr[TD_MOE_MAX_EP];
-    rows_per_rank(m, a->cnt, sr);
-    rows_per_rank(m, a->rcnt, rr);
-    if (!back) {
-        m->comm->ep_exchange_start(m->comm->moe_ctx, send, sr, tmp, rr, m->d.es * C);
-    } else {
-        permute(m, tmp, send, a->rcnt, C, 0);
-        m->comm->ep_exchange_start(m->comm->moe_ctx, tmp, rr, dst, sr, m->d.es * C);
-        m->comm->ep_wait(m->comm->moe_ctx);
-    }
-}
-
-static void dispatch_finish(td_gpt *m, const td_moe_acts *a, td_act *dst, const td_act *tmp) {
-    m->comm->ep_wait(m->comm->moe_ctx);
-    permute(m, dst, tmp, a->rcnt, (size_t)m->d.C, 1);
-}
-
 /* The shared experts (an MLP of S F features) of all N rows: out [N,C]
  * fp32, their hidden kept in a. The first half (to the hidden) and the
  * second run on either side of an exchange's wait. */
-static void shared_forward(td_gpt *m, int u, const td_block_acts *ba, td_moe_acts *a, float *out, int half) {
+static void shared_forward(td_gpt *m, int u, const td_block_acts *ba, td_moe_acts *a, float *out,
+                           int half) {
     const td_moe_config *e = &m->cfg.moe;
     int N = m->d.N, C = m->d.C, SF = e->shared * e->F, SF1 = SF * td_arch_mlp_parts(m->cfg.arch);
     if (!e->shared) return;
     if (half == 0) {
-        td_m_matmul_forward(m, a->sh_h, 0, ba->ln2, u, TD_T_SHFCW, td_m_w(m, u, TD_T_SHFCB), N, C, SF1);
+        td_m_matmul_forward(m, a->sh_h, 0, ba->ln2, u, TD_T_SHFCW, td_m_w(m, u, TD_T_SHFCB), N, C,
+                            SF1);
         td_m_mlp_act_forward(m, a->sh_a, a->sh_h, N, SF);
     } else {
-        td_m_matmul_forward(m, out, 1, a->sh_a, u, TD_T_SHPROJW, td_m_w(m, u, TD_T_SHPROJB), N, SF, C);
+        td_m_matmul_forward(m, out, 1, a->sh_a, u, TD_T_SHPROJW, td_m_w(m, u, TD_T_SHPROJB), N, SF,
+                            C);
     }
 }
 
@@ -470,11 +324,13 @@ static void experts_forward(td_gpt *m, int u, td_moe_acts *a) {
         int n = 0;
         for (int r = 0; r < ep; r++) n += a->rcnt[r * El + j];
         if (n > 0) {
-            expert_mm_forward(m, row(m, a->h, o, (size_t)F1), row(m, a->xs, o, (size_t)C), u, TD_T_EXPFCW,
-                                   (size_t)j * F1 * C, b1 ? b1 + (size_t)j * F1 : NULL, n, C, F1);
+            td_moe_mm_forward(m, row(m, a->h, o, (size_t)F1), row(m, a->xs, o, (size_t)C), u,
+                              TD_T_EXPFCW, (size_t)j * F1 * C, b1 ? b1 + (size_t)j * F1 : NULL, n,
+                              C, F1);
             td_m_mlp_act_forward(m, row(m, a->a, o, (size_t)F), row(m, a->h, o, (size_t)F1), n, F);
-            expert_mm_forward(m, row(m, a->y, o, (size_t)C), row(m, a->a, o, (size_t)F), u, TD_T_EXPPROJW,
-                                   (size_t)j * C * F, b2 ? b2 + (size_t)j * C : NULL, n, F, C);
+            td_moe_mm_forward(m, row(m, a->y, o, (size_t)C), row(m, a->a, o, (size_t)F), u,
+                              TD_T_EXPPROJW, (size_t)j * C * F, b2 ? b2 + (size_t)j * C : NULL, n,
+                              F, C);
         }
         o += (size_t)n;
     }
@@ -524,26 +380,31 @@ void td_moe_forward(td_gpt *m, int l, td_block_acts *ba) {
     place(m, a, &dropped);
     /* the counts, then the rows, travel while the shared experts compute */
     float *out = m->moe->f0, *yrow = out + m->moe->cap * C;
-    if (ep > 1) m->comm->ep_counts_start(m->comm->moe_ctx, a->cnt, a->rcnt, n_local(m));
-    else memcpy(a->rcnt, a->cnt, sizeof(int) * (size_t)E);
+    if (ep > 1)
+        m->comm->ep_counts_start(m->comm->moe_ctx, a->cnt, a->rcnt, n_local(m));
+    else
+        memcpy(a->rcnt, a->cnt, sizeof(int) * (size_t)E);
     for (size_t j = 0; j < (size_t)N * K; j++)
-        if (a->pos[j] >= 0) row_copy(m, a->xsend, (size_t)a->pos[j], ba->ln2, j / (size_t)K, (size_t)C);
+        if (a->pos[j] >= 0)
+            row_copy(m, a->xsend, (size_t)a->pos[j], ba->ln2, j / (size_t)K, (size_t)C);
     shared_forward(m, u, ba, a, out, 0);
     if (ep > 1) m->comm->ep_wait(m->comm->moe_ctx);
     a->R = 0;
     for (int i = 0; i < E; i++) a->R += a->rcnt[i];
     TD_ASSERT((size_t)a->R <= recv_rows(d, &m->cfg, ep));
-    if (ep > 1) dispatch_start(m, a, a->xs, a->xsend, m->moe->b0, 0);
+    if (ep > 1) td_moe_dispatch_start(m, a, a->xs, a->xsend, m->moe->b0, 0);
     shared_forward(m, u, ba, a, out, 1);
-    if (ep > 1) dispatch_finish(m, a, a->xs, m->moe->b0);
+    if (ep > 1) td_moe_dispatch_finish(m, a, a->xs, m->moe->b0);
     experts_forward(m, u, a);
-    if (ep > 1) dispatch_start(m, a, a->ysend, a->y, m->moe->b0, 1);
+    if (ep > 1) td_moe_dispatch_start(m, a, a->ysend, a->y, m->moe->b0, 1);
     /* the output of this rank's rows, summed in fp32: shared experts, then the K chosen */
     for (int r = 0; r < d->Ns; r++) {
         size_t t = (size_t)(d->row0 + r);
         float *o = out + (size_t)r * C;
-        if (e->shared) memmove(o, out + t * C, sizeof(float) * C);
-        else memset(o, 0, sizeof(float) * C);
+        if (e->shared)
+            memmove(o, out + t * C, sizeof(float) * C);
+        else
+            memset(o, 0, sizeof(float) * C);
         for (int k = 0; k < K; k++) {
             int p = a->pos[t * K + k];
             if (p < 0) continue;
@@ -573,13 +434,15 @@ static void experts_backward(td_gpt *m, int u, const td_moe_acts *a, td_act *dy)
         if (n > 0) {
             td_act *dyj = row(m, dy, o, (size_t)C);
             memset(s->b1, 0, es * (size_t)n * F);
-            expert_mm_backward(m, s->b1, g2 + (size_t)j * C * F, gb2 ? gb2 + (size_t)j * C : NULL, dyj,
-                                    row(m, a->a, o, (size_t)F), u, TD_T_EXPPROJW, (size_t)j * C * F, n, F, C);
+            td_moe_mm_backward(m, s->b1, g2 + (size_t)j * C * F, gb2 ? gb2 + (size_t)j * C : NULL,
+                               dyj, row(m, a->a, o, (size_t)F), u, TD_T_EXPPROJW, (size_t)j * C * F,
+                               n, F, C);
             memset(s->b2, 0, es * (size_t)n * F1);
             td_m_mlp_act_backward(m, s->b2, row(m, a->h, o, (size_t)F1), s->b1, n, F);
             memset(dyj, 0, es * (size_t)n * C);
-            expert_mm_backward(m, dyj, g1 + (size_t)j * F1 * C, gb1 ? gb1 + (size_t)j * F1 : NULL, s->b2,
-                                    row(m, a->xs, o, (size_t)C), u, TD_T_EXPFCW, (size_t)j * F1 * C, n, C, F1);
+            td_moe_mm_backward(m, dyj, g1 + (size_t)j * F1 * C, gb1 ? gb1 + (size_t)j * F1 : NULL,
+                               s->b2, row(m, a->xs, o, (size_t)C), u, TD_T_EXPFCW,
+                               (size_t)j * F1 * C, n, C, F1);
         }
         o += (size_t)n;
     }
@@ -596,11 +459,13 @@ static float *router_grad(td_gpt *m, const td_moe_acts *a, const float *dw) {
     float *dl = td_alloc(sizeof(float) * (size_t)N * E, TD_MEM_OTHER); /* the caller frees */
     float *ds = td_alloc(sizeof(float) * (size_t)E, TD_MEM_OTHER);
     for (int t = 0; t < N; t++) {
-        const float *sc = a->scores + (size_t)t * E, *g = a->gate + (size_t)t * K, *w = a->wts + (size_t)t * K;
+        const float *sc = a->scores + (size_t)t * E, *g = a->gate + (size_t)t * K,
+                    *w = a->wts + (size_t)t * K;
         const int *idx = a->idx + (size_t)t * K;
         const float *dwt = dw + (size_t)t * K;
         /* the aux loss: d/ds_i of coef E sum f_i P_i, per token (f_i constant) */
-        for (int i = 0; i < E; i++) ds[i] = s->dloss * e->aux_coef * E * (float)(st[i] / (ntot * K));
+        for (int i = 0; i < E; i++)
+            ds[i] = s->dloss * e->aux_coef * E * (float)(st[i] / (ntot * K));
         double gs = 0.0, dot = 0.0;
         for (int k = 0; k < K; k++) gs += g[k], dot += (double)dwt[k] * w[k];
         for (int k = 0; k < K; k++)
@@ -615,11 +480,7 @@ static float *router_grad(td_gpt *m, const td_moe_acts *a, const float *dw) {
         }
         if (e->z_coef > 0.0f) { /* d/dlogit_i of z mean(lse^2) = 2 z lse softmax_i / N */
             const float *lg = a->logits + (size_t)t * E;
-            float mx = lg[0];
-            for (int i = 1; i < E; i++) mx = lg[i] > mx ? lg[i] : mx;
-            double sum = 0.0;
-            for (int i = 0; i < E; i++) sum += exp((double)lg[i] - mx);
-            double lse = mx + log(sum);
+            double lse = log_sum_exp(lg, E);
             for (int i = 0; i < E; i++)
                 dlt[i] += (float)(s->dloss * 2.0 * e->z_coef * lse * exp((double)lg[i] - lse));
         }
@@ -631,19 +492,20 @@ static float *router_grad(td_gpt *m, const td_moe_acts *a, const float *dw) {
 /* The shared experts' backward from dout [N,C]: their weight gradients,
  * and on tp rank 0 their input gradient added into dln; b0 and b3 as
  * scratch (b0 is free until the dispatched gradients arrive in it). */
-static void shared_backward(td_gpt *m, int u, const td_block_acts *ba, const td_act *dout, float *dln) {
+static void shared_backward(td_gpt *m, int u, const td_block_acts *ba, const td_act *dout,
+                            float *dln) {
     struct td_moe_state *s = m->moe;
     const td_moe_config *e = &m->cfg.moe;
     const td_gpt_dims *d = &m->d;
     if (!e->shared) return;
     int N = d->N, C = d->C, SF = e->shared * e->F, SF1 = SF * td_arch_mlp_parts(m->cfg.arch);
     memset(s->b0, 0, d->es * (size_t)N * SF);
-    td_m_matmul_backward(m, s->b0, 0, td_m_g(m, u, TD_T_SHPROJW), td_m_g(m, u, TD_T_SHPROJB), dout, ba->moe->sh_a,
-                         u, TD_T_SHPROJW, N, SF, C);
+    td_m_matmul_backward(m, s->b0, 0, td_m_g(m, u, TD_T_SHPROJW), td_m_g(m, u, TD_T_SHPROJB), dout,
+                         ba->moe->sh_a, u, TD_T_SHPROJW, N, SF, C);
     memset(s->b3, 0, d->es * (size_t)N * SF1);
     td_m_mlp_act_backward(m, s->b3, ba->moe->sh_h, s->b0, N, SF);
-    td_m_matmul_backward(m, d->tp_rank == 0 ? dln : NULL, 1, td_m_g(m, u, TD_T_SHFCW), td_m_g(m, u, TD_T_SHFCB),
-                         s->b3, ba->ln2, u, TD_T_SHFCW, N, C, SF1);
+    td_m_matmul_backward(m, d->tp_rank == 0 ? dln : NULL, 1, td_m_g(m, u, TD_T_SHFCW),
+                         td_m_g(m, u, TD_T_SHFCB), s->b3, ba->ln2, u, TD_T_SHFCW, N, C, SF1);
 }
 
 void td_moe_backward(td_gpt *m, int l, const td_block_acts *ba, const td_act *dout, float *dln) {
@@ -656,7 +518,9 @@ void td_moe_backward(td_gpt *m, int l, const td_block_acts *ba, const td_act *do
     for (int i = 0; i < E; i++) S += (size_t)a->cnt[i];
     (void)S;
     int first = d->tp_rank == 0; /* the input gradient is added once over tp (summed there) */
-    if (ep == 1) shared_backward(m, u, ba, dout, dln); /* first, as under ep (the same order of sums in dln) */
+    if (ep == 1)
+        shared_backward(m, u, ba, dout,
+                        dln); /* first, as under ep (the same order of sums in dln) */
     /* the combine's backward: each kept assignment's output gradient w dout[t]
      * (into f0 rows, rounded to b0 in send order) and its weight's, dout . y */
     float *dw = td_alloc(sizeof(float) * (size_t)N * K, TD_MEM_OTHER); /* small: not planned */
@@ -679,15 +543,15 @@ void td_moe_backward(td_gpt *m, int l, const td_block_acts *ba, const td_act *do
     }
     td_act *dy = s->b0;
     if (ep > 1) { /* the rows travel while the shared experts' backward runs */
-        dispatch_start(m, (td_moe_acts *)a, dy, dysend, s->b2, 0);
+        td_moe_dispatch_start(m, (td_moe_acts *)a, dy, dysend, s->b2, 0);
         shared_backward(m, u, ba, dout, dln);
-        dispatch_finish(m, a, dy, s->b2);
+        td_moe_dispatch_finish(m, a, dy, s->b2);
     }
     experts_backward(m, u, a, dy); /* dy now holds the inputs' gradients, expert-major */
     td_act *dxsend = dy;
     if (ep > 1) {
         dxsend = s->b1;
-        dispatch_start(m, (td_moe_acts *)a, dxsend, dy, s->b2, 1);
+        td_moe_dispatch_start(m, (td_moe_acts *)a, dxsend, dy, s->b2, 1);
     }
     if (first)
         for (size_t j = 0; j < (size_t)N * K; j++) {
@@ -699,7 +563,8 @@ void td_moe_backward(td_gpt *m, int l, const td_block_acts *ba, const td_act *do
     /* the router */
     float *dl = router_grad(m, a, dw);
     td_free(dw);
-    if (d->lp) td_m_round_n(m, dl, dl, (size_t)N * E); /* in place: 2-byte elements behind 4-byte ones */
+    if (d->lp)
+        td_m_round_n(m, dl, dl, (size_t)N * E); /* in place: 2-byte elements behind 4-byte ones */
     td_m_matmul_backward(m, first ? dln : NULL, 1, td_m_g(m, u, TD_T_ROUTERW), NULL, dl, ba->ln2, u,
                          TD_T_ROUTERW, N, C, E);
     td_free(dl);
