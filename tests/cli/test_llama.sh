@@ -17,29 +17,10 @@ out=$("$T" train "${M[@]}" "${RUN[@]}" --steps 6 --out "$tmp/ck" 2>&1) || fail "
 grep -q "model: llama L=2 H=4 KV=2 C=32 F=48" <<<"$out" && ok "the model line names the family" ||
   fail "model line" "$out"
 # the resumes name no family flag: the checkpoint's manifest supplies them
-resume() { # name, ranks, layout flags...
-  local name=$1 np=$2; shift 2
-  cp -r "$tmp/ck" "$tmp/$name"
-  $MPIRUN -np "$np" "$T" train "${RUN[@]}" --steps 10 --out "$tmp/$name" --resume latest --log "$tmp/$name.jsonl" "$@" \
-    >"$tmp/$name.out" 2>&1 || fail "resume $name" "$(cat "$tmp/$name.out")"
-}
 resume one 1
 resume tp2 2 --tp 2
 resume pp2 2 --pp 2 --micro-batches 2
-if python3 - "$tmp" <<'P'
-import json, sys
-d = sys.argv[1]
-def losses(n): return {j["step"]: j["loss"] for j in map(json.loads, open("%s/%s.jsonl" % (d, n))) if "loss" in j}
-one = losses("one")
-assert sorted(one) == [6, 7, 8, 9], one
-for n in ("tp2", "pp2"):
-    got = losses(n)
-    for s in one:
-        rel = abs(got[s] - one[s]) / one[s]
-        assert rel <= 1e-5, (n, s, got[s], one[s], rel)
-    print("%s: steps 6-9 within %.1e of the one-process resume" % (n, max(abs(got[s] - one[s]) / one[s] for s in one)))
-P
-then ok "resume across layouts (tp 2, pp 2) continues the one-process run"; else fail "resume across layouts"; fi
+if same_continuations tp2 pp2; then ok "resume across layouts (tp 2, pp 2) continues the one-process run"; else fail "resume across layouts"; fi
 
 out=$("$T" eval --ckpt "$tmp/one" --data "$DATA" --max-tokens 2000 2>&1) && grep -q "^eval: tokens" <<<"$out" &&
   ok "eval reads the family from the checkpoint" || fail "eval" "$out"

@@ -32,28 +32,10 @@ then ok "the log's expert figures"; else fail "log figures"; fi
 
 # the ep 2 checkpoint of step 6 continued in one process, under ep 2 and ep 4
 # (the flags of the experts from its manifest): the same losses within 1e-5
-resume() { # name, ranks, layout flags...
-  local name=$1 np=$2; shift 2
-  cp -r "$tmp/ck" "$tmp/$name"
-  $MPIRUN -np "$np" "$T" train "${RUN[@]}" --steps 10 --out "$tmp/$name" --resume latest --log "$tmp/$name.jsonl" "$@" \
-    >"$tmp/$name.out" 2>&1 || fail "resume $name" "$(cat "$tmp/$name.out")"
-}
 resume one 1
 resume ep2 2 --dp 2 --ep 2
 resume ep4 4 --dp 4 --ep 4
-if python3 - "$tmp" <<'P'
-import json, sys
-d = sys.argv[1]
-def losses(n): return {j["step"]: j["loss"] for j in map(json.loads, open("%s/%s.jsonl" % (d, n))) if "loss" in j}
-one = losses("one")
-assert sorted(one) == [6, 7, 8, 9], one
-for n in ("ep2", "ep4"):
-    got = losses(n)
-    worst = max(abs(got[s] - one[s]) / one[s] for s in one)
-    assert worst <= 1e-5, (n, got, one)
-    print("%s: steps 6-9 within %.1e of the one-process resume" % (n, worst))
-P
-then ok "an ep 2 checkpoint continues alike in one process, at ep 2 and at ep 4"; else fail "resume across ep"; fi
+if same_continuations ep2 ep4; then ok "an ep 2 checkpoint continues alike in one process, at ep 2 and at ep 4"; else fail "resume across ep"; fi
 out=$("$T" ckpt check "$tmp/ep4/latest" 2>&1) && ok "the ep 4 save checks" || fail "ckpt check of the ep 4 save" "$out"
 out=$("$T" eval --ckpt "$tmp/ep4" --data "$DATA" --max-tokens 2000 2>&1) && grep -q "^eval: tokens" <<<"$out" &&
   ok "eval reads the experts from the checkpoint" || fail "eval" "$out"
