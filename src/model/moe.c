@@ -323,9 +323,14 @@ static void place(td_gpt *m, td_moe_acts *a, int *dropped) {
 /* Under reduced precision each GEMM shape is a oneDNN primitive of its own
  * (matmul_bf16.c caches them), and an expert's row count changes every
  * step: its rows go through in tiles of TILE, the last one zero-padded in
- * scratch, so every expert GEMM has one of a few shapes. fp32 (OpenBLAS)
+ * scratch to a multiple of TAIL rows, so every expert GEMM has one of a few
+ * shapes (TILE / TAIL per GEMM). The padding's zero rows add nothing to the
+ * weight gradients' sums and each row's output is its own, so the results
+ * are those of padding to TILE, at up to TILE - TAIL fewer rows per expert
+ * (bench/moe_gemm_bench.c: 12-16% of the rows at E 8). fp32 (OpenBLAS)
  * takes any count in one call. */
 #define TILE 128
+#define TAIL 16
 
 static void expert_mm_forward(td_gpt *m, td_act *out, const td_act *inp, int u, td_tensor_kind wk, size_t woff,
                               const float *bias, int n, int C, int OC) {
@@ -339,9 +344,10 @@ static void expert_mm_forward(td_gpt *m, td_act *out, const td_act *inp, int u, 
         td_m_matmul_forward_at(m, row(m, out, (size_t)r, (size_t)OC), 0, row(m, inp, (size_t)r, (size_t)C), u, wk,
                                woff, bias, TILE, C, OC);
     if (!rest) return;
-    memset(s->t0, 0, m->d.es * TILE * (size_t)C);
+    int last = (rest + TAIL - 1) / TAIL * TAIL;
+    memset(s->t0, 0, m->d.es * (size_t)last * C);
     memcpy(s->t0, row(m, inp, (size_t)full, (size_t)C), m->d.es * (size_t)rest * C);
-    td_m_matmul_forward_at(m, s->t1, 0, s->t0, u, wk, woff, bias, TILE, C, OC);
+    td_m_matmul_forward_at(m, s->t1, 0, s->t0, u, wk, woff, bias, last, C, OC);
     memcpy(row(m, out, (size_t)full, (size_t)OC), s->t1, m->d.es * (size_t)rest * OC);
 }
 
@@ -359,13 +365,13 @@ static void expert_mm_backward(td_gpt *m, td_act *dinp, float *dw, float *dbias,
                                 row(m, dout, (size_t)r, (size_t)OC), row(m, inp, (size_t)r, (size_t)C), u, wk, woff,
                                 TILE, C, OC);
     if (!rest) return;
-    size_t es = m->d.es;
-    memset(s->t0, 0, es * TILE * (size_t)OC);
+    size_t es = m->d.es, last = (size_t)(rest + TAIL - 1) / TAIL * TAIL;
+    memset(s->t0, 0, es * last * OC);
     memcpy(s->t0, row(m, dout, (size_t)full, (size_t)OC), es * (size_t)rest * OC);
-    memset(s->t1, 0, es * TILE * (size_t)C);
+    memset(s->t1, 0, es * last * C);
     memcpy(s->t1, row(m, inp, (size_t)full, (size_t)C), es * (size_t)rest * C);
-    memset(s->t2, 0, es * TILE * (size_t)C);
-    td_m_matmul_backward_at(m, s->t2, 0, dw, dbias, s->t0, s->t1, u, wk, woff, TILE, C, OC);
+    memset(s->t2, 0, es * last * C);
+    td_m_matmul_backward_at(m, s->t2, 0, dw, dbias, s->t0, s->t1, u, wk, woff, (int)last, C, OC);
     memcpy(row(m, dinp, (size_t)full, (size_t)C), s->t2, es * (size_t)rest * C);
 }
 
