@@ -630,9 +630,13 @@ void td_moe_backward(td_gpt *m, int l, const td_block_acts *ba, const td_act *do
     /* the router */
     float *dl = router_grad(m, a, dw);
     td_free(dw);
-    if (d->lp) td_m_round_n(m, dl, dl, (size_t)N * E); /* in place: 2-byte elements behind 4-byte ones */
-    td_m_matmul_backward(m, first ? dln : NULL, 1, td_m_g(m, u, TD_T_ROUTERW), NULL, dl, ba->ln2, u,
+    /* rounded into a buffer of its own: in place, the rounding's threads (N E
+     * >= 16384 elements) overwrote fp32 elements another thread had yet to read */
+    td_act *dlr = d->lp ? td_alloc(d->es * (size_t)N * E, TD_MEM_OTHER) : dl;
+    if (d->lp) td_m_round_n(m, dlr, dl, (size_t)N * E);
+    td_m_matmul_backward(m, first ? dln : NULL, 1, td_m_g(m, u, TD_T_ROUTERW), NULL, dlr, ba->ln2, u,
                          TD_T_ROUTERW, N, C, E);
+    if (d->lp) td_free(dlr);
     td_free(dl);
     /* the shared experts: an MLP of S F features */
     if (e->shared) {
