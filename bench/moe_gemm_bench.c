@@ -18,11 +18,16 @@
  * and dbias. "one" runs the same two (four) GEMMs on all N K rows with
  * expert 0's weights and the same zeroing. Engines:
  *   fp32          td_matmul_* (OpenBLAS; moe.c passes any row count)
- *   bf16 tiled    td_matmul_bf16_* in tiles of 128 rows, the last
- *                 zero-padded in scratch: exactly moe.c's expert_mm_*
- *   bf16 tiles<=1K the same with fewer, larger calls: each call takes the
- *                 largest of 1024, 512, 256, 128 rows that fits in the
- *                 rows left (4 shapes per GEMM instead of 1)
+ *   bf16 tiled    td_matmul_bf16_* in tiles of 128 rows, the rest
+ *                 zero-padded in scratch to a multiple of 16 rows: exactly
+ *                 moe.c's expert_mm_* (8 shapes per GEMM)
+ *   bf16 pad128   the same with the rest padded to a whole tile of 128,
+ *                 as moe.c did before d3631b5 (the same bits: zero rows
+ *                 add nothing to a sum and each row's output is its own)
+ *   bf16 16..1K   each call the largest of 1024, 512, ..., 16 rows that
+ *                 fits in the rows left, the rest padded to 16: fewer,
+ *                 larger calls, but the weight gradients' sums are split
+ *                 differently (not the same bits)
  *   bf16 untiled  td_matmul_bf16_* on each expert's exact row count (a
  *                 oneDNN primitive per count, created on first use: the
  *                 timed calls reuse them, so this is the GEMMs alone)
@@ -49,7 +54,7 @@
 #include "trident/kernels_bf16.h"
 #include "trident/model.h"
 
-#define TILE 128 /* moe.c's */
+#define TILE 128 /* moe.c's (and its TAIL is 16) */
 
 enum { NTOK = 2048, C_ = 384, F_ = 768, E_ = 8, K_ = 2, R_ = NTOK * K_ };
 
@@ -124,53 +129,65 @@ static void draw_counts(bench *b, const double *p, uint64_t stream) {
 /* ---- the engines ---- */
 
 
-enum { ENG_F32, ENG_BF16_TILED, ENG_BF16_TILED_BIG, ENG_BF16_UNTILED, NENG };
-static const char *eng_name[NENG] = {"fp32", "bf16 tiled", "bf16 tiles<=1K", "bf16 untiled"};
-#define TILE_BIG 1024 /* ENG_BF16_TILED_BIG's largest tile */
+enum { ENG_F32, ENG_BF16_TILED, ENG_BF16_PAD128, ENG_BF16_POW2, ENG_BF16_UNTILED, NENG };
+static const char *eng_name[NENG] = {"fp32", "bf16 tiled", "bf16 pad128", "bf16 16..1K", "bf16 untiled"};
+/* the tiled engines' smallest and largest tile, and the rows the last call
+ * is padded to a multiple of */
+static const int tile_min[NENG] = {0, TILE, TILE, 16, 0}, tile_max[NENG] = {0, TILE, TILE, 1024, 0},
+                 tile_pad[NENG] = {0, 16, TILE, 16, 0};
 
 /* The rows of the next GEMM call of a tiled expert: the largest power of
- * two from TILE up to max that fits in the rows left, or TILE (the last,
- * zero-padded) when fewer are left. max = TILE is moe.c's expert_mm_*. */
-static int tile_rows(int left, int max) {
-    int t = max;
-    while (t > TILE && t > left) t /= 2;
+ * two from lo up to hi that fits in the rows left (lo = hi = TILE: moe.c's
+ * expert_mm_*); fewer than lo left go in one last, zero-padded call. */
+static int tile_rows(int left, int lo, int hi) {
+    int t = hi;
+    while (t > lo && t > left) t /= 2;
     return t;
 }
 
-/* moe.c's expert_mm_forward under reduced precision: tiles of TILE rows
- * (max = TILE; larger max: fewer, larger calls of a few more shapes). */
+/* GEMM calls of an expert of n rows, and its rows with the padding. */
+static int tile_calls(int n, int lo, int hi, int pad, int *rows) {
+    int calls = 0, r = 0;
+    for (; n - r >= lo; calls++) r += tile_rows(n - r, lo, hi);
+    *rows = r + (n - r + pad - 1) / pad * pad;
+    return calls + (r < n);
+}
+
+/* moe.c's expert_mm_forward under reduced precision (lo = hi = TILE, pad
+ * 16): whole tiles, then the rest zero-padded to a multiple of pad rows in
+ * scratch. */
 static void tiled_forward(bench *b, td_bf16 *out, const td_bf16 *inp, const td_bf16 *w, const float *bias, int n,
-                          int C, int OC, int max) {
+                          int C, int OC, int lo, int hi, int pad) {
     int r = 0;
-    for (int t; n - r >= TILE; r += t) {
-        t = tile_rows(n - r, max);
+    for (int t; n - r >= lo; r += t) {
+        t = tile_rows(n - r, lo, hi);
         td_matmul_bf16_forward(out + (size_t)r * OC, TD_K_BF16, inp + (size_t)r * C, w, bias, t, C, OC);
     }
-    int full = r, rest = n - full;
+    int full = r, rest = n - full, last = (rest + pad - 1) / pad * pad;
     if (!rest) return;
-    memset(b->t0, 0, 2 * (size_t)TILE * C);
+    memset(b->t0, 0, 2 * (size_t)last * C);
     memcpy(b->t0, inp + (size_t)full * C, 2 * (size_t)rest * C);
-    td_matmul_bf16_forward(b->t1, TD_K_BF16, b->t0, w, bias, TILE, C, OC);
+    td_matmul_bf16_forward(b->t1, TD_K_BF16, b->t0, w, bias, last, C, OC);
     memcpy(out + (size_t)full * OC, b->t1, 2 * (size_t)rest * OC);
 }
 
 /* moe.c's expert_mm_backward: dinp zero on entry. */
 static void tiled_backward(bench *b, td_bf16 *dinp, float *dw, float *dbias, const td_bf16 *dout,
-                           const td_bf16 *inp, const td_bf16 *w, int n, int C, int OC, int max) {
+                           const td_bf16 *inp, const td_bf16 *w, int n, int C, int OC, int lo, int hi, int pad) {
     int r = 0;
-    for (int t; n - r >= TILE; r += t) {
-        t = tile_rows(n - r, max);
+    for (int t; n - r >= lo; r += t) {
+        t = tile_rows(n - r, lo, hi);
         td_matmul_bf16_backward(dinp + (size_t)r * C, TD_K_BF16, dw, dbias, dout + (size_t)r * OC,
                                 inp + (size_t)r * C, w, t, C, OC);
     }
-    int full = r, rest = n - full;
+    int full = r, rest = n - full, last = (rest + pad - 1) / pad * pad;
     if (!rest) return;
-    memset(b->t0, 0, 2 * (size_t)TILE * OC);
+    memset(b->t0, 0, 2 * (size_t)last * OC);
     memcpy(b->t0, dout + (size_t)full * OC, 2 * (size_t)rest * OC);
-    memset(b->t1, 0, 2 * (size_t)TILE * C);
+    memset(b->t1, 0, 2 * (size_t)last * C);
     memcpy(b->t1, inp + (size_t)full * C, 2 * (size_t)rest * C);
-    memset(b->t2, 0, 2 * (size_t)TILE * C);
-    td_matmul_bf16_backward(b->t2, TD_K_BF16, dw, dbias, b->t0, b->t1, w, TILE, C, OC);
+    memset(b->t2, 0, 2 * (size_t)last * C);
+    td_matmul_bf16_backward(b->t2, TD_K_BF16, dw, dbias, b->t0, b->t1, w, last, C, OC);
     memcpy(dinp + (size_t)full * C, b->t2, 2 * (size_t)rest * C);
 }
 
@@ -184,10 +201,10 @@ static void fwd(bench *b, int eng, int j, int one) {
     if (eng == ENG_F32) {
         td_matmul_forward(b->h + o * F_, b->xs + o * C_, b->w1 + w1, b1, n, C_, F_);
         td_matmul_forward(b->y + o * C_, b->a + o * F_, b->w2 + w2, b2, n, F_, C_);
-    } else if ((eng == ENG_BF16_TILED || eng == ENG_BF16_TILED_BIG) && !one) {
-        int max = eng == ENG_BF16_TILED ? TILE : TILE_BIG;
-        tiled_forward(b, b->hb + o * F_, b->xsb + o * C_, b->w1b + w1, b1, n, C_, F_, max);
-        tiled_forward(b, b->yb + o * C_, b->ab + o * F_, b->w2b + w2, b2, n, F_, C_, max);
+    } else if (tile_min[eng] && !one) {
+        int lo = tile_min[eng], hi = tile_max[eng], pad = tile_pad[eng];
+        tiled_forward(b, b->hb + o * F_, b->xsb + o * C_, b->w1b + w1, b1, n, C_, F_, lo, hi, pad);
+        tiled_forward(b, b->yb + o * C_, b->ab + o * F_, b->w2b + w2, b2, n, F_, C_, lo, hi, pad);
     } else {
         td_matmul_bf16_forward(b->hb + o * F_, TD_K_BF16, b->xsb + o * C_, b->w1b + w1, b1, n, C_, F_);
         td_matmul_bf16_forward(b->yb + o * C_, TD_K_BF16, b->ab + o * F_, b->w2b + w2, b2, n, F_, C_);
@@ -207,13 +224,14 @@ static void bwd(bench *b, int eng, int j, int one) {
         td_matmul_backward(b->da + o * F_, gw2, gb2, b->dy + o * C_, b->a + o * F_, b->w2 + w2, n, F_, C_);
         memset(b->dxs + o * C_, 0, 4 * (size_t)n * C_);
         td_matmul_backward(b->dxs + o * C_, gw1, gb1, b->dh + o * F_, b->xs + o * C_, b->w1 + w1, n, C_, F_);
-    } else if ((eng == ENG_BF16_TILED || eng == ENG_BF16_TILED_BIG) && !one) {
-        int max = eng == ENG_BF16_TILED ? TILE : TILE_BIG;
+    } else if (tile_min[eng] && !one) {
+        int lo = tile_min[eng], hi = tile_max[eng], pad = tile_pad[eng];
         memset(b->dab + o * F_, 0, 2 * (size_t)n * F_);
-        tiled_backward(b, b->dab + o * F_, gw2, gb2, b->dyb + o * C_, b->ab + o * F_, b->w2b + w2, n, F_, C_, max);
+        tiled_backward(b, b->dab + o * F_, gw2, gb2, b->dyb + o * C_, b->ab + o * F_, b->w2b + w2, n, F_, C_, lo,
+                       hi, pad);
         memset(b->dxsb + o * C_, 0, 2 * (size_t)n * C_);
-        tiled_backward(b, b->dxsb + o * C_, gw1, gb1, b->dhb + o * F_, b->xsb + o * C_, b->w1b + w1, n, C_, F_,
-                       max);
+        tiled_backward(b, b->dxsb + o * C_, gw1, gb1, b->dhb + o * F_, b->xsb + o * C_, b->w1b + w1, n, C_, F_, lo,
+                       hi, pad);
     } else {
         memset(b->dab + o * F_, 0, 2 * (size_t)n * F_);
         td_matmul_bf16_backward(b->dab + o * F_, TD_K_BF16, gw2, gb2, b->dyb + o * C_, b->ab + o * F_, b->w2b + w2,
@@ -327,20 +345,22 @@ int main(int argc, char **argv) {
             for (int i = 0; i < E_; i++) p[i] = d == 1 ? 0.5 + (double)i / (E_ - 1) : pow(2.0, -i / 1.5);
             draw_counts(&b, p, (uint64_t)d);
         }
-        int lo = R_, hi = 0, tiles = 0, big_calls = 0;
+        int lo = R_, hi = 0, rows[NENG] = {0}, calls[NENG] = {0};
         printf("\n%s: rows per expert", dname[d]);
         for (int i = 0; i < E_; i++) {
             printf(" %d", b.cnt[i]);
             lo = b.cnt[i] < lo ? b.cnt[i] : lo, hi = b.cnt[i] > hi ? b.cnt[i] : hi;
-            tiles += (b.cnt[i] + TILE - 1) / TILE;
-            int r = 0;
-            for (; b.cnt[i] - r >= TILE; big_calls++) r += tile_rows(b.cnt[i] - r, TILE_BIG);
-            big_calls += r < b.cnt[i];
+            for (int e = 1; e < NENG; e++) {
+                int rr = b.cnt[i];
+                calls[e] += tile_min[e] ? tile_calls(b.cnt[i], tile_min[e], tile_max[e], tile_pad[e], &rr) : b.cnt[i] > 0;
+                rows[e] += rr;
+            }
         }
-        printf(" (min %.2f, max %.2f of an even share); %d tiles of %d = %d rows, %.1f%% padding; "
-               "calls per projection: tiled %d, tiles<=1K %d, one 1\n",
-               lo / (double)(R_ / E_), hi / (double)(R_ / E_), tiles, TILE, tiles * TILE,
-               100.0 * (tiles * TILE - R_) / (double)R_, tiles, big_calls);
+        printf(" (min %.2f, max %.2f of an even share)\n", lo / (double)(R_ / E_), hi / (double)(R_ / E_));
+        printf("  GEMM calls per projection and pass (rows with padding):");
+        for (int e = 1; e < NENG; e++)
+            printf("%s %s %d (%+.1f%%)", e > 1 ? "," : "", eng_name[e], calls[e], 100.0 * (rows[e] - R_) / R_);
+        printf("; one 1\n");
         printf("  %-14s %-7s %17s %17s %15s\n", "engine", "pass", "grouped ms", "one GEMM ms", "ratio");
         for (int eng = 0; eng < NENG; eng++) {
             timing t[3];
