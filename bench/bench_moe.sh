@@ -186,7 +186,7 @@ for name, model, prec, n in runs:
 
 print("\n== experts: ep exchange of rank 0's last step, expert load (assignments / an even share)")
 fmt = "{:<26} {:>13} {:>15} {:>15} {:>8} {:>15} {:>17}"
-print(fmt.format("config", "ep bytes sent", "trainer formula", "script formula", "sent/f.", "load last step",
+print(fmt.format("config", "ep bytes sent", "routing formula", "uniform router", "sent/f.", "load last step",
                  "load run, layers"))
 for name, model, prec, n in runs:
     if model != "moe":
@@ -201,7 +201,8 @@ for name, model, prec, n in runs:
     sent, tf = mo["ep_sent_bytes"], mo["ep_formula_bytes"]
     lo = min(a for a, _ in r["run_load"]) if r["run_load"] else float("nan")
     hi = max(b for _, b in r["run_load"]) if r["run_load"] else float("nan")
-    agree = "" if abs(tf - ours) <= 0.5 else " (differs!)"
+    # the script's uniform-router formula against the trainer's own
+    agree = "" if abs(mo.get("ep_uniform_bytes", ours) - ours) <= 0.5 else " (differs from the trainer's uniform!)"
     print(fmt.format(cfg_label(name, model, prec, n), f"{sent:.0f}", f"{tf:.0f}", f"{ours:.0f}{agree}",
                      f"{sent / tf:.2f}x" if tf > 0 else "-", f"{mo['load_min']:.2f}-{mo['load_max']:.2f}",
                      f"{lo:.2f}-{hi:.2f}"))
