@@ -518,35 +518,7 @@ typedef struct td_gpt {
     struct td_moe_state *moe; /* a mixture of experts' state (moe.c); NULL: dense */
 } td_gpt;
 
-/* A mixture of experts' figures since td_gpt_moe_stats_reset (once per
- * step): loads and the aux loss are of every rank's tokens (the routing
- * statistics are reduced over dp x cp), dropped assignments this rank's. */
-typedef struct {
-    int L, E;
-    double *load;      /* [L, E] assignments per expert, before capacity */
-    double assigned, dropped;
-    double off_rank_rows; /* rows the forward exchanges sent to other ranks (ep > 1) */
-    double aux, z;     /* the layers' aux and z losses, summed per layer and micro-batch */
-    int n;             /* layer forwards summed */
-    double loss_sum;   /* N (aux + z) summed: this rank's share of the step's loss sum */
-} td_moe_stats;
-/* NULL for a dense model. */
-td_moe_stats *td_gpt_moe_stats(td_gpt *m);
-void td_gpt_moe_stats_reset(td_gpt *m);
-/* Tests: called with every mixture-of-experts block's routing of a
- * micro-batch (not again when recomputed): the chosen experts idx[N,K] of
- * the model's N rows and each row's margin[N], the last chosen expert's
- * selection value over the best one left out (infinite for K = E). One
- * process-wide probe; NULL: none. */
-typedef void (*td_moe_route_probe)(void *ctx, const td_gpt *m, int layer, int N, int K, const int *idx,
-                                   const float *margin);
-void td_gpt_set_route_probe(td_moe_route_probe fn, void *ctx);
-/* The loss gradient per token of the coming backward (the aux and z
- * losses' gradients scale with it); td_gpt_backward sets it itself. */
-void td_gpt_set_dloss(td_gpt *m, float dloss);
-/* The experts a mixture-of-experts block's last forward (into a) chose for
- * each of its N rows, best first: [N, K]; NULL before one (tests, tools). */
-const int *td_moe_chosen(const td_block_acts *a);
+/* A mixture of experts' figures, route probe and loss scale: trident/moe.h. */
 
 /* Split backward of a block, for zero-bubble pipeline schedules (ZB-H1):
  * B, the input half, computes the gradient of the block's input (what the

@@ -8,6 +8,7 @@
 #include "trident/compat.h"
 #include "trident/base.h"
 #include "trident/rope.h"
+#include "trident/moe.h"
 
 void td_gpt_dims_of(td_gpt_dims *d, const td_param_table *t, int B, int seq_parallel) {
     const td_gpt_config *c = &t->cfg;

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "trident/moe.h"
 
 struct td_moe_acts {
     int N;

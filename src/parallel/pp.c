@@ -21,6 +21,7 @@
 #include "trident/fault.h"
 #include "trident/pipeline.h"
 #include "trident/timeline.h"
+#include "trident/moe.h"
 
 enum { ACT = 0, GRAD = 1 };
 

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "trident/base.h"
+#include "trident/moe.h"
 
 void td_run_moe_begin(td_run *r) {
     if (r->cfg.moe.E == 0 || r->g.is_server) return;

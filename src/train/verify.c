@@ -15,6 +15,7 @@
 #include "trident/kernels.h"
 #include "trident/loss_scale.h"
 #include "trident/train.h"
+#include "trident/moe.h"
 
 /* Tolerances. In fp32 a layout only reorders sums. Every reduction of the
  * engine accumulates in fp32 in every precision (a GEMM's K = C or 4C,

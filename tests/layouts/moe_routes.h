@@ -14,6 +14,7 @@
 
 #include "trident/comm.h"
 #include "trident/model.h"
+#include "trident/moe.h"
 
 #define ROUTE_K 8 /* the tests' top-k stays below */
 

@@ -15,6 +15,7 @@
 #include "trident/data.h"
 #include "trident/kernels.h"
 #include "trident/train.h"
+#include "trident/moe.h"
 #include "moe_routes.h"
 
 #ifndef TD_DATA_DIR

@@ -17,6 +17,7 @@
 
 #include "trident/base.h"
 #include "trident/model.h"
+#include "trident/moe.h"
 #include "ref_io.h"
 
 #ifndef TD_SOURCE_DIR
