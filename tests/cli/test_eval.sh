@@ -125,6 +125,58 @@ sys.exit(0 if ok else 1)
 PYEOF
 done
 
+# --- the checkpoint's precision: bf16 trained, bf16 measured ---------------
+# eval without --precision runs in the manifest's precision (the JSON and
+# the "eval:" line say which); an explicit --precision wins, with one line.
+"$T" train --data "$tmp/small.txt" --layers 2 --heads 2 --embd 16 --seq 16 --batch 4 --steps 2 --warmup 0 \
+  --eval-every 0 --threads 1 --precision bf16 --out "$tmp/bf" > "$tmp/bf_train.log" 2>&1 || fail "train bf16: $(tail -2 "$tmp/bf_train.log")"
+"$T" eval --ckpt "$tmp/bf" --data "$tmp/small.txt" --threads 1 --max-tokens 200 --log "$tmp/bf.json" > "$tmp/bf.out" 2>&1 \
+  || fail "eval bf16: $(tail -2 "$tmp/bf.out")"
+"$T" eval --ckpt "$tmp/bf" --data "$tmp/small.txt" --threads 1 --max-tokens 200 --precision fp32 --log "$tmp/bf32.json" \
+  > "$tmp/bf32.out" 2>&1 || fail "eval bf16 --precision fp32: $(tail -2 "$tmp/bf32.out")"
+grep -q '"precision": "bf16"' "$tmp/bf.json" && ! grep -q -- "--precision" "$tmp/bf.out" \
+  && echo "ok   a bf16 checkpoint is evaluated in bf16 without --precision" \
+  || fail "a bf16 checkpoint's eval: $(cat "$tmp/bf.json" 2>/dev/null)"
+[ "$(grep -c -- "--precision fp32, not the checkpoint's bf16" "$tmp/bf32.out")" -eq 1 ] && grep -q '"precision": "fp32"' "$tmp/bf32.json" \
+  && echo "ok   --precision fp32 wins over the checkpoint's bf16, in one line" \
+  || fail "--precision fp32 on a bf16 checkpoint: $(grep -- --precision "$tmp/bf32.out")"
+
+# --- a mixture of experts trained with --moe-capacity: no token dropped -----
+# Training's capacity keeps ceil(F x tokens x K / E) assignments per expert
+# of each micro-batch, so it would tie the loss to --batch; eval routes
+# every token (dropless). The same rows in other groupings or layouts then
+# differ only by the fp32 reordering of the GEMMs (measured ~1e-9
+# relative; dropping at capacity 0.5 moves the loss by ~1e-4), and cp 2 and
+# ep 2 are held to the other layouts' 1e-5.
+"$T" train --data "$tmp/small.txt" --layers 2 --heads 2 --embd 32 --seq 16 --batch 8 --steps 3 --lr 1e-2 --warmup 0 \
+  --eval-every 0 --threads 1 --moe-experts 4 --moe-top-k 2 --moe-capacity 0.5 --out "$tmp/moe" > "$tmp/moe_train.log" 2>&1 \
+  || fail "train moe: $(tail -2 "$tmp/moe_train.log")"
+mev() { # NAME [launcher...] -- [flags...]
+  local name=$1; shift; local run=(); while [ "$1" != "--" ]; do run+=("$1"); shift; done; shift
+  "${run[@]}" "$T" eval --ckpt "$tmp/moe" --data "$tmp/small.txt" --threads 1 --log "$tmp/$name.json" "$@" \
+    > "$tmp/$name.out" 2>&1 || fail "eval $name exited: $(tail -2 "$tmp/$name.out")"
+}
+mev moe8 -- --batch 8
+mev moe4 -- --batch 4
+# shellcheck disable=SC2086
+mev moecp $MPI -- --cp 2 --batch 8
+# shellcheck disable=SC2086
+mev moeep $MPI -- --dp 2 --ep 2 --batch 8
+$PY - "$tmp" <<'PYEOF' || fail "a mixture of experts' eval over --batch, --cp and --ep"
+import json, sys
+d = sys.argv[1]
+a = json.load(open(d + "/moe8.json"))
+bad = 0
+for name, key, tol in (("moe4", "batch", 1e-6), ("moecp", "cp", 1e-5), ("moeep", "ep", 1e-5)):
+    b = json.load(open("%s/%s.json" % (d, name)))
+    rel = abs(a["loss"] - b["loss"]) / a["loss"]
+    ok = rel <= tol and a["tokens"] == b["tokens"] == 599 and b[key] == (4 if key == "batch" else 2)
+    bad += not ok
+    print("%s moe eval --%s %d: loss %.9f, --batch 8 on one process %.9f, relative difference %.1e (tolerance %g)"
+          % ("ok  " if ok else "FAIL", key, b[key], b["loss"], a["loss"], rel, tol))
+sys.exit(1 if bad else 0)
+PYEOF
+
 # --- a token file: no text, so no bits per byte ------------------------------
 $PY -c "
 import numpy as np
