@@ -114,8 +114,10 @@ static void pass(void *ctx, td_layout_pass *p) {
     }
 }
 
-/* --log FILE: one JSON object of the results (world rank 0). */
-static void write_log(const eval_run *e, const char *data, double mean, double ppl, double bpb) {
+/* --log FILE: one JSON object of the results (world rank 0), with its
+ * memory by category (planned, and the peak from the model's allocation on). */
+static void write_log(const eval_run *e, const char *data, double mean, double ppl, double bpb,
+                      const td_train_result *res) {
     char ck[8400] = "", dp[8400] = "";
     TD_CHECK(td_json_put_str(ck, sizeof ck, 0, e->ck.dir) > 0 && td_json_put_str(dp, sizeof dp, 0, data) > 0,
              "eval --log %s: the checkpoint or data path is too long to record", e->log);
@@ -125,8 +127,15 @@ static void write_log(const eval_run *e, const char *data, double mean, double p
             ck, e->ck.step, dp, e->split, e->predicted, e->windows, e->B, e->T, e->loss_sum, mean, ppl);
     if (e->text) fprintf(e->logf, "\"bytes\": %llu, \"bits_per_byte\": %.17g, ", (unsigned long long)e->bytes, bpb);
     else fprintf(e->logf, "\"bytes\": null, \"bits_per_byte\": null, ");
-    fprintf(e->logf, "\"dp\": %d, \"tp\": %d, \"pp\": %d, \"cp\": %d, \"ep\": %d, \"precision\": \"%s\"}\n", e->dp,
+    fprintf(e->logf, "\"dp\": %d, \"tp\": %d, \"pp\": %d, \"cp\": %d, \"ep\": %d, \"precision\": \"%s\"", e->dp,
             e->tp, e->pp, e->cp, e->ep, e->used);
+    for (int k = 0; k < 2; k++) {
+        fprintf(e->logf, ", \"%s\": {", k ? "mem_peak" : "mem_planned");
+        for (int c = 0; c < TD_MEM_NCAT; c++)
+            fprintf(e->logf, "%s\"%s\": %zu", c ? ", " : "", td_mem_cat_name(c), k ? res->mem_peak[c] : res->mem_planned[c]);
+        fprintf(e->logf, "}");
+    }
+    fprintf(e->logf, "}\n");
     TD_CHECK(fflush(e->logf) == 0 && !ferror(e->logf) && fclose(e->logf) == 0, "eval --log %s: writing failed: %s",
              e->log, strerror(errno));
 }
@@ -241,7 +250,7 @@ int td_eval_main(int argc, char **argv) {
         if (e.text) printf("%.6f bits per byte (%llu bytes of text)\n", bpb, (unsigned long long)e.bytes);
         else printf("bits per byte unknown (a token file: the bytes of its text are not known)\n");
         fflush(stdout);
-        if (e.logf) write_log(&e, o.data, mean, ppl, bpb);
+        if (e.logf) write_log(&e, o.data, mean, ppl, bpb, &res);
     }
     td_train_result_free(&res);
     td_free(e.joined);

@@ -109,18 +109,18 @@ grep -q "tokens 599 | loss" "$tmp/val.out" || fail "eval's result line: $(tail -
 # sqrt(K) x 2^-24 of its terms, ~1e-7 of the mean loss here; 1e-5 relative
 # keeps a factor 100 above that, while one window counted twice or missed
 # moves it by ~1/38 (3e-2).
-for lay in "dp:--dp 2 --batch 4" "tp:--tp 2 --batch 3" "pp:--pp 2 --micro-batches 3 --batch 3"; do
+for lay in "dp:--dp 2 --batch 4" "dpz:--dp 2 --zero 1 --batch 4" "tp:--tp 2 --batch 3" "pp:--pp 2 --micro-batches 3 --batch 3"; do
   name=${lay%%:*}
   # shellcheck disable=SC2086
   $MPI "$T" eval --ckpt "$tmp/imp" --data "$tmp/small.txt" --threads 1 --log "$tmp/$name.json" ${lay#*:} \
-    > "$tmp/$name.out" 2>&1 || { fail "eval --$name 2 exited: $(tail -2 "$tmp/$name.out")"; continue; }
-  $PY - "$tmp/val.json" "$tmp/$name.json" "$name" <<'PYEOF' || fail "eval --$name 2 against one process"
+    > "$tmp/$name.out" 2>&1 || { fail "eval ${lay#*:} exited: $(tail -2 "$tmp/$name.out")"; continue; }
+  $PY - "$tmp/val.json" "$tmp/$name.json" "$name" "${lay#*:}" <<'PYEOF' || fail "eval ${lay#*:} against one process"
 import json, sys
 a, b = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
 rel = abs(a["loss"] - b["loss"]) / a["loss"]
-ok = rel <= 1e-5 and a["tokens"] == b["tokens"] == 599 and a["bytes"] == b["bytes"] and b[sys.argv[3]] == 2
-print("%s eval --%s 2: loss %.9f, one process %.9f, relative difference %.1e (tolerance 1e-5), %d tokens"
-      % ("ok  " if ok else "FAIL", sys.argv[3], b["loss"], a["loss"], rel, b["tokens"]))
+ok = rel <= 1e-5 and a["tokens"] == b["tokens"] == 599 and a["bytes"] == b["bytes"] and b[sys.argv[3][:2]] == 2
+print("%s eval %s: loss %.9f, one process %.9f, relative difference %.1e (tolerance 1e-5), %d tokens"
+      % ("ok  " if ok else "FAIL", sys.argv[4], b["loss"], a["loss"], rel, b["tokens"]))
 sys.exit(0 if ok else 1)
 PYEOF
 done
@@ -174,6 +174,24 @@ for name, key, tol in (("moe4", "batch", 1e-6), ("moecp", "cp", 1e-5), ("moeep",
     bad += not ok
     print("%s moe eval --%s %d: loss %.9f, --batch 8 on one process %.9f, relative difference %.1e (tolerance %g)"
           % ("ok  " if ok else "FAIL", key, b[key], b["loss"], a["loss"], rel, tol))
+sys.exit(1 if bad else 0)
+PYEOF
+
+# --- eval holds what a forward needs: no gradient, no AdamW moment ---------
+# Every eval above logged its rank 0's planned and peak bytes per memory
+# category (the allocator's, td_mem_cat): the gradients and the optimizer
+# moments are none in each layout and precision, the parameters are there.
+$PY - "$tmp" val dp dpz tp pp bf bf32 moe8 moecp moeep <<'PYEOF' || fail "eval's memory: gradients or moments held"
+import json, sys
+d, bad = sys.argv[1], 0
+for name in sys.argv[2:]:
+    j = json.load(open("%s/%s.json" % (d, name)))
+    held = {k: j[m][k] for m in ("mem_planned", "mem_peak") for k in ("grads", "optimizer")}
+    ok = not any(held.values()) and j["mem_planned"]["params"] + j["mem_planned"]["master"] > 0
+    bad += not ok
+    print("%s eval %-5s: gradients and moments planned %d + %d B, peak %d + %d B; parameters planned %d B"
+          % ("ok  " if ok else "FAIL", name, j["mem_planned"]["grads"], j["mem_planned"]["optimizer"],
+             j["mem_peak"]["grads"], j["mem_peak"]["optimizer"], j["mem_planned"]["params"]))
 sys.exit(1 if bad else 0)
 PYEOF
 
