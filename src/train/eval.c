@@ -214,6 +214,10 @@ int td_eval_main(int argc, char **argv) {
     for (size_t k = 0; k < sizeof LAYOUT_FLAGS / sizeof LAYOUT_FLAGS[0]; k++)
         for (int i = 0; i < n_train; i++)
             if (strcmp(train[i].name, LAYOUT_FLAGS[k]) == 0) flags[n++] = train[i];
+    for (int i = 0; i < n; i++) /* eval's default is not train's */
+        if (strcmp(flags[i].name, "--precision") == 0)
+            flags[i].help = "arithmetic of the forward passes: fp32, bf16 or fp16 (default: the checkpoint's, from its "
+                            "manifest)";
     o.precision = NULL; /* given or not: the checkpoint's by default */
     td_flags_parse("eval", flags, n, argc, argv);
     TD_CHECK(e.ckpt, "eval: --ckpt DIR is required (a directory written by 'trident train --out DIR' or "
