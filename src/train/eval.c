@@ -236,6 +236,10 @@ int td_eval_main(int argc, char **argv) {
     o.moe.capacity = 0.0f;
     o.steps = e.ck.step + 1; /* one step beyond it: none is run */
     o.eval_every = 0, o.sample_tokens = 0, o.quiet = 1;
+    /* a forward keeps no block's activations past its end: the block
+     * recomputation mode's buffers (one block's tensors and the block
+     * inputs), the same arithmetic; zb-h1 refuses it and keeps its own */
+    if (!o.schedule || strcmp(o.schedule, "zb-h1") != 0) o.recompute = "block";
     data_for_checkpoint(&e, &o);
     td_train_opts_check(&o);
     e.T = e.ck.cfg.T, e.B = o.batch, e.cp = o.cp, e.ep = o.ep, e.used = o.precision;

@@ -130,7 +130,7 @@ done
 # the "eval:" line say which); an explicit --precision wins, with one line.
 "$T" train --data "$tmp/small.txt" --layers 2 --heads 2 --embd 16 --seq 16 --batch 4 --steps 2 --warmup 0 \
   --eval-every 0 --threads 1 --precision bf16 --out "$tmp/bf" > "$tmp/bf_train.log" 2>&1 || fail "train bf16: $(tail -2 "$tmp/bf_train.log")"
-"$T" eval --ckpt "$tmp/bf" --data "$tmp/small.txt" --threads 1 --max-tokens 200 --log "$tmp/bf.json" > "$tmp/bf.out" 2>&1 \
+"$T" eval --ckpt "$tmp/bf" --data "$tmp/small.txt" --threads 1 --batch 4 --max-tokens 200 --log "$tmp/bf.json" > "$tmp/bf.out" 2>&1 \
   || fail "eval bf16: $(tail -2 "$tmp/bf.out")"
 "$T" eval --ckpt "$tmp/bf" --data "$tmp/small.txt" --threads 1 --max-tokens 200 --precision fp32 --log "$tmp/bf32.json" \
   > "$tmp/bf32.out" 2>&1 || fail "eval bf16 --precision fp32: $(tail -2 "$tmp/bf32.out")"
@@ -193,6 +193,20 @@ for name in sys.argv[2:]:
           % ("ok  " if ok else "FAIL", name, j["mem_planned"]["grads"], j["mem_planned"]["optimizer"],
              j["mem_peak"]["grads"], j["mem_peak"]["optimizer"], j["mem_planned"]["params"]))
 sys.exit(1 if bad else 0)
+PYEOF
+# A forward keeps no block's activations past its end: eval's planned
+# activations (the "memory per rank (plan)" table) are below training's for
+# the same model and --batch 4 (the bf16 run above).
+$PY - "$tmp/bf_train.log" "$tmp/bf.out" <<'PYEOF' || fail "eval's planned activations against training's"
+import re, sys
+def acts(path):  # the plan table's rank 0 row: params grads optimizer master gather activations comm state
+    lines = open(path).read().splitlines()
+    row = lines[[i for i, l in enumerate(lines) if l.startswith("memory per rank (plan)")][0] + 2]
+    cells = re.findall(r"([\d.]+) (B|KiB|MiB|GiB)", row)
+    return float(cells[5][0]) * {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}[cells[5][1]]
+t, e = acts(sys.argv[1]), acts(sys.argv[2])
+print("%s planned activations at --batch 4: eval %.0f B, train %.0f B" % ("ok  " if e < t else "FAIL", e, t))
+sys.exit(0 if e < t else 1)
 PYEOF
 
 # --- a token file: no text, so no bits per byte ------------------------------
