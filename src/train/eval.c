@@ -9,7 +9,12 @@
  * in the last global batch. --max-tokens N predicts t[1..N] only. The
  * forward passes run in the layout of train's flags (td_train_run with the
  * checkpoint loaded through --resume, td_layout_pass_forward), so a layout
- * changes only the model's fp32 arithmetic, not which tokens count. */
+ * changes only the model's fp32 arithmetic, not which tokens count. It
+ * measures the model, not a training run: the checkpoint's precision unless
+ * --precision says otherwise, every token routed to its experts (no
+ * capacity), and a forward's memory (no gradients or moments: the dp
+ * strategy's forward_only, set for a layout pass; block recomputation's
+ * activation buffers). */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
