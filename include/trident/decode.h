@@ -44,6 +44,8 @@ typedef struct {
     float *x, *ln, *qkv, *att, *res2, *proj, *h, *ha, *mean, *rstd, *lse; /* [chunk, ...] */
     float *moe_lg, *moe_sc, *moe_y, *moe_h, *moe_a; /* one row's router and expert scratch */
     float *lnf, *logits;     /* [C], [Vp]: the last row's final norm and logits */
+    size_t *woff;            /* [L, TD_T_COUNT] each tensor's offset in params, or
+                                TD_NO_TENSOR (the ends' kinds in every layer's row) */
     void *mem;               /* the one allocation */
 } td_decode;
 
@@ -51,7 +53,8 @@ typedef struct {
  * figure the sampler reports). */
 size_t td_decode_bytes(const td_param_table *t, int cap, int chunk);
 /* cap in [1, cfg.T], chunk in [1, cap]. The table must be tp 1 (canonical). */
-void td_decode_create(td_decode *d, const td_param_table *t, const float *params, int cap, int chunk);
+void td_decode_create(td_decode *d, const td_param_table *t, const float *params, int cap,
+                      int chunk);
 void td_decode_destroy(td_decode *d);
 /* Forgets the cached positions (len = 0); the counter keeps counting. */
 void td_decode_reset(td_decode *d);

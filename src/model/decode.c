@@ -33,6 +33,14 @@ static dsz sizes_of(const td_param_table *t) {
     return s;
 }
 
+/* A tensor of block `layer` (the ends' kinds: any layer), NULL for a kind
+ * the model has not; looked up once, at create. */
+static const float *W(const td_decode *d, td_tensor_kind k, int layer) {
+    int l = layer < 0 ? 0 : layer >= d->cfg.L ? d->cfg.L - 1 : layer;
+    size_t off = d->woff[(size_t)l * TD_T_COUNT + k];
+    return off == TD_NO_TENSOR ? NULL : d->params + off;
+}
+
 static size_t imax(size_t a, size_t b) { return a > b ? a : b; }
 
 /* Floats of each buffer, in carve order (td_decode_bytes and create agree). */
@@ -60,7 +68,8 @@ size_t td_decode_bytes(const td_param_table *t, int cap, int chunk) {
     return layout(t, cap, chunk, NULL) * sizeof(float);
 }
 
-void td_decode_create(td_decode *d, const td_param_table *t, const float *params, int cap, int chunk) {
+void td_decode_create(td_decode *d, const td_param_table *t, const float *params, int cap,
+                      int chunk) {
     TD_ASSERT(t->tp == 1 && t->cp <= 1 && t->ep <= 1);
     TD_ASSERT(cap >= 1 && cap <= t->cfg.T && chunk >= 1 && chunk <= cap);
     memset(d, 0, sizeof *d);
@@ -79,6 +88,12 @@ void td_decode_create(td_decode *d, const td_param_table *t, const float *params
         *bufs[i] = n[i] ? cur : NULL;
         cur += td_round_up(n[i], 16);
     }
+    d->woff = td_alloc(sizeof(size_t) * (size_t)t->cfg.L * TD_T_COUNT, TD_MEM_OTHER);
+    for (int l = 0; l < t->cfg.L; l++)
+        for (int k = 0; k < TD_T_COUNT; k++) {
+            const td_param *p = td_param_lookup_opt(t, (td_tensor_kind)k, l);
+            d->woff[(size_t)l * TD_T_COUNT + k] = p ? p->offset : TD_NO_TENSOR;
+        }
     if (d->rope_cs) { /* as gpt.c's rope_table, for positions 0..cap-1 */
         const td_gpt_config *c = &d->cfg;
         int hs = c->C / c->H;
@@ -97,17 +112,13 @@ void td_decode_create(td_decode *d, const td_param_table *t, const float *params
 }
 
 void td_decode_destroy(td_decode *d) {
+    td_free(d->woff);
     td_free(d->mem);
     memset(d, 0, sizeof *d);
 }
 
 void td_decode_reset(td_decode *d) { d->len = 0; }
 
-/* A tensor of block `layer` (or the ends), NULL for a kind the model has not. */
-static const float *W(const td_decode *d, td_tensor_kind k, int layer) {
-    const td_param *p = td_param_lookup_opt(d->t, k, layer);
-    return p ? d->params + p->offset : NULL;
-}
 
 static void norm(const td_decode *d, float *out, const float *x, int n, const float *w,
                  const float *b) {
@@ -167,7 +178,8 @@ static void moe_rows(td_decode *d, int l, float *out, int n) {
         if (e->shared) {
             td_matmul_forward(d->moe_h, x, W(d, TD_T_SHFCW, l), W(d, TD_T_SHFCB, l), 1, C, s.SF1);
             mlp_act(d, d->moe_a, d->moe_h, 1, s.SF);
-            td_matmul_forward(o, d->moe_a, W(d, TD_T_SHPROJW, l), W(d, TD_T_SHPROJB, l), 1, s.SF, C);
+            td_matmul_forward(o, d->moe_a, W(d, TD_T_SHPROJW, l), W(d, TD_T_SHPROJB, l), 1, s.SF,
+                              C);
         } else {
             memset(o, 0, sizeof(float) * (size_t)C);
         }
@@ -176,8 +188,8 @@ static void moe_rows(td_decode *d, int l, float *out, int n) {
             td_matmul_forward(d->moe_h, x, fcw + j * s.F1e * C, fcb ? fcb + j * s.F1e : NULL, 1, C,
                               s.F1e);
             mlp_act(d, d->moe_a, d->moe_h, 1, s.Fe);
-            td_matmul_forward(d->moe_y, d->moe_a, pw + j * C * s.Fe, pb ? pb + j * C : NULL, 1, s.Fe,
-                              C);
+            td_matmul_forward(d->moe_y, d->moe_a, pw + j * C * s.Fe, pb ? pb + j * C : NULL, 1,
+                              s.Fe, C);
             float w = e->norm_topk == TD_TIE_ON ? (float)(g[k] / gs) : g[k];
             for (int c = 0; c < C; c++) o[c] += w * d->moe_y[c];
         }

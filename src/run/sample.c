@@ -171,7 +171,8 @@ void td_generate(const td_param_table *canon, const float *params, const td_toke
     if (g.cached) { /* positions for the prompt and the tokens, at most the model's T */
         long long want = (long long)len + n_tokens;
         int rows = want < c->T ? (int)want : c->T;
-        td_decode_create(&g.dec, canon, params, rows, rows < TD_SAMPLE_CHUNK ? rows : TD_SAMPLE_CHUNK);
+        int chunk = rows < TD_SAMPLE_CHUNK ? rows : TD_SAMPLE_CHUNK;
+        td_decode_create(&g.dec, canon, params, rows, chunk);
         g.st.cache_rows = rows;
         g.st.cache_bytes = g.dec.cache_bytes;
         g.st.bytes = g.dec.bytes;

@@ -88,8 +88,8 @@ static void check_logits(const model_case *mc, const td_param_table *t, const fl
     for (int i = pre; i < n; i++)
         memcpy(got + (size_t)i * Vp, td_decode_step(&d, seq + i, 1), sizeof(float) * Vp);
     char name[96];
-    snprintf(name, sizeof name, "%s: cached logits = whole pass's (positions %d..%d)", mc->name, pre - 1,
-             n - 1);
+    snprintf(name, sizeof name, "%s: cached logits = whole pass's (positions %d..%d)", mc->name,
+             pre - 1, n - 1);
     /* errors relative to the logits' rms (floor 1): GEMMs of 1 row and of T
      * rows round differently (OpenBLAS picks its kernel by shape); measured
      * up to 4e-6 of the rms here, where a wrong position, mask or cached
@@ -148,7 +148,8 @@ static void check_model(const model_case *mc) {
  * prompt + tokens, where the whole window's activations would be T rows. */
 static void check_memory(void) {
     int mark = tu_mark();
-    td_gpt_config cfg = {.L = 2, .H = 4, .C = 32, .T = 131072, .V = 256, .arch = TD_ARCH_LLAMA, .KV = 2,
+    td_gpt_config cfg = {.L = 2, .H = 4, .C = 32, .T = 131072, .V = 256, .arch = TD_ARCH_LLAMA,
+                         .KV = 2,
                          .rope_theta = 500000.0,
                          .rope_scaling = {.factor = 8, .low_freq_factor = 1, .high_freq_factor = 4,
                                           .orig_max_pos = 8192}};
@@ -160,12 +161,15 @@ static void check_memory(void) {
     char *x = generate(&t, p, "KING", 8, 1, 0, &st, NULL);
     check_ll("T 131072 llama: cache rows (prompt 4 + tokens 8)", st.cache_rows, 12);
     size_t kv = 2 * (size_t)cfg.L * 12 * (size_t)cfg.KV * (cfg.C / cfg.H) * sizeof(float);
-    check_ll("T 131072 llama: cache bytes = 2 L rows KV hs floats", (long long)st.cache_bytes, (long long)kv);
+    check_ll("T 131072 llama: cache bytes = 2 L rows KV hs floats", (long long)st.cache_bytes,
+             (long long)kv);
     check_ll("T 131072 llama: working memory = td_decode_bytes", (long long)st.bytes,
              (long long)td_decode_bytes(&t, 12, 12));
     size_t whole = td_gpt_activation_bytes(&t, 1, 0);
-    printf("      working memory %zu bytes; the whole window's activations would be %zu\n", st.bytes, whole);
-    check_true("T 131072 llama: working memory < 1/1000 of the window's", st.bytes * 1000 < whole, "too big");
+    printf("      working memory %zu bytes; the whole window's activations would be %zu\n", st.bytes,
+           whole);
+    check_true("T 131072 llama: working memory < 1/1000 of the window's", st.bytes * 1000 < whole,
+               "too big");
     check_ll("T 131072 llama: 8 tokens generated", (long long)strlen(x), 4 + 8);
     free(x);
     td_param_table_free(&t);
@@ -176,7 +180,8 @@ static void check_memory(void) {
  * the k-th logit kept), probabilities q in double; token i is kept when the
  * mass of the tokens ranked before it (larger q, or equal q and lower id)
  * is below p. */
-static void ref_keep(unsigned char *keep, const float *lg, int V, double temp, int top_k, double top_p) {
+static void ref_keep(unsigned char *keep, const float *lg, int V, double temp, int top_k,
+                     double top_p) {
     double mx = -INFINITY, sum = 0.0;
     double *q = malloc(sizeof(double) * (size_t)V);
     for (int i = 0; i < V; i++) mx = lg[i] > mx ? lg[i] : mx;
@@ -251,7 +256,8 @@ static void check_progress(void) {
     int count = 0;
     for (const char *c = lines; (c = strstr(c, "trident: sample: prompt ")); c++) count++;
     check_ll("progress lines for a prompt of 2 chunks + 100 tokens", count, 3);
-    check_true("the last reads the whole prompt", strstr(lines, "prompt 1124/1124 tokens") != NULL, lines);
+    check_true("the last reads the whole prompt", strstr(lines, "prompt 1124/1124 tokens") != NULL,
+               lines);
     check_ll("  its rows computed once", st.prompt_rows, n);
     free(lines);
     td_param_table_free(&t);
