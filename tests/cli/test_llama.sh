@@ -2,8 +2,9 @@
 # The Llama family through the CLI: a run saved at step 6, resumed in another
 # layout (tp 2, pp 2) without repeating the family's flags, must continue
 # with the losses of the one-process resume (1e-5 relative, steps 6-9);
-# eval and sample read the checkpoint's family; the family's refusals are
-# one error line each.
+# eval and sample read the checkpoint's family (sample's key/value cache gives
+# the whole-window path's greedy text, one row per token); the family's
+# refusals are one error line each.
 # Usage: test_llama.sh TRIDENT DATA_DIR
 set -u
 T=${1:?usage: test_llama.sh TRIDENT DATA_DIR}
