@@ -17,7 +17,7 @@ int td_sample_main(int argc, char **argv) {
     const td_flag flags[] = {
         {"--ckpt", TD_FLAG_STR, &ckpt, "DIR written by train --out (follows DIR/latest) or one of its step directories", NULL},
         {"--tokens", TD_FLAG_INT, &tokens, "tokens to generate (200)", "[0, 10000000]"},
-        {"--temperature", TD_FLAG_FLOAT, &temperature, "softmax temperature (1.0)", "(0, inf)"},
+        {"--temperature", TD_FLAG_FLOAT, &temperature, "softmax temperature, 0 = greedy: the most likely token, the lowest id of a tie (1.0)", "[0, inf)"},
         {"--top-k", TD_FLAG_INT, &top_k, "sample from the k most likely tokens, 0 = all (0)", "[0, 2147483647]"},
         {"--top-p", TD_FLAG_FLOAT, &top_p, "then keep the smallest set of most likely tokens whose probability sums to at least X (nucleus sampling), 1 = all (1)", "(0, 1]"},
         {"--prompt", TD_FLAG_STR, &prompt, "text to continue (default: a newline)", NULL},

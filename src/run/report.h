@@ -66,7 +66,7 @@ void td_report_precision(td_report *r, const td_mem_plan *plan);
 void td_report_gemm_impl(td_report *r);
 
 /* How td_generate samples: `tokens` tokens after `prompt` (UTF-8, may be
- * empty), from the softmax at `temperature`, over the top_k most likely
+ * empty), from the softmax at `temperature` (0: greedy), over the top_k most likely
  * (0: all), then over the smallest set of the most likely whose mass
  * reaches top_p (0 or 1: all), with the sampler's seed. The model runs
  * incrementally with a key/value cache sized for the prompt + tokens
@@ -107,7 +107,9 @@ void td_generate(const td_param_table *canon, const float *params, const td_toke
  * temperature) for the tokens kept by top_k (0: all; ties with the k-th
  * largest logit are kept) and then by top_p (the smallest prefix of the
  * kept tokens sorted by probability, ties by id, whose mass reaches top_p;
- * 0 or >= 1: all), 0 for the others. Returns their sum (double). */
+ * 0 or >= 1: all), 0 for the others. Temperature 0 is greedy: weight 1
+ * for the first of the largest logits, 0 for every other. Returns their sum
+ * (double). */
 double td_sample_weights(float *w, const float *logits, int V, float temperature, int top_k,
                          float top_p);
 

@@ -21,7 +21,13 @@ static int by_weight(const void *a, const void *b) {
 double td_sample_weights(float *w, const float *logits, int V, float temperature, int top_k,
                          float top_p) {
     float maxv = -INFINITY;
-    for (int i = 0; i < V; i++) maxv = fmaxf(maxv, logits[i]);
+    int arg = 0;
+    for (int i = 0; i < V; i++)
+        if (logits[i] > maxv) maxv = logits[i], arg = i;
+    if (temperature == 0.0f) { /* greedy: the first of the largest logits alone */
+        for (int i = 0; i < V; i++) w[i] = i == arg ? 1.0f : 0.0f;
+        return 1.0;
+    }
     float kth = -INFINITY;
     if (top_k > 0 && top_k < V) { /* threshold = k-th largest logit */
         float *tmp = malloc(sizeof(float) * (size_t)V);

@@ -37,6 +37,8 @@ done
 out=$("$T" sample --ckpt "$tmp/one" --tokens 12 --prompt "KING" --verbose 2>&1 >/dev/null)
 grep -q "^sample: prompt 4 tokens, 4 rows computed; then 11 forwards, 1.00 rows per generated token; kv cache 16 rows" \
   <<<"$out" && ok "sample --verbose: the prompt once, 1 row per token, 16 cached rows" || fail "sample --verbose" "$out"
+c=$("$T" sample --ckpt "$tmp/one" --tokens 30 --prompt "KING" --temperature 0 2>/dev/null)
+[ "$c" = "$a" ] && ok "sample --temperature 0 (greedy) = --top-k 1" || fail "sample --temperature 0" "'$c' vs '$a'"
 out=$("$T" sample --ckpt "$tmp/one" --tokens 20 --top-p 0.5 --temperature 0.8 2>&1) && [ -n "$out" ] &&
   ok "sample --top-p 0.5" || fail "sample --top-p" "$out"
 expect "sample --top-p 0" "--top-p: '0' is out of range; valid: (0, 1]" "$T" sample --ckpt "$tmp/one" --top-p 0

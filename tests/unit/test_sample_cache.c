@@ -233,6 +233,12 @@ static void check_top_p(void) {
     td_sample_weights(we, eq, 4, 1.0f, 0, 0.5f);
     check_true("top-p 0.5 of four equal tokens keeps ids 0 and 1",
                we[0] > 0 && we[1] > 0 && we[2] == 0 && we[3] == 0, "wrong set");
+    /* temperature 0: the first of the largest logits alone, whatever k and p */
+    float g[5] = {0.5f, 2.0f, -1.0f, 2.0f, 1.0f}, wg[5];
+    double sg = td_sample_weights(wg, g, 5, 0.0f, 3, 0.5f);
+    check_true("temperature 0 keeps the first largest logit alone",
+               sg == 1.0 && wg[1] == 1.0f && wg[0] == 0 && wg[2] == 0 && wg[3] == 0 && wg[4] == 0,
+               "not one-hot at id 1");
 }
 
 /* (e) progress: a line per TD_SAMPLE_CHUNK prompt tokens beyond one chunk. */
