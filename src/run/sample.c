@@ -10,11 +10,12 @@
 #include "trident/decode.h"
 #include "trident/kernels.h"
 
-/* Tokens by weight, largest first, ties by id (top-p's order). */
-static const float *g_sort_w;
-static int by_weight(const void *a, const void *b) {
+/* Tokens by weight, largest first, ties by id (top-p's order; glibc's
+ * qsort_r passes the weights). */
+static int by_weight(const void *a, const void *b, void *weights) {
+    const float *w = weights;
     int i = *(const int *)a, j = *(const int *)b;
-    float wi = g_sort_w[i], wj = g_sort_w[j];
+    float wi = w[i], wj = w[j];
     return wi > wj ? -1 : wi < wj ? 1 : (i > j) - (i < j);
 }
 
@@ -52,8 +53,7 @@ double td_sample_weights(float *w, const float *logits, int V, float temperature
     int *order = malloc(sizeof(int) * (size_t)V);
     TD_ASSERT(order);
     for (int i = 0; i < V; i++) order[i] = i;
-    g_sort_w = w;
-    qsort(order, (size_t)V, sizeof(int), by_weight);
+    qsort_r(order, (size_t)V, sizeof(int), by_weight, w);
     double acc = 0.0, goal = (double)top_p * sum, kept = 0.0;
     for (int r = 0; r < V; r++) {
         int i = order[r];
