@@ -446,7 +446,8 @@ void td_report_summary(td_report *r, const td_train_result *res) {
 void td_report_sample(td_report *r, const td_param_table *canon, const float *params,
                       const td_tokenizer *tok, const td_train_opts *o) {
     printf("sample (%d tokens, temperature 1.0, top-k 0):\n", o->sample_tokens);
-    td_sampling sp = {o->sample_prompt, o->sample_tokens, 1.0f, 0, o->seed};
+    td_sampling sp = {.prompt = o->sample_prompt, .tokens = o->sample_tokens, .temperature = 1.0f,
+                      .seed = o->seed};
     td_generate(canon, params, tok, &sp, stdout);
     printf("\n");
     fflush(stdout);
