@@ -290,9 +290,10 @@ int td_verify_main(int argc, char **argv) {
         if (moe && !ps) {
             verify_routes *rt = &v.routes;
             double share = rt->routings ? (double)rt->ties / rt->routings : 0.0;
-            printf("verify: routing: %zu token routings; %zu near ties routed apart, replayed (share %.2g, at most "
-                   "%.2g; largest margin %.2g, below %.2g); %zu routed apart beyond it\n",
-                   rt->routings, rt->ties, share, tol.tie_share, rt->worst_tie, tol.tie, rt->differ);
+            printf("verify: routing: %zu token routings, %zu near ties (top-k margin below %.2g in either run): %zu "
+                   "routed alike, %zu apart and replayed (share %.2g of the routings, at most %.2g); %zu routed apart "
+                   "beyond the margin\n",
+                   rt->routings, rt->near, tol.tie, rt->near - rt->ties, rt->ties, share, tol.tie_share, rt->differ);
             if (rt->differ > 0 || share > tol.tie_share) fails = 1;
         }
         printf("verify: %s: largest relative loss difference %.2e (tolerance %.2g); largest gradient error %.3g "

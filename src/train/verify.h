@@ -29,7 +29,7 @@ typedef struct {
      * what the replay found */
     int o_step, o_micro, o_rows; /* o_rows: the oracle micro-batch's sequences */
     double thr;
-    size_t routings, ties, differ; /* ties: routed apart within thr (replayed); differ: beyond it */
+    size_t routings, near, ties, differ; /* near: below thr in either run; ties: routed apart within thr (replayed); differ: beyond it */
     float worst_tie;
     int tie_shown, differ_shown;
 } verify_routes;

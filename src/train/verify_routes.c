@@ -91,8 +91,15 @@ void verify_routes_gather(verify_routes *v) {
     qsort(v->r, v->n, sizeof(verify_route), route_cmp);
 }
 
+static const char *experts(const int *idx, int K, char *buf) {
+    int n = 0;
+    for (int k = 0; k < K; k++) n += snprintf(buf + n, 16, "%s%d", k ? "," : "", idx[k]);
+    return buf;
+}
+
 void verify_routes_override(void *ctx, const td_gpt *m, int layer, int t, int K, int *idx, float margin) {
     verify_routes *v = ctx;
+    char a[16 * VERIFY_ROUTE_K], b[16 * VERIFY_ROUTE_K];
     (void)m;
     verify_route key = {.step = v->o_step, .layer = layer, .tok = token_key(v, v->o_micro, t / v->T, t % v->T)};
     const verify_route *x = bsearch(&key, v->r, v->n, sizeof(verify_route), route_cmp);
@@ -104,16 +111,17 @@ void verify_routes_override(void *ctx, const td_gpt *m, int layer, int t, int K,
                    key.tok);
         return;
     }
-    if (!memcmp(x->idx, idx, sizeof(int) * (size_t)K)) return;
     float mg = fminf(margin, x->margin);
+    if (mg < v->thr) v->near++;
+    if (!memcmp(x->idx, idx, sizeof(int) * (size_t)K)) return;
     if (mg < v->thr) { /* a near tie: the layout's choice, replayed */
         v->ties++;
         v->worst_tie = fmaxf(v->worst_tie, mg);
         if (v->tie_shown++ < 5)
             printf("verify: near tie replayed: step %d, layer %d, micro-batch %d, sequence %d, position %d: the "
-                   "layout chose expert %d, one process %d (top-k margins %.2g and %.2g, below %.2g)\n",
-                   key.step, layer, v->o_micro, t / v->T, t % v->T, x->idx[K - 1], idx[K - 1], x->margin,
-                   margin, v->thr);
+                   "layout chose experts %s, one process %s (top-k margins %.2g and %.2g, below %.2g)\n",
+                   key.step, layer, v->o_micro, t / v->T, t % v->T, experts(x->idx, K, a), experts(idx, K, b),
+                   x->margin, margin, v->thr);
         memcpy(idx, x->idx, sizeof(int) * (size_t)K);
         return;
     }
