@@ -84,7 +84,8 @@ void verify_tol_init(verify_tol *t, td_precision p, int grad_bf16, int grad_rank
  * before it and its loss. */
 double verify_tol_loss(const verify_tol *t, const td_param_table *c, const float *P, double loss);
 /* The state after an update, one element: the layout's x against the
- * oracle's ref, both from prev by the same gradient (see verify_tol.c). */
-int verify_tol_state_ok(double x, double ref, double prev);
+ * oracle's ref, both from prev by the same gradient (see verify_tol.c):
+ * the difference as a fraction of its tolerance (above 1 fails; NaN too). */
+double verify_tol_state(double x, double ref, double prev);
 
 #endif

@@ -125,7 +125,8 @@ double verify_tol_loss(const verify_tol *t, const td_param_table *c, const float
  * |prev| + |ref| at most; and the clipping coefficient, from a norm summed
  * in another order (relative error n 2^-24 at worst, ~1e-7 measured),
  * which scales the step's change ref - prev by as much: 2^-18 of it. */
-int verify_tol_state_ok(double x, double ref, double prev) {
+double verify_tol_state(double x, double ref, double prev) {
     double tol = 0x1p-20 * (fabs(prev) + fabs(ref)) + 0x1p-18 * fabs(ref - prev);
-    return fabs(x - ref) <= tol;
+    double d = fabs(x - ref);
+    return d == 0 ? 0.0 : tol > 0 ? d / tol : INFINITY;
 }

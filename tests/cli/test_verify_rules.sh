@@ -55,7 +55,7 @@ check "moe bf16 bias balance, 2 micro-batches, ties replayed" 0 $? '^verify: pas
 # shellcheck disable=SC2086
 run 2 "$T" verify $M $S --heads 2 --cp 2 --grad-reduce-dtype bf16
 check "cp2 bf16 gradient reduction" 0 $? '^verify: passed' '^verify: dp 1 x tp 1 x pp 1 x cp 2 ' \
-  'u of the reduction type'
+  '3 u of the bf16 reduction over 2 ranks'
 # shellcheck disable=SC2086
 run 3 "$T" verify $M $S --heads 2 --dp-mode ps --ps-servers 1 --ps-staleness 1
 check "stale parameter server refused" 2 $? '^verify: refused: --ps-staleness above 0'
