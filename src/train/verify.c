@@ -302,6 +302,7 @@ int td_verify_main(int argc, char **argv) {
                    "routed alike, %zu apart and replayed (share %.2g of the routings, at most %.2g); %zu routed apart "
                    "beyond the margin\n",
                    rt->routings, rt->near, tol.tie, rt->near - rt->ties, rt->ties, share, tol.tie_share, rt->differ);
+            if (rt->near) printf("verify: routing: the closest near tie: %s\n", rt->closest);
             if (rt->differ > 0 || share > tol.tie_share) fails = 1;
         }
         printf("verify: %s: largest relative loss difference %.2e (tolerance %.2g); largest gradient error %.3g "

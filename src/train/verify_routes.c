@@ -113,6 +113,11 @@ void verify_routes_override(void *ctx, const td_gpt *m, int layer, int t, int K,
     }
     float mg = fminf(margin, x->margin);
     if (mg < v->thr) v->near++;
+    if (mg < v->thr && (v->near == 1 || mg < v->closest_margin)) { /* named in the summary */
+        v->closest_margin = mg;
+        snprintf(v->closest, sizeof v->closest, "step %d, layer %d, micro-batch %d, sequence %d, position %d "
+                 "(margin %.2g)", key.step, layer, v->o_micro, t / v->T, t % v->T, mg);
+    }
     if (!memcmp(x->idx, idx, sizeof(int) * (size_t)K)) return;
     if (mg < v->thr) { /* a near tie: the layout's choice, replayed */
         v->ties++;
