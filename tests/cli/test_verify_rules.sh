@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `trident verify` over what the README says combines (issue 38): a
 # pairwise-covering subset of architecture (GPT-2, Llama, MoE) x precision
-# (fp32, bf16, fp16) x layout (dp 2 ZeRO-1 (MoE: ep 2), tp 2 sequence
+# (fp32, bf16, fp16) x layout (dp 2 ZeRO-1 (MoE: ep 2, capacity 1.0), tp 2 sequence
 # parallel, pp 2 1F1B): a Latin square, so every pair of the three appears
 # once (bench/verify_sweep.sh runs the whole product). Then the cases of the
 # issue, one each:
@@ -42,7 +42,7 @@ square=("gpt2 fp32 dp" "gpt2 bf16 tp" "gpt2 fp16 pp" "llama fp32 tp" "llama bf16
 for cell in "${square[@]}"; do
   read -r a p l <<<"$cell"
   extra=""
-  [ "$a" = moe ] && [ "$l" = dp ] && extra="--ep 2"
+  [ "$a" = moe ] && [ "$l" = dp ] && extra="--ep 2 --moe-capacity 1.0"
   # shellcheck disable=SC2086
   run 2 "$T" verify $M $S ${ARCH[$a]} ${LAYOUT[$l]} $extra --precision "$p"
   check "$a $p $l" 0 $? '^verify: passed' '^verify: the update matches'
