@@ -226,7 +226,12 @@ int td_verify_main(int argc, char **argv) {
                     bad_step = s, bad_row = i, bad_elem = (long long)k, bad_val = x, bad_ref = r;
             }
         }
+    float *mine = td_alloc(sizeof(float) * K, TD_MEM_OTHER); /* each step's worst tensor: the worst rank's */
+    memcpy(mine, worst, sizeof(float) * K);
     td_allreduce(td_comm_world(), worst, K, TD_F32, TD_MAX);
+    float *wrow = td_alloc(sizeof(float) * K, TD_MEM_OTHER);
+    for (size_t s = 0; s < K; s++) wrow[s] = mine[s] == worst[s] ? (float)worst_row[s] : -1.0f;
+    td_allreduce(td_comm_world(), wrow, K, TD_F32, TD_MAX);
     float key = bad_step < 0 ? -1e30f : -(float)((double)bad_step * c->n_rows + bad_row);
     td_allreduce(td_comm_world(), &key, 1, TD_F32, TD_MAX); /* MAX of -key = MIN */
     float who = (bad_step >= 0 && -(float)((double)bad_step * c->n_rows + bad_row) == key) ? -(float)me : -1e30f;
@@ -235,7 +240,6 @@ int td_verify_main(int argc, char **argv) {
     float detail[3] = {0, 0, 0};
     if (me == first_rank && key > -1e30f) detail[0] = (float)bad_elem, detail[1] = bad_val, detail[2] = bad_ref;
     td_allreduce(td_comm_world(), detail, 3, TD_F32, TD_SUM);
-    /* worst_row of the worst rank: rank 0 prints its own (the tensor is a hint) */
 
     int fails = res.stop_step >= 0 || (me == 0 && res.steps_done != v.K);
     if (me == 0) {
@@ -259,8 +263,8 @@ int td_verify_main(int argc, char **argv) {
             if (!(rel / loss_tol[s] <= loss_ratio)) loss_ratio = rel / loss_tol[s], worst_l = rel, worst_tol = loss_tol[s];
             if (!(worst[s] / tol.grad <= grad_ratio)) grad_ratio = worst[s] / tol.grad;
             printf("  step %d: loss %.7f, one process %.7f, relative difference %.2e (tolerance %.2g); largest "
-                   "gradient error %.2e of its tensor's max\n",
-                   s, res.losses[s], ref_loss[s], rel, loss_tol[s], worst[s]);
+                   "gradient error %.2e of its tensor's max (%s)\n",
+                   s, res.losses[s], ref_loss[s], rel, loss_tol[s], worst[s], c->rows[wrow[s] >= 0 ? (int)wrow[s] : 0].name);
         }
         if (!(loss_ratio <= 1)) fails = 1;
         if (unseen) {
@@ -311,7 +315,7 @@ int td_verify_main(int argc, char **argv) {
         fflush(stdout);
     }
     td_train_result_free(&res);
-    td_free(ref), td_free(ref_max), td_free(ref_loss), td_free(loss_tol), td_free(worst), td_free(worst_row);
+    td_free(ref), td_free(ref_max), td_free(ref_loss), td_free(loss_tol), td_free(worst), td_free(worst_row), td_free(mine), td_free(wrow);
     td_free(lay_all), td_free(v.lay), td_free(v.seen), td_free(v.states);
     free(v.routes.r);
     verify_oracle_close(&orc);

@@ -30,7 +30,7 @@ typedef struct {
     int o_step, o_micro, o_rows; /* o_rows: the oracle micro-batch's sequences */
     double thr;
     size_t routings, near, ties, differ; /* near: below thr in either run; ties: routed apart within thr (replayed); differ: beyond it */
-    float worst_tie, closest_margin;
+    float closest_margin;
     char closest[128]; /* the near tie of the smallest margin */
     int tie_shown, differ_shown;
 } verify_routes;

@@ -21,8 +21,7 @@ void verify_oracle_open(verify_oracle *or, const td_train_opts *o, int D) {
     td_param_table_build(&or->t, &or->cfg, 1);
     or->B = o->batch, or->T = o->seq, or->M = o->grad_accum > 0 ? o->grad_accum : 1, or->D = D;
     TD_ASSERT(or->B % (D * or->M) == 0); /* the run checked it */
-    int Bo = or->B / or->M;
-    td_gpt_create(&or->model, &or->t, Bo, 0);
+    td_gpt_create(&or->model, &or->t, or->B / or->M, 0);
     size_t n = or->t.numel;
     or->g = td_alloc(n * 4, TD_MEM_OTHER);
     or->gu = td_alloc(n * 4, TD_MEM_OTHER);
@@ -63,7 +62,7 @@ double verify_oracle_step(verify_oracle *or, int s, float *P, float *M, float *V
     const td_train_opts *o = or->o;
     const td_param_table *t = &or->t;
     size_t n = t->numel;
-    int B = or->B, T = or->T, Mk = or->M, D = or->D, Bm = B / (D * Mk), Bl = B / D, Bo = B / Mk;
+    int B = or->B, T = or->T, Mk = or->M, D = or->D, Bm = B / (D * Mk), Bl = B / D;
     td_gpt_bind_flat(&or->model, P, or->g);
     td_gpt_params_changed(&or->model);
     memset(or->g, 0, n * 4);
@@ -81,7 +80,6 @@ double verify_oracle_step(verify_oracle *or, int s, float *P, float *M, float *V
         sum += td_gpt_forward(&or->model, or->min, or->mtg);
         td_gpt_backward(&or->model, 1.0f / ((float)B * T));
     }
-    (void)Bo;
     td_moe_stats *st = td_gpt_moe_stats(&or->model);
     if (st) sum += st->loss_sum; /* the aux and z losses */
     memcpy(grads, or->g, n * 4);

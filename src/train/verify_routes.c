@@ -121,7 +121,6 @@ void verify_routes_override(void *ctx, const td_gpt *m, int layer, int t, int K,
     if (!memcmp(x->idx, idx, sizeof(int) * (size_t)K)) return;
     if (mg < v->thr) { /* a near tie: the layout's choice, replayed */
         v->ties++;
-        v->worst_tie = fmaxf(v->worst_tie, mg);
         if (v->tie_shown++ < 5)
             printf("verify: near tie replayed: step %d, layer %d, micro-batch %d, sequence %d, position %d: the "
                    "layout chose experts %s, one process %s (top-k margins %.2g and %.2g, below %.2g)\n",
