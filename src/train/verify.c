@@ -66,6 +66,35 @@ static void probe(void *ctx, const td_param_table *t, int step, size_t lo, size_
     }
 }
 
+/* The update check's findings on rank 0: elements compared, beyond the
+ * tolerance, the largest difference as a fraction of it, the first beyond. */
+typedef struct {
+    long long n, bad;
+    double ratio;
+    int first_step, sec, row;
+    long long elem;
+    float x, ref;
+} state_check;
+
+/* The layout's state after step s (params, m, v) against the oracle's S,
+ * both from prev. */
+static void check_state(state_check *sc, int s, const td_param_table *c, const float *const next[3], const float *S,
+                        const float *prev) {
+    size_t n = c->numel;
+    for (int sec = 0; sec < 3; sec++)
+        for (int i = 0; i < c->n_rows; i++)
+            for (size_t k = 0; k < c->rows[i].numel; k++) {
+                size_t at = c->rows[i].offset + k;
+                sc->n++;
+                double q = verify_tol_state(next[sec][at], S[sec * n + at], prev[sec * n + at]);
+                if (!(q <= sc->ratio)) sc->ratio = isnan(q) ? INFINITY : q;
+                if (q <= 1) continue;
+                if (sc->bad++ == 0)
+                    sc->first_step = s, sc->sec = sec, sc->row = i, sc->elem = (long long)k, sc->x = next[sec][at],
+                    sc->ref = S[sec * n + at];
+            }
+}
+
 /* A combination verify cannot check, refused with the reason (exit 2). */
 static int refuse(const td_train_opts *o, int N) {
     const char *why = NULL;
@@ -133,99 +162,78 @@ int td_verify_main(int argc, char **argv) {
     td_broadcast(td_comm_world(), &fdone, 1, TD_F32, 0);
     int done = (int)fdone;
 
-    /* the layout's whole gradient of each step: each element from the
-     * smallest rank that owns it (replicas hold the same reduced value) */
-    float *owner = td_alloc(sizeof(float) * n * K, TD_MEM_OTHER);
-    for (size_t e = 0; e < n * K; e++) owner[e] = v.seen[e] ? -(float)me : -1e30f;
-    td_allreduce(td_comm_world(), owner, n * K, TD_F32, TD_MAX);
-    float *lay_all = td_alloc(sizeof(float) * n * K, TD_MEM_OTHER);
-    for (size_t e = 0; e < n * K; e++) lay_all[e] = owner[e] == -(float)me ? v.lay[e] : 0.0f;
-    td_allreduce(td_comm_world(), lay_all, n * K, TD_F32, TD_SUM);
-    size_t unseen = 0, first_unseen = 0; /* real elements only: not the vocabulary's padding rows */
-    for (int i = v.canon->n_rows; i-- > 0;) {
-        const td_param *p = &v.canon->rows[i];
-        for (size_t k = (size_t)p->shape[0] * (size_t)p->shape[1]; k-- > 0;)
-            if (owner[p->offset + k] < -1e29f) unseen++, first_unseen = p->offset + k;
-    }
-    td_free(owner);
-
-    /* the oracle, on rank 0: each step from the layout's state */
+    /* step by step (one step's arrays at a time): the layout's whole
+     * gradient on rank 0, each element from the smallest rank that owns it
+     * (replicas hold the same reduced value); the oracle's step there; its
+     * gradient back to every rank, which compares what it owns */
     const td_param_table *c = v.canon;
-    float *ref = td_alloc(sizeof(float) * n * K, TD_MEM_OTHER);
-    float *ref_max = td_alloc(sizeof(float) * (size_t)c->n_rows * K, TD_MEM_OTHER);
+    float *owner = td_alloc(sizeof(float) * n, TD_MEM_OTHER), *lay_all = td_alloc(sizeof(float) * n, TD_MEM_OTHER);
+    float *ref = td_alloc(sizeof(float) * n, TD_MEM_OTHER), *ref_max = td_alloc(sizeof(float) * (size_t)c->n_rows, TD_MEM_OTHER);
     double *ref_loss = td_alloc(sizeof(double) * K, TD_MEM_OTHER), *loss_tol = td_alloc(sizeof(double) * K, TD_MEM_OTHER);
-    memset(ref, 0, sizeof(float) * n * K), memset(ref_max, 0, sizeof(float) * (size_t)c->n_rows * K);
-    long long state_bad = 0, state_n = 0;
-    double state_ratio = 0; /* the largest state difference as a fraction of its tolerance */
-    int sb_step = -1, sb_sec = 0, sb_row = 0;
-    long long sb_elem = 0;
-    float sb_x = 0, sb_ref = 0;
-    if (me == 0) {
-        float *S = td_alloc(sizeof(float) * 3 * n, TD_MEM_OTHER), *prev = td_alloc(sizeof(float) * 3 * n, TD_MEM_OTHER);
-        if (ps) { /* the oracle's own trajectory from the run's initialisation */
-            td_param_init_range(c, o.seed, 0, n, S);
-            memset(S + n, 0, sizeof(float) * 2 * n);
-        }
-        if (moe && !ps) orc.routes = &v.routes, td_gpt_set_route_override(verify_routes_override, &v.routes);
-        for (int s = 0; s < done; s++) {
-            if (!ps) memcpy(S, v.states + (size_t)s * 3 * n, sizeof(float) * 3 * n);
-            memcpy(prev, S, sizeof(float) * 3 * n);
-            ref_loss[s] = verify_oracle_step(&orc, s, S, S + n, S + 2 * n, ref + (size_t)s * n,
-                                             ps ? NULL : lay_all + (size_t)s * n);
-            loss_tol[s] = verify_tol_loss(&tol, c, prev, ref_loss[s]);
-            for (int i = 0; i < c->n_rows; i++) {
-                float mx = 0;
-                const float *g = ref + (size_t)s * n + c->rows[i].offset;
-                for (size_t k = 0; k < c->rows[i].numel; k++) mx = fmaxf(mx, fabsf(g[k]));
-                ref_max[(size_t)s * c->n_rows + i] = mx;
-            }
-            /* the layout's state after the step: the next step's start, or the run's end */
-            const float *next[3] = {NULL, NULL, NULL};
-            if (!ps && s + 1 < done) {
-                const float *x = v.states + (size_t)(s + 1) * 3 * n;
-                next[0] = x, next[1] = x + n, next[2] = x + 2 * n;
-            } else if (!ps && s + 1 == o.steps && res.final_params)
-                next[0] = res.final_params, next[1] = res.final_m, next[2] = res.final_v;
-            for (int sec = 0; sec < 3 && next[0]; sec++)
-                for (int i = 0; i < c->n_rows; i++)
-                    for (size_t k = 0; k < c->rows[i].numel; k++) {
-                        size_t at = c->rows[i].offset + k;
-                        state_n++;
-                        double q = verify_tol_state(next[sec][at], S[sec * n + at], prev[sec * n + at]);
-                        if (!(q <= state_ratio)) state_ratio = isnan(q) ? INFINITY : q;
-                        if (q <= 1) continue;
-                        if (state_bad++ == 0)
-                            sb_step = s, sb_sec = sec, sb_row = i, sb_elem = (long long)k, sb_x = next[sec][at],
-                            sb_ref = S[sec * n + at];
-                    }
-        }
-        td_gpt_set_route_override(NULL, NULL);
-        td_free(S), td_free(prev);
-    }
-    td_broadcast(td_comm_world(), ref, n * K, TD_F32, 0);
-    td_broadcast(td_comm_world(), ref_max, (size_t)c->n_rows * K, TD_F32, 0);
-
-    /* every owned gradient element against the oracle's, on its rank */
     float *worst = td_alloc(sizeof(float) * K, TD_MEM_OTHER);
     int *worst_row = td_alloc(sizeof(int) * K, TD_MEM_OTHER);
     memset(worst, 0, sizeof(float) * K), memset(worst_row, 0, sizeof(int) * K);
     int bad_step = -1, bad_row = -1;
     long long bad_elem = 0;
     float bad_val = 0, bad_ref = 0;
-    for (int s = 0; s < done; s++)
-        for (int i = 0; i < c->n_rows; i++) {
+    size_t unseen = 0, first_unseen = 0;
+    state_check sc = {.first_step = -1};
+    float *S = NULL, *prev = NULL;
+    if (me == 0) {
+        S = td_alloc(sizeof(float) * 3 * n, TD_MEM_OTHER), prev = td_alloc(sizeof(float) * 3 * n, TD_MEM_OTHER);
+        if (ps) { /* the oracle's own trajectory from the run's initialisation */
+            td_param_init_range(c, o.seed, 0, n, S);
+            memset(S + n, 0, sizeof(float) * 2 * n);
+        }
+        if (moe && !ps) orc.routes = &v.routes, td_gpt_set_route_override(verify_routes_override, &v.routes);
+    }
+    for (int s = 0; s < done; s++) {
+        const float *lay = v.lay + (size_t)s * n;
+        const unsigned char *seen = v.seen + (size_t)s * n;
+        for (size_t e = 0; e < n; e++) owner[e] = seen[e] ? -(float)me : -1e30f;
+        td_allreduce(td_comm_world(), owner, n, TD_F32, TD_MAX);
+        for (int i = c->n_rows; s == 0 && i-- > 0;) { /* real elements only: not the vocabulary's padding rows */
             const td_param *p = &c->rows[i];
-            float mx = ref_max[(size_t)s * c->n_rows + i];
+            for (size_t k = (size_t)p->shape[0] * (size_t)p->shape[1]; k-- > 0;)
+                if (owner[p->offset + k] < -1e29f) unseen++, first_unseen = p->offset + k;
+        }
+        for (size_t e = 0; e < n; e++) lay_all[e] = owner[e] == -(float)me ? lay[e] : 0.0f;
+        td_allreduce(td_comm_world(), lay_all, n, TD_F32, TD_SUM);
+        if (me == 0) {
+            if (!ps) memcpy(S, v.states + (size_t)s * 3 * n, sizeof(float) * 3 * n);
+            memcpy(prev, S, sizeof(float) * 3 * n);
+            ref_loss[s] = verify_oracle_step(&orc, s, S, S + n, S + 2 * n, ref, ps ? NULL : lay_all);
+            loss_tol[s] = verify_tol_loss(&tol, c, prev, ref_loss[s]);
+            for (int i = 0; i < c->n_rows; i++) {
+                float mx = 0;
+                for (size_t k = 0; k < c->rows[i].numel; k++) mx = fmaxf(mx, fabsf(ref[c->rows[i].offset + k]));
+                ref_max[i] = mx;
+            }
+            /* the layout's state after the step: the next step's start, or the run's end */
+            const float *next = NULL;
+            float *fin[3] = {res.final_params, res.final_m, res.final_v};
+            if (!ps && s + 1 < done) next = v.states + (size_t)(s + 1) * 3 * n;
+            if (next || (!ps && s + 1 == o.steps && res.final_params))
+                check_state(&sc, s, c, next ? (const float *[3]){next, next + n, next + 2 * n}
+                                              : (const float *[3]){fin[0], fin[1], fin[2]}, S, prev);
+        }
+        td_broadcast(td_comm_world(), ref, n, TD_F32, 0);
+        td_broadcast(td_comm_world(), ref_max, (size_t)c->n_rows, TD_F32, 0);
+        for (int i = 0; i < c->n_rows; i++) { /* every owned element, on its rank */
+            const td_param *p = &c->rows[i];
+            float mx = ref_max[i];
             for (size_t k = 0; k < p->numel; k++) {
-                size_t at = (size_t)s * n + p->offset + k;
-                if (!v.seen[at]) continue;
-                float x = v.lay[at], r = ref[at];
-                double err = fabs((double)x - r) / (mx > 0 ? mx : 1.0f);
+                size_t at = p->offset + k;
+                if (!seen[at]) continue;
+                double err = fabs((double)lay[at] - ref[at]) / (mx > 0 ? mx : 1.0f);
                 if (!(err <= worst[s])) worst[s] = isnan(err) ? INFINITY : (float)err, worst_row[s] = i;
                 if (!(err <= tol.grad) && bad_step < 0)
-                    bad_step = s, bad_row = i, bad_elem = (long long)k, bad_val = x, bad_ref = r;
+                    bad_step = s, bad_row = i, bad_elem = (long long)k, bad_val = lay[at], bad_ref = ref[at];
             }
         }
+    }
+    td_gpt_set_route_override(NULL, NULL);
+    td_free(S), td_free(prev), td_free(owner), td_free(lay_all), td_free(ref), td_free(ref_max);
     float *mine = td_alloc(sizeof(float) * K, TD_MEM_OTHER); /* each step's worst tensor: the worst rank's */
     memcpy(mine, worst, sizeof(float) * K);
     td_allreduce(td_comm_world(), worst, K, TD_F32, TD_MAX);
@@ -247,10 +255,10 @@ int td_verify_main(int argc, char **argv) {
         printf("verify: dp %d x tp %d x pp %d%s", dp, tp, pp, "");
         if (cp > 1) printf(" x cp %d", cp);
         if (ep > 1) printf(" (ep %d)", ep);
-        printf(" (%s, zero %d%s%s, %s%s%s) against one fp32 process: %d steps of batch %d, each from the layout's state\n",
+        printf(" (%s, zero %d%s%s, %s%s%s) against one fp32 process: %d steps of batch %d%s\n",
                o.dp_mode, o.zero, pp > 1 ? ", schedule " : "", pp > 1 ? o.schedule : "", td_precision_name(prec),
                o.ch.grad_dtype == TD_BF16 ? ", bf16 gradient reduction" : "", moe ? ", mixture of experts" : "",
-               v.K, o.batch);
+               v.K, o.batch, ps ? "" : ", each from the layout's state");
         char red[96] = "";
         if (tol.u_red > 0) snprintf(red, sizeof red, " + %d u of the bf16 reduction over %d ranks", tol.red_terms, tol.red_terms - 1);
         if (tol.u > 0 || tol.u_red > 0)
@@ -286,16 +294,16 @@ int td_verify_main(int argc, char **argv) {
         }
         if (!ps) {
             static const char *sec[3] = {"parameter", "AdamW m", "AdamW v"};
-            if (state_bad) {
+            if (sc.bad) {
                 printf("verify: the update differs: %lld of %lld state elements beyond the tolerance (the largest %.3g "
                        "of it); first at step %d, %s of %s element %lld: %.9g, one process %.9g (applying the "
                        "layout's gradient)\n",
-                       state_bad, state_n, state_ratio, sb_step, sec[sb_sec], c->rows[sb_row].name, sb_elem, sb_x,
-                       sb_ref);
+                       sc.bad, sc.n, sc.ratio, sc.first_step, sec[sc.sec], c->rows[sc.row].name, sc.elem, sc.x,
+                       sc.ref);
                 fails = 1;
             } else
                 printf("verify: the update matches: %lld parameter and moment elements after the steps, the largest "
-                       "difference %.3g of its tolerance\n", state_n, state_ratio);
+                       "difference %.3g of its tolerance\n", sc.n, sc.ratio);
         } else
             printf("verify: parameter servers: each step against the oracle's own trajectory (no step boundary to "
                    "share the state at)\n");
@@ -315,8 +323,8 @@ int td_verify_main(int argc, char **argv) {
         fflush(stdout);
     }
     td_train_result_free(&res);
-    td_free(ref), td_free(ref_max), td_free(ref_loss), td_free(loss_tol), td_free(worst), td_free(worst_row), td_free(mine), td_free(wrow);
-    td_free(lay_all), td_free(v.lay), td_free(v.seen), td_free(v.states);
+    td_free(ref_loss), td_free(loss_tol), td_free(worst), td_free(worst_row), td_free(mine), td_free(wrow);
+    td_free(v.lay), td_free(v.seen), td_free(v.states);
     free(v.routes.r);
     verify_oracle_close(&orc);
     float f = (float)fails;
