@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "moe_internal.h"
+#include "trident/fault.h"
 
 /* ---- the state: saved tensors of one block, scratch of the model ---- */
 
@@ -228,6 +229,16 @@ static void route(td_gpt *m, int l, int u, td_moe_acts *a) {
                 if (!taken && v > next) next = v;
             }
             m->moe->f0[t] = last - next;
+        }
+        if (m->moe->flip && K < E) { /* TRIDENT_FAULT=route-flip: the last chosen for the best left out */
+            int alt = -1;
+            for (int i = 0; i < E; i++) {
+                int taken = 0;
+                for (int j = 0; j < K; j++) taken |= idx[j] == i;
+                float v = sc[i] + (bias ? bias[i] : 0.0f);
+                if (!taken && (alt < 0 || v > sc[alt] + (bias ? bias[alt] : 0.0f))) alt = i;
+            }
+            idx[K - 1] = alt, g[K - 1] = sc[alt];
         }
         if (g_override) {
             g_override(g_override_ctx, m, l, t, K, idx, m->moe->f0[t]);
@@ -596,6 +607,7 @@ void td_gpt_moe_stats_reset(td_gpt *m) {
     memset(st->load, 0, sizeof(double) * (size_t)st->L * st->E);
     st->dropped = st->assigned = st->aux = st->z = st->loss_sum = st->off_rank_rows = 0.0;
     st->n = 0;
+    m->moe->flip = td_fault_at(TD_FAULT_ROUTE_FLIP, m->moe->resets++, td_log_rank());
 }
 
 void td_gpt_set_dloss(td_gpt *m, float dloss) {
