@@ -24,48 +24,6 @@
 #include "trident/train.h"
 #include "verify.h"
 
-typedef struct {
-    int K;
-    size_t n;            /* canonical elements */
-    const td_param_table *canon;
-    float *states;       /* rank 0, step mode: [K][3 n] the state at each step's start */
-    float *lay;          /* [K][n] this rank's reduced gradients, at their global index */
-    unsigned char *seen; /* [K][n] 1 where this rank owns the element */
-    int last_step;
-    verify_routes routes;
-} verify_ctx;
-
-static void step_state(void *ctx, int step, int dp_rank, const float *P, const float *M, const float *V) {
-    verify_ctx *v = ctx;
-    verify_routes_begin_step(&v->routes, step, dp_rank);
-    if (P && step < v->K) {
-        float *s = v->states + (size_t)step * 3 * v->n;
-        memcpy(s, P, v->n * 4), memcpy(s + v->n, M, v->n * 4), memcpy(s + 2 * v->n, V, v->n * 4);
-    }
-}
-
-/* Every owned, reduced gradient element, kept at its global index; a
- * skipped attempt's (dynamic loss scaling) are overwritten by the next. */
-static void probe(void *ctx, const td_param_table *t, int step, size_t lo, size_t n, const float *grads,
-                  float loss_scale) {
-    verify_ctx *v = ctx;
-    if (step >= v->K) return;
-    const td_param_table *c = v->canon;
-    float *lay = v->lay + (size_t)step * v->n;
-    unsigned char *seen = v->seen + (size_t)step * v->n;
-    for (int i = 0; i < t->n_rows; i++) {
-        const td_param *p = &t->rows[i];
-        size_t a = td_max_sz(lo, p->offset), b = td_min_sz(lo + n, p->offset + p->numel);
-        for (size_t e = a; e < b; e++) {
-            long long gi = td_param_global_index(t, p, t->tp_rank, e - p->offset);
-            if (gi < 0) continue; /* vocabulary padding */
-            size_t at = c->rows[i].offset + (size_t)gi;
-            lay[at] = grads[e - lo] / loss_scale; /* the scale is a power of two: dividing it out is exact */
-            seen[at] = 1;
-        }
-    }
-}
-
 /* The update check's findings on rank 0: elements compared, beyond the
  * tolerance, the largest difference as a fraction of it, the first beyond. */
 typedef struct {
@@ -75,6 +33,32 @@ typedef struct {
     long long elem;
     float x, ref;
 } state_check;
+
+typedef struct {
+    int K, me, ps, moe;
+    size_t n;            /* canonical elements */
+    const td_param_table *canon;
+    verify_oracle *orc;
+    const verify_tol *tol;
+    int checked;         /* steps checked so far */
+    /* this rank's reduced gradients at their global index, and 1 where it
+     * owns the element: one step's (parameter servers: [K], checked after
+     * the run) */
+    float *lay;
+    unsigned char *seen;
+    float *start;        /* rank 0: [3 n] the state the next step to check starts from */
+    float *S, *prev;     /* rank 0: [3 n] the oracle's state, and a copy of where it started */
+    float *owner, *lay_all, *ref, *ref_max; /* one step's */
+    double *ref_loss, *loss_tol; /* [K] (rank 0) */
+    float *worst;        /* [K] this rank's largest relative gradient error */
+    int *worst_row;
+    int bad_step, bad_row;
+    long long bad_elem;
+    float bad_val, bad_ref;
+    size_t unseen, first_unseen;
+    state_check sc;
+    verify_routes routes;
+} verify_ctx;
 
 /* The layout's state after step s (params, m, v) against the oracle's S,
  * both from prev. */
@@ -93,6 +77,100 @@ static void check_state(state_check *sc, int s, const td_param_table *c, const f
                     sc->first_step = s, sc->sec = sec, sc->row = i, sc->elem = (long long)k, sc->x = next[sec][at],
                     sc->ref = S[sec * n + at];
             }
+}
+
+/* Step s, once the layout took it (collective over the world): the
+ * layout's whole gradient on rank 0, each element from the smallest rank
+ * that owns it (replicas hold the same reduced value); the oracle's step
+ * there, from the layout's state at the step's start (parameter servers:
+ * its own), and the state after it against the layout's next (P, M, V on
+ * rank 0; NULL: none to compare); the oracle's gradient back to every
+ * rank, which compares what it owns. */
+static void check_step(verify_ctx *v, int s, const float *P, const float *M, const float *V) {
+    const td_param_table *c = v->canon;
+    size_t n = v->n, slot = v->ps ? (size_t)s * n : 0;
+    const float *lay = v->lay + slot;
+    const unsigned char *seen = v->seen + slot;
+    for (size_t e = 0; e < n; e++) v->owner[e] = seen[e] ? -(float)v->me : -1e30f;
+    td_allreduce(td_comm_world(), v->owner, n, TD_F32, TD_MAX);
+    for (int i = c->n_rows; s == 0 && i-- > 0;) { /* real elements only: not the vocabulary's padding rows */
+        const td_param *p = &c->rows[i];
+        for (size_t k = (size_t)p->shape[0] * (size_t)p->shape[1]; k-- > 0;)
+            if (v->owner[p->offset + k] < -1e29f) v->unseen++, v->first_unseen = p->offset + k;
+    }
+    for (size_t e = 0; e < n; e++) v->lay_all[e] = v->owner[e] == -(float)v->me ? lay[e] : 0.0f;
+    td_allreduce(td_comm_world(), v->lay_all, n, TD_F32, TD_SUM);
+    if (v->me == 0) {
+        float *S = v->S;
+        if (!v->ps) memcpy(S, v->start, sizeof(float) * 3 * n);
+        memcpy(v->prev, S, sizeof(float) * 3 * n);
+        /* the oracle's forwards are not the layout's routing */
+        td_gpt_set_route_probe(NULL, NULL);
+        if (v->moe && !v->ps) v->orc->routes = &v->routes, td_gpt_set_route_override(verify_routes_override, &v->routes);
+        v->ref_loss[s] = verify_oracle_step(v->orc, s, S, S + n, S + 2 * n, v->ref, v->ps ? NULL : v->lay_all);
+        td_gpt_set_route_override(NULL, NULL);
+        if (v->moe && !v->ps) td_gpt_set_route_probe(verify_routes_probe, &v->routes);
+        v->loss_tol[s] = verify_tol_loss(v->tol, c, v->prev, v->ref_loss[s]);
+        for (int i = 0; i < c->n_rows; i++) {
+            float mx = 0;
+            for (size_t k = 0; k < c->rows[i].numel; k++) mx = fmaxf(mx, fabsf(v->ref[c->rows[i].offset + k]));
+            v->ref_max[i] = mx;
+        }
+        if (P) check_state(&v->sc, s, c, (const float *const[3]){P, M, V}, S, v->prev);
+    }
+    td_broadcast(td_comm_world(), v->ref, n, TD_F32, 0);
+    td_broadcast(td_comm_world(), v->ref_max, (size_t)c->n_rows, TD_F32, 0);
+    for (int i = 0; i < c->n_rows; i++) { /* every owned element, on its rank */
+        const td_param *p = &c->rows[i];
+        float mx = v->ref_max[i];
+        for (size_t k = 0; k < p->numel; k++) {
+            size_t at = p->offset + k;
+            if (!seen[at]) continue;
+            double err = fabs((double)lay[at] - v->ref[at]) / (mx > 0 ? mx : 1.0f);
+            if (!(err <= v->worst[s])) v->worst[s] = isnan(err) ? INFINITY : (float)err, v->worst_row[s] = i;
+            if (!(err <= v->tol->grad) && v->bad_step < 0)
+                v->bad_step = s, v->bad_row = i, v->bad_elem = (long long)k, v->bad_val = lay[at], v->bad_ref = v->ref[at];
+        }
+    }
+    if (!v->ps) memset(v->seen, 0, n); /* the next step's owners */
+    v->checked = s + 1;
+}
+
+/* train.h's step_state: a new step starts, so the one before is complete:
+ * its routing to rank 0 and its check; then this step's start is kept. A
+ * retried attempt (dynamic loss scaling) finds its step's start kept. */
+static void step_state(void *ctx, int step, int dp_rank, const float *P, const float *M, const float *V) {
+    verify_ctx *v = ctx;
+    if (step > v->checked && step - 1 < v->K) {
+        if (v->moe) verify_routes_gather(&v->routes);
+        check_step(v, step - 1, P, M, V);
+        v->routes.n = 0; /* consumed */
+    }
+    verify_routes_begin_step(&v->routes, step, dp_rank);
+    if (P) memcpy(v->start, P, v->n * 4), memcpy(v->start + v->n, M, v->n * 4), memcpy(v->start + 2 * v->n, V, v->n * 4);
+}
+
+/* Every owned, reduced gradient element, kept at its global index; a
+ * skipped attempt's (dynamic loss scaling) are overwritten by the next. */
+static void probe(void *ctx, const td_param_table *t, int step, size_t lo, size_t n, const float *grads,
+                  float loss_scale) {
+    verify_ctx *v = ctx;
+    if (step >= v->K) return;
+    const td_param_table *c = v->canon;
+    size_t slot = v->ps ? (size_t)step * v->n : 0;
+    float *lay = v->lay + slot;
+    unsigned char *seen = v->seen + slot;
+    for (int i = 0; i < t->n_rows; i++) {
+        const td_param *p = &t->rows[i];
+        size_t a = td_max_sz(lo, p->offset), b = td_min_sz(lo + n, p->offset + p->numel);
+        for (size_t e = a; e < b; e++) {
+            long long gi = td_param_global_index(t, p, t->tp_rank, e - p->offset);
+            if (gi < 0) continue; /* vocabulary padding */
+            size_t at = c->rows[i].offset + (size_t)gi;
+            lay[at] = grads[e - lo] / loss_scale; /* the scale is a power of two: dividing it out is exact */
+            seen[at] = 1;
+        }
+    }
 }
 
 /* A combination verify cannot check, refused with the reason (exit 2). */
@@ -135,105 +213,59 @@ int td_verify_main(int argc, char **argv) {
 
     verify_ctx v;
     memset(&v, 0, sizeof v);
-    v.K = o.steps;
+    v.K = o.steps, v.me = me, v.ps = ps, v.moe = o.moe.E > 0, v.tol = &tol;
+    v.bad_step = v.bad_row = -1, v.sc.first_step = -1;
     verify_oracle orc;
     verify_oracle_open(&orc, &o, dp);
-    v.canon = &orc.t, v.n = orc.t.numel;
-    size_t n = v.n, K = (size_t)v.K;
-    v.lay = td_alloc(sizeof(float) * n * K, TD_MEM_OTHER);
-    v.seen = td_alloc(n * K, TD_MEM_OTHER);
-    memset(v.lay, 0, sizeof(float) * n * K), memset(v.seen, 0, n * K);
+    v.orc = &orc, v.canon = &orc.t, v.n = orc.t.numel;
+    const td_param_table *c = v.canon;
+    size_t n = v.n, K = (size_t)v.K, slots = ps ? K : 1;
+    v.lay = td_alloc(sizeof(float) * n * slots, TD_MEM_OTHER);
+    v.seen = td_alloc(n * slots, TD_MEM_OTHER);
+    memset(v.lay, 0, sizeof(float) * n * slots), memset(v.seen, 0, n * slots);
+    v.owner = td_alloc(sizeof(float) * n, TD_MEM_OTHER), v.lay_all = td_alloc(sizeof(float) * n, TD_MEM_OTHER);
+    v.ref = td_alloc(sizeof(float) * n, TD_MEM_OTHER);
+    v.ref_max = td_alloc(sizeof(float) * (size_t)c->n_rows, TD_MEM_OTHER);
+    v.ref_loss = td_alloc(sizeof(double) * K, TD_MEM_OTHER), v.loss_tol = td_alloc(sizeof(double) * K, TD_MEM_OTHER);
+    v.worst = td_alloc(sizeof(float) * K, TD_MEM_OTHER), v.worst_row = td_alloc(sizeof(int) * K, TD_MEM_OTHER);
+    memset(v.worst, 0, sizeof(float) * K), memset(v.worst_row, 0, sizeof(int) * K);
+    if (me == 0) {
+        v.S = td_alloc(sizeof(float) * 3 * n, TD_MEM_OTHER), v.prev = td_alloc(sizeof(float) * 3 * n, TD_MEM_OTHER);
+        if (!ps) v.start = td_alloc(sizeof(float) * 3 * n, TD_MEM_OTHER);
+        if (ps) { /* the oracle's own trajectory from the run's initialisation */
+            td_param_init_range(c, o.seed, 0, n, v.S);
+            memset(v.S + n, 0, sizeof(float) * 2 * n);
+        }
+    }
     v.routes.step = -1, v.routes.M = orc.M, v.routes.Bm = o.batch / (dp * orc.M), v.routes.T = o.seq;
     v.routes.o_rows = o.batch / orc.M, v.routes.thr = tol.tie;
-    if (!ps) {
-        if (me == 0) v.states = td_alloc(sizeof(float) * 3 * n * K, TD_MEM_OTHER);
-        o.step_state = step_state, o.step_state_ctx = &v;
-    }
-    int moe = o.moe.E > 0;
+    if (!ps) o.step_state = step_state, o.step_state_ctx = &v;
+    int moe = v.moe;
     if (moe) td_gpt_set_route_probe(verify_routes_probe, &v.routes);
     td_dp_set_grad_probe(probe, &v);
     td_train_result res;
     td_train_run(&o, &res, !ps);
     td_dp_set_grad_probe(NULL, NULL);
     td_gpt_set_route_probe(NULL, NULL);
-    if (moe) verify_routes_gather(&v.routes);
     /* the steps rank 0 (a worker: parameter servers run no steps) took */
     float fdone = (float)(res.steps_done < v.K ? res.steps_done : v.K);
     td_broadcast(td_comm_world(), &fdone, 1, TD_F32, 0);
     int done = (int)fdone;
-
-    /* step by step (one step's arrays at a time): the layout's whole
-     * gradient on rank 0, each element from the smallest rank that owns it
-     * (replicas hold the same reduced value); the oracle's step there; its
-     * gradient back to every rank, which compares what it owns */
-    const td_param_table *c = v.canon;
-    float *owner = td_alloc(sizeof(float) * n, TD_MEM_OTHER), *lay_all = td_alloc(sizeof(float) * n, TD_MEM_OTHER);
-    float *ref = td_alloc(sizeof(float) * n, TD_MEM_OTHER), *ref_max = td_alloc(sizeof(float) * (size_t)c->n_rows, TD_MEM_OTHER);
-    double *ref_loss = td_alloc(sizeof(double) * K, TD_MEM_OTHER), *loss_tol = td_alloc(sizeof(double) * K, TD_MEM_OTHER);
-    float *worst = td_alloc(sizeof(float) * K, TD_MEM_OTHER);
-    int *worst_row = td_alloc(sizeof(int) * K, TD_MEM_OTHER);
-    memset(worst, 0, sizeof(float) * K), memset(worst_row, 0, sizeof(int) * K);
-    int bad_step = -1, bad_row = -1;
-    long long bad_elem = 0;
-    float bad_val = 0, bad_ref = 0;
-    size_t unseen = 0, first_unseen = 0;
-    state_check sc = {.first_step = -1};
-    float *S = NULL, *prev = NULL;
-    if (me == 0) {
-        S = td_alloc(sizeof(float) * 3 * n, TD_MEM_OTHER), prev = td_alloc(sizeof(float) * 3 * n, TD_MEM_OTHER);
-        if (ps) { /* the oracle's own trajectory from the run's initialisation */
-            td_param_init_range(c, o.seed, 0, n, S);
-            memset(S + n, 0, sizeof(float) * 2 * n);
-        }
-        if (moe && !ps) orc.routes = &v.routes, td_gpt_set_route_override(verify_routes_override, &v.routes);
+    /* what no step's start checked: the last step (against the run's end
+     * state where it ran to the end), or every step (parameter servers) */
+    for (int s = v.checked; s < done; s++) {
+        if (moe && !ps) verify_routes_gather(&v.routes);
+        int end = !ps && s + 1 == o.steps && res.final_params;
+        check_step(&v, s, end ? res.final_params : NULL, end ? res.final_m : NULL, end ? res.final_v : NULL);
     }
-    for (int s = 0; s < done; s++) {
-        const float *lay = v.lay + (size_t)s * n;
-        const unsigned char *seen = v.seen + (size_t)s * n;
-        for (size_t e = 0; e < n; e++) owner[e] = seen[e] ? -(float)me : -1e30f;
-        td_allreduce(td_comm_world(), owner, n, TD_F32, TD_MAX);
-        for (int i = c->n_rows; s == 0 && i-- > 0;) { /* real elements only: not the vocabulary's padding rows */
-            const td_param *p = &c->rows[i];
-            for (size_t k = (size_t)p->shape[0] * (size_t)p->shape[1]; k-- > 0;)
-                if (owner[p->offset + k] < -1e29f) unseen++, first_unseen = p->offset + k;
-        }
-        for (size_t e = 0; e < n; e++) lay_all[e] = owner[e] == -(float)me ? lay[e] : 0.0f;
-        td_allreduce(td_comm_world(), lay_all, n, TD_F32, TD_SUM);
-        if (me == 0) {
-            if (!ps) memcpy(S, v.states + (size_t)s * 3 * n, sizeof(float) * 3 * n);
-            memcpy(prev, S, sizeof(float) * 3 * n);
-            ref_loss[s] = verify_oracle_step(&orc, s, S, S + n, S + 2 * n, ref, ps ? NULL : lay_all);
-            loss_tol[s] = verify_tol_loss(&tol, c, prev, ref_loss[s]);
-            for (int i = 0; i < c->n_rows; i++) {
-                float mx = 0;
-                for (size_t k = 0; k < c->rows[i].numel; k++) mx = fmaxf(mx, fabsf(ref[c->rows[i].offset + k]));
-                ref_max[i] = mx;
-            }
-            /* the layout's state after the step: the next step's start, or the run's end */
-            const float *next = NULL;
-            float *fin[3] = {res.final_params, res.final_m, res.final_v};
-            if (!ps && s + 1 < done) next = v.states + (size_t)(s + 1) * 3 * n;
-            if (next || (!ps && s + 1 == o.steps && res.final_params))
-                check_state(&sc, s, c, next ? (const float *[3]){next, next + n, next + 2 * n}
-                                              : (const float *[3]){fin[0], fin[1], fin[2]}, S, prev);
-        }
-        td_broadcast(td_comm_world(), ref, n, TD_F32, 0);
-        td_broadcast(td_comm_world(), ref_max, (size_t)c->n_rows, TD_F32, 0);
-        for (int i = 0; i < c->n_rows; i++) { /* every owned element, on its rank */
-            const td_param *p = &c->rows[i];
-            float mx = ref_max[i];
-            for (size_t k = 0; k < p->numel; k++) {
-                size_t at = p->offset + k;
-                if (!seen[at]) continue;
-                double err = fabs((double)lay[at] - ref[at]) / (mx > 0 ? mx : 1.0f);
-                if (!(err <= worst[s])) worst[s] = isnan(err) ? INFINITY : (float)err, worst_row[s] = i;
-                if (!(err <= tol.grad) && bad_step < 0)
-                    bad_step = s, bad_row = i, bad_elem = (long long)k, bad_val = lay[at], bad_ref = ref[at];
-            }
-        }
-    }
-    td_gpt_set_route_override(NULL, NULL);
-    td_free(S), td_free(prev), td_free(owner), td_free(lay_all), td_free(ref), td_free(ref_max);
+    float *worst = v.worst;
+    int *worst_row = v.worst_row;
+    double *ref_loss = v.ref_loss, *loss_tol = v.loss_tol;
+    int bad_step = v.bad_step, bad_row = v.bad_row;
+    long long bad_elem = v.bad_elem;
+    float bad_val = v.bad_val, bad_ref = v.bad_ref;
+    size_t unseen = v.unseen, first_unseen = v.first_unseen;
+    state_check sc = v.sc;
     float *mine = td_alloc(sizeof(float) * K, TD_MEM_OTHER); /* each step's worst tensor: the worst rank's */
     memcpy(mine, worst, sizeof(float) * K);
     td_allreduce(td_comm_world(), worst, K, TD_F32, TD_MAX);
@@ -324,7 +356,8 @@ int td_verify_main(int argc, char **argv) {
     }
     td_train_result_free(&res);
     td_free(ref_loss), td_free(loss_tol), td_free(worst), td_free(worst_row), td_free(mine), td_free(wrow);
-    td_free(v.lay), td_free(v.seen), td_free(v.states);
+    td_free(v.lay), td_free(v.seen), td_free(v.start), td_free(v.S), td_free(v.prev);
+    td_free(v.owner), td_free(v.lay_all), td_free(v.ref), td_free(v.ref_max);
     free(v.routes.r);
     verify_oracle_close(&orc);
     float f = (float)fails;
