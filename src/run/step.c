@@ -119,9 +119,22 @@ static td_run_status skip_step(td_run *r, int step, int bad_row) {
     return TD_RUN_STOP;
 }
 
+/* trident verify's step_state (train.h): the state the step starts from,
+ * gathered as keep_state does, before the step's first communication. */
+static void step_state(td_run *r, int step) {
+    const td_train_opts *o = r->o;
+    size_t n = r->canon.numel;
+    TD_ASSERT(td_train_dp_mode(o) != TD_DP_PS);
+    float *s = r->g.world_rank == 0 ? td_alloc(3 * n * sizeof(float), TD_MEM_OTHER) : NULL;
+    td_dp_gather_state(r->dp, &r->canon, s, s ? s + n : NULL, s ? s + 2 * n : NULL);
+    o->step_state(o->step_state_ctx, step, r->g.axis[TD_DP].rank, s, s ? s + n : NULL, s ? s + 2 * n : NULL);
+    td_free(s);
+}
+
 td_run_status td_run_step(td_run *r, int step) {
     const td_train_opts *o = r->o;
     td_train_result *res = r->res;
+    if (o->step_state) step_state(r, step);
     double t0 = td_now_ms(), norm;
     float lr = td_lr_at(&o->optim, step);
     double loss_sum = train_step(r, step, lr, &norm);
