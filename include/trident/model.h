@@ -468,6 +468,14 @@ typedef struct {
  * every block per step (and, under tp, its communication again). */
 typedef enum { TD_RECOMPUTE_NONE, TD_RECOMPUTE_BLOCK } td_recompute;
 
+/* What a model is built for. TD_GPT_TRAIN: forward and backward.
+ * TD_GPT_FORWARD (trident eval): forwards only, with no activation-gradient
+ * buffer: the scratch keeps only what a forward reads (a row-parallel
+ * output's fp32 rows, the rotary table), a pipeline slot no dx and no
+ * weight-gradient stash, td_gpt_cp_scratch lends nothing. Its backward is
+ * a programming error (asserted). */
+typedef enum { TD_GPT_TRAIN, TD_GPT_FORWARD } td_gpt_use;
+
 typedef struct td_gpt {
     td_gpt_config cfg;
     const td_param_table *table;
@@ -488,6 +496,7 @@ typedef struct td_gpt {
                                 rank's rows (rope.h), in the scratch; NULL for gpt2 */
 
     td_recompute recompute;
+    td_gpt_use use;
     /* activations, sized for B x T, one allocation */
     float *acts;
     td_embed_acts embed;
@@ -558,6 +567,7 @@ typedef struct {
                       other tensors point into the stage model's shared rc_set
                       (the backward reruns the block's forward there); not
                       with wstash (W reads the saved tensors) */
+    int forward_only; /* a TD_GPT_FORWARD stage: x alone (no dx), not with wstash */
 } td_slot_shape;
 
 typedef struct {
@@ -581,6 +591,10 @@ size_t td_gpt_scratch_bytes(const td_param_table *t, int B, int seq_parallel);
  * td_gpt_stage_bytes counts (scratch + rc_set; the slots are planned apart). */
 void td_gpt_create_stage_rc(td_gpt *m, const td_param_table *t, int B, int seq_parallel, td_recompute rc);
 size_t td_gpt_stage_bytes(const td_param_table *t, int B, int seq_parallel, td_recompute rc);
+/* The same for a use (the two above are TD_GPT_TRAIN). */
+void td_gpt_create_stage_use(td_gpt *m, const td_param_table *t, int B, int seq_parallel, td_recompute rc,
+                             td_gpt_use use);
+size_t td_gpt_stage_bytes_use(const td_param_table *t, int B, int seq_parallel, td_recompute rc, td_gpt_use use);
 
 /* Bytes of activations + scratch for micro-batch B on this table's rank,
  * with or without sequence parallelism (the plan). */
@@ -589,6 +603,10 @@ void td_gpt_create(td_gpt *m, const td_param_table *t, int B, int seq_parallel);
 /* The same with a recomputation mode (the two above are TD_RECOMPUTE_NONE). */
 size_t td_gpt_activation_bytes_rc(const td_param_table *t, int B, int seq_parallel, td_recompute rc);
 void td_gpt_create_rc(td_gpt *m, const td_param_table *t, int B, int seq_parallel, td_recompute rc);
+/* The same for a use (the _rc pair is TD_GPT_TRAIN). */
+size_t td_gpt_activation_bytes_use(const td_param_table *t, int B, int seq_parallel, td_recompute rc,
+                                   td_gpt_use use);
+void td_gpt_create_use(td_gpt *m, const td_param_table *t, int B, int seq_parallel, td_recompute rc, td_gpt_use use);
 void td_gpt_destroy(td_gpt *m);
 /* Points every unit at a whole flat buffer (replicated training). */
 void td_gpt_bind_flat(td_gpt *m, float *params, float *grads);
@@ -599,7 +617,9 @@ void td_gpt_params_changed(td_gpt *m);
 /* The MLP backward's scratch (its fc output gradients, 8 N Ca elements),
  * dead while attention runs forward or backward: a cp ring keeps its four
  * K/V blocks there (td_cp_ring_lend) instead of in memory of its own. The
- * bytes for micro-batch B on this table's rank, and the model's pointer. */
+ * bytes for micro-batch B on this table's rank (a TD_GPT_TRAIN model's), and
+ * the model's pointer: NULL and 0 bytes for a TD_GPT_FORWARD model, which
+ * has no such scratch (the ring then holds its blocks itself). */
 size_t td_gpt_cp_scratch_bytes(const td_param_table *t, int B, int seq_parallel);
 void *td_gpt_cp_scratch(td_gpt *m, size_t *bytes);
 /* Bytes of the compute copies under reduced precision (0 under FP32): the

@@ -43,12 +43,16 @@ double td_pp_split_auto(td_pp_split *sp, const double *block_cost, double embed_
 void td_pp_held_units(const td_pp_split *sp, int L, int tied, int stage, unsigned char *held);
 /* The slot shape of stage s (model.h) and how many slots its schedule needs. */
 td_slot_shape td_pp_slot_shape(const td_pp_split *sp, const td_schedule *sched, int stage);
+/* A TD_GPT_FORWARD stage's slots: no dx, no weight-gradient stash (a
+ * no-op for TD_GPT_TRAIN). */
+void td_pp_slot_shape_use(td_slot_shape *sh, td_gpt_use use);
 /* Activation bytes of stage s: the model's scratch (with recomputation, its
  * shared block set too) plus the schedule's peak of in-flight micro-batch
- * chunks times a slot (the plan). The stage model's recompute mode sets the
- * slots' shape (td_pp_create). */
+ * chunks times a slot (the plan); a TD_GPT_FORWARD stage has one slot
+ * (td_pp_forward_only runs one micro-batch chunk at a time). The stage
+ * model's recompute mode and use set the slots' shape (td_pp_create). */
 size_t td_pp_activation_bytes(const td_param_table *t, int B, int seq_parallel, const td_pp_split *sp,
-                              const td_schedule *sched, int stage, td_recompute rc);
+                              const td_schedule *sched, int stage, td_recompute rc, td_gpt_use use);
 
 /* Time per stage and step, for the bubble (ms, summed since the last reset). */
 typedef struct {

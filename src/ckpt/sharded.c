@@ -268,7 +268,7 @@ void td_ckpt_resume(const td_ckpt_state *st, const char *path, td_ckpt_meta *met
         }
         int read = td_ckpt_reader_fill(&r, t, s, l.r, l.n);
         TD_CHECK(read || s > 0, "%s/manifest.json: no tensor has a params piece", r.dir);
-        if (!read && s == 1 && g->world_rank == 0)
+        if (!read && s == 1 && l.n > 0 && g->world_rank == 0) /* l.n 0: a forward-only run asks for none */
             td_log("resume: %s holds no AdamW moments (an imported model?); they start at zero\n", r.dir);
         td_free(l.r);
     }

@@ -77,8 +77,14 @@ static size_t rope_bytes(const td_gpt_dims *d, const td_gpt_config *c) {
     return td_arch_desc_of(c->arch)->rope ? F((size_t)d->T * d->hs) : 0;
 }
 
-static size_t scratch_bytes(const td_gpt_dims *d, const td_gpt_config *c) {
+/* A forward reads of the scratch only the fp32 rows of a row-parallel
+ * output before its reduction (full: sp or lp; dln_local: sp and lp, the
+ * reduced rows before rounding) and the rotary table; the rest holds
+ * activation gradients, which a TD_GPT_FORWARD model has none of. */
+static size_t scratch_bytes(const td_gpt_dims *d, const td_gpt_config *c, td_gpt_use use) {
     size_t N = d->N, C = d->C, Ns = d->Ns;
+    if (use == TD_GPT_FORWARD)
+        return (d->sp || d->lp ? F(N * C) : 0) + (d->sp && d->lp ? F(Ns * C) : 0) + rope_bytes(d, c);
     size_t f = A(d, Ns * C) + F(N * C)                /* dres, dln */
                + A(d, N * d->Ca) + A(d, N * d->QKV)   /* datty, dqkv */
                + A(d, N * d->F1) + A(d, N * d->F)     /* dfch, dfchg */
@@ -99,12 +105,17 @@ static size_t moe_bytes(const td_gpt_dims *d, const td_param_table *t, int l0, i
     return b;
 }
 
-size_t td_gpt_activation_bytes_rc(const td_param_table *t, int B, int seq_parallel, td_recompute rc) {
+size_t td_gpt_activation_bytes_use(const td_param_table *t, int B, int seq_parallel, td_recompute rc,
+                                   td_gpt_use use) {
     td_gpt_dims d;
     td_gpt_dims_of(&d, t, B, seq_parallel);
-    return act_bytes(&d, t->cfg.L, rc) + scratch_bytes(&d, &t->cfg) + 2 * (size_t)d.N * sizeof(int) +
+    return act_bytes(&d, t->cfg.L, rc) + scratch_bytes(&d, &t->cfg, use) + 2 * (size_t)d.N * sizeof(int) +
            (size_t)t->cfg.L * sizeof(td_block_acts) + moe_bytes(&d, t, 0, t->cfg.L) +
            td_moe_scratch_bytes(&d, &t->cfg, t->ep);
+}
+
+size_t td_gpt_activation_bytes_rc(const td_param_table *t, int B, int seq_parallel, td_recompute rc) {
+    return td_gpt_activation_bytes_use(t, B, seq_parallel, rc, TD_GPT_TRAIN);
 }
 
 size_t td_gpt_activation_bytes(const td_param_table *t, int B, int seq_parallel) {
@@ -193,9 +204,9 @@ static void carve_head(td_head_acts *h, const td_gpt_dims *d, char **cur) {
 
 static size_t slot_mem_bytes(const td_gpt_dims *d, const td_slot_shape *sh) {
     size_t NsC = A(d, (size_t)d->Ns * d->C);
-    return 2 * NsC                                         /* x, dx */
+    return (sh->forward_only ? 1 : 2) * NsC                /* x, dx */
            + (size_t)sh->n_blocks * (sh->recompute ? NsC : block_bytes(d)) /* blocks (or res3 only) */
-           + (sh->wstash ? (size_t)sh->n_blocks * td_block_wstash_bytes(d) : 0)
+           + (sh->wstash && !sh->forward_only ? (size_t)sh->n_blocks * td_block_wstash_bytes(d) : 0)
            + (sh->head ? head_bytes(d) : 0);
 }
 
@@ -217,8 +228,9 @@ void td_gpt_slot_create(td_gpt_slot *s, const td_gpt *m, const td_slot_shape *sh
     s->blocks = td_alloc(sizeof(td_block_acts) * (size_t)(sh->n_blocks > 0 ? sh->n_blocks : 1), TD_MEM_ACTS);
     char *cur = s->mem;
     size_t NsC = A(d, (size_t)d->Ns * d->C);
+    TD_ASSERT(!sh->forward_only || !sh->wstash);
     s->x = carve(&cur, NsC);
-    s->dx = carve(&cur, NsC);
+    s->dx = sh->forward_only ? NULL : carve(&cur, NsC);
     TD_ASSERT(!sh->recompute || (m->rc_set.ln1 && !sh->wstash));
     for (int i = 0; i < sh->n_blocks; i++) {
         if (sh->recompute) {
@@ -252,11 +264,12 @@ void td_gpt_slot_destroy(td_gpt_slot *s) {
 size_t td_gpt_scratch_bytes(const td_param_table *t, int B, int seq_parallel) {
     td_gpt_dims d;
     td_gpt_dims_of(&d, t, B, seq_parallel);
-    return scratch_bytes(&d, &t->cfg);
+    return scratch_bytes(&d, &t->cfg, TD_GPT_TRAIN);
 }
 
-static void create_common(td_gpt *m, const td_param_table *t, int B, int seq_parallel) {
+static void create_common(td_gpt *m, const td_param_table *t, int B, int seq_parallel, td_gpt_use use) {
     memset(m, 0, sizeof *m);
+    m->use = use;
     m->cfg = t->cfg;
     m->table = t;
     m->B = B;
@@ -314,34 +327,40 @@ static void rope_table(td_gpt *m) {
     td_free(inv);
 }
 
-/* Backward scratch, shared by every block and micro-batch. */
+/* Backward scratch, shared by every block and micro-batch (a forward-only
+ * model: the forward's part of it, scratch_bytes). */
 static void create_scratch(td_gpt *m) {
     const td_gpt_dims *d = &m->d;
-    size_t N = d->N, Ns = d->Ns, C = d->C;
-    m->grads_acts = td_alloc(scratch_bytes(d, &m->cfg), TD_MEM_ACTS);
+    size_t N = d->N, Ns = d->Ns, C = d->C, bytes = scratch_bytes(d, &m->cfg, m->use);
+    m->grads_acts = td_alloc(bytes, TD_MEM_ACTS);
     char *cur = m->grads_acts;
     td_gpt_scratch *s = &m->s;
-    s->dres = carve(&cur, A(d, Ns * C));
-    s->dln = carve(&cur, F(N * C));
-    s->datty = carve(&cur, A(d, N * d->Ca));
-    s->dqkv = carve(&cur, A(d, N * d->QKV));
-    s->dfch = carve(&cur, A(d, N * d->F1));
-    s->dfchg = carve(&cur, A(d, N * d->F));
-    s->dlosses = carve(&cur, F(N));
-    if (d->sp || d->lp) {
-        s->full = carve(&cur, F(N * C));
-        s->dln_local = carve(&cur, F(Ns * C));
-    }
-    if (d->sp) s->dnorm = carve(&cur, F(2 * C));
-    if (d->lp) {
-        s->dln_lp = carve(&cur, A(d, Ns * C));
-        s->dlogits_lp = carve(&cur, A(d, N * d->Vl));
+    if (m->use == TD_GPT_FORWARD) {
+        if (d->sp || d->lp) s->full = carve(&cur, F(N * C));
+        if (d->sp && d->lp) s->dln_local = carve(&cur, F(Ns * C));
+    } else {
+        s->dres = carve(&cur, A(d, Ns * C));
+        s->dln = carve(&cur, F(N * C));
+        s->datty = carve(&cur, A(d, N * d->Ca));
+        s->dqkv = carve(&cur, A(d, N * d->QKV));
+        s->dfch = carve(&cur, A(d, N * d->F1));
+        s->dfchg = carve(&cur, A(d, N * d->F));
+        s->dlosses = carve(&cur, F(N));
+        if (d->sp || d->lp) {
+            s->full = carve(&cur, F(N * C));
+            s->dln_local = carve(&cur, F(Ns * C));
+        }
+        if (d->sp) s->dnorm = carve(&cur, F(2 * C));
+        if (d->lp) {
+            s->dln_lp = carve(&cur, A(d, Ns * C));
+            s->dlogits_lp = carve(&cur, A(d, N * d->Vl));
+        }
     }
     if (m->arch->rope) {
         m->rope_cs = carve(&cur, rope_bytes(d, &m->cfg));
         rope_table(m);
     }
-    TD_ASSERT((size_t)(cur - (char *)m->grads_acts) == scratch_bytes(d, &m->cfg));
+    TD_ASSERT((size_t)(cur - (char *)m->grads_acts) == bytes);
 }
 
 /* dfch and dfchg, carved one after the other by create_scratch */
@@ -352,21 +371,30 @@ size_t td_gpt_cp_scratch_bytes(const td_param_table *t, int B, int seq_parallel)
 }
 
 void *td_gpt_cp_scratch(td_gpt *m, size_t *bytes) {
+    if (m->use == TD_GPT_FORWARD) { /* no MLP backward: the ring keeps blocks of its own */
+        *bytes = 0;
+        return NULL;
+    }
     TD_ASSERT((char *)m->s.dfchg == (char *)m->s.dfch + A(&m->d, (size_t)m->d.N * m->d.F1));
     *bytes = A(&m->d, (size_t)m->d.N * m->d.F1) + A(&m->d, (size_t)m->d.N * m->d.F);
     return m->s.dfch;
 }
 
-size_t td_gpt_stage_bytes(const td_param_table *t, int B, int seq_parallel, td_recompute rc) {
+size_t td_gpt_stage_bytes_use(const td_param_table *t, int B, int seq_parallel, td_recompute rc, td_gpt_use use) {
     td_gpt_dims d;
     td_gpt_dims_of(&d, t, B, seq_parallel);
     size_t moe = td_moe_scratch_bytes(&d, &t->cfg, t->ep); /* and the recomputed block's own set */
     if (rc == TD_RECOMPUTE_BLOCK && t->cfg.moe.E) moe += td_moe_block_bytes(&d, &t->cfg, t->ep);
-    return scratch_bytes(&d, &t->cfg) + (rc == TD_RECOMPUTE_BLOCK ? block_bytes(&d) : 0) + moe;
+    return scratch_bytes(&d, &t->cfg, use) + (rc == TD_RECOMPUTE_BLOCK ? block_bytes(&d) : 0) + moe;
 }
 
-void td_gpt_create_stage_rc(td_gpt *m, const td_param_table *t, int B, int seq_parallel, td_recompute rc) {
-    create_common(m, t, B, seq_parallel);
+size_t td_gpt_stage_bytes(const td_param_table *t, int B, int seq_parallel, td_recompute rc) {
+    return td_gpt_stage_bytes_use(t, B, seq_parallel, rc, TD_GPT_TRAIN);
+}
+
+void td_gpt_create_stage_use(td_gpt *m, const td_param_table *t, int B, int seq_parallel, td_recompute rc,
+                             td_gpt_use use) {
+    create_common(m, t, B, seq_parallel, use);
     m->recompute = rc;
     create_scratch(m);
     if (rc == TD_RECOMPUTE_BLOCK) {
@@ -374,15 +402,19 @@ void td_gpt_create_stage_rc(td_gpt *m, const td_param_table *t, int B, int seq_p
         char *cur = (char *)m->acts;
         carve_block(&m->rc_set, &m->d, &cur);
     }
-    m->acts_bytes = td_gpt_stage_bytes(t, B, seq_parallel, rc);
+    m->acts_bytes = td_gpt_stage_bytes_use(t, B, seq_parallel, rc, use);
+}
+
+void td_gpt_create_stage_rc(td_gpt *m, const td_param_table *t, int B, int seq_parallel, td_recompute rc) {
+    td_gpt_create_stage_use(m, t, B, seq_parallel, rc, TD_GPT_TRAIN);
 }
 
 void td_gpt_create_stage(td_gpt *m, const td_param_table *t, int B, int seq_parallel) {
     td_gpt_create_stage_rc(m, t, B, seq_parallel, TD_RECOMPUTE_NONE);
 }
 
-void td_gpt_create_rc(td_gpt *m, const td_param_table *t, int B, int seq_parallel, td_recompute rc) {
-    create_common(m, t, B, seq_parallel);
+void td_gpt_create_use(td_gpt *m, const td_param_table *t, int B, int seq_parallel, td_recompute rc, td_gpt_use use) {
+    create_common(m, t, B, seq_parallel, use);
     m->recompute = rc;
     const td_gpt_dims *d = &m->d;
     int L = m->cfg.L;
@@ -407,7 +439,11 @@ void td_gpt_create_rc(td_gpt *m, const td_param_table *t, int B, int seq_paralle
     size_t N = d->N;
     m->inputs = td_alloc(N * sizeof(int), TD_MEM_ACTS);
     m->targets = td_alloc(N * sizeof(int), TD_MEM_ACTS);
-    m->acts_bytes = td_gpt_activation_bytes_rc(t, B, seq_parallel, rc);
+    m->acts_bytes = td_gpt_activation_bytes_use(t, B, seq_parallel, rc, use);
+}
+
+void td_gpt_create_rc(td_gpt *m, const td_param_table *t, int B, int seq_parallel, td_recompute rc) {
+    td_gpt_create_use(m, t, B, seq_parallel, rc, TD_GPT_TRAIN);
 }
 
 void td_gpt_create(td_gpt *m, const td_param_table *t, int B, int seq_parallel) {
@@ -475,7 +511,7 @@ const td_act *td_gpt_forward_blocks(td_gpt *m, int l0, int l1, const td_act *x) 
 }
 
 void td_gpt_backward_blocks(td_gpt *m, int l0, int l1, const td_act *x, td_act *dres) {
-    TD_ASSERT(0 <= l0 && l0 < l1 && l1 <= m->cfg.L);
+    TD_ASSERT(0 <= l0 && l0 < l1 && l1 <= m->cfg.L && m->use == TD_GPT_TRAIN);
     for (int l = l1 - 1; l >= l0; l--) {
         int u = td_m_block_unit(l);
         const td_act *in = l > l0 ? m->blocks[l - 1].res3 : x;
@@ -512,6 +548,7 @@ void td_gpt_recompute_block(td_gpt *m, int l, const td_act *x, td_block_acts *a)
 }
 
 void td_gpt_backward(td_gpt *m, float dloss) {
+    TD_ASSERT(m->use == TD_GPT_TRAIN); /* a forward-only model has no gradient buffers */
     int L = m->cfg.L;
     td_gpt_set_dloss(m, dloss);
     event(m, TD_BWD_BEGIN, 0);

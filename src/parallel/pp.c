@@ -338,11 +338,13 @@ td_pp *td_pp_create(const td_grid *g, td_gpt *model, td_dp *dp, const td_schedul
     pp->P = sched->P, pp->V = sched->V, pp->M = sched->M, pp->s = g->axis[TD_PP].rank,
     pp->L = model->cfg.L;
     TD_ASSERT(pp->P == g->axis[TD_PP].size && sp->P == pp->P && sp->V == pp->V);
-    pp->n_slots = sched->peak[pp->s];
+    /* a forward-only model runs td_pp_forward_only alone: one chunk at a time */
+    pp->n_slots = model->use == TD_GPT_FORWARD ? 1 : sched->peak[pp->s];
     pp->st.stage = pp->s;
     pp->slots = td_alloc(sizeof(slot) * (size_t)pp->n_slots, TD_MEM_OTHER);
     td_slot_shape sh = td_pp_slot_shape(sp, sched, pp->s);
     sh.recompute = model->recompute == TD_RECOMPUTE_BLOCK;
+    td_pp_slot_shape_use(&sh, model->use);
     TD_ASSERT(!sh.recompute || !sh.wstash); /* refused with zb-h1 (options.c) */
     for (int i = 0; i < pp->n_slots; i++) {
         slot *sl = &pp->slots[i];
@@ -405,6 +407,7 @@ static void drain(td_pp *pp) {
 }
 
 double td_pp_train_step(td_pp *pp, int step, float dloss, td_pp_batch_fn batch, void *ctx) {
+    TD_ASSERT(pp->m->use == TD_GPT_TRAIN); /* a forward-only stage has one slot, no dx */
     double t0 = td_now_ms();
     begin(pp, batch, ctx);
     pp->dloss = dloss;

@@ -87,7 +87,7 @@ void td_pp_held_units(const td_pp_split *sp, int L, int tied, int stage, unsigne
 }
 
 td_slot_shape td_pp_slot_shape(const td_pp_split *sp, const td_schedule *sched, int stage) {
-    td_slot_shape sh = {0, stage == sp->P - 1, sched->kind == TD_SCHED_ZBH1, 0};
+    td_slot_shape sh = {0, stage == sp->P - 1, sched->kind == TD_SCHED_ZBH1, 0, 0};
     for (int c = 0; c < sp->V; c++) {
         int v = c * sp->P + stage, n = sp->first[v + 1] - sp->first[v];
         if (n > sh.n_blocks) sh.n_blocks = n;
@@ -95,10 +95,15 @@ td_slot_shape td_pp_slot_shape(const td_pp_split *sp, const td_schedule *sched, 
     return sh;
 }
 
+void td_pp_slot_shape_use(td_slot_shape *sh, td_gpt_use use) {
+    if (use == TD_GPT_FORWARD) sh->forward_only = 1, sh->wstash = 0; /* no backward, no W */
+}
+
 size_t td_pp_activation_bytes(const td_param_table *t, int B, int seq_parallel, const td_pp_split *sp,
-                              const td_schedule *sched, int stage, td_recompute rc) {
+                              const td_schedule *sched, int stage, td_recompute rc, td_gpt_use use) {
     td_slot_shape sh = td_pp_slot_shape(sp, sched, stage);
     sh.recompute = rc == TD_RECOMPUTE_BLOCK;
-    size_t slots = (size_t)sched->peak[stage];
-    return td_gpt_stage_bytes(t, B, seq_parallel, rc) + slots * td_gpt_slot_bytes(t, B, seq_parallel, &sh);
+    td_pp_slot_shape_use(&sh, use);
+    size_t slots = use == TD_GPT_FORWARD ? 1 : (size_t)sched->peak[stage]; /* td_pp_forward_only: one */
+    return td_gpt_stage_bytes_use(t, B, seq_parallel, rc, use) + slots * td_gpt_slot_bytes(t, B, seq_parallel, &sh);
 }

@@ -16,6 +16,10 @@ td_dp_config td_train_dp_config(const td_train_opts *o, td_dp_mode mode) {
     return dcfg;
 }
 
+td_gpt_use td_train_model_use(const td_dp_config *dcfg) {
+    return dcfg->forward_only ? TD_GPT_FORWARD : TD_GPT_TRAIN;
+}
+
 td_mem_plan td_train_mem_plan(const td_train_opts *o, const td_gpt_config *cfg, const td_rank_shape *rs,
                               td_param_table *table) {
     const td_layout *lay = rs->lay;
@@ -27,14 +31,16 @@ td_mem_plan td_train_mem_plan(const td_train_opts *o, const td_gpt_config *cfg, 
     td_mem_plan plan = td_dp_memory_plan(rs->dcfg, lay, table);
     if (!lay->is_server) {
         td_recompute rc = td_train_recompute(o);
+        td_gpt_use use = td_train_model_use(rs->dcfg);
         plan.bytes[TD_MEM_ACTS] += rs->split ? td_pp_activation_bytes(table, rs->Bm, o->seq_parallel, rs->split,
-                                                                      rs->sched, rs->pp_rank, rc)
-                                             : td_gpt_activation_bytes_rc(table, rs->Bm, o->seq_parallel, rc);
+                                                                      rs->sched, rs->pp_rank, rc, use)
+                                             : td_gpt_activation_bytes_use(table, rs->Bm, o->seq_parallel, rc, use);
         plan.bytes[TD_MEM_COMM] += td_tp_comm_plan_bytes(table, rs->Bm, o->seq_parallel);
         int cp = lay->cp > 1 ? lay->cp : 1, tp = lay->tp;
         td_cp_shape ring = {rs->Bm, cfg->T / cp, cfg->C / tp, cfg->H / tp, td_train_precision(o), cfg->KV / tp};
-        /* its K/V blocks, in the MLP backward's scratch (run.c lends it) */
-        size_t lent = td_gpt_cp_scratch_bytes(table, rs->Bm, o->seq_parallel);
+        /* its K/V blocks, in the MLP backward's scratch (run.c lends it; a
+         * forward-only model has none: td_gpt_cp_scratch) */
+        size_t lent = use == TD_GPT_FORWARD ? 0 : td_gpt_cp_scratch_bytes(table, rs->Bm, o->seq_parallel);
         plan.bytes[TD_MEM_COMM] += td_cp_ring_plan_bytes(&ring, cp, lent);
         plan.bytes[TD_MEM_PARAMS] += td_gpt_compute_param_bytes(table); /* reduced-precision copies */
     }

@@ -9,6 +9,9 @@
 /* The data-parallel configuration the flags give; bad payload flags are a
  * user error here, before anything is allocated. */
 td_dp_config td_train_dp_config(const td_train_opts *o, td_dp_mode mode);
+/* The model a run builds: forward-only for a layout pass (trident eval:
+ * the dp config's forward_only), else one that trains. */
+td_gpt_use td_train_model_use(const td_dp_config *dcfg);
 /* Where a rank sits in a layout and what it runs: the inputs of its plan
  * besides the flags and the model (a live grid's rank, or a layout the
  * planner only considers). Borrowed. */

@@ -26,6 +26,10 @@ static void log_flush(td_report *r) {
 
 int td_report_log_error(const td_report *r) { return r->log_err; }
 
+/* trident eval's forwards (a layout pass: the dp config's forward_only,
+ * mem_plan.c): no optimizer, gradients or activation gradients to report. */
+static int forward_only(const td_train_opts *o) { return o->layout_pass != NULL; }
+
 void td_report_open(td_report *r, const td_train_opts *o, const td_grid *g,
                     const td_gpt_config *cfg, const td_param_table *t, const td_dataset *d,
                     int threads, int Bm) {
@@ -87,12 +91,15 @@ void td_report_open(td_report *r, const td_train_opts *o, const td_grid *g,
            "%d threads per rank; dp-mode %s, zero %d, recompute %s\n",
            o->batch, cfg->T, g->axis[TD_DP].size, o->grad_accum, Bm, threads, o->dp_mode, o->zero,
            o->recompute);
-    td_log("optimizer: AdamW lr %g -> %g (warm-up %d, cosine), betas (%g, %g), wd %g, clip %g; "
-           "%s peak %.1f GFLOP/s per thread\n",
-           o->optim.lr, o->optim.min_lr, o->optim.warmup, o->optim.beta1, o->optim.beta2,
-           o->optim.weight_decay, o->optim.clip,
-           prec == TD_PREC_FP32 ? "sgemm" : prec == TD_PREC_BF16 ? "bf16 GEMM" : "fp16 GEMM (via fp32)",
-           r->peak_gflops);
+    const char *gemm = prec == TD_PREC_FP32 ? "sgemm" : prec == TD_PREC_BF16 ? "bf16 GEMM" : "fp16 GEMM (via fp32)";
+    if (forward_only(o))
+        td_log("forwards only: no optimizer, gradients or activation gradients; %s peak %.1f GFLOP/s per thread\n",
+               gemm, r->peak_gflops);
+    else
+        td_log("optimizer: AdamW lr %g -> %g (warm-up %d, cosine), betas (%g, %g), wd %g, clip %g; "
+               "%s peak %.1f GFLOP/s per thread\n",
+               o->optim.lr, o->optim.min_lr, o->optim.warmup, o->optim.beta1, o->optim.beta2,
+               o->optim.weight_decay, o->optim.clip, gemm, r->peak_gflops);
     if (r->log) {
         fprintf(r->log,
                 "{\"event\": \"start\", \"world\": %d, \"dp\": %d, \"tp\": %d, \"pp\": %d, "
@@ -125,6 +132,13 @@ static void gather_bytes(const td_grid *g, const size_t *mine, uint64_t *all) {
     gather_u64(g, buf, TD_MEM_NCAT, all);
 }
 
+/* The categories the table shows: the main ones, all with --memory-report;
+ * a forward-only run has no gradients or moments to show. */
+static int shown(int c, int detail, int fwd) {
+    if (fwd && (c == TD_MEM_GRADS || c == TD_MEM_OPTIM)) return 0;
+    return detail || c <= TD_MEM_ACTS || c == TD_MEM_COMM;
+}
+
 void td_report_memory(td_report *r, const td_mem_plan *plan, int measured) {
     const td_grid *g = r->g;
     int W = g->world_size;
@@ -140,11 +154,11 @@ void td_report_memory(td_report *r, const td_mem_plan *plan, int measured) {
     gather_bytes(g, peaks, ms);
     char b1[32], b2[32];
     if (g->world_rank == 0) {
-        int detail = r->o->memory_report;
+        int detail = r->o->memory_report, fwd = forward_only(r->o);
         td_log("memory per rank (%s):\n", measured ? "planned vs measured peak after step 1" : "plan");
         td_log("  %-5s", "rank");
         for (int c = 0; c < TD_MEM_NCAT; c++)
-            if (detail || c <= TD_MEM_ACTS || c == TD_MEM_COMM) td_log(" %20s", td_mem_cat_name(c));
+            if (shown(c, detail, fwd)) td_log(" %20s", td_mem_cat_name(c));
         td_log(" %20s\n", "model state");
         for (int w = 0; w < W; w++) {
             td_log("  %-5d", w);
@@ -152,7 +166,7 @@ void td_report_memory(td_report *r, const td_mem_plan *plan, int measured) {
             for (int c = 0; c < TD_MEM_NCAT; c++) {
                 uint64_t p = pl[w * TD_MEM_NCAT + c], m = ms[w * TD_MEM_NCAT + c];
                 if (c <= TD_MEM_GATHER) state_p += p, state_m += m;
-                if (!(detail || c <= TD_MEM_ACTS || c == TD_MEM_COMM)) continue;
+                if (!shown(c, detail, fwd)) continue;
                 if (measured) {
                     char cell[48];
                     snprintf(cell, sizeof cell, "%s/%s", td_fmt_bytes(b1, 32, (double)p),
@@ -256,10 +270,11 @@ void td_report_precision(td_report *r, const td_mem_plan *plan) {
     else
         snprintf(reduce, sizeof reduce, "fp32");
     td_log("precision %s: dtype of each stage of the step\n", rt);
+    int fwd = forward_only(o);
     if (lp)
         td_log("  parameter storage   fp32 master weights + %s compute copies of every weight "
-               "(%.2f MiB per rank, refreshed after each update)\n",
-               rt, plan->bytes[TD_MEM_PARAMS] / 1048576.0);
+               "(%.2f MiB per rank, %s)\n",
+               rt, plan->bytes[TD_MEM_PARAMS] / 1048576.0, fwd ? "made from the loaded weights" : "refreshed after each update");
     else
         td_log("  parameter storage   fp32\n");
     if (lp)
@@ -273,14 +288,19 @@ void td_report_precision(td_report *r, const td_mem_plan *plan) {
         td_log("  compute             fp32 (OpenBLAS sgemm and trident's kernels)\n");
     td_log("  activations         %s%s\n", rt,
            lp ? " (LayerNorm statistics, logits and the loss in fp32)" : "");
-    td_log("  gradient accum.     fp32 (the GEMMs add into the fp32 gradient buffers)\n");
-    td_log("  gradient reduction  %s\n", r->g->axis[TD_DP].size > 1 ? reduce : "none (dp 1)");
+    if (!fwd) {
+        td_log("  gradient accum.     fp32 (the GEMMs add into the fp32 gradient buffers)\n");
+        td_log("  gradient reduction  %s\n", r->g->axis[TD_DP].size > 1 ? reduce : "none (dp 1)");
+    }
     td_log("  master weights      %s\n",
            !lp ? "none (the fp32 parameters are the weights)"
            : ps ? "fp32 on the parameter servers, pulled by workers"
            : zero == 3 ? "fp32, sharded over dp (ZeRO-3)" : "fp32, replicated over dp");
-    td_log("  optimizer moments   fp32 AdamW m and v%s\n",
-           ps ? " on the parameter servers" : zero >= 1 ? ", sharded over dp" : "");
+    if (fwd)
+        td_log("  gradients           none (forwards only)\n");
+    else
+        td_log("  optimizer moments   fp32 AdamW m and v%s\n",
+               ps ? " on the parameter servers" : zero >= 1 ? ", sharded over dp" : "");
     if (r->log) {
         fprintf(r->log, ", \"precision\": \"%s\", \"native\": %d", rt,
                 p == TD_PREC_FP16 ? td_f16_native() : lp ? td_bf16_native() : 0);

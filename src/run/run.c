@@ -114,10 +114,11 @@ static void open_model(td_run *r, const td_dp_config *dcfg) {
         td_cp_bind_model(r->ring, &r->tpc.ops);
     }
     if (!g->is_server) {
+        td_gpt_use use = td_train_model_use(dcfg); /* eval: no activation gradients */
         if (r->piped)
-            td_gpt_create_stage_rc(&r->model, &r->table, r->ec.Bm, o->seq_parallel, td_train_recompute(o));
+            td_gpt_create_stage_use(&r->model, &r->table, r->ec.Bm, o->seq_parallel, td_train_recompute(o), use);
         else
-            td_gpt_create_rc(&r->model, &r->table, r->ec.Bm, o->seq_parallel, td_train_recompute(o));
+            td_gpt_create_use(&r->model, &r->table, r->ec.Bm, o->seq_parallel, td_train_recompute(o), use);
         if (r->cfg.moe.E > 0) td_ep_bind_model(&r->ep, g, &r->tpc.ops); /* before the ops are handed out */
         r->model.comm = td_tp_comm_ops(&r->tpc);
         if (r->ring) { /* the ring's blocks live in scratch that is dead while attention runs */

@@ -7,8 +7,9 @@
 # the text itself (sorted distinct characters, 90/10 split) and runs each
 # window (the last one shorter) through tests/ref/gpt_ref.py's GPT in
 # float64. The mean loss agrees to 1e-6 relative, the token counts and bytes
-# exactly. Then dp 2, tp 2 and pp 2 give the same numbers, and bad flags are
-# one error line.
+# exactly. Then dp 2, tp 2 and pp 2 give the same numbers, eval holds no
+# gradient, moment or activation gradient (planned to the byte) and its
+# report says so, and bad flags are one error line.
 # Usage: test_eval.sh TRIDENT DATA_DIR
 set -u
 T=${1:?usage: test_eval.sh TRIDENT DATA_DIR}
@@ -199,15 +200,68 @@ PYEOF
 # the same model and --batch 4 (the bf16 run above).
 $PY - "$tmp/bf_train.log" "$tmp/bf.out" <<'PYEOF' || fail "eval's planned activations against training's"
 import re, sys
-def acts(path):  # the plan table's rank 0 row: params grads optimizer master gather activations comm state
+def acts(path):  # the plan table's rank 0 row, its activations column (eval has no grads or optimizer column)
     lines = open(path).read().splitlines()
-    row = lines[[i for i, l in enumerate(lines) if l.startswith("memory per rank (plan)")][0] + 2]
-    cells = re.findall(r"([\d.]+) (B|KiB|MiB|GiB)", row)
-    return float(cells[5][0]) * {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}[cells[5][1]]
+    i = [i for i, l in enumerate(lines) if l.startswith("memory per rank (plan)")][0]
+    col = lines[i + 1].split()[1:].index("activations")
+    cells = re.findall(r"([\d.]+) (B|KiB|MiB|GiB)", lines[i + 2])
+    return float(cells[col][0]) * {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}[cells[col][1]]
 t, e = acts(sys.argv[1]), acts(sys.argv[2])
 print("%s planned activations at --batch 4: eval %.0f B, train %.0f B" % ("ok  " if e < t else "FAIL", e, t))
 sys.exit(0 if e < t else 1)
 PYEOF
+
+# ... nor any activation gradient: eval's planned activations are training's
+# with --recompute block (the same saved tensors) less the backward's scratch
+# (model.h td_gpt_scratch: dres, dln, datty, dqkv, dfch, dfchg, dlosses;
+# under bf16 also dln_local, dln_lp and dlogits_lp; the fp32 rows "full" of
+# a row-parallel output stay, a forward reads them), to the byte, in fp32
+# (bf32: --batch 8) and bf16 (bf: --batch 4); and every eval above holds
+# exactly what it planned of activations and communication buffers (cp's
+# ring keeps its blocks itself: there is no MLP backward scratch to lend).
+for pb in "fp32:8" "bf16:4"; do
+  "$T" train --data "$tmp/small.txt" --layers 2 --heads 2 --embd 16 --seq 16 --batch "${pb#*:}" --steps 1 --warmup 0 \
+    --eval-every 0 --threads 1 --precision "${pb%%:*}" --recompute block --log "$tmp/rc_${pb%%:*}.jsonl" \
+    > "$tmp/rc_${pb%%:*}.out" 2>&1 || fail "train --recompute block ${pb%%:*}: $(tail -2 "$tmp/rc_${pb%%:*}.out")"
+done
+$PY - "$tmp" val dp dpz tp pp bf bf32 moe8 moecp moeep <<'PYEOF' || fail "eval's activations: gradient buffers held"
+import json, re, sys
+d, bad = sys.argv[1], 0
+for name, prec, B in (("bf32", "fp32", 8), ("bf", "bf16", 4)):
+    start = json.loads(open("%s/rc_%s.jsonl" % (d, prec)).readline())
+    Vl = int(re.search(r"\(padded (\d+)\)", open("%s/rc_%s.out" % (d, prec)).read()).group(1))
+    C, N, es, lp = start["embd"], B * start["seq"], 2 if prec == "bf16" else 4, prec == "bf16"
+    # dres, dln, datty, dqkv [N,3C], dfch and dfchg [N,4C], dlosses
+    grads = es * N * C + 4 * N * C + es * N * C + es * N * 3 * C + 2 * es * N * 4 * C + 4 * N
+    if lp:
+        grads += 4 * N * C + es * N * C + es * N * Vl  # dln_local, dln_lp, dlogits_lp
+    train = start["memory_plan"][0]["activations"]
+    ev = json.load(open("%s/%s.json" % (d, name)))["mem_planned"]["activations"]
+    ok = ev == train - grads
+    bad += not ok
+    print("%s eval %-4s %s --batch %d: planned activations %d B = train --recompute block's %d B less the "
+          "backward's scratch %d B (%+d)" % ("ok  " if ok else "FAIL", name, prec, B, ev, train, grads, ev - (train - grads)))
+off = 0
+for name in sys.argv[2:]:
+    j = json.load(open("%s/%s.json" % (d, name)))
+    for c in ("activations", "comm"):
+        if j["mem_planned"][c] != j["mem_peak"][c]:
+            off += 1
+            print("FAIL eval %s: %s planned %d B, peak %d B" % (name, c, j["mem_planned"][c], j["mem_peak"][c]))
+print("%s every eval's activations and comm buffers: peak == plan" % ("ok  " if not off else "FAIL"))
+bad += off
+sys.exit(1 if bad else 0)
+PYEOF
+
+# eval's start-up report says what eval holds: forwards only, no AdamW,
+# gradient or moment line, no grads or optimizer column in its memory table.
+for name in val bf dp; do
+  if grep -q "^forwards only: no optimizer" "$tmp/$name.out" && ! grep -Eq "AdamW|optimizer moments|gradient (accum|reduction)" "$tmp/$name.out" \
+     && grep -A1 "^memory per rank (plan)" "$tmp/$name.out" | tail -1 | grep -q " activations " \
+     && ! grep -A1 "^memory per rank (plan)" "$tmp/$name.out" | tail -1 | grep -Eq " grads | optimizer "; then
+    echo "ok   eval $name's report: forwards only, no optimizer, gradients or moments"
+  else fail "eval $name's report: $(grep -E "AdamW|optimizer|gradient|forwards only" "$tmp/$name.out" | head -3)"; fi
+done
 
 # --- a token file: no text, so no bits per byte ------------------------------
 $PY -c "

@@ -6,7 +6,8 @@
  * --recompute block (one shared set of saved tensors); the communication table's
  * calls (an identity table must change no bit); the tensors the model finds
  * through the table at the offsets the flat buffer has always had; the
- * activation plan against what create allocates. Every comparison is
+ * activation plan against what create allocates; a forward-only model
+ * (no activation gradients) against the whole pass. Every comparison is
  * bitwise: the same kernels run on the same inputs in the same order. */
 #include "test_util.h"
 #include "trident/kernels.h"
@@ -245,6 +246,38 @@ int main(void) {
                   (long long)td_gpt_activation_bytes(&a.t, B, 0) -
                       (long long)td_gpt_activation_bytes_rc(&e.t, B, 0, TD_RECOMPUTE_BLOCK),
                   (long long)((L - 1) * saved * sizeof(float)));
+    }
+
+    /* F: a forward-only model (TD_GPT_FORWARD, trident eval's) with block
+     * recomputation's buffers: the same loss and probabilities bit for bit,
+     * and exactly the backward's scratch fewer bytes, planned and allocated;
+     * no activation-gradient buffer, nothing to lend a cp ring */
+    {
+        model f;
+        td_param_table_build(&f.t, &cfg, 5);
+        size_t before = td_mem_current(TD_MEM_ACTS);
+        td_gpt_create_use(&f.m, &f.t, B, 0, TD_RECOMPUTE_BLOCK, TD_GPT_FORWARD);
+        size_t plan = td_gpt_activation_bytes_use(&f.t, B, 0, TD_RECOMPUTE_BLOCK, TD_GPT_FORWARD);
+        check_int("forward only: activation bytes allocated == planned",
+                  (long long)(td_mem_current(TD_MEM_ACTS) - before), (long long)plan);
+        check_int("forward only: planned bytes, recompute block's less the backward scratch", (long long)plan,
+                  (long long)(td_gpt_activation_bytes_rc(&e.t, B, 0, TD_RECOMPUTE_BLOCK) -
+                              td_gpt_scratch_bytes(&e.t, B, 0)));
+        f.params = tu_copy(p0, f.t.numel), f.grads = NULL;
+        td_gpt_bind_flat(&f.m, f.params, NULL);
+        double lf = td_gpt_forward(&f.m, in, tg);
+        tu_checks++;
+        if (memcmp(&la, &lf, sizeof la) == 0) printf("PASS  %-52s %.17g bitwise equal\n", "forward only: loss sum", lf);
+        else tu_failures++, printf("FAIL  %-52s %.17g vs %.17g\n", "forward only: loss sum", lf, la);
+        /* A's logits hold dlogits after its backward: E's forward-time
+         * probabilities are gone too; rerun A's forward */
+        td_gpt_forward(&a.m, in, tg);
+        tu_check_bitwise("forward only: probabilities", f.m.head.logits, a.m.head.logits,
+                         (size_t)B * cfg.T * cfg.Vp);
+        size_t lent = 1;
+        check_int("forward only: no dres, dln, dqkv, dfch", f.m.s.dres || f.m.s.dln || f.m.s.dqkv || f.m.s.dfch, 0);
+        check_int("forward only: cp scratch lent (bytes)", td_gpt_cp_scratch(&f.m, &lent) ? -1 : (long long)lent, 0);
+        model_close(&f);
     }
 
     /* Recomputation: rerun each block's forward from its saved input into
