@@ -45,6 +45,9 @@ int td_bpe_regex_add(td_bpe_regex *r, const char *pattern, size_t len, int liter
     PCRE2_SIZE at;
     /* PCRE2 allows UTF but not UCP beside LITERAL (a literal has no classes) */
     uint32_t opts = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
+    /* anchored when compiled: the search tries each start itself (below),
+     * and PCRE2_ANCHORED given only at match time would bypass the JIT */
+    opts |= PCRE2_ANCHORED;
     pcre2_code *c = pcre2_compile((PCRE2_SPTR)pattern, len, opts, &err, &at, NULL);
     if (!c) {
         PCRE2_UCHAR msg[256];
@@ -137,8 +140,7 @@ static int find(const splitter *x, int stage, const unsigned char *p, size_t n, 
             if (lim > *left) lim = *left;
             pcre2_set_match_limit(x->sc->mc, (uint32_t)(lim < UINT32_MAX ? lim : UINT32_MAX));
             pcre2_set_depth_limit(x->sc->mc, (uint32_t)(lim < UINT32_MAX ? lim : UINT32_MAX));
-            rc = pcre2_match(x->r->code[stage], p, n, at, PCRE2_NO_UTF_CHECK | PCRE2_ANCHORED, md,
-                             x->sc->mc);
+            rc = pcre2_match(x->r->code[stage], p, n, at, PCRE2_NO_UTF_CHECK, md, x->sc->mc);
             *left -= lim;
             if (rc != PCRE2_ERROR_MATCHLIMIT && rc != PCRE2_ERROR_DEPTHLIMIT) break;
             TD_CHECK(*left > 0,
