@@ -143,14 +143,13 @@ static int find(const splitter *x, int stage, const unsigned char *p, size_t n, 
             rc = pcre2_match(x->r->code[stage], p, n, at, PCRE2_NO_UTF_CHECK, md, x->sc->mc);
             *left -= lim;
             if (rc != PCRE2_ERROR_MATCHLIMIT && rc != PCRE2_ERROR_DEPTHLIMIT) break;
+            unsigned long long per = x->sc->per_byte, budget = per * n + TD_BPE_REGEX_STEPS_BASE;
             TD_CHECK(*left > 0,
                      "the tokenizer's pre-tokenizer regex '%.200s' needs more than its budget "
                      "of %llu steps (%llu a byte) on a piece of %zu bytes; a pattern that "
                      "backtracks over the whole text is refused (GPT-2's, cl100k's and Llama "
                      "3's need a few steps a byte)",
-                     x->r->pattern[stage], (unsigned long long)(x->sc->per_byte * n +
-                                                                TD_BPE_REGEX_STEPS_BASE),
-                     (unsigned long long)x->sc->per_byte, n);
+                     x->r->pattern[stage], budget, per, n);
         }
         if (rc >= 0) {
             PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
