@@ -248,7 +248,8 @@ static void remove_stale(const td_ckpt_dir *d) {
     char p[PATH_MAX + 300];
     while ((de = readdir(dd)) != NULL) {
         const char *s = de->d_name, *t = strstr(s, ".tmp.");
-        int temp = t && (strncmp(s, ".step-", 6) == 0 || strncmp(s, ".latest.tmp.", 12) == 0);
+        int temp = t && (strncmp(s, ".step-", 6) == 0 || strncmp(s, ".latest.tmp.", 12) == 0 ||
+                         strncmp(s, ".tokenizer.tmp.", 15) == 0); /* copy_tokenizer's */
         size_t n = strlen(s);
         if (!temp || !(locked || (n >= nm && strcmp(s + n - nm, mine) == 0))) continue;
         snprintf(p, sizeof p, "%s/%s", d->out, s);
