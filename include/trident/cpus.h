@@ -11,10 +11,10 @@ int td_cpus_cgroup_v2(const char *cpu_max);
 int td_cpus_cgroup_v1(const char *quota, const char *period);
 
 /* Threads per rank by default: the CPUs of this process's affinity mask
- * (sched_getaffinity), shared by the local_ranks ranks of the node when the
- * mask is the whole machine (no binding: every rank sees every CPU; a rank
- * bound by Slurm or mpirun keeps its own mask's CPUs), and at most the
- * cgroup's quota shared by the local ranks. At least 1. */
+ * (sched_getaffinity; a rank bound by Slurm or mpirun has its own), at most
+ * the node's online CPUs over its local_ranks ranks (unbound ranks, or
+ * several bound to one socket, share them), and at most the cgroup's quota
+ * over the local ranks. At least 1. */
 int td_cpus_default_threads(int local_ranks);
 
 /* OpenMP's runtime reads OMP_WAIT_POLICY and GOMP_SPINCOUNT once, as it is

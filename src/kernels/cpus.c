@@ -79,7 +79,9 @@ int td_cpus_default_threads(int local_ranks) {
     long online = sysconf(_SC_NPROCESSORS_ONLN);
     cpu_set_t set;
     int mask = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : (int)online;
-    int t = mask >= online ? mask / ranks : mask; /* a bound rank: its own CPUs */
+    /* a rank bound to its own CPUs uses them; ranks that share a mask (none
+     * bound, or several to one socket) take the node's CPUs in equal parts */
+    int share = (int)(online / ranks), t = mask < share ? mask : share;
     int quota = cgroup_cpus();
     if (quota > 0 && quota / ranks < t) t = quota / ranks;
     return t > 0 ? t : 1;
