@@ -48,6 +48,8 @@ typedef struct {
     int64_t L, H, C, T, V;
     char tokenizer[8]; /* "char", "byte", "ids", "gpt2", or "" when absent */
     uint32_t *chars;   /* [V] strictly increasing code points ("char" only; malloc'd) */
+    int64_t eot;       /* export: <|endoftext|>'s id, bos/eos_token_id (cl100k 100257, o200k
+                        * 199999); 0: none, or gpt2's 50256 by the tokenizer's name */
 } td_hf_config;
 
 /* Parses config.json text: a JSON object with model_type "gpt2" (if
@@ -77,6 +79,12 @@ size_t td_hf_trident_chars_format(char *s, size_t cap, size_t len, const td_hf_c
  * the BPE tables (bpe.h). */
 char *td_hf_generation_config_format(const td_hf_config *c);
 char *td_hf_tokenizer_config_format(const td_hf_config *c);
+/* tokenizer_config.json beside a tokenizer.json (cl100k's, o200k's):
+ * PreTrainedTokenizerFast, model_max_length = n_positions, <|endoftext|>
+ * as bos and eos (id c->eot), no unk. */
+char *td_hf_tokenizer_config_fast_format(const td_hf_config *c);
+/* The bos/eos id of c for config.json: gpt2's 50256, c->eot, or -1: null. */
+int64_t td_hf_eos_id(const td_hf_config *c);
 extern const char td_hf_special_tokens_map[];
 
 /* Elements of a GPT-2's tensors laid out flat (wte [Vp,C], wpe [T,C], L

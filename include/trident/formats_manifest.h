@@ -118,7 +118,10 @@ typedef struct {
     double moe_aux_coef, moe_z_coef, moe_bias_rate, moe_capacity;
     int tok_kind, tok_vocab; /* td_tokenizer_kind */
     uint32_t *chars;         /* [tok_vocab] for the char tokenizer, else NULL */
-    char *tok_file;          /* hf: the tokenizer.json (malloc'd), else NULL */
+    char *tok_file;          /* hf: the tokenizer.json (malloc'd), else NULL; td_ckpt_reader_open
+                              * makes it the path of tok_copy when there is one */
+    char *tok_copy;          /* hf: "copy", the output directory's copy of the file, a name in the
+                              * step directory's parent (malloc'd); NULL in older manifests */
     uint64_t tok_xxh3;       /* hf: the XXH3-64 of its bytes */
     int ls_mode, ls_clean, ls_consecutive, ls_skipped;
     float ls_scale;

@@ -155,8 +155,12 @@ static void plan_rows(td_st_plan *sp, td_hf_item **items, const td_param_table *
 
 td_hf_config td_export_hf_config(const td_checkpoint *ck) {
     const td_gpt_config *c = &ck->cfg;
-    td_hf_config hc = {c->L, c->H, c->C, c->T, c->V, "", ck->tok.kind == TD_TOK_CHAR ? ck->tok.chars : NULL};
+    td_hf_config hc = {c->L, c->H, c->C, c->T, c->V, "", ck->tok.kind == TD_TOK_CHAR ? ck->tok.chars : NULL, 0};
     snprintf(hc.tokenizer, sizeof hc.tokenizer, "%s", td_tokenizer_name(ck->tok.kind));
+    if ((ck->tok.kind == TD_TOK_CL100K || ck->tok.kind == TD_TOK_O200K) && ck->tok.bpe) {
+        int eot = td_bpe_eot(ck->tok.bpe);
+        hc.eot = eot > 0 ? eot : 0;
+    }
     return hc;
 }
 
@@ -271,6 +275,10 @@ void td_export_tok_files(const td_checkpoint *ck, const td_hf_config *hc, char *
                  "but its tokenizer has %d tokens", ck->cfg.V, td_bpe_vocab(ck->tok.bpe));
         texts[4] = td_bpe_hf_tokenizer_json(ck->tok.bpe, &lens[4], merges, &e);
         TD_CHECK(texts[4], "export: tokenizer.json: %s", e.msg);
+        if (hc->eot > 0) { /* what AutoTokenizer reads first: the class and <|endoftext|> */
+            texts[2] = td_export_checked(td_hf_tokenizer_config_fast_format(hc), "tokenizer_config.json");
+            lens[2] = strlen(texts[2]);
+        }
         return;
     }
     if (ck->tok.kind != TD_TOK_GPT2) return;
@@ -292,7 +300,7 @@ void td_export_tok_summary(const td_checkpoint *ck, int merges) {
     else if (ck->tok.kind == TD_TOK_HF)
         printf(", tokenizer.json: %s as the checkpoint recorded it)\n", ck->tok.file);
     else if (ck->tok.kind == TD_TOK_CL100K || ck->tok.kind == TD_TOK_O200K)
-        printf(", tokenizer.json: tiktoken's %s, %d tokens, %d merges)\n",
+        printf(", tokenizer.json: tiktoken's %s, %d tokens, %d merges, tokenizer_config.json)\n",
                ck->tok.kind == TD_TOK_CL100K ? "cl100k_base" : "o200k_base", td_bpe_vocab(ck->tok.bpe),
                merges);
     else

@@ -53,7 +53,12 @@ static char *config_format(const td_hf_family *f, const td_checkpoint *ck, const
     }
     td_hf_shortest(eps, sizeof eps, c->norm_eps, 1);
     td_hf_shortest(theta, sizeof theta, c->rope_theta, 0);
-    int gpt2 = strcmp(hc->tokenizer, "gpt2") == 0;
+    char ids[96];
+    int64_t id = td_hf_eos_id(hc);
+    if (id >= 0)
+        snprintf(ids, sizeof ids, "  \"bos_token_id\": %" PRId64 ",\n  \"eos_token_id\": %" PRId64 ",\n", id, id);
+    else
+        snprintf(ids, sizeof ids, "  \"bos_token_id\": null,\n  \"eos_token_id\": null,\n");
     len += (size_t)snprintf(s, cap,
         "{\n  \"architectures\": [\"%s\"],\n  \"model_type\": \"%s\",\n"
         "  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n  \"num_hidden_layers\": %d,\n"
@@ -66,9 +71,7 @@ static char *config_format(const td_hf_family *f, const td_checkpoint *ck, const
         f->cls, f->model_type, c->C, c->moe.E > 0 ? c->moe.F : c->F, c->L, c->H, c->KV, c->C / c->H, c->T, c->V,
         eps, theta, own, td_gpt_tied(c) ? "true" : "false", bf16 ? "bfloat16" : "float32",
         /* LlamaConfig defaults them to 1 and 2: ids of some other vocabulary */
-        gpt2 ? "  \"bos_token_id\": 50256,\n  \"eos_token_id\": 50256,\n"
-             : "  \"bos_token_id\": null,\n  \"eos_token_id\": null,\n",
-        hc->tokenizer);
+        ids, hc->tokenizer);
     free(own);
     len = td_hf_trident_chars_format(s, cap, len, hc);
     snprintf(s + len, cap - len, "\n}\n");

@@ -128,7 +128,7 @@ char *td_manifest_format(const td_ckpt_dir *d, int n_files, const td_ckpt_meta *
         td_hash_hex(tok->file_xxh3, hx);
         put(&b, ", \"file\": ");
         put_str(&b, tok->file);
-        put(&b, ", \"xxh3\": \"%s\"", hx);
+        put(&b, ", \"xxh3\": \"%s\", \"copy\": \"tokenizer-%s.json\"", hx, hx);
     }
     /* %.9g: a float's exact value comes back through a double */
     const td_loss_scaler *s = &meta->scaler;
@@ -248,7 +248,8 @@ static void remove_stale(const td_ckpt_dir *d) {
     char p[PATH_MAX + 300];
     while ((de = readdir(dd)) != NULL) {
         const char *s = de->d_name, *t = strstr(s, ".tmp.");
-        int temp = t && (strncmp(s, ".step-", 6) == 0 || strncmp(s, ".latest.tmp.", 12) == 0);
+        int temp = t && (strncmp(s, ".step-", 6) == 0 || strncmp(s, ".latest.tmp.", 12) == 0 ||
+                         strncmp(s, ".tokenizer.tmp.", 15) == 0); /* copy_tokenizer's */
         size_t n = strlen(s);
         if (!temp || !(locked || (n >= nm && strcmp(s + n - nm, mine) == 0))) continue;
         snprintf(p, sizeof p, "%s/%s", d->out, s);
@@ -268,8 +269,44 @@ static void fsync_dir(const td_ckpt_dir *d, const char *dir) {
     close(fd);
 }
 
+/* The output directory's copy of a tokenizer.json, OUT/tokenizer-XXH3.json,
+ * which every step's manifest names ("copy"): sample, eval and export find
+ * it from any directory, where the path typed at train is relative to
+ * where train ran. Written once (the name is its checksum), through a
+ * temporary name; bytes that no longer have the checksum are refused. */
+static void copy_tokenizer(const td_ckpt_dir *d, const td_tokenizer *tok) {
+    char hx[TD_HASH_HEX + 1], dst[PATH_MAX + 64], tmp[PATH_MAX + 128];
+    td_hash_hex(tok->file_xxh3, hx);
+    snprintf(dst, sizeof dst, "%s/tokenizer-%s.json", d->out, hx);
+    struct stat st;
+    if (stat(dst, &st) == 0) return;
+    FILE *f = fopen(tok->file, "rb");
+    TD_CHECK(f, "saving checkpoint %s: cannot read the tokenizer %s to copy it: %s", d->final, tok->file,
+             strerror(errno));
+    size_t cap = 1 << 20, n = 0, k;
+    char *buf = malloc(cap);
+    TD_CHECK(buf, "saving a checkpoint: out of memory for the tokenizer's copy");
+    while ((k = fread(buf + n, 1, cap - n, f)) > 0)
+        if ((n += k) == cap) {
+            buf = realloc(buf, cap *= 2);
+            TD_CHECK(buf, "saving a checkpoint: out of memory for the tokenizer's copy");
+        }
+    fclose(f);
+    TD_CHECK(td_xxh3(buf, n) == tok->file_xxh3, "saving checkpoint %s: the tokenizer %s has changed since the "
+             "run read it (its XXH3 differs); restore that file", d->final, tok->file);
+    snprintf(tmp, sizeof tmp, "%s/.tokenizer.tmp.%s", d->out, td_job_id());
+    const char *why;
+    int fd = td_open_output(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644, &why);
+    if (fd < 0) td_ckpt_save_failed(d, "creating the tokenizer's copy", errno);
+    if (td_write_all(fd, buf, n) != 0) td_ckpt_save_failed(d, "writing the tokenizer's copy", errno);
+    free(buf);
+    if (fsync(fd) != 0 || close(fd) != 0) td_ckpt_save_failed(d, "fsync of the tokenizer's copy", errno);
+    if (rename(tmp, dst) != 0) td_ckpt_save_failed(d, "renaming the tokenizer's copy into place", errno);
+}
+
 void td_ckpt_finish(const td_ckpt_dir *d, int n_files, const td_ckpt_meta *meta, const td_gpt_config *cfg,
                     const td_tokenizer *tok, const td_param_table *t, char *path, size_t cap) {
+    if (tok->kind == TD_TOK_HF) copy_tokenizer(d, tok);
     size_t len;
     char *json = td_manifest_format(d, n_files, meta, cfg, tok, t, &len);
     char p[PATH_MAX + 128];

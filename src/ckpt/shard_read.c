@@ -85,6 +85,15 @@ void td_ckpt_reader_open(td_ckpt_reader *r, const char *path, const char *what) 
     td_err e;
     TD_CHECK(td_manifest_parse(text, (size_t)st.st_size, &r->m, &e) == 0, "%s: %s", file, e.msg);
     td_free(text);
+    /* the output directory's copy of a tokenizer.json, beside the step
+     * directories: found from anywhere, unlike the path typed at train */
+    if (r->m.tok_copy) {
+        char tp[2 * PATH_MAX];
+        snprintf(tp, sizeof tp, "%s/../%s", r->dir, r->m.tok_copy);
+        free(r->m.tok_file);
+        r->m.tok_file = strdup(tp);
+        TD_CHECK(r->m.tok_file, "%s: out of memory", file);
+    }
     /* a step directory's name is its step: a manifest moved into another
      * one (or edited) would resume the wrong point of the schedule */
     const char *base = strrchr(r->dir, '/') ? strrchr(r->dir, '/') + 1 : r->dir;

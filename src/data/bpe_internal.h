@@ -123,6 +123,15 @@ void td_bpe_regex_scratch_free(td_bpe_regex_scratch *sc);
  * line and exit 2. */
 void td_bpe_regex_split(const td_bpe_regex *r, td_bpe_regex_scratch *sc, const unsigned char *s,
                         size_t n, void (*piece)(void *ctx, size_t start, size_t end), void *ctx);
+/* The work bound of each piece a stage matches in: PCRE2 match-limit steps,
+ * STEPS_PER_BYTE a byte plus STEPS_BASE (bpe_regex.c says how they are
+ * counted); past it td_bpe_regex_split refuses the text, naming the pattern.
+ * Tests lower the steps a byte (_budget) and read the piece that used the
+ * largest share of its budget (_usage: steps charged, the budget). */
+#define TD_BPE_REGEX_STEPS_PER_BYTE 256
+#define TD_BPE_REGEX_STEPS_BASE 4096
+void td_bpe_regex_scratch_budget(td_bpe_regex_scratch *sc, uint64_t per_byte);
+void td_bpe_regex_scratch_usage(const td_bpe_regex_scratch *sc, uint64_t *used, uint64_t *budget);
 
 /* ---- tables from a tokenizer.json (bpe_hfjson.c) ----------------------- */
 

@@ -173,11 +173,26 @@ void td_hf_config_free(td_hf_config *c) {
     memset(c, 0, sizeof *c);
 }
 
+int64_t td_hf_eos_id(const td_hf_config *c) {
+    if (strcmp(c->tokenizer, "gpt2") == 0) return 50256;
+    return c->eot > 0 ? c->eot : -1;
+}
+
+/* config.json's "bos_token_id" and "eos_token_id" lines: the id or null */
+static void td_hf_bos_eos_format(char *buf, size_t cap, const td_hf_config *c) {
+    int64_t id = td_hf_eos_id(c);
+    if (id >= 0)
+        snprintf(buf, cap, "  \"bos_token_id\": %" PRId64 ",\n  \"eos_token_id\": %" PRId64 ",\n", id, id);
+    else
+        snprintf(buf, cap, "  \"bos_token_id\": null,\n  \"eos_token_id\": null,\n");
+}
+
 char *td_hf_config_format(const td_hf_config *c) {
     size_t cap = 2048 + (c->chars ? 12 * (size_t)c->V : 0), len = 0;
     char *s = malloc(cap);
     if (!s) return NULL;
-    int gpt2 = strcmp(c->tokenizer, "gpt2") == 0;
+    char ids[96];
+    td_hf_bos_eos_format(ids, sizeof ids, c);
     len += (size_t)snprintf(s, cap,
         "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
         "  \"n_layer\": %" PRId64 ",\n  \"n_head\": %" PRId64 ",\n  \"n_embd\": %" PRId64 ",\n"
@@ -189,9 +204,7 @@ char *td_hf_config_format(const td_hf_config *c) {
         "  \"trident_tokenizer\": \"%s\"",
         c->L, c->H, c->C, c->T, c->T, c->V,
         /* GPT2Config defaults both to 50256: a smaller vocabulary must say it has none */
-        gpt2 ? "  \"bos_token_id\": 50256,\n  \"eos_token_id\": 50256,\n"
-             : "  \"bos_token_id\": null,\n  \"eos_token_id\": null,\n",
-        c->tokenizer[0] ? c->tokenizer : "ids");
+        ids, c->tokenizer[0] ? c->tokenizer : "ids");
     len = td_hf_trident_chars_format(s, cap, len, c);
     snprintf(s + len, cap - len, "\n}\n");
     return s;
@@ -208,8 +221,9 @@ size_t td_hf_trident_chars_format(char *s, size_t cap, size_t len, const td_hf_c
 char *td_hf_generation_config_format(const td_hf_config *c) {
     char *s = malloc(256);
     if (!s) return NULL;
-    if (strcmp(c->tokenizer, "gpt2") == 0)
-        snprintf(s, 256, "{\n  \"bos_token_id\": 50256,\n  \"eos_token_id\": 50256\n}\n");
+    int64_t id = td_hf_eos_id(c);
+    if (id >= 0)
+        snprintf(s, 256, "{\n  \"bos_token_id\": %" PRId64 ",\n  \"eos_token_id\": %" PRId64 "\n}\n", id, id);
     else
         snprintf(s, 256, "{\n  \"bos_token_id\": null,\n  \"eos_token_id\": null,\n  "
                          "\"pad_token_id\": null\n}\n");
@@ -230,6 +244,19 @@ char *td_hf_tokenizer_config_format(const td_hf_config *c) {
              "  \"added_tokens_decoder\": {\n    \"50256\": {\"content\": \"<|endoftext|>\", \"lstrip\": false, "
              "\"normalized\": true, \"rstrip\": false, \"single_word\": false, \"special\": true}\n  }\n}\n",
              c->T);
+    return s;
+}
+
+char *td_hf_tokenizer_config_fast_format(const td_hf_config *c) {
+    char *s = malloc(1024);
+    if (!s) return NULL;
+    snprintf(s, 1024,
+             "{\n  \"tokenizer_class\": \"PreTrainedTokenizerFast\",\n  \"model_max_length\": %" PRId64 ",\n"
+             "  \"bos_token\": \"<|endoftext|>\",\n  \"eos_token\": \"<|endoftext|>\",\n  \"pad_token\": null,\n"
+             "  \"add_bos_token\": false,\n  \"clean_up_tokenization_spaces\": false,\n"
+             "  \"added_tokens_decoder\": {\n    \"%" PRId64 "\": {\"content\": \"<|endoftext|>\", \"lstrip\": false, "
+             "\"normalized\": false, \"rstrip\": false, \"single_word\": false, \"special\": true}\n  }\n}\n",
+             c->T, c->eot);
     return s;
 }
 

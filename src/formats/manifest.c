@@ -296,6 +296,12 @@ static int parse_top(const td_jv *j, td_manifest *m, td_err *e) {
         if (strlen(hx) != TD_HASH_HEX || td_hash_parse_hex(hx, &m->tok_xxh3) != 0)
             return td_err_set(e, "tokenizer: field xxh3: must be 16 hex digits");
         if (!*file || !(m->tok_file = strdup(file))) return td_err_set(e, "tokenizer: field file: empty");
+        const td_jv *cp = td_json_get(tok, "copy"); /* optional: older manifests hold only the path */
+        if (cp) {
+            if (cp->type != TD_JV_STR || !*cp->str || strchr(cp->str, '/') || cp->str[0] == '.')
+                return td_err_set(e, "tokenizer: field copy: must be a file name in the output directory");
+            if (!(m->tok_copy = strdup(cp->str))) return td_err_set(e, "out of memory");
+        }
     }
     if (m->tok_vocab != m->vocab)
         return td_err_set(e, "tokenizer: field vocab: %d, but config says %d", m->tok_vocab, m->vocab);
@@ -392,6 +398,7 @@ void td_manifest_free(td_manifest *m) {
     free(m->files);
     free(m->chars);
     free(m->tok_file);
+    free(m->tok_copy);
     free(m->data_path);
     free(m->run_config);
     memset(m, 0, sizeof *m);

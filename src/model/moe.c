@@ -29,6 +29,7 @@ static size_t scratch_rows(const td_gpt_dims *d, const td_gpt_config *c, int ep)
 static size_t scratch_width(const td_gpt_config *c, int C);
 static size_t A(const td_gpt_dims *d, size_t n);
 static size_t tile_elems(const td_gpt_dims *d, const td_gpt_config *c);
+static size_t f0_elems(const td_gpt_dims *d, const td_gpt_config *c, size_t rows);
 
 static void *zalloc(size_t bytes, td_mem_cat cat) {
     void *p = td_alloc(bytes, cat);
@@ -49,7 +50,7 @@ void td_moe_state_create(td_gpt *m) {
     s->scratch = td_alloc(td_moe_scratch_bytes(&m->d, &m->cfg, ep), TD_MEM_ACTS);
     s->b0 = s->scratch, s->b1 = (char *)s->scratch + w, s->b2 = (char *)s->scratch + 2 * w;
     s->f0 = (float *)((char *)s->scratch + 3 * w);
-    char *t = (char *)(s->f0 + (s->cap + 1) * (size_t)m->d.C);
+    char *t = (char *)(s->f0 + f0_elems(&m->d, &m->cfg, s->cap));
     if (m->d.lp) {
         size_t tb = A(&m->d, tile_elems(&m->d, &m->cfg));
         s->t0 = t, s->t1 = t + tb, s->t2 = t + 2 * tb;
@@ -85,6 +86,14 @@ static size_t scratch_rows(const td_gpt_dims *d, const td_gpt_config *c, int ep)
     return r > (size_t)d->N ? r : (size_t)d->N;
 }
 
+/* f0's floats: cap + 1 rows of C, and at least place()'s 2E per-expert
+ * counts (E may exceed the rows x C of a small model: 4096 experts of a
+ * 32-wide model at batch 1). */
+static size_t f0_elems(const td_gpt_dims *d, const td_gpt_config *c, size_t rows) {
+    size_t f = (rows + 1) * (size_t)d->C, e2 = 2 * (size_t)c->moe.E;
+    return f > e2 ? f : e2;
+}
+
 static size_t scratch_width(const td_gpt_config *c, int C) {
     size_t f1 = (size_t)c->moe.F * (size_t)td_arch_mlp_parts(c->arch),
            w = f1 > (size_t)C ? f1 : (size_t)C;
@@ -117,7 +126,7 @@ size_t td_moe_scratch_bytes(const td_gpt_dims *d, const td_gpt_config *c, int ep
     if (c->moe.E == 0) return 0;
     size_t rows = scratch_rows(d, c, ep);
     size_t sh = (size_t)c->moe.shared * (size_t)c->moe.F * (size_t)td_arch_mlp_parts(c->arch);
-    return 3 * A(d, rows * scratch_width(c, d->C)) + 4 * (rows + 1) * (size_t)d->C +
+    return 3 * A(d, rows * scratch_width(c, d->C)) + 4 * f0_elems(d, c, rows) +
            (d->lp ? 3 * A(d, tile_elems(d, c)) : 0) + (sh ? A(d, (size_t)d->N * sh) : 0);
 }
 
@@ -289,7 +298,7 @@ static void place(td_gpt *m, td_moe_acts *a, int *dropped) {
     int *per = a->rcnt; /* borrowed: assignments counted per expert so far */
     memset(per, 0, sizeof(int) * (size_t)E);
     float *before = m->moe->f0; /* the earlier ranks' assignments per expert, then this rank's */
-    TD_ASSERT(2 * (size_t)E <= (m->moe->cap + 1) * (size_t)m->d.C);
+    TD_ASSERT(2 * (size_t)E <= f0_elems(&m->d, &m->cfg, m->moe->cap));
     memset(before, 0, sizeof(float) * (size_t)E);
     if (cap >= 0 && m->comm && m->comm->moe_stats_exscan) {
         float *mine = before + E;

@@ -35,7 +35,7 @@ struct td_moe_state {
     td_act *b0, *b1, *b2; /* [cap, max(C, F1, S F1)] */
     td_act *t0, *t1, *t2; /* [TILE, max(C, F1)] reduced precision's padded tiles */
     td_act *b3;           /* [N, S F1] the shared experts' backward (S > 0) */
-    float *f0;            /* [cap + 1, C] fp32 rows (the last a temporary) */
+    float *f0;            /* [cap + 1, C] fp32 rows (the last a temporary), at least 2E floats */
     float dloss;          /* the loss's gradient per token (td_gpt_backward's) */
     int quiet;            /* a recomputing forward: statistics already counted */
     int resets;           /* td_gpt_moe_stats_reset calls: the step, for TRIDENT_FAULT=route-flip */

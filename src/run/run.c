@@ -13,6 +13,7 @@
 #include "trident/base.h"
 #include "trident/comm.h"
 #include "trident/compat.h"
+#include "trident/cpus.h"
 #include "trident/fault.h"
 #include "trident/kernels.h"
 #include "trident/out_lock.h"
@@ -20,12 +21,9 @@
 #include "trident/planner.h"
 #include "trident/stop.h"
 
-/* Default threads: the cores of this node shared by the ranks on it. */
-static int default_threads(void) {
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int t = (int)(cores / td_local_ranks()); /* counted at td_comm_init */
-    return t > 0 ? t : 1;
-}
+/* Default threads: the CPUs this rank may use (affinity, cgroup quota)
+ * shared by the ranks on this node (counted at td_comm_init). */
+static int default_threads(void) { return td_cpus_default_threads(td_local_ranks()); }
 
 /* Per-replica batch split; a global batch that does not divide is a clear
  * error listing sizes that would work. */

@@ -17,6 +17,7 @@
 #include "../run/mem_plan.h"
 #include "trident/base.h"
 #include "trident/comm.h"
+#include "trident/cpus.h"
 #include "trident/data.h"
 #include "trident/train.h"
 
@@ -79,10 +80,8 @@ void td_auto_choose(td_train_opts *o, td_auto *a) {
     td_compat_cfg cc;
     td_train_compat_cfg(o, &cc);
     td_compat_check(&cc, TD_COMPAT_AT_AUTO); /* --dp-mode other than allreduce */
-    if (o->threads <= 0) { /* the machine's cores over the ranks, as train's default */
-        long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        o->threads = cores / world > 0 ? (int)(cores / world) : 1;
-    }
+    if (o->threads <= 0) /* the usable CPUs over the ranks, as train's default */
+        o->threads = td_cpus_default_threads(world);
     td_dataset data;
     td_data_load(&data, o->data, o->tokenizer, o->vocab, o->seq);
     td_gpt_config cfg;

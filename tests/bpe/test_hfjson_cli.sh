@@ -7,6 +7,8 @@
 #   records the file, so `sample` loads it, and refuses it once edited;
 #   `export` copies it beside the model and `import --tokenizer` takes it;
 # - `train --data SHARDS` needs the file back, checked by its XXH3;
+# - a relative --tokenizer: --out keeps one copy that sample, eval and
+#   export find from any directory; an older manifest (the path only) loads;
 # - bad files (another model type, a missing file) are one
 #   line "trident: error: --tokenizer FILE: ..." naming the field, exit
 #   status 2 (test_bpe_hfjson refuses more kinds, in-process).
@@ -56,8 +58,30 @@ out=$("$T" train --data "$text" --tokenizer "$tok" $small --sample-prompt "Hi" -
   ok "a prompt with a tokenizer.json" || fail "a prompt with a tokenizer.json" "$out"
 expect "missing file" "nothere.json: cannot be read" \
   "$T" train --data "$text" --tokenizer "$tmp/nothere.json" $small
-sed -i 's/"ignore_merges": true/"ignore_merges": false/' "$tok"
+# a relative --tokenizer: the output directory keeps one copy (named by its
+# XXH3), which the manifests name; sample, eval and export from elsewhere
+mkdir -p "$tmp/a" "$tmp/b" && cp "$tok" "$tmp/a/tokA.json"
+out=$(cd "$tmp/a" && "$T" train --data "$text" --tokenizer tokA.json $small --save-every 1 --out ../rel 2>&1) ||
+  fail "train --tokenizer tokA.json (relative)" "$out"
+copies=$(ls "$tmp/rel"/tokenizer-*.json 2>/dev/null | wc -l)
+if [ "$copies" -eq 1 ] && cmp -s "$tok" "$tmp/rel"/tokenizer-*.json &&
+   [ "$(grep -l '"copy": "tokenizer-' "$tmp/rel"/step-*/manifest.json | wc -l)" -eq 2 ]; then
+  ok "--out keeps one copy of tokenizer.json, named by both steps' manifests"
+else fail "the tokenizer's copy ($copies copies)" "$(ls "$tmp/rel")"; fi
+out=$(cd "$tmp/b" && "$T" sample --ckpt ../rel --tokens 5 2>&1 &&
+      "$T" eval --ckpt ../rel --data "$text" --max-tokens 2000 2>&1 &&
+      "$T" export --ckpt ../rel --format hf-gpt2 --out ex 2>&1) && cmp -s "$tok" "$tmp/b/ex/tokenizer.json" &&
+  ok "sample, eval and export from another directory find the copy" || fail "from another directory" "$out"
+# an older manifest (a path, no copy) still loads, from where the path holds
+mkdir -p "$tmp/old" && cp -r "$tmp/rel/step-00000002" "$tmp/old/" &&
+  sed -i 's/, "copy": "tokenizer-[0-9a-f]*\.json"//' "$tmp/old/step-00000002/manifest.json" &&
+  /usr/bin/python3 "$(dirname "$0")/../cli/ckpt_xxh3.py" reseal "$tmp/old/step-00000002" >/dev/null
+out=$(cd "$tmp/a" && "$T" sample --ckpt ../old/step-00000002 --tokens 5 2>&1) &&
+  ! grep -q '"copy"' "$tmp/old/step-00000002/manifest.json" &&
+  ok "a manifest with only the path still loads" || fail "an older manifest" "$out"
+# the checkpoint's own copy edited: refused as before
+sed -i 's/"ignore_merges": true/"ignore_merges": false/' "$tmp/rel"/tokenizer-*.json
 expect "an edited file" "has changed since the checkpoint was saved" \
-  "$T" sample --ckpt "$tmp/ck" --tokens 5
+  "$T" sample --ckpt "$tmp/rel" --tokens 5
 [ $fails -eq 0 ] && echo "hf tokenizer cli: all passed" || echo "hf tokenizer cli: $fails FAILED"
 exit $((fails != 0))

@@ -15,6 +15,8 @@
 #   o200k on tinyshakespeare and on bpe_tool's stress text (whose code
 #   points PCRE2's older Unicode tables classify as the matchers do), and
 #   `import` of the hf-llama export takes o200k back from its config.json;
+#   both exports name <|endoftext|> as eos (config.json, generation_config.json,
+#   tokenizer_config.json);
 # - a missing rank file, or another tokenizer's, is one error line naming
 #   the file and the environment variable; so are a --tokenizer that
 #   contradicts the shards' data.json and a --vocab other than T's.
@@ -52,9 +54,28 @@ done
 for tf in cl100k:ck:hf-gpt2 o200k:ck_o200k:hf-llama; do
   tk=${tf%%:*} rest=${tf#*:} ck=${rest%%:*} fmt=${rest#*:}
   out=$("$T" export --ckpt "$tmp/$ck" --format "$fmt" --out "$tmp/hf_$tk" 2>&1)
-  if [ $? -ne 0 ] || ! grep -q "tokenizer.json: tiktoken's ${tk}_base, [0-9]* tokens, [0-9]* merges)$" <<<"$out"; then
+  if [ $? -ne 0 ] || ! grep -q "tokenizer.json: tiktoken's ${tk}_base, [0-9]* tokens, [0-9]* merges, tokenizer_config.json)$" <<<"$out"; then
     fail "export --format $fmt of a $tk checkpoint" "$out"; continue
   fi
+  # <|endoftext|> as bos and eos: its id in config.json, generation_config.json
+  # and tokenizer_config.json (once null, and no tokenizer_config.json)
+  if eos=$(/usr/bin/python3 - "$tmp/hf_$tk" "$tk" <<'P'
+import json, sys
+d, tk = sys.argv[1:3]
+want = {"cl100k": 100257, "o200k": 199999}[tk]
+c = json.load(open(d + "/config.json"))
+g = json.load(open(d + "/generation_config.json"))
+t = json.load(open(d + "/tokenizer_config.json"))
+j = json.load(open(d + "/tokenizer.json"))
+added = {a["content"]: a["id"] for a in j["added_tokens"]}
+assert added["<|endoftext|>"] == want, added
+assert c["eos_token_id"] == c["bos_token_id"] == g["eos_token_id"] == g["bos_token_id"] == want, (c, g)
+assert t["eos_token"] == t["bos_token"] == "<|endoftext|>" and t["tokenizer_class"] == "PreTrainedTokenizerFast", t
+assert t["added_tokens_decoder"][str(want)]["content"] == "<|endoftext|>", t
+print(want)
+P
+  ); then ok "export $fmt of $tk: eos_token_id $eos in config.json, generation_config.json, tokenizer_config.json"
+  else fail "export $fmt of $tk: eos and tokenizer_config.json"; fi
   same=1
   for tok in "$tmp/hf_$tk/tokenizer.json" "$tk"; do
     "$T" tokenize --tokenizer "$tok" --format llmc "$data/tinyshakespeare.txt" "$tmp/stress.txt" \

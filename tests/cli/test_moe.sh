@@ -53,6 +53,12 @@ out=$("$T" train --model mixtral-8x7b --layers 1 --heads 4 --kv-heads 2 --embd 3
   "${RUN[@]}" --steps 2 2>&1) && grep -q "^experts: 8 of F=32 in every block, top-2" <<<"$out" &&
   ok "--model mixtral-8x7b brings its experts" || fail "--model mixtral-8x7b" "$out"
 
+# more experts than place()'s scratch had floats (2E > (rows + 1) x C: 600
+# experts of a 32-wide model at 16 tokens a step) once died on an assertion
+out=$("$T" train --layers 1 --heads 4 --embd 32 --seq 16 --moe-experts 600 --moe-top-k 2 --data "$DATA" --batch 1 \
+  --eval-every 0 --threads 1 --steps 1 2>&1) && grep -q "^experts: 600 of" <<<"$out" &&
+  ok "600 experts at 16 tokens a step train a step" || fail "--moe-experts 600 at batch 1" "$out"
+
 bad() { # name, expected text, command...
   local name=$1 want=$2; shift 2
   local o; o=$("$@" 2>&1 </dev/null)

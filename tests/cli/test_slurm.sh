@@ -35,6 +35,13 @@ for p in srun sbatch scontrol scancel sinfo; do need $p slurm-client; done
 need mpirun openmpi-bin
 [ "$(id -u)" = 0 ] || fail "needs root: the private slurmd runs as SlurmdUser=root (uid $(id -u))"
 [ -x "$TRIDENT" ] || fail "no trident binary at $1"
+# the job script's settings for a real cluster: cores per rank (and srun
+# told of them), memory, partition and account placeholders, modules, UCX
+for want in '^#SBATCH --cpus-per-task=[0-9]' '^export SRUN_CPUS_PER_TASK=' '^##SBATCH --mem=' \
+    '^##SBATCH --partition=' '^##SBATCH --account=' '^# module load ' '^# export OMPI_MCA_pml=ucx' \
+    '^# export UCX_NET_DEVICES='; do
+    grep -q -- "$want" "$JOBSCRIPT" || fail "$JOBSCRIPT has no line matching '$want'"
+done
 
 W=$(mktemp -d /tmp/td_slurm.XXXXXX)
 chmod 755 "$W" # munged wants every directory above its socket searchable by all
@@ -172,7 +179,7 @@ done
 echo "test_slurm: srun --mpi=none / pmi2 refused in one line: ok"
 
 # ---- 3. the job script: signal, save, requeue, resume -------------------------
-jid=$(TRIDENT=$TRIDENT timeout 10 sbatch --parsable -N 1 -n 2 --ntasks-per-node=2 --time=5 \
+jid=$(TRIDENT=$TRIDENT timeout 10 sbatch --parsable -N 1 -n 2 --ntasks-per-node=2 -c 1 --time=5 \
     --output="$W/job.out" "$JOBSCRIPT" "${MODEL[@]}" --out "$W/ckpt" --log "$W/job.jsonl") ||
     fail "sbatch $JOBSCRIPT refused the job: $jid"
 JOBS+=("$jid")

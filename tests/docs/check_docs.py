@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Checks of README.md and docs/*.md (ctest docs_flag_names, docs_figure_stamps).
 
-    check_docs.py flag-names SRC_DIR TRIDENT   every --flag the pages name exists
+    check_docs.py flag-names SRC_DIR TRIDENT   every --flag the pages name exists; README's command
+                                               list names every export/import format and tokenizer
     check_docs.py stamps SRC_DIR               every figure is dated with its commit;
                                                links and anchors resolve; README <= 400 lines
     check_docs.py selftest SRC_DIR             the rules on made-up pages that break them
@@ -351,10 +352,47 @@ def flags_in(text):
                 yield f
 
 
+def readme_command_failures(src, trident):
+    """README's command list names every --format of export and import and
+    every tokenizer of tokenize (as their --help lists them), and its mixture
+    of experts recipe builds the llama family (hf-mixtral refuses gpt2's)."""
+    lines = read(src, "README.md")
+    fails = []
+
+    def helps(cmd):
+        p = subprocess.run([trident, cmd, "--help"], capture_output=True, text=True)
+        return p.stdout + p.stderr
+
+    want = {}
+    for cmd in ("export", "import"):
+        fmt = [l for l in helps(cmd).split("\n") if l.strip().startswith("--format")]
+        want[cmd] = set(re.findall(r"\b(hf-[a-z0-9]+|safetensors|llmc)\b", fmt[0] if fmt else ""))
+    usage = re.search(r"usage: trident tokenize --tokenizer (\S+)", helps("tokenize"))
+    want["tokenize"] = set(usage.group(1).split("|")) if usage else set()
+    for cmd, names in want.items():
+        row = [(no, l) for no, l in enumerate(lines, 1) if l.startswith(f"build/trident {cmd} ")]
+        if not names or not row:
+            fails.append(f"README.md: no 'build/trident {cmd}' line in the command list, or no values in its --help")
+            continue
+        no, l = row[0]
+        for n in sorted(names - set(re.split(r"[\s|\[\]]+", l))):
+            fails.append(f"README.md:{no}: the command list's {cmd} line does not name {n} (its --help does)")
+    for no, text in spans(lines):
+        k = no - 1  # a command continued over lines ending in a backslash, whole
+        while k > 0 and lines[k - 1].rstrip().endswith("\\"):
+            k -= 1
+            text = lines[k] + " " + text
+        if "--moe-experts" in text and "train" in text and "--arch llama" not in text and "--model" not in text:
+            fails.append(f"README.md:{no}: a mixture of experts recipe without --arch llama (hf-mixtral exports "
+                         f"llama's family only)")
+    return fails
+
+
 def cmd_flag_names(src, trident):
     known = trident_flags(src, trident)
     ours = script_flags(src)
     fails, notes = [], set()
+    fails += readme_command_failures(src, trident)
     for rel in pages(src):
         if rel in GENERATED:
             continue

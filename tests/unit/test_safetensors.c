@@ -265,7 +265,7 @@ static void test_gpt2_files(void) {
     EXPECT(td_llmc_header_parse(b, sizeof b, len, &g, &e) == -1 && strstr(e.msg, "header[0] (magic)"), "%s", e.msg);
 
     static uint32_t chars[3] = {10, 65, 0x1F600};
-    td_hf_config c = {2, 2, 32, 16, 3, "char", chars}, r;
+    td_hf_config c = {2, 2, 32, 16, 3, "char", chars, 0}, r;
     char *text = td_hf_config_format(&c);
     EXPECT(text && td_hf_config_parse(text, strlen(text), &r, &e) == 0 && r.L == 2 && r.H == 2 && r.C == 32 &&
            r.T == 16 && r.V == 3 && strcmp(r.tokenizer, "char") == 0 && r.chars && r.chars[2] == 0x1F600,
