@@ -51,6 +51,10 @@ typedef struct {
     const char *moe_router, *moe_norm_topk; /* softmax|sigmoid, on|off (NULL: K >= 2) */
     /* batch and schedule */
     int batch, grad_accum, steps;
+    /* --schedule-steps: the learning rate schedule's horizon (its cosine
+     * ends at min_lr there); 0: --steps. A resume keeps the checkpoint's
+     * (run_config.c), so --steps alone moves only the step to stop at */
+    int schedule_steps;
     td_optim_config optim;
     int eval_every, eval_iters, log_every;
     unsigned long long seed;
@@ -91,6 +95,10 @@ typedef struct {
     int keep;         /* --keep N: step directories kept under --out after a save (0: all) */
     int stop_after;   /* --stop-after K: end after K steps with a checkpoint (0: run --steps) */
     const char *resume; /* --resume DIR|latest (ckpt.h; latest: --out's newest) */
+    /* a resume without --out whose checkpoint is not in a trident output
+     * directory it may save into: the error td_preflight refuses it with
+     * (after the checkpoint's own checks); NULL: none (run_config.c) */
+    const char *resume_needs_out;
     int memory_report, verbose, sample_tokens;
     const char *sample_prompt;
     int timing_skip;  /* leading steps left out of the mean step time (1) */

@@ -6,7 +6,7 @@
 
 td_dp_config td_train_dp_config(const td_train_opts *o, td_dp_mode mode) {
     td_dp_config dcfg = {.mode = mode, .zero = o->zero, .ps_staleness = o->ps_staleness,
-                         .seed = o->seed, .optim = o->optim, .no_overlap = o->no_overlap,
+                         .seed = o->seed, .optim = o->optim, .steps = o->steps, .no_overlap = o->no_overlap,
                          .master = td_train_precision(o) != TD_PREC_FP32};
     dcfg.bucket_bytes = (size_t)((o->bucket_mb > 0 ? o->bucket_mb : TD_DEFAULT_BUCKET_MB) * 1048576.0);
     dcfg.grad_dtype = o->ch.grad_dtype;

@@ -363,6 +363,8 @@ td_preflight_result td_preflight(const td_train_opts *o, const td_grid *g, const
          * directory behind. It fails as TD_CHECK does, on this rank alone
          * while the others wait in agree() for the job to end. */
         td_run_resume_check(o, cfg, &d->tok);
+        /* a resume that could save nowhere trains nothing (run_config.c) */
+        TD_CHECK(!o->resume_needs_out || o->out || o->layout_pass, "%s", o->resume_needs_out);
         if (o->out) check_out(&v, o, &created_out);
         const char *data = strncmp(o->data, "synthetic:", 10) ? o->data : NULL;
         if (o->log) check_log(&v, o->log, data, o->out);

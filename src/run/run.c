@@ -28,14 +28,29 @@ static int default_threads(void) {
 }
 
 /* Per-replica batch split; a global batch that does not divide is a clear
- * error listing sizes that would work. */
+ * error listing the nearest micro-batch counts that would fit (a resume
+ * takes the checkpoint's, which another dp may not split) and batch sizes
+ * that would work. */
 static void split_batch(const td_train_opts *o, int D, int *Bl, int *Bm) {
     long long unit = (long long)D * o->grad_accum; /* in int, dp x K could wrap */
-    TD_CHECK(o->batch % unit == 0,
-             "--batch %d does not split over %d data-parallel replicas x %d micro-batches; "
-             "use a multiple of %lld (e.g. %lld or %lld)",
-             o->batch, D, o->grad_accum, unit, unit * (o->batch / unit > 0 ? o->batch / unit : 1),
-             unit * (o->batch / unit + 1));
+    if (o->batch % unit != 0) {
+        char fit[160] = "";
+        if (o->batch % D == 0) { /* the divisors of the per-replica rows nearest K */
+            int rows = o->batch / D, lo = o->grad_accum, hi = o->grad_accum;
+            while (lo > 1 && rows % lo) lo--;
+            while (hi < rows && rows % hi) hi++;
+            if (hi > rows || rows % hi) hi = lo;
+            if (lo == hi)
+                snprintf(fit, sizeof fit, "--micro-batches %d (the nearest that divides its %d sequences per replica), or ",
+                         lo, rows);
+            else
+                snprintf(fit, sizeof fit, "--micro-batches %d or %d (the nearest that divide its %d sequences per "
+                         "replica), or ", lo, hi, rows);
+        }
+        td_fail("--batch %d does not split over %d data-parallel replicas x %d micro-batches; use %sa --batch "
+                "multiple of %lld (e.g. %lld or %lld)", o->batch, D, o->grad_accum, fit, unit,
+                unit * (o->batch / unit > 0 ? o->batch / unit : 1), unit * (o->batch / unit + 1));
+    }
     *Bl = o->batch / D;
     *Bm = *Bl / o->grad_accum;
 }

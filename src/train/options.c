@@ -84,7 +84,8 @@ int td_train_flag_table(td_train_opts *o, td_flag *out, int cap) {
         {"--batch", TD_FLAG_INT, &o->batch, "global batch in sequences per step (12)", POS},
         {"--grad-accum", TD_FLAG_INT, &o->grad_accum, "micro-batches per step per replica (1); the pipeline's micro-batches", POS},
         {"--micro-batches", TD_FLAG_INT, &o->grad_accum, "the same as --grad-accum: micro-batches per step per replica, which a pipeline schedule runs in flight", POS},
-        {"--steps", TD_FLAG_INT, &o->steps, "optimizer steps (2000)", POS},
+        {"--steps", TD_FLAG_INT, &o->steps, "the step to stop at: optimizer steps counted from step 0 (2000; a resume continues to the checkpoint's)", POS},
+        {"--schedule-steps", TD_FLAG_INT, &o->schedule_steps, "the learning rate schedule's horizon: warm-up, then cosine decay to --min-lr at step N, which --steps may pass or stop short of (0 = --steps; a resume keeps the checkpoint's)", NONNEG},
         {"--lr", TD_FLAG_FLOAT, &o->optim.lr, "peak learning rate (1e-3)", "(0, inf)"},
         {"--min-lr", TD_FLAG_FLOAT, &o->optim.min_lr, "final learning rate of the cosine decay, <= lr (1e-4)", "[0, inf)"},
         {"--warmup", TD_FLAG_INT, &o->optim.warmup, "linear warm-up steps (100)", NONNEG},
@@ -263,7 +264,7 @@ void td_train_opts_check(td_train_opts *o) {
     td_compat_cfg c;
     td_train_compat_cfg(o, &c);
     td_compat_check(&c, TD_COMPAT_AT_OPTIONS);
-    o->optim.max_steps = o->steps;
+    o->optim.max_steps = o->schedule_steps > 0 ? o->schedule_steps : o->steps;
 }
 
 /* The strings td_train_opts_choices parses, in the order of ch.from. */

@@ -44,6 +44,8 @@ int td_train_main(int argc, char **argv) {
     td_train_opts_default(&o);
     td_train_opts_parse(&o, argc, argv);
     if (o.print_config) return td_train_print_config(&o);
+    if (!o.out && !o.resume) /* a resume saves where it resumed from, or is refused */
+        td_log("note: no --out: this run saves no checkpoint (give --out DIR to keep what it trains)\n");
     td_auto au = {0};
     if (o.autoplan) td_auto_choose(&o, &au);
     td_train_result res;
