@@ -207,7 +207,13 @@ static void moe_config(const td_train_opts *o, td_moe_config *e) {
 }
 
 void td_train_model_config(const td_train_opts *o, int V, td_gpt_config *cfg) {
-    *cfg = (td_gpt_config){.L = o->layers, .H = o->heads, .C = o->embd, .T = o->seq, .V = V};
+    td_train_model_fields(o, cfg);
+    cfg->V = V;
+    td_gpt_config_finish(cfg);
+}
+
+void td_train_model_fields(const td_train_opts *o, td_gpt_config *cfg) {
+    *cfg = (td_gpt_config){.L = o->layers, .H = o->heads, .C = o->embd, .T = o->seq};
     int arch = td_arch_parse(o->arch);
     TD_CHECK(arch >= 0, "--arch %s: unknown model family; valid: gpt2, llama", o->arch);
     cfg->arch = (td_arch)arch;
@@ -218,7 +224,6 @@ void td_train_model_config(const td_train_opts *o, int V, td_gpt_config *cfg) {
     TD_CHECK(!tie || strcmp(tie, "on") == 0 || strcmp(tie, "off") == 0, "--tie-embeddings %s: valid: on, off", tie);
     cfg->tie = !tie ? TD_TIE_DEFAULT : strcmp(tie, "on") == 0 ? TD_TIE_ON : TD_TIE_OFF;
     moe_config(o, &cfg->moe);
-    td_gpt_config_finish(cfg);
 }
 
 void td_train_opts_set_model(td_train_opts *o, const td_gpt_config *cfg) {

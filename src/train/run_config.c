@@ -3,6 +3,7 @@
  * needs none of them and a contradicting one is refused before any work. */
 #include <errno.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,6 +73,19 @@ static void resume_family(td_train_opts *o, const td_flag *flags, int n, const t
         o->tie_embeddings = td_gpt_tied(&saved) ? "on" : "off";
 }
 
+/* The lines a resume prints at the run's start (after its config line, so
+ * that a refusal before it stays one line): where it saves, each change. */
+static char g_notes[4096];
+
+static void note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void note(const char *fmt, ...) {
+    size_t n = strlen(g_notes);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g_notes + n, sizeof g_notes - n, fmt, ap);
+    va_end(ap);
+}
+
 /* ---- what a resume continues: its training settings and its output ---- */
 
 static const td_flag *flag_named(const td_flag *flags, int n, const char *key) {
@@ -126,7 +140,7 @@ static int same_value(const td_flag *f, const void *a, const void *b) {
  * unless given, so a longer run does not re-stretch the decay. A manifest
  * without run_config gives none of them (the defaults, as before it). */
 static void resume_training(td_train_opts *o, const td_flag *flags, int n, const td_flags_info *info,
-                            const td_jv *rc, int print) {
+                            const td_jv *rc) {
     if (!rc) return;
     static const char *const continued[] = {"precision", "loss-scale", "batch", "grad-accum",   "steps",
                                             "lr",        "min-lr",     "warmup", "weight-decay", "beta1",
@@ -149,8 +163,8 @@ static void resume_training(td_train_opts *o, const td_flag *flags, int n, const
             if (f->type == TD_FLAG_STR) *(const char **)f->ptr = td_flags_strdup(saved.s);
             else if (f->type == TD_FLAG_INT) *(int *)f->ptr = saved.i;
             else *(float *)f->ptr = saved.f;
-        } else if (print && !same_value(f, f->ptr, &saved)) {
-            td_log("resume: %s %s instead of the checkpoint's %s%s\n", f->name, value_text(f, f->ptr, a, sizeof a),
+        } else if (!same_value(f, f->ptr, &saved)) {
+            note("resume: %s %s instead of the checkpoint's %s%s\n", f->name, value_text(f, f->ptr, a, sizeof a),
                    value_text(f, &saved, b, sizeof b),
                    strcmp(continued[i], "steps") == 0 ? " (the step to stop at; the schedule's horizon is "
                                                        "--schedule-steps)" : "");
@@ -167,8 +181,8 @@ static void resume_training(td_train_opts *o, const td_flag *flags, int n, const
         if (!jv_value(stf, td_json_get(rc, "steps"), &saved)) return;
     int horizon = saved.i;
     if (td_flags_from(flags, n, info, &o->schedule_steps) == TD_FROM_DEFAULT) o->schedule_steps = horizon;
-    else if (print && o->schedule_steps != horizon)
-        td_log("resume: --schedule-steps %d instead of the checkpoint's %d: the learning rate schedule's horizon "
+    else if (o->schedule_steps != horizon)
+        note("resume: --schedule-steps %d instead of the checkpoint's %d: the learning rate schedule's horizon "
                "moves\n", o->schedule_steps, horizon);
 }
 
@@ -179,7 +193,7 @@ static void resume_training(td_train_opts *o, const td_flag *flags, int n, const
  * run_config) or one that cannot be written needs --out: the run is
  * refused before any work (td_preflight, after the checkpoint's own checks,
  * which name a damaged checkpoint first). */
-static void resume_out(td_train_opts *o, const td_manifest *m, const char *dir, int print) {
+static void resume_out(td_train_opts *o, const td_manifest *m, const char *dir) {
     if (o->out) return;
     char parent[PATH_MAX], link[PATH_MAX + 16], real_parent[PATH_MAX], real_step[PATH_MAX], why[PATH_MAX + 512];
     snprintf(parent, sizeof parent, "%s", dir);
@@ -208,8 +222,7 @@ static void resume_out(td_train_opts *o, const td_manifest *m, const char *dir, 
         return;
     }
     o->out = td_flags_strdup(parent);
-    if (print)
-        td_log("resume: saving into %s, the directory resumed from (--out DIR saves elsewhere)\n", o->out);
+    note("resume: saving into %s, the directory resumed from (--out DIR saves elsewhere)\n", o->out);
 }
 
 void td_train_resume_defaults(td_train_opts *o, const td_flag *flags, int n, const td_flags_info *info) {
@@ -268,9 +281,11 @@ void td_train_resume_defaults(td_train_opts *o, const td_flag *flags, int n, con
         if (!o->data && td_flags_from(flags, n, info, &o->data) == TD_FROM_DEFAULT && d && d->type == TD_JV_STR)
             o->data = td_flags_strdup(d->str); /* a flag value: lives until exit */
     }
-    resume_out(o, &m, dir, !info->print_config);
-    resume_training(o, flags, n, info, rc, !info->print_config);
+    g_notes[0] = 0;
+    resume_out(o, &m, dir);
+    resume_training(o, flags, n, info, rc);
     td_json_free(rc);
+    o->resume_notes = g_notes[0] ? td_flags_strdup(g_notes) : NULL;
     td_manifest_free(&m);
 }
 
