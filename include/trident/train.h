@@ -15,6 +15,7 @@
  * saved. dp_mode and schedule hold -1 for a name no mode or schedule has:
  * that name is refused where it always was (the run's start; a pipeline's
  * setup, --schedule being unused at --pp 1). */
+#define TD_TRAIN_CHOICES 12 /* the choice strings td_train_choices parses */
 typedef struct {
     td_precision precision;
     td_recompute recompute;
@@ -26,10 +27,15 @@ typedef struct {
     int topk_no_ef, topk_grad;
     td_loss_scale_mode loss_scale; /* --loss-scale, auto resolved by --precision */
     float loss_scale_static;       /* the scale of a static --loss-scale S, else 1 */
+    /* the model family's: --arch, --tie-embeddings, --moe-router and
+     * --moe-norm-topk (TD_TIE_* values; TD_TIE_DEFAULT: the family's, on
+     * for top-k >= 2) */
+    td_arch arch;
+    int tie, moe_router, moe_norm_topk;
     /* the strings parsed, in the order of td_train_opts_choices: a string
      * changed by hand afterwards without parsing again is a programmer
      * error td_train_run asserts against */
-    const char *from[8];
+    const char *from[TD_TRAIN_CHOICES];
 } td_train_choices;
 
 typedef struct {
@@ -147,8 +153,9 @@ void td_train_opts_set_model(td_train_opts *o, const td_gpt_config *cfg);
 void td_train_opts_check(td_train_opts *o);
 /* Parses the choice flags (--precision, --recompute, --schedule,
  * --pp-partition's kind, --dp-mode, --grad-reduce-dtype, --grad-compress,
- * --loss-scale) into o->ch and sets o->fp16; a bad precision, recompute
- * mode, payload or loss scale is a user error naming its flag. Called by
+ * --loss-scale, --arch, --tie-embeddings, --moe-router, --moe-norm-topk)
+ * into o->ch and sets o->fp16; a bad precision, recompute mode, payload,
+ * loss scale or model family choice is a user error naming its flag. Called by
  * td_train_opts_default and td_train_opts_check; call it again after
  * setting one of those strings by hand. */
 void td_train_opts_choices(td_train_opts *o);
