@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The margins of `trident verify`'s tolerances (src/train/verify.c,
+# The margins of `trident verify`'s tolerances (src/train/verify_tol.c,
 # docs/verify-precision.md): for correct layouts in fp32, bf16 and fp16, the
 # largest gradient error (of its tensor's max, and in units of the type's
 # unit roundoff u) and the largest loss difference, each as a fraction of

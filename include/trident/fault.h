@@ -24,6 +24,12 @@
  *                                        sum the tied embedding's gradients
  *                                        (every rank skips it, so nothing hangs;
  *                                        `trident verify` must name the tensor)
+ *   TRIDENT_FAULT=route-flip:STEP[:RANK] a broken router: in step STEP (the
+ *                                        model's STEP-th routing statistics
+ *                                        reset, 0-based) every token on RANK
+ *                                        swaps its last chosen expert for the
+ *                                        best one left out (`trident verify`
+ *                                        must not take those for near ties)
  *   TRIDENT_FAULT=kill:STEP[:RANK]       RANK SIGKILLs itself in step STEP,
  *                                        between its forward and its backward
  *                                        (a crash: the heartbeat must end the job)
@@ -45,7 +51,7 @@
 typedef enum {
     TD_FAULT_NONE = 0, TD_FAULT_NAN_LOSS, TD_FAULT_NAN_GRAD, TD_FAULT_SAVE_FAIL, TD_FAULT_SKIP_EMBED_SUM,
     TD_FAULT_GRAD_INF, TD_FAULT_GRAD_INF_STUCK, TD_FAULT_KILL, TD_FAULT_STOP, TD_FAULT_SAVE_KILL,
-    TD_FAULT_SLOW_LOAD
+    TD_FAULT_SLOW_LOAD, TD_FAULT_ROUTE_FLIP
 } td_fault_kind;
 
 #define TD_FAULT_GRAD_TENSOR "transformer.h.0.mlp.c_fc.weight"

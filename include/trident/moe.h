@@ -30,6 +30,13 @@ void td_gpt_moe_stats_reset(td_gpt *m);
 typedef void (*td_moe_route_probe)(void *ctx, const td_gpt *m, int layer, int N, int K, const int *idx,
                                    const float *margin);
 void td_gpt_set_route_probe(td_moe_route_probe fn, void *ctx);
+/* trident verify's oracle: called for each row t of a block's micro-batch
+ * after its top-k selection, with its chosen experts idx[K] (best first)
+ * and its margin (as the probe's); it may write other experts into idx
+ * (the layout's choice at a near tie), which the row's gates then follow.
+ * One process-wide override, beside the probe; NULL: none. */
+typedef void (*td_moe_route_override)(void *ctx, const td_gpt *m, int layer, int t, int K, int *idx, float margin);
+void td_gpt_set_route_override(td_moe_route_override fn, void *ctx);
 /* The loss gradient per token of the coming backward (the aux and z
  * losses' gradients scale with it); td_gpt_backward sets it itself. */
 void td_gpt_set_dloss(td_gpt *m, float dloss);

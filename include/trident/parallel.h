@@ -55,6 +55,12 @@ typedef struct {
     int grad_dtype; /* td_dtype */
     double topk_ratio;
     int topk_no_ef, topk_grad;
+    /* The model's forward passes only (trident eval): no gradients, AdamW
+     * moments, gradient payloads or reduction buffers are planned or
+     * allocated (the payload fields are ignored), td_dp_finish_step must
+     * not be called, td_dp_ranges gives no moment ranges (sections 1, 2)
+     * and td_dp_gather_state none of the moments. Not with ps (asserted). */
+    int forward_only;
 } td_dp_config;
 
 /* Where this rank sits, in plain numbers: what the memory plan and the unit

@@ -94,6 +94,14 @@ typedef struct {
      * loaded into the layout, instead of training (nothing saved); NULL: train */
     void (*layout_pass)(void *ctx, td_layout_pass *p);
     void *layout_pass_ctx;
+    /* trident verify: called at the start of every step attempt (a step
+     * that dynamic loss scaling skips is attempted again) with the whole
+     * state (parameters, AdamW m and v) in the canonical layout on world
+     * rank 0, NULL elsewhere, and this rank's data-parallel replica.
+     * Collective over the training ranks: not with parameter servers.
+     * NULL: none */
+    void (*step_state)(void *ctx, int step, int dp_rank, const float *params, const float *m, const float *v);
+    void *step_state_ctx;
 } td_run_hooks;
 
 typedef struct {

@@ -117,6 +117,14 @@ typedef struct {
      * training (no step is run, nothing saved); NULL: train */
     void (*layout_pass)(void *ctx, td_layout_pass *p);
     void *layout_pass_ctx;
+    /* trident verify (verify.c): called at the start of every step attempt
+     * (a step that dynamic loss scaling skips is attempted again) with the
+     * whole state (parameters, AdamW m and v) in the canonical layout on
+     * world rank 0, NULL elsewhere, and this rank's data-parallel replica
+     * (the rows it reads). Collective over the training ranks: not with
+     * parameter servers (td_train_run asserts). NULL: none */
+    void (*step_state)(void *ctx, int step, int dp_rank, const float *params, const float *m, const float *v);
+    void *step_state_ctx;
     int strict_data;  /* --strict-data: resuming onto other data is an error, not a note */
     /* the effective flag values (after --config, the command line, a
      * resume's checkpoint and the defaults) as one line of JSON: printed at

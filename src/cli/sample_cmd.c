@@ -11,17 +11,20 @@
 
 int td_sample_main(int argc, char **argv) {
     const char *ckpt = NULL, *prompt = "";
-    int tokens = 200, top_k = 0, threads = 1;
-    float temperature = 1.0f;
+    int tokens = 200, top_k = 0, threads = 1, no_cache = 0, verbose = 0;
+    float temperature = 1.0f, top_p = 1.0f;
     unsigned long long seed = 1337;
     const td_flag flags[] = {
         {"--ckpt", TD_FLAG_STR, &ckpt, "DIR written by train --out (follows DIR/latest) or one of its step directories", NULL},
         {"--tokens", TD_FLAG_INT, &tokens, "tokens to generate (200)", "[0, 10000000]"},
-        {"--temperature", TD_FLAG_FLOAT, &temperature, "softmax temperature (1.0)", "(0, inf)"},
+        {"--temperature", TD_FLAG_FLOAT, &temperature, "softmax temperature, 0 = greedy: the most likely token, the lowest id of a tie (1.0)", "[0, inf)"},
         {"--top-k", TD_FLAG_INT, &top_k, "sample from the k most likely tokens, 0 = all (0)", "[0, 2147483647]"},
+        {"--top-p", TD_FLAG_FLOAT, &top_p, "then keep the smallest set of most likely tokens whose probability sums to at least X (nucleus sampling), 1 = all (1)", "(0, 1]"},
         {"--prompt", TD_FLAG_STR, &prompt, "text to continue (default: a newline)", NULL},
         {"--seed", TD_FLAG_U64, &seed, "sampling seed (1337)", NULL},
         {"--threads", TD_FLAG_INT, &threads, "compute threads (1)", "[1, 4096]"},
+        {"--no-kv-cache", TD_FLAG_BOOL, &no_cache, "rerun the whole context window for every token (the slow reference the key/value cache is tested against)", NULL},
+        {"--verbose", TD_FLAG_BOOL, &verbose, "print on stderr the rows computed for the prompt and per token, and the cache's size", NULL},
     };
     td_flags_parse("sample", flags, (int)(sizeof flags / sizeof flags[0]), argc, argv);
     TD_CHECK(ckpt, "sample: --ckpt DIR is required (a directory written by 'trident train --out DIR')");
@@ -31,9 +34,18 @@ int td_sample_main(int argc, char **argv) {
     td_ckpt_load(&ck, ckpt);
     td_param_table canon;
     td_param_table_build(&canon, &ck.cfg, 1);
-    td_sampling sp = {prompt, tokens, temperature, top_k, seed};
+    td_sample_stats st;
+    td_sampling sp = {prompt, tokens, temperature, top_k, seed, top_p, no_cache, stderr, &st};
     td_generate(&canon, ck.params, &ck.tok, &sp, stdout);
     printf("\n");
+    fflush(stdout);
+    if (verbose)
+        fprintf(stderr,
+                "sample: prompt %lld tokens, %lld rows computed; then %lld forwards, %.2f rows per "
+                "generated token; kv cache %lld rows, %zu bytes; working memory %zu bytes\n",
+                st.prompt_tokens, st.prompt_rows, st.steps,
+                st.steps ? (double)st.step_rows / (double)st.steps : 0.0, st.cache_rows, st.cache_bytes,
+                st.bytes);
     td_param_table_free(&canon);
     td_ckpt_free(&ck);
     return 0;

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "moe_internal.h"
+#include "trident/fault.h"
 
 /* ---- the state: saved tensors of one block, scratch of the model ---- */
 
@@ -179,8 +180,17 @@ void td_gpt_set_route_probe(td_moe_route_probe fn, void *ctx) {
     g_probe_ctx = ctx;
 }
 
-/* Scores, the top K (ties to the lower id), the combine weights. */
-static void route(td_gpt *m, int u, td_moe_acts *a) {
+static td_moe_route_override g_override;
+static void *g_override_ctx;
+
+void td_gpt_set_route_override(td_moe_route_override fn, void *ctx) {
+    g_override = fn;
+    g_override_ctx = ctx;
+}
+
+/* Scores, the top K (ties to the lower id), the combine weights; block l's
+ * (for the override). */
+static void route(td_gpt *m, int l, int u, td_moe_acts *a) {
     const td_moe_config *e = &m->cfg.moe;
     int N = a->N, E = e->E, K = e->K;
     const float *bias = td_m_w(m, u, TD_T_ROUTERB);
@@ -210,7 +220,7 @@ static void route(td_gpt *m, int u, td_moe_acts *a) {
             idx[k] = best;
             g[k] = sc[best];
         }
-        if (g_probe) { /* the margin: the last chosen's selection value over the best left out */
+        if (g_probe || g_override) { /* the margin: the last chosen's selection value over the best left out */
             float last = sc[idx[K - 1]] + (bias ? bias[idx[K - 1]] : 0.0f), next = -INFINITY;
             for (int i = 0; i < E; i++) {
                 int taken = 0;
@@ -219,6 +229,20 @@ static void route(td_gpt *m, int u, td_moe_acts *a) {
                 if (!taken && v > next) next = v;
             }
             m->moe->f0[t] = last - next;
+        }
+        if (m->moe->flip && K < E) { /* TRIDENT_FAULT=route-flip: the last chosen for the best left out */
+            int alt = -1;
+            for (int i = 0; i < E; i++) {
+                int taken = 0;
+                for (int j = 0; j < K; j++) taken |= idx[j] == i;
+                float v = sc[i] + (bias ? bias[i] : 0.0f);
+                if (!taken && (alt < 0 || v > sc[alt] + (bias ? bias[alt] : 0.0f))) alt = i;
+            }
+            idx[K - 1] = alt, g[K - 1] = sc[alt];
+        }
+        if (g_override) {
+            g_override(g_override_ctx, m, l, t, K, idx, m->moe->f0[t]);
+            for (int k = 0; k < K; k++) g[k] = sc[idx[k]];
         }
         double gs = 0.0;
         for (int k = 0; k < K; k++) gs += g[k];
@@ -373,7 +397,7 @@ void td_moe_forward(td_gpt *m, int l, td_block_acts *ba) {
     td_moe_acts *a = ba->moe;
     TD_ASSERT(a->N == N && ep <= TD_MOE_MAX_EP);
     td_m_matmul_forward(m, a->logits, 1, ba->ln2, u, TD_T_ROUTERW, NULL, N, C, E);
-    route(m, u, a);
+    route(m, l, u, a);
     if (g_probe && !m->moe->quiet) g_probe(g_probe_ctx, m, l, N, K, a->idx, m->moe->f0);
     reduce_stats(m, a);
     int dropped;
@@ -583,6 +607,7 @@ void td_gpt_moe_stats_reset(td_gpt *m) {
     memset(st->load, 0, sizeof(double) * (size_t)st->L * st->E);
     st->dropped = st->assigned = st->aux = st->z = st->loss_sum = st->off_rank_rows = 0.0;
     st->n = 0;
+    m->moe->flip = td_fault_at(TD_FAULT_ROUTE_FLIP, m->moe->resets++, td_log_rank());
 }
 
 void td_gpt_set_dloss(td_gpt *m, float dloss) {

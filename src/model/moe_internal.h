@@ -38,6 +38,8 @@ struct td_moe_state {
     float *f0;            /* [cap + 1, C] fp32 rows (the last a temporary) */
     float dloss;          /* the loss's gradient per token (td_gpt_backward's) */
     int quiet;            /* a recomputing forward: statistics already counted */
+    int resets;           /* td_gpt_moe_stats_reset calls: the step, for TRIDENT_FAULT=route-flip */
+    int flip;             /* this step's routing is broken on purpose (route-flip) */
     td_moe_stats st;
 };
 

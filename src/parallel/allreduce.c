@@ -24,13 +24,15 @@ void td_replicated_create(td_dp *dp) {
     /* All-reduced gradients live where the group's ranks can reach each
      * other's: on one node the buckets are then summed straight between the
      * replicas' buffers, with no staging (comm.h, td_comm_alloc_shared). */
-    dp->grads_shared = allreduce && dp->D > 1;
-    dp->grads = dp->grads_shared ? td_dp_alloc_shared(dp, n, TD_MEM_GRADS)
-                                 : td_alloc(n * sizeof(float), TD_MEM_GRADS);
+    int fwd = dp->cfg.forward_only; /* no gradient, no moment */
+    dp->grads_shared = allreduce && dp->D > 1 && !fwd;
+    dp->grads = fwd                ? NULL
+                : dp->grads_shared ? td_dp_alloc_shared(dp, n, TD_MEM_GRADS)
+                                   : td_alloc(n * sizeof(float), TD_MEM_GRADS);
     /* reduce-broadcast: only the root updates, so only it holds moments;
      * under ep the first ep run's other ranks update their experts (the
      * rest of their moments unused: td_ep_gather_unit reads whole units) */
-    if (allreduce || dp->er == 0) {
+    if (!fwd && (allreduce || dp->er == 0)) {
         dp->m = td_alloc(n * sizeof(float), TD_MEM_OPTIM);
         dp->v = td_alloc(n * sizeof(float), TD_MEM_OPTIM);
     }
@@ -86,8 +88,8 @@ static void allreduce_plan(const td_dp_config *cfg, const td_layout *lay, const 
                            td_mem_plan *p) {
     td_state_bytes st = td_state_plan((double)t->numel, td_layout_grad_ranks(lay), 0, td_state_elem_engine(cfg->master));
     p->bytes[td_dp_param_cat(cfg)] = (size_t)(st.params + st.master);
-    p->bytes[TD_MEM_GRADS] = (size_t)st.grads;
-    p->bytes[TD_MEM_OPTIM] = (size_t)st.optim;
+    p->bytes[TD_MEM_GRADS] = cfg->forward_only ? 0 : (size_t)st.grads;
+    p->bytes[TD_MEM_OPTIM] = cfg->forward_only ? 0 : (size_t)st.optim;
     if (td_gpay_on(cfg, td_layout_grad_ranks(lay))) { /* bf16 / top-k buffers over the buckets */
         size_t *lo = td_alloc(sizeof(size_t) * 2 * (size_t)t->n_units, TD_MEM_OTHER);
         int nb = td_bucket_ranges(t, cfg->bucket_bytes, lo, lo + t->n_units);

@@ -95,11 +95,19 @@ int td_dp_unit_align(const td_dp_config *cfg, const td_layout *lay) {
     return 16 * (shards > 0 ? shards : 1);
 }
 
+/* A forward-only config reduces no gradient, so it has no payload. */
+static td_dp_config forward_cfg(const td_dp_config *cfg) {
+    td_dp_config c = *cfg;
+    if (c.forward_only) c.grad_dtype = TD_F32, c.topk_ratio = 0.0, c.topk_no_ef = c.topk_grad = 0;
+    return c;
+}
+
 td_mem_plan td_dp_memory_plan(const td_dp_config *cfg, const td_layout *lay,
                               const td_param_table *t) {
     td_mem_plan p;
     memset(&p, 0, sizeof p);
-    ops_of(cfg)->plan(cfg, lay, t, &p);
+    td_dp_config c = forward_cfg(cfg);
+    ops_of(&c)->plan(&c, lay, t, &p);
     return p;
 }
 
@@ -124,7 +132,8 @@ td_dp *td_dp_create(const td_dp_config *cfg, const td_grid *g, const td_param_ta
     compat_of(cfg, g, &c);
     td_compat_check(&c, TD_COMPAT_AT_DP_CREATE);
     td_dp *dp = td_alloc(sizeof(td_dp), TD_MEM_OTHER);
-    dp->cfg = *cfg;
+    TD_ASSERT(!cfg->forward_only || cfg->mode != TD_DP_PS);
+    dp->cfg = forward_cfg(cfg);
     dp->ops = ops_of(cfg);
     dp->g = g;
     dp->t = t;
@@ -229,6 +238,7 @@ int td_dp_nonfinite(const td_dp *dp, int *step) {
 }
 
 double td_dp_finish_step(td_dp *dp, int step, float lr) {
+    TD_ASSERT(!dp->cfg.forward_only);
     dp->bad_row = dp->bad_step = -1;
     return dp->ops->finish_step(dp, step, lr);
 }
@@ -251,6 +261,7 @@ int td_dp_full_params(td_dp *dp, const float **params) {
 int td_dp_ranges(td_dp *dp, int section, int owner_only, td_dp_range_cb cb, void *ctx) {
     TD_ASSERT(section >= 0 && section < 3);
     if (!dp->ops->ranges) return 0;
+    if (section > 0 && dp->cfg.forward_only) return 1; /* no moments */
     dp->ops->ranges(dp, section, owner_only, cb, ctx);
     return 1;
 }
@@ -273,7 +284,9 @@ void td_dp_gather_state(td_dp *dp, const td_param_table *canon, float *params, f
     const td_param_table *t = dp->t;
     float *scratch = td_alloc(td_pp_gather_scratch_floats(t, canon) * sizeof(float), TD_MEM_OTHER);
     float *dst[3] = {params, m, v};
-    for (int s = 0; s < 3; s++) /* all three always travel: only the root knows what is wanted */
+    /* all three always travel (only the root knows what is wanted), but a
+     * forward-only strategy has no moments */
+    for (int s = 0; s < (dp->cfg.forward_only ? 1 : 3); s++)
         for (int u = 0; u < t->n_units; u++) {
             const td_param_table *in;
             const float *b = td_pp_gather_unit(dp, dp->g, t, canon, s, u, scratch, &in);

@@ -131,6 +131,9 @@ static void zero_plan(const td_dp_config *cfg, const td_layout *lay, const td_pa
         td_free(r);
     }
     if (cfg->zero == 3) p->bytes[TD_MEM_GATHER] = POOL * max_block + u0 + uf;
+    /* forward only: the parameters (stage 3: their gathers) and nothing of
+     * the gradients' reduce-scatter */
+    if (cfg->forward_only) p->bytes[TD_MEM_OPTIM] = p->bytes[TD_MEM_GRADS] = p->bytes[TD_MEM_COMM] = 0;
 }
 
 /* Every unit's pieces with their groups, shard offsets and step ranges. */
@@ -183,8 +186,11 @@ static void zero_create(td_dp *dp) {
     z->L = t->cfg.L;
     TD_ASSERT(t->unit_align % dp->D == 0 && (dp->R == 1 || !dp->ecomm)); /* rules table: ep-dp-shard */
     pieces_build(dp, z);
-    dp->m = td_alloc(z->shard_n * sizeof(float), TD_MEM_OPTIM);
-    dp->v = td_alloc(z->shard_n * sizeof(float), TD_MEM_OPTIM);
+    int fwd = dp->cfg.forward_only; /* no gradient, no moment */
+    if (!fwd) {
+        dp->m = td_alloc(z->shard_n * sizeof(float), TD_MEM_OPTIM);
+        dp->v = td_alloc(z->shard_n * sizeof(float), TD_MEM_OPTIM);
+    }
 
     if (z->stage == 3) {
         z->pshard = td_dp_alloc_shared(dp, z->shard_n, td_dp_param_cat(&dp->cfg));
@@ -209,7 +215,9 @@ static void zero_create(td_dp *dp) {
     }
     z->req = td_alloc(sizeof(td_request *) * (size_t)z->n_pc, TD_MEM_OTHER);
     for (int i = 0; i < z->n_pc; i++) z->req[i] = td_request_new();
-    if (z->stage == 1) {
+    if (fwd) {
+        z->gshard = NULL;
+    } else if (z->stage == 1) {
         dp->grads = td_dp_alloc_shared(dp, t->numel, TD_MEM_GRADS); /* reduce-scattered */
         dp->grads_shared = dp->D > 1;
         z->gshard = NULL;
@@ -231,7 +239,8 @@ static void zero_create(td_dp *dp) {
     for (int i = 0; i < z->n_pc; i++) {
         const zpiece *q = &z->pc[i];
         float *p = z->stage == 3 ? z->pshard + q->off : dp->params + q->mine;
-        z->ranges[i] = (td_step_range){q->mine, q->slice, p, dp->m + q->off, dp->v + q->off, NULL};
+        z->ranges[i] = (td_step_range){q->mine, q->slice, p, fwd ? NULL : dp->m + q->off, fwd ? NULL : dp->v + q->off,
+                                       NULL};
     }
     td_gpt_bind_flat(dp->model, dp->params, dp->grads);
     dp->model->hook = zero_hook;

@@ -12,7 +12,8 @@ td_dp_config td_run_dp_config(const td_run_spec *spec, td_dp_mode mode) {
                          .optim = spec->optim,
                          .steps = spec->schedule.steps,
                          .no_overlap = spec->layout.no_overlap,
-                         .master = spec->precision.precision != TD_PREC_FP32};
+                         .master = spec->precision.precision != TD_PREC_FP32,
+                         .forward_only = spec->hooks.layout_pass != NULL}; /* trident eval */
     dcfg.bucket_bytes =
         (size_t)((spec->layout.bucket_mb > 0 ? spec->layout.bucket_mb : TD_DEFAULT_BUCKET_MB) *
                  1048576.0);

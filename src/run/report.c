@@ -468,8 +468,10 @@ void td_report_summary(td_report *r, const td_run_result *res) {
 void td_report_sample(td_report *r, const td_param_table *canon, const float *params,
                       const td_tokenizer *tok, const td_run_spec *spec) {
     printf("sample (%d tokens, temperature 1.0, top-k 0):\n", spec->output.sample_tokens);
-    td_sampling sp = {spec->output.sample_prompt, spec->output.sample_tokens, 1.0f, 0,
-                      spec->schedule.seed};
+    td_sampling sp = {.prompt = spec->output.sample_prompt,
+                      .tokens = spec->output.sample_tokens,
+                      .temperature = 1.0f,
+                      .seed = spec->schedule.seed};
     td_generate(canon, params, tok, &sp, stdout);
     printf("\n");
     fflush(stdout);

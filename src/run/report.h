@@ -66,18 +66,51 @@ void td_report_precision(td_report *r, const td_mem_plan *plan);
 void td_report_gemm_impl(td_report *r);
 
 /* How td_generate samples: `tokens` tokens after `prompt` (UTF-8, may be
- * empty), from the softmax at `temperature` over the top_k most likely
- * (0: all), with the sampler's seed. */
+ * empty), from the softmax at `temperature` (0: greedy), over the top_k most likely
+ * (0: all), then over the smallest set of the most likely whose mass
+ * reaches top_p (0 or 1: all), with the sampler's seed. The model runs
+ * incrementally with a key/value cache sized for the prompt + tokens
+ * (trident/decode.h); no_cache = 1 reruns the whole window for every token
+ * instead (the oracle the cache is tested against). progress (NULL: none)
+ * receives a line per TD_SAMPLE_CHUNK prompt tokens of a prompt longer than
+ * that; stats (NULL: none) receives the counts. Fields after seed may be
+ * left 0. */
+typedef struct {
+    long long prompt_tokens; /* tokens of the prompt the model read (the last T at most) */
+    long long prompt_rows;   /* rows computed before the first token was sampled */
+    long long steps;         /* forwards after it (one per generated token but the last) */
+    long long step_rows;     /* rows those computed: steps with the cache (T each without) */
+    long long cache_rows;    /* positions the key/value cache holds (0: no cache) */
+    size_t cache_bytes;      /* its keys and values */
+    size_t bytes;            /* all the model's working memory (cache + scratch, or
+                                the whole window's activations without the cache) */
+} td_sample_stats;
+
+#define TD_SAMPLE_CHUNK 512 /* prompt rows per forward (and per progress line) */
+
 typedef struct {
     const char *prompt;
     int tokens;
     float temperature;
     int top_k;
     unsigned long long seed;
+    float top_p;
+    int no_cache;
+    FILE *progress;
+    td_sample_stats *stats;
 } td_sampling;
 /* Text generation from canonical-layout params (sample.c). Writes the decoded
  * text to out, token by token. */
 void td_generate(const td_param_table *canon, const float *params, const td_tokenizer *tok,
                  const td_sampling *sp, FILE *out);
+/* The sampler's weights of logits[0..V): w[i] = exp((logits[i] - max) /
+ * temperature) for the tokens kept by top_k (0: all; ties with the k-th
+ * largest logit are kept) and then by top_p (the smallest prefix of the
+ * kept tokens sorted by probability, ties by id, whose mass reaches top_p;
+ * 0 or >= 1: all), 0 for the others. Temperature 0 is greedy: weight 1
+ * for the first of the largest logits, 0 for every other. Returns their sum
+ * (double). */
+double td_sample_weights(float *w, const float *logits, int V, float temperature, int top_k,
+                         float top_p);
 
 #endif

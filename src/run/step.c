@@ -123,9 +123,22 @@ static td_run_status skip_step(td_run *r, int step, int bad_row) {
     return TD_RUN_STOP;
 }
 
+/* trident verify's step_state (run_spec.h): the state the step starts from,
+ * gathered as keep_state does, before the step's first communication. */
+static void step_state(td_run *r, int step) {
+    const td_run_hooks *h = &r->spec->hooks;
+    size_t n = r->canon.numel;
+    TD_ASSERT(r->spec->layout.dp_mode != TD_DP_PS);
+    float *s = r->g.world_rank == 0 ? td_alloc(3 * n * sizeof(float), TD_MEM_OTHER) : NULL;
+    td_dp_gather_state(r->dp, &r->canon, s, s ? s + n : NULL, s ? s + 2 * n : NULL);
+    h->step_state(h->step_state_ctx, step, r->g.axis[TD_DP].rank, s, s ? s + n : NULL, s ? s + 2 * n : NULL);
+    td_free(s);
+}
+
 td_run_status td_run_step(td_run *r, int step) {
     const td_run_spec *spec = r->spec;
     td_run_result *res = r->res;
+    if (spec->hooks.step_state) step_state(r, step);
     double t0 = td_now_ms(), norm;
     float lr = td_lr_at(&spec->optim, step);
     double loss_sum = train_step(r, step, lr, &norm);

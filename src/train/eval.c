@@ -9,7 +9,12 @@
  * in the last global batch. --max-tokens N predicts t[1..N] only. The
  * forward passes run in the layout of train's flags (td_train_run with the
  * checkpoint loaded through --resume, td_layout_pass_forward), so a layout
- * changes only the model's fp32 arithmetic, not which tokens count. */
+ * changes only the model's fp32 arithmetic, not which tokens count. It
+ * measures the model, not a training run: the checkpoint's precision unless
+ * --precision says otherwise, every token routed to its experts (no
+ * capacity), and a forward's memory (no gradients or moments: the dp
+ * strategy's forward_only, set for a layout pass; block recomputation's
+ * activation buffers). */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -22,11 +27,12 @@
 #include "trident/data.h"
 #include "trident/flags.h"
 #include "trident/formats_json.h"
+#include "trident/formats_manifest.h"
 #include "trident/train.h"
 
 /* train's flags that choose the layout (and how it computes), for eval */
 static const char *const LAYOUT_FLAGS[] = {
-    "--dp", "--tp", "--pp", "--grid-order", "--sequence-parallel", "--zero", "--precision", "--schedule", "--virtual-stages",
+    "--dp", "--tp", "--pp", "--cp", "--ep", "--grid-order", "--sequence-parallel", "--zero", "--precision", "--schedule", "--virtual-stages",
     "--pp-partition", "--micro-batches", "--grad-accum", "--threads", "--piece-mb", "--comm-timeout",
     "--heartbeat-timeout", "--verbose",
 };
@@ -44,7 +50,9 @@ typedef struct {
     size_t batch; /* the global batch fill is asked for */
     double loss_sum;
     uint64_t bytes; /* UTF-8 bytes of the predicted tokens' text (text input) */
-    int text, world_rank, dp, tp, pp;
+    int text, world_rank, dp, tp, pp, cp, ep;
+    const char *used; /* the precision it runs in */
+    char precision[16]; /* the checkpoint's (its manifest's layout) */
 } eval_run;
 
 /* Rows first .. first + count - 1 of global batch e->batch. */
@@ -93,9 +101,9 @@ static void pass(void *ctx, td_layout_pass *p) {
     e->forwards = (e->windows + (size_t)e->B - 1) / (size_t)e->B;
     if (e->text) e->bytes = text_bytes(&d->tok, e->tok, e->predicted);
     td_log("eval: %s (step %d), %s split of %s: %zu tokens predicted in %zu windows of %d + 1 tokens, "
-           "%zu forwards of --batch %d; dp %d x tp %d x pp %d\n",
+           "%zu forwards of --batch %d; dp %d x tp %d x pp %d x cp %d, ep %d; %s\n",
            e->ck.dir, e->ck.step, e->split, d->description, e->predicted, e->windows, e->T, e->forwards, e->B,
-           e->dp, e->tp, e->pp);
+           e->dp, e->tp, e->pp, e->cp, e->ep, e->used);
     double t0 = td_now_ms(), shown = t0;
     e->loss_sum = 0.0;
     for (e->batch = 0; e->batch < e->forwards; e->batch++) {
@@ -111,8 +119,10 @@ static void pass(void *ctx, td_layout_pass *p) {
     }
 }
 
-/* --log FILE: one JSON object of the results (world rank 0). */
-static void write_log(const eval_run *e, const char *data, double mean, double ppl, double bpb) {
+/* --log FILE: one JSON object of the results (world rank 0), with its
+ * memory by category (planned, and the peak from the model's allocation on). */
+static void write_log(const eval_run *e, const char *data, double mean, double ppl, double bpb,
+                      const td_train_result *res) {
     char ck[8400] = "", dp[8400] = "";
     TD_CHECK(td_json_put_str(ck, sizeof ck, 0, e->ck.dir) > 0 && td_json_put_str(dp, sizeof dp, 0, data) > 0,
              "eval --log %s: the checkpoint or data path is too long to record", e->log);
@@ -122,9 +132,32 @@ static void write_log(const eval_run *e, const char *data, double mean, double p
             ck, e->ck.step, dp, e->split, e->predicted, e->windows, e->B, e->T, e->loss_sum, mean, ppl);
     if (e->text) fprintf(e->logf, "\"bytes\": %llu, \"bits_per_byte\": %.17g, ", (unsigned long long)e->bytes, bpb);
     else fprintf(e->logf, "\"bytes\": null, \"bits_per_byte\": null, ");
-    fprintf(e->logf, "\"dp\": %d, \"tp\": %d, \"pp\": %d}\n", e->dp, e->tp, e->pp);
+    fprintf(e->logf, "\"dp\": %d, \"tp\": %d, \"pp\": %d, \"cp\": %d, \"ep\": %d, \"precision\": \"%s\"", e->dp,
+            e->tp, e->pp, e->cp, e->ep, e->used);
+    for (int k = 0; k < 2; k++) {
+        fprintf(e->logf, ", \"%s\": {", k ? "mem_peak" : "mem_planned");
+        for (int c = 0; c < TD_MEM_NCAT; c++)
+            fprintf(e->logf, "%s\"%s\": %zu", c ? ", " : "", td_mem_cat_name(c), k ? res->mem_peak[c] : res->mem_planned[c]);
+        fprintf(e->logf, "}");
+    }
+    fprintf(e->logf, "}\n");
     TD_CHECK(fflush(e->logf) == 0 && !ferror(e->logf) && fclose(e->logf) == 0, "eval --log %s: writing failed: %s",
              e->log, strerror(errno));
+}
+
+/* The arithmetic: the checkpoint's precision unless --precision names
+ * one (then a line says which, when they differ). A bf16 model is measured
+ * as it was trained, and at bf16's speed; fp32 arithmetic remains a flag. */
+static void precision_for_checkpoint(eval_run *e, td_train_opts *o) {
+    td_manifest m;
+    char dir[4096];
+    td_ckpt_read_manifest(e->ckpt, "--ckpt", &m, dir, sizeof dir);
+    snprintf(e->precision, sizeof e->precision, "%s", m.precision[0] ? m.precision : "fp32");
+    td_manifest_free(&m);
+    if (!o->precision)
+        o->precision = e->precision;
+    else if (strcmp(o->precision, e->precision) != 0)
+        td_log("eval: --precision %s, not the checkpoint's %s\n", o->precision, e->precision);
 }
 
 /* The checkpoint's tokenizer decides how --data is read; a text file's
@@ -186,6 +219,11 @@ int td_eval_main(int argc, char **argv) {
     for (size_t k = 0; k < sizeof LAYOUT_FLAGS / sizeof LAYOUT_FLAGS[0]; k++)
         for (int i = 0; i < n_train; i++)
             if (strcmp(train[i].name, LAYOUT_FLAGS[k]) == 0) flags[n++] = train[i];
+    for (int i = 0; i < n; i++) /* eval's default is not train's */
+        if (strcmp(flags[i].name, "--precision") == 0)
+            flags[i].help = "arithmetic of the forward passes: fp32, bf16 or fp16 (default: the checkpoint's, from its "
+                            "manifest)";
+    o.precision = NULL; /* given or not: the checkpoint's by default */
     td_flags_parse("eval", flags, n, argc, argv);
     TD_CHECK(e.ckpt, "eval: --ckpt DIR is required (a directory written by 'trident train --out DIR' or "
              "'trident import', or one of its step directories)");
@@ -193,15 +231,23 @@ int td_eval_main(int argc, char **argv) {
     TD_CHECK(strcmp(e.split, "val") == 0 || strcmp(e.split, "train") == 0 || strcmp(e.split, "all") == 0,
              "eval: --split '%s' is not a split; valid: val, train, all", e.split);
     td_ckpt_describe(&e.ck, e.ckpt);
+    precision_for_checkpoint(&e, &o);
     /* the model and the run it continues come from the checkpoint */
     td_train_opts_set_model(&o, &e.ck.cfg);
     o.seed = e.ck.seed;
     o.resume = e.ck.dir;
+    /* eval measures the model: every token reaches its experts (training's
+     * capacity would drop assignments by the micro-batch's size) */
+    o.moe.capacity = 0.0f;
     o.steps = e.ck.step + 1; /* one step beyond it: none is run */
     o.eval_every = 0, o.sample_tokens = 0, o.quiet = 1;
+    /* a forward keeps no block's activations past its end: the block
+     * recomputation mode's buffers (one block's tensors and the block
+     * inputs), the same arithmetic; zb-h1 refuses it and keeps its own */
+    if (!o.schedule || strcmp(o.schedule, "zb-h1") != 0) o.recompute = "block";
     data_for_checkpoint(&e, &o);
     td_train_opts_check(&o);
-    e.T = e.ck.cfg.T, e.B = o.batch;
+    e.T = e.ck.cfg.T, e.B = o.batch, e.cp = o.cp, e.ep = o.ep, e.used = o.precision;
     if (e.log && td_comm_rank(td_comm_world()) == 0) { /* before the work, not after it */
         e.logf = fopen(e.log, "w");
         TD_CHECK(e.logf, "eval --log %s cannot be written: %s", e.log, strerror(errno));
@@ -217,7 +263,7 @@ int td_eval_main(int argc, char **argv) {
         if (e.text) printf("%.6f bits per byte (%llu bytes of text)\n", bpb, (unsigned long long)e.bytes);
         else printf("bits per byte unknown (a token file: the bytes of its text are not known)\n");
         fflush(stdout);
-        if (e.logf) write_log(&e, o.data, mean, ppl, bpb);
+        if (e.logf) write_log(&e, o.data, mean, ppl, bpb, &res);
     }
     td_train_result_free(&res);
     td_free(e.joined);

@@ -69,6 +69,7 @@ void td_train_spec(const td_train_opts *o, td_run_spec *spec) {
     out->notes = o->resume_notes;
 
     spec->hooks.layout_pass = o->layout_pass, spec->hooks.layout_pass_ctx = o->layout_pass_ctx;
+    spec->hooks.step_state = o->step_state, spec->hooks.step_state_ctx = o->step_state_ctx;
 
     td_train_compat_cfg(o, &spec->compat);
 }

@@ -1,9 +1,18 @@
 /* `trident verify`: the layout-equivalence oracle as a user command. Under
- * mpirun with a layout's train flags it trains K steps in that layout and,
- * on every rank, the same K steps in one plain process (the whole global
- * batch, no strategy), then prints each step's relative loss difference
- * and, where a reduced gradient differs, the first tensor (and the rank)
- * where it does. Exit status 1 beyond the tolerances. */
+ * mpirun with a layout's train flags it trains K steps in that layout and
+ * checks each step from the state the layout shared: at every step's start
+ * the layout's parameters and AdamW moments are gathered into the canonical
+ * layout (train.h's step_state: the checkpoint's gathering, so ZeRO, tp, pp
+ * and ep shards all come back), and one fp32 process (verify_oracle.c)
+ * takes the step from exactly that state. Compared: the loss, every reduced
+ * gradient (on the rank that owns it, naming the first tensor and rank
+ * that differ), and the parameters and moments after the update (the
+ * oracle applying the layout's own gradient, so the optimizer is checked on
+ * its own). A step's difference does not carry into the next. A mixture of
+ * experts' near ties are replayed (verify_routes.c). Parameter servers run
+ * no step loop of their own: a synchronous one is checked against the
+ * oracle's own trajectory, a stale one is refused. Exit status 1 beyond the
+ * tolerances (verify_tol.c). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,180 +20,183 @@
 
 #include "trident/base.h"
 #include "trident/comm.h"
-#include "trident/data.h"
-#include "trident/kernels.h"
-#include "trident/loss_scale.h"
-#include "trident/train.h"
 #include "trident/moe.h"
+#include "trident/train.h"
+#include "verify.h"
 
-/* Tolerances. In fp32 a layout only reorders sums. Every reduction of the
- * engine accumulates in fp32 in every precision (a GEMM's K = C or 4C,
- * attention's T, a weight gradient's N = B x T tokens, the micro-batches,
- * dp ranks and tp partial products summed after them: model.h), and
- * reordering a sum of K terms moves it by at most K x 2^-24 of the sum of
- * its terms' magnitudes, sqrt(K) x 2^-24 when the roundings' signs are
- * independent (Higham and Mary 2019, "A new approach to probabilistic
- * rounding error analysis"): 1.2e-6 at K = 384 tokens, where layouts
- * measure 2e-7 to 1e-6 of a tensor's max (docs/verify-precision.md).
- * GRAD_TOL keeps a factor 85 above that, for reductions 7000 times longer;
- * a missing or doubled reduction is O(1) of the max (the skip-embed-sum
- * fault: 1.09). The loss is a mean of such sums: ~1e-7 per step. */
-#define LOSS_TOL 1e-5
-#define GRAD_TOL 1e-4
-
-/* --precision bf16 | fp16: the oracle stays one fp32 process, so the
- * comparison sees the 16-bit arithmetic's own error as well as the
- * layout's. u is the type's unit roundoff under round-to-nearest, 2^-p for
- * p bits of significand: bf16 p = 8, u = 2^-8 = 3.9e-3; fp16 p = 11,
- * u = 2^-11 = 4.9e-4. No sum runs in 16 bits (above), so nothing of u grows
- * with a reduction's length: u enters where a value is stored in the
- * 16-bit type, one rounding of at most u of it. A weight gradient is a sum
- * over tokens of x_n dy_n: x_n was rounded when stored (1), dy_n is the
- * rounded result (1) of a GEMM of the rounded gradient above it (1) and the
- * rounded weight copy (1): 4 roundings, 4u of the term where they align.
- * Each factor also inherits the roundings of the layers before it (forward)
- * or after it (backward); LayerNorm renormalises every block's input, so
- * they are counted once more: ROUNDINGS_16 = 2 x 4. Relative to the
- * tensor's max the term errors add no faster than the terms (independent
- * signs: sqrt(N) against the gradient's coherent N), so the bound is per
- * term. Measured (docs/verify-precision.md): the worst element at 1.7u to
- * 2.7u for 2 to 8 layers and 128 to 2048 tokens per step, neither moving
- * it beyond noise. */
-#define ROUNDINGS_16 8
-
-static double unit_roundoff(td_precision p) {
-    return p == TD_PREC_BF16 ? 0x1p-8 : p == TD_PREC_FP16 ? 0x1p-11 : 0.0;
-}
-
-/* The 16-bit loss: a token's loss is logsumexp(z) - z_y of fp32 logits z, so
- * an error dz moves it by sum_v p_v dz_v - dz_y, at most 2 max |dz|. A logit
- * z_v is the fp32 dot product of the stored final hidden state h (1
- * rounding) and the wte row's weight copy w_v (1), twice that with what h
- * inherits (as above): LOGIT_ROUNDINGS_16 u of sum_c |h_c w_vc| <= |h| |w_v|
- * (Cauchy-Schwarz); h = gamma x + beta with x LayerNorm's normalised row,
- * |x| <= sqrt(C), so |h| <= sqrt(C) max|gamma| + |beta|. The bound is taken
- * from the oracle's parameters at each step, relative to its loss. It is
- * loose (the layouts' losses measure 1/300 of it and less: the per-token
- * errors average out over the tokens, which a bound cannot count on): the
- * gradients are the sharp check. */
-#define LOGIT_ROUNDINGS_16 4
-static double head_scale(const td_param_table *t, const float *p) {
-    const td_param *g = td_param_find(t, "transformer.ln_f.weight"), *b = td_param_find(t, "transformer.ln_f.bias");
-    const td_param *w = td_param_find(t, "transformer.wte.weight");
-    TD_ASSERT(g && b && w);
-    double gmax = 0, bsq = 0, wmax = 0;
-    for (size_t k = 0; k < g->numel; k++) gmax = fmax(gmax, fabs(p[g->offset + k]));
-    for (size_t k = 0; k < b->numel; k++) bsq += (double)p[b->offset + k] * p[b->offset + k];
-    size_t C = (size_t)w->shape[1];
-    for (size_t r = 0; r < (size_t)w->shape[0]; r++) {
-        double sq = 0;
-        for (size_t c = 0; c < C; c++) sq += (double)p[w->offset + r * C + c] * p[w->offset + r * C + c];
-        wmax = fmax(wmax, sq);
-    }
-    return (sqrt((double)C) * gmax + sqrt(bsq)) * sqrt(wmax);
-}
+/* The update check's findings on rank 0: elements compared, beyond the
+ * tolerance, the largest difference as a fraction of it, the first beyond. */
+typedef struct {
+    long long n, bad;
+    double ratio;
+    int first_step, sec, row;
+    long long elem;
+    float x, ref;
+} state_check;
 
 typedef struct {
-    int K;
-    td_param_table canon;
-    float *ref_grads;  /* [K][canon.numel] */
-    float *ref_max;    /* [K][n_rows] largest |gradient| of each tensor */
-    float *ref_losses; /* [K] */
-    double *loss_tol;  /* [K] relative tolerance of each step's loss */
-    double grad_tol;   /* of an element, relative to its tensor's max */
-    double u;          /* the 16-bit type's unit roundoff; 0 in fp32 */
-    int skip_nonfinite; /* dynamic loss scaling: an attempt with a non-finite
-                           gradient is skipped and the step run again */
-    float *worst;      /* [K] this rank's largest relative gradient error */
-    int *worst_row;    /* [K] its tensor */
-    /* the first (step, row) past grad_tol on this rank, and its element */
+    int K, me, ps, moe;
+    size_t n;            /* canonical elements */
+    const td_param_table *canon;
+    verify_oracle *orc;
+    const verify_tol *tol;
+    int checked;         /* steps checked so far */
+    /* this rank's reduced gradients at their global index, and 1 where it
+     * owns the element: one step's (parameter servers: [K], checked after
+     * the run) */
+    float *lay;
+    unsigned char *seen;
+    float *start;        /* rank 0: [3 n] the state the next step to check starts from */
+    float *S, *prev;     /* rank 0: [3 n] the oracle's state, and a copy of where it started */
+    float *owner, *lay_all, *ref, *ref_max; /* one step's */
+    double *ref_loss, *loss_tol; /* [K] (rank 0) */
+    float *worst;        /* [K] this rank's largest relative gradient error */
+    int *worst_row;
     int bad_step, bad_row;
     long long bad_elem;
     float bad_val, bad_ref;
-    float *seen;       /* [canon.numel] 1 where some rank compared the element at step 0 */
+    size_t unseen, first_unseen;
+    state_check sc;
+    verify_routes routes;
 } verify_ctx;
 
-/* The oracle: one process, the whole global batch (as test_layouts, but
- * keeping each step's gradient). */
-static void reference(const td_train_opts *o, verify_ctx *v) {
-    td_dataset d;
-    td_data_load(&d, o->data, o->tokenizer, o->vocab, o->seq);
-    td_gpt_config cfg;
-    td_train_model_config(o, d.tok.V, &cfg);
-    td_param_table_build(&v->canon, &cfg, 1);
-    const td_param_table *t = &v->canon;
-    size_t n = t->numel;
-    v->ref_grads = td_alloc(sizeof(float) * n * (size_t)v->K, TD_MEM_OTHER);
-    v->ref_max = td_alloc(sizeof(float) * (size_t)t->n_rows * (size_t)v->K, TD_MEM_OTHER);
-    v->seen = td_alloc(sizeof(float) * n, TD_MEM_OTHER);
-    memset(v->seen, 0, sizeof(float) * n);
-    float *p = td_alloc(n * 4, TD_MEM_OTHER), *g = td_alloc(n * 4, TD_MEM_OTHER);
-    float *m = td_alloc(n * 4, TD_MEM_OTHER), *vv = td_alloc(n * 4, TD_MEM_OTHER);
-    memset(g, 0, n * 4), memset(m, 0, n * 4), memset(vv, 0, n * 4);
-    td_param_init_range(t, o->seed, 0, n, p);
-    int B = o->batch, T = o->seq;
-    td_gpt model;
-    td_gpt_create(&model, t, B, 0);
-    td_gpt_bind_flat(&model, p, g);
-    int *in = td_alloc(sizeof(int) * (size_t)B * T, TD_MEM_OTHER), *tg = td_alloc(sizeof(int) * (size_t)B * T, TD_MEM_OTHER);
-    for (int s = 0; s < v->K; s++) {
-        double hs = v->u > 0 ? head_scale(t, p) : 0.0; /* before the step's forward */
-        td_data_batch(&d, 0, o->seed, s, 0, B, T, in, tg);
-        td_gpt_moe_stats_reset(&model);
-        double sum = td_gpt_forward(&model, in, tg);
-        td_gpt_backward(&model, 1.0f / ((float)B * T));
-        if (td_gpt_moe_stats(&model)) sum += td_gpt_moe_stats(&model)->loss_sum; /* the aux and z losses */
-        memcpy(v->ref_grads + (size_t)s * n, g, n * 4);
-        for (int i = 0; i < t->n_rows; i++) {
-            float mx = 0;
-            for (size_t k = 0; k < t->rows[i].numel; k++) mx = fmaxf(mx, fabsf(g[t->rows[i].offset + k]));
-            v->ref_max[(size_t)s * t->n_rows + i] = mx;
-        }
-        double norm = sqrt(td_sumsq(g, n));
-        td_adamw_update(p, g, m, vv, 0, n, t, &o->optim, td_lr_at(&o->optim, s), s + 1,
-                        td_clip_scale(norm, o->optim.clip));
-        memset(g, 0, n * 4);
-        v->ref_losses[s] = (float)(sum / ((double)B * T));
-        v->loss_tol[s] = LOSS_TOL + 2.0 * LOGIT_ROUNDINGS_16 * v->u * hs / fabs((double)v->ref_losses[s]);
-    }
-    td_free(in), td_free(tg);
-    td_gpt_destroy(&model);
-    td_free(p), td_free(g), td_free(m), td_free(vv);
-    td_data_free(&d);
+/* The layout's state after step s (params, m, v) against the oracle's S,
+ * both from prev. */
+static void check_state(state_check *sc, int s, const td_param_table *c, const float *const next[3], const float *S,
+                        const float *prev) {
+    size_t n = c->numel;
+    for (int sec = 0; sec < 3; sec++)
+        for (int i = 0; i < c->n_rows; i++)
+            for (size_t k = 0; k < c->rows[i].numel; k++) {
+                size_t at = c->rows[i].offset + k;
+                sc->n++;
+                double q = verify_tol_state(next[sec][at], S[sec * n + at], prev[sec * n + at]);
+                if (!(q <= sc->ratio)) sc->ratio = isnan(q) ? INFINITY : q;
+                if (q <= 1) continue;
+                if (sc->bad++ == 0)
+                    sc->first_step = s, sc->sec = sec, sc->row = i, sc->elem = (long long)k, sc->x = next[sec][at],
+                    sc->ref = S[sec * n + at];
+            }
 }
 
-/* Every owned, reduced gradient element against the oracle's, at its
- * global index. */
+/* Step s, once the layout took it (collective over the world): the
+ * layout's whole gradient on rank 0, each element from the smallest rank
+ * that owns it (replicas hold the same reduced value); the oracle's step
+ * there, from the layout's state at the step's start (parameter servers:
+ * its own), and the state after it against the layout's next (P, M, V on
+ * rank 0; NULL: none to compare); the oracle's gradient back to every
+ * rank, which compares what it owns. */
+static void check_step(verify_ctx *v, int s, const float *P, const float *M, const float *V) {
+    const td_param_table *c = v->canon;
+    size_t n = v->n, slot = v->ps ? (size_t)s * n : 0;
+    const float *lay = v->lay + slot;
+    const unsigned char *seen = v->seen + slot;
+    for (size_t e = 0; e < n; e++) v->owner[e] = seen[e] ? -(float)v->me : -1e30f;
+    td_allreduce(td_comm_world(), v->owner, n, TD_F32, TD_MAX);
+    for (int i = c->n_rows; s == 0 && i-- > 0;) { /* real elements only: not the vocabulary's padding rows */
+        const td_param *p = &c->rows[i];
+        for (size_t k = (size_t)p->shape[0] * (size_t)p->shape[1]; k-- > 0;)
+            if (v->owner[p->offset + k] < -1e29f) v->unseen++, v->first_unseen = p->offset + k;
+    }
+    for (size_t e = 0; e < n; e++) v->lay_all[e] = v->owner[e] == -(float)v->me ? lay[e] : 0.0f;
+    td_allreduce(td_comm_world(), v->lay_all, n, TD_F32, TD_SUM);
+    if (v->me == 0) {
+        float *S = v->S;
+        if (!v->ps) memcpy(S, v->start, sizeof(float) * 3 * n);
+        memcpy(v->prev, S, sizeof(float) * 3 * n);
+        /* the oracle's forwards are not the layout's routing */
+        td_gpt_set_route_probe(NULL, NULL);
+        if (v->moe && !v->ps) v->orc->routes = &v->routes, td_gpt_set_route_override(verify_routes_override, &v->routes);
+        v->ref_loss[s] = verify_oracle_step(v->orc, s, S, S + n, S + 2 * n, v->ref, v->ps ? NULL : v->lay_all);
+        td_gpt_set_route_override(NULL, NULL);
+        if (v->moe && !v->ps) td_gpt_set_route_probe(verify_routes_probe, &v->routes);
+        v->loss_tol[s] = verify_tol_loss(v->tol, c, v->prev, v->ref_loss[s]);
+        for (int i = 0; i < c->n_rows; i++) {
+            float mx = 0;
+            for (size_t k = 0; k < c->rows[i].numel; k++) mx = fmaxf(mx, fabsf(v->ref[c->rows[i].offset + k]));
+            v->ref_max[i] = mx;
+        }
+        if (P) check_state(&v->sc, s, c, (const float *const[3]){P, M, V}, S, v->prev);
+    }
+    td_broadcast(td_comm_world(), v->ref, n, TD_F32, 0);
+    td_broadcast(td_comm_world(), v->ref_max, (size_t)c->n_rows, TD_F32, 0);
+    for (int i = 0; i < c->n_rows; i++) { /* every owned element, on its rank */
+        const td_param *p = &c->rows[i];
+        float mx = v->ref_max[i];
+        for (size_t k = 0; k < p->numel; k++) {
+            size_t at = p->offset + k;
+            if (!seen[at]) continue;
+            double err = fabs((double)lay[at] - v->ref[at]) / (mx > 0 ? mx : 1.0f);
+            if (!(err <= v->worst[s])) v->worst[s] = isnan(err) ? INFINITY : (float)err, v->worst_row[s] = i;
+            if (!(err <= v->tol->grad) && v->bad_step < 0)
+                v->bad_step = s, v->bad_row = i, v->bad_elem = (long long)k, v->bad_val = lay[at], v->bad_ref = v->ref[at];
+        }
+    }
+    if (!v->ps) memset(v->seen, 0, n); /* the next step's owners */
+    v->checked = s + 1;
+}
+
+/* train.h's step_state: a new step starts, so the one before is complete:
+ * its routing to rank 0 and its check; then this step's start is kept. A
+ * retried attempt (dynamic loss scaling) finds its step's start kept. */
+static void step_state(void *ctx, int step, int dp_rank, const float *P, const float *M, const float *V) {
+    verify_ctx *v = ctx;
+    if (step > v->checked && step - 1 < v->K) {
+        if (v->moe) verify_routes_gather(&v->routes);
+        check_step(v, step - 1, P, M, V);
+        v->routes.n = 0; /* consumed */
+    }
+    verify_routes_begin_step(&v->routes, step, dp_rank);
+    if (P) memcpy(v->start, P, v->n * 4), memcpy(v->start + v->n, M, v->n * 4), memcpy(v->start + 2 * v->n, V, v->n * 4);
+}
+
+/* Every owned, reduced gradient element, kept at its global index; a
+ * skipped attempt's (dynamic loss scaling) are overwritten by the next. */
 static void probe(void *ctx, const td_param_table *t, int step, size_t lo, size_t n, const float *grads,
                   float loss_scale) {
     verify_ctx *v = ctx;
     if (step >= v->K) return;
-    const td_param_table *c = &v->canon;
+    const td_param_table *c = v->canon;
+    size_t slot = v->ps ? (size_t)step * v->n : 0;
+    float *lay = v->lay + slot;
+    unsigned char *seen = v->seen + slot;
     for (int i = 0; i < t->n_rows; i++) {
         const td_param *p = &t->rows[i];
         size_t a = td_max_sz(lo, p->offset), b = td_min_sz(lo + n, p->offset + p->numel);
-        float mx = v->ref_max[(size_t)step * c->n_rows + i];
-        const float *ref = v->ref_grads + (size_t)step * c->numel + c->rows[i].offset;
         for (size_t e = a; e < b; e++) {
             long long gi = td_param_global_index(t, p, t->tp_rank, e - p->offset);
             if (gi < 0) continue; /* vocabulary padding */
-            if (step == 0) v->seen[c->rows[i].offset + gi] = 1.0f;
-            /* the scale is a power of two: dividing it out is exact */
-            float x = grads[e - lo] / loss_scale, r = ref[gi];
-            if (!isfinite(x) && v->skip_nonfinite) continue; /* this attempt is run again */
-            double err = fabs((double)x - r) / (mx > 0 ? mx : 1.0f);
-            if (!(err <= v->worst[step])) v->worst[step] = isnan(err) ? INFINITY : (float)err, v->worst_row[step] = i;
-            int earlier = v->bad_step < 0 || step < v->bad_step || (step == v->bad_step && i < v->bad_row);
-            if (!(err <= v->grad_tol) && earlier)
-                v->bad_step = step, v->bad_row = i, v->bad_elem = gi, v->bad_val = x, v->bad_ref = r;
+            size_t at = c->rows[i].offset + (size_t)gi;
+            lay[at] = grads[e - lo] / loss_scale; /* the scale is a power of two: dividing it out is exact */
+            seen[at] = 1;
         }
     }
+}
+
+/* A combination verify cannot check, refused with the reason (exit 2). */
+static int refuse(const td_train_opts *o, int N) {
+    const char *why = NULL;
+    int ps = td_train_dp_mode(o) == TD_DP_PS;
+    if (ps && o->ps_staleness > 0)
+        why = "--ps-staleness above 0: a stale parameter server's workers step from parameters up to that many "
+              "updates old, a trajectory one process does not take; verify --ps-staleness 0";
+    else if (ps && o->moe.E > 0)
+        why = "--dp-mode ps with --moe-experts: the step-by-step check needs every rank in the step loop";
+    else if (o->moe.E > 0 && o->moe.K > VERIFY_ROUTE_K)
+        why = "--moe-top-k above 8: the routing records hold 8 experts";
+    else if (o->ch.topk_ratio > 0)
+        why = "--grad-compress topk: the update is the ranks' sparse steps by design, not the dense gradient's "
+              "(tests/layouts checks it against its own oracle)";
+    if (!why) return 0;
+    if (td_comm_rank(td_comm_world()) == 0) printf("verify: refused: %s\n", why);
+    (void)N;
+    return 1;
 }
 
 int td_verify_main(int argc, char **argv) {
     td_train_opts o;
     td_train_opts_default(&o);
-    o.steps = 5;          /* a few steps show a wrong reduction */
+    o.steps = 5; /* a few steps show a wrong reduction */
     o.eval_every = 0;
     o.sample_tokens = 0;
     td_train_opts_parse(&o, argc, argv);
@@ -192,100 +204,162 @@ int td_verify_main(int argc, char **argv) {
     TD_CHECK(!o.out, "verify: --out is not used (verify saves nothing)");
     o.quiet = 1;
     int me = td_comm_rank(td_comm_world()), N = td_comm_size(td_comm_world());
+    if (refuse(&o, N)) return 2;
+    int ps = td_train_dp_mode(&o) == TD_DP_PS, tp = o.tp, pp = o.pp, cp = o.cp > 0 ? o.cp : 1;
+    int dp = o.dp > 0 ? o.dp : (N - (ps ? o.ps_servers : 0)) / (tp * pp * cp);
+    td_precision prec = td_train_precision(&o);
+    verify_tol tol;
+    verify_tol_init(&tol, prec, o.ch.grad_dtype == TD_BF16, dp * cp);
+
     verify_ctx v;
     memset(&v, 0, sizeof v);
-    v.K = o.steps;
-    v.bad_step = v.bad_row = -1;
-    /* the oracle first, on every rank: each checks what it owns */
-    v.ref_losses = td_alloc(sizeof(float) * (size_t)v.K, TD_MEM_OTHER);
-    v.loss_tol = td_alloc(sizeof(double) * (size_t)v.K, TD_MEM_OTHER);
-    td_precision prec = td_train_precision(&o);
-    v.u = unit_roundoff(prec);
-    v.grad_tol = GRAD_TOL + ROUNDINGS_16 * v.u;
-    v.skip_nonfinite = o.ch.loss_scale == TD_LOSS_SCALE_DYNAMIC;
-    v.worst = td_alloc(sizeof(float) * (size_t)v.K, TD_MEM_OTHER);
-    v.worst_row = td_alloc(sizeof(int) * (size_t)v.K, TD_MEM_OTHER);
-    memset(v.worst, 0, sizeof(float) * (size_t)v.K);
-    memset(v.worst_row, 0, sizeof(int) * (size_t)v.K);
-    reference(&o, &v);
-
+    v.K = o.steps, v.me = me, v.ps = ps, v.moe = o.moe.E > 0, v.tol = &tol;
+    v.bad_step = v.bad_row = -1, v.sc.first_step = -1;
+    verify_oracle orc;
+    verify_oracle_open(&orc, &o, dp);
+    v.orc = &orc, v.canon = &orc.t, v.n = orc.t.numel;
+    const td_param_table *c = v.canon;
+    size_t n = v.n, K = (size_t)v.K, slots = ps ? K : 1;
+    v.lay = td_alloc(sizeof(float) * n * slots, TD_MEM_OTHER);
+    v.seen = td_alloc(n * slots, TD_MEM_OTHER);
+    memset(v.lay, 0, sizeof(float) * n * slots), memset(v.seen, 0, n * slots);
+    v.owner = td_alloc(sizeof(float) * n, TD_MEM_OTHER), v.lay_all = td_alloc(sizeof(float) * n, TD_MEM_OTHER);
+    v.ref = td_alloc(sizeof(float) * n, TD_MEM_OTHER);
+    v.ref_max = td_alloc(sizeof(float) * (size_t)c->n_rows, TD_MEM_OTHER);
+    v.ref_loss = td_alloc(sizeof(double) * K, TD_MEM_OTHER), v.loss_tol = td_alloc(sizeof(double) * K, TD_MEM_OTHER);
+    v.worst = td_alloc(sizeof(float) * K, TD_MEM_OTHER), v.worst_row = td_alloc(sizeof(int) * K, TD_MEM_OTHER);
+    memset(v.worst, 0, sizeof(float) * K), memset(v.worst_row, 0, sizeof(int) * K);
+    if (me == 0) {
+        v.S = td_alloc(sizeof(float) * 3 * n, TD_MEM_OTHER), v.prev = td_alloc(sizeof(float) * 3 * n, TD_MEM_OTHER);
+        if (!ps) v.start = td_alloc(sizeof(float) * 3 * n, TD_MEM_OTHER);
+        if (ps) { /* the oracle's own trajectory from the run's initialisation */
+            td_param_init_range(c, o.seed, 0, n, v.S);
+            memset(v.S + n, 0, sizeof(float) * 2 * n);
+        }
+    }
+    v.routes.step = -1, v.routes.M = orc.M, v.routes.Bm = o.batch / (dp * orc.M), v.routes.T = o.seq;
+    v.routes.o_rows = o.batch / orc.M, v.routes.thr = tol.tie;
+    if (!ps) o.step_state = step_state, o.step_state_ctx = &v;
+    int moe = v.moe;
+    if (moe) td_gpt_set_route_probe(verify_routes_probe, &v.routes);
     td_dp_set_grad_probe(probe, &v);
     td_train_result res;
-    td_train_run(&o, &res, 0);
+    td_train_run(&o, &res, !ps);
     td_dp_set_grad_probe(NULL, NULL);
-
-    /* the largest gradient error of each step over the ranks, and the
-     * first mismatch (smallest step, then row, then rank) */
-    td_allreduce(td_comm_world(), v.worst, (size_t)v.K, TD_F32, TD_MAX);
-    const td_param_table *c = &v.canon;
-    float key = v.bad_step < 0 ? -1e30f : -(float)((double)v.bad_step * c->n_rows + v.bad_row);
+    td_gpt_set_route_probe(NULL, NULL);
+    /* the steps rank 0 (a worker: parameter servers run no steps) took */
+    float fdone = (float)(res.steps_done < v.K ? res.steps_done : v.K);
+    td_broadcast(td_comm_world(), &fdone, 1, TD_F32, 0);
+    int done = (int)fdone;
+    /* what no step's start checked: the last step (against the run's end
+     * state where it ran to the end), or every step (parameter servers) */
+    for (int s = v.checked; s < done; s++) {
+        if (moe && !ps) verify_routes_gather(&v.routes);
+        int end = !ps && s + 1 == o.steps && res.final_params;
+        check_step(&v, s, end ? res.final_params : NULL, end ? res.final_m : NULL, end ? res.final_v : NULL);
+    }
+    float *worst = v.worst;
+    int *worst_row = v.worst_row;
+    double *ref_loss = v.ref_loss, *loss_tol = v.loss_tol;
+    int bad_step = v.bad_step, bad_row = v.bad_row;
+    long long bad_elem = v.bad_elem;
+    float bad_val = v.bad_val, bad_ref = v.bad_ref;
+    size_t unseen = v.unseen, first_unseen = v.first_unseen;
+    state_check sc = v.sc;
+    float *mine = td_alloc(sizeof(float) * K, TD_MEM_OTHER); /* each step's worst tensor: the worst rank's */
+    memcpy(mine, worst, sizeof(float) * K);
+    td_allreduce(td_comm_world(), worst, K, TD_F32, TD_MAX);
+    float *wrow = td_alloc(sizeof(float) * K, TD_MEM_OTHER);
+    for (size_t s = 0; s < K; s++) wrow[s] = mine[s] == worst[s] ? (float)worst_row[s] : -1.0f;
+    td_allreduce(td_comm_world(), wrow, K, TD_F32, TD_MAX);
+    float key = bad_step < 0 ? -1e30f : -(float)((double)bad_step * c->n_rows + bad_row);
     td_allreduce(td_comm_world(), &key, 1, TD_F32, TD_MAX); /* MAX of -key = MIN */
-    float who = (v.bad_step >= 0 && -(float)((double)v.bad_step * c->n_rows + v.bad_row) == key) ? -(float)me : -1e30f;
+    float who = (bad_step >= 0 && -(float)((double)bad_step * c->n_rows + bad_row) == key) ? -(float)me : -1e30f;
     td_allreduce(td_comm_world(), &who, 1, TD_F32, TD_MAX);
     int first_rank = (int)-who;
     float detail[3] = {0, 0, 0};
-    if (me == first_rank && key > -1e30f) detail[0] = (float)v.bad_elem, detail[1] = v.bad_val, detail[2] = v.bad_ref;
+    if (me == first_rank && key > -1e30f) detail[0] = (float)bad_elem, detail[1] = bad_val, detail[2] = bad_ref;
     td_allreduce(td_comm_world(), detail, 3, TD_F32, TD_SUM);
-    /* every element was compared by some rank (else "matches" would be
-     * vacuous for what nobody probed) */
-    td_allreduce(td_comm_world(), v.seen, c->numel, TD_F32, TD_MAX);
-    size_t unseen = 0, first_unseen = 0;
-    for (int i = c->n_rows; i-- > 0;) { /* real elements only: not the vocabulary's padding rows */
-        const td_param *p = &c->rows[i];
-        for (size_t k = (size_t)p->shape[0] * (size_t)p->shape[1]; k-- > 0;)
-            if (v.seen[p->offset + k] == 0.0f) unseen++, first_unseen = p->offset + k;
-    }
 
-    /* the step count from rank 0, a worker: parameter servers run no steps
-     * of their own (steps_done 0), and every worker agrees on a stop */
     int fails = res.stop_step >= 0 || (me == 0 && res.steps_done != v.K);
     if (me == 0) {
-        int tp = o.tp, pp = o.pp, dp = o.dp > 0 ? o.dp : N / (tp * pp);
-        printf("verify: dp %d x tp %d x pp %d (%s, zero %d%s%s, %s) against one fp32 process: %d steps of batch %d\n",
-               dp, tp, pp, o.dp_mode, o.zero, pp > 1 ? ", schedule " : "", pp > 1 ? o.schedule : "",
-               td_precision_name(prec), v.K, o.batch);
-        if (v.u > 0)
-            printf("verify: %s tolerances (u = 2^-%d): gradients %.2g of a tensor's max (%d u + %.0e), losses "
-                   "%d u of the head's logit bound per step, relative (docs/verify-precision.md)\n",
-                   td_precision_name(prec), prec == TD_PREC_BF16 ? 8 : 11, v.grad_tol, ROUNDINGS_16, GRAD_TOL,
-                   2 * LOGIT_ROUNDINGS_16);
-        double worst = 0, worst_tol = LOSS_TOL, loss_ratio = 0, grad_ratio = 0;
-        for (int s = 0; s < res.steps_done && s < v.K; s++) {
-            double rel = fabs((double)res.losses[s] - v.ref_losses[s]) / fabs((double)v.ref_losses[s]);
-            if (!(rel / v.loss_tol[s] <= loss_ratio))
-                loss_ratio = rel / v.loss_tol[s], worst = rel, worst_tol = v.loss_tol[s];
-            if (!(v.worst[s] / v.grad_tol <= grad_ratio)) grad_ratio = v.worst[s] / v.grad_tol;
+        int ep = o.ep > 1 ? o.ep : 1;
+        printf("verify: dp %d x tp %d x pp %d%s", dp, tp, pp, "");
+        if (cp > 1) printf(" x cp %d", cp);
+        if (ep > 1) printf(" (ep %d)", ep);
+        printf(" (%s, zero %d%s%s, %s%s%s) against one fp32 process: %d steps of batch %d%s\n",
+               o.dp_mode, o.zero, pp > 1 ? ", schedule " : "", pp > 1 ? o.schedule : "", td_precision_name(prec),
+               o.ch.grad_dtype == TD_BF16 ? ", bf16 gradient reduction" : "", moe ? ", mixture of experts" : "",
+               v.K, o.batch, ps ? "" : ", each from the layout's state");
+        char red[96] = "";
+        if (tol.u_red > 0) snprintf(red, sizeof red, " + %d u of the bf16 reduction over %d ranks", tol.red_terms, tol.red_terms - 1);
+        if (tol.u > 0 || tol.u_red > 0)
+            printf("verify: tolerances: gradients %.2g of a tensor's max (1e-4 + 8 u of the compute type%s), losses "
+                   "1e-5 + 8 u of the head's logit bound per step, relative (docs/verify-precision.md)\n",
+                   tol.grad, red);
+        double worst_l = 0, worst_tol = tol.loss_abs, loss_ratio = 0, grad_ratio = 0;
+        for (int s = 0; s < done; s++) {
+            double rel = fabs((double)res.losses[s] - ref_loss[s]) / fabs(ref_loss[s]);
+            if (!(rel / loss_tol[s] <= loss_ratio)) loss_ratio = rel / loss_tol[s], worst_l = rel, worst_tol = loss_tol[s];
+            if (!(worst[s] / tol.grad <= grad_ratio)) grad_ratio = worst[s] / tol.grad;
             printf("  step %d: loss %.7f, one process %.7f, relative difference %.2e (tolerance %.2g); largest "
                    "gradient error %.2e of its tensor's max (%s)\n",
-                   s, res.losses[s], v.ref_losses[s], rel, v.loss_tol[s], v.worst[s], c->rows[v.worst_row[s]].name);
+                   s, res.losses[s], ref_loss[s], rel, loss_tol[s], worst[s], c->rows[wrow[s] >= 0 ? (int)wrow[s] : 0].name);
         }
         if (!(loss_ratio <= 1)) fails = 1;
         if (unseen) {
             int row = 0;
             for (int i = 0; i < c->n_rows; i++)
                 if (c->rows[i].offset <= first_unseen) row = i;
-            printf("verify: %zu gradient elements were compared by no rank (first in %s)\n", unseen,
-                   c->rows[row].name);
+            printf("verify: %zu gradient elements were compared by no rank (first in %s)\n", unseen, c->rows[row].name);
             fails = 1;
         }
         if (key > -1e30f) {
             int k = (int)-key, step = k / c->n_rows, row = k % c->n_rows;
-            int r = first_rank, t_ = r % tp, d_ = (r / tp) % dp, p_ = r / (tp * dp);
-            printf("verify: first gradient mismatch at step %d in %s on rank %d (dp %d, pp %d, tp %d): "
+            int r = first_rank, t_ = r % tp, c_ = (r / tp) % cp, d_ = (r / (tp * cp)) % dp, p_ = r / (tp * cp * dp);
+            char cpw[32] = "";
+            if (cp > 1) snprintf(cpw, sizeof cpw, ", cp %d", c_);
+            printf("verify: first gradient mismatch at step %d in %s on rank %d (dp %d, pp %d, tp %d%s): "
                    "element %lld is %.6g, one process %.6g (tolerance %.2g of the tensor's max)\n",
-                   step, c->rows[row].name, r, d_, p_, t_, (long long)detail[0], detail[1], detail[2], v.grad_tol);
+                   step, c->rows[row].name, r, d_, p_, t_, cpw, (long long)detail[0], detail[1], detail[2], tol.grad);
             fails = 1;
         }
-        /* the margins: each check's largest error as a fraction of its tolerance */
+        if (!ps) {
+            static const char *sec[3] = {"parameter", "AdamW m", "AdamW v"};
+            if (sc.bad) {
+                printf("verify: the update differs: %lld of %lld state elements beyond the tolerance (the largest %.3g "
+                       "of it); first at step %d, %s of %s element %lld: %.9g, one process %.9g (applying the "
+                       "layout's gradient)\n",
+                       sc.bad, sc.n, sc.ratio, sc.first_step, sec[sc.sec], c->rows[sc.row].name, sc.elem, sc.x,
+                       sc.ref);
+                fails = 1;
+            } else
+                printf("verify: the update matches: %lld parameter and moment elements after the steps, the largest "
+                       "difference %.3g of its tolerance\n", sc.n, sc.ratio);
+        } else
+            printf("verify: parameter servers: each step against the oracle's own trajectory (no step boundary to "
+                   "share the state at)\n");
+        if (moe && !ps) {
+            verify_routes *rt = &v.routes;
+            double share = rt->routings ? (double)rt->ties / rt->routings : 0.0;
+            printf("verify: routing: %zu token routings, %zu near ties (top-k margin below %.2g in either run): %zu "
+                   "routed alike, %zu apart and replayed (share %.2g of the routings, at most %.2g); %zu routed apart "
+                   "beyond the margin\n",
+                   rt->routings, rt->near, tol.tie, rt->near - rt->ties, rt->ties, share, tol.tie_share, rt->differ);
+            if (rt->near) printf("verify: routing: the closest near tie: %s\n", rt->closest);
+            if (rt->differ > 0 || share > tol.tie_share) fails = 1;
+        }
         printf("verify: %s: largest relative loss difference %.2e (tolerance %.2g); largest gradient error %.3g "
-               "and loss difference %.3g of their tolerances%s\n", fails ? "FAILED" : "passed", worst, worst_tol,
+               "and loss difference %.3g of their tolerances%s\n", fails ? "FAILED" : "passed", worst_l, worst_tol,
                grad_ratio, loss_ratio, fails ? "" : "; every reduced gradient matches");
         fflush(stdout);
     }
     td_train_result_free(&res);
-    td_free(v.seen);
-    td_free(v.ref_grads), td_free(v.ref_max), td_free(v.ref_losses), td_free(v.loss_tol), td_free(v.worst), td_free(v.worst_row);
-    td_param_table_free(&v.canon);
+    td_free(ref_loss), td_free(loss_tol), td_free(worst), td_free(worst_row), td_free(mine), td_free(wrow);
+    td_free(v.lay), td_free(v.seen), td_free(v.start), td_free(v.S), td_free(v.prev);
+    td_free(v.owner), td_free(v.lay_all), td_free(v.ref), td_free(v.ref_max);
+    free(v.routes.r);
+    verify_oracle_close(&orc);
     float f = (float)fails;
     td_allreduce(td_comm_world(), &f, 1, TD_F32, TD_MAX);
     return f > 0 ? 1 : 0;

@@ -51,7 +51,7 @@ static char *sample_text(const td_gpt_config *cfg, const float *params, const td
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
-    td_sampling sp = {"", 40, 1.0f, 0, 7};
+    td_sampling sp = {.prompt = "", .tokens = 40, .temperature = 1.0f, .seed = 7};
     td_generate(&t, params, tok, &sp, f);
     fclose(f);
     td_param_table_free(&t);

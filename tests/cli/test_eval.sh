@@ -109,21 +109,105 @@ grep -q "tokens 599 | loss" "$tmp/val.out" || fail "eval's result line: $(tail -
 # sqrt(K) x 2^-24 of its terms, ~1e-7 of the mean loss here; 1e-5 relative
 # keeps a factor 100 above that, while one window counted twice or missed
 # moves it by ~1/38 (3e-2).
-for lay in "dp:--dp 2 --batch 4" "tp:--tp 2 --batch 3" "pp:--pp 2 --micro-batches 3 --batch 3"; do
+for lay in "dp:--dp 2 --batch 4" "dpz:--dp 2 --zero 1 --batch 4" "tp:--tp 2 --batch 3" "pp:--pp 2 --micro-batches 3 --batch 3"; do
   name=${lay%%:*}
   # shellcheck disable=SC2086
   $MPI "$T" eval --ckpt "$tmp/imp" --data "$tmp/small.txt" --threads 1 --log "$tmp/$name.json" ${lay#*:} \
-    > "$tmp/$name.out" 2>&1 || { fail "eval --$name 2 exited: $(tail -2 "$tmp/$name.out")"; continue; }
-  $PY - "$tmp/val.json" "$tmp/$name.json" "$name" <<'PYEOF' || fail "eval --$name 2 against one process"
+    > "$tmp/$name.out" 2>&1 || { fail "eval ${lay#*:} exited: $(tail -2 "$tmp/$name.out")"; continue; }
+  $PY - "$tmp/val.json" "$tmp/$name.json" "$name" "${lay#*:}" <<'PYEOF' || fail "eval ${lay#*:} against one process"
 import json, sys
 a, b = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
 rel = abs(a["loss"] - b["loss"]) / a["loss"]
-ok = rel <= 1e-5 and a["tokens"] == b["tokens"] == 599 and a["bytes"] == b["bytes"] and b[sys.argv[3]] == 2
-print("%s eval --%s 2: loss %.9f, one process %.9f, relative difference %.1e (tolerance 1e-5), %d tokens"
-      % ("ok  " if ok else "FAIL", sys.argv[3], b["loss"], a["loss"], rel, b["tokens"]))
+ok = rel <= 1e-5 and a["tokens"] == b["tokens"] == 599 and a["bytes"] == b["bytes"] and b[sys.argv[3][:2]] == 2
+print("%s eval %s: loss %.9f, one process %.9f, relative difference %.1e (tolerance 1e-5), %d tokens"
+      % ("ok  " if ok else "FAIL", sys.argv[4], b["loss"], a["loss"], rel, b["tokens"]))
 sys.exit(0 if ok else 1)
 PYEOF
 done
+
+# --- the checkpoint's precision: bf16 trained, bf16 measured ---------------
+# eval without --precision runs in the manifest's precision (the JSON and
+# the "eval:" line say which); an explicit --precision wins, with one line.
+"$T" train --data "$tmp/small.txt" --layers 2 --heads 2 --embd 16 --seq 16 --batch 4 --steps 2 --warmup 0 \
+  --eval-every 0 --threads 1 --precision bf16 --out "$tmp/bf" > "$tmp/bf_train.log" 2>&1 || fail "train bf16: $(tail -2 "$tmp/bf_train.log")"
+"$T" eval --ckpt "$tmp/bf" --data "$tmp/small.txt" --threads 1 --batch 4 --max-tokens 200 --log "$tmp/bf.json" > "$tmp/bf.out" 2>&1 \
+  || fail "eval bf16: $(tail -2 "$tmp/bf.out")"
+"$T" eval --ckpt "$tmp/bf" --data "$tmp/small.txt" --threads 1 --max-tokens 200 --precision fp32 --log "$tmp/bf32.json" \
+  > "$tmp/bf32.out" 2>&1 || fail "eval bf16 --precision fp32: $(tail -2 "$tmp/bf32.out")"
+grep -q '"precision": "bf16"' "$tmp/bf.json" && ! grep -q -- "--precision" "$tmp/bf.out" \
+  && echo "ok   a bf16 checkpoint is evaluated in bf16 without --precision" \
+  || fail "a bf16 checkpoint's eval: $(cat "$tmp/bf.json" 2>/dev/null)"
+[ "$(grep -c -- "--precision fp32, not the checkpoint's bf16" "$tmp/bf32.out")" -eq 1 ] && grep -q '"precision": "fp32"' "$tmp/bf32.json" \
+  && echo "ok   --precision fp32 wins over the checkpoint's bf16, in one line" \
+  || fail "--precision fp32 on a bf16 checkpoint: $(grep -- --precision "$tmp/bf32.out")"
+
+# --- a mixture of experts trained with --moe-capacity: no token dropped -----
+# Training's capacity keeps ceil(F x tokens x K / E) assignments per expert
+# of each micro-batch, so it would tie the loss to --batch; eval routes
+# every token (dropless). The same rows in other groupings or layouts then
+# differ only by the fp32 reordering of the GEMMs (measured ~1e-9
+# relative; dropping at capacity 0.5 moves the loss by ~1e-4), and cp 2 and
+# ep 2 are held to the other layouts' 1e-5.
+"$T" train --data "$tmp/small.txt" --layers 2 --heads 2 --embd 32 --seq 16 --batch 8 --steps 3 --lr 1e-2 --warmup 0 \
+  --eval-every 0 --threads 1 --moe-experts 4 --moe-top-k 2 --moe-capacity 0.5 --out "$tmp/moe" > "$tmp/moe_train.log" 2>&1 \
+  || fail "train moe: $(tail -2 "$tmp/moe_train.log")"
+mev() { # NAME [launcher...] -- [flags...]
+  local name=$1; shift; local run=(); while [ "$1" != "--" ]; do run+=("$1"); shift; done; shift
+  "${run[@]}" "$T" eval --ckpt "$tmp/moe" --data "$tmp/small.txt" --threads 1 --log "$tmp/$name.json" "$@" \
+    > "$tmp/$name.out" 2>&1 || fail "eval $name exited: $(tail -2 "$tmp/$name.out")"
+}
+mev moe8 -- --batch 8
+mev moe4 -- --batch 4
+# shellcheck disable=SC2086
+mev moecp $MPI -- --cp 2 --batch 8
+# shellcheck disable=SC2086
+mev moeep $MPI -- --dp 2 --ep 2 --batch 8
+$PY - "$tmp" <<'PYEOF' || fail "a mixture of experts' eval over --batch, --cp and --ep"
+import json, sys
+d = sys.argv[1]
+a = json.load(open(d + "/moe8.json"))
+bad = 0
+for name, key, tol in (("moe4", "batch", 1e-6), ("moecp", "cp", 1e-5), ("moeep", "ep", 1e-5)):
+    b = json.load(open("%s/%s.json" % (d, name)))
+    rel = abs(a["loss"] - b["loss"]) / a["loss"]
+    ok = rel <= tol and a["tokens"] == b["tokens"] == 599 and b[key] == (4 if key == "batch" else 2)
+    bad += not ok
+    print("%s moe eval --%s %d: loss %.9f, --batch 8 on one process %.9f, relative difference %.1e (tolerance %g)"
+          % ("ok  " if ok else "FAIL", key, b[key], b["loss"], a["loss"], rel, tol))
+sys.exit(1 if bad else 0)
+PYEOF
+
+# --- eval holds what a forward needs: no gradient, no AdamW moment ---------
+# Every eval above logged its rank 0's planned and peak bytes per memory
+# category (the allocator's, td_mem_cat): the gradients and the optimizer
+# moments are none in each layout and precision, the parameters are there.
+$PY - "$tmp" val dp dpz tp pp bf bf32 moe8 moecp moeep <<'PYEOF' || fail "eval's memory: gradients or moments held"
+import json, sys
+d, bad = sys.argv[1], 0
+for name in sys.argv[2:]:
+    j = json.load(open("%s/%s.json" % (d, name)))
+    held = {k: j[m][k] for m in ("mem_planned", "mem_peak") for k in ("grads", "optimizer")}
+    ok = not any(held.values()) and j["mem_planned"]["params"] + j["mem_planned"]["master"] > 0
+    bad += not ok
+    print("%s eval %-5s: gradients and moments planned %d + %d B, peak %d + %d B; parameters planned %d B"
+          % ("ok  " if ok else "FAIL", name, j["mem_planned"]["grads"], j["mem_planned"]["optimizer"],
+             j["mem_peak"]["grads"], j["mem_peak"]["optimizer"], j["mem_planned"]["params"]))
+sys.exit(1 if bad else 0)
+PYEOF
+# A forward keeps no block's activations past its end: eval's planned
+# activations (the "memory per rank (plan)" table) are below training's for
+# the same model and --batch 4 (the bf16 run above).
+$PY - "$tmp/bf_train.log" "$tmp/bf.out" <<'PYEOF' || fail "eval's planned activations against training's"
+import re, sys
+def acts(path):  # the plan table's rank 0 row: params grads optimizer master gather activations comm state
+    lines = open(path).read().splitlines()
+    row = lines[[i for i, l in enumerate(lines) if l.startswith("memory per rank (plan)")][0] + 2]
+    cells = re.findall(r"([\d.]+) (B|KiB|MiB|GiB)", row)
+    return float(cells[5][0]) * {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}[cells[5][1]]
+t, e = acts(sys.argv[1]), acts(sys.argv[2])
+print("%s planned activations at --batch 4: eval %.0f B, train %.0f B" % ("ok  " if e < t else "FAIL", e, t))
+sys.exit(0 if e < t else 1)
+PYEOF
 
 # --- a token file: no text, so no bits per byte ------------------------------
 $PY -c "

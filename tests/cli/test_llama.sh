@@ -2,8 +2,9 @@
 # The Llama family through the CLI: a run saved at step 6, resumed in another
 # layout (tp 2, pp 2) without repeating the family's flags, must continue
 # with the losses of the one-process resume (1e-5 relative, steps 6-9);
-# eval and sample read the checkpoint's family; the family's refusals are
-# one error line each.
+# eval and sample read the checkpoint's family (sample's key/value cache gives
+# the whole-window path's greedy text, one row per token); the family's
+# refusals are one error line each.
 # Usage: test_llama.sh TRIDENT DATA_DIR
 set -u
 T=${1:?usage: test_llama.sh TRIDENT DATA_DIR}
@@ -25,6 +26,22 @@ if same_continuations tp2 pp2; then ok "resume across layouts (tp 2, pp 2) conti
 out=$("$T" eval --ckpt "$tmp/one" --data "$DATA" --max-tokens 2000 2>&1) && grep -q "^eval: tokens" <<<"$out" &&
   ok "eval reads the family from the checkpoint" || fail "eval" "$out"
 out=$("$T" sample --ckpt "$tmp/one" --tokens 20 --prompt "KING" 2>&1) && ok "sample" || fail "sample" "$out"
+# the key/value cache: greedy text equal to the whole-window path's, within
+# the model's T (16) and past it; the prompt once, then one row per token
+for n in 12 30; do
+  a=$("$T" sample --ckpt "$tmp/one" --tokens $n --prompt "KING" --top-k 1 2>/dev/null)
+  b=$("$T" sample --ckpt "$tmp/one" --tokens $n --prompt "KING" --top-k 1 --no-kv-cache 2>/dev/null)
+  [ -n "$a" ] && [ "$a" = "$b" ] && ok "sample --top-k 1: $n tokens with the cache = --no-kv-cache" ||
+    fail "sample cache vs --no-kv-cache ($n tokens)" "'$a' vs '$b'"
+done
+out=$("$T" sample --ckpt "$tmp/one" --tokens 12 --prompt "KING" --verbose 2>&1 >/dev/null)
+grep -q "^sample: prompt 4 tokens, 4 rows computed; then 11 forwards, 1.00 rows per generated token; kv cache 16 rows" \
+  <<<"$out" && ok "sample --verbose: the prompt once, 1 row per token, 16 cached rows" || fail "sample --verbose" "$out"
+c=$("$T" sample --ckpt "$tmp/one" --tokens 30 --prompt "KING" --temperature 0 2>/dev/null)
+[ "$c" = "$a" ] && ok "sample --temperature 0 (greedy) = --top-k 1" || fail "sample --temperature 0" "'$c' vs '$a'"
+out=$("$T" sample --ckpt "$tmp/one" --tokens 20 --top-p 0.5 --temperature 0.8 2>&1) && [ -n "$out" ] &&
+  ok "sample --top-p 0.5" || fail "sample --top-p" "$out"
+expect "sample --top-p 0" "--top-p: '0' is out of range; valid: (0, 1]" "$T" sample --ckpt "$tmp/one" --top-p 0
 
 bad() { # name, expected text, command...
   local name=$1 want=$2; shift 2

@@ -40,6 +40,10 @@ out=$("$T" ckpt check "$tmp/ep4/latest" 2>&1) && ok "the ep 4 save checks" || fa
 out=$("$T" eval --ckpt "$tmp/ep4" --data "$DATA" --max-tokens 2000 2>&1) && grep -q "^eval: tokens" <<<"$out" &&
   ok "eval reads the experts from the checkpoint" || fail "eval" "$out"
 out=$("$T" sample --ckpt "$tmp/ep4" --tokens 20 --prompt "KING" 2>&1) && ok "sample" || fail "sample" "$out"
+# the key/value cache's greedy text equals the whole-window path's (past T too)
+a=$("$T" sample --ckpt "$tmp/ep4" --tokens 30 --prompt "KING" --top-k 1 2>/dev/null)
+b=$("$T" sample --ckpt "$tmp/ep4" --tokens 30 --prompt "KING" --top-k 1 --no-kv-cache 2>/dev/null)
+[ -n "$a" ] && [ "$a" = "$b" ] && ok "sample --top-k 1 with the cache = --no-kv-cache" || fail "sample cache" "'$a' vs '$b'"
 
 out=$($MPIRUN -np 2 "$T" verify "${M[@]}" "${RUN[@]}" --dp 2 --ep 2 --steps 3 2>&1) &&
   grep -q "^verify: passed: .* every reduced gradient matches" <<<"$out" && ok "verify at ep 2" || fail "verify --ep 2" "$out"

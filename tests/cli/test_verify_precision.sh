@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `trident verify --precision bf16|fp16`: every correct layout passes under
-# the 16-bit tolerances (derived in src/train/verify.c from the type's unit
+# the 16-bit tolerances (derived in src/train/verify_tol.c from the type's unit
 # roundoff), and the broken reduction (TRIDENT_FAULT=skip-embed-sum) still
 # fails in both, naming the tensor, with its error clearly above the
 # tolerance (10x or more: a detector, not a coin toss). fp16 also: a step

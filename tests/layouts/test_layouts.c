@@ -24,7 +24,7 @@
 
 /* The oracle: one process, the whole global batch, no strategy. */
 static void reference(const td_train_opts *o, float *losses, float *norms, float **P, float **M,
-                      float **V, td_param_table *t, routes *rt) {
+                      float **V, td_param_table *t, routes *rt, routes *run, route_replay *rr) {
     td_dataset d;
     td_data_load(&d, o->data, o->tokenizer, 0, o->seq);
     td_gpt_config cfg;
@@ -44,7 +44,7 @@ static void reference(const td_train_opts *o, float *losses, float *norms, float
     td_gpt_create(&model, t, Bk, 0);
     td_gpt_bind_flat(&model, p, g);
     *rt = (routes){.M = Mk, .Bm = Bk, .T = T};
-    if (cfg.moe.E) td_gpt_set_route_probe(route_probe, rt);
+    if (cfg.moe.E) td_gpt_set_route_probe(route_probe, rt), route_replay_begin(rr, run, Mk, T);
     int *in = malloc(sizeof(int) * B * T), *tg = malloc(sizeof(int) * B * T);
     int *kin = malloc(sizeof(int) * Bk * T), *ktg = malloc(sizeof(int) * Bk * T);
     for (int s = 0; s < o->steps; s++) {
@@ -83,6 +83,7 @@ static void reference(const td_train_opts *o, float *losses, float *norms, float
     free(kin);
     free(ktg);
     td_gpt_set_route_probe(NULL, NULL);
+    td_gpt_set_route_override(NULL, NULL);
     td_gpt_destroy(&model);
     td_free(g);
     td_data_free(&d);
@@ -263,8 +264,10 @@ int main(int argc, char **argv) {
         float *P, *M, *V;
         td_param_table t;
         routes oracle;
-        reference(&o, ref_losses, ref_norms, &P, &M, &V, &t, &oracle);
-        if (o.moe.E) fails += routes_compare(&run, &oracle, o.moe.K);
+        route_replay rr;
+        memset(&rr, 0, sizeof rr);
+        reference(&o, ref_losses, ref_norms, &P, &M, &V, &t, &oracle, &run, &rr);
+        if (o.moe.E) fails += routes_compare(&run, &oracle, o.moe.K, &rr);
         free(oracle.r);
         /* Losses: 1e-5 relative (the issue's bound): layouts only reorder
          * fp32 sums (GEMM rows, replica sums), ~1e-7 per step. */
