@@ -43,6 +43,8 @@ typedef struct {
                                  model computes from reduced-precision copies):
                                  planned and allocated as TD_MEM_MASTER */
     td_optim_config optim;
+    int steps;                /* ps: the run's steps (its last one waits for every
+                                 update); 0: optim.max_steps */
     /* The payload of the gradient reduction (grad_payload.h): TD_F32 (the
      * plain sum), or TD_BF16 (rounded to bf16, summed in fp32); topk_ratio
      * > 0: top-k sparsification of each bucket instead, with error feedback

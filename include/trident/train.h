@@ -8,14 +8,14 @@
 #include "trident/loss_scale.h"
 #include "trident/model.h"
 #include "trident/pipeline.h"
-
-typedef struct td_layout_pass td_layout_pass; /* layout_pass.h */
+#include "trident/run_spec.h"
 
 /* The choice flags, parsed once (td_train_opts_choices) into what the
  * trainer reads; the strings in td_train_opts stay for what is printed or
  * saved. dp_mode and schedule hold -1 for a name no mode or schedule has:
  * that name is refused where it always was (the run's start; a pipeline's
  * setup, --schedule being unused at --pp 1). */
+#define TD_TRAIN_CHOICES 12 /* the choice strings td_train_choices parses */
 typedef struct {
     td_precision precision;
     td_recompute recompute;
@@ -27,10 +27,15 @@ typedef struct {
     int topk_no_ef, topk_grad;
     td_loss_scale_mode loss_scale; /* --loss-scale, auto resolved by --precision */
     float loss_scale_static;       /* the scale of a static --loss-scale S, else 1 */
+    /* the model family's: --arch, --tie-embeddings, --moe-router and
+     * --moe-norm-topk (TD_TIE_* values; TD_TIE_DEFAULT: the family's, on
+     * for top-k >= 2) */
+    td_arch arch;
+    int tie, moe_router, moe_norm_topk;
     /* the strings parsed, in the order of td_train_opts_choices: a string
      * changed by hand afterwards without parsing again is a programmer
      * error td_train_run asserts against */
-    const char *from[8];
+    const char *from[TD_TRAIN_CHOICES];
 } td_train_choices;
 
 typedef struct {
@@ -51,6 +56,10 @@ typedef struct {
     const char *moe_router, *moe_norm_topk; /* softmax|sigmoid, on|off (NULL: K >= 2) */
     /* batch and schedule */
     int batch, grad_accum, steps;
+    /* --schedule-steps: the learning rate schedule's horizon (its cosine
+     * ends at min_lr there); 0: --steps. A resume keeps the checkpoint's
+     * (run_config.c), so --steps alone moves only the step to stop at */
+    int schedule_steps;
     td_optim_config optim;
     int eval_every, eval_iters, log_every;
     unsigned long long seed;
@@ -91,6 +100,13 @@ typedef struct {
     int keep;         /* --keep N: step directories kept under --out after a save (0: all) */
     int stop_after;   /* --stop-after K: end after K steps with a checkpoint (0: run --steps) */
     const char *resume; /* --resume DIR|latest (ckpt.h; latest: --out's newest) */
+    /* a resume without --out whose checkpoint is not in a trident output
+     * directory it may save into: the error td_preflight refuses it with
+     * (after the checkpoint's own checks); NULL: none (run_config.c) */
+    const char *resume_needs_out;
+    /* the lines a resume prints at the start: where it saves, each flag
+     * that changes the checkpoint's value (run_config.c); NULL: none */
+    const char *resume_notes;
     int memory_report, verbose, sample_tokens;
     const char *sample_prompt;
     int timing_skip;  /* leading steps left out of the mean step time (1) */
@@ -135,13 +151,19 @@ int td_train_flag_table(td_train_opts *o, td_flag *out, int cap);
 /* The model of these options over a vocabulary of V (the data's),
  * finished (td_gpt_config_finish): one clear error for a bad flag. */
 void td_train_model_config(const td_train_opts *o, int V, td_gpt_config *cfg);
+/* The same, not finished and without the vocabulary (V 0): the flags'
+ * choices parsed (an unknown --arch, --tie-embeddings, --moe-router or
+ * --moe-norm-topk is one clear error), the shape checks left to
+ * td_gpt_config_finish. */
+void td_train_model_fields(const td_train_opts *o, td_gpt_config *cfg);
 /* The reverse: the model flags of a finished config (a checkpoint's). */
 void td_train_opts_set_model(td_train_opts *o, const td_gpt_config *cfg);
 void td_train_opts_check(td_train_opts *o);
 /* Parses the choice flags (--precision, --recompute, --schedule,
  * --pp-partition's kind, --dp-mode, --grad-reduce-dtype, --grad-compress,
- * --loss-scale) into o->ch and sets o->fp16; a bad precision, recompute
- * mode, payload or loss scale is a user error naming its flag. Called by
+ * --loss-scale, --arch, --tie-embeddings, --moe-router, --moe-norm-topk)
+ * into o->ch and sets o->fp16; a bad precision, recompute mode, payload,
+ * loss scale or model family choice is a user error naming its flag. Called by
  * td_train_opts_default and td_train_opts_check; call it again after
  * setting one of those strings by hand. */
 void td_train_opts_choices(td_train_opts *o);
@@ -164,100 +186,20 @@ td_precision td_train_precision(const td_train_opts *o);
 /* Runs training; returns the final validation loss (NAN without eval). */
 int td_train_main(int argc, char **argv);
 
-/* Results of a run, for tests that drive the trainer in-process. */
-#define TD_MAX_PP_REPORT 64
+/* Results of a run (run_spec.h), for the commands and tests that drive the
+ * trainer in-process. */
+typedef td_run_result td_train_result;
 
-typedef struct {
-    int steps_done;
-    int stopped_after;    /* > 0: ended early after this many steps (--stop-after, a stop signal) with a checkpoint */
-    float *losses;        /* [steps] training loss of each step */
-    float *grad_norms;    /* [steps] */
-    double final_val_loss;
-    double tokens_per_s;  /* mean over steps after the first */
-    double mfu;           /* against one core's measured sgemm rate x compute threads */
-    double step_ms;
-    int max_staleness;
-    double mean_staleness;
-    double exposed_comm_ms, comm_ms;
-    /* data-parallel gradient traffic per step on this rank (mean over the
-     * steps), as the comm layer counted it, and fp32's for the same elements */
-    double grad_sent_bytes, grad_dense_bytes;
-    double gemm_flops, gemm_ms; /* --gemm-stats: per timed step, rank 0's model */
-    float *final_params;  /* canonical layout, world rank 0 only (if keep_state) */
-    float *final_m, *final_v;
-    size_t numel;         /* canonical */
-    size_t numel_layout;  /* this layout's padded flat size */
-    size_t numel_expert;  /* of it, the expert stacks' under --ep (padding too),
-                             which ZeRO shards over edp (td_param_unit_pieces) */
-    size_t mem_planned[8], mem_peak[8]; /* this rank, by td_mem_cat */
-    /* a run that went wrong: stopped at stop_step (-1: it did not) with
-     * stop_msg, nothing saved from that step on; td_train_main exits 3 */
-    int stop_step;
-    char stop_msg[512];
-    /* loss scaling: steps skipped on a non-finite gradient (dynamic), the
-     * scale at the end, and the last skip's first non-finite gradient: its
-     * table row, the smallest world rank whose own backward produced it and
-     * that rank's micro-batch (-1 where unknown, see README) */
-    int skipped_steps;
-    float loss_scale;
-    int skip_row, skip_rank, skip_micro;
-    /* the last checkpoint save on this rank: its peak of accounted memory, the
-     * plan's total and the bytes of the largest unit it gathered (the bound is
-     * plan + one unit) */
-    size_t save_peak, save_start, save_plan, save_unit;
-    /* tensor parallelism: this rank's tp traffic in the last training step,
-     * as the comm layer recorded it, and the formula's (parallel.h) */
-    td_tp_traffic tp_measured, tp_formula;
-    /* context parallelism: this rank's ring in the last training step (bytes
-     * sent, the formula's bytes, chunk pairs computed and skipped by the
-     * causal mask) and its wait time per step, averaged over the timed steps */
-    uint64_t cp_sent_bytes, cp_formula_bytes, cp_pairs, cp_skipped;
-    double cp_wait_ms;
-    /* pipeline parallelism: this rank's stage times, summed over the timed
-     * steps; the bubble (stage step time - compute) / compute averaged over
-     * the stages, and the theory's figure from the measured T_F, T_B, T_W */
-    td_pp_stats pp_stats;
-    double pp_bubble, pp_bubble_theory;
-    double pp_stage_bubble[TD_MAX_PP_REPORT]; /* per stage (the first TD_MAX_PP_REPORT) */
-    int stop_saved; /* > 0: the stop (--max-loss) saved a checkpoint after this many steps */
-    /* a mixture of experts: the last step's figures, the same on every rank:
-     * the aux and z losses (per micro-batch, summed over layers), the load of
-     * the busiest and the idlest expert relative to an even share (over
-     * experts and layers), the share of assignments dropped (capacity), and
-     * the expert-parallel exchange: its bytes sent to other ranks by this
-     * rank and the formula's (parallel.h), calls */
-    double moe_aux, moe_z, moe_load_min, moe_load_max, moe_dropped;
-    double ep_sent_bytes, ep_formula_bytes, ep_uniform_bytes;
-    double *moe_load;     /* [L, E] assignments per expert summed over the run (NULL: dense) */
-    /* a stop signal before the first step: 1 after the data load, 2 after
-     * the model build and the resume (0: none); nothing trained or saved */
-    int stopped_startup;
-    /* a failed write (--log, --trace) all ranks agreed on; io_msg (rank 0)
-     * names the file and the error; td_train_main exits TD_EXIT_IO */
-    int io_failed;
-    char io_msg[512];
-} td_train_result;
-
-/* Collective over the world; td_comm_init must have been called. */
+/* The run these options describe (run_spec.h), built once: the model
+ * config (its vocabulary left to the data), the parsed choices, the layout,
+ * schedule, optimizer, data and output. A bad model flag or a name no
+ * dp mode has is one clear error here; the compat rows of the run's start
+ * are the run's. o->ch must be current (td_train_opts_choices). */
+void td_train_spec(const td_train_opts *o, td_run_spec *spec);
+/* td_train_spec, then the run (td_run_train). Collective over the world;
+ * td_comm_init must have been called. */
 void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state);
 void td_train_result_free(td_train_result *r);
-
-/* Forward passes in a run's layout over caller-chosen rows (trident eval).
- * fill writes rows first .. first + count - 1 of a global batch of
- * --batch rows: inputs and targets [count, T]; a target < 0 is ignored
- * (counts nothing). td_layout_pass_forward runs one such global batch
- * (each dp replica its rows, in its micro-batches; a pipeline's first and
- * last stages read them) and returns the sum of the token losses over all
- * of it, the same double on every training rank: each rank's sum is shared
- * exactly (as three floats) and added in rank order, so only the model's
- * own fp32 arithmetic depends on the layout. Collective over the training
- * ranks. */
-typedef void (*td_rows_fn)(void *ctx, int first, int count, int T, int *inputs, int *targets);
-double td_layout_pass_forward(td_layout_pass *p, td_rows_fn fill, void *ctx);
-/* The data td_train_run loaded (--data with its tokenizer), owned by it. */
-const td_dataset *td_layout_pass_data(const td_layout_pass *p);
-/* This rank's place: world rank, and dp, tp, pp sizes. */
-void td_layout_pass_grid(const td_layout_pass *p, int *world_rank, int *dp, int *tp, int *pp);
 
 /* `trident eval` (eval.c): a checkpoint's loss over consecutive windows of
  * a split of --data, in any layout. Collective over the world. */

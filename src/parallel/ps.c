@@ -208,7 +208,7 @@ static double ps_finish(td_dp *dp, int step, float lr) {
     }
     for (int s = 0; s < ps->S; s++) td_wait(ps->reqs[2 * s]);
     memset(dp->grads, 0, dp->t->numel * sizeof(float));
-    int last = step == dp->cfg.optim.max_steps - 1;
+    int last = step == (dp->cfg.steps > 0 ? dp->cfg.steps : dp->cfg.optim.max_steps) - 1;
     /* the last step waits for every update so eval and checkpoint see them */
     pull(dp, step + 1, last ? 0 : ps->K);
     if (ps->fail_step >= 0) { /* a non-finite update: stop here */

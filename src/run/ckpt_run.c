@@ -7,7 +7,7 @@
 #include "trident/pipeline.h"
 #include "trident/stop.h"
 
-/* The id of the run this process trains: one run per td_train_run, which
+/* The id of the run this process trains: one run per td_run_train, which
  * sets it at its start (td_run_id_start) or from the checkpoint it resumes.
  * (A run object will hold it; until then it is this module's.) */
 static uint64_t g_run_id;
@@ -34,51 +34,60 @@ void td_run_id_start(const td_grid *g) {
     g_run_id = id;
 }
 
-void td_run_ckpt_meta(const td_train_opts *o, const td_grid *g, const td_loss_scaler *s, int steps_done,
-                      td_ckpt_meta *m) {
+void td_run_ckpt_meta(const td_run_spec *spec, const td_grid *g, const td_loss_scaler *s,
+                      int steps_done, td_ckpt_meta *m) {
     td_ckpt_meta_default(m, steps_done);
     m->run = g_run_id;
-    m->seed = o->seed;
+    m->seed = spec->schedule.seed;
     m->scaler = *s;
-    m->dp = g->axis[TD_DP].size, m->cp = g->axis[TD_CP].size, m->tp = g->axis[TD_TP].size, m->pp = g->axis[TD_PP].size,
-    m->zero = o->zero;
+    m->dp = g->axis[TD_DP].size, m->cp = g->axis[TD_CP].size, m->tp = g->axis[TD_TP].size,
+    m->pp = g->axis[TD_PP].size, m->zero = spec->layout.zero;
     m->ranks = td_grid_workers(g);
-    m->precision = o->precision ? o->precision : "fp32";
-    m->dp_mode = td_dp_mode_name(td_train_dp_mode(o));
-    m->grad_compress = o->grad_compress ? o->grad_compress : "none";
-    m->keep = o->keep;
+    m->precision = td_precision_name(spec->precision.precision);
+    m->dp_mode = td_dp_mode_name(spec->layout.dp_mode);
+    m->grad_compress = spec->layout.grad_compress ? spec->layout.grad_compress : "none";
+    m->keep = spec->output.keep;
     m->data_path = g_data_path;
     m->data_bytes = g_data_fp.bytes, m->data_xxh3 = g_data_fp.xxh3;
-    m->strict_data = o->strict_data;
-    m->run_config = o->run_config;
+    m->strict_data = spec->data.strict;
+    m->run_config = spec->output.run_config;
 }
 
 /* --resume: the state of a checkpoint in this layout; returns the step to
  * continue at (0 without --resume). */
-void td_run_resume_check(const td_train_opts *o, const td_gpt_config *cfg, const td_tokenizer *tok) {
-    if (!o->resume) return;
-    int step = td_ckpt_resume_check(strcmp(o->resume, "latest") == 0 ? o->out : o->resume, cfg, tok, o->seed);
-    TD_CHECK(step < o->steps, "--resume %s: the checkpoint is at step %d, and --steps %d leaves nothing to "
-             "train; pass a larger --steps", o->resume, step, o->steps);
-    TD_CHECK(o->stop_after == 0 || o->stop_after >= step, "--stop-after %d: the checkpoint is already at "
-             "step %d (--stop-after counts from step 0; at the checkpoint's step, it is saved again in this layout)",
-             o->stop_after, step);
+void td_run_resume_check(const td_run_spec *spec, const td_gpt_config *cfg,
+                         const td_tokenizer *tok) {
+    if (!spec->output.resume) return;
+    int step = td_ckpt_resume_check(
+        strcmp(spec->output.resume, "latest") == 0 ? spec->output.out : spec->output.resume, cfg,
+        tok, spec->schedule.seed);
+    TD_CHECK(step < spec->schedule.steps,
+             "--resume %s: the checkpoint is at step %d, and --steps %d leaves nothing to "
+             "train; pass a larger --steps",
+             spec->output.resume, step, spec->schedule.steps);
+    TD_CHECK(spec->schedule.stop_after == 0 || spec->schedule.stop_after >= step,
+             "--stop-after %d: the checkpoint is already at "
+             "step %d (--stop-after counts from step 0; at the checkpoint's step, it is saved "
+             "again in this layout)",
+             spec->schedule.stop_after, step);
 }
 
 int td_run_resume(td_run *r) {
-    const td_train_opts *o = r->o;
+    const td_run_spec *spec = r->spec;
     td_dp *dp = r->dp;
     const td_grid *g = &r->g;
     const td_param_table *t = &r->table;
     const td_gpt_config *cfg = &r->cfg;
     const td_tokenizer *tok = &r->data.tok;
     td_loss_scaler *scaler = &r->scaler;
-    if (!o->resume) return 0;
+    if (!spec->output.resume) return 0;
     td_ckpt_meta meta;
-    td_run_ckpt_meta(o, g, scaler, 0, &meta);
+    td_run_ckpt_meta(spec, g, scaler, 0, &meta);
     td_ckpt_state st = {dp, g, t, cfg, tok};
-    td_ckpt_resume(&st, strcmp(o->resume, "latest") == 0 ? o->out : o->resume, &meta);
-    TD_ASSERT(meta.step < o->steps); /* td_run_resume_check, in td_preflight */
+    td_ckpt_resume(
+        &st, strcmp(spec->output.resume, "latest") == 0 ? spec->output.out : spec->output.resume,
+        &meta);
+    TD_ASSERT(meta.step < spec->schedule.steps); /* td_run_resume_check, in td_preflight */
     *scaler = meta.scaler;
     g_run_id = meta.run; /* a resumed run goes on as the same run */
     return meta.step;
@@ -90,7 +99,7 @@ static size_t save_gathered(const td_run *r, const td_ckpt_meta *meta, char *pat
     td_dp *dp = r->dp;
     const td_grid *g = &r->g;
     const td_param_table *t = &r->table, *canon = &r->canon;
-    const char *out = r->o->out;
+    const char *out = r->spec->output.out;
     size_t scratch_n = td_pp_gather_scratch_floats(t, canon);
     float *scratch = td_alloc(scratch_n * sizeof(float), TD_MEM_OTHER);
     td_ckpt_writer *w = g->world_rank == 0 ? td_ckpt_writer_open(out, &r->cfg, &r->data.tok, meta->step, 1) : NULL;
@@ -112,33 +121,34 @@ void td_run_save(const td_run *r, int steps_done, int measure) {
     const td_param_table *t = &r->table;
     const td_gpt_config *cfg = &r->cfg;
     const td_tokenizer *tok = &r->data.tok;
-    const td_train_opts *o = r->o;
+    const td_run_spec *spec = r->spec;
     const td_loss_scaler *sc = &r->scaler;
     const td_mem_plan *plan = &r->plan;
-    td_train_result *res = r->res;
+    td_run_result *res = r->res;
     size_t plan_total = 0, start = td_mem_total_current(), extra = 0;
     for (int c = 0; c < TD_MEM_NCAT; c++) plan_total += plan->bytes[c];
     if (measure) td_mem_reset_peaks(); /* after the run's own peaks were taken */
     td_ckpt_meta meta;
-    td_run_ckpt_meta(o, g, sc, steps_done, &meta);
+    td_run_ckpt_meta(spec, g, sc, steps_done, &meta);
     char path[8192] = "";
     double h0, h1;
     td_ckpt_checksum_ms(&h0, NULL);
     double t0 = td_now_ms();
-    int sharded = td_train_dp_mode(o) != TD_DP_PS;
+    int sharded = spec->layout.dp_mode != TD_DP_PS;
     td_ckpt_state state = {dp, g, t, cfg, tok};
     if (sharded)
-        extra = td_ckpt_save_sharded(&state, o->out, &meta, path, sizeof path);
+        extra = td_ckpt_save_sharded(&state, spec->output.out, &meta, path, sizeof path);
     else
         extra = save_gathered(r, &meta, path, sizeof path);
     double secs = (td_now_ms() - t0) / 1000.0, t1 = td_now_ms();
     td_ckpt_checksum_ms(&h1, NULL);
     double hash_s = (h1 - h0) / 1000.0; /* this rank's (rank 0's, printed) */
-    int removed = g->world_rank == 0 ? td_ckpt_prune(o->out, steps_done, o->keep) : 0;
+    int removed =
+        g->world_rank == 0 ? td_ckpt_prune(spec->output.out, steps_done, spec->output.keep) : 0;
     char pruned[96] = "";
     if (removed > 0)
-        snprintf(pruned, sizeof pruned, "; --keep %d removed %d older in %.2f s", o->keep, removed,
-                 (td_now_ms() - t1) / 1000.0);
+        snprintf(pruned, sizeof pruned, "; --keep %d removed %d older in %.2f s", spec->output.keep,
+                 removed, (td_now_ms() - t1) / 1000.0);
     if (!measure) {
         td_log("checkpoint: %s (step %d, %.2f s, checksums %.3f s%s)\n", path, steps_done, secs, hash_s, pruned);
         return;

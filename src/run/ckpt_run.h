@@ -5,7 +5,7 @@
 
 #include "run.h"
 #include "trident/ckpt.h"
-#include "trident/train.h"
+#include "trident/run_spec.h"
 
 /* Collective over the world, at the start of a run: agrees on a new run id
  * (world rank 0's random one); a resume replaces it with the checkpoint's. */
@@ -14,7 +14,7 @@ void td_run_id_start(const td_grid *g);
  * checkpoint of the run records; set once after it is loaded. */
 void td_run_set_data(const char *path, const td_data_fingerprint *fp);
 /* What the manifest records about this run after steps_done steps. */
-void td_run_ckpt_meta(const td_train_opts *o, const td_grid *g, const td_loss_scaler *s, int steps_done,
+void td_run_ckpt_meta(const td_run_spec *spec, const td_grid *g, const td_loss_scaler *s, int steps_done,
                       td_ckpt_meta *m);
 /* Saves the state after steps_done steps to --out: sharded (every training
  * rank writes its shard), or with parameter servers gathered unit by unit
@@ -24,7 +24,7 @@ void td_run_save(const td_run *r, int steps_done, int measure);
 /* --resume's checks that need no state (td_ckpt_resume_check, and the
  * checkpoint's step against --steps and --stop-after), on one process:
  * td_preflight runs them on world rank 0 before it creates --out. */
-void td_run_resume_check(const td_train_opts *o, const td_gpt_config *cfg, const td_tokenizer *tok);
+void td_run_resume_check(const td_run_spec *spec, const td_gpt_config *cfg, const td_tokenizer *tok);
 /* --resume: this rank's state from the checkpoint, the loss scaler's too;
  * returns the step to continue at (0 without --resume). */
 int td_run_resume(td_run *r);

@@ -16,11 +16,12 @@
 void td_engine_batch(const td_engine_ctx *c, int split, int step, int mb, int *in, int *tg) {
     const td_axis *cp = &c->g->axis[TD_CP];
     int *rin = cp->size > 1 ? c->in : in, *rtg = cp->size > 1 ? c->tg : tg;
-    td_data_batch(c->data, split, c->o->seed, step, c->g->axis[TD_DP].rank * c->Bl + mb * c->Bm, c->Bm,
-                  c->o->seq, rin, rtg);
+    td_data_batch(c->data, split, c->spec->schedule.seed, step,
+                  c->g->axis[TD_DP].rank * c->Bl + mb * c->Bm, c->Bm, c->spec->model.cfg.T, rin,
+                  rtg);
     if (cp->size > 1) {
-        td_cp_take_local(in, rin, c->Bm, c->o->seq, cp->size, cp->rank, sizeof(int));
-        td_cp_take_local(tg, rtg, c->Bm, c->o->seq, cp->size, cp->rank, sizeof(int));
+        td_cp_take_local(in, rin, c->Bm, c->spec->model.cfg.T, cp->size, cp->rank, sizeof(int));
+        td_cp_take_local(tg, rtg, c->Bm, c->spec->model.cfg.T, cp->size, cp->rank, sizeof(int));
     }
 }
 

@@ -14,11 +14,11 @@
 #include "trident/model.h"
 #include "trident/parallel.h"
 #include "trident/pipeline.h"
-#include "trident/train.h"
+#include "trident/run_spec.h"
 
 /* What a step of this rank reads; owned by the caller. */
 typedef struct {
-    const td_train_opts *o;
+    const td_run_spec *spec;
     td_grid *g;
     td_dataset *data;
     td_gpt *model;

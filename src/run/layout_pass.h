@@ -1,10 +1,10 @@
-/* What a forward pass in a run's layout needs of td_train_run (train.h:
- * td_layout_pass_forward); filled by td_train_run, borrowed for the call
- * of opts->layout_pass. */
+/* What a forward pass in a run's layout needs of td_run_train (run_spec.h:
+ * td_layout_pass_forward); filled by td_run_train, borrowed for the call
+ * of spec->hooks.layout_pass. */
 #ifndef TRIDENT_LAYOUT_PASS_H
 #define TRIDENT_LAYOUT_PASS_H
 
-#include "trident/train.h"
+#include "trident/run_spec.h"
 
 struct td_layout_pass {
     const td_grid *g;

@@ -4,43 +4,58 @@
 #include "trident/base.h"
 #include "trident/cp.h"
 
-td_dp_config td_train_dp_config(const td_train_opts *o, td_dp_mode mode) {
-    td_dp_config dcfg = {.mode = mode, .zero = o->zero, .ps_staleness = o->ps_staleness,
-                         .seed = o->seed, .optim = o->optim, .no_overlap = o->no_overlap,
-                         .master = td_train_precision(o) != TD_PREC_FP32,
-                         .forward_only = o->layout_pass != NULL}; /* trident eval */
-    dcfg.bucket_bytes = (size_t)((o->bucket_mb > 0 ? o->bucket_mb : TD_DEFAULT_BUCKET_MB) * 1048576.0);
-    dcfg.grad_dtype = o->ch.grad_dtype;
-    dcfg.topk_ratio = o->ch.topk_ratio, dcfg.topk_no_ef = o->ch.topk_no_ef, dcfg.topk_grad = o->ch.topk_grad;
+td_dp_config td_run_dp_config(const td_run_spec *spec, td_dp_mode mode) {
+    td_dp_config dcfg = {.mode = mode,
+                         .zero = spec->layout.zero,
+                         .ps_staleness = spec->layout.ps_staleness,
+                         .seed = spec->schedule.seed,
+                         .optim = spec->optim,
+                         .steps = spec->schedule.steps,
+                         .no_overlap = spec->layout.no_overlap,
+                         .master = spec->precision.precision != TD_PREC_FP32,
+                         .forward_only = spec->hooks.layout_pass != NULL}; /* trident eval */
+    dcfg.bucket_bytes =
+        (size_t)((spec->layout.bucket_mb > 0 ? spec->layout.bucket_mb : TD_DEFAULT_BUCKET_MB) *
+                 1048576.0);
+    dcfg.grad_dtype = spec->layout.grad_dtype;
+    dcfg.topk_ratio = spec->layout.topk_ratio, dcfg.topk_no_ef = spec->layout.topk_no_ef,
+    dcfg.topk_grad = spec->layout.topk_grad;
     td_dp_payload_check(&dcfg); /* before anything is allocated */
     return dcfg;
 }
 
-td_gpt_use td_train_model_use(const td_dp_config *dcfg) {
+td_gpt_use td_run_model_use(const td_dp_config *dcfg) {
     return dcfg->forward_only ? TD_GPT_FORWARD : TD_GPT_TRAIN;
 }
 
-td_mem_plan td_train_mem_plan(const td_train_opts *o, const td_gpt_config *cfg, const td_rank_shape *rs,
-                              td_param_table *table) {
+td_mem_plan td_run_mem_plan(const td_run_spec *spec, const td_gpt_config *cfg,
+                            const td_rank_shape *rs, td_param_table *table) {
     const td_layout *lay = rs->lay;
-    td_table_layout tlay = {.unit_align = td_dp_unit_align(rs->dcfg, lay), .tp = lay->tp,
-                            .tp_rank = lay->is_server ? 0 : rs->tp_rank, .held = rs->held,
-                            .prec = td_train_precision(o), .cp = lay->cp, .cp_rank = lay->is_server ? 0 : rs->cp_rank,
-                            .ep = lay->ep, .ep_rank = lay->is_server || lay->ep < 2 ? 0 : lay->dp_rank % lay->ep};
+    td_table_layout tlay = {.unit_align = td_dp_unit_align(rs->dcfg, lay),
+                            .tp = lay->tp,
+                            .tp_rank = lay->is_server ? 0 : rs->tp_rank,
+                            .held = rs->held,
+                            .prec = spec->precision.precision,
+                            .cp = lay->cp,
+                            .cp_rank = lay->is_server ? 0 : rs->cp_rank,
+                            .ep = lay->ep,
+                            .ep_rank = lay->is_server || lay->ep < 2 ? 0 : lay->dp_rank % lay->ep};
     td_param_table_build_layout(table, cfg, &tlay);
     td_mem_plan plan = td_dp_memory_plan(rs->dcfg, lay, table);
     if (!lay->is_server) {
-        td_recompute rc = td_train_recompute(o);
-        td_gpt_use use = td_train_model_use(rs->dcfg);
-        plan.bytes[TD_MEM_ACTS] += rs->split ? td_pp_activation_bytes(table, rs->Bm, o->seq_parallel, rs->split,
-                                                                      rs->sched, rs->pp_rank, rc, use)
-                                             : td_gpt_activation_bytes_use(table, rs->Bm, o->seq_parallel, rc, use);
-        plan.bytes[TD_MEM_COMM] += td_tp_comm_plan_bytes(table, rs->Bm, o->seq_parallel);
+        td_recompute rc = spec->precision.recompute;
+        td_gpt_use use = td_run_model_use(rs->dcfg);
+        plan.bytes[TD_MEM_ACTS] +=
+            rs->split ? td_pp_activation_bytes(table, rs->Bm, spec->layout.seq_parallel, rs->split,
+                                               rs->sched, rs->pp_rank, rc, use)
+                      : td_gpt_activation_bytes_use(table, rs->Bm, spec->layout.seq_parallel, rc, use);
+        plan.bytes[TD_MEM_COMM] += td_tp_comm_plan_bytes(table, rs->Bm, spec->layout.seq_parallel);
         int cp = lay->cp > 1 ? lay->cp : 1, tp = lay->tp;
-        td_cp_shape ring = {rs->Bm, cfg->T / cp, cfg->C / tp, cfg->H / tp, td_train_precision(o), cfg->KV / tp};
+        td_cp_shape ring = {
+            rs->Bm, cfg->T / cp, cfg->C / tp, cfg->H / tp, spec->precision.precision, cfg->KV / tp};
         /* its K/V blocks, in the MLP backward's scratch (run.c lends it; a
          * forward-only model has none: td_gpt_cp_scratch) */
-        size_t lent = use == TD_GPT_FORWARD ? 0 : td_gpt_cp_scratch_bytes(table, rs->Bm, o->seq_parallel);
+        size_t lent = use == TD_GPT_FORWARD ? 0 : td_gpt_cp_scratch_bytes(table, rs->Bm, spec->layout.seq_parallel);
         plan.bytes[TD_MEM_COMM] += td_cp_ring_plan_bytes(&ring, cp, lent);
         plan.bytes[TD_MEM_PARAMS] += td_gpt_compute_param_bytes(table); /* reduced-precision copies */
     }

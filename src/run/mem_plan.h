@@ -4,14 +4,14 @@
 #ifndef TRIDENT_TRAIN_MEM_PLAN_H
 #define TRIDENT_TRAIN_MEM_PLAN_H
 
-#include "trident/train.h"
+#include "trident/run_spec.h"
 
 /* The data-parallel configuration the flags give; bad payload flags are a
  * user error here, before anything is allocated. */
-td_dp_config td_train_dp_config(const td_train_opts *o, td_dp_mode mode);
+td_dp_config td_run_dp_config(const td_run_spec *spec, td_dp_mode mode);
 /* The model a run builds: forward-only for a layout pass (trident eval:
  * the dp config's forward_only), else one that trains. */
-td_gpt_use td_train_model_use(const td_dp_config *dcfg);
+td_gpt_use td_run_model_use(const td_dp_config *dcfg);
 /* Where a rank sits in a layout and what it runs: the inputs of its plan
  * besides the flags and the model (a live grid's rank, or a layout the
  * planner only considers). Borrowed. */
@@ -31,7 +31,7 @@ typedef struct {
  * mode's plan, activations (the pipeline's in-flight micro-batches when
  * split is given, else one micro-batch of Bm sequences), tensor-parallel
  * buffers and reduced-precision copies. */
-td_mem_plan td_train_mem_plan(const td_train_opts *o, const td_gpt_config *cfg, const td_rank_shape *rs,
+td_mem_plan td_run_mem_plan(const td_run_spec *spec, const td_gpt_config *cfg, const td_rank_shape *rs,
                               td_param_table *table);
 
 #endif

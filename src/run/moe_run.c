@@ -46,7 +46,7 @@ static void bias_update(void *ctx, size_t lo, size_t n, float *data) {
  * over the ranks of the micro-batch as well. */
 double td_run_moe_end(td_run *r, int step) {
     const td_moe_config *e = &r->cfg.moe;
-    td_train_result *res = r->res;
+    td_run_result *res = r->res;
     if (e->E == 0 || r->g.is_server) return 0.0;
     const td_grid *g = &r->g;
     td_moe_stats *st = td_gpt_moe_stats(&r->model);
@@ -56,7 +56,7 @@ double td_run_moe_end(td_run *r, int step) {
     for (size_t i = 0; i < (size_t)L * E; i++) f[i] = (float)st->load[i];
     float *x = f + (size_t)L * E;
     x[0] = (float)st->aux, x[1] = (float)st->z, x[2] = (float)st->dropped, x[3] = (float)st->assigned;
-    int micro = r->o->grad_accum > 0 ? r->o->grad_accum : 1;
+    int micro = r->spec->schedule.grad_accum > 0 ? r->spec->schedule.grad_accum : 1;
     if (td_grid_grad_ranks(g) > 1) { /* only dropped is this rank's own: the rest are global already */
         float d = x[2];
         td_allreduce(g->grad_comm, &d, 1, TD_F32, TD_SUM);
@@ -83,9 +83,10 @@ double td_run_moe_end(td_run *r, int step) {
      * returns) sent again by the backward and by a recomputed forward, C
      * elements each; and what a uniform router would send: 4 tokens x K x
      * (ep - 1) / ep rows per layer and micro-batch */
-    int ep = g->ep, layers = 0, passes = 2 + (td_train_recompute(r->o) == TD_RECOMPUTE_BLOCK);
+    int ep = g->ep, layers = 0, passes = 2 + (r->spec->precision.recompute == TD_RECOMPUTE_BLOCK);
     for (int l = 0; l < L; l++) layers += td_gpt_moe_layer(&r->cfg, l) && r->table.held[l + 1];
-    double N = (double)r->ec.Bm * r->cfg.T / g->axis[TD_CP].size, es = td_train_precision(r->o) == TD_PREC_FP32 ? 4 : 2;
+    double N = (double)r->ec.Bm * r->cfg.T / g->axis[TD_CP].size,
+           es = r->spec->precision.precision == TD_PREC_FP32 ? 4 : 2;
     res->ep_formula_bytes = ep > 1 ? passes * st->off_rank_rows * r->cfg.C * es : 0.0;
     res->ep_uniform_bytes = ep > 1 ? 4.0 * layers * micro * N * e->K * (ep - 1.0) / ep * r->cfg.C * es : 0.0;
     int bad_step;

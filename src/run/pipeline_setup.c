@@ -71,22 +71,31 @@ static void print_split(const td_pp_split *sp, const td_schedule *s, int M) {
            line, s->bound);
 }
 
-void td_pipeline_check(const td_train_opts *o) {
+/* The spec's schedule: a name no schedule has is refused here, by
+ * td_sched_parse's text (unused at pp 1, it is no error there). */
+static td_sched_kind schedule_kind(const td_run_spec *spec) {
+    int k = spec->layout.pp_schedule;
+    return k >= 0 ? (td_sched_kind)k : td_sched_parse(spec->layout.pp_schedule_name);
+}
+
+void td_pipeline_check(const td_run_spec *spec) {
     char err[512];
     td_schedule sched;
     td_pp_split sp;
-    if (td_schedule_build(&sched, td_train_schedule(o), o->pp, o->grad_accum, o->virtual_stages, err,
-                          sizeof err) != 0)
+    if (td_schedule_build(&sched, schedule_kind(spec), spec->layout.pp, spec->schedule.grad_accum,
+                          spec->layout.virtual_stages, err, sizeof err) != 0)
         td_fail("%s", err);
     td_schedule_free(&sched);
-    if (!o->ch.pp_partition_auto) td_pp_split_parse(&sp, o->pp_partition, o->layers, o->pp, o->virtual_stages);
+    if (!spec->layout.pp_partition_auto)
+        td_pp_split_parse(&sp, spec->layout.pp_partition, spec->model.cfg.L, spec->layout.pp,
+                          spec->layout.virtual_stages);
 }
 
-void td_pipeline_setup(const td_train_opts *o, const td_grid *g, const td_gpt_config *cfg, int Bm,
+void td_pipeline_setup(const td_run_spec *spec, const td_grid *g, const td_gpt_config *cfg, int Bm,
                        td_schedule *sched, td_pp_split *sp) {
     char err[512];
-    td_sched_kind kind = td_train_schedule(o);
-    int M = o->grad_accum, V = o->virtual_stages;
+    td_sched_kind kind = schedule_kind(spec);
+    int M = spec->schedule.grad_accum, V = spec->layout.virtual_stages;
     if (td_schedule_build(sched, kind, g->axis[TD_PP].size, M, V, err, sizeof err) != 0)
         td_fail("%s", err);
     /* the executor relies on the schedule being consistent: a broken one
@@ -94,14 +103,15 @@ void td_pipeline_setup(const td_train_opts *o, const td_grid *g, const td_gpt_co
     if (td_schedule_validate(sched, err, sizeof err) != 0)
         td_fail("internal: the %s schedule for pp %d, %d micro-batches, %d chunks is invalid: %s",
                 td_sched_name(kind), g->axis[TD_PP].size, M, V, err);
-    if (!o->ch.pp_partition_auto) {
-        td_pp_split_parse(sp, o->pp_partition, cfg->L, g->axis[TD_PP].size, V);
+    if (!spec->layout.pp_partition_auto) {
+        td_pp_split_parse(sp, spec->layout.pp_partition, cfg->L, g->axis[TD_PP].size, V);
         if (g->world_rank == 0) print_split(sp, sched, M);
         return;
     }
     double c[3] = {0, 0, 0};
     if (g->world_rank == 0)
-        measure_costs(cfg, Bm, td_train_recompute(o) == TD_RECOMPUTE_BLOCK, &c[0], &c[1], &c[2]);
+        measure_costs(cfg, Bm, spec->precision.recompute == TD_RECOMPUTE_BLOCK, &c[0], &c[1],
+                      &c[2]);
     float cf[3] = {(float)c[0], (float)c[1], (float)c[2]};
     td_broadcast(g->world, cf, 3, TD_F32, 0); /* every rank splits alike */
     for (int i = 0; i < 3; i++) c[i] = cf[i];
@@ -112,8 +122,10 @@ void td_pipeline_setup(const td_train_opts *o, const td_grid *g, const td_gpt_co
     print_split(sp, sched, M);
     td_log("pipeline: --pp-partition auto: measured per micro-batch (forward + backward, tp 1%s): "
            "embedding %.2f ms, block %.2f ms, head %.2f ms; predicted stage times:",
-           td_train_recompute(o) == TD_RECOMPUTE_BLOCK ? ", blocks with their recomputed forward" : "", c[0],
-           c[1], c[2]);
+           spec->precision.recompute == TD_RECOMPUTE_BLOCK
+               ? ", blocks with their recomputed forward"
+               : "",
+           c[0], c[1], c[2]);
     for (int v = 0; v < sp->P * sp->V; v++) {
         double t = (sp->first[v + 1] - sp->first[v]) * c[1] + (v == 0 ? c[0] : 0) +
                    (v == sp->P * sp->V - 1 ? c[2] : 0);
@@ -123,7 +135,7 @@ void td_pipeline_setup(const td_train_opts *o, const td_grid *g, const td_gpt_co
 }
 
 void td_pipeline_report(const td_grid *g, const td_schedule *sched, const td_pp_stats *st,
-                        td_train_result *res) {
+                        td_run_result *res) {
     /* each stage's figures from its (dp 0, cp 0, tp 0) rank, summed over the world */
     int P = g->axis[TD_PP].size,
         lead = g->axis[TD_DP].rank == 0 && g->axis[TD_CP].rank == 0 && g->axis[TD_TP].rank == 0;

@@ -46,8 +46,8 @@ __attribute__((format(printf, 2, 3))) static int refuse(verdict *v, const char *
 /* Creates DIR when missing (its last component only: a missing parent is
  * more likely a typo than a wish for a tree), then writes, fsyncs and
  * removes a probe file in it. created gets 1 when this call made DIR. */
-static int check_out(verdict *v, const td_train_opts *o, int *created) {
-    const char *out = o->out;
+static int check_out(verdict *v, const td_run_spec *spec, int *created) {
+    const char *out = spec->output.out;
     struct stat st;
     *created = 0;
     if (!*out) return refuse(v, "--out needs a directory name");
@@ -108,11 +108,16 @@ static int check_out(verdict *v, const td_train_opts *o, int *created) {
 
 /* A new run does not mix its checkpoints with another run's (after the
  * --log and --trace checks: a path problem is named first). */
-static int check_fresh(verdict *v, const td_train_opts *o) {
+static int check_fresh(verdict *v, const td_run_spec *spec) {
     char have[320];
-    if (o->resume || !td_out_existing(o->out, have, sizeof have) || o->overwrite) return 0;
-    return refuse(v, "--out %s already holds checkpoints (%s) that a new run would mix with; give --resume latest to "
-                     "continue them, --overwrite to replace them, or another --out", o->out, have);
+    if (spec->output.resume || !td_out_existing(spec->output.out, have, sizeof have) ||
+        spec->output.overwrite)
+        return 0;
+    return refuse(v,
+                  "--out %s already holds checkpoints (%s) that a new run would mix with; give "
+                  "--resume latest to "
+                  "continue them, --overwrite to replace them, or another --out",
+                  spec->output.out, have);
 }
 
 /* ---- --log ------------------------------------------------------------ */
@@ -265,10 +270,11 @@ static int check_prompt(verdict *v, const char *prompt, const td_tokenizer *tok,
 /* The plan is exact size_t arithmetic, which wraps silently for absurd
  * sizes; this is an upper estimate of the same sums in double, checked
  * first: below 2^60 bytes nothing in the plan can have wrapped. */
-static int check_sizes(verdict *v, const td_train_opts *o, const td_gpt_config *c, int Bm) {
+static int check_sizes(verdict *v, const td_run_spec *spec, const td_gpt_config *c, int Bm) {
     double L = c->L, C = c->C, T = c->T, H = c->H, Vp = c->Vp, B = Bm, N = B * T;
     double params = (Vp + T) * C + L * (12 * C * C + 13 * C) + 2 * C;
-    double state = 4.0 * params * (8 + o->ps_staleness); /* params, grads, moments, buffers */
+    double state =
+        4.0 * params * (8 + spec->layout.ps_staleness); /* params, grads, moments, buffers */
     double att = B * H * T; /* the attention log-sum-exp rows */
     double acts = 4.0 * (L * (20 * N * C + 4 * N + att) + 20 * N * C + att + N * Vp + 4 * N);
     double est = state + acts;
@@ -350,8 +356,9 @@ static void agree(const verdict *v, const td_grid *g, const char *out, int creat
     td_die(TD_EXIT_USAGE);
 }
 
-td_preflight_result td_preflight(const td_train_opts *o, const td_grid *g, const td_gpt_config *cfg,
-                                 const td_dataset *d, const td_mem_plan *plan, int Bm) {
+td_preflight_result td_preflight(const td_run_spec *spec, const td_grid *g,
+                                 const td_gpt_config *cfg, const td_dataset *d,
+                                 const td_mem_plan *plan, int Bm) {
     verdict v;
     memset(&v, 0, sizeof v);
     int created_out = 0;
@@ -362,18 +369,22 @@ td_preflight_result td_preflight(const td_train_opts *o, const td_grid *g, const
         /* --resume before --out is made: a refused resume leaves no empty
          * directory behind. It fails as TD_CHECK does, on this rank alone
          * while the others wait in agree() for the job to end. */
-        td_run_resume_check(o, cfg, &d->tok);
-        if (o->out) check_out(&v, o, &created_out);
-        const char *data = strncmp(o->data, "synthetic:", 10) ? o->data : NULL;
-        if (o->log) check_log(&v, o->log, data, o->out);
-        if (o->trace) check_trace(&v, o->trace, o->log, data, o->out);
-        if (o->out) check_fresh(&v, o);
+        td_run_resume_check(spec, cfg, &d->tok);
+        /* a resume that could save nowhere trains nothing (run_config.c) */
+        TD_CHECK(!spec->output.resume_needs_out || spec->output.out || spec->hooks.layout_pass,
+                 "%s", spec->output.resume_needs_out);
+        if (spec->output.out) check_out(&v, spec, &created_out);
+        const char *data = strncmp(spec->data.path, "synthetic:", 10) ? spec->data.path : NULL;
+        if (spec->output.log) check_log(&v, spec->output.log, data, spec->output.out);
+        if (spec->output.trace)
+            check_trace(&v, spec->output.trace, spec->output.log, data, spec->output.out);
+        if (spec->output.out) check_fresh(&v, spec);
     }
     /* the plan is only meaningful once the sizes are known not to wrap */
-    if (!check_prompt(&v, o->sample_prompt, &d->tok, o->data) &&
-        !check_sizes(&v, o, cfg, g->is_server ? 1 : Bm))
+    if (!check_prompt(&v, spec->output.sample_prompt, &d->tok, spec->data.path) &&
+        !check_sizes(&v, spec, cfg, g->is_server ? 1 : Bm))
         check_memory(&v, g, plan);
-    agree(&v, g, o->out, created_out);
+    agree(&v, g, spec->output.out, created_out);
 
     td_preflight_result r;
     td_rss_reset_peak();

@@ -28,21 +28,21 @@ int td_report_log_error(const td_report *r) { return r->log_err; }
 
 /* trident eval's forwards (a layout pass: the dp config's forward_only,
  * mem_plan.c): no optimizer, gradients or activation gradients to report. */
-static int forward_only(const td_train_opts *o) { return o->layout_pass != NULL; }
+static int forward_only(const td_run_spec *spec) { return spec->hooks.layout_pass != NULL; }
 
-void td_report_open(td_report *r, const td_train_opts *o, const td_grid *g,
+void td_report_open(td_report *r, const td_run_spec *spec, const td_grid *g,
                     const td_gpt_config *cfg, const td_param_table *t, const td_dataset *d,
                     int threads, int Bm) {
     memset(r, 0, sizeof *r);
-    r->o = o, r->g = g, r->cfg = cfg, r->Bm = Bm;
+    r->spec = spec, r->g = g, r->cfg = cfg, r->Bm = Bm;
     r->first_step = -1;
-    r->flops_per_step = td_gpt_flops_per_token(cfg) * (double)o->batch * cfg->T;
+    r->flops_per_step = td_gpt_flops_per_token(cfg) * (double)spec->schedule.batch * cfg->T;
     /* capacity = one core's sgemm rate x compute threads. Measured after a
      * barrier (a rank still loading data would slow its neighbour's
      * measurement: a 2x low reading was seen) and the best rank's rate taken.
      * (`trident bench sgemm` also prints the in-process concurrent rate) */
     if (g->world_size > 1) td_barrier(g->world);
-    td_precision prec = td_train_precision(o);
+    td_precision prec = spec->precision.precision;
     /* the peak of the GEMMs the run computes with: fp32 sgemm, oneDNN bf16,
      * or fp16 operands converted to fp32 */
     float peak = g->is_server ? 0.0f
@@ -51,13 +51,18 @@ void td_report_open(td_report *r, const td_train_opts *o, const td_grid *g,
     if (g->world_size > 1) td_allreduce(g->world, &peak, 1, TD_F32, TD_MAX);
     r->peak_gflops = peak;
     r->peak_flops = peak * 1e9 * threads * (td_grid_workers(g));
-    if (g->world_rank == 0 && o->log) {
+    if (g->world_rank == 0 && spec->output.log) {
         const char *why;
-        r->log = td_fopen_output(o->log, &why);
-        TD_CHECK(r->log, "--log %s cannot be written: %s", o->log, why);
+        r->log = td_fopen_output(spec->output.log, &why);
+        TD_CHECK(r->log, "--log %s cannot be written: %s", spec->output.log, why);
     }
     td_grid_print(g);
-    if (o->run_config) td_log("config: %s\n", o->run_config); /* every flag's value (docs/config.md) */
+    if (spec->output.run_config)
+        td_log("config: %s\n", spec->output.run_config); /* every flag's value (docs/config.md) */
+    if (spec->output.notes) td_log("%s", spec->output.notes);
+    if (spec->output.note_unsaved)
+        td_log("note: no --out: this run saves no checkpoint (give --out DIR to keep what it "
+               "trains)\n");
     td_log("data: %s; %zu train / %zu val tokens\n", d->description, d->n_train, d->n_val);
     if (cfg->arch == TD_ARCH_GPT2)
         td_log("model: L=%d H=%d C=%d T=%d V=%d (padded %d); %zu parameters (%.2fM)\n", cfg->L, cfg->H, cfg->C,
@@ -84,22 +89,23 @@ void td_report_open(td_report *r, const td_train_opts *o, const td_grid *g,
     if (g->axis[TD_TP].size > 1)
         td_log("tensor parallel: tp %d%s; %zu parameters per tp rank (heads %d, MLP features %d, "
                "vocabulary rows %d of %d)\n",
-               g->axis[TD_TP].size, o->seq_parallel ? ", sequence parallel" : "", t->n_real,
-               cfg->H / g->axis[TD_TP].size, cfg->F / g->axis[TD_TP].size, t->vocab_local,
-               t->Vp);
+               g->axis[TD_TP].size, spec->layout.seq_parallel ? ", sequence parallel" : "",
+               t->n_real, cfg->H / g->axis[TD_TP].size, cfg->F / g->axis[TD_TP].size,
+               t->vocab_local, t->Vp);
     td_log("batch: %d sequences x %d tokens per step = %d replicas x %d micro-batches x %d; "
            "%d threads per rank; dp-mode %s, zero %d, recompute %s\n",
-           o->batch, cfg->T, g->axis[TD_DP].size, o->grad_accum, Bm, threads, o->dp_mode, o->zero,
-           o->recompute);
+           spec->schedule.batch, cfg->T, g->axis[TD_DP].size, spec->schedule.grad_accum, Bm,
+           threads, td_dp_mode_name(spec->layout.dp_mode), spec->layout.zero,
+           (spec->precision.recompute == TD_RECOMPUTE_BLOCK ? "block" : "none"));
     const char *gemm = prec == TD_PREC_FP32 ? "sgemm" : prec == TD_PREC_BF16 ? "bf16 GEMM" : "fp16 GEMM (via fp32)";
-    if (forward_only(o))
+    if (forward_only(spec))
         td_log("forwards only: no optimizer, gradients or activation gradients; %s peak %.1f GFLOP/s per thread\n",
                gemm, r->peak_gflops);
     else
         td_log("optimizer: AdamW lr %g -> %g (warm-up %d, cosine), betas (%g, %g), wd %g, clip %g; "
                "%s peak %.1f GFLOP/s per thread\n",
-               o->optim.lr, o->optim.min_lr, o->optim.warmup, o->optim.beta1, o->optim.beta2,
-               o->optim.weight_decay, o->optim.clip, gemm, r->peak_gflops);
+               spec->optim.lr, spec->optim.min_lr, spec->optim.warmup, spec->optim.beta1,
+               spec->optim.beta2, spec->optim.weight_decay, spec->optim.clip, gemm, r->peak_gflops);
     if (r->log) {
         fprintf(r->log,
                 "{\"event\": \"start\", \"world\": %d, \"dp\": %d, \"tp\": %d, \"pp\": %d, "
@@ -108,9 +114,12 @@ void td_report_open(td_report *r, const td_train_opts *o, const td_grid *g,
                 "\"batch\": %d, \"grad_accum\": %d, \"threads\": %d, \"steps\": %d, "
                 "\"recompute\": \"%s\"",
                 g->world_size, g->axis[TD_DP].size, g->axis[TD_TP].size, g->axis[TD_PP].size,
-                g->n_servers, o->dp_mode, o->zero, cfg->L, cfg->H, cfg->C, cfg->T, cfg->V,
-                t->n_global, o->batch, o->grad_accum, threads, o->steps, o->recompute);
-        if (o->run_config) fprintf(r->log, ", \"run_config\": %s", o->run_config);
+                g->n_servers, td_dp_mode_name(spec->layout.dp_mode), spec->layout.zero, cfg->L,
+                cfg->H, cfg->C, cfg->T, cfg->V, t->n_global, spec->schedule.batch,
+                spec->schedule.grad_accum, threads, spec->schedule.steps,
+                (spec->precision.recompute == TD_RECOMPUTE_BLOCK ? "block" : "none"));
+        if (spec->output.run_config)
+            fprintf(r->log, ", \"run_config\": %s", spec->output.run_config);
         log_flush(r); /* the memory plan closes this object */
     }
 }
@@ -154,7 +163,7 @@ void td_report_memory(td_report *r, const td_mem_plan *plan, int measured) {
     gather_bytes(g, peaks, ms);
     char b1[32], b2[32];
     if (g->world_rank == 0) {
-        int detail = r->o->memory_report, fwd = forward_only(r->o);
+        int detail = r->spec->output.memory_report, fwd = forward_only(r->spec);
         td_log("memory per rank (%s):\n", measured ? "planned vs measured peak after step 1" : "plan");
         td_log("  %-5s", "rank");
         for (int c = 0; c < TD_MEM_NCAT; c++)
@@ -216,13 +225,16 @@ static void format_duration(char *buf, size_t cap, double s) {
 }
 
 void td_report_step(td_report *r, int step, float loss, float lr, double norm, double ms) {
-    double tps = (double)r->o->batch * r->cfg->T / (ms * 1e-3);
+    double tps = (double)r->spec->schedule.batch * r->cfg->T / (ms * 1e-3);
     double mfu = r->flops_per_step / (ms * 1e-3) / r->peak_flops;
     double now = td_now_ms();
     if (r->first_step < 0) r->first_step = step, r->t_first_ms = now - ms;
     /* the run's pace so far (evaluations, saves and skipped attempts
      * included) over the steps it has left */
-    int last = r->o->stop_after > 0 && r->o->stop_after < r->o->steps ? r->o->stop_after : r->o->steps;
+    int last =
+        r->spec->schedule.stop_after > 0 && r->spec->schedule.stop_after < r->spec->schedule.steps
+            ? r->spec->schedule.stop_after
+            : r->spec->schedule.steps;
     double elapsed_s = (now - r->t_first_ms) * 1e-3;
     int done = step - r->first_step + 1, left = last - 1 - step;
     double eta_s = left > 0 && done > 0 ? elapsed_s / done * left : 0.0;
@@ -239,7 +251,8 @@ void td_report_step(td_report *r, int step, float loss, float lr, double norm, d
         fprintf(r->log, ", \"elapsed_s\": %.3f, \"eta_s\": %.3f}\n", elapsed_s, eta_s);
         log_flush(r);
     }
-    if (!r->o->quiet && (step % r->o->log_every == 0 || step == r->o->steps - 1)) {
+    if (!r->spec->output.quiet &&
+        (step % r->spec->schedule.log_every == 0 || step == r->spec->schedule.steps - 1)) {
         char el[32], eta[32];
         format_duration(el, sizeof el, elapsed_s);
         format_duration(eta, sizeof eta, eta_s);
@@ -247,30 +260,33 @@ void td_report_step(td_report *r, int step, float loss, float lr, double norm, d
         if (r->moe) /* the load of the idlest and busiest expert, 1 = an even share */
             snprintf(moe, sizeof moe, "aux %.4f | load %.2f-%.2f | ", r->moe->moe_aux, r->moe->moe_load_min,
                      r->moe->moe_load_max);
-        if (r->moe && r->o->moe.capacity > 0)
+        if (r->moe && r->spec->model.cfg.moe.capacity > 0)
             snprintf(moe + strlen(moe), sizeof moe - strlen(moe), "dropped %.1f%% | ", 100.0 * r->moe->moe_dropped);
-        td_log("step %5d/%d | loss %.4f | %slr %.2e | norm %.4f | %7.1f ms | %8.0f tok/s | MFU %4.1f%% | "
+        td_log("step %5d/%d | loss %.4f | %slr %.2e | norm %.4f | %7.1f ms | %8.0f tok/s | MFU "
+               "%4.1f%% | "
                "%s elapsed, ETA %s\n",
-               step, r->o->steps, loss, moe, lr, norm, ms, tps, 100.0 * mfu, el, eta);
+               step, r->spec->schedule.steps, loss, moe, lr, norm, ms, tps, 100.0 * mfu, el, eta);
     }
     td_vlog("step %d loss %.6f norm %.6f %.1f ms\n", step, loss, norm, ms);
 }
 
 void td_report_precision(td_report *r, const td_mem_plan *plan) {
-    const td_train_opts *o = r->o;
-    td_precision p = td_train_precision(o);
+    const td_run_spec *spec = r->spec;
+    td_precision p = spec->precision.precision;
     const char *rt = td_precision_name(p);
-    int lp = p != TD_PREC_FP32, zero = o->ch.dp_mode == TD_DP_ALLREDUCE ? o->zero : 0;
-    int ps = o->ch.dp_mode == TD_DP_PS;
+    int lp = p != TD_PREC_FP32,
+        zero = spec->layout.dp_mode == TD_DP_ALLREDUCE ? spec->layout.zero : 0;
+    int ps = spec->layout.dp_mode == TD_DP_PS;
     char reduce[96];
-    if (o->ch.topk_ratio > 0)
-        snprintf(reduce, sizeof reduce, "fp32 (index, value) pairs, %s", o->grad_compress);
-    else if (o->ch.grad_dtype == TD_BF16)
+    if (spec->layout.topk_ratio > 0)
+        snprintf(reduce, sizeof reduce, "fp32 (index, value) pairs, %s",
+                 spec->layout.grad_compress);
+    else if (spec->layout.grad_dtype == TD_BF16)
         snprintf(reduce, sizeof reduce, "bf16 payload, summed in fp32");
     else
         snprintf(reduce, sizeof reduce, "fp32");
     td_log("precision %s: dtype of each stage of the step\n", rt);
-    int fwd = forward_only(o);
+    int fwd = forward_only(spec);
     if (lp)
         td_log("  parameter storage   fp32 master weights + %s compute copies of every weight "
                "(%.2f MiB per rank, %s)\n",
@@ -308,12 +324,12 @@ void td_report_precision(td_report *r, const td_mem_plan *plan) {
     }
 }
 
-void td_report_skip(td_report *r, int step, const char *where, const td_train_result *res,
+void td_report_skip(td_report *r, int step, const char *where, const td_run_result *res,
                     float scale_before, float scale_after) {
     int row = res->skip_row, rank = res->skip_rank, micro = res->skip_micro, skipped = res->skipped_steps;
     /* always printed: a skip is rare and every one matters */
-    td_log("step %5d/%d skipped | %s | loss scale %g -> %g | %d skipped so far\n", step, r->o->steps,
-           where, (double)scale_before, (double)scale_after, skipped);
+    td_log("step %5d/%d skipped | %s | loss scale %g -> %g | %d skipped so far\n", step,
+           r->spec->schedule.steps, where, (double)scale_before, (double)scale_after, skipped);
     if (r->log) {
         fprintf(r->log,
                 "{\"event\": \"skip\", \"step\": %d, \"tensor_row\": %d, \"rank\": %d, "
@@ -330,14 +346,14 @@ static void print_line(const char *line, void *ctx) {
 }
 
 void td_report_gemm_impl(td_report *r) {
-    if (td_train_precision(r->o) == TD_PREC_FP32 || r->g->is_server) return;
+    if (r->spec->precision.precision == TD_PREC_FP32 || r->g->is_server) return;
     td_log("GEMMs (oneDNN primitives, one per shape):\n");
     td_matmul_bf16_describe(print_line, NULL);
 }
 
 void td_report_eval(td_report *r, int step, double val_loss) {
     td_log("eval  %5d | val loss %.4f (%d batches of %d sequences)\n", step, val_loss,
-           r->o->eval_iters, r->o->batch);
+           r->spec->schedule.eval_iters, r->spec->schedule.batch);
     if (r->log) {
         fprintf(r->log, "{\"step\": %d, \"val_loss\": %.6f}\n", step, val_loss);
         log_flush(r);
@@ -346,7 +362,7 @@ void td_report_eval(td_report *r, int step, double val_loss) {
 
 /* The experts' load over the run, per layer (tokens per expert relative to
  * an even share), and the expert-parallel exchange beside its formula. */
-static void report_moe(td_report *r, const td_train_result *res) {
+static void report_moe(td_report *r, const td_run_result *res) {
     const td_moe_config *e = &r->cfg->moe;
     td_log("experts: %d, top-%d; last step: aux loss %.5f, z-loss %.5f, load %.2f-%.2f of an even share", e->E, e->K,
            res->moe_aux, res->moe_z, res->moe_load_min, res->moe_load_max);
@@ -373,7 +389,7 @@ static void report_moe(td_report *r, const td_train_result *res) {
                 res->ep_sent_bytes, res->ep_formula_bytes, res->ep_uniform_bytes);
 }
 
-void td_report_summary(td_report *r, const td_train_result *res) {
+void td_report_summary(td_report *r, const td_run_result *res) {
     if (r->g->is_server) return;
     if (res->step_ms <= 0.0) { /* no step ran (a checkpoint saved again): no rates to give */
         td_log("done: %d steps, none of them in this run\n", res->steps_done);
@@ -383,13 +399,14 @@ void td_report_summary(td_report *r, const td_train_result *res) {
            res->tokens_per_s, 100.0 * r->flops_per_step / (res->step_ms * 1e-3) / r->peak_flops);
     if (!isnan(res->final_val_loss)) td_log(", final val loss %.4f", res->final_val_loss);
     td_log("\n");
-    if (r->o->gemm_stats && res->gemm_ms > 0)
+    if (r->spec->precision.gemm_stats && res->gemm_ms > 0)
         td_log("gemm: %.3e flop/step, %.1f ms/step, %.1f GFLOP/s (rank 0, timed steps, every GEMM "
                "of forward and backward)\n",
                res->gemm_flops, res->gemm_ms, res->gemm_flops / (res->gemm_ms * 1e6));
     if (r->moe) report_moe(r, res);
     if (r->loss_scale > 0) {
-        td_log("loss scaling (%s): final scale %g, skipped steps %d\n", r->o->loss_scale ? r->o->loss_scale : "auto",
+        td_log("loss scaling (%s): final scale %g, skipped steps %d\n",
+               r->spec->precision.loss_scale_text ? r->spec->precision.loss_scale_text : "auto",
                (double)res->loss_scale, res->skipped_steps);
         if (r->log)
             fprintf(r->log, "{\"event\": \"loss_scale\", \"loss_scale\": %.9g, \"skipped\": %d}\n",
@@ -398,14 +415,16 @@ void td_report_summary(td_report *r, const td_train_result *res) {
     if (r->g->axis[TD_DP].size > 1 && res->grad_dense_bytes > 0) {
         /* what the comm layer counted for the gradient reduction, beside fp32 */
         td_log("dp gradient traffic per step (rank 0, %s payload, %s): %.0f bytes sent, dense fp32 "
-               "%.0f bytes (%.2f%%)\n", r->o->grad_reduce_dtype, r->o->grad_compress,
-               res->grad_sent_bytes, res->grad_dense_bytes,
+               "%.0f bytes (%.2f%%)\n",
+               (r->spec->layout.grad_dtype == TD_BF16 ? "bf16" : "fp32"),
+               r->spec->layout.grad_compress, res->grad_sent_bytes, res->grad_dense_bytes,
                100.0 * res->grad_sent_bytes / res->grad_dense_bytes);
         if (r->log) {
-            fprintf(r->log, "{\"event\": \"grad_traffic\", \"grad_reduce_dtype\": \"%s\", "
-                            "\"grad_compress\": \"%s\", \"sent_bytes\": %.0f, \"dense_bytes\": %.0f}\n",
-                    r->o->grad_reduce_dtype, r->o->grad_compress, res->grad_sent_bytes,
-                    res->grad_dense_bytes);
+            fprintf(r->log,
+                    "{\"event\": \"grad_traffic\", \"grad_reduce_dtype\": \"%s\", "
+                    "\"grad_compress\": \"%s\", \"sent_bytes\": %.0f, \"dense_bytes\": %.0f}\n",
+                    (r->spec->layout.grad_dtype == TD_BF16 ? "bf16" : "fp32"),
+                    r->spec->layout.grad_compress, res->grad_sent_bytes, res->grad_dense_bytes);
             log_flush(r);
         }
     }
@@ -451,23 +470,26 @@ void td_report_summary(td_report *r, const td_train_result *res) {
             "{\"event\": \"pipeline\", \"schedule\": \"%s\", \"pp\": %d, \"micro_batches\": %d, "
             "\"virtual_stages\": %d, \"bubble\": %.6f, \"bubble_theory\": %.6f, \"stage_bubble\": "
             "[",
-            r->o->schedule, r->g->axis[TD_PP].size, r->o->grad_accum, r->o->virtual_stages,
-            res->pp_bubble, res->pp_bubble_theory);
+            td_sched_name((td_sched_kind)r->spec->layout.pp_schedule), r->g->axis[TD_PP].size,
+            r->spec->schedule.grad_accum, r->spec->layout.virtual_stages, res->pp_bubble,
+            res->pp_bubble_theory);
         for (int s = 0; s < r->g->axis[TD_PP].size && s < TD_MAX_PP_REPORT; s++)
             fprintf(r->log, "%s%.6f", s ? ", " : "", res->pp_stage_bubble[s]);
         fprintf(r->log, "]}\n");
         log_flush(r);
     }
-    if (r->o->ch.dp_mode == TD_DP_PS)
+    if (r->spec->layout.dp_mode == TD_DP_PS)
         td_log("ps: staleness observed max %d, mean %.2f steps (bound --ps-staleness %d)\n",
-               res->max_staleness, res->mean_staleness, r->o->ps_staleness);
+               res->max_staleness, res->mean_staleness, r->spec->layout.ps_staleness);
 }
 
 void td_report_sample(td_report *r, const td_param_table *canon, const float *params,
-                      const td_tokenizer *tok, const td_train_opts *o) {
-    printf("sample (%d tokens, temperature 1.0, top-k 0):\n", o->sample_tokens);
-    td_sampling sp = {.prompt = o->sample_prompt, .tokens = o->sample_tokens, .temperature = 1.0f,
-                      .seed = o->seed};
+                      const td_tokenizer *tok, const td_run_spec *spec) {
+    printf("sample (%d tokens, temperature 1.0, top-k 0):\n", spec->output.sample_tokens);
+    td_sampling sp = {.prompt = spec->output.sample_prompt,
+                      .tokens = spec->output.sample_tokens,
+                      .temperature = 1.0f,
+                      .seed = spec->schedule.seed};
     td_generate(canon, params, tok, &sp, stdout);
     printf("\n");
     fflush(stdout);

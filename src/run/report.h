@@ -8,10 +8,10 @@
 #include "preflight.h"
 #include "trident/data.h"
 #include "trident/grid.h"
-#include "trident/train.h"
+#include "trident/run_spec.h"
 
 typedef struct {
-    const td_train_opts *o;
+    const td_run_spec *spec;
     const td_grid *g;
     const td_gpt_config *cfg;
     FILE *log;            /* --log, rank 0 */
@@ -25,10 +25,10 @@ typedef struct {
     double t_first_ms;            /* td_now_ms() when this run's first reported step began */
     int first_step;               /* that step (a resumed run starts past 0); -1 before it */
     int log_err;                  /* rank 0: the errno of the first failed --log write, 0: none */
-    const td_train_result *moe;   /* a mixture of experts' step figures (res->moe_*); NULL: dense */
+    const td_run_result *moe;   /* a mixture of experts' step figures (res->moe_*); NULL: dense */
 } td_report;
 
-void td_report_open(td_report *r, const td_train_opts *o, const td_grid *g,
+void td_report_open(td_report *r, const td_run_spec *spec, const td_grid *g,
                     const td_gpt_config *cfg, const td_param_table *t, const td_dataset *d,
                     int threads, int Bm);
 /* Collective over the world. measured = 0: the plan at start; 1: plan
@@ -44,12 +44,12 @@ void td_report_step(td_report *r, int step, float loss, float lr, double norm, d
  * names the first non-finite gradient; its row, rank and micro-batch and
  * the steps skipped so far are res's (skip_*, skipped_steps); the scale
  * before and after. */
-void td_report_skip(td_report *r, int step, const char *where, const td_train_result *res,
+void td_report_skip(td_report *r, int step, const char *where, const td_run_result *res,
                     float scale_before, float scale_after);
 void td_report_eval(td_report *r, int step, double val_loss);
-void td_report_summary(td_report *r, const td_train_result *res);
+void td_report_summary(td_report *r, const td_run_result *res);
 void td_report_sample(td_report *r, const td_param_table *canon, const float *params,
-                      const td_tokenizer *tok, const td_train_opts *o);
+                      const td_tokenizer *tok, const td_run_spec *spec);
 /* Collective over the world: first the resident-set report (each rank's
  * high-water mark beside its baseline, its plan and the allocator's peak;
  * on stdout and in the --log), then the log is closed. Call it last, after

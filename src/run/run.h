@@ -3,14 +3,14 @@
  * report), td_run_start resumes and handles what ends a run before its
  * first step, td_run_step trains one optimizer step, td_run_eval evaluates,
  * td_run_boundary saves and stops between steps, td_run_close reports,
- * saves the last checkpoint and frees it all. td_train_run (train.h) is the
+ * saves the last checkpoint and frees it all. td_run_train (run_spec.h) is the
  * loop over these; the layout decided every branch once, at open.
  *
  * Every call is collective over the world (servers included) unless it
  * says otherwise, in this order: open, start, then per step: step, eval
- * when due, boundary; close. The run owns every member; `o` and `res` are
+ * when due, boundary; close. The run owns every member; `spec` and `res` are
  * the caller's. A failure is a user error (TD_CHECK) or a stop recorded in
- * res (stop_step, stop_msg), as td_train_run documents. */
+ * res (stop_step, stop_msg), as td_run_train documents. */
 #ifndef TRIDENT_RUN_RUN_H
 #define TRIDENT_RUN_RUN_H
 
@@ -28,11 +28,11 @@
 #include "trident/parallel.h"
 #include "trident/pipeline.h"
 #include "trident/schedule.h"
-#include "trident/train.h"
+#include "trident/run_spec.h"
 
 typedef struct {
-    const td_train_opts *o;
-    td_train_result *res;
+    const td_run_spec *spec;
+    td_run_result *res;
     td_grid g;
     td_dataset data;             /* its tokenizer is the checkpoints' */
     td_gpt_config cfg;
@@ -74,7 +74,7 @@ typedef enum {
  * data, plans memory, runs the preflight and creates model and strategy.
  * Returns 0 when a stop signal arrived while the data loaded (the run is
  * freed, res->stopped_startup = 1; call nothing more), else 1. */
-int td_run_open(td_run *r, const td_train_opts *o, td_train_result *res);
+int td_run_open(td_run *r, const td_run_spec *spec, td_run_result *res);
 /* Training ranks: --resume, start-up's last stop point, --overwrite, a
  * checkpoint converted by --stop-after at the resumed step, and
  * trident eval's layout pass. Returns 1 when steps from r->first on are

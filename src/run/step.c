@@ -13,7 +13,7 @@
 
 /* The stop of a run whose update at bad_step had a non-finite gradient
  * norm: the message names the first tensor (table row) holding one. */
-static void stop_on_gradient(td_train_result *res, const td_param_table *t, int bad_step, int bad_row,
+static void stop_on_gradient(td_run_result *res, const td_param_table *t, int bad_step, int bad_row,
                              const char *norm_is) {
     res->stop_step = bad_step;
     snprintf(res->stop_msg, sizeof res->stop_msg,
@@ -22,7 +22,7 @@ static void stop_on_gradient(td_train_result *res, const td_param_table *t, int 
 }
 
 /* A skipped step (dynamic loss scaling) that ends the run: stop_msg says why. */
-static void stop_on_scale(td_train_result *res, const td_loss_scaler *s, int why, int step,
+static void stop_on_scale(td_run_result *res, const td_loss_scaler *s, int why, int step,
                           const char *where) {
     res->stop_step = step;
     if (why == TD_LOSS_SCALE_BELOW_ONE)
@@ -42,7 +42,7 @@ static void stop_on_scale(td_train_result *res, const td_loss_scaler *s, int why
  * row: small integers, exact in float). Returns the mean token loss. */
 static float reduce_step(td_run *r, double loss_sum, int *bad_step, int *bad_row, int *any_bad) {
     const td_grid *g = &r->g;
-    double tokens = (double)r->o->batch * r->o->seq;
+    double tokens = (double)r->spec->schedule.batch * r->spec->model.cfg.T;
     int known = (*bad_row = td_dp_nonfinite(r->dp, bad_step)) >= 0;
     float red[4] = {(float)loss_sum, (float)known, known ? (float)*bad_step : 0.0f,
                     known ? (float)*bad_row : 0.0f};
@@ -50,8 +50,9 @@ static float reduce_step(td_run *r, double loss_sum, int *bad_step, int *bad_row
     if (r->loss_group) td_allreduce(r->loss_group, red, 4, TD_F32, TD_SUM); /* the last stage's loss */
     *any_bad = red[1] > 0;
     if (*any_bad) *bad_step = (int)(red[2] / red[1]), *bad_row = (int)(red[3] / red[1]);
-    return td_grid_grad_ranks(g) > 1 || r->loss_group ? red[0] / ((float)r->o->batch * r->o->seq)
-                                                    : (float)(loss_sum / tokens);
+    return td_grid_grad_ranks(g) > 1 || r->loss_group
+               ? red[0] / ((float)r->spec->schedule.batch * r->spec->model.cfg.T)
+               : (float)(loss_sum / tokens);
 }
 
 /* Forward-backward and update of `step` (test faults: nan-grad; grad-inf
@@ -65,8 +66,10 @@ static double train_step(td_run *r, int step, float lr, double *norm) {
     td_gpt_params_changed(&r->model); /* a pull (ps) or the last step's update */
     td_tp_comm_reset(&r->tpc);
     if (r->ring) td_cp_ring_reset_stats(r->ring);
-    if (step == r->o->timing_skip && r->engine->timing_reset) r->engine->timing_reset(&r->ec);
-    if (step == r->o->timing_skip) td_gpt_gemm_stats(NULL, NULL, 1); /* GEMMs of timed steps */
+    if (step == r->spec->schedule.timing_skip && r->engine->timing_reset)
+        r->engine->timing_reset(&r->ec);
+    if (step == r->spec->schedule.timing_skip)
+        td_gpt_gemm_stats(NULL, NULL, 1); /* GEMMs of timed steps */
     int nan_f = td_fault_at(TD_FAULT_NAN_GRAD, step, g->world_rank);
     int inf_f = td_fault_at(TD_FAULT_GRAD_INF_STUCK, step, g->world_rank) ||
                 (td_fault_at(TD_FAULT_GRAD_INF, step, g->world_rank) && r->scaler.consecutive == 0);
@@ -74,7 +77,8 @@ static double train_step(td_run *r, int step, float lr, double *norm) {
     TD_ASSERT(!(nan_f || inf_f) || frow);
     /* loss scaling: dloss scaled here, the gradients unscaled in the step pipeline */
     td_dp_set_loss_scale(dp, r->scaler.scale);
-    float dloss = 1.0f / ((float)r->o->batch * r->o->seq) * r->scaler.scale; /* global mean over all tokens */
+    float dloss = 1.0f / ((float)r->spec->schedule.batch * r->spec->model.cfg.T) *
+                  r->scaler.scale; /* global mean over all tokens */
     td_grad_watch_begin(&r->watch, frow != NULL);
     r->watch.fault_value = nan_f ? NAN : INFINITY;
     td_run_moe_begin(r);
@@ -102,7 +106,7 @@ static double train_step(td_run *r, int step, float lr, double *norm) {
  * step again: neither the step count, the lr schedule nor AdamW's t
  * advance. */
 static td_run_status skip_step(td_run *r, int step, int bad_row) {
-    td_train_result *res = r->res;
+    td_run_result *res = r->res;
     td_loss_scaler *s = &r->scaler;
     float before = s->scale;
     int why = td_loss_scaler_update(s, 1);
@@ -119,29 +123,30 @@ static td_run_status skip_step(td_run *r, int step, int bad_row) {
     return TD_RUN_STOP;
 }
 
-/* trident verify's step_state (train.h): the state the step starts from,
+/* trident verify's step_state (run_spec.h): the state the step starts from,
  * gathered as keep_state does, before the step's first communication. */
 static void step_state(td_run *r, int step) {
-    const td_train_opts *o = r->o;
+    const td_run_hooks *h = &r->spec->hooks;
     size_t n = r->canon.numel;
-    TD_ASSERT(td_train_dp_mode(o) != TD_DP_PS);
+    TD_ASSERT(r->spec->layout.dp_mode != TD_DP_PS);
     float *s = r->g.world_rank == 0 ? td_alloc(3 * n * sizeof(float), TD_MEM_OTHER) : NULL;
     td_dp_gather_state(r->dp, &r->canon, s, s ? s + n : NULL, s ? s + 2 * n : NULL);
-    o->step_state(o->step_state_ctx, step, r->g.axis[TD_DP].rank, s, s ? s + n : NULL, s ? s + 2 * n : NULL);
+    h->step_state(h->step_state_ctx, step, r->g.axis[TD_DP].rank, s, s ? s + n : NULL, s ? s + 2 * n : NULL);
     td_free(s);
 }
 
 td_run_status td_run_step(td_run *r, int step) {
-    const td_train_opts *o = r->o;
-    td_train_result *res = r->res;
-    if (o->step_state) step_state(r, step);
+    const td_run_spec *spec = r->spec;
+    td_run_result *res = r->res;
+    if (spec->hooks.step_state) step_state(r, step);
     double t0 = td_now_ms(), norm;
-    float lr = td_lr_at(&o->optim, step);
+    float lr = td_lr_at(&spec->optim, step);
     double loss_sum = train_step(r, step, lr, &norm);
     int bad_step, bad_row, any_bad;
     float loss = reduce_step(r, loss_sum, &bad_step, &bad_row, &any_bad);
     double ms = td_now_ms() - t0;
-    if (step - r->first >= o->timing_skip || o->steps - r->first <= o->timing_skip) {
+    if (step - r->first >= spec->schedule.timing_skip ||
+        spec->schedule.steps - r->first <= spec->schedule.timing_skip) {
         r->timed_ms += ms;
         r->cp_wait_ms += res->cp_wait_ms;
     }
@@ -166,7 +171,7 @@ td_run_status td_run_step(td_run *r, int step) {
      * (the loss is global) with a checkpoint of this step */
     if (td_divergence_step(&r->div, step, loss, res->stop_msg, sizeof res->stop_msg)) {
         res->stop_step = step;
-        if (r->agreed_stops && o->out) {
+        if (r->agreed_stops && spec->output.out) {
             td_run_save(r, step + 1, 0);
             res->stop_saved = step + 1;
         }
@@ -180,17 +185,18 @@ td_run_status td_run_step(td_run *r, int step) {
 }
 
 int td_run_eval_due(const td_run *r, int step) {
-    const td_train_opts *o = r->o;
-    return o->eval_every > 0 && ((step + 1) % o->eval_every == 0 || step == o->steps - 1);
+    const td_run_spec *spec = r->spec;
+    return spec->schedule.eval_every > 0 &&
+           ((step + 1) % spec->schedule.eval_every == 0 || step == spec->schedule.steps - 1);
 }
 
 /* Mean validation loss over eval_iters global batches (every token once). */
 static double evaluate(td_run *r) {
-    const td_train_opts *o = r->o;
+    const td_run_spec *spec = r->spec;
     td_engine_ctx *c = &r->ec;
     td_dp_set_training(c->dp, 0);
     double sum = 0.0;
-    for (int it = 0; it < o->eval_iters; it++) sum += r->engine->eval_batch(c, it);
+    for (int it = 0; it < spec->schedule.eval_iters; it++) sum += r->engine->eval_batch(c, it);
     td_dp_set_training(c->dp, 1);
     float s = (float)sum; /* float sum of per-rank sums: the order is fixed */
     double total = sum;
@@ -202,7 +208,7 @@ static double evaluate(td_run *r) {
         td_allreduce(r->loss_group, &s, 1, TD_F32, TD_SUM);
         total = s;
     }
-    return total / ((double)o->eval_iters * o->batch * o->seq);
+    return total / ((double)spec->schedule.eval_iters * spec->schedule.batch * spec->model.cfg.T);
 }
 
 void td_run_eval(td_run *r, int step) {
@@ -211,14 +217,15 @@ void td_run_eval(td_run *r, int step) {
     double vl = evaluate(r);
     td_timeline_mark("eval", "eval", -1, t);
     td_report_eval(&r->rep, step, vl);
-    if (step == r->o->steps - 1) r->res->final_val_loss = vl;
+    if (step == r->spec->schedule.steps - 1) r->res->final_val_loss = vl;
 }
 
 int td_run_boundary(td_run *r, int step) {
-    const td_train_opts *o = r->o;
-    td_train_result *res = r->res;
-    int last = step == o->steps - 1, saved = 0;
-    if (o->out && o->save_every > 0 && (step + 1) % o->save_every == 0 && !last) {
+    const td_run_spec *spec = r->spec;
+    td_run_result *res = r->res;
+    int last = step == spec->schedule.steps - 1, saved = 0;
+    if (spec->output.out && spec->output.save_every > 0 &&
+        (step + 1) % spec->output.save_every == 0 && !last) {
         if (!td_dp_save_begin(r->dp, step + 1)) { /* parameter servers had stopped on a non-finite update */
             int bad_step, bad_row = td_dp_nonfinite(r->dp, &bad_step);
             stop_on_gradient(res, &r->table, bad_step, bad_row, "not finite");
@@ -233,8 +240,9 @@ int td_run_boundary(td_run *r, int step) {
      * planned runs do */
     int stoppable = !last && r->agreed_stops;
     int why = stoppable ? td_stop_agreed(&r->g, td_report_log_error(&r->rep)) : 0;
-    if (why || (stoppable && o->stop_after > 0 && step + 1 == o->stop_after)) {
-        if (!saved && o->out) td_run_save(r, step + 1, 0);
+    if (why ||
+        (stoppable && spec->schedule.stop_after > 0 && step + 1 == spec->schedule.stop_after)) {
+        if (!saved && spec->output.out) td_run_save(r, step + 1, 0);
         res->stopped_after = step + 1;
         res->io_failed = (why & TD_STOP_IO) != 0;
         return 1;

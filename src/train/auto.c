@@ -27,7 +27,9 @@
 static double engine_bytes(const td_train_opts *o, const td_gpt_config *cfg, const td_plan_layout *l) {
     td_train_opts x = *o;
     td_auto_apply(&x, l);
-    td_dp_config dcfg = td_train_dp_config(&x, TD_DP_ALLREDUCE);
+    td_run_spec spec;
+    td_train_spec(&x, &spec);
+    td_dp_config dcfg = td_run_dp_config(&spec, TD_DP_ALLREDUCE);
     int Bm = x.batch / (x.dp * x.grad_accum);
     td_schedule sched;
     td_pp_split split;
@@ -46,7 +48,7 @@ static double engine_bytes(const td_train_opts *o, const td_gpt_config *cfg, con
         if (x.pp > 1) td_pp_held_units(&split, cfg->L, td_gpt_tied(cfg), st, held);
         td_param_table t;
         td_rank_shape rs = {&dcfg, &lay, 0, st, x.pp > 1 ? held : NULL, x.pp > 1 ? &split : NULL, &sched, Bm, 0};
-        td_mem_plan p = td_train_mem_plan(&x, cfg, &rs, &t);
+        td_mem_plan p = td_run_mem_plan(&spec, cfg, &rs, &t);
         double sum = 0;
         for (int c = 0; c < TD_MEM_NCAT; c++) sum += (double)p.bytes[c];
         if (sum > worst) worst = sum;

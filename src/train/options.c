@@ -84,7 +84,8 @@ int td_train_flag_table(td_train_opts *o, td_flag *out, int cap) {
         {"--batch", TD_FLAG_INT, &o->batch, "global batch in sequences per step (12)", POS},
         {"--grad-accum", TD_FLAG_INT, &o->grad_accum, "micro-batches per step per replica (1); the pipeline's micro-batches", POS},
         {"--micro-batches", TD_FLAG_INT, &o->grad_accum, "the same as --grad-accum: micro-batches per step per replica, which a pipeline schedule runs in flight", POS},
-        {"--steps", TD_FLAG_INT, &o->steps, "optimizer steps (2000)", POS},
+        {"--steps", TD_FLAG_INT, &o->steps, "the step to stop at: optimizer steps counted from step 0 (2000; a resume continues to the checkpoint's)", POS},
+        {"--schedule-steps", TD_FLAG_INT, &o->schedule_steps, "the learning rate schedule's horizon: warm-up, then cosine decay to --min-lr at step N, which --steps may pass or stop short of (0 = --steps; a resume keeps the checkpoint's)", NONNEG},
         {"--lr", TD_FLAG_FLOAT, &o->optim.lr, "peak learning rate (1e-3)", "(0, inf)"},
         {"--min-lr", TD_FLAG_FLOAT, &o->optim.min_lr, "final learning rate of the cosine decay, <= lr (1e-4)", "[0, inf)"},
         {"--warmup", TD_FLAG_INT, &o->optim.warmup, "linear warm-up steps (100)", NONNEG},
@@ -195,29 +196,22 @@ void td_train_opts_parse(td_train_opts *o, int argc, char **argv) {
     o->print_config = info.print_config;
 }
 
-static void moe_config(const td_train_opts *o, td_moe_config *e) {
-    *e = o->moe;
-    const char *r = o->moe_router, *n = o->moe_norm_topk;
-    TD_CHECK(!r || strcmp(r, "softmax") == 0 || strcmp(r, "sigmoid") == 0, "--moe-router %s: valid: softmax, sigmoid", r);
-    e->router = r && strcmp(r, "sigmoid") == 0 ? TD_ROUTER_SIGMOID : TD_ROUTER_SOFTMAX;
-    TD_CHECK(!n || strcmp(n, "on") == 0 || strcmp(n, "off") == 0, "--moe-norm-topk %s: valid: on, off", n);
-    e->norm_topk = !n ? TD_TIE_DEFAULT : strcmp(n, "on") == 0 ? TD_TIE_ON : TD_TIE_OFF;
-    if (e->E == 0) e->aux_coef = 0.0f; /* the default coefficient of a dense model */
+void td_train_model_config(const td_train_opts *o, int V, td_gpt_config *cfg) {
+    td_train_model_fields(o, cfg);
+    cfg->V = V;
+    td_gpt_config_finish(cfg);
 }
 
-void td_train_model_config(const td_train_opts *o, int V, td_gpt_config *cfg) {
-    *cfg = (td_gpt_config){.L = o->layers, .H = o->heads, .C = o->embd, .T = o->seq, .V = V};
-    int arch = td_arch_parse(o->arch);
-    TD_CHECK(arch >= 0, "--arch %s: unknown model family; valid: gpt2, llama", o->arch);
-    cfg->arch = (td_arch)arch;
+void td_train_model_fields(const td_train_opts *o, td_gpt_config *cfg) {
+    *cfg = (td_gpt_config){.L = o->layers, .H = o->heads, .C = o->embd, .T = o->seq};
+    cfg->arch = o->ch.arch; /* the choices, parsed once (td_train_opts_choices) */
     cfg->KV = o->kv_heads, cfg->F = o->ffn_hidden;
     cfg->norm_eps = o->norm_eps, cfg->rope_theta = o->rope_theta;
     cfg->rope_scaling = o->rope_scaling;
-    const char *tie = o->tie_embeddings;
-    TD_CHECK(!tie || strcmp(tie, "on") == 0 || strcmp(tie, "off") == 0, "--tie-embeddings %s: valid: on, off", tie);
-    cfg->tie = !tie ? TD_TIE_DEFAULT : strcmp(tie, "on") == 0 ? TD_TIE_ON : TD_TIE_OFF;
-    moe_config(o, &cfg->moe);
-    td_gpt_config_finish(cfg);
+    cfg->tie = o->ch.tie;
+    cfg->moe = o->moe;
+    cfg->moe.router = o->ch.moe_router, cfg->moe.norm_topk = o->ch.moe_norm_topk;
+    if (cfg->moe.E == 0) cfg->moe.aux_coef = 0.0f; /* the default coefficient of a dense model */
 }
 
 void td_train_opts_set_model(td_train_opts *o, const td_gpt_config *cfg) {
@@ -263,13 +257,30 @@ void td_train_opts_check(td_train_opts *o) {
     td_compat_cfg c;
     td_train_compat_cfg(o, &c);
     td_compat_check(&c, TD_COMPAT_AT_OPTIONS);
-    o->optim.max_steps = o->steps;
+    o->optim.max_steps = o->schedule_steps > 0 ? o->schedule_steps : o->steps;
 }
 
 /* The strings td_train_opts_choices parses, in the order of ch.from. */
-static void choice_strings(const td_train_opts *o, const char *s[8]) {
+static void choice_strings(const td_train_opts *o, const char *s[TD_TRAIN_CHOICES]) {
     s[0] = o->precision, s[1] = o->recompute, s[2] = o->schedule, s[3] = o->pp_partition;
     s[4] = o->dp_mode, s[5] = o->grad_reduce_dtype, s[6] = o->grad_compress, s[7] = o->loss_scale;
+    s[8] = o->arch, s[9] = o->tie_embeddings, s[10] = o->moe_router, s[11] = o->moe_norm_topk;
+}
+
+/* The model family's choices: --arch, --tie-embeddings, --moe-router,
+ * --moe-norm-topk (NULL: the family's default, the router's softmax, on
+ * for top-k >= 2). */
+static void model_choices(const td_train_opts *o, td_train_choices *c) {
+    int arch = td_arch_parse(o->arch ? o->arch : "gpt2");
+    TD_CHECK(arch >= 0, "--arch %s: unknown model family; valid: gpt2, llama", o->arch);
+    c->arch = (td_arch)arch;
+    const char *tie = o->tie_embeddings, *r = o->moe_router, *n = o->moe_norm_topk;
+    TD_CHECK(!tie || strcmp(tie, "on") == 0 || strcmp(tie, "off") == 0, "--tie-embeddings %s: valid: on, off", tie);
+    c->tie = !tie ? TD_TIE_DEFAULT : strcmp(tie, "on") == 0 ? TD_TIE_ON : TD_TIE_OFF;
+    TD_CHECK(!r || strcmp(r, "softmax") == 0 || strcmp(r, "sigmoid") == 0, "--moe-router %s: valid: softmax, sigmoid", r);
+    c->moe_router = r && strcmp(r, "sigmoid") == 0 ? TD_ROUTER_SIGMOID : TD_ROUTER_SOFTMAX;
+    TD_CHECK(!n || strcmp(n, "on") == 0 || strcmp(n, "off") == 0, "--moe-norm-topk %s: valid: on, off", n);
+    c->moe_norm_topk = !n ? TD_TIE_DEFAULT : strcmp(n, "on") == 0 ? TD_TIE_ON : TD_TIE_OFF;
 }
 
 void td_train_opts_choices(td_train_opts *o) {
@@ -297,6 +308,7 @@ void td_train_opts_choices(td_train_opts *o) {
     c->loss_scale_static = 1.0f;
     c->loss_scale =
         td_loss_scale_parse(o->loss_scale ? o->loss_scale : "auto", o->fp16, &c->loss_scale_static);
+    model_choices(o, c);
     choice_strings(o, c->from);
 }
 
@@ -331,7 +343,7 @@ void td_train_compat_cfg(const td_train_opts *o, td_compat_cfg *c) {
 }
 
 int td_train_choices_current(const td_train_opts *o) {
-    const char *s[8];
+    const char *s[TD_TRAIN_CHOICES];
     choice_strings(o, s);
     return memcmp(s, o->ch.from, sizeof s) == 0;
 }

@@ -1,9 +1,14 @@
 /* --resume supplies the model flags: a checkpoint records its model config,
  * tokenizer and seed (and, since run_config, every flag), so a resume
  * needs none of them and a contradicting one is refused before any work. */
+#include <errno.h>
 #include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "run_config.h"
 #include "trident/base.h"
@@ -68,6 +73,158 @@ static void resume_family(td_train_opts *o, const td_flag *flags, int n, const t
         o->tie_embeddings = td_gpt_tied(&saved) ? "on" : "off";
 }
 
+/* The lines a resume prints at the run's start (after its config line, so
+ * that a refusal before it stays one line): where it saves, each change. */
+static char g_notes[4096];
+
+static void note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void note(const char *fmt, ...) {
+    size_t n = strlen(g_notes);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g_notes + n, sizeof g_notes - n, fmt, ap);
+    va_end(ap);
+}
+
+/* ---- what a resume continues: its training settings and its output ---- */
+
+static const td_flag *flag_named(const td_flag *flags, int n, const char *key) {
+    for (int i = 0; i < n; i++)
+        if (strcmp(flags[i].name + 2, key) == 0) return &flags[i];
+    return NULL;
+}
+
+/* v as a value of f's type into *out (f's own storage type); 0: v does not
+ * fit (another type: a hand-edited manifest), so the flag keeps its value */
+static int jv_value(const td_flag *f, const td_jv *v, void *out) {
+    if (!v) return 0;
+    if (f->type == TD_FLAG_STR) {
+        if (v->type != TD_JV_STR) return 0;
+        *(const char **)out = v->str;
+        return 1;
+    }
+    if (v->type != TD_JV_NUM) return 0;
+    if (f->type == TD_FLAG_INT) {
+        if (v->num != (double)(int)v->num) return 0;
+        *(int *)out = (int)v->num;
+    } else if (f->type == TD_FLAG_FLOAT) {
+        *(float *)out = (float)v->num;
+    } else {
+        return 0; /* no other type is continued */
+    }
+    return 1;
+}
+
+/* the value at p (of f's type) as text */
+static const char *value_text(const td_flag *f, const void *p, char *buf, size_t cap) {
+    if (f->type == TD_FLAG_STR) snprintf(buf, cap, "%s", *(const char *const *)p ? *(const char *const *)p : "(none)");
+    else if (f->type == TD_FLAG_INT) snprintf(buf, cap, "%d", *(const int *)p);
+    else snprintf(buf, cap, "%g", (double)*(const float *)p);
+    return buf;
+}
+
+static int same_value(const td_flag *f, const void *a, const void *b) {
+    if (f->type == TD_FLAG_STR) {
+        const char *x = *(const char *const *)a, *y = *(const char *const *)b;
+        return x && y ? strcmp(x, y) == 0 : x == y;
+    }
+    if (f->type == TD_FLAG_INT) return *(const int *)a == *(const int *)b;
+    return *(const float *)a == *(const float *)b;
+}
+
+/* The training settings a resume continues: precision, batch, micro-batches,
+ * the schedule and the optimizer, and the output's cadence. Each flag not
+ * given takes the checkpoint's value (its run_config's); a given one that
+ * differs is one line, so a change is never silent. --steps is the step to
+ * stop at; the schedule's horizon (--schedule-steps) stays the checkpoint's
+ * unless given, so a longer run does not re-stretch the decay. A manifest
+ * without run_config gives none of them (the defaults, as before it). */
+static void resume_training(td_train_opts *o, const td_flag *flags, int n, const td_flags_info *info,
+                            const td_jv *rc) {
+    if (!rc) return;
+    static const char *const continued[] = {"precision", "loss-scale", "batch", "grad-accum",   "steps",
+                                            "lr",        "min-lr",     "warmup", "weight-decay", "beta1",
+                                            "beta2",     "eps",        "clip",   "eval-every",   "eval-iters",
+                                            "save-every", "keep"};
+    char a[128], b[128];
+    for (size_t i = 0; i < sizeof continued / sizeof continued[0]; i++) {
+        const td_flag *f = flag_named(flags, n, continued[i]);
+        TD_ASSERT(f);
+        /* the output's cadence belongs to the directory saved into */
+        int output = strcmp(continued[i], "save-every") == 0 || strcmp(continued[i], "keep") == 0;
+        if (output && !o->out) continue;
+        union {
+            int i;
+            float f;
+            const char *s;
+        } saved;
+        if (!jv_value(f, td_json_get(rc, continued[i]), &saved)) continue;
+        if (td_flags_from(flags, n, info, f->ptr) == TD_FROM_DEFAULT) {
+            if (f->type == TD_FLAG_STR) *(const char **)f->ptr = td_flags_strdup(saved.s);
+            else if (f->type == TD_FLAG_INT) *(int *)f->ptr = saved.i;
+            else *(float *)f->ptr = saved.f;
+        } else if (!same_value(f, f->ptr, &saved)) {
+            note("resume: %s %s instead of the checkpoint's %s%s\n", f->name, value_text(f, f->ptr, a, sizeof a),
+                   value_text(f, &saved, b, sizeof b),
+                   strcmp(continued[i], "steps") == 0 ? " (the step to stop at; the schedule's horizon is "
+                                                       "--schedule-steps)" : "");
+        }
+    }
+    /* the horizon: the checkpoint's --schedule-steps, or, before that flag,
+     * its --steps (the horizon then) */
+    const td_flag *sf = flag_named(flags, n, "schedule-steps"), *stf = flag_named(flags, n, "steps");
+    union {
+        int i;
+        const char *s;
+    } saved = {0};
+    if (!jv_value(sf, td_json_get(rc, "schedule-steps"), &saved) || saved.i <= 0)
+        if (!jv_value(stf, td_json_get(rc, "steps"), &saved)) return;
+    int horizon = saved.i;
+    if (td_flags_from(flags, n, info, &o->schedule_steps) == TD_FROM_DEFAULT) o->schedule_steps = horizon;
+    else if (o->schedule_steps != horizon)
+        note("resume: --schedule-steps %d instead of the checkpoint's %d: the learning rate schedule's horizon "
+               "moves\n", o->schedule_steps, horizon);
+}
+
+/* Where a resume saves: --out if given; else the trident output directory
+ * it resumed from (the step directory's parent, which has latest), so that
+ * a resume never trains and drops its work. A checkpoint that is not in
+ * such a directory (an import, a copied step directory, a manifest without
+ * run_config) or one that cannot be written needs --out: the run is
+ * refused before any work (td_preflight, after the checkpoint's own checks,
+ * which name a damaged checkpoint first). */
+static void resume_out(td_train_opts *o, const td_manifest *m, const char *dir) {
+    if (o->out) return;
+    char parent[PATH_MAX], link[PATH_MAX + 16], real_parent[PATH_MAX], real_step[PATH_MAX], why[PATH_MAX + 512];
+    snprintf(parent, sizeof parent, "%s", dir);
+    size_t len = strlen(parent);
+    while (len > 1 && parent[len - 1] == '/') parent[--len] = 0;
+    char *slash = strrchr(parent, '/');
+    if (!slash) snprintf(parent, sizeof parent, ".");
+    else if (slash == parent) parent[1] = 0;
+    else *slash = 0;
+    snprintf(link, sizeof link, "%s/latest", parent);
+    struct stat st;
+    const char *rs = realpath(dir, real_step), *rp = realpath(parent, real_parent);
+    const char *base = rs ? strrchr(real_step, '/') + 1 : "";
+    why[0] = 0;
+    if (!m->run_config)
+        snprintf(why, sizeof why, "it was not saved by 'trident train' (an import, or a checkpoint from before "
+                 "run_config: its manifest has no run_config)");
+    else if (!rs || !rp || strncmp(base, "step-", 5) != 0 || lstat(link, &st) != 0 || !S_ISLNK(st.st_mode))
+        snprintf(why, sizeof why, "it is not a step directory of a 'trident train --out' directory (no %s link)", link);
+    else if (access(parent, W_OK) != 0)
+        snprintf(why, sizeof why, "%s, the directory it was saved in, cannot be written (%s)", parent, strerror(errno));
+    if (why[0]) {
+        char msg[sizeof why + PATH_MAX + 128];
+        snprintf(msg, sizeof msg, "--resume %s: %s; give --out DIR to save the resumed run", dir, why);
+        o->resume_needs_out = td_flags_strdup(msg);
+        return;
+    }
+    o->out = td_flags_strdup(parent);
+    note("resume: saving into %s, the directory resumed from (--out DIR saves elsewhere)\n", o->out);
+}
+
 void td_train_resume_defaults(td_train_opts *o, const td_flag *flags, int n, const td_flags_info *info) {
     if (!o->resume) return;
     int latest = strcmp(o->resume, "latest") == 0;
@@ -113,19 +270,22 @@ void td_train_resume_defaults(td_train_opts *o, const td_flag *flags, int n, con
              "--resume %s: --seed %llu%s contradicts the checkpoint's --seed %llu (the data order depends on it); "
              "leave it out or give %llu", dir, o->seed, origin(info, from, where, sizeof where),
              (unsigned long long)m.seed, (unsigned long long)m.seed);
-    /* the data: only run_config records it (a path as it was given; files
-     * may have moved, so a different --data is no contradiction) */
+    /* the data, the training settings and the output: only run_config
+     * records them */
     td_jv *rc = NULL;
     td_err e;
-    if (m.run_config && !o->data && td_flags_from(flags, n, info, &o->data) == TD_FROM_DEFAULT) {
+    if (m.run_config) {
         TD_CHECK(td_json_parse(m.run_config, strlen(m.run_config), &rc, &e) == 0, "%s/manifest.json: run_config: %s",
                  dir, e.msg);
         const td_jv *d = td_json_get(rc, "data");
-        if (d && d->type == TD_JV_STR) {
+        if (!o->data && td_flags_from(flags, n, info, &o->data) == TD_FROM_DEFAULT && d && d->type == TD_JV_STR)
             o->data = td_flags_strdup(d->str); /* a flag value: lives until exit */
-        }
-        td_json_free(rc);
     }
+    g_notes[0] = 0;
+    resume_out(o, &m, dir);
+    resume_training(o, flags, n, info, rc);
+    td_json_free(rc);
+    o->resume_notes = g_notes[0] ? td_flags_strdup(g_notes) : NULL;
     td_manifest_free(&m);
 }
 

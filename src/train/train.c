@@ -1,43 +1,19 @@
-/* `trident train`: the command and its loop over the run object
- * (src/run/run.h). Every layout runs this same loop; the layout chose the
- * engine and the strategy once, when the run opened. */
+/* `trident train`: the command. Its options become the run's spec
+ * (spec.c), which src/run trains (td_run_train). */
 #include <stdio.h>
 #include <string.h>
 
-#include "../run/run.h"
 #include "auto.h"
 #include "trident/base.h"
 #include "trident/train.h"
 
 void td_train_run(const td_train_opts *o, td_train_result *res, int keep_state) {
-    td_run r;
-    if (!td_run_open(&r, o, res)) return; /* a stop signal while the data loaded */
-    if (r.g.is_server) {
-        td_dp_serve(r.dp, o->steps);
-    } else if (td_run_start(&r)) {
-        for (int step = r.first; step < o->steps; step++) {
-            td_run_status st = td_run_step(&r, step);
-            if (st == TD_RUN_RETRY) { /* the loop's step++ brings the same step back */
-                step--;
-                continue;
-            }
-            if (st == TD_RUN_STOP) break;
-            if (td_run_eval_due(&r, step)) td_run_eval(&r, step);
-            if (td_run_boundary(&r, step)) break;
-        }
-    }
-    td_run_close(&r, keep_state);
+    td_run_spec spec;
+    td_train_spec(o, &spec);
+    td_run_train(&spec, res, keep_state);
 }
 
-void td_train_result_free(td_train_result *r) {
-    td_free(r->losses);
-    td_free(r->grad_norms);
-    td_free(r->final_params);
-    td_free(r->final_m);
-    td_free(r->final_v);
-    td_free(r->moe_load);
-    memset(r, 0, sizeof *r);
-}
+void td_train_result_free(td_train_result *r) { td_run_result_free(r); }
 
 int td_train_main(int argc, char **argv) {
     td_train_opts o;

@@ -64,7 +64,7 @@ refused() {
   for what in check resume sample export; do
     case $what in
       check)  out=$(timeout 60 "$T" ckpt check "$d" 2>&1 </dev/null) ;;
-      resume) out=$(timeout 60 "$T" train "${M[@]}" --steps 6 --resume "$d" 2>&1 </dev/null) ;;
+      resume) out=$(timeout 60 "$T" train "${M[@]}" --steps 6 --resume "$d" --out "$tmp/o-$name-$RANDOM" 2>&1 </dev/null) ;;
       sample) out=$(timeout 60 "$T" sample --ckpt "$d" --tokens 4 2>&1 </dev/null) ;;
       export) out=$(timeout 60 "$T" export --ckpt "$d" --format llmc --out "$tmp/x-$name-$RANDOM.bin" 2>&1 </dev/null) ;;
     esac

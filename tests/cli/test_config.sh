@@ -156,6 +156,53 @@ refused contra-tok   "--tokenizer byte contradicts the checkpoint's tokenizer ch
 refused contra-seed  "--seed 7 contradicts the checkpoint's --seed 1337" "$T" train "${B[@]}" --resume "$C3" --seed 7
 refused contra-vocab "it has --vocab 59, this run 99" "$T" train "${B[@]}" --resume "$C3" --vocab 99
 
+# --- a resume continues what was trained, and saves it --------------------
+# precision, batch, micro-batches and the schedule (its horizon too) come
+# from the checkpoint: 3 steps + a resume with only --steps 8 (no --out)
+# trains steps 3-5 bitwise as the uninterrupted bf16 run, then at min-lr,
+# and saves into the directory it resumed from; a given change is one line
+# each; an import needs --out; micro-batches another dp cannot split are
+# refused with the nearest that fit; a run without --out says so at start
+CN=(--data "$D" "${M[@]}" --batch 4 --grad-accum 4 --precision bf16 --lr 1e-2 --warmup 2 --steps 6 --eval-every 0 --threads 1)
+ok cont-full "$T" train "${CN[@]}" --out "$tmp/cf" --log "$tmp/cf.log"
+ok cont-stop "$T" train "${CN[@]}" --out "$tmp/c" --stop-after 3
+ok cont "$T" train --resume "$tmp/c" --steps 8 --threads 1 --log "$tmp/cont.log"
+$PY - "$tmp/cf.log" "$tmp/cont.log" "$tmp/cont.out" "$(readlink "$tmp/c/latest")" <<'PYEOF' || fails=$((fails+1))
+import json, sys
+def steps(f): return {j["step"]: j for j in map(json.loads, open(f)) if "loss" in j}
+full, cont = steps(sys.argv[1]), steps(sys.argv[2])
+notes = [l.strip() for l in open(sys.argv[3]) if l.startswith("resume: ") and " (step 3, " not in l]
+bad = []
+if sorted(cont) != list(range(3, 8)): bad.append("the resume ran steps %s, not 3-7" % sorted(cont))
+elif any(cont[s]["loss"] != full[s]["loss"] for s in (3, 4, 5)):
+    bad.append("losses of steps 3-5 %s, the uninterrupted run's %s" % ([cont[s]["loss"] for s in (3, 4, 5)], [full[s]["loss"] for s in (3, 4, 5)]))
+elif any(abs(cont[s]["lr"] - 1e-4) > 1e-9 for s in (6, 7)): bad.append("lr after the horizon %s, not --min-lr" % [cont[s]["lr"] for s in (6, 7)])
+if sys.argv[4] != "step-00000008": bad.append("latest of the directory resumed from is %r" % sys.argv[4])
+if len(notes) != 2 or not notes[0].startswith("resume: saving into ") or "--steps 8 instead of the checkpoint's 6" not in notes[1]:
+    bad.append("start lines %s" % notes)
+print(("FAIL resume-continues: " + "; ".join(bad)) if bad else
+      "ok   resume-continues: bf16, batch 4 x 4 micro-batches and the horizon 6 from the checkpoint (steps 3-5 bitwise), "
+      "saved into its directory; lines: %s" % notes)
+sys.exit(1 if bad else 0)
+PYEOF
+ok cont-change "$T" train --resume "$tmp/c/step-00000003" --out "$tmp/c2" --steps 4 --precision fp32 --batch 8 \
+  --grad-accum 1 --schedule-steps 10 --threads 1 &&
+  n=$(grep -c "^resume: --.* instead of the checkpoint's" "$tmp/cont-change.out") &&
+  [ "$n" = 5 ] && ! grep -q "saving into" "$tmp/cont-change.out" && [ "$(readlink "$tmp/c2/latest")" = step-00000004 ] &&
+  echo "ok   resume-changes: 5 changes, 5 lines; saved into --out" || fail "resume-changes: $n change lines: $(grep '^resume' "$tmp/cont-change.out")"
+"$T" export --ckpt "$tmp/cf" --format llmc --out "$tmp/cf.llmc" >/dev/null 2>&1 &&
+  "$T" import --format llmc --in "$tmp/cf.llmc" --out "$tmp/imp" --tokenizer char --data "$D" >/dev/null 2>&1 ||
+  fail "export / import of cf"
+refused cont-import "--resume .*/imp/step-00000000: it was not saved by 'trident train' .*; give --out DIR to save the resumed run" \
+  "$T" train --resume "$tmp/imp" --data "$D" --steps 2 --batch 4 --threads 1
+[ ! -e "$tmp/imp/step-00000002" ] || fail "cont-import: the refused resume saved into the import"
+out=$(timeout 60 $MPIRUN -np 2 "$T" train --resume "$tmp/c" --out "$tmp/c3" --dp 2 --threads 1 2>&1 </dev/null)
+[ $? -ne 0 ] && grep -q "error: --batch 4 does not split over 2 data-parallel replicas x 4 micro-batches; use --micro-batches 2 (the nearest" <<<"$out" &&
+  echo "ok   resume-micro-batches: the checkpoint's 4 micro-batches under dp 2 refused, naming 2" ||
+  fail "resume-micro-batches: $(grep -m1 error <<<"$out")"
+grep -q "^note: no --out: this run saves no checkpoint" "$tmp/from-config.out" && ! grep -q "^note: no --out" "$tmp/cont.out" &&
+  echo "ok   no-out: a run without --out says it saves nothing" || fail "no-out: no note in a run without --out"
+
 # --- under mpirun: --help and --print-config print once, and every rank
 # ends cleanly (no mpirun note of a rank exiting without MPI_Finalize) ---
 once() {

@@ -87,10 +87,15 @@ reshard hs4z3-to-dp2z1 srchs 2 --dp 2 --zero 1
 reshard hs4z3-to-1     srchs 1
 reshard 1-to-hs4z1     src1  4 --dp 4 --dp-shard 2 --zero 1
 # precision: a bf16 run's fp32 master weights continue in fp32 under two
-# layouts (they agree as fp32 runs do), and fp32 state continues in bf16
-tr bf-to-1 1 --resume "$tmp/srcbf/step-00000004" --out "$tmp/o-bf1" --log "$tmp/bf-to-1.log" &&
-  tr bf-to-tp2 2 --tp 2 --resume "$tmp/srcbf/step-00000004" --out "$tmp/o-bftp" --log "$tmp/bf-to-tp2.log" &&
+# layouts (they agree as fp32 runs do; --precision fp32 is the one change,
+# one line: a resume continues in the checkpoint's precision unless told),
+# and fp32 state continues in bf16
+tr bf-to-1 1 --precision fp32 --resume "$tmp/srcbf/step-00000004" --out "$tmp/o-bf1" --log "$tmp/bf-to-1.log" &&
+  tr bf-to-tp2 2 --tp 2 --precision fp32 --resume "$tmp/srcbf/step-00000004" --out "$tmp/o-bftp" --log "$tmp/bf-to-tp2.log" &&
   cmp_losses "reshard-bf16-to-fp32-tp2-vs-1" "$tmp/bf-to-1.log" "$tmp/bf-to-tp2.log" 1e-5
+[ "$(grep -c "^resume: --" "$tmp/bf-to-1.out")" = 1 ] &&
+  grep -q "^resume: --precision fp32 instead of the checkpoint's bf16$" "$tmp/bf-to-1.out" ||
+  fail "bf-to-1: not one line for the change of precision: $(grep '^resume: --' "$tmp/bf-to-1.out")"
 # bf16 rounds activations and weights: its losses stay within 1e-2 of fp32's
 tr fp-to-bf 2 --dp 2 --precision bf16 --resume "$tmp/src1/step-00000004" --out "$tmp/o-fpbf" --log "$tmp/fp-to-bf.log" &&
   cmp_losses "reshard-fp32-to-bf16-dp2" "$tmp/ref.log" "$tmp/fp-to-bf.log" 1e-2
