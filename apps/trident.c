@@ -34,9 +34,9 @@ static void usage(void) {
 }
 
 int main(int argc, char **argv) {
-    /* OpenMP's threads sleep rather than spin when idle: the runtime reads
-     * the policy before main, so this may start the program again */
-    td_cpus_passive_openmp(argv);
+    /* OpenMP's idle threads spin only briefly before they sleep: the runtime
+     * reads the policy before main, so this may start the program again */
+    td_cpus_bounded_spin(argv);
     /* first of all: a stop signal from here on ends the run at an agreed
      * point (docs/checkpoint-safety.md), never kills a rank mid-start-up */
     if (argc > 1 && strcmp(argv[1], "train") == 0) td_stop_signals_install();

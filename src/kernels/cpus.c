@@ -87,10 +87,10 @@ int td_cpus_default_threads(int local_ranks) {
     return t > 0 ? t : 1;
 }
 
-void td_cpus_passive_openmp(char **argv) {
+void td_cpus_bounded_spin(char **argv) {
     if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT") || getenv("TD_OPENMP_REEXEC")) return;
-    setenv("OMP_WAIT_POLICY", "passive", 1);
+    setenv("GOMP_SPINCOUNT", TD_OPENMP_SPINCOUNT, 1);
     setenv("TD_OPENMP_REEXEC", "1", 1); /* once: never a loop if the runtime ignores it */
     execv("/proc/self/exe", argv);
-    unsetenv("OMP_WAIT_POLICY"); /* exec failed: carry on as before */
+    unsetenv("GOMP_SPINCOUNT"); /* exec failed: carry on as before */
 }

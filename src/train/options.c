@@ -99,7 +99,7 @@ int td_train_flag_table(td_train_opts *o, td_flag *out, int cap) {
         {"--eval-iters", TD_FLAG_INT, &o->eval_iters, "validation batches per eval (20)", POS},
         {"--log-every", TD_FLAG_INT, &o->log_every, "steps between step lines on stdout (10)", POS},
         {"--seed", TD_FLAG_U64, &o->seed, "seed for init and the data sampler (1337)", NULL},
-        {"--threads", TD_FLAG_INT, &o->threads, "compute threads per rank, 0 = default (cores / local ranks)", "[0, 4096]"},
+        {"--threads", TD_FLAG_INT, &o->threads, "compute threads per rank, 0 = default (usable CPUs / local ranks)", "[0, 4096]"},
         {"--dp", TD_FLAG_INT, &o->dp, "data-parallel size, 0 = default (ranks / (tp*cp*pp))", NONNEG},
         {"--tp", TD_FLAG_INT, &o->tp, "tensor-parallel size (1): Megatron layers, heads and vocabulary split over tp ranks", POS},
         {"--moe-etp", TD_FLAG_INT, &o->moe_etp, "mixture of experts: tensor-parallel ranks per expert (1: experts replicated over tp; larger is not implemented)", POS},
