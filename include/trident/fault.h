@@ -37,7 +37,12 @@
  *   TRIDENT_FAULT=slow-load:MS           every rank sleeps MS milliseconds after
  *                                        its data load and again after its
  *                                        model build (start-up made long, so a
- *                                        test can send a stop signal into it)
+ *                                        test can send a stop signal into it);
+ *                                        with TRIDENT_FAULT_RELEASE=FILE each
+ *                                        sleep also ends once FILE exists and
+ *                                        removes it, a token per sleep (one
+ *                                        process: a test holds a job at each
+ *                                        point exactly as long as it needs)
  *
  * A fault fires on a job's first attempt only: with TRIDENT_RESTART=N, N > 0
  * (scripts/launch.sh sets it when it restarts a job) none fires, so a
@@ -72,8 +77,9 @@ int td_fault_at(td_fault_kind kind, int step, int rank);
 /* kill / stop: when one is due at `step` on world rank `rank`, says so on
  * stderr and sends the signal to this process (a stop returns after SIGCONT). */
 void td_fault_signal_at(int step, int rank);
-/* slow-load: sleeps its milliseconds (returns early when a signal arrives);
- * without that fault returns at once. */
+/* slow-load: sleeps its milliseconds (returns early when a signal arrives,
+ * or when TRIDENT_FAULT_RELEASE names a file that exists: it is removed); without that
+ * fault returns at once. */
 void td_fault_slow_load(void);
 
 #endif

@@ -31,8 +31,13 @@ wait_lock() {
 }
 
 # --- a second job while the first holds the lock ------------------------------
-TRIDENT_FAULT=slow-load:700 timeout 60 "$T" train "${A[@]}" --steps 4 --out "$tmp/o" >"$tmp/first.log" 2>&1 &
+# the first job waits at its two start-up points (after the data, before
+# the lock; after the model, lock held) until the test hands it a token
+# (release): held until the second job has been refused (a fixed sleep raced
+# the second job's start on a loaded machine)
+TRIDENT_FAULT=slow-load:50000 TRIDENT_FAULT_RELEASE="$tmp/release" timeout 60 "$T" train "${A[@]}" --steps 4 --out "$tmp/o" >"$tmp/first.log" 2>&1 &
 first=$!
+touch "$tmp/release"
 wait_lock "$tmp/o" $first || fail "holder: no lock record appeared in $tmp/o/.trident-lock"
 holder=$(sed -n 's/^pid //p' "$tmp/o/.trident-lock")
 job=$(sed -n 's/^job //p' "$tmp/o/.trident-lock")
@@ -42,6 +47,7 @@ want="error: --out $tmp/o is in use by another job \(host $host, pid $holder, jo
 if [ $rc -ne 2 ] || [ "$(wc -l <<<"$err")" -ne 1 ] || ! grep -qE "$want" <<<"$err"; then
   fail "second job: exit $rc (want 2), one line naming the holder: $err"
 else echo "ok   second job refused: $err"; fi
+touch "$tmp/release"
 wait $first || fail "holder: exit $? ($(tail -2 "$tmp/first.log"))"
 [ "$(readlink "$tmp/o/latest")" = step-00000004 ] || fail "holder: latest -> $(readlink "$tmp/o/latest")"
 [ -s "$tmp/o/.trident-lock" ] && fail "holder: its record is still in the lock file after a clean end"
