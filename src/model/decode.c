@@ -149,30 +149,10 @@ static void moe_rows(td_decode *d, int l, float *out, int n) {
         const float *x = d->ln + (size_t)r * C;
         float *o = out + (size_t)r * C, *lg = d->moe_lg, *sc = d->moe_sc;
         td_matmul_forward(lg, x, rw, NULL, 1, C, E);
-        if (e->router == TD_ROUTER_SOFTMAX) {
-            float mx = lg[0];
-            for (int i = 1; i < E; i++) mx = lg[i] > mx ? lg[i] : mx;
-            double sum = 0.0;
-            for (int i = 0; i < E; i++) sum += (sc[i] = expf(lg[i] - mx));
-            for (int i = 0; i < E; i++) sc[i] = (float)(sc[i] / sum);
-        } else {
-            for (int i = 0; i < E; i++) sc[i] = 1.0f / (1.0f + expf(-lg[i]));
-        }
         int idx[64];
         float g[64];
         TD_ASSERT(K <= 64);
-        for (int k = 0; k < K; k++) { /* top K of score + bias, ties to the lower id */
-            int best = -1;
-            float bv = 0.0f;
-            for (int i = 0; i < E; i++) {
-                int taken = 0;
-                for (int j = 0; j < k; j++) taken |= idx[j] == i;
-                float v = sc[i] + (bias ? bias[i] : 0.0f);
-                if (!taken && (best < 0 || v > bv)) best = i, bv = v;
-            }
-            idx[k] = best;
-            g[k] = sc[best];
-        }
+        td_moe_route_token(e->router, E, K, lg, bias, sc, idx, g); /* as training routes */
         double gs = 0.0;
         for (int k = 0; k < K; k++) gs += g[k];
         if (e->shared) {

@@ -202,5 +202,11 @@ void td_moe_forward(td_gpt *m, int l, td_block_acts *ba);
 void td_moe_backward(td_gpt *m, int l, const td_block_acts *ba, const td_act *dout, float *dln);
 /* A recomputing forward: statistics and loss are not counted again. */
 void td_moe_set_quiet(td_gpt *m, int quiet);
+/* One token's router: scores sc[E] from its logits lg[E] (softmax or
+ * sigmoid, td_moe_router) and the top K of score + bias (NULL: none), ties
+ * to the lower id, into idx[K] with their scores g[K]. Training's routing
+ * and the decoder's (decode.c) share it, so sampling routes as training. */
+void td_moe_route_token(int router, int E, int K, const float *lg, const float *bias, float *sc, int *idx,
+                        float *g);
 
 #endif

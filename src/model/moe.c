@@ -192,6 +192,31 @@ void td_gpt_set_route_probe(td_moe_route_probe fn, void *ctx) {
 static td_moe_route_override g_override;
 static void *g_override_ctx;
 
+void td_moe_route_token(int router, int E, int K, const float *lg, const float *bias, float *sc, int *idx,
+                        float *g) {
+    if (router == TD_ROUTER_SOFTMAX) {
+        float mx = lg[0];
+        for (int i = 1; i < E; i++) mx = lg[i] > mx ? lg[i] : mx;
+        double sum = 0.0;
+        for (int i = 0; i < E; i++) sum += (sc[i] = expf(lg[i] - mx));
+        for (int i = 0; i < E; i++) sc[i] = (float)(sc[i] / sum);
+    } else {
+        for (int i = 0; i < E; i++) sc[i] = 1.0f / (1.0f + expf(-lg[i]));
+    }
+    for (int k = 0; k < K; k++) { /* selection by score + bias: K passes of a max */
+        int best = -1;
+        float bv = 0.0f;
+        for (int i = 0; i < E; i++) {
+            int taken = 0;
+            for (int j = 0; j < k; j++) taken |= idx[j] == i;
+            float v = sc[i] + (bias ? bias[i] : 0.0f);
+            if (!taken && (best < 0 || v > bv)) best = i, bv = v;
+        }
+        idx[k] = best;
+        g[k] = sc[best];
+    }
+}
+
 void td_gpt_set_route_override(td_moe_route_override fn, void *ctx) {
     g_override = fn;
     g_override_ctx = ctx;
@@ -206,29 +231,9 @@ static void route(td_gpt *m, int l, int u, td_moe_acts *a) {
     for (int t = 0; t < N; t++) {
         const float *lg = a->logits + (size_t)t * E;
         float *sc = a->scores + (size_t)t * E;
-        if (e->router == TD_ROUTER_SOFTMAX) {
-            float mx = lg[0];
-            for (int i = 1; i < E; i++) mx = lg[i] > mx ? lg[i] : mx;
-            double sum = 0.0;
-            for (int i = 0; i < E; i++) sum += (sc[i] = expf(lg[i] - mx));
-            for (int i = 0; i < E; i++) sc[i] = (float)(sc[i] / sum);
-        } else {
-            for (int i = 0; i < E; i++) sc[i] = 1.0f / (1.0f + expf(-lg[i]));
-        }
         int *idx = a->idx + (size_t)t * K;
         float *g = a->gate + (size_t)t * K, *w = a->wts + (size_t)t * K;
-        for (int k = 0; k < K; k++) { /* selection by score + bias: K passes of a max */
-            int best = -1;
-            float bv = 0.0f;
-            for (int i = 0; i < E; i++) {
-                int taken = 0;
-                for (int j = 0; j < k; j++) taken |= idx[j] == i;
-                float v = sc[i] + (bias ? bias[i] : 0.0f);
-                if (!taken && (best < 0 || v > bv)) best = i, bv = v;
-            }
-            idx[k] = best;
-            g[k] = sc[best];
-        }
+        td_moe_route_token(e->router, E, K, lg, bias, sc, idx, g);
         if (g_probe || g_override) { /* the margin: the last chosen's selection value over the best left out */
             float last = sc[idx[K - 1]] + (bias ? bias[idx[K - 1]] : 0.0f), next = -INFINITY;
             for (int i = 0; i < E; i++) {
