@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "trident/backend.h"
 #include "trident/compat.h"
 #include "trident/base.h"
 #include "trident/rope.h"
@@ -286,7 +287,7 @@ static void create_common(td_gpt *m, const td_param_table *t, int B, int seq_par
             m->pos[i] = i < Tc ? r * Tc + i : (2 * m->d.cp - 1 - r) * Tc + (i - Tc);
     }
     if (m->d.lp) { /* the compute copies, one per held unit */
-        m->params_lp = td_alloc(td_gpt_compute_param_bytes(t), TD_MEM_PARAMS);
+        m->params_lp = td_dev_alloc(td_gpt_compute_param_bytes(t), TD_MEM_PARAMS, "16-bit parameter copies");
         m->unit_params_lp = td_alloc(sizeof(void *) * t->n_units, TD_MEM_OTHER);
         m->lp_src = td_alloc(sizeof(float *) * t->n_units, TD_MEM_OTHER);
         m->lp_epoch = td_alloc(sizeof(unsigned) * t->n_units, TD_MEM_OTHER);
@@ -460,7 +461,7 @@ void td_gpt_destroy(td_gpt *m) {
     td_free(m->unit_params);
     td_free(m->unit_grads);
     td_free(m->pos);
-    td_free(m->params_lp);
+    td_dev_free(m->params_lp);
     td_free(m->unit_params_lp);
     td_free(m->lp_src);
     td_free(m->lp_epoch);

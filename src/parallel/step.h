@@ -90,9 +90,6 @@ typedef struct {
 td_step_result td_step_apply(const td_step_group *grp, const float *grads, const td_step_range *r,
                              int n_ranges, int step, float lr);
 
-/* The table row of the first non-finite element among the flat elements
- * [lo, lo + n) stored at x, or t->n_rows if none. */
-int td_step_first_nonfinite(const td_param_table *t, const float *x, size_t lo, size_t n);
 /* The smallest of the ranks' rows over a group (collective over it). */
 int td_step_agree_row(td_comm *group, int group_size, int row);
 
