@@ -257,12 +257,13 @@ void td_train_opts_check(td_train_opts *o) {
      * the rules table refuses (--auto with a layout, checkpoint flags
      * without --out, zb-h1 recomputing, top-k with tp or pp) */
     td_train_opts_choices(o);
+    td_device dev = td_train_device(o); /* a known device, before its rows */
     td_compat_cfg c;
     td_train_compat_cfg(o, &c);
     td_compat_check(&c, TD_COMPAT_AT_OPTIONS);
     /* the device before anything is allocated (MPI is up: the guard's
      * fault handler goes in front of MPI's) */
-    td_backend_use(td_train_device(o));
+    td_backend_use(dev);
     o->optim.max_steps = o->schedule_steps > 0 ? o->schedule_steps : o->steps;
 }
 
@@ -354,6 +355,8 @@ void td_train_compat_cfg(const td_train_opts *o, td_compat_cfg *c) {
     else if (e->E == 0 && e->shared) snprintf(moe_flag, sizeof moe_flag, "--moe-shared-experts %d", e->shared);
     c->moe_flag_text = moe_flag[0] ? moe_flag : NULL;
     c->moe_capacity = o->moe.capacity > 0.0f, c->moe_bias = o->moe.bias_rate > 0.0f;
+    c->device_name = o->device ? o->device : "cpu";
+    c->device = td_device_parse(c->device_name); /* -1 for an unknown name: refused later */
 }
 
 int td_train_choices_current(const td_train_opts *o) {
