@@ -227,11 +227,6 @@ typedef struct {
     void (*scale)(float *x, float s, size_t n);
     void (*add)(float *dst, const float *src, size_t n); /* dst += src */
     void (*adamw)(const struct td_adamw_span *spans, int n, const struct td_adamw_hyper *h);
-
-    /* optim */
-    /* The top-k update scheme's given update on each span: p = (p + g)
-     * (1 - lr wd), with m and v untouched (kernels.h's td_range_given). */
-    void (*adamw_given)(const struct td_adamw_span *spans, int n, const struct td_adamw_hyper *h);
 } td_ops;
 
 /* The run's backend's row for a precision (never NULL: every backend has

@@ -162,15 +162,12 @@ double td_sgemm_rate_gflops(int threads, int n);
  *   adamw:  torch.optim.AdamW on n elements: g multiplied by scale first;
  *           bc1 = 1 - b1^step, bc2_sqrt = sqrt(1 - b2^step) (the caller's,
  *           computed in double as torch does); decoupled decay 1 - lr wd;
- *   given:  p = (p + u) (1 - lr wd), an update computed elsewhere (top-k's
- *           update scheme) with AdamW's decay;
  *   sumsq:  sum of x^2 in double, blocks of 4096 summed in sequence (the
  *           result does not depend on the thread count);
  *   first_nonfinite: index of the first NaN or infinity, or -1;
  *   scale:  x *= s;  add: dst += src. */
 void td_range_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1,
                     float b2, float eps, float wd, float bc1, float bc2_sqrt, float scale);
-void td_range_given(float *p, const float *u, size_t n, float lr, float wd);
 double td_range_sumsq(const float *x, size_t n);
 int64_t td_range_first_nonfinite(const float *x, size_t n);
 void td_range_scale(float *x, float s, size_t n);

@@ -155,17 +155,13 @@ static void cpu_adamw(const td_adamw_span *s, int n, const td_adamw_hyper *h) {
                        s[i].wd, bc1, bc2_sqrt, h->grad_scale);
 }
 
-static void cpu_adamw_given(const td_adamw_span *s, int n, const td_adamw_hyper *h) {
-    for (int i = 0; i < n; i++) td_range_given(s[i].p, s[i].g, s[i].n, h->lr, s[i].wd);
-}
-
 /* The precision-independent entries every row shares. */
 #define COMMON_ENTRIES                                                                             \
     .emb_fwd = td_embedding_shard_forward, .emb_bwd = td_embedding_shard_backward,                \
     .pos_fwd = td_position_forward, .pos_bwd = td_position_backward, .xent_max = td_xent_max,     \
     .xent_exp_sum = td_xent_exp_sum, .xent_finish = td_xent_finish, .xent_bwd = td_xent_backward,  \
     .sumsq = cpu_sumsq, .first_nonfinite = cpu_first_nonfinite, .scale = td_range_scale,          \
-    .add = td_range_add, .adamw = cpu_adamw, .adamw_given = cpu_adamw_given
+    .add = td_range_add, .adamw = cpu_adamw
 
 #define ROW(K, ES, P)                                                                              \
     {                                                                                              \

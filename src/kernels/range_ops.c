@@ -1,5 +1,5 @@
 /* The optimizer's range operations over flat fp32 buffers (kernels.h):
- * AdamW and the top-k scheme's given update over a span, the sum of squares
+ * AdamW over a span, the sum of squares
  * in a fixed block order, the first non-finite element, scale and add. The
  * arithmetic moved here from optim/adamw.c unchanged (same bits), so that
  * a backend's row can run it on the buffers it owns. Every element is
@@ -26,12 +26,6 @@ void td_range_adamw(float *p, const float *g, float *m, float *v, size_t n, floa
         float denom = sqrtf(vi) / bc2_sqrt + eps;
         p[i] = p[i] * decay - step_size * mi / denom;
     }
-}
-
-void td_range_given(float *p, const float *u, size_t n, float lr, float wd) {
-    float decay = 1.0f - lr * wd;
-#pragma omp parallel for num_threads(td_kernels_threads()) schedule(static) if (n > 65536)
-    for (size_t i = 0; i < n; i++) p[i] = (p[i] + u[i]) * decay;
 }
 
 double td_range_sumsq(const float *x, size_t n) {

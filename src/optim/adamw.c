@@ -50,7 +50,13 @@ void td_adamw_update_on(const td_ops *ops, float *p, const float *g, float *m, f
     int n = td_adamw_spans(sp, given_2d ? sp + rows : NULL, &ng, p, g, m, v, lo, hi, t, o);
     td_adamw_hyper h = td_adamw_hyper_of(o, lr, step, grad_scale);
     if (n) ops->adamw(sp, n, &h);
-    if (ng) ops->adamw_given(sp + rows, ng, &h);
+    /* the given update (p + u) (1 - lr wd) as add, then scale: the same two
+     * roundings in the same order (x 1 when the row does not decay) */
+    for (int i = 0; i < ng; i++) {
+        const td_adamw_span *s = &sp[rows + (size_t)i];
+        ops->add(s->p, s->g, s->n);
+        ops->scale(s->p, 1.0f - lr * s->wd, s->n);
+    }
     td_free(sp);
 }
 

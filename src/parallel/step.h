@@ -66,7 +66,7 @@ typedef struct {
      * grads hold the mean of the ranks' sparse AdamW updates, not gradients.
      * The norm and clipping cover the other (1-D) tensors; the updates join
      * only the non-finite check, then are added to the parameters with the
-     * decoupled decay (td_adamw_update_on with given_2d: the adamw_given op). */
+     * decoupled decay (td_adamw_update_on with given_2d: add, then scale). */
     int updates_2d;
     /* Expert parallelism: the ep peers hold the other experts (the table's
      * TD_SPLIT_EXPERT rows); the norm sums those rows over ep as well. NULL
