@@ -117,6 +117,10 @@ int td_backend_is_device(void);
 #define TD_STR_(x) #x
 void *td_dev_alloc_at(size_t bytes, td_mem_cat cat, const char *name, const char *site);
 void td_dev_free(void *p);
+/* What td_dev_alloc(bytes) adds to its category's count on the run's
+ * backend: bytes on cpu, whole pages on the guard; for memory plans that
+ * must equal the measured counts. */
+size_t td_dev_footprint(size_t bytes);
 
 /* 1 when p lies in device memory of a backend other than cpu (name and
  * offset set when not NULL). */
@@ -258,6 +262,9 @@ typedef struct {
      * is not device memory. */
     int (*lookup)(const void *p, const char **name, size_t *offset);
     const td_ops *(*ops)(td_ktype k); /* never NULL */
+    /* The bytes an allocation of `bytes` takes and is counted as in its
+     * category (the guard rounds up to pages); NULL: bytes. */
+    size_t (*footprint)(size_t bytes);
 } td_backend;
 
 const td_backend *td_backend_current(void);

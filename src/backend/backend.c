@@ -56,6 +56,8 @@ void td_dev_free(void *p) {
         td_free(p);
 }
 
+size_t td_dev_footprint(size_t bytes) { return g_be->footprint ? g_be->footprint(bytes) : bytes; }
+
 int td_dev_is_device(const void *p, const char **name, size_t *offset) {
     return p && g_be->lookup ? g_be->lookup(p, name, offset) : 0;
 }

@@ -77,9 +77,13 @@ static const char *short_site(const char *site) {
     return best ? best : site;
 }
 
-static void *guard_alloc(size_t bytes, td_mem_cat cat, const char *name, const char *site) {
+static size_t guard_footprint(size_t bytes) {
     size_t map = (bytes + g_page - 1) / g_page * g_page;
-    if (!map) map = g_page;
+    return map ? map : g_page;
+}
+
+static void *guard_alloc(size_t bytes, td_mem_cat cat, const char *name, const char *site) {
+    size_t map = guard_footprint(bytes);
     /* PROT_NONE from the start: fresh anonymous pages read zero once opened. */
     char *base = mmap(NULL, map + g_page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (base == MAP_FAILED)
@@ -442,7 +446,8 @@ static const td_backend g_guard = {.device = TD_DEVICE_GUARD,
                                    .download = guard_download,
                                    .sync = guard_sync,
                                    .lookup = guard_lookup,
-                                   .ops = guard_ops};
+                                   .ops = guard_ops,
+                                   .footprint = guard_footprint};
 
 const td_backend *td_backend_guard(void) {
     static int ready;
