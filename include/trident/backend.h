@@ -67,6 +67,9 @@ typedef enum { TD_DEVICE_CPU = 0, TD_DEVICE_GUARD = 1, TD_DEVICE_CUDA = 2 } td_d
 /* "cpu", "guard", "cuda"; parse returns -1 for anything else. */
 const char *td_device_name(td_device d);
 int td_device_parse(const char *s);
+/* --device's value (NULL: cpu): an unknown name, or cuda in this build, is
+ * one error line (td_fail) naming the valid ones. */
+td_device td_device_flag(const char *s);
 
 /* Why host code touched device memory: every named copy says which, and
  * the report prints bytes and calls per step by purpose. COMM is the comm
