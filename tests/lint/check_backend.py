@@ -366,6 +366,9 @@ def selftest():
 def main(argv):
     if len(argv) == 2 and argv[1] == "selftest":
         return selftest()
+    if len(argv) == 2 and argv[1] in ("-h", "--help"):
+        print(__doc__)
+        return 0
     if len(argv) not in (2, 3) or argv[1].startswith("-") or (len(argv) == 3 and argv[2] != "--write"):
         print(__doc__)
         return 2
