@@ -39,6 +39,10 @@
 
 #include "trident/base.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* TD_U64 (uint64_t / size_t) is data movement only: all-to-all, where a
  * mixture-of-experts dispatch exchanges its token counts. */
 typedef enum { TD_F32 = 0, TD_BF16 = 1, TD_U64 = 2 } td_dtype;
@@ -308,5 +312,9 @@ typedef struct {
  * (2 ranks or more; fewer: a message and TD_EXIT_USAGE); bad sizes are a
  * user error. Returns an exit code. */
 int td_comm_bench_run(const td_comm_bench_opts *opt);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -15,6 +15,10 @@
 
 #include <stddef.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Threads used by the kernels (OpenMP). OpenBLAS is always driven with one
  * thread per call so the two thread pools never compete. */
 void td_kernels_set_threads(int n);
@@ -156,5 +160,9 @@ void td_xent_backward(float *dlogits, const float *probs, const int *targets, in
 double td_sgemm_peak_gflops(int threads);
 /* The same at n x n x n, measured afresh (`trident plan --calibrate`). */
 double td_sgemm_rate_gflops(int threads, int n);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -32,6 +32,10 @@
 #include "trident/formats_data.h"
 #include "trident/attention.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Padded vocab Vp is a multiple of this: 64-byte rows for the CPU kernels
  * without paying much for small vocabularies (65 -> 80, 50257 -> 50272). */
 #define TD_VOCAB_PAD 16
@@ -694,5 +698,9 @@ void td_block_backward_input(td_gpt *m, int l, const td_act *x, const td_block_a
  * communicates, so each rank may run it whenever it likes after that B
  * (and before a's or w's memory is reused). */
 void td_block_backward_weight(td_gpt *m, int l, const td_block_acts *a, const td_block_wstash *w);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

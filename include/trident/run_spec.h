@@ -17,6 +17,10 @@
 #include "trident/pipeline.h"
 #include "trident/schedule.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct td_layout_pass td_layout_pass; /* src/run/layout_pass.h */
 
 typedef struct {
@@ -219,5 +223,9 @@ double td_layout_pass_forward(td_layout_pass *p, td_rows_fn fill, void *ctx);
 const td_dataset *td_layout_pass_data(const td_layout_pass *p);
 /* This rank's place: world rank, and dp, tp, pp sizes. */
 void td_layout_pass_grid(const td_layout_pass *p, int *world_rank, int *dp, int *tp, int *pp);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif
