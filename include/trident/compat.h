@@ -144,6 +144,10 @@ typedef struct {
     int experts, ep, etp;
     const char *moe_flag_text;
     int moe_capacity, moe_bias; /* --moe-capacity, --moe-bias-balance given (> 0) */
+    /* --device: a td_device (backend.h: 0 cpu, 1 guard, 2 cuda) and its
+     * name, for the rows that say what a device other than cpu does not do */
+    int device;
+    const char *device_name;
 } td_compat_cfg;
 
 typedef struct {

@@ -29,6 +29,7 @@ void td_compat_cfg_init(td_compat_cfg *c) {
     c->virtual_stages = c->micro_batches = 1;
     c->dp_mode = TD_DP_ALLREDUCE;
     c->schedule = -1;
+    c->device_name = "cpu";
 }
 
 static const char *S(const char *s) { return s ? s : "?"; }

@@ -38,6 +38,9 @@ layouts=(
   "bf16_dp2|2|--dp 2 --precision bf16"
   # another rank order moves every rank's place, not one sum
   "dp2_tp2_pp2_order|8|--dp 2 --tp 2 --pp 2 --micro-batches 2 --grid-order pp-dp-cp-tp|dp2_tp2_pp2"
+  # the guard device (backend.h): the CPU's kernels behind the seam, the same bits
+  "one_process_guard|1|--device guard|one_process"
+  "bf16_dp2_guard|2|--dp 2 --precision bf16 --device guard|bf16_dp2"
 )
 fails=0
 for row in "${layouts[@]}"; do
@@ -57,5 +60,5 @@ for row in "${layouts[@]}"; do
     echo "$name ($np ranks: ${flags:-one process}):"
     "$D" --compare "$G/$golden.bin" "$tmp/$name.bin" || { echo "FAIL: $name: bits differ from the golden file"; fails=1; }
 done
-[ "$write" != --write ] && [ $fails -eq 0 ] && echo "golden bits: 7 runs of 6 layouts bitwise equal to tests/cli/golden: ok"
+[ "$write" != --write ] && [ $fails -eq 0 ] && echo "golden bits: 9 runs of 6 layouts bitwise equal to tests/cli/golden: ok"
 exit $fails
