@@ -231,7 +231,7 @@ static void select_token(int E, int K, const float *sc, const float *bias, int *
 
 void td_moe_route_token(int router, int E, int K, const float *lg, const float *bias, float *sc, int *idx,
                         float *g) {
-    td_moe_router_scores(sc, lg, 1, E, router == TD_ROUTER_SOFTMAX);
+    td_ops_cpu(TD_K_F32)->moe_scores(sc, lg, 1, E, router == TD_ROUTER_SOFTMAX); /* host memory */
     select_token(E, K, sc, bias, idx, g);
 }
 
