@@ -26,11 +26,26 @@
  *  - Pointers into a device buffer may be offset (p + k) and passed to ops
  *    and copies; td_dev_free takes the pointer td_dev_alloc returned.
  *
- * What the guard device cannot catch: a host access made while a backend
- * call that opened the same buffer runs (another host thread of the process,
- * e.g. a comm progress thread, reading a buffer an op is using); an op that
- * reads past its arguments' extents inside buffers it has open; accesses to
- * memory the backend did not allocate (host metadata, MPI's own buffers).
+ * The guard device: each buffer its own mapping (rounded up to pages, the
+ * rounded bytes counted in its category), followed by a page that is never
+ * opened; a backend call opens the whole buffers its pointer arguments lie
+ * in and closes them when it returns. A host access outside a call ends the
+ * process (status 3) with one line naming the buffer, its category, the
+ * offset and the allocation site. A download's destination holds the
+ * poison until the sync: byte 0xF4 at even addresses and 0xFF at odd ones,
+ * so that an aligned fp32, fp64, bf16 or fp16 reads NaN, an int32 -720908
+ * and an int64 about -3.1e15 (not -1, first_nonfinite's "none").
+ * What it cannot catch: a host access made while a backend call that opened
+ * the same buffer runs (another host thread of the process, e.g. a comm
+ * progress thread, reading a buffer an op is using); an op that reads past
+ * its arguments' extents inside buffers it has open (a whole buffer is
+ * opened, not the span the shape arguments give: a slice of a parameter
+ * buffer reaching into its neighbour passes; running off the buffer's end
+ * into the never-opened page is caught); a host write into a download's
+ * destination before its sync (the sync overwrites it, as a real copy
+ * would); accesses to memory the backend did not allocate (host metadata,
+ * MPI's own buffers). Faults from MPI or a library outside guard memory go
+ * to the handler that was there before the guard's.
  * Failures: allocation failure is td_fail naming bytes and category; a bad
  * pointer (not the backend's, freed twice) is TD_ASSERT. */
 #ifndef TRIDENT_BACKEND_H

@@ -8,6 +8,7 @@
 #ifndef TRIDENT_RUN_SPEC_H
 #define TRIDENT_RUN_SPEC_H
 
+#include "trident/backend.h"
 #include "trident/compat.h"
 #include "trident/data.h"
 #include "trident/loss_scale.h"
@@ -45,6 +46,7 @@ typedef struct {
     double comm_timeout, heartbeat_timeout;
     int no_overlap;
     int threads; /* compute threads per rank; 0: cores / ranks on the node */
+    td_device device; /* the backend of the step's tensors and ops (backend.h); 0: cpu */
 } td_run_layout;
 
 typedef struct {

@@ -74,6 +74,7 @@ typedef struct {
     int dp_shard;     /* --dp-shard: ZeRO's shard size (hybrid sharding); 0 = all of dp x cp */
     const char *recompute; /* --recompute none|block (td_train_recompute) */
     const char *precision; /* --precision fp32|bf16 (td_train_precision) */
+    const char *device;    /* --device cpu|guard|cuda (backend.h); NULL: cpu */
     int gemm_stats;        /* --gemm-stats */
     /* pipeline parallelism: --schedule, --virtual-stages, --pp-partition;
      * its micro-batches are --grad-accum's (alias --micro-batches) */
@@ -181,6 +182,9 @@ td_sched_kind td_train_schedule(const td_train_opts *o);
 int td_train_print_config(const td_train_opts *o);
 /* The model's recomputation mode named by --recompute (o->ch.recompute). */
 td_recompute td_train_recompute(const td_train_opts *o);
+/* The backend named by --device (NULL: cpu); a bad name, or cuda in this
+ * build, is one error line (td_fail). */
+td_device td_train_device(const td_train_opts *o);
 /* The model's arithmetic named by --precision (o->ch.precision). */
 td_precision td_train_precision(const td_train_opts *o);
 /* Runs training; returns the final validation loss (NAN without eval). */

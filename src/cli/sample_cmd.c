@@ -3,6 +3,7 @@
 #include <stdio.h>
 
 #include "../run/report.h"
+#include "trident/backend.h"
 #include "trident/base.h"
 #include "trident/ckpt.h"
 #include "trident/cli.h"
@@ -10,7 +11,7 @@
 #include "trident/kernels.h"
 
 int td_sample_main(int argc, char **argv) {
-    const char *ckpt = NULL, *prompt = "";
+    const char *ckpt = NULL, *prompt = "", *device = "cpu";
     int tokens = 200, top_k = 0, threads = 1, no_cache = 0, verbose = 0;
     float temperature = 1.0f, top_p = 1.0f;
     unsigned long long seed = 1337;
@@ -24,11 +25,16 @@ int td_sample_main(int argc, char **argv) {
         {"--seed", TD_FLAG_U64, &seed, "sampling seed (1337)", NULL},
         {"--threads", TD_FLAG_INT, &threads, "compute threads (1)", "[1, 4096]"},
         {"--no-kv-cache", TD_FLAG_BOOL, &no_cache, "rerun the whole context window for every token (the slow reference the key/value cache is tested against)", NULL},
+        {"--device", TD_FLAG_STR, &device, "where the model's tensors live and its ops run: cpu (default), guard (a host access to device memory dies naming the buffer; for tests) or cuda (not in this build)", NULL},
         {"--verbose", TD_FLAG_BOOL, &verbose, "print on stderr the rows computed for the prompt and per token, and the cache's size", NULL},
     };
     td_flags_parse("sample", flags, (int)(sizeof flags / sizeof flags[0]), argc, argv);
     TD_CHECK(ckpt, "sample: --ckpt DIR is required (a directory written by 'trident train --out DIR')");
     /* each number was checked against its range as it was parsed */
+    int dev = td_device_parse(device);
+    TD_CHECK(dev >= 0, "--device '%s' is not a device; valid: cpu, guard, cuda", device);
+    TD_CHECK(dev != TD_DEVICE_CUDA, "--device cuda: this build has no CUDA backend; valid here: cpu, guard");
+    td_backend_use((td_device)dev); /* before anything is allocated */
     td_kernels_set_threads(threads);
     td_checkpoint ck;
     td_ckpt_load(&ck, ckpt);

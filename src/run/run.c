@@ -166,6 +166,9 @@ int td_run_open(td_run *r, const td_run_spec *spec, td_run_result *res) {
     memset(r, 0, sizeof *r);
     r->spec = spec, r->res = res;
     memset(res, 0, sizeof *res);
+    /* the spec's device, before the run allocates (train's options chose it
+     * already, right after MPI_Init: the same one, nothing to do) */
+    td_backend_use(spec->layout.device);
     td_mem_reset_peaks(); /* the peaks reported are this run's (tests run several in one process) */
     res->final_val_loss = NAN;
     res->stop_step = -1;

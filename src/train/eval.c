@@ -34,7 +34,7 @@
 static const char *const LAYOUT_FLAGS[] = {
     "--dp", "--tp", "--pp", "--cp", "--ep", "--grid-order", "--sequence-parallel", "--zero", "--precision", "--schedule", "--virtual-stages",
     "--pp-partition", "--micro-batches", "--grad-accum", "--threads", "--piece-mb", "--comm-timeout",
-    "--heartbeat-timeout", "--verbose",
+    "--heartbeat-timeout", "--verbose", "--device",
 };
 
 typedef struct {

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "trident/backend.h"
 #include "trident/base.h"
 #include "trident/data.h"
 #include "trident/compat.h"
@@ -30,6 +31,7 @@ void td_train_opts_default(td_train_opts *o) {
     o->dp_mode = "allreduce";
     o->recompute = "none";
     o->precision = "fp32";
+    o->device = "cpu";
     o->schedule = "1f1b";
     o->pp_partition = "uniform";
     o->grid_order = TD_GRID_ORDER_DEFAULT;
@@ -107,6 +109,7 @@ int td_train_flag_table(td_train_opts *o, td_flag *out, int cap) {
         {"--cp", TD_FLAG_INT, &o->cp, "context-parallel size (1): each sequence split over cp ranks in 2 cp chunks (rank r holds chunks r and 2cp-1-r), attention by ring attention; --seq must be a multiple of 2 cp", POS},
         {"--dp-shard", TD_FLAG_INT, &o->dp_shard, "hybrid sharding (0 = off): ZeRO 1-3 shard the model state within runs of N ranks of dp x cp and the N-rank shards' replicas all-reduce the gradients (N divides dp x cp; torchtitan's HSDP, DeepSpeed's MiCS)", NONNEG},
         {"--sequence-parallel", TD_FLAG_BOOL, &o->seq_parallel, "split LayerNorm and residual activations along the sequence over the tp ranks (needs --tp >= 2)", NULL},
+        {"--device", TD_FLAG_STR, &o->device, "where the step's tensors live and its ops run: cpu (default), guard (the CPU's kernels with every device buffer unreachable from host code outside a backend call: a host access dies naming the buffer; for tests) or cuda (not in this build)", NULL},
         {"--precision", TD_FLAG_STR, &o->precision, "arithmetic of forward and backward: fp32 (default), bf16 (bf16 weight copies, activations and GEMMs through oneDNN; fp32 master weights, gradients and AdamW) or fp16 (the same in fp16, GEMMs converted to fp32 here, dynamic loss scaling)", NULL},
         {"--gemm-stats", TD_FLAG_BOOL, &o->gemm_stats, "time every GEMM of the model and print the achieved GEMM rate per step", NULL},
         {"--recompute", TD_FLAG_STR, &o->recompute, "activation recomputation: none (default) or block (keep each block's input, rerun its forward in the backward)", NULL},
@@ -257,6 +260,9 @@ void td_train_opts_check(td_train_opts *o) {
     td_compat_cfg c;
     td_train_compat_cfg(o, &c);
     td_compat_check(&c, TD_COMPAT_AT_OPTIONS);
+    /* the device before anything is allocated (MPI is up: the guard's
+     * fault handler goes in front of MPI's) */
+    td_backend_use(td_train_device(o));
     o->optim.max_steps = o->schedule_steps > 0 ? o->schedule_steps : o->steps;
 }
 
@@ -281,6 +287,14 @@ static void model_choices(const td_train_opts *o, td_train_choices *c) {
     c->moe_router = r && strcmp(r, "sigmoid") == 0 ? TD_ROUTER_SIGMOID : TD_ROUTER_SOFTMAX;
     TD_CHECK(!n || strcmp(n, "on") == 0 || strcmp(n, "off") == 0, "--moe-norm-topk %s: valid: on, off", n);
     c->moe_norm_topk = !n ? TD_TIE_DEFAULT : strcmp(n, "on") == 0 ? TD_TIE_ON : TD_TIE_OFF;
+}
+
+td_device td_train_device(const td_train_opts *o) {
+    const char *s = o->device ? o->device : "cpu";
+    int d = td_device_parse(s);
+    TD_CHECK(d >= 0, "--device '%s' is not a device; valid: cpu, guard, cuda", s);
+    TD_CHECK(d != TD_DEVICE_CUDA, "--device cuda: this build has no CUDA backend; valid here: cpu, guard");
+    return (td_device)d;
 }
 
 void td_train_opts_choices(td_train_opts *o) {

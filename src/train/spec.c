@@ -39,6 +39,7 @@ void td_train_spec(const td_train_opts *o, td_run_spec *spec) {
     l->comm_timeout = o->comm_timeout, l->heartbeat_timeout = o->heartbeat_timeout;
     l->no_overlap = o->no_overlap;
     l->threads = o->threads;
+    l->device = td_train_device(o);
 
     td_run_precision *p = &spec->precision;
     p->precision = ch->precision, p->recompute = ch->recompute;
