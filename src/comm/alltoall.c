@@ -149,8 +149,8 @@ static void post(td_request *r) {
     int n = c->size, me = c->rank;
     MPI_Datatype T;
     if (td_backend_is_device()) { /* as in td_piece_run */
-        td_comm_host_check(r->op, c, r->file, r->line, r->send, "send", "MPI reads host memory only");
-        td_comm_host_check(r->op, c, r->file, r->line, r->buf, "recv", "MPI reads host memory only");
+        td_comm_host_check(r->op, c, r->file, r->line, r->send, "send buffer", "MPI reads host memory only");
+        td_comm_host_check(r->op, c, r->file, r->line, r->buf, "receive buffer", "MPI reads host memory only");
     }
     for (int i = 1; i < n; i++) {
         int j = (me + n - i) % n;

@@ -351,7 +351,7 @@ void td_stage_end(td_request *r);
 void td_stage_shutdown(void);
 /* A pointer that a host-only path is about to read or write (op on c from
  * file:line): td_fail naming the buffer and offset when it is device memory.
- * what: the argument ("send", "recv_counts"); why: what reads host memory
+ * what: the argument ("buffer", "recv_counts table"); why: what reads host memory
  * only (NULL: c's transport). Refusals happen before anything reaches MPI. */
 void td_comm_host_check(td_op op, const td_comm *c, const char *file, int line, const void *p,
                         const char *what, const char *why);

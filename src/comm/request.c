@@ -413,8 +413,8 @@ static void a2a_start(td_request *r, td_op op, td_comm *c, const void *send, con
     size_t total = fixed * (size_t)c->size; /* for the trace; the tables are checked later */
     if (sc) { /* the tables are read here, on the host, whatever the transport */
         const size_t *tab[4] = {sc, sd, rc, rd};
-        static const char *const names[4] = {"send_counts", "send_displs", "recv_counts",
-                                             "recv_displs"};
+        static const char *const names[4] = {"send_counts table", "send_displs table",
+                                             "recv_counts table", "recv_displs table"};
         for (int i = 0; i < 4; i++)
             td_comm_host_check(op, c, file, line, tab[i], names[i], "the count tables are read on the host");
         for (int j = 0; j < c->size; j++) total += sc[j];

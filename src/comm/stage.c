@@ -98,7 +98,7 @@ void td_comm_host_check(td_op op, const td_comm *c, const char *file, int line, 
     if (!td_dev_is_device(p, &name, &off)) return;
     char reads[96];
     if (!why) snprintf(reads, sizeof reads, "%s reads host memory only", c->ops->name);
-    td_fail("%s on %s at %s:%d: %s: buffer '%s' at offset %zu is device memory and %s",
+    td_fail("%s on %s at %s:%d: %s '%s' at offset %zu is device memory and %s",
             td_op_name(op), c->label, td_base_name(file), line, what, name ? name : "?", off,
             why ? why : reads);
 }
