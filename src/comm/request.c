@@ -426,14 +426,13 @@ static void a2a_start(td_request *r, td_op op, td_comm *c, const void *send, con
     r->done_pieces = 0;
     for (int s = 0; s < TD_MAX_INFLIGHT; s++) r->slot_piece[s] = SIZE_MAX;
     td_stage_begin(r, a2a_extent(sc, sd, fixed, c->size, dt), a2a_extent(rc, rd, fixed, c->size, dt));
-    td_stage_ready(r); /* a group of one copies at once */
+    if (c->size == 1) td_stage_ready(r); /* a group of one copies at once */
     if (!td_a2a_start(r, sc, sd, rc, rd, fixed)) { /* a group of one: copied already */
         td_piece_release(r);
         td_stage_end(r);
         trace_done(r);
         return;
     }
-    r->own = r->own != 0; /* the row's progress runs it (a2a_begin took it), else alltoall.c's */
     enlist(r);
     progress_all();
 }
