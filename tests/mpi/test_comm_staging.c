@@ -98,6 +98,8 @@ static void run_cases(int staging) {
     same("all-reduce fp32", h, d, N * 4, down, N * 4, up, N * 4, staging);
     size_t pool = td_comm_staging_bytes(); /* allocated once, kept */
     CHECK(staging ? pool >= N * 4 : pool == 0, "staging pool of %zu bytes", pool);
+    CHECK(td_mem_current(TD_MEM_COMM) >= pool, "the pool's %zu bytes are not in the comm category (%zu)",
+          pool, td_mem_current(TD_MEM_COMM));
 
     /* two nonblocking all-reduces in flight (sum, max), waited in reverse */
     fill(h, N, TD_F32, 3 * me), fill(g, N, TD_F32, 5 + me);
@@ -231,5 +233,9 @@ int main(int argc, char **argv) {
     if (td_comm_rank(td_comm_world()) == 0)
         printf("%s: %s\n", mode, any || g_fail ? "FAILED" : "all staging cases passed");
     td_comm_finalize();
+    if (td_comm_staging_bytes() != 0) {
+        fprintf(stderr, "FAIL: %zu bytes of staging pool left after finalize\n", td_comm_staging_bytes());
+        g_fail = 1;
+    }
     return any || g_fail;
 }
