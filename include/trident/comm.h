@@ -133,7 +133,8 @@ void td_comm_set_shm(int on);
  * a shared ring (all members on one node) it is this rank's part of an MPI
  * shared window, and an fp32 all-reduce on c of data inside it runs straight
  * between the members' buffers, with no staging; elsewhere it is td_alloc
- * memory. Free with td_comm_free_shared (collective as well). */
+ * memory. Free with td_comm_free_shared (collective as well; a device buffer
+ * handed to it is refused, naming it). */
 void *td_comm_alloc_shared(td_comm *c, size_t bytes, td_mem_cat cat);
 void td_comm_free_shared(td_comm *c, void *p, td_mem_cat cat);
 /* 1 when fp32 all-reduce, reduce-scatter and all-gather (and all-to-all of

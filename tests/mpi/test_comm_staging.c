@@ -13,7 +13,9 @@
  *       all-to-all-v count table: refused naming the buffer
  *   test_comm_staging refuse_mpi    (planted) a device-native row that
  *       leaves its all-reduce to MPI hands MPI a device pointer: refused
- *       naming the buffer before the MPI call */
+ *       naming the buffer before the MPI call
+ *   test_comm_staging refuse_free   (planted) a device buffer handed to
+ *       td_comm_free_shared: refused naming it */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -218,12 +220,19 @@ static void refuse_table(void) {
     td_all_to_all_v(w, s, sc, sd, r, rc, rd, TD_F32);
 }
 
+/* A device buffer handed to td_comm_free_shared (which would td_free it). */
+static void refuse_free(void) {
+    void *d = td_dev_alloc(4096, TD_MEM_GRADS, "grads");
+    td_comm_free_shared(td_comm_world(), d, TD_MEM_GRADS);
+}
+
 int main(int argc, char **argv) {
     td_comm_init(&argc, &argv);
     const char *mode = argc > 1 ? argv[1] : "guard";
     if (strcmp(mode, "cpu") != 0) td_backend_use(TD_DEVICE_GUARD);
     if (!strcmp(mode, "refuse_mpi")) refuse_mpi();
     if (!strcmp(mode, "refuse_table")) refuse_table();
+    if (!strcmp(mode, "refuse_free")) refuse_free();
     run_cases(td_backend_is_device());
     CHECK(td_comm_staging_bytes() == 0 || td_backend_is_device(), "cpu staged %zu bytes",
           td_comm_staging_bytes());
