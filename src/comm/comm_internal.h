@@ -347,6 +347,10 @@ static inline void td_stage_ready(td_request *r) {
 /* At completion (idempotent): the outputs uploaded (TD_HOST_COMM), the
  * compute stream made to wait for them, the copies back in the pool. */
 void td_stage_end(td_request *r);
+/* A staged receive that completed with status st (derived: its derived
+ * type, or MPI_DATATYPE_NULL): only what arrived is uploaded (a shorter
+ * message leaves the rest of the device buffer as it was, as on the host). */
+void td_stage_received(td_request *r, const MPI_Status *st, MPI_Datatype derived);
 /* At finalize: the pool's memory goes back. */
 void td_stage_shutdown(void);
 /* A pointer that a host-only path is about to read or write (op on c from

@@ -124,7 +124,10 @@ static void progress_all(void) {
             MPI_Status st;
             TD_MPI(MPI_Test(&r->mpi[s], &done, &st));
             if (!done) continue;
-            if (r->op == TD_OP_RECV) r->source = st.MPI_SOURCE;
+            if (r->op == TD_OP_RECV) {
+                r->source = st.MPI_SOURCE;
+                if (r->stg_nup) td_stage_received(r, &st, r->slot_type[s]);
+            }
             td_piece_finish(r, s);
             r->done_pieces++;
             g_progress++;

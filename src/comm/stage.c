@@ -17,7 +17,8 @@
  * and all-gather) share one block, so the transport sees the same aliasing.
  * What each op reads and writes: all-reduce in and out; reduce in, out on
  * the root; broadcast in on the root, out elsewhere; reduce-scatter and
- * all-gather the send in and the receive out; send in; receive out;
+ * all-gather the send in and the receive out; send in; receive out (what
+ * arrived: a shorter message leaves the rest as it was);
  * all-to-all the send in and the receive extent in and out (the gaps
  * between receive blocks must stay as they were).
  *
@@ -169,6 +170,14 @@ void td_stage_begin(td_request *r, size_t a2a_send, size_t a2a_recv) {
     if (b.dev) r->buf = (void *)host[1];
     r->stg_ev = td_dev_event_record(); /* after the downloads: its wait lands them */
     r->stg_wait = 1;
+}
+
+void td_stage_received(td_request *r, const MPI_Status *st, MPI_Datatype derived) {
+    if (derived != MPI_DATATYPE_NULL) return; /* above INT_MAX elements: the whole buffer */
+    int n = 0;
+    TD_MPI(MPI_Get_count(st, td_mpi_type(r->dt), &n));
+    size_t got = (size_t)n * td_dtype_size(r->dt);
+    if (n >= 0 && got < r->stg_up[0].bytes) r->stg_up[0].bytes = got;
 }
 
 void td_stage_wait(td_request *r) {

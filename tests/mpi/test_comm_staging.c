@@ -179,6 +179,20 @@ static void run_cases(int staging) {
     }
     comm_traffic(&down, &up);
     same("send/recv", h, dp, N * 4, down, me == 0 ? N * 4 : 0, up, me == 0 ? 0 : N * 4, staging);
+    /* a shorter message than the receive's count: the rest stays as it was */
+    fill(g, N, TD_F32, 29 + me);
+    float *dq = dev_of(g, N * 4, "activations 2");
+    td_dev_traffic_reset();
+    if (me == 0) {
+        td_send(w, h, N / 2, TD_F32, 1, 7);
+        td_send(w, dp, N / 2, TD_F32, 1, 8);
+    } else {
+        td_recv(w, g, N, TD_F32, 0, 7);
+        td_recv(w, dq, N, TD_F32, 0, 8);
+    }
+    comm_traffic(&down, &up);
+    same("short message", g, dq, N * 4, down, me == 0 ? N / 2 * 4 : 0, up, me == 0 ? 0 : N / 2 * 4,
+         staging);
 
     /* all-to-all-v with gaps in the receive buffer, which must survive */
     size_t sc[2] = {100 + 50 * (size_t)me, 200}, sd[2] = {0, 400};
@@ -194,7 +208,7 @@ static void run_cases(int staging) {
     same("all-to-all-v", g, drecv, rbytes, down, sbytes + rbytes, up, rbytes, staging);
 
     td_request_free(r1);
-    float *all[] = {d, d1, d2, db, ds, dg, dc, dp, dsend, drecv};
+    float *all[] = {d, d1, d2, db, ds, dg, dc, dp, dq, dsend, drecv};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) td_dev_free(all[i]);
 }
 
