@@ -26,6 +26,10 @@
 
 #include "trident/kernels_bf16.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum { TD_ATTN_CAUSAL, TD_ATTN_NONE } td_attn_mask;
 
 typedef struct {
@@ -96,5 +100,9 @@ void td_attn_f16_backward(td_f16 *dq, td_f16 *dk, td_f16 *dv, const td_f16 *dout
  * copies kept between calls (TD_MEM_OTHER); their oneDNN primitives go
  * with td_matmul_bf16_release. */
 void td_attn_release_scratch(void);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

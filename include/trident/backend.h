@@ -56,6 +56,7 @@
 
 #include "trident/base.h"
 #include "trident/attention.h" /* td_attn_shape, td_ktype */
+#include "trident/kernels_moe.h" /* td_moe_router_shape */
 
 #ifdef __cplusplus
 extern "C" {
@@ -67,6 +68,9 @@ typedef enum { TD_DEVICE_CPU = 0, TD_DEVICE_GUARD = 1, TD_DEVICE_CUDA = 2 } td_d
 /* "cpu", "guard", "cuda"; parse returns -1 for anything else. */
 const char *td_device_name(td_device d);
 int td_device_parse(const char *s);
+/* --device's value (NULL: cpu): an unknown name, or cuda in this build, is
+ * one error line (td_fail) naming the valid ones. */
+td_device td_device_flag(const char *s);
 
 /* Why host code touched device memory: every named copy says which, and
  * the report prints bytes and calls per step by purpose. COMM is the comm
@@ -117,6 +121,10 @@ int td_backend_is_device(void);
 #define TD_STR_(x) #x
 void *td_dev_alloc_at(size_t bytes, td_mem_cat cat, const char *name, const char *site);
 void td_dev_free(void *p);
+/* What td_dev_alloc(bytes) adds to its category's count on the run's
+ * backend: bytes on cpu, whole pages on the guard; for memory plans that
+ * must equal the measured counts. */
+size_t td_dev_footprint(size_t bytes);
 
 /* 1 when p lies in device memory of a backend other than cpu (name and
  * offset set when not NULL). */
@@ -227,6 +235,26 @@ typedef struct {
     void (*scale)(float *x, float s, size_t n);
     void (*add)(float *dst, const float *src, size_t n); /* dst += src */
     void (*adamw)(const struct td_adamw_span *spans, int n, const struct td_adamw_hyper *h);
+
+    /* model-ops: the model's former host loops over step tensors (fp32 in
+     * every row). sum: *dst = x[0] + ... + x[n-1] in index order, in double
+     * (the loss sum's bits as the host loop gave them); fill: x[i] = v. */
+    void (*sum)(double *dst, const float *x, size_t n);
+    void (*fill)(float *x, float v, size_t n);
+    /* moe (kernels_moe.h's contracts): the mixture of experts' device half.
+     * Rows are C elements of the row's type; pos, idx [N,K] int; the rest
+     * fp32. The routing decisions they take (idx, gate, wts, pos, stats)
+     * are the host's, uploaded (TD_HOST_MOE). */
+    void (*moe_scores)(float *sc, const float *logits, int N, int E, int softmax);
+    void (*moe_gather)(void *dst, const void *src, const int *pos, int N, int K, int C);
+    void (*moe_combine)(float *out, int shared, const void *y, const int *pos, const float *wts,
+                        int row0, int Ns, int K, int C);
+    void (*moe_combine_bwd)(float *dw, void *dy, const void *dout, const void *y, const int *pos,
+                            const float *wts, int N, int K, int C);
+    void (*moe_scatter_add)(float *dst, const void *dx, const int *pos, int N, int K, int C);
+    void (*moe_router_bwd)(float *dl, const float *dw, const float *logits, const float *sc,
+                           const int *idx, const float *gate, const float *wts,
+                           const float *stats, const td_moe_router_shape *s);
 } td_ops;
 
 /* The run's backend's row for a precision (never NULL: every backend has
@@ -258,6 +286,9 @@ typedef struct {
      * is not device memory. */
     int (*lookup)(const void *p, const char **name, size_t *offset);
     const td_ops *(*ops)(td_ktype k); /* never NULL */
+    /* The bytes an allocation of `bytes` takes and is counted as in its
+     * category (the guard rounds up to pages); NULL: bytes. */
+    size_t (*footprint)(size_t bytes);
 } td_backend;
 
 const td_backend *td_backend_current(void);

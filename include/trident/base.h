@@ -8,7 +8,19 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* ---- errors ------------------------------------------------------------ */
+
+/* A function that never returns, in both languages that include this
+ * header: C11's _Noreturn, C++'s [[noreturn]] (a CUDA file is C++). */
+#ifdef __cplusplus
+#define TD_NORETURN [[noreturn]]
+#else
+#define TD_NORETURN _Noreturn
+#endif
 
 /* Exit code for bad user input (flags, files); programmer errors abort(). */
 #define TD_EXIT_USAGE 2
@@ -19,14 +31,14 @@
 /* Called instead of exit() when set: the comm layer installs MPI_Abort here
  * so that one rank's error never leaves its peers hanging. */
 void td_set_abort_hook(void (*hook)(int code));
-_Noreturn void td_die(int code);
+TD_NORETURN void td_die(int code);
 /* The end of an error exit (after the hook): flush, exit with `code`. */
-_Noreturn void td_exit(int code);
+TD_NORETURN void td_exit(int code);
 /* A successful early exit (--help, --print-config): flush, run the exit
  * hook (the comm layer's MPI_Finalize, so mpirun sees every rank end
  * cleanly; every rank must take this path together), then exit 0. */
 void td_set_exit_hook(void (*hook)(void));
-_Noreturn void td_exit_ok(void);
+TD_NORETURN void td_exit_ok(void);
 
 /* User-facing failure: one line "trident: error: <msg>" and a non-zero exit.
  * The message should say what is wrong and what would be valid. */
@@ -34,16 +46,16 @@ _Noreturn void td_exit_ok(void);
     do {                                                                      \
         if (!(cond)) td_fail(__VA_ARGS__);                                    \
     } while (0)
-_Noreturn void td_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+TD_NORETURN void td_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Programmer error: file:line and the failed condition, then abort. */
 #define TD_ASSERT(cond)                                                       \
     do {                                                                      \
         if (!(cond)) td_assert_failed(#cond, __FILE__, __LINE__);             \
     } while (0)
-_Noreturn void td_assert_failed(const char *cond, const char *file, int line);
+TD_NORETURN void td_assert_failed(const char *cond, const char *file, int line);
 /* td_fail with another exit code (TD_EXIT_IO for failed writes). */
-_Noreturn void td_fail_code(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+TD_NORETURN void td_fail_code(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Called by td_die before the abort hook (at most 4, in the order set):
  * what an error exit must undo in this process, say the --out lock's
  * record. Each must be safe to run at any point of the run. */
@@ -143,5 +155,9 @@ static inline size_t td_min_sz(size_t a, size_t b) { return a < b ? a : b; }
 static inline size_t td_max_sz(size_t a, size_t b) { return a > b ? a : b; }
 /* Human-readable bytes into buf ("12.3 MiB"). Returns buf. */
 char *td_fmt_bytes(char *buf, size_t n, double bytes);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

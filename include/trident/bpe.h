@@ -20,6 +20,10 @@
 
 #include "trident/formats.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define TD_GPT2_VOCAB 50257 /* 50,256 merged tokens and <|endoftext|> */
 #define TD_GPT2_EOT 50256
 
@@ -124,5 +128,9 @@ char *td_bpe_hf_merges_txt(const td_bpe *b, size_t *len, int *merges, td_err *e)
  * pre_tokenizer a Split with tiktoken's pattern as js-tiktoken writes it,
  * then ByteLevel without its regex. Same returns as above. */
 char *td_bpe_hf_tokenizer_json(const td_bpe *b, size_t *len, int *merges, td_err *e);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -35,6 +35,10 @@
 #include "trident/model.h"
 #include "trident/parallel.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct {
     td_gpt_config cfg;
     td_tokenizer tok;
@@ -173,5 +177,9 @@ typedef struct {
     double seconds;
 } td_ckpt_summary;
 void td_ckpt_check(const char *path, td_ckpt_summary *s);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -46,6 +46,10 @@
 #ifndef TRIDENT_CKPT_INTEROP_H
 #define TRIDENT_CKPT_INTEROP_H
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum { TD_EXPORT_HF_GPT2, TD_EXPORT_SAFETENSORS, TD_EXPORT_LLMC, TD_EXPORT_HF_LLAMA, TD_EXPORT_HF_MIXTRAL } td_export_format;
 
 typedef struct {
@@ -75,5 +79,9 @@ void td_import(const td_import_opts *o);
 /* Removes the temporary outputs of an export or import in progress: for
  * td_set_abort_hook, so an error anywhere leaves none behind. */
 void td_interop_abort_cleanup(int code);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -4,6 +4,10 @@
 #ifndef TRIDENT_CLI_H
 #define TRIDENT_CLI_H
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* `trident export` and `trident import` (ckpt_interop.h) */
 int td_export_main(int argc, char **argv);
 int td_import_main(int argc, char **argv);
@@ -21,5 +25,9 @@ int td_sample_main(int argc, char **argv);
 /* `trident bench comm` under mpirun (comm.h td_comm_bench_run); it
  * initializes MPI when the caller has not */
 int td_comm_bench_main(int argc, char **argv);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -39,6 +39,10 @@
 
 #include "trident/base.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* TD_U64 (uint64_t / size_t) is data movement only: all-to-all, where a
  * mixture-of-experts dispatch exchanges its token counts. */
 typedef enum { TD_F32 = 0, TD_BF16 = 1, TD_U64 = 2 } td_dtype;
@@ -63,7 +67,17 @@ typedef struct td_comm td_comm; /* a group: an MPI communicator with a name */
  *         inside the node; every other op (all-to-all included, even between
  *         members of one node) through MPI;
  *   MPI   everything else (and every group with TRIDENT_COMM_SHM=0; with
- *         TRIDENT_COMM_HIER=0 groups that would be HIER). */
+ *         TRIDENT_COMM_HIER=0 groups that would be HIER).
+ * Inside src/comm each transport is a row of functions (td_transport_ops in
+ * comm_internal.h), which a device-native transport would join. All four
+ * read host memory only: a buffer that is device memory (td_dev_is_device,
+ * backend.h) is staged by the call, which downloads it into a host staging
+ * pool (TD_HOST_COMM), runs on the copy and uploads the result at
+ * completion; the compute stream waits for that upload. Every data buffer of
+ * every call below is staged so; the all-to-all-v count and displacement
+ * tables are read on the host and a device pointer there is refused (td_fail
+ * naming the buffer and offset) before anything reaches MPI. On the cpu
+ * device nothing is staged. */
 typedef enum { TD_TRANSPORT_SELF = 0, TD_TRANSPORT_SHM, TD_TRANSPORT_HIER, TD_TRANSPORT_MPI } td_transport;
 
 /* MPI_Init (thread level FUNNELED), installs the MPI_Abort error hook. Safe to
@@ -123,7 +137,8 @@ void td_comm_set_shm(int on);
  * a shared ring (all members on one node) it is this rank's part of an MPI
  * shared window, and an fp32 all-reduce on c of data inside it runs straight
  * between the members' buffers, with no staging; elsewhere it is td_alloc
- * memory. Free with td_comm_free_shared (collective as well). */
+ * memory. Free with td_comm_free_shared (collective as well; a device buffer
+ * handed to it is refused, naming it). */
 void *td_comm_alloc_shared(td_comm *c, size_t bytes, td_mem_cat cat);
 void td_comm_free_shared(td_comm *c, void *p, td_mem_cat cat);
 /* 1 when fp32 all-reduce, reduce-scatter and all-gather (and all-to-all of
@@ -134,6 +149,10 @@ int td_comm_shares_memory(const td_comm *c);
 int td_comm_shm(void);
 void td_comm_set_shm_chunk(size_t bytes);
 size_t td_comm_shm_chunk(void);
+
+/* Bytes of the staging pool now (host, TD_MEM_COMM): the most that calls in
+ * flight together have staged so far; 0 on the cpu device. */
+size_t td_comm_staging_bytes(void);
 
 /* ---- nonblocking ------------------------------------------------------- */
 
@@ -308,5 +327,9 @@ typedef struct {
  * (2 ranks or more; fewer: a message and TD_EXIT_USAGE); bad sizes are a
  * user error. Returns an exit code. */
 int td_comm_bench_run(const td_comm_bench_opts *opt);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

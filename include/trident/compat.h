@@ -19,6 +19,10 @@
 
 #include <stddef.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* --dp-mode (defined here so the table needs no parallel.h). */
 typedef enum { TD_DP_ALLREDUCE = 0, TD_DP_REDUCE_BROADCAST = 1, TD_DP_PS = 2 } td_dp_mode;
 const char *td_dp_mode_name(td_dp_mode m);
@@ -176,5 +180,9 @@ void td_compat_check(const td_compat_cfg *c, unsigned site);
 /* One row: 1 when c keeps it; else 0, with the planner's wording (the
  * error text where the row has none) in why[0..n). */
 int td_compat_rule_ok(td_rule_id id, const td_compat_cfg *c, char *why, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

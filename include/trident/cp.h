@@ -35,6 +35,10 @@
 #include "trident/comm.h"
 #include "trident/model.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* 1 when n ranks can split a sequence of T rows (T a multiple of 2n). */
 int td_cp_seq_ok(int T, int n);
 /* Global position of local chunk 0 and 1 of rank r (chunks of T/(2n) rows). */
@@ -100,5 +104,9 @@ size_t td_cp_ring_plan_bytes(const td_cp_shape *s, int n, size_t lent);
 /* Binds the ring to the model's communication table (model.h's
  * cp_attention_* hooks), so that td_gpt_forward/backward run ring attention. */
 void td_cp_bind_model(td_cp_ring *ring, td_model_comm *ops);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -4,6 +4,10 @@
 #ifndef TRIDENT_CPUS_H
 #define TRIDENT_CPUS_H
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* CPUs of a cgroup quota, rounded up: cgroup v2's cpu.max text ("QUOTA
  * PERIOD", "max PERIOD": no quota) or v1's cfs_quota_us and cfs_period_us
  * texts (quota -1: none). 0: no quota or a text not understood. */
@@ -30,5 +34,9 @@ int td_cpus_default_threads(int local_ranks);
  * exec failed. First thing in main, before MPI starts. */
 #define TD_OPENMP_SPINCOUNT "10000"
 void td_cpus_bounded_spin(char **argv);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

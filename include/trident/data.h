@@ -11,6 +11,10 @@
 
 #include "trident/formats_data_manifest.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* gpt2, cl100k and o200k are the byte-level BPE tokenizers of rank files
  * (bpe.h); hf is a Hugging Face tokenizer.json's byte-level BPE */
 typedef enum {
@@ -167,5 +171,9 @@ int td_token_file_write(const char *path, td_token_format fmt, int vocab, const 
  * file renamed into place); -1 with *err an errno when it could not be (no
  * temporary is left). `trident tokenize` writes it beside its shards. */
 int td_data_manifest_write(const char *dir, const td_data_manifest *m, int *err);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -29,6 +29,10 @@
 
 #include "trident/model.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct {
     td_gpt_config cfg;
     const td_param_table *t; /* the canonical (tp 1) table of params; not owned */
@@ -62,5 +66,9 @@ void td_decode_reset(td_decode *d);
  * len + n <= cap) and returns the logits [t->Vp] of the last of them (valid
  * until the next call). */
 const float *td_decode_step(td_decode *d, const int *tokens, int n);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

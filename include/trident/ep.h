@@ -13,6 +13,10 @@
 #include "trident/model.h"
 #include "trident/parallel.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct {
     const td_grid *g;
     uint64_t calls;          /* exchanges since the last reset */
@@ -33,5 +37,9 @@ void td_ep_free(td_ep *e);
  * rank. */
 const float *td_ep_gather_unit(td_dp *dp, const td_grid *g, const td_param_table *t, const td_param_table *canon,
                                int section, int u, float *scratch, const td_param_table **layout);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

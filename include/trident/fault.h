@@ -53,6 +53,10 @@
 #ifndef TRIDENT_FAULT_H
 #define TRIDENT_FAULT_H
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum {
     TD_FAULT_NONE = 0, TD_FAULT_NAN_LOSS, TD_FAULT_NAN_GRAD, TD_FAULT_SAVE_FAIL, TD_FAULT_SKIP_EMBED_SUM,
     TD_FAULT_GRAD_INF, TD_FAULT_GRAD_INF_STUCK, TD_FAULT_KILL, TD_FAULT_STOP, TD_FAULT_SAVE_KILL,
@@ -81,5 +85,9 @@ void td_fault_signal_at(int step, int rank);
  * or when TRIDENT_FAULT_RELEASE names a file that exists: it is removed); without that
  * fault returns at once. */
 void td_fault_slow_load(void);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

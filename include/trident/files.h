@@ -18,6 +18,10 @@
 #include <stdio.h>
 #include <sys/stat.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* "a directory", "a FIFO (named pipe)", "a socket", "a character device",
  * "a block device", "a regular file", ... */
 const char *td_file_kind(mode_t mode);
@@ -48,5 +52,9 @@ int td_write_all(int fd, const void *p, size_t n);
 /* Reads exactly n bytes at offset off (pread); 0, or -1 with errno set
  * (0 = EIO-like "the file is shorter": errno ENODATA). */
 int td_pread_all(int fd, void *p, size_t n, uint64_t off);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -2,6 +2,10 @@
 #ifndef TRIDENT_FLAGS_H
 #define TRIDENT_FLAGS_H
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum { TD_FLAG_INT, TD_FLAG_FLOAT, TD_FLAG_DOUBLE, TD_FLAG_STR, TD_FLAG_BOOL, TD_FLAG_U64 } td_flag_type;
 
 typedef struct {
@@ -67,5 +71,9 @@ char *td_flags_strdup(const char *s);
  * its own usage line and then td_flags_print_table. */
 void td_flags_print(const char *cmd, const td_flag *flags, int n);
 void td_flags_print_table(const td_flag *flags, int n);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -9,6 +9,10 @@
 
 #include <stddef.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct {
     char msg[512];
 } td_err;
@@ -16,5 +20,9 @@ typedef struct {
 /* Formats msg into e (e may be NULL) and returns -1, so a parser can write
  * `return td_err_set(e, "...", ...);`. */
 int td_err_set(td_err *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

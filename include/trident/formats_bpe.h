@@ -28,6 +28,10 @@
 
 #include "trident/formats.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define TD_BPE_MAGIC "TRIDBPE1"
 #define TD_BPE_HEADER_BYTES 32
 #define TD_BPE_MAX_RANKS 16777216 /* 2^24, trident's vocabulary limit */
@@ -52,5 +56,9 @@ typedef struct {
  * f->offset is malloc'd: release with td_bpe_file_free. */
 int td_bpe_file_parse(const unsigned char *p, size_t n, td_bpe_file *f, td_err *e);
 void td_bpe_file_free(td_bpe_file *f);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

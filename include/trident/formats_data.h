@@ -12,6 +12,10 @@
 
 #include "trident/formats.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* ---- token files ---------------------------------------------------------
  * llm.c: 256 little-endian int32 (magic, version, token count, 253
  * reserved), then exactly `count` tokens; nothing may follow. Two kinds:
@@ -99,5 +103,9 @@ int td_utf8_vocab(const unsigned char *s, size_t n, uint32_t **chars, size_t *V,
  * its byte offset. */
 int td_utf8_encode_ids(const uint32_t *chars, size_t V, const unsigned char *s, size_t n, int *ids,
                        size_t *count, td_err *e);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

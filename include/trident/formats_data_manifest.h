@@ -24,6 +24,10 @@
 
 #include "trident/formats.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define TD_DATA_MANIFEST_VERSION 1
 #define TD_DATA_MANIFEST_NAME "data.json"
 #define TD_DATA_MANIFEST_MAX_BYTES (64u << 20)
@@ -55,5 +59,9 @@ void td_data_manifest_free(td_data_manifest *m);
 int td_data_manifest_width(int vocab);
 /* The entry of shard file `name` (a plain name); NULL if not listed. */
 const td_dm_shard *td_data_manifest_find(const td_data_manifest *m, const char *name);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -26,6 +26,10 @@
 #include "trident/formats.h"
 #include "trident/formats_json.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define TD_LLMC_MAGIC 20240326
 #define TD_LLMC_VERSION_FP32 3
 #define TD_LLMC_HEADER_BYTES 1024
@@ -90,5 +94,9 @@ extern const char td_hf_special_tokens_map[];
 /* Elements of a GPT-2's tensors laid out flat (wte [Vp,C], wpe [T,C], L
  * blocks, ln_f), or 0 when the count overflows 64 bits. */
 uint64_t td_ckpt_numel(int64_t L, int64_t C, int64_t T, int64_t Vp);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -15,6 +15,10 @@
 
 #include "trident/formats.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define TD_HASH_BLOCK ((size_t)4 << 20)
 #define TD_HASH_HEX 16 /* digits of one checksum */
 
@@ -43,5 +47,9 @@ int td_hash_parse_hex(const char *s, uint64_t *h);
 char *td_hash_list_format(const uint64_t *h, size_t n);
 /* Parses a list of exactly `want` checksums; -1 with e otherwise. */
 int td_hash_list_parse(const char *s, size_t want, uint64_t *out, td_err *e);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

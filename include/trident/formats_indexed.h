@@ -30,6 +30,10 @@
 
 #include "trident/formats.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define TD_MMIDX_MAGIC "MMIDIDX\0\0"
 #define TD_MMIDX_MAGIC_BYTES 9
 #define TD_MMIDX_VERSION 1
@@ -54,5 +58,9 @@ int td_mmidx_parse(const unsigned char *idx, size_t n, uint64_t bin_size, td_mmi
  * the format: returns -1 with e saying so, else 0. */
 size_t td_mmidx_size(uint64_t nseq);
 int td_mmidx_format(const uint64_t *lengths, uint64_t nseq, int width, unsigned char *out, td_err *e);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

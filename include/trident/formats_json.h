@@ -11,6 +11,10 @@
 
 #include "trident/formats.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define TD_JSON_MAX_DEPTH 64
 #define TD_JSON_MAX_STRING (1u << 20) /* bytes of one string, as written */
 #define TD_JSON_MAX_NODES (1 << 20)
@@ -49,5 +53,9 @@ int td_json_get_str(const td_jv *obj, const char *key, const char **out, td_err 
  * which holds len bytes of cap, keeping it NUL-terminated; returns the new
  * length, or -1 if it does not fit (buf is then unchanged up to len). */
 int td_json_put_str(char *buf, size_t cap, size_t len, const char *s);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -59,6 +59,10 @@
 
 #include "trident/formats.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define TD_MANIFEST_VERSION 5
 #define TD_MANIFEST_MAX_BYTES (256u << 20)
 enum { TD_MF_PARAMS, TD_MF_ADAM_M, TD_MF_ADAM_V, TD_MF_NSECTIONS };
@@ -157,5 +161,9 @@ void td_mf_piece_key(char *buf, size_t cap, int section, const char *name, int t
  * digits then "\"}\n"; td_manifest_seal writes it for text[0..n) into out (cap >= n + 64) and
  * returns the sealed length. */
 size_t td_manifest_seal(const char *text, size_t n, char *out, size_t cap);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

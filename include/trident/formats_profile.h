@@ -24,6 +24,10 @@
 
 #include "trident/formats.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define TD_PROFILE_MAX 32
 
 typedef enum { TD_PROF_ALLREDUCE, TD_PROF_ALLGATHER, TD_PROF_NOPS } td_prof_op;
@@ -46,5 +50,9 @@ int td_profile_parse(const char *text, size_t n, td_profile *p, td_err *e);
  * memory. td_profile_parse reads it back equal to %.17g. */
 char *td_profile_format(const td_profile *p);
 const char *td_prof_op_name(int op);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -16,6 +16,10 @@
 #include "trident/formats.h"
 #include "trident/formats_json.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define TD_ST_MAX_HEADER (100ull << 20) /* bytes of JSON (the reference reader caps at 10^8) */
 #define TD_ST_MAX_DIMS 8
 
@@ -60,5 +64,9 @@ const td_st_tensor *td_st_find(const td_st_header *h, const char *name);
 int td_st_header_format(td_st_tensor *t, int n, const char *const *meta_key,
                         const char *const *meta_val, int n_meta, char **out, size_t *out_len,
                         td_err *e);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -24,6 +24,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Pairs a rank sends for a bucket of n elements at ratio R (0 < R <= 1):
  * ceil(R n), at least 1 and at most n (0 when n = 0). */
 size_t td_topk_count(double ratio, size_t n);
@@ -47,5 +51,9 @@ void td_topk_take(float *v, size_t n, size_t k, uint32_t *idx, float *pairs);
 /* out[0..n) = the sum of D ranks' pairs (gathered: rank r's 2k floats at
  * 2k r), added in rank order into zeros. */
 void td_topk_unpack_sum(float *out, size_t n, const float *gathered, int D, size_t k);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

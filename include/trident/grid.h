@@ -23,6 +23,10 @@
 
 #include "trident/comm.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum { TD_TP, TD_CP, TD_DP, TD_PP, TD_AXES } td_axis_id;
 
 typedef struct {
@@ -120,5 +124,9 @@ void td_grid_describe(const td_grid *g, char *out, size_t n, const char *eq, con
 
 /* One line per grid row, printed by rank 0. */
 void td_grid_print(const td_grid *g);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -16,6 +16,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Threads used by the kernels (OpenMP). OpenBLAS is always driven with one
  * thread per call so the two thread pools never compete. */
 void td_kernels_set_threads(int n);
@@ -172,5 +176,9 @@ double td_range_sumsq(const float *x, size_t n);
 int64_t td_range_first_nonfinite(const float *x, size_t n);
 void td_range_scale(float *x, float s, size_t n);
 void td_range_add(float *dst, const float *src, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -20,6 +20,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef uint16_t td_bf16;
 
 /* Element type of a GEMM operand or of an activation gradient (TD_K_F16:
@@ -135,6 +139,10 @@ void td_softmax_xent_bf16_forward(float *losses, td_bf16 *probs, const td_bf16 *
                                   const int *targets, int N, int V, int Vp);
 void td_softmax_xent_bf16_backward(td_bf16 *dlogits, const td_bf16 *probs, const int *targets,
                                    const float *dloss, int N, int V, int Vp);
+
+#ifdef __cplusplus
+}
+#endif
 
 /* The fp16 family: the same kernels with td_f16 in place of td_bf16. */
 #include "trident/kernels_f16.h"

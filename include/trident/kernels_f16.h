@@ -27,6 +27,10 @@
 
 #include "trident/kernels_bf16.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef uint16_t td_f16;
 
 /* ---- conversions ---------------------------------------------------------
@@ -105,5 +109,9 @@ void td_softmax_xent_f16_forward(float *losses, td_f16 *probs, const td_f16 *log
                                  const int *targets, int N, int V, int Vp);
 void td_softmax_xent_f16_backward(td_f16 *dlogits, const td_f16 *probs, const int *targets,
                                   const float *dloss, int N, int V, int Vp);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

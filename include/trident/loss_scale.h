@@ -20,6 +20,10 @@
 #ifndef TRIDENT_LOSS_SCALE_H
 #define TRIDENT_LOSS_SCALE_H
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum { TD_LOSS_SCALE_NONE = 0, TD_LOSS_SCALE_STATIC, TD_LOSS_SCALE_DYNAMIC } td_loss_scale_mode;
 
 #define TD_LOSS_SCALE_INIT 65536.0f   /* 2^16, as PyTorch's GradScaler */
@@ -57,5 +61,9 @@ enum { TD_LOSS_SCALE_OK = 0, TD_LOSS_SCALE_TOO_MANY_SKIPS, TD_LOSS_SCALE_BELOW_O
  * 0 counts a clean step and grows the scale at the window. Returns OK or
  * why the run must stop. */
 int td_loss_scaler_update(td_loss_scaler *s, int overflow);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

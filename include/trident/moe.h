@@ -7,6 +7,10 @@
 
 #include "trident/model.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* A mixture of experts' figures since td_gpt_moe_stats_reset (once per
  * step): loads and the aux loss are of every rank's tokens (the routing
  * statistics are reduced over dp x cp), dropped assignments this rank's. */
@@ -43,5 +47,9 @@ void td_gpt_set_dloss(td_gpt *m, float dloss);
 /* The experts a mixture-of-experts block's last forward (into a) chose for
  * each of its N rows, best first: [N, K]; NULL before one (tests, tools). */
 const int *td_moe_chosen(const td_block_acts *a);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -9,6 +9,10 @@
 #include "trident/backend.h"
 #include "trident/model.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct {
     float lr, min_lr, beta1, beta2, eps, weight_decay, clip;
     int warmup, max_steps;
@@ -51,5 +55,9 @@ double td_sumsq(const float *x, size_t n);
 /* Clipping coefficient for a global norm: min(1, clip / (norm + 1e-6)), or 1
  * when clip <= 0 (PyTorch's clip_grad_norm_). */
 float td_clip_scale(double norm, float clip);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -23,6 +23,12 @@
 #ifndef TRIDENT_OUT_LOCK_H
 #define TRIDENT_OUT_LOCK_H
 
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define TD_OUT_LOCK_NAME ".trident-lock"
 
 /* This process's job id (file-name safe: [A-Za-z0-9._-], at most 63 bytes). */
@@ -51,5 +57,9 @@ int td_out_existing(const char *out, char *desc, size_t cap);
  * save: removes out's step directories and latest (rank 0, lock held).
  * Returns the number of step directories removed. */
 int td_out_clear(const char *out);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -26,6 +26,10 @@
 #include "trident/model.h"
 #include "trident/optim.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Gradient bucket size: large enough that per-call overhead is small, small
  * enough that the first bucket starts early in backward (see bench/). */
 #define TD_DEFAULT_BUCKET_MB 1.0
@@ -307,5 +311,9 @@ void td_dp_staleness(const td_dp *dp, int *max_seen, double *mean_seen);
 /* Share of gradient-communication time hidden behind backward, and total
  * communication wait measured at finish (ms, last step). */
 void td_dp_overlap_stats(const td_dp *dp, double *exposed_ms, double *comm_ms);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -13,6 +13,10 @@
 
 #include "trident/model.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Flat offset of part s's slice of unit u; its length in *len. */
 size_t td_param_unit_slice(const td_param_table *t, int u, int parts, int s, size_t *len);
 /* The pieces of unit u, in flat order, each of one kind: under expert
@@ -30,5 +34,9 @@ void td_param_slices_pack(const td_param_table *t, int parts, int s, const float
                           float *packed);
 void td_param_slices_unpack(const td_param_table *t, int parts, int s, const float *packed,
                             float *flat);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -20,6 +20,10 @@
 #include "trident/parallel.h"
 #include "trident/schedule.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Where the blocks go: a pure function of the config and the flags, the
  * same on every rank. */
 typedef struct {
@@ -94,5 +98,9 @@ const float *td_pp_gather_unit(td_dp *dp, const td_grid *g, const td_param_table
                                const td_param_table *canon, int section, int u, float *scratch,
                                const td_param_table **layout);
 size_t td_pp_gather_scratch_floats(const td_param_table *t, const td_param_table *canon);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

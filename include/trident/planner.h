@@ -20,6 +20,10 @@
 #include "trident/formats_profile.h"
 #include "trident/model.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* A model as the planner sees it. The fields after T are the family's
  * (model.h's td_gpt_config, same meanings); zero in each is the family's
  * default, so {name, L, H, C, V, T} is GPT-2 as it always was. */
@@ -293,5 +297,8 @@ void td_plan_search(const td_plan_model *m, const td_plan_cluster *c, int global
                     const td_plan_fixed *fix, td_plan_result *r);
 void td_plan_result_free(td_plan_result *r);
 
+#ifdef __cplusplus
+}
+#endif
 
 #endif

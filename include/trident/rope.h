@@ -70,6 +70,10 @@
 
 #include "trident/kernels_bf16.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* inv_freq[i] = 1 / theta^(2i/hs), i in [0, hs/2), as HF computes it in
  * fp32 (`1.0 / (base ** (torch.arange(0, dim, 2).float() / dim))`): the
  * exponent e = fp32(2i) / fp32(hs) rounded to fp32, the base rounded to
@@ -129,5 +133,9 @@ void td_rope_f16_forward(td_f16 *x, const float *cs, int B, int T, int stride, i
                          int hs);
 void td_rope_f16_backward(td_f16 *g, const float *cs, int B, int T, int stride, int col, int heads,
                           int hs);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

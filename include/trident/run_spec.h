@@ -17,6 +17,10 @@
 #include "trident/pipeline.h"
 #include "trident/schedule.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct td_layout_pass td_layout_pass; /* src/run/layout_pass.h */
 
 typedef struct {
@@ -169,6 +173,9 @@ typedef struct {
      * causal mask) and its wait time per step, averaged over the timed steps */
     uint64_t cp_sent_bytes, cp_formula_bytes, cp_pairs, cp_skipped;
     double cp_wait_ms;
+    /* this rank's host traffic in the last training step (backend.h: the
+     * named copies between host and device memory, by purpose) */
+    td_host_traffic host_traffic;
     /* pipeline parallelism: this rank's stage times, summed over the timed
      * steps; the bubble (stage step time - compute) / compute averaged over
      * the stages, and the theory's figure from the measured T_F, T_B, T_W */
@@ -219,5 +226,9 @@ double td_layout_pass_forward(td_layout_pass *p, td_rows_fn fill, void *ctx);
 const td_dataset *td_layout_pass_data(const td_layout_pass *p);
 /* This rank's place: world rank, and dp, tp, pp sizes. */
 void td_layout_pass_grid(const td_layout_pass *p, int *world_rank, int *dp, int *tp, int *pp);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -9,6 +9,10 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum { TD_SCHED_GPIPE, TD_SCHED_1F1B, TD_SCHED_INTERLEAVED, TD_SCHED_ZBH1 } td_sched_kind;
 /* Parses gpipe|1f1b|interleaved|zb-h1 (user error naming --schedule otherwise). */
 td_sched_kind td_sched_parse(const char *s);
@@ -93,5 +97,8 @@ void td_schedule_print(FILE *f, const td_schedule *s, double tf, double tb, doub
  * sum. Group sums add items left to right. 1 <= parts <= n, costs finite and >= 0 (asserted). */
 double td_pp_partition(const double *cost, int n, int parts, int *first);
 
+#ifdef __cplusplus
+}
+#endif
 
 #endif

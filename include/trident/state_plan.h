@@ -16,6 +16,10 @@
 
 #include <stddef.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct {
     double param, grad, master, optim; /* bytes per parameter element */
 } td_state_elem;
@@ -35,5 +39,9 @@ td_state_elem td_state_elem_mixed(void);
  * engine pads numel to a multiple of D, so its shares are exact. */
 td_state_bytes td_state_plan(double numel, int D, int zero, td_state_elem e);
 static inline double td_state_total(td_state_bytes b) { return b.params + b.grads + b.master + b.optim; }
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -7,6 +7,10 @@
 #ifndef TRIDENT_STOP_H
 #define TRIDENT_STOP_H
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Installs the handlers (SA_RESTART: interrupted calls go on). */
 void td_stop_signals_install(void);
 /* The first stop signal received (its number), 0: none yet. */
@@ -18,5 +22,9 @@ int td_stop_signals_default(void);
 /* td_stop_signals_default, then a signal already received is raised
  * again (its default action: the process ends as it would have). */
 void td_stop_signals_restore(void);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -27,6 +27,10 @@
 
 #include <stddef.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Names and categories are copied into fixed fields of these sizes (longer
  * ones are cut), so callers may pass any string, static or not. */
 #define TD_TIMELINE_NAME 48
@@ -65,5 +69,9 @@ long td_timeline_dropped(void);
  * lane lane_name and sorting lanes by number. *len gets the text's length
  * (without the NUL), *dropped the events dropped. Caller frees (free()). */
 char *td_timeline_json(int lane, const char *lane_name, size_t *len, long *dropped);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -10,6 +10,10 @@
 #include "trident/pipeline.h"
 #include "trident/run_spec.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* The choice flags, parsed once (td_train_opts_choices) into what the
  * trainer reads; the strings in td_train_opts stay for what is printed or
  * saved. dp_mode and schedule hold -1 for a name no mode or schedule has:
@@ -220,5 +224,8 @@ int td_bench_main(int argc, char **argv);
  * start-up; returns 0. */
 int td_version_main(int argc, char **argv);
 
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -24,6 +24,13 @@ int td_device_parse(const char *s) {
     return -1;
 }
 
+td_device td_device_flag(const char *s) {
+    int d = td_device_parse(s ? s : "cpu");
+    TD_CHECK(d >= 0, "--device '%s' is not a device; valid: cpu, guard, cuda", s);
+    TD_CHECK(d != TD_DEVICE_CUDA, "--device cuda: this build has no CUDA backend; valid here: cpu, guard");
+    return (td_device)d;
+}
+
 const char *td_host_purpose_name(td_host_purpose p) {
     TD_ASSERT(p >= 0 && p < TD_HOST_NPURPOSE);
     return g_purpose_names[p];
@@ -55,6 +62,8 @@ void td_dev_free(void *p) {
     else
         td_free(p);
 }
+
+size_t td_dev_footprint(size_t bytes) { return g_be->footprint ? g_be->footprint(bytes) : bytes; }
 
 int td_dev_is_device(const void *p, const char **name, size_t *offset) {
     return p && g_be->lookup ? g_be->lookup(p, name, offset) : 0;

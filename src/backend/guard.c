@@ -77,9 +77,13 @@ static const char *short_site(const char *site) {
     return best ? best : site;
 }
 
-static void *guard_alloc(size_t bytes, td_mem_cat cat, const char *name, const char *site) {
+static size_t guard_footprint(size_t bytes) {
     size_t map = (bytes + g_page - 1) / g_page * g_page;
-    if (!map) map = g_page;
+    return map ? map : g_page;
+}
+
+static void *guard_alloc(size_t bytes, td_mem_cat cat, const char *name, const char *site) {
+    size_t map = guard_footprint(bytes);
     /* PROT_NONE from the start: fresh anonymous pages read zero once opened. */
     char *base = mmap(NULL, map + g_page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (base == MAP_FAILED)
@@ -361,7 +365,25 @@ static void on_fault(int sig, siginfo_t *si, void *uc) {
     X(P, scale, (float *x, float s, size_t n), (x), (x, s, n))                                    \
     X(P, add, (float *dst, const float *src, size_t n), (dst, src), (dst, src, n))                \
     X(P, adamw, (const td_adamw_span *sp, int n, const td_adamw_hyper *h), (open_spans(sp, n)),         \
-      (sp, n, h))
+      (sp, n, h))                                                                                  \
+    X(P, sum, (double *dst, const float *x, size_t n), (dst, x), (dst, x, n))                     \
+    X(P, fill, (float *x, float v, size_t n), (x), (x, v, n))                                     \
+    /* moe */                                                                                      \
+    X(P, moe_scores, (float *sc, const float *lg, int N, int E, int sm), (sc, lg), (sc, lg, N, E, sm)) \
+    X(P, moe_gather, (void *dst, const void *src, const int *pos, int N, int K, int C),           \
+      (dst, src, pos), (dst, src, pos, N, K, C))                                                   \
+    X(P, moe_combine, (float *out, int sh, const void *y, const int *pos, const float *wts,        \
+                       int row0, int Ns, int K, int C),                                            \
+      (out, y, pos, wts), (out, sh, y, pos, wts, row0, Ns, K, C))                                  \
+    X(P, moe_combine_bwd, (float *dw, void *dy, const void *dout, const void *y, const int *pos,  \
+                           const float *wts, int N, int K, int C),                                 \
+      (dw, dy, dout, y, pos, wts), (dw, dy, dout, y, pos, wts, N, K, C))                           \
+    X(P, moe_scatter_add, (float *dst, const void *dx, const int *pos, int N, int K, int C),      \
+      (dst, dx, pos), (dst, dx, pos, N, K, C))                                                     \
+    X(P, moe_router_bwd, (float *dl, const float *dw, const float *lg, const float *sc,           \
+                          const int *idx, const float *gate, const float *wts, const float *st,   \
+                          const td_moe_router_shape *s),                                           \
+      (dl, dw, lg, sc, idx, gate, wts, st), (dl, dw, lg, sc, idx, gate, wts, st, s))
 
 #define GUARD_ID(...) __VA_ARGS__
 
@@ -442,7 +464,8 @@ static const td_backend g_guard = {.device = TD_DEVICE_GUARD,
                                    .download = guard_download,
                                    .sync = guard_sync,
                                    .lookup = guard_lookup,
-                                   .ops = guard_ops};
+                                   .ops = guard_ops,
+                                   .footprint = guard_footprint};
 
 const td_backend *td_backend_guard(void) {
     static int ready;

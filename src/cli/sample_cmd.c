@@ -31,10 +31,7 @@ int td_sample_main(int argc, char **argv) {
     td_flags_parse("sample", flags, (int)(sizeof flags / sizeof flags[0]), argc, argv);
     TD_CHECK(ckpt, "sample: --ckpt DIR is required (a directory written by 'trident train --out DIR')");
     /* each number was checked against its range as it was parsed */
-    int dev = td_device_parse(device);
-    TD_CHECK(dev >= 0, "--device '%s' is not a device; valid: cpu, guard, cuda", device);
-    TD_CHECK(dev != TD_DEVICE_CUDA, "--device cuda: this build has no CUDA backend; valid here: cpu, guard");
-    td_backend_use((td_device)dev); /* before anything is allocated */
+    td_backend_use(td_device_flag(device)); /* before anything is allocated */
     td_kernels_set_threads(threads);
     td_checkpoint ck;
     td_ckpt_load(&ck, ckpt);

@@ -119,6 +119,12 @@ static void region_release(td_shm_region *g) {
 
 void td_comm_free_shared(td_comm *c, void *p, td_mem_cat cat) {
     if (!p) return;
+    const char *name = NULL;
+    size_t off = 0;
+    if (td_dev_is_device(p, &name, &off)) /* td_free would take it for a host block */
+        td_fail("td_comm_free_shared on %s: buffer '%s' at offset %zu is device memory, not a "
+                "td_comm_alloc_shared buffer; free it with td_dev_free",
+                c->label, name ? name : "?", off);
     td_shm *s = c->shm;
     td_shm_region *g = s ? region_of(s, p, 0) : NULL;
     if (!g || p != g->base[s->me]) {

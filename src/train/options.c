@@ -290,13 +290,7 @@ static void model_choices(const td_train_opts *o, td_train_choices *c) {
     c->moe_norm_topk = !n ? TD_TIE_DEFAULT : strcmp(n, "on") == 0 ? TD_TIE_ON : TD_TIE_OFF;
 }
 
-td_device td_train_device(const td_train_opts *o) {
-    const char *s = o->device ? o->device : "cpu";
-    int d = td_device_parse(s);
-    TD_CHECK(d >= 0, "--device '%s' is not a device; valid: cpu, guard, cuda", s);
-    TD_CHECK(d != TD_DEVICE_CUDA, "--device cuda: this build has no CUDA backend; valid here: cpu, guard");
-    return (td_device)d;
-}
+td_device td_train_device(const td_train_opts *o) { return td_device_flag(o->device); }
 
 void td_train_opts_choices(td_train_opts *o) {
     td_train_choices *c = &o->ch;

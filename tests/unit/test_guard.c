@@ -205,6 +205,10 @@ static void test_buffers(void) {
     size_t page = (size_t)sysconf(_SC_PAGESIZE), rounded = (N * sizeof(float) + page - 1) / page * page;
     TU_EXPECT(td_mem_current(TD_MEM_ACTS) - acts0 == 2 * rounded,
               "accounted in pages: %zu bytes, want %zu", td_mem_current(TD_MEM_ACTS) - acts0, 2 * rounded);
+    TU_EXPECT(td_dev_footprint(N * sizeof(float)) == rounded && td_dev_footprint(0) == page &&
+                  td_dev_footprint(page) == page,
+              "td_dev_footprint says the pages: %zu for %zu bytes", td_dev_footprint(N * sizeof(float)),
+              (size_t)N * sizeof(float));
     TU_EXPECT(((uintptr_t)a % page) == 0, "page-aligned");
     const char *name = NULL;
     size_t off = 0;
