@@ -3,7 +3,6 @@
 
 #include "trident/backend.h"
 #include "trident/base.h"
-#include "trident/kernels.h"
 #include "trident/optim.h"
 
 float td_lr_at(const td_optim_config *o, int step) {
@@ -60,13 +59,11 @@ void td_adamw_update_on(const td_ops *ops, float *p, const float *g, float *m, f
     td_free(sp);
 }
 
-void td_adamw_update(float *p, const float *g, float *m, float *v, size_t lo, size_t hi,
-                     const td_param_table *t, const td_optim_config *o, float lr, int step,
-                     float grad_scale) {
-    td_adamw_update_on(td_ops_cpu(TD_K_F32), p, g, m, v, lo, hi, t, o, lr, step, grad_scale, 0);
+double td_sumsq_host(const td_ops *ops, const float *x, size_t n) {
+    double s = 0.0;
+    ops->sumsq(&s, x, n);
+    return s;
 }
-
-double td_sumsq(const float *x, size_t n) { return td_range_sumsq(x, n); }
 
 float td_clip_scale(double norm, float clip) {
     if (clip <= 0.0f) return 1.0f;

@@ -216,8 +216,8 @@ void td_gpay_start(td_dp *dp, td_gpay *g, int i, td_request *req) {
             if (dp->cfg.topk_no_ef) memset(acc, 0, r->n * sizeof(float));
             td_optim_config o = dp->cfg.optim;
             o.weight_decay = 0.0f;
-            td_adamw_update(acc, grad, g->local_m + r->lo, g->local_v + r->lo, r->lo, r->lo + r->n, dp->t,
-                            &o, td_lr_at(&o, dp->step), dp->step + 1, (float)dp->D);
+            td_adamw_update_on(td_ops_for(TD_K_F32), acc, grad, g->local_m + r->lo, g->local_v + r->lo, r->lo,
+                               r->lo + r->n, dp->t, &o, td_lr_at(&o, dp->step), dp->step + 1, (float)dp->D, 0);
             td_topk_take(acc, r->n, r->k, g->idx, r->pairs);
         } else {
             td_topk_pack(grad, g->residual ? g->residual + r->lo : NULL, r->n, r->k, g->idx, r->pairs);

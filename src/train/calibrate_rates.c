@@ -163,8 +163,10 @@ static void optim_round(void *state, int round) {
     float *p = s->p, *g = p + n, *m = g + n, *v = m + n;
     td_optim_config o = {.lr = 1e-4f, .min_lr = 1e-5f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
                          .weight_decay = 0.1f, .clip = 1.0f, .warmup = 0, .max_steps = 100};
-    double norm = sqrt(td_sumsq(g, n)); /* the clipping norm reads every gradient first */
-    td_adamw_update(p, g, m, v, 0, n, &s->t, &o, o.lr, round + 1, norm > 0 ? 1.0f : 0.0f);
+    /* the run's row (calibration runs on cpu, over host arrays) */
+    const td_ops *ops = td_ops_for(TD_K_F32);
+    double norm = sqrt(td_sumsq_host(ops, g, n)); /* the clipping norm reads every gradient first */
+    td_adamw_update_on(ops, p, g, m, v, 0, n, &s->t, &o, o.lr, round + 1, norm > 0 ? 1.0f : 0.0f, 0);
     s->sink += norm;
 }
 static void optim_teardown(void *state) {

@@ -15,8 +15,8 @@ double td_calib_copy_gbs(int threads, size_t bytes);
  * layers), cycling through enough layers that the operands come from
  * memory as a model's do: GFLOP/s of all threads (6 n^3 per layer). */
 double td_calib_linear_gflops(int threads, int n);
-/* The engine's optimizer step per element (td_sumsq of the gradients, then
- * td_adamw_update) over a ~100 MB state per thread, `threads` side by side:
+/* The engine's optimizer step per element (the sum of squares of the gradients,
+ * then td_adamw_update_on) over a ~100 MB state per thread, `threads` side by side:
  * millions of elements per second of all threads. */
 double td_calib_optimizer_melems(int threads);
 

@@ -84,10 +84,11 @@ double verify_oracle_step(verify_oracle *or, int s, float *P, float *M, float *V
     if (st) sum += st->loss_sum; /* the aux and z losses */
     memcpy(grads, or->g, n * 4);
     const float *gu = update_grad ? update_grad : or->g;
-    double norm = sqrt(td_sumsq(gu, n));
+    const td_ops *cpu = td_ops_cpu(TD_K_F32);
+    double norm = sqrt(td_sumsq_host(cpu, gu, n));
     memcpy(or->gu, gu, n * 4); /* AdamW reads g only, but not through const */
-    td_adamw_update(P, or->gu, M, V, 0, n, t, &o->optim, td_lr_at(&o->optim, s), s + 1,
-                    td_clip_scale(norm, o->optim.clip));
+    td_adamw_update_on(cpu, P, or->gu, M, V, 0, n, t, &o->optim, td_lr_at(&o->optim, s), s + 1,
+                       td_clip_scale(norm, o->optim.clip), 0);
     if (st && or->cfg.moe.bias_rate > 0.0f) {
         for (size_t i = 0; i < (size_t)or->cfg.L * or->cfg.moe.E; i++) or->load[i] = st->load[i];
         bias_update(or, P);

@@ -61,9 +61,9 @@ static void reference(const td_train_opts *o, float *losses, float *norms, float
             td_gpt_backward(&model, 1.0f / ((float)B * T));
         }
         if (td_gpt_moe_stats(&model)) sum += td_gpt_moe_stats(&model)->loss_sum; /* aux and z losses */
-        double norm = sqrt(td_sumsq(g, n));
-        td_adamw_update(p, g, m, v, 0, n, t, &o->optim, td_lr_at(&o->optim, s), s + 1,
-                        td_clip_scale(norm, o->optim.clip));
+        double norm = sqrt(td_sumsq_host(td_ops_cpu(TD_K_F32), g, n));
+        td_adamw_update_on(td_ops_cpu(TD_K_F32), p, g, m, v, 0, n, t, &o->optim, td_lr_at(&o->optim, s), s + 1,
+                           td_clip_scale(norm, o->optim.clip), 0);
         if (cfg.moe.bias_rate > 0) /* DeepSeek-V3's update, written out: b_i += rate sign(mean load - load_i) */
             for (int l = 0; l < cfg.L; l++) {
                 const td_param *bp = td_param_lookup_opt(t, TD_T_ROUTERB, l);

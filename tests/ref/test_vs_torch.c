@@ -132,8 +132,9 @@ int main(void) {
         memset(grads, 0, sizeof(float) * t.numel);
         double loss = td_gpt_forward(&model, inputs + s * B * T, targets + s * B * T) / (B * T);
         td_gpt_backward(&model, 1.0f / (B * T));
-        double norm = sqrt(td_sumsq(grads, t.numel));
-        td_adamw_update(params, grads, m, v, 0, t.numel, &t, &oc, oc.lr, s + 1, td_clip_scale(norm, oc.clip));
+        double norm = sqrt(td_sumsq_host(td_ops_cpu(TD_K_F32), grads, t.numel));
+        td_adamw_update_on(td_ops_cpu(TD_K_F32), params, grads, m, v, 0, t.numel, &t, &oc, oc.lr, s + 1,
+                           td_clip_scale(norm, oc.clip), 0);
         double lr_ = fabs(loss - ref_losses[s]) / fabs(ref_losses[s]);
         double nr = fabs(norm - ref_norms[s]) / fabs(ref_norms[s]);
         int bad = lr_ > tol_loss || nr > tol_grad;
