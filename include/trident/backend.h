@@ -227,6 +227,12 @@ typedef struct {
     void (*scale)(float *x, float s, size_t n);
     void (*add)(float *dst, const float *src, size_t n); /* dst += src */
     void (*adamw)(const struct td_adamw_span *spans, int n, const struct td_adamw_hyper *h);
+
+    /* model-ops: the model's former host loops over step tensors (fp32 in
+     * every row). sum: *dst = x[0] + ... + x[n-1] in index order, in double
+     * (the loss sum's bits as the host loop gave them); fill: x[i] = v. */
+    void (*sum)(double *dst, const float *x, size_t n);
+    void (*fill)(float *x, float v, size_t n);
 } td_ops;
 
 /* The run's backend's row for a precision (never NULL: every backend has

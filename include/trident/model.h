@@ -31,6 +31,7 @@
 
 #include "trident/formats_data.h"
 #include "trident/attention.h"
+#include "trident/backend.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -529,6 +530,11 @@ typedef struct td_gpt {
                                 (context parallelism's two chunks); NULL: 0..T-1 */
     size_t acts_bytes;
     struct td_moe_state *moe; /* a mixture of experts' state (moe.c); NULL: dense */
+    /* model-ops: the run's backend row of the model's precision (every op
+     * goes through it), and the device-side loss sum the head
+     * downloads. */
+    const td_ops *ops;
+    double *loss_sum;        /* [1] device memory */
 } td_gpt;
 
 /* A mixture of experts' figures, route probe and loss scale: trident/moe.h. */
@@ -638,6 +644,10 @@ void td_gpt_gemm_stats(double *flops, double *ms, int reset);
  * losses (the caller divides by the global token count) and leaves
  * probabilities in m->logits; without, returns 0 and leaves the logits. */
 double td_gpt_forward(td_gpt *m, const int *inputs, const int *targets);
+/* Host tokens [N] into the model's device buffers (TD_HOST_TOKENS), after
+ * checking every target < V on the host; targets NULL: none. */
+void td_gpt_upload_tokens(const td_gpt *m, int *inputs_dev, const int *inputs, int *targets_dev,
+                          const int *targets);
 /* Backward of the last forward; every token's loss is weighted by
  * dloss (1 / tokens of the global batch). Adds into the gradients. */
 void td_gpt_backward(td_gpt *m, float dloss);
@@ -665,7 +675,9 @@ void td_gpt_backward_blocks(td_gpt *m, int l0, int l1, const td_act *x, td_act *
  *   head:   unit L+1 (ln_f) and unit 0 (wte, tied). Returns the loss sum
  *           over all N rows (0 without targets), the same on every tp rank.
  * Under tensor parallelism every tp rank calls each of them in the same
- * order (they communicate through m->comm). */
+ * order (they communicate through m->comm). inputs and targets are device
+ * memory (td_gpt_upload_tokens); the head's loss sum is reduced on the
+ * device and downloaded (TD_HOST_SCALARS, synced before it returns). */
 void td_embed_forward(td_gpt *m, const int *inputs, td_embed_acts *a);
 void td_embed_backward(td_gpt *m, const int *inputs, const td_act *dres);
 void td_block_forward(td_gpt *m, int l, const td_act *x, td_block_acts *a);

@@ -173,6 +173,9 @@ typedef struct {
      * causal mask) and its wait time per step, averaged over the timed steps */
     uint64_t cp_sent_bytes, cp_formula_bytes, cp_pairs, cp_skipped;
     double cp_wait_ms;
+    /* this rank's host traffic in the last training step (backend.h: the
+     * named copies between host and device memory, by purpose) */
+    td_host_traffic host_traffic;
     /* pipeline parallelism: this rank's stage times, summed over the timed
      * steps; the bubble (stage step time - compute) / compute averaged over
      * the stages, and the theory's figure from the measured T_F, T_B, T_W */

@@ -137,11 +137,29 @@ static void f32_att_bwd(void *dq, void *dk, void *dv, const void *dout, const vo
 LOWP_ROW(td_bf16, bf16)
 LOWP_ROW(td_f16, f16)
 
+/* ---- model-ops: the model's former host loops ------------------------- */
+
+static void cpu_sum(double *dst, const float *x, size_t n) {
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++) s += x[i];
+    *dst = s;
+}
+static void cpu_fill(float *x, float v, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] = v;
+}
+/* dst += src, element by element (the sp norm-gradient reductions). */
+static void cpu_add(float *dst, const float *src, size_t n) {
+    for (size_t i = 0; i < n; i++) dst[i] += src[i];
+}
+
 /* The precision-independent entries every row shares. */
 #define COMMON_ENTRIES                                                                             \
     .emb_fwd = td_embedding_shard_forward, .emb_bwd = td_embedding_shard_backward,                \
     .pos_fwd = td_position_forward, .pos_bwd = td_position_backward, .xent_max = td_xent_max,     \
-    .xent_exp_sum = td_xent_exp_sum, .xent_finish = td_xent_finish, .xent_bwd = td_xent_backward
+    .xent_exp_sum = td_xent_exp_sum, .xent_finish = td_xent_finish, .xent_bwd = td_xent_backward, \
+    .add = cpu_add, MODEL_OPS_ENTRIES
+/* model-ops */
+#define MODEL_OPS_ENTRIES .sum = cpu_sum, .fill = cpu_fill
 
 #define ROW(K, ES, P)                                                                              \
     {                                                                                              \

@@ -70,10 +70,10 @@ static const td_act *row_parallel_backward_input(td_gpt *m, td_act *dinp, const 
     const td_gpt_dims *d = &m->d;
     const td_act *dfull = td_m_gather_grad(m, dout);
     if (keep) {
-        memcpy(keep, dfull, d->es * (size_t)d->N * d->C);
+        td_dev_copy(keep, dfull, d->es * (size_t)d->N * d->C);
         dfull = keep;
     }
-    memset(dinp, 0, d->es * (size_t)d->N * K);
+    td_dev_zero(dinp, d->es * (size_t)d->N * K);
     td_m_matmul_backward(m, dinp, 0, NULL, NULL, dfull, NULL, u, wk, d->N, K, d->C);
     return dfull;
 }
@@ -118,9 +118,9 @@ static const td_act *mlp_backward_input(td_gpt *m, int u, const td_block_acts *a
     const td_gpt_dims *d = &m->d;
     td_gpt_scratch *s = &m->s;
     const td_act *dfcproj = row_parallel_backward_input(m, s->dfchg, dres, u, TD_T_FCPROJW, d->F, keep);
-    memset(dfch, 0, d->es * (size_t)d->N * d->F1);
+    td_dev_zero(dfch, d->es * (size_t)d->N * d->F1);
     td_m_mlp_act_backward(m, dfch, a->fch, s->dfchg, d->N, d->F);
-    memset(s->dln, 0, sizeof(float) * (size_t)d->N * d->C);
+    td_dev_zero(s->dln, sizeof(float) * (size_t)d->N * d->C);
     td_m_matmul_backward(m, s->dln, 1, NULL, NULL, dfch, NULL, u, m->arch->fc, d->N, d->C, d->F1);
     return dfcproj;
 }
@@ -148,10 +148,10 @@ static const td_act *attn_backward_input(td_gpt *m, int u, const td_block_acts *
     td_gpt_scratch *s = &m->s;
     const td_act *dattproj =
         row_parallel_backward_input(m, s->datty, dres, u, TD_T_ATTPROJW, d->Ca, keep);
-    memset(dqkv, 0, d->es * (size_t)d->N * d->QKV);
+    td_dev_zero(dqkv, d->es * (size_t)d->N * d->QKV);
     td_m_attention_backward(m, dqkv, s->datty, a->atty, a->lse, a->qkv);
     td_m_rope(m, dqkv, 1);
-    memset(s->dln, 0, sizeof(float) * (size_t)d->N * d->C);
+    td_dev_zero(s->dln, sizeof(float) * (size_t)d->N * d->C);
     td_m_matmul_backward(m, s->dln, 1, NULL, NULL, dqkv, NULL, u, m->arch->qkv, d->N, d->C, d->QKV);
     return dattproj;
 }
@@ -181,7 +181,7 @@ static void block_backward(td_gpt *m, int l, const td_act *x, const td_block_act
 #define G(k) td_m_g(m, u, k)
     td_act *dfch = keep ? keep->dfch : s->dfch, *dqkv = keep ? keep->dqkv : s->dqkv;
     if (td_gpt_moe_layer(&m->cfg, l)) { /* whole in the input half: W has nothing of it */
-        memset(s->dln, 0, sizeof(float) * (size_t)m->d.N * m->d.C);
+        td_dev_zero(s->dln, sizeof(float) * (size_t)m->d.N * m->d.C);
         td_moe_backward(m, l, a, td_m_gather_grad(m, dres), s->dln);
     } else {
         const td_act *dfcproj = mlp_backward_input(m, u, a, dres, dfch, keep ? keep->dfcproj : NULL);

@@ -9,9 +9,14 @@
 
 #include "internal.h"
 #include "trident/attention.h"
+#include "trident/backend.h"
 #include "trident/decode.h"
-#include "trident/kernels.h"
 #include "trident/rope.h"
+
+/* The decoder keeps its cache and rows in host memory (sampling runs on
+ * the host, one token at a time), so its kernels are the CPU backend's
+ * fp32 row whatever the run's device. */
+static const td_ops *cpu(void) { return td_ops_cpu(TD_K_F32); }
 
 /* Sizes of one process's model (tp 1). */
 typedef struct {
@@ -123,16 +128,16 @@ void td_decode_reset(td_decode *d) { d->len = 0; }
 static void norm(const td_decode *d, float *out, const float *x, int n, const float *w,
                  const float *b) {
     if (td_arch_desc_of(d->cfg.arch)->norm == TD_NORM_RMS)
-        td_rmsnorm_forward(out, d->rstd, x, w, n, d->cfg.C, d->cfg.norm_eps);
+        cpu()->rms_fwd(out, d->rstd, x, w, n, d->cfg.C, d->cfg.norm_eps);
     else
-        td_layernorm_forward(out, d->mean, d->rstd, x, w, b, n, d->cfg.C);
+        cpu()->ln_fwd(out, d->mean, d->rstd, x, w, b, n, d->cfg.C);
 }
 
 static void mlp_act(const td_decode *d, float *out, const float *inp, int n, int F) {
     if (td_arch_desc_of(d->cfg.arch)->mlp == TD_MLP_SWIGLU)
-        td_swiglu_forward(out, inp, n, F);
+        cpu()->swiglu_fwd(out, inp, n, F);
     else
-        td_gelu_forward(out, inp, (size_t)n * F);
+        cpu()->gelu_fwd(out, inp, (size_t)n * F);
 }
 
 /* The mixture of experts' output of n rows of d->ln into out [n,C], as
@@ -148,7 +153,7 @@ static void moe_rows(td_decode *d, int l, float *out, int n) {
     for (int r = 0; r < n; r++) {
         const float *x = d->ln + (size_t)r * C;
         float *o = out + (size_t)r * C, *lg = d->moe_lg, *sc = d->moe_sc;
-        td_matmul_forward(lg, x, rw, NULL, 1, C, E);
+        cpu()->mm_fwd(lg, TD_K_F32, x, rw, NULL, 1, C, E);
         int idx[64];
         float g[64];
         TD_ASSERT(K <= 64);
@@ -156,19 +161,19 @@ static void moe_rows(td_decode *d, int l, float *out, int n) {
         double gs = 0.0;
         for (int k = 0; k < K; k++) gs += g[k];
         if (e->shared) {
-            td_matmul_forward(d->moe_h, x, W(d, TD_T_SHFCW, l), W(d, TD_T_SHFCB, l), 1, C, s.SF1);
+            cpu()->mm_fwd(d->moe_h, TD_K_F32, x, W(d, TD_T_SHFCW, l), W(d, TD_T_SHFCB, l), 1, C, s.SF1);
             mlp_act(d, d->moe_a, d->moe_h, 1, s.SF);
-            td_matmul_forward(o, d->moe_a, W(d, TD_T_SHPROJW, l), W(d, TD_T_SHPROJB, l), 1, s.SF,
+            cpu()->mm_fwd(o, TD_K_F32, d->moe_a, W(d, TD_T_SHPROJW, l), W(d, TD_T_SHPROJB, l), 1, s.SF,
                               C);
         } else {
             memset(o, 0, sizeof(float) * (size_t)C);
         }
         for (int k = 0; k < K; k++) {
             size_t j = (size_t)idx[k];
-            td_matmul_forward(d->moe_h, x, fcw + j * s.F1e * C, fcb ? fcb + j * s.F1e : NULL, 1, C,
+            cpu()->mm_fwd(d->moe_h, TD_K_F32, x, fcw + j * s.F1e * C, fcb ? fcb + j * s.F1e : NULL, 1, C,
                               s.F1e);
             mlp_act(d, d->moe_a, d->moe_h, 1, s.Fe);
-            td_matmul_forward(d->moe_y, d->moe_a, pw + j * C * s.Fe, pb ? pb + j * C : NULL, 1,
+            cpu()->mm_fwd(d->moe_y, TD_K_F32, d->moe_a, pw + j * C * s.Fe, pb ? pb + j * C : NULL, 1,
                               s.Fe, C);
             float w = e->norm_topk == TD_TIE_ON ? (float)(g[k] / gs) : g[k];
             for (int c = 0; c < C; c++) o[c] += w * d->moe_y[c];
@@ -183,11 +188,11 @@ static void block_rows(td_decode *d, int l, int n) {
     int C = s.C, p0 = d->len;
     size_t nc = (size_t)n * C;
     norm(d, d->ln, d->x, n, W(d, TD_T_LN1W, l), W(d, TD_T_LN1B, l));
-    td_matmul_forward(d->qkv, d->ln, W(d, a->qkv, l), W(d, TD_T_QKVB, l), n, C, s.QKV);
+    cpu()->mm_fwd(d->qkv, TD_K_F32, d->ln, W(d, a->qkv, l), W(d, TD_T_QKVB, l), n, C, s.QKV);
     if (a->rope) {
         const float *cs = d->rope_cs + (size_t)p0 * s.hs;
-        td_rope_forward(d->qkv, cs, 1, n, s.QKV, 0, s.H, s.hs);
-        td_rope_forward(d->qkv, cs, 1, n, s.QKV, C, s.KV, s.hs);
+        cpu()->rope_fwd(d->qkv, cs, 1, n, s.QKV, 0, s.H, s.hs);
+        cpu()->rope_fwd(d->qkv, cs, 1, n, s.QKV, C, s.KV, s.hs);
     }
     float *kc = d->k + (size_t)l * d->cap * s.KVC, *vc = d->v + (size_t)l * d->cap * s.KVC;
     for (int r = 0; r < n; r++) {
@@ -198,18 +203,18 @@ static void block_rows(td_decode *d, int l, int n) {
     td_attn_shape sh = {.B = 1, .Tq = n, .Tk = p0 + n, .NH = s.H, .NKV = s.KV, .hs = s.hs,
                         .q_stride = s.QKV, .kv_stride = s.KVC, .o_stride = C, .q_pos = p0,
                         .k_pos = 0, .mask = TD_ATTN_CAUSAL};
-    td_attn_forward(d->att, d->lse, d->qkv, kc, vc, &sh, 0);
-    td_matmul_forward(d->proj, d->att, W(d, TD_T_ATTPROJW, l), W(d, TD_T_ATTPROJB, l), n, C, C);
-    td_residual_forward(d->res2, d->x, d->proj, nc);
+    cpu()->att_fwd(d->att, d->lse, d->qkv, kc, vc, &sh, 0);
+    cpu()->mm_fwd(d->proj, TD_K_F32, d->att, W(d, TD_T_ATTPROJW, l), W(d, TD_T_ATTPROJB, l), n, C, C);
+    cpu()->res_fwd(d->res2, d->x, d->proj, nc);
     norm(d, d->ln, d->res2, n, W(d, TD_T_LN2W, l), W(d, TD_T_LN2B, l));
     if (td_gpt_moe_layer(&d->cfg, l)) {
         moe_rows(d, l, d->proj, n);
     } else {
-        td_matmul_forward(d->h, d->ln, W(d, a->fc, l), W(d, TD_T_FCB, l), n, C, s.F1);
+        cpu()->mm_fwd(d->h, TD_K_F32, d->ln, W(d, a->fc, l), W(d, TD_T_FCB, l), n, C, s.F1);
         mlp_act(d, d->ha, d->h, n, s.F);
-        td_matmul_forward(d->proj, d->ha, W(d, TD_T_FCPROJW, l), W(d, TD_T_FCPROJB, l), n, s.F, C);
+        cpu()->mm_fwd(d->proj, TD_K_F32, d->ha, W(d, TD_T_FCPROJW, l), W(d, TD_T_FCPROJB, l), n, s.F, C);
     }
-    td_residual_forward(d->x, d->res2, d->proj, nc);
+    cpu()->res_fwd(d->x, d->res2, d->proj, nc);
 }
 
 const float *td_decode_step(td_decode *d, const int *tokens, int n) {
@@ -217,15 +222,15 @@ const float *td_decode_step(td_decode *d, const int *tokens, int n) {
     const td_gpt_config *c = &d->cfg;
     dsz s = sizes_of(d->t);
     for (int i = 0; i < n; i++) TD_ASSERT(tokens[i] >= 0 && tokens[i] < c->V);
-    td_embedding_shard_forward(d->x, tokens, W(d, TD_T_WTE, -1), 0, s.Vp, n, s.C);
+    cpu()->emb_fwd(d->x, tokens, W(d, TD_T_WTE, -1), 0, s.Vp, n, s.C);
     const float *wpe = W(d, TD_T_WPE, -1);
-    if (wpe) td_position_forward(d->x, wpe, NULL, d->len, n, c->T, s.C);
+    if (wpe) cpu()->pos_fwd(d->x, wpe, NULL, d->len, n, c->T, s.C);
     for (int l = 0; l < c->L; l++) block_rows(d, l, n);
     /* the head of the last row only: the sampler reads no other */
     const float *last = d->x + (size_t)(n - 1) * s.C;
     norm(d, d->lnf, last, 1, W(d, TD_T_LNFW, c->L), W(d, TD_T_LNFB, c->L));
     const float *head = td_gpt_tied(c) ? W(d, TD_T_WTE, -1) : W(d, TD_T_HEAD, c->L);
-    td_matmul_forward(d->logits, d->lnf, head, NULL, 1, s.C, s.Vp);
+    cpu()->mm_fwd(d->logits, TD_K_F32, d->lnf, head, NULL, 1, s.C, s.Vp);
     d->len += n;
     d->rows += n;
     return d->logits;

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "internal.h"
-#include "trident/kernels.h"
+#include "trident/backend.h"
 
 enum { EMBED_UNIT = 0 };
 static int head_unit(const td_gpt *m) { return m->cfg.L + 1; }
@@ -24,11 +24,11 @@ void td_embed_forward(td_gpt *m, const int *inputs, td_embed_acts *a) {
     const td_gpt_dims *d = &m->d;
     float *part = d->sp || d->lp ? m->s.full : a->encoded;
     float *rows = !d->lp ? a->encoded : d->sp ? m->s.dln_local : part;
-    td_embedding_shard_forward(part, inputs, td_m_w(m, EMBED_UNIT, TD_T_WTE), d->vocab_lo, d->Vl,
+    m->ops->emb_fwd(part, inputs, td_m_w(m, EMBED_UNIT, TD_T_WTE), d->vocab_lo, d->Vl,
                                d->N, d->C);
     td_m_reduce_rows(m, part, rows);
     const float *wpe = td_m_w(m, EMBED_UNIT, TD_T_WPE); /* NULL: rotary positions instead */
-    if (wpe) td_position_forward(rows, wpe, m->pos, d->row0, d->Ns, d->T, d->C);
+    if (wpe) m->ops->pos_fwd(rows, wpe, m->pos, d->row0, d->Ns, d->T, d->C);
     if (d->lp) td_m_round_n(m, a->encoded, rows, (size_t)d->Ns * d->C);
 }
 
@@ -40,11 +40,11 @@ void td_embed_backward(td_gpt *m, const int *inputs, const td_act *dres) {
         td_m_widen_n(m, m->s.dln, dfull, (size_t)d->N * d->C);
         g = m->s.dln;
     }
-    td_embedding_shard_backward(td_m_g(m, EMBED_UNIT, TD_T_WTE), g, inputs, d->vocab_lo, d->Vl, d->N,
+    m->ops->emb_bwd(td_m_g(m, EMBED_UNIT, TD_T_WTE), g, inputs, d->vocab_lo, d->Vl, d->N,
                                 d->C);
     /* from all N rows: the position gradient is the same on every tp rank */
     float *gwpe = td_m_g(m, EMBED_UNIT, TD_T_WPE);
-    if (gwpe) td_position_backward(gwpe, g, m->pos, 0, d->N, d->T, d->C);
+    if (gwpe) m->ops->pos_bwd(gwpe, g, m->pos, 0, d->N, d->T, d->C);
 }
 
 /* The logits are fp32 in every precision (the GEMM writes them so), and so
@@ -58,18 +58,21 @@ double td_head_forward(td_gpt *m, const td_act *x, const int *targets, td_head_a
     /* the LM head's rows of this rank (wte's when tied): logits[N,Vl] = lnf @ head^T */
     td_m_matmul_forward(m, a->logits, 1, a->lnf, m->head_unit, m->head_kind, NULL, N, C, d->Vl);
     if (!targets) return 0.0;
-    /* a target < 0 is ignored (loss 0, no gradient): trident eval's masked positions */
-    for (int i = 0; i < N; i++) TD_ASSERT(targets[i] < m->cfg.V);
-    td_xent_max(a->row_max, a->logits, N, d->Vreal, d->Vl);
+    /* (td_gpt_upload_tokens checked every target < V; one < 0 is ignored) */
+    const td_ops *o = m->ops;
+    o->xent_max(a->row_max, a->logits, N, d->Vreal, d->Vl);
     td_m_tp_allreduce(m, a->row_max, (size_t)N, TD_REDUCE_MAX);
-    td_xent_exp_sum(a->row_sum, a->tgt_logit, a->logits, a->logits, a->row_max, targets,
+    o->xent_exp_sum(a->row_sum, a->tgt_logit, a->logits, a->logits, a->row_max, targets,
                     d->vocab_lo, N, d->Vreal, d->Vl);
     td_m_tp_allreduce(m, a->row_sum, (size_t)N, TD_REDUCE_SUM);
     td_m_tp_allreduce(m, a->tgt_logit, (size_t)N, TD_REDUCE_SUM);
-    td_xent_finish(a->losses, a->logits, a->row_sum, a->tgt_logit, a->row_max, targets, N, d->Vreal,
+    o->xent_finish(a->losses, a->logits, a->row_sum, a->tgt_logit, a->row_max, targets, N, d->Vreal,
                    d->Vl);
-    double sum = 0.0;
-    for (int i = 0; i < N; i++) sum += a->losses[i];
+    /* summed on the device in row order (the host loop's bits), one scalar down */
+    double sum;
+    o->sum(m->loss_sum, a->losses, (size_t)N);
+    td_dev_download(&sum, m->loss_sum, sizeof sum, TD_HOST_SCALARS);
+    td_dev_sync();
     return sum;
 }
 
@@ -78,18 +81,18 @@ void td_head_backward(td_gpt *m, const td_act *x, const int *targets, td_head_ac
     const td_gpt_dims *d = &m->d;
     int N = d->N, C = d->C, u = head_unit(m);
     td_gpt_scratch *s = &m->s;
-    for (int i = 0; i < N; i++) s->dlosses[i] = dloss;
+    m->ops->fill(s->dlosses, dloss, (size_t)N);
     /* dlogits overwrite the probabilities in place */
-    td_xent_backward(a->logits, a->logits, targets, d->vocab_lo, s->dlosses, N, d->Vreal, d->Vl);
+    m->ops->xent_bwd(a->logits, a->logits, targets, d->vocab_lo, s->dlosses, N, d->Vreal, d->Vl);
     const td_act *dlogits = a->logits;
     if (d->lp) { /* the GEMM reads them in the reduced type */
         td_m_round_n(m, s->dlogits_lp, a->logits, (size_t)N * d->Vl);
         dlogits = s->dlogits_lp;
     }
-    memset(s->dln, 0, sizeof(float) * (size_t)N * C);
+    td_dev_zero(s->dln, sizeof(float) * (size_t)N * C);
     td_m_matmul_backward(m, s->dln, 1, td_m_g(m, m->head_unit, m->head_kind), NULL, dlogits, a->lnf,
                          m->head_unit, m->head_kind, N, C, d->Vl);
-    memset(dres, 0, d->es * (size_t)d->Ns * C);
+    td_dev_zero(dres, d->es * (size_t)d->Ns * C);
     td_m_norm_backward(m, dres, x, a->lnf_mean, a->lnf_rstd, td_m_w(m, u, TD_T_LNFW),
                        td_m_g(m, u, TD_T_LNFW), td_m_g(m, u, TD_T_LNFB));
 }

@@ -224,7 +224,7 @@ void td_gpt_slot_create(td_gpt_slot *s, const td_gpt *m, const td_slot_shape *sh
     const td_gpt_dims *d = &m->d;
     memset(s, 0, sizeof *s);
     s->shape = *sh;
-    s->mem = td_alloc(slot_mem_bytes(d, sh), TD_MEM_ACTS);
+    s->mem = td_dev_alloc(slot_mem_bytes(d, sh), TD_MEM_ACTS, "pipeline slot activations");
     s->blocks = td_alloc(sizeof(td_block_acts) * (size_t)(sh->n_blocks > 0 ? sh->n_blocks : 1), TD_MEM_ACTS);
     char *cur = s->mem;
     size_t NsC = A(d, (size_t)d->Ns * d->C);
@@ -248,16 +248,16 @@ void td_gpt_slot_create(td_gpt_slot *s, const td_gpt *m, const td_slot_shape *sh
     }
     if (sh->head) carve_head(&s->head, d, &cur);
     TD_ASSERT((size_t)(cur - (char *)s->mem) == slot_mem_bytes(d, sh));
-    s->inputs = td_alloc((size_t)d->N * sizeof(int), TD_MEM_ACTS);
-    s->targets = td_alloc((size_t)d->N * sizeof(int), TD_MEM_ACTS);
+    s->inputs = td_dev_alloc((size_t)d->N * sizeof(int), TD_MEM_ACTS, "pipeline slot inputs");
+    s->targets = td_dev_alloc((size_t)d->N * sizeof(int), TD_MEM_ACTS, "pipeline slot targets");
 }
 
 void td_gpt_slot_destroy(td_gpt_slot *s) {
-    td_free(s->mem);
+    td_dev_free(s->mem);
     td_free(s->blocks);
     td_free(s->w);
-    td_free(s->inputs);
-    td_free(s->targets);
+    td_dev_free(s->inputs);
+    td_dev_free(s->targets);
     memset(s, 0, sizeof *s);
 }
 
@@ -265,6 +265,14 @@ size_t td_gpt_scratch_bytes(const td_param_table *t, int B, int seq_parallel) {
     td_gpt_dims d;
     td_gpt_dims_of(&d, t, B, seq_parallel);
     return scratch_bytes(&d, &t->cfg, TD_GPT_TRAIN);
+}
+
+/* Global positions of this rank's T rows: 0..T-1, or under context
+ * parallelism the load-balanced split (cp.h): chunks r and 2cp-1-r of 2cp. */
+static void positions(const td_gpt *m, int *pos) {
+    int T = m->d.T, Tc = T / 2, r = m->d.cp_rank;
+    for (int i = 0; i < T; i++)
+        pos[i] = m->d.cp <= 1 ? i : i < Tc ? r * Tc + i : (2 * m->d.cp - 1 - r) * Tc + (i - Tc);
 }
 
 static void create_common(td_gpt *m, const td_param_table *t, int B, int seq_parallel, td_gpt_use use) {
@@ -279,14 +287,17 @@ static void create_common(td_gpt *m, const td_param_table *t, int B, int seq_par
     td_moe_state_create(m);
     m->unit_params = td_alloc(sizeof(float *) * t->n_units, TD_MEM_OTHER);
     m->unit_grads = td_alloc(sizeof(float *) * t->n_units, TD_MEM_OTHER);
-    if (m->d.cp > 1) { /* the load-balanced split (cp.h): chunks r and 2cp-1-r of 2cp */
-        int Tc = m->d.T / 2, r = m->d.cp_rank;
-        m->pos = td_alloc(sizeof(int) * (size_t)m->d.T, TD_MEM_OTHER);
-        for (int i = 0; i < m->d.T; i++)
-            m->pos[i] = i < Tc ? r * Tc + i : (2 * m->d.cp - 1 - r) * Tc + (i - Tc);
+    m->ops = td_ops_for(m->d.prec == TD_PREC_BF16 ? TD_K_BF16 : m->d.prec == TD_PREC_FP16 ? TD_K_F16 : TD_K_F32);
+    m->loss_sum = td_dev_alloc(sizeof(double), TD_MEM_OTHER, "loss sum");
+    if (m->d.cp > 1) { /* the positions, uploaded once: the embedding's kernels read them */
+        int *pos = td_alloc(sizeof(int) * (size_t)m->d.T, TD_MEM_OTHER);
+        positions(m, pos);
+        m->pos = td_dev_alloc(sizeof(int) * (size_t)m->d.T, TD_MEM_OTHER, "cp positions");
+        td_dev_upload(m->pos, pos, sizeof(int) * (size_t)m->d.T, TD_HOST_INIT);
+        td_free(pos);
     }
     if (m->d.lp) { /* the compute copies, one per held unit */
-        m->params_lp = td_alloc(td_gpt_compute_param_bytes(t), TD_MEM_PARAMS);
+        m->params_lp = td_dev_alloc(td_gpt_compute_param_bytes(t), TD_MEM_PARAMS, "16-bit compute copies");
         m->unit_params_lp = td_alloc(sizeof(void *) * t->n_units, TD_MEM_OTHER);
         m->lp_src = td_alloc(sizeof(float *) * t->n_units, TD_MEM_OTHER);
         m->lp_epoch = td_alloc(sizeof(unsigned) * t->n_units, TD_MEM_OTHER);
@@ -310,19 +321,23 @@ size_t td_gpt_compute_param_bytes(const td_param_table *t) {
 
 void td_gpt_params_changed(td_gpt *m) { m->params_epoch++; }
 
-/* The rotary table of this rank's rows: positions 0..T-1, or the global
- * positions of context parallelism's two chunks (m->pos). */
+/* The rotary table of this rank's rows (positions()), made on the host
+ * and uploaded once. */
 static void rope_table(td_gpt *m) {
     const td_gpt_config *c = &m->cfg;
     int hs = m->d.hs, T = m->d.T;
+    size_t bytes = sizeof(float) * (size_t)T * hs;
     float *inv = td_alloc(sizeof(float) * (size_t)(hs / 2), TD_MEM_OTHER);
     int *pos = td_alloc(sizeof(int) * (size_t)T, TD_MEM_OTHER);
+    float *cs = td_alloc(bytes, TD_MEM_OTHER);
     td_rope_inv_freq(inv, c->rope_theta, hs);
     const td_rope_scaling *r = &c->rope_scaling;
     if (r->factor > 0)
         td_rope_llama3_scale(inv, hs, r->factor, r->low_freq_factor, r->high_freq_factor, r->orig_max_pos);
-    for (int i = 0; i < T; i++) pos[i] = m->pos ? m->pos[i] : i;
-    td_rope_table(m->rope_cs, pos, inv, T, hs);
+    positions(m, pos);
+    td_rope_table(cs, pos, inv, T, hs);
+    td_dev_upload(m->rope_cs, cs, bytes, TD_HOST_INIT);
+    td_free(cs);
     td_free(pos);
     td_free(inv);
 }
@@ -332,7 +347,7 @@ static void rope_table(td_gpt *m) {
 static void create_scratch(td_gpt *m) {
     const td_gpt_dims *d = &m->d;
     size_t N = d->N, Ns = d->Ns, C = d->C, bytes = scratch_bytes(d, &m->cfg, m->use);
-    m->grads_acts = td_alloc(bytes, TD_MEM_ACTS);
+    m->grads_acts = td_dev_alloc(bytes, TD_MEM_ACTS, "model scratch");
     char *cur = m->grads_acts;
     td_gpt_scratch *s = &m->s;
     if (m->use == TD_GPT_FORWARD) {
@@ -398,7 +413,7 @@ void td_gpt_create_stage_use(td_gpt *m, const td_param_table *t, int B, int seq_
     m->recompute = rc;
     create_scratch(m);
     if (rc == TD_RECOMPUTE_BLOCK) {
-        m->acts = td_alloc(block_bytes(&m->d), TD_MEM_ACTS);
+        m->acts = td_dev_alloc(block_bytes(&m->d), TD_MEM_ACTS, "recomputed block activations");
         char *cur = (char *)m->acts;
         carve_block(&m->rc_set, &m->d, &cur);
     }
@@ -420,7 +435,7 @@ void td_gpt_create_use(td_gpt *m, const td_param_table *t, int B, int seq_parall
     int L = m->cfg.L;
     size_t Ns = d->Ns, C = d->C;
 
-    m->acts = td_alloc(act_bytes(d, L, rc), TD_MEM_ACTS);
+    m->acts = td_dev_alloc(act_bytes(d, L, rc), TD_MEM_ACTS, "activations");
     m->blocks = td_alloc(sizeof(td_block_acts) * (size_t)L, TD_MEM_ACTS);
     char *cur = (char *)m->acts;
     m->embed.encoded = carve(&cur, A(d, Ns * C));
@@ -437,8 +452,8 @@ void td_gpt_create_use(td_gpt *m, const td_param_table *t, int B, int seq_parall
     TD_ASSERT((size_t)(cur - (char *)m->acts) == act_bytes(d, L, rc));
     create_scratch(m);
     size_t N = d->N;
-    m->inputs = td_alloc(N * sizeof(int), TD_MEM_ACTS);
-    m->targets = td_alloc(N * sizeof(int), TD_MEM_ACTS);
+    m->inputs = td_dev_alloc(N * sizeof(int), TD_MEM_ACTS, "inputs");
+    m->targets = td_dev_alloc(N * sizeof(int), TD_MEM_ACTS, "targets");
     m->acts_bytes = td_gpt_activation_bytes_use(t, B, seq_parallel, rc, use);
 }
 
@@ -453,14 +468,15 @@ void td_gpt_create(td_gpt *m, const td_param_table *t, int B, int seq_parallel) 
 void td_gpt_destroy(td_gpt *m) {
     td_moe_state_destroy(m);
     td_free(m->blocks);
-    td_free(m->acts);
-    td_free(m->grads_acts);
-    td_free(m->inputs);
-    td_free(m->targets);
+    td_dev_free(m->acts);
+    td_dev_free(m->grads_acts);
+    td_dev_free(m->inputs);
+    td_dev_free(m->targets);
     td_free(m->unit_params);
     td_free(m->unit_grads);
-    td_free(m->pos);
-    td_free(m->params_lp);
+    td_dev_free(m->pos);
+    td_dev_free(m->loss_sum);
+    td_dev_free(m->params_lp);
     td_free(m->unit_params_lp);
     td_free(m->lp_src);
     td_free(m->lp_epoch);
@@ -487,6 +503,16 @@ void *td_m_unit_lp(td_gpt *m, int u) {
         m->lp_epoch[u] = m->params_epoch;
     }
     return m->unit_params_lp[u];
+}
+
+void td_gpt_upload_tokens(const td_gpt *m, int *inputs_dev, const int *inputs, int *targets_dev,
+                          const int *targets) {
+    size_t N = (size_t)m->d.N;
+    /* a target < 0 is ignored (loss 0, no gradient): trident eval's masked positions */
+    if (targets)
+        for (size_t i = 0; i < N; i++) TD_ASSERT(targets[i] < m->cfg.V);
+    td_dev_upload(inputs_dev, inputs, sizeof(int) * N, TD_HOST_TOKENS);
+    if (targets) td_dev_upload(targets_dev, targets, sizeof(int) * N, TD_HOST_TOKENS);
 }
 
 static void event(td_gpt *m, td_unit_event ev, int unit) {
@@ -525,17 +551,16 @@ void td_gpt_backward_blocks(td_gpt *m, int l0, int l1, const td_act *x, td_act *
 }
 
 double td_gpt_forward(td_gpt *m, const int *inputs, const int *targets) {
-    int L = m->cfg.L, N = m->d.N;
+    int L = m->cfg.L;
     /* tensor and context parallelism need their communication */
     TD_ASSERT((m->d.tp == 1 && m->d.cp == 1) || m->comm);
-    memcpy(m->inputs, inputs, sizeof(int) * N);
-    if (targets) memcpy(m->targets, targets, sizeof(int) * N);
+    td_gpt_upload_tokens(m, m->inputs, inputs, m->targets, targets);
 
     event(m, TD_FWD_BEGIN, 0);
-    td_embed_forward(m, inputs, &m->embed);
+    td_embed_forward(m, m->inputs, &m->embed);
     const td_act *x = td_gpt_forward_blocks(m, 0, L, m->embed.encoded);
     event(m, TD_FWD_BEGIN, L + 1);
-    double sum = td_head_forward(m, x, targets, &m->head);
+    double sum = td_head_forward(m, x, targets ? m->targets : NULL, &m->head);
     event(m, TD_FWD_END, L + 1);
     event(m, TD_FWD_END, 0);
     return sum;

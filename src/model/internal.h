@@ -5,6 +5,7 @@
 
 #include <string.h>
 
+#include "trident/backend.h"
 #include "trident/base.h"
 #include "trident/model.h"
 
@@ -119,7 +120,7 @@ static inline void td_m_reduce_rows(const td_gpt *m, float *part, float *out) {
  * otherwise, where every rank holds every row). */
 static inline const td_act *td_m_gather_grad(const td_gpt *m, const td_act *dout) {
     if (!m->d.sp) return dout;
-    memcpy(td_m_my_rows(m, m->s.full), dout, m->d.es * (size_t)m->d.Ns * (size_t)m->d.C);
+    td_dev_copy(td_m_my_rows(m, m->s.full), dout, m->d.es * (size_t)m->d.Ns * (size_t)m->d.C);
     td_m_gather_rows(m, m->s.full);
     return m->s.full;
 }
@@ -132,16 +133,14 @@ static inline float *td_m_norm_grad(const td_gpt *m, float *g, int which) {
     return m->d.sp ? m->s.dnorm + (size_t)which * (size_t)m->d.C : g;
 }
 static inline void td_m_norm_grad_begin(const td_gpt *m) {
-    if (m->d.sp)
-        for (int i = 0; i < 2 * m->d.C; i++) m->s.dnorm[i] = 0.0f;
+    if (m->d.sp) td_dev_zero(m->s.dnorm, 2 * (size_t)m->d.C * sizeof(float));
 }
 static inline void td_m_norm_grad_end(const td_gpt *m, float *gw, float *gb) {
     if (!m->d.sp) return;
-    int C = m->d.C;
-    td_m_tp_allreduce(m, m->s.dnorm, 2 * (size_t)C, TD_REDUCE_SUM);
-    for (int i = 0; i < C; i++) gw[i] += m->s.dnorm[i];
-    if (gb) /* RMSNorm has no bias */
-        for (int i = 0; i < C; i++) gb[i] += m->s.dnorm[C + i];
+    size_t C = (size_t)m->d.C;
+    td_m_tp_allreduce(m, m->s.dnorm, 2 * C, TD_REDUCE_SUM);
+    m->ops->add(gw, m->s.dnorm, C);
+    if (gb) m->ops->add(gb, m->s.dnorm + C, C); /* RMSNorm has no bias */
 }
 
 /* block.c: the family's norm feeding a column-parallel projection (ln_1,

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "trident/backend.h"
 #include "trident/base.h"
 #include "trident/timeline.h"
 
@@ -70,7 +71,7 @@ td_cp_ring *td_cp_ring_new(td_comm *c) {
 
 void td_cp_ring_free(td_cp_ring *g) {
     if (!g) return;
-    for (int i = 0; i < 4; i++) td_free(g->own[i]);
+    for (int i = 0; i < 4; i++) td_dev_free(g->own[i]);
     td_request_free(g->send), td_request_free(g->recv);
     td_request_free(g->dsend), td_request_free(g->drecv);
     td_free(g);
@@ -94,7 +95,7 @@ void td_cp_ring_lend(td_cp_ring *g, void *ws, size_t bytes) {
     g->lent = ws, g->lent_bytes = ws ? bytes : 0;
     /* blocks of its own from earlier calls would be held beside the lent
      * ones, which the plan does not count: they are made again if needed */
-    for (int i = 0; i < 4; i++) td_free(g->own[i]), g->own[i] = NULL;
+    for (int i = 0; i < 4; i++) td_dev_free(g->own[i]), g->own[i] = NULL;
     g->cap = 0;
 }
 
@@ -114,7 +115,8 @@ static void ensure(td_cp_ring *g, const td_cp_shape *s) {
         return;
     }
     if (need > g->cap) {
-        for (int i = 0; i < 4; i++) td_free(g->own[i]), g->own[i] = td_alloc(need, TD_MEM_COMM);
+        for (int i = 0; i < 4; i++)
+            td_dev_free(g->own[i]), g->own[i] = td_dev_alloc(need, TD_MEM_COMM, "cp ring K/V block");
         g->cap = need;
     }
     for (int i = 0; i < 4; i++) *blk[i] = g->own[i];
@@ -127,8 +129,7 @@ void td_cp_ring_reset_stats(td_cp_ring *g) { memset(&g->st, 0, sizeof g->st); }
 static void pack_kv(void *kv, const void *qkv, const td_cp_shape *s) {
     size_t es = elem_bytes(s->prec), C = (size_t)s->C, rows = (size_t)s->B * s->T;
     size_t kvc = kv_cols(s), row = row_cols(s);
-    for (size_t i = 0; i < rows; i++)
-        memcpy((char *)kv + i * 2 * kvc * es, (const char *)qkv + (i * row + C) * es, 2 * kvc * es);
+    td_dev_copy_2d(kv, 2 * kvc * es, (const char *)qkv + C * es, row * es, 2 * kvc * es, rows);
 }
 
 /* A block message (count in 2-byte or 4-byte elements: p2p copies bytes). */
@@ -169,27 +170,9 @@ static void wait_all(td_cp_ring *g, int step) {
     if (td_timeline_enabled()) td_timeline_add("cp wait", "p2p", u0, td_timeline_now_us(), step, -1);
 }
 
-/* The block kernels of each precision, through one signature (td_bf16 and
- * td_f16 are both uint16_t; fp32 is cast back from void). */
-static void kernel_fwd(td_precision p, void *out, float *lse, const void *q, const void *k,
-                       const void *v, const td_attn_shape *s, int acc) {
-    if (p == TD_PREC_FP32)
-        td_attn_forward(out, lse, q, k, v, s, acc);
-    else if (p == TD_PREC_BF16)
-        td_attn_bf16_forward(out, lse, q, k, v, s, acc);
-    else
-        td_attn_f16_forward(out, lse, q, k, v, s, acc);
-}
-
-static void kernel_bwd(td_precision p, void *dq, void *dk, void *dv, const void *dout,
-                       const void *out, const float *lse, const void *q, const void *k,
-                       const void *v, const td_attn_shape *s) {
-    if (p == TD_PREC_FP32)
-        td_attn_backward(dq, dk, dv, dout, out, lse, q, k, v, s);
-    else if (p == TD_PREC_BF16)
-        td_attn_bf16_backward(dq, dk, dv, dout, out, lse, q, k, v, s);
-    else
-        td_attn_f16_backward(dq, dk, dv, dout, out, lse, q, k, v, s);
+/* The block kernels of each precision: the run's backend's row. */
+static const td_ops *ops_of(td_precision p) {
+    return td_ops_for(p == TD_PREC_BF16 ? TD_K_BF16 : p == TD_PREC_FP16 ? TD_K_F16 : TD_K_F32);
 }
 
 /* One ring step's chunk pairs: this rank's two query chunks against the
@@ -232,11 +215,11 @@ static void step_pairs(pass *p, int src, const void *kv, void *dkv, int first) {
             if (!p->dqkv) {
                 /* step 0 starts each query chunk with chunk 0 of its own block (at
                  * or before both of this rank's chunks) */
-                kernel_fwd(s->prec, o, l, q, k, k + kvc * es, &a, !(first && kc == 0));
+                ops_of(s->prec)->att_fwd(o, l, q, k, k + kvc * es, &a, !(first && kc == 0));
             } else {
                 char *dq = (char *)p->dqkv + (size_t)qc * Tc * row * es;
                 char *dk = (char *)dkv + (size_t)kc * Tc * 2 * kvc * es;
-                kernel_bwd(s->prec, dq, dk, dk + kvc * es, (const char *)p->dout + (size_t)qc * Tc * C * es,
+                ops_of(s->prec)->att_bwd(dq, dk, dk + kvc * es, (const char *)p->dout + (size_t)qc * Tc * C * es,
                            o, l, q, k, k + kvc * es, &a);
             }
             g->st.pairs++;
@@ -278,10 +261,10 @@ void td_cp_attn_backward(td_cp_ring *g, void *dqkv, const void *dout, const void
     size_t es = elem_bytes(s->prec), C = (size_t)s->C, rows = (size_t)s->B * s->T;
     size_t kvc = kv_cols(s), row = row_cols(s);
     pass p = {g, s, (void *)out, (float *)lse, qkv, dout, dqkv};
-    memset(dqkv, 0, rows * row * es);
+    td_dev_zero(dqkv, rows * row * es);
     int cur = 0;
     pack_kv(g->kv[cur], qkv, s);
-    memset(g->dkv[cur], 0, block_bytes(s));
+    td_dev_zero(g->dkv[cur], block_bytes(s));
     for (int i = 0; i < g->n; i++) {
         int src = (g->r - i + g->n) % g->n, more = i < g->n - 1;
         if (more) {
@@ -302,8 +285,7 @@ void td_cp_attn_backward(td_cp_ring *g, void *dqkv, const void *dout, const void
     }
     /* with n = 1 the block never moved: cur flipped once, the gradient is in dkv[0] */
     const char *mine = g->n > 1 ? g->dkv[cur] : g->dkv[0];
-    for (size_t i = 0; i < rows; i++)
-        memcpy((char *)dqkv + (i * row + C) * es, mine + i * 2 * kvc * es, 2 * kvc * es);
+    td_dev_copy_2d((char *)dqkv + C * es, row * es, mine, 2 * kvc * es, 2 * kvc * es, rows);
 }
 
 /* ---- the model's hooks -------------------------------------------------- */

@@ -50,6 +50,7 @@ struct td_pp {
     double loss;
     td_pp_batch_fn batch;
     void *batch_ctx;
+    int *tok_host;        /* [2N] the batch's inputs and targets on the host, uploaded into a slot */
     float dloss;
     td_pp_stats st;
 };
@@ -165,7 +166,11 @@ static void event(td_pp *pp, td_unit_event ev, int unit) {
 static void forward(td_pp *pp, slot *sl, int training) {
     td_gpt *m = pp->m;
     int c = sl->chunk, l0 = block_lo(pp, c), l1 = block_hi(pp, c);
-    if (is_first(pp, c) || is_last(pp, c)) pp->batch(pp->batch_ctx, sl->mb, sl->s.inputs, sl->s.targets);
+    if (is_first(pp, c) || is_last(pp, c)) {
+        int *in = pp->tok_host, *tg = in + m->d.N;
+        pp->batch(pp->batch_ctx, sl->mb, in, tg);
+        td_gpt_upload_tokens(m, sl->s.inputs, in, sl->s.targets, tg);
+    }
     if (is_first(pp, c)) {
         event(pp, TD_FWD_BEGIN, 0);
         td_embed_acts e = {sl->s.x};
@@ -355,6 +360,8 @@ td_pp *td_pp_create(const td_grid *g, td_gpt *model, td_dp *dp, const td_schedul
         sl->send = td_request_new();
     }
     pp->slot_of = td_alloc(sizeof(int) * (size_t)(pp->M * pp->V), TD_MEM_OTHER);
+    pp->tok_host = td_alloc(2 * sizeof(int) * (size_t)model->d.N, TD_MEM_OTHER);
+    memset(pp->tok_host, 0, 2 * sizeof(int) * (size_t)model->d.N);
     int n = sched->n[pp->s];
     pp->final_bwd = td_alloc(sizeof(int) * (size_t)(n > 0 ? n : 1), TD_MEM_OTHER);
     pp->final_head = td_alloc(sizeof(int) * (size_t)(n > 0 ? n : 1), TD_MEM_OTHER);
@@ -385,6 +392,7 @@ void td_pp_destroy(td_pp *pp) {
     }
     td_free(pp->slots);
     td_free(pp->slot_of);
+    td_free(pp->tok_host);
     td_free(pp->final_bwd);
     td_free(pp->final_head);
     td_free(pp);

@@ -25,10 +25,13 @@ static void measure_costs(const td_gpt_config *cfg, int B, int recompute, double
     memset(gr, 0, t.numel * sizeof(float));
     td_gpt_bind_flat(&m, p, gr);
     int N = B * cfg->T;
+    int *tok = td_alloc(2 * sizeof(int) * (size_t)N, TD_MEM_OTHER);
     for (int i = 0; i < N; i++) {
-        m.inputs[i] = (int)(td_rng_u64(7, 0, (uint64_t)i) % (uint64_t)cfg->V);
-        m.targets[i] = (int)(td_rng_u64(7, 1, (uint64_t)i) % (uint64_t)cfg->V);
+        tok[i] = (int)(td_rng_u64(7, 0, (uint64_t)i) % (uint64_t)cfg->V);
+        tok[N + i] = (int)(td_rng_u64(7, 1, (uint64_t)i) % (uint64_t)cfg->V);
     }
+    td_gpt_upload_tokens(&m, m.inputs, tok, m.targets, tok + N);
+    td_free(tok);
     *embed = *block = *head = 1e300;
     for (int rep = 0; rep < 3; rep++) {
         double t0 = td_now_ms();

@@ -224,6 +224,43 @@ static void format_duration(char *buf, size_t cap, double s) {
     else snprintf(buf, cap, "%dh%02dm", (int)(s / 3600.0), (int)fmod(s / 60.0, 60.0));
 }
 
+/* The step's host traffic in --log: "host_traffic": {purpose: {"up":
+ * [bytes, calls], "down": [bytes, calls]}} for each purpose that moved
+ * anything, the comm layer's staging apart as "comm_staging". */
+static void log_traffic(FILE *f, const td_host_traffic *t) {
+    fprintf(f, ", \"host_traffic\": {");
+    int first = 1;
+    for (int p = 0; p < TD_HOST_NPURPOSE; p++) {
+        if (p == TD_HOST_COMM || !(t->up_calls[p] || t->down_calls[p])) continue;
+        fprintf(f, "%s\"%s\": {\"up\": [%llu, %llu], \"down\": [%llu, %llu]}", first ? "" : ", ",
+                td_host_purpose_name((td_host_purpose)p), (unsigned long long)t->up_bytes[p],
+                (unsigned long long)t->up_calls[p], (unsigned long long)t->down_bytes[p],
+                (unsigned long long)t->down_calls[p]);
+        first = 0;
+    }
+    int c = TD_HOST_COMM;
+    fprintf(f, "}, \"comm_staging\": {\"up\": [%llu, %llu], \"down\": [%llu, %llu]}",
+            (unsigned long long)t->up_bytes[c], (unsigned long long)t->up_calls[c],
+            (unsigned long long)t->down_bytes[c], (unsigned long long)t->down_calls[c]);
+}
+
+/* The same for the summary: one line, purposes that moved anything. */
+static void report_traffic(const td_host_traffic *t) {
+    td_log("host traffic per step (rank 0, last step):");
+    int any = 0;
+    for (int p = 0; p < TD_HOST_NPURPOSE; p++) {
+        if (p == TD_HOST_COMM || !(t->up_calls[p] || t->down_calls[p])) continue;
+        td_log("%s %s %llu B up in %llu, %llu B down in %llu", any ? ";" : "",
+               td_host_purpose_name((td_host_purpose)p), (unsigned long long)t->up_bytes[p],
+               (unsigned long long)t->up_calls[p], (unsigned long long)t->down_bytes[p],
+               (unsigned long long)t->down_calls[p]);
+        any = 1;
+    }
+    int c = TD_HOST_COMM;
+    td_log("%s; comm staging %llu B up, %llu B down\n", any ? "" : " none",
+           (unsigned long long)t->up_bytes[c], (unsigned long long)t->down_bytes[c]);
+}
+
 void td_report_step(td_report *r, int step, float loss, float lr, double norm, double ms) {
     double tps = (double)r->spec->schedule.batch * r->cfg->T / (ms * 1e-3);
     double mfu = r->flops_per_step / (ms * 1e-3) / r->peak_flops;
@@ -248,6 +285,7 @@ void td_report_step(td_report *r, int step, float loss, float lr, double norm, d
             fprintf(r->log, ", \"moe_aux\": %.9g, \"moe_z\": %.9g, \"moe_load_min\": %.4f, \"moe_load_max\": %.4f, "
                             "\"moe_dropped\": %.6f", r->moe->moe_aux, r->moe->moe_z, r->moe->moe_load_min,
                     r->moe->moe_load_max, r->moe->moe_dropped);
+        log_traffic(r->log, &r->traffic);
         fprintf(r->log, ", \"elapsed_s\": %.3f, \"eta_s\": %.3f}\n", elapsed_s, eta_s);
         log_flush(r);
     }
@@ -399,6 +437,7 @@ void td_report_summary(td_report *r, const td_run_result *res) {
            res->tokens_per_s, 100.0 * r->flops_per_step / (res->step_ms * 1e-3) / r->peak_flops);
     if (!isnan(res->final_val_loss)) td_log(", final val loss %.4f", res->final_val_loss);
     td_log("\n");
+    report_traffic(&res->host_traffic);
     if (r->spec->precision.gemm_stats && res->gemm_ms > 0)
         td_log("gemm: %.3e flop/step, %.1f ms/step, %.1f GFLOP/s (rank 0, timed steps, every GEMM "
                "of forward and backward)\n",

@@ -91,6 +91,7 @@ typedef struct {
     const td_gpt_config *c;
     td_gpt m;           /* no_cache */
     int *window;        /* [T] no_cache */
+    float *row;         /* [Vp] no_cache: the last row's logits, downloaded */
     td_decode dec;      /* the cache */
     int cached;
     FILE *progress;
@@ -125,7 +126,10 @@ static const float *logits_of(next_logits *g, const int *seq, int len, int first
         memset(g->window, 0, sizeof(int) * c->T);
         memcpy(g->window, seq + start, sizeof(int) * n);
         td_gpt_forward(&g->m, g->window, NULL); /* causal: positions >= n do not matter */
-        lg = g->m.logits + (size_t)(n - 1) * c->Vp;
+        td_dev_download(g->row, g->m.logits + (size_t)(n - 1) * c->Vp, sizeof(float) * (size_t)c->Vp,
+                        TD_HOST_EVAL);
+        td_dev_sync();
+        lg = g->row;
         rows = c->T; /* every forward computes the T rows of the window */
     } else {
         long long rows0 = g->dec.rows;
@@ -186,6 +190,7 @@ void td_generate(const td_param_table *canon, const float *params, const td_toke
         td_gpt_create(&g.m, canon, 1, 0);
         td_gpt_bind_flat(&g.m, (float *)params, NULL);
         g.window = td_alloc(sizeof(int) * c->T, TD_MEM_OTHER);
+        g.row = td_alloc(sizeof(float) * (size_t)c->Vp, TD_MEM_OTHER);
         g.st.bytes = td_gpt_activation_bytes(canon, 1, 0);
     }
     char buf[256];
@@ -206,6 +211,7 @@ void td_generate(const td_param_table *canon, const float *params, const td_toke
         td_decode_destroy(&g.dec);
     } else {
         td_free(g.window);
+        td_free(g.row);
         td_gpt_destroy(&g.m);
     }
     td_free(seq);

@@ -141,9 +141,12 @@ td_run_status td_run_step(td_run *r, int step) {
     if (spec->hooks.step_state) step_state(r, step);
     double t0 = td_now_ms(), norm;
     float lr = td_lr_at(&spec->optim, step);
+    td_dev_traffic_reset(); /* the step's named host copies, counted from here */
     double loss_sum = train_step(r, step, lr, &norm);
     int bad_step, bad_row, any_bad;
     float loss = reduce_step(r, loss_sum, &bad_step, &bad_row, &any_bad);
+    td_dev_traffic(&res->host_traffic);
+    r->rep.traffic = res->host_traffic;
     double ms = td_now_ms() - t0;
     if (step - r->first >= spec->schedule.timing_skip ||
         spec->schedule.steps - r->first <= spec->schedule.timing_skip) {

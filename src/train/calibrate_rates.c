@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "trident/base.h"
+#include "trident/backend.h"
 #include "trident/kernels.h"
 #include "trident/model.h"
 #include "trident/optim.h"
@@ -118,13 +119,14 @@ static void linear_round(void *state, int round) {
     (void)round;
     linear_state *s = state;
     size_t nn = (size_t)s->n * s->n, per = 5 * nn;
+    /* host buffers: the CPU row (this measures the host's rates) */
     for (int l = 0; l < s->layers; l++) { /* forward through the layers */
         float *x = s->buf + per * l, *w = x + nn, *out = w + nn;
-        td_matmul_forward(out, x, w, NULL, s->n, s->n, s->n);
+        td_ops_cpu(TD_K_F32)->mm_fwd(out, TD_K_F32, x, w, NULL, s->n, s->n, s->n);
     }
     for (int l = s->layers - 1; l >= 0; l--) { /* backward in reverse, gradients accumulated */
         float *x = s->buf + per * l, *w = x + nn, *out = w + nn, *dx = out + nn, *dw = dx + nn;
-        td_matmul_backward(dx, dw, NULL, out, x, w, s->n, s->n, s->n);
+        td_ops_cpu(TD_K_F32)->mm_bwd(dx, TD_K_F32, dw, NULL, out, x, w, s->n, s->n, s->n);
     }
 }
 static void linear_teardown(void *state) {

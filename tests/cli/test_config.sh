@@ -74,6 +74,25 @@ ok sample-p "$T" sample --tokens 7 --temperature 0.7 --prompt 'a "b"' --seed 184
 
 # --- the effective configuration of a run: start line, log, manifest -------
 ok full "$T" train --data "$D" "${M[@]}" "${B[@]}" --out "$tmp/full" --log "$tmp/full.log"
+# the host traffic of each step (backend.h's named copies; dense GPT-2, fp32,
+# one process, --device cpu): the tokens up, B*T*4 bytes of inputs and as
+# many of targets, and a few scalars down (the loss sum: 8 bytes), nothing else
+$PY - "$tmp/full.log" <<'PYEOF' || fails=$((fails+1))
+import json, sys
+steps = [j for j in map(json.loads, open(sys.argv[1])) if "loss" in j and "step" in j]
+bad = []
+for j in steps:
+    h, c = j.get("host_traffic"), j.get("comm_staging")
+    if h is None: bad.append("step %d: no host_traffic" % j["step"]); continue
+    if set(h) - {"tokens", "scalars"}: bad.append("step %d: purposes %s" % (j["step"], sorted(h)))
+    if h.get("tokens") != {"up": [4 * 32 * 4 * 2, 2], "down": [0, 0]}: bad.append("step %d: tokens %s" % (j["step"], h.get("tokens")))
+    s = h.get("scalars", {"up": [0, 0], "down": [0, 0]})
+    if not 8 <= s["up"][0] + s["down"][0] <= 64: bad.append("step %d: scalars %s" % (j["step"], s))
+    if c != {"up": [0, 0], "down": [0, 0]}: bad.append("step %d: comm staging %s" % (j["step"], c))
+if len(steps) != 6: bad.append("%d step lines" % len(steps))
+print(("FAIL host-traffic: " + "; ".join(bad)) if bad else "ok   host-traffic: %s per step" % json.dumps(steps[0]["host_traffic"]))
+sys.exit(1 if bad else 0)
+PYEOF
 ok full-p "$T" train --data "$D" "${M[@]}" "${B[@]}" --out "$tmp/full" --log "$tmp/full.log" --print-config
 # the same run from a config file: the same losses, bit for bit
 printf '{"data": "%s", "layers": 2, "heads": 2, "embd": 16, "seq": 32, "batch": 4, "steps": 6, "eval-every": 0,\n "threads": 1, "lr": 0.01, "warmup": 2}\n' "$D" >"$tmp/run.json"
