@@ -233,6 +233,10 @@ typedef struct {
      * (the loss sum's bits as the host loop gave them); fill: x[i] = v. */
     void (*sum)(double *dst, const float *x, size_t n);
     void (*fill)(float *x, float v, size_t n);
+    /* optim */
+    /* The top-k update scheme's given update on each span: p = (p + g)
+     * (1 - lr wd), with m and v untouched (kernels.h's td_range_given). */
+    void (*adamw_given)(const struct td_adamw_span *spans, int n, const struct td_adamw_hyper *h);
 } td_ops;
 
 /* The run's backend's row for a precision (never NULL: every backend has

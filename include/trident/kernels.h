@@ -14,6 +14,7 @@
 #define TRIDENT_KERNELS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -160,6 +161,24 @@ void td_xent_backward(float *dlogits, const float *probs, const int *targets, in
 double td_sgemm_peak_gflops(int threads);
 /* The same at n x n x n, measured afresh (`trident plan --calibrate`). */
 double td_sgemm_rate_gflops(int threads, int n);
+
+/* The optimizer's range operations (range_ops.c), over flat fp32 buffers.
+ *   adamw:  torch.optim.AdamW on n elements: g multiplied by scale first;
+ *           bc1 = 1 - b1^step, bc2_sqrt = sqrt(1 - b2^step) (the caller's,
+ *           computed in double as torch does); decoupled decay 1 - lr wd;
+ *   given:  p = (p + u) (1 - lr wd), an update computed elsewhere (top-k's
+ *           update scheme) with AdamW's decay;
+ *   sumsq:  sum of x^2 in double, blocks of 4096 summed in sequence (the
+ *           result does not depend on the thread count);
+ *   first_nonfinite: index of the first NaN or infinity, or -1;
+ *   scale:  x *= s;  add: dst += src. */
+void td_range_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1,
+                    float b2, float eps, float wd, float bc1, float bc2_sqrt, float scale);
+void td_range_given(float *p, const float *u, size_t n, float lr, float wd);
+double td_range_sumsq(const float *x, size_t n);
+int64_t td_range_first_nonfinite(const float *x, size_t n);
+void td_range_scale(float *x, float s, size_t n);
+void td_range_add(float *dst, const float *src, size_t n);
 
 #ifdef __cplusplus
 }

@@ -295,6 +295,10 @@ size_t td_unit_numel(const td_param_table *t, int unit);
  * initializes every global element identically. */
 void td_param_init_range(const td_param_table *t, unsigned long long seed, size_t lo, size_t hi,
                          float *out);
+/* The same into device memory (td_dev_alloc'ed): generated on the host in
+ * staged ranges of at most 1M elements, each a named upload (TD_HOST_INIT). */
+void td_param_init_range_dev(const td_param_table *t, unsigned long long seed, size_t lo, size_t hi,
+                             float *out_dev);
 
 /* Unit hook: the model announces when it starts and stops using a unit's
  * parameters (forward) or parameters and gradients (backward). Before

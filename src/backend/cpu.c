@@ -2,6 +2,7 @@
  * kernels of src/kernels, one row per precision. The rows are thin
  * wrappers (the table's activations are void*), so every precision calls
  * exactly the kernels the model called before the table: same bits. */
+#include <math.h>
 #include <string.h>
 
 #include "trident/attention.h"
@@ -147,17 +148,34 @@ static void cpu_sum(double *dst, const float *x, size_t n) {
 static void cpu_fill(float *x, float v, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] = v;
 }
-/* dst += src, element by element (the sp norm-gradient reductions). */
-static void cpu_add(float *dst, const float *src, size_t n) {
-    for (size_t i = 0; i < n; i++) dst[i] += src[i];
+/* ---- the optimizer's range operations (fp32 state in every row) -------- */
+
+static void cpu_sumsq(double *dst, const float *x, size_t n) { *dst = td_range_sumsq(x, n); }
+static void cpu_first_nonfinite(int64_t *dst, const float *x, size_t n) {
+    *dst = td_range_first_nonfinite(x, n);
+}
+
+/* Bias corrections in double, as torch computes them in Python floats. */
+static void cpu_adamw(const td_adamw_span *s, int n, const td_adamw_hyper *h) {
+    TD_ASSERT(h->step >= 1);
+    float bc1 = (float)(1.0 - pow(h->beta1, h->step));
+    float bc2_sqrt = (float)sqrt(1.0 - pow(h->beta2, h->step));
+    for (int i = 0; i < n; i++)
+        td_range_adamw(s[i].p, s[i].g, s[i].m, s[i].v, s[i].n, h->lr, h->beta1, h->beta2, h->eps,
+                       s[i].wd, bc1, bc2_sqrt, h->grad_scale);
+}
+
+static void cpu_adamw_given(const td_adamw_span *s, int n, const td_adamw_hyper *h) {
+    for (int i = 0; i < n; i++) td_range_given(s[i].p, s[i].g, s[i].n, h->lr, s[i].wd);
 }
 
 /* The precision-independent entries every row shares. */
 #define COMMON_ENTRIES                                                                             \
     .emb_fwd = td_embedding_shard_forward, .emb_bwd = td_embedding_shard_backward,                \
     .pos_fwd = td_position_forward, .pos_bwd = td_position_backward, .xent_max = td_xent_max,     \
-    .xent_exp_sum = td_xent_exp_sum, .xent_finish = td_xent_finish, .xent_bwd = td_xent_backward, \
-    .add = cpu_add, MODEL_OPS_ENTRIES
+    .xent_exp_sum = td_xent_exp_sum, .xent_finish = td_xent_finish, .xent_bwd = td_xent_backward,  \
+    .sumsq = cpu_sumsq, .first_nonfinite = cpu_first_nonfinite, .scale = td_range_scale,          \
+    .add = td_range_add, .adamw = cpu_adamw, .adamw_given = cpu_adamw_given, MODEL_OPS_ENTRIES
 /* model-ops */
 #define MODEL_OPS_ENTRIES .sum = cpu_sum, .fill = cpu_fill
 

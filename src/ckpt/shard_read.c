@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "ckpt_internal.h"
+#include "trident/backend.h"
 #include "trident/base.h"
 #include "trident/files.h"
 #include "trident/formats_hash.h"
@@ -265,6 +266,8 @@ static const td_param_table *source_table(source_cache *c, const td_ckpt_reader 
     return &c->t[i];
 }
 
+enum { FILL_STAGE = 1 << 16 }; /* floats per staged upload */
+
 int td_ckpt_reader_fill(td_ckpt_reader *r, const td_param_table *t, int section, const td_ckpt_range *rg,
                         int n_ranges) {
     int any = 0;
@@ -273,6 +276,7 @@ int td_ckpt_reader_fill(td_ckpt_reader *r, const td_param_table *t, int section,
     if (!any) return 0;
     source_cache cache;
     memset(&cache, 0, sizeof cache);
+    float *stage = td_alloc(FILL_STAGE * sizeof(float), TD_MEM_OTHER);
     char sec[32];
     td_mf_section_name(section, sec, sizeof sec);
     for (int i = 0; i < t->n_rows; i++) {
@@ -320,16 +324,24 @@ int td_ckpt_reader_fill(td_ckpt_reader *r, const td_param_table *t, int section,
         }
         TD_CHECK(covered == numel, "%s/manifest.json: tensor %s (%s): the pieces hold %zu of its %zu elements", r->dir,
                  p->name, sec, covered, numel);
+        /* the ranges are the strategy's (device) buffers: this rank's
+         * elements are put together on the host and go up in staged
+         * pieces (named uploads) */
         for (int j = 0; j < n_ranges; j++) {
             size_t lo = td_max_sz(rg[j].lo, p->offset), hi = td_min_sz(rg[j].lo + rg[j].n, p->offset + p->numel);
-            for (size_t e = lo; e < hi; e++) {
-                long long gi = td_param_global_index(t, p, t->tp_rank, e - p->offset);
-                rg[j].data[e - rg[j].lo] = gi < 0 ? 0.0f : global[gi];
+            for (size_t a = lo; a < hi; a += FILL_STAGE) {
+                size_t b = td_min_sz(hi, a + FILL_STAGE);
+                for (size_t e = a; e < b; e++) {
+                    long long gi = td_param_global_index(t, p, t->tp_rank, e - p->offset);
+                    stage[e - a] = gi < 0 ? 0.0f : global[gi];
+                }
+                td_dev_upload(rg[j].data + (a - rg[j].lo), stage, (b - a) * sizeof(float), TD_HOST_CKPT);
             }
         }
         td_free(seen);
         td_free(global);
     }
     for (int i = 0; i < cache.n; i++) td_param_table_free(&cache.t[i]);
+    td_free(stage);
     return 1;
 }

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "ckpt_internal.h"
+#include "trident/backend.h"
 #include "trident/base.h"
 #include "trident/comm.h"
 #include "trident/out_lock.h"
@@ -109,7 +110,21 @@ size_t td_ckpt_write_shard(const td_ckpt_dir *d, const td_shard_src *src) {
     if (src->t->ep > 1) /* its experts' slice */
         snprintf(grid + strlen(grid), sizeof grid - strlen(grid), " ep %d", src->t->ep_rank);
     td_shard *s = td_shard_create(d, src->world_rank, grid, items, n);
-    for (int i = 0; i < n; i++) td_shard_put(s, i, data[i]);
+    /* the model sections' pieces are the strategy's buffers: on a device
+     * each comes down into host memory first (a named download); the
+     * per-dp-rank state is host memory (top-k runs on the host) */
+    int n_sec = 0;
+    for (int k = 0; k < TD_MF_NSECTIONS; k++) n_sec += section_pieces(src, k, NULL, NULL);
+    for (int i = 0; i < n; i++) {
+        float *host = NULL;
+        if (i < n_sec && td_backend_is_device()) {
+            host = td_alloc(items[i].n * sizeof(float), TD_MEM_OTHER);
+            td_dev_download(host, data[i], items[i].n * sizeof(float), TD_HOST_CKPT);
+            td_dev_sync();
+        }
+        td_shard_put(s, i, host ? host : data[i]);
+        td_free(host);
+    }
     td_shard_close(s);
     td_free(items);
     td_free((void *)data);

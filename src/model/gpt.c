@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "trident/backend.h"
 #include "trident/compat.h"
 #include "trident/base.h"
 #include "trident/rope.h"

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "trident/backend.h"
 #include "trident/base.h"
 #include "trident/compat.h"
 #include "trident/model.h"
@@ -311,6 +312,20 @@ void td_param_init_range(const td_param_table *t, unsigned long long seed, size_
             out[e - lo] = v;
         }
     }
+}
+
+void td_param_init_range_dev(const td_param_table *t, unsigned long long seed, size_t lo, size_t hi,
+                             float *out_dev) {
+    enum { STAGE = 1 << 20 };
+    size_t cap = td_min_sz(STAGE, hi - lo);
+    if (!cap) return;
+    float *buf = td_alloc(cap * sizeof(float), TD_MEM_OTHER);
+    for (size_t a = lo; a < hi; a += cap) {
+        size_t b = td_min_sz(hi, a + cap);
+        td_param_init_range(t, seed, a, b, buf);
+        td_dev_upload(out_dev + (a - lo), buf, (b - a) * sizeof(float), TD_HOST_INIT);
+    }
+    td_free(buf);
 }
 
 double td_gpt_flops_per_token(const td_gpt_config *c) {

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "dp_internal.h"
+#include "trident/backend.h"
 #include "trident/state_plan.h"
 
 /* Bucket bookkeeping on each unit event. */
@@ -20,7 +21,7 @@ static void replicated_hook(void *ctx, td_unit_event ev, int unit) {
 void td_replicated_create(td_dp *dp) {
     int allreduce = dp->cfg.mode == TD_DP_ALLREDUCE;
     size_t n = dp->t->numel;
-    dp->params = td_alloc(n * sizeof(float), td_dp_param_cat(&dp->cfg));
+    dp->params = td_dev_alloc(n * sizeof(float), td_dp_param_cat(&dp->cfg), "parameters");
     /* All-reduced gradients live where the group's ranks can reach each
      * other's: on one node the buckets are then summed straight between the
      * replicas' buffers, with no staging (comm.h, td_comm_alloc_shared). */
@@ -28,15 +29,15 @@ void td_replicated_create(td_dp *dp) {
     dp->grads_shared = allreduce && dp->D > 1 && !fwd;
     dp->grads = fwd                ? NULL
                 : dp->grads_shared ? td_dp_alloc_shared(dp, n, TD_MEM_GRADS)
-                                   : td_alloc(n * sizeof(float), TD_MEM_GRADS);
+                                   : td_dev_alloc(n * sizeof(float), TD_MEM_GRADS, "gradients");
     /* reduce-broadcast: only the root updates, so only it holds moments;
      * under ep the first ep run's other ranks update their experts (the
      * rest of their moments unused: td_ep_gather_unit reads whole units) */
     if (!fwd && (allreduce || dp->er == 0)) {
-        dp->m = td_alloc(n * sizeof(float), TD_MEM_OPTIM);
-        dp->v = td_alloc(n * sizeof(float), TD_MEM_OPTIM);
+        dp->m = td_dev_alloc(n * sizeof(float), TD_MEM_OPTIM, "AdamW m");
+        dp->v = td_dev_alloc(n * sizeof(float), TD_MEM_OPTIM, "AdamW v");
     }
-    td_param_init_range(dp->t, dp->cfg.seed, 0, n, dp->params);
+    td_param_init_range_dev(dp->t, dp->cfg.seed, 0, n, dp->params);
     dp->impl = td_buckets_build(dp, allreduce ? -1 : 0);
     /* replicas start identical whatever their seeds (expert rows: those of
      * the ranks holding the same experts) */
@@ -107,7 +108,7 @@ static double allreduce_finish(td_dp *dp, int step, float lr) {
     td_step_range all = {0, n, dp->params, dp->m, dp->v, NULL};
     td_step_result res = td_step_apply(&grp, dp->grads, &all, 1, step, lr);
     if (res.bad_row >= 0) td_dp_record_nonfinite(dp, step, res.bad_row);
-    memset(dp->grads, 0, n * sizeof(float));
+    td_dev_zero(dp->grads, n * sizeof(float));
     return res.norm;
 }
 

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "dp_internal.h"
+#include "trident/backend.h"
 #include "trident/pipeline.h"
 
 int td_dp_mode_find(const char *s) {
@@ -112,15 +113,17 @@ td_mem_plan td_dp_memory_plan(const td_dp_config *cfg, const td_layout *lay,
 }
 
 float *td_dp_alloc_shared(td_dp *dp, size_t n, td_mem_cat cat) {
+    /* MPI shared windows are host memory (comm.h): under a device they
+     * would be the comm layer's staging, not the step's tensors */
     return dp->D > 1 ? td_comm_alloc_shared(dp->comm, n * sizeof(float), cat)
-                     : td_alloc(n * sizeof(float), cat);
+                     : td_dev_alloc(n * sizeof(float), cat, td_mem_cat_name(cat));
 }
 
 void td_dp_free_shared(td_dp *dp, float *p, td_mem_cat cat) {
     if (dp->D > 1)
         td_comm_free_shared(dp->comm, p, cat);
     else
-        td_free(p);
+        td_dev_free(p);
 }
 
 td_dp *td_dp_create(const td_dp_config *cfg, const td_grid *g, const td_param_table *t,
@@ -165,13 +168,13 @@ void td_dp_destroy(td_dp *dp) {
     if (dp->params_shared)
         td_dp_free_shared(dp, dp->params, td_dp_param_cat(&dp->cfg));
     else
-        td_free(dp->params);
+        td_dev_free(dp->params);
     if (dp->grads_shared)
         td_dp_free_shared(dp, dp->grads, TD_MEM_GRADS);
     else
-        td_free(dp->grads);
-    td_free(dp->m);
-    td_free(dp->v);
+        td_dev_free(dp->grads);
+    td_dev_free(dp->m);
+    td_dev_free(dp->v);
     td_free(dp);
 }
 
@@ -250,7 +253,13 @@ void td_dp_serve(td_dp *dp, int steps) {
 
 const float *td_dp_gather_unit(td_dp *dp, int section, int u, float *scratch) {
     TD_ASSERT(section >= 0 && section < 3 && u >= 0 && u < dp->n_units);
-    return dp->ops->gather_unit(dp, section, u, scratch);
+    const float *b = dp->ops->gather_unit(dp, section, u, scratch);
+    /* a unit still in the strategy's (device) buffers comes down into
+     * scratch; a mode that assembled it in scratch downloaded its pieces */
+    if (b && b != scratch)
+        td_dev_download(scratch, b, td_unit_numel(dp->t, u) * sizeof(float), TD_HOST_CKPT);
+    td_dev_sync();
+    return b ? scratch : NULL;
 }
 
 int td_dp_full_params(td_dp *dp, const float **params) {

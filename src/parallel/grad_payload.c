@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "dp_internal.h"
+#include "trident/backend.h"
 #include "trident/grad_payload.h"
 #include "trident/optim.h"
 
@@ -120,6 +121,12 @@ td_gpay *td_gpay_create(td_dp *dp, int n_ranges, const size_t *lo, const size_t 
     size_t pairs, max_k, total, dense;
     sizes(&dp->cfg, dp->t, n_ranges, lo, len, &pairs, &max_k, &total, &dense);
     int topk = dp->cfg.topk_ratio > 0;
+    /* top-k selects, packs and sums on the host, over host buffers (the
+     * comm layer's shared windows): not on a device yet */
+    TD_CHECK(!topk || !td_backend_is_device(),
+             "--grad-compress topk:%g runs on the host; --device %s does not support it (use "
+             "--device cpu or --grad-compress none)",
+             dp->cfg.topk_ratio, td_device_name(td_backend_device()));
     if (topk) {
         /* the send side in the group's shared memory: on one node the
          * all-gather then copies straight from the peers' pairs */
@@ -134,7 +141,7 @@ td_gpay *td_gpay_create(td_dp *dp, int n_ranges, const size_t *lo, const size_t 
             g->local_v = td_alloc(bytes, TD_MEM_OPTIM);
         }
     } else {
-        g->half_all = td_alloc(total * sizeof(uint16_t), TD_MEM_COMM);
+        g->half_all = td_dev_alloc(total * sizeof(uint16_t), TD_MEM_COMM, "bf16 gradient payload");
     }
     size_t at_pairs = 0, at_half = 0, at_dense = 0;
     for (int i = 0; i < n_ranges; i++) {
@@ -174,7 +181,7 @@ void td_gpay_free(td_dp *dp, td_gpay *g) {
     td_free(g->residual);
     td_free(g->local_m);
     td_free(g->local_v);
-    td_free(g->half_all);
+    td_dev_free(g->half_all);
     td_free(g->r);
     td_free(g);
 }
@@ -219,7 +226,7 @@ void td_gpay_start(td_dp *dp, td_gpay *g, int i, td_request *req) {
         td_all_gather_start(req, dp->comm, r->pairs, r->gathered, 2 * r->k, TD_F32);
         if (r->n_dense) td_allreduce_start(r->dense_req, dp->comm, r->dense, r->n_dense, TD_F32, TD_SUM);
     } else {
-        for (size_t j = 0; j < r->n; j++) r->half[j] = td_f32_to_bf16(grad[j]);
+        td_ops_for(TD_K_BF16)->round_n(r->half, grad, r->n); /* td_f32_to_bf16's rounding */
         td_allreduce_start(req, dp->comm, r->half, r->n, TD_BF16, TD_SUM);
     }
     td_dp_count_grad(dp, sent0, r->n);
@@ -240,5 +247,5 @@ void td_gpay_finish(td_dp *dp, td_gpay *g, int i) {
             d += r->seg_n[j];
         }
     } else
-        for (size_t j = 0; j < r->n; j++) grad[j] = td_bf16_to_f32(r->half[j]);
+        td_ops_for(TD_K_BF16)->widen_n(grad, r->half, r->n);
 }

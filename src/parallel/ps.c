@@ -24,6 +24,7 @@
 #include <time.h>
 
 #include "dp_internal.h"
+#include "trident/backend.h"
 
 enum { TAG_CTRL = 101, TAG_DATA = 102, TAG_HDR = 103, TAG_PARAM = 104 };
 enum { KIND_GRAD = 1, KIND_PULL = 2, KIND_DONE = 3, KIND_SAVE = 4 };
@@ -56,11 +57,23 @@ static struct td_ps *PS(const td_dp *dp) { return dp->impl; }
 static size_t unit_slice(const td_dp *dp, int u, int s, size_t *len) {
     return td_param_unit_slice(dp->t, u, PS(dp)->S, s, len);
 }
+/* td_param_slices_pack / _unpack's layout, as device copies (the flat
+ * buffers and the send buffer are device memory). */
 static void pack(const td_dp *dp, int s, const float *flat, float *packed) {
-    td_param_slices_pack(dp->t, PS(dp)->S, s, flat, packed);
+    size_t k = 0, len;
+    for (int u = 0; u < dp->t->n_units; u++) {
+        size_t off = td_param_unit_slice(dp->t, u, PS(dp)->S, s, &len);
+        td_dev_copy(packed + k, flat + off, len * sizeof(float));
+        k += len;
+    }
 }
 static void unpack(const td_dp *dp, int s, const float *packed, float *flat) {
-    td_param_slices_unpack(dp->t, PS(dp)->S, s, packed, flat);
+    size_t k = 0, len;
+    for (int u = 0; u < dp->t->n_units; u++) {
+        size_t off = td_param_unit_slice(dp->t, u, PS(dp)->S, s, &len);
+        td_dev_copy(flat + off, packed + k, len * sizeof(float));
+        k += len;
+    }
 }
 
 /* TEST ONLY: TRIDENT_TEST_PS_DELAY_MS=RANK:MS makes the worker of world
@@ -108,19 +121,20 @@ static void ps_create(td_dp *dp) {
     TD_ASSERT(dp->t->unit_align % ps->S == 0);
     if (g->is_server) {
         int s = g->server_rank;
-        ps->p = td_alloc(ps->slice * sizeof(float), td_dp_param_cat(&dp->cfg));
-        ps->m = td_alloc(ps->slice * sizeof(float), TD_MEM_OPTIM);
-        ps->v = td_alloc(ps->slice * sizeof(float), TD_MEM_OPTIM);
-        ps->acc = td_alloc((size_t)(ps->K + 1) * ps->slice * sizeof(float), TD_MEM_GRADS);
+        ps->p = td_dev_alloc(ps->slice * sizeof(float), td_dp_param_cat(&dp->cfg), "server parameter slice");
+        ps->m = td_dev_alloc(ps->slice * sizeof(float), TD_MEM_OPTIM, "server AdamW m");
+        ps->v = td_dev_alloc(ps->slice * sizeof(float), TD_MEM_OPTIM, "server AdamW v");
+        ps->acc = td_dev_alloc((size_t)(ps->K + 1) * ps->slice * sizeof(float), TD_MEM_GRADS,
+                               "server gradient sums");
         ps->acc_count = td_alloc(sizeof(int) * (size_t)(ps->K + 1), TD_MEM_OTHER);
-        ps->tmp = td_alloc(ps->slice * sizeof(float), TD_MEM_COMM);
+        ps->tmp = td_dev_alloc(ps->slice * sizeof(float), TD_MEM_COMM, "server gradient receive");
         ps->ranges = td_alloc(sizeof(td_step_range) * (size_t)dp->n_units, TD_MEM_OTHER);
         /* the same counter-based init as every other layout, slice by slice;
          * the slices are also the ranges this server owns in the step */
         size_t k = 0, len;
         for (int u = 0; u < dp->n_units; u++) {
             size_t off = unit_slice(dp, u, s, &len);
-            td_param_init_range(dp->t, dp->cfg.seed, off, off + len, ps->p + k);
+            td_param_init_range_dev(dp->t, dp->cfg.seed, off, off + len, ps->p + k);
             ps->ranges[u] = (td_step_range){off, len, ps->p + k, ps->m + k, ps->v + k, NULL};
             k += len;
         }
@@ -128,9 +142,9 @@ static void ps_create(td_dp *dp) {
     }
     ps->delay_ms = test_delay(g->world_rank);
     size_t n = dp->t->numel;
-    dp->params = td_alloc(n * sizeof(float), td_dp_param_cat(&dp->cfg));
-    dp->grads = td_alloc(n * sizeof(float), TD_MEM_GRADS);
-    ps->sendbuf = td_alloc(n * sizeof(float), TD_MEM_COMM);
+    dp->params = td_dev_alloc(n * sizeof(float), td_dp_param_cat(&dp->cfg), "parameters");
+    dp->grads = td_dev_alloc(n * sizeof(float), TD_MEM_GRADS, "gradients");
+    ps->sendbuf = td_dev_alloc(n * sizeof(float), TD_MEM_COMM, "ps send buffer");
     ps->hdrs = td_alloc(sizeof(float) * 4 * (size_t)ps->S, TD_MEM_OTHER);
     ps->reqs = td_alloc(sizeof(td_request *) * 2 * (size_t)ps->S, TD_MEM_OTHER);
     for (int i = 0; i < 2 * ps->S; i++) ps->reqs[i] = td_request_new();
@@ -144,13 +158,13 @@ static void ps_destroy(td_dp *dp) {
         for (int i = 0; i < 2 * ps->S; i++) td_request_free(ps->reqs[i]);
     td_free(ps->reqs);
     td_free(ps->hdrs);
-    td_free(ps->sendbuf);
-    td_free(ps->p);
-    td_free(ps->m);
-    td_free(ps->v);
-    td_free(ps->acc);
+    td_dev_free(ps->sendbuf);
+    td_dev_free(ps->p);
+    td_dev_free(ps->m);
+    td_dev_free(ps->v);
+    td_dev_free(ps->acc);
     td_free(ps->acc_count);
-    td_free(ps->tmp);
+    td_dev_free(ps->tmp);
     td_free(ps->ranges);
     td_free(ps->norms);
     td_free(ps);
@@ -207,7 +221,7 @@ static double ps_finish(td_dp *dp, int step, float lr) {
                       TD_F32, server_world_rank(dp, s), TAG_DATA);
     }
     for (int s = 0; s < ps->S; s++) td_wait(ps->reqs[2 * s]);
-    memset(dp->grads, 0, dp->t->numel * sizeof(float));
+    td_dev_zero(dp->grads, dp->t->numel * sizeof(float));
     int last = step == (dp->cfg.steps > 0 ? dp->cfg.steps : dp->cfg.optim.max_steps) - 1;
     /* the last step waits for every update so eval and checkpoint see them */
     pull(dp, step + 1, last ? 0 : ps->K);
@@ -255,7 +269,7 @@ static void apply_ready(td_dp *dp) {
             return;
         }
         ps->norms[ps->version] = (float)res.norm;
-        memset(g, 0, ps->slice * sizeof(float));
+        td_dev_zero(g, ps->slice * sizeof(float));
         ps->acc_count[slot] = 0;
         ps->version++;
     }
@@ -278,7 +292,7 @@ static void ps_serve(td_dp *dp, int steps) {
             td_recv(dp->g->world, ps->tmp, ps->slice, TD_F32, src, TAG_DATA);
             int slot = step % (ps->K + 1);
             float *acc = ps->acc + (size_t)slot * ps->slice;
-            for (size_t i = 0; i < ps->slice; i++) acc[i] += ps->tmp[i];
+            td_ops_for(TD_K_F32)->add(acc, ps->tmp, ps->slice);
             ps->acc_count[slot]++;
             apply_ready(dp);
         } else if (kind == KIND_PULL) {

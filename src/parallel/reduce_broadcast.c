@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "dp_internal.h"
+#include "trident/backend.h"
 
 static void rb_plan(const td_dp_config *cfg, const td_layout *lay, const td_param_table *t,
                     td_mem_plan *p) {
@@ -66,7 +67,7 @@ static double rb_finish(td_dp *dp, int step, float lr) {
      * root's row */
     if (!isfinite(norm_f))
         td_dp_record_nonfinite(dp, step, td_step_agree_row(dp->comm, dp->D, row));
-    memset(dp->grads, 0, n * sizeof(float));
+    td_dev_zero(dp->grads, n * sizeof(float));
     return norm_f;
 }
 

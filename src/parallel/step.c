@@ -2,19 +2,10 @@
 #include <math.h>
 
 #include "step.h"
+#include "trident/backend.h"
 #include "trident/base.h"
 #include "trident/parallel.h"
 #include "trident/timeline.h"
-
-int td_step_first_nonfinite(const td_param_table *t, const float *x, size_t lo, size_t n) {
-    for (int i = 0; i < t->n_rows; i++) {
-        const td_param *r = &t->rows[i];
-        size_t a = td_max_sz(lo, r->offset), b = td_min_sz(lo + n, r->offset + r->numel);
-        for (size_t k = a; k < b; k++)
-            if (!isfinite(x[k - lo])) return i;
-    }
-    return t->n_rows;
-}
 
 int td_step_agree_row(td_comm *group, int group_size, int row) {
     float neg = -(float)row; /* rows are small integers, exact in float; MAX of -row = MIN */
@@ -34,9 +25,57 @@ static const float *range_grads(const td_step_range *r, int i, const float *grad
     return r[i].g ? r[i].g : grads + k;
 }
 
-static double counted_sumsq(const td_param_table *t, const float *grads, const td_step_range *r,
-                            int n_ranges, int skip_tied, int skip_2d, int experts) {
+/* The scalars the host needs from the device: each piece's sum of squares
+ * (or first non-finite index) is written by an op to its own slot of a
+ * device buffer, and the slots come down in one named copy
+ * (TD_HOST_SCALARS) and are added on the host in the order the pieces were
+ * queued: the norm keeps the bits of summing td_sumsq's in that order. */
+typedef struct {
+    const td_ops *ops;
+    double *dev, *host;
+    int64_t *dev_i, *host_i;
+    int *row_of; /* the table row of each first_nonfinite slot */
+    int n, cap;
+} scalars;
+
+static void scalars_init(scalars *s, int cap) {
+    s->ops = td_ops_for(TD_K_F32);
+    s->cap = cap;
+    s->n = 0;
+    s->dev = td_dev_alloc(sizeof(double) * (size_t)cap, TD_MEM_OTHER, "optimizer scalars");
+    s->host = td_alloc(sizeof(double) * (size_t)cap, TD_MEM_OTHER);
+    s->dev_i = NULL, s->host_i = NULL, s->row_of = NULL;
+}
+
+static void scalars_free(scalars *s) {
+    td_dev_free(s->dev);
+    td_dev_free(s->dev_i);
+    td_free(s->host);
+    td_free(s->host_i);
+    td_free(s->row_of);
+}
+
+static void sum_piece(scalars *s, const float *x, size_t n) {
+    TD_ASSERT(s->n < s->cap);
+    s->ops->sumsq(s->dev + s->n++, x, n);
+}
+
+/* Download the queued sums (one copy) and wait for them. */
+static void scalars_fetch(scalars *s) {
+    td_dev_download(s->host, s->dev, sizeof(double) * (size_t)s->n, TD_HOST_SCALARS);
+    td_dev_sync();
+}
+
+/* The host's sum of slots [a, b), in order. */
+static double sum_slots(const scalars *s, int a, int b) {
     double sum = 0.0;
+    for (int i = a; i < b; i++) sum += s->host[i];
+    return sum;
+}
+
+static void counted_sumsq(scalars *s, const td_param_table *t, const float *grads,
+                          const td_step_range *r, int n_ranges, int skip_tied, int skip_2d,
+                          int experts) {
     size_t k = 0;
     for (int i = 0; i < n_ranges; i++) {
         for (int j = 0; j < t->n_rows; j++) {
@@ -47,11 +86,40 @@ static double counted_sumsq(const td_param_table *t, const float *grads, const t
             if (skip_tied && p->unit == 0) continue;
             if (skip_2d && p->ndim == 2) continue;
             size_t a = td_max_sz(r[i].lo, p->offset), b = td_min_sz(r[i].lo + r[i].n, p->offset + p->numel);
-            if (a < b) sum += td_sumsq(range_grads(r, i, grads, k) + (a - r[i].lo), b - a);
+            if (a < b) sum_piece(s, range_grads(r, i, grads, k) + (a - r[i].lo), b - a);
         }
         k += r[i].n;
     }
-    return sum;
+}
+
+/* The smallest table row holding a non-finite gradient in this rank's
+ * ranges, or t->n_rows: each row's piece is scanned by an op into its own
+ * device slot, and the slots come down together. */
+static int first_nonfinite_row(scalars *s, const td_param_table *t, const float *grads,
+                               const td_step_range *r, int n_ranges) {
+    size_t cap = (size_t)n_ranges * (size_t)(t->n_rows > 0 ? t->n_rows : 1);
+    s->dev_i = td_dev_alloc(sizeof(int64_t) * cap, TD_MEM_OTHER, "optimizer non-finite scan");
+    s->host_i = td_alloc(sizeof(int64_t) * cap, TD_MEM_OTHER);
+    s->row_of = td_alloc(sizeof(int) * cap, TD_MEM_OTHER);
+    int q = 0;
+    size_t k = 0;
+    for (int i = 0; i < n_ranges; i++) {
+        const float *x = range_grads(r, i, grads, k);
+        for (int j = 0; j < t->n_rows; j++) {
+            const td_param *p = &t->rows[j];
+            size_t a = td_max_sz(r[i].lo, p->offset), b = td_min_sz(r[i].lo + r[i].n, p->offset + p->numel);
+            if (a >= b) continue;
+            s->row_of[q] = j;
+            s->ops->first_nonfinite(s->dev_i + q++, x + (a - r[i].lo), b - a);
+        }
+        k += r[i].n;
+    }
+    td_dev_download(s->host_i, s->dev_i, sizeof(int64_t) * (size_t)q, TD_HOST_SCALARS);
+    td_dev_sync();
+    int row = t->n_rows;
+    for (int i = 0; i < q; i++)
+        if (s->host_i[i] >= 0 && s->row_of[i] < row) row = s->row_of[i];
+    return row;
 }
 
 static td_grad_probe g_probe;
@@ -82,18 +150,28 @@ static td_step_result apply(const td_step_group *grp, const float *grads, const 
     /* 1/scale: a power of two scales the double sum exactly */
     double unscale = grp->loss_scale > 0.0f ? 1.0 / grp->loss_scale : 1.0;
     int ep = grp->ep_group && grp->ep > 1;
-    double sumsq = tp || grp->skip_tied || grp->updates_2d || ep || !packed
-                       ? counted_sumsq(t, grads, r, n_ranges, grp->skip_tied, grp->updates_2d, ep ? 0 : -1)
-                       : td_sumsq(grads, total);
-    if (ep) { /* the other ranks' experts */
-        float sq = (float)counted_sumsq(t, grads, r, n_ranges, grp->skip_tied, grp->updates_2d, 1);
-        td_allreduce(grp->ep_group, &sq, 1, TD_F32, TD_SUM);
-        sumsq += sq;
-    }
+    int counted = tp || grp->skip_tied || grp->updates_2d || ep || !packed;
+    scalars sc;
+    scalars_init(&sc, 2 * n_ranges * (t->n_rows > 0 ? t->n_rows : 1) + 2);
+    if (counted)
+        counted_sumsq(&sc, t, grads, r, n_ranges, grp->skip_tied, grp->updates_2d, ep ? 0 : -1);
+    else
+        sum_piece(&sc, grads, total);
+    int own_end = sc.n;
+    if (ep) counted_sumsq(&sc, t, grads, r, n_ranges, grp->skip_tied, grp->updates_2d, 1);
+    int ep_end = sc.n;
     /* given updates are not gradients (no norm), but a non-finite one must
      * stop the step like a gradient: it turns this sum into NaN (0 x inf) */
     TD_ASSERT(packed || !grp->updates_2d); /* its modes pack their ranges */
-    if (grp->updates_2d) sumsq += 0.0 * td_sumsq(grads, total);
+    if (grp->updates_2d) sum_piece(&sc, grads, total);
+    scalars_fetch(&sc);
+    double sumsq = sum_slots(&sc, 0, own_end);
+    if (ep) { /* the other ranks' experts */
+        float sq = (float)sum_slots(&sc, own_end, ep_end);
+        td_allreduce(grp->ep_group, &sq, 1, TD_F32, TD_SUM);
+        sumsq += sq;
+    }
+    if (grp->updates_2d) sumsq += 0.0 * sc.host[ep_end];
     sumsq *= unscale * unscale;
     if (grp->sharded) {
         float sq = (float)sumsq;
@@ -112,24 +190,20 @@ static td_step_result apply(const td_step_group *grp, const float *grads, const 
     }
     res.norm = sqrt(sumsq);
     if (!isfinite(res.norm)) { /* no update: every rank scans what it owns */
-        int row = t->n_rows;
-        size_t k = 0;
-        for (int i = 0; i < n_ranges; i++) {
-            int ri = td_step_first_nonfinite(t, range_grads(r, i, grads, k), r[i].lo, r[i].n);
-            if (ri < row) row = ri;
-            k += r[i].n;
-        }
+        int row = first_nonfinite_row(&sc, t, grads, r, n_ranges);
+        scalars_free(&sc);
         res.bad_row = td_step_agree_row(together ? grp->group : NULL, grp->group_size, row);
         if (tp) res.bad_row = td_step_agree_row(grp->tp_group, grp->tp, res.bad_row);
         if (pp) res.bad_row = td_step_agree_row(grp->pp_group, grp->pp, res.bad_row);
         return res;
     }
+    scalars_free(&sc);
     float scale = td_clip_scale(res.norm, grp->optim->clip) * (float)unscale;
+    const td_ops *ops = td_ops_for(TD_K_F32);
     size_t k = 0;
     for (int i = 0; i < n_ranges; i++) {
-        (grp->updates_2d ? td_adamw_update_2d_given : td_adamw_update)(
-            r[i].p, range_grads(r, i, grads, k), r[i].m, r[i].v, r[i].lo, r[i].lo + r[i].n, t, grp->optim, lr, step + 1,
-            scale);
+        td_adamw_update_on(ops, r[i].p, range_grads(r, i, grads, k), r[i].m, r[i].v, r[i].lo,
+                           r[i].lo + r[i].n, t, grp->optim, lr, step + 1, scale, grp->updates_2d);
         k += r[i].n;
     }
     return res;

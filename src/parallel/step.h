@@ -66,7 +66,7 @@ typedef struct {
      * grads hold the mean of the ranks' sparse AdamW updates, not gradients.
      * The norm and clipping cover the other (1-D) tensors; the updates join
      * only the non-finite check, then are added to the parameters with the
-     * decoupled decay (td_adamw_update_2d_given). */
+     * decoupled decay (td_adamw_update_on with given_2d: the adamw_given op). */
     int updates_2d;
     /* Expert parallelism: the ep peers hold the other experts (the table's
      * TD_SPLIT_EXPERT rows); the norm sums those rows over ep as well. NULL
@@ -90,9 +90,6 @@ typedef struct {
 td_step_result td_step_apply(const td_step_group *grp, const float *grads, const td_step_range *r,
                              int n_ranges, int step, float lr);
 
-/* The table row of the first non-finite element among the flat elements
- * [lo, lo + n) stored at x, or t->n_rows if none. */
-int td_step_first_nonfinite(const td_param_table *t, const float *x, size_t lo, size_t n);
 /* The smallest of the ranks' rows over a group (collective over it). */
 int td_step_agree_row(td_comm *group, int group_size, int row);
 

@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include "dp_internal.h"
+#include "trident/backend.h"
 #include "trident/state_plan.h"
 
 #define POOL 2 /* block buffers in flight: the one in use + one prefetched/draining */
@@ -188,8 +189,8 @@ static void zero_create(td_dp *dp) {
     pieces_build(dp, z);
     int fwd = dp->cfg.forward_only; /* no gradient, no moment */
     if (!fwd) {
-        dp->m = td_alloc(z->shard_n * sizeof(float), TD_MEM_OPTIM);
-        dp->v = td_alloc(z->shard_n * sizeof(float), TD_MEM_OPTIM);
+        dp->m = td_dev_alloc(z->shard_n * sizeof(float), TD_MEM_OPTIM, "AdamW m shard");
+        dp->v = td_dev_alloc(z->shard_n * sizeof(float), TD_MEM_OPTIM, "AdamW v shard");
     }
 
     if (z->stage == 3) {
@@ -197,11 +198,11 @@ static void zero_create(td_dp *dp) {
         /* counter-based init: the slices equal those of a full init */
         for (int i = 0; i < z->n_pc; i++) {
             const zpiece *q = &z->pc[i];
-            td_param_init_range(t, dp->cfg.seed, q->mine, q->mine + q->slice, z->pshard + q->off);
+            td_param_init_range_dev(t, dp->cfg.seed, q->mine, q->mine + q->slice, z->pshard + q->off);
         }
         for (int i = 0; i < POOL + 2; i++) {
             size_t n = i < POOL ? z->max_block : td_unit_numel(t, i == POOL ? 0 : z->L + 1);
-            z->pslots[i].buf = td_alloc(n * sizeof(float), TD_MEM_GATHER);
+            z->pslots[i].buf = td_dev_alloc(n * sizeof(float), TD_MEM_GATHER, "ZeRO-3 gathered unit");
             for (int k = 0; k < TD_UNIT_PIECES; k++) z->pslots[i].req[k] = td_request_new();
             z->pslots[i].unit = -1;
         }
@@ -210,7 +211,7 @@ static void zero_create(td_dp *dp) {
     } else {
         dp->params = td_dp_alloc_shared(dp, t->numel, td_dp_param_cat(&dp->cfg)); /* all-gathered in place */
         dp->params_shared = dp->D > 1;
-        td_param_init_range(t, dp->cfg.seed, 0, t->numel, dp->params);
+        td_param_init_range_dev(t, dp->cfg.seed, 0, t->numel, dp->params);
         params_broadcast(dp, z);
     }
     z->req = td_alloc(sizeof(td_request *) * (size_t)z->n_pc, TD_MEM_OTHER);
@@ -221,14 +222,14 @@ static void zero_create(td_dp *dp) {
         dp->grads = td_dp_alloc_shared(dp, t->numel, TD_MEM_GRADS); /* reduce-scattered */
         dp->grads_shared = dp->D > 1;
         z->gshard = NULL;
-        z->rs_out = td_alloc(z->shard_n * sizeof(float), TD_MEM_COMM);
+        z->rs_out = td_dev_alloc(z->shard_n * sizeof(float), TD_MEM_COMM, "ZeRO-1 gradient shard");
         size_t *lo = td_alloc(sizeof(size_t) * 2 * (size_t)U, TD_MEM_OTHER);
         for (int u = 0; u < U; u++) lo[u] = t->unit_offset[u], lo[U + u] = td_unit_numel(t, u);
         z->pay = td_gpay_create(dp, U, lo, lo + U);
         TD_ASSERT(!z->pay || z->n_pc == U); /* rules table: ep-payload */
         td_free(lo);
     } else {
-        z->gshard = td_alloc(z->shard_n * sizeof(float), TD_MEM_GRADS);
+        z->gshard = td_dev_alloc(z->shard_n * sizeof(float), TD_MEM_GRADS, "ZeRO gradient shard");
         for (int i = 0; i < POOL + 1; i++) {
             z->gslots[i].full =
                 td_dp_alloc_shared(dp, i < POOL ? z->max_block : td_unit_numel(t, 0), TD_MEM_COMM);
@@ -253,14 +254,14 @@ static void zero_destroy(td_dp *dp) {
     for (int i = 0; i < POOL + 1; i++)
         if (z->gslots[i].full) td_dp_free_shared(dp, z->gslots[i].full, TD_MEM_COMM);
     for (int i = 0; i < POOL + 2; i++) {
-        td_free(z->pslots[i].buf);
+        td_dev_free(z->pslots[i].buf);
         for (int k = 0; k < TD_UNIT_PIECES; k++)
             if (z->pslots[i].req[k]) td_request_free(z->pslots[i].req[k]);
     }
     td_free(z->req);
     td_gpay_free(dp, z->pay);
-    td_free(z->rs_out);
-    td_free(z->gshard);
+    td_dev_free(z->rs_out);
+    td_dev_free(z->gshard);
     if (z->pshard) td_dp_free_shared(dp, z->pshard, td_dp_param_cat(&dp->cfg));
     td_free(z->gather_of);
     td_free(z->pc);
@@ -293,7 +294,7 @@ static void gather_start(td_dp *dp, int unit) {
         const zpiece *q = &z->pc[i];
         float *dst = g->buf + (q->lo - dp->t->unit_offset[unit]);
         if (q->parts == 1)
-            memcpy(dst, z->pshard + q->off, q->slice * sizeof(float));
+            td_dev_copy(dst, z->pshard + q->off, q->slice * sizeof(float));
         else
             td_all_gather_start(g->req[i - z->first[unit]], q->comm, z->pshard + q->off, dst, q->slice, TD_F32);
     }
@@ -333,7 +334,7 @@ static void reduce_start(td_dp *dp, int i, float *ug) {
     float *in = ug + (q->lo - dp->t->unit_offset[q->unit]);
     float *out = z->stage == 1 ? z->rs_out + q->off : in + (size_t)q->rank * q->slice;
     if (q->parts == 1) { /* the whole piece is this rank's */
-        if (z->stage == 1) memcpy(out, in, q->slice * sizeof(float));
+        if (z->stage == 1) td_dev_copy(out, in, q->slice * sizeof(float));
         return;
     }
     if (z->pay) {
@@ -374,6 +375,8 @@ static void chain_begin(td_dp *dp, int unit, float *ug) {
 
 /* ---- stage 2/3 gradient buffers ---------------------------------------- */
 
+static void add(float *dst, const float *src, size_t n) { td_ops_for(TD_K_F32)->add(dst, src, n); }
+
 static void gslot_drain(td_dp *dp, grad_slot *s) {
     struct td_zero *z = dp->impl;
     if (s->unit < 0) return;
@@ -382,7 +385,7 @@ static void gslot_drain(td_dp *dp, grad_slot *s) {
         const zpiece *q = &z->pc[i];
         float *dst = z->gshard + q->off;
         const float *src = s->full + (q->mine - dp->t->unit_offset[s->unit]);
-        for (size_t k = 0; k < q->slice; k++) dst[k] += src[k];
+        add(dst, src, q->slice);
     }
     s->unit = -1;
     s->scattering = 0;
@@ -406,7 +409,7 @@ static void grads_begin(td_dp *dp, int unit) {
             s = &z->gslots[1];
         }
     }
-    memset(s->full, 0, td_unit_numel(dp->t, unit) * sizeof(float));
+    td_dev_zero(s->full, td_unit_numel(dp->t, unit) * sizeof(float));
     s->unit = unit;
     dp->model->unit_grads[unit] = s->full;
 }
@@ -481,10 +484,10 @@ static double zero_finish(td_dp *dp, int step, float lr) {
          * its slice is its shard */
         for (int u = 0; u < dp->n_units && z->pay; u++) {
             td_gpay_finish(dp, z->pay, u);
-            memcpy(z->rs_out + z->pc[u].off, dp->grads + z->pc[u].mine, z->pc[u].slice * sizeof(float));
+            td_dev_copy(z->rs_out + z->pc[u].off, dp->grads + z->pc[u].mine, z->pc[u].slice * sizeof(float));
         }
         g = z->rs_out;
-        memset(dp->grads, 0, t->numel * sizeof(float));
+        td_dev_zero(dp->grads, t->numel * sizeof(float));
     } else {
         for (int i = 0; i < POOL + 1; i++) gslot_drain(dp, &z->gslots[i]);
     }
@@ -499,7 +502,7 @@ static double zero_finish(td_dp *dp, int step, float lr) {
      * partition the model, and the norm sums over the dp group */
     td_step_group grp = td_dp_step_group(dp, dp->comm, dp->D, 1);
     td_step_result res = td_step_apply(&grp, g, z->ranges, z->n_pc, step, lr);
-    if (z->stage != 1) memset(z->gshard, 0, z->shard_n * sizeof(float));
+    if (z->stage != 1) td_dev_zero(z->gshard, z->shard_n * sizeof(float));
     if (res.bad_row >= 0) { /* no update */
         td_dp_record_nonfinite(dp, step, res.bad_row);
         return res.norm;
@@ -527,7 +530,7 @@ static const float *zero_gather_unit(td_dp *dp, int section, int u, float *scrat
         if (q->parts > 1)
             td_all_gather(q->comm, base + q->off, dst, q->slice, TD_F32);
         else
-            memcpy(dst, base + q->off, q->slice * sizeof(float));
+            td_dev_download(dst, base + q->off, q->slice * sizeof(float), TD_HOST_CKPT);
     }
     return root ? scratch : NULL;
 }

@@ -13,6 +13,8 @@
 #ifndef TRIDENT_GRAD_WATCH_H
 #define TRIDENT_GRAD_WATCH_H
 
+#include <stdint.h>
+
 #include "trident/grid.h"
 #include "trident/model.h"
 
@@ -27,6 +29,10 @@ typedef struct {
     float fault_value;
     int *first_micro; /* [n_rows] or NULL: not tracking */
     int micro;        /* the micro-batch whose backward runs, or TD_WATCH_UNKNOWN */
+    /* the scan's slots: device [n_rows] first indices, their host copy, and
+     * the row each slot scanned */
+    int64_t *dev_first, *host_first;
+    int *row_of;
     int installed;
 } td_grad_watch;
 

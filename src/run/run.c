@@ -10,6 +10,7 @@
 #include "preflight.h"
 #include "run.h"
 #include "trace_file.h"
+#include "trident/backend.h"
 #include "trident/base.h"
 #include "trident/comm.h"
 #include "trident/compat.h"
@@ -333,7 +334,9 @@ static void sample(td_run *r) {
     const float *P = NULL;
     float *gathered = NULL;
     const td_param_table *in = &r->table;
-    if (tp_or_pp || !td_dp_full_params(r->dp, &P)) {
+    /* on a device the parameters come down unit by unit (the gather's
+     * named downloads) rather than being read in place */
+    if (tp_or_pp || td_backend_is_device() || !td_dp_full_params(r->dp, &P)) {
         /* with tp, pp or ep the pieces are put together in the canonical layout */
         float *scratch = td_alloc(td_pp_gather_scratch_floats(&r->table, &r->canon) * sizeof(float), TD_MEM_OTHER);
         if (tp_or_pp) in = &r->canon;
