@@ -56,6 +56,7 @@
 
 #include "trident/base.h"
 #include "trident/attention.h" /* td_attn_shape, td_ktype */
+#include "trident/kernels_moe.h" /* td_moe_router_shape */
 
 #ifdef __cplusplus
 extern "C" {
@@ -237,6 +238,20 @@ typedef struct {
     /* The top-k update scheme's given update on each span: p = (p + g)
      * (1 - lr wd), with m and v untouched (kernels.h's td_range_given). */
     void (*adamw_given)(const struct td_adamw_span *spans, int n, const struct td_adamw_hyper *h);
+    /* moe (kernels_moe.h's contracts): the mixture of experts' device half.
+     * Rows are C elements of the row's type; pos, idx [N,K] int; the rest
+     * fp32. The routing decisions they take (idx, gate, wts, pos, stats)
+     * are the host's, uploaded (TD_HOST_MOE). */
+    void (*moe_scores)(float *sc, const float *logits, int N, int E, int softmax);
+    void (*moe_gather)(void *dst, const void *src, const int *pos, int N, int K, int C);
+    void (*moe_combine)(float *out, int shared, const void *y, const int *pos, const float *wts,
+                        int row0, int Ns, int K, int C);
+    void (*moe_combine_bwd)(float *dw, void *dy, const void *dout, const void *y, const int *pos,
+                            const float *wts, int N, int K, int C);
+    void (*moe_scatter_add)(float *dst, const void *dx, const int *pos, int N, int K, int C);
+    void (*moe_router_bwd)(float *dl, const float *dw, const float *logits, const float *sc,
+                           const int *idx, const float *gate, const float *wts,
+                           const float *stats, const td_moe_router_shape *s);
 } td_ops;
 
 /* The run's backend's row for a precision (never NULL: every backend has

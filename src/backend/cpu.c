@@ -9,6 +9,7 @@
 #include "trident/backend.h"
 #include "trident/kernels.h"
 #include "trident/kernels_bf16.h"
+#include "trident/kernels_moe.h"
 #include "trident/rope.h"
 
 /* ---- fp32 --------------------------------------------------------------- */
@@ -169,13 +170,37 @@ static void cpu_adamw_given(const td_adamw_span *s, int n, const td_adamw_hyper 
     for (int i = 0; i < n; i++) td_range_given(s[i].p, s[i].g, s[i].n, h->lr, s[i].wd);
 }
 
+/* ---- moe: kernels_moe.h's functions take the row's type ------------- */
+
+#define MOE_ROW(K, P)                                                                              \
+    static void P##_moe_gather(void *dst, const void *src, const int *pos, int N, int Kk, int C) { \
+        td_moe_gather(K, dst, src, pos, N, Kk, C);                                                 \
+    }                                                                                              \
+    static void P##_moe_combine(float *out, int shared, const void *y, const int *pos,             \
+                                const float *wts, int row0, int Ns, int Kk, int C) {               \
+        td_moe_combine(K, out, shared, y, pos, wts, row0, Ns, Kk, C);                              \
+    }                                                                                              \
+    static void P##_moe_combine_bwd(float *dw, void *dy, const void *dout, const void *y,          \
+                                    const int *pos, const float *wts, int N, int Kk, int C) {      \
+        td_moe_combine_backward(K, dw, dy, dout, y, pos, wts, N, Kk, C);                           \
+    }                                                                                              \
+    static void P##_moe_scatter_add(float *dst, const void *dx, const int *pos, int N, int Kk,     \
+                                    int C) {                                                       \
+        td_moe_scatter_add(K, dst, dx, pos, N, Kk, C);                                             \
+    }
+
+MOE_ROW(TD_K_F32, f32)
+MOE_ROW(TD_K_BF16, bf16)
+MOE_ROW(TD_K_F16, f16)
+
 /* The precision-independent entries every row shares. */
 #define COMMON_ENTRIES                                                                             \
     .emb_fwd = td_embedding_shard_forward, .emb_bwd = td_embedding_shard_backward,                \
     .pos_fwd = td_position_forward, .pos_bwd = td_position_backward, .xent_max = td_xent_max,     \
     .xent_exp_sum = td_xent_exp_sum, .xent_finish = td_xent_finish, .xent_bwd = td_xent_backward,  \
     .sumsq = cpu_sumsq, .first_nonfinite = cpu_first_nonfinite, .scale = td_range_scale,          \
-    .add = td_range_add, .adamw = cpu_adamw, .adamw_given = cpu_adamw_given, MODEL_OPS_ENTRIES
+    .add = td_range_add, .adamw = cpu_adamw, .adamw_given = cpu_adamw_given, MODEL_OPS_ENTRIES,           \
+    .moe_scores = td_moe_router_scores, .moe_router_bwd = td_moe_router_backward
 /* model-ops */
 #define MODEL_OPS_ENTRIES .sum = cpu_sum, .fill = cpu_fill
 
@@ -186,7 +211,9 @@ static void cpu_adamw_given(const td_adamw_span *s, int n, const td_adamw_hyper 
         .rms_bwd = P##_rms_bwd, .gelu_fwd = P##_gelu_fwd, .gelu_bwd = P##_gelu_bwd,                \
         .swiglu_fwd = P##_swiglu_fwd, .swiglu_bwd = P##_swiglu_bwd, .res_fwd = P##_res_fwd,        \
         .rope_fwd = P##_rope_fwd, .rope_bwd = P##_rope_bwd, .att_fwd = P##_att_fwd,                \
-        .att_bwd = P##_att_bwd, COMMON_ENTRIES                                                     \
+        .att_bwd = P##_att_bwd, .moe_gather = P##_moe_gather, .moe_combine = P##_moe_combine,      \
+        .moe_combine_bwd = P##_moe_combine_bwd, .moe_scatter_add = P##_moe_scatter_add,            \
+        COMMON_ENTRIES                                                                             \
     }
 
 static const td_ops g_rows[3] = {ROW(TD_K_F32, 4, f32), ROW(TD_K_BF16, 2, bf16), ROW(TD_K_F16, 2, f16)};

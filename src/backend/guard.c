@@ -361,7 +361,23 @@ static void on_fault(int sig, siginfo_t *si, void *uc) {
     X(P, scale, (float *x, float s, size_t n), (x), (x, s, n))                                    \
     X(P, add, (float *dst, const float *src, size_t n), (dst, src), (dst, src, n))                \
     X(P, adamw, (const td_adamw_span *sp, int n, const td_adamw_hyper *h), (open_spans(sp, n)),         \
-      (sp, n, h))
+      (sp, n, h))                                                                                  \
+    /* moe */                                                                                      \
+    X(P, moe_scores, (float *sc, const float *lg, int N, int E, int sm), (sc, lg), (sc, lg, N, E, sm)) \
+    X(P, moe_gather, (void *dst, const void *src, const int *pos, int N, int K, int C),           \
+      (dst, src, pos), (dst, src, pos, N, K, C))                                                   \
+    X(P, moe_combine, (float *out, int sh, const void *y, const int *pos, const float *wts,        \
+                       int row0, int Ns, int K, int C),                                            \
+      (out, y, pos, wts), (out, sh, y, pos, wts, row0, Ns, K, C))                                  \
+    X(P, moe_combine_bwd, (float *dw, void *dy, const void *dout, const void *y, const int *pos,  \
+                           const float *wts, int N, int K, int C),                                 \
+      (dw, dy, dout, y, pos, wts), (dw, dy, dout, y, pos, wts, N, K, C))                           \
+    X(P, moe_scatter_add, (float *dst, const void *dx, const int *pos, int N, int K, int C),      \
+      (dst, dx, pos), (dst, dx, pos, N, K, C))                                                     \
+    X(P, moe_router_bwd, (float *dl, const float *dw, const float *lg, const float *sc,           \
+                          const int *idx, const float *gate, const float *wts, const float *st,   \
+                          const td_moe_router_shape *s),                                           \
+      (dl, dw, lg, sc, idx, gate, wts, st), (dl, dw, lg, sc, idx, gate, wts, st, s))
 
 #define GUARD_ID(...) __VA_ARGS__
 

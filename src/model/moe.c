@@ -22,6 +22,7 @@
 
 #include "moe_internal.h"
 #include "trident/fault.h"
+#include "trident/kernels_moe.h"
 
 /* ---- the state: saved tensors of one block, scratch of the model ---- */
 
@@ -47,7 +48,9 @@ void td_moe_state_create(td_gpt *m) {
     int ep = m->table->ep;
     s->cap = scratch_rows(&m->d, &m->cfg, ep);
     size_t w = A(&m->d, s->cap * scratch_width(&m->cfg, m->d.C));
-    s->scratch = td_alloc(td_moe_scratch_bytes(&m->d, &m->cfg, ep), TD_MEM_ACTS);
+    s->scratch = td_dev_alloc(td_moe_scratch_bytes(&m->d, &m->cfg, ep), TD_MEM_ACTS, "moe scratch");
+    size_t nhf = (size_t)m->d.N > 2 * (size_t)E ? (size_t)m->d.N : 2 * (size_t)E;
+    s->hf = zalloc(sizeof(float) * nhf, TD_MEM_OTHER);
     s->b0 = s->scratch, s->b1 = (char *)s->scratch + w, s->b2 = (char *)s->scratch + 2 * w;
     s->f0 = (float *)((char *)s->scratch + 3 * w);
     char *t = (char *)(s->f0 + f0_elems(&m->d, &m->cfg, s->cap));
@@ -65,11 +68,13 @@ void td_moe_state_destroy(td_gpt *m) {
     if (!s) return;
     for (int i = 0; i < s->n_pool; i++) {
         td_moe_acts *a = s->pool[i];
-        td_free(a->mem);
+        td_dev_free(a->mem);
+        td_free(a->hmem);
         td_free(a);
     }
     td_free(s->pool);
-    td_free(s->scratch);
+    td_dev_free(s->scratch);
+    td_free(s->hf);
     td_free(s->st.load);
     td_free(s);
     m->moe = NULL;
@@ -115,7 +120,7 @@ size_t td_moe_block_bytes(const td_gpt_dims *d, const td_gpt_config *c, int ep) 
            F = (size_t)e->F;
     size_t F1 = F * (size_t)td_arch_mlp_parts(c->arch), C = (size_t)d->C, R = recv_rows(d, c, ep);
     return 4 * (2 * N * E + 4 * N * K + 4 * E +
-                3) /* logits, scores; idx, gate, wts, pos; counts, stats */
+                3) /* logits, scores; idx, gate, wts, pos; the bias's slot, stats */
            + (S ? A(d, N * S * F1) + A(d, N * S * F) : 0) /* the shared experts' hidden */
            + 2 * A(d, N * K * C)                          /* sent and returned rows */
            + (ep > 1 ? 2 * A(d, R * C) : 0)               /* received rows, their outputs */
@@ -140,18 +145,34 @@ static td_moe_acts *acts_new(td_gpt *m) {
            C = (size_t)d->C;
     size_t R = recv_rows(d, &m->cfg, ep);
     a->N = d->N;
-    a->mem = td_alloc(td_moe_block_bytes(d, &m->cfg, ep), TD_MEM_ACTS);
-    char *cur = a->mem;
+    a->mem = td_dev_alloc(td_moe_block_bytes(d, &m->cfg, ep), TD_MEM_ACTS, "moe block activations");
+    /* the routing half, the same layout on both sides (one copy each way) */
+    size_t route_bytes = 4 * (2 * N * E + 4 * N * K + 2 * E + 2 * E + 3);
+    a->hmem = zalloc(route_bytes + 2 * sizeof(int) * E, TD_MEM_OTHER);
+    char *cur = a->hmem;
 #define CARVE(p, bytes) (p = (void *)cur, cur += (bytes))
-    CARVE(a->logits, 4 * N * E);
-    CARVE(a->scores, 4 * N * E);
-    CARVE(a->idx, 4 * N * K);
-    CARVE(a->gate, 4 * N * K);
-    CARVE(a->wts, 4 * N * K);
-    CARVE(a->pos, 4 * N * K);
-    CARVE(a->cnt, 4 * E);
-    CARVE(a->rcnt, 4 * E);
-    CARVE(a->stats, 4 * (2 * E + 3));
+    for (int side = 0; side < 2; side++) {
+        float *lg, *sc, *bi, *ga, *wt, *stt;
+        int *ix, *ps;
+        CARVE(lg, 4 * N * E);
+        CARVE(sc, 4 * N * E);
+        CARVE(bi, 4 * 2 * E); /* a slot of 2E: the counts' bytes of the plan */
+        CARVE(ix, 4 * N * K);
+        CARVE(ga, 4 * N * K);
+        CARVE(wt, 4 * N * K);
+        CARVE(ps, 4 * N * K);
+        CARVE(stt, 4 * (2 * E + 3));
+        if (side == 0) {
+            a->logits = lg, a->scores = sc, a->bias = bi, a->idx = ix, a->gate = ga, a->wts = wt;
+            a->pos = ps, a->stats = stt;
+            CARVE(a->cnt, sizeof(int) * E);
+            CARVE(a->rcnt, sizeof(int) * E);
+            cur = a->mem;
+        } else {
+            a->d_logits = lg, a->d_scores = sc, a->d_bias = bi, a->d_idx = ix, a->d_gate = ga;
+            a->d_wts = wt, a->d_pos = ps, a->d_stats = stt;
+        }
+    }
     if (S) {
         CARVE(a->sh_h, A(d, N * S * F1e(m)));
         CARVE(a->sh_a, A(d, N * S * (size_t)e->F));
@@ -192,18 +213,9 @@ void td_gpt_set_route_probe(td_moe_route_probe fn, void *ctx) {
 static td_moe_route_override g_override;
 static void *g_override_ctx;
 
-void td_moe_route_token(int router, int E, int K, const float *lg, const float *bias, float *sc, int *idx,
-                        float *g) {
-    if (router == TD_ROUTER_SOFTMAX) {
-        float mx = lg[0];
-        for (int i = 1; i < E; i++) mx = lg[i] > mx ? lg[i] : mx;
-        double sum = 0.0;
-        for (int i = 0; i < E; i++) sum += (sc[i] = expf(lg[i] - mx));
-        for (int i = 0; i < E; i++) sc[i] = (float)(sc[i] / sum);
-    } else {
-        for (int i = 0; i < E; i++) sc[i] = 1.0f / (1.0f + expf(-lg[i]));
-    }
-    for (int k = 0; k < K; k++) { /* selection by score + bias: K passes of a max */
+/* Top K by score + bias (ties to the lower id): K passes of a max. */
+static void select_token(int E, int K, const float *sc, const float *bias, int *idx, float *g) {
+    for (int k = 0; k < K; k++) {
         int best = -1;
         float bv = 0.0f;
         for (int i = 0; i < E; i++) {
@@ -217,6 +229,12 @@ void td_moe_route_token(int router, int E, int K, const float *lg, const float *
     }
 }
 
+void td_moe_route_token(int router, int E, int K, const float *lg, const float *bias, float *sc, int *idx,
+                        float *g) {
+    td_moe_router_scores(sc, lg, 1, E, router == TD_ROUTER_SOFTMAX);
+    select_token(E, K, sc, bias, idx, g);
+}
+
 void td_gpt_set_route_override(td_moe_route_override fn, void *ctx) {
     g_override = fn;
     g_override_ctx = ctx;
@@ -224,16 +242,14 @@ void td_gpt_set_route_override(td_moe_route_override fn, void *ctx) {
 
 /* Scores, the top K (ties to the lower id), the combine weights; block l's
  * (for the override). */
-static void route(td_gpt *m, int l, int u, td_moe_acts *a) {
+static void route(td_gpt *m, int l, td_moe_acts *a, const float *bias) {
     const td_moe_config *e = &m->cfg.moe;
     int N = a->N, E = e->E, K = e->K;
-    const float *bias = td_m_w(m, u, TD_T_ROUTERB);
     for (int t = 0; t < N; t++) {
-        const float *lg = a->logits + (size_t)t * E;
         float *sc = a->scores + (size_t)t * E;
         int *idx = a->idx + (size_t)t * K;
         float *g = a->gate + (size_t)t * K, *w = a->wts + (size_t)t * K;
-        td_moe_route_token(e->router, E, K, lg, bias, sc, idx, g);
+        select_token(E, K, sc, bias, idx, g);
         if (g_probe || g_override) { /* the margin: the last chosen's selection value over the best left out */
             float last = sc[idx[K - 1]] + (bias ? bias[idx[K - 1]] : 0.0f), next = -INFINITY;
             for (int i = 0; i < E; i++) {
@@ -242,7 +258,7 @@ static void route(td_gpt *m, int l, int u, td_moe_acts *a) {
                 float v = sc[i] + (bias ? bias[i] : 0.0f);
                 if (!taken && v > next) next = v;
             }
-            m->moe->f0[t] = last - next;
+            m->moe->hf[t] = last - next;
         }
         if (m->moe->flip && K < E) { /* TRIDENT_FAULT=route-flip: the last chosen for the best left out */
             int alt = -1;
@@ -255,22 +271,13 @@ static void route(td_gpt *m, int l, int u, td_moe_acts *a) {
             idx[K - 1] = alt, g[K - 1] = sc[alt];
         }
         if (g_override) {
-            g_override(g_override_ctx, m, l, t, K, idx, m->moe->f0[t]);
+            g_override(g_override_ctx, m, l, t, K, idx, m->moe->hf[t]);
             for (int k = 0; k < K; k++) g[k] = sc[idx[k]];
         }
         double gs = 0.0;
         for (int k = 0; k < K; k++) gs += g[k];
         for (int k = 0; k < K; k++) w[k] = e->norm_topk == TD_TIE_ON ? (float)(g[k] / gs) : g[k];
     }
-}
-
-/* log sum exp of a row of the router's logits, in double */
-static double log_sum_exp(const float *lg, int E) {
-    float mx = lg[0];
-    for (int i = 1; i < E; i++) mx = lg[i] > mx ? lg[i] : mx;
-    double s = 0.0;
-    for (int i = 0; i < E; i++) s += exp((double)lg[i] - mx);
-    return mx + log(s);
 }
 
 /* The statistics of every rank's tokens of this micro-batch: per expert
@@ -283,7 +290,7 @@ static void reduce_stats(td_gpt *m, td_moe_acts *a) {
     for (int t = 0; t < N; t++) {
         for (int k = 0; k < K; k++) st[a->idx[(size_t)t * K + k]] += 1.0f;
         for (int i = 0; i < E; i++) st[E + i] += a->scores[(size_t)t * E + i];
-        double lse = log_sum_exp(a->logits + (size_t)t * E, E);
+        double lse = td_moe_log_sum_exp(a->logits + (size_t)t * E, E);
         st[2 * E + 1] += (float)(lse * lse);
     }
     st[2 * E] = (float)N;
@@ -302,8 +309,7 @@ static void place(td_gpt *m, td_moe_acts *a, int *dropped) {
     long cap = e->capacity > 0.0f ? (long)ceil((double)e->capacity * ntot * K / E) : -1;
     int *per = a->rcnt; /* borrowed: assignments counted per expert so far */
     memset(per, 0, sizeof(int) * (size_t)E);
-    float *before = m->moe->f0; /* the earlier ranks' assignments per expert, then this rank's */
-    TD_ASSERT(2 * (size_t)E <= f0_elems(&m->d, &m->cfg, m->moe->cap));
+    float *before = m->moe->hf; /* the earlier ranks' assignments per expert, then this rank's */
     memset(before, 0, sizeof(float) * (size_t)E);
     if (cap >= 0 && m->comm && m->comm->moe_stats_exscan) {
         float *mine = before + E;
@@ -410,21 +416,30 @@ void td_moe_forward(td_gpt *m, int l, td_block_acts *ba) {
     if (!ba->moe) ba->moe = acts_new(m);
     td_moe_acts *a = ba->moe;
     TD_ASSERT(a->N == N && ep <= TD_MOE_MAX_EP);
-    td_m_matmul_forward(m, a->logits, 1, ba->ln2, u, TD_T_ROUTERW, NULL, N, C, E);
-    route(m, l, u, a);
-    if (g_probe && !m->moe->quiet) g_probe(g_probe_ctx, m, l, N, K, a->idx, m->moe->f0);
+    const td_ops *o = moe_ops(m);
+    /* the router on the device; its logits, scores and bias down, the
+     * decisions made here up: one named copy each way */
+    td_m_matmul_forward(m, a->d_logits, 1, ba->ln2, u, TD_T_ROUTERW, NULL, N, C, E);
+    o->moe_scores(a->d_scores, a->d_logits, N, E, e->router == TD_ROUTER_SOFTMAX);
+    const float *rb = td_m_w(m, u, TD_T_ROUTERB);
+    if (rb) td_dev_copy(a->d_bias, rb, sizeof(float) * (size_t)E);
+    td_dev_download(a->logits, a->d_logits, sizeof(float) * (2 * (size_t)N * E + (rb ? (size_t)E : 0)),
+                    TD_HOST_MOE);
+    td_dev_sync();
+    route(m, l, a, rb ? a->bias : NULL);
+    if (g_probe && !m->moe->quiet) g_probe(g_probe_ctx, m, l, N, K, a->idx, m->moe->hf);
     reduce_stats(m, a);
     int dropped;
     place(m, a, &dropped);
+    td_dev_upload(a->d_idx, a->idx, (size_t)((char *)(a->stats + 2 * E + 3) - (char *)a->idx),
+                  TD_HOST_MOE);
     /* the counts, then the rows, travel while the shared experts compute */
-    float *out = m->moe->f0, *yrow = out + m->moe->cap * C;
+    float *out = m->moe->f0;
     if (ep > 1)
         m->comm->ep_counts_start(m->comm->moe_ctx, a->cnt, a->rcnt, n_local(m));
     else
         memcpy(a->rcnt, a->cnt, sizeof(int) * (size_t)E);
-    for (size_t j = 0; j < (size_t)N * K; j++)
-        if (a->pos[j] >= 0)
-            row_copy(m, a->xsend, (size_t)a->pos[j], ba->ln2, j / (size_t)K, (size_t)C);
+    o->moe_gather(a->xsend, ba->ln2, a->d_pos, N, K, C);
     shared_forward(m, u, ba, a, out, 0);
     if (ep > 1) m->comm->ep_wait(m->comm->moe_ctx);
     a->R = 0;
@@ -436,22 +451,8 @@ void td_moe_forward(td_gpt *m, int l, td_block_acts *ba) {
     experts_forward(m, u, a);
     if (ep > 1) td_moe_dispatch_start(m, a, a->ysend, a->y, m->moe->b0, 1);
     /* the output of this rank's rows, summed in fp32: shared experts, then the K chosen */
-    for (int r = 0; r < d->Ns; r++) {
-        size_t t = (size_t)(d->row0 + r);
-        float *o = out + (size_t)r * C;
-        if (e->shared)
-            memmove(o, out + t * C, sizeof(float) * C);
-        else
-            memset(o, 0, sizeof(float) * C);
-        for (int k = 0; k < K; k++) {
-            int p = a->pos[t * K + k];
-            if (p < 0) continue;
-            widen(m, yrow, row(m, a->ysend, (size_t)p, (size_t)C), (size_t)C);
-            float w = a->wts[t * K + k];
-            for (int c = 0; c < C; c++) o[c] += w * yrow[c];
-        }
-    }
-    narrow(m, ba->fcproj, out, (size_t)d->Ns * C);
+    o->moe_combine(out, e->shared > 0, a->ysend, a->d_pos, a->d_wts, d->row0, d->Ns, K, C);
+    o->round_n(ba->fcproj, out, (size_t)d->Ns * C);
     count_stats(m, l, a, dropped);
 }
 
@@ -471,13 +472,13 @@ static void experts_backward(td_gpt *m, int u, const td_moe_acts *a, td_act *dy)
         for (int r = 0; r < ep; r++) n += a->rcnt[r * El + j];
         if (n > 0) {
             td_act *dyj = row(m, dy, o, (size_t)C);
-            memset(s->b1, 0, es * (size_t)n * F);
+            td_dev_zero(s->b1, es * (size_t)n * F);
             td_moe_mm_backward(m, s->b1, g2 + (size_t)j * C * F, gb2 ? gb2 + (size_t)j * C : NULL,
                                dyj, row(m, a->a, o, (size_t)F), u, TD_T_EXPPROJW, (size_t)j * C * F,
                                n, F, C);
-            memset(s->b2, 0, es * (size_t)n * F1);
+            td_dev_zero(s->b2, es * (size_t)n * F1);
             td_m_mlp_act_backward(m, s->b2, row(m, a->h, o, (size_t)F1), s->b1, n, F);
-            memset(dyj, 0, es * (size_t)n * C);
+            td_dev_zero(dyj, es * (size_t)n * C);
             td_moe_mm_backward(m, dyj, g1 + (size_t)j * F1 * C, gb1 ? gb1 + (size_t)j * F1 : NULL,
                                s->b2, row(m, a->xs, o, (size_t)C), u, TD_T_EXPFCW,
                                (size_t)j * F1 * C, n, C, F1);
@@ -486,44 +487,17 @@ static void experts_backward(td_gpt *m, int u, const td_moe_acts *a, td_act *dy)
     }
 }
 
-/* The router's logits' gradient [N,E] (fp32, into s->f0) from the combine
- * weights' gradient dw [N,K], the aux loss and the z-loss. */
+/* The router's logits' gradient [N,E] (fp32, device memory the caller
+ * frees) from the combine weights' gradient dw [N,K], the aux loss and the
+ * z-loss. */
 static float *router_grad(td_gpt *m, const td_moe_acts *a, const float *dw) {
-    struct td_moe_state *s = m->moe;
     const td_moe_config *e = &m->cfg.moe;
-    int N = a->N, E = e->E, K = e->K;
-    const float *st = a->stats;
-    double ntot = st[2 * E];
-    float *dl = td_alloc(sizeof(float) * (size_t)N * E, TD_MEM_OTHER); /* the caller frees */
-    float *ds = td_alloc(sizeof(float) * (size_t)E, TD_MEM_OTHER);
-    for (int t = 0; t < N; t++) {
-        const float *sc = a->scores + (size_t)t * E, *g = a->gate + (size_t)t * K,
-                    *w = a->wts + (size_t)t * K;
-        const int *idx = a->idx + (size_t)t * K;
-        const float *dwt = dw + (size_t)t * K;
-        /* the aux loss: d/ds_i of coef E sum f_i P_i, per token (f_i constant) */
-        for (int i = 0; i < E; i++)
-            ds[i] = s->dloss * e->aux_coef * E * (float)(st[i] / (ntot * K));
-        double gs = 0.0, dot = 0.0;
-        for (int k = 0; k < K; k++) gs += g[k], dot += (double)dwt[k] * w[k];
-        for (int k = 0; k < K; k++)
-            ds[idx[k]] += e->norm_topk == TD_TIE_ON ? (float)((dwt[k] - dot) / gs) : dwt[k];
-        float *dlt = dl + (size_t)t * E;
-        if (e->router == TD_ROUTER_SOFTMAX) {
-            double sd = 0.0;
-            for (int i = 0; i < E; i++) sd += (double)ds[i] * sc[i];
-            for (int i = 0; i < E; i++) dlt[i] = sc[i] * (float)(ds[i] - sd);
-        } else {
-            for (int i = 0; i < E; i++) dlt[i] = ds[i] * sc[i] * (1.0f - sc[i]);
-        }
-        if (e->z_coef > 0.0f) { /* d/dlogit_i of z mean(lse^2) = 2 z lse softmax_i / N */
-            const float *lg = a->logits + (size_t)t * E;
-            double lse = log_sum_exp(lg, E);
-            for (int i = 0; i < E; i++)
-                dlt[i] += (float)(s->dloss * 2.0 * e->z_coef * lse * exp((double)lg[i] - lse));
-        }
-    }
-    td_free(ds);
+    int N = a->N, E = e->E;
+    float *dl = td_dev_alloc(sizeof(float) * (size_t)N * E, TD_MEM_OTHER, "moe router logits' gradient");
+    td_moe_router_shape sh = {N, E, e->K, e->router == TD_ROUTER_SOFTMAX, e->norm_topk == TD_TIE_ON,
+                              e->aux_coef, e->z_coef, m->moe->dloss};
+    moe_ops(m)->moe_router_bwd(dl, dw, a->d_logits, a->d_scores, a->d_idx, a->d_gate, a->d_wts,
+                               a->d_stats, &sh);
     return dl;
 }
 
@@ -537,10 +511,10 @@ static void shared_backward(td_gpt *m, int u, const td_block_acts *ba, const td_
     const td_gpt_dims *d = &m->d;
     if (!e->shared) return;
     int N = d->N, C = d->C, SF = e->shared * e->F, SF1 = SF * td_arch_mlp_parts(m->cfg.arch);
-    memset(s->b0, 0, d->es * (size_t)N * SF);
+    td_dev_zero(s->b0, d->es * (size_t)N * SF);
     td_m_matmul_backward(m, s->b0, 0, td_m_g(m, u, TD_T_SHPROJW), td_m_g(m, u, TD_T_SHPROJB), dout,
                          ba->moe->sh_a, u, TD_T_SHPROJW, N, SF, C);
-    memset(s->b3, 0, d->es * (size_t)N * SF1);
+    td_dev_zero(s->b3, d->es * (size_t)N * SF1);
     td_m_mlp_act_backward(m, s->b3, ba->moe->sh_h, s->b0, N, SF);
     td_m_matmul_backward(m, d->tp_rank == 0 ? dln : NULL, 1, td_m_g(m, u, TD_T_SHFCW),
                          td_m_g(m, u, TD_T_SHFCB), s->b3, ba->ln2, u, TD_T_SHFCW, N, C, SF1);
@@ -552,33 +526,16 @@ void td_moe_backward(td_gpt *m, int l, const td_block_acts *ba, const td_act *do
     const td_moe_config *e = &m->cfg.moe;
     const td_moe_acts *a = ba->moe;
     int u = td_m_block_unit(l), N = d->N, C = d->C, E = e->E, K = e->K, ep = m->table->ep;
-    size_t S = 0;
-    for (int i = 0; i < E; i++) S += (size_t)a->cnt[i];
-    (void)S;
     int first = d->tp_rank == 0; /* the input gradient is added once over tp (summed there) */
+    const td_ops *o = moe_ops(m);
     if (ep == 1)
         shared_backward(m, u, ba, dout,
                         dln); /* first, as under ep (the same order of sums in dln) */
     /* the combine's backward: each kept assignment's output gradient w dout[t]
-     * (into f0 rows, rounded to b0 in send order) and its weight's, dout . y */
-    float *dw = td_alloc(sizeof(float) * (size_t)N * K, TD_MEM_OTHER); /* small: not planned */
-    float *dt = s->f0, *yt = s->f0 + s->cap * C;
+     * (in send order into b0, or b1 under ep) and its weight's, dout . y */
+    float *dw = td_dev_alloc(sizeof(float) * (size_t)N * K, TD_MEM_OTHER, "moe combine weights' gradient");
     td_act *dysend = ep > 1 ? s->b1 : s->b0;
-    for (int t = 0; t < N; t++) {
-        widen(m, dt, row(m, dout, (size_t)t, (size_t)C), (size_t)C);
-        for (int k = 0; k < K; k++) {
-            size_t j = (size_t)t * K + k;
-            int p = a->pos[j];
-            dw[j] = 0.0f;
-            if (p < 0) continue;
-            widen(m, yt, row(m, a->ysend, (size_t)p, (size_t)C), (size_t)C);
-            double dot = 0.0;
-            for (int c = 0; c < C; c++) dot += (double)dt[c] * yt[c];
-            dw[j] = (float)dot;
-            for (int c = 0; c < C; c++) yt[c] = a->wts[j] * dt[c];
-            narrow(m, row(m, dysend, (size_t)p, (size_t)C), yt, (size_t)C);
-        }
-    }
+    o->moe_combine_bwd(dw, dysend, dout, a->ysend, a->d_pos, a->d_wts, N, K, C);
     td_act *dy = s->b0;
     if (ep > 1) { /* the rows travel while the shared experts' backward runs */
         td_moe_dispatch_start(m, (td_moe_acts *)a, dy, dysend, s->b2, 0);
@@ -591,24 +548,18 @@ void td_moe_backward(td_gpt *m, int l, const td_block_acts *ba, const td_act *do
         dxsend = s->b1;
         td_moe_dispatch_start(m, (td_moe_acts *)a, dxsend, dy, s->b2, 1);
     }
-    if (first)
-        for (size_t j = 0; j < (size_t)N * K; j++) {
-            if (a->pos[j] < 0) continue;
-            widen(m, yt, row(m, dxsend, (size_t)a->pos[j], (size_t)C), (size_t)C);
-            float *o = dln + (j / K) * C;
-            for (int c = 0; c < C; c++) o[c] += yt[c];
-        }
+    if (first) o->moe_scatter_add(dln, dxsend, a->d_pos, N, K, C);
     /* the router */
     float *dl = router_grad(m, a, dw);
-    td_free(dw);
+    td_dev_free(dw);
     /* rounded into a buffer of its own: in place, the rounding's threads (N E
      * >= 16384 elements) overwrote fp32 elements another thread had yet to read */
-    td_act *dlr = d->lp ? td_alloc(d->es * (size_t)N * E, TD_MEM_OTHER) : dl;
-    if (d->lp) td_m_round_n(m, dlr, dl, (size_t)N * E);
+    td_act *dlr = d->lp ? td_dev_alloc(d->es * (size_t)N * E, TD_MEM_OTHER, "moe router logits' gradient, rounded") : dl;
+    if (d->lp) o->round_n(dlr, dl, (size_t)N * E);
     td_m_matmul_backward(m, first ? dln : NULL, 1, td_m_g(m, u, TD_T_ROUTERW), NULL, dlr, ba->ln2, u,
                          TD_T_ROUTERW, N, C, E);
-    if (d->lp) td_free(dlr);
-    td_free(dl);
+    if (d->lp) td_dev_free(dlr);
+    td_dev_free(dl);
 }
 
 /* ---- the model's side ---- */

@@ -28,10 +28,10 @@ void td_moe_mm_forward(td_gpt *m, td_act *out, const td_act *inp, int u, td_tens
                                row(m, inp, (size_t)r, (size_t)C), u, wk, woff, bias, TILE, C, OC);
     if (!rest) return;
     int last = (rest + TAIL - 1) / TAIL * TAIL;
-    memset(s->t0, 0, m->d.es * (size_t)last * C);
-    memcpy(s->t0, row(m, inp, (size_t)full, (size_t)C), m->d.es * (size_t)rest * C);
+    td_dev_zero(s->t0, m->d.es * (size_t)last * C);
+    td_dev_copy(s->t0, row(m, inp, (size_t)full, (size_t)C), m->d.es * (size_t)rest * C);
     td_m_matmul_forward_at(m, s->t1, 0, s->t0, u, wk, woff, bias, last, C, OC);
-    memcpy(row(m, out, (size_t)full, (size_t)OC), s->t1, m->d.es * (size_t)rest * OC);
+    td_dev_copy(row(m, out, (size_t)full, (size_t)OC), s->t1, m->d.es * (size_t)rest * OC);
 }
 
 /* dinp [n,C] (zero on entry) and dw, dbias (added) of out = inp @ w^T. */
@@ -51,19 +51,20 @@ void td_moe_mm_backward(td_gpt *m, td_act *dinp, float *dw, float *dbias, const 
     if (!rest) return;
     size_t es = m->d.es;
     size_t last = (size_t)(rest + TAIL - 1) / TAIL * TAIL;
-    memset(s->t0, 0, es * last * OC);
-    memcpy(s->t0, row(m, dout, (size_t)full, (size_t)OC), es * (size_t)rest * OC);
-    memset(s->t1, 0, es * last * C);
-    memcpy(s->t1, row(m, inp, (size_t)full, (size_t)C), es * (size_t)rest * C);
-    memset(s->t2, 0, es * last * C);
+    td_dev_zero(s->t0, es * last * OC);
+    td_dev_copy(s->t0, row(m, dout, (size_t)full, (size_t)OC), es * (size_t)rest * OC);
+    td_dev_zero(s->t1, es * last * C);
+    td_dev_copy(s->t1, row(m, inp, (size_t)full, (size_t)C), es * (size_t)rest * C);
+    td_dev_zero(s->t2, es * last * C);
     td_m_matmul_backward_at(m, s->t2, 0, dw, dbias, s->t0, s->t1, u, wk, woff, (int)last, C, OC);
-    memcpy(row(m, dinp, (size_t)full, (size_t)C), s->t2, es * (size_t)rest * C);
+    td_dev_copy(row(m, dinp, (size_t)full, (size_t)C), s->t2, es * (size_t)rest * C);
 }
 
 /* ---- expert parallelism: the exchange and the expert-major order ---- */
 
 /* Rows of rank r's block j in a source-major buffer ([r][j] runs) moved
- * to or from expert-major ([j][r]). */
+ * to or from expert-major ([j][r]): device copies of runs the host's
+ * counts place. */
 static void permute(const td_gpt *m, td_act *dst, const td_act *src, const int *rcnt, size_t width,
                     int to_expert_major) {
     int ep = m->table->ep, El = n_local(m);
@@ -76,9 +77,9 @@ static void permute(const td_gpt *m, td_act *dst, const td_act *src, const int *
             for (int rr = 0; rr < r; rr++) em += (size_t)rcnt[rr * El + j];
             size_t n = (size_t)rcnt[r * El + j];
             if (to_expert_major)
-                memcpy(row(m, dst, em, width), row(m, src, src_off, width), m->d.es * width * n);
+                td_dev_copy(row(m, dst, em, width), row(m, src, src_off, width), m->d.es * width * n);
             else
-                memcpy(row(m, dst, src_off, width), row(m, src, em, width), m->d.es * width * n);
+                td_dev_copy(row(m, dst, src_off, width), row(m, src, em, width), m->d.es * width * n);
             src_off += n;
         }
 }

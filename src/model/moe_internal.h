@@ -8,19 +8,30 @@
 #include <string.h>
 
 #include "internal.h"
+#include "trident/backend.h"
 #include "trident/moe.h"
 
+/* A block's saved tensors. The device block (mem, td_moe_block_bytes) holds
+ * the router's logits and scores, a slot for the router's bias, the routing
+ * decisions and the statistics, then the rows; the host mirror (hmem) holds
+ * the same routing half, fetched and sent as one named copy each way per
+ * router call (TD_HOST_MOE): [logits, scores, bias] down, [idx .. stats]
+ * up. The host fields below are the mirror's; d_* are the device's. */
 struct td_moe_acts {
     int N;
-    void *mem;              /* the one allocation (td_moe_block_bytes) */
+    void *mem;              /* device: the one allocation (td_moe_block_bytes) */
+    void *hmem;             /* host: the routing half's mirror, then cnt and rcnt */
     float *logits, *scores; /* [N,E] router output and its softmax / sigmoid */
+    float *bias;            /* [E] the router's bias as it was at routing (a copy) */
     int *idx;               /* [N,K] chosen experts */
     float *gate;            /* [N,K] their scores */
     float *wts;             /* [N,K] combine weights: gate, renormalised with norm_topk */
     int *pos;               /* [N,K] row of the assignment in the send order, -1 dropped */
-    int *cnt;               /* [ep, El] rows sent to rank r's expert j (send order's runs) */
-    int *rcnt;              /* [ep, El] rows received from rank r for local expert j */
     float *stats;           /* [2E + 3] the routing statistics, reduced (reduce_stats) */
+    int *cnt;               /* [ep, El] rows sent to rank r's expert j (host only) */
+    int *rcnt;              /* [ep, El] rows received from rank r for local expert j (host only) */
+    float *d_logits, *d_scores, *d_bias, *d_gate, *d_wts, *d_stats; /* the device's */
+    int *d_idx, *d_pos;
     int R;                  /* rows received */
     td_act *xsend, *ysend;  /* [cap_send, C] dispatched inputs, returned outputs */
     td_act *xs, *h, *a, *y; /* [cap_recv, C|F1|F|C] expert-major (ep 1: xsend, ysend) */
@@ -35,7 +46,8 @@ struct td_moe_state {
     td_act *b0, *b1, *b2; /* [cap, max(C, F1, S F1)] */
     td_act *t0, *t1, *t2; /* [TILE, max(C, F1)] reduced precision's padded tiles */
     td_act *b3;           /* [N, S F1] the shared experts' backward (S > 0) */
-    float *f0;            /* [cap + 1, C] fp32 rows (the last a temporary), at least 2E floats */
+    float *f0;            /* [cap + 1, C] fp32 rows (the combine's sum), at least 2E floats */
+    float *hf;            /* host: max(N, 2E) floats (margins, place()'s counts) */
     float dloss;          /* the loss's gradient per token (td_gpt_backward's) */
     int quiet;            /* a recomputing forward: statistics already counted */
     int resets;           /* td_gpt_moe_stats_reset calls: the step, for TRIDENT_FAULT=route-flip */
@@ -54,33 +66,9 @@ static inline td_act *row(const td_gpt *m, const td_act *p, size_t i, size_t wid
     return td_m_at(m, p, i * width);
 }
 
-static inline void row_copy(const td_gpt *m, td_act *dst, size_t di, const td_act *src, size_t si,
-                            size_t width) {
-    memcpy(row(m, dst, di, width), row(m, src, si, width), m->d.es * width);
-}
-
-/* A row (the combine's calls are one row each): bf16 is the top half of
- * an fp32, widened here inline; td_m_widen_n opens an OpenMP region per
- * call (~0.3 us, ten times a 384-element row's work, ~110k calls a step). */
-static inline void widen(const td_gpt *m, float *dst, const td_act *src, size_t n) {
-    if (m->d.prec == TD_PREC_BF16) {
-        const uint16_t *h = src;
-        for (size_t i = 0; i < n; i++) {
-            uint32_t u = (uint32_t)h[i] << 16;
-            memcpy(dst + i, &u, 4);
-        }
-    } else if (m->d.lp) {
-        td_m_widen_n(m, dst, src, n);
-    } else {
-        memcpy(dst, src, sizeof(float) * n);
-    }
-}
-
-static inline void narrow(const td_gpt *m, td_act *dst, const float *src, size_t n) {
-    if (m->d.lp)
-        td_m_round_n(m, dst, src, n);
-    else
-        memcpy(dst, src, sizeof(float) * n);
+/* The backend's row of the model's precision. */
+static inline const td_ops *moe_ops(const td_gpt *m) {
+    return td_ops_for(!m->d.lp ? TD_K_F32 : m->d.prec == TD_PREC_FP16 ? TD_K_F16 : TD_K_BF16);
 }
 
 /* ---- moe_exchange.c ---- */

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "trident/backend.h"
 #include "trident/base.h"
 #include "trident/moe.h"
 
@@ -21,24 +22,32 @@ typedef struct {
 } bias_ctx;
 
 /* DeepSeek-V3's update: b_i += rate sign(mean load - load_i), layer by
- * layer, on every copy or shard of the bias rows this rank keeps. */
+ * layer, on every copy or shard of the bias rows this rank keeps. The
+ * decision is the host's (the loads are); data is device memory, so each
+ * row's slice comes down, is stepped here and goes back up (TD_HOST_MOE). */
 static void bias_update(void *ctx, size_t lo, size_t n, float *data) {
     const bias_ctx *b = ctx;
     const td_param_table *t = b->t;
     int E = t->cfg.moe.E;
+    float *h = td_alloc(sizeof(float) * (size_t)E, TD_MEM_OTHER);
     for (int i = 0; i < t->n_rows; i++) {
         const td_param *p = &t->rows[i];
         if (p->kind != TD_T_ROUTERB || p->numel == 0) continue;
+        size_t a0 = p->offset > lo ? p->offset : lo, a1 = p->offset + p->numel < lo + n ? p->offset + p->numel : lo + n;
+        if (a0 >= a1) continue;
+        TD_ASSERT(a1 - a0 <= (size_t)E);
         const float *ld = b->load + (size_t)p->layer * E;
         double mean = 0.0;
         for (int e = 0; e < E; e++) mean += ld[e] / E;
-        for (size_t k = 0; k < p->numel; k++) {
-            size_t at = p->offset + k;
-            if (at < lo || at >= lo + n) continue;
-            double err = mean - ld[k];
-            data[at - lo] += err > 0 ? b->rate : err < 0 ? -b->rate : 0.0f;
+        td_dev_download(h, data + (a0 - lo), sizeof(float) * (a1 - a0), TD_HOST_MOE);
+        td_dev_sync();
+        for (size_t at = a0; at < a1; at++) {
+            double err = mean - ld[at - p->offset];
+            h[at - a0] += err > 0 ? b->rate : err < 0 ? -b->rate : 0.0f;
         }
+        td_dev_upload(data + (a0 - lo), h, sizeof(float) * (a1 - a0), TD_HOST_MOE);
     }
+    td_free(h);
 }
 
 /* The step's figures, the same on every rank: loads and losses summed over

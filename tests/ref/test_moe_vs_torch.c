@@ -9,12 +9,16 @@
  * experts, --moe-every 2, the z-loss, an aux coefficient large enough that
  * its gradient stands far above the tolerance, a nonzero expert_bias that
  * changes the choice, and exact ties (two identical router rows) that must
- * go to the lower expert id. */
+ * go to the lower expert id. The step's host traffic for routing
+ * (TD_HOST_MOE): one download and one upload per MoE block and pass, of
+ * the sizes the routing half has (moe_internal.h), nothing in the
+ * backward. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "trident/backend.h"
 #include "trident/base.h"
 #include "trident/model.h"
 #include "trident/moe.h"
@@ -169,7 +173,10 @@ int main(void) {
         td_gpt_forward(&model, inputs, NULL); /* the logits */
         double elog = ref_cmp(model.logits, (size_t)m->cfg.Vp, ref, N, V);
         td_gpt_moe_stats_reset(&model);
+        td_dev_traffic_reset();
         double lm = td_gpt_forward(&model, inputs, targets) / N;
+        td_host_traffic fwd;
+        td_dev_traffic(&fwd);
         const td_moe_stats *st = td_gpt_moe_stats(&model);
         double e_lm = rel(lm, ref_lm), e_aux = rel(st->aux, ref_aux), e_z = rel(st->z, ref_z);
         double e_sum = rel(st->loss_sum / N, ref_aux + ref_z);
@@ -187,7 +194,18 @@ int main(void) {
                     changed += !same;
                 }
         }
+        td_dev_traffic_reset();
         td_gpt_backward(&model, 1.0f / N);
+        td_host_traffic bwd;
+        td_dev_traffic(&bwd);
+        /* routing's named copies: logits, scores (and the bias) down; idx,
+         * gate, wts, pos and the statistics up */
+        int has_bias = td_param_lookup_opt(&m->t, TD_T_ROUTERB, moe_l[0]) != NULL;
+        uint64_t want_down = (uint64_t)nmoe * 4 * (2 * N * E + (has_bias ? E : 0)),
+                 want_up = (uint64_t)nmoe * 4 * (4 * N * K + 2 * E + 3);
+        int bad_traffic = fwd.down_calls[TD_HOST_MOE] != (uint64_t)nmoe || fwd.up_calls[TD_HOST_MOE] != (uint64_t)nmoe ||
+                          fwd.down_bytes[TD_HOST_MOE] != want_down || fwd.up_bytes[TD_HOST_MOE] != want_up ||
+                          bwd.down_calls[TD_HOST_MOE] || bwd.up_calls[TD_HOST_MOE];
         worst wr = {0}, wx = {0}, ws = {0}, wo = {0};
         int bias_grad = 0;
         for (int i = 0; i < m->t.n_rows; i++) {
@@ -217,7 +235,7 @@ int main(void) {
         int bad = e_lm > tol_loss || e_aux > tol_loss || e_z > tol_loss || e_sum > tol_loss || elog > tol ||
                   wr.err > tol || wx.err > tol || ws.err > tol || wo.err > tol || mism || bad_load || bias_grad ||
                   gap < min_gap || (show_lm && vis_lm < show) || (tc->show_aux && vis_aux < show) || (tc->show_z && vis_z < show) ||
-                  (tc->bias && changed == 0) || (tc->tie && ties == 0) || (!tc->tie && ties != 0);
+                  (tc->bias && changed == 0) || (tc->tie && ties == 0) || (!tc->tie && ties != 0) || bad_traffic;
         fails += bad;
         printf("%-38s %s\n"
                "  lm loss %.7f torch %.7f (rel %.1e) | aux %.6g (rel %.1e) | z %.6g (rel %.1e) | loss_sum rel %.1e\n"
@@ -228,6 +246,11 @@ int main(void) {
                wx.err, wx.name ? wx.name : "", ws.err, wo.err, wo.name ? wo.name : "", mism, nmoe * N * K,
                bad_load ? "DIFFER" : "equal", gap, ties, tc->tie ? " (wanted)" : "", vis_lm, vis_aux, vis_z);
         if (tc->bias) printf("  expert_bias changed the choice of %d of %d tokens in block 0 (need > 0)\n", changed, N);
+        printf("  host traffic (moe): forward %llu down (%llu B), %llu up (%llu B); backward %llu + %llu calls%s\n",
+               (unsigned long long)fwd.down_calls[TD_HOST_MOE], (unsigned long long)fwd.down_bytes[TD_HOST_MOE],
+               (unsigned long long)fwd.up_calls[TD_HOST_MOE], (unsigned long long)fwd.up_bytes[TD_HOST_MOE],
+               (unsigned long long)bwd.down_calls[TD_HOST_MOE], (unsigned long long)bwd.up_calls[TD_HOST_MOE],
+               bad_traffic ? " FAIL: want one each way per block in the forward, none in the backward" : "");
         if (bias_grad) printf("  FAIL: expert_bias has a nonzero gradient (%d elements)\n", bias_grad);
         if (gap < min_gap) printf("  FAIL: a near tie (gap %.1e < %.0e): the case compares rounding, change it\n", gap, min_gap);
         if (show_lm && vis_lm < show) printf("  FAIL: the LM loss's router gradient (%.1e) does not stand out of %.0e\n", vis_lm, show);
