@@ -67,7 +67,17 @@ typedef struct td_comm td_comm; /* a group: an MPI communicator with a name */
  *         inside the node; every other op (all-to-all included, even between
  *         members of one node) through MPI;
  *   MPI   everything else (and every group with TRIDENT_COMM_SHM=0; with
- *         TRIDENT_COMM_HIER=0 groups that would be HIER). */
+ *         TRIDENT_COMM_HIER=0 groups that would be HIER).
+ * Inside src/comm each transport is a row of functions (td_transport_ops in
+ * comm_internal.h), which a device-native transport would join. All four
+ * read host memory only: a buffer that is device memory (td_dev_is_device,
+ * backend.h) is staged by the call, which downloads it into a host staging
+ * pool (TD_HOST_COMM), runs on the copy and uploads the result at
+ * completion; the compute stream waits for that upload. Every data buffer of
+ * every call below is staged so; the all-to-all-v count and displacement
+ * tables are read on the host and a device pointer there is refused (td_fail
+ * naming the buffer and offset) before anything reaches MPI. On the cpu
+ * device nothing is staged. */
 typedef enum { TD_TRANSPORT_SELF = 0, TD_TRANSPORT_SHM, TD_TRANSPORT_HIER, TD_TRANSPORT_MPI } td_transport;
 
 /* MPI_Init (thread level FUNNELED), installs the MPI_Abort error hook. Safe to
@@ -138,6 +148,10 @@ int td_comm_shares_memory(const td_comm *c);
 int td_comm_shm(void);
 void td_comm_set_shm_chunk(size_t bytes);
 size_t td_comm_shm_chunk(void);
+
+/* Bytes of the staging pool now (host, TD_MEM_COMM): the most that calls in
+ * flight together have staged so far; 0 on the cpu device. */
+size_t td_comm_staging_bytes(void);
 
 /* ---- nonblocking ------------------------------------------------------- */
 

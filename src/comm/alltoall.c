@@ -4,7 +4,7 @@
  *
  * Per transport (the group's, chosen at the split):
  *   SELF       a copy.
- *   SHM        when the send buffer lies in a td_comm_alloc_shared buffer of
+ *   SHM        (the row's a2a_begin) when the send buffer lies in a td_comm_alloc_shared buffer of
  *              the group, on every rank (the op's descriptor says so, and
  *              ranks that disagree fail with one line): each rank publishes
  *              {displacement, count} of its block for every peer in its
@@ -102,7 +102,7 @@ static _Noreturn void count_mismatch(const td_request *r, int j, long long sent)
 /* Announces the op on a group with a ring: straight between the send
  * buffers when this rank's lies in a shared region (its table published
  * first), else the MPI path. 1 for the direct path. */
-static int shm_begin(td_request *r, size_t send_bytes) {
+int td_a2a_shm_begin(td_request *r, size_t send_bytes) {
     td_shm *s = r->comm->shm;
     td_a2a *a = r->a2a;
     td_shm_op *op = &r->shm;
@@ -124,6 +124,7 @@ static int shm_begin(td_request *r, size_t send_bytes) {
         }
     }
     td_shm_announce(op, TD_PATH_MPI, NULL, 0);
+    r->agree = 1; /* the messages wait for the peers' descriptors */
     return 0;
 }
 
@@ -147,6 +148,10 @@ static void post(td_request *r) {
     td_a2a *a = r->a2a;
     int n = c->size, me = c->rank;
     MPI_Datatype T;
+    if (td_backend_is_device()) { /* as in td_piece_run */
+        td_comm_host_check(r->op, c, r->file, r->line, r->send, "send buffer", "MPI reads host memory only");
+        td_comm_host_check(r->op, c, r->file, r->line, r->buf, "receive buffer", "MPI reads host memory only");
+    }
     for (int i = 1; i < n; i++) {
         int j = (me + n - i) % n;
         a->mcount[j] = td_mpi_count_type(r->dt, a->rc[j], &T, &a->type[j]);
@@ -234,15 +239,12 @@ int td_a2a_start(td_request *r, const size_t *sc, const size_t *sd, const size_t
              "%s on %s at %s:%d: send and recv overlap (in-place all-to-all is not supported)",
              td_op_name(r->op), c->label, td_base_name(r->file), r->line);
     if (a->sc[c->rank] != a->rc[c->rank]) count_mismatch(r, c->rank, (long long)a->sc[c->rank]);
-    r->via_shm = r->agree = 0;
+    r->own = r->agree = 0;
     if (n == 1) {
         copy_own(r);
         return 0;
     }
     a->tag = g_tag_base + (int)(c->a2a_ops++ % TD_A2A_TAGS);
-    if (c->shm) {
-        r->via_shm = shm_begin(r, s_hi * el);
-        r->agree = !r->via_shm;
-    }
+    if (c->ops->a2a_begin) r->own = c->ops->a2a_begin(r, s_hi * el); /* may set r->agree */
     return 1;
 }

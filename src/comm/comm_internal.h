@@ -6,6 +6,7 @@
 
 #include <mpi.h>
 
+#include "trident/backend.h" /* td_dev_event: staging of device buffers */
 #include "trident/base.h"
 #include "trident/comm.h"
 
@@ -23,6 +24,44 @@
     } while (0)
 _Noreturn void td_mpi_failed(int rc, const char *what, const char *file, int line);
 
+/* A transport (td_transport): how a group's ops travel, as a row of
+ * functions the request engine (request.c) calls. Each group's row is chosen
+ * when the group is created (nodes.c), alike on every member, and never
+ * changes. NULL entries: the MPI piece engine (pieces.c, alltoall.c's
+ * messages) does the work, so the MPI row is all NULL. A device-native
+ * transport (NCCL) is a row with host_only 0: the engine then hands it the
+ * caller's device buffers as they are; host_only rows get host copies of
+ * them (stage.c) or refuse them. */
+typedef struct td_transport_ops {
+    td_transport id;
+    const char *name; /* "MPI", "shared memory", ...: in refusals */
+    int host_only;    /* 1: reads and writes host memory only (device buffers are staged) */
+    /* A nonblocking collective (not all-to-all) begun, its buffers set: 1
+     * when the transport runs it (progress then drives it), 0 when the MPI
+     * pieces do; it may set r->agree (the pieces wait for the peers'
+     * descriptors). NULL: 0. */
+    int (*begin)(struct td_request *r);
+    /* An op that begin or a2a_begin took: does what it can without waiting;
+     * 1 when complete, *moved when it made progress. Required when begin or
+     * a2a_begin can return 1. */
+    int (*progress)(struct td_request *r, int *moved);
+    /* A blocking collective (any op but send/recv/all-to-all): 1 when the
+     * transport ran it to completion here; 0 when MPI's blocking collectives
+     * run it piece by piece (having waited for any descriptors it
+     * published). NULL: begin decides, and what it takes runs through the
+     * request engine (start + wait). */
+    int (*run)(struct td_request *r);
+    /* An all-to-all begun, its tables copied (alltoall.c): 1 when the
+     * transport runs it (progress), 0 when MPI messages do (r->agree may be
+     * set). NULL: 0. */
+    int (*a2a_begin)(struct td_request *r, size_t send_bytes);
+    /* The start report's words for the group (td_comm_transport_desc). */
+    void (*describe)(const struct td_comm *c, char *out, size_t cap);
+} td_transport_ops;
+
+/* The row of a transport (transport.c). */
+const td_transport_ops *td_transport_row(td_transport t);
+
 struct td_comm {
     MPI_Comm mpi;
     int rank, size;
@@ -35,6 +74,7 @@ struct td_comm {
     struct td_shm *shm;        /* shared staging ring when all members share a node, else NULL */
     /* chosen at the split, alike on every member (nodes.c) */
     td_transport transport;
+    const td_transport_ops *ops; /* its row */
     int n_nodes, per_node;  /* nodes the members span; members on each (hier: all equal) */
     struct td_comm *intra;  /* hier: the members on my node (shared memory) */
     struct td_comm *inter;  /* hier: the members with my position on the other nodes (MPI) */
@@ -180,17 +220,27 @@ struct td_request {
     size_t scratch_bytes[TD_MAX_INFLIGHT];
     int *ints;     /* displs[size] (all_gather), then counts[slot][size] */
     int ints_size; /* entries in ints */
-    int via_shm;   /* all-reduce through the group's shared ring, not MPI */
+    int own;       /* run by the group's transport row (its begin or a2a_begin took it), not the MPI pieces */
     int agree;     /* MPI op on a group with a ring: pieces wait for the descriptors */
     /* all-to-all: its tables and MPI messages (alltoall.c) */
     struct td_a2a *a2a;
-    int hier;      /* all-reduce on a hierarchical group (hier.c), its state: */
-    int hier_phase;
+    int hier_phase; /* a hierarchical all-reduce's state (hier.c): */
     size_t hier_o, hier_n, hier_s; /* this round's offset, length, shard */
     MPI_Request hier_mpi;
     const char *file; /* call site */
     int line;
     td_shm_op shm;
+    /* staging of device buffers for a host-only row (stage.c): pool blocks
+     * held, the event after the downloads (waited on before the row reads
+     * the copies), and the outputs uploaded at completion */
+    int stg_wait, stg_n, stg_nup;
+    td_dev_event stg_ev;
+    int stg_block[2];
+    struct {
+        void *dev;
+        const void *host;
+        size_t bytes;
+    } stg_up[2];
     uint64_t seq;            /* trace record */
     int tl_on;               /* started while the timeline records: its start time is tl_t0 */
     double tl_t0;            /* td_timeline_now_us() at the start */
@@ -270,12 +320,41 @@ void td_a2a_tags_init(MPI_Comm world);
 /* r begun (op, comm, dt, send, buf, seq): copies and checks the tables
  * (NULL tables: `fixed` elements per peer, blocks back to back) and starts
  * the exchange. 0: it is complete already (a group of one); 1: r must be
- * progressed, straight between shared buffers when r->via_shm, else by
+ * progressed, by the group's transport row when r->own, else by
  * td_a2a_progress. */
 int td_a2a_start(td_request *r, const size_t *send_counts, const size_t *send_displs,
                  const size_t *recv_counts, const size_t *recv_displs, size_t fixed);
+/* The shared-memory row's a2a_begin: announces r on the group's ring, straight
+ * between the send buffers when this rank's lies in a shared region (1),
+ * else through MPI once the descriptors agree (0). */
+int td_a2a_shm_begin(td_request *r, size_t send_bytes);
 /* The MPI exchange of r: does what it can without waiting; 1 when complete. */
 int td_a2a_progress(td_request *r, int *moved);
+
+/* ---- staging of device buffers (stage.c) ------------------------------- */
+/* r begun with the caller's buffers (r->send, r->buf; all-to-all: their
+ * extents in bytes, a2a_send / a2a_recv, else ignored): when the group's row
+ * reads host memory only, each buffer that is device memory is replaced by
+ * a host copy from the staging pool, its inputs downloaded (TD_HOST_COMM)
+ * and an event recorded after them (r->stg_wait). A device whose memory is
+ * host memory (cpu) stages nothing. */
+void td_stage_begin(td_request *r, size_t a2a_send, size_t a2a_recv);
+/* Before the row or MPI reads a copy: the downloads have landed. */
+void td_stage_wait(td_request *r);
+static inline void td_stage_ready(td_request *r) {
+    if (r->stg_wait) td_stage_wait(r);
+}
+/* At completion (idempotent): the outputs uploaded (TD_HOST_COMM), the
+ * compute stream made to wait for them, the copies back in the pool. */
+void td_stage_end(td_request *r);
+/* At finalize: the pool's memory goes back. */
+void td_stage_shutdown(void);
+/* A pointer that a host-only path is about to read or write (op on c from
+ * file:line): td_fail naming the buffer and offset when it is device memory.
+ * what: the argument ("buffer", "recv_counts table"); why: what reads host memory
+ * only (NULL: c's transport). Refusals happen before anything reaches MPI. */
+void td_comm_host_check(td_op op, const td_comm *c, const char *file, int line, const void *p,
+                        const char *what, const char *why);
 
 /* ---- requests (request.c) ---------------------------------------------- */
 void td_requests_shutdown(void);

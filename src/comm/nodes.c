@@ -113,7 +113,8 @@ static td_comm *sub_group(td_comm *c, int color, const char *suffix) {
     return td_comm_wrap(out, name);
 }
 
-void td_comm_choose_transport(td_comm *c) {
+/* The choice itself; td_comm_choose_transport sets the row from it. */
+static void choose(td_comm *c) {
     c->transport = TD_TRANSPORT_SELF;
     c->n_nodes = c->per_node = 1;
     if (c->size < 2) return;
@@ -158,21 +159,7 @@ void td_comm_choose_transport(td_comm *c) {
     free(count);
 }
 
-td_transport td_comm_transport(const td_comm *c) { return c->transport; }
-
-const char *td_comm_transport_desc(const td_comm *c, char *out, size_t cap) {
-    switch (c->transport) {
-    case TD_TRANSPORT_SELF: snprintf(out, cap, "self"); break;
-    case TD_TRANSPORT_SHM: snprintf(out, cap, "shared memory (one node)"); break;
-    case TD_TRANSPORT_HIER:
-        snprintf(out, cap,
-                 "hierarchical (%d nodes x %d: all-reduce through shared memory inside a node, "
-                 "MPI across)",
-                 c->n_nodes, c->per_node);
-        break;
-    default:
-        snprintf(out, cap, "MPI (%d node%s)", c->n_nodes, c->n_nodes == 1 ? "" : "s");
-        break;
-    }
-    return out;
+void td_comm_choose_transport(td_comm *c) {
+    choose(c);
+    c->ops = td_transport_row(c->transport);
 }

@@ -151,6 +151,11 @@ void td_piece_run(td_request *r, int s, size_t p, int blocking) {
     int bf16 = r->dt == TD_BF16;
     MPI_Datatype T = td_mpi_type(r->dt);
     MPI_Op mop = r->redop == TD_MAX ? MPI_MAX : MPI_SUM;
+    if (td_backend_is_device()) { /* staged already on host-only rows: a row that is not
+                                   * host_only and left this op to MPI must not pass these */
+        td_comm_host_check(r->op, c, r->file, r->line, r->send, "send buffer", "MPI reads host memory only");
+        td_comm_host_check(r->op, c, r->file, r->line, r->buf, "buffer", "MPI reads host memory only");
+    }
     if (r->op != TD_OP_SEND && r->op != TD_OP_RECV && r->op != TD_OP_BARRIER) n = piece_len(r, p);
     r->slot_piece[s] = p;
 

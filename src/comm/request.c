@@ -39,6 +39,7 @@ void td_requests_shutdown(void) {
     td_piece_release(&g_blocking);
     td_piece_release(&g_p2p);
     td_piece_release(&g_a2a);
+    td_stage_shutdown();
 }
 
 td_request *td_request_new(void) {
@@ -95,6 +96,7 @@ static void trace_done(td_request *r) {
 }
 
 static void complete(td_request *r) {
+    td_stage_end(r); /* device buffers get their results */
     r->active = 0;
     /* scratch lives only while a request is in flight: a strategy may hold
      * one request per unit, and idle scratch would add up to the model size */
@@ -106,15 +108,12 @@ static void complete(td_request *r) {
 
 static void progress_all(void) {
     for (td_request *r = g_head; r; r = r->next) {
-        if (r->via_shm) { /* in start order, as the ring requires */
-            if (!r->done_pieces && td_shm_progress(&r->shm)) r->done_pieces = 1;
-            if (r->shm.moved) g_progress++;
-            continue;
-        }
-        if (r->hier || r->a2a) { /* state machines of their own: one "piece" */
+        td_stage_ready(r); /* staged device buffers: their copies have landed */
+        if (r->own || r->a2a) { /* state machines of their own: one "piece" */
+            /* the row's in start order, as the shared ring requires */
             int moved = 0;
             if (!r->done_pieces &&
-                (r->hier ? td_hier_progress(r, &moved) : td_a2a_progress(r, &moved)))
+                (r->own ? r->comm->ops->progress(r, &moved) : td_a2a_progress(r, &moved)))
                 r->done_pieces = 1;
             if (moved) g_progress++;
             continue;
@@ -251,7 +250,8 @@ static td_request *begin(td_request *r, td_op op, td_comm *c, td_dtype dt, size_
     r->send = NULL;
     r->file = file;
     r->line = line;
-    r->hier = 0;
+    r->own = r->agree = 0;
+    r->stg_wait = r->stg_n = r->stg_nup = 0;
     size_t bytes = count * td_dtype_size(dt);
     if (op == TD_OP_REDUCE_SCATTER || op == TD_OP_ALL_GATHER) bytes *= (size_t)c->size;
     if (op == TD_OP_BARRIER) bytes = 0;
@@ -267,44 +267,6 @@ static td_request *begin(td_request *r, td_op op, td_comm *c, td_dtype dt, size_
     return r;
 }
 
-/* On a group with a shared ring, every all-reduce, reduce-scatter and
- * all-gather publishes its descriptor (shm_agree.c). Starts r in shared
- * memory when it can: every all-reduce (straight between shared buffers, else
- * through the ring), and fp32 reduce-scatter / all-gather whose input lies in
- * a shared buffer. Returns 0 otherwise (MPI pieces then, which wait for the
- * peers' descriptors when r->agree). */
-static int shm_begin(td_request *r) {
-    static const td_shm_kind kinds[TD_OP_N] = {[TD_OP_ALLREDUCE] = TD_SHM_ALLREDUCE,
-                                               [TD_OP_REDUCE_SCATTER] = TD_SHM_REDUCE_SCATTER,
-                                               [TD_OP_ALL_GATHER] = TD_SHM_ALL_GATHER};
-    td_shm *s = r->comm->shm;
-    r->agree = 0;
-    if (!s || r->count == 0) return 0;
-    if (r->op != TD_OP_ALLREDUCE && r->op != TD_OP_REDUCE_SCATTER && r->op != TD_OP_ALL_GATHER)
-        return 0;
-    const void *send = r->op == TD_OP_ALLREDUCE ? r->buf : r->send;
-    if (td_shm_begin(&r->shm, s, kinds[r->op], send, r->buf, r->count, r->dt, r->redop,
-                     td_comm_shm(), r->seq, r->file, r->line))
-        return 1;
-    r->agree = 1;
-    return 0;
-}
-
-/* Blocking calls: through shared memory when shm_begin takes the op; an MPI
- * op on a group with a ring first waits for the peers' descriptors. */
-static int run_shm(td_request *r) {
-    td_comm_flush(r->comm); /* MPI pieces started earlier on the group go out first */
-    r->via_shm = shm_begin(r);
-    if (!r->via_shm) {
-        if (r->agree) td_shm_agree_wait(&r->shm);
-        r->agree = 0;
-        return 0;
-    }
-    td_shm_run(&r->shm); /* polls the other requests while it waits */
-    trace_done(r);
-    return 1;
-}
-
 /* Into the active list, in start order. */
 static void enlist(td_request *r) {
     r->active = 1;
@@ -318,25 +280,41 @@ static void enlist(td_request *r) {
     r->comm->n_active++;
 }
 
-static void start(td_request *r) {
-    r->hier = r->op == TD_OP_ALLREDUCE && td_hier_takes(r->comm, r->redop, r->count);
-    r->via_shm = !r->hier && shm_begin(r);
-    if (r->via_shm || r->hier) {
-        r->n_pieces = r->next_piece = 1;
-        r->done_pieces = 0;
-        for (int s = 0; s < TD_MAX_INFLIGHT; s++) r->slot_piece[s] = SIZE_MAX;
-    } else {
+/* One "piece" that the group's row runs (its progress), outside the budget. */
+static void own_piece(td_request *r) {
+    r->own = 1;
+    r->n_pieces = r->next_piece = 1;
+    r->done_pieces = 0;
+    for (int s = 0; s < TD_MAX_INFLIGHT; s++) r->slot_piece[s] = SIZE_MAX;
+}
+
+/* Into the engine: the row's begin, the MPI pieces when it declines (its
+ * buffers staged already). */
+static void launch(td_request *r, int taken) {
+    if (taken)
+        own_piece(r);
+    else
         td_piece_plan(r, td_comm_inflight());
-    }
     if (r->n_pieces == 0) { /* empty collective: nothing to send on any rank */
+        td_stage_end(r);
         trace_done(r);
         return;
     }
     enlist(r);
-    if (td_op_is_p2p(r->op)) td_piece_run(r, 0, 0, 0); /* one message, no budget */
+    if (td_op_is_p2p(r->op)) { /* one message, no budget */
+        td_stage_ready(r);
+        td_piece_run(r, 0, 0, 0);
+    }
     progress_all();
 }
 
+static void start(td_request *r) {
+    td_stage_begin(r, 0, 0);
+    const td_transport_ops *t = r->comm->ops;
+    launch(r, !td_op_is_p2p(r->op) && t->begin && t->begin(r));
+}
+
+/* MPI's blocking collectives, piece by piece. */
 static void run_blocking(td_request *r) {
     td_comm_flush(r->comm);
     td_piece_plan(r, 1);
@@ -348,6 +326,28 @@ static void run_blocking(td_request *r) {
         if (g_head) progress_all(); /* other requests keep moving between pieces */
     }
     trace_done(r);
+}
+
+/* A blocking collective on the group's row: its run (NULL: what its begin
+ * takes goes through the engine, start + wait), else MPI's blocking pieces.
+ * Device buffers staged around it. */
+static void run_collective(td_request *r) {
+    td_stage_begin(r, 0, 0);
+    td_stage_ready(r); /* blocking: the copies are read at once */
+    const td_transport_ops *t = r->comm->ops;
+    if (t->run) {
+        if (t->run(r)) {
+            td_stage_end(r);
+            trace_done(r);
+            return;
+        }
+    } else if (t->begin && t->begin(r)) {
+        launch(r, 1);
+        td_wait(r); /* completion ends the staging and the trace */
+        return;
+    }
+    run_blocking(r);
+    td_stage_end(r);
 }
 
 void td_allreduce_start_at(td_request *r, td_comm *c, void *buf, size_t count, td_dtype dt,
@@ -390,25 +390,50 @@ static int check_tag(const td_request *r, int tag) {
     return tag;
 }
 
-/* All-to-all: one "piece", progressed by alltoall.c (or the direct shared
- * path); NULL tables: `fixed` elements per peer. */
+/* Bytes from a buffer's start to the end of its last non-empty block (NULL
+ * tables: `fixed` elements per peer); 0 when a table overflows (td_a2a_start
+ * then fails naming it). */
+static size_t a2a_extent(const size_t *cnt, const size_t *dsp, size_t fixed, int n, td_dtype dt) {
+    size_t el = td_dtype_size(dt), hi = 0;
+    if (!cnt) return fixed <= SIZE_MAX / el / (size_t)n ? fixed * (size_t)n * el : 0;
+    for (int j = 0; j < n; j++) {
+        if (!cnt[j]) continue;
+        if (dsp[j] > SIZE_MAX / el || cnt[j] > SIZE_MAX / el - dsp[j]) return 0;
+        if (dsp[j] + cnt[j] > hi) hi = dsp[j] + cnt[j];
+    }
+    return hi * el;
+}
+
+/* All-to-all: one "piece", progressed by alltoall.c (or the group's row:
+ * the direct shared path); NULL tables: `fixed` elements per peer. */
 static void a2a_start(td_request *r, td_op op, td_comm *c, const void *send, const size_t *sc,
                       const size_t *sd, void *recv, const size_t *rc, const size_t *rd,
                       size_t fixed, td_dtype dt, const char *file, int line) {
     TD_ASSERT(c);
     size_t total = fixed * (size_t)c->size; /* for the trace; the tables are checked later */
-    for (int j = 0; sc && j < c->size; j++) total += sc[j];
+    if (sc) { /* the tables are read here, on the host, whatever the transport */
+        const size_t *tab[4] = {sc, sd, rc, rd};
+        static const char *const names[4] = {"send_counts table", "send_displs table",
+                                             "recv_counts table", "recv_displs table"};
+        for (int i = 0; i < 4; i++)
+            td_comm_host_check(op, c, file, line, tab[i], names[i], "the count tables are read on the host");
+        for (int j = 0; j < c->size; j++) total += sc[j];
+    }
     begin(r, op, c, dt, total, -1, file, line);
     r->send = send;
     r->buf = recv;
     r->n_pieces = r->next_piece = 1;
     r->done_pieces = 0;
     for (int s = 0; s < TD_MAX_INFLIGHT; s++) r->slot_piece[s] = SIZE_MAX;
+    td_stage_begin(r, a2a_extent(sc, sd, fixed, c->size, dt), a2a_extent(rc, rd, fixed, c->size, dt));
+    td_stage_ready(r); /* a group of one copies at once */
     if (!td_a2a_start(r, sc, sd, rc, rd, fixed)) { /* a group of one: copied already */
         td_piece_release(r);
+        td_stage_end(r);
         trace_done(r);
         return;
     }
+    r->own = r->own != 0; /* the row's progress runs it (a2a_begin took it), else alltoall.c's */
     enlist(r);
     progress_all();
 }
@@ -449,44 +474,38 @@ void td_allreduce_at(td_comm *c, void *buf, size_t count, td_dtype dt, td_redop 
     td_request *r = begin(&g_blocking, TD_OP_ALLREDUCE, c, dt, count, -1, file, line);
     r->buf = buf;
     r->redop = op;
-    if (td_hier_takes(c, op, count)) { /* through the request engine: start + wait */
-        start(r);
-        td_wait(r);
-        return;
-    }
-    if (run_shm(r)) return;
-    run_blocking(r);
+    run_collective(r);
 }
 
 void td_reduce_at(td_comm *c, void *buf, size_t count, td_dtype dt, int root, const char *file,
                   int line) {
     begin(&g_blocking, TD_OP_REDUCE, c, dt, count, root, file, line)->buf = buf;
-    run_blocking(&g_blocking);
+    run_collective(&g_blocking);
 }
 
 void td_broadcast_at(td_comm *c, void *buf, size_t count, td_dtype dt, int root, const char *file,
                      int line) {
     begin(&g_blocking, TD_OP_BCAST, c, dt, count, root, file, line)->buf = buf;
-    run_blocking(&g_blocking);
+    run_collective(&g_blocking);
 }
 
 void td_reduce_scatter_at(td_comm *c, const void *send, void *recv, size_t count, td_dtype dt,
                           const char *file, int line) {
     begin(&g_blocking, TD_OP_REDUCE_SCATTER, c, dt, count, -1, file, line)->buf = recv;
     g_blocking.send = send;
-    if (!run_shm(&g_blocking)) run_blocking(&g_blocking);
+    run_collective(&g_blocking);
 }
 
 void td_all_gather_at(td_comm *c, const void *send, void *recv, size_t count, td_dtype dt,
                       const char *file, int line) {
     begin(&g_blocking, TD_OP_ALL_GATHER, c, dt, count, -1, file, line)->buf = recv;
     g_blocking.send = send;
-    if (!run_shm(&g_blocking)) run_blocking(&g_blocking);
+    run_collective(&g_blocking);
 }
 
 void td_barrier_at(td_comm *c, const char *file, int line) {
     begin(&g_blocking, TD_OP_BARRIER, c, TD_F32, 0, -1, file, line);
-    run_blocking(&g_blocking);
+    run_collective(&g_blocking);
 }
 
 void td_send_at(td_comm *c, const void *buf, size_t count, td_dtype dt, int peer, int tag,
