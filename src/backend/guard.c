@@ -362,6 +362,10 @@ static void on_fault(int sig, siginfo_t *si, void *uc) {
     X(P, add, (float *dst, const float *src, size_t n), (dst, src), (dst, src, n))                \
     X(P, adamw, (const td_adamw_span *sp, int n, const td_adamw_hyper *h), (open_spans(sp, n)),         \
       (sp, n, h))                                                                                  \
+    X(P, adamw_given, (const td_adamw_span *sp, int n, const td_adamw_hyper *h),                  \
+      (open_spans(sp, n)), (sp, n, h))                                                             \
+    X(P, sum, (double *dst, const float *x, size_t n), (dst, x), (dst, x, n))                     \
+    X(P, fill, (float *x, float v, size_t n), (x), (x, v, n))                                     \
     /* moe */                                                                                      \
     X(P, moe_scores, (float *sc, const float *lg, int N, int E, int sm), (sc, lg), (sc, lg, N, E, sm)) \
     X(P, moe_gather, (void *dst, const void *src, const int *pos, int N, int K, int C),           \
