@@ -9,7 +9,8 @@
 # PAIRWISE_DEVICE=guard runs each layout under --device guard as well: the
 # guard run against one process as above, and its losses, norms and final
 # state bit for bit against the same layout on --device cpu (test_layouts'
-# TD_LAYOUT_DUMP); PAIRWISE_STRIDE=K keeps every K-th layout (CI time).
+# TD_LAYOUT_DUMP); PAIRWISE_STRIDE=K keeps every K-th layout and
+# PAIRWISE_STEPS=S trains S steps instead of 5 (CI time).
 set -u
 SET=${1:?usage: test_pairwise.sh PAIRWISE_SET TEST_LAYOUTS MPIRUN...}
 RUN=${2:?}
@@ -17,7 +18,7 @@ shift 2
 # 4 layers: the interleaved schedule's 2 chunks on each of 2 stages; 2 heads
 # for tp 2; batch 8 for dp 4 x 2 micro-batches
 SEQ=16 EMBD=32
-MODEL=(--layers 4 --heads 2 --embd $EMBD --seq $SEQ --batch 8 --steps 5 --threads 1)
+MODEL=(--layers 4 --heads 2 --embd $EMBD --seq $SEQ --batch 8 --steps "${PAIRWISE_STEPS:-5}" --threads 1)
 runs=$("$SET" $SEQ $EMBD) || { echo "FAIL: pairwise_set"; exit 1; }
 DEVICE=${PAIRWISE_DEVICE:-cpu} STRIDE=${PAIRWISE_STRIDE:-1}
 TMP=$(mktemp -d) && trap 'rm -rf "$TMP"' EXIT
