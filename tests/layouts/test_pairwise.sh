@@ -10,7 +10,9 @@
 # guard run against one process as above, and its losses, norms and final
 # state bit for bit against the same layout on --device cpu (test_layouts'
 # TD_LAYOUT_DUMP); PAIRWISE_STRIDE=K keeps every K-th layout and
-# PAIRWISE_STEPS=S trains S steps instead of 5 (CI time).
+# PAIRWISE_STEPS=S trains S steps instead of 5 (CI time); PAIRWISE_LAYOUTS=FILE
+# runs FILE's "np flags" lines instead of the set (flags the model's do not
+# name).
 set -u
 SET=${1:?usage: test_pairwise.sh PAIRWISE_SET TEST_LAYOUTS MPIRUN...}
 RUN=${2:?}
@@ -19,7 +21,11 @@ shift 2
 # for tp 2; batch 8 for dp 4 x 2 micro-batches
 SEQ=16 EMBD=32
 MODEL=(--layers 4 --heads 2 --embd $EMBD --seq $SEQ --batch 8 --steps "${PAIRWISE_STEPS:-5}" --threads 1)
-runs=$("$SET" $SEQ $EMBD) || { echo "FAIL: pairwise_set"; exit 1; }
+if [ -n "${PAIRWISE_LAYOUTS:-}" ]; then # a list of "np flags" lines instead of the set
+  runs=$(grep -vE '^(#|$)' "$PAIRWISE_LAYOUTS") || { echo "FAIL: no layouts in $PAIRWISE_LAYOUTS"; exit 1; }
+else
+  runs=$("$SET" $SEQ $EMBD) || { echo "FAIL: pairwise_set"; exit 1; }
+fi
 DEVICE=${PAIRWISE_DEVICE:-cpu} STRIDE=${PAIRWISE_STRIDE:-1}
 TMP=$(mktemp -d) && trap 'rm -rf "$TMP"' EXIT
 # One layout: on the device against one process; on a device other than cpu
@@ -27,11 +33,11 @@ TMP=$(mktemp -d) && trap 'rm -rf "$TMP"' EXIT
 run_one() {
   local np=$1 flags=$2
   # shellcheck disable=SC2086 # flags are words
-  TD_LAYOUT_DUMP=$TMP/dev.bin "${MPI[@]}" -np "$np" "$RUN" $flags "${MODEL[@]}" --device "$DEVICE" 2>&1 </dev/null ||
+  TD_LAYOUT_DUMP=$TMP/dev.bin "${MPI[@]}" -np "$np" "$RUN" "${MODEL[@]}" $flags --device "$DEVICE" 2>&1 </dev/null ||
     return 1
   [ "$DEVICE" = cpu ] && return 0
   # shellcheck disable=SC2086
-  TD_LAYOUT_DUMP=$TMP/cpu.bin "${MPI[@]}" -np "$np" "$RUN" $flags "${MODEL[@]}" --device cpu 2>&1 </dev/null ||
+  TD_LAYOUT_DUMP=$TMP/cpu.bin "${MPI[@]}" -np "$np" "$RUN" "${MODEL[@]}" $flags --device cpu 2>&1 </dev/null ||
     return 1
   cmp "$TMP/cpu.bin" "$TMP/dev.bin" 2>&1 || { echo "FAIL --device $DEVICE: bits differ from --device cpu"; return 1; }
 }
