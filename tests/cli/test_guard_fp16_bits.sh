@@ -10,13 +10,12 @@ DATA=${2:?}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 args=(--data "$DATA/tinyshakespeare.txt" --layers 2 --embd 32 --heads 2 --seq 16 --batch 8 --steps 4
       --eval-every 0 --warmup 2 --log-every 1000 --threads 1 --precision fp16)
-M="mpirun --allow-run-as-root --oversubscribe --bind-to none -np"
+M=(mpirun --allow-run-as-root --oversubscribe --bind-to none -np)
 fails=0
 for row in "one_process|1|" "dp2|2|--dp 2"; do
   IFS='|' read -r name np flags <<<"$row"
   for dev in cpu guard; do
-    # shellcheck disable=SC2086
-    if [ "$np" = 1 ]; then cmd=("$D"); else cmd=($M "$np" "$D"); fi
+    if [ "$np" = 1 ]; then cmd=("$D"); else cmd=("${M[@]}" "$np" "$D"); fi
     # shellcheck disable=SC2086
     "${cmd[@]}" "$tmp/$name.$dev.bin" "${args[@]}" $flags --device $dev >"$tmp/log" 2>&1 ||
       { tail -5 "$tmp/log"; echo "FAIL: fp16 $name --device $dev: the run failed"; fails=1; continue 2; }

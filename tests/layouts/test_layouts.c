@@ -337,8 +337,12 @@ int main(int argc, char **argv) {
             }
             printf("final %s: worst error %.2e of the tensor max (tol 1e-4)\n", what[k], w);
         }
-        /* The run's bits (losses, norms, final params and moments) for a
-         * script to compare across devices: TD_LAYOUT_DUMP=FILE. */
+        /* The run's bits (losses, norms, final params and moments), then
+         * the oracle's, for a script to compare across devices:
+         * TD_LAYOUT_DUMP=FILE. The oracle runs in this process, so on the
+         * run's backend (one per process): a dump from --device guard equal
+         * to one from --device cpu holds both the layout and the oracle to
+         * the CPU backend's bits. */
         const char *dump = getenv("TD_LAYOUT_DUMP");
         if (dump && *dump) {
             FILE *f = fopen(dump, "wb");
@@ -347,8 +351,11 @@ int main(int argc, char **argv) {
                 w += fwrite(res.losses, sizeof(float), (size_t)o.steps, f);
                 w += fwrite(res.grad_norms, sizeof(float), (size_t)o.steps, f);
                 for (int k = 0; k < 3; k++) w += fwrite(mine[k], sizeof(float), n, f);
+                w += fwrite(ref_losses, sizeof(float), (size_t)o.steps, f);
+                w += fwrite(ref_norms, sizeof(float), (size_t)o.steps, f);
+                for (int k = 0; k < 3; k++) w += fwrite(ref[k], sizeof(float), n, f);
             }
-            if (!f || fclose(f) != 0 || w != 2 * (size_t)o.steps + 3 * n) {
+            if (!f || fclose(f) != 0 || w != 2 * (2 * (size_t)o.steps + 3 * n)) {
                 printf("FAIL cannot write TD_LAYOUT_DUMP %s\n", dump);
                 fails++;
             }

@@ -8,11 +8,11 @@
 #   test_pairwise.sh PAIRWISE_SET TEST_LAYOUTS MPIRUN...
 # PAIRWISE_DEVICE=guard runs each layout under --device guard as well: the
 # guard run against one process as above, and its losses, norms and final
-# state bit for bit against the same layout on --device cpu (test_layouts'
-# TD_LAYOUT_DUMP); PAIRWISE_STRIDE=K keeps every K-th layout and
-# PAIRWISE_STEPS=S trains S steps instead of 5 (CI time); PAIRWISE_LAYOUTS=FILE
-# runs FILE's "np flags" lines instead of the set (flags the model's do not
-# name).
+# state, and its in-process oracle's, bit for bit against the same layout on
+# --device cpu (test_layouts' TD_LAYOUT_DUMP). PAIRWISE_STRIDE=K keeps every
+# K-th layout, PAIRWISE_STEPS=S trains S steps instead of 5 (CI time), and
+# PAIRWISE_LAYOUTS=FILE runs FILE's "np flags" lines instead of the set
+# (flags the model's do not name).
 set -u
 SET=${1:?usage: test_pairwise.sh PAIRWISE_SET TEST_LAYOUTS MPIRUN...}
 RUN=${2:?}
