@@ -102,6 +102,7 @@ typedef enum {
     TD_RULE_EP_PAYLOAD,
     TD_RULE_EP_DP_SHARD,
     TD_RULE_EP_DIVIDES,
+    TD_RULE_TOPK_DEVICE, /* issue 39: what a device other than cpu does not run yet */
     TD_RULE_N
 } td_rule_id;
 

@@ -552,6 +552,20 @@ BRIEF(ep_divides) {
     snprintf(buf, n, "ep %d does not divide dp x cp = %d", c->ep, G);
 }
 
+/* ---- what a device other than cpu does not run yet (issue 39) ---------- */
+
+/* top-k selects, packs and sums on the host over host buffers (the comm
+ * layer's shared windows), reading the step's gradients and AdamW state in
+ * place: on a device those are not host memory */
+OK(topk_device) { return c->topk_ratio == 0 || c->device <= 0; }
+SAY(topk_device) {
+    snprintf(buf, n,
+             "--grad-compress %s does not combine with --device %s yet: top-k selects, packs and sums "
+             "the gradients on the host; use --device cpu, or --grad-compress none (--grad-reduce-dtype "
+             "bf16 halves the payload on any device)",
+             S(c->grad_compress_text), S(c->device_name));
+}
+
 #define ROW(ID, name, sites, fn)                                                                   \
     { ID, name, sites, ok_##fn, say_##fn, NULL }
 #define ROWB(ID, name, sites, fn)                                                                  \
@@ -609,6 +623,7 @@ static const td_compat_rule rules[TD_RULE_N] = {
     ROW(TD_RULE_EP_PAYLOAD, "ep-payload", RUN, ep_payload),
     ROW(TD_RULE_EP_DP_SHARD, "ep-dp-shard", OPT | DPN, ep_dp_shard),
     ROWB(TD_RULE_EP_DIVIDES, "ep-divides", GRD, ep_divides),
+    ROW(TD_RULE_TOPK_DEVICE, "topk-device", OPT, topk_device),
 };
 
 const td_compat_rule *td_compat_rules(void) { return rules; }

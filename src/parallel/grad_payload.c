@@ -122,11 +122,9 @@ td_gpay *td_gpay_create(td_dp *dp, int n_ranges, const size_t *lo, const size_t 
     sizes(&dp->cfg, dp->t, n_ranges, lo, len, &pairs, &max_k, &total, &dense);
     int topk = dp->cfg.topk_ratio > 0;
     /* top-k selects, packs and sums on the host, over host buffers (the
-     * comm layer's shared windows): not on a device yet */
-    TD_CHECK(!topk || !td_backend_is_device(),
-             "--grad-compress topk:%g runs on the host; --device %s does not support it (use "
-             "--device cpu or --grad-compress none)",
-             dp->cfg.topk_ratio, td_device_name(td_backend_device()));
+     * comm layer's shared windows): not on a device yet (the rules table's
+     * topk-device row refuses it with the options) */
+    TD_ASSERT(!topk || !td_backend_is_device());
     if (topk) {
         /* the send side in the group's shared memory: on one node the
          * all-gather then copies straight from the peers' pairs */

@@ -90,6 +90,8 @@ expect topk-zero-ratio "--grad-compress topk:0 is not valid; use none or topk:R\
                        "$T" train --data "$tmp/small.txt" --grad-compress topk:0 $Q
 expect topk-big-ratio  "--grad-compress topk:1.5 is not valid"    "$T" train --data "$tmp/small.txt" --grad-compress topk:1.5 $Q
 expect topk-suffix     "--grad-compress topk:0.01:ef is not valid" "$T" train --data "$tmp/small.txt" --grad-compress topk:0.01:ef $Q
+expect topk-device     "--grad-compress topk:0.01 does not combine with --device guard yet: top-k selects, packs and sums the gradients on the host" \
+                       "$T" train --data "$tmp/small.txt" --grad-compress topk:0.01 --device guard $Q
 expect topk-order      "--grad-compress topk:0.01:noef:grad is not valid" \
                        "$T" train --data "$tmp/small.txt" --grad-compress topk:0.01:noef:grad $Q
 expect topk-gradx      "--grad-compress topk:0.01:gradx is not valid" "$T" train --data "$tmp/small.txt" --grad-compress topk:0.01:gradx $Q

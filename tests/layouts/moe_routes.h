@@ -46,7 +46,10 @@ static void route_probe(void *ctx, const td_gpt *m, int layer, int N, int K, con
         }
         route_rec *x = &rs->r[rs->n++];
         memset(x, 0, sizeof *x);
-        int b = i / Tl, j = i % Tl, pos = m->pos ? m->pos[j] : j;
+        /* the load-balanced split of cp.h (chunks r and 2cp-1-r of 2cp),
+         * not m->pos: that is device memory (--device guard) */
+        int b = i / Tl, j = i % Tl, r = m->d.cp_rank, Tc = Tl / 2;
+        int pos = m->d.cp <= 1 ? j : j < Tc ? r * Tc + j : (2 * m->d.cp - 1 - r) * Tc + (j - Tc);
         x->step = c / rs->M, x->layer = layer;
         x->tok = ((c % rs->M) * 100000) + (rs->replica * rs->Bm + b) * rs->T + pos;
         memcpy(x->idx, idx + (size_t)i * K, sizeof(int) * (size_t)K);

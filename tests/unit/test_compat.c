@@ -242,6 +242,11 @@ static const char *breaking(td_rule_id id, td_compat_cfg *c) {
         c->dp = 4, c->ep = 2, c->dp_shard = 2, c->zero = 1, c->experts = 4;
         return "--dp-shard 2 does not combine with --ep 2 yet: ZeRO shards the expert stacks over the "
                "ranks holding the same experts, which cross the shards; drop --dp-shard";
+    case TD_RULE_TOPK_DEVICE:
+        c->topk_ratio = 0.01, c->grad_compress_text = "topk:0.01", c->device = 1, c->device_name = "guard";
+        return "--grad-compress topk:0.01 does not combine with --device guard yet: top-k selects, packs and "
+               "sums the gradients on the host; use --device cpu, or --grad-compress none (--grad-reduce-dtype "
+               "bf16 halves the payload on any device)";
     case TD_RULE_N:
         break;
     }
