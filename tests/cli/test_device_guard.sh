@@ -2,7 +2,8 @@
 # The commands under --device guard (backend.h: every device buffer
 # unreachable from host code outside a backend call) print what they print
 # under --device cpu: train's losses (3 steps, then a resume to 5), eval's
-# loss, a seeded sample's text; verify passes under it (dp 2). A host access to device
+# loss (also of the checkpoint exported and imported back), a seeded sample's text;
+# verify passes under it (dp 2). A host access to device
 # memory would end a run with its one error line, which this test shows.
 # Usage: test_device_guard.sh TRIDENT DATA_DIR
 set -u
@@ -37,11 +38,18 @@ for d in cpu guard; do
   run "sample_$d" "$T" sample --ckpt "$tmp/ck_$d" --tokens 40 --seed 5 --device $d && cp "$tmp/sample_$d.out" "$tmp/sample_$d.l"
 done
 same "eval" "$tmp/eval_cpu.l" "$tmp/eval_guard.l"
+# export the guard's checkpoint, import it back, and evaluate the import on the guard: its
+# parameters reach the device through the checkpoint load's staged uploads
+run export "$T" export --ckpt "$tmp/ck_guard" --format hf-gpt2 --out "$tmp/hf" \
+  && run import "$T" import --format safetensors --in "$tmp/hf/model.safetensors" --out "$tmp/ck_imp" \
+  && run eval_imp "$T" eval --ckpt "$tmp/ck_imp" --data "$tmp/small.txt" --threads 1 --device guard \
+  && grep -oE 'loss [0-9.]+ nats/token' "$tmp/eval_imp.out" > "$tmp/eval_imp.l"
+same "eval after export and import" "$tmp/eval_guard.l" "$tmp/eval_imp.l"
 same "sample (seeded)" "$tmp/sample_cpu.l" "$tmp/sample_guard.l"
 if run verify $MPI "$T" verify "${A[@]}" --steps 2 --dp 2 --device guard && grep -q '^verify: passed' "$tmp/verify.out"; then
   echo "ok   verify --dp 2 --device guard: $(grep -m1 '^verify: passed' "$tmp/verify.out" | cut -c1-100)"
 else
   fail "verify under guard: $(tail -2 "$tmp/verify.out")"
 fi
-[ $fails -eq 0 ] && echo "device guard: train, resume, eval, sample and verify as on cpu: ok"
+[ $fails -eq 0 ] && echo "device guard: train, resume, eval, export/import, sample and verify as on cpu: ok"
 exit $fails
