@@ -35,6 +35,7 @@ void td_report_open(td_report *r, const td_run_spec *spec, const td_grid *g,
                     int threads, int Bm) {
     memset(r, 0, sizeof *r);
     r->spec = spec, r->g = g, r->cfg = cfg, r->Bm = Bm;
+    r->data = d;
     r->first_step = -1;
     r->flops_per_step = td_gpt_flops_per_token(cfg) * (double)spec->schedule.batch * cfg->T;
     /* capacity = one core's sgemm rate x compute threads. Measured after a
@@ -286,6 +287,7 @@ void td_report_step(td_report *r, int step, float loss, float lr, double norm, d
                             "\"moe_dropped\": %.6f", r->moe->moe_aux, r->moe->moe_z, r->moe->moe_load_min,
                     r->moe->moe_load_max, r->moe->moe_dropped);
         log_traffic(r->log, &r->traffic);
+        td_report_data_tokens_json(r, step + 1, r->log);
         fprintf(r->log, ", \"elapsed_s\": %.3f, \"eta_s\": %.3f}\n", elapsed_s, eta_s);
         log_flush(r);
     }
@@ -438,6 +440,7 @@ void td_report_summary(td_report *r, const td_run_result *res) {
     if (!isnan(res->final_val_loss)) td_log(", final val loss %.4f", res->final_val_loss);
     td_log("\n");
     report_traffic(&res->host_traffic);
+    td_report_data_tokens_line(r, res->steps_done);
     if (r->spec->precision.gemm_stats && res->gemm_ms > 0)
         td_log("gemm: %.3e flop/step, %.1f ms/step, %.1f GFLOP/s (rank 0, timed steps, every GEMM "
                "of forward and backward)\n",

@@ -27,6 +27,7 @@ typedef struct {
     int first_step;               /* that step (a resumed run starts past 0); -1 before it */
     int log_err;                  /* rank 0: the errno of the first failed --log write, 0: none */
     const td_run_result *moe;   /* a mixture of experts' step figures (res->moe_*); NULL: dense */
+    const td_dataset *data;     /* the run's data (a blend's tokens per source are reported) */
 } td_report;
 
 void td_report_open(td_report *r, const td_run_spec *spec, const td_grid *g,
@@ -56,6 +57,11 @@ void td_report_sample(td_report *r, const td_param_table *canon, const float *pa
  * on stdout and in the --log), then the log is closed. Call it last, after
  * the checkpoint and the sample, so the high-water mark covers them. */
 void td_report_close(td_report *r);
+/* A blend's training tokens drawn per source over the first `steps` steps
+ * (report_data.c): the log's ', "data_tokens": {PATH: N, ...}' (nothing for
+ * one source), and the summary's line. */
+void td_report_data_tokens_json(const td_report *r, int steps, FILE *f);
+void td_report_data_tokens_line(const td_report *r, int steps);
 /* Rank 0: the errno of the first --log write, flush or close that failed
  * (0: none; every other rank: 0). After a failure nothing more is written. */
 int td_report_log_error(const td_report *r);

@@ -180,6 +180,7 @@ int td_run_open(td_run *r, const td_run_spec *spec, td_run_result *res) {
     open_grid(r, mode);
     td_data_load(&r->data, spec->data.path, spec->data.tokenizer, spec->data.vocab,
                  spec->model.cfg.T);
+    td_data_set_batch(&r->data, spec->schedule.batch); /* a blend's sample index is step x batch + sample */
     td_run_set_data(spec->data.path, &r->data.fp);
     td_fault_slow_load();
     /* start-up's first agreed stop point: nothing is written yet */
