@@ -57,7 +57,7 @@ void td_train_opts_default(td_train_opts *o) {
 
 int td_train_flag_table(td_train_opts *o, td_flag *out, int cap) {
     const td_flag flags[] = {
-        {"--data", TD_FLAG_STR, &o->data, "text file (UTF-8), token file (.bin: nanoGPT uint16 or llm.c), or a directory or glob of *_train_*.bin / *_val_*.bin shards", NULL},
+        {"--data", TD_FLAG_STR, &o->data, "text file (UTF-8), token file (.bin: nanoGPT uint16 or llm.c), or a directory or glob of *_train_*.bin / *_val_*.bin shards; W:PATH,W:PATH,... blends sources of one tokenizer by weight (docs/recipe-data-blend.md)", NULL},
         {"--tokenizer", TD_FLAG_STR, &o->tokenizer, "char (default), byte, gpt2 (GPT-2 BPE, vocabulary 50257), cl100k or o200k (tiktoken's cl100k_base, 100277; o200k_base, 200019) or FILE.json (a Hugging Face tokenizer.json, byte-level BPE) for text files; gpt2, cl100k and o200k also mark token files of their ids, FILE.json the shards tokenized with it", NULL},
         {"--vocab", TD_FLAG_INT, &o->vocab, "vocabulary size of a token file (default: max id + 1)",
          "[1, " STR(TD_MAX_VOCAB) "]"},

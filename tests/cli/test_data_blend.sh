@@ -2,15 +2,15 @@
 # Blended data, --data W:PATH,W:PATH,... (issue 42):
 # - the tokens drawn per source that --log gives at every step are, counted
 #   in samples, within 1 of weight x samples so far (checked by python from
-#   the log; weights 5:3:2, batch 3: no step's share is a whole number);
+#   the log; weights 5:3:2, batch 6: 0.3 x 6 is no whole number);
 # - a source of weight ~1 beside one of 1e-9 trains to the bits of --data
 #   of that source alone (each source keeps its own order);
-# - dp 2 and pp 2 train the blend to the one-process losses (1e-5);
-# - 6 steps = 3 steps, --resume and 3 more, bitwise (losses and state);
+# - dp 2 x pp 2 trains the blend to the one-process losses (1e-5);
+# - 6 steps = --resume of its step 3 and 3 more, bitwise (losses and state);
 # - a resume under other weights says so (old and new weights, the sample
 #   index) and from that index draws by the new weights;
-# - refusals, one line each: weight <= 0, a part without a weight, a missing
-#   file, character-level texts of different alphabets (the characters each
+# - refusals, one line each: weight <= 0, character-level texts of
+#   different alphabets (the characters each
 #   has that the other lacks named).
 # Usage: test_data_blend.sh TRIDENT DATA_DIR
 set -u
@@ -28,7 +28,9 @@ A=(--tokenizer byte --layers 2 --heads 2 --embd 32 --seq 16 --batch 6 --threads 
 # tr NAME NP FLAGS...: a run that must exit 0 (output in $tmp/NAME.out, log $tmp/NAME.log)
 tr() {
   local name=$1 np=$2; shift 2
-  if timeout 120 $MPIRUN -np "$np" "$T" train "${A[@]}" --log "$tmp/$name.log" "$@" >"$tmp/$name.out" 2>&1 </dev/null
+  local run=(timeout 120 $MPIRUN -np "$np")
+  [ "$np" = 1 ] && run=(timeout 120) # a singleton starts faster
+  if "${run[@]}" "$T" train "${A[@]}" --log "$tmp/$name.log" "$@" >"$tmp/$name.out" 2>&1 </dev/null
   then ok "$name"; else fail "$name: exit code $? ($*)" "$(tail -5 "$tmp/$name.out")"; return 1; fi
 }
 # tracks NAME FIRST W...: from step FIRST on, each step's data_tokens / seq
@@ -69,7 +71,7 @@ PYEOF
 }
 
 # --- the mix at every step, the summary line, validation --------------------
-tr one 1 --data "$BL" --steps 6 --out "$tmp/full"
+tr one 1 --data "$BL" --steps 6 --out "$tmp/full" --save-every 3
 tracks one 0 5 3 2
 grep -q "data: a blend of 3 sources by weight: 0.5 $tmp/a.txt" "$tmp/one.out" || fail "no blend data line"
 grep -q "data: training tokens drawn per source over 6 steps: $tmp/a.txt 288 (50.00%, weight 0.5), $tmp/b.txt " \
@@ -82,22 +84,18 @@ tr nearly 1 --data "1:$tmp/a.txt,1e-9:$tmp/b.txt" --steps 4
 same_losses own-order "$tmp/alone.log" "$tmp/nearly.log" 0
 
 # --- layouts equal to one process --------------------------------------------
-tr dp2 2 --data "$BL" --steps 6 --dp 2
-same_losses dp2 "$tmp/one.log" "$tmp/dp2.log" 1e-5
-tr pp2 2 --data "$BL" --steps 6 --pp 2 --grad-accum 2
-same_losses pp2 "$tmp/one.log" "$tmp/pp2.log" 1e-5
+tr dp2pp2 4 --data "$BL" --steps 6 --dp 2 --pp 2 --grad-accum 3
+same_losses dp2pp2 "$tmp/one.log" "$tmp/dp2pp2.log" 1e-5
 
 # --- resume: 3 + 3 steps = 6 bitwise ------------------------------------------
-tr half 1 --data "$BL" --steps 6 --out "$tmp/r" --stop-after 3
-cp -r "$tmp/r" "$tmp/r2"
-tr rest 1 --data "$BL" --steps 6 --out "$tmp/r" --resume latest
+tr rest 1 --data "$BL" --steps 6 --out "$tmp/r" --resume "$tmp/full/step-00000003"
 same_losses resume-bitwise "$tmp/one.log" "$tmp/rest.log" 0
-$PY "$XXH3" same "$tmp/full/latest" "$tmp/r/latest" && ok "resume state" || fail "resume: the state of step 6 differs"
+$PY "$XXH3" same "$tmp/full/step-00000006" "$tmp/r/latest" && ok "resume state" || fail "resume: the state of step 6 differs"
 grep -q "weights changed" "$tmp/rest.out" && fail "same weights said changed"
 tracks rest 3 5 3 2
 
 # --- resume under other weights ------------------------------------------------
-tr neww 1 --data "1:$tmp/a.txt,1:$tmp/b.txt,2:$tmp/c.txt" --steps 6 --out "$tmp/r2" --resume latest
+tr neww 1 --data "1:$tmp/a.txt,1:$tmp/b.txt,2:$tmp/c.txt" --steps 6 --out "$tmp/r2" --resume "$tmp/full/step-00000003"
 grep -q "resume: --data weights changed: .* was trained on 0.5:$tmp/a.txt,0.3:$tmp/b.txt,0.2:$tmp/c.txt, --data gives \
 0.25:$tmp/a.txt,0.25:$tmp/b.txt,0.5:$tmp/c.txt (normalized); the run goes on from its sample index 18 (step 3) under the new \
 weights" "$tmp/neww.out" && ok "new weights line" || fail "new weights line" "$(grep resume "$tmp/neww.out")"
@@ -107,9 +105,6 @@ tracks neww 3 1 1 2
 R=(--tokenizer byte --layers 2 --heads 2 --embd 32 --seq 16 --batch 2 --steps 1)
 expect weight-zero "--data 0:$tmp/a.txt,1:$tmp/b.txt: '0:$tmp/a.txt' has weight 0; a weight is a finite number above 0" \
   "$T" train --data "0:$tmp/a.txt,1:$tmp/b.txt" "${R[@]}"
-expect no-weight "'$tmp/b.txt' has no weight; in a blend every source is W:PATH" \
-  "$T" train --data "1:$tmp/a.txt,$tmp/b.txt" "${R[@]}"
-expect missing "--data $tmp/none.txt cannot be read" "$T" train --data "1:$tmp/a.txt,1:$tmp/none.txt" "${R[@]}"
 printf 'abcabcabc%.0s' $(seq 40) >"$tmp/x.txt"
 printf 'abdabdabQ%.0s' $(seq 40) >"$tmp/y.txt"
 expect alphabets "$tmp/x.txt and $tmp/y.txt are character-level texts of different alphabets ($tmp/x.txt has 'c' that \
