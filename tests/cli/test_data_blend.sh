@@ -34,7 +34,8 @@ tr() {
   then ok "$name"; else fail "$name: exit code $? ($*)" "$(tail -5 "$tmp/$name.out")"; return 1; fi
 }
 # tracks NAME FIRST W...: from step FIRST on, each step's data_tokens / seq
-# per source within 1 sample of w x (step + 1) x batch (weights normalized)
+# per source are the greedy rule's counts, replayed here, and within 1
+# sample of w x (step + 1) x batch (weights normalized)
 tracks() {
   $PY - "$tmp/$1.log" "$2" "${@:3}" <<'PYEOF' && ok "tracks $1" || fail "tracks $1"
 import json, sys
@@ -42,11 +43,18 @@ log, first, w = sys.argv[1], int(sys.argv[2]), [float(x) for x in sys.argv[3:]]
 w = [x / sum(w) for x in w]
 rows = [j for j in map(json.loads, open(log)) if "loss" in j and j["step"] >= first]
 assert rows, "no steps logged"
+# the greedy rule replayed (Megatron-LM's, with g + 1 for max(g, 1)):
+# sample g from the source furthest below w x (g + 1), the first of equals
+counts, c = [], [0] * len(w)
+for g in range(6 * (rows[-1]["step"] + 1)):
+    e = [x * (g + 1) - k for x, k in zip(w, c)]
+    c[e.index(max(e))] += 1
+    counts.append(list(c))
 worst = 0.0
 for j in rows:
     got = [v / 16 for v in j["data_tokens"].values()]
     n = (j["step"] + 1) * 6
-    assert sum(got) == n and len(got) == len(w), (j["step"], got)
+    assert got == counts[n - 1], ("step", j["step"], got, counts[n - 1])
     for g, x in zip(got, w):
         worst = max(worst, abs(g - x * n))
 print("steps %d-%d: worst |count - weight x samples| = %.3f samples" % (rows[0]["step"], rows[-1]["step"], worst))
