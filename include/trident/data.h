@@ -123,7 +123,11 @@ typedef struct {
  * contradicting tokenizer is an error naming both) and every shard is
  * checked against it as it loads: listed, its size and its XXH3 (an error
  * naming the shard); a directory must hold exactly the shards listed.
- * d->fp is the data's fingerprint. */
+ * d->fp is the data's fingerprint. PATH may be a blend, W:PATH,W:PATH,...
+ * (td_data_blend_parse below): each source loaded as above, all of one
+ * tokenizer (else one error naming the two sources and, for character-level
+ * texts, the characters each has that the other lacks), d->fp that of the
+ * sources in order (not of the weights). */
 void td_data_load(td_dataset *d, const char *path, const char *tokenizer, int vocab, int T);
 void td_data_free(td_dataset *d);
 /* Blended data: --data W:PATH,W:PATH,... (each PATH a source td_data_load
