@@ -56,8 +56,8 @@ static void write_float(void *p) { ((volatile float *)p)[0] = 1.0f; }
 
 /* Host code inside a bracket that runs off the end of the open buffer. */
 static void read_past_end(void *p) {
-    const void *ptrs[1] = {p};
-    td_backend_current()->enter(ptrs, 1);
+    const td_dev_range r[1] = {{p, 1000 * sizeof(float)}};
+    td_backend_current()->enter(r, 1);
     g_sink = ((volatile float *)p)[1024 + 3]; /* the buffer is 1000 floats: one page past */
 }
 
@@ -131,8 +131,9 @@ static void test_nesting(void) {
     const td_backend *be = td_backend_current();
     float *a = td_dev_alloc(256, TD_MEM_ACTS, "outer"), *b = td_dev_alloc(256, TD_MEM_ACTS, "inner");
     int host = 0;
-    const void *pa[2] = {a, &host}; /* host memory passed to a call is left alone */
-    const void *pab[3] = {a + 1, NULL, b + 10};
+    /* host memory passed to a call is left alone */
+    const td_dev_range pa[2] = {{a, 256}, {&host, sizeof host}};
+    const td_dev_range pab[3] = {{a + 1, 4}, {NULL, 8}, {b, 44}};
     be->enter(pa, 2);
     a[0] = 5.0f;
     be->enter(pab, 3);
