@@ -29,8 +29,9 @@
  * The guard device: each buffer its own mapping (rounded up to pages, the
  * rounded bytes counted in its category), followed by a page that is never
  * opened; a backend call opens only the pages its arguments' extents span
- * (an op's from its shape arguments, guard.c's GUARD_OPS; a copy's its
- * ranges) and closes them when it returns. A host access outside a call,
+ * (an op's follow from its shape arguments by its rule in
+ * src/backend/guard_ops.c, a copy's are its ranges) and closes them when it
+ * returns. A host access outside a call,
  * or an op's access outside the pages its call opened, ends the process
  * (status 3) with one line naming the buffer, its category, the offset and
  * the allocation site. A download's destination holds the
