@@ -24,7 +24,30 @@ static void log_flush(td_report *r) {
     if (!r->log_err) r->log_err = err;
 }
 
-int td_report_log_error(const td_report *r) { return r->log_err; }
+/* The --tensorboard file's failure, remembered like --log's. */
+static void tb_check(td_report *r) {
+    if (r->tb && r->tb->err && !r->tb_err) r->tb_err = r->tb->err;
+}
+
+int td_report_log_error(const td_report *r) {
+    if (r->log_err) return r->log_err;
+    return r->tb_err ? r->tb_err : r->tb ? r->tb->err : 0;
+}
+
+void td_report_io_msg(const td_report *r, char *msg, size_t cap) {
+    int tb = r->tb ? r->tb->err : 0;
+    if (r->log_err)
+        snprintf(msg, cap, "--log %s: writing it failed: %s", r->spec->output.log, strerror(r->log_err));
+    else if (r->tb_err || tb)
+        snprintf(msg, cap, "--tensorboard %s: writing %s failed: %s", r->spec->output.tensorboard, r->tb_file,
+                 strerror(r->tb_err ? r->tb_err : tb));
+    else if (cap)
+        msg[0] = 0;
+}
+
+void td_report_resumed(td_report *r, int step) {
+    if (r->tb && r->spec->output.resume) td_tensorboard_start(r->tb, step);
+}
 
 /* trident eval's forwards (a layout pass: the dp config's forward_only,
  * mem_plan.c): no optimizer, gradients or activation gradients to report. */
@@ -35,7 +58,7 @@ void td_report_open(td_report *r, const td_run_spec *spec, const td_grid *g,
                     int threads, int Bm) {
     memset(r, 0, sizeof *r);
     r->spec = spec, r->g = g, r->cfg = cfg, r->Bm = Bm;
-    r->first_step = -1;
+    r->first_step = -1, r->last_step = -1;
     r->flops_per_step = td_gpt_flops_per_token(cfg) * (double)spec->schedule.batch * cfg->T;
     /* capacity = one core's sgemm rate x compute threads. Measured after a
      * barrier (a rank still loading data would slow its neighbour's
@@ -55,6 +78,13 @@ void td_report_open(td_report *r, const td_run_spec *spec, const td_grid *g,
         const char *why;
         r->log = td_fopen_output(spec->output.log, &why);
         TD_CHECK(r->log, "--log %s cannot be written: %s", spec->output.log, why);
+    }
+    if (g->world_rank == 0 && spec->output.tensorboard) {
+        char why[512];
+        r->tb = td_alloc(sizeof *r->tb, TD_MEM_OTHER);
+        TD_CHECK(td_tensorboard_open(r->tb, spec->output.tensorboard, why, sizeof why) == 0,
+                 "--tensorboard %s: %s", spec->output.tensorboard, why);
+        snprintf(r->tb_file, sizeof r->tb_file, "%s", r->tb->path);
     }
     td_grid_print(g);
     if (spec->output.run_config)
@@ -210,6 +240,18 @@ void td_report_memory(td_report *r, const td_mem_plan *plan, int measured) {
             fprintf(r->log, "]}\n");
             log_flush(r);
         }
+        if (r->tb && measured && r->last_step >= 0) { /* the busiest rank's peak of each category */
+            char tag[64];
+            td_tensorboard_begin(r->tb, r->last_step);
+            for (int c = 0; c < TD_MEM_NCAT; c++) {
+                uint64_t hi = 0;
+                for (int w = 0; w < W; w++) hi = ms[w * TD_MEM_NCAT + c] > hi ? ms[w * TD_MEM_NCAT + c] : hi;
+                snprintf(tag, sizeof tag, "mem/%s_peak", td_mem_cat_name(c));
+                td_tensorboard_scalar(r->tb, tag, (double)hi);
+            }
+            td_tensorboard_end(r->tb);
+            tb_check(r);
+        }
     }
     td_free(pl);
     td_free(ms);
@@ -288,6 +330,27 @@ void td_report_step(td_report *r, int step, float loss, float lr, double norm, d
         log_traffic(r->log, &r->traffic);
         fprintf(r->log, ", \"elapsed_s\": %.3f, \"eta_s\": %.3f}\n", elapsed_s, eta_s);
         log_flush(r);
+    }
+    r->last_step = step;
+    if (r->tb) { /* the log line's values, under TensorBoard's tags */
+        td_tensorboard *tb = r->tb;
+        td_tensorboard_begin(tb, step);
+        td_tensorboard_scalar(tb, "train/loss", loss);
+        td_tensorboard_scalar(tb, "train/lr", lr);
+        td_tensorboard_scalar(tb, "train/grad_norm", norm);
+        if (r->loss_scale > 0) td_tensorboard_scalar(tb, "train/loss_scale", r->loss_scale);
+        td_tensorboard_scalar(tb, "perf/step_ms", ms);
+        td_tensorboard_scalar(tb, "perf/tokens_per_s", tps);
+        td_tensorboard_scalar(tb, "perf/mfu", mfu);
+        if (r->moe) {
+            td_tensorboard_scalar(tb, "moe/aux", r->moe->moe_aux);
+            td_tensorboard_scalar(tb, "moe/z", r->moe->moe_z);
+            td_tensorboard_scalar(tb, "moe/load_min", r->moe->moe_load_min);
+            td_tensorboard_scalar(tb, "moe/load_max", r->moe->moe_load_max);
+            td_tensorboard_scalar(tb, "moe/dropped", r->moe->moe_dropped);
+        }
+        td_tensorboard_end(tb);
+        tb_check(r);
     }
     if (!r->spec->output.quiet &&
         (step % r->spec->schedule.log_every == 0 || step == r->spec->schedule.steps - 1)) {
@@ -376,6 +439,13 @@ void td_report_skip(td_report *r, int step, const char *where, const td_run_resu
                 step, row, rank, micro, scale_before, scale_after, skipped, where);
         log_flush(r);
     }
+    if (r->tb) {
+        td_tensorboard_begin(r->tb, step);
+        td_tensorboard_scalar(r->tb, "train/loss_scale", scale_after);
+        td_tensorboard_scalar(r->tb, "train/skipped_steps", skipped);
+        td_tensorboard_end(r->tb);
+        tb_check(r);
+    }
 }
 
 static void print_line(const char *line, void *ctx) {
@@ -395,6 +465,12 @@ void td_report_eval(td_report *r, int step, double val_loss) {
     if (r->log) {
         fprintf(r->log, "{\"step\": %d, \"val_loss\": %.6f}\n", step, val_loss);
         log_flush(r);
+    }
+    if (r->tb) {
+        td_tensorboard_begin(r->tb, step);
+        td_tensorboard_scalar(r->tb, "eval/val_loss", val_loss);
+        td_tensorboard_end(r->tb);
+        tb_check(r);
     }
 }
 
@@ -572,6 +648,14 @@ static void report_rss(td_report *r) {
             }
             fprintf(r->log, "]}\n");
         }
+        if (r->tb && r->last_step >= 0) { /* the busiest rank's high-water mark */
+            uint64_t hi = 0;
+            for (int w = 0; w < g->world_size; w++) hi = all[(size_t)w * NV + HWM] > hi ? all[(size_t)w * NV + HWM] : hi;
+            td_tensorboard_begin(r->tb, r->last_step);
+            td_tensorboard_scalar(r->tb, "mem/rss_peak", (double)hi);
+            td_tensorboard_end(r->tb);
+            tb_check(r);
+        }
     }
     td_free(all);
 }
@@ -581,4 +665,10 @@ void td_report_close(td_report *r) {
     log_flush(r);
     if (r->log && fclose(r->log) != 0 && !r->log_err) r->log_err = errno ? errno : EIO;
     r->log = NULL;
+    if (r->tb) {
+        int err = td_tensorboard_close(r->tb);
+        if (!r->tb_err) r->tb_err = err;
+        td_free(r->tb);
+        r->tb = NULL;
+    }
 }
