@@ -24,29 +24,8 @@ static void log_flush(td_report *r) {
     if (!r->log_err) r->log_err = err;
 }
 
-/* The --tensorboard file's failure, remembered like --log's. */
-static void tb_check(td_report *r) {
-    if (r->tb && r->tb->err && !r->tb_err) r->tb_err = r->tb->err;
-}
-
 int td_report_log_error(const td_report *r) {
-    if (r->log_err) return r->log_err;
-    return r->tb_err ? r->tb_err : r->tb ? r->tb->err : 0;
-}
-
-void td_report_io_msg(const td_report *r, char *msg, size_t cap) {
-    int tb = r->tb ? r->tb->err : 0;
-    if (r->log_err)
-        snprintf(msg, cap, "--log %s: writing it failed: %s", r->spec->output.log, strerror(r->log_err));
-    else if (r->tb_err || tb)
-        snprintf(msg, cap, "--tensorboard %s: writing %s failed: %s", r->spec->output.tensorboard, r->tb_file,
-                 strerror(r->tb_err ? r->tb_err : tb));
-    else if (cap)
-        msg[0] = 0;
-}
-
-void td_report_resumed(td_report *r, int step) {
-    if (r->tb && r->spec->output.resume) td_tensorboard_start(r->tb, step);
+    return r->log_err ? r->log_err : r->tb ? r->tb->err : r->tb_err;
 }
 
 /* trident eval's forwards (a layout pass: the dp config's forward_only,
@@ -79,13 +58,7 @@ void td_report_open(td_report *r, const td_run_spec *spec, const td_grid *g,
         r->log = td_fopen_output(spec->output.log, &why);
         TD_CHECK(r->log, "--log %s cannot be written: %s", spec->output.log, why);
     }
-    if (g->world_rank == 0 && spec->output.tensorboard) {
-        char why[512];
-        r->tb = td_alloc(sizeof *r->tb, TD_MEM_OTHER);
-        TD_CHECK(td_tensorboard_open(r->tb, spec->output.tensorboard, why, sizeof why) == 0,
-                 "--tensorboard %s: %s", spec->output.tensorboard, why);
-        snprintf(r->tb_file, sizeof r->tb_file, "%s", r->tb->path);
-    }
+    if (g->world_rank == 0 && spec->output.tensorboard) td_report_tb_open(r);
     td_grid_print(g);
     if (spec->output.run_config)
         td_log("config: %s\n", spec->output.run_config); /* every flag's value (docs/config.md) */
@@ -240,18 +213,7 @@ void td_report_memory(td_report *r, const td_mem_plan *plan, int measured) {
             fprintf(r->log, "]}\n");
             log_flush(r);
         }
-        if (r->tb && measured && r->last_step >= 0) { /* the busiest rank's peak of each category */
-            char tag[64];
-            td_tensorboard_begin(r->tb, r->last_step);
-            for (int c = 0; c < TD_MEM_NCAT; c++) {
-                uint64_t hi = 0;
-                for (int w = 0; w < W; w++) hi = ms[w * TD_MEM_NCAT + c] > hi ? ms[w * TD_MEM_NCAT + c] : hi;
-                snprintf(tag, sizeof tag, "mem/%s_peak", td_mem_cat_name(c));
-                td_tensorboard_scalar(r->tb, tag, (double)hi);
-            }
-            td_tensorboard_end(r->tb);
-            tb_check(r);
-        }
+        if (measured) td_report_tb_memory(r, ms, W);
     }
     td_free(pl);
     td_free(ms);
@@ -332,26 +294,7 @@ void td_report_step(td_report *r, int step, float loss, float lr, double norm, d
         log_flush(r);
     }
     r->last_step = step;
-    if (r->tb) { /* the log line's values, under TensorBoard's tags */
-        td_tensorboard *tb = r->tb;
-        td_tensorboard_begin(tb, step);
-        td_tensorboard_scalar(tb, "train/loss", loss);
-        td_tensorboard_scalar(tb, "train/lr", lr);
-        td_tensorboard_scalar(tb, "train/grad_norm", norm);
-        if (r->loss_scale > 0) td_tensorboard_scalar(tb, "train/loss_scale", r->loss_scale);
-        td_tensorboard_scalar(tb, "perf/step_ms", ms);
-        td_tensorboard_scalar(tb, "perf/tokens_per_s", tps);
-        td_tensorboard_scalar(tb, "perf/mfu", mfu);
-        if (r->moe) {
-            td_tensorboard_scalar(tb, "moe/aux", r->moe->moe_aux);
-            td_tensorboard_scalar(tb, "moe/z", r->moe->moe_z);
-            td_tensorboard_scalar(tb, "moe/load_min", r->moe->moe_load_min);
-            td_tensorboard_scalar(tb, "moe/load_max", r->moe->moe_load_max);
-            td_tensorboard_scalar(tb, "moe/dropped", r->moe->moe_dropped);
-        }
-        td_tensorboard_end(tb);
-        tb_check(r);
-    }
+    td_report_tb_step(r, step, loss, lr, norm, ms, tps, mfu);
     if (!r->spec->output.quiet &&
         (step % r->spec->schedule.log_every == 0 || step == r->spec->schedule.steps - 1)) {
         char el[32], eta[32];
@@ -439,13 +382,8 @@ void td_report_skip(td_report *r, int step, const char *where, const td_run_resu
                 step, row, rank, micro, scale_before, scale_after, skipped, where);
         log_flush(r);
     }
-    if (r->tb) {
-        td_tensorboard_begin(r->tb, step);
-        td_tensorboard_scalar(r->tb, "train/loss_scale", scale_after);
-        td_tensorboard_scalar(r->tb, "train/skipped_steps", skipped);
-        td_tensorboard_end(r->tb);
-        tb_check(r);
-    }
+    static const char *const tags[] = {"train/loss_scale", "train/skipped_steps"};
+    td_report_tb_scalars(r, step, 2, tags, (const double[]){scale_after, skipped});
 }
 
 static void print_line(const char *line, void *ctx) {
@@ -466,12 +404,8 @@ void td_report_eval(td_report *r, int step, double val_loss) {
         fprintf(r->log, "{\"step\": %d, \"val_loss\": %.6f}\n", step, val_loss);
         log_flush(r);
     }
-    if (r->tb) {
-        td_tensorboard_begin(r->tb, step);
-        td_tensorboard_scalar(r->tb, "eval/val_loss", val_loss);
-        td_tensorboard_end(r->tb);
-        tb_check(r);
-    }
+    static const char *const tag = "eval/val_loss";
+    td_report_tb_scalars(r, step, 1, &tag, &val_loss);
 }
 
 /* The experts' load over the run, per layer (tokens per expert relative to
@@ -648,14 +582,10 @@ static void report_rss(td_report *r) {
             }
             fprintf(r->log, "]}\n");
         }
-        if (r->tb && r->last_step >= 0) { /* the busiest rank's high-water mark */
-            uint64_t hi = 0;
-            for (int w = 0; w < g->world_size; w++) hi = all[(size_t)w * NV + HWM] > hi ? all[(size_t)w * NV + HWM] : hi;
-            td_tensorboard_begin(r->tb, r->last_step);
-            td_tensorboard_scalar(r->tb, "mem/rss_peak", (double)hi);
-            td_tensorboard_end(r->tb);
-            tb_check(r);
-        }
+        double hi = 0.0; /* the busiest rank's high-water mark */
+        for (int w = 0; w < g->world_size; w++) hi = fmax(hi, (double)all[(size_t)w * NV + HWM]);
+        static const char *const tag = "mem/rss_peak";
+        if (r->last_step >= 0) td_report_tb_scalars(r, r->last_step, 1, &tag, &hi);
     }
     td_free(all);
 }
@@ -665,10 +595,5 @@ void td_report_close(td_report *r) {
     log_flush(r);
     if (r->log && fclose(r->log) != 0 && !r->log_err) r->log_err = errno ? errno : EIO;
     r->log = NULL;
-    if (r->tb) {
-        int err = td_tensorboard_close(r->tb);
-        if (!r->tb_err) r->tb_err = err;
-        td_free(r->tb);
-        r->tb = NULL;
-    }
+    td_report_tb_close(r);
 }
