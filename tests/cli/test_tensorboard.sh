@@ -9,7 +9,8 @@
 #  - dp 2 with fp16 (mpirun -np 2): one file only (rank 0's), loss scale
 #    and the reduced values equal to the log's;
 #  - the checker refuses a copy with one flipped data byte (it can fail);
-#  - --tensorboard naming a regular file: one error line, exit 2.
+#  - --tensorboard naming a regular file: one error line before any step (the
+#    preflight's), exit 2.
 # Usage: test_tensorboard.sh TRIDENT_BINARY DATA_DIR
 set -u
 T=${1:?usage: test_tensorboard.sh TRIDENT_BINARY DATA_DIR}
@@ -63,7 +64,7 @@ fi
 # --- a regular file where the directory goes: one error line before any step -----------------
 touch "$tmp/plain"
 out=$(timeout 60 "$T" train "${A[@]}" --tensorboard "$tmp/plain" 2>&1 </dev/null); rc=$?
-err=$(grep -c "^trident: error: --tensorboard $tmp/plain: it is a regular file, not a directory$" <<<"$out")
+err=$(grep -c "^trident: error: --tensorboard $tmp/plain is a regular file, not a directory; name a directory" <<<"$out")
 if [ $rc -ne 2 ] || [ "$err" -ne 1 ] || grep -q "^step " <<<"$out"; then
   fail "--tensorboard FILE: exit $rc (want 2), error lines $err (want 1):"; echo "$out" | tail -3
 else
