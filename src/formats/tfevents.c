@@ -82,10 +82,9 @@ void td_tfevent_begin(td_tfevent *e, uint8_t *buf, size_t cap, double wall_time,
     uint8_t w[8];
     put_le(w, bits, 8);
     if (put_tag(e, 1, WT_FIXED64) || put_bytes(e, w, 8)) return;
-    /* proto3 leaves a zero scalar out; step 0 is written anyway (readers
-     * take either) so that every event names its step */
-    if (put_tag(e, 2, WT_VARINT)) return;
-    put_varint(e, (uint64_t)step);
+    /* proto3 leaves a zero scalar out (a reader takes the missing step for
+     * 0): the bytes are then exactly protobuf's own serialization */
+    if (step != 0 && !put_tag(e, 2, WT_VARINT)) put_varint(e, (uint64_t)step);
 }
 
 int td_tfevent_file_version(td_tfevent *e, const char *version) { return put_string(e, 3, version); }

@@ -9,7 +9,8 @@ and checks it against the same run's --log, independently of trident's C:
 - every record parses as an Event of TensorBoard's published schema
   (tensorboard/compat/proto/event.proto and summary.proto, the fields
   trident uses, with their published numbers), compiled here by protoc and
-  read with Debian's python3-protobuf;
+  read with Debian's python3-protobuf, and is byte for byte what protobuf
+  serializes for the message it parsed (no unknown field);
 - the first event is file_version "brain.Event:2"; with --start S the second
   is SessionLog START at step S, and no other event is a SessionLog;
 - each step's scalars are the --log line's values: exactly (as float32)
@@ -167,6 +168,11 @@ def main():
     for data in read_records(path):
         e = pb.Event()
         e.ParseFromString(data)
+        # protobuf's own bytes for what it parsed: no field it does not know,
+        # nothing written twice or out of its canonical form
+        if e.SerializeToString() != data:
+            fail("event %d: %s is not protobuf's serialization of what it holds (%s)" %
+                 (len(events), data.hex(), e.SerializeToString().hex()))
         events.append(e)
     if not events or events[0].WhichOneof("what") != "file_version" or events[0].file_version != "brain.Event:2":
         fail("the first event is not file_version brain.Event:2")

@@ -332,7 +332,7 @@ static void test_tfevents(void) {
     td_tfevent e;
     td_tfevent_begin(&e, buf, sizeof buf, 0.0, 0);
     td_tfevent_file_version(&e, "brain.Event:2");
-    static const uint8_t want[] = {0x09, 0, 0, 0, 0, 0, 0, 0, 0, 0x10, 0, 0x1a, 13,
+    static const uint8_t want[] = {0x09, 0, 0, 0, 0, 0, 0, 0, 0, 0x1a, 13, /* step 0: left out */
                                    'b', 'r', 'a', 'i', 'n', '.', 'E', 'v', 'e', 'n', 't', ':', '2'};
     long n = td_tfevent_end(&e);
     EXPECT(n == (long)sizeof want && memcmp(buf, want, sizeof want) == 0, "file_version event: %ld bytes", n);
