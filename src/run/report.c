@@ -382,8 +382,9 @@ void td_report_skip(td_report *r, int step, const char *where, const td_run_resu
                 step, row, rank, micro, scale_before, scale_after, skipped, where);
         log_flush(r);
     }
-    static const char *const tags[] = {"train/loss_scale", "train/skipped_steps"};
-    td_report_tb_scalars(r, step, 2, tags, (const double[]){scale_after, skipped});
+    /* the count only: the step trained again next carries the new scale */
+    static const char *const tag = "train/skipped_steps";
+    td_report_tb_scalars(r, step, 1, &tag, (const double[]){skipped});
 }
 
 static void print_line(const char *line, void *ctx) {

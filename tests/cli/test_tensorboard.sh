@@ -6,8 +6,9 @@
 #    every scalar of every step (moe/* among them) equal to its log line;
 #  - its resume: a second file, named after the first, whose first event
 #    after file_version is SessionLog START at step 2;
-#  - dp 2 with fp16 (mpirun -np 2): one file only (rank 0's), loss scale
-#    and the reduced values equal to the log's;
+#  - dp 2 with fp16 (mpirun -np 2), step 1's gradient made infinite
+#    (TRIDENT_FAULT=grad-inf:1): one file only (rank 0's), the loss scale,
+#    the skipped step's count and the reduced values equal to the log's;
 #  - the checker refuses a copy with one flipped data byte (it can fail);
 #  - --tensorboard naming a regular file: one error line before any step (the
 #    preflight's), exit 2.
@@ -51,14 +52,16 @@ else
 fi
 
 # --- dp 2, fp16: rank 0's file only, with the loss scale ----------------------------------
-out=$(timeout 60 $MPIRUN -np 2 "$T" train "${A[@]}" --dp 2 --precision fp16 --tensorboard "$tmp/tb2" \
+out=$(TRIDENT_FAULT=grad-inf:1 timeout 60 $MPIRUN -np 2 "$T" train "${A[@]}" --dp 2 --precision fp16 --tensorboard "$tmp/tb2" \
       --log "$tmp/l3.jsonl" 2>&1 </dev/null) || { fail "dp 2: exit $?"; echo "$out" | tail -3; }
 mapfile -t F < <(files "$tmp/tb2")
 if [ ${#F[@]} -ne 1 ]; then
   fail "dp 2: ${#F[@]} event files, want 1: ${F[*]}"
 else
   grep -q '"loss_scale"' "$tmp/l3.jsonl" || fail "the fp16 run's log has no loss_scale"
-  $CHECK "${F[0]}" "$tmp/l3.jsonl" && echo "ok   dp 2 fp16: one file, rank 0's" || fail "dp 2 fp16's file"
+  grep -q '"event": "skip", "step": 1,' "$tmp/l3.jsonl" || fail "the fp16 run's log has no skip at step 1"
+  $CHECK "${F[0]}" "$tmp/l3.jsonl" && echo "ok   dp 2 fp16 with a skipped step: one file, rank 0's" \
+    || fail "dp 2 fp16's file"
 fi
 
 # --- a regular file where the directory goes: one error line before any step -----------------
