@@ -12,8 +12,9 @@
 # prediction, count and accuracy exactly, and the trained model is right on
 # every example. data/hellaswag_sample.jsonl (the schema, written here) is
 # scored and checked the same way. Then pp 2 x cp 2 (4 ranks) in fp32 and
-# dp 2 in bf16 give the one process's predictions and losses, and bad task
-# files are one error line naming the file, the line and the field.
+# dp 2 in bf16 give the one process's predictions and losses, --device
+# guard the cpu's bits, and bad task files are one error line naming the
+# file, the line and the field.
 # Usage: test_eval_task.sh TRIDENT DATA_DIR
 set -u
 T=${1:?usage: test_eval_task.sh TRIDENT DATA_DIR}
@@ -169,6 +170,12 @@ for name, ref, want in (("ppcp", "one", {"pp": 2, "cp": 2, "precision": "fp32"})
           "the same" if same else "DIFFER", lb["correct"], lb["correct_norm"], rel))
 sys.exit(1 if bad else 0)
 PYEOF
+
+# --device guard: the per-row losses come down by a named copy (a host
+# access to a step tensor would end the run), the same bits as cpu.
+ev guard "$tmp/task.jsonl" -- --batch 8 --device guard
+cmp -s "$tmp/one.jsonl" "$tmp/guard.jsonl" && echo "ok   eval --task --device guard: the bits of --device cpu" \
+  || fail "eval --task --device guard differs from cpu"
 
 # --- refusals: one line naming the file, the line and the field -------------
 refuse() { # WHAT PATTERN cmd...
