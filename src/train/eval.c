@@ -1,4 +1,5 @@
-/* `trident eval`: a checkpoint's loss on a split of --data, in any layout.
+/* `trident eval`: a checkpoint's loss on a split of --data, in any layout
+ * (--task FILE.jsonl: a multiple-choice task's accuracy instead, eval_task.c).
  *
  * The split's tokens t[0..n) are cut into windows of T + 1 tokens starting
  * at 0, T, 2T, ... (T the model's context): window w feeds t[wT .. wT + T)
@@ -232,7 +233,7 @@ int td_eval_main(int argc, char **argv) {
         {"--ckpt", TD_FLAG_STR, &e.ckpt, "checkpoint: a directory written by train --out (follows DIR/latest), one of its step directories, or one written by import", NULL},
         {"--data", TD_FLAG_STR, &o.data, "text file (UTF-8), token file (.bin) or shard set, read as train reads it with the checkpoint's tokenizer", NULL},
         {"--split", TD_FLAG_STR, &e.split, "val (default: the split train validates on), train, or all (train then val)", NULL},
-        {"--batch", TD_FLAG_INT, &o.batch, "windows of T + 1 tokens per forward over all ranks, a multiple of dp x micro-batches (8)", "[1, 2147483647]"},
+        {"--batch", TD_FLAG_INT, &o.batch, "windows of T + 1 tokens (with --task: candidates) per forward over all ranks, a multiple of dp x micro-batches (8)", "[1, 2147483647]"},
         {"--max-tokens", TD_FLAG_U64, &e.max_tokens, "predict only the first N tokens after the split's first: t[1..N] (default: all n - 1)", "[1, inf)"},
         {"--log", TD_FLAG_STR, &e.log, "write the results as one JSON object to FILE", NULL},
         {"--task", TD_FLAG_STR, &e.task_path, "score a multiple-choice task instead: FILE.jsonl in HellaSwag's schema (ctx, endings, label), accuracy by each ending's summed and mean loss", NULL},
