@@ -87,6 +87,10 @@ double td_pp_train_step(td_pp *pp, int step, float dloss, td_pp_batch_fn batch, 
 /* Forward only (evaluation) of n_micro micro-batches in order; the loss sum
  * on the last stage, 0 elsewhere. */
 double td_pp_forward_only(td_pp *pp, int n_micro, td_pp_batch_fn batch, void *ctx);
+/* After td_pp_forward_only: its last micro-batch's token losses [N] (device
+ * memory, read through td_dev_download) on the stage that holds the head,
+ * NULL on the others (trident eval --task's per-row sums). */
+const float *td_pp_head_losses(const td_pp *pp);
 void td_pp_stats_get(const td_pp *pp, td_pp_stats *s);
 void td_pp_stats_reset(td_pp *pp);
 

@@ -223,6 +223,15 @@ void td_run_result_free(td_run_result *r);
  * ranks. */
 typedef void (*td_rows_fn)(void *ctx, int first, int count, int T, int *inputs, int *targets);
 double td_layout_pass_forward(td_layout_pass *p, td_rows_fn fill, void *ctx);
+/* The same, and row_loss[td_layout_pass_rows] receives each row's sum of
+ * token losses (its ignored targets count 0), the same doubles on every
+ * training rank: a row's partial sums (a cp rank's chunks, the stage that
+ * holds the head) are shared exactly and added in rank order. A pipeline
+ * then runs its micro-batches one td_pp_forward_only call each, reading
+ * the head's losses after each (trident eval --task). */
+double td_layout_pass_forward_rows(td_layout_pass *p, td_rows_fn fill, void *ctx, double *row_loss);
+/* The rows of one global batch: dp x rows per replica. */
+int td_layout_pass_rows(const td_layout_pass *p);
 /* The data the run loaded (its path with its tokenizer), owned by it. */
 const td_dataset *td_layout_pass_data(const td_layout_pass *p);
 /* This rank's place: world rank, and dp, tp, pp sizes. */

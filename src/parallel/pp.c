@@ -472,6 +472,10 @@ double td_pp_forward_only(td_pp *pp, int n_micro, td_pp_batch_fn batch, void *ct
     return pp->loss;
 }
 
+const float *td_pp_head_losses(const td_pp *pp) {
+    return is_last(pp, pp->V - 1) ? pp->slots[0].s.head.losses : NULL; /* forward-only: slot 0 alone */
+}
+
 void td_pp_stats_get(const td_pp *pp, td_pp_stats *s) { *s = pp->st; }
 void td_pp_stats_reset(td_pp *pp) {
     int keep = pp->st.max_inflight;

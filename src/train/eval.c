@@ -1,4 +1,5 @@
-/* `trident eval`: a checkpoint's loss on a split of --data, in any layout.
+/* `trident eval`: a checkpoint's loss on a split of --data, in any layout
+ * (--task FILE.jsonl: a multiple-choice task's accuracy instead, eval_task.c).
  *
  * The split's tokens t[0..n) are cut into windows of T + 1 tokens starting
  * at 0, T, 2T, ... (T the model's context): window w feeds t[wT .. wT + T)
@@ -29,6 +30,7 @@
 #include "trident/formats_json.h"
 #include "trident/formats_manifest.h"
 #include "trident/train.h"
+#include "eval_task.h"
 
 /* train's flags that choose the layout (and how it computes), for eval */
 static const char *const LAYOUT_FLAGS[] = {
@@ -39,6 +41,8 @@ static const char *const LAYOUT_FLAGS[] = {
 
 typedef struct {
     const char *ckpt, *split, *log;
+    const char *task_path, *task_out; /* --task, --task-out */
+    td_task *task;
     unsigned long long max_tokens; /* 0: all */
     td_checkpoint ck;
     FILE *logf;
@@ -119,8 +123,20 @@ static void pass(void *ctx, td_layout_pass *p) {
     }
 }
 
-/* --log FILE: one JSON object of the results (world rank 0), with its
+/* --log's members that say what ran: the layout, the precision and the
  * memory by category (planned, and the peak from the model's allocation on). */
+static void log_run(const eval_run *e, const td_train_result *res) {
+    fprintf(e->logf, "\"dp\": %d, \"tp\": %d, \"pp\": %d, \"cp\": %d, \"ep\": %d, \"precision\": \"%s\"", e->dp,
+            e->tp, e->pp, e->cp, e->ep, e->used);
+    for (int k = 0; k < 2; k++) {
+        fprintf(e->logf, ", \"%s\": {", k ? "mem_peak" : "mem_planned");
+        for (int c = 0; c < TD_MEM_NCAT; c++)
+            fprintf(e->logf, "%s\"%s\": %zu", c ? ", " : "", td_mem_cat_name(c), k ? res->mem_peak[c] : res->mem_planned[c]);
+        fprintf(e->logf, "}");
+    }
+}
+
+/* --log FILE: one JSON object of the results (world rank 0). */
 static void write_log(const eval_run *e, const char *data, double mean, double ppl, double bpb,
                       const td_train_result *res) {
     char ck[8400] = "", dp[8400] = "";
@@ -132,17 +148,24 @@ static void write_log(const eval_run *e, const char *data, double mean, double p
             ck, e->ck.step, dp, e->split, e->predicted, e->windows, e->B, e->T, e->loss_sum, mean, ppl);
     if (e->text) fprintf(e->logf, "\"bytes\": %llu, \"bits_per_byte\": %.17g, ", (unsigned long long)e->bytes, bpb);
     else fprintf(e->logf, "\"bytes\": null, \"bits_per_byte\": null, ");
-    fprintf(e->logf, "\"dp\": %d, \"tp\": %d, \"pp\": %d, \"cp\": %d, \"ep\": %d, \"precision\": \"%s\"", e->dp,
-            e->tp, e->pp, e->cp, e->ep, e->used);
-    for (int k = 0; k < 2; k++) {
-        fprintf(e->logf, ", \"%s\": {", k ? "mem_peak" : "mem_planned");
-        for (int c = 0; c < TD_MEM_NCAT; c++)
-            fprintf(e->logf, "%s\"%s\": %zu", c ? ", " : "", td_mem_cat_name(c), k ? res->mem_peak[c] : res->mem_planned[c]);
-        fprintf(e->logf, "}");
-    }
+    log_run(e, res);
     fprintf(e->logf, "}\n");
     TD_CHECK(fflush(e->logf) == 0 && !ferror(e->logf) && fclose(e->logf) == 0, "eval --log %s: writing failed: %s",
              e->log, strerror(errno));
+}
+
+/* --task: the checkpoint's scores on a multiple-choice task (eval_task.c)
+ * instead of the loss on --data's split; --log gets the run's members, then
+ * the task's. */
+static void report_task(eval_run *e, const td_train_result *res) {
+    if (e->logf) {
+        char ck[8400] = "";
+        TD_CHECK(td_json_put_str(ck, sizeof ck, 0, e->ck.dir) > 0, "eval --log %s: the checkpoint path is too long "
+                 "to record", e->log);
+        fprintf(e->logf, "{\"ckpt\": %s, \"step\": %d, \"batch\": %d, \"seq\": %d, ", ck, e->ck.step, e->B, e->T);
+        log_run(e, res);
+    }
+    td_task_report(e->task, e->logf, e->log, e->task_out);
 }
 
 /* The arithmetic: the checkpoint's precision unless --precision names
@@ -203,7 +226,6 @@ int td_eval_main(int argc, char **argv) {
     td_train_opts_default(&o);
     eval_run e;
     memset(&e, 0, sizeof e);
-    e.split = "val";
     o.batch = 8;
     td_flag train[TD_TRAIN_MAX_FLAGS], flags[TD_TRAIN_MAX_FLAGS];
     int n_train = td_train_flag_table(&o, train, TD_TRAIN_MAX_FLAGS), n = 0;
@@ -211,9 +233,11 @@ int td_eval_main(int argc, char **argv) {
         {"--ckpt", TD_FLAG_STR, &e.ckpt, "checkpoint: a directory written by train --out (follows DIR/latest), one of its step directories, or one written by import", NULL},
         {"--data", TD_FLAG_STR, &o.data, "text file (UTF-8), token file (.bin) or shard set, read as train reads it with the checkpoint's tokenizer", NULL},
         {"--split", TD_FLAG_STR, &e.split, "val (default: the split train validates on), train, or all (train then val)", NULL},
-        {"--batch", TD_FLAG_INT, &o.batch, "windows of T + 1 tokens per forward over all ranks, a multiple of dp x micro-batches (8)", "[1, 2147483647]"},
+        {"--batch", TD_FLAG_INT, &o.batch, "windows of T + 1 tokens (with --task: candidates) per forward over all ranks, a multiple of dp x micro-batches (8)", "[1, 2147483647]"},
         {"--max-tokens", TD_FLAG_U64, &e.max_tokens, "predict only the first N tokens after the split's first: t[1..N] (default: all n - 1)", "[1, inf)"},
         {"--log", TD_FLAG_STR, &e.log, "write the results as one JSON object to FILE", NULL},
+        {"--task", TD_FLAG_STR, &e.task_path, "score a multiple-choice task instead: FILE.jsonl in HellaSwag's schema (ctx, endings, label), accuracy by each ending's summed and mean loss", NULL},
+        {"--task-out", TD_FLAG_STR, &e.task_out, "with --task: one JSON line per example to FILE (label, predictions, each ending's token count, summed and mean loss)", NULL},
     };
     for (size_t i = 0; i < sizeof own / sizeof own[0]; i++) flags[n++] = own[i];
     for (size_t k = 0; k < sizeof LAYOUT_FLAGS / sizeof LAYOUT_FLAGS[0]; k++)
@@ -227,7 +251,12 @@ int td_eval_main(int argc, char **argv) {
     td_flags_parse("eval", flags, n, argc, argv);
     TD_CHECK(e.ckpt, "eval: --ckpt DIR is required (a directory written by 'trident train --out DIR' or "
              "'trident import', or one of its step directories)");
-    TD_CHECK(o.data, "eval: --data PATH is required (the text or token file to evaluate on)");
+    TD_CHECK(o.data, "eval: --data PATH is required (the text or token file to evaluate on; with --task, one the "
+             "checkpoint's tokenizer reads, such as its training text: the run opens it, the task is scored)");
+    TD_CHECK(!e.task_out || e.task_path, "eval: --task-out %s needs --task FILE.jsonl", e.task_out);
+    TD_CHECK(!e.task_path || (!e.split && e.max_tokens == 0), "eval: --%s scores --data's split, not a --task; "
+             "drop it", e.split ? "split" : "max-tokens");
+    if (!e.split) e.split = "val";
     TD_CHECK(strcmp(e.split, "val") == 0 || strcmp(e.split, "train") == 0 || strcmp(e.split, "all") == 0,
              "eval: --split '%s' is not a split; valid: val, train, all", e.split);
     td_ckpt_describe(&e.ck, e.ckpt);
@@ -252,11 +281,15 @@ int td_eval_main(int argc, char **argv) {
         e.logf = fopen(e.log, "w");
         TD_CHECK(e.logf, "eval --log %s cannot be written: %s", e.log, strerror(errno));
     }
-    o.layout_pass = pass, o.layout_pass_ctx = &e;
+    if (e.task_path) e.task = td_task_open(e.task_path, &e.ck.tok, e.T, e.B);
+    o.layout_pass = e.task ? td_task_pass : pass, o.layout_pass_ctx = e.task ? (void *)e.task : &e;
     td_train_result res;
     td_train_run(&o, &res, 0);
     int rc = res.stop_step >= 0 ? 3 : 0;
-    if (rc == 0 && e.world_rank == 0) {
+    if (rc == 0 && e.task) {
+        td_task_grid(e.task, &e.world_rank, &e.dp, &e.tp, &e.pp);
+        if (e.world_rank == 0) report_task(&e, &res);
+    } else if (rc == 0 && e.world_rank == 0) {
         double mean = e.loss_sum / (double)e.predicted, ppl = exp(mean);
         double bpb = e.text ? e.loss_sum / log(2.0) / (double)e.bytes : NAN;
         printf("eval: tokens %zu | loss %.6f nats/token | perplexity %.4f | ", e.predicted, mean, ppl);
@@ -267,6 +300,7 @@ int td_eval_main(int argc, char **argv) {
     }
     td_train_result_free(&res);
     td_free(e.joined);
+    td_task_close(e.task);
     td_ckpt_free(&e.ck);
     return rc;
 }

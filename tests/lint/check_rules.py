@@ -49,6 +49,9 @@ ALLOWED = {
     # `trident import`'s own flags: --tokenizer char reads its vocabulary
     # from a text, a requirement of the importer, not of a run's layout
     ("ckpt/import.c", "--tokenizer char needs --data TEXT"),
+    # `trident eval`'s own flags: --task-out writes --task's predictions,
+    # an output of that mode, not a choice of a run's layout
+    ("train/eval.c", "--task-out %s needs --task FILE.jsonl"),
     # a flag's help text names the rule; the check is the table's row sp-tp
     ("train/options.c", "split LayerNorm and residual activations along the sequence"),
     # `trident plan`'s explanation of a fixed --virtual-stages that gives no
