@@ -87,7 +87,7 @@ typedef enum {
     TD_MEM_GATHER,     /* gathered-parameter buffers (ZeRO-3) */
     TD_MEM_ACTS,       /* activations and their gradients */
     TD_MEM_COMM,       /* communication buffers */
-    TD_MEM_OTHER,      /* data, scratch */
+    TD_MEM_OTHER,      /* data, scratch, host metadata and staging (checkpoint reads) */
     TD_MEM_NCAT
 } td_mem_cat;
 
