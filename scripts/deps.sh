@@ -2,13 +2,14 @@
 # Installs the Debian packages trident needs, only those missing (Slurm and
 # munge for tests/cli/test_slurm.sh among them), and the
 # reference GPT-2 tokenizer of the tests (js-tiktoken, an npm package, into a
-# cache directory: scripts/js_tiktoken.sh). Safe without a terminal (CI):
+# cache directory: scripts/js_tiktoken.sh); protoc and python3-protobuf read
+# --tensorboard's event files back in tests/cli/test_tensorboard.sh. Safe without a terminal (CI):
 # noninteractive, no prompts.
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libopenblas-dev
       python3-torch gnuplot-nox fortunes clang libclang-rt-14-dev libdnnl-dev
       libxxhash-dev python3-xxhash python3-regex libpcre2-dev
-      slurmctld slurmd slurm-client munge)
+      slurmctld slurmd slurm-client munge protobuf-compiler python3-protobuf)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -28,24 +28,31 @@
  *
  * The guard device: each buffer its own mapping (rounded up to pages, the
  * rounded bytes counted in its category), followed by a page that is never
- * opened; a backend call opens the whole buffers its pointer arguments lie
- * in and closes them when it returns. A host access outside a call ends the
- * process (status 3) with one line naming the buffer, its category, the
- * offset and the allocation site. A download's destination holds the
+ * opened; a backend call opens only the pages its arguments' extents span
+ * (an op's follow from its shape arguments by its rule in
+ * src/backend/guard_ops.c, a copy's are its ranges) and closes them when it
+ * returns. A host access outside a call,
+ * or an op's access outside the pages its call opened, ends the process
+ * (status 3) with one line naming the buffer, its category, the offset and
+ * the allocation site. A download's destination holds the
  * poison until the sync: byte 0xF4 at even addresses and 0xFF at odd ones,
  * so that an aligned fp32, fp64, bf16 or fp16 reads NaN, an int32 -720908
  * and an int64 about -3.1e15 (not -1, first_nonfinite's "none").
  * What it cannot catch: a host access made while a backend call that opened
- * the same buffer runs (another host thread of the process, e.g. a comm
- * progress thread, reading a buffer an op is using); an op that reads past
- * its arguments' extents inside buffers it has open (a whole buffer is
- * opened, not the span the shape arguments give: a slice of a parameter
- * buffer reaching into its neighbour passes; running off the buffer's end
- * into the never-opened page is caught); a host write into a download's
- * destination before its sync (the sync overwrites it, as a real copy
- * would); accesses to memory the backend did not allocate (host metadata,
- * MPI's own buffers). Faults from MPI or a library outside guard memory go
- * to the handler that was there before the guard's.
+ * the same pages runs (another host thread of the process, e.g. a comm
+ * progress thread, reading pages an op has open: mprotect is per process,
+ * not per thread); an access outside an argument's extent but inside a page
+ * the call has open (pages, not bytes, are the granularity: an overrun
+ * inside the last opened page, or into a neighbour sharing a page with the
+ * argument, or between the rows of a strided argument, whose extent is the
+ * span from its first to its last row); where an extent is data-dependent
+ * (an embedding's or MoE's rows picked by ids, positions given as an
+ * array) the rule opens the whole table or the rest of its buffer, so an
+ * index past the rows it should reach, inside that, passes; a host write
+ * into a download's destination before its sync (the sync overwrites it,
+ * as a real copy would); accesses to memory the backend did not allocate
+ * (host metadata, MPI's own buffers). Faults from MPI or a library outside
+ * guard memory go to the handler that was there before the guard's.
  * Failures: allocation failure is td_fail naming bytes and category; a bad
  * pointer (not the backend's, freed twice) is TD_ASSERT. */
 #ifndef TRIDENT_BACKEND_H
@@ -267,6 +274,15 @@ const td_ops *td_ops_cpu(td_ktype k);
 
 /* ---- the table ------------------------------------------------------------ */
 
+/* A byte range a backend call touches: [p, p + bytes), or from p to the end
+ * of its buffer when bytes is TD_DEV_REST (an extent that depends on data,
+ * such as rows picked by ids). */
+typedef struct {
+    const void *p;
+    size_t bytes;
+} td_dev_range;
+#define TD_DEV_REST SIZE_MAX
+
 /* A backend. NULL entries: the CPU's behaviour (host memory through
  * td_alloc, memset/memcpy, nothing pending, nothing to look up). */
 typedef struct {
@@ -274,9 +290,10 @@ typedef struct {
     void *(*alloc)(size_t bytes, td_mem_cat cat, const char *name, const char *site);
     void (*free)(void *p);
     /* enter/leave bracket every copy and fill of the buffer half (the ops'
-     * rows bracket their own calls): the guard opens the buffers that hold
-     * ptrs[0..n) (NULL entries skipped) and closes them after. */
-    void (*enter)(const void *const *ptrs, int n);
+     * rows bracket their own calls): the guard opens the pages that
+     * r[0..n) span (NULL pointers, zero bytes and host memory skipped) and
+     * closes them after. */
+    void (*enter)(const td_dev_range *r, int n);
     void (*leave)(void);
     /* A device-to-host copy (the source read now, the destination filled
      * by the next sync); sync lands every pending one. */
@@ -298,6 +315,10 @@ const td_backend *td_backend_current(void);
 extern const td_backend td_backend_cpu;
 /* The guard (src/backend/guard.c). */
 const td_backend *td_backend_guard(void);
+/* Tests only (tests/unit/test_guard.c): the row whose entries the guard's
+ * wrappers call for precision k, in place of td_ops_cpu(k) (NULL: back to
+ * it), so that a test can plant a kernel that strays outside its extent. */
+void td_guard_set_inner(td_ktype k, const td_ops *inner);
 
 #ifdef __cplusplus
 }

@@ -67,6 +67,7 @@ typedef struct {
     const char *data_path;
     uint64_t data_bytes, data_xxh3;
     int strict_data;
+    int batch;                /* sequences per step: a blend's sample index is step x batch (0: unknown) */
     const char *run_config;   /* the run's flag values as JSON (td_flags_json), the manifest's
                                  "run_config"; NULL: none written (imports, tests) */
 } td_ckpt_meta;

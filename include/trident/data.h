@@ -92,13 +92,15 @@ typedef struct {
     uint64_t bytes, xxh3;
 } td_data_fingerprint;
 
+struct td_data_blend;
 typedef struct {
     td_tokenizer tok;
-    int *train, *val;    /* token ids */
+    int *train, *val;    /* token ids (a blend: its sources' splits one after another) */
     size_t n_train, n_val;
     char description[8448]; /* fits two full paths */
     td_data_fingerprint fp; /* what the data is (a checkpoint records it) */
     char manifest[4200];    /* the data.json the shards were checked against ("": none) */
+    struct td_data_blend *blend; /* --data W:PATH,...: the sources and their weights; NULL: one source */
 } td_dataset;
 
 /* Loads PATH: a UTF-8 text file (tokenizer "char" or "byte", split 90/10),
@@ -121,9 +123,51 @@ typedef struct {
  * contradicting tokenizer is an error naming both) and every shard is
  * checked against it as it loads: listed, its size and its XXH3 (an error
  * naming the shard); a directory must hold exactly the shards listed.
- * d->fp is the data's fingerprint. */
+ * d->fp is the data's fingerprint. PATH may be a blend, W:PATH,W:PATH,...
+ * (td_data_blend_parse below): each source loaded as above, all of one
+ * tokenizer (else one error naming the two sources and, for character-level
+ * texts, the characters each has that the other lacks), d->fp that of the
+ * sources in order (not of the weights). */
 void td_data_load(td_dataset *d, const char *path, const char *tokenizer, int vocab, int T);
 void td_data_free(td_dataset *d);
+/* Blended data: --data W:PATH,W:PATH,... (each PATH a source td_data_load
+ * reads; W a positive number, the weights normalized to sum 1). A part is
+ * weighted when what precedes its first colon reads as a number, so
+ * synthetic:V and paths holding colons stay paths; a bare PATH is one source
+ * only when alone. */
+typedef struct {
+    int n;          /* sources (0: arg is one plain source) */
+    double *weight; /* [n] normalized */
+    char **path;    /* [n] */
+    char *buf;      /* owns the paths */
+} td_data_blend_spec;
+/* Returns 0 (s->n = 0, nothing to free) when arg is one plain source, 1 for
+ * a blend (free with td_data_blend_spec_free). A malformed blend (a weight
+ * <= 0 or not finite, a part without a weight, an empty path) is one error
+ * naming `flag`, the part and what is valid. No I/O. */
+int td_data_blend_parse(const char *arg, td_data_blend_spec *s, const char *flag);
+void td_data_blend_spec_free(td_data_blend_spec *s);
+/* The samples of a blend: sample g of the run (g = step * batch + the
+ * sample's place in the global batch) comes from the source whose count of
+ * samples before g is furthest below weight * (g + 1), the first such
+ * (Megatron-LM's BlendedDataset, greedy), and is that source's next
+ * sample, drawn as a run on that source alone with the same seed and batch
+ * would draw its sample of that number. So every sample is a function of
+ * (seed, weights, batch, g): a resume at step s goes on from g = s * batch.
+ * The counts are replayed from 0 (O(g x sources), once per split; then one
+ * step further per sample). td_data_set_batch gives a blend its global
+ * batch (sequences per step) before the first td_data_batch; one source
+ * ignores it. */
+void td_data_set_batch(td_dataset *d, int batch);
+/* Sources of d (0: one plain source), each one's path as given and its
+ * normalized weight. */
+int td_data_sources(const td_dataset *d);
+const char *td_data_source_path(const td_dataset *d, int s);
+double td_data_source_weight(const td_dataset *d, int s);
+/* counts[s]: how many of the first `samples` samples of split (0 train,
+ * 1 val) source s gives (the greedy rule above). No communication. */
+void td_data_source_counts(const td_dataset *d, int split, int64_t samples, int64_t *counts);
+
 /* Whether td_data_load reads PATH as token ids (synthetic:V, a .bin token
  * file, a set of shards) rather than as a text file. */
 int td_data_is_tokens(const char *path);

@@ -87,6 +87,7 @@ typedef struct {
     const char *resume_needs_out; /* a resume that may not save where it came from: the error (NULL: none) */
     int save_every, keep, overwrite;
     const char *log, *trace; /* JSON-lines metrics, Chrome trace; NULL: none */
+    const char *tensorboard; /* the directory of a TensorBoard event file; NULL: none */
     const char *run_config;  /* the effective flags as JSON (manifests, log, the start line); NULL: none */
     int memory_report, verbose, quiet;
     int note_unsaved; /* say at the start that nothing will be saved (train without --out) */

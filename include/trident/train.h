@@ -101,6 +101,7 @@ typedef struct {
     /* output */
     const char *out, *log;
     const char *trace; /* --trace: Chrome trace-event JSON of the run (NULL: none) */
+    const char *tensorboard; /* --tensorboard DIR: a TensorBoard event file there (NULL: none) */
     int save_every;   /* save to --out every K steps as well as at the end (0: the end only) */
     int keep;         /* --keep N: step directories kept under --out after a save (0: all) */
     int stop_after;   /* --stop-after K: end after K steps with a checkpoint (0: run --steps) */

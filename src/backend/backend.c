@@ -69,10 +69,16 @@ int td_dev_is_device(const void *p, const char **name, size_t *offset) {
     return p && g_be->lookup ? g_be->lookup(p, name, offset) : 0;
 }
 
-static void enter(const void *a, const void *b) {
+/* Opens [a, a + na) and [b, b + nb) (b NULL: one range). */
+static void enter(const void *a, size_t na, const void *b, size_t nb) {
     if (!g_be->enter) return;
-    const void *p[2] = {a, b};
-    g_be->enter(p, 2);
+    const td_dev_range r[2] = {{a, na}, {b, nb}};
+    g_be->enter(r, 2);
+}
+
+/* The bytes a 2-D copy spans from its first row to the end of its last. */
+static size_t span_2d(size_t pitch, size_t width, size_t height) {
+    return (height - 1) * pitch + width;
 }
 
 static void leave(void) {
@@ -81,14 +87,14 @@ static void leave(void) {
 
 void td_dev_zero(void *dst, size_t bytes) {
     if (!bytes) return;
-    enter(dst, NULL);
+    enter(dst, bytes, NULL, 0);
     memset(dst, 0, bytes);
     leave();
 }
 
 void td_dev_copy(void *dst, const void *src, size_t bytes) {
     if (!bytes || dst == src) return;
-    enter(dst, src);
+    enter(dst, bytes, src, bytes);
     memmove(dst, src, bytes);
     leave();
 }
@@ -96,7 +102,7 @@ void td_dev_copy(void *dst, const void *src, size_t bytes) {
 void td_dev_copy_2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
                     size_t height) {
     if (!width || !height) return;
-    enter(dst, src);
+    enter(dst, span_2d(dpitch, width, height), src, span_2d(spitch, width, height));
     for (size_t r = 0; r < height; r++)
         memmove((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
     leave();
@@ -113,7 +119,7 @@ static void count(int up, size_t bytes, td_host_purpose why) {
 void td_dev_upload(void *dst_dev, const void *src_host, size_t bytes, td_host_purpose why) {
     count(1, bytes, why);
     if (!bytes) return;
-    enter(dst_dev, NULL);
+    enter(dst_dev, bytes, NULL, 0);
     memcpy(dst_dev, src_host, bytes);
     leave();
 }
@@ -132,7 +138,7 @@ void td_dev_upload_2d(void *dst_dev, size_t dpitch, const void *src_host, size_t
                       size_t width, size_t height, td_host_purpose why) {
     count(1, width * height, why);
     if (!width || !height) return;
-    enter(dst_dev, NULL);
+    enter(dst_dev, span_2d(dpitch, width, height), NULL, 0);
     for (size_t r = 0; r < height; r++)
         memcpy((char *)dst_dev + r * dpitch, (const char *)src_host + r * spitch, width);
     leave();

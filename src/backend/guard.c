@@ -2,6 +2,9 @@
  * every device buffer its own page-aligned mapping kept PROT_NONE whenever
  * no backend call runs, so that a host access to a step tensor outside a
  * named copy or an op of the table faults and the handler names the buffer.
+ * A call opens only the pages its arguments' extents span (an op's from its
+ * shape arguments, by its rule in GUARD_OPS), so an op that strays outside
+ * them inside the same buffer faults too.
  * Downloads land only at the next sync (the destination holds a poison
  * until then), as an asynchronous copy would. backend.h says what the guard
  * cannot catch. */
@@ -14,6 +17,7 @@
 #include <unistd.h>
 
 #include "trident/backend.h"
+#include "guard_internal.h"
 
 /* ---- the buffer table ----------------------------------------------------
  * Sorted by base, capacity fixed in advance (mapped once, its pages touched
@@ -28,8 +32,9 @@
 typedef struct {
     char *base;
     size_t bytes; /* as asked */
-    size_t map;   /* bytes rounded up to pages (what is opened and counted) */
-    int open;     /* calls that hold it open now (all threads) */
+    size_t map;   /* bytes rounded up to pages (what may be opened and is counted) */
+    int open;     /* ranges of it that calls hold open now (all threads) */
+    int *pages;   /* per page: the ranges that hold it open (open while > 0) */
     td_mem_cat cat;
     const char *cat_name;
     const char *site; /* __FILE__ ":" line: a string literal */
@@ -61,10 +66,11 @@ static int find(const void *p, int with_guard_page) {
     return -1;
 }
 
-static void protect(guard_buf *b, int prot) {
-    if (mprotect(b->base, b->map, prot) != 0)
-        td_fail("--device guard: cannot %s buffer '%s' (%zu bytes): %s",
-                prot == PROT_NONE ? "close" : "open", b->name, b->map, strerror(errno));
+/* Pages [lo, hi) of b. */
+static void protect(guard_buf *b, size_t lo, size_t hi, int prot) {
+    if (mprotect(b->base + lo * g_page, (hi - lo) * g_page, prot) != 0)
+        td_fail("--device guard: cannot %s pages %zu..%zu of buffer '%s' (%zu bytes): %s",
+                prot == PROT_NONE ? "close" : "open", lo, hi, b->name, b->map, strerror(errno));
 }
 
 /* The site from the repository's top ("src/model/gpt.c:120"): __FILE__ is
@@ -97,7 +103,9 @@ static void *guard_alloc(size_t bytes, td_mem_cat cat, const char *name, const c
     }
     int at = 0;
     while (at < g_n && g_tab[at].base < base) at++;
-    guard_buf b = {.base = base, .bytes = bytes, .map = map, .cat = cat,
+    int *pages = calloc(map / g_page, sizeof *pages);
+    TD_ASSERT(pages);
+    guard_buf b = {.base = base, .bytes = bytes, .map = map, .pages = pages, .cat = cat,
                    .cat_name = td_mem_cat_name(cat), .site = short_site(site)};
     strncpy(b.name, name ? name : "?", GUARD_NAME - 1);
     /* Make room first, then write the entry, then count it: the handler
@@ -120,6 +128,7 @@ static void guard_free(void *p) {
     memmove(&g_tab[i], &g_tab[i + 1], (size_t)(g_n - i) * sizeof *g_tab);
     pthread_mutex_unlock(&g_lock);
     TD_ASSERT(munmap(b.base, b.map + g_page) == 0);
+    free(b.pages);
     td_mem_account_device(b.cat, -(ptrdiff_t)b.map);
 }
 
@@ -135,59 +144,120 @@ static int guard_lookup(const void *p, const char **name, size_t *offset) {
 }
 
 /* ---- enter and leave -----------------------------------------------------
- * Each thread keeps a stack of the bases it opened and a stack of frames
- * (where each enter began), so calls nest: an op inside a copy's bracket,
- * or a wrapper that opens its spans one by one. A buffer stays open while
- * any call, on any thread, holds it. */
+ * A call opens the pages its ranges span: the ranges resolved to pages of
+ * their buffers, sorted, and those of one buffer that overlap or touch
+ * merged, so that one mprotect opens each run (and none runs for pages
+ * already open). Each page counts the ranges that hold it, so calls nest (an
+ * op inside a copy's bracket) and overlap across threads; a page closes
+ * when its count drops to zero. Each thread keeps a stack of the page runs
+ * it opened and a stack of frames (where each enter began). */
 
 typedef struct {
-    char **bases;
+    char *base;    /* the buffer's */
+    size_t lo, hi; /* pages [lo, hi) */
+} guard_run;
+
+typedef struct {
+    guard_run *runs; /* opened, closed at the leave of their frame */
     int nb, cb;
     int *frames;
     int nf, cf;
+    guard_run *tmp; /* scratch of open_ranges */
+    int ct;
 } guard_stack;
 
 static _Thread_local guard_stack g_st;
 
+#define GUARD_GROW(arr, n, cap, first)                                                             \
+    do {                                                                                           \
+        if ((n) == (cap)) {                                                                        \
+            (cap) = (cap) ? 2 * (cap) : (first);                                                   \
+            (arr) = realloc((arr), (size_t)(cap) * sizeof *(arr));                                 \
+            TD_ASSERT(arr);                                                                        \
+        }                                                                                          \
+    } while (0)
+
 static void frame_begin(void) {
-    if (g_st.nf == g_st.cf) {
-        g_st.cf = g_st.cf ? 2 * g_st.cf : 16;
-        g_st.frames = realloc(g_st.frames, (size_t)g_st.cf * sizeof *g_st.frames);
-        TD_ASSERT(g_st.frames);
-    }
+    GUARD_GROW(g_st.frames, g_st.nf, g_st.cf, 16);
     g_st.frames[g_st.nf++] = g_st.nb;
 }
 
-/* Open the buffer that holds p (host memory and NULL are left alone). */
-static void open_ptr(const void *p) {
-    if (!p) return;
-    pthread_mutex_lock(&g_lock);
-    int i = find(p, 0);
-    if (i >= 0) {
-        if (g_tab[i].open++ == 0) protect(&g_tab[i], PROT_READ | PROT_WRITE);
-        if (g_st.nb == g_st.cb) {
-            g_st.cb = g_st.cb ? 2 * g_st.cb : 64;
-            g_st.bases = realloc(g_st.bases, (size_t)g_st.cb * sizeof *g_st.bases);
-            TD_ASSERT(g_st.bases);
+/* Pages [lo, hi) of b: each count up (open: on 0 -> 1) or down (close: on
+ * 1 -> 0); the pages that change state change by runs, one mprotect each. */
+static void count_pages(guard_buf *b, size_t lo, size_t hi, int open) {
+    size_t run = SIZE_MAX;
+    for (size_t pg = lo; pg <= hi; pg++) {
+        int flips = 0;
+        if (pg < hi) {
+            if (open) {
+                flips = b->pages[pg]++ == 0;
+            } else {
+                TD_ASSERT(b->pages[pg] > 0);
+                flips = --b->pages[pg] == 0;
+            }
         }
-        g_st.bases[g_st.nb++] = g_tab[i].base;
+        if (flips && run == SIZE_MAX) run = pg;
+        if (!flips && run != SIZE_MAX) {
+            protect(b, run, pg, open ? PROT_READ | PROT_WRITE : PROT_NONE);
+            run = SIZE_MAX;
+        }
+    }
+}
+
+static int run_order(const void *a, const void *b) {
+    const guard_run *x = a, *y = b;
+    if (x->base != y->base) return x->base < y->base ? -1 : 1;
+    return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+/* Open the pages r[0..n) span (host memory, NULL and empty ranges are left
+ * alone; a range running past its buffer's end is cut there: an access
+ * beyond faults in the page that is never opened). */
+static void open_ranges(const td_dev_range *r, int n) {
+    pthread_mutex_lock(&g_lock);
+    int m = 0;
+    for (int j = 0; j < n; j++) {
+        if (!r[j].p || !r[j].bytes) continue;
+        int i = find(r[j].p, 0);
+        if (i < 0) continue;
+        const guard_buf *b = &g_tab[i];
+        size_t off = (size_t)((const char *)r[j].p - b->base);
+        size_t end = r[j].bytes > b->map - off ? b->map : off + r[j].bytes;
+        GUARD_GROW(g_st.tmp, m, g_st.ct, 16);
+        g_st.tmp[m++] = (guard_run){b->base, off / g_page, (end + g_page - 1) / g_page};
+    }
+    if (m > 1) qsort(g_st.tmp, (size_t)m, sizeof *g_st.tmp, run_order);
+    for (int j = 0; j < m;) {
+        guard_run u = g_st.tmp[j++];
+        while (j < m && g_st.tmp[j].base == u.base && g_st.tmp[j].lo <= u.hi) {
+            if (g_st.tmp[j].hi > u.hi) u.hi = g_st.tmp[j].hi;
+            j++;
+        }
+        guard_buf *b = &g_tab[find(u.base, 0)];
+        b->open++;
+        count_pages(b, u.lo, u.hi, 1);
+        GUARD_GROW(g_st.runs, g_st.nb, g_st.cb, 64);
+        g_st.runs[g_st.nb++] = u;
     }
     pthread_mutex_unlock(&g_lock);
 }
 
-static void guard_enter(const void *const *ptrs, int n) {
+static void guard_enter(const td_dev_range *r, int n) {
     frame_begin();
-    for (int i = 0; i < n; i++) open_ptr(ptrs[i]);
+    open_ranges(r, n);
 }
+void td_guard_enter(const td_dev_range *r, int n) { guard_enter(r, n); }
 
-static void guard_leave(void) {
+void td_guard_leave(void) {
     TD_ASSERT(g_st.nf > 0); /* leave without enter */
     int start = g_st.frames[--g_st.nf];
     pthread_mutex_lock(&g_lock);
     while (g_st.nb > start) {
-        int i = find(g_st.bases[--g_st.nb], 0);
+        guard_run u = g_st.runs[--g_st.nb];
+        int i = find(u.base, 0);
         TD_ASSERT(i >= 0 && g_tab[i].open > 0);
-        if (--g_tab[i].open == 0) protect(&g_tab[i], PROT_NONE);
+        g_tab[i].open--;
+        count_pages(&g_tab[i], u.lo, u.hi, 0);
     }
     pthread_mutex_unlock(&g_lock);
 }
@@ -218,10 +288,10 @@ static void guard_download(void *dst_host, const void *src_dev, size_t bytes) {
     TD_ASSERT(!guard_lookup(dst_host, NULL, NULL)); /* a download's destination is host memory */
     void *data = malloc(bytes);
     TD_ASSERT(data);
-    const void *p[1] = {src_dev};
-    guard_enter(p, 1);
+    const td_dev_range r[1] = {{src_dev, bytes}};
+    guard_enter(r, 1);
     memcpy(data, src_dev, bytes);
-    guard_leave();
+    td_guard_leave();
     poison(dst_host, bytes);
     pthread_mutex_lock(&g_lock);
     if (g_npend == g_cpend) {
@@ -294,177 +364,17 @@ static void on_fault(int sig, siginfo_t *si, void *uc) {
     if (si->si_code <= 0) raise(sig);
 }
 
-/* ---- the ops rows --------------------------------------------------------
- * Each entry of the CPU's row wrapped: open the buffers of every pointer
- * argument, run the CPU entry, close them. GUARD_OPS lists the entries with
- * their parameters, pointer arguments and call arguments: a new entry of
- * td_ops needs one line here (guard_ops_check refuses a row with a CPU
- * entry that has no wrapper). */
-
-#define GUARD_OPS(X, P)                                                                            \
-    X(P, round_n, (void *dst, const float *src, size_t n), (dst, src), (dst, src, n))             \
-    X(P, widen_n, (float *dst, const void *src, size_t n), (dst, src), (dst, src, n))             \
-    X(P, mm_fwd, (void *out, td_ktype ot, const void *inp, const void *w, const float *bias, int N, \
-                  int C, int OC),                                                                  \
-      (out, inp, w, bias), (out, ot, inp, w, bias, N, C, OC))                                      \
-    X(P, mm_bwd, (void *dinp, td_ktype dt, float *dw, float *dbias, const void *dout,             \
-                  const void *inp, const void *w, int N, int C, int OC),                           \
-      (dinp, dw, dbias, dout, inp, w), (dinp, dt, dw, dbias, dout, inp, w, N, C, OC))              \
-    X(P, ln_fwd, (void *out, float *mean, float *rstd, const void *inp, const float *w,           \
-                  const float *b, int N, int C),                                                   \
-      (out, mean, rstd, inp, w, b), (out, mean, rstd, inp, w, b, N, C))                            \
-    X(P, ln_bwd, (void *dinp, float *dw, float *db, const void *dout, const void *inp,            \
-                  const float *w, const float *mean, const float *rstd, int N, int C),             \
-      (dinp, dw, db, dout, inp, w, mean, rstd), (dinp, dw, db, dout, inp, w, mean, rstd, N, C))    \
-    X(P, rms_fwd, (void *out, float *rstd, const void *inp, const float *w, int N, int C,         \
-                   float eps),                                                                     \
-      (out, rstd, inp, w), (out, rstd, inp, w, N, C, eps))                                         \
-    X(P, rms_bwd, (void *dinp, float *dw, const void *dout, const void *inp, const float *w,      \
-                   const float *rstd, int N, int C),                                               \
-      (dinp, dw, dout, inp, w, rstd), (dinp, dw, dout, inp, w, rstd, N, C))                        \
-    X(P, gelu_fwd, (void *out, const void *inp, size_t n), (out, inp), (out, inp, n))             \
-    X(P, gelu_bwd, (void *dinp, const void *inp, const void *dout, size_t n), (dinp, inp, dout),  \
-      (dinp, inp, dout, n))                                                                        \
-    X(P, swiglu_fwd, (void *h, const void *gu, int N, int F), (h, gu), (h, gu, N, F))             \
-    X(P, swiglu_bwd, (void *dgu, const void *dh, const void *gu, int N, int F), (dgu, dh, gu),    \
-      (dgu, dh, gu, N, F))                                                                         \
-    X(P, res_fwd, (void *out, const void *a, const void *b, size_t n), (out, a, b), (out, a, b, n)) \
-    X(P, rope_fwd, (void *x, const float *cs, int B, int T, int st, int col, int heads, int hs),  \
-      (x, cs), (x, cs, B, T, st, col, heads, hs))                                                  \
-    X(P, rope_bwd, (void *g, const float *cs, int B, int T, int st, int col, int heads, int hs),  \
-      (g, cs), (g, cs, B, T, st, col, heads, hs))                                                  \
-    X(P, att_fwd, (void *out, float *lse, const void *q, const void *k, const void *v,            \
-                   const td_attn_shape *s, int acc),                                               \
-      (out, lse, q, k, v), (out, lse, q, k, v, s, acc))                                            \
-    X(P, att_bwd, (void *dq, void *dk, void *dv, const void *dout, const void *out,               \
-                   const float *lse, const void *q, const void *k, const void *v,                  \
-                   const td_attn_shape *s),                                                        \
-      (dq, dk, dv, dout, out, lse, q, k, v), (dq, dk, dv, dout, out, lse, q, k, v, s))             \
-    X(P, emb_fwd, (float *out, const int *tok, const float *wte, int lo, int rows, int N, int C), \
-      (out, tok, wte), (out, tok, wte, lo, rows, N, C))                                            \
-    X(P, emb_bwd, (float *dwte, const float *dout, const int *tok, int lo, int rows, int N,       \
-                   int C),                                                                         \
-      (dwte, dout, tok), (dwte, dout, tok, lo, rows, N, C))                                        \
-    X(P, pos_fwd, (float *out, const float *wpe, const int *pos, int n0, int N, int T, int C),    \
-      (out, wpe, pos), (out, wpe, pos, n0, N, T, C))                                               \
-    X(P, pos_bwd, (float *dwpe, const float *dout, const int *pos, int n0, int N, int T, int C),  \
-      (dwpe, dout, pos), (dwpe, dout, pos, n0, N, T, C))                                           \
-    X(P, xent_max, (float *mx, const float *logits, int N, int V, int Vp), (mx, logits),          \
-      (mx, logits, N, V, Vp))                                                                      \
-    X(P, xent_exp_sum, (float *sum, float *xt, float *probs, const float *logits,                 \
-                        const float *mx, const int *tg, int lo, int N, int V, int Vp),             \
-      (sum, xt, probs, logits, mx, tg), (sum, xt, probs, logits, mx, tg, lo, N, V, Vp))            \
-    X(P, xent_finish, (float *losses, float *probs, const float *sum, const float *xt,            \
-                       const float *mx, const int *tg, int N, int V, int Vp),                      \
-      (losses, probs, sum, xt, mx, tg), (losses, probs, sum, xt, mx, tg, N, V, Vp))                \
-    X(P, xent_bwd, (float *dlogits, const float *probs, const int *tg, int lo, const float *dloss, \
-                    int N, int V, int Vp),                                                         \
-      (dlogits, probs, tg, dloss), (dlogits, probs, tg, lo, dloss, N, V, Vp))                      \
-    X(P, sumsq, (double *dst, const float *x, size_t n), (dst, x), (dst, x, n))                   \
-    X(P, first_nonfinite, (int64_t *dst, const float *x, size_t n), (dst, x), (dst, x, n))        \
-    X(P, scale, (float *x, float s, size_t n), (x), (x, s, n))                                    \
-    X(P, add, (float *dst, const float *src, size_t n), (dst, src), (dst, src, n))                \
-    X(P, adamw, (const td_adamw_span *sp, int n, const td_adamw_hyper *h), (open_spans(sp, n)),         \
-      (sp, n, h))                                                                                  \
-    X(P, sum, (double *dst, const float *x, size_t n), (dst, x), (dst, x, n))                     \
-    X(P, fill, (float *x, float v, size_t n), (x), (x, v, n))                                     \
-    /* moe */                                                                                      \
-    X(P, moe_scores, (float *sc, const float *lg, int N, int E, int sm), (sc, lg), (sc, lg, N, E, sm)) \
-    X(P, moe_gather, (void *dst, const void *src, const int *pos, int N, int K, int C),           \
-      (dst, src, pos), (dst, src, pos, N, K, C))                                                   \
-    X(P, moe_combine, (float *out, int sh, const void *y, const int *pos, const float *wts,        \
-                       int row0, int Ns, int K, int C),                                            \
-      (out, y, pos, wts), (out, sh, y, pos, wts, row0, Ns, K, C))                                  \
-    X(P, moe_combine_bwd, (float *dw, void *dy, const void *dout, const void *y, const int *pos,  \
-                           const float *wts, int N, int K, int C),                                 \
-      (dw, dy, dout, y, pos, wts), (dw, dy, dout, y, pos, wts, N, K, C))                           \
-    X(P, moe_scatter_add, (float *dst, const void *dx, const int *pos, int N, int K, int C),      \
-      (dst, dx, pos), (dst, dx, pos, N, K, C))                                                     \
-    X(P, moe_router_bwd, (float *dl, const float *dw, const float *lg, const float *sc,           \
-                          const int *idx, const float *gate, const float *wts, const float *st,   \
-                          const td_moe_router_shape *s),                                           \
-      (dl, dw, lg, sc, idx, gate, wts, st), (dl, dw, lg, sc, idx, gate, wts, st, s))
-
-#define GUARD_ID(...) __VA_ARGS__
-
-/* adamw's spans are a host array of device pointers: opens them all (a
- * pointer argument of the list, so NULL). */
-static const void *open_spans(const td_adamw_span *sp, int n) {
-    for (int i = 0; i < n; i++) {
-        const void *s[4] = {sp[i].p, sp[i].m, sp[i].v, sp[i].g};
-        for (int j = 0; j < 4; j++) open_ptr(s[j]);
-    }
-    return NULL;
-}
-
-#define GUARD_KT_f32 TD_K_F32
-#define GUARD_KT_bf16 TD_K_BF16
-#define GUARD_KT_f16 TD_K_F16
-
-#define GUARD_WRAP(P, name, PARAMS, PTRS, ARGS)                                                    \
-    static void P##_##name PARAMS {                                                                \
-        frame_begin();                                                                             \
-        guard_open_all(GUARD_ID PTRS);                                                             \
-        td_ops_cpu(GUARD_KT_##P)->name ARGS;                                                       \
-        guard_leave();                                                                             \
-    }
-#define GUARD_SET(P, name, PARAMS, PTRS, ARGS) row->name = cpu->name ? P##_##name : NULL;
-
-/* Opens each argument (a macro over a compound literal: the arguments'
- * types differ). */
-#define guard_open_all(...)                                                                        \
-    do {                                                                                           \
-        const void *a_[] = {__VA_ARGS__};                                                          \
-        for (size_t i_ = 0; i_ < sizeof a_ / sizeof a_[0]; i_++) open_ptr(a_[i_]);                 \
-    } while (0)
-
-GUARD_OPS(GUARD_WRAP, f32)
-GUARD_OPS(GUARD_WRAP, bf16)
-GUARD_OPS(GUARD_WRAP, f16)
-
-static td_ops g_rows[3];
-
-typedef void (*guard_fn)(void);
-/* td_ops past `es` is function pointers only: a CPU entry the guard row
- * lacks is an entry added to td_ops without its GUARD_OPS line. */
-static void guard_ops_check(const td_ops *row, const td_ops *cpu) {
-    size_t first = offsetof(td_ops, round_n), n = (sizeof(td_ops) - first) / sizeof(guard_fn);
-    for (size_t i = 0; i < n; i++) {
-        guard_fn a, b;
-        memcpy(&a, (const char *)row + first + i * sizeof a, sizeof a);
-        memcpy(&b, (const char *)cpu + first + i * sizeof b, sizeof b);
-        if (b && !a)
-            td_fail("--device guard: td_ops entry %zu (after es) has no guard wrapper: add its "
-                    "line to GUARD_OPS in src/backend/guard.c", i);
-    }
-}
-
-#define GUARD_BUILD_ROW(P)                                                                         \
-    do {                                                                                           \
-        const td_ops *cpu = td_ops_cpu(GUARD_KT_##P);                                              \
-        td_ops *row = &g_rows[GUARD_KT_##P];                                                       \
-        row->k = cpu->k;                                                                           \
-        row->es = cpu->es;                                                                         \
-        GUARD_OPS(GUARD_SET, P)                                                                    \
-        guard_ops_check(row, cpu);                                                                 \
-    } while (0)
-
-static const td_ops *guard_ops(td_ktype k) {
-    TD_ASSERT(k >= 0 && k < 3);
-    return &g_rows[k];
-}
-
 /* ---- the backend ---------------------------------------------------------- */
 
 static const td_backend g_guard = {.device = TD_DEVICE_GUARD,
                                    .alloc = guard_alloc,
                                    .free = guard_free,
                                    .enter = guard_enter,
-                                   .leave = guard_leave,
+                                   .leave = td_guard_leave,
                                    .download = guard_download,
                                    .sync = guard_sync,
                                    .lookup = guard_lookup,
-                                   .ops = guard_ops,
+                                   .ops = td_guard_row,
                                    .footprint = guard_footprint};
 
 const td_backend *td_backend_guard(void) {
@@ -475,9 +385,7 @@ const td_backend *td_backend_guard(void) {
     g_tab = mmap(NULL, GUARD_CAP * sizeof *g_tab, PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (g_tab == MAP_FAILED) td_fail("--device guard: cannot map its buffer table: %s", strerror(errno));
-    GUARD_BUILD_ROW(f32);
-    GUARD_BUILD_ROW(bf16);
-    GUARD_BUILD_ROW(f16);
+    td_guard_build_rows();
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_sigaction = on_fault;

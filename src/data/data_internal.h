@@ -37,4 +37,14 @@ uint64_t td_data_file_hash(const char *path, const char *label, uint64_t *size, 
 void td_data_shard_check(const td_data_manifest *m, const char *json, const char *path, const char *label,
                          uint64_t size, uint64_t xxh3);
 
+/* One source as td_data_load reads a PATH that is not a blend. */
+void td_data_load_one(td_dataset *d, const char *path, const char *tokenizer, int vocab, int T);
+/* A blend (blend.c): each source loaded, one tokenizer checked, their
+ * splits concatenated into d, d->blend set. */
+void td_data_load_blend(td_dataset *d, const td_data_blend_spec *bs, const char *tokenizer, int vocab, int T);
+void td_data_blend_free(struct td_data_blend *b);
+/* td_data_batch of a blend (data.h: the greedy rule) */
+void td_data_blend_batch(const td_dataset *d, int split, uint64_t seed, int64_t step, int first, int count, int T,
+                         int *inputs, int *targets);
+
 #endif

@@ -195,9 +195,20 @@ static const char *megatron_prefix_bin(const char *path, char *buf, size_t cap) 
     return megatron_idx_of(buf, idx, sizeof idx) && stat(buf, &st) == 0 ? buf : path;
 }
 
+void td_data_load(td_dataset *d, const char *path, const char *tokenizer, int vocab, int T) {
+    td_data_blend_spec bs;
+    if (!td_data_blend_parse(path, &bs, "--data")) {
+        td_data_load_one(d, path, tokenizer, vocab, T);
+        return;
+    }
+    memset(d, 0, sizeof *d);
+    td_data_load_blend(d, &bs, tokenizer, vocab, T);
+    td_data_blend_spec_free(&bs);
+}
+
 /* tokenizer is NULL when the user gave none: text files then use "char",
  * and token files / synthetic data refuse one (their tokens are ids). */
-void td_data_load(td_dataset *d, const char *path, const char *tokenizer, int vocab, int T) {
+void td_data_load_one(td_dataset *d, const char *path, const char *tokenizer, int vocab, int T) {
     memset(d, 0, sizeof *d);
     TD_CHECK(path && *path, "--data needs a path to a text file or a .bin token file");
     char prefixed[4200];
@@ -337,22 +348,35 @@ void td_data_load(td_dataset *d, const char *path, const char *tokenizer, int vo
              path, T, d->n_train, d->n_val, T);
 }
 
-int td_data_is_tokens(const char *path) {
+static int is_tokens_one(const char *path) {
     char prefixed[4200];
     path = megatron_prefix_bin(path, prefixed, sizeof prefixed);
     /* the order of td_data_load's branches */
     return strncmp(path, "synthetic:", 10) == 0 || td_data_is_shard_set(path) || ends_with(path, ".bin");
 }
 
+int td_data_is_tokens(const char *path) {
+    td_data_blend_spec bs;
+    if (!td_data_blend_parse(path, &bs, "--data")) return is_tokens_one(path);
+    int tokens = is_tokens_one(bs.path[0]); /* one tokenizer: the first source says */
+    td_data_blend_spec_free(&bs);
+    return tokens;
+}
+
 void td_data_free(td_dataset *d) {
     td_free(d->train);
     td_free(d->val);
     td_tokenizer_free(&d->tok);
+    td_data_blend_free(d->blend);
     memset(d, 0, sizeof *d);
 }
 
 void td_data_batch(const td_dataset *d, int split, uint64_t seed, int64_t step, int first,
                    int count, int T, int *inputs, int *targets) {
+    if (d->blend) {
+        td_data_blend_batch(d, split, seed, step, first, count, T, inputs, targets);
+        return;
+    }
     const int *src = split == 0 ? d->train : d->val;
     size_t n = split == 0 ? d->n_train : d->n_val;
     size_t span = n - (size_t)T; /* start positions with a full target row */

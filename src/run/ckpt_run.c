@@ -50,6 +50,7 @@ void td_run_ckpt_meta(const td_run_spec *spec, const td_grid *g, const td_loss_s
     m->data_path = g_data_path;
     m->data_bytes = g_data_fp.bytes, m->data_xxh3 = g_data_fp.xxh3;
     m->strict_data = spec->data.strict;
+    m->batch = spec->schedule.batch;
     m->run_config = spec->output.run_config;
 }
 

@@ -230,6 +230,27 @@ static int check_trace(verdict *v, const char *trace, const char *log, const cha
     return check_outside_out(v, "--trace", trace, out);
 }
 
+/* ---- --tensorboard ---------------------------------------------------- */
+
+/* DIR holds a new event file per run: it must be a directory trident can
+ * write in, or one it can create (probed by creating and removing it). */
+static int check_tensorboard(verdict *v, const char *dir, const char *out) {
+    if (!*dir) return refuse(v, "--tensorboard needs a directory name");
+    struct stat st;
+    if (stat(dir, &st) == 0) {
+        if (!S_ISDIR(st.st_mode))
+            return refuse(v, "--tensorboard %s is %s, not a directory; name a directory (an event file is "
+                             "written in it)", dir, td_file_kind(st.st_mode));
+        if (access(dir, W_OK | X_OK) != 0)
+            return refuse(v, "--tensorboard %s cannot be written: %s", dir, strerror(errno));
+    } else if (mkdir(dir, 0755) != 0) {
+        return refuse(v, "--tensorboard %s cannot be created: %s", dir, strerror(errno));
+    } else {
+        rmdir(dir);
+    }
+    return check_outside_out(v, "--tensorboard", dir, out);
+}
+
 /* ---- --sample-prompt -------------------------------------------------- */
 
 /* The sample at the end encodes the prompt with the run's tokenizer, which
@@ -362,7 +383,7 @@ td_preflight_result td_preflight(const td_run_spec *spec, const td_grid *g,
     verdict v;
     memset(&v, 0, sizeof v);
     int created_out = 0;
-    /* --out, --log and --trace are written by world rank 0 only, so only it probes
+    /* --out, --log, --trace and --tensorboard are written by world rank 0 only, so only it probes
      * them: on a cluster another node may not even see that path, and a
      * probe there would create directories nobody uses */
     if (g->world_rank == 0) {
@@ -378,6 +399,7 @@ td_preflight_result td_preflight(const td_run_spec *spec, const td_grid *g,
         if (spec->output.log) check_log(&v, spec->output.log, data, spec->output.out);
         if (spec->output.trace)
             check_trace(&v, spec->output.trace, spec->output.log, data, spec->output.out);
+        if (spec->output.tensorboard) check_tensorboard(&v, spec->output.tensorboard, spec->output.out);
         if (spec->output.out) check_fresh(&v, spec);
     }
     /* the plan is only meaningful once the sizes are known not to wrap */

@@ -26,7 +26,9 @@ static void log_flush(td_report *r) {
     if (!r->log_err) r->log_err = err;
 }
 
-int td_report_log_error(const td_report *r) { return r->log_err; }
+int td_report_log_error(const td_report *r) {
+    return r->log_err ? r->log_err : r->tb ? r->tb->err : r->tb_err;
+}
 
 /* trident eval's forwards (a layout pass: the dp config's forward_only,
  * mem_plan.c): no optimizer, gradients or activation gradients to report. */
@@ -37,7 +39,8 @@ void td_report_open(td_report *r, const td_run_spec *spec, const td_grid *g,
                     int threads, int Bm) {
     memset(r, 0, sizeof *r);
     r->spec = spec, r->g = g, r->cfg = cfg, r->Bm = Bm;
-    r->first_step = -1;
+    r->data = d;
+    r->first_step = -1, r->last_step = -1;
     r->flops_per_step = td_gpt_flops_per_token(cfg) * (double)spec->schedule.batch * cfg->T;
     /* capacity = one core's sgemm rate x compute threads. Measured after a
      * barrier (a rank still loading data would slow its neighbour's
@@ -58,6 +61,7 @@ void td_report_open(td_report *r, const td_run_spec *spec, const td_grid *g,
         r->log = td_fopen_output(spec->output.log, &why);
         TD_CHECK(r->log, "--log %s cannot be written: %s", spec->output.log, why);
     }
+    if (g->world_rank == 0 && spec->output.tensorboard) td_report_tb_open(r);
     td_grid_print(g);
     if (spec->output.run_config)
         td_log("config: %s\n", spec->output.run_config); /* every flag's value (docs/config.md) */
@@ -247,6 +251,7 @@ void td_report_memory(td_report *r, const td_mem_plan *plan, int measured) {
             fprintf(r->log, "]}\n");
             log_flush(r);
         }
+        if (measured) td_report_tb_memory(r, ms, W);
     }
     td_free(pl);
     td_free(ms);
@@ -324,9 +329,12 @@ void td_report_step(td_report *r, int step, float loss, float lr, double norm, d
                             "\"moe_dropped\": %.6f", r->moe->moe_aux, r->moe->moe_z, r->moe->moe_load_min,
                     r->moe->moe_load_max, r->moe->moe_dropped);
         log_traffic(r->log, &r->traffic);
+        td_report_data_tokens_json(r, step + 1, r->log);
         fprintf(r->log, ", \"elapsed_s\": %.3f, \"eta_s\": %.3f}\n", elapsed_s, eta_s);
         log_flush(r);
     }
+    r->last_step = step;
+    td_report_tb_step(r, step, loss, lr, norm, ms, tps, mfu);
     if (!r->spec->output.quiet &&
         (step % r->spec->schedule.log_every == 0 || step == r->spec->schedule.steps - 1)) {
         char el[32], eta[32];
@@ -414,6 +422,9 @@ void td_report_skip(td_report *r, int step, const char *where, const td_run_resu
                 step, row, rank, micro, scale_before, scale_after, skipped, where);
         log_flush(r);
     }
+    /* the count only: the step trained again next carries the new scale */
+    static const char *const tag = "train/skipped_steps";
+    td_report_tb_scalars(r, step, 1, &tag, (const double[]){skipped});
 }
 
 static void print_line(const char *line, void *ctx) {
@@ -434,6 +445,8 @@ void td_report_eval(td_report *r, int step, double val_loss) {
         fprintf(r->log, "{\"step\": %d, \"val_loss\": %.6f}\n", step, val_loss);
         log_flush(r);
     }
+    static const char *const tag = "eval/val_loss";
+    td_report_tb_scalars(r, step, 1, &tag, &val_loss);
 }
 
 /* The experts' load over the run, per layer (tokens per expert relative to
@@ -476,6 +489,7 @@ void td_report_summary(td_report *r, const td_run_result *res) {
     if (!isnan(res->final_val_loss)) td_log(", final val loss %.4f", res->final_val_loss);
     td_log("\n");
     report_traffic(&res->host_traffic);
+    td_report_data_tokens_line(r, res->steps_done);
     if (r->spec->precision.gemm_stats && res->gemm_ms > 0)
         td_log("gemm: %.3e flop/step, %.1f ms/step, %.1f GFLOP/s (rank 0, timed steps, every GEMM "
                "of forward and backward)\n",
@@ -610,6 +624,10 @@ static void report_rss(td_report *r) {
             }
             fprintf(r->log, "]}\n");
         }
+        double hi = 0.0; /* the busiest rank's high-water mark */
+        for (int w = 0; w < g->world_size; w++) hi = fmax(hi, (double)all[(size_t)w * NV + HWM]);
+        static const char *const tag = "mem/rss_peak";
+        if (r->last_step >= 0) td_report_tb_scalars(r, r->last_step, 1, &tag, &hi);
     }
     td_free(all);
 }
@@ -619,4 +637,5 @@ void td_report_close(td_report *r) {
     log_flush(r);
     if (r->log && fclose(r->log) != 0 && !r->log_err) r->log_err = errno ? errno : EIO;
     r->log = NULL;
+    td_report_tb_close(r);
 }

@@ -6,6 +6,7 @@
 #include <stdio.h>
 
 #include "preflight.h"
+#include "tensorboard.h"
 #include "trident/data.h"
 #include "trident/grid.h"
 #include "trident/run_spec.h"
@@ -27,6 +28,11 @@ typedef struct {
     int first_step;               /* that step (a resumed run starts past 0); -1 before it */
     int log_err;                  /* rank 0: the errno of the first failed --log write, 0: none */
     const td_run_result *moe;   /* a mixture of experts' step figures (res->moe_*); NULL: dense */
+    const td_dataset *data;     /* the run's data (a blend's tokens per source are reported) */
+    td_tensorboard *tb;         /* --tensorboard, rank 0; NULL: none (or closed) */
+    int tb_err;                 /* rank 0: the errno of its first failed write once closed, 0: none */
+    char tb_file[4096];         /* rank 0: its event file (for that error) */
+    int last_step;              /* the last step reported; -1: none yet */
 } td_report;
 
 void td_report_open(td_report *r, const td_run_spec *spec, const td_grid *g,
@@ -56,9 +62,33 @@ void td_report_sample(td_report *r, const td_param_table *canon, const float *pa
  * on stdout and in the --log), then the log is closed. Call it last, after
  * the checkpoint and the sample, so the high-water mark covers them. */
 void td_report_close(td_report *r);
-/* Rank 0: the errno of the first --log write, flush or close that failed
- * (0: none; every other rank: 0). After a failure nothing more is written. */
+/* A blend's training tokens drawn per source over the first `steps` steps
+ * (report_data.c): the log's ', "data_tokens": {PATH: N, ...}' (nothing for
+ * one source), and the summary's line. */
+void td_report_data_tokens_json(const td_report *r, int steps, FILE *f);
+void td_report_data_tokens_line(const td_report *r, int steps);
+/* Rank 0: the errno of the first --log or --tensorboard write, flush or
+ * close that failed (0: none; every other rank: 0). After a failure nothing
+ * more is written to that file. */
 int td_report_log_error(const td_report *r);
+/* That failure as the run's error sentence ("--log FILE: writing it
+ * failed: ..."); empty when none. */
+void td_report_io_msg(const td_report *r, char *msg, size_t cap);
+/* A resumed run (rank 0): the --tensorboard file's SessionLog START at the
+ * first step this run trains (nothing without --resume or --tensorboard). */
+void td_report_resumed(td_report *r, int step);
+
+/* report_tb.c: the report's values under TensorBoard's tags, rank 0 (each
+ * does nothing without --tensorboard). */
+void td_report_tb_open(td_report *r); /* exits with one line when DIR cannot hold the file */
+void td_report_tb_step(td_report *r, int step, float loss, float lr, double norm, double ms, double tps,
+                       double mfu);
+/* One event of n scalars at step. */
+void td_report_tb_scalars(td_report *r, int step, int n, const char *const *tags, const double *values);
+/* The measured memory: peaks[rank][category] of W ranks, the busiest rank's
+ * peak of each category at the last step reported. */
+void td_report_tb_memory(td_report *r, const uint64_t *peaks, int W);
+void td_report_tb_close(td_report *r);
 /* At start (rank 0): the dtype of each stage of the step under --precision,
  * and whether the CPU runs bf16 natively. */
 void td_report_precision(td_report *r, const td_mem_plan *plan);

@@ -180,6 +180,7 @@ int td_run_open(td_run *r, const td_run_spec *spec, td_run_result *res) {
     open_grid(r, mode);
     td_data_load(&r->data, spec->data.path, spec->data.tokenizer, spec->data.vocab,
                  spec->model.cfg.T);
+    td_data_set_batch(&r->data, spec->schedule.batch); /* a blend's sample index is step x batch + sample */
     td_run_set_data(spec->data.path, &r->data.fp);
     td_fault_slow_load();
     /* start-up's first agreed stop point: nothing is written yet */
@@ -226,6 +227,7 @@ int td_run_start(td_run *r) {
     r->loss_group = r->engine->loss_group(&r->ec);
     td_grad_watch_init(&r->watch, &r->model, td_loss_scaler_skips(&r->scaler));
     r->first = td_run_resume(r);
+    td_report_resumed(&r->rep, r->first);
     res->steps_done = r->first;
     /* start-up's last agreed stop point (a --log write may have failed
      * already): nothing trained, nothing saved */
@@ -383,8 +385,7 @@ static void close_files(td_run *r) {
     if (r->g.world_size > 1) td_allreduce(r->g.world, &io_bad, 1, TD_F32, TD_MAX);
     res->io_failed = io_bad > 0.0f;
     if (log_err)
-        snprintf(res->io_msg, sizeof res->io_msg, "--log %s: writing it failed: %s",
-                 spec->output.log, strerror(log_err));
+        td_report_io_msg(&r->rep, res->io_msg, sizeof res->io_msg);
     else if (trace_err)
         snprintf(res->io_msg, sizeof res->io_msg, "%s", trace_why);
 }

@@ -57,7 +57,7 @@ void td_train_opts_default(td_train_opts *o) {
 
 int td_train_flag_table(td_train_opts *o, td_flag *out, int cap) {
     const td_flag flags[] = {
-        {"--data", TD_FLAG_STR, &o->data, "text file (UTF-8), token file (.bin: nanoGPT uint16 or llm.c), or a directory or glob of *_train_*.bin / *_val_*.bin shards", NULL},
+        {"--data", TD_FLAG_STR, &o->data, "text file (UTF-8), token file (.bin: nanoGPT uint16 or llm.c), or a directory or glob of *_train_*.bin / *_val_*.bin shards; W:PATH,W:PATH,... blends sources of one tokenizer by weight (docs/recipe-data-blend.md)", NULL},
         {"--tokenizer", TD_FLAG_STR, &o->tokenizer, "char (default), byte, gpt2 (GPT-2 BPE, vocabulary 50257), cl100k or o200k (tiktoken's cl100k_base, 100277; o200k_base, 200019) or FILE.json (a Hugging Face tokenizer.json, byte-level BPE) for text files; gpt2, cl100k and o200k also mark token files of their ids, FILE.json the shards tokenized with it", NULL},
         {"--vocab", TD_FLAG_INT, &o->vocab, "vocabulary size of a token file (default: max id + 1)",
          "[1, " STR(TD_MAX_VOCAB) "]"},
@@ -139,6 +139,7 @@ int td_train_flag_table(td_train_opts *o, td_flag *out, int cap) {
         {"--resume", TD_FLAG_STR, &o->resume, "continue from a checkpoint: a step directory, an --out directory (its latest), or 'latest' (--out's newest); any layout, same model", NULL},
         {"--stop-after", TD_FLAG_INT, &o->stop_after, "end after K steps (counted from step 0) with a checkpoint in --out, as a preemption would; exit 0 (0 = run --steps)", NONNEG},
         {"--log", TD_FLAG_STR, &o->log, "JSON-lines metrics file", NULL},
+        {"--tensorboard", TD_FLAG_STR, &o->tensorboard, "write the step's scalars (loss, lr, gradient norm, tokens/s, MFU, memory, loss scale, MoE load, eval loss) as a TensorBoard event file in DIR (created if missing; its parent must exist); a resume adds a new file", NULL},
         {"--trace", TD_FLAG_STR, &o->trace, "Chrome trace-event JSON of the run, one lane per rank (Perfetto, chrome://tracing; at most 1M events per rank)", NULL},
         {"--memory-report", TD_FLAG_BOOL, &o->memory_report, "print the per-rank memory plan in detail", NULL},
         {"--verbose", TD_FLAG_BOOL, &o->verbose, "every rank logs, prefixed with its grid position", NULL},

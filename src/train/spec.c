@@ -62,6 +62,7 @@ void td_train_spec(const td_train_opts *o, td_run_spec *spec) {
     out->out = o->out, out->resume = o->resume, out->resume_needs_out = o->resume_needs_out;
     out->save_every = o->save_every, out->keep = o->keep, out->overwrite = o->overwrite;
     out->log = o->log, out->trace = o->trace, out->run_config = o->run_config;
+    out->tensorboard = o->tensorboard;
     out->memory_report = o->memory_report, out->verbose = o->verbose, out->quiet = o->quiet;
     out->sample_tokens = o->sample_tokens, out->sample_prompt = o->sample_prompt;
     /* `trident train` from scratch without --out (a resume saves where it

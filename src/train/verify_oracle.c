@@ -17,6 +17,7 @@ void verify_oracle_open(verify_oracle *or, const td_train_opts *o, int D) {
     memset(or, 0, sizeof *or);
     or->o = o;
     td_data_load(&or->d, o->data, o->tokenizer, o->vocab, o->seq);
+    td_data_set_batch(&or->d, o->batch);
     td_train_model_config(o, or->d.tok.V, &or->cfg);
     td_param_table_build(&or->t, &or->cfg, 1);
     or->B = o->batch, or->T = o->seq, or->M = o->grad_accum > 0 ? o->grad_accum : 1, or->D = D;

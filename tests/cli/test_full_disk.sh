@@ -5,6 +5,8 @@
 #  - --log on a full file system, 2 ranks: the run stops at the next agreed
 #    step, saves its checkpoint (--out elsewhere), one line naming the file
 #    and strerror, exit 74 on every rank;
+#  - --tensorboard DIR on a full file system: the same stop, the line naming
+#    the event file;
 #  - --trace on a full file system: one line, exit 74, no FILE nor FILE.tmp,
 #    the run's checkpoint saved;
 #  - --out filling up during the run: the save fails with one line, exit 74,
@@ -55,6 +57,19 @@ check "--log on a full file system" $rc "$out" \
   && { [ -n "$step" ] && [ "$step" -lt 400 ] && latest_ok "$tmp/o1" "$step" \
        && echo "ok   --log: stopped at step $step with its checkpoint latest and intact" \
        || fail "--log: latest -> $(readlink "$tmp/o1/latest"), the line says step $step"; }
+
+# --- --tensorboard: 4 KiB left, so the event file's first page fits and a later one does not
+rm -f "$m/log.jsonl"
+fill 4
+out=$(timeout 60 "$T" train "${A[@]}" --steps 400 --save-every 100 --tensorboard "$m/tb" --out "$tmp/o3" \
+      2>&1 >/dev/null </dev/null); rc=$?
+step=$(sed -nE 's/.*the run stopped after step ([0-9]+) with a checkpoint in .*/\1/p' <<<"$out")
+check "--tensorboard on a full file system" $rc "$out" \
+  "--tensorboard $m/tb: writing $m/tb/events[.]out[.]tfevents[.][0-9]+[.][^ ]+ failed: No space left on device; the run stopped after step [0-9]+ with a checkpoint in $tmp/o3$" \
+  && { [ -n "$step" ] && [ "$step" -lt 400 ] && latest_ok "$tmp/o3" "$step" \
+       && echo "ok   --tensorboard: stopped at step $step with its checkpoint latest and intact" \
+       || fail "--tensorboard: latest -> $(readlink "$tmp/o3/latest"), the line says step $step"; }
+rm -rf "$m/tb"
 
 # --- --trace: nothing left at all; the trace is written at the end
 fill 0

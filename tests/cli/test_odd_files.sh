@@ -105,6 +105,7 @@ sweep "TRIDENT_PROFILE (train --auto)" "$KINDS" env TRIDENT_PROFILE=@ "$T" train
 sweep "train --log"                  "$KINDS"  "${TR[@]}" --log @
 sweep "train --trace"                "$KINDS"  "${TR[@]}" --trace @
 sweep "train --out"                  "$NOTDIR" "${TR[@]}" --out @
+sweep "train --tensorboard"          "$NOTDIR" "${TR[@]}" --tensorboard @
 sweep "export --out safetensors"     "$KINDS"  "$T" export --ckpt "$tmp/ck" --format safetensors --out @ --overwrite
 sweep "export --out llmc"            "$KINDS"  "$T" export --ckpt "$tmp/ck" --format llmc --out @ --overwrite
 sweep "export --out hf-gpt2"         "$NOTDIR" "$T" export --ckpt "$tmp/ck" --format hf-gpt2 --out @ --overwrite

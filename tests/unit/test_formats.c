@@ -3,13 +3,16 @@
  * 1-4 byte forms at their boundaries, llm.c token-file headers (good, wrong
  * magic, wrong version, truncated, trailing bytes, count mismatch), raw
  * files (odd size, first tokens near the llm.c magic window), the token-id
- * range check and the synthetic:V spec. Exact comparisons only: these are
+ * range check, the synthetic:V spec, and the TensorBoard event encoding
+ * (CRC32C's published check values, a record's framing, an Event's bytes
+ * and a Summary past 127 bytes). Exact comparisons only: these are
  * integers and strings, nothing has a tolerance. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "trident/formats_data.h"
+#include "trident/formats_tfevents.h"
 #include "test_util.h"
 
 #define EXPECT TU_EXPECT /* test_util.h */
@@ -310,9 +313,66 @@ static void test_synthetic(void) {
     synthetic_bad("synthetic:1\n2", "'1?2' is not a whole number"); /* one line: found by fuzzing */
 }
 
+/* ---- TensorBoard events ------------------------------------------------ */
+
+static uint32_t le32(const uint8_t *p) { return p[0] | p[1] << 8 | p[2] << 16 | (uint32_t)p[3] << 24; }
+
+static void test_tfevents(void) {
+    /* CRC32C check values: "123456789", and RFC 3720's 32 zeros / 32 0xFF */
+    uint8_t z[32] = {0}, ff[32];
+    memset(ff, 0xff, sizeof ff);
+    EXPECT(td_crc32c(0, "123456789", 9) == 0xE3069283u, "crc32c(123456789) = %08x", td_crc32c(0, "123456789", 9));
+    EXPECT(td_crc32c(0, z, 32) == 0x8A9136AAu, "crc32c(32 zeros) = %08x", td_crc32c(0, z, 32));
+    EXPECT(td_crc32c(0, ff, 32) == 0x62A8AB43u, "crc32c(32 0xff) = %08x", td_crc32c(0, ff, 32));
+    EXPECT(td_crc32c(td_crc32c(0, "1234", 4), "56789", 5) == 0xE3069283u, "crc32c continued");
+    uint32_t c = 0xE3069283u;
+    EXPECT(td_crc32c_masked("123456789", 9) == ((c >> 15 | c << 17) + 0xa282ead8u), "masked crc32c");
+    /* file_version at wall time 0, step 0: the bytes protobuf writes */
+    uint8_t buf[512], rec[512 + TD_TFRECORD_OVERHEAD];
+    td_tfevent e;
+    td_tfevent_begin(&e, buf, sizeof buf, 0.0, 0);
+    td_tfevent_file_version(&e, "brain.Event:2");
+    static const uint8_t want[] = {0x09, 0, 0, 0, 0, 0, 0, 0, 0, 0x1a, 13, /* step 0: left out */
+                                   'b', 'r', 'a', 'i', 'n', '.', 'E', 'v', 'e', 'n', 't', ':', '2'};
+    long n = td_tfevent_end(&e);
+    EXPECT(n == (long)sizeof want && memcmp(buf, want, sizeof want) == 0, "file_version event: %ld bytes", n);
+    td_tfrecord_frame(rec, buf, (size_t)n);
+    EXPECT(le32(rec) == (uint32_t)n && le32(rec + 4) == 0 && le32(rec + 8) == td_crc32c_masked(rec, 8) &&
+               memcmp(rec + 12, want, sizeof want) == 0 && le32(rec + 12 + n) == td_crc32c_masked(want, sizeof want),
+           "the record's framing");
+    /* SessionLog START at step 300: step as a 2-byte varint, field 7 */
+    td_tfevent_begin(&e, buf, sizeof buf, 0.0, 300);
+    td_tfevent_session_start(&e);
+    static const uint8_t start[] = {0x10, 0xac, 0x02, 0x3a, 2, 0x08, 1};
+    n = td_tfevent_end(&e);
+    EXPECT(n == 9 + (long)sizeof start && memcmp(buf + 9, start, sizeof start) == 0, "SessionLog START event");
+    /* one scalar: summary (5) { value (1) { tag (1) "a", simple_value (2) 1.0f } } */
+    td_tfevent_begin(&e, buf, sizeof buf, 0.0, 1);
+    td_tfevent_scalar(&e, "a", 1.0f);
+    static const uint8_t one[] = {0x2a, 10, 0x0a, 8, 0x0a, 1, 'a', 0x15, 0, 0, 0x80, 0x3f};
+    n = td_tfevent_end(&e);
+    EXPECT(n == 11 + (long)sizeof one && memcmp(buf + 11, one, sizeof one) == 0, "one scalar's event");
+    /* 20 scalars "t/NN": a Summary of 260 bytes, its length a 2-byte varint */
+    td_tfevent_begin(&e, buf, sizeof buf, 0.0, 1);
+    for (int i = 0; i < 20; i++) {
+        char tag[8];
+        snprintf(tag, sizeof tag, "t/%02d", i);
+        td_tfevent_scalar(&e, tag, (float)i);
+    }
+    n = td_tfevent_end(&e);
+    EXPECT(n == 11 + 3 + 260 && buf[11] == 0x2a && buf[12] == (0x80 | (260 & 0x7f)) && buf[13] == 260 >> 7 &&
+               buf[14] == 0x0a && buf[15] == 11 && memcmp(buf + 16, "\x0a\x04t/00", 6) == 0,
+           "20 scalars: %ld bytes, summary length bytes %02x %02x", n, buf[12], buf[13]);
+    /* a buffer too small: -1, nothing claimed */
+    td_tfevent_begin(&e, buf, 16, 0.0, 1);
+    td_tfevent_scalar(&e, "loss", 1.0f);
+    EXPECT(td_tfevent_end(&e) == -1, "an event larger than its buffer is refused");
+}
+
 int main(void) {
     test_utf8();
     test_token_files();
     test_synthetic();
+    test_tfevents();
     return tu_finish("test_formats");
 }
