@@ -303,8 +303,11 @@ typedef struct {
      * is not device memory. */
     int (*lookup)(const void *p, const char **name, size_t *offset);
     const td_ops *(*ops)(td_ktype k); /* never NULL */
-    /* The bytes an allocation of `bytes` takes and is counted as in its
-     * category (the guard rounds up to pages); NULL: bytes. */
+    /* The device's rounding: the bytes an allocation of `bytes` takes and
+     * is counted as in its category, what the memory plan adds per buffer
+     * (td_plan_dev). The guard rounds each buffer up to whole pages (0
+     * bytes: one page); a CUDA backend gives its allocator's granularity.
+     * NULL: bytes (the cpu: host memory as asked). */
     size_t (*footprint)(size_t bytes);
 } td_backend;
 

@@ -87,7 +87,7 @@ typedef enum {
     TD_MEM_GATHER,     /* gathered-parameter buffers (ZeRO-3) */
     TD_MEM_ACTS,       /* activations and their gradients */
     TD_MEM_COMM,       /* communication buffers */
-    TD_MEM_OTHER,      /* data, scratch */
+    TD_MEM_OTHER,      /* data, scratch, host metadata and staging (checkpoint reads) */
     TD_MEM_NCAT
 } td_mem_cat;
 
@@ -98,8 +98,17 @@ void td_free(void *ptr);
 /* For memory that does not come from td_alloc (shared windows): counted in
  * `cat` like td_alloc's blocks; delta < 0 when it is given back. */
 void td_mem_account(td_mem_cat cat, ptrdiff_t delta);
+/* Device memory (a backend's buffers on a device other than cpu:
+ * src/backend only): counted in `cat` as td_mem_account does, and on the
+ * device side of the split below. */
+void td_mem_account_device(td_mem_cat cat, ptrdiff_t delta);
 size_t td_mem_current(td_mem_cat cat);
 size_t td_mem_peak(td_mem_cat cat);
+/* A category's peak on each side: device bytes (td_mem_account_device) and
+ * host bytes (the rest: td_alloc, shared windows). On --device cpu every
+ * byte is host memory and the device peaks stay 0. */
+size_t td_mem_peak_device(td_mem_cat cat);
+size_t td_mem_peak_host(td_mem_cat cat);
 size_t td_mem_total_current(void);
 size_t td_mem_total_peak(void);
 /* Peak of the sum over categories (not the sum of per-category peaks). */

@@ -139,10 +139,24 @@ void td_tp_formula_stage(td_tp_traffic *f, const td_gpt_config *cfg, int B, int 
 void td_tp_formula_add_recompute(td_tp_traffic *f, const td_gpt_config *cfg, int B, int n_micro,
                                  int tp, int seq_parallel, int n_blocks);
 
-/* Predicted bytes per category for this rank (the plan, before allocation). */
+/* Predicted bytes per category for this rank (the plan, before allocation).
+ * bytes[c] is the category's whole; device[c] the part of it in the
+ * device's memory, each buffer as the device rounds it (td_dev_footprint:
+ * whole pages on the guard), and bytes[c] - device[c] the part in host
+ * memory (shared windows, the comm layer's staging, host copies). On
+ * --device cpu every byte is host memory: device[c] is 0 and bytes[c] is
+ * what it always was. */
 typedef struct {
-    size_t bytes[8]; /* indexed by td_mem_cat */
+    size_t bytes[8];  /* indexed by td_mem_cat */
+    size_t device[8]; /* of bytes[]: device memory */
 } td_mem_plan;
+
+/* Adds one step tensor's buffer of `bytes` (a td_dev_alloc the run will
+ * make) to the plan: td_dev_footprint(bytes) to bytes[cat], and to
+ * device[cat] when the run's backend is a device. */
+void td_plan_dev(td_mem_plan *p, td_mem_cat cat, size_t bytes);
+/* Adds host bytes (td_alloc, a shared window) to bytes[cat]. */
+static inline void td_plan_host(td_mem_plan *p, td_mem_cat cat, size_t bytes) { p->bytes[cat] += bytes; }
 
 typedef struct td_dp td_dp;
 

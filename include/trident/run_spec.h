@@ -151,6 +151,10 @@ typedef struct {
     size_t numel_expert;  /* of it, the expert stacks' under --ep (padding too),
                              which ZeRO shards over edp (td_param_unit_pieces) */
     size_t mem_planned[8], mem_peak[8]; /* this rank, by td_mem_cat */
+    /* the same split by where the bytes live (td_mem_plan): device memory
+     * (each buffer as the device rounds it) and host memory; on --device
+     * cpu the device side is 0 and the host side the whole */
+    size_t mem_planned_device[8], mem_planned_host[8], mem_peak_device[8], mem_peak_host[8];
     /* a run that went wrong: stopped at stop_step (-1: it did not) with
      * stop_msg, nothing saved from that step on; td_train_main exits 3 */
     int stop_step;

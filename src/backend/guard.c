@@ -114,7 +114,7 @@ static void *guard_alloc(size_t bytes, td_mem_cat cat, const char *name, const c
     g_tab[at] = b;
     g_n = g_n + 1;
     pthread_mutex_unlock(&g_lock);
-    td_mem_account(cat, (ptrdiff_t)map);
+    td_mem_account_device(cat, (ptrdiff_t)map);
     return base;
 }
 
@@ -129,7 +129,7 @@ static void guard_free(void *p) {
     pthread_mutex_unlock(&g_lock);
     TD_ASSERT(munmap(b.base, b.map + g_page) == 0);
     free(b.pages);
-    td_mem_account(b.cat, -(ptrdiff_t)b.map);
+    td_mem_account_device(b.cat, -(ptrdiff_t)b.map);
 }
 
 static int guard_lookup(const void *p, const char **name, size_t *offset) {

@@ -23,6 +23,11 @@ typedef struct {
 } td_block_header;
 
 static size_t g_current[TD_MEM_NCAT], g_peak[TD_MEM_NCAT], g_total, g_total_peak;
+/* The same split by where the bytes live: device memory (a backend other
+ * than cpu counts its buffers with td_mem_account_device) and host memory
+ * (everything else). Peaks are per side: a category's device and host
+ * peaks need not fall at the same moment. */
+static size_t g_dev[TD_MEM_NCAT], g_dev_peak[TD_MEM_NCAT], g_host_peak[TD_MEM_NCAT];
 
 static const char *g_names[TD_MEM_NCAT] = {"params", "grads",       "optimizer", "master",
                                            "gather", "activations", "comm",      "other"};
@@ -62,6 +67,16 @@ void td_mem_account(td_mem_cat cat, ptrdiff_t delta) {
     g_total += (size_t)delta;
     if (g_current[cat] > g_peak[cat]) g_peak[cat] = g_current[cat];
     if (g_total > g_total_peak) g_total_peak = g_total;
+    size_t host = g_current[cat] - g_dev[cat];
+    if (host > g_host_peak[cat]) g_host_peak[cat] = host;
+}
+
+void td_mem_account_device(td_mem_cat cat, ptrdiff_t delta) {
+    TD_ASSERT(cat >= 0 && cat < TD_MEM_NCAT);
+    TD_ASSERT(delta >= 0 || g_dev[cat] >= (size_t)-delta);
+    g_dev[cat] += (size_t)delta; /* first: td_mem_account's host side is the rest */
+    if (g_dev[cat] > g_dev_peak[cat]) g_dev_peak[cat] = g_dev[cat];
+    td_mem_account(cat, delta);
 }
 
 void td_free(void *ptr) {
@@ -73,12 +88,15 @@ void td_free(void *ptr) {
 
 size_t td_mem_current(td_mem_cat cat) { return g_current[cat]; }
 size_t td_mem_peak(td_mem_cat cat) { return g_peak[cat]; }
+size_t td_mem_peak_device(td_mem_cat cat) { return g_dev_peak[cat]; }
+size_t td_mem_peak_host(td_mem_cat cat) { return g_host_peak[cat]; }
 size_t td_mem_total_current(void) { return g_total; }
 size_t td_mem_total_peak(void) { return g_total_peak; }
 
 void td_mem_reset_total_peak(void) { g_total_peak = g_total; }
 
 void td_mem_reset_peaks(void) {
-    for (int c = 0; c < TD_MEM_NCAT; c++) g_peak[c] = g_current[c];
+    for (int c = 0; c < TD_MEM_NCAT; c++)
+        g_peak[c] = g_current[c], g_dev_peak[c] = g_dev[c], g_host_peak[c] = g_current[c] - g_dev[c];
     g_total_peak = g_total;
 }

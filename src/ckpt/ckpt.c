@@ -138,9 +138,10 @@ void td_ckpt_load(td_checkpoint *ck, const char *path) {
     td_param_table_build(&canon, &ck->cfg, 1);
     ck->numel = canon.numel;
     float **dst[3] = {&ck->params, &ck->m, &ck->v};
-    td_mem_cat cat[3] = {TD_MEM_PARAMS, TD_MEM_OPTIM, TD_MEM_OPTIM};
+    /* host copies of the file's ranges (the run uploads them through the
+     * checkpoint's staged ranges): host staging, not the step's tensors */
     for (int s = 0; s < 3; s++) {
-        float *b = td_alloc(sizeof(float) * canon.numel, cat[s]);
+        float *b = td_alloc(sizeof(float) * canon.numel, TD_MEM_OTHER);
         memset(b, 0, sizeof(float) * canon.numel);
         td_ckpt_range rg = {0, canon.numel, b};
         if (td_ckpt_reader_fill(&r, &canon, s, &rg, 1)) {

@@ -492,7 +492,7 @@ void td_hf_family_import(const td_hf_family *fam, const td_import_opts *o, td_gp
     for (int i = 0; i < rd.n_items; i++) rd.by_name[i] = i;
     g_sort_items = items;
     qsort(rd.by_name, (size_t)rd.n_items, sizeof(int), by_name);
-    rd.params = td_alloc(sizeof(float) * t->numel, TD_MEM_PARAMS);
+    rd.params = td_alloc(sizeof(float) * t->numel, TD_MEM_OTHER); /* host staging: written to a checkpoint */
     memset(rd.params, 0, sizeof(float) * t->numel); /* what no tensor holds stays zero */
     rd.seen = td_alloc((size_t)rd.n_items, TD_MEM_OTHER);
     memset(rd.seen, 0, (size_t)rd.n_items);

@@ -126,7 +126,7 @@ static void import_safetensors(const char *path, const char *config, td_gpt_conf
     td_st_header h;
     TD_CHECK(td_st_header_len(file, len, &n, &e) == 0 &&
              td_st_header_parse((const char *)file + 8, n, len, &h, &e) == 0, "import: %s: %s", path, e.msg);
-    float *params = td_alloc(sizeof(float) * t->numel, TD_MEM_PARAMS);
+    float *params = td_alloc(sizeof(float) * t->numel, TD_MEM_OTHER); /* host staging: written to a checkpoint */
     memset(params, 0, sizeof(float) * t->numel); /* wte's padding rows stay zero */
     unsigned char *seen = td_alloc((size_t)t->n_rows, TD_MEM_OTHER);
     memset(seen, 0, (size_t)t->n_rows);
@@ -195,7 +195,7 @@ static void import_llmc(const char *path, td_gpt_config *cfg, float **params_out
     *cfg = (td_gpt_config){.L = h.L, .H = h.H, .C = h.C, .T = h.maxT, .V = h.V};
     td_gpt_config_finish(cfg);
     td_param_table_build(t, cfg, 1);
-    float *params = td_alloc(sizeof(float) * t->numel, TD_MEM_PARAMS);
+    float *params = td_alloc(sizeof(float) * t->numel, TD_MEM_OTHER); /* host staging: written to a checkpoint */
     memset(params, 0, sizeof(float) * t->numel);
     const unsigned char *at = file + TD_LLMC_HEADER_BYTES;
     for (int k = 0; k <= TD_T_LNFB; k++) { /* the GPT-2 kinds are in llm.c's order */

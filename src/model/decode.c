@@ -86,7 +86,7 @@ void td_decode_create(td_decode *d, const td_param_table *t, const float *params
     size_t total = layout(t, cap, chunk, n);
     d->bytes = total * sizeof(float);
     d->cache_bytes = 2 * n[0] * sizeof(float);
-    d->mem = td_alloc(d->bytes, TD_MEM_ACTS);
+    d->mem = td_alloc(d->bytes, TD_MEM_OTHER); /* the host decoder's cache and rows: host memory */
     memset(d->mem, 0, d->bytes);
     float *cur = d->mem;
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {

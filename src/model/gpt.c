@@ -101,17 +101,26 @@ static size_t scratch_bytes(const td_gpt_dims *d, const td_gpt_config *c, td_gpt
 static size_t moe_bytes(const td_gpt_dims *d, const td_param_table *t, int l0, int n) {
     size_t b = 0;
     for (int l = l0; l < l0 + n && l < t->cfg.L; l++)
-        if (td_gpt_moe_layer(&t->cfg, l) && t->held[td_m_block_unit(l)]) b += td_moe_block_bytes(d, &t->cfg, t->ep);
+        if (td_gpt_moe_layer(&t->cfg, l) && t->held[td_m_block_unit(l)])
+            b += td_dev_footprint(td_moe_block_bytes(d, &t->cfg, t->ep));
     return b;
 }
 
+/* The moe scratch buffer (moe.c td_moe_state_create), when there are experts. */
+static size_t moe_scratch(const td_gpt_dims *d, const td_param_table *t) {
+    return t->cfg.moe.E ? td_dev_footprint(td_moe_scratch_bytes(d, &t->cfg, t->ep)) : 0;
+}
+
+/* Each buffer as the run's device takes it (td_dev_footprint: whole pages
+ * on the guard, the bytes on cpu): td_gpt_create_use's activations,
+ * scratch, inputs and targets, and the experts' buffers. The host array of
+ * block pointers is metadata (TD_MEM_OTHER), not planned. */
 size_t td_gpt_activation_bytes_use(const td_param_table *t, int B, int seq_parallel, td_recompute rc,
                                    td_gpt_use use) {
     td_gpt_dims d;
     td_gpt_dims_of(&d, t, B, seq_parallel);
-    return act_bytes(&d, t->cfg.L, rc) + scratch_bytes(&d, &t->cfg, use) + 2 * (size_t)d.N * sizeof(int) +
-           (size_t)t->cfg.L * sizeof(td_block_acts) + moe_bytes(&d, t, 0, t->cfg.L) +
-           td_moe_scratch_bytes(&d, &t->cfg, t->ep);
+    return td_dev_footprint(act_bytes(&d, t->cfg.L, rc)) + td_dev_footprint(scratch_bytes(&d, &t->cfg, use)) +
+           2 * td_dev_footprint((size_t)d.N * sizeof(int)) + moe_bytes(&d, t, 0, t->cfg.L) + moe_scratch(&d, t);
 }
 
 size_t td_gpt_activation_bytes_rc(const td_param_table *t, int B, int seq_parallel, td_recompute rc) {
@@ -215,9 +224,10 @@ size_t td_gpt_slot_bytes(const td_param_table *t, int B, int seq_parallel, const
     td_gpt_dims_of(&d, t, B, seq_parallel);
     /* a mixture of experts: each slot block's own routing and expert tensors
      * (an upper bound when --moe-every leaves some blocks dense) */
-    size_t moe = t->cfg.moe.E ? (size_t)sh->n_blocks * td_moe_block_bytes(&d, &t->cfg, t->ep) : 0;
-    return slot_mem_bytes(&d, sh) + 2 * (size_t)d.N * sizeof(int) + moe +
-           (size_t)sh->n_blocks * (sizeof(td_block_acts) + (sh->wstash ? sizeof(td_block_wstash) : 0));
+    size_t moe = t->cfg.moe.E ? (size_t)sh->n_blocks * td_dev_footprint(td_moe_block_bytes(&d, &t->cfg, t->ep)) : 0;
+    /* each buffer as the device takes it; the host arrays of block and
+     * stash pointers are metadata (TD_MEM_OTHER), not planned */
+    return td_dev_footprint(slot_mem_bytes(&d, sh)) + 2 * td_dev_footprint((size_t)d.N * sizeof(int)) + moe;
 }
 
 void td_gpt_slot_create(td_gpt_slot *s, const td_gpt *m, const td_slot_shape *sh) {
@@ -225,7 +235,7 @@ void td_gpt_slot_create(td_gpt_slot *s, const td_gpt *m, const td_slot_shape *sh
     memset(s, 0, sizeof *s);
     s->shape = *sh;
     s->mem = td_dev_alloc(slot_mem_bytes(d, sh), TD_MEM_ACTS, "pipeline slot activations");
-    s->blocks = td_alloc(sizeof(td_block_acts) * (size_t)(sh->n_blocks > 0 ? sh->n_blocks : 1), TD_MEM_ACTS);
+    s->blocks = td_alloc(sizeof(td_block_acts) * (size_t)(sh->n_blocks > 0 ? sh->n_blocks : 1), TD_MEM_OTHER);
     char *cur = s->mem;
     size_t NsC = A(d, (size_t)d->Ns * d->C);
     TD_ASSERT(!sh->forward_only || !sh->wstash);
@@ -240,7 +250,7 @@ void td_gpt_slot_create(td_gpt_slot *s, const td_gpt *m, const td_slot_shape *sh
             carve_block(&s->blocks[i], d, &cur);
     }
     if (sh->wstash) {
-        s->w = td_alloc(sizeof(td_block_wstash) * (size_t)(sh->n_blocks > 0 ? sh->n_blocks : 1), TD_MEM_ACTS);
+        s->w = td_alloc(sizeof(td_block_wstash) * (size_t)(sh->n_blocks > 0 ? sh->n_blocks : 1), TD_MEM_OTHER);
         for (int i = 0; i < sh->n_blocks; i++) {
             td_block_wstash_carve(&s->w[i], d, cur);
             cur += td_block_wstash_bytes(d);
@@ -398,9 +408,11 @@ void *td_gpt_cp_scratch(td_gpt *m, size_t *bytes) {
 size_t td_gpt_stage_bytes_use(const td_param_table *t, int B, int seq_parallel, td_recompute rc, td_gpt_use use) {
     td_gpt_dims d;
     td_gpt_dims_of(&d, t, B, seq_parallel);
-    size_t moe = td_moe_scratch_bytes(&d, &t->cfg, t->ep); /* and the recomputed block's own set */
-    if (rc == TD_RECOMPUTE_BLOCK && t->cfg.moe.E) moe += td_moe_block_bytes(&d, &t->cfg, t->ep);
-    return scratch_bytes(&d, &t->cfg, use) + (rc == TD_RECOMPUTE_BLOCK ? block_bytes(&d) : 0) + moe;
+    size_t moe = moe_scratch(&d, t); /* and the recomputed block's own set */
+    if (rc == TD_RECOMPUTE_BLOCK && t->cfg.moe.E) moe += td_dev_footprint(td_moe_block_bytes(&d, &t->cfg, t->ep));
+    /* each buffer as the device takes it (td_gpt_activation_bytes_use) */
+    return td_dev_footprint(scratch_bytes(&d, &t->cfg, use)) +
+           (rc == TD_RECOMPUTE_BLOCK ? td_dev_footprint(block_bytes(&d)) : 0) + moe;
 }
 
 size_t td_gpt_stage_bytes(const td_param_table *t, int B, int seq_parallel, td_recompute rc) {
@@ -436,7 +448,7 @@ void td_gpt_create_use(td_gpt *m, const td_param_table *t, int B, int seq_parall
     size_t Ns = d->Ns, C = d->C;
 
     m->acts = td_dev_alloc(act_bytes(d, L, rc), TD_MEM_ACTS, "activations");
-    m->blocks = td_alloc(sizeof(td_block_acts) * (size_t)L, TD_MEM_ACTS);
+    m->blocks = td_alloc(sizeof(td_block_acts) * (size_t)L, TD_MEM_OTHER); /* host metadata */
     char *cur = (char *)m->acts;
     m->embed.encoded = carve(&cur, A(d, Ns * C));
     for (int l = 0; l < L; l++) {

@@ -32,17 +32,18 @@ static size_t A(const td_gpt_dims *d, size_t n);
 static size_t tile_elems(const td_gpt_dims *d, const td_gpt_config *c);
 static size_t f0_elems(const td_gpt_dims *d, const td_gpt_config *c, size_t rows);
 
-static void *zalloc(size_t bytes, td_mem_cat cat) {
-    void *p = td_alloc(bytes, cat);
+/* Host memory (routing decisions, counts, pointers), zeroed. */
+static void *zalloc(size_t bytes) {
+    void *p = td_alloc(bytes, TD_MEM_OTHER);
     memset(p, 0, bytes);
     return p;
 }
 
 void td_moe_state_create(td_gpt *m) {
     if (m->cfg.moe.E == 0) return;
-    struct td_moe_state *s = zalloc(sizeof *s, TD_MEM_OTHER);
+    struct td_moe_state *s = zalloc(sizeof *s);
     int E = m->cfg.moe.E, L = m->cfg.L;
-    s->st.load = zalloc(sizeof(double) * (size_t)L * E, TD_MEM_OTHER);
+    s->st.load = zalloc(sizeof(double) * (size_t)L * E);
     s->st.E = E, s->st.L = L;
     s->dloss = 1.0f / (float)m->d.N;
     int ep = m->table->ep;
@@ -50,7 +51,7 @@ void td_moe_state_create(td_gpt *m) {
     size_t w = A(&m->d, s->cap * scratch_width(&m->cfg, m->d.C));
     s->scratch = td_dev_alloc(td_moe_scratch_bytes(&m->d, &m->cfg, ep), TD_MEM_ACTS, "moe scratch");
     size_t nhf = (size_t)m->d.N > 2 * (size_t)E ? (size_t)m->d.N : 2 * (size_t)E;
-    s->hf = zalloc(sizeof(float) * nhf, TD_MEM_OTHER);
+    s->hf = zalloc(sizeof(float) * nhf);
     s->b0 = s->scratch, s->b1 = (char *)s->scratch + w, s->b2 = (char *)s->scratch + 2 * w;
     s->f0 = (float *)((char *)s->scratch + 3 * w);
     char *t = (char *)(s->f0 + f0_elems(&m->d, &m->cfg, s->cap));
@@ -140,7 +141,7 @@ static td_moe_acts *acts_new(td_gpt *m) {
     const td_gpt_dims *d = &m->d;
     const td_moe_config *e = &m->cfg.moe;
     int ep = m->table->ep;
-    td_moe_acts *a = zalloc(sizeof *a, TD_MEM_OTHER);
+    td_moe_acts *a = zalloc(sizeof *a);
     size_t N = (size_t)d->N, E = (size_t)e->E, K = (size_t)e->K, S = (size_t)e->shared,
            C = (size_t)d->C;
     size_t R = recv_rows(d, &m->cfg, ep);
@@ -148,7 +149,7 @@ static td_moe_acts *acts_new(td_gpt *m) {
     a->mem = td_dev_alloc(td_moe_block_bytes(d, &m->cfg, ep), TD_MEM_ACTS, "moe block activations");
     /* the routing half, the same layout on both sides (one copy each way) */
     size_t route_bytes = 4 * (2 * N * E + 4 * N * K + 2 * E + 2 * E + 3);
-    a->hmem = zalloc(route_bytes + 2 * sizeof(int) * E, TD_MEM_OTHER);
+    a->hmem = zalloc(route_bytes + 2 * sizeof(int) * E);
     char *cur = a->hmem;
 #define CARVE(p, bytes) (p = (void *)cur, cur += (bytes))
     for (int side = 0; side < 2; side++) {

@@ -88,9 +88,18 @@ int td_replicated_full_params(const td_dp *dp) {
 static void allreduce_plan(const td_dp_config *cfg, const td_layout *lay, const td_param_table *t,
                            td_mem_plan *p) {
     td_state_bytes st = td_state_plan((double)t->numel, td_layout_grad_ranks(lay), 0, td_state_elem_engine(cfg->master));
-    p->bytes[td_dp_param_cat(cfg)] = (size_t)(st.params + st.master);
-    p->bytes[TD_MEM_GRADS] = cfg->forward_only ? 0 : (size_t)st.grads;
-    p->bytes[TD_MEM_OPTIM] = cfg->forward_only ? 0 : (size_t)st.optim;
+    /* td_replicated_create's buffers: the parameters (fp32, or the master
+     * copy), the gradients (a shared window, host memory, where a group of
+     * two or more all-reduces them), the moments m and v */
+    td_plan_dev(p, td_dp_param_cat(cfg), (size_t)(st.params + st.master));
+    if (!cfg->forward_only) {
+        if (td_layout_shard_ranks(lay) > 1)
+            td_plan_host(p, TD_MEM_GRADS, (size_t)st.grads);
+        else
+            td_plan_dev(p, TD_MEM_GRADS, (size_t)st.grads);
+        td_plan_dev(p, TD_MEM_OPTIM, (size_t)st.optim / 2);
+        td_plan_dev(p, TD_MEM_OPTIM, (size_t)st.optim / 2);
+    }
     if (td_gpay_on(cfg, td_layout_grad_ranks(lay))) { /* bf16 / top-k buffers over the buckets */
         size_t *lo = td_alloc(sizeof(size_t) * 2 * (size_t)t->n_units, TD_MEM_OTHER);
         int nb = td_bucket_ranges(t, cfg->bucket_bytes, lo, lo + t->n_units);

@@ -88,7 +88,8 @@ static size_t block_bytes(const td_cp_shape *s) {
 }
 
 size_t td_cp_ring_plan_bytes(const td_cp_shape *s, int n, size_t lent) {
-    return n > 1 && 4 * block_bytes(s) > lent ? 4 * block_bytes(s) : 0;
+    /* ensure()'s four buffers, each as the device takes it */
+    return n > 1 && 4 * block_bytes(s) > lent ? 4 * td_dev_footprint(block_bytes(s)) : 0;
 }
 
 void td_cp_ring_lend(td_cp_ring *g, void *ws, size_t bytes) {

@@ -103,6 +103,12 @@ static td_dp_config forward_cfg(const td_dp_config *cfg) {
     return c;
 }
 
+void td_plan_dev(td_mem_plan *p, td_mem_cat cat, size_t bytes) {
+    size_t b = td_dev_footprint(bytes);
+    p->bytes[cat] += b;
+    if (td_backend_is_device()) p->device[cat] += b;
+}
+
 td_mem_plan td_dp_memory_plan(const td_dp_config *cfg, const td_layout *lay,
                               const td_param_table *t) {
     td_mem_plan p;

@@ -107,7 +107,7 @@ void td_gpay_plan(const td_dp_config *cfg, int D, const td_param_table *t, int n
         p->bytes[TD_MEM_COMM] +=
             (pairs + (size_t)D * pairs + dense) * sizeof(float) + max_k * sizeof(uint32_t);
     } else {
-        p->bytes[TD_MEM_COMM] += total * sizeof(uint16_t);
+        td_plan_dev(p, TD_MEM_COMM, total * sizeof(uint16_t)); /* one buffer, half_all */
     }
 }
 

@@ -95,15 +95,16 @@ static int server_world_rank(const td_dp *dp, int s) { return td_grid_workers(dp
 static void ps_plan(const td_dp_config *cfg, const td_layout *lay, const td_param_table *t,
                     td_mem_plan *p) {
     size_t n = t->numel * sizeof(float), slice = n / (size_t)lay->n_servers;
-    if (lay->is_server) {
-        p->bytes[td_dp_param_cat(cfg)] = slice;
-        p->bytes[TD_MEM_OPTIM] = 2 * slice;
-        p->bytes[TD_MEM_GRADS] = (size_t)(cfg->ps_staleness + 1) * slice;
-        p->bytes[TD_MEM_COMM] = slice;
+    if (lay->is_server) { /* ps_create's buffers, one each */
+        td_plan_dev(p, td_dp_param_cat(cfg), slice);
+        td_plan_dev(p, TD_MEM_OPTIM, slice);
+        td_plan_dev(p, TD_MEM_OPTIM, slice);
+        td_plan_dev(p, TD_MEM_GRADS, (size_t)(cfg->ps_staleness + 1) * slice);
+        td_plan_dev(p, TD_MEM_COMM, slice);
     } else {
-        p->bytes[td_dp_param_cat(cfg)] = n;
-        p->bytes[TD_MEM_GRADS] = n;
-        p->bytes[TD_MEM_COMM] = n; /* packed slices for all servers */
+        td_plan_dev(p, td_dp_param_cat(cfg), n);
+        td_plan_dev(p, TD_MEM_GRADS, n);
+        td_plan_dev(p, TD_MEM_COMM, n); /* packed slices for all servers */
     }
 }
 

@@ -10,11 +10,12 @@
 static void rb_plan(const td_dp_config *cfg, const td_layout *lay, const td_param_table *t,
                     td_mem_plan *p) {
     size_t n = t->numel * sizeof(float);
-    p->bytes[td_dp_param_cat(cfg)] = n;
+    td_plan_dev(p, td_dp_param_cat(cfg), n);
     if (cfg->forward_only) return; /* no gradient, no moment */
-    p->bytes[TD_MEM_GRADS] = n;
+    td_plan_dev(p, TD_MEM_GRADS, n);
     /* the moments on dp rank 0, under ep on every rank of edp rank 0 */
-    p->bytes[TD_MEM_OPTIM] = lay->dp_rank >= 0 && lay->dp_rank < (lay->ep > 1 ? lay->ep : 1) ? 2 * n : 0;
+    if (lay->dp_rank >= 0 && lay->dp_rank < (lay->ep > 1 ? lay->ep : 1))
+        td_plan_dev(p, TD_MEM_OPTIM, n), td_plan_dev(p, TD_MEM_OPTIM, n);
 }
 
 /* Under ep the expert stacks were reduced to rank 0 of their edp group

@@ -116,25 +116,40 @@ static void zero_plan(const td_dp_config *cfg, const td_layout *lay, const td_pa
                 staging = td_max_sz(staging, td_comm_reduce_scatter_staging(len[k] / (size_t)parts, parts,
                                                                             cfg->zero != 1));
         }
-    /* what each stage shards: the one function the planner calls too */
+    /* what each stage shards: the one function the planner calls too; the
+     * buffers as zero_create makes them, td_dp_alloc_shared's (a shared
+     * window, host memory, when D > 1) apart from the device's */
     td_state_elem e = td_state_elem_engine(cfg->master);
     td_state_bytes a = td_state_plan(dense, D, cfg->zero, e), b = td_state_plan(experts, ED, cfg->zero, e);
-    p->bytes[TD_MEM_OPTIM] = (size_t)a.optim + (size_t)b.optim;
-    p->bytes[TD_MEM_GRADS] = (size_t)a.grads + (size_t)b.grads;
-    p->bytes[td_dp_param_cat(cfg)] = (size_t)(a.params + a.master) + (size_t)(b.params + b.master);
-    if (cfg->zero == 1) p->bytes[TD_MEM_COMM] = sh; /* reduce-scatter output */
-    else p->bytes[TD_MEM_COMM] = POOL * max_block + u0;
-    p->bytes[TD_MEM_COMM] += (size_t)td_comm_inflight() * staging;
-    if (gpay) { /* top-k: the units are the buckets */
+    int fwd = cfg->forward_only;
+    void (*shared_buf)(td_mem_plan *, td_mem_cat, size_t) = D > 1 ? td_plan_host : td_plan_dev;
+    if (!fwd) { /* the moments m and v, one shard each */
+        size_t optim = (size_t)a.optim + (size_t)b.optim;
+        td_plan_dev(p, TD_MEM_OPTIM, optim / 2);
+        td_plan_dev(p, TD_MEM_OPTIM, optim / 2);
+    }
+    shared_buf(p, td_dp_param_cat(cfg), (size_t)(a.params + a.master) + (size_t)(b.params + b.master));
+    if (fwd) {
+    } else if (cfg->zero == 1) {
+        shared_buf(p, TD_MEM_GRADS, (size_t)a.grads + (size_t)b.grads);
+        td_plan_dev(p, TD_MEM_COMM, sh); /* reduce-scatter output */
+    } else {
+        td_plan_dev(p, TD_MEM_GRADS, (size_t)a.grads + (size_t)b.grads);
+        for (int i = 0; i < POOL; i++) shared_buf(p, TD_MEM_COMM, max_block);
+        shared_buf(p, TD_MEM_COMM, u0);
+    }
+    if (!fwd) td_plan_host(p, TD_MEM_COMM, (size_t)td_comm_inflight() * staging);
+    if (gpay && !fwd) { /* top-k: the units are the buckets */
         size_t *r = td_alloc(sizeof(size_t) * 2 * (size_t)t->n_units, TD_MEM_OTHER);
         for (int u = 0; u < t->n_units; u++) r[u] = t->unit_offset[u], r[t->n_units + u] = td_unit_numel(t, u);
         td_gpay_plan(cfg, D, t, t->n_units, r, r + t->n_units, p);
         td_free(r);
     }
-    if (cfg->zero == 3) p->bytes[TD_MEM_GATHER] = POOL * max_block + u0 + uf;
-    /* forward only: the parameters (stage 3: their gathers) and nothing of
-     * the gradients' reduce-scatter */
-    if (cfg->forward_only) p->bytes[TD_MEM_OPTIM] = p->bytes[TD_MEM_GRADS] = p->bytes[TD_MEM_COMM] = 0;
+    if (cfg->zero == 3) { /* the gathered units: POOL blocks, the first and the last */
+        for (int i = 0; i < POOL; i++) td_plan_dev(p, TD_MEM_GATHER, max_block);
+        td_plan_dev(p, TD_MEM_GATHER, u0);
+        td_plan_dev(p, TD_MEM_GATHER, uf);
+    }
 }
 
 /* Every unit's pieces with their groups, shard offsets and step ranges. */

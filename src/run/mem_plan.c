@@ -2,6 +2,7 @@
 #include "mem_plan.h"
 
 #include "trident/base.h"
+#include "trident/backend.h"
 #include "trident/cp.h"
 
 td_dp_config td_run_dp_config(const td_run_spec *spec, td_dp_mode mode) {
@@ -28,6 +29,13 @@ td_gpt_use td_run_model_use(const td_dp_config *dcfg) {
     return dcfg->forward_only ? TD_GPT_FORWARD : TD_GPT_TRAIN;
 }
 
+/* Device bytes already rounded buffer by buffer (the model's and the cp
+ * ring's plans call td_dev_footprint themselves). */
+static void add_device(td_mem_plan *p, td_mem_cat c, size_t bytes) {
+    p->bytes[c] += bytes;
+    if (td_backend_is_device()) p->device[c] += bytes;
+}
+
 td_mem_plan td_run_mem_plan(const td_run_spec *spec, const td_gpt_config *cfg,
                             const td_rank_shape *rs, td_param_table *table) {
     const td_layout *lay = rs->lay;
@@ -45,19 +53,24 @@ td_mem_plan td_run_mem_plan(const td_run_spec *spec, const td_gpt_config *cfg,
     if (!lay->is_server) {
         td_recompute rc = spec->precision.recompute;
         td_gpt_use use = td_run_model_use(rs->dcfg);
-        plan.bytes[TD_MEM_ACTS] +=
+        /* the model's activations and the cp ring's blocks are device
+         * buffers (each already as the device takes it); the tp packing
+         * scratch is the comm layer's, host memory */
+        size_t acts =
             rs->split ? td_pp_activation_bytes(table, rs->Bm, spec->layout.seq_parallel, rs->split,
                                                rs->sched, rs->pp_rank, rc, use)
                       : td_gpt_activation_bytes_use(table, rs->Bm, spec->layout.seq_parallel, rc, use);
-        plan.bytes[TD_MEM_COMM] += td_tp_comm_plan_bytes(table, rs->Bm, spec->layout.seq_parallel);
+        add_device(&plan, TD_MEM_ACTS, acts);
+        td_plan_host(&plan, TD_MEM_COMM, td_tp_comm_plan_bytes(table, rs->Bm, spec->layout.seq_parallel));
         int cp = lay->cp > 1 ? lay->cp : 1, tp = lay->tp;
         td_cp_shape ring = {
             rs->Bm, cfg->T / cp, cfg->C / tp, cfg->H / tp, spec->precision.precision, cfg->KV / tp};
         /* its K/V blocks, in the MLP backward's scratch (run.c lends it; a
          * forward-only model has none: td_gpt_cp_scratch) */
         size_t lent = use == TD_GPT_FORWARD ? 0 : td_gpt_cp_scratch_bytes(table, rs->Bm, spec->layout.seq_parallel);
-        plan.bytes[TD_MEM_COMM] += td_cp_ring_plan_bytes(&ring, cp, lent);
-        plan.bytes[TD_MEM_PARAMS] += td_gpt_compute_param_bytes(table); /* reduced-precision copies */
+        add_device(&plan, TD_MEM_COMM, td_cp_ring_plan_bytes(&ring, cp, lent));
+        if (td_gpt_compute_param_bytes(table)) /* reduced-precision copies, one buffer */
+            td_plan_dev(&plan, TD_MEM_PARAMS, td_gpt_compute_param_bytes(table));
     }
     return plan;
 }

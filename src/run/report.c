@@ -4,6 +4,8 @@
 #include <string.h>
 
 #include "report.h"
+
+#include "trident/backend.h"
 #include "trident/base.h"
 #include "trident/files.h"
 #include "trident/comm.h"
@@ -165,6 +167,14 @@ void td_report_memory(td_report *r, const td_mem_plan *plan, int measured) {
     }
     gather_bytes(g, plan->bytes, pl);
     gather_bytes(g, peaks, ms);
+    /* the split by where the bytes live, [side][rank][cat]: planned device,
+     * planned host, measured device, measured host */
+    uint64_t *sp = td_alloc(sizeof(uint64_t) * 4 * TD_MEM_NCAT * W, TD_MEM_OTHER);
+    size_t side[4][TD_MEM_NCAT];
+    for (int c = 0; c < TD_MEM_NCAT; c++)
+        side[0][c] = plan->device[c], side[1][c] = plan->bytes[c] - plan->device[c],
+        side[2][c] = td_mem_peak_device(c), side[3][c] = td_mem_peak_host(c);
+    for (int k = 0; k < 4; k++) gather_bytes(g, side[k], sp + (size_t)k * TD_MEM_NCAT * W);
     char b1[32], b2[32];
     if (g->world_rank == 0) {
         int detail = r->spec->output.memory_report, fwd = forward_only(r->spec);
@@ -198,8 +208,28 @@ void td_report_memory(td_report *r, const td_mem_plan *plan, int measured) {
                 td_log(" %20s\n", td_fmt_bytes(b1, 32, (double)state_p));
             }
         }
+        if (td_backend_is_device()) /* on cpu every byte is host memory: nothing to add */
+            for (int w = 0; w < W; w++) {
+                uint64_t t[4] = {0, 0, 0, 0};
+                for (int k = 0; k < 4; k++)
+                    for (int c = 0; c < TD_MEM_NCAT; c++)
+                        if (c != TD_MEM_OTHER) t[k] += sp[((size_t)k * W + w) * TD_MEM_NCAT + c];
+                char b3[32], b4[32];
+                if (measured)
+                    td_log("  rank %d on --device %s (planned/measured, other apart): device %s/%s, host %s/%s\n", w,
+                           td_device_name(td_backend_device()), td_fmt_bytes(b1, 32, (double)t[0]),
+                           td_fmt_bytes(b2, 32, (double)t[2]), td_fmt_bytes(b3, 32, (double)t[1]),
+                           td_fmt_bytes(b4, 32, (double)t[3]));
+                else
+                    td_log("  rank %d on --device %s (other apart): device %s, host %s\n", w,
+                           td_device_name(td_backend_device()), td_fmt_bytes(b1, 32, (double)t[0]),
+                           td_fmt_bytes(b2, 32, (double)t[1]));
+            }
         if (r->log) {
             fprintf(r->log, measured ? "{\"event\": \"memory\", \"ranks\": [" : ", \"memory_plan\": [");
+            /* per rank: the categories' wholes (and _peak), then "device" and
+             * "host" (and "device_peak", "host_peak") by category */
+            static const char *const sides[4] = {"device", "host", "device_peak", "host_peak"};
             for (int w = 0; w < W; w++) {
                 fprintf(r->log, "%s{", w ? ", " : "");
                 for (int c = 0; c < TD_MEM_NCAT; c++) {
@@ -208,6 +238,13 @@ void td_report_memory(td_report *r, const td_mem_plan *plan, int measured) {
                     if (measured)
                         fprintf(r->log, ", \"%s_peak\": %llu", td_mem_cat_name(c),
                                 (unsigned long long)ms[w * TD_MEM_NCAT + c]);
+                }
+                for (int k = 0; k < (measured ? 4 : 2); k++) {
+                    fprintf(r->log, ", \"%s\": {", sides[k]);
+                    for (int c = 0; c < TD_MEM_NCAT; c++)
+                        fprintf(r->log, "%s\"%s\": %llu", c ? ", " : "", td_mem_cat_name(c),
+                                (unsigned long long)sp[((size_t)k * W + w) * TD_MEM_NCAT + c]);
+                    fprintf(r->log, "}");
                 }
                 fprintf(r->log, "}");
             }
@@ -218,6 +255,7 @@ void td_report_memory(td_report *r, const td_mem_plan *plan, int measured) {
     }
     td_free(pl);
     td_free(ms);
+    td_free(sp);
 }
 
 /* "0.42s", "12.4s", "3m05s", "2h07m": a duration to the precision a reader wants. */

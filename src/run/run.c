@@ -408,7 +408,11 @@ void td_run_close(td_run *r, int keep) {
             if (ex[k]) res->numel_expert += len[k];
     }
     if (!r->g.is_server) traffic_formula(r);
-    for (int c = 0; c < TD_MEM_NCAT; c++) res->mem_planned[c] = r->plan.bytes[c], res->mem_peak[c] = td_mem_peak(c);
+    for (int c = 0; c < TD_MEM_NCAT; c++) {
+        res->mem_planned[c] = r->plan.bytes[c], res->mem_peak[c] = td_mem_peak(c);
+        res->mem_planned_device[c] = r->plan.device[c], res->mem_planned_host[c] = r->plan.bytes[c] - r->plan.device[c];
+        res->mem_peak_device[c] = td_mem_peak_device(c), res->mem_peak_host[c] = td_mem_peak_host(c);
+    }
     /* a stop during start-up trained nothing: no summary, save or sample */
     int stopped = res->stop_step >= 0, early = res->stopped_after > 0 || res->stopped_startup > 0;
     int trained = !stopped && !res->stopped_startup;

@@ -128,10 +128,15 @@ static void pass(void *ctx, td_layout_pass *p) {
 static void log_run(const eval_run *e, const td_train_result *res) {
     fprintf(e->logf, "\"dp\": %d, \"tp\": %d, \"pp\": %d, \"cp\": %d, \"ep\": %d, \"precision\": \"%s\"", e->dp,
             e->tp, e->pp, e->cp, e->ep, e->used);
-    for (int k = 0; k < 2; k++) {
-        fprintf(e->logf, ", \"%s\": {", k ? "mem_peak" : "mem_planned");
+    /* the whole per category, then its device and host parts */
+    static const char *const keys[6] = {"mem_planned", "mem_peak", "mem_planned_device", "mem_peak_device",
+                                        "mem_planned_host", "mem_peak_host"};
+    const size_t *vals[6] = {res->mem_planned, res->mem_peak, res->mem_planned_device, res->mem_peak_device,
+                             res->mem_planned_host, res->mem_peak_host};
+    for (int k = 0; k < 6; k++) {
+        fprintf(e->logf, ", \"%s\": {", keys[k]);
         for (int c = 0; c < TD_MEM_NCAT; c++)
-            fprintf(e->logf, "%s\"%s\": %zu", c ? ", " : "", td_mem_cat_name(c), k ? res->mem_peak[c] : res->mem_planned[c]);
+            fprintf(e->logf, "%s\"%s\": %zu", c ? ", " : "", td_mem_cat_name(c), vals[k][c]);
         fprintf(e->logf, "}");
     }
 }

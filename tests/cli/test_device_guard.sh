@@ -27,11 +27,34 @@ same() { # NAME A B: the same non-empty text
     fail "$1 differs: cpu '$(head -c 200 "$2")' guard '$(head -c 200 "$3")'"; fi
 }
 # cpu: 5 steps straight (an exact resume gives the same: cli_resume); guard: 3, then resumed to 5
-run train_cpu "$T" train "${A[@]}" --steps 5 --device cpu --out "$tmp/ck_cpu" && losses "$tmp/train_cpu.out" > "$tmp/cpu.l"
-run train_guard "$T" train "${A[@]}" --steps 3 --device guard --out "$tmp/ck_guard" \
+run train_cpu "$T" train "${A[@]}" --steps 5 --device cpu --out "$tmp/ck_cpu" --log "$tmp/cpu.jsonl" && losses "$tmp/train_cpu.out" > "$tmp/cpu.l"
+run train_guard "$T" train "${A[@]}" --steps 3 --device guard --out "$tmp/ck_guard" --log "$tmp/guard.jsonl" \
   && run resume_guard "$T" train "${A[@]}" --steps 5 --device guard --resume "$tmp/ck_guard" \
   && cat <(losses "$tmp/train_guard.out" | sed 's|/3|/5|') <(losses "$tmp/resume_guard.out") > "$tmp/guard.l"
 same "train's losses, 3 steps then resumed to 5" "$tmp/cpu.l" "$tmp/guard.l"
+# The memory plan per device and per host (--log's memory event): under the guard every
+# category's device bytes (each buffer whole pages) and host bytes equal the measured peaks
+# (not yet the host comm bytes: the staging pool is not planned), the step tensors all on the
+# device; on cpu every byte is host memory, as the categories' wholes say.
+python3 - "$tmp/cpu.jsonl" "$tmp/guard.jsonl" <<'PYEOF' || fail "memory plan per device and per host"
+import json, sys
+bad = 0
+for path, dev in zip(sys.argv[1:], (0, 1)):
+    r = [json.loads(l) for l in open(path) if '"event": "memory"' in l][-1]["ranks"][0]
+    for c in r["device"]:
+        if c == "other": continue
+        ok = r["device"][c] == r["device_peak"][c] and (c == "comm" or r["host"][c] == r["host_peak"][c])
+        ok = ok and r["device"][c] + r["host"][c] == r[c] and r["device_peak"][c] + r["host_peak"][c] >= r[c + "_peak"]
+        ok = ok and (r["device"][c] == 0 if not dev else r["device"][c] % 4096 == 0)
+        bad += not ok
+        print("%s %-5s %-11s device %d/%d host %d/%d" % ("ok  " if ok else "FAIL", ("cpu", "guard")[dev], c,
+              r["device"][c], r["device_peak"][c], r["host"][c], r["host_peak"][c]))
+    if dev and not (r["device"]["params"] and r["device"]["activations"] and not r["host"]["params"]):
+        bad += 1; print("FAIL guard: parameters and activations not on the device")
+sys.exit(1 if bad else 0)
+PYEOF
+grep -q 'on --device guard (planned/measured, other apart): device' "$tmp/train_guard.out" \
+  || fail "train's report under the guard has no device/host line"
 for d in cpu guard; do
   run "eval_$d" "$T" eval --ckpt "$tmp/ck_$d" --data "$tmp/small.txt" --threads 1 --device $d \
     && grep -oE 'loss [0-9.]+ nats/token' "$tmp/eval_$d.out" > "$tmp/eval_$d.l"

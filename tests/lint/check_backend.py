@@ -18,7 +18,8 @@ belong to the backend.
       src/train/verify*.c (tests/ is not scanned: tests/layouts and the unit
       tests are oracles too), and the host-side decoder (src/model/decode.c
       and the routing it calls, HOST_ROW_FUNCS) that sample runs on host
-      copies of the parameters.
+      copies of the parameters; also in HOST_ROW_FUNCS, calibration, which
+      measures the CPU kernels' own rates on host buffers.
 
 The seam is being built while this runs: the call sites not converted yet
 are listed in tests/lint/backend_pending.txt, one `path:function` per line
@@ -97,7 +98,12 @@ HOST_CATS = ["TD_MEM_COMM", "TD_MEM_OTHER"]
 # copies of the parameters fetched by named downloads (src/run/sample.c), so
 # they compute with the CPU row on host memory whatever the device.
 ORACLES = re.compile(r"^src/train/verify[^/]*\.c$|^src/model/decode\.c$")
-HOST_ROW_FUNCS = {"src/model/moe.c:td_moe_route_token": "the decoder's one-token routing, on host memory"}
+HOST_ROW_FUNCS = {
+    "src/model/moe.c:td_moe_route_token": "the decoder's one-token routing, on host memory",
+    # `trident calibrate` measures the host CPU's GEMM rates for the
+    # planner's profile: the CPU row on host buffers is what it measures
+    "src/train/calibrate_rates.c:linear_round": "calibration of the CPU kernels' rates, on host buffers",
+}
 PENDING = "tests/lint/backend_pending.txt"
 
 STRIP = re.compile(r'/\*.*?\*/|//[^\n]*|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)

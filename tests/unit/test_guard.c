@@ -163,6 +163,17 @@ static void test_buffers(void) {
     size_t page = (size_t)sysconf(_SC_PAGESIZE), rounded = (N * sizeof(float) + page - 1) / page * page;
     TU_EXPECT(td_mem_current(TD_MEM_ACTS) - acts0 == 2 * rounded,
               "accounted in pages: %zu bytes, want %zu", td_mem_current(TD_MEM_ACTS) - acts0, 2 * rounded);
+    /* on the device side of the accounting, beside a host block of the
+     * same category (host side, its bytes as asked) */
+    td_mem_reset_peaks();
+    size_t dev0 = td_mem_peak_device(TD_MEM_ACTS), host0 = td_mem_peak_host(TD_MEM_ACTS);
+    void *hb = td_alloc(100, TD_MEM_ACTS);
+    float *c = td_dev_alloc(N * sizeof(float), TD_MEM_ACTS, "c");
+    TU_EXPECT(td_mem_peak_device(TD_MEM_ACTS) - dev0 == rounded && td_mem_peak_host(TD_MEM_ACTS) - host0 == 100,
+              "device side +%zu (want %zu), host side +%zu (want 100)", td_mem_peak_device(TD_MEM_ACTS) - dev0,
+              rounded, td_mem_peak_host(TD_MEM_ACTS) - host0);
+    td_dev_free(c);
+    td_free(hb);
     TU_EXPECT(td_dev_footprint(N * sizeof(float)) == rounded && td_dev_footprint(0) == page &&
                   td_dev_footprint(page) == page,
               "td_dev_footprint says the pages: %zu for %zu bytes", td_dev_footprint(N * sizeof(float)),
