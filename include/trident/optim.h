@@ -49,6 +49,24 @@ typedef struct {
 float td_lr_at(const td_optim_config *o, int step);
 /* The first step of WSD's decay. */
 int td_lr_wsd_decay_start(const td_optim_config *o);
+/* --batch-rampup START:INCREMENT:SAMPLES (Megatron's rampup-batch-size):
+ * the global batch starts at START and grows by INCREMENT each time
+ * SAMPLES / ((full - START) / INCREMENT) more samples have been consumed,
+ * until the full batch; start 0: off. */
+typedef struct {
+    int start, increment;
+    long long samples;
+} td_batch_rampup;
+/* The global batch of `step` (from 0), from the samples the steps before it
+ * consumed: a pure function of the step, so a resume and every layout agree.
+ * full: --batch; (full - start) is a multiple of increment (the options
+ * check it). */
+int td_batch_at(const td_batch_rampup *r, int full, int step);
+/* "START:INCREMENT:SAMPLES" into *r; 0, or -1 when the text is not three
+ * positive integers with START <= full and (full - START) a multiple of
+ * INCREMENT (why: the reason). */
+int td_batch_rampup_parse(const char *text, int full, td_batch_rampup *r, char *why, size_t n);
+
 /* Names <-> values; a parse returns -1 for an unknown name. */
 int td_lr_schedule_parse(const char *name);
 const char *td_lr_schedule_name(td_lr_schedule s);

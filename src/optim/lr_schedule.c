@@ -1,6 +1,8 @@
 /* The learning-rate schedules (optim.h): one pure function of the config
  * and the step, so every layout and a resume compute the same lr. */
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "trident/base.h"
@@ -61,4 +63,50 @@ float td_lr_at(const td_optim_config *o, int step) {
     double p = (double)(step - o->warmup) / (double)(o->max_steps - o->warmup);
     td_lr_decay_shape shape = o->schedule == TD_LR_LINEAR ? TD_DECAY_LINEAR : TD_DECAY_COSINE;
     return (float)(o->min_lr + decay_factor(shape, p) * (o->lr - o->min_lr));
+}
+
+/* Megatron's RampupBatchsizeNumMicroBatchesCalculator: the batch steps up by
+ * increment every samples / increments consumed samples. */
+static int batch_for_consumed(const td_batch_rampup *r, int full, long long consumed) {
+    if (r->start <= 0 || r->start >= full || consumed > r->samples) return full;
+    int increments = (full - r->start) / r->increment;
+    double per_increment = (double)r->samples / increments;
+    long long k = (long long)((double)consumed / per_increment);
+    long long b = r->start + k * r->increment;
+    return b < full ? (int)b : full;
+}
+
+int td_batch_at(const td_batch_rampup *r, int full, int step) {
+    long long consumed = 0;
+    int b = full;
+    for (int s = 0; s <= step; s++) {
+        b = batch_for_consumed(r, full, consumed);
+        if (b == full) break; /* the ramp is over: every later step is full */
+        consumed += b;
+    }
+    return b;
+}
+
+int td_batch_rampup_parse(const char *text, int full, td_batch_rampup *r, char *why, size_t n) {
+    long long v[3];
+    const char *p = text;
+    for (int i = 0; i < 3; i++) {
+        char *end;
+        v[i] = strtoll(p, &end, 10);
+        if (end == p || v[i] <= 0 || v[i] > 2147483647LL || *end != (i < 2 ? ':' : 0)) {
+            snprintf(why, n, "not three positive integers START:INCREMENT:SAMPLES");
+            return -1;
+        }
+        p = end + 1;
+    }
+    if (v[0] > full) {
+        snprintf(why, n, "START %lld is above --batch %d", v[0], full);
+        return -1;
+    }
+    if ((full - v[0]) % v[1] != 0) {
+        snprintf(why, n, "--batch %d - START %lld is not a multiple of INCREMENT %lld", full, v[0], v[1]);
+        return -1;
+    }
+    *r = (td_batch_rampup){(int)v[0], (int)v[1], v[2]};
+    return 0;
 }

@@ -97,6 +97,15 @@ void td_report_open(td_report *r, const td_run_spec *spec, const td_grid *g,
            spec->schedule.batch, cfg->T, g->axis[TD_DP].size, spec->schedule.grad_accum, Bm,
            threads, td_dp_mode_name(spec->layout.dp_mode), spec->layout.zero,
            (spec->precision.recompute == TD_RECOMPUTE_BLOCK ? "block" : "none"));
+    const td_batch_rampup *ru = &spec->schedule.rampup;
+    if (ru->start > 0) {
+        int full_at = 0;
+        while (td_batch_at(ru, spec->schedule.batch, full_at) < spec->schedule.batch) full_at++;
+        td_log("batch ramp-up: %d sequences, + %d each %g samples, to %d from step %d (the micro-batches per "
+               "replica follow, up to %d; memory planned at the full batch: the micro-batch's size does not change)\n",
+               ru->start, ru->increment, (double)ru->samples / ((spec->schedule.batch - ru->start) / ru->increment),
+               spec->schedule.batch, full_at, spec->schedule.grad_accum);
+    }
     /* the schedule after the warm-up and where it ends (optim.h) */
     const td_optim_config *oc = &spec->optim;
     char lr_text[96];
@@ -291,6 +300,7 @@ void td_report_step(td_report *r, int step, float loss, float lr, double norm, d
                 "\"tokens_per_s\": %.1f, \"mfu\": %.4f",
                 step, loss, lr, norm, ms, tps, mfu);
         if (r->loss_scale > 0) fprintf(r->log, ", \"loss_scale\": %.9g", r->loss_scale);
+        if (r->step_batch > 0) fprintf(r->log, ", \"batch\": %d", r->step_batch);
         if (r->moe)
             fprintf(r->log, ", \"moe_aux\": %.9g, \"moe_z\": %.9g, \"moe_load_min\": %.4f, \"moe_load_max\": %.4f, "
                             "\"moe_dropped\": %.6f", r->moe->moe_aux, r->moe->moe_z, r->moe->moe_load_min,

@@ -86,6 +86,7 @@ int td_train_flag_table(td_train_opts *o, td_flag *out, int cap) {
         {"--moe-bias-balance", TD_FLAG_FLOAT, &o->moe.bias_rate, "mixture of experts: auxiliary-loss-free balancing (DeepSeek-V3): a per-expert selection bias moved by RATE x the sign of its load error after each step (0: off)", "[0, inf)"},
         {"--moe-capacity", TD_FLAG_FLOAT, &o->moe.capacity, "mixture of experts: capacity factor F: each expert keeps its first ceil(F x tokens x K / E) assignments (0: dropless)", "[0, inf)"},
         {"--batch", TD_FLAG_INT, &o->batch, "global batch in sequences per step (12)", POS},
+        {"--batch-rampup", TD_FLAG_STR, &o->batch_rampup, "START:INCREMENT:SAMPLES (Megatron's): the global batch starts at START sequences and grows by INCREMENT, in equal shares of SAMPLES consumed samples, to --batch; the micro-batches per step follow (START and INCREMENT must be multiples of dp x the micro-batch's sequences); docs/recipe-schedules.md", NULL},
         {"--grad-accum", TD_FLAG_INT, &o->grad_accum, "micro-batches per step per replica (1); the pipeline's micro-batches", POS},
         {"--micro-batches", TD_FLAG_INT, &o->grad_accum, "the same as --grad-accum: micro-batches per step per replica, which a pipeline schedule runs in flight", POS},
         {"--steps", TD_FLAG_INT, &o->steps, "the step to stop at: optimizer steps counted from step 0 (2000; a resume continues to the checkpoint's)", POS},
@@ -277,7 +278,7 @@ static void choice_strings(const td_train_opts *o, const char *s[TD_TRAIN_CHOICE
     s[0] = o->precision, s[1] = o->recompute, s[2] = o->schedule, s[3] = o->pp_partition;
     s[4] = o->dp_mode, s[5] = o->grad_reduce_dtype, s[6] = o->grad_compress, s[7] = o->loss_scale;
     s[8] = o->arch, s[9] = o->tie_embeddings, s[10] = o->moe_router, s[11] = o->moe_norm_topk;
-    s[12] = o->lr_schedule, s[13] = o->lr_decay_shape;
+    s[12] = o->lr_schedule, s[13] = o->lr_decay_shape, s[14] = o->batch_rampup;
 }
 
 /* --lr-schedule and --lr-decay-shape into the optimizer's config (NULL:
@@ -288,6 +289,11 @@ static void lr_choices(td_train_opts *o) {
     int d = td_lr_decay_shape_parse(o->lr_decay_shape ? o->lr_decay_shape : "linear");
     TD_CHECK(d >= 0, "--lr-decay-shape '%s' is not a decay shape; valid: " TD_LR_DECAY_SHAPE_NAMES, o->lr_decay_shape);
     o->optim.schedule = (td_lr_schedule)s, o->optim.decay_shape = (td_lr_decay_shape)d;
+    char why[128];
+    o->ch.rampup = (td_batch_rampup){0, 0, 0};
+    TD_CHECK(!o->batch_rampup || td_batch_rampup_parse(o->batch_rampup, o->batch, &o->ch.rampup, why, sizeof why) == 0,
+             "--batch-rampup '%s': %s; valid: START:INCREMENT:SAMPLES, START <= --batch %d, (--batch - START) a "
+             "multiple of INCREMENT", o->batch_rampup, why, o->batch);
 }
 
 /* The model family's choices: --arch, --tie-embeddings, --moe-router,
@@ -346,6 +352,8 @@ void td_train_compat_cfg(const td_train_opts *o, td_compat_cfg *c) {
     c->ps_servers = o->ps_servers;
     c->dp_mode = ch->dp_mode, c->schedule = ch->schedule, c->virtual_stages = o->virtual_stages;
     c->micro_batches = o->grad_accum, c->recompute = ch->recompute, c->precision = ch->precision;
+    c->batch = o->batch, c->rampup_start = ch->rampup.start, c->rampup_increment = ch->rampup.increment;
+    c->rampup_text = o->batch_rampup;
     c->seq = o->seq, c->embd = o->embd;
     c->grad_bf16 = ch->grad_dtype == TD_BF16;
     c->topk_ratio = ch->topk_ratio, c->topk_no_ef = ch->topk_no_ef;

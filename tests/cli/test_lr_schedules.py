@@ -8,8 +8,10 @@ written here, independently of src/optim/lr_schedule.c:
      continues stable and decays to the new horizon, and the resume says the
      horizon moved; resumed with the same flags it is the uninterrupted run
      bit for bit (losses and lrs);
-  4. a bad --lr-schedule / --lr-decay-shape is one error line naming the flag,
-     the value and the valid names.
+  4. a bad --lr-schedule / --lr-decay-shape / --batch-rampup is one error
+     line naming the flag, the value and what is valid;
+  5. --batch-rampup (in 3.'s runs): the logged batch of each step is
+     Megatron's, and the resume in the middle of the ramp is bitwise.
 Usage: test_lr_schedules.py TRIDENT LR_TABLE DATA_DIR"""
 import json, math, os, shutil, struct, subprocess, sys, tempfile
 
@@ -96,12 +98,13 @@ try:
     text = os.path.join(tmp, "small.txt")
     with open(os.path.join(DATA, "tinyshakespeare.txt"), "rb") as f, open(text, "wb") as g:
         g.write(f.read(30000))
-    BASE = ["train", "--data", text, "--layers", "1", "--heads", "2", "--embd", "16", "--seq", "16", "--batch", "2",
+    BASE = ["train", "--data", text, "--layers", "1", "--heads", "2", "--embd", "16", "--seq", "16",
             "--eval-every", "0", "--threads", "1", "--log-every", "100", "--lr", "1e-2", "--min-lr", "1e-3"]
 
     def train(name, args, want_rc=0):
         log = os.path.join(tmp, name + ".jsonl")
-        p = subprocess.run([T] + BASE + args + ["--log", log], capture_output=True, text=True)
+        batch = [] if "--batch" in args or "--resume" in args else ["--batch", "2"]
+        p = subprocess.run([T] + BASE + batch + args + ["--log", log], capture_output=True, text=True)
         if p.returncode != want_rc:
             fails.append("%s: exit %d: %s" % (name, p.returncode, (p.stderr or p.stdout)[-400:]))
             return {}, p
@@ -120,12 +123,14 @@ try:
         return not bad
 
     # --- 3. WSD extended on resume ---
-    W = ["--warmup", "2", "--lr-schedule", "wsd", "--lr-decay-shape", "1-sqrt", "--lr-decay-fraction", "0.5"]
+    # with a batch ramp-up too (5.): 3 increments of 2 over 24 samples, one each 8
+    R = ["--batch", "8", "--micro-batches", "4", "--batch-rampup", "2:2:24"]
+    W = ["--warmup", "2", "--lr-schedule", "wsd", "--lr-decay-shape", "1-sqrt", "--lr-decay-fraction", "0.5"] + R
     # the uninterrupted run takes the schedule from --config (the same keys)
     cfg = os.path.join(tmp, "cfg.json")
     with open(cfg, "w") as f:
         json.dump({"lr-schedule": "wsd", "lr-decay-shape": "1-sqrt", "lr-decay-fraction": 0.5}, f)
-    full, _ = train("wsd-full", ["--config", cfg, "--warmup", "2", "--steps", "8", "--schedule-steps", "8"])
+    full, _ = train("wsd-full", ["--config", cfg, "--warmup", "2", "--steps", "8", "--schedule-steps", "8"] + R)
     print(("ok  " if lrs_match("run from --config", full, "wsd", "1-sqrt", 2, 8, 0.5, 0, 8) else "FAIL") +
           " run: the logged lr of 8 steps of wsd/1-sqrt (set by --config) equals the formula")
     part, _ = train("wsd-part", W + ["--steps", "4", "--schedule-steps", "8", "--out", os.path.join(tmp, "ck")])
@@ -139,6 +144,14 @@ try:
         fails.append("wsd resume, same flags: steps %s, losses %s vs the uninterrupted %s" % (
             sorted(same), [same[s]["loss"] for s in sorted(same)], [full[s]["loss"] for s in range(4, 8) if s in full]))
         ok = False
+    # Megatron's formula by hand: consumed 0, 2, 4, 6 (2 each), 8, 12 (4), 16, 22 (6)
+    want = [2, 2, 2, 2, 4, 4, 6, 6]
+    got = [full.get(st, {}).get("batch") for st in range(8)]
+    if got != want or any(same[st]["batch"] != want[st] for st in same):
+        fails.append("ramp: batches %s, resumed %s; want %s" % (got, [same[st]["batch"] for st in sorted(same)], want))
+        ok = False
+    else:
+        print("ok   ramp: batches %s, the resume at step 4 continues them" % got)
     ok &= lrs_match("wsd resume, horizon 12", longer, "wsd", "1-sqrt", 2, 12, 0.5, 4, 12)
     if sorted(longer) != list(range(4, 12)) or not all(close(longer[s]["lr"], f32(1e-2)) for s in (4, 5)):
         fails.append("wsd resume, horizon 12: steps %s, lr at 4, 5 not the stable 1e-2" % sorted(longer))
@@ -147,12 +160,13 @@ try:
     if note not in p.stdout + p.stderr:
         fails.append("wsd resume, horizon 12: no line '%s'" % note)
         ok = False
-    print(("ok  " if ok else "FAIL") + " wsd-extend: steps 4-7 resumed bitwise; horizon 8 -> 12 stays stable to step 5, "
+    print(("ok  " if ok else "FAIL") + " wsd-extend: steps 4-7 resumed bitwise (in the middle of the batch ramp); horizon 8 -> 12 stays stable to step 5, "
           "then decays to step 12 (lr %s)" % ["%.4g" % longer[s]["lr"] for s in sorted(longer)])
 
     # --- 4. bad values, one line each; --config keys ---
     for flag, value, want in (("--lr-schedule", "cosin", "valid: cosine, linear, wsd, constant, inverse-sqrt"),
-                              ("--lr-decay-shape", "sqrt", "valid: linear, cosine, 1-sqrt")):
+                              ("--lr-decay-shape", "sqrt", "valid: linear, cosine, 1-sqrt"),
+                              ("--batch-rampup", "3:2:10", "(--batch - START) a multiple of INCREMENT")):
         _, p = train("bad" + flag, ["--steps", "2", flag, value], want_rc=2)
         err = p.stderr.strip().split("\n")
         if len(err) != 1 or flag not in err[0] or "'%s'" % value not in err[0] or want not in err[0]:
