@@ -173,6 +173,13 @@ try:
             fails.append("bad %s %s: stderr %r" % (flag, value, p.stderr[-300:]))
         else:
             print("ok   bad-value: " + err[0])
+    # trident verify's oracle trains the full batch: the ramp is refused there
+    p = subprocess.run([T, "verify", "--data", text, "--batch-rampup", "2:2:12"], capture_output=True, text=True)
+    err = p.stderr.strip().split("\n")
+    if p.returncode != 2 or len(err) != 1 or "--batch-rampup 2:2:12 is not verified" not in err[0]:
+        fails.append("verify --batch-rampup: exit %d, stderr %r" % (p.returncode, p.stderr[-300:]))
+    else:
+        print("ok   verify-refuses: " + err[0])
 finally:
     shutil.rmtree(tmp)
 
