@@ -67,24 +67,36 @@ float td_lr_at(const td_optim_config *o, int step) {
 
 /* Megatron's RampupBatchsizeNumMicroBatchesCalculator: the batch steps up by
  * increment every samples / increments consumed samples. */
+static double per_increment(const td_batch_rampup *r, int full) {
+    return (double)r->samples / ((full - r->start) / r->increment);
+}
 static int batch_for_consumed(const td_batch_rampup *r, int full, long long consumed) {
     if (r->start <= 0 || r->start >= full || consumed > r->samples) return full;
-    int increments = (full - r->start) / r->increment;
-    double per_increment = (double)r->samples / increments;
-    long long k = (long long)((double)consumed / per_increment);
+    long long k = (long long)((double)consumed / per_increment(r, full));
     long long b = r->start + k * r->increment;
     return b < full ? (int)b : full;
 }
 
+/* Walks the steps from 0, a level of the ramp at a time: the steps well
+ * inside a level (n of them, one step's margin before the level's end) are
+ * skipped at once, the ones near its end taken singly, so a step costs
+ * O(levels + step / (steps per level)) and not O(step). */
 int td_batch_at(const td_batch_rampup *r, int full, int step) {
-    long long consumed = 0;
-    int b = full;
-    for (int s = 0; s <= step; s++) {
-        b = batch_for_consumed(r, full, consumed);
-        if (b == full) break; /* the ramp is over: every later step is full */
-        consumed += b;
+    long long consumed = 0, s = 0;
+    for (;;) {
+        int b = batch_for_consumed(r, full, consumed);
+        if (b == full) return full; /* the ramp is over: every later step is full */
+        if (s == step) return b;
+        double per = per_increment(r, full), k = floor((double)consumed / per);
+        double end = fmin((k + 1) * per, (double)r->samples + 1);
+        long long n = (long long)((end - (double)consumed) / b) - 1; /* steps s .. s + n - 1 are at b */
+        if (n > 1) {
+            if (step < s + n) return b;
+            consumed += n * b, s += n;
+        } else {
+            consumed += b, s++;
+        }
     }
-    return b;
 }
 
 int td_batch_rampup_parse(const char *text, int full, td_batch_rampup *r, char *why, size_t n) {

@@ -1,12 +1,21 @@
 /* lr_table SCHEDULE SHAPE WARMUP HORIZON LR MIN_LR DECAY_FRACTION LAST:
  * td_lr_at for steps 0..LAST, one "step lr" line each (%.9g: a float's
- * bits), for test_lr_schedules.py to compare with its own formulas. */
+ * bits), for test_lr_schedules.py to compare with its own formulas;
+ * lr_table --batch START INCREMENT SAMPLES FULL LAST: td_batch_at's batches. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "trident/optim.h"
 
 int main(int argc, char **argv) {
+    /* lr_table --batch START INCREMENT SAMPLES FULL LAST: td_batch_at instead */
+    if (argc == 7 && strcmp(argv[1], "--batch") == 0) {
+        td_batch_rampup r = {atoi(argv[2]), atoi(argv[3]), atoll(argv[4])};
+        for (int step = 0, last = atoi(argv[6]); step <= last; step++)
+            printf("%d %d\n", step, td_batch_at(&r, atoi(argv[5]), step));
+        return 0;
+    }
     if (argc != 9) {
         fprintf(stderr, "usage: lr_table SCHEDULE SHAPE WARMUP HORIZON LR MIN_LR DECAY_FRACTION LAST\n");
         return 2;

@@ -92,6 +92,28 @@ for sched, shape, w, h, lr, m, frac in CASES:
             fails.append("function %s: stable end (step %d) %g" % (name, start, got[start]))
 print(("FAIL" if fails else "ok  ") + " function: %d cases, %d steps against the formulas" % (len(CASES), checked))
 
+# --- 5. the ramp's batches: Megatron's calculator, step by step, written out ---
+def megatron_batches(start, inc, samples, full, last):
+    per, consumed, out = samples / ((full - start) // inc), 0, []
+    for _ in range(last + 1):
+        b = full if consumed > samples else min(full, start + int(consumed / per) * inc)
+        out.append(b)
+        consumed += b
+    return out
+RAMPS = [(2, 2, 24, 8, 20), (16, 16, 100000, 1024, 2000), (32, 32, 12345, 512, 600), (3, 5, 7, 18, 10),
+         (64, 64, 1000000, 4096, 5000)]
+bad = []
+for start, inc, samples, full, last in RAMPS:
+    out = subprocess.run([TABLE, "--batch", str(start), str(inc), str(samples), str(full), str(last)],
+                         capture_output=True, text=True, check=True).stdout.split()
+    got = [int(x) for x in out[1::2]]
+    want = megatron_batches(start, inc, samples, full, last)
+    if got != want:
+        i = next(i for i in range(len(want)) if got[i] != want[i])
+        bad.append("%d:%d:%d to %d: step %d batch %d, Megatron's %d" % (start, inc, samples, full, i, got[i], want[i]))
+fails += bad
+print(("FAIL" if bad else "ok  ") + " ramp-function: %d ramps, every step against Megatron's calculator" % len(RAMPS))
+
 # --- 2-4: real runs ---
 tmp = tempfile.mkdtemp()
 try:
