@@ -103,6 +103,8 @@ typedef enum {
     TD_RULE_EP_DP_SHARD,
     TD_RULE_EP_DIVIDES,
     TD_RULE_TOPK_DEVICE, /* issue 39: what a device other than cpu does not run yet */
+    TD_RULE_RAMPUP_LAYOUT,  /* issue 42: --batch-rampup's layouts */
+    TD_RULE_RAMPUP_DIVIDES, /* every ramp size splits into whole micro-batches */
     TD_RULE_N
 } td_rule_id;
 
@@ -153,6 +155,9 @@ typedef struct {
      * name, for the rows that say what a device other than cpu does not do */
     int device;
     const char *device_name;
+    /* --batch and --batch-rampup's START and INCREMENT (start 0: off) */
+    int batch, rampup_start, rampup_increment;
+    const char *rampup_text;
 } td_compat_cfg;
 
 typedef struct {

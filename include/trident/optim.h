@@ -13,14 +13,65 @@
 extern "C" {
 #endif
 
+/* --lr-schedule: the learning rate after the warm-up (0, cosine, is what a
+ * config filled in by hand gets). */
+typedef enum {
+    TD_LR_COSINE = 0,   /* cosine decay to min_lr at max_steps (nanoGPT's get_lr) */
+    TD_LR_LINEAR,       /* linear decay to min_lr at max_steps */
+    TD_LR_WSD,          /* warm-up, stable at lr, then the last decay_fraction of max_steps decays */
+    TD_LR_CONSTANT,     /* lr: no horizon, no minimum */
+    TD_LR_INVERSE_SQRT, /* lr sqrt((warmup + 1) / (step + 1)), at least min_lr: no horizon */
+} td_lr_schedule;
+#define TD_LR_SCHEDULE_NAMES "cosine, linear, wsd, constant, inverse-sqrt"
+
+/* --lr-decay-shape: WSD's decay from lr to min_lr over its fraction p in [0, 1). */
+typedef enum {
+    TD_DECAY_LINEAR = 0, /* 1 - p */
+    TD_DECAY_COSINE,     /* (1 + cos(pi p)) / 2 */
+    TD_DECAY_1_SQRT,     /* 1 - sqrt(p) (Hägele et al. 2024) */
+} td_lr_decay_shape;
+#define TD_LR_DECAY_SHAPE_NAMES "linear, cosine, 1-sqrt"
+
 typedef struct {
     float lr, min_lr, beta1, beta2, eps, weight_decay, clip;
-    int warmup, max_steps;
+    int warmup, max_steps; /* max_steps: the schedule's horizon (--schedule-steps) */
+    td_lr_schedule schedule;
+    td_lr_decay_shape decay_shape; /* wsd */
+    float decay_fraction;          /* wsd: the share of max_steps that decays, in [0, 1] */
 } td_optim_config;
 
-/* Linear warm-up over `warmup` steps, then cosine decay to min_lr at
- * max_steps (nanoGPT's get_lr). step counts from 0. */
+/* The learning rate at `step` (from 0): a pure function of the config.
+ * Every schedule starts with the linear warm-up lr (step + 1) / (warmup + 1)
+ * for step < warmup; cosine, linear and wsd are min_lr from max_steps on.
+ * WSD decays over the last round(decay_fraction x max_steps) steps before
+ * max_steps (not before the warm-up's end), so a larger horizon extends the
+ * stable phase and moves the decay. The formulas: docs/recipe-schedules.md. */
 float td_lr_at(const td_optim_config *o, int step);
+/* The first step of WSD's decay. */
+int td_lr_wsd_decay_start(const td_optim_config *o);
+/* --batch-rampup START:INCREMENT:SAMPLES (Megatron's rampup-batch-size):
+ * the global batch starts at START and grows by INCREMENT each time
+ * SAMPLES / ((full - START) / INCREMENT) more samples have been consumed,
+ * until the full batch; start 0: off. */
+typedef struct {
+    int start, increment;
+    long long samples;
+} td_batch_rampup;
+/* The global batch of `step` (from 0), from the samples the steps before it
+ * consumed: a pure function of the step, so a resume and every layout agree.
+ * full: --batch; (full - start) is a multiple of increment (the options
+ * check it). */
+int td_batch_at(const td_batch_rampup *r, int full, int step);
+/* "START:INCREMENT:SAMPLES" into *r; 0, or -1 when the text is not three
+ * positive integers with START <= full and (full - START) a multiple of
+ * INCREMENT (why: the reason). */
+int td_batch_rampup_parse(const char *text, int full, td_batch_rampup *r, char *why, size_t n);
+
+/* Names <-> values; a parse returns -1 for an unknown name. */
+int td_lr_schedule_parse(const char *name);
+const char *td_lr_schedule_name(td_lr_schedule s);
+int td_lr_decay_shape_parse(const char *name);
+const char *td_lr_decay_shape_name(td_lr_decay_shape d);
 
 /* AdamW on the flat elements [lo, hi) through a row of ops: p, g, m, v
  * point at element lo, in the row's memory (td_ops_for(TD_K_F32): device

@@ -72,6 +72,7 @@ typedef struct {
     int stop_after; /* end after this many steps with a checkpoint; 0: run to steps */
     float max_loss; /* stop when the loss stays above it; 0: off */
     int timing_skip; /* leading steps left out of the mean step time */
+    td_batch_rampup rampup; /* --batch-rampup (start 0: off): the batch of each step, td_batch_at */
 } td_run_schedule;
 
 typedef struct {

@@ -19,7 +19,7 @@ extern "C" {
  * saved. dp_mode and schedule hold -1 for a name no mode or schedule has:
  * that name is refused where it always was (the run's start; a pipeline's
  * setup, --schedule being unused at --pp 1). */
-#define TD_TRAIN_CHOICES 12 /* the choice strings td_train_choices parses */
+#define TD_TRAIN_CHOICES 15 /* the choice strings td_train_choices parses */
 typedef struct {
     td_precision precision;
     td_recompute recompute;
@@ -39,6 +39,7 @@ typedef struct {
     /* the strings parsed, in the order of td_train_opts_choices: a string
      * changed by hand afterwards without parsing again is a programmer
      * error td_train_run asserts against */
+    td_batch_rampup rampup; /* --batch-rampup (start 0: off) */
     const char *from[TD_TRAIN_CHOICES];
 } td_train_choices;
 
@@ -64,6 +65,10 @@ typedef struct {
      * ends at min_lr there); 0: --steps. A resume keeps the checkpoint's
      * (run_config.c), so --steps alone moves only the step to stop at */
     int schedule_steps;
+    /* --lr-schedule, --lr-decay-shape: parsed into optim.schedule and
+     * optim.decay_shape by td_train_opts_choices */
+    const char *lr_schedule, *lr_decay_shape;
+    const char *batch_rampup; /* --batch-rampup START:INCREMENT:SAMPLES; NULL: off */
     td_optim_config optim;
     int eval_every, eval_iters, log_every;
     unsigned long long seed;

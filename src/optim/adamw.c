@@ -5,14 +5,6 @@
 #include "trident/base.h"
 #include "trident/optim.h"
 
-float td_lr_at(const td_optim_config *o, int step) {
-    if (step < o->warmup) return o->lr * (float)(step + 1) / (float)(o->warmup + 1);
-    if (step >= o->max_steps) return o->min_lr;
-    double ratio = (double)(step - o->warmup) / (double)(o->max_steps - o->warmup);
-    double coeff = 0.5 * (1.0 + cos(M_PI * ratio));
-    return (float)(o->min_lr + coeff * (o->lr - o->min_lr));
-}
-
 int td_adamw_spans(td_adamw_span *spans, td_adamw_span *given, int *n_given, float *p,
                    const float *g, float *m, float *v, size_t lo, size_t hi,
                    const td_param_table *t, const td_optim_config *o) {

@@ -566,6 +566,47 @@ SAY(topk_device) {
              S(c->grad_compress_text), S(c->device_name));
 }
 
+/* ---- --batch-rampup (issue 42) --------------------------------------- */
+
+/* the step's micro-batch count varies with the batch: a pipeline schedule
+ * is built for one count (the interleaved one also needs a multiple of pp
+ * at every size), a parameter server's workers step on their own, and a
+ * mixture of experts' balancing loss counts the run's micro-batches */
+OK(rampup_layout) { return c->rampup_start <= 0 || (c->pp <= 1 && c->dp_mode != TD_DP_PS && c->experts == 0); }
+SAY(rampup_layout) {
+    snprintf(buf, n,
+             "--batch-rampup %s does not combine with %s yet: the micro-batches per step change with the batch, "
+             "and %s; drop --batch-rampup, or use %s",
+             S(c->rampup_text), c->pp > 1 ? "--pp > 1" : c->dp_mode == TD_DP_PS ? "--dp-mode ps" : "--moe-experts",
+             c->pp > 1 ? "a pipeline schedule is built for one micro-batch count"
+             : c->dp_mode == TD_DP_PS ? "parameter-server workers step on their own"
+                                      : "the experts' balancing loss counts the run's micro-batches",
+             c->pp > 1 ? "--pp 1" : c->dp_mode == TD_DP_PS ? "--dp-mode allreduce" : "a dense model");
+}
+
+/* every size START + k INCREMENT splits over dp replicas into micro-batches
+ * of the full batch's rows (--batch / (dp x --micro-batches)), whose memory
+ * is the one planned */
+static int rampup_unit(const td_compat_cfg *c) {
+    int dp = c->dp > 0 ? c->dp : 1, mb = c->micro_batches > 0 ? c->micro_batches : 1;
+    long long split = (long long)dp * mb;
+    return c->batch > 0 && c->batch % split == 0 ? dp * (int)(c->batch / split) : 0;
+}
+OK(rampup_divides) {
+    int u = rampup_unit(c);
+    return c->rampup_start <= 0 || u == 0 || (c->rampup_start % u == 0 && c->rampup_increment % u == 0);
+}
+SAY(rampup_divides) {
+    int u = rampup_unit(c), dp = c->dp > 0 ? c->dp : 1;
+    snprintf(buf, n,
+             "--batch-rampup %s: START %d and INCREMENT %d must be multiples of dp %d x %d sequences per "
+             "micro-batch (--batch %d / (dp x --micro-batches %d)) = %d, so that every size is whole micro-batches",
+             S(c->rampup_text), c->rampup_start, c->rampup_increment, dp, u / dp, c->batch, c->micro_batches, u);
+}
+BRIEF(rampup_divides) {
+    snprintf(buf, n, "batch ramp-up sizes are not multiples of dp x micro-batch = %d", rampup_unit(c));
+}
+
 #define ROW(ID, name, sites, fn)                                                                   \
     { ID, name, sites, ok_##fn, say_##fn, NULL }
 #define ROWB(ID, name, sites, fn)                                                                  \
@@ -624,6 +665,8 @@ static const td_compat_rule rules[TD_RULE_N] = {
     ROW(TD_RULE_EP_DP_SHARD, "ep-dp-shard", OPT | DPN, ep_dp_shard),
     ROWB(TD_RULE_EP_DIVIDES, "ep-divides", GRD, ep_divides),
     ROW(TD_RULE_TOPK_DEVICE, "topk-device", OPT, topk_device),
+    ROW(TD_RULE_RAMPUP_LAYOUT, "rampup-layout", OPT | RUN, rampup_layout),
+    ROWB(TD_RULE_RAMPUP_DIVIDES, "rampup-divides", GRD, rampup_divides),
 };
 
 const td_compat_rule *td_compat_rules(void) { return rules; }

@@ -103,14 +103,33 @@ void td_report_open(td_report *r, const td_run_spec *spec, const td_grid *g,
            spec->schedule.batch, cfg->T, g->axis[TD_DP].size, spec->schedule.grad_accum, Bm,
            threads, td_dp_mode_name(spec->layout.dp_mode), spec->layout.zero,
            (spec->precision.recompute == TD_RECOMPUTE_BLOCK ? "block" : "none"));
+    const td_batch_rampup *ru = &spec->schedule.rampup;
+    if (ru->start > 0) {
+        int full_at = 0;
+        while (td_batch_at(ru, spec->schedule.batch, full_at) < spec->schedule.batch) full_at++;
+        td_log("batch ramp-up: %d sequences, + %d each %g samples, to %d from step %d (the micro-batches per "
+               "replica follow, up to %d; memory planned at the full batch: the micro-batch's size does not change)\n",
+               ru->start, ru->increment, (double)ru->samples / ((spec->schedule.batch - ru->start) / ru->increment),
+               spec->schedule.batch, full_at, spec->schedule.grad_accum);
+    }
+    /* the schedule after the warm-up and where it ends (optim.h) */
+    const td_optim_config *oc = &spec->optim;
+    char lr_text[96];
+    if (oc->schedule == TD_LR_WSD)
+        snprintf(lr_text, sizeof lr_text, "wsd: stable to step %d, %s decay to step %d", td_lr_wsd_decay_start(oc),
+                 td_lr_decay_shape_name(oc->decay_shape), oc->max_steps);
+    else if (oc->schedule == TD_LR_CONSTANT || oc->schedule == TD_LR_INVERSE_SQRT)
+        snprintf(lr_text, sizeof lr_text, "%s", td_lr_schedule_name(oc->schedule));
+    else
+        snprintf(lr_text, sizeof lr_text, "%s to step %d", td_lr_schedule_name(oc->schedule), oc->max_steps);
     const char *gemm = prec == TD_PREC_FP32 ? "sgemm" : prec == TD_PREC_BF16 ? "bf16 GEMM" : "fp16 GEMM (via fp32)";
     if (forward_only(spec))
         td_log("forwards only: no optimizer, gradients or activation gradients; %s peak %.1f GFLOP/s per thread\n",
                gemm, r->peak_gflops);
     else
-        td_log("optimizer: AdamW lr %g -> %g (warm-up %d, cosine), betas (%g, %g), wd %g, clip %g; "
+        td_log("optimizer: AdamW lr %g -> %g (warm-up %d, %s), betas (%g, %g), wd %g, clip %g; "
                "%s peak %.1f GFLOP/s per thread\n",
-               spec->optim.lr, spec->optim.min_lr, spec->optim.warmup, spec->optim.beta1,
+               spec->optim.lr, spec->optim.min_lr, spec->optim.warmup, lr_text, spec->optim.beta1,
                spec->optim.beta2, spec->optim.weight_decay, spec->optim.clip, gemm, r->peak_gflops);
     if (r->log) {
         fprintf(r->log,
@@ -324,6 +343,7 @@ void td_report_step(td_report *r, int step, float loss, float lr, double norm, d
                 "\"tokens_per_s\": %.1f, \"mfu\": %.4f",
                 step, loss, lr, norm, ms, tps, mfu);
         if (r->loss_scale > 0) fprintf(r->log, ", \"loss_scale\": %.9g", r->loss_scale);
+        if (r->step_batch > 0) fprintf(r->log, ", \"batch\": %d", r->step_batch);
         if (r->moe)
             fprintf(r->log, ", \"moe_aux\": %.9g, \"moe_z\": %.9g, \"moe_load_min\": %.4f, \"moe_load_max\": %.4f, "
                             "\"moe_dropped\": %.6f", r->moe->moe_aux, r->moe->moe_z, r->moe->moe_load_min,

@@ -23,6 +23,7 @@ typedef struct {
     td_preflight_result baseline; /* resident set and allocator before the model */
     size_t planned_total;         /* this rank's plan, all categories */
     float loss_scale;             /* the step's loss scale, 0: no loss scaling (not logged) */
+    int step_batch;               /* the step's global batch under --batch-rampup, 0: none (not logged) */
     td_host_traffic traffic;      /* the step's host traffic (--log's "host_traffic") */
     double t_first_ms;            /* td_now_ms() when this run's first reported step began */
     int first_step;               /* that step (a resumed run starts past 0); -1 before it */

@@ -40,9 +40,9 @@ static void stop_on_scale(td_run_result *res, const td_loss_scaler *s, int why, 
  * each worker at its next pull, which with staleness need not be the same
  * step for all, so the sum spreads it (a count, then the sums of step and
  * row: small integers, exact in float). Returns the mean token loss. */
-static float reduce_step(td_run *r, double loss_sum, int *bad_step, int *bad_row, int *any_bad) {
+static float reduce_step(td_run *r, int batch, double loss_sum, int *bad_step, int *bad_row, int *any_bad) {
     const td_grid *g = &r->g;
-    double tokens = (double)r->spec->schedule.batch * r->spec->model.cfg.T;
+    double tokens = (double)batch * r->spec->model.cfg.T;
     int known = (*bad_row = td_dp_nonfinite(r->dp, bad_step)) >= 0;
     float red[4] = {(float)loss_sum, (float)known, known ? (float)*bad_step : 0.0f,
                     known ? (float)*bad_row : 0.0f};
@@ -51,7 +51,7 @@ static float reduce_step(td_run *r, double loss_sum, int *bad_step, int *bad_row
     *any_bad = red[1] > 0;
     if (*any_bad) *bad_step = (int)(red[2] / red[1]), *bad_row = (int)(red[3] / red[1]);
     return td_grid_grad_ranks(g) > 1 || r->loss_group
-               ? red[0] / ((float)r->spec->schedule.batch * r->spec->model.cfg.T)
+               ? red[0] / ((float)batch * r->spec->model.cfg.T)
                : (float)(loss_sum / tokens);
 }
 
@@ -59,7 +59,7 @@ static float reduce_step(td_run *r, double loss_sum, int *bad_step, int *bad_row
  * at the step's first attempt, since a skipped step is retried,
  * grad-inf-stuck at every one); returns this rank's loss sum and sets
  * *norm. */
-static double train_step(td_run *r, int step, float lr, double *norm) {
+static double train_step(td_run *r, int step, int batch, float lr, double *norm) {
     const td_grid *g = &r->g;
     td_dp *dp = r->dp;
     td_dp_begin_step(dp, step);
@@ -77,7 +77,7 @@ static double train_step(td_run *r, int step, float lr, double *norm) {
     TD_ASSERT(!(nan_f || inf_f) || frow);
     /* loss scaling: dloss scaled here, the gradients unscaled in the step pipeline */
     td_dp_set_loss_scale(dp, r->scaler.scale);
-    float dloss = 1.0f / ((float)r->spec->schedule.batch * r->spec->model.cfg.T) *
+    float dloss = 1.0f / ((float)batch * r->spec->model.cfg.T) *
                   r->scaler.scale; /* global mean over all tokens */
     td_grad_watch_begin(&r->watch, frow != NULL);
     r->watch.fault_value = nan_f ? NAN : INFINITY;
@@ -141,10 +141,18 @@ td_run_status td_run_step(td_run *r, int step) {
     if (spec->hooks.step_state) step_state(r, step);
     double t0 = td_now_ms(), norm;
     float lr = td_lr_at(&spec->optim, step);
+    /* --batch-rampup: this step's batch in micro-batches of the full
+     * batch's size (the rules table's rampup-divides row), so only their
+     * count per replica changes; evaluation keeps the full batch's */
+    int batch = td_batch_at(&spec->schedule.rampup, spec->schedule.batch, step);
+    int full_Bl = r->ec.Bl, full_K = r->ec.K;
+    r->ec.Bl = batch / r->g.axis[TD_DP].size, r->ec.K = r->ec.Bl / r->ec.Bm;
+    TD_ASSERT(r->ec.K >= 1 && r->ec.K * r->ec.Bm * r->g.axis[TD_DP].size == batch);
     td_dev_traffic_reset(); /* the step's named host copies, counted from here */
-    double loss_sum = train_step(r, step, lr, &norm);
+    double loss_sum = train_step(r, step, batch, lr, &norm);
+    r->ec.Bl = full_Bl, r->ec.K = full_K;
     int bad_step, bad_row, any_bad;
-    float loss = reduce_step(r, loss_sum, &bad_step, &bad_row, &any_bad);
+    float loss = reduce_step(r, batch, loss_sum, &bad_step, &bad_row, &any_bad);
     td_dev_traffic(&res->host_traffic);
     r->rep.traffic = res->host_traffic;
     double ms = td_now_ms() - t0;
@@ -158,6 +166,7 @@ td_run_status td_run_step(td_run *r, int step) {
     res->grad_norms[step] = (float)norm;
     res->steps_done = step + 1;
     r->rep.loss_scale = r->scaler.mode != TD_LOSS_SCALE_NONE ? r->scaler.scale : 0.0f;
+    r->rep.step_batch = spec->schedule.rampup.start > 0 ? batch : 0;
     td_report_step(&r->rep, step, loss, lr, norm, ms);
     /* a non-finite loss or gradient norm stops every rank at this step
      * (all agree: the loss and the norm are global), before any save */

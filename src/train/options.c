@@ -23,7 +23,9 @@ void td_train_opts_default(td_train_opts *o) {
     o->arch = "gpt2";
     o->batch = 12, o->grad_accum = 1, o->steps = 2000;
     o->optim = (td_optim_config){.lr = 1e-3f, .min_lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.99f,
-                                 .eps = 1e-8f, .weight_decay = 0.1f, .clip = 1.0f, .warmup = 100};
+                                 .eps = 1e-8f, .weight_decay = 0.1f, .clip = 1.0f, .warmup = 100,
+                                 .decay_fraction = 0.2f};
+    o->lr_schedule = "cosine", o->lr_decay_shape = "linear";
     o->eval_every = 250, o->eval_iters = 20, o->log_every = 10;
     o->seed = 1337;
     o->threads = 0; /* 0: cores / ranks on this node */
@@ -84,12 +86,16 @@ int td_train_flag_table(td_train_opts *o, td_flag *out, int cap) {
         {"--moe-bias-balance", TD_FLAG_FLOAT, &o->moe.bias_rate, "mixture of experts: auxiliary-loss-free balancing (DeepSeek-V3): a per-expert selection bias moved by RATE x the sign of its load error after each step (0: off)", "[0, inf)"},
         {"--moe-capacity", TD_FLAG_FLOAT, &o->moe.capacity, "mixture of experts: capacity factor F: each expert keeps its first ceil(F x tokens x K / E) assignments (0: dropless)", "[0, inf)"},
         {"--batch", TD_FLAG_INT, &o->batch, "global batch in sequences per step (12)", POS},
+        {"--batch-rampup", TD_FLAG_STR, &o->batch_rampup, "START:INCREMENT:SAMPLES (Megatron's): the global batch starts at START sequences and grows by INCREMENT, in equal shares of SAMPLES consumed samples, to --batch; the micro-batches per step follow (START and INCREMENT must be multiples of dp x the micro-batch's sequences); docs/recipe-schedules.md", NULL},
         {"--grad-accum", TD_FLAG_INT, &o->grad_accum, "micro-batches per step per replica (1); the pipeline's micro-batches", POS},
         {"--micro-batches", TD_FLAG_INT, &o->grad_accum, "the same as --grad-accum: micro-batches per step per replica, which a pipeline schedule runs in flight", POS},
         {"--steps", TD_FLAG_INT, &o->steps, "the step to stop at: optimizer steps counted from step 0 (2000; a resume continues to the checkpoint's)", POS},
-        {"--schedule-steps", TD_FLAG_INT, &o->schedule_steps, "the learning rate schedule's horizon: warm-up, then cosine decay to --min-lr at step N, which --steps may pass or stop short of (0 = --steps; a resume keeps the checkpoint's)", NONNEG},
+        {"--schedule-steps", TD_FLAG_INT, &o->schedule_steps, "the learning rate schedule's horizon: warm-up, then --lr-schedule's decay to --min-lr at step N, which --steps may pass or stop short of (0 = --steps; a resume keeps the checkpoint's, and a larger one given to a wsd resume lengthens the stable phase and moves the decay)", NONNEG},
+        {"--lr-schedule", TD_FLAG_STR, &o->lr_schedule, "the learning rate after --warmup: cosine (default: cosine decay to --min-lr at the horizon), linear (linear decay to it), wsd (warm-up, stable at --lr, then the last --lr-decay-fraction of the horizon decays to --min-lr), constant (--lr) or inverse-sqrt (--lr x sqrt((warmup + 1) / (step + 1)), at least --min-lr); docs/recipe-schedules.md", NULL},
+        {"--lr-decay-fraction", TD_FLAG_FLOAT, &o->optim.decay_fraction, "wsd: the share of the horizon (--schedule-steps) that decays (0.2)", "[0, 1]"},
+        {"--lr-decay-shape", TD_FLAG_STR, &o->lr_decay_shape, "wsd: the decay's shape over its fraction p: linear (default: 1 - p), cosine ((1 + cos(pi p)) / 2) or 1-sqrt (1 - sqrt(p))", NULL},
         {"--lr", TD_FLAG_FLOAT, &o->optim.lr, "peak learning rate (1e-3)", "(0, inf)"},
-        {"--min-lr", TD_FLAG_FLOAT, &o->optim.min_lr, "final learning rate of the cosine decay, <= lr (1e-4)", "[0, inf)"},
+        {"--min-lr", TD_FLAG_FLOAT, &o->optim.min_lr, "final learning rate of the decay (the floor of inverse-sqrt), <= lr (1e-4)", "[0, inf)"},
         {"--warmup", TD_FLAG_INT, &o->optim.warmup, "linear warm-up steps (100)", NONNEG},
         {"--weight-decay", TD_FLAG_FLOAT, &o->optim.weight_decay, "AdamW decoupled weight decay, 2-D weights only (0.1)", "[0, inf)"},
         {"--beta1", TD_FLAG_FLOAT, &o->optim.beta1, "AdamW beta1 (0.9)", "[0, 1)"},
@@ -273,6 +279,22 @@ static void choice_strings(const td_train_opts *o, const char *s[TD_TRAIN_CHOICE
     s[0] = o->precision, s[1] = o->recompute, s[2] = o->schedule, s[3] = o->pp_partition;
     s[4] = o->dp_mode, s[5] = o->grad_reduce_dtype, s[6] = o->grad_compress, s[7] = o->loss_scale;
     s[8] = o->arch, s[9] = o->tie_embeddings, s[10] = o->moe_router, s[11] = o->moe_norm_topk;
+    s[12] = o->lr_schedule, s[13] = o->lr_decay_shape, s[14] = o->batch_rampup;
+}
+
+/* --lr-schedule and --lr-decay-shape into the optimizer's config (NULL:
+ * options filled in by hand, cosine and linear). */
+static void lr_choices(td_train_opts *o) {
+    int s = td_lr_schedule_parse(o->lr_schedule ? o->lr_schedule : "cosine");
+    TD_CHECK(s >= 0, "--lr-schedule '%s' is not a schedule; valid: " TD_LR_SCHEDULE_NAMES, o->lr_schedule);
+    int d = td_lr_decay_shape_parse(o->lr_decay_shape ? o->lr_decay_shape : "linear");
+    TD_CHECK(d >= 0, "--lr-decay-shape '%s' is not a decay shape; valid: " TD_LR_DECAY_SHAPE_NAMES, o->lr_decay_shape);
+    o->optim.schedule = (td_lr_schedule)s, o->optim.decay_shape = (td_lr_decay_shape)d;
+    char why[128];
+    o->ch.rampup = (td_batch_rampup){0, 0, 0};
+    TD_CHECK(!o->batch_rampup || td_batch_rampup_parse(o->batch_rampup, o->batch, &o->ch.rampup, why, sizeof why) == 0,
+             "--batch-rampup '%s': %s; valid: START:INCREMENT:SAMPLES, START <= --batch %d, (--batch - START) a "
+             "multiple of INCREMENT", o->batch_rampup, why, o->batch);
 }
 
 /* The model family's choices: --arch, --tie-embeddings, --moe-router,
@@ -319,6 +341,7 @@ void td_train_opts_choices(td_train_opts *o) {
     c->loss_scale =
         td_loss_scale_parse(o->loss_scale ? o->loss_scale : "auto", o->fp16, &c->loss_scale_static);
     model_choices(o, c);
+    lr_choices(o);
     choice_strings(o, c->from);
 }
 
@@ -330,6 +353,8 @@ void td_train_compat_cfg(const td_train_opts *o, td_compat_cfg *c) {
     c->ps_servers = o->ps_servers;
     c->dp_mode = ch->dp_mode, c->schedule = ch->schedule, c->virtual_stages = o->virtual_stages;
     c->micro_batches = o->grad_accum, c->recompute = ch->recompute, c->precision = ch->precision;
+    c->batch = o->batch, c->rampup_start = ch->rampup.start, c->rampup_increment = ch->rampup.increment;
+    c->rampup_text = o->batch_rampup;
     c->seq = o->seq, c->embd = o->embd;
     c->grad_bf16 = ch->grad_dtype == TD_BF16;
     c->topk_ratio = ch->topk_ratio, c->topk_no_ef = ch->topk_no_ef;

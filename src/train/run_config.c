@@ -143,7 +143,7 @@ static void resume_training(td_train_opts *o, const td_flag *flags, int n, const
                             const td_jv *rc) {
     if (!rc) return;
     static const char *const continued[] = {"precision", "loss-scale", "batch", "grad-accum",   "steps",
-                                            "lr",        "min-lr",     "warmup", "weight-decay", "beta1",
+                                            "lr",        "min-lr",     "warmup", "lr-schedule", "lr-decay-fraction", "lr-decay-shape", "batch-rampup", "weight-decay", "beta1",
                                             "beta2",     "eps",        "clip",   "eval-every",   "eval-iters",
                                             "save-every", "keep"};
     char a[128], b[128];

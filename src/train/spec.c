@@ -53,6 +53,7 @@ void td_train_spec(const td_train_opts *o, td_run_spec *spec) {
     s->eval_every = o->eval_every, s->eval_iters = o->eval_iters, s->log_every = o->log_every;
     s->seed = o->seed, s->stop_after = o->stop_after, s->max_loss = o->max_loss,
     s->timing_skip = o->timing_skip;
+    s->rampup = ch->rampup;
 
     spec->optim = o->optim;
 

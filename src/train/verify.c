@@ -202,6 +202,9 @@ int td_verify_main(int argc, char **argv) {
     td_train_opts_parse(&o, argc, argv);
     if (o.print_config) return td_train_print_config(&o);
     TD_CHECK(!o.out, "verify: --out is not used (verify saves nothing)");
+    /* the oracle (verify_oracle.c) trains the full batch at every step */
+    TD_CHECK(!o.batch_rampup, "verify: --batch-rampup %s is not verified: the oracle trains the full --batch at "
+             "every step; verify without it (tests/layouts layout_rampup_* check the ramp)", o.batch_rampup);
     o.quiet = 1;
     int me = td_comm_rank(td_comm_world()), N = td_comm_size(td_comm_world());
     if (refuse(&o, N)) return 2;

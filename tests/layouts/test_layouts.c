@@ -41,6 +41,17 @@ static void reference(const td_train_opts *o, float *losses, float *norms, float
      * of D x Bm sequences, replica r's rows [r Bl + k Bm, + Bm) in the k-th. */
     int Mk = cfg.moe.E ? o->grad_accum : 1, D = td_comm_size(td_comm_world()) / (o->tp * o->pp * o->cp);
     int Bk = B / Mk, Bm = B / (D * Mk);
+    /* --batch-rampup (dense models): step s trains td_batch_at's first Bs
+     * samples of its batch, in chunks of U rows (U divides every size) */
+    const td_batch_rampup *ru = &o->ch.rampup;
+    int U = 0;
+    if (ru->start > 0) {
+        TD_ASSERT(!cfg.moe.E);
+        U = B;
+        for (int a = ru->start, b = ru->increment; b;) { int r = a % b; a = b, b = r, U = a; }
+        while (B % U) U--; /* the gcd of START, INCREMENT and --batch */
+        Bk = U;
+    }
     td_gpt model;
     td_gpt_create(&model, t, Bk, 0);
     td_gpt_bind_flat(&model, p, g);
@@ -52,7 +63,12 @@ static void reference(const td_train_opts *o, float *losses, float *norms, float
         td_data_batch(&d, 0, o->seed, s, 0, B, T, in, tg);
         td_gpt_moe_stats_reset(&model);
         double sum = 0.0;
-        for (int k = 0; k < Mk; k++) {
+        int Bs = U ? td_batch_at(ru, B, s) : B;
+        for (int c = 0; U && c < Bs / U; c++) { /* the ramp's step: its own mean */
+            sum += td_gpt_forward(&model, in + (size_t)c * U * T, tg + (size_t)c * U * T);
+            td_gpt_backward(&model, 1.0f / ((float)Bs * T));
+        }
+        for (int k = 0; k < (U ? 0 : Mk); k++) {
             for (int r = 0; r < (Mk > 1 ? D : 1); r++) {
                 size_t from = Mk > 1 ? (size_t)(r * (B / D) + k * Bm) * T : 0, n = Mk > 1 ? (size_t)Bm * T : (size_t)B * T;
                 memcpy(kin + (size_t)r * n, in + from, sizeof(int) * n);
@@ -76,7 +92,7 @@ static void reference(const td_train_opts *o, float *losses, float *norms, float
                     p[bp->offset + e] += mean > ld[e] ? cfg.moe.bias_rate : mean < ld[e] ? -cfg.moe.bias_rate : 0.0f;
             }
         memset(g, 0, n * 4);
-        losses[s] = (float)(sum / ((double)B * T));
+        losses[s] = (float)(sum / ((double)Bs * T));
         norms[s] = (float)norm;
     }
     free(in);

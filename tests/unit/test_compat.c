@@ -247,6 +247,14 @@ static const char *breaking(td_rule_id id, td_compat_cfg *c) {
         return "--grad-compress topk:0.01 does not combine with --device guard yet: top-k selects, packs and "
                "sums the gradients on the host; use --device cpu, or --grad-compress none (--grad-reduce-dtype "
                "bf16 halves the payload on any device)";
+    case TD_RULE_RAMPUP_LAYOUT:
+        c->pp = 2, c->micro_batches = 2, c->rampup_start = 4, c->rampup_text = "4:4:64";
+        return "--batch-rampup 4:4:64 does not combine with --pp > 1 yet: the micro-batches per step change with "
+               "the batch, and a pipeline schedule is built for one micro-batch count; drop --batch-rampup, or use --pp 1";
+    case TD_RULE_RAMPUP_DIVIDES:
+        c->dp = 2, c->batch = 12, c->rampup_start = 3, c->rampup_increment = 3, c->rampup_text = "3:3:60";
+        return "--batch-rampup 3:3:60: START 3 and INCREMENT 3 must be multiples of dp 2 x 6 sequences per "
+               "micro-batch (--batch 12 / (dp x --micro-batches 1)) = 12, so that every size is whole micro-batches";
     case TD_RULE_N:
         break;
     }
