@@ -232,7 +232,9 @@ def main():
             want.setdefault(o["step"], {})["eval/val_loss"] = (o["val_loss"], 0.0000005)
         elif o.get("event") == "memory":
             for k in o["ranks"][0]:
-                if k.endswith("_peak"):
+                # per category; the device/host split ("device_peak": {...})
+                # is --log's only
+                if k.endswith("_peak") and not isinstance(o["ranks"][0][k], dict):
                     want.setdefault(last, {})["mem/" + k] = (max(r[k] for r in o["ranks"]), "float")
         elif o.get("event") == "rss":
             want.setdefault(last, {})["mem/rss_peak"] = (max(r["rss_peak"] for r in o["ranks"]), "float")
