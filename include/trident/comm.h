@@ -151,8 +151,20 @@ void td_comm_set_shm_chunk(size_t bytes);
 size_t td_comm_shm_chunk(void);
 
 /* Bytes of the staging pool now (host, TD_MEM_COMM): the most that calls in
- * flight together have staged so far; 0 on the cpu device. */
+ * flight together have staged so far, plus the shared rings that staged a
+ * device payload (below); 0 on the cpu device. */
 size_t td_comm_staging_bytes(void);
+/* For memory plans, before anything is allocated: the host bytes through
+ * which a group stages its all-reduces of device payloads when its members
+ * share memory (shares_memory: td_comm_shares_memory, or the layout's
+ * dp_shares_memory), dt the payload's dtype: the group's shared window (its
+ * ring) is then the staging pool, pieces of td_comm_shm_chunk() bytes with
+ * TD_SHM_SLOTS (4) in flight, in slots of 1 MiB each (4 MiB), plus one
+ * 512 KiB piece that bf16 results are rounded in. Counted as TD_MEM_COMM on
+ * the run's device once the first such all-reduce runs; 0 when the members
+ * do not share memory (MPI staging: the whole buffer, stage.c). The same on
+ * every device: the caller adds it only when td_backend_is_device(). */
+size_t td_comm_staging_plan_bytes(int shares_memory, td_dtype dt);
 
 /* ---- nonblocking ------------------------------------------------------- */
 

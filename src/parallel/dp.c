@@ -112,15 +112,19 @@ td_mem_plan td_dp_memory_plan(const td_dp_config *cfg, const td_layout *lay,
     return p;
 }
 
+/* Shared windows only on the cpu device with dp > 1: MPI shared windows are
+ * host memory (comm.h), so on any other device these are step tensors in
+ * device memory like the rest, and the group's shared window (its ring) is
+ * the comm layer's staging pool instead, in pieces (td_comm_staging_plan_bytes). */
+static int shared_window(const td_dp *dp) { return dp->D > 1 && !td_backend_is_device(); }
+
 float *td_dp_alloc_shared(td_dp *dp, size_t n, td_mem_cat cat) {
-    /* MPI shared windows are host memory (comm.h): under a device they
-     * would be the comm layer's staging, not the step's tensors */
-    return dp->D > 1 ? td_comm_alloc_shared(dp->comm, n * sizeof(float), cat)
-                     : td_dev_alloc(n * sizeof(float), cat, td_mem_cat_name(cat));
+    return shared_window(dp) ? td_comm_alloc_shared(dp->comm, n * sizeof(float), cat)
+                             : td_dev_alloc(n * sizeof(float), cat, td_mem_cat_name(cat));
 }
 
 void td_dp_free_shared(td_dp *dp, float *p, td_mem_cat cat) {
-    if (dp->D > 1)
+    if (shared_window(dp))
         td_comm_free_shared(dp->comm, p, cat);
     else
         td_dev_free(p);
