@@ -4,7 +4,9 @@
 # under --device cpu: train's losses (3 steps, then a resume to 5), eval's
 # loss (also of the checkpoint exported and imported back), a seeded sample's text;
 # verify passes under it (dp 2). A host access to device
-# memory would end a run with its one error line, which this test shows.
+# memory would end a run with its one error line, which this test shows;
+# dp 2 stages its gradients (comm staging > 0), and a planted host read of
+# them (TRIDENT_FAULT=host-read) ends the run naming them.
 # Usage: test_device_guard.sh TRIDENT DATA_DIR
 set -u
 T=${1:?usage: test_device_guard.sh TRIDENT DATA_DIR}
@@ -50,6 +52,22 @@ if run verify $MPI "$T" verify "${A[@]}" --steps 2 --dp 2 --device guard && grep
   echo "ok   verify --dp 2 --device guard: $(grep -m1 '^verify: passed' "$tmp/verify.out" | cut -c1-100)"
 else
   fail "verify under guard: $(tail -2 "$tmp/verify.out")"
+fi
+# dp 2's gradients are device memory under the guard (one node's shared ring
+# stages them, in pieces: comm staging counted); a planted host read of them
+# at step 1 ends the run naming the buffer
+if run dp2 $MPI "$T" train "${A[@]}" --steps 2 --dp 2 --device guard \
+  && grep -qE 'comm staging [1-9][0-9]* B up, [1-9][0-9]* B down' "$tmp/dp2.out"; then
+  echo "ok   dp 2 under the guard: $(grep -m1 -oE 'comm staging .*' "$tmp/dp2.out")"
+else
+  fail "dp 2 under the guard staged nothing: $(grep -m1 -oE 'comm staging .*' "$tmp/dp2.out")"
+fi
+TRIDENT_FAULT=host-read:1 $MPI "$T" train "${A[@]}" --steps 2 --dp 2 --device guard > "$tmp/host_read.out" 2>&1
+rc=$?
+if [ $rc -ne 0 ] && grep -q "host access to device memory: buffer 'gradients' (grads)" "$tmp/host_read.out"; then
+  echo "ok   a host read of dp 2's gradients under the guard: $(grep -m1 -oE "buffer 'gradients'.*" "$tmp/host_read.out" | cut -c1-90)"
+else
+  fail "a host read of dp 2's gradients under the guard (exit $rc): $(grep -m1 -E 'error|fault' "$tmp/host_read.out")"
 fi
 [ $fails -eq 0 ] && echo "device guard: train, resume, eval, export/import, sample and verify as on cpu: ok"
 exit $fails
