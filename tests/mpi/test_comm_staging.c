@@ -200,6 +200,13 @@ static void run_cases(int staging) {
     td_broadcast(w, dc, N, TD_F32, 1);
     comm_traffic(&down, &up);
     same("broadcast", h, dc, N * 4, down, me == 1 ? N * 4 : 0, up, me == 1 ? 0 : N * 4, staging);
+    /* a blocking broadcast of a device buffer goes in slices of one piece
+     * (CHUNK bytes): the pool grows by one piece, not by the payload */
+    if (staging) pieces("broadcast", me == 1 ? 3 : 0, me == 1 ? 0 : 3);
+    if (ring)
+        CHECK(td_comm_staging_bytes() == td_comm_staging_plan_bytes(1, TD_BF16) + CHUNK,
+              "broadcast: staging pool of %zu bytes, expected the ring's %zu and one %d-byte piece",
+              td_comm_staging_bytes(), td_comm_staging_plan_bytes(1, TD_BF16), CHUNK);
 
     /* send / recv (the pipeline's activations): 0 -> 1 */
     fill(h, N, TD_F32, 17 + me);
