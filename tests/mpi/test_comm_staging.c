@@ -192,6 +192,27 @@ static void run_cases(int staging) {
     same("all-gather in place", h, dg, 2 * N * 4, down, N * 4, up, (ring ? 1 : 2) * N * 4, staging);
     if (ring) pieces("all-gather in place", 3, 3), ring_pool("all-gather", TD_BF16);
 
+    /* reduce-scatter and all-gather into other buffers (ZeRO-2/3's gradient
+     * units into the shard, the shard into a gathered unit) */
+    fill(h, 2 * N, TD_F32, 31 + me);
+    float *dsa = dev_of(h, 2 * N * 4, "gradient unit"), *dsh = dev_of(g, N * 4, "gradient shard");
+    td_dev_traffic_reset();
+    td_reduce_scatter(w, h, g, N, TD_F32);
+    td_reduce_scatter_start(r1, w, dsa, dsh, N, TD_F32);
+    td_wait(r1);
+    comm_traffic(&down, &up);
+    same("reduce-scatter", g, dsh, N * 4, down, 2 * N * 4, up, N * 4, staging);
+    if (ring) pieces("reduce-scatter", 6, 6);
+    fill(g, N, TD_F32, 37 + me);
+    float *dps = dev_of(g, N * 4, "parameter shard"), *dgu = dev_of(h, 2 * N * 4, "gathered unit");
+    td_dev_traffic_reset();
+    td_all_gather(w, g, h, N, TD_F32);
+    td_all_gather_start(r1, w, dps, dgu, N, TD_F32);
+    td_wait(r1);
+    comm_traffic(&down, &up);
+    same("all-gather", h, dgu, 2 * N * 4, down, N * 4, up, 2 * N * 4, staging);
+    if (ring) pieces("all-gather", 3, 6), ring_pool("all-gather", TD_BF16);
+
     /* broadcast from rank 1: its payload down, the others' result up */
     fill(h, N, TD_F32, 13 + me);
     float *dc = dev_of(h, N * 4, "bcast");
@@ -251,7 +272,7 @@ static void run_cases(int staging) {
     same("all-to-all-v", g, drecv, rbytes, down, sbytes + rbytes, up, rbytes, staging);
 
     td_request_free(r1);
-    float *all[] = {d, d1, d2, db, ds, dg, dc, dp, dq, dsend, drecv};
+    float *all[] = {d, d1, d2, db, ds, dg, dsa, dsh, dps, dgu, dc, dp, dq, dsend, drecv};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) td_dev_free(all[i]);
 }
 
