@@ -73,7 +73,12 @@ typedef struct td_comm td_comm; /* a group: an MPI communicator with a name */
  * read host memory only: a buffer that is device memory (td_dev_is_device,
  * backend.h) is staged by the call, which downloads it into a host staging
  * pool (TD_HOST_COMM), runs on the copy and uploads the result at
- * completion; the compute stream waits for that upload. Every data buffer of
+ * completion; the compute stream waits for that upload. On SHM groups the
+ * all-reduce and the fp32 reduce-scatter and all-gather of device buffers,
+ * and on HIER groups the all-reduce, are staged instead through the group's
+ * shared ring a piece at a time (td_comm_staging_plan_bytes), so the pool
+ * does not grow with the payload; a blocking broadcast of a device buffer
+ * goes a piece (td_comm_piece_bytes) at a time. Every data buffer of
  * every call below is staged so; the all-to-all-v count and displacement
  * tables are read on the host and a device pointer there is refused (td_fail
  * naming the buffer and offset) before anything reaches MPI. On the cpu
