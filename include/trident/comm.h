@@ -73,7 +73,12 @@ typedef struct td_comm td_comm; /* a group: an MPI communicator with a name */
  * read host memory only: a buffer that is device memory (td_dev_is_device,
  * backend.h) is staged by the call, which downloads it into a host staging
  * pool (TD_HOST_COMM), runs on the copy and uploads the result at
- * completion; the compute stream waits for that upload. Every data buffer of
+ * completion; the compute stream waits for that upload. On SHM groups the
+ * all-reduce and the fp32 reduce-scatter and all-gather of device buffers,
+ * and on HIER groups the all-reduce, are staged instead through the group's
+ * shared ring a piece at a time (td_comm_staging_plan_bytes), so the pool
+ * does not grow with the payload; a blocking broadcast of a device buffer
+ * goes a piece (td_comm_piece_bytes) at a time. Every data buffer of
  * every call below is staged so; the all-to-all-v count and displacement
  * tables are read on the host and a device pointer there is refused (td_fail
  * naming the buffer and offset) before anything reaches MPI. On the cpu
@@ -151,8 +156,20 @@ void td_comm_set_shm_chunk(size_t bytes);
 size_t td_comm_shm_chunk(void);
 
 /* Bytes of the staging pool now (host, TD_MEM_COMM): the most that calls in
- * flight together have staged so far; 0 on the cpu device. */
+ * flight together have staged so far, plus the shared rings that staged a
+ * device payload (below); 0 on the cpu device. */
 size_t td_comm_staging_bytes(void);
+/* For memory plans, before anything is allocated: the host bytes through
+ * which a group stages its all-reduces of device payloads when its members
+ * share memory (shares_memory: td_comm_shares_memory, or the layout's
+ * dp_shares_memory), dt the payload's dtype: the group's shared window (its
+ * ring) is then the staging pool, pieces of td_comm_shm_chunk() bytes with
+ * TD_SHM_SLOTS (4) in flight, in slots of 1 MiB each (4 MiB), plus one
+ * 512 KiB piece that bf16 results are rounded in. Counted as TD_MEM_COMM on
+ * the run's device once the first such all-reduce runs; 0 when the members
+ * do not share memory (MPI staging: the whole buffer, stage.c). The same on
+ * every device: the caller adds it only when td_backend_is_device(). */
+size_t td_comm_staging_plan_bytes(int shares_memory, td_dtype dt);
 
 /* ---- nonblocking ------------------------------------------------------- */
 

@@ -34,6 +34,14 @@
  *                                        between its forward and its backward
  *                                        (a crash: the heartbeat must end the job)
  *   TRIDENT_FAULT=stop:STEP[:RANK]       the same with SIGSTOP (a hung rank)
+ *   TRIDENT_FAULT=host-read:STEP[:RANK]  RANK reads its data-parallel gradient
+ *                                        buffer (the parameters where it keeps
+ *                                        none) from host code at the start of
+ *                                        step STEP: on a device other than cpu
+ *                                        that is a host access to a step tensor,
+ *                                        which the guard ends naming the buffer
+ *                                        (a step tensor left in host memory
+ *                                        would let it pass); on cpu it passes
  *   TRIDENT_FAULT=slow-load:MS           every rank sleeps MS milliseconds after
  *                                        its data load and again after its
  *                                        model build (start-up made long, so a
@@ -60,7 +68,7 @@ extern "C" {
 typedef enum {
     TD_FAULT_NONE = 0, TD_FAULT_NAN_LOSS, TD_FAULT_NAN_GRAD, TD_FAULT_SAVE_FAIL, TD_FAULT_SKIP_EMBED_SUM,
     TD_FAULT_GRAD_INF, TD_FAULT_GRAD_INF_STUCK, TD_FAULT_KILL, TD_FAULT_STOP, TD_FAULT_SAVE_KILL,
-    TD_FAULT_SLOW_LOAD, TD_FAULT_ROUTE_FLIP
+    TD_FAULT_SLOW_LOAD, TD_FAULT_ROUTE_FLIP, TD_FAULT_HOST_READ
 } td_fault_kind;
 
 #define TD_FAULT_GRAD_TENSOR "transformer.h.0.mlp.c_fc.weight"

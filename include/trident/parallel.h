@@ -310,7 +310,9 @@ void td_dp_stop(td_dp *dp, int step);
  * [lo, lo + n) of this rank's flat buffer whose reduced gradient it owns
  * (the whole model replicated, a ZeRO shard, a server slice), before the
  * norm; NULL turns it off. loss_scale: the factor the gradients still carry
- * (fp16's loss scaling; 1 without), which the step divides out after the probe. */
+ * (fp16's loss scaling; 1 without), which the step divides out after the probe.
+ * grads is host memory (on a device, a copy downloaded for the probe,
+ * TD_HOST_EXPORT). */
 typedef void (*td_grad_probe)(void *ctx, const td_param_table *t, int step, size_t lo, size_t n,
                               const float *grads, float loss_scale);
 void td_dp_set_grad_probe(td_grad_probe fn, void *ctx);

@@ -49,7 +49,8 @@ const td_fault *td_fault_get(void) {
                  {"kill:", TD_FAULT_KILL, 1},
                  {"stop:", TD_FAULT_STOP, 1},
                  {"slow-load:", TD_FAULT_SLOW_LOAD, 0},
-                 {"route-flip:", TD_FAULT_ROUTE_FLIP, 1}};
+                 {"route-flip:", TD_FAULT_ROUTE_FLIP, 1},
+                 {"host-read:", TD_FAULT_HOST_READ, 1}};
     for (int k = 0; k < (int)(sizeof kinds / sizeof kinds[0]); k++) {
         size_t n = strlen(kinds[k].name);
         if (strncmp(s, kinds[k].name, n) != 0) continue;
@@ -69,8 +70,8 @@ const td_fault *td_fault_get(void) {
     }
     td_fail("TRIDENT_FAULT=%s is not known; the test-only faults are nan-loss:STEP[:RANK], "
             "nan-grad:STEP[:RANK], grad-inf:STEP[:RANK], grad-inf-stuck:STEP[:RANK], save-fail:STEP, "
-            "save-kill:STEP[:RANK], skip-embed-sum:STEP, kill:STEP[:RANK], stop:STEP[:RANK], slow-load:MS and "
-            "route-flip:STEP[:RANK]", s);
+            "save-kill:STEP[:RANK], skip-embed-sum:STEP, kill:STEP[:RANK], stop:STEP[:RANK], slow-load:MS, "
+            "route-flip:STEP[:RANK] and host-read:STEP[:RANK]", s);
 }
 
 void td_fault_reload(void) { g_parsed = 0; }

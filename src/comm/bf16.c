@@ -53,3 +53,29 @@ void td_bf16_to_f32_n(float *dst, const uint16_t *src, size_t n) {
 void td_f32_to_bf16_n(uint16_t *dst, const float *src, size_t n) {
     for (size_t i = 0; i < n; i++) dst[i] = to_bf16(f32_bits(src[i]));
 }
+
+/* In place: the n bf16 values at the start of buf widened to n fp32 over
+ * them, from the end backward (value i's fp32 lands on bytes 4i..4i+3, which
+ * hold only values >= i, already read). The staging of device payloads
+ * downloads bf16 into an fp32 buffer and widens it there. */
+void td_bf16_to_f32_inplace(void *buf, size_t n) {
+    const uint16_t *src = buf;
+    float *dst = buf;
+    for (size_t i = n; i-- > 0;) {
+        uint32_t u = (uint32_t)src[i] << 16;
+        memcpy(&dst[i], &u, 4);
+    }
+}
+
+/* In place: n fp32 rounded to n bf16 at the start of buf, forward (value
+ * i's bf16 lands on bytes 2i, 2i+1, which hold only values <= i, read). */
+void td_f32_to_bf16_inplace(void *buf, size_t n) {
+    const float *src = buf;
+    uint16_t *dst = buf;
+    for (size_t i = 0; i < n; i++) {
+        float x;
+        memcpy(&x, &src[i], 4); /* read before the write that may overlap it */
+        uint16_t h = to_bf16(f32_bits(x));
+        memcpy(&dst[i], &h, 2);
+    }
+}

@@ -55,6 +55,10 @@ typedef struct td_transport_ops {
      * transport runs it (progress), 0 when MPI messages do (r->agree may be
      * set). NULL: 0. */
     int (*a2a_begin)(struct td_request *r, size_t send_bytes);
+    /* 1 when the row stages r's device buffers itself, in pieces through
+     * host memory of its own (the shared ring), so stage.c leaves them as
+     * they are. NULL: 0. */
+    int (*stages)(const struct td_request *r);
     /* The start report's words for the group (td_comm_transport_desc). */
     void (*describe)(const struct td_comm *c, char *out, size_t cap);
 } td_transport_ops;
@@ -123,6 +127,10 @@ void td_shm_close(td_shm *s);
  * of a hierarchical group runs no ring ops). Collective: every member calls
  * it at the same point, the first time. This rank's part, *elems fp32. */
 float *td_shm_stage(td_shm *s, size_t *elems);
+/* The ring's slots serve as the staging pool of device payloads of dtype dt
+ * (counted once in TD_MEM_COMM and td_comm_staging_bytes; bf16 adds the
+ * piece results are rounded in). */
+void td_shm_as_pool(td_shm *s, td_dtype dt);
 /* What a shared-memory op computes. */
 typedef enum {
     TD_SHM_ALLREDUCE = 0,
@@ -140,6 +148,7 @@ typedef struct {
     td_redop redop;
     uint64_t gen0, n_chunks; /* ring: this op's chunks in the group's stream */
     int direct;              /* straight between shared buffers, no ring */
+    int dev;                 /* ring: buf is device memory, staged chunk by chunk in the slots */
     int checked;             /* ring: the peers' descriptors matched */
     const char *file;        /* call site, for the descriptor */
     int line;
@@ -163,6 +172,11 @@ typedef struct {
 int td_shm_begin(td_shm_op *op, td_shm *s, td_shm_kind kind, const void *send, void *buf,
                  size_t count, td_dtype dt, td_redop redop, int use_shm, uint64_t seq,
                  const char *file, int line);
+/* 1 when an op of this kind with these buffers runs through the ring
+ * staging device memory chunk by chunk: an all-reduce of a device buffer;
+ * an fp32 reduce-scatter or all-gather whose send and receive buffers are
+ * both device memory. */
+int td_shm_ring_stages(td_shm_kind kind, const void *send, const void *buf, td_dtype dt);
 /* Ring and MPI ops: 1 once op k is checked against every peer (in order:
  * every earlier op of the group is checked here first), 0 when a peer has
  * not started it yet. Marks it finished for the group's counters. */
@@ -292,6 +306,9 @@ _Noreturn void td_comm_abort(int code);
 /* ---- bf16 and dtypes (bf16.c) ------------------------------------------ */
 void td_bf16_to_f32_n(float *dst, const uint16_t *src, size_t n);
 void td_f32_to_bf16_n(uint16_t *dst, const float *src, size_t n);
+/* The same in place (buf holds n fp32 / n bf16 at its start; same bits). */
+void td_bf16_to_f32_inplace(void *buf, size_t n);
+void td_f32_to_bf16_inplace(void *buf, size_t n);
 MPI_Datatype td_mpi_type(td_dtype dt);
 const char *td_dtype_name(td_dtype dt); /* "fp32", "bf16", "u64" */
 
@@ -353,6 +370,9 @@ void td_stage_end(td_request *r);
 void td_stage_received(td_request *r, const MPI_Status *st, MPI_Datatype derived);
 /* At finalize: the pool's memory goes back. */
 void td_stage_shutdown(void);
+/* A shared ring starts (bytes > 0) or stops (< 0) serving as staging pool
+ * (shm.c): counted in td_comm_staging_bytes. */
+void td_stage_pool_add(ptrdiff_t bytes);
 /* A pointer that a host-only path is about to read or write (op on c from
  * file:line): td_fail naming the buffer and offset when it is device memory.
  * what: the argument ("buffer", "recv_counts table"); why: what reads host memory

@@ -21,6 +21,10 @@
  *              same position on every node: one MPI_Iallreduce;
  *   4. all-gather inside the node, in place, straight between the buffers;
  *   5. unstage into the payload (bf16 rounded once, from the fp32 sum).
+ * A device payload (td_dev_is_device) is staged in step 1 by a download
+ * (TD_HOST_COMM) and unstaged in step 5 by an upload: the node ring's
+ * slots are its staging pool, a round at a time, so stage.c stages nothing
+ * for it (the row's `stages`).
  * Summation order of element i: over a node's members in node-rank order,
  * then MPI's all-reduce of the node sums (every member of it gets the same
  * result, which the flat MPI path relies on too), so every rank ends with the
@@ -51,10 +55,17 @@ static void round_begin(td_request *r) {
     size_t round = td_min_sz(td_comm_piece_bytes() / sizeof(float) * m, c->stage_elems - 16 * m);
     size_t n = td_min_sz(round, r->count - r->hier_o), s = ((n + m - 1) / m + 15) & ~(size_t)15;
     float *st = c->stage;
-    if (r->dt == TD_BF16)
+    if (td_dev_is_device(r->buf, NULL, NULL)) { /* the ring's slots stage the round */
+        size_t es = td_dtype_size(r->dt);
+        td_shm_as_pool(in->shm, TD_F32); /* bf16 widens and rounds in place */
+        td_dev_download(st, (const char *)r->buf + r->hier_o * es, n * es, TD_HOST_COMM);
+        td_dev_event_wait(td_dev_event_record()); /* landed before the node reads it */
+        if (r->dt == TD_BF16) td_bf16_to_f32_inplace(st, n);
+    } else if (r->dt == TD_BF16) {
         td_bf16_to_f32_n(st, (const uint16_t *)r->buf + r->hier_o, n);
-    else
+    } else {
         memcpy(st, (const float *)r->buf + r->hier_o, n * sizeof(float));
+    }
     memset(st + n, 0, (s * m - n) * sizeof(float));
     r->hier_n = n;
     r->hier_s = s;
@@ -86,10 +97,18 @@ static int step(td_request *r) {
         return 1;
     default:
         if (!td_shm_progress(&r->shm)) return r->shm.moved;
-        if (r->dt == TD_BF16)
+        if (td_dev_is_device(r->buf, NULL, NULL)) {
+            /* in place: the all-gather is complete on every rank, and nobody
+             * reads this rank's stage again before its next round's op */
+            size_t es = td_dtype_size(r->dt);
+            if (r->dt == TD_BF16) td_f32_to_bf16_inplace(c->stage, r->hier_n);
+            td_dev_upload((char *)r->buf + r->hier_o * es, c->stage, r->hier_n * es, TD_HOST_COMM);
+            td_dev_stream_wait(td_dev_event_record());
+        } else if (r->dt == TD_BF16) {
             td_f32_to_bf16_n((uint16_t *)r->buf + r->hier_o, c->stage, r->hier_n);
-        else
+        } else {
             memcpy((float *)r->buf + r->hier_o, c->stage, r->hier_n * sizeof(float));
+        }
         r->hier_o += r->hier_n;
         if (r->hier_o < r->count)
             round_begin(r);

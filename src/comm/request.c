@@ -487,6 +487,16 @@ void td_reduce_at(td_comm *c, void *buf, size_t count, td_dtype dt, int root, co
 
 void td_broadcast_at(td_comm *c, void *buf, size_t count, td_dtype dt, int root, const char *file,
                      int line) {
+    /* A device buffer through a host-only row would be staged whole (the
+     * parameters at start-up: a pool the size of the model); in slices of
+     * one piece each it stays one piece. A broadcast's bits do not depend
+     * on how it is cut, and every rank cuts alike (same count, same piece). */
+    size_t es = td_dtype_size(dt), piece = td_max_sz(1, td_comm_piece_bytes() / es);
+    if (count > piece && c->ops->host_only && td_dev_is_device(buf, NULL, NULL)) {
+        for (size_t o = 0; o < count; o += piece)
+            td_broadcast_at(c, (char *)buf + o * es, td_min_sz(piece, count - o), dt, root, file, line);
+        return;
+    }
     begin(&g_blocking, TD_OP_BCAST, c, dt, count, root, file, line)->buf = buf;
     run_collective(&g_blocking);
 }

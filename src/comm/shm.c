@@ -29,6 +29,25 @@
  * A counter is "chunks finished so far"; each phase takes chunks strictly in
  * order (across ops too), which is what makes one counter per phase enough.
  *
+ * A device payload (td_dev_is_device: the guard, a GPU) is staged through
+ * the same ring, so the window is its staging pool, in pieces of one chunk
+ * with TD_SHM_SLOTS of them in flight (td_comm_staging_plan_bytes): step 1
+ * downloads the whole chunk into this rank's slot (TD_HOST_COMM; bf16
+ * widened there), step 2 reads this rank's own term from the slot instead
+ * of the payload and writes the sum there only, and step 3 copies the other
+ * ranks' reduced parts into the slot and uploads the chunk (bf16 rounded
+ * into h16 first). Same sums in the same order, so the same bits as a host
+ * payload. The slot's part p is free to overwrite in step 3: rank p read it
+ * in its step 2, which the gate (every rank reduced the chunk) has passed.
+ *
+ * Device reduce-scatters and all-gathers (fp32) run through the ring the
+ * same way (the ring is otherwise all-reduce only): a chunk of a
+ * reduce-scatter is elements [o, o+len) of each of the n blocks of the
+ * input, downloaded packed into the slot; step 2 sums block `me` over every
+ * rank's slot in rank order and uploads it. A chunk of an all-gather is
+ * elements [o, o+len) of the input; step 2 uploads every rank's slot into
+ * its block of the output. Step 3 only gates the slots' reuse.
+ *
  * Nothing here blocks: td_shm_progress() does whatever its conditions allow
  * and returns, so nonblocking requests progress it from td_test/td_wait.
  * Blocking calls loop on it (td_shm_run), yielding the core when a peer is
@@ -132,6 +151,11 @@ td_shm *td_shm_open(MPI_Comm mpi, int rank, int size, const char *label,
 
 void td_shm_close(td_shm *s) {
     if (!s) return;
+    if (s->pool_bytes) { /* it served as the staging pool of device payloads */
+        td_mem_account(TD_MEM_COMM, -(ptrdiff_t)(s->pool_bytes - (s->h16 ? TD_SHM_SLOT_BYTES / 2 : 0)));
+        td_stage_pool_add(-(ptrdiff_t)s->pool_bytes);
+        td_free(s->h16);
+    }
     td_shm_regions_free(s);
     TD_MPI(MPI_Win_free(&s->win));
     free(s->ctl);
@@ -145,6 +169,35 @@ float *td_shm_stage(td_shm *s, size_t *elems) {
 
 /* ---- one all-reduce ---------------------------------------------------- */
 
+int td_shm_ring_stages(td_shm_kind kind, const void *send, const void *buf, td_dtype dt) {
+    if (kind == TD_SHM_ALLREDUCE) return td_dev_is_device(buf, NULL, NULL);
+    /* fp32 only, as straight between shared buffers on the cpu device
+     * (bf16 goes through MPI there: the same path keeps the same bits) */
+    return (kind == TD_SHM_REDUCE_SCATTER || kind == TD_SHM_ALL_GATHER) && dt == TD_F32 &&
+           td_dev_is_device(send, NULL, NULL) && td_dev_is_device(buf, NULL, NULL);
+}
+
+size_t td_comm_staging_plan_bytes(int shares_memory, td_dtype dt) {
+    if (!shares_memory) return 0;
+    return (size_t)TD_SHM_SLOTS * TD_SHM_SLOT_BYTES + (dt == TD_BF16 ? TD_SHM_SLOT_BYTES / 2 : 0);
+}
+
+/* The ring's slots become the staging pool of device payloads: counted once
+ * (TD_MEM_COMM, td_comm_staging_bytes), the bf16 piece allocated when a bf16
+ * payload first needs it. */
+void td_shm_as_pool(td_shm *s, td_dtype dt) {
+    if (!s->pool_bytes) {
+        s->pool_bytes = td_comm_staging_plan_bytes(1, TD_F32);
+        td_mem_account(TD_MEM_COMM, (ptrdiff_t)s->pool_bytes);
+        td_stage_pool_add((ptrdiff_t)s->pool_bytes);
+    }
+    if (dt == TD_BF16 && !s->h16) {
+        s->h16 = td_alloc(TD_SHM_SLOT_BYTES / 2, TD_MEM_COMM);
+        s->pool_bytes += TD_SHM_SLOT_BYTES / 2;
+        td_stage_pool_add(TD_SHM_SLOT_BYTES / 2);
+    }
+}
+
 int td_shm_begin(td_shm_op *op, td_shm *s, td_shm_kind kind, const void *send, void *buf,
                  size_t count, td_dtype dt, td_redop redop, int use_shm, uint64_t seq,
                  const char *file, int line) {
@@ -154,12 +207,17 @@ int td_shm_begin(td_shm_op *op, td_shm *s, td_shm_kind kind, const void *send, v
     size_t send_elems = kind == TD_SHM_REDUCE_SCATTER ? count * (size_t)s->n : count;
     if (use_shm && dt == TD_F32 && td_shm_direct_begin(op, s, send, send_elems * sizeof(float)))
         return 1;
-    if (!use_shm || kind != TD_SHM_ALLREDUCE) {
+    int ring = kind == TD_SHM_ALLREDUCE || td_shm_ring_stages(kind, send, buf, dt);
+    if (!use_shm || !ring) {
         td_shm_announce(op, TD_PATH_MPI, NULL, 0);
         return 0;
     }
     td_shm_announce(op, TD_PATH_RING, NULL, 0);
-    op->chunk_elems = g_chunk_bytes / 4;
+    op->dev = td_shm_ring_stages(kind, send, buf, dt);
+    if (op->dev) td_shm_as_pool(s, dt);
+    /* a reduce-scatter's chunk holds its elements of every rank's block */
+    op->chunk_elems = kind == TD_SHM_REDUCE_SCATTER ? td_max_sz(1, g_chunk_bytes / (4 * (size_t)s->n))
+                                                    : g_chunk_bytes / 4;
     op->n_chunks = (count + op->chunk_elems - 1) / op->chunk_elems;
     op->gen0 = s->next_gen;
     s->next_gen += op->n_chunks;
@@ -202,6 +260,22 @@ static void store(const td_shm_op *op, size_t lo, const float *src, size_t n) {
 /* 1. Others need the parts they reduce; my own part I read from the payload. */
 static void stage_chunk(const td_shm_op *op, const td_shm *s, uint64_t g, size_t o, size_t len) {
     float *slot = slot_of(s, s->me, g);
+    if (op->dev && op->kind != TD_SHM_ALLREDUCE) {
+        const float *in = (const float *)op->send + o;
+        if (op->kind == TD_SHM_REDUCE_SCATTER) /* elements [o, o+len) of every block, packed */
+            td_dev_download_2d(slot, len * 4, in, op->count * 4, len * 4, (size_t)s->n, TD_HOST_COMM);
+        else
+            td_dev_download(slot, in, len * 4, TD_HOST_COMM);
+        td_dev_event_wait(td_dev_event_record());
+        return;
+    }
+    if (op->dev) { /* the whole chunk, my part too: the payload is not host memory */
+        size_t es = td_dtype_size(op->dt);
+        td_dev_download(slot, (const char *)op->buf + o * es, len * es, TD_HOST_COMM);
+        td_dev_event_wait(td_dev_event_record()); /* landed before the others read it */
+        if (op->dt == TD_BF16) td_bf16_to_f32_inplace(slot, len);
+        return;
+    }
     for (int p = 0; p < s->n; p++) {
         if (p == s->me) continue;
         size_t lo = part_lo(len, p, s->n), hi = part_lo(len, p + 1, s->n);
@@ -214,7 +288,7 @@ static void stage_chunk(const td_shm_op *op, const td_shm *s, uint64_t g, size_t
  * widened into tmp when the payload is bf16. */
 static const float *term(const td_shm_op *op, const td_shm *s, uint64_t g, int j, size_t o,
                          size_t lo, size_t hi, float *tmp) {
-    if (j != s->me) return slot_of(s, j, g) + lo;
+    if (j != s->me || op->dev) return slot_of(s, j, g) + lo; /* a device payload: staged */
     if (op->dt == TD_F32) return (const float *)op->buf + o + lo;
     load(op, tmp, o + lo, o + hi);
     return tmp;
@@ -223,15 +297,54 @@ static const float *term(const td_shm_op *op, const td_shm *s, uint64_t g, int j
 /* 2. My part, summed in rank order (every part has one owner, so all ranks
  * get the same bits), written in one pass to the payload and to my slot for
  * the others: the payload's lines are read and written back while in L1. */
+/* Step 2 of a staged reduce-scatter: block `me` of every rank's chunk,
+ * summed in rank order (as shm_direct.c's reduce_scatter_part), into my
+ * slot (only I read its block me) and up into the output. */
+static void reduce_scatter_chunk(const td_shm_op *op, const td_shm *s, uint64_t g, size_t o,
+                                 size_t len) {
+    enum { B = 1024 };
+    float acc[B], *out = slot_of(s, s->me, g) + (size_t)s->me * len;
+    for (size_t b = 0; b < len; b += B) {
+        size_t m = td_min_sz(B, len - b);
+        memcpy(acc, slot_of(s, 0, g) + (size_t)s->me * len + b, m * 4);
+        for (int j = 1; j < s->n; j++) add_into(acc, slot_of(s, j, g) + (size_t)s->me * len + b, m, TD_SUM);
+        memcpy(out + b, acc, m * 4);
+    }
+    td_dev_upload((float *)op->buf + o, out, len * 4, TD_HOST_COMM);
+}
+
+/* Step 2 of a staged all-gather: every rank's staged chunk up into its
+ * block of the output (mine too unless the input is already there). */
+static void all_gather_chunk(const td_shm_op *op, const td_shm *s, uint64_t g, size_t o,
+                             size_t len) {
+    float *out = op->buf;
+    for (int j = 0; j < s->n; j++) {
+        float *dst = out + (size_t)j * op->count + o;
+        if (dst != (const float *)op->send + o) td_dev_upload(dst, slot_of(s, j, g), len * 4, TD_HOST_COMM);
+    }
+}
+
 static void reduce_part(const td_shm_op *op, const td_shm *s, uint64_t g, size_t o, size_t len) {
     enum { B = 1024 };
     float acc[B], tmp[B];
+    if (op->kind != TD_SHM_ALLREDUCE) { /* staged device buffers only */
+        if (op->kind == TD_SHM_REDUCE_SCATTER)
+            reduce_scatter_chunk(op, s, g, o, len);
+        else
+            all_gather_chunk(op, s, g, o, len);
+        td_dev_stream_wait(td_dev_event_record()); /* the compute stream's next op sees it */
+        return;
+    }
     size_t lo = part_lo(len, s->me, s->n), hi = part_lo(len, s->me + 1, s->n);
     float *slot = slot_of(s, s->me, g);
     if (s->n == 2 && op->dt == TD_F32 && op->redop == TD_SUM) {
         /* the common case in one pass: a + b is b + a exactly in IEEE */
-        float *restrict mine = (float *)op->buf + o, *restrict out = slot;
         const float *restrict peer = slot_of(s, 1 - s->me, g);
+        if (op->dev) { /* my term staged in my slot: the sum goes there only */
+            for (size_t i = lo; i < hi; i++) slot[i] += peer[i];
+            return;
+        }
+        float *restrict mine = (float *)op->buf + o, *restrict out = slot;
         for (size_t i = lo; i < hi; i++) {
             float v = mine[i] + peer[i];
             mine[i] = v;
@@ -244,17 +357,34 @@ static void reduce_part(const td_shm_op *op, const td_shm *s, uint64_t g, size_t
         memcpy(acc, term(op, s, g, 0, o, b, e, tmp), m * 4);
         for (int j = 1; j < s->n; j++) add_into(acc, term(op, s, g, j, o, b, e, tmp), m, op->redop);
         memcpy(slot + b, acc, m * 4);
-        store(op, o + b, acc, m);
+        if (!op->dev) store(op, o + b, acc, m);
     }
 }
 
 /* 3. Everyone else's reduced part into the payload. */
 static void gather_chunk(const td_shm_op *op, const td_shm *s, uint64_t g, size_t o, size_t len) {
+    /* a staged reduce-scatter or all-gather is done in step 2: this step is
+     * the gate that every rank has read the slots (their reuse waits on it) */
+    if (op->kind != TD_SHM_ALLREDUCE) return;
+    float *slot = slot_of(s, s->me, g);
     for (int p = 0; p < s->n; p++) {
         if (p == s->me) continue;
         size_t lo = part_lo(len, p, s->n), hi = part_lo(len, p + 1, s->n);
-        store(op, o + lo, slot_of(s, p, g) + lo, hi - lo);
+        if (op->dev)
+            memcpy(slot + lo, slot_of(s, p, g) + lo, (hi - lo) * 4);
+        else
+            store(op, o + lo, slot_of(s, p, g) + lo, hi - lo);
     }
+    if (!op->dev) return;
+    /* the reduced chunk up in one copy (read before td_dev_upload returns) */
+    const void *up = slot;
+    if (op->dt == TD_BF16) {
+        td_f32_to_bf16_n(s->h16, slot, len); /* not in place: the others read my part */
+        up = s->h16;
+    }
+    size_t es = td_dtype_size(op->dt);
+    td_dev_upload((char *)op->buf + o * es, up, len * es, TD_HOST_COMM);
+    td_dev_stream_wait(td_dev_event_record()); /* the compute stream's next op sees it */
 }
 
 /* Phase p of the next chunk this rank has for it, if its conditions hold:

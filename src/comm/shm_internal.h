@@ -81,6 +81,11 @@ struct td_shm {
     uint64_t a2a_k; /* the last direct all-to-all started here: whose table ctl->a2a holds */
     const char *desc_file[TD_SHM_DESCS]; /* __FILE__ whose name desc[i].file holds */
     td_shm_region *regions;
+    /* device payloads (shm.c): the ring is their staging pool; counted in
+     * TD_MEM_COMM from the first such op (pool_bytes), and a bf16 piece to
+     * round results in before they go up (h16, TD_SHM_SLOT_BYTES / 2) */
+    size_t pool_bytes;
+    void *h16;
 };
 
 static inline int td_shm_all_reached(const td_shm *s, size_t field, uint64_t value) {
@@ -108,6 +113,7 @@ static inline void td_shm_op_init(td_shm_op *op, td_shm *s, td_shm_kind kind, co
     op->redop = redop;
     op->seq = seq;
     op->moved = 0;
+    op->dev = 0;
     op->a2a = NULL;
 }
 

@@ -27,7 +27,14 @@
  * one request at a time and returns at its completion; freed at finalize.
  * Its size is the most the requests in flight together have staged
  * (td_comm_staging_bytes). On the cpu device nothing is staged and the pool
- * stays empty. */
+ * stays empty.
+ *
+ * Rows that stage in pieces themselves (the row's `stages`): a group with a
+ * shared ring all-reduces a device payload through the ring's slots, a
+ * chunk at a time (shm.c), and a hierarchical group through its node
+ * ring's (hier.c); those requests take no block here, so the pool does not
+ * grow with the payload. The rings that serve so count in
+ * td_comm_staging_bytes (td_stage_pool_add). */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -42,8 +49,13 @@ typedef struct {
 static td_stage_block *g_blocks;
 static int g_n_blocks, g_cap_blocks;
 static size_t g_pool_bytes;
+static ptrdiff_t g_ring_bytes; /* shared-memory rings serving as the pool (shm.c) */
 
-size_t td_comm_staging_bytes(void) { return g_pool_bytes; }
+size_t td_comm_staging_bytes(void) { return g_pool_bytes + (size_t)g_ring_bytes; }
+void td_stage_pool_add(ptrdiff_t bytes) {
+    g_ring_bytes += bytes;
+    TD_ASSERT(g_ring_bytes >= 0);
+}
 
 static size_t page_round(size_t b) { return (b + 4095) & ~(size_t)4095; }
 
@@ -115,6 +127,7 @@ typedef struct {
 void td_stage_begin(td_request *r, size_t a2a_send, size_t a2a_recv) {
     r->stg_wait = r->stg_n = r->stg_nup = 0;
     if (!r->comm->ops->host_only || !td_backend_is_device()) return;
+    if (r->comm->ops->stages && r->comm->ops->stages(r)) return; /* in pieces, by the row */
     const td_comm *c = r->comm;
     size_t el = td_dtype_size(r->dt), n = r->count * el, all = n * (size_t)c->size;
     int root = c->rank == r->peer;

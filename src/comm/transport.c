@@ -49,6 +49,18 @@ static int shm_run(td_request *r) {
     return 1;
 }
 
+/* What shm_begin sends through the ring with device buffers (never straight
+ * between shared buffers: device memory never lies in one) is staged chunk
+ * by chunk in the ring's slots (shm.c). */
+static int shm_stages(const td_request *r) {
+    static const int kinds[TD_OP_N] = {[TD_OP_ALLREDUCE] = TD_SHM_ALLREDUCE + 1,
+                                       [TD_OP_REDUCE_SCATTER] = TD_SHM_REDUCE_SCATTER + 1,
+                                       [TD_OP_ALL_GATHER] = TD_SHM_ALL_GATHER + 1};
+    if (!r->comm->shm || r->count == 0 || !td_comm_shm() || !kinds[r->op]) return 0;
+    const void *send = r->op == TD_OP_ALLREDUCE ? r->buf : r->send;
+    return td_shm_ring_stages((td_shm_kind)(kinds[r->op] - 1), send, r->buf, r->dt);
+}
+
 static int shm_a2a_begin(td_request *r, size_t send_bytes) {
     return td_a2a_shm_begin(r, send_bytes);
 }
@@ -61,6 +73,12 @@ static void shm_describe(const td_comm *c, char *out, size_t cap) {
 /* ---- hierarchical ------------------------------------------------------ */
 
 static int hier_begin(td_request *r) {
+    return r->op == TD_OP_ALLREDUCE && td_hier_takes(r->comm, r->redop, r->count);
+}
+
+/* A hierarchical all-reduce stages a device payload round by round in the
+ * node ring's slots (hier.c). */
+static int hier_stages(const td_request *r) {
     return r->op == TD_OP_ALLREDUCE && td_hier_takes(r->comm, r->redop, r->count);
 }
 
@@ -89,10 +107,11 @@ static const td_transport_ops g_rows[] = {
                            .describe = self_describe},
     [TD_TRANSPORT_SHM] = {.id = TD_TRANSPORT_SHM, .name = "shared memory", .host_only = 1,
                           .begin = shm_begin, .progress = shm_progress, .run = shm_run,
-                          .a2a_begin = shm_a2a_begin, .describe = shm_describe},
+                          .a2a_begin = shm_a2a_begin, .stages = shm_stages,
+                          .describe = shm_describe},
     [TD_TRANSPORT_HIER] = {.id = TD_TRANSPORT_HIER, .name = "hierarchical (shared memory and MPI)",
                            .host_only = 1, .begin = hier_begin, .progress = td_hier_progress,
-                           .describe = hier_describe},
+                           .stages = hier_stages, .describe = hier_describe},
     [TD_TRANSPORT_MPI] = {.id = TD_TRANSPORT_MPI, .name = "MPI", .host_only = 1,
                           .describe = mpi_describe},
 };

@@ -28,7 +28,7 @@ void td_replicated_create(td_dp *dp) {
     int fwd = dp->cfg.forward_only; /* no gradient, no moment */
     dp->grads_shared = allreduce && dp->D > 1 && !fwd;
     dp->grads = fwd                ? NULL
-                : dp->grads_shared ? td_dp_alloc_shared(dp, n, TD_MEM_GRADS)
+                : dp->grads_shared ? td_dp_alloc_shared(dp, n, TD_MEM_GRADS, "gradients")
                                    : td_dev_alloc(n * sizeof(float), TD_MEM_GRADS, "gradients");
     /* reduce-broadcast: only the root updates, so only it holds moments;
      * under ep the first ep run's other ranks update their experts (the

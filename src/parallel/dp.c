@@ -1,11 +1,13 @@
 /* Data-parallel strategy: the public API, dispatching to the mode's module
  * (allreduce.c, reduce_broadcast.c, zero.c, ps.c) through its td_dp_ops,
  * and what every mode shares. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "dp_internal.h"
 #include "trident/backend.h"
+#include "trident/fault.h"
 #include "trident/pipeline.h"
 
 int td_dp_mode_find(const char *s) {
@@ -118,15 +120,19 @@ td_mem_plan td_dp_memory_plan(const td_dp_config *cfg, const td_layout *lay,
     return p;
 }
 
-float *td_dp_alloc_shared(td_dp *dp, size_t n, td_mem_cat cat) {
-    /* MPI shared windows are host memory (comm.h): under a device they
-     * would be the comm layer's staging, not the step's tensors */
-    return dp->D > 1 ? td_comm_alloc_shared(dp->comm, n * sizeof(float), cat)
-                     : td_dev_alloc(n * sizeof(float), cat, td_mem_cat_name(cat));
+/* Shared windows only on the cpu device with dp > 1: MPI shared windows are
+ * host memory (comm.h), so on any other device these are step tensors in
+ * device memory like the rest, and the group's shared window (its ring) is
+ * the comm layer's staging pool instead, in pieces (td_comm_staging_plan_bytes). */
+static int shared_window(const td_dp *dp) { return dp->D > 1 && !td_backend_is_device(); }
+
+float *td_dp_alloc_shared_at(td_dp *dp, size_t n, td_mem_cat cat, const char *name, const char *site) {
+    return shared_window(dp) ? td_comm_alloc_shared(dp->comm, n * sizeof(float), cat)
+                             : td_dev_alloc_at(n * sizeof(float), cat, name, site);
 }
 
 void td_dp_free_shared(td_dp *dp, float *p, td_mem_cat cat) {
-    if (dp->D > 1)
+    if (shared_window(dp))
         td_comm_free_shared(dp->comm, p, cat);
     else
         td_dev_free(p);
@@ -185,6 +191,11 @@ void td_dp_destroy(td_dp *dp) {
 }
 
 void td_dp_begin_step(td_dp *dp, int step) {
+    if (td_fault_at(TD_FAULT_HOST_READ, step, td_log_rank())) {
+        /* test-only: a host read of a step tensor (fault.h), killed by the guard */
+        const volatile float *p = dp->grads ? dp->grads : dp->params;
+        if (p) fprintf(stderr, "trident: fault host-read: read %g from host code\n", (double)p[0]);
+    }
     dp->step = step;
     dp->grad_sent = dp->grad_dense = 0;
     if (dp->ops->begin_step) dp->ops->begin_step(dp, step);

@@ -8,6 +8,7 @@
 #define TRIDENT_DP_INTERNAL_H
 
 #include "step.h"
+#include "trident/backend.h" /* td_dp_alloc_shared: TD_STR */
 #include "trident/base.h"
 #include "trident/comm.h"
 #include "trident/parallel.h"
@@ -73,9 +74,14 @@ struct td_dp {
     void *impl; /* the mode's own state */
 };
 
-/* allocation of buffers other replicas read in collectives: shared between
- * the dp group's ranks when dp > 1 (comm.h, td_comm_alloc_shared) */
-float *td_dp_alloc_shared(td_dp *dp, size_t n, td_mem_cat cat);
+/* allocation of buffers other replicas read in collectives (n floats,
+ * zeroed; name as td_dev_alloc's): on the cpu device with dp > 1 shared
+ * between the dp group's ranks (comm.h, td_comm_alloc_shared), so that one
+ * node's collectives run straight between them; else device memory, which
+ * the group's shared ring stages in pieces (td_comm_staging_plan_bytes) */
+#define td_dp_alloc_shared(dp, n, cat, name) \
+    td_dp_alloc_shared_at((dp), (n), (cat), (name), __FILE__ ":" TD_STR(__LINE__))
+float *td_dp_alloc_shared_at(td_dp *dp, size_t n, td_mem_cat cat, const char *name, const char *site);
 void td_dp_free_shared(td_dp *dp, float *p, td_mem_cat cat);
 
 /* allreduce.c: the replicated state, shared with reduce_broadcast.c */

@@ -128,9 +128,9 @@ td_gpay *td_gpay_create(td_dp *dp, int n_ranges, const size_t *lo, const size_t 
     if (topk) {
         /* the send side in the group's shared memory: on one node the
          * all-gather then copies straight from the peers' pairs */
-        g->send_all = td_dp_alloc_shared(dp, pairs, TD_MEM_COMM);
+        g->send_all = td_dp_alloc_shared(dp, pairs, TD_MEM_COMM, "top-k pairs");
         g->recv_all = td_alloc((size_t)dp->D * pairs * sizeof(float), TD_MEM_COMM);
-        g->dense_all = td_dp_alloc_shared(dp, dense, TD_MEM_COMM);
+        g->dense_all = td_dp_alloc_shared(dp, dense, TD_MEM_COMM, "top-k dense");
         g->idx = td_alloc(max_k * sizeof(uint32_t), TD_MEM_COMM);
         size_t bytes = dp->t->numel * sizeof(float);
         if (!dp->cfg.topk_no_ef || update_scheme(&dp->cfg)) g->residual = td_alloc(bytes, TD_MEM_GRADS);

@@ -136,7 +136,16 @@ static td_step_result apply(const td_step_group *grp, const float *grads, const 
         size_t k = 0;
         float scale = grp->loss_scale > 0.0f ? grp->loss_scale : 1.0f;
         for (int i = 0; i < n_ranges; i++) {
-            g_probe(g_probe_ctx, grp->t, step, r[i].lo, r[i].n, range_grads(r, i, grads, k), scale);
+            const float *g = range_grads(r, i, grads, k);
+            float *host = NULL;
+            if (td_backend_is_device() && r[i].n) { /* the probe reads host memory: verify's oracle */
+                host = td_alloc(r[i].n * sizeof(float), TD_MEM_OTHER);
+                td_dev_download(host, g, r[i].n * sizeof(float), TD_HOST_EXPORT);
+                td_dev_sync();
+                g = host;
+            }
+            g_probe(g_probe_ctx, grp->t, step, r[i].lo, r[i].n, g, scale);
+            td_free(host);
             k += r[i].n;
         }
     }

@@ -209,7 +209,7 @@ static void zero_create(td_dp *dp) {
     }
 
     if (z->stage == 3) {
-        z->pshard = td_dp_alloc_shared(dp, z->shard_n, td_dp_param_cat(&dp->cfg));
+        z->pshard = td_dp_alloc_shared(dp, z->shard_n, td_dp_param_cat(&dp->cfg), "ZeRO-3 parameter shard");
         /* counter-based init: the slices equal those of a full init */
         for (int i = 0; i < z->n_pc; i++) {
             const zpiece *q = &z->pc[i];
@@ -224,7 +224,7 @@ static void zero_create(td_dp *dp) {
         z->gather_of = td_alloc(sizeof(int) * (size_t)U, TD_MEM_OTHER);
         for (int u = 0; u < U; u++) z->gather_of[u] = -1;
     } else {
-        dp->params = td_dp_alloc_shared(dp, t->numel, td_dp_param_cat(&dp->cfg)); /* all-gathered in place */
+        dp->params = td_dp_alloc_shared(dp, t->numel, td_dp_param_cat(&dp->cfg), "parameters"); /* all-gathered in place */
         dp->params_shared = dp->D > 1;
         td_param_init_range_dev(t, dp->cfg.seed, 0, t->numel, dp->params);
         params_broadcast(dp, z);
@@ -234,7 +234,7 @@ static void zero_create(td_dp *dp) {
     if (fwd) {
         z->gshard = NULL;
     } else if (z->stage == 1) {
-        dp->grads = td_dp_alloc_shared(dp, t->numel, TD_MEM_GRADS); /* reduce-scattered */
+        dp->grads = td_dp_alloc_shared(dp, t->numel, TD_MEM_GRADS, "gradients"); /* reduce-scattered */
         dp->grads_shared = dp->D > 1;
         z->gshard = NULL;
         z->rs_out = td_dev_alloc(z->shard_n * sizeof(float), TD_MEM_COMM, "ZeRO-1 gradient shard");
@@ -247,7 +247,8 @@ static void zero_create(td_dp *dp) {
         z->gshard = td_dev_alloc(z->shard_n * sizeof(float), TD_MEM_GRADS, "ZeRO gradient shard");
         for (int i = 0; i < POOL + 1; i++) {
             z->gslots[i].full =
-                td_dp_alloc_shared(dp, i < POOL ? z->max_block : td_unit_numel(t, 0), TD_MEM_COMM);
+                td_dp_alloc_shared(dp, i < POOL ? z->max_block : td_unit_numel(t, 0), TD_MEM_COMM,
+                                   "ZeRO gradient unit");
             z->gslots[i].unit = -1;
         }
     }

@@ -4,7 +4,9 @@
 # under --device cpu: train's losses (3 steps, then a resume to 5), eval's
 # loss (also of the checkpoint exported and imported back), a seeded sample's text;
 # verify passes under it (dp 2). A host access to device
-# memory would end a run with its one error line, which this test shows.
+# memory would end a run with its one error line, which this test shows;
+# dp 2 stages its gradients (comm staging > 0), and a planted host read of
+# them (TRIDENT_FAULT=host-read) ends the run naming them.
 # Usage: test_device_guard.sh TRIDENT DATA_DIR
 set -u
 T=${1:?usage: test_device_guard.sh TRIDENT DATA_DIR}
@@ -73,6 +75,25 @@ if run verify $MPI "$T" verify "${A[@]}" --steps 2 --dp 2 --device guard && grep
   echo "ok   verify --dp 2 --device guard: $(grep -m1 '^verify: passed' "$tmp/verify.out" | cut -c1-100)"
 else
   fail "verify under guard: $(tail -2 "$tmp/verify.out")"
+fi
+# dp 2's gradients are device memory under the guard: one node's shared ring
+# stages them in pieces (step 0's comm staging: the gradient's bytes each way
+# in one 256 KiB piece), and a planted host read of them at step 1 ends the
+# run naming the buffer (its size the bytes staged)
+TRIDENT_FAULT=host-read:1 $MPI "$T" train "${A[@]}" --steps 2 --dp 2 --device guard --log "$tmp/dp2.jsonl" \
+  > "$tmp/host_read.out" 2>&1
+rc=$?
+g=$(grep -m1 -oE "host access to device memory: buffer 'gradients' \(grads\), offset 0 of [0-9]+" "$tmp/host_read.out" | grep -oE '[0-9]+$')
+if [ $rc -ne 0 ] && [ -n "$g" ]; then
+  echo "ok   a host read of dp 2's gradients under the guard: buffer 'gradients' of $g B"
+else
+  fail "a host read of dp 2's gradients under the guard (exit $rc): $(grep -m1 -E 'error|fault' "$tmp/host_read.out")"
+fi
+staged=$(grep -m1 -oE '"comm_staging": \{[^}]*\}' "$tmp/dp2.jsonl" 2>/dev/null)
+if [ -n "$g" ] && [ "$staged" = "\"comm_staging\": {\"up\": [$g, 1], \"down\": [$g, 1]}" ]; then
+  echo "ok   dp 2's step 0 staged its gradients: $staged"
+else
+  fail "dp 2's step 0 under the guard: $staged, expected $g B in 1 piece each way"
 fi
 [ $fails -eq 0 ] && echo "device guard: train, resume, eval, export/import, sample and verify as on cpu: ok"
 exit $fails

@@ -7,6 +7,10 @@
  * copies would die under the guard; a copy read before its download landed
  * would hold the guard's NaN poison and differ.
  *
+ * On one node the group's shared ring is the staging pool: the copies go in
+ * pieces of the ring's chunk and the pool is the ring's, whatever the
+ * payload (td_comm_staging_plan_bytes).
+ *
  *   test_comm_staging guard   the above (2 ranks; 4 ranks: the all-reduces)
  *   test_comm_staging cpu     the cpu device: nothing staged, no comm traffic
  *   test_comm_staging refuse_table  (planted) a device pointer as an
@@ -58,13 +62,34 @@ static void fetch(void *host, const void *dev, size_t bytes) {
     td_dev_sync();
 }
 
-/* Comm's staging traffic since the last reset, then a reset. */
+/* Comm's staging traffic since the last reset (bytes; the copies' calls
+ * in g_down_calls, g_up_calls), then a reset. */
+static uint64_t g_down_calls, g_up_calls;
 static void comm_traffic(uint64_t *down, uint64_t *up) {
     td_host_traffic t;
     td_dev_traffic(&t);
     *down = t.down_bytes[TD_HOST_COMM];
     *up = t.up_bytes[TD_HOST_COMM];
+    g_down_calls = t.down_calls[TD_HOST_COMM];
+    g_up_calls = t.up_calls[TD_HOST_COMM];
     td_dev_traffic_reset();
+}
+
+/* On one node (shared memory) the group's ring is the staging pool: the
+ * copies go a chunk at a time (CHUNK bytes, set in main), so their calls
+ * are the pieces' count, and the pool stays the ring's size whatever the
+ * payload. Elsewhere (MPI) a whole buffer is one copy. */
+enum { CHUNK = 4096 };
+static void pieces(const char *what, uint64_t want_down, uint64_t want_up) {
+    CHECK(g_down_calls == want_down && g_up_calls == want_up,
+          "%s: %llu downloads and %llu uploads, expected %llu and %llu (one per piece)", what,
+          (unsigned long long)g_down_calls, (unsigned long long)g_up_calls,
+          (unsigned long long)want_down, (unsigned long long)want_up);
+}
+static void ring_pool(const char *what, td_dtype dt) {
+    size_t want = td_comm_staging_plan_bytes(1, dt);
+    CHECK(td_comm_staging_bytes() == want, "%s: staging pool of %zu bytes, the ring's plan is %zu",
+          what, td_comm_staging_bytes(), want);
 }
 
 /* What one case computed on host buffers and on device buffers. */
@@ -98,6 +123,12 @@ static void run_cases(int staging) {
     td_allreduce(w, d, N, TD_F32, TD_SUM);
     comm_traffic(&down, &up);
     same("all-reduce fp32", h, d, N * 4, down, N * 4, up, N * 4, staging);
+    /* ring: 1024-element pieces; MPI: one copy each way; cpu: none */
+    int ring = staging && td_comm_transport(w) == TD_TRANSPORT_SHM;
+    if (staging && P == 2) pieces("all-reduce fp32", ring ? 3 : 1, ring ? 3 : 1);
+    /* hierarchical (2 nodes of 2): rounds of 2 x 1024 elements in the node ring */
+    if (staging && P == 4) pieces("hierarchical all-reduce fp32", 2, 2);
+    if (ring) ring_pool("all-reduce fp32", TD_F32);
     size_t pool = td_comm_staging_bytes(); /* allocated once, kept */
     CHECK(staging ? pool >= N * 4 : pool == 0, "staging pool of %zu bytes", pool);
     CHECK(td_mem_current(TD_MEM_COMM) >= pool, "the pool's %zu bytes are not in the comm category (%zu)",
@@ -127,6 +158,7 @@ static void run_cases(int staging) {
     td_wait(r1);
     comm_traffic(&down, &up);
     same("all-reduce bf16", h, db, N * 2, down, N * 2, up, N * 2, staging);
+    if (ring) pieces("all-reduce bf16", 3, 3), ring_pool("all-reduce bf16", TD_BF16);
     td_request_free(r2), td_request_free(r3), td_request_free(r4);
     if (P != 2) { /* 2 "nodes" of 2: the all-reduces above ran hierarchically */
         CHECK(td_comm_transport(w) == TD_TRANSPORT_HIER, "world's transport is not hierarchical");
@@ -146,6 +178,8 @@ static void run_cases(int staging) {
     comm_traffic(&down, &up);
     same("reduce-scatter in place", h + (size_t)me * N, ds + (size_t)me * N, N * 4, down,
          2 * N * 4, up, N * 4, staging);
+    /* ring: 512 elements of each block a piece (6 pieces through 4 slots) */
+    if (ring) pieces("reduce-scatter in place", 6, 6), ring_pool("reduce-scatter", TD_BF16);
 
     /* all-gather in place: send = recv + me*N */
     fill(h, 2 * N, TD_F32, 11 + me);
@@ -154,7 +188,30 @@ static void run_cases(int staging) {
     td_all_gather(w, h + (size_t)me * N, h, N, TD_F32);
     td_all_gather(w, dg + (size_t)me * N, dg, N, TD_F32);
     comm_traffic(&down, &up);
-    same("all-gather in place", h, dg, 2 * N * 4, down, N * 4, up, 2 * N * 4, staging);
+    /* ring: the other rank's block up a piece at a time (mine is there) */
+    same("all-gather in place", h, dg, 2 * N * 4, down, N * 4, up, (ring ? 1 : 2) * N * 4, staging);
+    if (ring) pieces("all-gather in place", 3, 3), ring_pool("all-gather", TD_BF16);
+
+    /* reduce-scatter and all-gather into other buffers (ZeRO-2/3's gradient
+     * units into the shard, the shard into a gathered unit) */
+    fill(h, 2 * N, TD_F32, 31 + me);
+    float *dsa = dev_of(h, 2 * N * 4, "gradient unit"), *dsh = dev_of(g, N * 4, "gradient shard");
+    td_dev_traffic_reset();
+    td_reduce_scatter(w, h, g, N, TD_F32);
+    td_reduce_scatter_start(r1, w, dsa, dsh, N, TD_F32);
+    td_wait(r1);
+    comm_traffic(&down, &up);
+    same("reduce-scatter", g, dsh, N * 4, down, 2 * N * 4, up, N * 4, staging);
+    if (ring) pieces("reduce-scatter", 6, 6);
+    fill(g, N, TD_F32, 37 + me);
+    float *dps = dev_of(g, N * 4, "parameter shard"), *dgu = dev_of(h, 2 * N * 4, "gathered unit");
+    td_dev_traffic_reset();
+    td_all_gather(w, g, h, N, TD_F32);
+    td_all_gather_start(r1, w, dps, dgu, N, TD_F32);
+    td_wait(r1);
+    comm_traffic(&down, &up);
+    same("all-gather", h, dgu, 2 * N * 4, down, N * 4, up, 2 * N * 4, staging);
+    if (ring) pieces("all-gather", 3, 6), ring_pool("all-gather", TD_BF16);
 
     /* broadcast from rank 1: its payload down, the others' result up */
     fill(h, N, TD_F32, 13 + me);
@@ -164,6 +221,13 @@ static void run_cases(int staging) {
     td_broadcast(w, dc, N, TD_F32, 1);
     comm_traffic(&down, &up);
     same("broadcast", h, dc, N * 4, down, me == 1 ? N * 4 : 0, up, me == 1 ? 0 : N * 4, staging);
+    /* a blocking broadcast of a device buffer goes in slices of one piece
+     * (CHUNK bytes): the pool grows by one piece, not by the payload */
+    if (staging) pieces("broadcast", me == 1 ? 3 : 0, me == 1 ? 0 : 3);
+    if (ring)
+        CHECK(td_comm_staging_bytes() == td_comm_staging_plan_bytes(1, TD_BF16) + CHUNK,
+              "broadcast: staging pool of %zu bytes, expected the ring's %zu and one %d-byte piece",
+              td_comm_staging_bytes(), td_comm_staging_plan_bytes(1, TD_BF16), CHUNK);
 
     /* send / recv (the pipeline's activations): 0 -> 1 */
     fill(h, N, TD_F32, 17 + me);
@@ -208,7 +272,7 @@ static void run_cases(int staging) {
     same("all-to-all-v", g, drecv, rbytes, down, sbytes + rbytes, up, rbytes, staging);
 
     td_request_free(r1);
-    float *all[] = {d, d1, d2, db, ds, dg, dc, dp, dq, dsend, drecv};
+    float *all[] = {d, d1, d2, db, ds, dg, dsa, dsh, dps, dgu, dc, dp, dq, dsend, drecv};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) td_dev_free(all[i]);
 }
 
@@ -244,6 +308,9 @@ int main(int argc, char **argv) {
     td_comm_init(&argc, &argv);
     const char *mode = argc > 1 ? argv[1] : "guard";
     if (strcmp(mode, "cpu") != 0) td_backend_use(TD_DEVICE_GUARD);
+    /* several pieces per call (the ring's chunk, the hierarchical round's
+     * piece; the host reference alike) */
+    td_comm_set_shm_chunk(CHUNK), td_comm_set_piece_bytes(CHUNK);
     if (!strcmp(mode, "refuse_mpi")) refuse_mpi();
     if (!strcmp(mode, "refuse_table")) refuse_table();
     if (!strcmp(mode, "refuse_free")) refuse_free();
