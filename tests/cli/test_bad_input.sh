@@ -8,6 +8,10 @@ set -u
 T=${1:?usage: test_bad_input.sh TRIDENT_BINARY DATA_DIR}
 DATA=${2:?}
 MPIRUN="mpirun --allow-run-as-root --oversubscribe --bind-to none"
+# A single-process run starts no Open MPI daemon (as in test_config.sh): each
+# case is refused before any peer could matter, and the daemon's start was
+# half of each case's time (CI budget; the cases under mpirun are unchanged).
+export OMPI_MCA_ess_singleton_isolated=1
 tmp=$(mktemp -d); trap 'chmod -R u+w "$tmp" 2>/dev/null; rm -rf "$tmp"' EXIT
 fails=0
 printf 'hello world\n' > "$tmp/short.txt"
@@ -29,6 +33,14 @@ for name in ("train", "val"):
     open(f"{d}/long/{name}.bin", "wb").write(bytes(2 * n))
 PY
 Q="--steps 2 --eval-every 0 --threads 1"
+# The sanitizer build (tests/sanitize/README.md) runs the cases under mpirun
+# named in MPI_SANITIZED only: the others are rules-table rows, each refused
+# by its breaking config in test_compat (sanitized too), or a single-process
+# case's check again; the ones kept are what only several ranks reach (rank
+# count, every rank's split, per-node memory, a 2-rank start-of-run check).
+asan=0; ldd "$T" 2>/dev/null | grep -q libasan && asan=1
+MPI_SANITIZED=" factors-mismatch batch-split-dp mem-limit-mpi pp-partition "
+skipped=0
 
 # expect NAME REGEX CMD...: non-zero exit, no signal death or timeout, no
 # sanitizer report, the output matches REGEX, exactly one "trident: error" line (also
@@ -37,6 +49,9 @@ Q="--steps 2 --eval-every 0 --threads 1"
 expect() {
   local name=$1 re=$2; shift 2
   local out rc n
+  if [ $asan = 1 ] && [ "$1" = mpirun ] && [[ $MPI_SANITIZED != *" $name "* ]]; then
+    skipped=$((skipped+1)); return
+  fi
   out=$(timeout 120 "$@" 2>&1 </dev/null); rc=$?
   if [ $rc -eq 0 ] || [ $rc -ge 124 ]; then
     echo "FAIL $name: exit code $rc (want a clean non-zero exit)"; echo "$out" | tail -3; fails=$((fails+1)); return
@@ -248,7 +263,7 @@ expect log-other-file  "--log $tmp/tok/val.bin exists and is not a trident log" 
 unchanged log-other-file "$tmp/tok/val.bin" "$vsum"
 expect log-is-dir      "--log $tmp/tok is a directory"                                 $S --log "$tmp/tok"
 expect log-no-dir      "--log $tmp/missing/log.jsonl cannot be created: No such file"  $S --log "$tmp/missing/log.jsonl"
-expect log-ckpt-name   "--log $tmp/ck/latest would take a name the checkpoint uses" $S --out "$tmp/ck" --log "$tmp/ck/latest"
+expect log-ckpt-name   "--log $tmp/ck/step-00000009 would take a name the checkpoint uses" $S --out "$tmp/ck" --log "$tmp/ck/step-00000009"
 expect log-ckpt-latest "--log $tmp/ck/latest would take a name the checkpoint uses"    $S --out "$tmp/ck" --log "$tmp/ck/latest"
 mkdir -p "$tmp/ck2/step-00000002"
 expect log-in-step-dir "--log $tmp/ck2/step-00000002/log.jsonl is inside a directory of --out" \
@@ -287,7 +302,6 @@ else
   # scratch only (the sgemm rate measurement's 3 MiB, token buffers): 8 MiB.
   # (Under AddressSanitizer the resident set is mostly the sanitizer's
   # shadow and quarantine: that bound is skipped, the allocator's kept.)
-  asan=0; ldd "$T" 2>/dev/null | grep -q libasan && asan=1
   if ! /usr/bin/python3 - "$tmp/mem.jsonl" "$asan" <<'PY'
 import json, sys
 rss = [json.loads(l) for l in open(sys.argv[1]) if '"rss"' in l][0]["ranks"][0]
@@ -341,4 +355,4 @@ absent resume-steps "$tmp/newout"
 expect resume-mpi      "--resume $tmp/nothere: cannot open it" $MPIRUN -np 2 $R --out "$tmp/newout" --resume "$tmp/nothere"
 absent resume-mpi "$tmp/newout"
 if [ $fails -ne 0 ]; then echo "bad-input checks: $fails failed"; exit 1; fi
-echo "bad-input checks: all passed"
+echo "bad-input checks: all passed$([ $skipped = 0 ] || echo " ($skipped cases under mpirun left to the unsanitized build)")"

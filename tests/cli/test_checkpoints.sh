@@ -11,6 +11,9 @@ set -u
 T=${1:?usage: test_checkpoints.sh TRIDENT_BINARY DATA_DIR}
 DATA=${2:?}
 . "$(dirname "$0")/ckpt_lib.sh"
+# A single-process run starts no Open MPI daemon (as in test_config.sh): it
+# has no peers to reach, and the daemon's start was half of its time (CI budget).
+export OMPI_MCA_ess_singleton_isolated=1
 A=(--data "$tmp/small.txt" --layers 1 --heads 2 --embd 16 --seq 16 --batch 4 --steps 8
    --eval-every 0 --threads 1 --save-every 2)
 
@@ -18,20 +21,20 @@ A=(--data "$tmp/small.txt" --layers 1 --heads 2 --embd 16 --seq 16 --batch 4 --s
 snap() { (cd "$1" && find . -type f -exec sha256sum {} + | sort -k2; find . -type l -printf '%p -> %l\n' | sort); }
 
 # run NAME WANT_RC REGEX CMD...: exit status WANT_RC (or any non-zero for "nz"),
-# output matches REGEX, no signal death
+# output matches REGEX, no signal death; the output stays in $run_out
 run() {
   local name=$1 want=$2 re=$3; shift 3
-  local out rc
-  out=$(timeout 120 "$@" 2>&1 </dev/null); rc=$?
+  local rc
+  run_out=$(timeout 120 "$@" 2>&1 </dev/null); rc=$?
   if [ "$want" = nz ] && { [ $rc -eq 0 ] || [ $rc -ge 124 ]; }; then
-    fail "$name: exit code $rc (want a clean non-zero exit)"; echo "$out" | tail -5; return 1
+    fail "$name: exit code $rc (want a clean non-zero exit)"; echo "$run_out" | tail -5; return 1
   elif [ "$want" != nz ] && [ $rc -ne "$want" ]; then
-    fail "$name: exit code $rc (want $want)"; echo "$out" | tail -5; return 1
+    fail "$name: exit code $rc (want $want)"; echo "$run_out" | tail -5; return 1
   fi
-  if ! grep -qE -e "$re" <<<"$out"; then
-    fail "$name: output does not match /$re/:"; echo "$out" | tail -5; return 1
+  if ! grep -qE -e "$re" <<<"$run_out"; then
+    fail "$name: output does not match /$re/:"; echo "$run_out" | tail -5; return 1
   fi
-  echo "ok   $name: $(grep -m1 -E -e "$re" <<<"$out")"
+  echo "ok   $name: $(grep -m1 -E -e "$re" <<<"$run_out")"
 }
 
 # --- the layout -------------------------------------------------------------
@@ -152,8 +155,8 @@ if s1 is not None: open(d + "/shard-00001.safetensors", "wb").write(s1)
 open(d + "/manifest.json", "w").write(mf)
 PYEOF
   [ "$seal" = seal ] && $PY "$XXH3" reseal "$d"
-  run "load-$name" 2 "$re" "$T" sample --ckpt "$d" --tokens 5
-  local n; n=$("$T" sample --ckpt "$d" --tokens 5 2>&1 | grep -c 'trident: error')
+  run "load-$name" 2 "$re" "$T" sample --ckpt "$d" --tokens 5 || return
+  local n; n=$(grep -c 'trident: error' <<<"$run_out")
   [ "$n" = 1 ] || fail "load-$name: $n error lines (want one)"
 }
 bad truncated     "error: .*/shard-00001.safetensors \(rank 1\): [0-9]+ bytes, but manifest.json records [0-9]+" 'del s1[-4:]'

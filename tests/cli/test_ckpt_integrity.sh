@@ -11,6 +11,9 @@ set -u
 T=${1:?usage: test_ckpt_integrity.sh TRIDENT_BINARY DATA_DIR}
 DATA=${2:?}
 . "$(dirname "$0")/ckpt_lib.sh"
+# A single-process run starts no Open MPI daemon (as in test_config.sh): it
+# has no peers to reach, and the daemon's start was half of its time (CI budget).
+export OMPI_MCA_ess_singleton_isolated=1
 MPIRUN="$MPIRUN -np 2"
 M=(--data "$tmp/small.txt" --layers 2 --heads 2 --embd 32 --seq 16 --batch 4 --eval-every 0 --threads 1)
 A=("${M[@]}" --dp 2 --zero 1 --save-every 2)

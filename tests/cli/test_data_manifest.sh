@@ -22,6 +22,9 @@ T=$1 DATA=$2
 PY=/usr/bin/python3
 # tmp, ok, fail, and expect: one error line "trident: error: ..." matching $2, exit status 2
 source "$(dirname "$0")/expect_lib.sh"
+# A single-process run starts no Open MPI daemon (as in test_config.sh): it
+# has no peers to reach, and the daemon's start was half of its time (CI budget).
+export OMPI_MCA_ess_singleton_isolated=1
 # the same for refusals that come after train's setup lines (stdout): stderr alone
 expect_err() {
   local name=$1 want=$2; shift 2
