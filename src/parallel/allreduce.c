@@ -90,10 +90,10 @@ static void allreduce_plan(const td_dp_config *cfg, const td_layout *lay, const 
     td_state_bytes st = td_state_plan((double)t->numel, td_layout_grad_ranks(lay), 0, td_state_elem_engine(cfg->master));
     /* td_replicated_create's buffers: the parameters (fp32, or the master
      * copy), the gradients (a shared window, host memory, where a group of
-     * two or more all-reduces them), the moments m and v */
+     * two or more all-reduces them on the cpu device), the moments m and v */
     td_plan_dev(p, td_dp_param_cat(cfg), (size_t)(st.params + st.master));
     if (!cfg->forward_only) {
-        if (td_layout_shard_ranks(lay) > 1)
+        if (td_layout_shard_ranks(lay) > 1 && !td_backend_is_device())
             td_plan_host(p, TD_MEM_GRADS, (size_t)st.grads);
         else
             td_plan_dev(p, TD_MEM_GRADS, (size_t)st.grads);

@@ -118,11 +118,12 @@ static void zero_plan(const td_dp_config *cfg, const td_layout *lay, const td_pa
         }
     /* what each stage shards: the one function the planner calls too; the
      * buffers as zero_create makes them, td_dp_alloc_shared's (a shared
-     * window, host memory, when D > 1) apart from the device's */
+     * window, host memory, when D > 1 on the cpu device; device memory on
+     * any other) apart from the device's */
     td_state_elem e = td_state_elem_engine(cfg->master);
     td_state_bytes a = td_state_plan(dense, D, cfg->zero, e), b = td_state_plan(experts, ED, cfg->zero, e);
     int fwd = cfg->forward_only;
-    void (*shared_buf)(td_mem_plan *, td_mem_cat, size_t) = D > 1 ? td_plan_host : td_plan_dev;
+    void (*shared_buf)(td_mem_plan *, td_mem_cat, size_t) = D > 1 && !td_backend_is_device() ? td_plan_host : td_plan_dev;
     if (!fwd) { /* the moments m and v, one shard each */
         size_t optim = (size_t)a.optim + (size_t)b.optim;
         td_plan_dev(p, TD_MEM_OPTIM, optim / 2);
