@@ -13,6 +13,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
 
+# A single-process trident (no mpirun) starts Open MPI's singleton daemon
+# unless isolated: about half its start-up, and the suite starts hundreds
+# (docs/ci-time.md). Runs under mpirun are not singletons and ignore it.
+export OMPI_MCA_ess_singleton_isolated=1
+
 echo "==== test.sh: phase 1/2: Release build, whole suite (build/) ===="
 scripts/build.sh
 (cd build && ctest --output-on-failure --timeout 900 "$@")
