@@ -74,3 +74,20 @@ td_mem_plan td_run_mem_plan(const td_run_spec *spec, const td_gpt_config *cfg,
     }
     return plan;
 }
+
+td_staging_shape td_run_staging_shape(const td_run_spec *spec, const td_gpt_config *cfg,
+                                      const td_rank_shape *rs, const td_mem_plan *plan) {
+    const td_layout *lay = rs->lay;
+    size_t params = plan->bytes[TD_MEM_PARAMS];
+    size_t big = params < ((size_t)1 << 20) ? params : (size_t)1 << 20; /* broadcast slices */
+    int whole = rs->dcfg->mode == TD_DP_PS || (lay->dp > 1 && !lay->dp_shares_memory);
+    if (whole) big = params;
+    size_t small = (size_t)rs->Bm * (size_t)cfg->T * (size_t)cfg->C * sizeof(float);
+    if (lay->cp > 1) small *= 2;
+    if (cfg->moe.E > 0 && lay->ep > 1) small *= (size_t)lay->ep * (size_t)(cfg->moe.K > 0 ? cfg->moe.K : 1);
+    td_staging_shape sh = {.big = big,
+                           .small = small,
+                           .n_small = 8,
+                           .bf16 = spec->precision.precision != TD_PREC_FP32 || spec->layout.grad_dtype == TD_BF16};
+    return sh;
+}
