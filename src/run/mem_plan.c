@@ -3,6 +3,7 @@
 
 #include "trident/base.h"
 #include "trident/backend.h"
+#include "trident/comm.h"
 #include "trident/cp.h"
 
 td_dp_config td_run_dp_config(const td_run_spec *spec, td_dp_mode mode) {
@@ -76,10 +77,11 @@ td_mem_plan td_run_mem_plan(const td_run_spec *spec, const td_gpt_config *cfg,
 }
 
 td_staging_shape td_run_staging_shape(const td_run_spec *spec, const td_gpt_config *cfg,
-                                      const td_rank_shape *rs, const td_mem_plan *plan) {
+                                      const td_rank_shape *rs, const td_param_table *table) {
     const td_layout *lay = rs->lay;
-    size_t params = plan->bytes[TD_MEM_PARAMS];
-    size_t big = params < ((size_t)1 << 20) ? params : (size_t)1 << 20; /* broadcast slices */
+    size_t params = table->numel * sizeof(float); /* the fp32 flat buffer (masters in bf16) */
+    size_t piece = td_comm_piece_bytes(); /* a blocking broadcast's slice */
+    size_t big = params < piece ? params : piece;
     int whole = rs->dcfg->mode == TD_DP_PS || (lay->dp > 1 && !lay->dp_shares_memory);
     if (whole) big = params;
     size_t small = (size_t)rs->Bm * (size_t)cfg->T * (size_t)cfg->C * sizeof(float);
