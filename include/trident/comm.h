@@ -177,7 +177,8 @@ size_t td_comm_staging_plan_bytes(int shares_memory, td_dtype dt);
  * bf16, whether rings round bf16 results. td_comm_staging_plan: the host
  * bytes (TD_MEM_COMM) that td_comm_staging_reserve then takes: the blocks,
  * page-rounded, plus td_comm_staging_plan_bytes for every open group with a
- * shared ring; 0 and nothing on the cpu device. After the reservation the
+ * shared ring; 0 and nothing on the cpu device or in a run of one
+ * process. After the reservation the
  * pool never grows: a staged payload that no free block holds, or a ring or
  * bf16 piece not reserved, fails as an internal error naming the request.
  * Not collective. */

@@ -82,7 +82,9 @@ static void new_block(size_t bytes) {
 /* The rings of the groups open now (each td_comm_staging_plan_bytes), and
  * the blocks; reserve: take them. */
 static size_t staging(const td_staging_shape *sh, int reserve) {
-    if (!td_backend_is_device()) return 0; /* the cpu device stages nothing */
+    /* the cpu device stages nothing, nor does a run of one process (no
+     * group of more than one rank) */
+    if (!td_backend_is_device() || td_comm_size(td_comm_world()) < 2) return 0;
     td_comm **open;
     int n = td_comm_open_groups(&open);
     td_dtype dt = sh->bf16 ? TD_BF16 : TD_F32;
