@@ -170,6 +170,25 @@ size_t td_comm_staging_bytes(void);
  * do not share memory (MPI staging: the whole buffer, stage.c). The same on
  * every device: the caller adds it only when td_backend_is_device(). */
 size_t td_comm_staging_plan_bytes(int shares_memory, td_dtype dt);
+/* A run's staging, planned and reserved once at its start (after its groups
+ * exist, before anything is staged): big, the largest payload staged alone
+ * (a parameter broadcast's slice, a parameter server's payload); small, the
+ * bound of every other staged payload, n_small of them in flight together;
+ * bf16, whether rings round bf16 results. td_comm_staging_plan: the host
+ * bytes (TD_MEM_COMM) that td_comm_staging_reserve then takes: the blocks,
+ * page-rounded, plus td_comm_staging_plan_bytes for every open group with a
+ * shared ring; 0 and nothing on the cpu device or in a run of one
+ * process. After the reservation the
+ * pool never grows: a staged payload that no free block holds, or a ring or
+ * bf16 piece not reserved, fails as an internal error naming the request.
+ * Not collective. */
+typedef struct {
+    size_t big, small;
+    int n_small;
+    int bf16;
+} td_staging_shape;
+size_t td_comm_staging_plan(const td_staging_shape *sh);
+void td_comm_staging_reserve(const td_staging_shape *sh);
 
 /* ---- nonblocking ------------------------------------------------------- */
 

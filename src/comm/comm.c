@@ -101,6 +101,16 @@ static void make_label(td_comm *c) {
     snprintf(out + n, cap - n, "}");
 }
 
+/* Every open group, for the staging reservation (stage.c): its shared ring,
+ * if it has one, is part of the staging pool on a device. */
+static td_comm **g_open;
+static int g_n_open, g_cap_open;
+
+int td_comm_open_groups(td_comm ***out) {
+    *out = g_open;
+    return g_n_open;
+}
+
 td_comm *td_comm_wrap(MPI_Comm mpi, const char *name) {
     td_comm *c = calloc(1, sizeof *c);
     TD_ASSERT(c);
@@ -121,6 +131,12 @@ td_comm *td_comm_wrap(MPI_Comm mpi, const char *name) {
     free(mine);
     make_label(c);
     td_comm_choose_transport(c);
+    if (g_n_open == g_cap_open) {
+        g_cap_open = g_cap_open ? 2 * g_cap_open : 16;
+        g_open = realloc(g_open, (size_t)g_cap_open * sizeof *g_open);
+        TD_ASSERT(g_open);
+    }
+    g_open[g_n_open++] = c;
     return c;
 }
 
@@ -208,6 +224,8 @@ void td_comm_free(td_comm *c) {
     TD_CHECK(c->n_active == 0,
              "td_comm_free(%s) with %d requests still active; wait for them first", c->label,
              c->n_active);
+    for (int i = 0; i < g_n_open; i++)
+        if (g_open[i] == c) g_open[i] = g_open[--g_n_open];
     td_hier_free(c);
     td_shm_close(c->shm);
     TD_MPI(MPI_Comm_free(&c->mpi));

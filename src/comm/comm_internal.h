@@ -373,6 +373,11 @@ void td_stage_shutdown(void);
 /* A shared ring starts (bytes > 0) or stops (< 0) serving as staging pool
  * (shm.c): counted in td_comm_staging_bytes. */
 void td_stage_pool_add(ptrdiff_t bytes);
+/* 1 once td_comm_staging_reserve ran: the pool no longer grows (a ring that
+ * was not reserved, or a bf16 piece that was not, is an internal error). */
+int td_stage_reserved(void);
+/* The groups open now (comm.c), in no particular order. */
+int td_comm_open_groups(struct td_comm ***out);
 /* A pointer that a host-only path is about to read or write (op on c from
  * file:line): td_fail naming the buffer and offset when it is device memory.
  * what: the argument ("buffer", "recv_counts table"); why: what reads host memory

@@ -186,6 +186,10 @@ size_t td_comm_staging_plan_bytes(int shares_memory, td_dtype dt) {
  * (TD_MEM_COMM, td_comm_staging_bytes), the bf16 piece allocated when a bf16
  * payload first needs it. */
 void td_shm_as_pool(td_shm *s, td_dtype dt) {
+    if (td_stage_reserved() && (!s->pool_bytes || (dt == TD_BF16 && !s->h16)))
+        td_fail("internal error: %s's shared ring stages a %s device payload, but the memory plan "
+                "reserved no %s for it (td_comm_staging_reserve)",
+                s->label, td_dtype_name(dt), s->pool_bytes ? "bf16 piece" : "ring");
     if (!s->pool_bytes) {
         s->pool_bytes = td_comm_staging_plan_bytes(1, TD_F32);
         td_mem_account(TD_MEM_COMM, (ptrdiff_t)s->pool_bytes);

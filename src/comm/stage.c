@@ -27,7 +27,11 @@
  * one request at a time and returns at its completion; freed at finalize.
  * Its size is the most the requests in flight together have staged
  * (td_comm_staging_bytes). On the cpu device nothing is staged and the pool
- * stays empty.
+ * stays empty. A run reserves it instead at its memory plan's size
+ * (td_comm_staging_reserve): one block for the largest payload staged alone
+ * and n_small for the others, every group's shared ring as well; then
+ * nothing grows, and a payload no free block holds is an internal error
+ * naming the request (a planning mistake fails loudly).
  *
  * Rows that stage in pieces themselves (the row's `stages`): a group with a
  * shared ring all-reduces a device payload through the ring's slots, a
@@ -59,15 +63,74 @@ void td_stage_pool_add(ptrdiff_t bytes) {
 
 static size_t page_round(size_t b) { return (b + 4095) & ~(size_t)4095; }
 
+static int g_reserved;
+int td_stage_reserved(void) { return g_reserved; }
+
+static void new_block(size_t bytes) {
+    if (g_n_blocks == g_cap_blocks) {
+        g_cap_blocks = g_cap_blocks ? 2 * g_cap_blocks : 8;
+        g_blocks = realloc(g_blocks, (size_t)g_cap_blocks * sizeof *g_blocks);
+        TD_ASSERT(g_blocks);
+    }
+    td_stage_block *b = &g_blocks[g_n_blocks++];
+    *b = (td_stage_block){0};
+    b->bytes = page_round(bytes);
+    b->p = td_alloc(b->bytes, TD_MEM_COMM);
+    g_pool_bytes += b->bytes;
+}
+
+/* The rings of the groups open now (each td_comm_staging_plan_bytes), and
+ * the blocks; reserve: take them. */
+static size_t staging(const td_staging_shape *sh, int reserve) {
+    /* the cpu device stages nothing, nor does a run of one process (no
+     * group of more than one rank) */
+    if (!td_backend_is_device() || td_comm_size(td_comm_world()) < 2) return 0;
+    td_comm **open;
+    int n = td_comm_open_groups(&open);
+    td_dtype dt = sh->bf16 ? TD_BF16 : TD_F32;
+    size_t total = 0;
+    for (int i = 0; i < n; i++) {
+        if (!open[i]->shm) continue;
+        total += td_comm_staging_plan_bytes(1, dt);
+        if (reserve) td_shm_as_pool(open[i]->shm, dt);
+    }
+    if (sh->big) total += page_round(sh->big);
+    if (sh->small) total += (size_t)sh->n_small * page_round(sh->small);
+    if (reserve) {
+        /* a second run in this process: the last one's blocks go back first */
+        for (int i = 0; i < g_n_blocks; i++)
+            TD_CHECK(!g_blocks[i].busy, "comm staging reserved while block %d is staging a request", i);
+        td_stage_shutdown();
+        if (sh->big) new_block(sh->big);
+        for (int i = 0; sh->small && i < sh->n_small; i++) new_block(sh->small);
+        g_reserved = 1;
+    }
+    return total;
+}
+
+size_t td_comm_staging_plan(const td_staging_shape *sh) { return staging(sh, 0); }
+void td_comm_staging_reserve(const td_staging_shape *sh) { staging(sh, 1); }
+
 /* A free block of at least `bytes`: the smallest that fits, else the
  * largest free one grown, else a new one. Returns its index. */
-static int take(size_t bytes) {
+static int take(const td_request *r, size_t bytes) {
     int fit = -1, grow = -1;
     for (int i = 0; i < g_n_blocks; i++) {
         td_stage_block *b = &g_blocks[i];
         if (b->busy) continue;
         if (b->bytes >= bytes && (fit < 0 || b->bytes < g_blocks[fit].bytes)) fit = i;
         if (grow < 0 || b->bytes > g_blocks[grow].bytes) grow = i;
+    }
+    if (fit < 0 && g_reserved) {
+        size_t largest = 0, busy = 0;
+        for (int i = 0; i < g_n_blocks; i++) {
+            if (g_blocks[i].busy) busy++;
+            else if (g_blocks[i].bytes > largest) largest = g_blocks[i].bytes;
+        }
+        td_fail("internal error: %s on %s stages %zu B of device memory, but no free block of the "
+                "staging the memory plan reserved holds it (%d blocks, %zu busy, largest free %zu B, "
+                "%zu B in all): the plan's staging bound (td_run_staging_shape) is short",
+                td_op_name(r->op), r->comm->label, bytes, g_n_blocks, busy, largest, g_pool_bytes);
     }
     if (fit < 0) {
         if (grow < 0) {
@@ -102,6 +165,7 @@ void td_stage_shutdown(void) {
     g_blocks = NULL;
     g_n_blocks = g_cap_blocks = 0;
     g_pool_bytes = 0;
+    g_reserved = 0;
 }
 
 void td_comm_host_check(td_op op, const td_comm *c, const char *file, int line, const void *p,
@@ -153,7 +217,7 @@ void td_stage_begin(td_request *r, size_t a2a_send, size_t a2a_recv) {
         /* one block for both: the transport sees the caller's aliasing */
         const char *lo = s.p < b.p ? s.p : b.p;
         const char *hi = s.p + s.bytes > b.p + b.bytes ? s.p + s.bytes : b.p + b.bytes;
-        int k = take((size_t)(hi - lo));
+        int k = take(r, (size_t)(hi - lo));
         r->stg_block[r->stg_n++] = k;
         char *h = g_blocks[k].p;
         /* the input's extent: what the op reads of the union */
@@ -164,7 +228,7 @@ void td_stage_begin(td_request *r, size_t a2a_send, size_t a2a_recv) {
     } else {
         for (int i = 0; i < 2; i++) {
             if (!sp[i]->dev) continue;
-            int k = take(sp[i]->bytes);
+            int k = take(r, sp[i]->bytes);
             r->stg_block[r->stg_n++] = k;
             host[i] = g_blocks[k].p;
             if (sp[i]->in) td_dev_download(g_blocks[k].p, sp[i]->p, sp[i]->bytes, TD_HOST_COMM);

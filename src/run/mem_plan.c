@@ -3,6 +3,7 @@
 
 #include "trident/base.h"
 #include "trident/backend.h"
+#include "trident/comm.h"
 #include "trident/cp.h"
 
 td_dp_config td_run_dp_config(const td_run_spec *spec, td_dp_mode mode) {
@@ -73,4 +74,28 @@ td_mem_plan td_run_mem_plan(const td_run_spec *spec, const td_gpt_config *cfg,
             td_plan_dev(&plan, TD_MEM_PARAMS, td_gpt_compute_param_bytes(table));
     }
     return plan;
+}
+
+td_staging_shape td_run_staging_shape(const td_run_spec *spec, const td_gpt_config *cfg,
+                                      const td_rank_shape *rs, const td_param_table *table) {
+    const td_layout *lay = rs->lay;
+    size_t params = table->numel * sizeof(float); /* the fp32 flat buffer (masters in bf16) */
+    size_t piece = td_comm_piece_bytes(); /* a blocking broadcast's slice */
+    size_t big = params < piece ? params : piece;
+    /* gradients and ZeRO's units staged whole through MPI: the parameter
+     * server, or a dp x cp group with no shared ring (across nodes, or
+     * TRIDENT_COMM_SHM=0); several in flight (a reduce-scatter beside an
+     * all-gather), so every block holds the parameters */
+    int whole = rs->dcfg->mode == TD_DP_PS ||
+                ((lay->dp > 1 || lay->cp > 1) && (!lay->dp_shares_memory || !td_comm_shm()));
+    if (whole) big = params;
+    size_t small = (size_t)rs->Bm * (size_t)cfg->T * (size_t)cfg->C * sizeof(float);
+    if (lay->cp > 1) small *= 2;
+    if (cfg->moe.E > 0 && lay->ep > 1) small *= (size_t)lay->ep * (size_t)(cfg->moe.K > 0 ? cfg->moe.K : 1);
+    if (whole && lay->dp * lay->cp > 1 && small < params) small = params;
+    td_staging_shape sh = {.big = big,
+                           .small = small,
+                           .n_small = 8,
+                           .bf16 = spec->precision.precision != TD_PREC_FP32 || spec->layout.grad_dtype == TD_BF16};
+    return sh;
 }

@@ -34,4 +34,17 @@ typedef struct {
 td_mem_plan td_run_mem_plan(const td_run_spec *spec, const td_gpt_config *cfg, const td_rank_shape *rs,
                               td_param_table *table);
 
+/* The comm layer's host staging of device payloads this rank reserves at its
+ * start (td_staging_shape, comm.h), from the shapes the plan knows:
+ * big, a parameter broadcast's slice (at most td_comm_piece_bytes() of
+ * this rank's parameters) or, for the parameter server and a dp x cp group
+ * without a shared ring (payloads staged whole), this rank's parameters,
+ * which every block then holds; small, a
+ * micro-batch's fp32 activations (B x T x C: pipeline sends, sequence
+ * parallelism's bf16 collectives, scalars), doubled for cp's K/V blocks and
+ * times ep x top-k for the experts' all-to-all (their capacity bound);
+ * eight of those in flight. table: the one td_run_mem_plan built. */
+td_staging_shape td_run_staging_shape(const td_run_spec *spec, const td_gpt_config *cfg,
+                                      const td_rank_shape *rs, const td_param_table *table);
+
 #endif

@@ -127,6 +127,11 @@ static void open_plan(td_run *r, td_dp_mode mode, td_dp_config *dcfg) {
                         r->piped ? r->held : NULL, r->piped ? &r->split : NULL, &r->sched, Bm,
                         g->axis[TD_CP].rank};
     r->plan = td_run_mem_plan(spec, &r->cfg, &rs, &r->table);
+    /* the comm layer's host staging of device payloads (none on cpu):
+     * reserved at the plan's size, never grown (comm.h) */
+    td_staging_shape stg = td_run_staging_shape(spec, &r->cfg, &rs, &r->table);
+    td_plan_host(&r->plan, TD_MEM_COMM, td_comm_staging_plan(&stg));
+    td_comm_staging_reserve(&stg);
     td_param_table_build(&r->canon, &r->cfg, 1);
     r->rep.baseline = td_preflight(spec, g, &r->cfg, &r->data, &r->plan, Bm);
     td_run_id_start(g);

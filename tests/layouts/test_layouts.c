@@ -171,16 +171,15 @@ int main(int argc, char **argv) {
     /* A device other than cpu (--device guard) rounds each buffer up to
      * whole pages and counts the rounding: the plan states it buffer by
      * buffer (td_mem_plan.device), so there every category's device bytes
-     * and host bytes each equal the measured peak of their side. Not yet the
-     * host side of comm: the comm layer's staging pool for device buffers
-     * (stage.c) grows with the requests as they come and is not planned. The
+     * and host bytes each equal the measured peak of their side, the comm
+     * layer's staging included (reserved at the plan's size, td_run). The
      * run is also held to the same layout on cpu bit for bit
      * (TD_LAYOUT_DUMP below). */
     int paged = td_backend_is_device();
     for (int c = 0; c < TD_MEM_NCAT && paged; c++) {
         if (c == TD_MEM_OTHER) continue;
         if (res.mem_peak_device[c] != res.mem_planned_device[c] ||
-            (c != TD_MEM_COMM && res.mem_peak_host[c] != res.mem_planned_host[c])) {
+            res.mem_peak_host[c] != res.mem_planned_host[c]) {
             printf("FAIL rank %d memory %s under --device %s: device measured %zu B planned %zu B, host "
                    "measured %zu B planned %zu B\n",
                    td_comm_rank(td_comm_world()), td_mem_cat_name(c), o.device, res.mem_peak_device[c],
