@@ -2,7 +2,8 @@
 # --optimizer muon through the trainer (issue 42, a first cut): dp 2 equals
 # one process within 1% of AdamW's lr x steps (the gradient sums' order,
 # ~1e-6, as for AdamW; Muon's update moves elements by ~1e-2), a resume from
-# step 2 and --device guard give one process's bits, Muon differs from
+# step 2 (its --optimizer from the checkpoint) and --device guard give
+# one process's bits; a resume with the other optimizer is refused, Muon differs from
 # AdamW, and the layouts not done yet are refused by their rules rows.
 # The optimizer's arithmetic: tests/ref/test_muon_vs_torch, tests/unit/test_muon.
 set -u
@@ -30,7 +31,8 @@ run dp2 $MPIRUN -np 2 "$T" train "${M[@]}" --dp 2
 run guard "$T" train "${M[@]}" --device guard
 run adamw "$T" train "${A[@]}"
 "$T" train "${M[@]}" --out "$tmp/res" --stop-after 2 > "$tmp/res0.log" 2>&1 || fail "resume: first half"
-run res "$T" train "${M[@]}" --resume latest
+# the resume takes --optimizer muon and its settings from the checkpoint
+run res "$T" train "${A[@]}" --resume latest
 cmp -s "$tmp/eone/m.st" "$tmp/eguard/m.st" && echo "ok guard: bitwise" || fail "guard: not one process's bits"
 cmp -s "$tmp/eone/m.st" "$tmp/eres/m.st" && echo "ok resume: bitwise" || fail "resume: not one process's bits"
 d=$($PY "$HERE/st_maxdiff.py" "$tmp/eone/m.st" "$tmp/edp2/m.st" | awk '{print $2}')
@@ -49,6 +51,7 @@ refuse "does not combine with --tp > 1 yet" "$T" train "${M[@]}" --tp 2
 refuse "does not combine with ZeRO" "$T" train "${M[@]}" --dp 2 --zero 1
 refuse "does not combine with --precision bf16 yet" "$T" train "${M[@]}" --precision bf16
 refuse "does not combine with --moe-experts yet" "$T" train "${M[@]}" --moe-experts 2
+refuse "the checkpoint was trained with --optimizer muon" "$T" train "${A[@]}" --optimizer adamw --resume "$tmp/res/step-00000002" --out "$tmp/res2"
 refuse "--optimizer 'sgd' is not an optimizer; valid: adamw, muon" "$T" train "${A[@]}" --optimizer sgd
 echo "test_muon: $fails failures"
 [ "$fails" -eq 0 ]
