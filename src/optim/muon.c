@@ -14,7 +14,9 @@ int td_optimizer_parse(const char *name) {
 const char *td_optimizer_name(td_optimizer o) { return o == TD_OPT_MUON ? "muon" : "adamw"; }
 
 int td_muon_row(const td_param *r) {
-    return r->ndim == 2 && r->layer >= 0 && r->unit >= 1 && r->kind != TD_T_ROUTERW;
+    /* the untied head sits in the final unit with layer L: not a hidden matrix */
+    return r->ndim == 2 && r->layer >= 0 && r->kind != TD_T_HEAD && r->kind != TD_T_ROUTERW &&
+           r->kind != TD_T_WTE && r->kind != TD_T_WPE;
 }
 
 void td_muon_update_on(const td_ops *ops, float *p, const float *g, float *m, float *v, size_t lo,

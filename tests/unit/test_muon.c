@@ -16,6 +16,7 @@
 #include "test_util.h"
 #include "trident/backend.h"
 #include "trident/kernels.h"
+#include "trident/optim.h"
 
 #define TOL 2e-4
 
@@ -126,7 +127,28 @@ static void test_update(const td_ops *ops, int nesterov) {
     check(nesterov ? "muon update (nesterov) buf" : "muon update buf", m, md, n);
 }
 
+/* Muon's rows: the blocks' matrices; not the embeddings, the untied head
+ * (in the final unit, layer L), the router, 1-D rows. */
+static void test_rows(void) {
+    static const struct {
+        td_tensor_kind kind;
+        int ndim, layer, want;
+    } cases[] = {{TD_T_QKVW, 2, 0, 1}, {TD_T_FCPROJW, 2, 1, 1}, {TD_T_GATEW, 2, 0, 1},
+                 {TD_T_EXPFCW, 2, 0, 1}, {TD_T_HEAD, 2, 2, 0}, {TD_T_WTE, 2, -1, 0},
+                 {TD_T_WPE, 2, -1, 0}, {TD_T_ROUTERW, 2, 0, 0}, {TD_T_LN1W, 1, 0, 0},
+                 {TD_T_QKVB, 1, 0, 0}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        td_param p;
+        memset(&p, 0, sizeof p);
+        p.kind = cases[i].kind, p.ndim = cases[i].ndim, p.layer = cases[i].layer;
+        tu_checks++;
+        if (td_muon_row(&p) != cases[i].want)
+            tu_failures++, printf("FAIL td_muon_row: kind %d layer %d gives %d\n", cases[i].kind, cases[i].layer, !cases[i].want);
+    }
+}
+
 int main(void) {
+    test_rows();
     test_ns();
     const td_ops *f32 = td_ops_cpu(TD_K_F32);
     test_update(f32, 1);
