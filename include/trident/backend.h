@@ -182,6 +182,18 @@ typedef struct td_adamw_hyper {
     float lr, beta1, beta2, eps, grad_scale;
     int step; /* 1-based */
 } td_adamw_hyper;
+/* muon: one logical 2-D matrix [rows, cols] (row-major, p, g and its
+ * momentum buffer m), the speedrun's Muon step (kernels.h td_muon_update). */
+typedef struct td_muon_span {
+    float *p, *m;
+    const float *g;
+    int rows, cols;
+    float wd;
+} td_muon_span;
+typedef struct td_muon_hyper {
+    float lr, momentum, grad_scale;
+    int nesterov;
+} td_muon_hyper;
 
 /* One precision's ops. Activations are void* in the row's type (float for
  * F32, td_bf16 / td_f16 for the 16-bit rows); parameters, their gradients,
@@ -262,6 +274,8 @@ typedef struct {
     void (*moe_router_bwd)(float *dl, const float *dw, const float *logits, const float *sc,
                            const int *idx, const float *gate, const float *wts,
                            const float *stats, const td_moe_router_shape *s);
+    /* muon (issue 42): Muon's step on each span (fp32 in every row) */
+    void (*muon)(const struct td_muon_span *spans, int n, const struct td_muon_hyper *h);
 } td_ops;
 
 /* The run's backend's row for a precision (never NULL: every backend has

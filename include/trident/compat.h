@@ -105,6 +105,8 @@ typedef enum {
     TD_RULE_TOPK_DEVICE, /* issue 39: what a device other than cpu does not run yet */
     TD_RULE_RAMPUP_LAYOUT,  /* issue 42: --batch-rampup's layouts */
     TD_RULE_RAMPUP_DIVIDES, /* every ramp size splits into whole micro-batches */
+    TD_RULE_MUON_LAYOUT,    /* issue 42: --optimizer muon's layouts (a first cut) */
+    TD_RULE_MUON_PRECISION, /* issue 42: Muon's fp32 Newton-Schulz only */
     TD_RULE_N
 } td_rule_id;
 
@@ -158,6 +160,8 @@ typedef struct {
     /* --batch and --batch-rampup's START and INCREMENT (start 0: off) */
     int batch, rampup_start, rampup_increment;
     const char *rampup_text;
+    /* --optimizer: td_optimizer (0 adamw, 1 muon) */
+    int optimizer;
 } td_compat_cfg;
 
 typedef struct {

@@ -173,6 +173,14 @@ double td_sgemm_rate_gflops(int threads, int n);
 void td_range_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1,
                     float b2, float eps, float wd, float bc1, float bc2_sqrt, float scale);
 double td_range_sumsq(const float *x, size_t n);
+/* Muon (kernels/muon.c): td_muon_ns orthogonalizes x [rows, cols] in place
+ * by `steps` Newton-Schulz iterations of the speedrun's quintic (x / (||x||_F
+ * + 1e-7), transposed when rows > cols); _ref: the same in double.
+ * td_muon_update: one matrix's Muon step, momentum buffer buf (optim.h). */
+void td_muon_ns(float *x, int rows, int cols, int steps);
+void td_muon_ns_ref(double *x, int rows, int cols, int steps);
+void td_muon_update(float *p, const float *g, float *buf, int rows, int cols, float lr,
+                    float momentum, int nesterov, float wd, float grad_scale);
 int64_t td_range_first_nonfinite(const float *x, size_t n);
 void td_range_scale(float *x, float s, size_t n);
 void td_range_add(float *dst, const float *src, size_t n);

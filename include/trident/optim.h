@@ -32,12 +32,22 @@ typedef enum {
 } td_lr_decay_shape;
 #define TD_LR_DECAY_SHAPE_NAMES "linear, cosine, 1-sqrt"
 
+/* --optimizer: AdamW for everything, or Muon for the blocks' 2-D hidden
+ * matrices (td_muon_row) and AdamW for the rest. */
+typedef enum { TD_OPT_ADAMW = 0, TD_OPT_MUON } td_optimizer;
+#define TD_OPTIMIZER_NAMES "adamw, muon"
+int td_optimizer_parse(const char *name);
+const char *td_optimizer_name(td_optimizer o);
+
 typedef struct {
     float lr, min_lr, beta1, beta2, eps, weight_decay, clip;
     int warmup, max_steps; /* max_steps: the schedule's horizon (--schedule-steps) */
     td_lr_schedule schedule;
     td_lr_decay_shape decay_shape; /* wsd */
     float decay_fraction;          /* wsd: the share of max_steps that decays, in [0, 1] */
+    td_optimizer optimizer;        /* 0 (adamw): what a config filled in by hand gets */
+    float muon_lr, muon_momentum, muon_wd; /* Muon's rows; its lr follows lr's schedule */
+    int muon_nesterov;
 } td_optim_config;
 
 /* The learning rate at `step` (from 0): a pure function of the config.
@@ -93,6 +103,18 @@ int td_adamw_spans(td_adamw_span *spans, td_adamw_span *given, int *n_given, flo
                    const float *g, float *m, float *v, size_t lo, size_t hi,
                    const td_param_table *t, const td_optim_config *o);
 td_adamw_hyper td_adamw_hyper_of(const td_optim_config *o, float lr, int step, float grad_scale);
+
+/* Muon's rows: the blocks' 2-D matrices other than the MoE router (each
+ * fused row's `groups` parts along dim 0 are logical matrices of their own:
+ * GPT's q|k|v). */
+int td_muon_row(const td_param *r);
+/* --optimizer muon on [lo, hi): Muon (ops->muon, momentum buffer m, lr
+ * muon_lr x lr / o->lr) on each logical matrix of the Muon rows, which
+ * must lie whole inside the range, AdamW (td_adamw_update_on's
+ * arithmetic) on the rest; v of Muon's rows stays untouched. */
+void td_muon_update_on(const td_ops *ops, float *p, const float *g, float *m, float *v, size_t lo,
+                       size_t hi, const td_param_table *t, const td_optim_config *o, float lr,
+                       int step, float grad_scale);
 
 /* Sum of squares of x[0..n) in double through a row whose memory is host
  * memory (td_ops_cpu: the oracles), in td_sumsq's fixed order (blocks of

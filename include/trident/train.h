@@ -19,7 +19,7 @@ extern "C" {
  * saved. dp_mode and schedule hold -1 for a name no mode or schedule has:
  * that name is refused where it always was (the run's start; a pipeline's
  * setup, --schedule being unused at --pp 1). */
-#define TD_TRAIN_CHOICES 15 /* the choice strings td_train_choices parses */
+#define TD_TRAIN_CHOICES 16 /* the choice strings td_train_choices parses */
 typedef struct {
     td_precision precision;
     td_recompute recompute;
@@ -68,6 +68,7 @@ typedef struct {
     /* --lr-schedule, --lr-decay-shape: parsed into optim.schedule and
      * optim.decay_shape by td_train_opts_choices */
     const char *lr_schedule, *lr_decay_shape;
+    const char *optimizer; /* --optimizer adamw|muon: parsed into optim.optimizer */
     const char *batch_rampup; /* --batch-rampup START:INCREMENT:SAMPLES; NULL: off */
     td_optim_config optim;
     int eval_every, eval_iters, log_every;

@@ -156,6 +156,13 @@ static void cpu_adamw(const td_adamw_span *s, int n, const td_adamw_hyper *h) {
                        s[i].wd, bc1, bc2_sqrt, h->grad_scale);
 }
 
+/* muon: each span on its own */
+static void cpu_muon(const td_muon_span *s, int n, const td_muon_hyper *h) {
+    for (int i = 0; i < n; i++)
+        td_muon_update(s[i].p, s[i].g, s[i].m, s[i].rows, s[i].cols, h->lr, h->momentum,
+                       h->nesterov, s[i].wd, h->grad_scale);
+}
+
 /* ---- model-ops: the model's former host loops ------------------------- */
 
 static void cpu_sum(double *dst, const float *x, size_t n) {
@@ -197,7 +204,7 @@ MOE_ROW(TD_K_F16, f16)
     .xent_exp_sum = td_xent_exp_sum, .xent_finish = td_xent_finish, .xent_bwd = td_xent_backward, \
     .sumsq = cpu_sumsq, .first_nonfinite = cpu_first_nonfinite, .scale = td_range_scale,          \
     .add = td_range_add, .adamw = cpu_adamw, MODEL_OPS_ENTRIES, .moe_scores = td_moe_router_scores, \
-    .moe_router_bwd = td_moe_router_backward
+    .moe_router_bwd = td_moe_router_backward, .muon = cpu_muon
 /* model-ops */
 #define MODEL_OPS_ENTRIES .sum = cpu_sum, .fill = cpu_fill
 

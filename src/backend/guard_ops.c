@@ -58,6 +58,14 @@ static void want_spans(const td_adamw_span *sp, int n) {
     }
 }
 
+/* muon's spans: p, m, g of rows x cols floats each. */
+static void want_muon(const td_muon_span *sp, int n) {
+    for (int i = 0; i < n; i++) {
+        size_t b = (size_t)sp[i].rows * (size_t)sp[i].cols * sizeof(float);
+        want(sp[i].p, b), want(sp[i].m, b), want(sp[i].g, b);
+    }
+}
+
 static size_t kt_size(td_ktype t) { return t == TD_K_F32 ? sizeof(float) : 2; }
 
 /* ---- the table ------------------------------------------------------------
@@ -208,7 +216,10 @@ static size_t kt_size(td_ktype t) { return t == TD_K_F32 ? sizeof(float) : 2; }
       (R(dl, FS * s->N * s->E), R(dw, FS * s->N * s->K), R(lg, FS * s->N * s->E),                  \
        R(sc, FS * s->N * s->E), R(idx, IS * s->N * s->K), R(gate, FS * s->N * s->K),               \
        R(wts, FS * s->N * s->K), R(st, FS * (2 * s->E + 3))),                                      \
-      (dl, dw, lg, sc, idx, gate, wts, st, s))
+      (dl, dw, lg, sc, idx, gate, wts, st, s))                                                     \
+    /* muon: p, m, g of rows x cols floats per span */                                             \
+    X(P, muon, (const td_muon_span *sp, int n, const td_muon_hyper *h), (want_muon(sp, n)),       \
+      (sp, n, h))
 
 #define GUARD_ID(...) __VA_ARGS__
 

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "trident/base.h"
+#include "trident/optim.h"
 #include "trident/schedule.h"
 
 const char *td_dp_mode_name(td_dp_mode m) {
@@ -566,6 +567,38 @@ SAY(topk_device) {
              S(c->grad_compress_text), S(c->device_name));
 }
 
+/* ---- --optimizer muon (issue 42, a first cut) ------------------------
+ * Muon orthogonalizes whole logical matrices, so every rank that steps one
+ * needs all of its gradient: one process and dp all-reduce (each rank steps
+ * every matrix, identically) are done; the layouts that cut a matrix or its
+ * gradient (tp, ZeRO, ps, top-k), stage it (pp, cp) or route it (experts)
+ * are not yet. */
+static const char *muon_breaks(const td_compat_cfg *c) {
+    if (c->tp > 1) return "--tp > 1";
+    if (c->pp > 1) return "--pp > 1";
+    if (c->cp > 1) return "--cp > 1";
+    if (c->zero > 0 || c->dp_shard > 0) return "ZeRO (--zero, --dp-shard)";
+    if (c->dp_mode != TD_DP_ALLREDUCE) return "a --dp-mode other than allreduce";
+    if (c->experts > 0 || c->ep > 1) return "--moe-experts";
+    if (c->topk_ratio > 0) return "--grad-compress topk";
+    return NULL;
+}
+OK(muon_layout) { return c->optimizer != TD_OPT_MUON || muon_breaks(c) == NULL; }
+SAY(muon_layout) {
+    snprintf(buf, n,
+             "--optimizer muon does not combine with %s yet: Muon orthogonalizes whole matrices, which "
+             "this first cut steps only where every rank holds all of their gradient; use one process "
+             "or --dp with --dp-mode allreduce, or --optimizer adamw",
+             S(muon_breaks(c)));
+}
+OK(muon_precision) { return c->optimizer != TD_OPT_MUON || c->precision == 0; }
+SAY(muon_precision) {
+    snprintf(buf, n,
+             "--optimizer muon does not combine with --precision %s yet: its Newton-Schulz iterations "
+             "run in fp32 only; use --precision fp32, or --optimizer adamw",
+             S(c->precision_name));
+}
+
 /* ---- --batch-rampup (issue 42) --------------------------------------- */
 
 /* the step's micro-batch count varies with the batch: a pipeline schedule
@@ -667,6 +700,8 @@ static const td_compat_rule rules[TD_RULE_N] = {
     ROW(TD_RULE_TOPK_DEVICE, "topk-device", OPT, topk_device),
     ROW(TD_RULE_RAMPUP_LAYOUT, "rampup-layout", OPT | RUN, rampup_layout),
     ROWB(TD_RULE_RAMPUP_DIVIDES, "rampup-divides", GRD, rampup_divides),
+    ROW(TD_RULE_MUON_LAYOUT, "muon-layout", OPT, muon_layout),
+    ROW(TD_RULE_MUON_PRECISION, "muon-precision", OPT, muon_precision),
 };
 
 const td_compat_rule *td_compat_rules(void) { return rules; }

@@ -211,8 +211,13 @@ static td_step_result apply(const td_step_group *grp, const float *grads, const 
     const td_ops *ops = td_ops_for(TD_K_F32);
     size_t k = 0;
     for (int i = 0; i < n_ranges; i++) {
-        td_adamw_update_on(ops, r[i].p, range_grads(r, i, grads, k), r[i].m, r[i].v, r[i].lo,
-                           r[i].lo + r[i].n, t, grp->optim, lr, step + 1, scale, grp->updates_2d);
+        if (grp->optim->optimizer == TD_OPT_MUON) /* its layouts: compat.c's rules */
+            td_muon_update_on(ops, r[i].p, range_grads(r, i, grads, k), r[i].m, r[i].v, r[i].lo,
+                              r[i].lo + r[i].n, t, grp->optim, lr, step + 1, scale);
+        else
+            td_adamw_update_on(ops, r[i].p, range_grads(r, i, grads, k), r[i].m, r[i].v,
+                               r[i].lo, r[i].lo + r[i].n, t, grp->optim, lr, step + 1, scale,
+                               grp->updates_2d);
         k += r[i].n;
     }
     return res;

@@ -24,7 +24,8 @@ void td_train_opts_default(td_train_opts *o) {
     o->batch = 12, o->grad_accum = 1, o->steps = 2000;
     o->optim = (td_optim_config){.lr = 1e-3f, .min_lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.99f,
                                  .eps = 1e-8f, .weight_decay = 0.1f, .clip = 1.0f, .warmup = 100,
-                                 .decay_fraction = 0.2f};
+                                 .decay_fraction = 0.2f, .muon_lr = 0.02f,
+                                 .muon_momentum = 0.95f, .muon_nesterov = 1};
     o->lr_schedule = "cosine", o->lr_decay_shape = "linear";
     o->eval_every = 250, o->eval_iters = 20, o->log_every = 10;
     o->seed = 1337;
@@ -95,6 +96,11 @@ int td_train_flag_table(td_train_opts *o, td_flag *out, int cap) {
         {"--lr-decay-fraction", TD_FLAG_FLOAT, &o->optim.decay_fraction, "wsd: the share of the horizon (--schedule-steps) that decays (0.2)", "[0, 1]"},
         {"--lr-decay-shape", TD_FLAG_STR, &o->lr_decay_shape, "wsd: the decay's shape over its fraction p: linear (default: 1 - p), cosine ((1 + cos(pi p)) / 2) or 1-sqrt (1 - sqrt(p))", NULL},
         {"--lr", TD_FLAG_FLOAT, &o->optim.lr, "peak learning rate (1e-3)", "(0, inf)"},
+        {"--optimizer", TD_FLAG_STR, &o->optimizer, "adamw (default: AdamW for every parameter) or muon (Muon, the speedrun's momentum orthogonalized by 5 Newton-Schulz steps, for the blocks' 2-D matrices, each logical one on its own, and AdamW with --lr for the rest; one process or dp all-reduce, fp32; docs/recipe-muon.md)", NULL},
+        {"--muon-lr", TD_FLAG_FLOAT, &o->optim.muon_lr, "muon: the peak learning rate of Muon's matrices (0.02), on --lr-schedule's curve", "(0, inf)"},
+        {"--muon-momentum", TD_FLAG_FLOAT, &o->optim.muon_momentum, "muon: the momentum (0.95)", "[0, 1)"},
+        {"--muon-weight-decay", TD_FLAG_FLOAT, &o->optim.muon_wd, "muon: decoupled weight decay of Muon's matrices, p *= 1 - lr wd (0)", "[0, inf)"},
+        {"--muon-nesterov", TD_FLAG_INT, &o->optim.muon_nesterov, "muon: 1 (default) Nesterov momentum as the speedrun, 0 plain momentum", "[0, 1]"},
         {"--min-lr", TD_FLAG_FLOAT, &o->optim.min_lr, "final learning rate of the decay (the floor of inverse-sqrt), <= lr (1e-4)", "[0, inf)"},
         {"--warmup", TD_FLAG_INT, &o->optim.warmup, "linear warm-up steps (100)", NONNEG},
         {"--weight-decay", TD_FLAG_FLOAT, &o->optim.weight_decay, "AdamW decoupled weight decay, 2-D weights only (0.1)", "[0, inf)"},
@@ -280,6 +286,7 @@ static void choice_strings(const td_train_opts *o, const char *s[TD_TRAIN_CHOICE
     s[4] = o->dp_mode, s[5] = o->grad_reduce_dtype, s[6] = o->grad_compress, s[7] = o->loss_scale;
     s[8] = o->arch, s[9] = o->tie_embeddings, s[10] = o->moe_router, s[11] = o->moe_norm_topk;
     s[12] = o->lr_schedule, s[13] = o->lr_decay_shape, s[14] = o->batch_rampup;
+    s[15] = o->optimizer;
 }
 
 /* --lr-schedule and --lr-decay-shape into the optimizer's config (NULL:
@@ -290,6 +297,9 @@ static void lr_choices(td_train_opts *o) {
     int d = td_lr_decay_shape_parse(o->lr_decay_shape ? o->lr_decay_shape : "linear");
     TD_CHECK(d >= 0, "--lr-decay-shape '%s' is not a decay shape; valid: " TD_LR_DECAY_SHAPE_NAMES, o->lr_decay_shape);
     o->optim.schedule = (td_lr_schedule)s, o->optim.decay_shape = (td_lr_decay_shape)d;
+    int opt = td_optimizer_parse(o->optimizer ? o->optimizer : "adamw");
+    TD_CHECK(opt >= 0, "--optimizer '%s' is not an optimizer; valid: " TD_OPTIMIZER_NAMES, o->optimizer);
+    o->optim.optimizer = (td_optimizer)opt;
     char why[128];
     o->ch.rampup = (td_batch_rampup){0, 0, 0};
     TD_CHECK(!o->batch_rampup || td_batch_rampup_parse(o->batch_rampup, o->batch, &o->ch.rampup, why, sizeof why) == 0,
@@ -355,6 +365,7 @@ void td_train_compat_cfg(const td_train_opts *o, td_compat_cfg *c) {
     c->micro_batches = o->grad_accum, c->recompute = ch->recompute, c->precision = ch->precision;
     c->batch = o->batch, c->rampup_start = ch->rampup.start, c->rampup_increment = ch->rampup.increment;
     c->rampup_text = o->batch_rampup;
+    c->optimizer = o->optim.optimizer;
     c->seq = o->seq, c->embd = o->embd;
     c->grad_bf16 = ch->grad_dtype == TD_BF16;
     c->topk_ratio = ch->topk_ratio, c->topk_no_ef = ch->topk_no_ef;

@@ -145,7 +145,8 @@ static void resume_training(td_train_opts *o, const td_flag *flags, int n, const
     static const char *const continued[] = {"precision", "loss-scale", "batch", "grad-accum",   "steps",
                                             "lr",        "min-lr",     "warmup", "lr-schedule", "lr-decay-fraction", "lr-decay-shape", "batch-rampup", "weight-decay", "beta1",
                                             "beta2",     "eps",        "clip",   "eval-every",   "eval-iters",
-                                            "save-every", "keep"};
+                                            "save-every", "keep", "optimizer", "muon-lr", "muon-momentum",
+                                            "muon-weight-decay", "muon-nesterov"};
     char a[128], b[128];
     for (size_t i = 0; i < sizeof continued / sizeof continued[0]; i++) {
         const td_flag *f = flag_named(flags, n, continued[i]);
@@ -170,6 +171,18 @@ static void resume_training(td_train_opts *o, const td_flag *flags, int n, const
                                                        "--schedule-steps)" : "");
         }
     }
+    /* the optimizer's state is its own: Muon's momentum buffers are not
+     * AdamW's moments (a checkpoint before --optimizer is AdamW's) */
+    union {
+        const char *s;
+        int i;
+    } opt = {0};
+    const char *was = jv_value(flag_named(flags, n, "optimizer"), td_json_get(rc, "optimizer"), &opt) && opt.s
+                          ? opt.s : "adamw";
+    const char *now = o->optimizer ? o->optimizer : "adamw";
+    TD_CHECK(strcmp(was, now) == 0,
+             "--optimizer %s: the checkpoint was trained with --optimizer %s, whose state it holds; valid: %s "
+             "(or a new run without --resume)", now, was, was);
     /* the horizon: the checkpoint's --schedule-steps, or, before that flag,
      * its --steps (the horizon then) */
     const td_flag *sf = flag_named(flags, n, "schedule-steps"), *stf = flag_named(flags, n, "steps");

@@ -88,8 +88,12 @@ double verify_oracle_step(verify_oracle *or, int s, float *P, float *M, float *V
     const td_ops *cpu = td_ops_cpu(TD_K_F32);
     double norm = sqrt(td_sumsq_host(cpu, gu, n));
     memcpy(or->gu, gu, n * 4); /* AdamW reads g only, but not through const */
-    td_adamw_update_on(cpu, P, or->gu, M, V, 0, n, t, &o->optim, td_lr_at(&o->optim, s), s + 1,
-                       td_clip_scale(norm, o->optim.clip), 0);
+    if (o->optim.optimizer == TD_OPT_MUON) /* the whole table: every matrix whole */
+        td_muon_update_on(cpu, P, or->gu, M, V, 0, n, t, &o->optim, td_lr_at(&o->optim, s), s + 1,
+                          td_clip_scale(norm, o->optim.clip));
+    else
+        td_adamw_update_on(cpu, P, or->gu, M, V, 0, n, t, &o->optim, td_lr_at(&o->optim, s), s + 1,
+                           td_clip_scale(norm, o->optim.clip), 0);
     if (st && or->cfg.moe.bias_rate > 0.0f) {
         for (size_t i = 0; i < (size_t)or->cfg.L * or->cfg.moe.E; i++) or->load[i] = st->load[i];
         bias_update(or, P);

@@ -255,6 +255,15 @@ static const char *breaking(td_rule_id id, td_compat_cfg *c) {
         c->dp = 2, c->batch = 12, c->rampup_start = 3, c->rampup_increment = 3, c->rampup_text = "3:3:60";
         return "--batch-rampup 3:3:60: START 3 and INCREMENT 3 must be multiples of dp 2 x 6 sequences per "
                "micro-batch (--batch 12 / (dp x --micro-batches 1)) = 12, so that every size is whole micro-batches";
+    case TD_RULE_MUON_LAYOUT:
+        c->optimizer = 1, c->tp = 2;
+        return "--optimizer muon does not combine with --tp > 1 yet: Muon orthogonalizes whole matrices, which "
+               "this first cut steps only where every rank holds all of their gradient; use one process or --dp "
+               "with --dp-mode allreduce, or --optimizer adamw";
+    case TD_RULE_MUON_PRECISION:
+        c->optimizer = 1, c->precision = 1, c->precision_name = "bf16";
+        return "--optimizer muon does not combine with --precision bf16 yet: its Newton-Schulz iterations run in "
+               "fp32 only; use --precision fp32, or --optimizer adamw";
     case TD_RULE_N:
         break;
     }

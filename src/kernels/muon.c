@@ -1,0 +1,103 @@
+/* Muon (Keller Jordan's modded-nanogpt speedrun): the momentum update of one
+ * 2-D matrix orthogonalized by 5 Newton-Schulz iterations. fp32 storage,
+ * double accumulators in a fixed order, one thread: the bits do not depend on
+ * the thread count. The _ref is the same algorithm in double throughout. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "trident/base.h"
+#include "trident/kernels.h"
+
+/* the speedrun's quintic coefficients (zeropower_via_newtonschulz5) */
+#define NS_A 3.4445
+#define NS_B (-4.7750)
+#define NS_C 2.0315
+
+/* X [r, c] with r <= c, row-major, in place: 5 x (A = X X^T; B = b A + c A A;
+ * X = a X + B X). T is float (the kernel) or double (the reference). */
+#define NS_ITERATE(T, X, r, c, steps)                                                              \
+    do {                                                                                           \
+        T *A = malloc(sizeof(T) * (size_t)(r) * (size_t)(r));                                      \
+        T *B = malloc(sizeof(T) * (size_t)(r) * (size_t)(r));                                      \
+        T *Y = malloc(sizeof(T) * (size_t)(r) * (size_t)(c));                                      \
+        TD_ASSERT(A && B && Y);                                                                    \
+        for (int it = 0; it < (steps); it++) {                                                     \
+            for (int i = 0; i < (r); i++)                                                          \
+                for (int j = 0; j <= i; j++) {                                                     \
+                    double s = 0.0;                                                                \
+                    for (int k = 0; k < (c); k++)                                                  \
+                        s += (double)X[(size_t)i * (c) + k] * X[(size_t)j * (c) + k];              \
+                    A[(size_t)i * (r) + j] = A[(size_t)j * (r) + i] = (T)s;                        \
+                }                                                                                  \
+            for (int i = 0; i < (r); i++)                                                          \
+                for (int j = 0; j < (r); j++) {                                                    \
+                    double s = 0.0;                                                                \
+                    for (int k = 0; k < (r); k++)                                                  \
+                        s += (double)A[(size_t)i * (r) + k] * A[(size_t)k * (r) + j];              \
+                    B[(size_t)i * (r) + j] = (T)(NS_B * A[(size_t)i * (r) + j] + NS_C * s);        \
+                }                                                                                  \
+            for (int i = 0; i < (r); i++)                                                          \
+                for (int j = 0; j < (c); j++) {                                                    \
+                    double s = 0.0;                                                                \
+                    for (int k = 0; k < (r); k++)                                                  \
+                        s += (double)B[(size_t)i * (r) + k] * X[(size_t)k * (c) + j];              \
+                    Y[(size_t)i * (c) + j] = (T)(NS_A * X[(size_t)i * (c) + j] + s);               \
+                }                                                                                  \
+            for (size_t q = 0; q < (size_t)(r) * (size_t)(c); q++) X[q] = Y[q];                    \
+        }                                                                                          \
+        free(A), free(B), free(Y);                                                                 \
+    } while (0)
+
+/* G / (||G||_F + 1e-7), transposed to [min, max] when rows > cols, iterated,
+ * and written back in G's layout. */
+#define NS_BODY(T, x, rows, cols, steps)                                                           \
+    do {                                                                                           \
+        size_t n = (size_t)(rows) * (size_t)(cols);                                                \
+        double ss = 0.0;                                                                           \
+        for (size_t q = 0; q < n; q++) ss += (double)x[q] * x[q];                                  \
+        double inv = 1.0 / (sqrt(ss) + 1e-7);                                                      \
+        int tr = (rows) > (cols), r = tr ? (cols) : (rows), c = tr ? (rows) : (cols);              \
+        T *X = malloc(sizeof(T) * n);                                                              \
+        TD_ASSERT(X);                                                                              \
+        for (int i = 0; i < (rows); i++)                                                           \
+            for (int j = 0; j < (cols); j++) {                                                     \
+                size_t d = tr ? (size_t)j * (rows) + i : (size_t)i * (cols) + j;                   \
+                X[d] = (T)(x[(size_t)i * (cols) + j] * inv);                                       \
+            }                                                                                      \
+        NS_ITERATE(T, X, r, c, steps);                                                             \
+        for (int i = 0; i < (rows); i++)                                                           \
+            for (int j = 0; j < (cols); j++)                                                       \
+                x[(size_t)i * (cols) + j] =                                                        \
+                    X[tr ? (size_t)j * (rows) + i : (size_t)i * (cols) + j];                       \
+        free(X);                                                                                   \
+    } while (0)
+
+void td_muon_ns(float *x, int rows, int cols, int steps) {
+    TD_ASSERT(rows > 0 && cols > 0 && steps >= 0);
+    NS_BODY(float, x, rows, cols, steps);
+}
+
+void td_muon_ns_ref(double *x, int rows, int cols, int steps) {
+    TD_ASSERT(rows > 0 && cols > 0 && steps >= 0);
+    NS_BODY(double, x, rows, cols, steps);
+}
+
+/* The speedrun's Muon.step for one matrix: buf.lerp_(g, 1 - m); u = nesterov
+ * ? g.lerp(buf, m) : buf; u = NS5(u); p *= 1 - lr wd; p -= lr
+ * sqrt(max(1, rows/cols)) u. g is scaled by grad_scale first (clipping). */
+void td_muon_update(float *p, const float *g, float *buf, int rows, int cols, float lr,
+                    float momentum, int nesterov, float wd, float grad_scale) {
+    size_t n = (size_t)rows * (size_t)cols;
+    float *u = malloc(sizeof(float) * n);
+    TD_ASSERT(u);
+    for (size_t i = 0; i < n; i++) {
+        float gi = g[i] * grad_scale;
+        buf[i] += (1.0f - momentum) * (gi - buf[i]);
+        u[i] = nesterov ? gi + momentum * (buf[i] - gi) : buf[i];
+    }
+    td_muon_ns(u, rows, cols, 5);
+    float s = lr * sqrtf(rows > cols ? (float)rows / (float)cols : 1.0f);
+    float keep = 1.0f - lr * wd;
+    for (size_t i = 0; i < n; i++) p[i] = p[i] * keep - s * u[i];
+    free(u);
+}

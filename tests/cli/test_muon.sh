@@ -1,0 +1,56 @@
+#!/bin/bash
+# --optimizer muon through the trainer (issue 42, a first cut): dp 2 passes
+# trident verify against its one-process oracle (the update within its
+# tolerance), a resume from
+# step 2 (its --optimizer from the checkpoint) and --device guard give
+# one process's bits; a resume with the other optimizer is refused, Muon differs from
+# AdamW, and the layouts not done yet are refused by their rules rows.
+# The optimizer's arithmetic: tests/ref/test_muon_vs_torch, tests/unit/test_muon.
+set -u
+T=${1:?trident}; DATA=${2:?data dir}
+HERE="$(dirname "${BASH_SOURCE[0]}")"
+PY=/usr/bin/python3
+MPIRUN="mpirun --allow-run-as-root --oversubscribe --bind-to none"
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+fails=0
+fail() { echo "FAIL $*"; fails=$((fails+1)); }
+head -c 60000 "$DATA/tinyshakespeare.txt" > "$tmp/s.txt"
+A=(--data "$tmp/s.txt" --layers 2 --heads 2 --embd 32 --seq 16 --batch 4 --steps 4 --warmup 0
+   --eval-every 0 --log-every 1 --lr-schedule constant --threads 1)
+M=("${A[@]}" --optimizer muon)
+# run NAME CMD...: a training run into $tmp/NAME, exported to $tmp/eNAME/m.st
+run() {
+  local name=$1; shift
+  "$@" --out "$tmp/$name" > "$tmp/$name.log" 2>&1 || { fail "$name: exit $?"; cat "$tmp/$name.log"; return; }
+  mkdir -p "$tmp/e$name"
+  "$T" export --ckpt "$tmp/$name" --format safetensors --out "$tmp/e$name/m.st" > /dev/null ||
+    fail "$name: export"
+}
+run one "$T" train "${M[@]}"
+run guard "$T" train "${M[@]}" --device guard
+run adamw "$T" train "${A[@]}"
+"$T" train "${M[@]}" --out "$tmp/res" --stop-after 2 > "$tmp/res0.log" 2>&1 || fail "resume: first half"
+# the resume takes --optimizer muon and its settings from the checkpoint
+run res "$T" train "${A[@]}" --resume latest
+cmp -s "$tmp/eone/m.st" "$tmp/eguard/m.st" && echo "ok guard: bitwise" || fail "guard: not one process's bits"
+cmp -s "$tmp/eone/m.st" "$tmp/eres/m.st" && echo "ok resume: bitwise" || fail "resume: not one process's bits"
+# dp 2 against the one-process oracle of trident verify (its Muon step too)
+$MPIRUN -np 2 "$T" verify "${M[@]}" --dp 2 > "$tmp/v.log" 2>&1 && grep -q "verify: the update matches" "$tmp/v.log" &&
+  echo "ok dp2: $(grep 'update matches' "$tmp/v.log")" || { fail "verify dp 2"; cat "$tmp/v.log"; }
+d=$($PY "$HERE/st_maxdiff.py" "$tmp/eone/m.st" "$tmp/eadamw/m.st" | awk '{print $2}')
+$PY -c "import sys; sys.exit(0 if float('$d') > 1e-3 else 1)" && echo "ok muon moves off adamw: $d" ||
+  fail "muon: maxdiff $d from adamw, not muon's step"
+# refusals (rules rows muon-layout, muon-precision) and the choice's parse
+refuse() {
+  local want=$1; shift
+  local out; out=$("$@" 2>&1) && fail "accepted: $*"
+  grep -q -- "$want" <<< "$out" && echo "ok refused: $want" || { fail "wanted '$want', got: $out"; }
+}
+refuse "does not combine with --tp > 1 yet" "$T" train "${M[@]}" --tp 2
+refuse "does not combine with ZeRO" "$T" train "${M[@]}" --dp 2 --zero 1
+refuse "does not combine with --precision bf16 yet" "$T" train "${M[@]}" --precision bf16
+refuse "does not combine with --moe-experts yet" "$T" train "${M[@]}" --moe-experts 2
+refuse "the checkpoint was trained with --optimizer muon" "$T" train "${A[@]}" --optimizer adamw --resume "$tmp/res/step-00000002" --out "$tmp/res2"
+refuse "--optimizer 'sgd' is not an optimizer; valid: adamw, muon" "$T" train "${A[@]}" --optimizer sgd
+echo "test_muon: $fails failures"
+[ "$fails" -eq 0 ]

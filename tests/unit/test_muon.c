@@ -1,0 +1,163 @@
+/* Muon's kernels (kernels/muon.c: td_muon_ns, td_muon_update) and the CPU
+ * rows' muon entry. Oracles, written here in double from the speedrun's
+ * zeropower_via_newtonschulz5 and Muon.step (not the kernel's macro):
+ *  - the Newton-Schulz orthogonalization on random matrices, wide, tall
+ *    and square; and the kernel's own double _ref;
+ *  - two Muon steps (momentum lerp, Nesterov, decay, the shape scale) of
+ *    the row's muon entry, with and without Nesterov.
+ * Tolerance TOL 2e-4 of the largest element: fp32 storage rounds each of
+ * the 5 iterations' A, B and X (~6e-8 relative each) and the quintic's
+ * slope is at most a = 3.4445 per iteration, 3.4^5 x 6e-8 ~ 3e-5; a wrong
+ * coefficient, scale or transpose is off by >= 1e-2. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "test_util.h"
+#include "trident/backend.h"
+#include "trident/kernels.h"
+#include "trident/optim.h"
+
+#define TOL 2e-4
+
+static unsigned long long rng = 12345;
+static double urand(void) {
+    rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+    return ((double)(rng >> 11) / 9007199254740992.0) * 2.0 - 1.0;
+}
+
+/* X [r, c] (r <= c) in double: 5 x (A = X X^T; B = bA + cAA; X = aX + BX) */
+static void ns_oracle(double *g, int rows, int cols) {
+    int tr = rows > cols, r = tr ? cols : rows, c = tr ? rows : cols;
+    size_t n = (size_t)rows * cols;
+    double *X = malloc(n * sizeof *X), *A = malloc((size_t)r * r * sizeof *A),
+           *B = malloc((size_t)r * r * sizeof *B), *Y = malloc(n * sizeof *Y);
+    double ss = 0.0;
+    for (size_t i = 0; i < n; i++) ss += g[i] * g[i];
+    double nrm = sqrt(ss) + 1e-7;
+    for (int i = 0; i < rows; i++)
+        for (int j = 0; j < cols; j++) {
+            double v = g[(size_t)i * cols + j] / nrm;
+            if (tr) X[(size_t)j * rows + i] = v; /* X = G^T */
+            else X[(size_t)i * cols + j] = v;
+        }
+    const double a = 3.4445, b = -4.7750, cc = 2.0315;
+    for (int it = 0; it < 5; it++) {
+        for (int i = 0; i < r; i++)
+            for (int j = 0; j < r; j++) {
+                double s = 0;
+                for (int k = 0; k < c; k++) s += X[(size_t)i * c + k] * X[(size_t)j * c + k];
+                A[(size_t)i * r + j] = s;
+            }
+        for (int i = 0; i < r; i++)
+            for (int j = 0; j < r; j++) {
+                double s = 0;
+                for (int k = 0; k < r; k++) s += A[(size_t)i * r + k] * A[(size_t)k * r + j];
+                B[(size_t)i * r + j] = b * A[(size_t)i * r + j] + cc * s;
+            }
+        for (int i = 0; i < r; i++)
+            for (int j = 0; j < c; j++) {
+                double s = 0;
+                for (int k = 0; k < r; k++) s += B[(size_t)i * r + k] * X[(size_t)k * c + j];
+                Y[(size_t)i * c + j] = a * X[(size_t)i * c + j] + s;
+            }
+        memcpy(X, Y, n * sizeof *X);
+    }
+    for (int i = 0; i < rows; i++)
+        for (int j = 0; j < cols; j++) g[(size_t)i * cols + j] = tr ? X[(size_t)j * rows + i] : X[(size_t)i * cols + j];
+    free(X), free(A), free(B), free(Y);
+}
+
+static void check(const char *what, const float *got, const double *exp, size_t n) {
+    double mx = 0, err = 0;
+    for (size_t i = 0; i < n; i++) mx = fmax(mx, fabs(exp[i]));
+    for (size_t i = 0; i < n; i++) err = fmax(err, fabs(got[i] - exp[i]));
+    tu_checks++;
+    int ok = err <= TOL * mx && mx > 0;
+    if (!ok) tu_failures++;
+    printf("%s %s: max err %.3g of max %.3g\n", ok ? "ok  " : "FAIL", what, err, mx);
+}
+
+static const int SHAPES[][2] = {{8, 8}, {6, 20}, {20, 6}, {1, 5}, {24, 96}};
+
+static void test_ns(void) {
+    for (size_t s = 0; s < sizeof SHAPES / sizeof SHAPES[0]; s++) {
+        int R = SHAPES[s][0], C = SHAPES[s][1];
+        size_t n = (size_t)R * C;
+        float *x = TU_NEW(float, n);
+        double *o = TU_NEW(double, n), *rf = TU_NEW(double, n);
+        for (size_t i = 0; i < n; i++) x[i] = (float)urand(), o[i] = rf[i] = x[i];
+        td_muon_ns(x, R, C, 5);
+        ns_oracle(o, R, C);
+        td_muon_ns_ref(rf, R, C, 5);
+        char what[64];
+        snprintf(what, sizeof what, "ns %dx%d vs oracle", R, C);
+        check(what, x, o, n);
+        float *rff = TU_NEW(float, n);
+        for (size_t i = 0; i < n; i++) rff[i] = (float)rf[i];
+        snprintf(what, sizeof what, "ns_ref %dx%d vs oracle", R, C);
+        check(what, rff, o, n);
+    }
+}
+
+/* Muon.step (the speedrun's): buf.lerp_(g, 1 - m); u = nesterov ?
+ * g.lerp_(buf, m) : buf; p *= 1 - lr wd; p -= lr sqrt(max(1, R/C)) NS(u) */
+static void test_update(const td_ops *ops, int nesterov) {
+    const int R = 12, C = 5;
+    size_t n = (size_t)R * C;
+    float *p = TU_NEW(float, n), *g = TU_NEW(float, n), *m = TU_NEW(float, n);
+    double *pd = TU_NEW(double, n), *md = TU_NEW(double, n), *u = TU_NEW(double, n);
+    for (size_t i = 0; i < n; i++) p[i] = (float)urand(), pd[i] = p[i];
+    const float lr = 0.05f, mom = 0.9f, wd = 0.1f, gs = 0.5f;
+    for (int step = 0; step < 2; step++) {
+        for (size_t i = 0; i < n; i++) g[i] = (float)urand();
+        td_muon_span sp = {p, m, g, R, C, wd};
+        td_muon_hyper h = {lr, mom, gs, nesterov};
+        ops->muon(&sp, 1, &h);
+        for (size_t i = 0; i < n; i++) {
+            double gi = (double)g[i] * gs;
+            md[i] += (1.0 - mom) * (gi - md[i]);
+            u[i] = nesterov ? gi + mom * (md[i] - gi) : md[i];
+        }
+        ns_oracle(u, R, C);
+        double sc = lr * sqrt((double)R / C);
+        for (size_t i = 0; i < n; i++) pd[i] = pd[i] * (1.0 - lr * wd) - sc * u[i];
+    }
+    check(nesterov ? "muon update (nesterov) p" : "muon update p", p, pd, n);
+    check(nesterov ? "muon update (nesterov) buf" : "muon update buf", m, md, n);
+}
+
+/* Muon's rows: the blocks' matrices; not the embeddings, the untied head
+ * (in the final unit, layer L), the router, 1-D rows. */
+static void test_rows(void) {
+    static const struct {
+        td_tensor_kind kind;
+        int ndim, layer, want;
+    } cases[] = {{TD_T_QKVW, 2, 0, 1}, {TD_T_FCPROJW, 2, 1, 1}, {TD_T_GATEW, 2, 0, 1},
+                 {TD_T_EXPFCW, 2, 0, 1}, {TD_T_HEAD, 2, 2, 0}, {TD_T_WTE, 2, -1, 0},
+                 {TD_T_WPE, 2, -1, 0}, {TD_T_ROUTERW, 2, 0, 0}, {TD_T_LN1W, 1, 0, 0},
+                 {TD_T_QKVB, 1, 0, 0}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        td_param p;
+        memset(&p, 0, sizeof p);
+        p.kind = cases[i].kind, p.ndim = cases[i].ndim, p.layer = cases[i].layer;
+        tu_checks++;
+        if (td_muon_row(&p) != cases[i].want)
+            tu_failures++, printf("FAIL td_muon_row: kind %d layer %d gives %d\n", cases[i].kind, cases[i].layer, !cases[i].want);
+    }
+}
+
+int main(void) {
+    test_rows();
+    test_ns();
+    const td_ops *f32 = td_ops_cpu(TD_K_F32);
+    test_update(f32, 1);
+    test_update(f32, 0);
+    for (int k = TD_K_BF16; k <= TD_K_F16; k++) { /* fp32 state in every row */
+        tu_checks++;
+        if (td_ops_cpu((td_ktype)k)->muon != f32->muon) tu_failures++, printf("FAIL row %d muon\n", k);
+    }
+    tu_free_all();
+    printf("%d checks, %d failures\n", tu_checks, tu_failures);
+    return tu_failures ? 1 : 0;
+}
