@@ -1,0 +1,101 @@
+/* Rows of the one combination table (compat.c, compat.h) for what a
+ * device other than cpu does not run yet and for the training recipes (Muon,
+ * batch ramp-up): compat.c had grown past 700 lines. Pure and MPI-free like
+ * compat.c, and compiled into trident_model beside it. */
+#include <stdio.h>
+
+#include "compat_internal.h"
+#include "trident/optim.h"
+
+static const char *S(const char *s) { return s ? s : "?"; }
+
+#define OK(name) int ok_##name(const td_compat_cfg *c)
+#define SAY(name) void say_##name(const td_compat_cfg *c, char *buf, size_t n)
+#define BRIEF(name) void brief_##name(const td_compat_cfg *c, char *buf, size_t n)
+
+/* ---- what a device other than cpu does not run yet (issue 39) ---------- */
+
+/* top-k selects, packs and sums on the host over host buffers (the comm
+ * layer's shared windows), reading the step's gradients and AdamW state in
+ * place: on a device those are not host memory */
+OK(topk_device) { return c->topk_ratio == 0 || c->device <= 0; }
+SAY(topk_device) {
+    snprintf(buf, n,
+             "--grad-compress %s does not combine with --device %s yet: top-k selects, packs and sums "
+             "the gradients on the host; use --device cpu, or --grad-compress none (--grad-reduce-dtype "
+             "bf16 halves the payload on any device)",
+             S(c->grad_compress_text), S(c->device_name));
+}
+
+/* ---- --optimizer muon (issue 42, a first cut) ------------------------
+ * Muon orthogonalizes whole logical matrices, so every rank that steps one
+ * needs all of its gradient: one process and dp all-reduce (each rank steps
+ * every matrix, identically) are done; the layouts that cut a matrix or its
+ * gradient (tp, ZeRO, ps, top-k), stage it (pp, cp) or route it (experts)
+ * are not yet. */
+static const char *muon_breaks(const td_compat_cfg *c) {
+    if (c->tp > 1) return "--tp > 1";
+    if (c->pp > 1) return "--pp > 1";
+    if (c->cp > 1) return "--cp > 1";
+    if (c->zero > 0 || c->dp_shard > 0) return "ZeRO (--zero, --dp-shard)";
+    if (c->dp_mode != TD_DP_ALLREDUCE) return "a --dp-mode other than allreduce";
+    if (c->experts > 0 || c->ep > 1) return "--moe-experts";
+    if (c->topk_ratio > 0) return "--grad-compress topk";
+    return NULL;
+}
+OK(muon_layout) { return c->optimizer != TD_OPT_MUON || muon_breaks(c) == NULL; }
+SAY(muon_layout) {
+    snprintf(buf, n,
+             "--optimizer muon does not combine with %s yet: Muon orthogonalizes whole matrices, which "
+             "this first cut steps only where every rank holds all of their gradient; use one process "
+             "or --dp with --dp-mode allreduce, or --optimizer adamw",
+             S(muon_breaks(c)));
+}
+OK(muon_precision) { return c->optimizer != TD_OPT_MUON || c->precision == 0; }
+SAY(muon_precision) {
+    snprintf(buf, n,
+             "--optimizer muon does not combine with --precision %s yet: its Newton-Schulz iterations "
+             "run in fp32 only; use --precision fp32, or --optimizer adamw",
+             S(c->precision_name));
+}
+
+/* ---- --batch-rampup (issue 42) --------------------------------------- */
+
+/* the step's micro-batch count varies with the batch: a pipeline schedule
+ * is built for one count (the interleaved one also needs a multiple of pp
+ * at every size), a parameter server's workers step on their own, and a
+ * mixture of experts' balancing loss counts the run's micro-batches */
+OK(rampup_layout) { return c->rampup_start <= 0 || (c->pp <= 1 && c->dp_mode != TD_DP_PS && c->experts == 0); }
+SAY(rampup_layout) {
+    snprintf(buf, n,
+             "--batch-rampup %s does not combine with %s yet: the micro-batches per step change with the batch, "
+             "and %s; drop --batch-rampup, or use %s",
+             S(c->rampup_text), c->pp > 1 ? "--pp > 1" : c->dp_mode == TD_DP_PS ? "--dp-mode ps" : "--moe-experts",
+             c->pp > 1 ? "a pipeline schedule is built for one micro-batch count"
+             : c->dp_mode == TD_DP_PS ? "parameter-server workers step on their own"
+                                      : "the experts' balancing loss counts the run's micro-batches",
+             c->pp > 1 ? "--pp 1" : c->dp_mode == TD_DP_PS ? "--dp-mode allreduce" : "a dense model");
+}
+
+/* every size START + k INCREMENT splits over dp replicas into micro-batches
+ * of the full batch's rows (--batch / (dp x --micro-batches)), whose memory
+ * is the one planned */
+static int rampup_unit(const td_compat_cfg *c) {
+    int dp = c->dp > 0 ? c->dp : 1, mb = c->micro_batches > 0 ? c->micro_batches : 1;
+    long long split = (long long)dp * mb;
+    return c->batch > 0 && c->batch % split == 0 ? dp * (int)(c->batch / split) : 0;
+}
+OK(rampup_divides) {
+    int u = rampup_unit(c);
+    return c->rampup_start <= 0 || u == 0 || (c->rampup_start % u == 0 && c->rampup_increment % u == 0);
+}
+SAY(rampup_divides) {
+    int u = rampup_unit(c), dp = c->dp > 0 ? c->dp : 1;
+    snprintf(buf, n,
+             "--batch-rampup %s: START %d and INCREMENT %d must be multiples of dp %d x %d sequences per "
+             "micro-batch (--batch %d / (dp x --micro-batches %d)) = %d, so that every size is whole micro-batches",
+             S(c->rampup_text), c->rampup_start, c->rampup_increment, dp, u / dp, c->batch, c->micro_batches, u);
+}
+BRIEF(rampup_divides) {
+    snprintf(buf, n, "batch ramp-up sizes are not multiples of dp x micro-batch = %d", rampup_unit(c));
+}
