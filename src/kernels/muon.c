@@ -1,7 +1,8 @@
 /* Muon (Keller Jordan's modded-nanogpt speedrun): the momentum update of one
- * 2-D matrix orthogonalized by 5 Newton-Schulz iterations. fp32 storage,
- * double accumulators in a fixed order, one thread: the bits do not depend on
- * the thread count. The _ref is the same algorithm in double throughout. */
+ * 2-D matrix orthogonalized by 5 Newton-Schulz iterations: fp32, its products
+ * through the project's sgemm (td_matmul_forward, whose bits do not depend on
+ * the thread count). The _ref is the same algorithm in double throughout, in
+ * plain loops. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -72,9 +73,42 @@
         free(X);                                                                                   \
     } while (0)
 
+/* The kernel's iterations through the project's sgemm (td_matmul_forward,
+ * thread-count independent): A = X X^T, A A = A A^T (A is symmetric), and
+ * B X = B (X^T)^T with X^T formed once per iteration. */
+static void ns_iterate_sgemm(float *X, int r, int c, int steps) {
+    float *A = malloc(sizeof(float) * (size_t)r * (size_t)r);
+    float *AA = malloc(sizeof(float) * (size_t)r * (size_t)r);
+    float *Xt = malloc(sizeof(float) * (size_t)r * (size_t)c);
+    float *Y = malloc(sizeof(float) * (size_t)r * (size_t)c);
+    TD_ASSERT(A && AA && Xt && Y);
+    for (int it = 0; it < steps; it++) {
+        td_matmul_forward(A, X, X, NULL, r, c, r);
+        td_matmul_forward(AA, A, A, NULL, r, r, r);
+        for (size_t q = 0; q < (size_t)r * (size_t)r; q++) A[q] = (float)(NS_B * A[q] + NS_C * AA[q]);
+        for (int i = 0; i < r; i++)
+            for (int j = 0; j < c; j++) Xt[(size_t)j * r + i] = X[(size_t)i * c + j];
+        td_matmul_forward(Y, A, Xt, NULL, r, r, c);
+        for (size_t q = 0; q < (size_t)r * (size_t)c; q++) X[q] = (float)(NS_A * X[q] + Y[q]);
+    }
+    free(A), free(AA), free(Xt), free(Y);
+}
+
 void td_muon_ns(float *x, int rows, int cols, int steps) {
     TD_ASSERT(rows > 0 && cols > 0 && steps >= 0);
-    NS_BODY(float, x, rows, cols, steps);
+    size_t n = (size_t)rows * (size_t)cols;
+    double ss = 0.0;
+    for (size_t q = 0; q < n; q++) ss += (double)x[q] * x[q];
+    double inv = 1.0 / (sqrt(ss) + 1e-7);
+    int tr = rows > cols, r = tr ? cols : rows, c = tr ? rows : cols;
+    float *X = malloc(sizeof(float) * n);
+    TD_ASSERT(X);
+    for (int i = 0; i < rows; i++)
+        for (int j = 0; j < cols; j++) X[tr ? (size_t)j * rows + i : (size_t)i * cols + j] = (float)(x[(size_t)i * cols + j] * inv);
+    ns_iterate_sgemm(X, r, c, steps);
+    for (int i = 0; i < rows; i++)
+        for (int j = 0; j < cols; j++) x[(size_t)i * cols + j] = X[tr ? (size_t)j * rows + i : (size_t)i * cols + j];
+    free(X);
 }
 
 void td_muon_ns_ref(double *x, int rows, int cols, int steps) {
