@@ -6,8 +6,8 @@
  * Layering: base <- kernels <- backend <- {model, parallel, comm}. The CPU
  * backend's ops are src/kernels (same bits); the guard backend is the CPU's
  * kernels with every device buffer unreachable from host code between
- * backend calls, so that CI catches what a GPU would punish; a CUDA backend
- * is the next issue.
+ * backend calls, so that CI catches what a GPU would punish; the CUDA
+ * backend is a module loaded on demand (cuda_module.h, docs/cuda.md).
  *
  * One process runs one backend, chosen once by td_backend_use before the
  * first device allocation (train's --device). Nothing here is collective.
@@ -75,8 +75,9 @@ typedef enum { TD_DEVICE_CPU = 0, TD_DEVICE_GUARD = 1, TD_DEVICE_CUDA = 2 } td_d
 /* "cpu", "guard", "cuda"; parse returns -1 for anything else. */
 const char *td_device_name(td_device d);
 int td_device_parse(const char *s);
-/* --device's value (NULL: cpu): an unknown name, or cuda in this build, is
- * one error line (td_fail) naming the valid ones. */
+/* --device's value (NULL: cpu): an unknown name, or cuda in a build
+ * without the CUDA module, is one error line (td_fail) naming the valid
+ * ones. */
 td_device td_device_flag(const char *s);
 
 /* Why host code touched device memory: every named copy says which, and
@@ -112,8 +113,9 @@ typedef struct {
 /* ---- buffers ------------------------------------------------------------ */
 
 /* The run's backend. td_backend_use may be called once, before the first
- * td_dev_alloc (TD_ASSERT otherwise); the default is cpu. cuda: td_fail
- * saying this build has no CUDA backend. guard: installs its fault handler
+ * td_dev_alloc (TD_ASSERT otherwise); the default is cpu. cuda: loads the
+ * module and takes this rank's GPU (td_fail naming what CUDA said, or that
+ * this build has no CUDA backend). guard: installs its fault handler
  * (call after MPI_Init, so that it sits in front of MPI's). */
 void td_backend_use(td_device d);
 td_device td_backend_device(void);
@@ -312,6 +314,13 @@ typedef struct {
     /* A device-to-host copy (the source read now, the destination filled
      * by the next sync); sync lands every pending one. */
     void (*download)(void *dst_host, const void *src_dev, size_t bytes);
+    /* Memory the host cannot write (cuda): zero bytes, and a 2-D copy in
+     * any direction but device to host (height rows of width bytes, each
+     * pitch apart; a host source read before it returns; overlapping rows
+     * as memmove). NULL: memset and memmove under enter/leave. */
+    void (*zero)(void *dst, size_t bytes);
+    void (*copy_2d)(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                    size_t height);
     void (*sync)(void);
     /* Which device buffer holds p: its name and p's offset in it; 0 when p
      * is not device memory. */
@@ -327,7 +336,8 @@ typedef struct {
 
 const td_backend *td_backend_current(void);
 extern const td_backend td_backend_cpu;
-/* The guard (src/backend/guard.c). */
+/* The guard (src/backend/guard.c). The CUDA backend is a module loaded on
+ * demand (trident/cuda_module.h). */
 const td_backend *td_backend_guard(void);
 /* Tests only (tests/unit/test_guard.c): the row whose entries the guard's
  * wrappers call for precision k, in place of td_ops_cpu(k) (NULL: back to

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "trident/backend.h"
+#include "trident/cuda_module.h"
 
 static const td_backend *g_be = &td_backend_cpu;
 static int g_allocated; /* a device allocation happened: the choice is fixed */
@@ -27,7 +28,9 @@ int td_device_parse(const char *s) {
 td_device td_device_flag(const char *s) {
     int d = td_device_parse(s ? s : "cpu");
     TD_CHECK(d >= 0, "--device '%s' is not a device; valid: cpu, guard, cuda", s);
-    TD_CHECK(d != TD_DEVICE_CUDA, "--device cuda: this build has no CUDA backend; valid here: cpu, guard");
+    TD_CHECK(d != TD_DEVICE_CUDA || td_cuda_built(),
+             "--device cuda: this build has no CUDA backend (configured with -DTRIDENT_CUDA=OFF or "
+             "without the CUDA toolkit); valid here: cpu, guard");
     return (td_device)d;
 }
 
@@ -39,8 +42,7 @@ const char *td_host_purpose_name(td_host_purpose p) {
 void td_backend_use(td_device d) {
     if (d == g_be->device) return;
     TD_ASSERT(!g_allocated);
-    if (d == TD_DEVICE_CUDA) td_fail("--device cuda: this build has no CUDA backend");
-    g_be = d == TD_DEVICE_GUARD ? td_backend_guard() : &td_backend_cpu;
+    g_be = d == TD_DEVICE_CUDA ? td_backend_cuda() : d == TD_DEVICE_GUARD ? td_backend_guard() : &td_backend_cpu;
 }
 
 const td_backend *td_backend_current(void) { return g_be; }
@@ -87,6 +89,10 @@ static void leave(void) {
 
 void td_dev_zero(void *dst, size_t bytes) {
     if (!bytes) return;
+    if (g_be->zero) {
+        g_be->zero(dst, bytes);
+        return;
+    }
     enter(dst, bytes, NULL, 0);
     memset(dst, 0, bytes);
     leave();
@@ -94,6 +100,10 @@ void td_dev_zero(void *dst, size_t bytes) {
 
 void td_dev_copy(void *dst, const void *src, size_t bytes) {
     if (!bytes || dst == src) return;
+    if (g_be->copy_2d) {
+        g_be->copy_2d(dst, bytes, src, bytes, bytes, 1);
+        return;
+    }
     enter(dst, bytes, src, bytes);
     memmove(dst, src, bytes);
     leave();
@@ -102,6 +112,10 @@ void td_dev_copy(void *dst, const void *src, size_t bytes) {
 void td_dev_copy_2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
                     size_t height) {
     if (!width || !height) return;
+    if (g_be->copy_2d) {
+        g_be->copy_2d(dst, dpitch, src, spitch, width, height);
+        return;
+    }
     enter(dst, span_2d(dpitch, width, height), src, span_2d(spitch, width, height));
     for (size_t r = 0; r < height; r++)
         memmove((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
@@ -119,6 +133,10 @@ static void count(int up, size_t bytes, td_host_purpose why) {
 void td_dev_upload(void *dst_dev, const void *src_host, size_t bytes, td_host_purpose why) {
     count(1, bytes, why);
     if (!bytes) return;
+    if (g_be->copy_2d) {
+        g_be->copy_2d(dst_dev, bytes, src_host, bytes, bytes, 1);
+        return;
+    }
     enter(dst_dev, bytes, NULL, 0);
     memcpy(dst_dev, src_host, bytes);
     leave();
@@ -138,6 +156,10 @@ void td_dev_upload_2d(void *dst_dev, size_t dpitch, const void *src_host, size_t
                       size_t width, size_t height, td_host_purpose why) {
     count(1, width * height, why);
     if (!width || !height) return;
+    if (g_be->copy_2d) {
+        g_be->copy_2d(dst_dev, dpitch, src_host, spitch, width, height);
+        return;
+    }
     enter(dst_dev, span_2d(dpitch, width, height), NULL, 0);
     for (size_t r = 0; r < height; r++)
         memcpy((char *)dst_dev + r * dpitch, (const char *)src_host + r * spitch, width);

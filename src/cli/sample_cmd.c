@@ -25,7 +25,7 @@ int td_sample_main(int argc, char **argv) {
         {"--seed", TD_FLAG_U64, &seed, "sampling seed (1337)", NULL},
         {"--threads", TD_FLAG_INT, &threads, "compute threads (1)", "[1, 4096]"},
         {"--no-kv-cache", TD_FLAG_BOOL, &no_cache, "rerun the whole context window for every token (the slow reference the key/value cache is tested against)", NULL},
-        {"--device", TD_FLAG_STR, &device, "where the model's tensors live and its ops run: cpu (default), guard (a host access to device memory dies naming the buffer; for tests) or cuda (not in this build)", NULL},
+        {"--device", TD_FLAG_STR, &device, "where the model's tensors live and its ops run: cpu (default), guard (a host access to device memory dies naming the buffer; for tests) or cuda (an NVIDIA GPU through the CUDA module where the build has it; partial, refused for runs so far: docs/cuda.md)", NULL},
         {"--verbose", TD_FLAG_BOOL, &verbose, "print on stderr the rows computed for the prompt and per token, and the cache's size", NULL},
     };
     td_flags_parse("sample", flags, (int)(sizeof flags / sizeof flags[0]), argc, argv);

@@ -8,6 +8,7 @@
 #include <oneapi/dnnl/dnnl.h>
 
 #include "td_git_commit.h" /* generated at build time (cmake/version.cmake) */
+#include "trident/cuda_module.h"
 #include "trident/train.h"
 
 int td_version_main(int argc, char **argv) {
@@ -26,6 +27,17 @@ int td_version_main(int argc, char **argv) {
     if (MPI_Get_library_version(mpi, &len) == MPI_SUCCESS) {
         mpi[strcspn(mpi, ",\n")] = '\0';
         printf("  %s\n", mpi);
+    }
+    /* The CUDA module is loaded here and for --device cuda only (a plain
+     * run never maps the CUDA runtime or cuBLASLt). */
+    char err[1024];
+    const td_cuda_module *m = td_cuda_module_load(err, sizeof err);
+    if (m) {
+        char lines[2048];
+        m->describe(lines, sizeof lines);
+        fputs(lines, stdout);
+    } else {
+        printf("  CUDA backend: %s\n", err);
     }
     return 0;
 }

@@ -96,9 +96,7 @@ expect not-a-number    "--lr: 'abc' is not a number"              "$T" train --d
 expect unknown-flag    "unknown flag '--lerning-rate'"            "$T" train --data "$tmp/small.txt" --lerning-rate 1 $Q
 expect bad-tokenizer   "--tokenizer wordpiece is not known"       "$T" train --data "$tmp/small.txt" --tokenizer wordpiece $Q
 expect bad-zero        "--zero 5 is not a ZeRO stage"             "$T" train --data "$tmp/small.txt" --zero 5 $Q
-expect device-cuda     "--device cuda: this build has no CUDA backend; valid here: cpu, guard" "$T" train --data "$tmp/small.txt" --device cuda $Q
 expect device-unknown  "--device 'tpu' is not a device; valid: cpu, guard, cuda" "$T" train --data "$tmp/small.txt" --device tpu $Q
-expect sample-cuda     "--device cuda: this build has no CUDA backend" "$T" sample --ckpt "$tmp/otherckpt" --device cuda
 expect bad-dp-mode     "--dp-mode ring is not known"              "$T" train --data "$tmp/small.txt" --dp-mode ring $Q
 expect grad-dtype      "--grad-reduce-dtype fp16 is not known; use fp32 or bf16" "$T" train --data "$tmp/small.txt" --grad-reduce-dtype fp16 $Q
 expect topk-zero-ratio "--grad-compress topk:0 is not valid; use none or topk:R\[:grad\]\[:noef\] with 0 < R <= 1" \

@@ -270,7 +270,9 @@ CODE_SPAN = re.compile(r"`([^`]+)`")
 # naming trident (`trident`, `build/trident`, scripts/run.sh, which passes
 # its arguments to trident train).
 OTHER_TOOLS = {"mpirun", "mpiexec", "srun", "sbatch", "salloc", "#SBATCH", "scancel", "scontrol", "sinfo", "squeue",
-               "cmake", "ctest", "git", "python3", "node", "npm", "docker", "gnuplot", "dd", "apt-get", "pip", "torchrun", "ompi_info"}
+               "cmake", "ctest", "git", "python3", "node", "npm", "docker", "gnuplot", "dd", "apt-get", "pip", "torchrun", "ompi_info",
+               # the CUDA op check's programs (tests/gpu, docs/cuda.md)
+               "test_cuda_ops", "cuda_ops_replay"}
 TRIDENT_WORDS = re.compile(r"(^|/)trident$|(^|/)run\.sh$")
 # Flags of other programs that the pages name in prose, without the program
 # beside them (a program's word in the same code span or line is enough

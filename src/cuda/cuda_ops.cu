@@ -1,0 +1,239 @@
+/* The CUDA backend's rows (backend.h's td_ops): so far the GEMMs
+ * (cuda_gemm.cu), the casts, GELU, the residual, LayerNorm forward and
+ * backward, the embedding's forward and the fp32 range fills and adds.
+ * The other entries are NULL, so trident refuses --device cuda for a run
+ * (src/backend/cuda_load.c) and tests/gpu/test_cuda_ops.c checks only
+ * these (docs/cuda.md).
+ *
+ * Each op is the CPU kernel's arithmetic in fp32 on widened inputs, its
+ * outputs rounded to the row's type, as src/kernels/lowp_ops.c does on the
+ * CPU. Deterministic: no atomics; every reduction is a fixed tree over a
+ * fixed block of TD_CU_THREADS (never sized from the device), or one
+ * thread's loop in index order. nvcc contracts a*b+c into FMAs (the CPU
+ * build does not), so elementwise results differ from the CPU's by an ulp
+ * or so: the op check's tolerances allow for it.
+ *
+ * COMPILED, NEVER RUN ON A GPU (docs/cuda.md). */
+#include "cuda_internal.h"
+
+#define GELU_S 0.7978845608028654f /* sqrt(2/pi) */
+#define GELU_A 0.044715f
+#define LN_EPS 1e-5f
+
+/* Grid of a grid-stride loop over n elements. */
+static unsigned grid(size_t n) {
+    size_t b = (n + TD_CU_THREADS - 1) / TD_CU_THREADS;
+    return (unsigned)(b < 65536 ? (b ? b : 1) : 65536);
+}
+#define FOR_EACH(i, n)                                                                             \
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
+#define LAUNCH(kernel, n, ...)                                                                     \
+    do {                                                                                           \
+        kernel<<<grid(n), TD_CU_THREADS, 0, td_cu_stream>>>(__VA_ARGS__);                         \
+        TD_CU_LAUNCHED(#kernel);                                                                   \
+    } while (0)
+
+/* ---- elementwise --------------------------------------------------------- */
+
+template <typename T> __global__ void k_round(T *dst, const float *src, size_t n) {
+    FOR_EACH(i, n) dst[i] = from_f<T>(src[i]);
+}
+template <typename T> __global__ void k_widen(float *dst, const T *src, size_t n) {
+    FOR_EACH(i, n) dst[i] = to_f<T>(src[i]);
+}
+
+/* src/kernels/elementwise.c's form: x sigmoid(2u), u = S (x + A x^3). */
+template <typename T> __global__ void k_gelu_fwd(T *out, const T *inp, size_t n) {
+    FOR_EACH(i, n) {
+        float x = to_f<T>(inp[i]);
+        float u = GELU_S * (x + GELU_A * x * x * x);
+        out[i] = from_f<T>(x / (1.0f + expf(-2.0f * u)));
+    }
+}
+template <typename T> __global__ void k_gelu_bwd(T *dinp, const T *inp, const T *dout, size_t n) {
+    FOR_EACH(i, n) {
+        float x = to_f<T>(inp[i]);
+        float u = GELU_S * (x + GELU_A * x * x * x);
+        float e = expf(-2.0f * u);
+        float sg = 1.0f / (1.0f + e);
+        float du = GELU_S * (1.0f + 3.0f * GELU_A * x * x);
+        float grad = sg + 2.0f * x * du * sg * (e * sg);
+        dinp[i] = from_f<T>(to_f<T>(dinp[i]) + grad * to_f<T>(dout[i]));
+    }
+}
+template <typename T> __global__ void k_residual(T *out, const T *a, const T *b, size_t n) {
+    FOR_EACH(i, n) out[i] = from_f<T>(to_f<T>(a[i]) + to_f<T>(b[i]));
+}
+
+__global__ void k_fill(float *x, float v, size_t n) { FOR_EACH(i, n) x[i] = v; }
+__global__ void k_scale(float *x, float s, size_t n) { FOR_EACH(i, n) x[i] *= s; }
+__global__ void k_add(float *dst, const float *src, size_t n) { FOR_EACH(i, n) dst[i] += src[i]; }
+
+/* out[n] = wte[tokens[n] - lo], 0 where the token is not in [lo, lo + rows). */
+__global__ void k_emb_fwd(float *out, const int *tokens, const float *wte, int lo, int rows, int N, int C) {
+    FOR_EACH(i, (size_t)N * C) {
+        int tok = tokens[i / C] - lo;
+        out[i] = tok >= 0 && tok < rows ? wte[(size_t)tok * C + i % C] : 0.0f;
+    }
+}
+
+/* ---- LayerNorm --------------------------------------------------------------
+ * One block per row; the row's sums are each thread's strided terms in
+ * order, then a fixed tree over the block. */
+
+__device__ float block_sum(float v, float *sh) {
+    sh[threadIdx.x] = v;
+    __syncthreads();
+    for (int s = TD_CU_THREADS / 2; s > 0; s >>= 1) {
+        if ((int)threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
+        __syncthreads();
+    }
+    float r = sh[0];
+    __syncthreads(); /* sh is reused by the next sum */
+    return r;
+}
+
+template <typename T>
+__global__ void k_ln_fwd(T *out, float *mean, float *rstd, const T *inp, const float *w, const float *b, int C) {
+    __shared__ float sh[TD_CU_THREADS];
+    const T *x = inp + (size_t)blockIdx.x * C;
+    T *o = out + (size_t)blockIdx.x * C;
+    float s = 0.0f;
+    for (int c = threadIdx.x; c < C; c += TD_CU_THREADS) s += to_f<T>(x[c]);
+    float m = block_sum(s, sh) / C;
+    float v = 0.0f;
+    for (int c = threadIdx.x; c < C; c += TD_CU_THREADS) {
+        float d = to_f<T>(x[c]) - m;
+        v += d * d;
+    }
+    float r = 1.0f / sqrtf(block_sum(v, sh) / C + LN_EPS);
+    for (int c = threadIdx.x; c < C; c += TD_CU_THREADS) o[c] = from_f<T>((to_f<T>(x[c]) - m) * r * w[c] + b[c]);
+    if (threadIdx.x == 0) {
+        if (mean) mean[blockIdx.x] = m;
+        if (rstd) rstd[blockIdx.x] = r;
+    }
+}
+
+/* dinp += (dn - mean(dn) - xh mean(dn xh)) rstd, dn = w dout, xh the
+ * normalized input (src/kernels/layernorm.c). */
+template <typename T>
+__global__ void k_ln_bwd_rows(T *dinp, const T *dout, const T *inp, const float *w, const float *mean,
+                              const float *rstd, int C) {
+    __shared__ float sh[TD_CU_THREADS];
+    size_t row = (size_t)blockIdx.x * C;
+    float m = mean[blockIdx.x], r = rstd[blockIdx.x];
+    float s1 = 0.0f, s2 = 0.0f;
+    for (int c = threadIdx.x; c < C; c += TD_CU_THREADS) {
+        float xh = (to_f<T>(inp[row + c]) - m) * r, dn = w[c] * to_f<T>(dout[row + c]);
+        s1 += dn, s2 += dn * xh;
+    }
+    float dn_mean = block_sum(s1, sh) / C, dn_xh_mean = block_sum(s2, sh) / C;
+    for (int c = threadIdx.x; c < C; c += TD_CU_THREADS) {
+        float xh = (to_f<T>(inp[row + c]) - m) * r, dn = w[c] * to_f<T>(dout[row + c]);
+        dinp[row + c] = from_f<T>(to_f<T>(dinp[row + c]) + (dn - dn_mean - xh * dn_xh_mean) * r);
+    }
+}
+
+/* dw, db: one thread per column, rows 0..N-1 in double (as the CPU). */
+template <typename T>
+__global__ void k_ln_bwd_cols(float *dw, float *db, const T *dout, const T *inp, const float *mean,
+                              const float *rstd, int N, int C) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    double aw = 0.0, ab = 0.0;
+    for (int n = 0; n < N; n++) {
+        float g = to_f<T>(dout[(size_t)n * C + c]);
+        aw += (double)((to_f<T>(inp[(size_t)n * C + c]) - mean[n]) * rstd[n] * g);
+        ab += g;
+    }
+    if (dw) dw[c] = (float)(dw[c] + aw);
+    if (db) db[c] = (float)(db[c] + ab);
+}
+
+/* ---- the rows' entries ------------------------------------------------------ */
+
+template <typename T> struct cu_type;
+template <> struct cu_type<float> { static constexpr td_ktype k = TD_K_F32; };
+template <> struct cu_type<__nv_bfloat16> { static constexpr td_ktype k = TD_K_BF16; };
+template <> struct cu_type<__half> { static constexpr td_ktype k = TD_K_F16; };
+
+template <typename T> static void e_round(void *dst, const float *src, size_t n) {
+    if (n) LAUNCH(k_round<T>, n, (T *)dst, src, n);
+}
+template <typename T> static void e_widen(float *dst, const void *src, size_t n) {
+    if (n) LAUNCH(k_widen<T>, n, dst, (const T *)src, n);
+}
+static void f32_copy_n(void *dst, const float *src, size_t n) {
+    if (n && dst != src) TD_CU(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, td_cu_stream));
+}
+static void f32_widen_n(float *dst, const void *src, size_t n) { f32_copy_n(dst, (const float *)src, n); }
+
+template <typename T>
+static void e_mm_fwd(void *out, td_ktype out_type, const void *inp, const void *w, const float *bias, int N,
+                     int C, int OC) {
+    td_cu_mm_fwd(cu_type<T>::k, out, out_type, inp, w, bias, N, C, OC);
+}
+template <typename T>
+static void e_mm_bwd(void *dinp, td_ktype dinp_type, float *dw, float *dbias, const void *dout, const void *inp,
+                     const void *w, int N, int C, int OC) {
+    td_cu_mm_bwd(cu_type<T>::k, dinp, dinp_type, dw, dbias, dout, inp, w, N, C, OC);
+}
+template <typename T>
+static void e_ln_fwd(void *out, float *mean, float *rstd, const void *inp, const float *w, const float *b, int N,
+                     int C) {
+    if (!N) return;
+    k_ln_fwd<T><<<N, TD_CU_THREADS, 0, td_cu_stream>>>((T *)out, mean, rstd, (const T *)inp, w, b, C);
+    TD_CU_LAUNCHED("k_ln_fwd");
+}
+template <typename T>
+static void e_ln_bwd(void *dinp, float *dw, float *db, const void *dout, const void *inp, const float *w,
+                     const float *mean, const float *rstd, int N, int C) {
+    if (!N) return;
+    if (dinp) {
+        k_ln_bwd_rows<T><<<N, TD_CU_THREADS, 0, td_cu_stream>>>((T *)dinp, (const T *)dout, (const T *)inp, w,
+                                                                 mean, rstd, C);
+        TD_CU_LAUNCHED("k_ln_bwd_rows");
+    }
+    if (dw || db) {
+        k_ln_bwd_cols<T><<<(C + TD_CU_THREADS - 1) / TD_CU_THREADS, TD_CU_THREADS, 0, td_cu_stream>>>(
+            dw, db, (const T *)dout, (const T *)inp, mean, rstd, N, C);
+        TD_CU_LAUNCHED("k_ln_bwd_cols");
+    }
+}
+template <typename T> static void e_gelu_fwd(void *out, const void *inp, size_t n) {
+    if (n) LAUNCH(k_gelu_fwd<T>, n, (T *)out, (const T *)inp, n);
+}
+template <typename T> static void e_gelu_bwd(void *dinp, const void *inp, const void *dout, size_t n) {
+    if (n) LAUNCH(k_gelu_bwd<T>, n, (T *)dinp, (const T *)inp, (const T *)dout, n);
+}
+template <typename T> static void e_res_fwd(void *out, const void *a, const void *b, size_t n) {
+    if (n) LAUNCH(k_residual<T>, n, (T *)out, (const T *)a, (const T *)b, n);
+}
+static void e_emb_fwd(float *out, const int *tokens, const float *wte, int lo, int rows, int N, int C) {
+    size_t n = (size_t)N * C;
+    if (n) LAUNCH(k_emb_fwd, n, out, tokens, wte, lo, rows, N, C);
+}
+static void e_scale(float *x, float s, size_t n) {
+    if (n) LAUNCH(k_scale, n, x, s, n);
+}
+static void e_add(float *dst, const float *src, size_t n) {
+    if (n) LAUNCH(k_add, n, dst, src, n);
+}
+static void e_fill(float *x, float v, size_t n) {
+    if (n) LAUNCH(k_fill, n, x, v, n);
+}
+
+/* Designated in td_ops's order (C++20); the entries not named are NULL. */
+#define CU_ROW(T, ES, ROUND, WIDEN)                                                                \
+    {                                                                                              \
+        .k = cu_type<T>::k, .es = ES, .round_n = ROUND, .widen_n = WIDEN, .mm_fwd = e_mm_fwd<T>,   \
+        .mm_bwd = e_mm_bwd<T>, .ln_fwd = e_ln_fwd<T>, .ln_bwd = e_ln_bwd<T>,                       \
+        .gelu_fwd = e_gelu_fwd<T>, .gelu_bwd = e_gelu_bwd<T>, .res_fwd = e_res_fwd<T>,             \
+        .emb_fwd = e_emb_fwd, .scale = e_scale, .add = e_add, .fill = e_fill                       \
+    }
+
+static const td_ops g_rows[3] = {CU_ROW(float, 4, f32_copy_n, f32_widen_n),
+                                 CU_ROW(__nv_bfloat16, 2, e_round<__nv_bfloat16>, e_widen<__nv_bfloat16>),
+                                 CU_ROW(__half, 2, e_round<__half>, e_widen<__half>)};
+
+const td_ops *td_cu_ops(td_ktype k) { return &g_rows[k]; }
