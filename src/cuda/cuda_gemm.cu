@@ -3,9 +3,10 @@
  * - Compute type CUBLAS_COMPUTE_32F always (never the _FAST_TF32 modes):
  *   fp32 on the GPU is fp32, and bf16/fp16 inputs accumulate in fp32.
  * - One algorithm per shape, pinned: the first the heuristic returns for
- *   the shape's key (the heuristic is a function of the shape, the types,
- *   the device and the library version), cached, so every later call of the
- *   shape runs the same kernel. Split-K partial sums may only be reduced in
+ *   the shape's key (shape, types, and the operands' pointer alignment up to
+ *   256 bytes; the heuristic is a function of those, the device and the
+ *   library version), cached, so every later call of the shape runs the
+ *   same kernel. Split-K partial sums may only be reduced in
  *   the compute type (fp32) in the workspace: never "in place" in a 16-bit
  *   output, and never with atomics, so results are deterministic.
  * - The trident shapes are row-major; cuBLASLt's column-major view of a
@@ -43,6 +44,7 @@ typedef struct {
     int ab, cd; /* cudaDataType_t of A and B, of C and D */
     int beta1;  /* C = D read back (the backward adds into its outputs) */
     int bias;   /* epilogue bias, fp32 */
+    int align_a, align_b, align_d; /* the pointers' alignment (bytes, at most 256) */
 } gemm_key;
 
 typedef struct {
@@ -88,6 +90,13 @@ static const gemm_plan *plan_for(const gemm_key *key) {
     LT(cublasLtMatmulPreferenceCreate(&pref));
     size_t ws = GEMM_WORKSPACE;
     LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    /* callers pass offset pointers (backend.h): the heuristic assumes 256
+     * unless told, and an algorithm needing more than a pointer has fails */
+    uint32_t al[3] = {(uint32_t)key->align_a, (uint32_t)key->align_b, (uint32_t)key->align_d};
+    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al[0], 4));
+    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al[1], 4));
+    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al[2], 4));
+    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al[2], 4));
     uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
     LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes,
                                             sizeof schemes));
@@ -105,7 +114,16 @@ static const gemm_plan *plan_for(const gemm_key *key) {
     return &g_plans[g_nplans++];
 }
 
-static void gemm(const gemm_key *key, void *d, const void *a, const void *b, const float *bias) {
+/* The largest power of two up to 256 that divides p's address. */
+static int align_of(const void *p) {
+    uintptr_t u = (uintptr_t)p;
+    int a = 1;
+    while (a < 256 && u % (uintptr_t)(2 * a) == 0) a *= 2;
+    return a;
+}
+
+static void gemm(gemm_key *key, void *d, const void *a, const void *b, const float *bias) {
+    key->align_a = align_of(a), key->align_b = align_of(b), key->align_d = align_of(d);
     const gemm_plan *p = plan_for(key);
     if (!p)
         td_cu_fail("--device cuda: cuBLASLt has no algorithm for the GEMM m %d n %d k %d (types %d/%d, bias %d)",
@@ -142,6 +160,7 @@ void td_cu_mm_fwd(td_ktype k, void *out, td_ktype out_type, const void *inp, con
     memset(&key, 0, sizeof key);
     key.m = OC, key.n = N, key.k = C, key.lda = C, key.ldb = C, key.ldc = OC, key.ta = 1, key.tb = 0;
     key.ab = dtype(k), key.cd = dtype(out_type), key.bias = bias != NULL;
+    key.align_a = align_of(w), key.align_b = align_of(inp), key.align_d = align_of(out);
     if (!bias || plan_for(&key)) {
         gemm(&key, out, w, inp, bias);
         return;

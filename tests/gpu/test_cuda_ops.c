@@ -262,6 +262,19 @@ static void check_matmul(td_ktype k) {
             twice_bitwise(what, k, d_out, (size_t)N * OC * tes, exp, run_mm_fwd, &m);
             dfree(d_out);
         }
+    /* operands one element off their buffers' alignment (callers pass
+     * offset pointers): the GEMM plans for the pointers it is given */
+    {
+        size_t nin = (size_t)N * C;
+        float *exp = TU_NEW(float, (size_t)N * OC);
+        CPU(cpu->mm_fwd(exp, TD_K_F32, inp, w, bias, N, C, OC));
+        tape_f("mm_fwd offset", exp, (size_t)N * OC);
+        char *d_in1 = dalloc((nin + 1) * es), *d_out1 = dalloc(((size_t)N * OC + 1) * 4);
+        dcopy_2d(d_in1 + es, nin * es, inp, nin * es, nin * es, 1);
+        gpu->mm_fwd(d_out1 + 4, TD_K_F32, d_in1 + es, d_w, d_bias, N, C, OC);
+        compare("mm_fwd offset operands", k, TD_K_F32, d_out1 + 4, exp, (size_t)N * OC, tol_of(TD_K_F32, TOL_FAST));
+        dfree(d_in1), dfree(d_out1);
+    }
     /* backward: dinp (the row's type), dw and dbias (fp32) added into
      * non-zero starting values */
     void *dout = rand_k(k, (size_t)N * OC, 4, 1.0f), *dinp = rand_k(k, (size_t)N * C, 5, 1.0f);
