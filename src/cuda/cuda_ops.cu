@@ -1,6 +1,7 @@
 /* The CUDA backend's rows (backend.h's td_ops): so far the GEMMs
- * (cuda_gemm.cu), the casts, GELU, the residual, LayerNorm forward and
- * backward, the embedding's forward and the fp32 range fills and adds.
+ * (cuda_gemm.cu), the casts, GELU, the residual, LayerNorm and RMSNorm
+ * forward and backward, SwiGLU forward and backward, the embedding's and
+ * the positions' forward, and the fp32 range fills and adds.
  * The other entries are NULL, so trident refuses --device cuda for a run
  * (src/backend/cuda_load.c) and tests/gpu/test_cuda_ops.c checks only
  * these (docs/cuda.md).
@@ -150,6 +151,79 @@ __global__ void k_ln_bwd_cols(float *dw, float *db, const T *dout, const T *inp,
     if (db) db[c] = (float)(db[c] + ab);
 }
 
+/* ---- RMSNorm (src/kernels/rmsnorm.c): LayerNorm without the centring ---- */
+
+template <typename T>
+__global__ void k_rms_fwd(T *out, float *rstd, const T *inp, const float *w, int C, float eps) {
+    __shared__ float sh[TD_CU_THREADS];
+    const T *x = inp + (size_t)blockIdx.x * C;
+    T *o = out + (size_t)blockIdx.x * C;
+    float v = 0.0f;
+    for (int c = threadIdx.x; c < C; c += TD_CU_THREADS) v += to_f<T>(x[c]) * to_f<T>(x[c]);
+    float r = 1.0f / sqrtf(block_sum(v, sh) / C + eps);
+    for (int c = threadIdx.x; c < C; c += TD_CU_THREADS) o[c] = from_f<T>(to_f<T>(x[c]) * r * w[c]);
+    if (threadIdx.x == 0 && rstd) rstd[blockIdx.x] = r;
+}
+
+/* dinp += (dn - xh mean(dn xh)) rstd, dn = w dout, xh = x rstd. */
+template <typename T>
+__global__ void k_rms_bwd_rows(T *dinp, const T *dout, const T *inp, const float *w, const float *rstd, int C) {
+    __shared__ float sh[TD_CU_THREADS];
+    size_t row = (size_t)blockIdx.x * C;
+    float r = rstd[blockIdx.x], s = 0.0f;
+    for (int c = threadIdx.x; c < C; c += TD_CU_THREADS)
+        s += w[c] * to_f<T>(dout[row + c]) * (to_f<T>(inp[row + c]) * r);
+    float dn_xh_mean = block_sum(s, sh) / C;
+    for (int c = threadIdx.x; c < C; c += TD_CU_THREADS) {
+        float xh = to_f<T>(inp[row + c]) * r, dn = w[c] * to_f<T>(dout[row + c]);
+        dinp[row + c] = from_f<T>(to_f<T>(dinp[row + c]) + (dn - xh * dn_xh_mean) * r);
+    }
+}
+
+/* dw: one thread per column, rows 0..N-1 in double. */
+template <typename T>
+__global__ void k_rms_bwd_cols(float *dw, const T *dout, const T *inp, const float *rstd, int N, int C) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    double aw = 0.0;
+    for (int n = 0; n < N; n++)
+        aw += (double)(to_f<T>(inp[(size_t)n * C + c]) * rstd[n] * to_f<T>(dout[(size_t)n * C + c]));
+    dw[c] = (float)(dw[c] + aw);
+}
+
+/* ---- SwiGLU (src/kernels/swiglu.c): h = silu(g) u on gu[N, 2F] = g | u;
+ * e^-g with its argument clamped to [-80, 80] and g clamped where the CPU
+ * clamps it, so that large |g| gives the CPU's finite values. ---- */
+
+__device__ __forceinline__ float clamp80(float x) { return fminf(fmaxf(x, -80.0f), 80.0f); }
+
+template <typename T> __global__ void k_swiglu_fwd(T *h, const T *gu, int F, size_t n) {
+    FOR_EACH(i, n) {
+        size_t row = i / F, f = i % F;
+        float x = to_f<T>(gu[row * 2 * F + f]), u = to_f<T>(gu[row * 2 * F + F + f]);
+        h[i] = from_f<T>(fmaxf(x, -80.0f) / (1.0f + expf(clamp80(-x))) * u);
+    }
+}
+/* Overwrites dgu (as the CPU's does); dgu may be gu. */
+template <typename T> __global__ void k_swiglu_bwd(T *dgu, const T *dh, const T *gu, int F, size_t n) {
+    FOR_EACH(i, n) {
+        size_t row = i / F, f = i % F, gi = row * 2 * F + f;
+        float x = to_f<T>(gu[gi]), y = to_f<T>(gu[gi + F]), dd = to_f<T>(dh[i]);
+        float e = expf(clamp80(-x)), s = 1.0f / (1.0f + e);
+        float ds = s * (1.0f + clamp80(x) * (e * s));
+        dgu[gi] = from_f<T>(dd * y * ds);
+        dgu[gi + F] = from_f<T>(dd * (fmaxf(x, -80.0f) * s));
+    }
+}
+
+/* out[n] += wpe[pos[(n0 + n) % T]] (pos NULL: the row's t). */
+__global__ void k_pos_fwd(float *out, const float *wpe, const int *pos, int n0, int T, int C, size_t n) {
+    FOR_EACH(i, n) {
+        int t = (int)((n0 + i / C) % T);
+        out[i] += wpe[(size_t)(pos ? pos[t] : t) * C + i % C];
+    }
+}
+
 /* ---- the rows' entries ------------------------------------------------------ */
 
 template <typename T> struct cu_type;
@@ -209,6 +283,39 @@ template <typename T> static void e_gelu_bwd(void *dinp, const void *inp, const 
 template <typename T> static void e_res_fwd(void *out, const void *a, const void *b, size_t n) {
     if (n) LAUNCH(k_residual<T>, n, (T *)out, (const T *)a, (const T *)b, n);
 }
+template <typename T>
+static void e_rms_fwd(void *out, float *rstd, const void *inp, const float *w, int N, int C, float eps) {
+    if (!N) return;
+    k_rms_fwd<T><<<N, TD_CU_THREADS, 0, td_cu_stream>>>((T *)out, rstd, (const T *)inp, w, C, eps);
+    TD_CU_LAUNCHED("k_rms_fwd");
+}
+template <typename T>
+static void e_rms_bwd(void *dinp, float *dw, const void *dout, const void *inp, const float *w, const float *rstd,
+                      int N, int C) {
+    if (!N) return;
+    if (dinp) {
+        k_rms_bwd_rows<T><<<N, TD_CU_THREADS, 0, td_cu_stream>>>((T *)dinp, (const T *)dout, (const T *)inp, w,
+                                                                  rstd, C);
+        TD_CU_LAUNCHED("k_rms_bwd_rows");
+    }
+    if (dw) {
+        k_rms_bwd_cols<T><<<(C + TD_CU_THREADS - 1) / TD_CU_THREADS, TD_CU_THREADS, 0, td_cu_stream>>>(
+            dw, (const T *)dout, (const T *)inp, rstd, N, C);
+        TD_CU_LAUNCHED("k_rms_bwd_cols");
+    }
+}
+template <typename T> static void e_swiglu_fwd(void *h, const void *gu, int N, int F) {
+    size_t n = (size_t)N * F;
+    if (n) LAUNCH(k_swiglu_fwd<T>, n, (T *)h, (const T *)gu, F, n);
+}
+template <typename T> static void e_swiglu_bwd(void *dgu, const void *dh, const void *gu, int N, int F) {
+    size_t n = (size_t)N * F;
+    if (n) LAUNCH(k_swiglu_bwd<T>, n, (T *)dgu, (const T *)dh, (const T *)gu, F, n);
+}
+static void e_pos_fwd(float *out, const float *wpe, const int *pos, int n0, int N, int T, int C) {
+    size_t n = (size_t)N * C;
+    if (n) LAUNCH(k_pos_fwd, n, out, wpe, pos, n0, T, C, n);
+}
 static void e_emb_fwd(float *out, const int *tokens, const float *wte, int lo, int rows, int N, int C) {
     size_t n = (size_t)N * C;
     if (n) LAUNCH(k_emb_fwd, n, out, tokens, wte, lo, rows, N, C);
@@ -228,8 +335,10 @@ static void e_fill(float *x, float v, size_t n) {
     {                                                                                              \
         .k = cu_type<T>::k, .es = ES, .round_n = ROUND, .widen_n = WIDEN, .mm_fwd = e_mm_fwd<T>,   \
         .mm_bwd = e_mm_bwd<T>, .ln_fwd = e_ln_fwd<T>, .ln_bwd = e_ln_bwd<T>,                       \
-        .gelu_fwd = e_gelu_fwd<T>, .gelu_bwd = e_gelu_bwd<T>, .res_fwd = e_res_fwd<T>,             \
-        .emb_fwd = e_emb_fwd, .scale = e_scale, .add = e_add, .fill = e_fill                       \
+        .rms_fwd = e_rms_fwd<T>, .rms_bwd = e_rms_bwd<T>, .gelu_fwd = e_gelu_fwd<T>,               \
+        .gelu_bwd = e_gelu_bwd<T>, .swiglu_fwd = e_swiglu_fwd<T>, .swiglu_bwd = e_swiglu_bwd<T>,   \
+        .res_fwd = e_res_fwd<T>, .emb_fwd = e_emb_fwd, .pos_fwd = e_pos_fwd, .scale = e_scale,     \
+        .add = e_add, .fill = e_fill                                                               \
     }
 
 static const td_ops g_rows[3] = {CU_ROW(float, 4, f32_copy_n, f32_widen_n),

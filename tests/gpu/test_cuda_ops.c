@@ -344,6 +344,57 @@ static void check_layernorm(td_ktype k) {
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) dfree(bufs[i]);
 }
 
+static void check_rmsnorm(td_ktype k) {
+    const td_ops *cpu = CPU_ROW(k), *gpu = g_be->ops(k);
+    const int N = 37, C = 300;
+    size_t es = es_of(k), n = (size_t)N * C;
+    void *inp = rand_k(k, n, 41, 2.0f), *out = tu_alloc(n * es);
+    float *w = TU_NEW(float, C), *rstd = TU_NEW(float, N);
+    randn(w, C, 42, 1.0f);
+    CPU(cpu->rms_fwd(out, rstd, inp, w, N, C, 1e-5f));
+    tape("rms_fwd", out, n * es), tape_f("rms_fwd rstd", rstd, N);
+    void *d_inp = up(inp, n * es), *d_out = dalloc(n * es);
+    float *d_w = up(w, C * 4), *d_rstd = dalloc(N * 4);
+    gpu->rms_fwd(d_out, d_rstd, d_inp, d_w, N, C, 1e-5f);
+    compare("rms_fwd out", k, k, d_out, out, n, tol_of(k, TOL_FWD));
+    compare("rms_fwd rstd", k, TD_K_F32, d_rstd, rstd, N, tol_of(TD_K_F32, TOL_FWD));
+    void *dout = rand_k(k, n, 43, 1.0f), *dinp = rand_k(k, n, 44, 1.0f);
+    float *dw = TU_NEW(float, C);
+    randn(dw, C, 45, 1.0f);
+    void *d_dout = up(dout, n * es), *d_dinp = up(dinp, n * es);
+    float *d_dw = up(dw, C * 4), *d_rstd2 = up(rstd, N * 4);
+    CPU(cpu->rms_bwd(dinp, dw, dout, inp, w, rstd, N, C));
+    tape("rms_bwd dinp", dinp, n * es), tape_f("rms_bwd dw", dw, C);
+    gpu->rms_bwd(d_dinp, d_dw, d_dout, d_inp, d_w, d_rstd2, N, C);
+    compare("rms_bwd dinp", k, k, d_dinp, dinp, n, tol_of(k, TOL_FD));
+    compare("rms_bwd dw", k, TD_K_F32, d_dw, dw, C, tol_of(TD_K_F32, TOL_FD));
+    void *bufs[] = {d_inp, d_out, d_w, d_rstd, d_dout, d_dinp, d_dw, d_rstd2};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) dfree(bufs[i]);
+}
+
+/* SwiGLU on gu[N, 2F]; g spans past the CPU's clamps at +-80. */
+static void check_swiglu(td_ktype k) {
+    const td_ops *cpu = CPU_ROW(k), *gpu = g_be->ops(k);
+    const int N = 37, F = 301;
+    size_t es = es_of(k), n = (size_t)N * F;
+    void *gu = rand_k(k, 2 * n, 51, 4.0f), *dh = rand_k(k, n, 52, 1.0f);
+    if (!g_replay && k != TD_K_F16) { /* a few gates past the clamps (fp16 cannot hold 90 * 2^k) */
+        float big[4] = {90.0f, -90.0f, 1e4f, -1e4f};
+        for (int i = 0; i < 4; i++) CPU(cpu->round_n((char *)gu + (size_t)i * 2 * F * es, &big[i], 1));
+    }
+    tape("swiglu gu", gu, 2 * n * es);
+    void *h = tu_alloc(n * es), *dgu = tu_alloc(2 * n * es);
+    CPU(cpu->swiglu_fwd(h, gu, N, F));
+    CPU(cpu->swiglu_bwd(dgu, dh, gu, N, F));
+    tape("swiglu_fwd", h, n * es), tape("swiglu_bwd", dgu, 2 * n * es);
+    void *d_gu = up(gu, 2 * n * es), *d_dh = up(dh, n * es), *d_h = dalloc(n * es), *d_dgu = dalloc(2 * n * es);
+    gpu->swiglu_fwd(d_h, d_gu, N, F);
+    gpu->swiglu_bwd(d_dgu, d_dh, d_gu, N, F);
+    compare("swiglu_fwd", k, k, d_h, h, n, tol_of(k, TOL_FWD));
+    compare("swiglu_bwd", k, k, d_dgu, dgu, 2 * n, tol_of(k, TOL_FD));
+    dfree(d_gu), dfree(d_dh), dfree(d_h), dfree(d_dgu);
+}
+
 static void check_elementwise(td_ktype k) {
     const td_ops *cpu = CPU_ROW(k), *gpu = g_be->ops(k);
     const size_t n = 70001; /* more than one launch's first wave, odd */
@@ -414,6 +465,23 @@ static void check_fp32_entries(void) {
     gpu->emb_fwd(d_out, d_tok, d_wte, lo, rows, N, C);
     compare("emb_fwd", TD_K_F32, TD_K_F32, d_out, out, (size_t)N * C, 0.0);
     dfree(d_tok), dfree(d_wte), dfree(d_out);
+    /* the positions' add: rows of a micro-batch from global row n0, with
+     * the positions given (a context-parallel chunk's) and not */
+    const int T = 16, n0 = 21;
+    int *pos = TU_NEW(int, T);
+    rand_ints(pos, T, 35, T);
+    float *wpe = TU_NEW(float, (size_t)T * C), *acc = TU_NEW(float, (size_t)N * C);
+    randn(wpe, (size_t)T * C, 36, 1.0f);
+    randn(acc, (size_t)N * C, 37, 1.0f);
+    int *d_pos = up(pos, T * sizeof(int));
+    float *d_wpe = up(wpe, (size_t)T * C * 4), *d_acc = up(acc, (size_t)N * C * 4);
+    for (int with_pos = 0; with_pos < 2; with_pos++) {
+        CPU(cpu->pos_fwd(acc, wpe, with_pos ? pos : NULL, n0, N, T, C));
+        tape_f("pos_fwd", acc, (size_t)N * C);
+        gpu->pos_fwd(d_acc, d_wpe, with_pos ? d_pos : NULL, n0, N, T, C);
+        compare(with_pos ? "pos_fwd positions" : "pos_fwd", TD_K_F32, TD_K_F32, d_acc, acc, (size_t)N * C, 0.0);
+    }
+    dfree(d_pos), dfree(d_wpe), dfree(d_acc);
 }
 
 /* The buffer half: a buffer starts zero; 2-D copies up, across and down. */
@@ -472,6 +540,8 @@ static void check_all(void) {
     for (int k = 0; k < 3; k++) {
         check_matmul((td_ktype)k);
         check_layernorm((td_ktype)k);
+        check_rmsnorm((td_ktype)k);
+        check_swiglu((td_ktype)k);
         check_elementwise((td_ktype)k);
     }
 }
