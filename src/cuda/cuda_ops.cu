@@ -1,7 +1,8 @@
 /* The CUDA backend's rows (backend.h's td_ops): so far the GEMMs
  * (cuda_gemm.cu), the casts, GELU, the residual, LayerNorm and RMSNorm
  * forward and backward, SwiGLU forward and backward, the embedding's and
- * the positions' forward, and the fp32 range fills and adds.
+ * the positions' forward, and the fp32 range operations (fill, scale, add,
+ * sum, sum of squares, the non-finite check, AdamW).
  * The other entries are NULL, so trident refuses --device cuda for a run
  * (src/backend/cuda_load.c) and tests/gpu/test_cuda_ops.c checks only
  * these (docs/cuda.md).
@@ -15,6 +16,9 @@
  * or so: the op check's tolerances allow for it.
  *
  * COMPILED, NEVER RUN ON A GPU (docs/cuda.md). */
+#include <math.h>
+#include <stdlib.h>
+
 #include "cuda_internal.h"
 
 #define GELU_S 0.7978845608028654f /* sqrt(2/pi) */
@@ -224,6 +228,136 @@ __global__ void k_pos_fwd(float *out, const float *wpe, const int *pos, int n0, 
     }
 }
 
+/* ---- the optimizer's range operations (src/kernels/range_ops.c) ------------
+ * In the CPU's order and with its roundings, so the same bits: each product
+ * and sum rounded alone (__fmul_rn, __dadd_rn, ...: nvcc would otherwise
+ * contract them into FMAs, which the CPU build never does); sqrtf and the
+ * division are IEEE's in nvcc's default modes. The reductions take the
+ * CPU's blocks of 4096 elements, one thread each, then the blocks in order
+ * by one thread: slow for a GPU, exact against the oracle; speed is the next
+ * issue's. */
+
+#define RANGE_BLK 4096
+
+__global__ void k_sumsq_blocks(double *part, const float *x, size_t n) {
+    size_t b = (size_t)blockIdx.x * blockDim.x + threadIdx.x, s = b * RANGE_BLK;
+    if (s >= n) return;
+    size_t e = s + RANGE_BLK < n ? s + RANGE_BLK : n;
+    double acc = 0.0;
+    for (size_t i = s; i < e; i++) acc = __dadd_rn(acc, __dmul_rn((double)x[i], (double)x[i]));
+    part[b] = acc;
+}
+__global__ void k_sum_parts(double *dst, const double *part, size_t nb) {
+    double t = 0.0;
+    for (size_t b = 0; b < nb; b++) t = __dadd_rn(t, part[b]);
+    *dst = t;
+}
+/* x[0] + ... + x[n-1] in index order, in double (cpu_sum's bits). */
+__global__ void k_sum_serial(double *dst, const float *x, size_t n) {
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++) s = __dadd_rn(s, (double)x[i]);
+    *dst = s;
+}
+__global__ void k_nonfinite_blocks(int64_t *part, const float *x, size_t n) {
+    size_t b = (size_t)blockIdx.x * blockDim.x + threadIdx.x, s = b * RANGE_BLK;
+    if (s >= n) return;
+    size_t e = s + RANGE_BLK < n ? s + RANGE_BLK : n;
+    int64_t first = -1;
+    for (size_t i = s; i < e && first < 0; i++)
+        if ((__float_as_uint(x[i]) & 0x7f800000u) == 0x7f800000u) first = (int64_t)i;
+    part[b] = first;
+}
+__global__ void k_first_part(int64_t *dst, const int64_t *part, size_t nb) {
+    int64_t r = -1;
+    for (size_t b = 0; b < nb && r < 0; b++) r = part[b];
+    *dst = r;
+}
+
+/* Per-call scratch of the reductions' partials, grown as needed. */
+static void *g_scratch;
+static size_t g_scratch_bytes;
+static void *scratch(size_t bytes) {
+    if (bytes <= g_scratch_bytes) return g_scratch;
+    if (g_scratch) TD_CU(cudaFree(g_scratch)); /* synchronizes: no queued op still uses it */
+    TD_CU(cudaMalloc(&g_scratch, bytes));
+    g_scratch_bytes = bytes;
+    return g_scratch;
+}
+
+static void e_sumsq(double *dst, const float *x, size_t n) {
+    size_t nb = (n + RANGE_BLK - 1) / RANGE_BLK;
+    if (!nb) {
+        TD_CU(cudaMemsetAsync(dst, 0, sizeof *dst, td_cu_stream));
+        return;
+    }
+    double *part = (double *)scratch(nb * sizeof(double));
+    k_sumsq_blocks<<<(unsigned)((nb + 63) / 64), 64, 0, td_cu_stream>>>(part, x, n);
+    TD_CU_LAUNCHED("k_sumsq_blocks");
+    k_sum_parts<<<1, 1, 0, td_cu_stream>>>(dst, part, nb);
+    TD_CU_LAUNCHED("k_sum_parts");
+}
+static void e_first_nonfinite(int64_t *dst, const float *x, size_t n) {
+    size_t nb = (n + RANGE_BLK - 1) / RANGE_BLK;
+    if (!nb) {
+        TD_CU(cudaMemsetAsync(dst, 0xff, sizeof *dst, td_cu_stream)); /* -1 */
+        return;
+    }
+    int64_t *part = (int64_t *)scratch(nb * sizeof(int64_t));
+    k_nonfinite_blocks<<<(unsigned)((nb + 63) / 64), 64, 0, td_cu_stream>>>(part, x, n);
+    TD_CU_LAUNCHED("k_nonfinite_blocks");
+    k_first_part<<<1, 1, 0, td_cu_stream>>>(dst, part, nb);
+    TD_CU_LAUNCHED("k_first_part");
+}
+static void e_sum(double *dst, const float *x, size_t n) {
+    k_sum_serial<<<1, 1, 0, td_cu_stream>>>(dst, x, n);
+    TD_CU_LAUNCHED("k_sum_serial");
+}
+
+/* AdamW over every span in one launch: blockIdx.y is the span. */
+typedef struct {
+    float *p, *m, *v;
+    const float *g;
+    size_t n;
+    float decay; /* 1 - lr wd */
+} adamw_dev_span;
+
+__global__ void k_adamw(const adamw_dev_span *spans, float b1, float b2, float eps, float step_size,
+                        float bc2_sqrt, float scale) {
+    adamw_dev_span s = spans[blockIdx.y];
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < s.n; i += (size_t)gridDim.x * blockDim.x) {
+        float gi = __fmul_rn(s.g[i], scale);
+        float mi = __fadd_rn(__fmul_rn(b1, s.m[i]), __fmul_rn(__fsub_rn(1.0f, b1), gi));
+        float vi = __fadd_rn(__fmul_rn(b2, s.v[i]), __fmul_rn(__fmul_rn(__fsub_rn(1.0f, b2), gi), gi));
+        s.m[i] = mi;
+        s.v[i] = vi;
+        float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), bc2_sqrt), eps);
+        s.p[i] = __fsub_rn(__fmul_rn(s.p[i], s.decay), __fdiv_rn(__fmul_rn(step_size, mi), denom));
+    }
+}
+
+static void e_adamw(const td_adamw_span *sp, int n, const td_adamw_hyper *h) {
+    if (n <= 0) return;
+    if (h->step < 1 || n > 65535) td_cu_fail("--device cuda: adamw of %d spans at step %d", n, h->step);
+    /* bias corrections in double, as cpu_adamw (torch's Python floats) */
+    float bc1 = (float)(1.0 - pow((double)h->beta1, h->step));
+    float bc2_sqrt = (float)sqrt(1.0 - pow((double)h->beta2, h->step));
+    float step_size = h->lr / bc1;
+    adamw_dev_span *host = (adamw_dev_span *)malloc((size_t)n * sizeof *host);
+    if (!host) td_cu_fail("--device cuda: out of host memory for %d adamw spans", n);
+    size_t most = 0;
+    for (int i = 0; i < n; i++) {
+        host[i] = {sp[i].p, sp[i].m, sp[i].v, sp[i].g, sp[i].n, 1.0f - h->lr * sp[i].wd};
+        most = sp[i].n > most ? sp[i].n : most;
+    }
+    /* the span table after the reductions' partials' use: one scratch */
+    adamw_dev_span *dev = (adamw_dev_span *)scratch((size_t)n * sizeof *dev);
+    TD_CU(cudaMemcpyAsync(dev, host, (size_t)n * sizeof *dev, cudaMemcpyHostToDevice, td_cu_stream));
+    free(host); /* staged before the call returned (pageable source) */
+    dim3 g(grid(most), (unsigned)n);
+    k_adamw<<<g, TD_CU_THREADS, 0, td_cu_stream>>>(dev, h->beta1, h->beta2, h->eps, step_size, bc2_sqrt, h->grad_scale);
+    TD_CU_LAUNCHED("k_adamw");
+}
+
 /* ---- the rows' entries ------------------------------------------------------ */
 
 template <typename T> struct cu_type;
@@ -337,8 +471,9 @@ static void e_fill(float *x, float v, size_t n) {
         .mm_bwd = e_mm_bwd<T>, .ln_fwd = e_ln_fwd<T>, .ln_bwd = e_ln_bwd<T>,                       \
         .rms_fwd = e_rms_fwd<T>, .rms_bwd = e_rms_bwd<T>, .gelu_fwd = e_gelu_fwd<T>,               \
         .gelu_bwd = e_gelu_bwd<T>, .swiglu_fwd = e_swiglu_fwd<T>, .swiglu_bwd = e_swiglu_bwd<T>,   \
-        .res_fwd = e_res_fwd<T>, .emb_fwd = e_emb_fwd, .pos_fwd = e_pos_fwd, .scale = e_scale,     \
-        .add = e_add, .fill = e_fill                                                               \
+        .res_fwd = e_res_fwd<T>, .emb_fwd = e_emb_fwd, .pos_fwd = e_pos_fwd, .sumsq = e_sumsq,     \
+        .first_nonfinite = e_first_nonfinite, .scale = e_scale, .add = e_add, .adamw = e_adamw,    \
+        .sum = e_sum, .fill = e_fill                                                               \
     }
 
 static const td_ops g_rows[3] = {CU_ROW(float, 4, f32_copy_n, f32_widen_n),

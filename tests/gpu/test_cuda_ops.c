@@ -484,6 +484,67 @@ static void check_fp32_entries(void) {
     dfree(d_pos), dfree(d_wpe), dfree(d_acc);
 }
 
+/* The optimizer's range operations, in the CPU's order and roundings: the
+ * same bits (double and int64 results compared as their bytes). */
+static void check_range_ops(void) {
+    const td_ops *cpu = CPU_ROW(TD_K_F32), *gpu = g_be->ops(TD_K_F32);
+    const size_t n = 3 * 4096 + 123; /* four of the CPU's blocks, the last short */
+    float *x = TU_NEW(float, n);
+    randn(x, n, 61, 3.0f);
+    float *d_x = up(x, n * 4);
+    double r[2] = {0, 0};
+    int64_t f[3] = {0, 0, 0};
+    double *d_r = dalloc(sizeof r);
+    int64_t *d_f = dalloc(sizeof f);
+    CPU(cpu->sumsq(&r[0], x, n));
+    CPU(cpu->sum(&r[1], x, n));
+    gpu->sumsq(d_r, d_x, n);
+    gpu->sum(d_r + 1, d_x, n);
+    CPU(cpu->first_nonfinite(&f[0], x, n)); /* none: -1 */
+    gpu->first_nonfinite(d_f, d_x, n);
+    /* a NaN in the third block and an infinity after it: the NaN's index */
+    float bad[2] = {NAN, INFINITY};
+    size_t at[2] = {2 * 4096 + 77, 3 * 4096 + 5};
+    for (int i = 0; i < 2; i++) x[at[i]] = bad[i], dcopy_2d(d_x + at[i], 4, &bad[i], 4, 4, 1);
+    CPU(cpu->first_nonfinite(&f[1], x, n));
+    CPU(cpu->first_nonfinite(&f[2], x + at[0] + 1, n - at[0] - 1)); /* the infinity, from a later start */
+    gpu->first_nonfinite(d_f + 1, d_x, n);
+    gpu->first_nonfinite(d_f + 2, d_x + at[0] + 1, n - at[0] - 1);
+    tape("sumsq, sum", r, sizeof r), tape("first_nonfinite", f, sizeof f);
+    compare("sumsq, sum (double bytes)", TD_K_F32, TD_K_F32, d_r, r, sizeof r / 4, 0.0);
+    compare("first_nonfinite (int64 bytes)", TD_K_F32, TD_K_F32, d_f, f, sizeof f / 4, 0.0);
+    dfree(d_x), dfree(d_r), dfree(d_f);
+    /* AdamW over three spans in one call, one without decay, step 3 */
+    const size_t sn[3] = {1000, 4097, 7};
+    const float wd[3] = {0.1f, 0.0f, 0.05f};
+    td_adamw_span hs[3], ds[3];
+    float *dev[3][4];
+    for (int i = 0; i < 3; i++) {
+        float *a[4];
+        for (int j = 0; j < 4; j++) {
+            a[j] = TU_NEW(float, sn[i]);
+            randn(a[j], sn[i], 70 + 4 * i + j, j == 2 ? 0.01f : 1.0f);
+            if (j == 2)
+                for (size_t e = 0; e < sn[i]; e++) a[j][e] = a[j][e] * a[j][e]; /* v >= 0 */
+            dev[i][j] = up(a[j], sn[i] * 4);
+        }
+        hs[i] = (td_adamw_span){a[0], a[1], a[2], a[3], sn[i], wd[i]};
+        ds[i] = (td_adamw_span){dev[i][0], dev[i][1], dev[i][2], dev[i][3], sn[i], wd[i]};
+    }
+    td_adamw_hyper h = {.lr = 3e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .grad_scale = 0.5f, .step = 3};
+    CPU(cpu->adamw(hs, 3, &h));
+    gpu->adamw(ds, 3, &h);
+    for (int i = 0; i < 3; i++) {
+        const char *what[3] = {"adamw p", "adamw m", "adamw v"};
+        for (int j = 0; j < 3; j++) {
+            float *hp = j == 0 ? hs[i].p : j == 1 ? hs[i].m : hs[i].v;
+            tape_f(what[j], hp, sn[i]);
+            compare(what[j], TD_K_F32, TD_K_F32, dev[i][j], hp, sn[i], 0.0);
+        }
+        for (int j = 0; j < 4; j++) dfree(dev[i][j]);
+    }
+}
+
 /* The buffer half: a buffer starts zero; 2-D copies up, across and down. */
 static void check_buffers(void) {
     const size_t w = 24, h = 5, sp = 40, dp = 56;
@@ -537,6 +598,7 @@ static void check_device_choice(void) {
 static void check_all(void) {
     check_buffers();
     check_fp32_entries();
+    check_range_ops();
     for (int k = 0; k < 3; k++) {
         check_matmul((td_ktype)k);
         check_layernorm((td_ktype)k);
