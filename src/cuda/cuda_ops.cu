@@ -1,6 +1,6 @@
 /* The CUDA backend's rows (backend.h's td_ops): so far the GEMMs
  * (cuda_gemm.cu), the casts, GELU, the residual, LayerNorm and RMSNorm
- * forward and backward, SwiGLU forward and backward, the embedding's and
+ * forward and backward, SwiGLU forward and backward, RoPE, the embedding's and
  * the positions' forward, and the fp32 range operations (fill, scale, add,
  * sum, sum of squares, the non-finite check, AdamW).
  * The other entries are NULL, so trident refuses --device cuda for a run
@@ -217,6 +217,24 @@ template <typename T> __global__ void k_swiglu_bwd(T *dgu, const T *dh, const T 
         float ds = s * (1.0f + clamp80(x) * (e * s));
         dgu[gi] = from_f<T>(dd * y * ds);
         dgu[gi + F] = from_f<T>(dd * (fmaxf(x, -80.0f) * s));
+    }
+}
+
+/* RoPE in place (src/kernels/rope.c): row n of x (stride apart, heads of
+ * hs from column col) turned by cs[n % T] = cos | sin; one thread per pair,
+ * each product rounded alone as the CPU's, so the same bits. */
+template <typename T>
+__global__ void k_rope(T *x, const float *cs, int Tn, int stride, int col, int heads, int hs, int bwd, size_t n) {
+    int half = hs / 2;
+    FOR_EACH(j, n) {
+        size_t row = j / ((size_t)heads * half);
+        int h = (int)(j / half % heads), i = (int)(j % half);
+        const float *c = cs + (row % Tn) * hs;
+        T *v = x + row * stride + col + (size_t)h * hs;
+        float a = to_f<T>(v[i]), b = to_f<T>(v[i + half]), cc = c[i], ss = c[half + i];
+        float sa = bwd ? -1.0f : 1.0f; /* bwd turns the other way */
+        v[i] = from_f<T>(__fsub_rn(__fmul_rn(a, cc), sa * __fmul_rn(b, ss)));
+        v[i + half] = from_f<T>(__fadd_rn(__fmul_rn(b, cc), sa * __fmul_rn(a, ss)));
     }
 }
 
@@ -446,6 +464,19 @@ template <typename T> static void e_swiglu_bwd(void *dgu, const void *dh, const 
     size_t n = (size_t)N * F;
     if (n) LAUNCH(k_swiglu_bwd<T>, n, (T *)dgu, (const T *)dh, (const T *)gu, F, n);
 }
+template <typename T>
+static void e_rope(void *x, const float *cs, int B, int Tn, int stride, int col, int heads, int hs, int bwd) {
+    size_t n = (size_t)B * Tn * heads * (hs / 2);
+    if (n) LAUNCH(k_rope<T>, n, (T *)x, cs, Tn, stride, col, heads, hs, bwd, n);
+}
+template <typename T>
+static void e_rope_fwd(void *x, const float *cs, int B, int Tn, int stride, int col, int heads, int hs) {
+    e_rope<T>(x, cs, B, Tn, stride, col, heads, hs, 0);
+}
+template <typename T>
+static void e_rope_bwd(void *g, const float *cs, int B, int Tn, int stride, int col, int heads, int hs) {
+    e_rope<T>(g, cs, B, Tn, stride, col, heads, hs, 1);
+}
 static void e_pos_fwd(float *out, const float *wpe, const int *pos, int n0, int N, int T, int C) {
     size_t n = (size_t)N * C;
     if (n) LAUNCH(k_pos_fwd, n, out, wpe, pos, n0, T, C, n);
@@ -471,7 +502,8 @@ static void e_fill(float *x, float v, size_t n) {
         .mm_bwd = e_mm_bwd<T>, .ln_fwd = e_ln_fwd<T>, .ln_bwd = e_ln_bwd<T>,                       \
         .rms_fwd = e_rms_fwd<T>, .rms_bwd = e_rms_bwd<T>, .gelu_fwd = e_gelu_fwd<T>,               \
         .gelu_bwd = e_gelu_bwd<T>, .swiglu_fwd = e_swiglu_fwd<T>, .swiglu_bwd = e_swiglu_bwd<T>,   \
-        .res_fwd = e_res_fwd<T>, .emb_fwd = e_emb_fwd, .pos_fwd = e_pos_fwd, .sumsq = e_sumsq,     \
+        .res_fwd = e_res_fwd<T>, .rope_fwd = e_rope_fwd<T>, .rope_bwd = e_rope_bwd<T>,            \
+        .emb_fwd = e_emb_fwd, .pos_fwd = e_pos_fwd, .sumsq = e_sumsq,     \
         .first_nonfinite = e_first_nonfinite, .scale = e_scale, .add = e_add, .adamw = e_adamw,    \
         .sum = e_sum, .fill = e_fill                                                               \
     }

@@ -395,6 +395,26 @@ static void check_swiglu(td_ktype k) {
     dfree(d_gu), dfree(d_dh), dfree(d_h), dfree(d_dgu);
 }
 
+/* RoPE in place on a strided view (heads from column col of wider rows),
+ * forward then backward: each product rounded alone on both sides. */
+static void check_rope(td_ktype k) {
+    const td_ops *cpu = CPU_ROW(k), *gpu = g_be->ops(k);
+    const int B = 2, T = 5, heads = 3, hs = 8, col = 4, stride = heads * hs + 7;
+    size_t es = es_of(k), n = (size_t)B * T * stride;
+    void *x = rand_k(k, n, 81, 1.0f);
+    float *cs = TU_NEW(float, (size_t)T * hs);
+    randn(cs, (size_t)T * hs, 82, 0.7f);
+    void *d_x = up(x, n * es);
+    float *d_cs = up(cs, (size_t)T * hs * 4);
+    for (int bwd = 0; bwd < 2; bwd++) {
+        CPU((bwd ? cpu->rope_bwd : cpu->rope_fwd)(x, cs, B, T, stride, col, heads, hs));
+        tape("rope", x, n * es);
+        (bwd ? gpu->rope_bwd : gpu->rope_fwd)(d_x, d_cs, B, T, stride, col, heads, hs);
+        compare(bwd ? "rope_bwd" : "rope_fwd", k, k, d_x, x, n, 0.0);
+    }
+    dfree(d_x), dfree(d_cs);
+}
+
 static void check_elementwise(td_ktype k) {
     const td_ops *cpu = CPU_ROW(k), *gpu = g_be->ops(k);
     const size_t n = 70001; /* more than one launch's first wave, odd */
@@ -604,6 +624,7 @@ static void check_all(void) {
         check_layernorm((td_ktype)k);
         check_rmsnorm((td_ktype)k);
         check_swiglu((td_ktype)k);
+        check_rope((td_ktype)k);
         check_elementwise((td_ktype)k);
     }
 }
