@@ -188,9 +188,33 @@ static void precision_for_checkpoint(eval_run *e, td_train_opts *o) {
         td_log("eval: --precision %s, not the checkpoint's %s\n", o->precision, e->precision);
 }
 
-/* The checkpoint's tokenizer decides how --data is read; a text file's
- * characters must be the checkpoint's vocabulary (train builds it from the
- * text, the checkpoint records it). */
+/* A character-level checkpoint reads text of exactly its characters (train
+ * builds the vocabulary from the text, the checkpoint records it): source
+ * `path` of --data must have them. */
+static void same_chars(const eval_run *e, const char *path) {
+    const td_tokenizer *tk = &e->ck.tok;
+    FILE *f = fopen(path, "rb");
+    TD_CHECK(f, "eval: --data %s cannot be read: %s", path, strerror(errno));
+    size_t cap = 1 << 16, len = 0, k;
+    char *text = malloc(cap);
+    TD_CHECK(text, "eval: out of memory reading --data %s", path);
+    while ((k = fread(text + len, 1, cap - len, f)) > 0)
+        if ((len += k) == cap) TD_CHECK((text = realloc(text, cap *= 2)), "eval: out of memory reading --data %s", path);
+    TD_CHECK(!ferror(f), "eval: --data %s: reading failed: %s", path, strerror(errno));
+    fclose(f);
+    td_tokenizer own;
+    td_tokenizer_build_char(&own, text, len, "--data");
+    free(text);
+    TD_CHECK(own.V == tk->V && memcmp(own.chars, tk->chars, sizeof(uint32_t) * (size_t)tk->V) == 0,
+             "eval: --data %s has %d distinct characters, not the %d of --ckpt %s's character vocabulary; a "
+             "character-level model reads text of exactly its characters (the text it was trained on, or one "
+             "like it)", path, own.V, tk->V, e->ckpt);
+    td_tokenizer_free(&own);
+}
+
+/* The checkpoint's tokenizer decides how --data is read: token ids or text,
+ * and for text which tokenizer. A blend (W:PATH,...) is checked source by
+ * source (the loader then holds them to one tokenizer). */
 static void data_for_checkpoint(eval_run *e, td_train_opts *o) {
     const td_tokenizer *tk = &e->ck.tok;
     int tokens = td_data_is_tokens(o->data);
@@ -207,23 +231,13 @@ static void data_for_checkpoint(eval_run *e, td_train_opts *o) {
              "text file; give a .bin token file or a set of shards", e->ckpt, o->data);
     o->tokenizer = tk->kind == TD_TOK_CHAR ? "char" : "byte";
     if (tk->kind != TD_TOK_CHAR) return;
-    FILE *f = fopen(o->data, "rb");
-    TD_CHECK(f, "eval: --data %s cannot be read: %s", o->data, strerror(errno));
-    size_t cap = 1 << 16, len = 0, k;
-    char *text = malloc(cap);
-    TD_CHECK(text, "eval: out of memory reading --data %s", o->data);
-    while ((k = fread(text + len, 1, cap - len, f)) > 0)
-        if ((len += k) == cap) TD_CHECK((text = realloc(text, cap *= 2)), "eval: out of memory reading --data %s", o->data);
-    TD_CHECK(!ferror(f), "eval: --data %s: reading failed: %s", o->data, strerror(errno));
-    fclose(f);
-    td_tokenizer own;
-    td_tokenizer_build_char(&own, text, len, "--data");
-    free(text);
-    TD_CHECK(own.V == tk->V && memcmp(own.chars, tk->chars, sizeof(uint32_t) * (size_t)tk->V) == 0,
-             "eval: --data %s has %d distinct characters, not the %d of --ckpt %s's character vocabulary; a "
-             "character-level model reads text of exactly its characters (the text it was trained on, or one "
-             "like it)", o->data, own.V, tk->V, e->ckpt);
-    td_tokenizer_free(&own);
+    td_data_blend_spec bs;
+    if (!td_data_blend_parse(o->data, &bs, "eval: --data")) {
+        same_chars(e, o->data);
+        return;
+    }
+    for (int s = 0; s < bs.n; s++) same_chars(e, bs.path[s]);
+    td_data_blend_spec_free(&bs);
 }
 
 int td_eval_main(int argc, char **argv) {
