@@ -250,7 +250,7 @@ int td_eval_main(int argc, char **argv) {
     int n_train = td_train_flag_table(&o, train, TD_TRAIN_MAX_FLAGS), n = 0;
     const td_flag own[] = {
         {"--ckpt", TD_FLAG_STR, &e.ckpt, "checkpoint: a directory written by train --out (follows DIR/latest), one of its step directories, or one written by import", NULL},
-        {"--data", TD_FLAG_STR, &o.data, "text file (UTF-8), token file (.bin) or shard set, read as train reads it with the checkpoint's tokenizer", NULL},
+        {"--data", TD_FLAG_STR, &o.data, "text file (UTF-8), token file (.bin), shard set or blend (W:PATH,...), read as train reads it with the checkpoint's tokenizer (not needed with --task)", NULL},
         {"--split", TD_FLAG_STR, &e.split, "val (default: the split train validates on), train, or all (train then val)", NULL},
         {"--batch", TD_FLAG_INT, &o.batch, "windows of T + 1 tokens (with --task: candidates) per forward over all ranks, a multiple of dp x micro-batches (8)", "[1, 2147483647]"},
         {"--max-tokens", TD_FLAG_U64, &e.max_tokens, "predict only the first N tokens after the split's first: t[1..N] (default: all n - 1)", "[1, inf)"},
@@ -270,8 +270,8 @@ int td_eval_main(int argc, char **argv) {
     td_flags_parse("eval", flags, n, argc, argv);
     TD_CHECK(e.ckpt, "eval: --ckpt DIR is required (a directory written by 'trident train --out DIR' or "
              "'trident import', or one of its step directories)");
-    TD_CHECK(o.data, "eval: --data PATH is required (the text or token file to evaluate on; with --task, one the "
-             "checkpoint's tokenizer reads, such as its training text: the run opens it, the task is scored)");
+    TD_CHECK(o.data || e.task_path, "eval: --data PATH is required (the text or token file to evaluate on), "
+             "or --task FILE.jsonl (scored with the checkpoint's tokenizer)");
     TD_CHECK(!e.task_out || e.task_path, "eval: --task-out %s needs --task FILE.jsonl", e.task_out);
     TD_CHECK(!e.task_path || (!e.split && e.max_tokens == 0), "eval: --%s scores --data's split, not a --task; "
              "drop it", e.split ? "split" : "max-tokens");
@@ -293,7 +293,8 @@ int td_eval_main(int argc, char **argv) {
      * recomputation mode's buffers (one block's tensors and the block
      * inputs), the same arithmetic; zb-h1 refuses it and keeps its own */
     if (!o.schedule || strcmp(o.schedule, "zb-h1") != 0) o.recompute = "block";
-    data_for_checkpoint(&e, &o);
+    if (o.data) data_for_checkpoint(&e, &o);
+    else o.tokenizer_only = &e.ck.tok; /* --task alone: its examples are the text */
     td_train_opts_check(&o);
     e.T = e.ck.cfg.T, e.B = o.batch, e.cp = o.cp, e.ep = o.ep, e.used = o.precision;
     if (e.log && td_comm_rank(td_comm_world()) == 0) { /* before the work, not after it */

@@ -245,7 +245,7 @@ void td_train_opts_set_model(td_train_opts *o, const td_gpt_config *cfg) {
 void td_train_opts_check(td_train_opts *o) {
     /* each number is in its range (td_flags_parse); what is left relates
      * two flags */
-    TD_CHECK(o->data, "train: --data is required (a UTF-8 text file or a .bin token file); "
+    TD_CHECK(o->data || o->tokenizer_only, "train: --data is required (a UTF-8 text file or a .bin token file); "
                       "scripts/run.sh uses an English corpus from Debian's fortunes package");
     TD_CHECK(o->optim.min_lr <= o->optim.lr, "--min-lr %g is above --lr %g; valid: [0, lr]",
              (double)o->optim.min_lr, (double)o->optim.lr);
