@@ -25,8 +25,9 @@
 # validation curve of each run. Threads are fixed (THREADS, 1) and the same
 # for every run. A benchmark never fails on speed or loss: it exits non-zero
 # only when something cannot be built or run.
-# Measured on the 2-core machine under other agents' load: about 15-20
-# minutes for the four runs (docs/bench-muon.md).
+# Measured on the 2-core machine under other agents' load (load average 5
+# to 10): 43 minutes for the four runs, AdamW 9, each Muon run 8.5 to 15
+# (docs/bench-muon.md).
 #
 # Environment: STEPS (2000), MUON_LRS ("0.01 0.02 0.04"), EVAL_EVERY (250),
 # EVAL_ITERS (50), THREADS (1), BUILD_DIR (build), TRIDENT (a trident binary to
