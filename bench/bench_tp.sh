@@ -68,19 +68,8 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 # build the Release binary unless one is given
-if [[ -n "${TRIDENT:-}" ]]; then
-  [[ -x "$TRIDENT" ]] || die "TRIDENT='$TRIDENT' is not an executable"
-else
-  if [[ ! -f "$BUILD_DIR/CMakeCache.txt" ]] ||
-     ! grep -q '^CMAKE_BUILD_TYPE:STRING=Release$' "$BUILD_DIR/CMakeCache.txt"; then
-    cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release >"$tmp/build.log" 2>&1 ||
-      { cat "$tmp/build.log" >&2; die "cmake configure failed"; }
-  fi
-  cmake --build "$BUILD_DIR" -j2 >>"$tmp/build.log" 2>&1 ||
-    { tail -n 50 "$tmp/build.log" >&2; die "build failed"; }
-  TRIDENT=$BUILD_DIR/trident
-  [[ -x "$TRIDENT" ]] || die "build finished but $TRIDENT is missing"
-fi
+source bench/build_trident.sh
+bench_trident
 
 # the layouts: name tp seq_parallel
 layouts=()

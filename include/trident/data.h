@@ -72,6 +72,10 @@ size_t td_tokenizer_encode(const td_tokenizer *tk, const char *text, size_t n, i
  * cap >= 256 holds any token. Returns the length. */
 int td_tokenizer_decode(const td_tokenizer *tk, int token, char *buf, int cap);
 void td_tokenizer_free(td_tokenizer *tk);
+/* dst (uninitialized) becomes a tokenizer equal to src, its own to free: a
+ * char vocabulary copied, a BPE's tables looked up again, a tokenizer.json
+ * read again (its XXH3 checked against src's). */
+void td_tokenizer_copy(td_tokenizer *dst, const td_tokenizer *src);
 
 /* Printing decoded tokens as valid UTF-8: bytes of a character split across
  * tokens are held until it is complete; bytes that cannot start or continue
@@ -130,6 +134,11 @@ typedef struct {
  * sources in order (not of the weights). */
 void td_data_load(td_dataset *d, const char *path, const char *tokenizer, int vocab, int T);
 void td_data_free(td_dataset *d);
+/* A dataset of no text, for a run that reads none (eval --task without
+ * --data: its examples bring their own text): a copy of tok, and train and
+ * val splits of T + 1 tokens of id 0 each, so that the run opens as it does
+ * on data; its fingerprint is zero. */
+void td_data_of_tokenizer(td_dataset *d, const td_tokenizer *tok, int T);
 /* Blended data: --data W:PATH,W:PATH,... (each PATH a source td_data_load
  * reads; W a positive number, the weights normalized to sum 1). A part is
  * weighted when what precedes its first colon reads as a number, so

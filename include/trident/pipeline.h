@@ -84,6 +84,11 @@ void td_pp_destroy(td_pp *pp);
  * embedding group's sum; the caller then runs td_dp_finish_step. Returns the
  * sum of the token losses on the last stage (0 elsewhere). */
 double td_pp_train_step(td_pp *pp, int step, float dloss, td_pp_batch_fn batch, void *ctx);
+/* --batch-rampup: the next td_pp_train_step runs n_micro micro-batches
+ * (1 to the schedule's M given to td_pp_create, whose slots and memory plan
+ * serve any fewer), by the same kind of schedule built for n_micro, once,
+ * on first use; n_micro = M goes back to that schedule. */
+void td_pp_set_micro(td_pp *pp, int n_micro);
 /* Forward only (evaluation) of n_micro micro-batches in order; the loss sum
  * on the last stage, 0 elsewhere. */
 double td_pp_forward_only(td_pp *pp, int n_micro, td_pp_batch_fn batch, void *ctx);

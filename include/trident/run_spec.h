@@ -80,6 +80,9 @@ typedef struct {
     const char *tokenizer; /* a tokenizer's name or tokenizer.json path; NULL: the data's default */
     int vocab;             /* a token file's vocabulary; -1: its max id + 1 */
     int strict;            /* resuming onto other data is an error, not a note */
+    /* path NULL: the run reads no data, and this is its tokenizer
+     * (td_data_of_tokenizer; eval --task without --data) */
+    const td_tokenizer *tokenizer_only;
 } td_run_data;
 
 typedef struct {

@@ -129,6 +129,9 @@ typedef struct {
      * training (no step is run, nothing saved); NULL: train */
     void (*layout_pass)(void *ctx, td_layout_pass *p);
     void *layout_pass_ctx;
+    /* with layout_pass and no data: the run reads none and this is its
+     * tokenizer (eval --task without --data: the checkpoint's) */
+    const td_tokenizer *tokenizer_only;
     /* trident verify (verify.c): called at the start of every step attempt
      * (a step that dynamic loss scaling skips is attempted again) with the
      * whole state (parameters, AdamW m and v) in the canonical layout on

@@ -363,6 +363,18 @@ int td_data_is_tokens(const char *path) {
     return tokens;
 }
 
+void td_data_of_tokenizer(td_dataset *d, const td_tokenizer *tok, int T) {
+    memset(d, 0, sizeof *d);
+    td_tokenizer_copy(&d->tok, tok);
+    d->n_train = d->n_val = (size_t)T + 1;
+    d->train = td_alloc(sizeof(int) * d->n_train, TD_MEM_OTHER); /* zeroed */
+    d->val = td_alloc(sizeof(int) * d->n_val, TD_MEM_OTHER);
+    memset(d->train, 0, sizeof(int) * d->n_train);
+    memset(d->val, 0, sizeof(int) * d->n_val);
+    snprintf(d->description, sizeof d->description, "no data (the %s tokenizer of the checkpoint, vocab %d)",
+             tok->kind == TD_TOK_HF ? "tokenizer.json" : td_tokenizer_name(tok->kind), tok->V);
+}
+
 void td_data_free(td_dataset *d) {
     td_free(d->train);
     td_free(d->val);

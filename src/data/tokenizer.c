@@ -118,6 +118,23 @@ void td_tokenizer_free(td_tokenizer *tk) {
     memset(tk, 0, sizeof *tk);
 }
 
+void td_tokenizer_copy(td_tokenizer *dst, const td_tokenizer *src) {
+    memset(dst, 0, sizeof *dst);
+    if (td_tokenizer_is_bpe(src->kind)) {
+        td_tokenizer_bpe(dst, td_tokenizer_name(src->kind));
+    } else if (src->kind == TD_TOK_HF) {
+        td_tokenizer_hf(dst, src->file, "the tokenizer.json");
+        TD_CHECK(dst->file_xxh3 == src->file_xxh3, "the tokenizer.json %s has changed while it was in use; restore "
+                 "it", src->file);
+    } else {
+        dst->kind = src->kind, dst->V = src->V;
+        if (src->kind == TD_TOK_CHAR) {
+            dst->chars = td_alloc(sizeof(uint32_t) * (size_t)(src->V ? src->V : 1), TD_MEM_OTHER);
+            memcpy(dst->chars, src->chars, sizeof(uint32_t) * (size_t)src->V);
+        }
+    }
+}
+
 /* The length of the sequence a lead byte starts (0: none can), and whether
  * b may stand at position i of it (Unicode Table 3-7). */
 static int seq_len(unsigned b) { return b < 0x80 ? 1 : b < 0xC2 ? 0 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : b < 0xF5 ? 4 : 0; }

@@ -616,6 +616,7 @@ static const td_compat_rule rules[TD_RULE_N] = {
     ROW(TD_RULE_TOPK_DEVICE, "topk-device", OPT, topk_device),
     ROW(TD_RULE_RAMPUP_LAYOUT, "rampup-layout", OPT | RUN, rampup_layout),
     ROWB(TD_RULE_RAMPUP_DIVIDES, "rampup-divides", GRD, rampup_divides),
+    ROWB(TD_RULE_RAMPUP_INTERLEAVED, "rampup-interleaved", GRD, rampup_interleaved),
     ROW(TD_RULE_MUON_LAYOUT, "muon-layout", OPT, muon_layout),
     ROW(TD_RULE_MUON_PRECISION, "muon-precision", OPT, muon_precision),
 };

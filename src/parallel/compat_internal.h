@@ -18,6 +18,8 @@ TD_ROW_FUNCS(muon_precision)
 TD_ROW_FUNCS(rampup_layout)
 TD_ROW_FUNCS(rampup_divides)
 void brief_rampup_divides(const td_compat_cfg *c, char *buf, size_t n);
+TD_ROW_FUNCS(rampup_interleaved)
+void brief_rampup_interleaved(const td_compat_cfg *c, char *buf, size_t n);
 #undef TD_ROW_FUNCS
 
 #endif

@@ -6,6 +6,7 @@
 
 #include "compat_internal.h"
 #include "trident/optim.h"
+#include "trident/schedule.h"
 
 static const char *S(const char *s) { return s ? s : "?"; }
 
@@ -61,20 +62,19 @@ SAY(muon_precision) {
 
 /* ---- --batch-rampup (issue 42) --------------------------------------- */
 
-/* the step's micro-batch count varies with the batch: a pipeline schedule
- * is built for one count (the interleaved one also needs a multiple of pp
- * at every size), a parameter server's workers step on their own, and a
- * mixture of experts' balancing loss counts the run's micro-batches */
-OK(rampup_layout) { return c->rampup_start <= 0 || (c->pp <= 1 && c->dp_mode != TD_DP_PS && c->experts == 0); }
+/* the step's micro-batch count varies with the batch: a parameter
+ * server's workers step on their own, and a mixture of experts' balancing
+ * loss counts the run's micro-batches (a pipeline runs the schedule of each
+ * count: td_pp_set_micro, and the rampup-interleaved row) */
+OK(rampup_layout) { return c->rampup_start <= 0 || (c->dp_mode != TD_DP_PS && c->experts == 0); }
 SAY(rampup_layout) {
     snprintf(buf, n,
              "--batch-rampup %s does not combine with %s yet: the micro-batches per step change with the batch, "
              "and %s; drop --batch-rampup, or use %s",
-             S(c->rampup_text), c->pp > 1 ? "--pp > 1" : c->dp_mode == TD_DP_PS ? "--dp-mode ps" : "--moe-experts",
-             c->pp > 1 ? "a pipeline schedule is built for one micro-batch count"
-             : c->dp_mode == TD_DP_PS ? "parameter-server workers step on their own"
-                                      : "the experts' balancing loss counts the run's micro-batches",
-             c->pp > 1 ? "--pp 1" : c->dp_mode == TD_DP_PS ? "--dp-mode allreduce" : "a dense model");
+             S(c->rampup_text), c->dp_mode == TD_DP_PS ? "--dp-mode ps" : "--moe-experts",
+             c->dp_mode == TD_DP_PS ? "parameter-server workers step on their own"
+                                    : "the experts' balancing loss counts the run's micro-batches",
+             c->dp_mode == TD_DP_PS ? "--dp-mode allreduce" : "a dense model");
 }
 
 /* every size START + k INCREMENT splits over dp replicas into micro-batches
@@ -98,4 +98,24 @@ SAY(rampup_divides) {
 }
 BRIEF(rampup_divides) {
     snprintf(buf, n, "batch ramp-up sizes are not multiples of dp x micro-batch = %d", rampup_unit(c));
+}
+
+/* the interleaved schedule's groups of pp micro-batches (interleaved-micro)
+ * at every size: each size's micro-batches per replica a multiple of pp */
+OK(rampup_interleaved) {
+    int u = rampup_unit(c);
+    if (c->rampup_start <= 0 || c->schedule != TD_SCHED_INTERLEAVED || c->pp <= 1 || u == 0) return 1;
+    long long step = (long long)u * c->pp;
+    return c->rampup_start % step == 0 && c->rampup_increment % step == 0;
+}
+SAY(rampup_interleaved) {
+    int u = rampup_unit(c), dp = c->dp > 0 ? c->dp : 1;
+    snprintf(buf, n,
+             "--batch-rampup %s with --schedule interleaved: START %d and INCREMENT %d must be multiples of dp %d x "
+             "%d sequences per micro-batch x --pp %d = %d, so that every size's micro-batches per replica are a "
+             "multiple of pp, as the interleaved schedule needs; or use --schedule 1f1b",
+             S(c->rampup_text), c->rampup_start, c->rampup_increment, dp, u / dp, c->pp, u * c->pp);
+}
+BRIEF(rampup_interleaved) {
+    snprintf(buf, n, "batch ramp-up sizes are not multiples of dp x micro-batch x pp = %d", rampup_unit(c) * c->pp);
 }

@@ -14,6 +14,7 @@
  * its list consumes next, which the peer's list sends, and (b) for a slot,
  * on the gradient send of a finished chunk, whose receive the peer posted
  * right after that chunk's forward, before it could have been sent. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "trident/base.h"
@@ -38,9 +39,11 @@ struct td_pp {
     const td_grid *g;
     td_gpt *m;
     td_dp *dp;
-    const td_schedule *sched;
+    const td_schedule *sched; /* the one running: `full`, or a ramp's (td_pp_set_micro) */
+    const td_schedule *full;  /* td_pp_create's: the slots are sized for it */
+    td_schedule **by_m;   /* [M + 1] --batch-rampup's schedules of fewer micro-batches, built on first use */
     td_pp_split sp;
-    int P, V, M, s, L;    /* stages, chunks, micro-batches, this stage, layers */
+    int P, V, M, s, L;    /* stages, chunks, micro-batches (full's), this stage, layers */
     int n_slots;
     slot *slots;
     int *slot_of;         /* [M*V] slot index of (mb, chunk), -1 none */
@@ -335,11 +338,36 @@ static void run_action(td_pp *pp, int i) {
 
 /* ---- create / step ----------------------------------------------------------- */
 
+/* A unit's gradient is final after the last backward (zb-h1: weight)
+ * action of its chunk; the head's after the last that runs the head: marked
+ * in the running schedule's list. */
+static void mark_finals(td_pp *pp) {
+    const td_schedule *sched = pp->sched;
+    int n = sched->n[pp->s];
+    td_free(pp->final_bwd);
+    td_free(pp->final_head);
+    pp->final_bwd = td_alloc(sizeof(int) * (size_t)(n > 0 ? n : 1), TD_MEM_OTHER);
+    pp->final_head = td_alloc(sizeof(int) * (size_t)(n > 0 ? n : 1), TD_MEM_OTHER);
+    memset(pp->final_bwd, 0, sizeof(int) * (size_t)(n > 0 ? n : 1));
+    memset(pp->final_head, 0, sizeof(int) * (size_t)(n > 0 ? n : 1));
+    for (int c = 0; c < pp->V; c++) {
+        int last = -1, last_head = -1;
+        for (int i = 0; i < n; i++) {
+            const td_action *x = &sched->a[pp->s][i];
+            if (x->chunk != c) continue;
+            if (x->kind == TD_A_BWD || x->kind == TD_A_BWD_WEIGHT) last = i;
+            if (x->kind == TD_A_BWD || x->kind == TD_A_BWD_INPUT) last_head = i;
+        }
+        if (last >= 0) pp->final_bwd[last] = 1;
+        if (last_head >= 0 && is_last(pp, c)) pp->final_head[last_head] = 1;
+    }
+}
+
 td_pp *td_pp_create(const td_grid *g, td_gpt *model, td_dp *dp, const td_schedule *sched,
                     const td_pp_split *sp) {
     td_pp *pp = td_alloc(sizeof *pp, TD_MEM_OTHER);
     memset(pp, 0, sizeof *pp);
-    pp->g = g, pp->m = model, pp->dp = dp, pp->sched = sched, pp->sp = *sp;
+    pp->g = g, pp->m = model, pp->dp = dp, pp->sched = pp->full = sched, pp->sp = *sp;
     pp->P = sched->P, pp->V = sched->V, pp->M = sched->M, pp->s = g->axis[TD_PP].rank,
     pp->L = model->cfg.L;
     TD_ASSERT(pp->P == g->axis[TD_PP].size && sp->P == pp->P && sp->V == pp->V);
@@ -362,22 +390,7 @@ td_pp *td_pp_create(const td_grid *g, td_gpt *model, td_dp *dp, const td_schedul
     pp->slot_of = td_alloc(sizeof(int) * (size_t)(pp->M * pp->V), TD_MEM_OTHER);
     pp->tok_host = td_alloc(2 * sizeof(int) * (size_t)model->d.N, TD_MEM_OTHER);
     memset(pp->tok_host, 0, 2 * sizeof(int) * (size_t)model->d.N);
-    int n = sched->n[pp->s];
-    pp->final_bwd = td_alloc(sizeof(int) * (size_t)(n > 0 ? n : 1), TD_MEM_OTHER);
-    pp->final_head = td_alloc(sizeof(int) * (size_t)(n > 0 ? n : 1), TD_MEM_OTHER);
-    /* a unit's gradient is final after the last backward (zb-h1: weight)
-     * action of its chunk; the head's after the last that runs the head */
-    for (int c = 0; c < pp->V; c++) {
-        int last = -1, last_head = -1;
-        for (int i = 0; i < n; i++) {
-            const td_action *x = &sched->a[pp->s][i];
-            if (x->chunk != c) continue;
-            if (x->kind == TD_A_BWD || x->kind == TD_A_BWD_WEIGHT) last = i;
-            if (x->kind == TD_A_BWD || x->kind == TD_A_BWD_INPUT) last_head = i;
-        }
-        if (last >= 0) pp->final_bwd[last] = 1;
-        if (last_head >= 0 && is_last(pp, c)) pp->final_head[last_head] = 1;
-    }
+    mark_finals(pp);
     return pp;
 }
 
@@ -395,7 +408,41 @@ void td_pp_destroy(td_pp *pp) {
     td_free(pp->tok_host);
     td_free(pp->final_bwd);
     td_free(pp->final_head);
+    for (int m = 0; pp->by_m && m <= pp->M; m++)
+        if (pp->by_m[m]) td_schedule_free(pp->by_m[m]), free(pp->by_m[m]);
+    td_free(pp->by_m);
     td_free(pp);
+}
+
+void td_pp_set_micro(td_pp *pp, int n_micro) {
+    TD_ASSERT(n_micro >= 1 && n_micro <= pp->M);
+    if (n_micro == pp->sched->M) return;
+    if (n_micro == pp->M) {
+        pp->sched = pp->full;
+    } else {
+        if (!pp->by_m) {
+            pp->by_m = td_alloc(sizeof(td_schedule *) * (size_t)(pp->M + 1), TD_MEM_OTHER);
+            memset(pp->by_m, 0, sizeof(td_schedule *) * (size_t)(pp->M + 1));
+        }
+        if (!pp->by_m[n_micro]) {
+            td_schedule *s = malloc(sizeof *s);
+            char err[512];
+            TD_CHECK(s, "pipeline: out of memory for the schedule of %d micro-batches", n_micro);
+            /* the rules table's rampup rows made every size a valid count */
+            TD_CHECK(td_schedule_build(s, pp->full->kind, pp->P, n_micro, pp->V, err, sizeof err) == 0,
+                     "--batch-rampup: %s", err);
+            TD_CHECK(td_schedule_validate(s, err, sizeof err) == 0, "internal: the %s schedule of %d micro-batches "
+                     "is invalid: %s", td_sched_name(s->kind), n_micro, err);
+            pp->by_m[n_micro] = s;
+        }
+        pp->sched = pp->by_m[n_micro];
+    }
+    /* the slots (and the memory plan) are the full schedule's: fewer
+     * micro-batches never hold more in flight */
+    TD_CHECK(pp->sched->peak[pp->s] <= pp->n_slots, "internal: the %s schedule of %d micro-batches holds %d in flight "
+             "on stage %d, over the %d slots of %d", td_sched_name(pp->sched->kind), n_micro,
+             pp->sched->peak[pp->s], pp->s, pp->n_slots, pp->M);
+    mark_finals(pp);
 }
 
 static void begin(td_pp *pp, td_pp_batch_fn batch, void *ctx) {

@@ -80,6 +80,7 @@ static double pipeline_train_step(td_engine_ctx *c, int step, float dloss, td_gr
                                   const td_param *fault_row) {
     batch_at b = {c, 0, step};
     watch->fault_row = fault_row; /* the micro-batch of a unit event is not known here */
+    td_pp_set_micro(c->pp, c->K); /* --batch-rampup changes it step by step */
     return td_pp_train_step(c->pp, step, dloss, pp_batch, &b);
 }
 

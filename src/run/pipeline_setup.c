@@ -94,6 +94,30 @@ void td_pipeline_check(const td_run_spec *spec) {
                           spec->layout.virtual_stages);
 }
 
+/* --batch-rampup: the steps of a smaller batch run the schedule of fewer
+ * micro-batches (td_pp_set_micro), which may hold more micro-batch chunks
+ * in flight on a stage than the full one (interleaved, pp 2 x 2 chunks:
+ * stage 1 holds all 4 chunks of 2 micro-batches, 3 of 4); the executor's
+ * slots and the memory plan read peak[], so it becomes each stage's most
+ * over the ramp's sizes: memory planned for every step of the run. */
+static void ramp_peaks(const td_run_spec *spec, const td_grid *g, int Bm, td_schedule *sched) {
+    const td_batch_rampup *ru = &spec->schedule.rampup;
+    if (ru->start <= 0) return;
+    int per_micro = g->axis[TD_DP].size * Bm; /* sequences per micro-batch over the replicas */
+    for (int b = ru->start; b < spec->schedule.batch; b += ru->increment) {
+        td_schedule s;
+        char err[512];
+        /* the rules table's rampup rows made every size whole micro-batches */
+        TD_ASSERT(b % per_micro == 0 && b / per_micro < sched->M);
+        if (td_schedule_build(&s, sched->kind, sched->P, b / per_micro, sched->V, err, sizeof err) != 0)
+            td_fail("--batch-rampup: batch %d: %s", b, err);
+        for (int st = 0; st < sched->P; st++)
+            if (s.peak[st] > sched->peak[st]) sched->peak[st] = s.peak[st];
+        td_schedule_free(&s);
+        if (ru->increment <= 0) break;
+    }
+}
+
 void td_pipeline_setup(const td_run_spec *spec, const td_grid *g, const td_gpt_config *cfg, int Bm,
                        td_schedule *sched, td_pp_split *sp) {
     char err[512];
@@ -106,6 +130,7 @@ void td_pipeline_setup(const td_run_spec *spec, const td_grid *g, const td_gpt_c
     if (td_schedule_validate(sched, err, sizeof err) != 0)
         td_fail("internal: the %s schedule for pp %d, %d micro-batches, %d chunks is invalid: %s",
                 td_sched_name(kind), g->axis[TD_PP].size, M, V, err);
+    ramp_peaks(spec, g, Bm, sched);
     if (!spec->layout.pp_partition_auto) {
         td_pp_split_parse(sp, spec->layout.pp_partition, cfg->L, g->axis[TD_PP].size, V);
         if (g->world_rank == 0) print_split(sp, sched, M);

@@ -395,7 +395,8 @@ td_preflight_result td_preflight(const td_run_spec *spec, const td_grid *g,
         TD_CHECK(!spec->output.resume_needs_out || spec->output.out || spec->hooks.layout_pass,
                  "%s", spec->output.resume_needs_out);
         if (spec->output.out) check_out(&v, spec, &created_out);
-        const char *data = strncmp(spec->data.path, "synthetic:", 10) ? spec->data.path : NULL;
+        const char *data =
+            spec->data.path && strncmp(spec->data.path, "synthetic:", 10) ? spec->data.path : NULL;
         if (spec->output.log) check_log(&v, spec->output.log, data, spec->output.out);
         if (spec->output.trace)
             check_trace(&v, spec->output.trace, spec->output.log, data, spec->output.out);

@@ -183,8 +183,10 @@ int td_run_open(td_run *r, const td_run_spec *spec, td_run_result *res) {
     td_dp_mode mode = spec->layout.dp_mode;
     if (mode == TD_DP_PS) td_stop_signals_restore(); /* its servers never reach an agreed stop */
     open_grid(r, mode);
-    td_data_load(&r->data, spec->data.path, spec->data.tokenizer, spec->data.vocab,
-                 spec->model.cfg.T);
+    if (spec->data.path)
+        td_data_load(&r->data, spec->data.path, spec->data.tokenizer, spec->data.vocab, spec->model.cfg.T);
+    else
+        td_data_of_tokenizer(&r->data, spec->data.tokenizer_only, spec->model.cfg.T);
     td_data_set_batch(&r->data, spec->schedule.batch); /* a blend's sample index is step x batch + sample */
     td_run_set_data(spec->data.path, &r->data.fp);
     td_fault_slow_load();

@@ -188,9 +188,33 @@ static void precision_for_checkpoint(eval_run *e, td_train_opts *o) {
         td_log("eval: --precision %s, not the checkpoint's %s\n", o->precision, e->precision);
 }
 
-/* The checkpoint's tokenizer decides how --data is read; a text file's
- * characters must be the checkpoint's vocabulary (train builds it from the
- * text, the checkpoint records it). */
+/* A character-level checkpoint reads text of exactly its characters (train
+ * builds the vocabulary from the text, the checkpoint records it): source
+ * `path` of --data must have them. */
+static void same_chars(const eval_run *e, const char *path) {
+    const td_tokenizer *tk = &e->ck.tok;
+    FILE *f = fopen(path, "rb");
+    TD_CHECK(f, "eval: --data %s cannot be read: %s", path, strerror(errno));
+    size_t cap = 1 << 16, len = 0, k;
+    char *text = malloc(cap);
+    TD_CHECK(text, "eval: out of memory reading --data %s", path);
+    while ((k = fread(text + len, 1, cap - len, f)) > 0)
+        if ((len += k) == cap) TD_CHECK((text = realloc(text, cap *= 2)), "eval: out of memory reading --data %s", path);
+    TD_CHECK(!ferror(f), "eval: --data %s: reading failed: %s", path, strerror(errno));
+    fclose(f);
+    td_tokenizer own;
+    td_tokenizer_build_char(&own, text, len, "--data");
+    free(text);
+    TD_CHECK(own.V == tk->V && memcmp(own.chars, tk->chars, sizeof(uint32_t) * (size_t)tk->V) == 0,
+             "eval: --data %s has %d distinct characters, not the %d of --ckpt %s's character vocabulary; a "
+             "character-level model reads text of exactly its characters (the text it was trained on, or one "
+             "like it)", path, own.V, tk->V, e->ckpt);
+    td_tokenizer_free(&own);
+}
+
+/* The checkpoint's tokenizer decides how --data is read: token ids or text,
+ * and for text which tokenizer. A blend (W:PATH,...) is checked source by
+ * source (the loader then holds them to one tokenizer). */
 static void data_for_checkpoint(eval_run *e, td_train_opts *o) {
     const td_tokenizer *tk = &e->ck.tok;
     int tokens = td_data_is_tokens(o->data);
@@ -207,23 +231,13 @@ static void data_for_checkpoint(eval_run *e, td_train_opts *o) {
              "text file; give a .bin token file or a set of shards", e->ckpt, o->data);
     o->tokenizer = tk->kind == TD_TOK_CHAR ? "char" : "byte";
     if (tk->kind != TD_TOK_CHAR) return;
-    FILE *f = fopen(o->data, "rb");
-    TD_CHECK(f, "eval: --data %s cannot be read: %s", o->data, strerror(errno));
-    size_t cap = 1 << 16, len = 0, k;
-    char *text = malloc(cap);
-    TD_CHECK(text, "eval: out of memory reading --data %s", o->data);
-    while ((k = fread(text + len, 1, cap - len, f)) > 0)
-        if ((len += k) == cap) TD_CHECK((text = realloc(text, cap *= 2)), "eval: out of memory reading --data %s", o->data);
-    TD_CHECK(!ferror(f), "eval: --data %s: reading failed: %s", o->data, strerror(errno));
-    fclose(f);
-    td_tokenizer own;
-    td_tokenizer_build_char(&own, text, len, "--data");
-    free(text);
-    TD_CHECK(own.V == tk->V && memcmp(own.chars, tk->chars, sizeof(uint32_t) * (size_t)tk->V) == 0,
-             "eval: --data %s has %d distinct characters, not the %d of --ckpt %s's character vocabulary; a "
-             "character-level model reads text of exactly its characters (the text it was trained on, or one "
-             "like it)", o->data, own.V, tk->V, e->ckpt);
-    td_tokenizer_free(&own);
+    td_data_blend_spec bs;
+    if (!td_data_blend_parse(o->data, &bs, "eval: --data")) {
+        same_chars(e, o->data);
+        return;
+    }
+    for (int s = 0; s < bs.n; s++) same_chars(e, bs.path[s]);
+    td_data_blend_spec_free(&bs);
 }
 
 int td_eval_main(int argc, char **argv) {
@@ -236,7 +250,7 @@ int td_eval_main(int argc, char **argv) {
     int n_train = td_train_flag_table(&o, train, TD_TRAIN_MAX_FLAGS), n = 0;
     const td_flag own[] = {
         {"--ckpt", TD_FLAG_STR, &e.ckpt, "checkpoint: a directory written by train --out (follows DIR/latest), one of its step directories, or one written by import", NULL},
-        {"--data", TD_FLAG_STR, &o.data, "text file (UTF-8), token file (.bin) or shard set, read as train reads it with the checkpoint's tokenizer", NULL},
+        {"--data", TD_FLAG_STR, &o.data, "text file (UTF-8), token file (.bin), shard set or blend (W:PATH,...), read as train reads it with the checkpoint's tokenizer (not needed with --task)", NULL},
         {"--split", TD_FLAG_STR, &e.split, "val (default: the split train validates on), train, or all (train then val)", NULL},
         {"--batch", TD_FLAG_INT, &o.batch, "windows of T + 1 tokens (with --task: candidates) per forward over all ranks, a multiple of dp x micro-batches (8)", "[1, 2147483647]"},
         {"--max-tokens", TD_FLAG_U64, &e.max_tokens, "predict only the first N tokens after the split's first: t[1..N] (default: all n - 1)", "[1, inf)"},
@@ -256,8 +270,8 @@ int td_eval_main(int argc, char **argv) {
     td_flags_parse("eval", flags, n, argc, argv);
     TD_CHECK(e.ckpt, "eval: --ckpt DIR is required (a directory written by 'trident train --out DIR' or "
              "'trident import', or one of its step directories)");
-    TD_CHECK(o.data, "eval: --data PATH is required (the text or token file to evaluate on; with --task, one the "
-             "checkpoint's tokenizer reads, such as its training text: the run opens it, the task is scored)");
+    TD_CHECK(o.data || e.task_path, "eval: --data PATH is required (the text or token file to evaluate on), "
+             "or --task FILE.jsonl (scored with the checkpoint's tokenizer)");
     TD_CHECK(!e.task_out || e.task_path, "eval: --task-out %s needs --task FILE.jsonl", e.task_out);
     TD_CHECK(!e.task_path || (!e.split && e.max_tokens == 0), "eval: --%s scores --data's split, not a --task; "
              "drop it", e.split ? "split" : "max-tokens");
@@ -279,7 +293,8 @@ int td_eval_main(int argc, char **argv) {
      * recomputation mode's buffers (one block's tensors and the block
      * inputs), the same arithmetic; zb-h1 refuses it and keeps its own */
     if (!o.schedule || strcmp(o.schedule, "zb-h1") != 0) o.recompute = "block";
-    data_for_checkpoint(&e, &o);
+    if (o.data) data_for_checkpoint(&e, &o);
+    else o.tokenizer_only = &e.ck.tok; /* --task alone: its examples are the text */
     td_train_opts_check(&o);
     e.T = e.ck.cfg.T, e.B = o.batch, e.cp = o.cp, e.ep = o.ep, e.used = o.precision;
     if (e.log && td_comm_rank(td_comm_world()) == 0) { /* before the work, not after it */

@@ -87,7 +87,7 @@ int td_train_flag_table(td_train_opts *o, td_flag *out, int cap) {
         {"--moe-bias-balance", TD_FLAG_FLOAT, &o->moe.bias_rate, "mixture of experts: auxiliary-loss-free balancing (DeepSeek-V3): a per-expert selection bias moved by RATE x the sign of its load error after each step (0: off)", "[0, inf)"},
         {"--moe-capacity", TD_FLAG_FLOAT, &o->moe.capacity, "mixture of experts: capacity factor F: each expert keeps its first ceil(F x tokens x K / E) assignments (0: dropless)", "[0, inf)"},
         {"--batch", TD_FLAG_INT, &o->batch, "global batch in sequences per step (12)", POS},
-        {"--batch-rampup", TD_FLAG_STR, &o->batch_rampup, "START:INCREMENT:SAMPLES (Megatron's): the global batch starts at START sequences and grows by INCREMENT, in equal shares of SAMPLES consumed samples, to --batch; the micro-batches per step follow (START and INCREMENT must be multiples of dp x the micro-batch's sequences); docs/recipe-schedules.md", NULL},
+        {"--batch-rampup", TD_FLAG_STR, &o->batch_rampup, "START:INCREMENT:SAMPLES (Megatron's): the global batch starts at START sequences and grows by INCREMENT, in equal shares of SAMPLES consumed samples, to --batch; the micro-batches per step follow (START and INCREMENT must be multiples of dp x the micro-batch's sequences, x pp with --schedule interleaved); docs/recipe-schedules.md", NULL},
         {"--grad-accum", TD_FLAG_INT, &o->grad_accum, "micro-batches per step per replica (1); the pipeline's micro-batches", POS},
         {"--micro-batches", TD_FLAG_INT, &o->grad_accum, "the same as --grad-accum: micro-batches per step per replica, which a pipeline schedule runs in flight", POS},
         {"--steps", TD_FLAG_INT, &o->steps, "the step to stop at: optimizer steps counted from step 0 (2000; a resume continues to the checkpoint's)", POS},
@@ -245,7 +245,7 @@ void td_train_opts_set_model(td_train_opts *o, const td_gpt_config *cfg) {
 void td_train_opts_check(td_train_opts *o) {
     /* each number is in its range (td_flags_parse); what is left relates
      * two flags */
-    TD_CHECK(o->data, "train: --data is required (a UTF-8 text file or a .bin token file); "
+    TD_CHECK(o->data || o->tokenizer_only, "train: --data is required (a UTF-8 text file or a .bin token file); "
                       "scripts/run.sh uses an English corpus from Debian's fortunes package");
     TD_CHECK(o->optim.min_lr <= o->optim.lr, "--min-lr %g is above --lr %g; valid: [0, lr]",
              (double)o->optim.min_lr, (double)o->optim.lr);

@@ -11,7 +11,10 @@
 #   index) and from that index draws by the new weights;
 # - refusals, one line each: weight <= 0, character-level texts of
 #   different alphabets (the characters each
-#   has that the other lacks named).
+#   has that the other lacks named);
+# - trident eval --data of a blend of character-level texts: its val split
+#   is the sources' val splits one after another, so its loss line is that
+#   of one text whose val split is exactly those (bitwise).
 # Usage: test_data_blend.sh TRIDENT DATA_DIR
 set -u
 T=$1 DATA=$2
@@ -118,6 +121,26 @@ printf 'abdabdabQ%.0s' $(seq 40) >"$tmp/y.txt"
 expect alphabets "$tmp/x.txt and $tmp/y.txt are character-level texts of different alphabets ($tmp/x.txt has 'c' that \
 $tmp/y.txt lacks; $tmp/y.txt has 'Q' 'd' that $tmp/x.txt lacks)" \
   "$T" train --data "1:$tmp/x.txt,1:$tmp/y.txt" --layers 2 --heads 2 --embd 32 --seq 16 --batch 2 --steps 1
+
+# --- eval of a blend of character-level texts ----------------------------------
+# p and q of one alphabet; pq.txt = 9 x (|p val| + |q val|) characters of
+# training text, then p's val split, then q's: its val split (the last 10%)
+# is the blend's
+$PY - "$tmp" <<'PYEOF' || fail "eval blend texts"
+import random, sys
+d, rng = sys.argv[1], random.Random(3)
+p, q = ("".join(rng.choice("abc de\n") for _ in range(n)) for n in (500, 300))
+val = p[len(p) * 9 // 10:] + q[len(q) * 9 // 10:]
+open(d + "/p.txt", "w").write(p); open(d + "/q.txt", "w").write(q)
+open(d + "/pq.txt", "w").write("".join(rng.choice("abc de\n") for _ in range(9 * len(val))) + val)
+PYEOF
+"$T" train --data "$tmp/pq.txt" --layers 1 --heads 2 --embd 16 --seq 16 --batch 4 --steps 2 --eval-every 0 \
+  --threads 1 --out "$tmp/chk" >"$tmp/chk.out" 2>&1 || fail "eval blend: train" "$(tail -3 "$tmp/chk.out")"
+"$T" eval --ckpt "$tmp/chk" --data "1:$tmp/p.txt,3:$tmp/q.txt" --threads 1 >"$tmp/evb.out" 2>&1 ||
+  fail "eval of a char blend" "$(tail -3 "$tmp/evb.out")"
+"$T" eval --ckpt "$tmp/chk" --data "$tmp/pq.txt" --threads 1 >"$tmp/evpq.out" 2>&1 || fail "eval pq" "$(tail -3 "$tmp/evpq.out")"
+lb=$(grep '^eval: tokens' "$tmp/evb.out"); lpq=$(grep '^eval: tokens' "$tmp/evpq.out")
+[ -n "$lb" ] && [ "$lb" = "$lpq" ] && ok "eval of a char blend = its val text: $lb" || fail "eval blend '$lb' != '$lpq'"
 
 [ $fails -eq 0 ] && echo "data blend: all passed"
 exit $fails

@@ -14,7 +14,9 @@
 # scored and checked the same way. Then pp 2 x cp 2 (4 ranks) in fp32 and
 # dp 2 in bf16 give the one process's predictions and losses, --device
 # guard the cpu's bits, and bad task files are one error line naming the
-# file, the line and the field.
+# file, the line and the field. The pp x cp and guard runs give no --data:
+# the tokenizer is the checkpoint's (its characters), the result the same;
+# a model of token ids (no tokenizer) is refused.
 # Usage: test_eval_task.sh TRIDENT DATA_DIR
 set -u
 T=${1:?usage: test_eval_task.sh TRIDENT DATA_DIR}
@@ -58,10 +60,12 @@ PYEOF
 mkdir "$tmp/hf"
 "$T" export --ckpt "$tmp/ck" --format safetensors --out "$tmp/hf/model.safetensors" >/dev/null || { echo "FAIL export"; exit 1; }
 
-# ev NAME TASK [launcher...] -- [flags...]: its --log in NAME.json, its --task-out in NAME.jsonl
+# ev NAME TASK [launcher...] -- [flags...]: its --log in NAME.json, its --task-out in NAME.jsonl;
+# with the training text as --data unless D=() is set
+D=(--data "$tmp/text.txt")
 ev() {
   local name=$1 task=$2; shift 2; local run=(); while [ "$1" != "--" ]; do run+=("$1"); shift; done; shift
-  "${run[@]}" "$T" eval --ckpt "$tmp/ck" --data "$tmp/text.txt" --task "$task" --threads 1 --log "$tmp/$name.json" \
+  "${run[@]}" "$T" eval --ckpt "$tmp/ck" "${D[@]}" --task "$task" --threads 1 --log "$tmp/$name.json" \
     --task-out "$tmp/$name.jsonl" "$@" > "$tmp/$name.out" 2>&1 || fail "eval $name exited: $(tail -2 "$tmp/$name.out")"
 }
 ev one "$tmp/task.jsonl" -- --batch 8             # 48 candidates: 6 forwards
@@ -149,8 +153,10 @@ grep -q "12 examples | acc 1.0000 (12 right" "$tmp/one.out" || fail "eval --task
 # the replicas, each row's arithmetic is the single process's (measured:
 # equal), and 1e-5 still holds a dropped or doubled token ~1e-2 away.
 ev bf "$tmp/task.jsonl" -- --batch 8 --precision bf16
+D=() # no --data: the checkpoint's tokenizer
 # shellcheck disable=SC2086
 ev ppcp "$tmp/task.jsonl" $MPI -np 4 -- --batch 8 --pp 2 --cp 2 --micro-batches 2
+D=(--data "$tmp/text.txt")
 # shellcheck disable=SC2086
 ev bfdp "$tmp/task.jsonl" $MPI -np 2 -- --batch 8 --dp 2 --precision bf16
 $PY - "$tmp" <<'PYEOF' || fail "eval --task in other layouts against one process"
@@ -173,7 +179,11 @@ PYEOF
 
 # --device guard: the per-row losses come down by a named copy (a host
 # access to a step tensor would end the run), the same bits as cpu.
+D=() # no --data here either
 ev guard "$tmp/task.jsonl" -- --batch 8 --device guard
+D=(--data "$tmp/text.txt")
+grep -q "data: no data (the char tokenizer of the checkpoint, vocab" "$tmp/guard.out" ||
+  fail "eval --task without --data: no 'data: no data' line"
 cmp -s "$tmp/one.jsonl" "$tmp/guard.jsonl" && echo "ok   eval --task --device guard: the bits of --device cpu" \
   || fail "eval --task --device guard differs from cpu"
 
@@ -199,4 +209,9 @@ refuse "a character the model lacks" "char.jsonl line 2: field endings\[1\]" "${
 refuse "label out of range" "range.jsonl line 2: field label: 2 is not in \[0, 2)" "${ET[@]}" --task "$tmp/range.jsonl"
 refuse "--task-out without --task" "--task-out .* needs --task" "${ET[@]}" --task-out "$tmp/x.jsonl"
 refuse "--split with --task" "--split scores --data's split" "${ET[@]}" --task "$tmp/task.jsonl" --split train
+refuse "neither --data nor --task" "--data PATH is required .*or --task" "$T" eval --ckpt "$tmp/ck"
+"$T" train --data synthetic:40 --layers 1 --heads 1 --embd 8 --seq 8 --batch 2 --steps 1 --eval-every 0 --threads 1 \
+  --out "$tmp/ids" >/dev/null 2>&1 || fail "train a model of token ids"
+refuse "a model of token ids, no --data" "the checkpoint is a model of token ids" "$T" eval --ckpt "$tmp/ids" \
+  --task "$tmp/task.jsonl"
 [ $fails -eq 0 ] && echo "PASS test_eval_task" || { echo "$fails failure(s)"; exit 1; }

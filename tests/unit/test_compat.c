@@ -248,13 +248,20 @@ static const char *breaking(td_rule_id id, td_compat_cfg *c) {
                "sums the gradients on the host; use --device cpu, or --grad-compress none (--grad-reduce-dtype "
                "bf16 halves the payload on any device)";
     case TD_RULE_RAMPUP_LAYOUT:
-        c->pp = 2, c->micro_batches = 2, c->rampup_start = 4, c->rampup_text = "4:4:64";
-        return "--batch-rampup 4:4:64 does not combine with --pp > 1 yet: the micro-batches per step change with "
-               "the batch, and a pipeline schedule is built for one micro-batch count; drop --batch-rampup, or use --pp 1";
+        c->dp = 2, c->dp_mode = TD_DP_PS, c->ps_servers = 1, c->rampup_start = 4, c->rampup_text = "4:4:64";
+        return "--batch-rampup 4:4:64 does not combine with --dp-mode ps yet: the micro-batches per step change "
+               "with the batch, and parameter-server workers step on their own; drop --batch-rampup, or use "
+               "--dp-mode allreduce";
     case TD_RULE_RAMPUP_DIVIDES:
         c->dp = 2, c->batch = 12, c->rampup_start = 3, c->rampup_increment = 3, c->rampup_text = "3:3:60";
         return "--batch-rampup 3:3:60: START 3 and INCREMENT 3 must be multiples of dp 2 x 6 sequences per "
                "micro-batch (--batch 12 / (dp x --micro-batches 1)) = 12, so that every size is whole micro-batches";
+    case TD_RULE_RAMPUP_INTERLEAVED: /* micro-batches of 2: START 4 is 2 of them, INCREMENT 2 one */
+        c->pp = 2, c->schedule = TD_SCHED_INTERLEAVED, c->virtual_stages = 2, c->micro_batches = 4, c->batch = 8;
+        c->rampup_start = 4, c->rampup_increment = 2, c->rampup_text = "4:2:64";
+        return "--batch-rampup 4:2:64 with --schedule interleaved: START 4 and INCREMENT 2 must be multiples of dp 1 "
+               "x 2 sequences per micro-batch x --pp 2 = 4, so that every size's micro-batches per replica are a "
+               "multiple of pp, as the interleaved schedule needs; or use --schedule 1f1b";
     case TD_RULE_MUON_LAYOUT:
         c->optimizer = 1, c->tp = 2;
         return "--optimizer muon does not combine with --tp > 1 yet: Muon orthogonalizes whole matrices, which "
