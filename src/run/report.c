@@ -63,7 +63,9 @@ void td_report_open(td_report *r, const td_run_spec *spec, const td_grid *g,
      * (`trident bench sgemm` also prints the in-process concurrent rate) */
     td_precision prec = spec->precision.precision;
     double stated = stated_peak_gflops();
-    if (g->world_size > 1 && stated == 0) td_barrier(g->world);
+    /* on every rank, stated or not: a node whose environment lacks the
+     * variable measures, and the collectives must still pair up */
+    if (g->world_size > 1) td_barrier(g->world);
     /* the peak of the GEMMs the run computes with: fp32 sgemm, oneDNN bf16,
      * or fp16 operands converted to fp32 */
     float peak = g->is_server ? 0.0f
