@@ -115,6 +115,13 @@ int td_muon_row(const td_param *r);
 void td_muon_update_on(const td_ops *ops, float *p, const float *g, float *m, float *v, size_t lo,
                        size_t hi, const td_param_table *t, const td_optim_config *o, float lr,
                        int step, float grad_scale);
+/* Its AdamW half alone (the rows of [lo, hi) that are not Muon's), for the
+ * layouts that step Muon's matrices elsewhere (src/parallel/muon_shard.c). */
+void td_muon_adamw_rest(const td_ops *ops, float *p, const float *g, float *m, float *v, size_t lo,
+                        size_t hi, const td_param_table *t, const td_optim_config *o, float lr,
+                        int step, float grad_scale);
+/* Muon's learning rate at the step whose AdamW lr is lr: muon_lr x lr / o->lr. */
+float td_muon_lr(const td_optim_config *o, float lr);
 
 /* Sum of squares of x[0..n) in double through a row whose memory is host
  * memory (td_ops_cpu: the oracles), in td_sumsq's fixed order (blocks of

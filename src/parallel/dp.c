@@ -234,7 +234,8 @@ td_step_group td_dp_step_group(const td_dp *dp, td_comm *group, int size, int sh
                        dp->loss_scale,
                        td_gpay_updates(&dp->cfg, dp->D),
                        ep > 1 ? g->ep_comm : NULL,
-                       ep};
+                       ep,
+                       NULL};
     return s;
 }
 

@@ -1,7 +1,7 @@
 #!/bin/bash
-# --optimizer muon through the trainer (issue 42, a first cut): dp 2 passes
-# trident verify against its one-process oracle (the update within its
-# tolerance), a resume from
+# --optimizer muon through the trainer (issue 42): dp 2, ZeRO-1 and -3 and
+# pp 2 x cp 2 pass trident verify against its one-process oracle (the update
+# within its tolerance), a resume from
 # step 2 (its --optimizer from the checkpoint) and --device guard give
 # one process's bits; a resume with the other optimizer is refused, Muon differs from
 # AdamW, and the layouts not done yet are refused by their rules rows.
@@ -34,9 +34,22 @@ run adamw "$T" train "${A[@]}"
 run res "$T" train "${A[@]}" --resume latest
 cmp -s "$tmp/eone/m.st" "$tmp/eguard/m.st" && echo "ok guard: bitwise" || fail "guard: not one process's bits"
 cmp -s "$tmp/eone/m.st" "$tmp/eres/m.st" && echo "ok resume: bitwise" || fail "resume: not one process's bits"
-# dp 2 against the one-process oracle of trident verify (its Muon step too)
-$MPIRUN -np 2 "$T" verify "${M[@]}" --dp 2 > "$tmp/v.log" 2>&1 && grep -q "verify: the update matches" "$tmp/v.log" &&
-  echo "ok dp2: $(grep 'update matches' "$tmp/v.log")" || { fail "verify dp 2"; cat "$tmp/v.log"; }
+# layouts against the one-process oracle of trident verify (its Muon step
+# too): dp 2 all-reduce; ZeRO-1 (each matrix gathered to its owner,
+# orthogonalized there, scattered back) with clipping, within the Muon
+# tolerance of verify_tol.c; ZeRO-3 without clipping, whose update is then
+# one process's bits (largest difference 0); pp 2 x cp 2.
+# verify_layout NAME WANT NP FLAGS...: passes, and its update line says WANT
+verify_layout() {
+  local name=$1 want=$2 np=$3; shift 3
+  $MPIRUN -np "$np" "$T" verify "${M[@]}" "$@" > "$tmp/v$name.log" 2>&1 &&
+    grep -q "verify: the update matches.*$want" "$tmp/v$name.log" &&
+    echo "ok $name: $(grep 'update matches' "$tmp/v$name.log")" || { fail "verify $name"; cat "$tmp/v$name.log"; }
+}
+verify_layout dp2 "" 2 --dp 2
+verify_layout dp2-zero1 "" 2 --dp 2 --zero 1
+verify_layout dp2-zero3-noclip "largest difference 0 of" 2 --dp 2 --zero 3 --clip 0
+verify_layout pp2-cp2 "" 4 --pp 2 --cp 2
 d=$($PY "$HERE/st_maxdiff.py" "$tmp/eone/m.st" "$tmp/eadamw/m.st" | awk '{print $2}')
 $PY -c "import sys; sys.exit(0 if float('$d') > 1e-3 else 1)" && echo "ok muon moves off adamw: $d" ||
   fail "muon: maxdiff $d from adamw, not muon's step"
@@ -47,7 +60,7 @@ refuse() {
   grep -q -- "$want" <<< "$out" && echo "ok refused: $want" || { fail "wanted '$want', got: $out"; }
 }
 refuse "does not combine with --tp > 1 yet" "$T" train "${M[@]}" --tp 2
-refuse "does not combine with ZeRO" "$T" train "${M[@]}" --dp 2 --zero 1
+refuse "does not combine with a --dp-mode other than allreduce" "$T" train "${M[@]}" --dp 2 --dp-mode reduce-broadcast
 refuse "does not combine with --precision bf16 yet" "$T" train "${M[@]}" --precision bf16
 refuse "does not combine with --moe-experts yet" "$T" train "${M[@]}" --moe-experts 2
 refuse "the checkpoint was trained with --optimizer muon" "$T" train "${A[@]}" --optimizer adamw --resume "$tmp/res/step-00000002" --out "$tmp/res2"
