@@ -27,7 +27,7 @@ float td_muon_lr(const td_optim_config *o, float lr) {
  * spans (each logical matrix whole) into mu, their count into *nm. */
 static void muon_spans(const td_ops *ops, float *p, const float *g, float *m, float *v, size_t lo,
                        size_t hi, const td_param_table *t, const td_optim_config *o, float lr, int step,
-                       float grad_scale, td_muon_span *mu, int *nm) {
+                       float grad_scale, td_muon_span *mu, int *nm, int replicated_only) {
     TD_ASSERT(step >= 1 && lo <= hi && hi <= t->numel);
     size_t rows = (size_t)(t->n_rows > 0 ? t->n_rows : 1);
     td_adamw_span *sp = td_alloc(sizeof *sp * rows, TD_MEM_OTHER);
@@ -42,7 +42,7 @@ static void muon_spans(const td_ops *ops, float *p, const float *g, float *m, fl
             sp[n++] = s;
             continue;
         }
-        if (!mu) continue;
+        if (!mu || (replicated_only && !td_param_tp_replicated(r))) continue;
         /* whole rows only: the layouts that cut one step through muon_shard.c */
         TD_ASSERT(a == r->offset && b == r->offset + r->numel);
         int parts = r->groups > 1 ? r->groups : 1;
@@ -62,19 +62,19 @@ static void muon_spans(const td_ops *ops, float *p, const float *g, float *m, fl
 void td_muon_adamw_rest(const td_ops *ops, float *p, const float *g, float *m, float *v, size_t lo,
                         size_t hi, const td_param_table *t, const td_optim_config *o, float lr,
                         int step, float grad_scale) {
-    muon_spans(ops, p, g, m, v, lo, hi, t, o, lr, step, grad_scale, NULL, NULL);
+    muon_spans(ops, p, g, m, v, lo, hi, t, o, lr, step, grad_scale, NULL, NULL, 0);
 }
 
 void td_muon_update_on(const td_ops *ops, float *p, const float *g, float *m, float *v, size_t lo,
                        size_t hi, const td_param_table *t, const td_optim_config *o, float lr,
-                       int step, float grad_scale) {
+                       int step, float grad_scale, int replicated_only) {
     TD_ASSERT(ops->muon);
     size_t groups = 0;
     for (int i = 0; i < t->n_rows; i++)
         if (td_muon_row(&t->rows[i])) groups += (size_t)(t->rows[i].groups > 1 ? t->rows[i].groups : 1);
     td_muon_span *mu = td_alloc(sizeof *mu * (groups > 0 ? groups : 1), TD_MEM_OTHER);
     int nm = 0;
-    muon_spans(ops, p, g, m, v, lo, hi, t, o, lr, step, grad_scale, mu, &nm);
+    muon_spans(ops, p, g, m, v, lo, hi, t, o, lr, step, grad_scale, mu, &nm, replicated_only);
     td_muon_hyper mh = {td_muon_lr(o, lr), o->muon_momentum, grad_scale, o->muon_nesterov};
     if (nm) ops->muon(mu, nm, &mh);
     td_free(mu);

@@ -34,7 +34,7 @@ SAY(topk_device) {
  * gradient (tp, ZeRO, ps, top-k), stage it (pp, cp) or route it (experts)
  * are not yet. */
 static const char *muon_breaks(const td_compat_cfg *c) {
-    if (c->tp > 1) return "--tp > 1";
+    if (c->tp > 1 && (c->zero > 0 || c->dp_shard > 0)) return "--tp > 1 with ZeRO (--zero, --dp-shard)";
     if (c->dp_mode != TD_DP_ALLREDUCE) return "a --dp-mode other than allreduce";
     if (c->experts > 0 || c->ep > 1) return "--moe-experts";
     if (c->topk_ratio > 0) return "--grad-compress topk";

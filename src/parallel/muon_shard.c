@@ -69,14 +69,40 @@ static void slice_of(const td_step_piece *pc, const matrix *x, int k, size_t *a,
     *a = td_max_sz(lo, x->lo), *b = td_min_sz(lo + slice, x->lo + x->n);
 }
 
+/* The point-to-point messages of one exchange, waited on together. */
+typedef struct {
+    td_request **req;
+    int n, cap;
+} msgs;
+
+static void msg_start(msgs *q, td_comm *c, float *buf, size_t count, int peer, int send) {
+    if (q->n == q->cap) {
+        q->cap = q->cap ? 2 * q->cap : 16;
+        td_request **more = td_alloc(sizeof *more * (size_t)q->cap, TD_MEM_OTHER);
+        for (int i = 0; i < q->n; i++) more[i] = q->req[i];
+        td_free(q->req);
+        q->req = more;
+    }
+    td_request *r = q->req[q->n++] = td_request_new();
+    if (send) td_send_start(r, c, buf, count, TD_F32, peer, MUON_TAG);
+    else td_recv_start(r, c, buf, count, TD_F32, peer, MUON_TAG);
+}
+
+static void msgs_wait(msgs *q) {
+    for (int i = 0; i < q->n; i++) {
+        td_wait(q->req[i]);
+        td_request_free(q->req[i]);
+    }
+    td_free(q->req);
+    q->req = NULL, q->n = q->cap = 0;
+}
+
 /* gather (to = 1): the holders' slices of u into the owners' buffer; else
  * the owners' orthogonalized matrices back into the holders' u. u_of[i]
  * points at range i's u (its element lo). */
 static void exchange(const td_step_group *grp, const matrix *m, int n, float *const *u_of,
                      const td_step_range *r, float *mat, int to_owner) {
-    int reqs = 0;
-    td_request **req = td_alloc(sizeof *req * (size_t)(n > 0 ? n : 1) * 2, TD_MEM_OTHER);
-    int cap = 2 * n;
+    msgs q = {0};
     for (int i = 0; i < n; i++) {
         const matrix *x = &m[i];
         const td_step_piece *pc = &grp->pieces[x->piece];
@@ -90,30 +116,14 @@ static void exchange(const td_step_group *grp, const matrix *m, int n, float *co
             if (held && whole) {
                 if (to_owner) td_dev_copy(whole, held, (b - a) * sizeof(float));
                 else td_dev_copy(held, whole, (b - a) * sizeof(float));
-                continue;
+            } else {
+                /* the holder sends on the way there, the owner on the way back */
+                msg_start(&q, pc->comm, held ? held : whole, b - a, held ? x->owner : k,
+                          (held != NULL) == (to_owner != 0));
             }
-            if (reqs == cap) {
-                cap *= 2;
-                td_request **more = td_alloc(sizeof *more * (size_t)cap, TD_MEM_OTHER);
-                for (int q = 0; q < reqs; q++) more[q] = req[q];
-                td_free(req);
-                req = more;
-            }
-            req[reqs] = td_request_new();
-            int peer = held ? x->owner : k;
-            int sending = (held != NULL) == (to_owner != 0);
-            if (sending)
-                td_send_start(req[reqs], pc->comm, held ? held : whole, b - a, TD_F32, peer, MUON_TAG);
-            else
-                td_recv_start(req[reqs], pc->comm, held ? held : whole, b - a, TD_F32, peer, MUON_TAG);
-            reqs++;
         }
     }
-    for (int q = 0; q < reqs; q++) {
-        td_wait(req[q]);
-        td_request_free(req[q]);
-    }
-    td_free(req);
+    msgs_wait(&q);
 }
 
 void td_muon_step_pieces(const td_step_group *grp, const float *const *g, const td_step_range *r,
@@ -161,5 +171,120 @@ void td_muon_step_pieces(const td_step_group *grp, const float *const *g, const 
     td_dev_free(mat);
     td_dev_free(u);
     td_free(u_of);
+    td_free(m);
+}
+
+/* ---- tensor parallelism ------------------------------------------------
+ * Each tp rank holds block k of a split matrix: rows [k R/tp, (k+1) R/tp)
+ * (column-parallel, split_dim 0: q, k, v, fc) or columns (row-parallel,
+ * split_dim 1: the projections). The split matrices take owners
+ * round-robin over the tp group in table order; the owner receives the
+ * blocks in rank order, lays them out as the whole matrix (a 2-D copy for
+ * column blocks), orthogonalizes it and sends each block back. The rows
+ * tp replicates (whole on every rank) step as in one process. */
+typedef struct {
+    float *u, *p, *m;  /* this rank's block (u: its update) */
+    const float *g;
+    size_t n;          /* the block's elements */
+    int rows, cols;    /* the whole logical matrix's */
+    int dim, owner;    /* the split dimension (0, 1), its owner on tp */
+    size_t at;         /* the owner's: its place in the gather buffers */
+} tmatrix;
+
+/* block k of x's whole matrix between the owner's block-ordered staging
+ * (blocks[k n, (k+1) n)) and the row-major matrix, either way */
+static void tp_layout(const tmatrix *x, int tp, float *whole, float *blocks, int to_whole) {
+    if (x->dim == 0) { /* row blocks in rank order are the matrix */
+        if (to_whole) td_dev_copy(whole, blocks, x->n * tp * sizeof(float));
+        else td_dev_copy(blocks, whole, x->n * tp * sizeof(float));
+        return;
+    }
+    size_t w = (size_t)(x->cols / tp), pitch = (size_t)x->cols * sizeof(float);
+    for (int k = 0; k < tp; k++) {
+        float *col = whole + (size_t)k * w, *blk = blocks + (size_t)k * x->n;
+        if (to_whole) td_dev_copy_2d(col, pitch, blk, w * sizeof(float), w * sizeof(float), (size_t)x->rows);
+        else td_dev_copy_2d(blk, w * sizeof(float), col, pitch, w * sizeof(float), (size_t)x->rows);
+    }
+}
+
+static void tp_exchange(const td_step_group *grp, const tmatrix *m, int n, float *blocks, int to_owner) {
+    msgs q = {0};
+    int me = grp->t->tp_rank;
+    for (int i = 0; i < n; i++) {
+        const tmatrix *x = &m[i];
+        if (x->owner != me) { /* my block, to or from the owner */
+            msg_start(&q, grp->tp_group, x->u, x->n, x->owner, to_owner);
+            continue;
+        }
+        for (int k = 0; k < grp->tp; k++) {
+            float *blk = blocks + x->at + (size_t)k * x->n;
+            if (k == me && to_owner) td_dev_copy(blk, x->u, x->n * sizeof(float));
+            else if (k == me) td_dev_copy(x->u, blk, x->n * sizeof(float));
+            else msg_start(&q, grp->tp_group, blk, x->n, k, !to_owner);
+        }
+    }
+    msgs_wait(&q);
+}
+
+void td_muon_step_tp(const td_step_group *grp, const float *const *g, const td_step_range *r, int n_ranges,
+                     float lr, int step, float grad_scale) {
+    const td_param_table *t = grp->t;
+    const td_optim_config *o = grp->optim;
+    const td_ops *ops = td_ops_for(TD_K_F32);
+    int tp = grp->tp, cap = 0, n = 0, next = 0;
+    for (int j = 0; j < t->n_rows; j++)
+        if (td_muon_row(&t->rows[j])) cap += t->rows[j].groups > 1 ? t->rows[j].groups : 1;
+    tmatrix *m = td_alloc(sizeof *m * (size_t)(cap > 0 ? cap : 1), TD_MEM_OTHER);
+    float mlr = td_muon_lr(o, lr);
+    td_muon_hyper h = {mlr, o->muon_momentum, grad_scale, o->muon_nesterov};
+    size_t owned = 0;
+    for (int i = 0; i < n_ranges; i++) {
+        /* the replicated rows and AdamW's through the whole-matrix step */
+        td_muon_update_on(ops, r[i].p, g[i], r[i].m, r[i].v, r[i].lo, r[i].lo + r[i].n, t, o, lr, step,
+                          grad_scale, 1);
+        for (int j = 0; j < t->n_rows; j++) {
+            const td_param *row = &t->rows[j];
+            if (!td_muon_row(row) || td_param_tp_replicated(row) || row->numel == 0) continue;
+            if (row->offset < r[i].lo || row->offset >= r[i].lo + r[i].n) continue;
+            TD_ASSERT(row->offset + row->numel <= r[i].lo + r[i].n); /* whole rows on a tp rank */
+            int parts = row->groups > 1 ? row->groups : 1;
+            TD_ASSERT(parts == 1 || row->split_dim == 0);
+            int R = row->local_shape[0] / parts, C = row->local_shape[1];
+            for (int q = 0; q < parts; q++) {
+                tmatrix *x = &m[n++];
+                size_t k = row->offset - r[i].lo + (size_t)q * (size_t)R * (size_t)C;
+                x->p = r[i].p + k, x->m = r[i].m + k, x->g = g[i] + k;
+                x->n = (size_t)R * (size_t)C;
+                x->dim = row->split_dim;
+                x->rows = x->dim == 0 ? R * tp : R, x->cols = x->dim == 1 ? C * tp : C;
+                x->owner = next++ % tp;
+                x->at = owned;
+                if (x->owner == t->tp_rank) owned += x->n * (size_t)tp;
+            }
+        }
+    }
+    size_t mine = 0;
+    for (int i = 0; i < n; i++) mine += m[i].n;
+    float *u = td_dev_alloc(sizeof(float) * (mine > 0 ? mine : 1), TD_MEM_OPTIM, "muon update blocks");
+    float *blocks = td_dev_alloc(sizeof(float) * (owned > 0 ? owned : 1), TD_MEM_OPTIM, "muon gathered blocks");
+    float *whole = td_dev_alloc(sizeof(float) * (owned > 0 ? owned : 1), TD_MEM_OPTIM, "muon gathered matrices");
+    for (size_t i = 0, k = 0; i < (size_t)n; k += m[i].n, i++) {
+        m[i].u = u + k;
+        ops->muon_momentum(m[i].u, m[i].g, m[i].m, m[i].n, &h);
+    }
+    td_dev_sync(); /* the blocks are sent from here */
+    tp_exchange(grp, m, n, blocks, 1);
+    for (int i = 0; i < n; i++)
+        if (m[i].owner == t->tp_rank) {
+            tp_layout(&m[i], tp, whole + m[i].at, blocks + m[i].at, 1);
+            ops->muon_ns(whole + m[i].at, m[i].rows, m[i].cols);
+            tp_layout(&m[i], tp, whole + m[i].at, blocks + m[i].at, 0);
+        }
+    td_dev_sync();
+    tp_exchange(grp, m, n, blocks, 0);
+    for (int i = 0; i < n; i++) ops->muon_apply(m[i].p, m[i].u, m[i].n, m[i].rows, m[i].cols, mlr, o->muon_wd);
+    td_dev_free(whole);
+    td_dev_free(blocks);
+    td_dev_free(u);
     td_free(m);
 }

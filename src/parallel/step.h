@@ -109,6 +109,10 @@ td_step_result td_step_apply(const td_step_group *grp, const float *grads, const
  * groups. */
 void td_muon_step_pieces(const td_step_group *grp, const float *const *g, const td_step_range *r,
                          int n_ranges, float lr, int step, float grad_scale);
+/* The same under tensor parallelism (grp->tp > 1, ranges holding whole
+ * rows): the split matrices' blocks gathered over tp. Collective over tp. */
+void td_muon_step_tp(const td_step_group *grp, const float *const *g, const td_step_range *r, int n_ranges,
+                     float lr, int step, float grad_scale);
 
 /* The smallest of the ranks' rows over a group (collective over it). */
 int td_step_agree_row(td_comm *group, int group_size, int row);

@@ -1,6 +1,6 @@
 #!/bin/bash
-# --optimizer muon through the trainer (issue 42): dp 2, ZeRO-1 and -3 and
-# pp 2 x cp 2 pass trident verify against its one-process oracle (the update
+# --optimizer muon through the trainer (issue 42): ZeRO-1 and -3 over dp 2,
+# tp 2 x cp 2 and pp 2 x tp 2 pass trident verify against its one-process oracle (the update
 # within its tolerance), a resume from
 # step 2 (its --optimizer from the checkpoint) and --device guard give
 # one process's bits; a resume with the other optimizer is refused, Muon differs from
@@ -35,10 +35,12 @@ run res "$T" train "${A[@]}" --resume latest
 cmp -s "$tmp/eone/m.st" "$tmp/eguard/m.st" && echo "ok guard: bitwise" || fail "guard: not one process's bits"
 cmp -s "$tmp/eone/m.st" "$tmp/eres/m.st" && echo "ok resume: bitwise" || fail "resume: not one process's bits"
 # layouts against the one-process oracle of trident verify (its Muon step
-# too): dp 2 all-reduce; ZeRO-1 (each matrix gathered to its owner,
-# orthogonalized there, scattered back) with clipping, within the Muon
-# tolerance of verify_tol.c; ZeRO-3 without clipping, whose update is then
-# one process's bits (largest difference 0); pp 2 x cp 2.
+# too). ZeRO-1 with clipping (each matrix gathered to its owner,
+# orthogonalized there, scattered back), within the Muon tolerance of
+# verify_tol.c; ZeRO-3 without clipping, whose update is then one process's
+# bits (largest difference 0); tp 2 x cp 2 (GPT-2: c_attn's q, k, v
+# gathered over tp as matrices of their own, c_proj's column blocks) and
+# pp 2 x tp 2 (Llama: q, k, v, o, gate, up, down), with clipping.
 # verify_layout NAME WANT NP FLAGS...: passes, and its update line says WANT
 verify_layout() {
   local name=$1 want=$2 np=$3; shift 3
@@ -46,10 +48,10 @@ verify_layout() {
     grep -q "verify: the update matches.*$want" "$tmp/v$name.log" &&
     echo "ok $name: $(grep 'update matches' "$tmp/v$name.log")" || { fail "verify $name"; cat "$tmp/v$name.log"; }
 }
-verify_layout dp2 "" 2 --dp 2
 verify_layout dp2-zero1 "" 2 --dp 2 --zero 1
 verify_layout dp2-zero3-noclip "largest difference 0 of" 2 --dp 2 --zero 3 --clip 0
-verify_layout pp2-cp2 "" 4 --pp 2 --cp 2
+verify_layout tp2-cp2 "" 4 --tp 2 --cp 2
+verify_layout pp2-tp2-llama "" 4 --pp 2 --tp 2 --arch llama
 d=$($PY "$HERE/st_maxdiff.py" "$tmp/eone/m.st" "$tmp/eadamw/m.st" | awk '{print $2}')
 $PY -c "import sys; sys.exit(0 if float('$d') > 1e-3 else 1)" && echo "ok muon moves off adamw: $d" ||
   fail "muon: maxdiff $d from adamw, not muon's step"
@@ -59,7 +61,7 @@ refuse() {
   local out; out=$("$@" 2>&1) && fail "accepted: $*"
   grep -q -- "$want" <<< "$out" && echo "ok refused: $want" || { fail "wanted '$want', got: $out"; }
 }
-refuse "does not combine with --tp > 1 yet" "$T" train "${M[@]}" --tp 2
+refuse "does not combine with --tp > 1 with ZeRO" "$T" train "${M[@]}" --tp 2 --dp 2 --zero 1
 refuse "does not combine with a --dp-mode other than allreduce" "$T" train "${M[@]}" --dp 2 --dp-mode reduce-broadcast
 refuse "does not combine with --precision bf16 yet" "$T" train "${M[@]}" --precision bf16
 refuse "does not combine with --moe-experts yet" "$T" train "${M[@]}" --moe-experts 2
