@@ -15,8 +15,17 @@
 #include "step.h"
 #include "trident/backend.h"
 #include "trident/base.h"
+#include "trident/parallel.h" /* td_muon_traffic */
 
 #define MUON_TAG 4242 /* below td_comm_tag_limit(): MPI guarantees 32767 */
+
+/* the last exchange's bytes sent by this rank: counted by the comm layer,
+ * and the formula's (td_muon_traffic) */
+static uint64_t g_sent, g_formula;
+
+void td_muon_traffic(uint64_t *sent, uint64_t *formula) {
+    *sent = g_sent, *formula = g_formula;
+}
 
 typedef struct {
     int piece;         /* the step range / piece it lies in */
@@ -155,11 +164,23 @@ void td_muon_step_pieces(const td_step_group *grp, const float *const *g, const 
                                       ri->m + (a - ri->lo), b - a, &h);
     }
     td_dev_sync(); /* the slices are sent from here */
+    /* the formula: a holder sends its slice of each matrix it does not own
+     * there, an owner the other slices of its own back */
+    g_formula = 0;
+    for (int i = 0; i < n; i++) {
+        const td_step_piece *pc = &grp->pieces[m[i].piece];
+        size_t a, b;
+        slice_of(pc, &m[i], pc->rank, &a, &b);
+        size_t mine = a < b ? b - a : 0;
+        g_formula += sizeof(float) * (m[i].owner == pc->rank ? m[i].n - mine : mine);
+    }
+    uint64_t sent0 = td_comm_sent_bytes();
     exchange(grp, m, n, u_of, r, mat, 1);
     for (int i = 0; i < n; i++)
         if (m[i].owner == grp->pieces[m[i].piece].rank) ops->muon_ns(mat + m[i].at, m[i].rows, m[i].cols);
     td_dev_sync();
     exchange(grp, m, n, u_of, r, mat, 0);
+    g_sent = td_comm_sent_bytes() - sent0;
     /* 4. this rank's slice of each update */
     for (int i = 0; i < n; i++) {
         const td_step_range *ri = &r[m[i].piece];
@@ -273,6 +294,10 @@ void td_muon_step_tp(const td_step_group *grp, const float *const *g, const td_s
         ops->muon_momentum(m[i].u, m[i].g, m[i].m, m[i].n, &h);
     }
     td_dev_sync(); /* the blocks are sent from here */
+    /* the formula: a block to each matrix's owner, tp - 1 blocks back from it */
+    g_formula = 0;
+    for (int i = 0; i < n; i++) g_formula += sizeof(float) * m[i].n * (m[i].owner == t->tp_rank ? (size_t)(tp - 1) : 1);
+    uint64_t sent0 = td_comm_sent_bytes();
     tp_exchange(grp, m, n, blocks, 1);
     for (int i = 0; i < n; i++)
         if (m[i].owner == t->tp_rank) {
@@ -282,6 +307,7 @@ void td_muon_step_tp(const td_step_group *grp, const float *const *g, const td_s
         }
     td_dev_sync();
     tp_exchange(grp, m, n, blocks, 0);
+    g_sent = td_comm_sent_bytes() - sent0;
     for (int i = 0; i < n; i++) ops->muon_apply(m[i].p, m[i].u, m[i].n, m[i].rows, m[i].cols, mlr, o->muon_wd);
     td_dev_free(whole);
     td_dev_free(blocks);

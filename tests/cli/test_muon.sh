@@ -52,6 +52,12 @@ verify_layout dp2-zero1 "" 2 --dp 2 --zero 1
 verify_layout dp2-zero3-noclip "largest difference 0 of" 2 --dp 2 --zero 3 --clip 0
 verify_layout tp2-cp2 "" 4 --tp 2 --cp 2
 verify_layout pp2-tp2-llama "" 4 --pp 2 --tp 2 --arch llama
+# the report's Muon exchange: the bytes the comm layer counted are the formula's
+for name in dp2-zero1 tp2-cp2; do
+  line=$(grep "muon exchange per step" "$tmp/v$name.log")
+  [[ "$line" =~ ([0-9]+)\ bytes\ sent\ \(formula\ ([0-9]+)\) ]] && [ "${BASH_REMATCH[1]}" = "${BASH_REMATCH[2]}" ] &&
+    [ "${BASH_REMATCH[1]}" -gt 0 ] && echo "ok $name: $line" || fail "$name: muon traffic line: '$line'"
+done
 # reshard: saved under dp 2 ZeRO-1 (the momentum m in shards), resumed in
 # one process: the resumed steps' losses within 1e-5 relative of the
 # uninterrupted run's, as test_resume.sh's matrix allows AdamW
