@@ -117,6 +117,7 @@ td_mem_plan td_dp_memory_plan(const td_dp_config *cfg, const td_layout *lay,
     memset(&p, 0, sizeof p);
     td_dp_config c = forward_cfg(cfg);
     ops_of(&c)->plan(&c, lay, t, &p);
+    td_muon_plan(&c, lay, t, &p);
     return p;
 }
 

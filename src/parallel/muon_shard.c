@@ -12,10 +12,11 @@
  * (kernels/muon.c), so a matrix's update is one process's bits for the
  * same gradient. Messages are point to point on the piece's group, posted
  * in matrix order on every rank (MPI's matching order keeps them apart). */
-#include "step.h"
+#include "dp_internal.h" /* step.h, td_muon_plan */
 #include "trident/backend.h"
 #include "trident/base.h"
 #include "trident/parallel.h" /* td_muon_traffic */
+#include "trident/param_slices.h"
 
 #define MUON_TAG 4242 /* below td_comm_tag_limit(): MPI guarantees 32767 */
 
@@ -247,6 +248,11 @@ static void tp_exchange(const td_step_group *grp, const tmatrix *m, int n, float
     msgs_wait(&q);
 }
 
+/* the rows whose matrices td_muon_step_tp gathers over tp: Muon's, split */
+static int tp_gathered(const td_param *row) {
+    return td_muon_row(row) && !td_param_tp_replicated(row) && row->numel > 0;
+}
+
 void td_muon_step_tp(const td_step_group *grp, const float *const *g, const td_step_range *r, int n_ranges,
                      float lr, int step, float grad_scale) {
     const td_param_table *t = grp->t;
@@ -265,7 +271,7 @@ void td_muon_step_tp(const td_step_group *grp, const float *const *g, const td_s
                           grad_scale, 1);
         for (int j = 0; j < t->n_rows; j++) {
             const td_param *row = &t->rows[j];
-            if (!td_muon_row(row) || td_param_tp_replicated(row) || row->numel == 0) continue;
+            if (!tp_gathered(row)) continue;
             if (row->offset < r[i].lo || row->offset >= r[i].lo + r[i].n) continue;
             TD_ASSERT(row->offset + row->numel <= r[i].lo + r[i].n); /* whole rows on a tp rank */
             int parts = row->groups > 1 ? row->groups : 1;
@@ -313,4 +319,43 @@ void td_muon_step_tp(const td_step_group *grp, const float *const *g, const td_s
     td_dev_free(blocks);
     td_dev_free(u);
     td_free(m);
+}
+
+/* ---- the memory plan ----------------------------------------------------
+ * The step's buffers as td_muon_step_pieces and td_muon_step_tp allocate
+ * them (TD_MEM_OPTIM, for the step): ZeRO: the update of this rank's shard
+ * and the matrices it owns; tp: the update of its blocks, the owned
+ * matrices' blocks and the matrices laid out whole. */
+void td_muon_plan(const td_dp_config *cfg, const td_layout *lay, const td_param_table *t, td_mem_plan *p) {
+    if (cfg->optim.optimizer != TD_OPT_MUON || cfg->forward_only) return;
+    size_t bufs[3] = {0, 0, 0};
+    int nb = 0;
+    if (cfg->zero > 0) { /* ZeRO's pieces: every unit over the shard group (experts: refused) */
+        int S = td_layout_shard_ranks(lay), n_pc = 0, n = 0, ex[TD_UNIT_PIECES];
+        size_t lo[TD_UNIT_PIECES], len[TD_UNIT_PIECES], owned = 0;
+        td_step_piece *pc = td_alloc(sizeof *pc * TD_UNIT_PIECES * (size_t)t->n_units, TD_MEM_OTHER);
+        for (int u = 0; u < t->n_units; u++)
+            for (int k = 0, np = td_param_unit_pieces(t, u, lo, len, ex); k < np; k++, n_pc++) {
+                pc[n_pc] = (td_step_piece){lo[k], len[k], NULL, S, lay->dp_rank % S};
+                bufs[0] += len[k] / (size_t)S;
+            }
+        td_step_group grp = {0};
+        grp.t = t, grp.pieces = pc;
+        td_free(matrices(&grp, n_pc, &n, &owned));
+        td_free(pc);
+        bufs[1] = owned, nb = 2;
+    } else if (lay->tp > 1) {
+        int next = 0;
+        for (int j = 0; j < t->n_rows; j++) {
+            const td_param *row = &t->rows[j];
+            if (!tp_gathered(row)) continue;
+            int parts = row->groups > 1 ? row->groups : 1;
+            size_t each = row->numel / (size_t)parts;
+            bufs[0] += row->numel;
+            for (int q = 0; q < parts; q++)
+                if (next++ % lay->tp == t->tp_rank) bufs[1] += each * (size_t)lay->tp;
+        }
+        bufs[2] = bufs[1], nb = 3;
+    }
+    for (int i = 0; i < nb; i++) td_plan_dev(p, TD_MEM_OPTIM, sizeof(float) * (bufs[i] > 0 ? bufs[i] : 1));
 }

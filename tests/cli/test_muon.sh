@@ -58,6 +58,18 @@ for name in dp2-zero1 tp2-cp2; do
   [[ "$line" =~ ([0-9]+)\ bytes\ sent\ \(formula\ ([0-9]+)\) ]] && [ "${BASH_REMATCH[1]}" = "${BASH_REMATCH[2]}" ] &&
     [ "${BASH_REMATCH[1]}" -gt 0 ] && echo "ok $name: $line" || fail "$name: muon traffic line: '$line'"
 done
+# the memory plan holds Muon's gather buffers: each rank's optimizer bytes
+# planned equal those measured (the moments and the step's buffers)
+for name in dp2-zero1 tp2-cp2; do
+  $PY - "$tmp/v$name.log" <<'PYEOF' && echo "ok $name: optimizer memory as planned" || fail "$name: optimizer memory not as planned"
+import re, sys
+table = open(sys.argv[1]).read().split("planned vs measured peak after step 1")[1].split("\ndone:")[0]
+pair = r"([\d.]+ \w*B)/([\d.]+ \w*B)"
+cells = [re.findall(pair, l)[2] for l in table.splitlines() if re.match(r"^\s+\d+\s", l)]  # params, grads, optimizer
+print("  optimizer planned/measured per rank: " + ", ".join("/".join(c) for c in cells))
+sys.exit(0 if cells and all(a == b for a, b in cells) else 1)
+PYEOF
+done
 # reshard: saved under dp 2 ZeRO-1 (the momentum m in shards), resumed in
 # one process: the resumed steps' losses within 1e-5 relative of the
 # uninterrupted run's, as test_resume.sh's matrix allows AdamW
