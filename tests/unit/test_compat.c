@@ -256,10 +256,10 @@ static const char *breaking(td_rule_id id, td_compat_cfg *c) {
         return "--batch-rampup 3:3:60: START 3 and INCREMENT 3 must be multiples of dp 2 x 6 sequences per "
                "micro-batch (--batch 12 / (dp x --micro-batches 1)) = 12, so that every size is whole micro-batches";
     case TD_RULE_MUON_LAYOUT:
-        c->optimizer = 1, c->tp = 2;
-        return "--optimizer muon does not combine with --tp > 1 yet: Muon orthogonalizes whole matrices, which "
-               "this first cut steps only where every rank holds all of their gradient; use one process or --dp "
-               "with --dp-mode allreduce, or --optimizer adamw";
+        c->optimizer = 1, c->tp = 2, c->dp = 2, c->zero = 1;
+        return "--optimizer muon does not combine with --tp > 1 with ZeRO (--zero, --dp-shard) yet: a matrix would "
+               "be cut twice (tp blocks, each in ZeRO shards) and the two gathers are not chained; use --tp with "
+               "--zero 0, or ZeRO with --tp 1, or --optimizer adamw";
     case TD_RULE_MUON_PRECISION:
         c->optimizer = 1, c->precision = 1, c->precision_name = "bf16";
         return "--optimizer muon does not combine with --precision bf16 yet: its Newton-Schulz iterations run in "
