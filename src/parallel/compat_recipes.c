@@ -64,6 +64,20 @@ SAY(muon_precision) {
              S(c->precision_name));
 }
 
+/* the matrices' gather and scatter are point-to-point messages of whole
+ * slices, which on a device the comm layer stages in blocks the memory
+ * plan (td_run_staging_shape) does not size for them yet */
+OK(muon_device) {
+    int cut = c->zero > 0 || c->dp_shard > 0 || c->tp > 1;
+    return c->optimizer != TD_OPT_MUON || c->device <= 0 || !cut;
+}
+SAY(muon_device) {
+    snprintf(buf, n,
+             "--optimizer muon does not combine with --device %s and %s yet: the matrices' gather to their "
+             "owners is not staged for device memory; use --device cpu, or --tp 1 with --zero 0",
+             S(c->device_name), c->tp > 1 ? "--tp > 1" : "ZeRO (--zero, --dp-shard)");
+}
+
 /* ---- --batch-rampup (issue 42) --------------------------------------- */
 
 /* the step's micro-batch count varies with the batch: a pipeline schedule

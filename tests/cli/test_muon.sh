@@ -95,6 +95,7 @@ refuse() {
 }
 refuse "does not combine with --tp > 1 with ZeRO" "$T" train "${M[@]}" --tp 2 --dp 2 --zero 1
 refuse "does not combine with a --dp-mode other than allreduce" "$T" train "${M[@]}" --dp 2 --dp-mode reduce-broadcast
+refuse "does not combine with --device guard and ZeRO" "$T" train "${M[@]}" --zero 1 --device guard
 refuse "does not combine with --precision bf16 yet" "$T" train "${M[@]}" --precision bf16
 refuse "does not combine with --moe-experts yet" "$T" train "${M[@]}" --moe-experts 2
 refuse "the checkpoint was trained with --optimizer muon" "$T" train "${A[@]}" --optimizer adamw --resume "$tmp/res/step-00000002" --out "$tmp/res2"

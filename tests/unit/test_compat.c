@@ -264,6 +264,10 @@ static const char *breaking(td_rule_id id, td_compat_cfg *c) {
         c->optimizer = 1, c->precision = 1, c->precision_name = "bf16";
         return "--optimizer muon does not combine with --precision bf16 yet: its Newton-Schulz iterations run in "
                "fp32 only; use --precision fp32, or --optimizer adamw";
+    case TD_RULE_MUON_DEVICE:
+        c->optimizer = 1, c->tp = 2, c->device = 1, c->device_name = "guard";
+        return "--optimizer muon does not combine with --device guard and --tp > 1 yet: the matrices' gather "
+               "to their owners is not staged for device memory; use --device cpu, or --tp 1 with --zero 0";
     case TD_RULE_N:
         break;
     }
