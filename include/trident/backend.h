@@ -278,6 +278,14 @@ typedef struct {
                            const float *stats, const td_moe_router_shape *s);
     /* muon (issue 42): Muon's step on each span (fp32 in every row) */
     void (*muon)(const struct td_muon_span *spans, int n, const struct td_muon_hyper *h);
+    /* the same step in its three parts, for a matrix cut over ranks
+     * (kernels.h td_muon_momentum, td_muon_ns with 5 steps, td_muon_apply):
+     * the elementwise halves on a shard, the orthogonalization of the
+     * gathered [rows, cols] matrix x on its owner */
+    void (*muon_momentum)(float *u, const float *g, float *m, size_t n,
+                          const struct td_muon_hyper *h);
+    void (*muon_ns)(float *x, int rows, int cols);
+    void (*muon_apply)(float *p, const float *u, size_t n, int rows, int cols, float lr, float wd);
 } td_ops;
 
 /* The run's backend's row for a precision (never NULL: every backend has

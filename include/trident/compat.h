@@ -106,8 +106,9 @@ typedef enum {
     TD_RULE_RAMPUP_LAYOUT,  /* issue 42: --batch-rampup's layouts */
     TD_RULE_RAMPUP_DIVIDES, /* every ramp size splits into whole micro-batches */
     TD_RULE_RAMPUP_INTERLEAVED, /* and, interleaved, into a multiple of pp of them */
-    TD_RULE_MUON_LAYOUT,    /* issue 42: --optimizer muon's layouts (a first cut) */
+    TD_RULE_MUON_LAYOUT,    /* issue 42: --optimizer muon's layouts */
     TD_RULE_MUON_PRECISION, /* issue 42: Muon's fp32 Newton-Schulz only */
+    TD_RULE_MUON_DEVICE,    /* its matrices' exchange on the cpu device only */
     TD_RULE_N
 } td_rule_id;
 

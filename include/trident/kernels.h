@@ -181,6 +181,13 @@ void td_muon_ns(float *x, int rows, int cols, int steps);
 void td_muon_ns_ref(double *x, int rows, int cols, int steps);
 void td_muon_update(float *p, const float *g, float *buf, int rows, int cols, float lr,
                     float momentum, int nesterov, float wd, float grad_scale);
+/* td_muon_update's halves around td_muon_ns, elementwise (a shard at a
+ * time): the momentum (buf, and u the matrix to orthogonalize) and the
+ * update p = p (1 - lr wd) - lr sqrt(max(1, rows/cols)) u, rows and cols
+ * the whole logical matrix's. */
+void td_muon_momentum(float *u, const float *g, float *buf, size_t n, float momentum,
+                      int nesterov, float grad_scale);
+void td_muon_apply(float *p, const float *u, size_t n, int rows, int cols, float lr, float wd);
 int64_t td_range_first_nonfinite(const float *x, size_t n);
 void td_range_scale(float *x, float s, size_t n);
 void td_range_add(float *dst, const float *src, size_t n);

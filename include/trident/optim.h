@@ -111,10 +111,19 @@ int td_muon_row(const td_param *r);
 /* --optimizer muon on [lo, hi): Muon (ops->muon, momentum buffer m, lr
  * muon_lr x lr / o->lr) on each logical matrix of the Muon rows, which
  * must lie whole inside the range, AdamW (td_adamw_update_on's
- * arithmetic) on the rest; v of Muon's rows stays untouched. */
+ * arithmetic) on the rest; v of Muon's rows stays untouched.
+ * replicated_only: leaves out the Muon rows split over tp (stepped by
+ * src/parallel/muon_shard.c, which gathers their blocks). */
 void td_muon_update_on(const td_ops *ops, float *p, const float *g, float *m, float *v, size_t lo,
                        size_t hi, const td_param_table *t, const td_optim_config *o, float lr,
-                       int step, float grad_scale);
+                       int step, float grad_scale, int replicated_only);
+/* Its AdamW half alone (the rows of [lo, hi) that are not Muon's), for the
+ * layouts that step Muon's matrices elsewhere (src/parallel/muon_shard.c). */
+void td_muon_adamw_rest(const td_ops *ops, float *p, const float *g, float *m, float *v, size_t lo,
+                        size_t hi, const td_param_table *t, const td_optim_config *o, float lr,
+                        int step, float grad_scale);
+/* Muon's learning rate at the step whose AdamW lr is lr: muon_lr x lr / o->lr. */
+float td_muon_lr(const td_optim_config *o, float lr);
 
 /* Sum of squares of x[0..n) in double through a row whose memory is host
  * memory (td_ops_cpu: the oracles), in td_sumsq's fixed order (blocks of

@@ -321,6 +321,11 @@ void td_dp_set_grad_probe(td_grad_probe fn, void *ctx);
  * it (td_comm_sent_bytes over the gradient reduction's calls), beside the
  * bytes an fp32 reduction of the same elements hands to the comm layer. */
 void td_dp_grad_traffic(const td_dp *dp, uint64_t *sent, uint64_t *dense);
+/* --optimizer muon on a layout that cuts its matrices (ZeRO, tp): the last
+ * step's gather-and-scatter bytes this rank sent, as the comm layer counted
+ * them, and as the formula of src/parallel/muon_shard.c says (both 0
+ * where every rank holds its matrices whole). */
+void td_muon_traffic(uint64_t *sent, uint64_t *formula);
 
 /* Staleness statistics (ps): max and mean observed. */
 void td_dp_staleness(const td_dp *dp, int *max_seen, double *mean_seen);

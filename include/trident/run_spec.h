@@ -181,6 +181,8 @@ typedef struct {
      * sent, the formula's bytes, chunk pairs computed and skipped by the
      * causal mask) and its wait time per step, averaged over the timed steps */
     uint64_t cp_sent_bytes, cp_formula_bytes, cp_pairs, cp_skipped;
+    /* --optimizer muon: the last step's matrix gather and scatter (td_muon_traffic) */
+    uint64_t muon_sent_bytes, muon_formula_bytes;
     double cp_wait_ms;
     /* this rank's host traffic in the last training step (backend.h: the
      * named copies between host and device memory, by purpose) */

@@ -163,6 +163,12 @@ static void cpu_muon(const td_muon_span *s, int n, const td_muon_hyper *h) {
                        h->nesterov, s[i].wd, h->grad_scale);
 }
 
+static void cpu_muon_momentum(float *u, const float *g, float *m, size_t n, const td_muon_hyper *h) {
+    td_muon_momentum(u, g, m, n, h->momentum, h->nesterov, h->grad_scale);
+}
+
+static void cpu_muon_ns(float *x, int rows, int cols) { td_muon_ns(x, rows, cols, 5); }
+
 /* ---- model-ops: the model's former host loops ------------------------- */
 
 static void cpu_sum(double *dst, const float *x, size_t n) {
@@ -204,7 +210,8 @@ MOE_ROW(TD_K_F16, f16)
     .xent_exp_sum = td_xent_exp_sum, .xent_finish = td_xent_finish, .xent_bwd = td_xent_backward, \
     .sumsq = cpu_sumsq, .first_nonfinite = cpu_first_nonfinite, .scale = td_range_scale,          \
     .add = td_range_add, .adamw = cpu_adamw, MODEL_OPS_ENTRIES, .moe_scores = td_moe_router_scores, \
-    .moe_router_bwd = td_moe_router_backward, .muon = cpu_muon
+    .moe_router_bwd = td_moe_router_backward, .muon = cpu_muon,               \
+    .muon_momentum = cpu_muon_momentum, .muon_ns = cpu_muon_ns, .muon_apply = td_muon_apply
 /* model-ops */
 #define MODEL_OPS_ENTRIES .sum = cpu_sum, .fill = cpu_fill
 

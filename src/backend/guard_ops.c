@@ -219,7 +219,13 @@ static size_t kt_size(td_ktype t) { return t == TD_K_F32 ? sizeof(float) : 2; }
       (dl, dw, lg, sc, idx, gate, wts, st, s))                                                     \
     /* muon: p, m, g of rows x cols floats per span */                                             \
     X(P, muon, (const td_muon_span *sp, int n, const td_muon_hyper *h), (want_muon(sp, n)),       \
-      (sp, n, h))
+      (sp, n, h))                                                                                 \
+    X(P, muon_momentum, (float *u, const float *g, float *m, size_t n, const td_muon_hyper *h),   \
+      (R(u, FS * n), R(g, FS * n), R(m, FS * n)), (u, g, m, n, h))                                 \
+    X(P, muon_ns, (float *x, int rows, int cols), (R(x, FS * (size_t)rows * (size_t)cols)),       \
+      (x, rows, cols))                                                                             \
+    X(P, muon_apply, (float *p, const float *u, size_t n, int rows, int cols, float lr, float wd), \
+      (R(p, FS * n), R(u, FS * n)), (p, u, n, rows, cols, lr, wd))
 
 #define GUARD_ID(...) __VA_ARGS__
 

@@ -116,6 +116,26 @@ void td_muon_ns_ref(double *x, int rows, int cols, int steps) {
     NS_BODY(double, x, rows, cols, steps);
 }
 
+/* The speedrun's Muon.step split in its elementwise halves, so that a
+ * sharded layout runs them on its shards and only the orthogonalization on
+ * the matrix's owner (src/parallel/muon_shard.c): the same float
+ * expressions whole or in pieces, so the bits agree. */
+void td_muon_momentum(float *u, const float *g, float *buf, size_t n, float momentum,
+                      int nesterov, float grad_scale) {
+    for (size_t i = 0; i < n; i++) {
+        float gi = g[i] * grad_scale;
+        buf[i] += (1.0f - momentum) * (gi - buf[i]);
+        u[i] = nesterov ? gi + momentum * (buf[i] - gi) : buf[i];
+    }
+}
+
+/* rows, cols: the whole logical matrix's, for the speedrun's shape scale */
+void td_muon_apply(float *p, const float *u, size_t n, int rows, int cols, float lr, float wd) {
+    float step_size = lr * sqrtf(rows > cols ? (float)rows / (float)cols : 1.0f);
+    float keep = 1.0f - lr * wd;
+    for (size_t i = 0; i < n; i++) p[i] = p[i] * keep - step_size * u[i];
+}
+
 /* The speedrun's Muon.step for one matrix: buf.lerp_(g, 1 - m); u = nesterov
  * ? g.lerp(buf, m) : buf; u = NS5(u); p *= 1 - lr wd; p -= lr
  * sqrt(max(1, rows/cols)) u. g is scaled by grad_scale first (clipping). */
@@ -124,14 +144,8 @@ void td_muon_update(float *p, const float *g, float *buf, int rows, int cols, fl
     size_t n = (size_t)rows * (size_t)cols;
     float *u = malloc(sizeof(float) * n);
     TD_ASSERT(u);
-    for (size_t i = 0; i < n; i++) {
-        float gi = g[i] * grad_scale;
-        buf[i] += (1.0f - momentum) * (gi - buf[i]);
-        u[i] = nesterov ? gi + momentum * (buf[i] - gi) : buf[i];
-    }
+    td_muon_momentum(u, g, buf, n, momentum, nesterov, grad_scale);
     td_muon_ns(u, rows, cols, 5);
-    float s = lr * sqrtf(rows > cols ? (float)rows / (float)cols : 1.0f);
-    float keep = 1.0f - lr * wd;
-    for (size_t i = 0; i < n; i++) p[i] = p[i] * keep - s * u[i];
+    td_muon_apply(p, u, n, rows, cols, lr, wd);
     free(u);
 }

@@ -19,16 +19,19 @@ int td_muon_row(const td_param *r) {
            r->kind != TD_T_WTE && r->kind != TD_T_WPE;
 }
 
-void td_muon_update_on(const td_ops *ops, float *p, const float *g, float *m, float *v, size_t lo,
-                       size_t hi, const td_param_table *t, const td_optim_config *o, float lr,
-                       int step, float grad_scale) {
-    TD_ASSERT(step >= 1 && lo <= hi && hi <= t->numel && ops->muon);
-    size_t rows = (size_t)(t->n_rows > 0 ? t->n_rows : 1), groups = 0;
-    for (int i = 0; i < t->n_rows; i++)
-        if (td_muon_row(&t->rows[i])) groups += (size_t)(t->rows[i].groups > 1 ? t->rows[i].groups : 1);
+float td_muon_lr(const td_optim_config *o, float lr) {
+    return o->lr > 0.0f ? o->muon_lr * (lr / o->lr) : o->muon_lr;
+}
+
+/* AdamW on the rows of [lo, hi) that are not Muon's; with mu set, Muon's
+ * spans (each logical matrix whole) into mu, their count into *nm. */
+static void muon_spans(const td_ops *ops, float *p, const float *g, float *m, float *v, size_t lo,
+                       size_t hi, const td_param_table *t, const td_optim_config *o, float lr, int step,
+                       float grad_scale, td_muon_span *mu, int *nm, int replicated_only) {
+    TD_ASSERT(step >= 1 && lo <= hi && hi <= t->numel);
+    size_t rows = (size_t)(t->n_rows > 0 ? t->n_rows : 1);
     td_adamw_span *sp = td_alloc(sizeof *sp * rows, TD_MEM_OTHER);
-    td_muon_span *mu = td_alloc(sizeof *mu * (groups > 0 ? groups : 1), TD_MEM_OTHER);
-    int n = 0, nm = 0;
+    int n = 0;
     for (int i = 0; i < t->n_rows; i++) {
         const td_param *r = &t->rows[i];
         size_t a = td_max_sz(lo, r->offset), b = td_min_sz(hi, r->offset + r->numel);
@@ -39,7 +42,8 @@ void td_muon_update_on(const td_ops *ops, float *p, const float *g, float *m, fl
             sp[n++] = s;
             continue;
         }
-        /* whole rows only: the layouts that cut one (ZeRO, ps) are refused */
+        if (!mu || (replicated_only && !td_param_tp_replicated(r))) continue;
+        /* whole rows only: the layouts that cut one step through muon_shard.c */
         TD_ASSERT(a == r->offset && b == r->offset + r->numel);
         int parts = r->groups > 1 ? r->groups : 1;
         int R = r->local_shape[0] / parts, C = r->local_shape[1];
@@ -47,14 +51,31 @@ void td_muon_update_on(const td_ops *ops, float *p, const float *g, float *m, fl
         for (int q = 0; q < parts; q++) {
             size_t off = k + (size_t)q * (size_t)R * (size_t)C;
             td_muon_span s = {p + off, m + off, g + off, R, C, o->muon_wd};
-            mu[nm++] = s;
+            mu[(*nm)++] = s;
         }
     }
     td_adamw_hyper h = td_adamw_hyper_of(o, lr, step, grad_scale);
     if (n) ops->adamw(sp, n, &h);
-    float mlr = o->lr > 0.0f ? o->muon_lr * (lr / o->lr) : o->muon_lr;
-    td_muon_hyper mh = {mlr, o->muon_momentum, grad_scale, o->muon_nesterov};
+    td_free(sp);
+}
+
+void td_muon_adamw_rest(const td_ops *ops, float *p, const float *g, float *m, float *v, size_t lo,
+                        size_t hi, const td_param_table *t, const td_optim_config *o, float lr,
+                        int step, float grad_scale) {
+    muon_spans(ops, p, g, m, v, lo, hi, t, o, lr, step, grad_scale, NULL, NULL, 0);
+}
+
+void td_muon_update_on(const td_ops *ops, float *p, const float *g, float *m, float *v, size_t lo,
+                       size_t hi, const td_param_table *t, const td_optim_config *o, float lr,
+                       int step, float grad_scale, int replicated_only) {
+    TD_ASSERT(ops->muon);
+    size_t groups = 0;
+    for (int i = 0; i < t->n_rows; i++)
+        if (td_muon_row(&t->rows[i])) groups += (size_t)(t->rows[i].groups > 1 ? t->rows[i].groups : 1);
+    td_muon_span *mu = td_alloc(sizeof *mu * (groups > 0 ? groups : 1), TD_MEM_OTHER);
+    int nm = 0;
+    muon_spans(ops, p, g, m, v, lo, hi, t, o, lr, step, grad_scale, mu, &nm, replicated_only);
+    td_muon_hyper mh = {td_muon_lr(o, lr), o->muon_momentum, grad_scale, o->muon_nesterov};
     if (nm) ops->muon(mu, nm, &mh);
     td_free(mu);
-    td_free(sp);
 }

@@ -619,6 +619,7 @@ static const td_compat_rule rules[TD_RULE_N] = {
     ROWB(TD_RULE_RAMPUP_INTERLEAVED, "rampup-interleaved", GRD, rampup_interleaved),
     ROW(TD_RULE_MUON_LAYOUT, "muon-layout", OPT, muon_layout),
     ROW(TD_RULE_MUON_PRECISION, "muon-precision", OPT, muon_precision),
+    ROW(TD_RULE_MUON_DEVICE, "muon-device", OPT, muon_device),
 };
 
 const td_compat_rule *td_compat_rules(void) { return rules; }

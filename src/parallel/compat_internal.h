@@ -15,6 +15,7 @@
 TD_ROW_FUNCS(topk_device)
 TD_ROW_FUNCS(muon_layout)
 TD_ROW_FUNCS(muon_precision)
+TD_ROW_FUNCS(muon_device)
 TD_ROW_FUNCS(rampup_layout)
 TD_ROW_FUNCS(rampup_divides)
 void brief_rampup_divides(const td_compat_cfg *c, char *buf, size_t n);

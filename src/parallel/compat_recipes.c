@@ -28,29 +28,34 @@ SAY(topk_device) {
              S(c->grad_compress_text), S(c->device_name));
 }
 
-/* ---- --optimizer muon (issue 42, a first cut) ------------------------
- * Muon orthogonalizes whole logical matrices, so every rank that steps one
- * needs all of its gradient: one process and dp all-reduce (each rank steps
- * every matrix, identically) are done; the layouts that cut a matrix or its
- * gradient (tp, ZeRO, ps, top-k), stage it (pp, cp) or route it (experts)
- * are not yet. */
+/* ---- --optimizer muon (issue 42) ----------------------------------
+ * Muon orthogonalizes whole logical matrices: src/parallel/muon_shard.c
+ * gathers each one to an owner over ZeRO's shard group or over tp. Not
+ * yet: both at once (a matrix cut twice), the modes whose state lives on a
+ * root or on servers, top-k (its reduction carries AdamW updates, not
+ * gradients), and each expert's matrix on its own. */
 static const char *muon_breaks(const td_compat_cfg *c) {
-    if (c->tp > 1) return "--tp > 1";
-    if (c->pp > 1) return "--pp > 1";
-    if (c->cp > 1) return "--cp > 1";
-    if (c->zero > 0 || c->dp_shard > 0) return "ZeRO (--zero, --dp-shard)";
+    if (c->tp > 1 && (c->zero > 0 || c->dp_shard > 0)) return "--tp > 1 with ZeRO (--zero, --dp-shard)";
     if (c->dp_mode != TD_DP_ALLREDUCE) return "a --dp-mode other than allreduce";
     if (c->experts > 0 || c->ep > 1) return "--moe-experts";
     if (c->topk_ratio > 0) return "--grad-compress topk";
     return NULL;
 }
+static const char *muon_why(const td_compat_cfg *c) {
+    if (c->tp > 1 && (c->zero > 0 || c->dp_shard > 0))
+        return "a matrix would be cut twice (tp blocks, each in ZeRO shards) and the two gathers are not chained; "
+               "use --tp with --zero 0, or ZeRO with --tp 1";
+    if (c->dp_mode != TD_DP_ALLREDUCE)
+        return "its gradients and state live on a root or on servers, for which the owners' exchange is not "
+               "written; use --dp-mode allreduce (with --zero for sharded state)";
+    if (c->experts > 0 || c->ep > 1)
+        return "each expert's matrices as matrices of their own are not written; use a dense model";
+    return "its reduction carries AdamW updates, not the gradients Muon orthogonalizes; use --grad-compress none";
+}
 OK(muon_layout) { return c->optimizer != TD_OPT_MUON || muon_breaks(c) == NULL; }
 SAY(muon_layout) {
-    snprintf(buf, n,
-             "--optimizer muon does not combine with %s yet: Muon orthogonalizes whole matrices, which "
-             "this first cut steps only where every rank holds all of their gradient; use one process "
-             "or --dp with --dp-mode allreduce, or --optimizer adamw",
-             S(muon_breaks(c)));
+    snprintf(buf, n, "--optimizer muon does not combine with %s yet: %s, or --optimizer adamw", S(muon_breaks(c)),
+             muon_why(c));
 }
 OK(muon_precision) { return c->optimizer != TD_OPT_MUON || c->precision == 0; }
 SAY(muon_precision) {
@@ -58,6 +63,20 @@ SAY(muon_precision) {
              "--optimizer muon does not combine with --precision %s yet: its Newton-Schulz iterations "
              "run in fp32 only; use --precision fp32, or --optimizer adamw",
              S(c->precision_name));
+}
+
+/* the matrices' gather and scatter are point-to-point messages of whole
+ * slices, which on a device the comm layer stages in blocks the memory
+ * plan (td_run_staging_shape) does not size for them yet */
+OK(muon_device) {
+    int cut = c->zero > 0 || c->dp_shard > 0 || c->tp > 1;
+    return c->optimizer != TD_OPT_MUON || c->device <= 0 || !cut;
+}
+SAY(muon_device) {
+    snprintf(buf, n,
+             "--optimizer muon does not combine with --device %s and %s yet: the matrices' gather to their "
+             "owners is not staged for device memory; use --device cpu, or --tp 1 with --zero 0",
+             S(c->device_name), c->tp > 1 ? "--tp > 1" : "ZeRO (--zero, --dp-shard)");
 }
 
 /* ---- --batch-rampup (issue 42) --------------------------------------- */

@@ -117,6 +117,7 @@ td_mem_plan td_dp_memory_plan(const td_dp_config *cfg, const td_layout *lay,
     memset(&p, 0, sizeof p);
     td_dp_config c = forward_cfg(cfg);
     ops_of(&c)->plan(&c, lay, t, &p);
+    td_muon_plan(&c, lay, t, &p);
     return p;
 }
 
@@ -234,7 +235,8 @@ td_step_group td_dp_step_group(const td_dp *dp, td_comm *group, int size, int sh
                        dp->loss_scale,
                        td_gpay_updates(&dp->cfg, dp->D),
                        ep > 1 ? g->ep_comm : NULL,
-                       ep};
+                       ep,
+                       NULL};
     return s;
 }
 

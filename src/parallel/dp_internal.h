@@ -141,6 +141,11 @@ void td_dp_count_grad(td_dp *dp, uint64_t sent0, size_t n);
  * step.h says, with the grid's tp and pp groups. */
 td_step_group td_dp_step_group(const td_dp *dp, td_comm *group, int size, int sharded);
 
+/* muon_shard.c: the buffers of --optimizer muon's step on layouts that cut
+ * its matrices (step.h, td_muon_step_pieces, td_muon_step_tp) in the memory
+ * plan (pure: no MPI). */
+void td_muon_plan(const td_dp_config *cfg, const td_layout *lay, const td_param_table *t, td_mem_plan *p);
+
 /* Records a non-finite step: the agreed row at `step`. */
 void td_dp_record_nonfinite(td_dp *dp, int step, int row);
 

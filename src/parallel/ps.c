@@ -260,7 +260,7 @@ static void apply_ready(td_dp *dp) {
         if (ps->acc_count[slot] < ps->W) return;
         float *g = ps->acc + (size_t)slot * ps->slice;
         /* the servers' slices partition the model */
-        td_step_group grp = {dp->t, &dp->cfg.optim, dp->g->ps_comm, ps->S, 1, NULL, 1, NULL, 1, 0, 1.0f, 0, NULL, 1};
+        td_step_group grp = {dp->t, &dp->cfg.optim, dp->g->ps_comm, ps->S, 1, NULL, 1, NULL, 1, 0, 1.0f, 0, NULL, 1, NULL};
         /* ps: tp = pp = 1, no loss scaling (refused), no top-k (refused) */
         td_step_result res = td_step_apply(&grp, g, ps->ranges, dp->n_units, ps->version,
                                            td_lr_at(&dp->cfg.optim, ps->version));

@@ -210,10 +210,19 @@ static td_step_result apply(const td_step_group *grp, const float *grads, const 
     float scale = td_clip_scale(res.norm, grp->optim->clip) * (float)unscale;
     const td_ops *ops = td_ops_for(TD_K_F32);
     size_t k = 0;
+    if (grp->optim->optimizer == TD_OPT_MUON && (grp->pieces || tp)) { /* matrices cut over ranks */
+        const float **g = td_alloc(sizeof *g * (size_t)(n_ranges > 0 ? n_ranges : 1), TD_MEM_OTHER);
+        for (int i = 0; i < n_ranges; i++) g[i] = range_grads(r, i, grads, k), k += r[i].n;
+        TD_ASSERT(!(grp->pieces && tp)); /* compat_recipes.c: muon-layout */
+        if (grp->pieces) td_muon_step_pieces(grp, g, r, n_ranges, lr, step + 1, scale);
+        else td_muon_step_tp(grp, g, r, n_ranges, lr, step + 1, scale);
+        td_free(g);
+        return res;
+    }
     for (int i = 0; i < n_ranges; i++) {
-        if (grp->optim->optimizer == TD_OPT_MUON) /* its layouts: compat.c's rules */
+        if (grp->optim->optimizer == TD_OPT_MUON) /* whole matrices; the other layouts: compat_recipes.c */
             td_muon_update_on(ops, r[i].p, range_grads(r, i, grads, k), r[i].m, r[i].v, r[i].lo,
-                              r[i].lo + r[i].n, t, grp->optim, lr, step + 1, scale);
+                              r[i].lo + r[i].n, t, grp->optim, lr, step + 1, scale, 0);
         else
             td_adamw_update_on(ops, r[i].p, range_grads(r, i, grads, k), r[i].m, r[i].v,
                                r[i].lo, r[i].lo + r[i].n, t, grp->optim, lr, step + 1, scale,

@@ -39,6 +39,15 @@ typedef struct {
     const float *g;
 } td_step_range;
 
+/* A piece of the flat layout [lo, lo + n) split into `parts` equal slices
+ * over `comm`, slice k on its rank k (`rank`: this rank's), as ZeRO cuts
+ * its units (td_step_group.pieces). */
+typedef struct {
+    size_t lo, n;
+    td_comm *comm;
+    int parts, rank;
+} td_step_piece;
+
 typedef struct {
     const td_param_table *t;
     const td_optim_config *optim;
@@ -73,6 +82,11 @@ typedef struct {
      * / 1: none. */
     td_comm *ep_group;
     int ep;
+    /* The layouts that cut Muon's matrices: range i of td_step_apply is this
+     * rank's slice of pieces[i], and --optimizer muon steps through
+     * muon_shard.c (each matrix gathered to an owner). NULL: every range
+     * holds its matrices whole. */
+    const td_step_piece *pieces;
 } td_step_group;
 
 /* bad_row: -1 when the step was applied; else the agreed first row holding a
@@ -89,6 +103,16 @@ typedef struct {
  * step is 0-based. Collective over the group. */
 td_step_result td_step_apply(const td_step_group *grp, const float *grads, const td_step_range *r,
                              int n_ranges, int step, float lr);
+
+/* muon_shard.c: --optimizer muon's step on ranges that cut its matrices
+ * (grp->pieces set; g[i]: range i's gradient). Collective over the pieces'
+ * groups. */
+void td_muon_step_pieces(const td_step_group *grp, const float *const *g, const td_step_range *r,
+                         int n_ranges, float lr, int step, float grad_scale);
+/* The same under tensor parallelism (grp->tp > 1, ranges holding whole
+ * rows): the split matrices' blocks gathered over tp. Collective over tp. */
+void td_muon_step_tp(const td_step_group *grp, const float *const *g, const td_step_range *r, int n_ranges,
+                     float lr, int step, float grad_scale);
 
 /* The smallest of the ranks' rows over a group (collective over it). */
 int td_step_agree_row(td_comm *group, int group_size, int row);

@@ -82,6 +82,7 @@ struct td_zero {
     gather_slot pslots[POOL + 2];
     int *gather_of;    /* [n_units] pslot holding the unit, -1 none */
     td_step_range *ranges; /* [n_pc] the owned slices, for the step */
+    td_step_piece *spieces; /* [n_pc] the pieces as the step sees them (Muon's owners) */
 };
 
 /* ---- the pieces and the plan ------------------------------------------- */
@@ -178,6 +179,11 @@ static void pieces_build(td_dp *dp, struct td_zero *z) {
     }
     z->first[U] = z->n_pc;
     z->ranges = td_alloc(sizeof(td_step_range) * (size_t)z->n_pc, TD_MEM_OTHER);
+    z->spieces = td_alloc(sizeof(td_step_piece) * (size_t)z->n_pc, TD_MEM_OTHER);
+    for (int i = 0; i < z->n_pc; i++) {
+        const zpiece *q = &z->pc[i];
+        z->spieces[i] = (td_step_piece){q->lo, q->n, q->comm, q->parts, q->rank};
+    }
 }
 
 /* The parameters from rank 0 of each piece's group: replicas start
@@ -284,6 +290,7 @@ static void zero_destroy(td_dp *dp) {
     td_free(z->pc);
     td_free(z->first);
     td_free(z->ranges);
+    td_free(z->spieces);
     td_free(z);
     dp->impl = NULL;
 }
@@ -518,6 +525,7 @@ static double zero_finish(td_dp *dp, int step, float lr) {
      * expert's in one of the ranks holding it): the shard's ranges
      * partition the model, and the norm sums over the dp group */
     td_step_group grp = td_dp_step_group(dp, dp->comm, dp->D, 1);
+    grp.pieces = z->spieces;
     td_step_result res = td_step_apply(&grp, g, z->ranges, z->n_pc, step, lr);
     if (z->stage != 1) td_dev_zero(z->gshard, z->shard_n * sizeof(float));
     if (res.bad_row >= 0) { /* no update */

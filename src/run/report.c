@@ -581,6 +581,16 @@ void td_report_summary(td_report *r, const td_run_result *res) {
             log_flush(r);
         }
     }
+    if (res->muon_sent_bytes || res->muon_formula_bytes) {
+        /* each matrix to its owner and back (docs/recipe-muon.md's formula) */
+        td_log("muon exchange per step (rank 0): %llu bytes sent (formula %llu)\n",
+               (unsigned long long)res->muon_sent_bytes, (unsigned long long)res->muon_formula_bytes);
+        if (r->log) {
+            fprintf(r->log, "{\"event\": \"muon_traffic\", \"sent_bytes\": %llu, \"formula_bytes\": %llu}\n",
+                    (unsigned long long)res->muon_sent_bytes, (unsigned long long)res->muon_formula_bytes);
+            log_flush(r);
+        }
+    }
     if (r->g->axis[TD_CP].size > 1) {
         /* the ring's bytes of the last step beside the formula, and its waits */
         td_log("cp ring per step (rank 0): %llu bytes sent (formula %llu), wait %.1f ms, chunk pairs %llu "

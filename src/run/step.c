@@ -90,6 +90,7 @@ static double train_step(td_run *r, int step, int batch, float lr, double *norm)
     uint64_t gsent, gdense;
     td_dp_grad_traffic(dp, &gsent, &gdense);
     r->grad_sent += (double)gsent, r->grad_dense += (double)gdense;
+    td_muon_traffic(&r->res->muon_sent_bytes, &r->res->muon_formula_bytes);
     memcpy(r->res->tp_measured.calls, r->tpc.calls, sizeof r->tpc.calls);
     memcpy(r->res->tp_measured.bytes, r->tpc.bytes, sizeof r->tpc.bytes);
     if (r->ring) {

@@ -21,6 +21,7 @@
 #include "trident/base.h"
 #include "trident/comm.h"
 #include "trident/moe.h"
+#include "trident/optim.h"
 #include "trident/train.h"
 #include "verify.h"
 
@@ -36,6 +37,7 @@ typedef struct {
 
 typedef struct {
     int K, me, ps, moe;
+    int muon;            /* --optimizer muon: its matrices' parameters get verify_tol_state_muon */
     size_t n;            /* canonical elements */
     const td_param_table *canon;
     verify_oracle *orc;
@@ -63,20 +65,28 @@ typedef struct {
 /* The layout's state after step s (params, m, v) against the oracle's S,
  * both from prev. */
 static void check_state(state_check *sc, int s, const td_param_table *c, const float *const next[3], const float *S,
-                        const float *prev) {
+                        const float *prev, int muon) {
     size_t n = c->numel;
     for (int sec = 0; sec < 3; sec++)
-        for (int i = 0; i < c->n_rows; i++)
+        for (int i = 0; i < c->n_rows; i++) {
+            int ortho = muon && sec == 0 && td_muon_row(&c->rows[i]);
+            double move = 0.0; /* the oracle's largest change of the matrix */
+            for (size_t k = 0; ortho && k < c->rows[i].numel; k++) {
+                size_t at = c->rows[i].offset + k;
+                move = fmax(move, fabs((double)S[at] - prev[at]));
+            }
             for (size_t k = 0; k < c->rows[i].numel; k++) {
                 size_t at = c->rows[i].offset + k;
                 sc->n++;
-                double q = verify_tol_state(next[sec][at], S[sec * n + at], prev[sec * n + at]);
+                double q = ortho ? verify_tol_state_muon(next[sec][at], S[sec * n + at], prev[sec * n + at], move)
+                                 : verify_tol_state(next[sec][at], S[sec * n + at], prev[sec * n + at]);
                 if (!(q <= sc->ratio)) sc->ratio = isnan(q) ? INFINITY : q;
                 if (q <= 1) continue;
                 if (sc->bad++ == 0)
                     sc->first_step = s, sc->sec = sec, sc->row = i, sc->elem = (long long)k, sc->x = next[sec][at],
                     sc->ref = S[sec * n + at];
             }
+        }
 }
 
 /* Step s, once the layout took it (collective over the world): the
@@ -116,7 +126,7 @@ static void check_step(verify_ctx *v, int s, const float *P, const float *M, con
             for (size_t k = 0; k < c->rows[i].numel; k++) mx = fmaxf(mx, fabsf(v->ref[c->rows[i].offset + k]));
             v->ref_max[i] = mx;
         }
-        if (P) check_state(&v->sc, s, c, (const float *const[3]){P, M, V}, S, v->prev);
+        if (P) check_state(&v->sc, s, c, (const float *const[3]){P, M, V}, S, v->prev, v->muon);
     }
     td_broadcast(td_comm_world(), v->ref, n, TD_F32, 0);
     td_broadcast(td_comm_world(), v->ref_max, (size_t)c->n_rows, TD_F32, 0);
@@ -217,6 +227,7 @@ int td_verify_main(int argc, char **argv) {
     verify_ctx v;
     memset(&v, 0, sizeof v);
     v.K = o.steps, v.me = me, v.ps = ps, v.moe = o.moe.E > 0, v.tol = &tol;
+    v.muon = o.optim.optimizer == TD_OPT_MUON;
     v.bad_step = v.bad_row = -1, v.sc.first_step = -1;
     verify_oracle orc;
     verify_oracle_open(&orc, &o, dp);

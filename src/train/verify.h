@@ -88,5 +88,8 @@ double verify_tol_loss(const verify_tol *t, const td_param_table *c, const float
  * oracle's ref, both from prev by the same gradient (see verify_tol.c):
  * the difference as a fraction of its tolerance (above 1 fails; NaN too). */
 double verify_tol_state(double x, double ref, double prev);
+/* The same for a parameter of a Muon matrix, whose largest change in the
+ * oracle's step is move (see verify_tol.c). */
+double verify_tol_state_muon(double x, double ref, double prev, double move);
 
 #endif

@@ -90,7 +90,7 @@ double verify_oracle_step(verify_oracle *or, int s, float *P, float *M, float *V
     memcpy(or->gu, gu, n * 4); /* AdamW reads g only, but not through const */
     if (o->optim.optimizer == TD_OPT_MUON) /* the whole table: every matrix whole */
         td_muon_update_on(cpu, P, or->gu, M, V, 0, n, t, &o->optim, td_lr_at(&o->optim, s), s + 1,
-                          td_clip_scale(norm, o->optim.clip));
+                          td_clip_scale(norm, o->optim.clip), 0);
     else
         td_adamw_update_on(cpu, P, or->gu, M, V, 0, n, t, &o->optim, td_lr_at(&o->optim, s), s + 1,
                            td_clip_scale(norm, o->optim.clip), 0);

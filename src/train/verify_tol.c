@@ -130,3 +130,22 @@ double verify_tol_state(double x, double ref, double prev) {
     double d = fabs(x - ref);
     return d == 0 ? 0.0 : tol > 0 ? d / tol : INFINITY;
 }
+
+/* Muon's matrices: the clipping coefficient's relative difference (2^-18
+ * at most, as above) changes u = (1 - m^2) c g + m^2 buf, the matrix that
+ * Newton-Schulz orthogonalizes, by as much relative to its gradient part.
+ * NS5 normalizes u and then applies the speedrun's quintic 5 times; a
+ * perturbation of the normalized matrix grows at most by the quintic's
+ * largest slope over the singular values it passes through, its linear
+ * coefficient a = 3.4445 at small ones (where the quintic is steepest),
+ * so by a^5 ~ 486 over the 5 steps. The update lr sqrt(max(1, R/C)) NS5(u)
+ * then moves each element by a share of the matrix's largest move: the
+ * tolerance is 2^-18 a^5 of that move (~1.9e-3 of it), beside the
+ * roundings of prev and ref. With --clip 0 the coefficient is 1 and the
+ * sharded step is bitwise one process's (tests/cli/test_muon.sh). */
+double verify_tol_state_muon(double x, double ref, double prev, double move) {
+    const double a5 = 3.4445 * 3.4445 * 3.4445 * 3.4445 * 3.4445;
+    double tol = 0x1p-20 * (fabs(prev) + fabs(ref)) + 0x1p-18 * a5 * move;
+    double d = fabs(x - ref);
+    return d == 0 ? 0.0 : tol > 0 ? d / tol : INFINITY;
+}

@@ -1,7 +1,7 @@
 #!/bin/bash
-# --optimizer muon through the trainer (issue 42, a first cut): dp 2 passes
-# trident verify against its one-process oracle (the update within its
-# tolerance), a resume from
+# --optimizer muon through the trainer (issue 42): ZeRO-1 and -3 over dp 2,
+# tp 2 x cp 2 and pp 2 x tp 2 pass trident verify against its one-process oracle (the update
+# within its tolerance), a resume from
 # step 2 (its --optimizer from the checkpoint) and --device guard give
 # one process's bits; a resume with the other optimizer is refused, Muon differs from
 # AdamW, and the layouts not done yet are refused by their rules rows.
@@ -26,7 +26,7 @@ run() {
   "$T" export --ckpt "$tmp/$name" --format safetensors --out "$tmp/e$name/m.st" > /dev/null ||
     fail "$name: export"
 }
-run one "$T" train "${M[@]}"
+run one "$T" train "${M[@]}" --log "$tmp/one.jsonl"
 run guard "$T" train "${M[@]}" --device guard
 run adamw "$T" train "${A[@]}"
 "$T" train "${M[@]}" --out "$tmp/res" --stop-after 2 > "$tmp/res0.log" 2>&1 || fail "resume: first half"
@@ -34,9 +34,56 @@ run adamw "$T" train "${A[@]}"
 run res "$T" train "${A[@]}" --resume latest
 cmp -s "$tmp/eone/m.st" "$tmp/eguard/m.st" && echo "ok guard: bitwise" || fail "guard: not one process's bits"
 cmp -s "$tmp/eone/m.st" "$tmp/eres/m.st" && echo "ok resume: bitwise" || fail "resume: not one process's bits"
-# dp 2 against the one-process oracle of trident verify (its Muon step too)
-$MPIRUN -np 2 "$T" verify "${M[@]}" --dp 2 > "$tmp/v.log" 2>&1 && grep -q "verify: the update matches" "$tmp/v.log" &&
-  echo "ok dp2: $(grep 'update matches' "$tmp/v.log")" || { fail "verify dp 2"; cat "$tmp/v.log"; }
+# layouts against the one-process oracle of trident verify (its Muon step
+# too). ZeRO-1 with clipping (each matrix gathered to its owner,
+# orthogonalized there, scattered back), within the Muon tolerance of
+# verify_tol.c; ZeRO-3 without clipping, whose update is then one process's
+# bits (largest difference 0); tp 2 x cp 2 (GPT-2: c_attn's q, k, v
+# gathered over tp as matrices of their own, c_proj's column blocks) and
+# pp 2 x tp 2 (Llama: q, k, v, o, gate, up, down), with clipping.
+# verify_layout NAME WANT NP FLAGS...: passes, and its update line says WANT
+verify_layout() {
+  local name=$1 want=$2 np=$3; shift 3
+  $MPIRUN -np "$np" "$T" verify "${M[@]}" "$@" > "$tmp/v$name.log" 2>&1 &&
+    grep -q "verify: the update matches.*$want" "$tmp/v$name.log" &&
+    echo "ok $name: $(grep 'update matches' "$tmp/v$name.log")" || { fail "verify $name"; cat "$tmp/v$name.log"; }
+}
+verify_layout dp2-zero1 "" 2 --dp 2 --zero 1
+verify_layout dp2-zero3-noclip "largest difference 0 of" 2 --dp 2 --zero 3 --clip 0
+verify_layout tp2-cp2 "" 4 --tp 2 --cp 2
+verify_layout pp2-tp2-llama "" 4 --pp 2 --tp 2 --arch llama
+# the report's Muon exchange: the bytes the comm layer counted are the formula's
+for name in dp2-zero1 tp2-cp2; do
+  line=$(grep "muon exchange per step" "$tmp/v$name.log")
+  [[ "$line" =~ ([0-9]+)\ bytes\ sent\ \(formula\ ([0-9]+)\) ]] && [ "${BASH_REMATCH[1]}" = "${BASH_REMATCH[2]}" ] &&
+    [ "${BASH_REMATCH[1]}" -gt 0 ] && echo "ok $name: $line" || fail "$name: muon traffic line: '$line'"
+done
+# the memory plan holds Muon's gather buffers: each rank's optimizer bytes
+# planned equal those measured (the moments and the step's buffers)
+for name in dp2-zero1 tp2-cp2; do
+  $PY - "$tmp/v$name.log" <<'PYEOF' && echo "ok $name: optimizer memory as planned" || fail "$name: optimizer memory not as planned"
+import re, sys
+table = open(sys.argv[1]).read().split("planned vs measured peak after step 1")[1].split("\ndone:")[0]
+pair = r"([\d.]+ \w*B)/([\d.]+ \w*B)"
+cells = [re.findall(pair, l)[2] for l in table.splitlines() if re.match(r"^\s+\d+\s", l)]  # params, grads, optimizer
+print("  optimizer planned/measured per rank: " + ", ".join("/".join(c) for c in cells))
+sys.exit(0 if cells and all(a == b for a, b in cells) else 1)
+PYEOF
+done
+# reshard: saved under dp 2 ZeRO-1 (the momentum m in shards), resumed in
+# one process: the resumed steps' losses within 1e-5 relative of the
+# uninterrupted run's, as test_resume.sh's matrix allows AdamW
+$MPIRUN -np 2 "$T" train "${M[@]}" --dp 2 --zero 1 --out "$tmp/rz" --stop-after 2 > "$tmp/rz0.log" 2>&1 ||
+  fail "reshard: first half"
+"$T" train "${M[@]}" --out "$tmp/rz" --resume latest --log "$tmp/rz.jsonl" > "$tmp/rz.log" 2>&1 || fail "reshard: resume"
+$PY - "$tmp/one.jsonl" "$tmp/rz.jsonl" <<'PYEOF' || fail "reshard dp2 zero1 -> one process"
+import json, sys
+def losses(f): return {j["step"]: j["loss"] for j in map(json.loads, open(f)) if "loss" in j}
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+worst = max(abs(a[s] - b[s]) / abs(a[s]) for s in (2, 3))
+print("ok reshard dp2 zero1 -> 1: steps 2, 3 within %.3g relative" % worst if worst <= 1e-5 else "worst %.3g" % worst)
+sys.exit(0 if worst <= 1e-5 else 1)
+PYEOF
 d=$($PY "$HERE/st_maxdiff.py" "$tmp/eone/m.st" "$tmp/eadamw/m.st" | awk '{print $2}')
 $PY -c "import sys; sys.exit(0 if float('$d') > 1e-3 else 1)" && echo "ok muon moves off adamw: $d" ||
   fail "muon: maxdiff $d from adamw, not muon's step"
@@ -46,8 +93,9 @@ refuse() {
   local out; out=$("$@" 2>&1) && fail "accepted: $*"
   grep -q -- "$want" <<< "$out" && echo "ok refused: $want" || { fail "wanted '$want', got: $out"; }
 }
-refuse "does not combine with --tp > 1 yet" "$T" train "${M[@]}" --tp 2
-refuse "does not combine with ZeRO" "$T" train "${M[@]}" --dp 2 --zero 1
+refuse "does not combine with --tp > 1 with ZeRO" "$T" train "${M[@]}" --tp 2 --dp 2 --zero 1
+refuse "does not combine with a --dp-mode other than allreduce" "$T" train "${M[@]}" --dp 2 --dp-mode reduce-broadcast
+refuse "does not combine with --device guard and ZeRO" "$T" train "${M[@]}" --zero 1 --device guard
 refuse "does not combine with --precision bf16 yet" "$T" train "${M[@]}" --precision bf16
 refuse "does not combine with --moe-experts yet" "$T" train "${M[@]}" --moe-experts 2
 refuse "the checkpoint was trained with --optimizer muon" "$T" train "${A[@]}" --optimizer adamw --resume "$tmp/res/step-00000002" --out "$tmp/res2"

@@ -71,7 +71,7 @@ int main(void) {
         td_gpt_backward(&model, 1.0f / (B * T));
         double norm = sqrt(td_sumsq_host(td_ops_cpu(TD_K_F32), grads, t.numel));
         td_muon_update_on(td_ops_cpu(TD_K_F32), params, grads, m, v, 0, t.numel, &t, &oc, oc.lr, s + 1,
-                          td_clip_scale(norm, oc.clip));
+                          td_clip_scale(norm, oc.clip), 0);
         double rel = fabs(loss - ref_losses[s]) / fabs(ref_losses[s]);
         printf("step %d: loss %.7f torch %.7f rel %.2e %s\n", s, loss, ref_losses[s], rel,
                rel <= 1e-5 ? "ok" : "FAIL");

@@ -263,14 +263,18 @@ static const char *breaking(td_rule_id id, td_compat_cfg *c) {
                "x 2 sequences per micro-batch x --pp 2 = 4, so that every size's micro-batches per replica are a "
                "multiple of pp, as the interleaved schedule needs; or use --schedule 1f1b";
     case TD_RULE_MUON_LAYOUT:
-        c->optimizer = 1, c->tp = 2;
-        return "--optimizer muon does not combine with --tp > 1 yet: Muon orthogonalizes whole matrices, which "
-               "this first cut steps only where every rank holds all of their gradient; use one process or --dp "
-               "with --dp-mode allreduce, or --optimizer adamw";
+        c->optimizer = 1, c->tp = 2, c->dp = 2, c->zero = 1;
+        return "--optimizer muon does not combine with --tp > 1 with ZeRO (--zero, --dp-shard) yet: a matrix would "
+               "be cut twice (tp blocks, each in ZeRO shards) and the two gathers are not chained; use --tp with "
+               "--zero 0, or ZeRO with --tp 1, or --optimizer adamw";
     case TD_RULE_MUON_PRECISION:
         c->optimizer = 1, c->precision = 1, c->precision_name = "bf16";
         return "--optimizer muon does not combine with --precision bf16 yet: its Newton-Schulz iterations run in "
                "fp32 only; use --precision fp32, or --optimizer adamw";
+    case TD_RULE_MUON_DEVICE:
+        c->optimizer = 1, c->tp = 2, c->device = 1, c->device_name = "guard";
+        return "--optimizer muon does not combine with --device guard and --tp > 1 yet: the matrices' gather "
+               "to their owners is not staged for device memory; use --device cpu, or --tp 1 with --zero 0";
     case TD_RULE_N:
         break;
     }

@@ -127,6 +127,29 @@ static void test_update(const td_ops *ops, int nesterov) {
     check(nesterov ? "muon update (nesterov) buf" : "muon update buf", m, md, n);
 }
 
+/* The three parts a sharded layout runs (src/parallel/muon_shard.c):
+ * momentum and update on slices cut at arbitrary places, Newton-Schulz on
+ * the whole matrix, give ops->muon's bits for the whole matrix. */
+static void test_parts(const td_ops *ops) {
+    const int R = 7, C = 9;
+    const size_t n = (size_t)R * C, cut[] = {0, 10, 11, 40, n};
+    float *p = TU_NEW(float, n), *g = TU_NEW(float, n), *m = TU_NEW(float, n);
+    float *p2 = TU_NEW(float, n), *m2 = TU_NEW(float, n), *u = TU_NEW(float, n);
+    for (size_t i = 0; i < n; i++) p[i] = p2[i] = (float)urand(), m[i] = m2[i] = (float)urand();
+    for (size_t i = 0; i < n; i++) g[i] = (float)urand();
+    td_muon_hyper h = {0.05f, 0.9f, 0.5f, 1};
+    td_muon_span sp = {p, m, g, R, C, 0.1f};
+    ops->muon(&sp, 1, &h);
+    for (int k = 0; k < 4; k++)
+        ops->muon_momentum(u + cut[k], g + cut[k], m2 + cut[k], cut[k + 1] - cut[k], &h);
+    ops->muon_ns(u, R, C);
+    for (int k = 0; k < 4; k++)
+        ops->muon_apply(p2 + cut[k], u + cut[k], cut[k + 1] - cut[k], R, C, h.lr, 0.1f);
+    tu_checks++;
+    if (memcmp(p, p2, n * sizeof(float)) || memcmp(m, m2, n * sizeof(float)))
+        tu_failures++, printf("FAIL muon parts on slices differ from the whole-matrix step\n");
+}
+
 /* Muon's rows: the blocks' matrices; not the embeddings, the untied head
  * (in the final unit, layer L), the router, 1-D rows. */
 static void test_rows(void) {
@@ -153,6 +176,7 @@ int main(void) {
     const td_ops *f32 = td_ops_cpu(TD_K_F32);
     test_update(f32, 1);
     test_update(f32, 0);
+    test_parts(f32);
     for (int k = TD_K_BF16; k <= TD_K_F16; k++) { /* fp32 state in every row */
         tu_checks++;
         if (td_ops_cpu((td_ktype)k)->muon != f32->muon) tu_failures++, printf("FAIL row %d muon\n", k);

@@ -1,0 +1,361 @@
+/* Muon on a layout that cuts its matrices (ZeRO's shards): a matrix's
+ * orthogonalization needs all of it, so after the gradient reduction
+ *   1. each rank runs the elementwise momentum on its slice (u, and the
+ *      buffer in m), and AdamW on the rows that are not Muon's;
+ *   2. each logical matrix is gathered to its owner, the matrices of one
+ *      group taking owners round-robin over its ranks (matrix j of the
+ *      group's pieces in flat order: rank j mod parts);
+ *   3. the owner orthogonalizes it (ops->muon_ns) and sends each holder its
+ *      slice back;
+ *   4. each rank applies its slice of the update.
+ * The same float expressions as the whole-matrix step in the same order
+ * (kernels/muon.c), so a matrix's update is one process's bits for the
+ * same gradient. Messages are point to point on the piece's group, posted
+ * in matrix order on every rank (MPI's matching order keeps them apart). */
+#include "dp_internal.h" /* step.h, td_muon_plan */
+#include "trident/backend.h"
+#include "trident/base.h"
+#include "trident/parallel.h" /* td_muon_traffic */
+#include "trident/param_slices.h"
+
+#define MUON_TAG 4242 /* below td_comm_tag_limit(): MPI guarantees 32767 */
+
+/* the last exchange's bytes sent by this rank: counted by the comm layer,
+ * and the formula's (td_muon_traffic) */
+static uint64_t g_sent, g_formula;
+
+void td_muon_traffic(uint64_t *sent, uint64_t *formula) {
+    *sent = g_sent, *formula = g_formula;
+}
+
+typedef struct {
+    int piece;         /* the step range / piece it lies in */
+    size_t lo, n;      /* flat elements */
+    int rows, cols, owner;
+    size_t at;         /* its place in the owner's gather buffer (owner only) */
+} matrix;
+
+/* Every logical matrix of the pieces, owners round-robin per group. */
+static matrix *matrices(const td_step_group *grp, int n_pieces, int *count, size_t *owned) {
+    const td_param_table *t = grp->t;
+    int cap = 0;
+    for (int j = 0; j < t->n_rows; j++)
+        if (td_muon_row(&t->rows[j])) cap += t->rows[j].groups > 1 ? t->rows[j].groups : 1;
+    matrix *m = td_alloc(sizeof *m * (size_t)(cap > 0 ? cap : 1), TD_MEM_OTHER);
+    /* the groups the pieces name: dp, and edp for expert stacks */
+    td_comm *seen[8] = {0};
+    int next[8] = {0}, n = 0;
+    *owned = 0;
+    for (int i = 0; i < n_pieces; i++) {
+        const td_step_piece *pc = &grp->pieces[i];
+        int g = 0;
+        while (g < 8 && seen[g] && seen[g] != pc->comm) g++;
+        TD_ASSERT(g < 8);
+        seen[g] = pc->comm;
+        for (int j = 0; j < t->n_rows; j++) {
+            const td_param *r = &t->rows[j];
+            if (!td_muon_row(r) || r->numel == 0 || r->offset < pc->lo || r->offset >= pc->lo + pc->n) continue;
+            TD_ASSERT(r->offset + r->numel <= pc->lo + pc->n); /* a row lies in one piece */
+            int parts = r->groups > 1 ? r->groups : 1;
+            int R = r->local_shape[0] / parts, C = r->local_shape[1];
+            for (int q = 0; q < parts; q++) {
+                matrix *x = &m[n++];
+                x->piece = i, x->rows = R, x->cols = C;
+                x->n = (size_t)R * (size_t)C;
+                x->lo = r->offset + (size_t)q * x->n;
+                x->owner = next[g]++ % pc->parts;
+                x->at = x->owner == pc->rank ? *owned : 0;
+                if (x->owner == pc->rank) *owned += x->n;
+            }
+        }
+    }
+    *count = n;
+    return m;
+}
+
+/* [a, b): rank k's slice of piece pc within the matrix; empty when a >= b */
+static void slice_of(const td_step_piece *pc, const matrix *x, int k, size_t *a, size_t *b) {
+    size_t slice = pc->n / (size_t)pc->parts, lo = pc->lo + (size_t)k * slice;
+    *a = td_max_sz(lo, x->lo), *b = td_min_sz(lo + slice, x->lo + x->n);
+}
+
+/* The point-to-point messages of one exchange, waited on together. */
+typedef struct {
+    td_request **req;
+    int n, cap;
+} msgs;
+
+static void msg_start(msgs *q, td_comm *c, float *buf, size_t count, int peer, int send) {
+    if (q->n == q->cap) {
+        q->cap = q->cap ? 2 * q->cap : 16;
+        td_request **more = td_alloc(sizeof *more * (size_t)q->cap, TD_MEM_OTHER);
+        for (int i = 0; i < q->n; i++) more[i] = q->req[i];
+        td_free(q->req);
+        q->req = more;
+    }
+    td_request *r = q->req[q->n++] = td_request_new();
+    if (send) td_send_start(r, c, buf, count, TD_F32, peer, MUON_TAG);
+    else td_recv_start(r, c, buf, count, TD_F32, peer, MUON_TAG);
+}
+
+static void msgs_wait(msgs *q) {
+    for (int i = 0; i < q->n; i++) {
+        td_wait(q->req[i]);
+        td_request_free(q->req[i]);
+    }
+    td_free(q->req);
+    q->req = NULL, q->n = q->cap = 0;
+}
+
+/* gather (to = 1): the holders' slices of u into the owners' buffer; else
+ * the owners' orthogonalized matrices back into the holders' u. u_of[i]
+ * points at range i's u (its element lo). */
+static void exchange(const td_step_group *grp, const matrix *m, int n, float *const *u_of,
+                     const td_step_range *r, float *mat, int to_owner) {
+    msgs q = {0};
+    for (int i = 0; i < n; i++) {
+        const matrix *x = &m[i];
+        const td_step_piece *pc = &grp->pieces[x->piece];
+        int me = pc->rank;
+        for (int k = 0; k < pc->parts; k++) {
+            size_t a, b;
+            slice_of(pc, x, k, &a, &b);
+            if (a >= b || (k != me && x->owner != me)) continue;
+            float *held = k == me ? u_of[x->piece] + (a - r[x->piece].lo) : NULL;
+            float *whole = x->owner == me ? mat + x->at + (a - x->lo) : NULL;
+            if (held && whole) {
+                if (to_owner) td_dev_copy(whole, held, (b - a) * sizeof(float));
+                else td_dev_copy(held, whole, (b - a) * sizeof(float));
+            } else {
+                /* the holder sends on the way there, the owner on the way back */
+                msg_start(&q, pc->comm, held ? held : whole, b - a, held ? x->owner : k,
+                          (held != NULL) == (to_owner != 0));
+            }
+        }
+    }
+    msgs_wait(&q);
+}
+
+void td_muon_step_pieces(const td_step_group *grp, const float *const *g, const td_step_range *r,
+                         int n_ranges, float lr, int step, float grad_scale) {
+    const td_param_table *t = grp->t;
+    const td_optim_config *o = grp->optim;
+    const td_ops *ops = td_ops_for(TD_K_F32);
+    int n = 0;
+    size_t owned = 0, total = 0;
+    matrix *m = matrices(grp, n_ranges, &n, &owned);
+    for (int i = 0; i < n_ranges; i++) total += r[i].n;
+    float *u = td_dev_alloc(sizeof(float) * (total > 0 ? total : 1), TD_MEM_OPTIM, "muon update shard");
+    float *mat = td_dev_alloc(sizeof(float) * (owned > 0 ? owned : 1), TD_MEM_OPTIM, "muon gathered matrices");
+    float **u_of = td_alloc(sizeof *u_of * (size_t)(n_ranges > 0 ? n_ranges : 1), TD_MEM_OTHER);
+    float mlr = td_muon_lr(o, lr);
+    td_muon_hyper h = {mlr, o->muon_momentum, grad_scale, o->muon_nesterov};
+    size_t k = 0;
+    for (int i = 0; i < n_ranges; i++) {
+        u_of[i] = u + k;
+        k += r[i].n;
+        td_muon_adamw_rest(ops, r[i].p, g[i], r[i].m, r[i].v, r[i].lo, r[i].lo + r[i].n, t, o, lr, step,
+                           grad_scale);
+    }
+    /* 1. the momentum on this rank's slice of each matrix */
+    for (int i = 0; i < n; i++) {
+        const td_step_range *ri = &r[m[i].piece];
+        size_t a = td_max_sz(ri->lo, m[i].lo), b = td_min_sz(ri->lo + ri->n, m[i].lo + m[i].n);
+        if (a < b) ops->muon_momentum(u_of[m[i].piece] + (a - ri->lo), g[m[i].piece] + (a - ri->lo),
+                                      ri->m + (a - ri->lo), b - a, &h);
+    }
+    td_dev_sync(); /* the slices are sent from here */
+    /* the formula: a holder sends its slice of each matrix it does not own
+     * there, an owner the other slices of its own back */
+    g_formula = 0;
+    for (int i = 0; i < n; i++) {
+        const td_step_piece *pc = &grp->pieces[m[i].piece];
+        size_t a, b;
+        slice_of(pc, &m[i], pc->rank, &a, &b);
+        size_t mine = a < b ? b - a : 0;
+        g_formula += sizeof(float) * (m[i].owner == pc->rank ? m[i].n - mine : mine);
+    }
+    uint64_t sent0 = td_comm_sent_bytes();
+    exchange(grp, m, n, u_of, r, mat, 1);
+    for (int i = 0; i < n; i++)
+        if (m[i].owner == grp->pieces[m[i].piece].rank) ops->muon_ns(mat + m[i].at, m[i].rows, m[i].cols);
+    td_dev_sync();
+    exchange(grp, m, n, u_of, r, mat, 0);
+    g_sent = td_comm_sent_bytes() - sent0;
+    /* 4. this rank's slice of each update */
+    for (int i = 0; i < n; i++) {
+        const td_step_range *ri = &r[m[i].piece];
+        size_t a = td_max_sz(ri->lo, m[i].lo), b = td_min_sz(ri->lo + ri->n, m[i].lo + m[i].n);
+        if (a < b)
+            ops->muon_apply(ri->p + (a - ri->lo), u_of[m[i].piece] + (a - ri->lo), b - a,
+                            m[i].rows, m[i].cols, mlr, o->muon_wd);
+    }
+    td_dev_free(mat);
+    td_dev_free(u);
+    td_free(u_of);
+    td_free(m);
+}
+
+/* ---- tensor parallelism ------------------------------------------------
+ * Each tp rank holds block k of a split matrix: rows [k R/tp, (k+1) R/tp)
+ * (column-parallel, split_dim 0: q, k, v, fc) or columns (row-parallel,
+ * split_dim 1: the projections). The split matrices take owners
+ * round-robin over the tp group in table order; the owner receives the
+ * blocks in rank order, lays them out as the whole matrix (a 2-D copy for
+ * column blocks), orthogonalizes it and sends each block back. The rows
+ * tp replicates (whole on every rank) step as in one process. */
+typedef struct {
+    float *u, *p, *m;  /* this rank's block (u: its update) */
+    const float *g;
+    size_t n;          /* the block's elements */
+    int rows, cols;    /* the whole logical matrix's */
+    int dim, owner;    /* the split dimension (0, 1), its owner on tp */
+    size_t at;         /* the owner's: its place in the gather buffers */
+} tmatrix;
+
+/* block k of x's whole matrix between the owner's block-ordered staging
+ * (blocks[k n, (k+1) n)) and the row-major matrix, either way */
+static void tp_layout(const tmatrix *x, int tp, float *whole, float *blocks, int to_whole) {
+    if (x->dim == 0) { /* row blocks in rank order are the matrix */
+        if (to_whole) td_dev_copy(whole, blocks, x->n * tp * sizeof(float));
+        else td_dev_copy(blocks, whole, x->n * tp * sizeof(float));
+        return;
+    }
+    size_t w = (size_t)(x->cols / tp), pitch = (size_t)x->cols * sizeof(float);
+    for (int k = 0; k < tp; k++) {
+        float *col = whole + (size_t)k * w, *blk = blocks + (size_t)k * x->n;
+        if (to_whole) td_dev_copy_2d(col, pitch, blk, w * sizeof(float), w * sizeof(float), (size_t)x->rows);
+        else td_dev_copy_2d(blk, w * sizeof(float), col, pitch, w * sizeof(float), (size_t)x->rows);
+    }
+}
+
+static void tp_exchange(const td_step_group *grp, const tmatrix *m, int n, float *blocks, int to_owner) {
+    msgs q = {0};
+    int me = grp->t->tp_rank;
+    for (int i = 0; i < n; i++) {
+        const tmatrix *x = &m[i];
+        if (x->owner != me) { /* my block, to or from the owner */
+            msg_start(&q, grp->tp_group, x->u, x->n, x->owner, to_owner);
+            continue;
+        }
+        for (int k = 0; k < grp->tp; k++) {
+            float *blk = blocks + x->at + (size_t)k * x->n;
+            if (k == me && to_owner) td_dev_copy(blk, x->u, x->n * sizeof(float));
+            else if (k == me) td_dev_copy(x->u, blk, x->n * sizeof(float));
+            else msg_start(&q, grp->tp_group, blk, x->n, k, !to_owner);
+        }
+    }
+    msgs_wait(&q);
+}
+
+/* the rows whose matrices td_muon_step_tp gathers over tp: Muon's, split */
+static int tp_gathered(const td_param *row) {
+    return td_muon_row(row) && !td_param_tp_replicated(row) && row->numel > 0;
+}
+
+void td_muon_step_tp(const td_step_group *grp, const float *const *g, const td_step_range *r, int n_ranges,
+                     float lr, int step, float grad_scale) {
+    const td_param_table *t = grp->t;
+    const td_optim_config *o = grp->optim;
+    const td_ops *ops = td_ops_for(TD_K_F32);
+    int tp = grp->tp, cap = 0, n = 0, next = 0;
+    for (int j = 0; j < t->n_rows; j++)
+        if (td_muon_row(&t->rows[j])) cap += t->rows[j].groups > 1 ? t->rows[j].groups : 1;
+    tmatrix *m = td_alloc(sizeof *m * (size_t)(cap > 0 ? cap : 1), TD_MEM_OTHER);
+    float mlr = td_muon_lr(o, lr);
+    td_muon_hyper h = {mlr, o->muon_momentum, grad_scale, o->muon_nesterov};
+    size_t owned = 0;
+    for (int i = 0; i < n_ranges; i++) {
+        /* the replicated rows and AdamW's through the whole-matrix step */
+        td_muon_update_on(ops, r[i].p, g[i], r[i].m, r[i].v, r[i].lo, r[i].lo + r[i].n, t, o, lr, step,
+                          grad_scale, 1);
+        for (int j = 0; j < t->n_rows; j++) {
+            const td_param *row = &t->rows[j];
+            if (!tp_gathered(row)) continue;
+            if (row->offset < r[i].lo || row->offset >= r[i].lo + r[i].n) continue;
+            TD_ASSERT(row->offset + row->numel <= r[i].lo + r[i].n); /* whole rows on a tp rank */
+            int parts = row->groups > 1 ? row->groups : 1;
+            TD_ASSERT(parts == 1 || row->split_dim == 0);
+            int R = row->local_shape[0] / parts, C = row->local_shape[1];
+            for (int q = 0; q < parts; q++) {
+                tmatrix *x = &m[n++];
+                size_t k = row->offset - r[i].lo + (size_t)q * (size_t)R * (size_t)C;
+                x->p = r[i].p + k, x->m = r[i].m + k, x->g = g[i] + k;
+                x->n = (size_t)R * (size_t)C;
+                x->dim = row->split_dim;
+                x->rows = x->dim == 0 ? R * tp : R, x->cols = x->dim == 1 ? C * tp : C;
+                x->owner = next++ % tp;
+                x->at = owned;
+                if (x->owner == t->tp_rank) owned += x->n * (size_t)tp;
+            }
+        }
+    }
+    size_t mine = 0;
+    for (int i = 0; i < n; i++) mine += m[i].n;
+    float *u = td_dev_alloc(sizeof(float) * (mine > 0 ? mine : 1), TD_MEM_OPTIM, "muon update blocks");
+    float *blocks = td_dev_alloc(sizeof(float) * (owned > 0 ? owned : 1), TD_MEM_OPTIM, "muon gathered blocks");
+    float *whole = td_dev_alloc(sizeof(float) * (owned > 0 ? owned : 1), TD_MEM_OPTIM, "muon gathered matrices");
+    for (size_t i = 0, k = 0; i < (size_t)n; k += m[i].n, i++) {
+        m[i].u = u + k;
+        ops->muon_momentum(m[i].u, m[i].g, m[i].m, m[i].n, &h);
+    }
+    td_dev_sync(); /* the blocks are sent from here */
+    /* the formula: a block to each matrix's owner, tp - 1 blocks back from it */
+    g_formula = 0;
+    for (int i = 0; i < n; i++) g_formula += sizeof(float) * m[i].n * (m[i].owner == t->tp_rank ? (size_t)(tp - 1) : 1);
+    uint64_t sent0 = td_comm_sent_bytes();
+    tp_exchange(grp, m, n, blocks, 1);
+    for (int i = 0; i < n; i++)
+        if (m[i].owner == t->tp_rank) {
+            tp_layout(&m[i], tp, whole + m[i].at, blocks + m[i].at, 1);
+            ops->muon_ns(whole + m[i].at, m[i].rows, m[i].cols);
+            tp_layout(&m[i], tp, whole + m[i].at, blocks + m[i].at, 0);
+        }
+    td_dev_sync();
+    tp_exchange(grp, m, n, blocks, 0);
+    g_sent = td_comm_sent_bytes() - sent0;
+    for (int i = 0; i < n; i++) ops->muon_apply(m[i].p, m[i].u, m[i].n, m[i].rows, m[i].cols, mlr, o->muon_wd);
+    td_dev_free(whole);
+    td_dev_free(blocks);
+    td_dev_free(u);
+    td_free(m);
+}
+
+/* ---- the memory plan ----------------------------------------------------
+ * The step's buffers as td_muon_step_pieces and td_muon_step_tp allocate
+ * them (TD_MEM_OPTIM, for the step): ZeRO: the update of this rank's shard
+ * and the matrices it owns; tp: the update of its blocks, the owned
+ * matrices' blocks and the matrices laid out whole. */
+void td_muon_plan(const td_dp_config *cfg, const td_layout *lay, const td_param_table *t, td_mem_plan *p) {
+    if (cfg->optim.optimizer != TD_OPT_MUON || cfg->forward_only) return;
+    size_t bufs[3] = {0, 0, 0};
+    int nb = 0;
+    if (cfg->zero > 0) { /* ZeRO's pieces: every unit over the shard group (experts: refused) */
+        int S = td_layout_shard_ranks(lay), n_pc = 0, n = 0, ex[TD_UNIT_PIECES];
+        size_t lo[TD_UNIT_PIECES], len[TD_UNIT_PIECES], owned = 0;
+        td_step_piece *pc = td_alloc(sizeof *pc * TD_UNIT_PIECES * (size_t)t->n_units, TD_MEM_OTHER);
+        for (int u = 0; u < t->n_units; u++)
+            for (int k = 0, np = td_param_unit_pieces(t, u, lo, len, ex); k < np; k++, n_pc++) {
+                pc[n_pc] = (td_step_piece){lo[k], len[k], NULL, S, lay->dp_rank % S};
+                bufs[0] += len[k] / (size_t)S;
+            }
+        td_step_group grp = {0};
+        grp.t = t, grp.pieces = pc;
+        td_free(matrices(&grp, n_pc, &n, &owned));
+        td_free(pc);
+        bufs[1] = owned, nb = 2;
+    } else if (lay->tp > 1) {
+        int next = 0;
+        for (int j = 0; j < t->n_rows; j++) {
+            const td_param *row = &t->rows[j];
+            if (!tp_gathered(row)) continue;
+            int parts = row->groups > 1 ? row->groups : 1;
+            size_t each = row->numel / (size_t)parts;
+            bufs[0] += row->numel;
+            for (int q = 0; q < parts; q++)
+                if (next++ % lay->tp == t->tp_rank) bufs[1] += each * (size_t)lay->tp;
+        }
+        bufs[2] = bufs[1], nb = 3;
+    }
+    for (int i = 0; i < nb; i++) td_plan_dev(p, TD_MEM_OPTIM, sizeof(float) * (bufs[i] > 0 ? bufs[i] : 1));
+}
