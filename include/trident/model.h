@@ -436,6 +436,11 @@ typedef struct td_gpt {
     int *inputs, *targets;   /* [N] copies of the last batch */
     int *pos;                /* [T] global positions of a sequence's local rows
                                 (context parallelism's two chunks); NULL: 0..T-1 */
+    /* document masking (td_gpt_doc_mask): attention stays within the
+     * documents that each end-of-text token ends */
+    int doc_eod;             /* the end-of-text id; -1: off */
+    int *doc_start;          /* [B, cfg.T] device: each global position's document start */
+    int *doc_host;           /* [B, cfg.T] host staging of doc_start */
     size_t acts_bytes;
     struct td_moe_state *moe; /* a mixture of experts' state (moe.c); NULL: dense */
     /* model-ops: the run's backend row of the model's precision (every op
@@ -556,6 +561,17 @@ double td_gpt_forward(td_gpt *m, const int *inputs, const int *targets);
  * checking every target < V on the host; targets NULL: none. */
 void td_gpt_upload_tokens(const td_gpt *m, int *inputs_dev, const int *inputs, int *targets_dev,
                           const int *targets);
+/* Document masking: from here on the model's attention keeps each query
+ * within its document, a document beginning after each token `eod` of the
+ * inputs (eod < 0: off again). td_gpt_set_documents takes each micro-batch's
+ * WHOLE input sequences ([B, cfg.T], before a context-parallel split: the
+ * starts are global positions, the same on every cp rank) before its
+ * forward; the backward and recomputation use the same. */
+void td_gpt_doc_mask(td_gpt *m, int eod);
+void td_gpt_set_documents(td_gpt *m, const int *whole_inputs);
+/* The starts themselves, host side: start[b*T + t] = the position after the
+ * last eod at or before t - 1 in sequence b (0 if none). */
+void td_doc_starts(int *start, const int *tokens, int B, int T, int eod);
 /* Backward of the last forward; every token's loss is weighted by
  * dloss (1 / tokens of the global batch). Adds into the gradients. */
 void td_gpt_backward(td_gpt *m, float dloss);

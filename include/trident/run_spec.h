@@ -80,7 +80,14 @@ typedef struct {
     const char *tokenizer; /* a tokenizer's name or tokenizer.json path; NULL: the data's default */
     int vocab;             /* a token file's vocabulary; -1: its max id + 1 */
     int strict;            /* resuming onto other data is an error, not a note */
+    int doc_mask;          /* --doc-mask: attention stays within documents */
+    int eod;               /* --eod: the end-of-text id; -1: the tokenizer's */
 } td_run_data;
+
+/* The end-of-text id a document-masked run splits documents at: --eod, or
+ * the tokenizer's <|endoftext|>; -1 without --doc-mask. A tokenizer without
+ * one (char, byte) needs --eod: one clear error line otherwise. */
+int td_run_doc_eod(const td_run_data *d, const td_tokenizer *tok);
 
 typedef struct {
     const char *out;      /* the checkpoint directory; NULL: nothing saved */

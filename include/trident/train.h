@@ -47,6 +47,9 @@ typedef struct {
     /* data */
     const char *data, *tokenizer;
     int vocab;
+    /* document masking (docs/recipe-doc-mask.md): --doc-mask, --eod ID
+     * (-1: the tokenizer's end-of-text) */
+    int doc_mask, eod;
     /* model */
     const char *model; /* --model PRESET (the planner's): the model flags not
                           given are its; NULL: none */

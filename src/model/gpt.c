@@ -299,6 +299,7 @@ static void create_common(td_gpt *m, const td_param_table *t, int B, int seq_par
     m->unit_grads = td_alloc(sizeof(float *) * t->n_units, TD_MEM_OTHER);
     m->ops = td_ops_for(m->d.prec == TD_PREC_BF16 ? TD_K_BF16 : m->d.prec == TD_PREC_FP16 ? TD_K_F16 : TD_K_F32);
     m->loss_sum = td_dev_alloc(sizeof(double), TD_MEM_OTHER, "loss sum");
+    m->doc_eod = -1;
     if (m->d.cp > 1) { /* the positions, uploaded once: the embedding's kernels read them */
         int *pos = td_alloc(sizeof(int) * (size_t)m->d.T, TD_MEM_OTHER);
         positions(m, pos);
@@ -487,6 +488,7 @@ void td_gpt_destroy(td_gpt *m) {
     td_free(m->unit_params);
     td_free(m->unit_grads);
     td_dev_free(m->pos);
+    td_gpt_doc_mask(m, -1);
     td_dev_free(m->loss_sum);
     td_dev_free(m->params_lp);
     td_free(m->unit_params_lp);

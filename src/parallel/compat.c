@@ -618,6 +618,7 @@ static const td_compat_rule rules[TD_RULE_N] = {
     ROWB(TD_RULE_RAMPUP_DIVIDES, "rampup-divides", GRD, rampup_divides),
     ROW(TD_RULE_MUON_LAYOUT, "muon-layout", OPT, muon_layout),
     ROW(TD_RULE_MUON_PRECISION, "muon-precision", OPT, muon_precision),
+    ROW(TD_RULE_DOC_MASK_PP, "doc-mask-pp", OPT, doc_mask_pp),
 };
 
 const td_compat_rule *td_compat_rules(void) { return rules; }

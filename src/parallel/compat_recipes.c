@@ -99,3 +99,17 @@ SAY(rampup_divides) {
 BRIEF(rampup_divides) {
     snprintf(buf, n, "batch ramp-up sizes are not multiples of dp x micro-batch = %d", rampup_unit(c));
 }
+
+/* ---- --doc-mask (issue 42) ------------------------------------------- */
+
+/* the model holds one micro-batch's document starts, set from the whole
+ * sequences where the data is read: a pipeline's middle stages read no
+ * data, and its slots keep several micro-batches in flight */
+OK(doc_mask_pp) { return !c->doc_mask || c->pp <= 1; }
+SAY(doc_mask_pp) {
+    (void)c;
+    snprintf(buf, n,
+             "--doc-mask does not combine with --pp > 1 yet: the document starts are set where the data is "
+             "read, which a pipeline's middle stages do not do, for one micro-batch at a time; use --pp 1 "
+             "(dp, tp, cp and ep layouts run document masking)");
+}

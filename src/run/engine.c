@@ -19,6 +19,7 @@ void td_engine_batch(const td_engine_ctx *c, int split, int step, int mb, int *i
     td_data_batch(c->data, split, c->spec->schedule.seed, step,
                   c->g->axis[TD_DP].rank * c->Bl + mb * c->Bm, c->Bm, c->spec->model.cfg.T, rin,
                   rtg);
+    td_gpt_set_documents(c->model, rin); /* whole sequences: global positions */
     if (cp->size > 1) {
         td_cp_take_local(in, rin, c->Bm, c->spec->model.cfg.T, cp->size, cp->rank, sizeof(int));
         td_cp_take_local(tg, rtg, c->Bm, c->spec->model.cfg.T, cp->size, cp->rank, sizeof(int));

@@ -12,6 +12,7 @@
 #include "trace_file.h"
 #include "trident/backend.h"
 #include "trident/base.h"
+#include "trident/bpe.h"
 #include "trident/comm.h"
 #include "trident/compat.h"
 #include "trident/cpus.h"
@@ -137,6 +138,15 @@ static void open_plan(td_run *r, td_dp_mode mode, td_dp_config *dcfg) {
     td_run_id_start(g);
 }
 
+int td_run_doc_eod(const td_run_data *d, const td_tokenizer *tok) {
+    if (!d->doc_mask) return -1;
+    int eod = d->eod >= 0 ? d->eod : tok->bpe ? td_bpe_eot(tok->bpe) : -1;
+    TD_CHECK(eod >= 0, "--doc-mask: the %s tokenizer has no end-of-text token; give its id with --eod ID",
+             td_tokenizer_name(tok->kind));
+    TD_CHECK(eod < tok->V, "--eod %d: not a token of the vocabulary (%d)", eod, tok->V);
+    return eod;
+}
+
 /* The model (training ranks), the strategy and the pipeline. */
 static void open_model(td_run *r, const td_dp_config *dcfg) {
     const td_run_spec *spec = r->spec;
@@ -156,6 +166,7 @@ static void open_model(td_run *r, const td_dp_config *dcfg) {
                               spec->precision.recompute, use);
         if (r->cfg.moe.E > 0) td_ep_bind_model(&r->ep, g, &r->tpc.ops); /* before the ops are handed out */
         r->model.comm = td_tp_comm_ops(&r->tpc);
+        td_gpt_doc_mask(&r->model, r->doc_eod);
         if (r->ring) { /* the ring's blocks live in scratch that is dead while attention runs */
             size_t bytes;
             void *ws = td_gpt_cp_scratch(&r->model, &bytes);
@@ -187,6 +198,7 @@ int td_run_open(td_run *r, const td_run_spec *spec, td_run_result *res) {
                  spec->model.cfg.T);
     td_data_set_batch(&r->data, spec->schedule.batch); /* a blend's sample index is step x batch + sample */
     td_run_set_data(spec->data.path, &r->data.fp);
+    r->doc_eod = td_run_doc_eod(&spec->data, &r->data.tok);
     td_fault_slow_load();
     /* start-up's first agreed stop point: nothing is written yet */
     if (mode != TD_DP_PS && td_stop_agreed(&r->g, 0)) {
@@ -319,7 +331,7 @@ static void traffic_formula(td_run *r) {
                                     tp, spec->layout.seq_parallel, nb);
     if (r->ring) { /* per block and micro-batch one ring forward (two under recomputation) and one backward */
         td_cp_shape s = {r->ec.Bm,      local.T, r->cfg.C / tp, r->cfg.H / tp, spec->precision.precision,
-                         r->cfg.KV / tp};
+                         r->cfg.KV / tp, NULL, 0};
         uint64_t fwd, bwd;
         td_cp_ring_formula(&s, g->axis[TD_CP].size, &fwd, &bwd);
         res->cp_formula_bytes =

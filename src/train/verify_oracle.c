@@ -23,6 +23,8 @@ void verify_oracle_open(verify_oracle *or, const td_train_opts *o, int D) {
     or->B = o->batch, or->T = o->seq, or->M = o->grad_accum > 0 ? o->grad_accum : 1, or->D = D;
     TD_ASSERT(or->B % (D * or->M) == 0); /* the run checked it */
     td_gpt_create(&or->model, &or->t, or->B / or->M, 0);
+    td_run_data docs = {.doc_mask = o->doc_mask, .eod = o->eod};
+    td_gpt_doc_mask(&or->model, td_run_doc_eod(&docs, &or->d.tok));
     size_t n = or->t.numel;
     or->g = td_alloc(n * 4, TD_MEM_OTHER);
     or->gu = td_alloc(n * 4, TD_MEM_OTHER);
@@ -78,6 +80,7 @@ double verify_oracle_step(verify_oracle *or, int s, float *P, float *M, float *V
             memcpy(or->mtg + to, or->tg + from, sizeof(int) * (size_t)Bm * T);
         }
         if (or->routes) or->routes->o_step = s, or->routes->o_micro = k; /* the replay's place */
+        td_gpt_set_documents(&or->model, or->min);
         sum += td_gpt_forward(&or->model, or->min, or->mtg);
         td_gpt_backward(&or->model, 1.0f / ((float)B * T));
     }

@@ -264,6 +264,11 @@ static const char *breaking(td_rule_id id, td_compat_cfg *c) {
         c->optimizer = 1, c->precision = 1, c->precision_name = "bf16";
         return "--optimizer muon does not combine with --precision bf16 yet: its Newton-Schulz iterations run in "
                "fp32 only; use --precision fp32, or --optimizer adamw";
+    case TD_RULE_DOC_MASK_PP:
+        c->doc_mask = 1, c->pp = 2, c->micro_batches = 2;
+        return "--doc-mask does not combine with --pp > 1 yet: the document starts are set where the data is "
+               "read, which a pipeline's middle stages do not do, for one micro-batch at a time; use --pp 1 "
+               "(dp, tp, cp and ep layouts run document masking)";
     case TD_RULE_N:
         break;
     }
