@@ -572,6 +572,9 @@ void td_gpt_set_documents(td_gpt *m, const int *whole_inputs);
 /* The starts themselves, host side: start[b*T + t] = the position after the
  * last eod at or before t - 1 in sequence b (0 if none). */
 void td_doc_starts(int *start, const int *tokens, int B, int T, int eod);
+/* --eod-mask-loss: each target equal to eod becomes -1 (no loss, no
+ * gradient: td_gpt_upload_tokens); returns how many targets stay. */
+long td_doc_mask_targets(int *targets, size_t n, int eod);
 /* Backward of the last forward; every token's loss is weighted by
  * dloss (1 / tokens of the global batch). Adds into the gradients. */
 void td_gpt_backward(td_gpt *m, float dloss);

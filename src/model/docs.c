@@ -31,3 +31,12 @@ void td_gpt_set_documents(td_gpt *m, const int *whole_inputs) {
     td_doc_starts(m->doc_host, whole_inputs, m->d.B, m->cfg.T, m->doc_eod);
     td_dev_upload(m->doc_start, m->doc_host, (size_t)m->d.B * (size_t)m->cfg.T * sizeof(int), TD_HOST_TOKENS);
 }
+
+long td_doc_mask_targets(int *targets, size_t n, int eod) {
+    long kept = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (targets[i] == eod) targets[i] = -1;
+        kept += targets[i] >= 0;
+    }
+    return kept;
+}

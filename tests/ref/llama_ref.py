@@ -99,11 +99,14 @@ def rope(theta, hs, rs, T):
     return emb.cos(), emb.sin()
 
 
-def attention(x, p, pre, H, KV, eps, cos, sin):
-    """x [B, T, C] plus block pre's attention (its input_layernorm first)"""
+def attention(x, p, pre, H, KV, eps, cos, sin, mask=None):
+    """x [B, T, C] plus block pre's attention (its input_layernorm first);
+    mask: True where a key is hidden ([T, T] or [B, 1, T, T]; None:
+    causal)"""
     B, T, C = x.shape
     hs = C // H
-    mask = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
+    if mask is None:
+        mask = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
     h = rms(x, p[pre + "input_layernorm.weight"], eps)
     q = (h @ p[pre + "self_attn.q_proj.weight"].T).view(B, T, H, hs).transpose(1, 2)
     k = (h @ p[pre + "self_attn.k_proj.weight"].T).view(B, T, KV, hs).transpose(1, 2)
@@ -119,15 +122,15 @@ def attention(x, p, pre, H, KV, eps, cos, sin):
     return x + y @ p[pre + "self_attn.o_proj.weight"].T
 
 
-def forward(p, cfg, inputs, mlp=dense_mlp):
+def forward(p, cfg, inputs, mlp=dense_mlp, mask=None):
     """The logits; mlp(p, l, h) is block l's MLP (moe_ref.py passes its
-    mixture of experts)."""
+    mixture of experts); mask: attention's (None: causal)."""
     L, H, KV, C, F, T, V, B, tied, eps, theta, rs = cfg
     x = p["model.embed_tokens.weight"][inputs]  # [B, T, C]
     cos, sin = rope(theta, C // H, rs, T)
     for l in range(L):
         pre = "model.layers.%d." % l
-        x = attention(x, p, pre, H, KV, eps, cos, sin)
+        x = attention(x, p, pre, H, KV, eps, cos, sin, mask)
         h = rms(x, p[pre + "post_attention_layernorm.weight"], eps)
         x = x + mlp(p, l, h)
     x = rms(x, p["model.norm.weight"], eps)

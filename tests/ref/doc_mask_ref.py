@@ -1,0 +1,56 @@
+#!/usr/bin/python3
+"""PyTorch reference for trident's document masking (--doc-mask): the Llama
+of llama_ref.py with an explicit attention mask built here from document
+ids, and optionally the loss without the end-of-text targets.
+
+Usage: /usr/bin/python3 tests/ref/doc_mask_ref.py IN OUT
+
+IN (little-endian): int32 magic 0x4B53444D ('MDSK'), int32 ncases; per case
+  int32 eod, eod_mask_loss, then llama_ref.py's case (L, H, ... targets).
+OUT (float32) per case: the mean loss (over the targets kept); logits
+  [B][T][V]; the gradient of that loss per tensor in IN order.
+
+The mask: a document begins after each eod token, so the document id of
+position t is the count of eod tokens among inputs[0..t-1]; key j is
+visible to query i iff j <= i and both have the same id (the full [B, T, T]
+matrix, nothing blocked)."""
+import struct
+
+import torch
+
+import llama_ref as lr
+
+
+def doc_mask(inputs, eod):
+    B, T = inputs.shape
+    ends = (inputs == eod).to(torch.int64)
+    ids = torch.cumsum(ends, dim=1) - ends  # eods strictly before t
+    same = ids[:, :, None] == ids[:, None, :]
+    causal = torch.tril(torch.ones(T, T, dtype=torch.bool))
+    return ~(same & causal)[:, None]  # [B, 1, T, T], True: hidden
+
+
+def run_case(fin, fout):
+    eod, mask_loss = lr.rd(fin, "2i")
+    L, H, KV, C, F, T, V, B, tied = lr.rd(fin, "9i")
+    (eps,) = lr.rd(fin, "f")
+    theta, factor, low, high = lr.rd(fin, "4d")
+    (orig,) = lr.rd(fin, "i")
+    names, p = lr.read_tensors(fin)
+    for t in p.values():
+        t.requires_grad_(True)
+    inputs, targets = lr.read_tokens(fin, B, T)
+    cfg = (L, H, KV, C, F, T, V, B, tied, eps, theta, (factor, low, high, orig))
+    logits = lr.forward(p, cfg, inputs, mask=doc_mask(inputs, eod))
+    per = torch.nn.functional.cross_entropy(logits.view(-1, V), targets.view(-1), reduction="none")
+    keep = (targets.view(-1) != eod) if mask_loss else torch.ones_like(per, dtype=torch.bool)
+    loss = (per * keep).sum() / keep.sum()
+    loss.backward()
+    fout.write(struct.pack("<f", loss.item()))
+    fout.write(logits.detach().numpy().astype("<f4").tobytes())
+    for name in names:
+        fout.write(p[name].grad.numpy().astype("<f4").tobytes())
+
+
+if __name__ == "__main__":
+    lr.run_cases(0x4B53444D, "doc_mask_ref", run_case)
