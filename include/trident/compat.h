@@ -108,6 +108,7 @@ typedef enum {
     TD_RULE_MUON_LAYOUT,    /* issue 42: --optimizer muon's layouts (a first cut) */
     TD_RULE_MUON_PRECISION, /* issue 42: Muon's fp32 Newton-Schulz only */
     TD_RULE_DOC_MASK_PP,    /* issue 42: document masking not through a pipeline yet */
+    TD_RULE_EOD_LOSS_MOE,   /* --eod-mask-loss: the experts' losses count every token */
     TD_RULE_N
 } td_rule_id;
 
@@ -163,7 +164,8 @@ typedef struct {
     const char *rampup_text;
     /* --optimizer: td_optimizer (0 adamw, 1 muon) */
     int optimizer;
-    int doc_mask; /* --doc-mask */
+    int doc_mask;      /* --doc-mask */
+    int eod_mask_loss; /* --eod-mask-loss */
 } td_compat_cfg;
 
 typedef struct {

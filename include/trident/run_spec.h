@@ -82,11 +82,13 @@ typedef struct {
     int strict;            /* resuming onto other data is an error, not a note */
     int doc_mask;          /* --doc-mask: attention stays within documents */
     int eod;               /* --eod: the end-of-text id; -1: the tokenizer's */
+    int eod_mask_loss;     /* --eod-mask-loss: no loss on end-of-text targets */
 } td_run_data;
 
-/* The end-of-text id a document-masked run splits documents at: --eod, or
- * the tokenizer's <|endoftext|>; -1 without --doc-mask. A tokenizer without
- * one (char, byte) needs --eod: one clear error line otherwise. */
+/* The end-of-text id a document-masked run splits documents at (and
+ * --eod-mask-loss drops the targets of): --eod, or the tokenizer's
+ * <|endoftext|>; -1 without either flag. A tokenizer without one (char,
+ * byte) needs --eod: one clear error line otherwise. */
 int td_run_doc_eod(const td_run_data *d, const td_tokenizer *tok);
 
 typedef struct {

@@ -50,6 +50,7 @@ typedef struct {
     /* document masking (docs/recipe-doc-mask.md): --doc-mask, --eod ID
      * (-1: the tokenizer's end-of-text) */
     int doc_mask, eod;
+    int eod_mask_loss; /* --eod-mask-loss: no loss on end-of-text targets */
     /* model */
     const char *model; /* --model PRESET (the planner's): the model flags not
                           given are its; NULL: none */

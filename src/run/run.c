@@ -139,10 +139,10 @@ static void open_plan(td_run *r, td_dp_mode mode, td_dp_config *dcfg) {
 }
 
 int td_run_doc_eod(const td_run_data *d, const td_tokenizer *tok) {
-    if (!d->doc_mask) return -1;
+    if (!d->doc_mask && !d->eod_mask_loss) return -1;
     int eod = d->eod >= 0 ? d->eod : tok->bpe ? td_bpe_eot(tok->bpe) : -1;
-    TD_CHECK(eod >= 0, "--doc-mask: the %s tokenizer has no end-of-text token; give its id with --eod ID",
-             td_tokenizer_name(tok->kind));
+    TD_CHECK(eod >= 0, "--%s: the %s tokenizer has no end-of-text token; give its id with --eod ID",
+             d->doc_mask ? "doc-mask" : "eod-mask-loss", td_tokenizer_name(tok->kind));
     TD_CHECK(eod < tok->V, "--eod %d: not a token of the vocabulary (%d)", eod, tok->V);
     return eod;
 }
@@ -166,7 +166,7 @@ static void open_model(td_run *r, const td_dp_config *dcfg) {
                               spec->precision.recompute, use);
         if (r->cfg.moe.E > 0) td_ep_bind_model(&r->ep, g, &r->tpc.ops); /* before the ops are handed out */
         r->model.comm = td_tp_comm_ops(&r->tpc);
-        td_gpt_doc_mask(&r->model, r->doc_eod);
+        td_gpt_doc_mask(&r->model, spec->data.doc_mask ? r->doc_eod : -1);
         if (r->ring) { /* the ring's blocks live in scratch that is dead while attention runs */
             size_t bytes;
             void *ws = td_gpt_cp_scratch(&r->model, &bytes);
@@ -239,7 +239,8 @@ int td_run_start(td_run *r) {
     int N = r->ec.Bm * spec->model.cfg.T;
     int *in = td_alloc(sizeof(int) * N, TD_MEM_OTHER), *tg = td_alloc(sizeof(int) * N, TD_MEM_OTHER);
     r->ec = (td_engine_ctx){spec,     &r->g,    &r->data, &r->model, r->dp, r->pp,
-                            r->ec.Bl, r->ec.Bm, spec->schedule.grad_accum, in,   tg};
+                            r->ec.Bl, r->ec.Bm, spec->schedule.grad_accum, in,   tg,
+                            spec->data.eod_mask_loss ? r->doc_eod : -1};
     r->engine = td_engine_for(&r->ec); /* chosen once: no layout branch in the loop */
     r->loss_group = r->engine->loss_group(&r->ec);
     td_grad_watch_init(&r->watch, &r->model, td_loss_scaler_skips(&r->scaler));

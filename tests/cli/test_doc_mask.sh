@@ -3,8 +3,9 @@
 # mask: test_attention_blocked / _lowp, the model: test_doc_mask_vs_torch):
 # - trident verify (the layout against one doc-masked process, step by
 #   step) passes for cp 2 (ring attention: global document starts) x tp 2
-#   with sequence parallelism, and a mixture of experts over dp 2 = ep 2
-#   with block recomputation;
+#   with sequence parallelism and --eod-mask-loss over 2 micro-batches (the
+#   divisor the global count of targets kept), and a mixture of experts over
+#   dp 2 = ep 2 with block recomputation;
 # - the mask changes the run (a masked and an unmasked run's losses differ);
 # - 4 steps = --resume of step 2 and 2 more, bitwise (losses and state),
 #   the resume continuing --doc-mask and --eod from the checkpoint; the
@@ -12,7 +13,7 @@
 # - trident eval applies the checkpoint's masking (its line), one process
 #   and cp 2 agreeing;
 # - refusals, one line each: a char tokenizer without --eod, --eod outside
-#   the vocabulary, --pp 2 (not yet).
+#   the vocabulary, --pp 2 and --eod-mask-loss with experts (not yet).
 # Usage: test_doc_mask.sh TRIDENT DATA_DIR
 set -u
 T=$1 DATA=$2
@@ -33,7 +34,7 @@ verify() { # NAME NP FLAGS...: trident verify on NP ranks passes
   else fail "$name: rc $rc" "$(grep '^verify\|error' <<<"$out")"; fi
 }
 # (two runs of two layouts each: CI time)
-verify cp2_tp2_sp 4 --cp 2 --tp 2 --sequence-parallel
+verify cp2_tp2_sp_eod_loss 4 --cp 2 --tp 2 --sequence-parallel --eod-mask-loss --grad-accum 2
 verify moe_ep2_dp2_recompute 2 --dp 2 --ep 2 --moe-experts 4 --moe-top-k 2 --recompute block
 
 # --- the mask matters; resume bitwise ------------------------------------------
@@ -42,7 +43,7 @@ verify moe_ep2_dp2_recompute 2 --dp 2 --ep 2 --moe-experts 4 --moe-top-k 2 --rec
 "$T" train "${M[@]:0:14}" --steps 4 --log "$tmp/plain.log" >/dev/null 2>&1 || fail "train unmasked"
 "$T" train "${M[@]:0:14}" --steps 4 --out "$tmp/r" --resume "$tmp/ck/step-00000002" --log "$tmp/rest.log" \
   >"$tmp/rest.out" 2>&1 || fail "resume" "$(tail -3 "$tmp/rest.out")"
-grep -q '"doc-mask": true, "eod": 0' "$tmp/rest.out" && ok "resume continues --doc-mask --eod 0" \
+grep -q '"doc-mask": true, "eod-mask-loss": false, "eod": 0' "$tmp/rest.out" && ok "resume continues --doc-mask --eod 0" \
   || fail "resume did not continue the masking"
 "$T" train "${M[@]}" --steps 2 --device guard --log "$tmp/guard.log" >"$tmp/guard.out" 2>&1 \
   || fail "--device guard" "$(tail -3 "$tmp/guard.out")"
@@ -75,7 +76,9 @@ R=(--data "$tmp/s.txt" --layers 2 --heads 2 --embd 32 --seq 16 --batch 2 --steps
 expect no-eod "--doc-mask: the char tokenizer has no end-of-text token; give its id with --eod ID" \
   "$T" train "${R[@]}" --doc-mask
 expect eod-vocab "--eod 5000: not a token of the vocabulary" "$T" train "${R[@]}" --doc-mask --eod 5000
-expect pp "--doc-mask does not combine with --pp > 1 yet" "$T" train "${R[@]}" --doc-mask --eod 0 --pp 2
+expect pp "--doc-mask and --eod-mask-loss do not combine with --pp > 1 yet" "$T" train "${R[@]}" --doc-mask --eod 0 --pp 2
+expect eod-loss-moe "--eod-mask-loss does not combine with --moe-experts yet" \
+  "$T" train "${R[@]}" --eod-mask-loss --eod 0 --moe-experts 4 --moe-top-k 2
 
 [ $fails -eq 0 ] && echo "doc mask: all passed"
 exit $fails
