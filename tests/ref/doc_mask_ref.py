@@ -14,8 +14,6 @@ The mask: a document begins after each eod token, so the document id of
 position t is the count of eod tokens among inputs[0..t-1]; key j is
 visible to query i iff j <= i and both have the same id (the full [B, T, T]
 matrix, nothing blocked)."""
-import struct
-
 import torch
 
 import llama_ref as lr
@@ -32,24 +30,14 @@ def doc_mask(inputs, eod):
 
 def run_case(fin, fout):
     eod, mask_loss = lr.rd(fin, "2i")
-    L, H, KV, C, F, T, V, B, tied = lr.rd(fin, "9i")
-    (eps,) = lr.rd(fin, "f")
-    theta, factor, low, high = lr.rd(fin, "4d")
-    (orig,) = lr.rd(fin, "i")
-    names, p = lr.read_tensors(fin)
-    for t in p.values():
-        t.requires_grad_(True)
-    inputs, targets = lr.read_tokens(fin, B, T)
-    cfg = (L, H, KV, C, F, T, V, B, tied, eps, theta, (factor, low, high, orig))
+    cfg, names, p, inputs, targets = lr.read_case(fin)
+    V = cfg[6]
     logits = lr.forward(p, cfg, inputs, mask=doc_mask(inputs, eod))
     per = torch.nn.functional.cross_entropy(logits.view(-1, V), targets.view(-1), reduction="none")
     keep = (targets.view(-1) != eod) if mask_loss else torch.ones_like(per, dtype=torch.bool)
     loss = (per * keep).sum() / keep.sum()
     loss.backward()
-    fout.write(struct.pack("<f", loss.item()))
-    fout.write(logits.detach().numpy().astype("<f4").tobytes())
-    for name in names:
-        fout.write(p[name].grad.numpy().astype("<f4").tobytes())
+    lr.write_results(fout, loss, logits, names, p)
 
 
 if __name__ == "__main__":

@@ -154,7 +154,9 @@ def run_cases(magic, what, run_case):
     fout.close()
 
 
-def run_case(fin, fout):
+def read_case(fin):
+    """One case of IN: cfg, the tensor names, {name: tensor requiring grad},
+    inputs, targets."""
     L, H, KV, C, F, T, V, B, tied = rd(fin, "9i")
     (eps,) = rd(fin, "f")
     theta, factor, low, high = rd(fin, "4d")
@@ -164,13 +166,24 @@ def run_case(fin, fout):
         t.requires_grad_(True)
     inputs, targets = read_tokens(fin, B, T)
     cfg = (L, H, KV, C, F, T, V, B, tied, eps, theta, (factor, low, high, orig))
-    logits = forward(p, cfg, inputs)
-    loss = torch.nn.functional.cross_entropy(logits.view(-1, V), targets.view(-1))
-    loss.backward()
+    return cfg, names, p, inputs, targets
+
+
+def write_results(fout, loss, logits, names, p):
+    """OUT's record of a case, after loss.backward()."""
     fout.write(struct.pack("<f", loss.item()))
     fout.write(logits.detach().numpy().astype("<f4").tobytes())
     for name in names:
         fout.write(p[name].grad.numpy().astype("<f4").tobytes())
+
+
+def run_case(fin, fout):
+    cfg, names, p, inputs, targets = read_case(fin)
+    V = cfg[6]
+    logits = forward(p, cfg, inputs)
+    loss = torch.nn.functional.cross_entropy(logits.view(-1, V), targets.view(-1))
+    loss.backward()
+    write_results(fout, loss, logits, names, p)
 
 
 if __name__ == "__main__":

@@ -29,19 +29,9 @@ static void build(ref_model *mc) {
 }
 
 static void write_case(FILE *f, const ref_model *mc, int mask_loss, const int *inputs, const int *targets) {
-    const td_gpt_config *c = &mc->cfg;
-    int32_t pre[2] = {EOD, mask_loss}, hdr[9] = {c->L, c->H, c->KV, c->C, c->F, c->T, c->V, B, 0};
-    float eps = c->norm_eps;
-    double rd4[4] = {c->rope_theta, 0, 0, 0};
-    int32_t orig = 0;
+    int32_t pre[2] = {EOD, mask_loss};
     ref_write(f, pre, sizeof pre);
-    ref_write(f, hdr, sizeof hdr);
-    ref_write(f, &eps, 4);
-    ref_write(f, rd4, sizeof rd4);
-    ref_write(f, &orig, 4);
-    ref_write_tensors(f, &mc->t, mc->params, V, C);
-    ref_write(f, inputs, 4 * B * T);
-    ref_write(f, targets, 4 * B * T);
+    ref_write_llama_case(f, mc, B, 0, inputs, targets);
 }
 
 /* One step of the model (masked: documents set) against the reference's
@@ -66,15 +56,9 @@ static double step_vs(ref_model *m, FILE *o, int masked, int mask_loss, const in
     double elog = ref_cmp(model.logits, (size_t)m->cfg.Vp, ref, (size_t)B * T, V);
     double loss = td_gpt_forward(&model, inputs, tg) / (double)kept;
     td_gpt_backward(&model, 1.0f / (float)kept);
-    double rel = fabs(loss - ref_loss) / fabs(ref_loss), worst = 0.0;
-    const char *worst_name = "";
-    for (int i = 0; i < m->t.n_rows; i++) {
-        const td_param *p = &m->t.rows[i];
-        size_t rows = p->split == TD_SPLIT_VOCAB ? (size_t)V : (size_t)p->shape[0];
-        ref_read(o, ref, sizeof(float) * rows * (size_t)p->shape[1]);
-        double e = ref_cmp(m->grads + p->offset, (size_t)p->shape[1], ref, rows, (size_t)p->shape[1]);
-        if (e > worst) worst = e, worst_name = p->name;
-    }
+    double rel = fabs(loss - ref_loss) / fabs(ref_loss);
+    const char *worst_name;
+    double worst = ref_cmp_grads(o, m, ref, &worst_name);
     double r = fmax(rel / tol_loss, fmax(elog / tol, worst / tol));
     printf("%s: loss %.7f torch %.7f (rel %.1e, %ld targets) | logits %.1e | %d gradients, worst %.1e (%s)\n", what,
            loss, ref_loss, rel, kept, elog, m->t.n_rows, worst, worst_name);
