@@ -441,6 +441,10 @@ typedef struct td_gpt {
     int doc_eod;             /* the end-of-text id; -1: off */
     int *doc_start;          /* [B, cfg.T] device: each global position's document start */
     int *doc_host;           /* [B, cfg.T] host staging of doc_start */
+    /* --doc-positions reset (td_gpt_doc_positions): the rotary table of each
+     * micro-batch's rows, positions counted from their document's start */
+    float *rope_doc;         /* [B, T, hs] device; NULL: rope_cs, the packed positions */
+    float *rope_doc_host;    /* [B, T, hs] host staging of rope_doc */
     size_t acts_bytes;
     struct td_moe_state *moe; /* a mixture of experts' state (moe.c); NULL: dense */
     /* model-ops: the run's backend row of the model's precision (every op
@@ -569,6 +573,15 @@ void td_gpt_upload_tokens(const td_gpt *m, int *inputs_dev, const int *inputs, i
  * forward; the backward and recomputation use the same. */
 void td_gpt_doc_mask(td_gpt *m, int eod);
 void td_gpt_set_documents(td_gpt *m, const int *whole_inputs);
+/* --doc-positions reset (after td_gpt_doc_mask with eod >= 0; reset 0:
+ * off again): the rotary positions restart at 0 at each document start, the
+ * position of global row t being t - start(t); a rotary model only (learned
+ * positions refuse it: rules row doc-positions-learned). */
+void td_gpt_doc_positions(td_gpt *m, int reset);
+/* This rank's rows' global positions [T] (context parallelism's chunks). */
+void td_gpt_positions(const td_gpt *m, int *pos);
+/* The rotary inverse frequencies [hs/2] of the config (rope_theta, llama3 scaling). */
+void td_gpt_rope_freqs(const td_gpt_config *c, int hs, float *inv);
 /* The starts themselves, host side: start[b*T + t] = the position after the
  * last eod at or before t - 1 in sequence b (0 if none). */
 void td_doc_starts(int *start, const int *tokens, int B, int T, int eod);

@@ -119,7 +119,14 @@ void td_m_rope(const td_gpt *m, td_act *qkv, int backward) {
     int parts[2][2] = {{0, d->Ha}, {d->Ca, d->KVa}}; /* (column, heads) of q and of k */
     for (int i = 0; i < 2; i++) {
         int col = parts[i][0], heads = parts[i][1];
-        if (!backward)
+        if (m->rope_doc) { /* --doc-positions reset: each sequence its own table */
+            for (int b = 0; b < d->B; b++) {
+                void *x = (char *)qkv + (size_t)b * d->T * d->QKV * d->es;
+                const float *cs = m->rope_doc + (size_t)b * d->T * d->hs;
+                if (!backward) m->ops->rope_fwd(x, cs, 1, d->T, d->QKV, col, heads, d->hs);
+                else m->ops->rope_bwd(x, cs, 1, d->T, d->QKV, col, heads, d->hs);
+            }
+        } else if (!backward)
             m->ops->rope_fwd(qkv, m->rope_cs, d->B, d->T, d->QKV, col, heads, d->hs);
         else
             m->ops->rope_bwd(qkv, m->rope_cs, d->B, d->T, d->QKV, col, heads, d->hs);

@@ -18,6 +18,8 @@ TD_ROW_FUNCS(muon_precision)
 TD_ROW_FUNCS(rampup_layout)
 TD_ROW_FUNCS(doc_mask_pp)
 TD_ROW_FUNCS(eod_loss_moe)
+TD_ROW_FUNCS(doc_positions_mask)
+TD_ROW_FUNCS(doc_positions_learned)
 TD_ROW_FUNCS(rampup_divides)
 void brief_rampup_divides(const td_compat_cfg *c, char *buf, size_t n);
 #undef TD_ROW_FUNCS

@@ -118,6 +118,23 @@ SAY(doc_mask_pp) {
 /* the experts' balancing and z losses are normalized by every token of the
  * step (moe.c), and the oracle and the run add them to the token loss's sum
  * before its division: with fewer targets that weight would move */
+/* the positions restart at the document starts --doc-mask computes */
+OK(doc_positions_mask) { return !c->doc_pos_reset || c->doc_mask; }
+SAY(doc_positions_mask) {
+    (void)c;
+    snprintf(buf, n, "--doc-positions reset restarts positions at the document starts of --doc-mask; add --doc-mask "
+                     "(or drop --doc-positions reset)");
+}
+
+/* gpt2's learned table (wpe) is read by the embedding's kernels at the
+ * packed positions: their per-sequence positions are not built */
+OK(doc_positions_learned) { return !c->doc_pos_reset || !c->learned_positions; }
+SAY(doc_positions_learned) {
+    (void)c;
+    snprintf(buf, n, "--doc-positions reset is built for rotary positions (--arch llama), not yet for gpt2's learned "
+                     "positions; use --arch llama or --doc-positions continue");
+}
+
 OK(eod_loss_moe) { return !c->eod_mask_loss || c->experts == 0; }
 SAY(eod_loss_moe) {
     (void)c;

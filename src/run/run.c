@@ -167,6 +167,7 @@ static void open_model(td_run *r, const td_dp_config *dcfg) {
         if (r->cfg.moe.E > 0) td_ep_bind_model(&r->ep, g, &r->tpc.ops); /* before the ops are handed out */
         r->model.comm = td_tp_comm_ops(&r->tpc);
         td_gpt_doc_mask(&r->model, spec->data.doc_mask ? r->doc_eod : -1);
+        td_gpt_doc_positions(&r->model, spec->data.doc_mask && spec->data.doc_pos_reset);
         if (r->ring) { /* the ring's blocks live in scratch that is dead while attention runs */
             size_t bytes;
             void *ws = td_gpt_cp_scratch(&r->model, &bytes);

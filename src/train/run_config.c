@@ -152,7 +152,7 @@ static void resume_training(td_train_opts *o, const td_flag *flags, int n, const
                                             "lr",        "min-lr",     "warmup", "lr-schedule", "lr-decay-fraction", "lr-decay-shape", "batch-rampup", "weight-decay", "beta1",
                                             "beta2",     "eps",        "clip",   "eval-every",   "eval-iters",
                                             "save-every", "keep", "optimizer", "muon-lr", "muon-momentum",
-                                            "muon-weight-decay", "muon-nesterov", "doc-mask", "eod", "eod-mask-loss"};
+                                            "muon-weight-decay", "muon-nesterov", "doc-mask", "eod", "eod-mask-loss", "doc-positions"};
     char a[128], b[128];
     for (size_t i = 0; i < sizeof continued / sizeof continued[0]; i++) {
         const td_flag *f = flag_named(flags, n, continued[i]);

@@ -26,6 +26,7 @@ void verify_oracle_open(verify_oracle *or, const td_train_opts *o, int D) {
     td_run_data docs = {.doc_mask = o->doc_mask, .eod = o->eod, .eod_mask_loss = o->eod_mask_loss};
     int eod = td_run_doc_eod(&docs, &or->d.tok);
     td_gpt_doc_mask(&or->model, o->doc_mask ? eod : -1);
+    td_gpt_doc_positions(&or->model, o->doc_mask && o->ch.doc_pos_reset);
     or->loss_eod = o->eod_mask_loss ? eod : -1;
     size_t n = or->t.numel;
     or->g = td_alloc(n * 4, TD_MEM_OTHER);

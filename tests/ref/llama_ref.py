@@ -90,9 +90,14 @@ def read_tensors(fin):
     return names, p
 
 
-def rope(theta, hs, rs, T):
-    """cos, sin [T, hs] of positions 0..T-1 (rs: factor, low, high, orig; factor 0: none)"""
+def rope(theta, hs, rs, T, pos=None):
+    """cos, sin [T, hs] of positions 0..T-1 (rs: factor, low, high, orig; factor 0: none);
+    pos: [B, T] positions instead (cos, sin [B, 1, T, hs], one per sequence)"""
     inv = inv_freq_of(theta, hs, *rs)
+    if pos is not None:
+        freqs = pos[..., None].float() * inv  # a product, as the one-term matmul below
+        emb = torch.cat((freqs, freqs), dim=-1)[:, None]
+        return emb.cos(), emb.sin()
     pos = torch.arange(T, dtype=torch.int64)
     freqs = pos[:, None].float() @ inv[None, :]
     emb = torch.cat((freqs, freqs), dim=-1)
@@ -122,12 +127,13 @@ def attention(x, p, pre, H, KV, eps, cos, sin, mask=None):
     return x + y @ p[pre + "self_attn.o_proj.weight"].T
 
 
-def forward(p, cfg, inputs, mlp=dense_mlp, mask=None):
+def forward(p, cfg, inputs, mlp=dense_mlp, mask=None, pos=None):
     """The logits; mlp(p, l, h) is block l's MLP (moe_ref.py passes its
-    mixture of experts); mask: attention's (None: causal)."""
+    mixture of experts); mask: attention's (None: causal); pos: the rotary
+    positions [B, T] (None: 0..T-1 in every sequence)."""
     L, H, KV, C, F, T, V, B, tied, eps, theta, rs = cfg
     x = p["model.embed_tokens.weight"][inputs]  # [B, T, C]
-    cos, sin = rope(theta, C // H, rs, T)
+    cos, sin = rope(theta, C // H, rs, T, pos)
     for l in range(L):
         pre = "model.layers.%d." % l
         x = attention(x, p, pre, H, KV, eps, cos, sin, mask)
