@@ -174,7 +174,8 @@ static void report_task(eval_run *e, const td_train_result *res) {
 }
 
 /* Document masking as the checkpoint was trained (its run_config's
- * --doc-mask and --eod): the loss measured is the one it learned. */
+ * --doc-mask, --eod and --doc-positions): the loss measured is the one it
+ * learned. */
 static void docs_for_checkpoint(td_train_opts *o, const td_manifest *m, const char *dir) {
     if (!m->run_config) return;
     td_jv *rc = NULL;
@@ -184,7 +185,11 @@ static void docs_for_checkpoint(td_train_opts *o, const td_manifest *m, const ch
     const td_jv *dm = td_json_get(rc, "doc-mask"), *eod = td_json_get(rc, "eod");
     o->doc_mask = dm && dm->type == TD_JV_BOOL && dm->boolean;
     if (o->doc_mask && eod && eod->type == TD_JV_NUM) o->eod = (int)eod->num;
-    if (o->doc_mask) td_log("eval: document masking as trained (--eod %d; -1: the tokenizer's)\n", o->eod);
+    const td_jv *dp = td_json_get(rc, "doc-positions"); /* a literal: rc is freed below */
+    if (o->doc_mask && dp && dp->type == TD_JV_STR && strcmp(dp->str, "reset") == 0) o->doc_positions = "reset";
+    if (o->doc_mask)
+        td_log("eval: document masking as trained (--eod %d; -1: the tokenizer's%s)\n", o->eod,
+               o->doc_positions ? "; --doc-positions reset" : "");
     td_json_free(rc);
 }
 
