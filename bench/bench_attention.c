@@ -26,7 +26,7 @@ typedef struct {
 
 static void run_blocked(job *j) {
     int C = j->C;
-    td_attn_shape s = {1, j->T, j->T, j->NH, j->NH, C / j->NH, 3 * C, 3 * C, C, 0, 0, TD_ATTN_CAUSAL, 0, 0};
+    td_attn_shape s = {1, j->T, j->T, j->NH, j->NH, C / j->NH, 3 * C, 3 * C, C, 0, 0, TD_ATTN_CAUSAL, 0, 0, NULL, 0};
     if (j->bf) {
         td_attn_bf16_forward(j->outb, j->lse, j->qkvb, j->qkvb + C, j->qkvb + 2 * C, &s, 0);
         td_attn_bf16_backward(j->dqkvb, j->dqkvb + C, j->dqkvb + 2 * C, j->doutb, j->outb, j->lse,

@@ -47,6 +47,15 @@ typedef struct {
                                           rows are a view inside longer sequences (context
                                           parallelism's chunks); 0: Tq, Tk. lse stays
                                           dense [B,NH,Tq] */
+    const int *doc_start;              /* document masking, or NULL: [B, doc_len] int32, for
+                                          each global position of each sequence the global
+                                          position where its document begins (nondecreasing;
+                                          a device buffer). Key j is visible to query i only
+                                          if also k_pos + j >= doc_start[b][q_pos + i];
+                                          key blocks hidden from every row are skipped.
+                                          Causal mask only (a document's end is then the
+                                          query itself) */
+    int doc_len;                       /* positions per sequence in doc_start */
 } td_attn_shape;
 
 /* out[B,Tq,NH*hs] (row stride o_stride), lse[B,NH,Tq]: the attention of

@@ -109,6 +109,10 @@ typedef enum {
     TD_RULE_MUON_LAYOUT,    /* issue 42: --optimizer muon's layouts */
     TD_RULE_MUON_PRECISION, /* issue 42: Muon's fp32 Newton-Schulz only */
     TD_RULE_MUON_DEVICE,    /* its matrices' exchange on the cpu device only */
+    TD_RULE_DOC_MASK_PP,    /* issue 42: document masking not through a pipeline yet */
+    TD_RULE_EOD_LOSS_MOE,   /* --eod-mask-loss: the experts' losses count every token */
+    TD_RULE_DOC_POSITIONS_MASK,    /* --doc-positions reset needs --doc-mask */
+    TD_RULE_DOC_POSITIONS_LEARNED, /* --doc-positions reset: learned positions not yet */
     TD_RULE_N
 } td_rule_id;
 
@@ -164,6 +168,10 @@ typedef struct {
     const char *rampup_text;
     /* --optimizer: td_optimizer (0 adamw, 1 muon) */
     int optimizer;
+    int doc_mask;      /* --doc-mask */
+    int eod_mask_loss; /* --eod-mask-loss */
+    int doc_pos_reset; /* --doc-positions reset */
+    int learned_positions; /* the family's positions are learned (gpt2's wpe), not rotary */
 } td_compat_cfg;
 
 typedef struct {

@@ -59,6 +59,9 @@ typedef struct {
     int B, T, C, NH;
     td_precision prec;
     int NKV;
+    const int *doc_start; /* document masking (attention.h's td_attn_shape.doc_start, global
+                             positions [B, doc_len]: the same on every cp rank), or NULL */
+    int doc_len;
 } td_cp_shape;
 
 typedef struct {

@@ -436,6 +436,15 @@ typedef struct td_gpt {
     int *inputs, *targets;   /* [N] copies of the last batch */
     int *pos;                /* [T] global positions of a sequence's local rows
                                 (context parallelism's two chunks); NULL: 0..T-1 */
+    /* document masking (td_gpt_doc_mask): attention stays within the
+     * documents that each end-of-text token ends */
+    int doc_eod;             /* the end-of-text id; -1: off */
+    int *doc_start;          /* [B, cfg.T] device: each global position's document start */
+    int *doc_host;           /* [B, cfg.T] host staging of doc_start */
+    /* --doc-positions reset (td_gpt_doc_positions): the rotary table of each
+     * micro-batch's rows, positions counted from their document's start */
+    float *rope_doc;         /* [B, T, hs] device; NULL: rope_cs, the packed positions */
+    float *rope_doc_host;    /* [B, T, hs] host staging of rope_doc */
     size_t acts_bytes;
     struct td_moe_state *moe; /* a mixture of experts' state (moe.c); NULL: dense */
     /* model-ops: the run's backend row of the model's precision (every op
@@ -556,6 +565,29 @@ double td_gpt_forward(td_gpt *m, const int *inputs, const int *targets);
  * checking every target < V on the host; targets NULL: none. */
 void td_gpt_upload_tokens(const td_gpt *m, int *inputs_dev, const int *inputs, int *targets_dev,
                           const int *targets);
+/* Document masking: from here on the model's attention keeps each query
+ * within its document, a document beginning after each token `eod` of the
+ * inputs (eod < 0: off again). td_gpt_set_documents takes each micro-batch's
+ * WHOLE input sequences ([B, cfg.T], before a context-parallel split: the
+ * starts are global positions, the same on every cp rank) before its
+ * forward; the backward and recomputation use the same. */
+void td_gpt_doc_mask(td_gpt *m, int eod);
+void td_gpt_set_documents(td_gpt *m, const int *whole_inputs);
+/* --doc-positions reset (after td_gpt_doc_mask with eod >= 0; reset 0:
+ * off again): the rotary positions restart at 0 at each document start, the
+ * position of global row t being t - start(t); a rotary model only (learned
+ * positions refuse it: rules row doc-positions-learned). */
+void td_gpt_doc_positions(td_gpt *m, int reset);
+/* This rank's rows' global positions [T] (context parallelism's chunks). */
+void td_gpt_positions(const td_gpt *m, int *pos);
+/* The rotary inverse frequencies [hs/2] of the config (rope_theta, llama3 scaling). */
+void td_gpt_rope_freqs(const td_gpt_config *c, int hs, float *inv);
+/* The starts themselves, host side: start[b*T + t] = the position after the
+ * last eod at or before t - 1 in sequence b (0 if none). */
+void td_doc_starts(int *start, const int *tokens, int B, int T, int eod);
+/* --eod-mask-loss: each target equal to eod becomes -1 (no loss, no
+ * gradient: td_gpt_upload_tokens); returns how many targets stay. */
+long td_doc_mask_targets(int *targets, size_t n, int eod);
 /* Backward of the last forward; every token's loss is weighted by
  * dloss (1 / tokens of the global batch). Adds into the gradients. */
 void td_gpt_backward(td_gpt *m, float dloss);

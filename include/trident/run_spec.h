@@ -83,7 +83,17 @@ typedef struct {
     /* path NULL: the run reads no data, and this is its tokenizer
      * (td_data_of_tokenizer; eval --task without --data) */
     const td_tokenizer *tokenizer_only;
+    int doc_mask;          /* --doc-mask: attention stays within documents */
+    int eod;               /* --eod: the end-of-text id; -1: the tokenizer's */
+    int eod_mask_loss;     /* --eod-mask-loss: no loss on end-of-text targets */
+    int doc_pos_reset;     /* --doc-positions reset: rotary positions restart at each document */
 } td_run_data;
+
+/* The end-of-text id a document-masked run splits documents at (and
+ * --eod-mask-loss drops the targets of): --eod, or the tokenizer's
+ * <|endoftext|>; -1 without either flag. A tokenizer without one (char,
+ * byte) needs --eod: one clear error line otherwise. */
+int td_run_doc_eod(const td_run_data *d, const td_tokenizer *tok);
 
 typedef struct {
     const char *out;      /* the checkpoint directory; NULL: nothing saved */

@@ -19,7 +19,7 @@ extern "C" {
  * saved. dp_mode and schedule hold -1 for a name no mode or schedule has:
  * that name is refused where it always was (the run's start; a pipeline's
  * setup, --schedule being unused at --pp 1). */
-#define TD_TRAIN_CHOICES 16 /* the choice strings td_train_choices parses */
+#define TD_TRAIN_CHOICES 17 /* the choice strings td_train_choices parses */
 typedef struct {
     td_precision precision;
     td_recompute recompute;
@@ -36,6 +36,7 @@ typedef struct {
      * for top-k >= 2) */
     td_arch arch;
     int tie, moe_router, moe_norm_topk;
+    int doc_pos_reset; /* --doc-positions reset (else continue) */
     /* the strings parsed, in the order of td_train_opts_choices: a string
      * changed by hand afterwards without parsing again is a programmer
      * error td_train_run asserts against */
@@ -47,6 +48,11 @@ typedef struct {
     /* data */
     const char *data, *tokenizer;
     int vocab;
+    /* document masking (docs/recipe-doc-mask.md): --doc-mask, --eod ID
+     * (-1: the tokenizer's end-of-text) */
+    int doc_mask, eod;
+    int eod_mask_loss; /* --eod-mask-loss: no loss on end-of-text targets */
+    const char *doc_positions; /* --doc-positions continue|reset (NULL: continue) */
     /* model */
     const char *model; /* --model PRESET (the planner's): the model flags not
                           given are its; NULL: none */

@@ -50,6 +50,11 @@ static void want_att_kv(const void *p, const td_attn_shape *s, size_t es) {
                   (size_t)s->NKV * (size_t)s->hs);
 }
 
+/* Document masking's starts, [B, doc_len] int32, when given. */
+static void want_att_doc(const td_attn_shape *s) {
+    if (s->doc_start && s->B > 0) want(s->doc_start, (size_t)s->B * (size_t)s->doc_len * sizeof(int));
+}
+
 /* adamw's spans: a host array of device ranges (p, m, v, g of n floats). */
 static void want_spans(const td_adamw_span *sp, int n) {
     for (int i = 0; i < n; i++) {
@@ -140,7 +145,8 @@ static size_t kt_size(td_ktype t) { return t == TD_K_F32 ? sizeof(float) : 2; }
     X(P, att_fwd, (void *out, float *lse, const void *q, const void *k, const void *v,            \
                    const td_attn_shape *s, int acc),                                               \
       (want_att_q(out, s, es, s->o_stride), R(lse, FS * s->B * s->NH * s->Tq),                     \
-       want_att_q(q, s, es, s->q_stride), want_att_kv(k, s, es), want_att_kv(v, s, es)),           \
+       want_att_q(q, s, es, s->q_stride), want_att_kv(k, s, es), want_att_kv(v, s, es),            \
+       want_att_doc(s)),                                                                           \
       (out, lse, q, k, v, s, acc))                                                                 \
     X(P, att_bwd, (void *dq, void *dk, void *dv, const void *dout, const void *out,               \
                    const float *lse, const void *q, const void *k, const void *v,                  \
@@ -148,7 +154,7 @@ static size_t kt_size(td_ktype t) { return t == TD_K_F32 ? sizeof(float) : 2; }
       (want_att_q(dq, s, es, s->q_stride), want_att_kv(dk, s, es), want_att_kv(dv, s, es),         \
        want_att_q(dout, s, es, s->o_stride), want_att_q(out, s, es, s->o_stride),                  \
        R(lse, FS * s->B * s->NH * s->Tq), want_att_q(q, s, es, s->q_stride),                       \
-       want_att_kv(k, s, es), want_att_kv(v, s, es)),                                              \
+       want_att_kv(k, s, es), want_att_kv(v, s, es), want_att_doc(s)),                             \
       (dq, dk, dv, dout, out, lse, q, k, v, s))                                                    \
     /* the shard's whole table [rows, C]: which rows are read depends on the ids */               \
     X(P, emb_fwd, (float *out, const int *tok, const float *wte, int lo, int rows, int N, int C), \

@@ -75,9 +75,11 @@ void td_attn_check_shape(const td_attn_shape *s) {
     TD_CHECK(s->q_stride >= s->NH * s->hs && s->o_stride >= s->NH * s->hs &&
                  s->kv_stride >= s->NKV * s->hs,
              "attention: a row stride is shorter than its heads");
+    TD_CHECK(!s->doc_start || (s->mask == TD_ATTN_CAUSAL && s->doc_len >= 1 && s->q_pos >= 0 &&
+                               s->q_pos + s->Tq <= s->doc_len && s->k_pos >= 0),
+             "attention: document masking needs the causal mask and positions inside doc_len");
 }
 
-static inline int clampi(int x, int lo, int hi) { return x < lo ? lo : x > hi ? hi : x; }
 
 /* ---- forward ---- */
 
@@ -128,24 +130,27 @@ static void fwd_task(float *out, float *lse, const float *q, const float *k, con
     for (int r = 0; r < nq; r++) m[r] = -INFINITY, l[r] = 0.0f;
     for (size_t i = 0; i < (size_t)nq * hs; i++) O[i] = 0.0f;
     int kend = td_attn_visible(s, i0 + nq - 1); /* keys any row of the block sees */
-    for (int j0 = 0; j0 < kend; j0 += ATT_BK) {
+    /* key blocks wholly before the first row's document: no row sees them */
+    int kbeg = td_attn_doc_first(s, b, i0) / ATT_BK * ATT_BK;
+    for (int j0 = kbeg; j0 < kend; j0 += ATT_BK) {
         int nk = kend - j0 < ATT_BK ? kend - j0 : ATT_BK;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, hs, scale, Q, s->q_stride,
                     K + (size_t)j0 * s->kv_stride, s->kv_stride, 0.0f, S, ATT_BK);
         for (int r = 0; r < nq; r++) {
             float *restrict row = S + (size_t)r * ATT_BK;
-            int L = clampi(td_attn_visible(s, i0 + r) - j0, 0, nk); /* visible keys of the block */
-            if (L == 0) { /* P = 0; the row's O, m, l stay as they are */
+            int f, L = td_attn_row_keys(s, b, i0 + r, j0, nk, &f); /* visible: [f, L) */
+            if (f == L) { /* P = 0; the row's O, m, l stay as they are */
                 for (int j = 0; j < nk; j++) row[j] = 0.0f;
                 continue;
             }
-            float mx = td_k_max(row, L);
+            float mx = td_k_max(row + f, L - f);
             mx = td_k_ford(mx) > td_k_ford(m[r]) ? mx : m[r];
             /* exp(-inf - mx) would be td_k_expf's clamp value, not 0 */
             float alpha = m[r] == -INFINITY ? 0.0f : td_k_expf(m[r] - mx);
-            for (int j = 0; j < L; j++) row[j] = td_k_expf(row[j] - mx);
+            for (int j = 0; j < f; j++) row[j] = 0.0f; /* another document: exactly 0 */
+            for (int j = f; j < L; j++) row[j] = td_k_expf(row[j] - mx);
             for (int j = L; j < nk; j++) row[j] = 0.0f; /* masked: exactly 0 */
-            l[r] = l[r] * alpha + td_k_sum(row, L);
+            l[r] = l[r] * alpha + td_k_sum(row + f, L - f);
             m[r] = mx;
             if (alpha != 1.0f) {
                 float *restrict o = O + (size_t)r * hs;
@@ -223,8 +228,10 @@ static void bwd_pair(float *dq, const float *dout, const float *out, const float
         float *restrict p = P + (size_t)r * ATT_BK, *restrict g = dS + (size_t)r * ATT_BK;
         float m = lr[r], Dr = D[r];
         /* a row that saw no key anywhere (lse -inf) has P = 0 */
-        int L = m == -INFINITY ? 0 : clampi(td_attn_visible(s, i0 + r) - j0, 0, nk);
-        for (int j = 0; j < L; j++) p[j] = td_k_expf(p[j] - m);
+        int f, L = td_attn_row_keys(s, b, i0 + r, j0, nk, &f);
+        if (m == -INFINITY) f = L = 0;
+        for (int j = 0; j < f; j++) p[j] = 0.0f;
+        for (int j = f; j < L; j++) p[j] = td_k_expf(p[j] - m);
         for (int j = L; j < nk; j++) p[j] = 0.0f;
         for (int j = 0; j < nk; j++) g[j] = p[j] * (g[j] - Dr) * scale;
     }
@@ -247,12 +254,14 @@ static void bwd_task(float *dq, float *dk, float *dv, const float *dout, const f
         int nk = s->Tk - j0 < ATT_BK ? s->Tk - j0 : ATT_BK;
         int i_first = td_attn_first_qblock(s, j0, ATT_BQ);
         if (i_first < 0) break; /* this and later key blocks: seen by no query */
+        int i_end = td_attn_doc_qend(s, b, j0 + nk - 1); /* later rows: other documents */
+        if (i_end <= i_first) continue;
         size_t krow = (size_t)b * kv_rows(s) + j0;
         const float *Kb = k + krow * s->kv_stride + (size_t)g * hs; /* [nk, hs] */
         const float *Vb = v + krow * s->kv_stride + (size_t)g * hs; /* [nk, hs] */
         for (size_t i = 0; i < (size_t)nk * hs; i++) dKb[i] = 0.0f, dVb[i] = 0.0f;
         for (int hh = 0; hh < G; hh++)
-            for (int i0 = i_first; i0 < s->Tq; i0 += ATT_BQ)
+            for (int i0 = i_first; i0 < i_end; i0 += ATT_BQ)
                 bwd_pair(dq, dout, out, lse, q, Kb, Vb, dKb, dVb, s, b, g * G + hh, i0, j0, nk, ws);
         for (int j = 0; j < nk; j++) {
             float *restrict a = dk + (krow + j) * s->kv_stride + (size_t)g * hs;

@@ -49,7 +49,6 @@ static int block_of(int T, int max) {
 }
 
 static size_t al64(size_t bytes) { return (bytes + 63) / 64 * 64; }
-static inline int clampi(int x, int lo, int hi) { return x < lo ? lo : x > hi ? hi : x; }
 
 /* Persistent buffers, grown to the largest request (a fresh allocation per
  * call faults and zeroes its pages each time). */
@@ -177,25 +176,28 @@ static void fwd_task(const ctx *c, void *out, float *lse, int accumulate, int b,
     memset(O, 0, sizeof(float) * BQ * hs);
     memset(w.P + (size_t)nq * BK * z, 0, (size_t)(BQ - nq) * BK * z); /* padding rows */
     int kend = td_attn_visible(s, i0 + nq - 1); /* keys any row of the block sees */
-    for (int j0 = 0; j0 < kend; j0 += BK) {
+    /* key blocks wholly before the first row's document: no row sees them */
+    int kbeg = td_attn_doc_first(s, b, i0) / BK * BK;
+    for (int j0 = kbeg; j0 < kend; j0 += BK) {
         int nk = kend - j0 < BK ? kend - j0 : BK;
         td_dn_slot_gemm_run(c->qk, slot, w.S, Q, K + (size_t)j0 * hs * z);
         for (int r = 0; r < nq; r++) {
             float *restrict row = w.S + (size_t)r * BK;
             char *prow = w.P + (size_t)r * BK * z;
-            int L = clampi(td_attn_visible(s, i0 + r) - j0, 0, nk); /* visible keys of the block */
-            if (L == 0) { /* P = 0; the row's O, m, l stay as they are */
+            int f, L = td_attn_row_keys(s, b, i0 + r, j0, nk, &f); /* visible: [f, L) */
+            if (f == L) { /* P = 0; the row's O, m, l stay as they are */
                 memset(prow, 0, BK * z);
                 continue;
             }
-            for (int j = 0; j < L; j++) row[j] *= c->scale;
-            float mx = td_k_max(row, L), m = w.m[r];
+            for (int j = f; j < L; j++) row[j] *= c->scale;
+            float mx = td_k_max(row + f, L - f), m = w.m[r];
             mx = td_k_ford(mx) > td_k_ford(m) ? mx : m;
             /* exp(-inf - mx) would be td_k_expf's clamp value, not 0 */
             float alpha = m == -INFINITY ? 0.0f : td_k_expf(m - mx);
-            for (int j = 0; j < L; j++) row[j] = td_k_expf(row[j] - mx);
+            for (int j = 0; j < f; j++) row[j] = 0.0f; /* another document: exactly 0 */
+            for (int j = f; j < L; j++) row[j] = td_k_expf(row[j] - mx);
             for (int j = L; j < BK; j++) row[j] = 0.0f; /* masked or past the keys: exactly 0 */
-            w.l[r] = w.l[r] * alpha + td_k_sum(row, L);
+            w.l[r] = w.l[r] * alpha + td_k_sum(row + f, L - f);
             w.m[r] = mx;
             if (alpha != 1.0f) {
                 float *restrict o = O + (size_t)r * hs;
@@ -267,8 +269,10 @@ static void bwd_pair(const ctx *c, const float *lse, const char *Kb, const char 
         float *restrict p = w->S + (size_t)r * BK, *restrict g = w->dP + (size_t)r * BK;
         float m = lr[r], D = Dr[r];
         /* a row that saw no key anywhere (lse -inf) has P = 0 */
-        int L = m == -INFINITY ? 0 : clampi(td_attn_visible(s, i0 + r) - j0, 0, nk);
-        for (int j = 0; j < L; j++) p[j] = td_k_expf(p[j] * c->scale - m);
+        int f, L = td_attn_row_keys(s, b, i0 + r, j0, nk, &f);
+        if (m == -INFINITY) f = L = 0;
+        for (int j = 0; j < f; j++) p[j] = 0.0f;
+        for (int j = f; j < L; j++) p[j] = td_k_expf(p[j] * c->scale - m);
         for (int j = L; j < BK; j++) p[j] = 0.0f;
         for (int j = 0; j < BK; j++) g[j] = p[j] * (g[j] - D) * c->scale;
         /* P and dS rounded to 16 bits for their GEMMs */
@@ -303,10 +307,12 @@ static void bwd_task(const ctx *c, void *dk, void *dv, const float *lse, int b, 
         int nk = s->Tk - j0 < BK ? s->Tk - j0 : BK;
         int i_first = td_attn_first_qblock(s, j0, BQ);
         if (i_first < 0) break; /* this and later key blocks: seen by no query */
+        int i_end = td_attn_doc_qend(s, b, j0 + nk - 1); /* later rows: other documents */
+        if (i_end <= i_first) continue;
         memset(w.A, 0, sizeof(float) * BK * hs);
         memset(w.B, 0, sizeof(float) * BK * hs);
         for (int hh = 0; hh < G; hh++)
-            for (int i0 = i_first; i0 < s->Tq; i0 += BQ)
+            for (int i0 = i_first; i0 < i_end; i0 += BQ)
                 bwd_pair(c, lse, K + (size_t)j0 * hs * z, V + (size_t)j0 * hs * z, &w, b,
                          g * G + hh, i0, j0, nk, slot);
         for (int j = 0; j < nk; j++) { /* old value + this block's fp32 sum, rounded once */

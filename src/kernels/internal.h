@@ -163,6 +163,41 @@ static inline int td_attn_first_qblock(const td_attn_shape *s, int j0, int bq) {
     return f <= 0 ? 0 : (int)(f / bq) * bq;
 }
 
+/* Document masking (td_attn_shape.doc_start): the first key of the call
+ * visible to local query row i of sequence b, in [0, Tk]; 0 without. Its
+ * document's start is nondecreasing in i, so a block's first row bounds
+ * the block. */
+static inline int td_attn_doc_first(const td_attn_shape *s, int b, int i) {
+    if (!s->doc_start) return 0;
+    long f = s->doc_start[(size_t)b * (size_t)s->doc_len + (size_t)(s->q_pos + i)] - s->k_pos;
+    return f <= 0 ? 0 : f >= s->Tk ? s->Tk : (int)f;
+}
+
+/* The query rows [0, end) of sequence b whose documents begin at or before
+ * local key j (the only rows that may see it); Tq without masking. */
+static inline int td_attn_doc_qend(const td_attn_shape *s, int b, int j) {
+    if (!s->doc_start) return s->Tq;
+    const int *ds = s->doc_start + (size_t)b * (size_t)s->doc_len + (size_t)s->q_pos;
+    long key = s->k_pos + j;
+    int lo = 0, hi = s->Tq; /* first row with ds > key, by bisection */
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (ds[mid] > key) hi = mid; else lo = mid + 1;
+    }
+    return lo;
+}
+
+/* Local query row i's visible keys in the key block [j0, j0 + nk):
+ * [*first, end) relative to j0 (causal and document masks), end returned;
+ * *first == end when it sees none. */
+static inline int td_attn_row_keys(const td_attn_shape *s, int b, int i, int j0, int nk, int *first) {
+    int end = td_attn_visible(s, i) - j0, f = td_attn_doc_first(s, b, i) - j0;
+    end = end < 0 ? 0 : end > nk ? nk : end;
+    f = f < 0 ? 0 : f > end ? end : f;
+    *first = f;
+    return end;
+}
+
 /* Conversions on the calling thread only (no OpenMP region, not even an
  * inactive one): for rows converted inside a kernel's own parallel tasks.
  * The _n versions in kernels_bf16.h / kernels_f16.h split these over

@@ -104,11 +104,7 @@ void td_decode_create(td_decode *d, const td_param_table *t, const float *params
         int hs = c->C / c->H;
         float *inv = td_alloc(sizeof(float) * (size_t)(hs / 2), TD_MEM_OTHER);
         int *pos = td_alloc(sizeof(int) * (size_t)cap, TD_MEM_OTHER);
-        td_rope_inv_freq(inv, c->rope_theta, hs);
-        const td_rope_scaling *r = &c->rope_scaling;
-        if (r->factor > 0)
-            td_rope_llama3_scale(inv, hs, r->factor, r->low_freq_factor, r->high_freq_factor,
-                                 r->orig_max_pos);
+        td_gpt_rope_freqs(c, hs, inv);
         for (int i = 0; i < cap; i++) pos[i] = i;
         td_rope_table(d->rope_cs, pos, inv, cap, hs);
         td_free(pos);

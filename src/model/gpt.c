@@ -279,7 +279,7 @@ size_t td_gpt_scratch_bytes(const td_param_table *t, int B, int seq_parallel) {
 
 /* Global positions of this rank's T rows: 0..T-1, or under context
  * parallelism the load-balanced split (cp.h): chunks r and 2cp-1-r of 2cp. */
-static void positions(const td_gpt *m, int *pos) {
+void td_gpt_positions(const td_gpt *m, int *pos) {
     int T = m->d.T, Tc = T / 2, r = m->d.cp_rank;
     for (int i = 0; i < T; i++)
         pos[i] = m->d.cp <= 1 ? i : i < Tc ? r * Tc + i : (2 * m->d.cp - 1 - r) * Tc + (i - Tc);
@@ -299,9 +299,10 @@ static void create_common(td_gpt *m, const td_param_table *t, int B, int seq_par
     m->unit_grads = td_alloc(sizeof(float *) * t->n_units, TD_MEM_OTHER);
     m->ops = td_ops_for(m->d.prec == TD_PREC_BF16 ? TD_K_BF16 : m->d.prec == TD_PREC_FP16 ? TD_K_F16 : TD_K_F32);
     m->loss_sum = td_dev_alloc(sizeof(double), TD_MEM_OTHER, "loss sum");
+    m->doc_eod = -1;
     if (m->d.cp > 1) { /* the positions, uploaded once: the embedding's kernels read them */
         int *pos = td_alloc(sizeof(int) * (size_t)m->d.T, TD_MEM_OTHER);
-        positions(m, pos);
+        td_gpt_positions(m, pos);
         m->pos = td_dev_alloc(sizeof(int) * (size_t)m->d.T, TD_MEM_OTHER, "cp positions");
         td_dev_upload(m->pos, pos, sizeof(int) * (size_t)m->d.T, TD_HOST_INIT);
         td_free(pos);
@@ -331,6 +332,13 @@ size_t td_gpt_compute_param_bytes(const td_param_table *t) {
 
 void td_gpt_params_changed(td_gpt *m) { m->params_epoch++; }
 
+void td_gpt_rope_freqs(const td_gpt_config *c, int hs, float *inv) {
+    td_rope_inv_freq(inv, c->rope_theta, hs);
+    const td_rope_scaling *r = &c->rope_scaling;
+    if (r->factor > 0)
+        td_rope_llama3_scale(inv, hs, r->factor, r->low_freq_factor, r->high_freq_factor, r->orig_max_pos);
+}
+
 /* The rotary table of this rank's rows (positions()), made on the host
  * and uploaded once. */
 static void rope_table(td_gpt *m) {
@@ -340,11 +348,8 @@ static void rope_table(td_gpt *m) {
     float *inv = td_alloc(sizeof(float) * (size_t)(hs / 2), TD_MEM_OTHER);
     int *pos = td_alloc(sizeof(int) * (size_t)T, TD_MEM_OTHER);
     float *cs = td_alloc(bytes, TD_MEM_OTHER);
-    td_rope_inv_freq(inv, c->rope_theta, hs);
-    const td_rope_scaling *r = &c->rope_scaling;
-    if (r->factor > 0)
-        td_rope_llama3_scale(inv, hs, r->factor, r->low_freq_factor, r->high_freq_factor, r->orig_max_pos);
-    positions(m, pos);
+    td_gpt_rope_freqs(c, hs, inv);
+    td_gpt_positions(m, pos);
     td_rope_table(cs, pos, inv, T, hs);
     td_dev_upload(m->rope_cs, cs, bytes, TD_HOST_INIT);
     td_free(cs);
@@ -487,6 +492,7 @@ void td_gpt_destroy(td_gpt *m) {
     td_free(m->unit_params);
     td_free(m->unit_grads);
     td_dev_free(m->pos);
+    td_gpt_doc_mask(m, -1);
     td_dev_free(m->loss_sum);
     td_dev_free(m->params_lp);
     td_free(m->unit_params_lp);

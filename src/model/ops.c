@@ -119,7 +119,14 @@ void td_m_rope(const td_gpt *m, td_act *qkv, int backward) {
     int parts[2][2] = {{0, d->Ha}, {d->Ca, d->KVa}}; /* (column, heads) of q and of k */
     for (int i = 0; i < 2; i++) {
         int col = parts[i][0], heads = parts[i][1];
-        if (!backward)
+        if (m->rope_doc) { /* --doc-positions reset: each sequence its own table */
+            for (int b = 0; b < d->B; b++) {
+                void *x = (char *)qkv + (size_t)b * d->T * d->QKV * d->es;
+                const float *cs = m->rope_doc + (size_t)b * d->T * d->hs;
+                if (!backward) m->ops->rope_fwd(x, cs, 1, d->T, d->QKV, col, heads, d->hs);
+                else m->ops->rope_bwd(x, cs, 1, d->T, d->QKV, col, heads, d->hs);
+            }
+        } else if (!backward)
             m->ops->rope_fwd(qkv, m->rope_cs, d->B, d->T, d->QKV, col, heads, d->hs);
         else
             m->ops->rope_bwd(qkv, m->rope_cs, d->B, d->T, d->QKV, col, heads, d->hs);
@@ -136,10 +143,12 @@ void td_m_residual_forward(const td_gpt *m, td_act *out, const td_act *a, const 
  * GPT-2's KVa = Ha), by the blocked kernel in one call per batch
  * (positions 0..T-1): only the output and the per-row log-sum-exp
  * lse[B,Ha,T] are saved, never the [T,T] scores. */
-static td_attn_shape attn_shape(const td_gpt_dims *d) {
+static td_attn_shape attn_shape(const td_gpt *m) {
+    const td_gpt_dims *d = &m->d;
     td_attn_shape s = {.B = d->B, .Tq = d->T, .Tk = d->T, .NH = d->Ha, .NKV = d->KVa,
                        .hs = d->hs, .q_stride = d->QKV, .kv_stride = d->QKV,
-                       .o_stride = d->Ca, .q_pos = 0, .k_pos = 0, .mask = TD_ATTN_CAUSAL};
+                       .o_stride = d->Ca, .q_pos = 0, .k_pos = 0, .mask = TD_ATTN_CAUSAL,
+                       .doc_start = m->doc_start, .doc_len = m->cfg.T};
     return s;
 }
 
@@ -147,7 +156,7 @@ static td_attn_shape attn_shape(const td_gpt_dims *d) {
  * layer's ring attention (td_model_comm). */
 void td_m_attention_forward(const td_gpt *m, td_act *out, float *lse, const td_act *qkv) {
     const td_gpt_dims *d = &m->d;
-    td_attn_shape s = attn_shape(d);
+    td_attn_shape s = attn_shape(m);
     size_t kc = (size_t)d->Ca, vc = kc + (size_t)d->KVa * d->hs;
     if (d->cp > 1)
         m->comm->cp_attention_forward(m->comm->cp_ctx, out, lse, qkv, &s, d->prec);
@@ -159,7 +168,7 @@ void td_m_attention_forward(const td_gpt *m, td_act *out, float *lse, const td_a
 void td_m_attention_backward(const td_gpt *m, td_act *dqkv, const td_act *dout, const td_act *out,
                              const float *lse, const td_act *qkv) {
     const td_gpt_dims *d = &m->d;
-    td_attn_shape s = attn_shape(d);
+    td_attn_shape s = attn_shape(m);
     size_t kc = (size_t)d->Ca, vc = kc + (size_t)d->KVa * d->hs;
     if (d->cp > 1) {
         m->comm->cp_attention_backward(m->comm->cp_ctx, dqkv, dout, out, lse, qkv, &s, d->prec);

@@ -138,3 +138,47 @@ SAY(rampup_interleaved) {
 BRIEF(rampup_interleaved) {
     snprintf(buf, n, "batch ramp-up sizes are not multiples of dp x micro-batch x pp = %d", rampup_unit(c) * c->pp);
 }
+
+/* ---- --doc-mask (issue 42) ------------------------------------------- */
+
+/* the model holds one micro-batch's document starts, set from the whole
+ * sequences where the data is read: a pipeline's middle stages read no
+ * data, and its slots keep several micro-batches in flight */
+OK(doc_mask_pp) { return (!c->doc_mask && !c->eod_mask_loss) || c->pp <= 1; }
+SAY(doc_mask_pp) {
+    (void)c;
+    snprintf(buf, n,
+             "--doc-mask and --eod-mask-loss do not combine with --pp > 1 yet: the document starts are set where the data is "
+             "read, which a pipeline's middle stages do not do, for one micro-batch at a time (and its last stage divides the "
+             "loss by every target); use --pp 1 "
+             "(dp, tp, cp and ep layouts run document masking)");
+}
+
+/* the experts' balancing and z losses are normalized by every token of the
+ * step (moe.c), and the oracle and the run add them to the token loss's sum
+ * before its division: with fewer targets that weight would move */
+/* the positions restart at the document starts --doc-mask computes */
+OK(doc_positions_mask) { return !c->doc_pos_reset || c->doc_mask; }
+SAY(doc_positions_mask) {
+    (void)c;
+    snprintf(buf, n, "--doc-positions reset restarts positions at the document starts of --doc-mask; add --doc-mask "
+                     "(or drop --doc-positions reset)");
+}
+
+/* gpt2's learned table (wpe) is read by the embedding's kernels at the
+ * packed positions: their per-sequence positions are not built */
+OK(doc_positions_learned) { return !c->doc_pos_reset || !c->learned_positions; }
+SAY(doc_positions_learned) {
+    (void)c;
+    snprintf(buf, n, "--doc-positions reset is built for rotary positions (--arch llama), not yet for gpt2's learned "
+                     "positions; use --arch llama or --doc-positions continue");
+}
+
+OK(eod_loss_moe) { return !c->eod_mask_loss || c->experts == 0; }
+SAY(eod_loss_moe) {
+    (void)c;
+    snprintf(buf, n,
+             "--eod-mask-loss does not combine with --moe-experts yet: the experts' auxiliary losses are normalized "
+             "by every token of the step, the loss by the targets kept; drop --eod-mask-loss (--doc-mask alone "
+             "runs with experts)");
+}

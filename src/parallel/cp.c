@@ -201,7 +201,11 @@ static void step_pairs(pass *p, int src, const void *kv, void *dkv, int first) {
     td_cp_chunk_pos(s->T * g->n, g->n, src, kpos);
     td_attn_shape a = {.B = s->B, .Tq = (int)Tc, .Tk = (int)Tc, .NH = s->NH, .NKV = (int)(kvc / (C / s->NH)),
                        .hs = s->C / s->NH, .q_stride = (int)row, .kv_stride = (int)(2 * kvc),
-                       .o_stride = s->C, .mask = TD_ATTN_CAUSAL, .q_rows = s->T, .kv_rows = s->T};
+                       .o_stride = s->C, .mask = TD_ATTN_CAUSAL, .q_rows = s->T, .kv_rows = s->T,
+                       .doc_start = s->doc_start, .doc_len = s->doc_len};
+    /* document masking: a pair wholly across a document boundary costs the
+     * kernel a look at its first query row's start per query block, every
+     * key block skipped (its positions are global, so chunks agree) */
     for (int qc = 0; qc < 2; qc++)
         for (int kc = 0; kc < 2; kc++) {
             if (kpos[kc] > qpos[qc]) { /* equal chunks: every key after every query */
@@ -292,7 +296,7 @@ void td_cp_attn_backward(td_cp_ring *g, void *dqkv, const void *dout, const void
 /* ---- the model's hooks -------------------------------------------------- */
 
 static td_cp_shape shape_of(const td_attn_shape *a, td_precision prec) {
-    td_cp_shape s = {a->B, a->Tq, a->NH * a->hs, a->NH, prec, a->NKV};
+    td_cp_shape s = {a->B, a->Tq, a->NH * a->hs, a->NH, prec, a->NKV, a->doc_start, a->doc_len};
     return s;
 }
 

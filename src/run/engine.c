@@ -19,10 +19,23 @@ void td_engine_batch(const td_engine_ctx *c, int split, int step, int mb, int *i
     td_data_batch(c->data, split, c->spec->schedule.seed, step,
                   c->g->axis[TD_DP].rank * c->Bl + mb * c->Bm, c->Bm, c->spec->model.cfg.T, rin,
                   rtg);
+    td_gpt_set_documents(c->model, rin); /* whole sequences: global positions */
+    if (c->loss_eod >= 0) td_doc_mask_targets(rtg, (size_t)c->Bm * (size_t)c->spec->model.cfg.T, c->loss_eod);
     if (cp->size > 1) {
         td_cp_take_local(in, rin, c->Bm, c->spec->model.cfg.T, cp->size, cp->rank, sizeof(int));
         td_cp_take_local(tg, rtg, c->Bm, c->spec->model.cfg.T, cp->size, cp->rank, sizeof(int));
     }
+}
+
+double td_engine_targets(const td_engine_ctx *c, int split, int step, int batch) {
+    int T = c->spec->model.cfg.T;
+    if (c->loss_eod < 0) return (double)batch * T;
+    size_t n = (size_t)batch * (size_t)T;
+    int *in = td_alloc(2 * n * sizeof(int), TD_MEM_OTHER);
+    td_data_batch(c->data, split, c->spec->schedule.seed, step, 0, batch, T, in, in + n);
+    long kept = td_doc_mask_targets(in + n, n, c->loss_eod);
+    td_free(in);
+    return (double)kept;
 }
 
 /* ---- plain: pp = 1 ---- */

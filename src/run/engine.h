@@ -26,7 +26,15 @@ typedef struct {
     td_pp *pp; /* pipeline parallelism, else NULL */
     int Bl, Bm, K; /* sequences per replica, per micro-batch; micro-batches */
     int *in, *tg;  /* [Bm * seq] one micro-batch's tokens and targets (the plain engine's) */
+    int loss_eod;  /* --eod-mask-loss: targets equal to it are dropped (-1); -1: none */
 } td_engine_ctx;
+
+/* The global batch's targets that carry loss at `step` of split 0 (train)
+ * or 1 (validation): batch x seq, less the end-of-text ones under
+ * --eod-mask-loss, counted on the host from the data (a pure function of
+ * the step) before the step, so every layout and micro-batch split
+ * divides by the same number. */
+double td_engine_targets(const td_engine_ctx *c, int split, int step, int batch);
 
 typedef struct {
     const char *name; /* "plain", "pipeline" */

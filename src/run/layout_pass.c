@@ -27,11 +27,13 @@ static void fill_rows(rows_at *r, int mb, int *in, int *tg) {
     int row = p->g->axis[TD_DP].rank * p->Bl + mb * p->Bm;
     if (cp->size == 1) {
         r->fill(r->ctx, row, p->Bm, p->T, in, tg);
+        td_gpt_set_documents(p->model, in);
         return;
     }
     size_t N = (size_t)p->Bm * p->T;
     int *win = td_alloc(sizeof(int) * N, TD_MEM_OTHER), *wtg = td_alloc(sizeof(int) * N, TD_MEM_OTHER);
     r->fill(r->ctx, row, p->Bm, p->T, win, wtg);
+    td_gpt_set_documents(p->model, win); /* whole sequences: global positions */
     td_cp_take_local(in, win, p->Bm, p->T, cp->size, cp->rank, sizeof(int));
     td_cp_take_local(tg, wtg, p->Bm, p->T, cp->size, cp->rank, sizeof(int));
     td_free(win), td_free(wtg);

@@ -65,7 +65,7 @@ td_mem_plan td_run_mem_plan(const td_run_spec *spec, const td_gpt_config *cfg,
         td_plan_host(&plan, TD_MEM_COMM, td_tp_comm_plan_bytes(table, rs->Bm, spec->layout.seq_parallel));
         int cp = lay->cp > 1 ? lay->cp : 1, tp = lay->tp;
         td_cp_shape ring = {
-            rs->Bm, cfg->T / cp, cfg->C / tp, cfg->H / tp, spec->precision.precision, cfg->KV / tp};
+            rs->Bm, cfg->T / cp, cfg->C / tp, cfg->H / tp, spec->precision.precision, cfg->KV / tp, NULL, 0};
         /* its K/V blocks, in the MLP backward's scratch (run.c lends it; a
          * forward-only model has none: td_gpt_cp_scratch) */
         size_t lent = use == TD_GPT_FORWARD ? 0 : td_gpt_cp_scratch_bytes(table, rs->Bm, spec->layout.seq_parallel);

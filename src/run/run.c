@@ -12,6 +12,7 @@
 #include "trace_file.h"
 #include "trident/backend.h"
 #include "trident/base.h"
+#include "trident/bpe.h"
 #include "trident/comm.h"
 #include "trident/compat.h"
 #include "trident/cpus.h"
@@ -137,6 +138,15 @@ static void open_plan(td_run *r, td_dp_mode mode, td_dp_config *dcfg) {
     td_run_id_start(g);
 }
 
+int td_run_doc_eod(const td_run_data *d, const td_tokenizer *tok) {
+    if (!d->doc_mask && !d->eod_mask_loss) return -1;
+    int eod = d->eod >= 0 ? d->eod : tok->bpe ? td_bpe_eot(tok->bpe) : -1;
+    TD_CHECK(eod >= 0, "--%s: the %s tokenizer has no end-of-text token; give its id with --eod ID",
+             d->doc_mask ? "doc-mask" : "eod-mask-loss", td_tokenizer_name(tok->kind));
+    TD_CHECK(eod < tok->V, "--eod %d: not a token of the vocabulary (%d)", eod, tok->V);
+    return eod;
+}
+
 /* The model (training ranks), the strategy and the pipeline. */
 static void open_model(td_run *r, const td_dp_config *dcfg) {
     const td_run_spec *spec = r->spec;
@@ -156,6 +166,8 @@ static void open_model(td_run *r, const td_dp_config *dcfg) {
                               spec->precision.recompute, use);
         if (r->cfg.moe.E > 0) td_ep_bind_model(&r->ep, g, &r->tpc.ops); /* before the ops are handed out */
         r->model.comm = td_tp_comm_ops(&r->tpc);
+        td_gpt_doc_mask(&r->model, spec->data.doc_mask ? r->doc_eod : -1);
+        td_gpt_doc_positions(&r->model, spec->data.doc_mask && spec->data.doc_pos_reset);
         if (r->ring) { /* the ring's blocks live in scratch that is dead while attention runs */
             size_t bytes;
             void *ws = td_gpt_cp_scratch(&r->model, &bytes);
@@ -189,6 +201,7 @@ int td_run_open(td_run *r, const td_run_spec *spec, td_run_result *res) {
         td_data_of_tokenizer(&r->data, spec->data.tokenizer_only, spec->model.cfg.T);
     td_data_set_batch(&r->data, spec->schedule.batch); /* a blend's sample index is step x batch + sample */
     td_run_set_data(spec->data.path, &r->data.fp);
+    r->doc_eod = td_run_doc_eod(&spec->data, &r->data.tok);
     td_fault_slow_load();
     /* start-up's first agreed stop point: nothing is written yet */
     if (mode != TD_DP_PS && td_stop_agreed(&r->g, 0)) {
@@ -229,7 +242,8 @@ int td_run_start(td_run *r) {
     int N = r->ec.Bm * spec->model.cfg.T;
     int *in = td_alloc(sizeof(int) * N, TD_MEM_OTHER), *tg = td_alloc(sizeof(int) * N, TD_MEM_OTHER);
     r->ec = (td_engine_ctx){spec,     &r->g,    &r->data, &r->model, r->dp, r->pp,
-                            r->ec.Bl, r->ec.Bm, spec->schedule.grad_accum, in,   tg};
+                            r->ec.Bl, r->ec.Bm, spec->schedule.grad_accum, in,   tg,
+                            spec->data.eod_mask_loss ? r->doc_eod : -1};
     r->engine = td_engine_for(&r->ec); /* chosen once: no layout branch in the loop */
     r->loss_group = r->engine->loss_group(&r->ec);
     td_grad_watch_init(&r->watch, &r->model, td_loss_scaler_skips(&r->scaler));
@@ -321,7 +335,7 @@ static void traffic_formula(td_run *r) {
                                     tp, spec->layout.seq_parallel, nb);
     if (r->ring) { /* per block and micro-batch one ring forward (two under recomputation) and one backward */
         td_cp_shape s = {r->ec.Bm,      local.T, r->cfg.C / tp, r->cfg.H / tp, spec->precision.precision,
-                         r->cfg.KV / tp};
+                         r->cfg.KV / tp, NULL, 0};
         uint64_t fwd, bwd;
         td_cp_ring_formula(&s, g->axis[TD_CP].size, &fwd, &bwd);
         res->cp_formula_bytes =

@@ -46,6 +46,7 @@ typedef struct {
     td_gpt model;                /* training ranks only */
     td_tp_comm tpc;
     td_cp_ring *ring;            /* context parallelism's (cp > 1), else NULL */
+    int doc_eod;                 /* document masking's end-of-text id; -1: off */
     td_ep ep;                    /* a mixture of experts' communication (moe.E > 0) */
     td_dp *dp;
     td_pp *pp;                   /* NULL without a pipeline */

@@ -40,9 +40,8 @@ static void stop_on_scale(td_run_result *res, const td_loss_scaler *s, int why, 
  * each worker at its next pull, which with staleness need not be the same
  * step for all, so the sum spreads it (a count, then the sums of step and
  * row: small integers, exact in float). Returns the mean token loss. */
-static float reduce_step(td_run *r, int batch, double loss_sum, int *bad_step, int *bad_row, int *any_bad) {
+static float reduce_step(td_run *r, double tokens, double loss_sum, int *bad_step, int *bad_row, int *any_bad) {
     const td_grid *g = &r->g;
-    double tokens = (double)batch * r->spec->model.cfg.T;
     int known = (*bad_row = td_dp_nonfinite(r->dp, bad_step)) >= 0;
     float red[4] = {(float)loss_sum, (float)known, known ? (float)*bad_step : 0.0f,
                     known ? (float)*bad_row : 0.0f};
@@ -51,7 +50,7 @@ static float reduce_step(td_run *r, int batch, double loss_sum, int *bad_step, i
     *any_bad = red[1] > 0;
     if (*any_bad) *bad_step = (int)(red[2] / red[1]), *bad_row = (int)(red[3] / red[1]);
     return td_grid_grad_ranks(g) > 1 || r->loss_group
-               ? red[0] / ((float)batch * r->spec->model.cfg.T)
+               ? red[0] / (float)tokens
                : (float)(loss_sum / tokens);
 }
 
@@ -59,7 +58,7 @@ static float reduce_step(td_run *r, int batch, double loss_sum, int *bad_step, i
  * at the step's first attempt, since a skipped step is retried,
  * grad-inf-stuck at every one); returns this rank's loss sum and sets
  * *norm. */
-static double train_step(td_run *r, int step, int batch, float lr, double *norm) {
+static double train_step(td_run *r, int step, double tokens, float lr, double *norm) {
     const td_grid *g = &r->g;
     td_dp *dp = r->dp;
     td_dp_begin_step(dp, step);
@@ -77,8 +76,7 @@ static double train_step(td_run *r, int step, int batch, float lr, double *norm)
     TD_ASSERT(!(nan_f || inf_f) || frow);
     /* loss scaling: dloss scaled here, the gradients unscaled in the step pipeline */
     td_dp_set_loss_scale(dp, r->scaler.scale);
-    float dloss = 1.0f / ((float)batch * r->spec->model.cfg.T) *
-                  r->scaler.scale; /* global mean over all tokens */
+    float dloss = 1.0f / (float)tokens * r->scaler.scale; /* global mean over the targets with loss */
     td_grad_watch_begin(&r->watch, frow != NULL);
     r->watch.fault_value = nan_f ? NAN : INFINITY;
     td_run_moe_begin(r);
@@ -150,10 +148,11 @@ td_run_status td_run_step(td_run *r, int step) {
     r->ec.Bl = batch / r->g.axis[TD_DP].size, r->ec.K = r->ec.Bl / r->ec.Bm;
     TD_ASSERT(r->ec.K >= 1 && r->ec.K * r->ec.Bm * r->g.axis[TD_DP].size == batch);
     td_dev_traffic_reset(); /* the step's named host copies, counted from here */
-    double loss_sum = train_step(r, step, batch, lr, &norm);
+    double tokens = td_engine_targets(&r->ec, 0, step, batch);
+    double loss_sum = train_step(r, step, tokens, lr, &norm);
     r->ec.Bl = full_Bl, r->ec.K = full_K;
     int bad_step, bad_row, any_bad;
-    float loss = reduce_step(r, batch, loss_sum, &bad_step, &bad_row, &any_bad);
+    float loss = reduce_step(r, tokens, loss_sum, &bad_step, &bad_row, &any_bad);
     td_dev_traffic(&res->host_traffic);
     r->rep.traffic = res->host_traffic;
     double ms = td_now_ms() - t0;
@@ -221,7 +220,9 @@ static double evaluate(td_run *r) {
         td_allreduce(r->loss_group, &s, 1, TD_F32, TD_SUM);
         total = s;
     }
-    return total / ((double)spec->schedule.eval_iters * spec->schedule.batch * spec->model.cfg.T);
+    double tokens = 0.0; /* --eod-mask-loss: the targets with loss */
+    for (int it = 0; it < spec->schedule.eval_iters; it++) tokens += td_engine_targets(c, 1, it, spec->schedule.batch);
+    return total / tokens;
 }
 
 void td_run_eval(td_run *r, int step) {

@@ -173,6 +173,26 @@ static void report_task(eval_run *e, const td_train_result *res) {
     td_task_report(e->task, e->logf, e->log, e->task_out);
 }
 
+/* Document masking as the checkpoint was trained (its run_config's
+ * --doc-mask, --eod and --doc-positions): the loss measured is the one it
+ * learned. */
+static void docs_for_checkpoint(td_train_opts *o, const td_manifest *m, const char *dir) {
+    if (!m->run_config) return;
+    td_jv *rc = NULL;
+    td_err err;
+    TD_CHECK(td_json_parse(m->run_config, strlen(m->run_config), &rc, &err) == 0, "%s/manifest.json: run_config: %s",
+             dir, err.msg);
+    const td_jv *dm = td_json_get(rc, "doc-mask"), *eod = td_json_get(rc, "eod");
+    o->doc_mask = dm && dm->type == TD_JV_BOOL && dm->boolean;
+    if (o->doc_mask && eod && eod->type == TD_JV_NUM) o->eod = (int)eod->num;
+    const td_jv *dp = td_json_get(rc, "doc-positions"); /* a literal: rc is freed below */
+    if (o->doc_mask && dp && dp->type == TD_JV_STR && strcmp(dp->str, "reset") == 0) o->doc_positions = "reset";
+    if (o->doc_mask)
+        td_log("eval: document masking as trained (--eod %d; -1: the tokenizer's%s)\n", o->eod,
+               o->doc_positions ? "; --doc-positions reset" : "");
+    td_json_free(rc);
+}
+
 /* The arithmetic: the checkpoint's precision unless --precision names
  * one (then a line says which, when they differ). A bf16 model is measured
  * as it was trained, and at bf16's speed; fp32 arithmetic remains a flag. */
@@ -181,6 +201,7 @@ static void precision_for_checkpoint(eval_run *e, td_train_opts *o) {
     char dir[4096];
     td_ckpt_read_manifest(e->ckpt, "--ckpt", &m, dir, sizeof dir);
     snprintf(e->precision, sizeof e->precision, "%s", m.precision[0] ? m.precision : "fp32");
+    docs_for_checkpoint(o, &m, dir);
     td_manifest_free(&m);
     if (!o->precision)
         o->precision = e->precision;

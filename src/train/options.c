@@ -20,6 +20,7 @@ void td_train_opts_default(td_train_opts *o) {
     o->tokenizer = NULL; /* NULL: not given (text files use char; token files refuse one) */
     o->vocab = -1;       /* unset: a token file's max id + 1 (an explicit --vocab is >= 1) */
     o->layers = 4, o->heads = 4, o->embd = 128, o->seq = 64;
+    o->eod = -1;
     o->arch = "gpt2";
     o->batch = 12, o->grad_accum = 1, o->steps = 2000;
     o->optim = (td_optim_config){.lr = 1e-3f, .min_lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.99f,
@@ -64,6 +65,10 @@ int td_train_flag_table(td_train_opts *o, td_flag *out, int cap) {
         {"--tokenizer", TD_FLAG_STR, &o->tokenizer, "char (default), byte, gpt2 (GPT-2 BPE, vocabulary 50257), cl100k or o200k (tiktoken's cl100k_base, 100277; o200k_base, 200019) or FILE.json (a Hugging Face tokenizer.json, byte-level BPE) for text files; gpt2, cl100k and o200k also mark token files of their ids, FILE.json the shards tokenized with it", NULL},
         {"--vocab", TD_FLAG_INT, &o->vocab, "vocabulary size of a token file (default: max id + 1)",
          "[1, " STR(TD_MAX_VOCAB) "]"},
+        {"--doc-mask", TD_FLAG_BOOL, &o->doc_mask, "document masking: attention stays within documents, a document beginning after each end-of-text token (--eod; docs/recipe-doc-mask.md)", NULL},
+        {"--eod-mask-loss", TD_FLAG_BOOL, &o->eod_mask_loss, "no loss on targets equal to the end-of-text token (--eod), the loss the mean over the global batch's other targets (docs/recipe-doc-mask.md)", NULL},
+        {"--eod", TD_FLAG_INT, &o->eod, "with --doc-mask: the end-of-text token id (default: the tokenizer's <|endoftext|>; char and byte tokenizers have none and need it)", "[-1, " STR(TD_MAX_VOCAB) "]"},
+        {"--doc-positions", TD_FLAG_STR, &o->doc_positions, "with --doc-mask: continue (default: the packed sequence's positions) or reset (rotary positions restart at 0 at each document start; docs/recipe-doc-mask.md)", NULL},
         {"--model", TD_FLAG_STR, &o->model, "a model preset of `trident plan --list-models` (gpt2-124m, llama3-8b, smollm-135m, ...): sets --layers --heads --embd --seq --arch --kv-heads --ffn-hidden --rope-theta --tie-embeddings (and Llama 3.1's rope scaling); flags given on the command line or in --config win; the vocabulary stays the data's", NULL},
         {"--layers", TD_FLAG_INT, &o->layers, "transformer blocks L (4)", "[1, " STR(TD_MAX_LAYERS) "]"},
         {"--heads", TD_FLAG_INT, &o->heads, "attention heads H (4)", "[1, " STR(TD_MAX_EMBD) "]"},
@@ -286,7 +291,7 @@ static void choice_strings(const td_train_opts *o, const char *s[TD_TRAIN_CHOICE
     s[4] = o->dp_mode, s[5] = o->grad_reduce_dtype, s[6] = o->grad_compress, s[7] = o->loss_scale;
     s[8] = o->arch, s[9] = o->tie_embeddings, s[10] = o->moe_router, s[11] = o->moe_norm_topk;
     s[12] = o->lr_schedule, s[13] = o->lr_decay_shape, s[14] = o->batch_rampup;
-    s[15] = o->optimizer;
+    s[15] = o->optimizer, s[16] = o->doc_positions;
 }
 
 /* --lr-schedule and --lr-decay-shape into the optimizer's config (NULL:
@@ -321,6 +326,9 @@ static void model_choices(const td_train_opts *o, td_train_choices *c) {
     c->moe_router = r && strcmp(r, "sigmoid") == 0 ? TD_ROUTER_SIGMOID : TD_ROUTER_SOFTMAX;
     TD_CHECK(!n || strcmp(n, "on") == 0 || strcmp(n, "off") == 0, "--moe-norm-topk %s: valid: on, off", n);
     c->moe_norm_topk = !n ? TD_TIE_DEFAULT : strcmp(n, "on") == 0 ? TD_TIE_ON : TD_TIE_OFF;
+    const char *dp = o->doc_positions;
+    TD_CHECK(!dp || strcmp(dp, "continue") == 0 || strcmp(dp, "reset") == 0, "--doc-positions %s: valid: continue, reset", dp);
+    c->doc_pos_reset = dp && strcmp(dp, "reset") == 0;
 }
 
 td_device td_train_device(const td_train_opts *o) { return td_device_flag(o->device); }
@@ -366,6 +374,8 @@ void td_train_compat_cfg(const td_train_opts *o, td_compat_cfg *c) {
     c->batch = o->batch, c->rampup_start = ch->rampup.start, c->rampup_increment = ch->rampup.increment;
     c->rampup_text = o->batch_rampup;
     c->optimizer = o->optim.optimizer;
+    c->doc_mask = o->doc_mask, c->eod_mask_loss = o->eod_mask_loss;
+    c->doc_pos_reset = ch->doc_pos_reset, c->learned_positions = ch->arch == TD_ARCH_GPT2;
     c->seq = o->seq, c->embd = o->embd;
     c->grad_bf16 = ch->grad_dtype == TD_BF16;
     c->topk_ratio = ch->topk_ratio, c->topk_no_ef = ch->topk_no_ef;

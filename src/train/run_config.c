@@ -103,6 +103,11 @@ static int jv_value(const td_flag *f, const td_jv *v, void *out) {
         *(const char **)out = v->str;
         return 1;
     }
+    if (f->type == TD_FLAG_BOOL) {
+        if (v->type != TD_JV_BOOL) return 0;
+        *(int *)out = v->boolean;
+        return 1;
+    }
     if (v->type != TD_JV_NUM) return 0;
     if (f->type == TD_FLAG_INT) {
         if (v->num != (double)(int)v->num) return 0;
@@ -119,6 +124,7 @@ static int jv_value(const td_flag *f, const td_jv *v, void *out) {
 static const char *value_text(const td_flag *f, const void *p, char *buf, size_t cap) {
     if (f->type == TD_FLAG_STR) snprintf(buf, cap, "%s", *(const char *const *)p ? *(const char *const *)p : "(none)");
     else if (f->type == TD_FLAG_INT) snprintf(buf, cap, "%d", *(const int *)p);
+    else if (f->type == TD_FLAG_BOOL) snprintf(buf, cap, "%s", *(const int *)p ? "on" : "off");
     else snprintf(buf, cap, "%g", (double)*(const float *)p);
     return buf;
 }
@@ -128,12 +134,12 @@ static int same_value(const td_flag *f, const void *a, const void *b) {
         const char *x = *(const char *const *)a, *y = *(const char *const *)b;
         return x && y ? strcmp(x, y) == 0 : x == y;
     }
-    if (f->type == TD_FLAG_INT) return *(const int *)a == *(const int *)b;
+    if (f->type == TD_FLAG_INT || f->type == TD_FLAG_BOOL) return *(const int *)a == *(const int *)b;
     return *(const float *)a == *(const float *)b;
 }
 
 /* The training settings a resume continues: precision, batch, micro-batches,
- * the schedule and the optimizer, and the output's cadence. Each flag not
+ * the schedule and the optimizer, document masking, and the output's cadence. Each flag not
  * given takes the checkpoint's value (its run_config's); a given one that
  * differs is one line, so a change is never silent. --steps is the step to
  * stop at; the schedule's horizon (--schedule-steps) stays the checkpoint's
@@ -146,7 +152,7 @@ static void resume_training(td_train_opts *o, const td_flag *flags, int n, const
                                             "lr",        "min-lr",     "warmup", "lr-schedule", "lr-decay-fraction", "lr-decay-shape", "batch-rampup", "weight-decay", "beta1",
                                             "beta2",     "eps",        "clip",   "eval-every",   "eval-iters",
                                             "save-every", "keep", "optimizer", "muon-lr", "muon-momentum",
-                                            "muon-weight-decay", "muon-nesterov"};
+                                            "muon-weight-decay", "muon-nesterov", "doc-mask", "eod", "eod-mask-loss", "doc-positions"};
     char a[128], b[128];
     for (size_t i = 0; i < sizeof continued / sizeof continued[0]; i++) {
         const td_flag *f = flag_named(flags, n, continued[i]);
@@ -162,7 +168,7 @@ static void resume_training(td_train_opts *o, const td_flag *flags, int n, const
         if (!jv_value(f, td_json_get(rc, continued[i]), &saved)) continue;
         if (td_flags_from(flags, n, info, f->ptr) == TD_FROM_DEFAULT) {
             if (f->type == TD_FLAG_STR) *(const char **)f->ptr = td_flags_strdup(saved.s);
-            else if (f->type == TD_FLAG_INT) *(int *)f->ptr = saved.i;
+            else if (f->type == TD_FLAG_INT || f->type == TD_FLAG_BOOL) *(int *)f->ptr = saved.i;
             else *(float *)f->ptr = saved.f;
         } else if (!same_value(f, f->ptr, &saved)) {
             note("resume: %s %s instead of the checkpoint's %s%s\n", f->name, value_text(f, f->ptr, a, sizeof a),

@@ -57,7 +57,8 @@ void td_train_spec(const td_train_opts *o, td_run_spec *spec) {
 
     spec->optim = o->optim;
 
-    spec->data = (td_run_data){o->data, o->tokenizer, o->vocab, o->strict_data, o->tokenizer_only};
+    spec->data = (td_run_data){o->data,         o->tokenizer, o->vocab,         o->strict_data, o->tokenizer_only,
+                               o->doc_mask,     o->eod,       o->eod_mask_loss, ch->doc_pos_reset};
 
     td_run_output *out = &spec->output;
     out->out = o->out, out->resume = o->resume, out->resume_needs_out = o->resume_needs_out;

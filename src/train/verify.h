@@ -56,6 +56,7 @@ typedef struct {
     int *in, *tg, *min, *mtg;
     float *g, *gu;    /* the oracle's gradient; the one its update takes */
     double *load;     /* [L, E] the step's assignments (bias balancing) */
+    int loss_eod;     /* --eod-mask-loss: the end-of-text targets dropped; -1: none */
     verify_routes *routes; /* the layout's routing to replay at near ties; NULL: none */
 } verify_oracle;
 

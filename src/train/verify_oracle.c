@@ -23,6 +23,11 @@ void verify_oracle_open(verify_oracle *or, const td_train_opts *o, int D) {
     or->B = o->batch, or->T = o->seq, or->M = o->grad_accum > 0 ? o->grad_accum : 1, or->D = D;
     TD_ASSERT(or->B % (D * or->M) == 0); /* the run checked it */
     td_gpt_create(&or->model, &or->t, or->B / or->M, 0);
+    td_run_data docs = {.doc_mask = o->doc_mask, .eod = o->eod, .eod_mask_loss = o->eod_mask_loss};
+    int eod = td_run_doc_eod(&docs, &or->d.tok);
+    td_gpt_doc_mask(&or->model, o->doc_mask ? eod : -1);
+    td_gpt_doc_positions(&or->model, o->doc_mask && o->ch.doc_pos_reset);
+    or->loss_eod = o->eod_mask_loss ? eod : -1;
     size_t n = or->t.numel;
     or->g = td_alloc(n * 4, TD_MEM_OTHER);
     or->gu = td_alloc(n * 4, TD_MEM_OTHER);
@@ -68,6 +73,7 @@ double verify_oracle_step(verify_oracle *or, int s, float *P, float *M, float *V
     td_gpt_params_changed(&or->model);
     memset(or->g, 0, n * 4);
     td_data_batch(&or->d, 0, o->seed, s, 0, B, T, or->in, or->tg);
+    double kept = or->loss_eod >= 0 ? (double)td_doc_mask_targets(or->tg, (size_t)B * T, or->loss_eod) : (double)B * T;
     td_gpt_moe_stats_reset(&or->model);
     double sum = 0.0;
     for (int k = 0; k < Mk; k++) {
@@ -78,8 +84,9 @@ double verify_oracle_step(verify_oracle *or, int s, float *P, float *M, float *V
             memcpy(or->mtg + to, or->tg + from, sizeof(int) * (size_t)Bm * T);
         }
         if (or->routes) or->routes->o_step = s, or->routes->o_micro = k; /* the replay's place */
+        td_gpt_set_documents(&or->model, or->min);
         sum += td_gpt_forward(&or->model, or->min, or->mtg);
-        td_gpt_backward(&or->model, 1.0f / ((float)B * T));
+        td_gpt_backward(&or->model, 1.0f / (float)kept);
     }
     td_moe_stats *st = td_gpt_moe_stats(&or->model);
     if (st) sum += st->loss_sum; /* the aux and z losses */
@@ -98,5 +105,5 @@ double verify_oracle_step(verify_oracle *or, int s, float *P, float *M, float *V
         for (size_t i = 0; i < (size_t)or->cfg.L * or->cfg.moe.E; i++) or->load[i] = st->load[i];
         bias_update(or, P);
     }
-    return sum / ((double)B * T);
+    return sum / kept;
 }

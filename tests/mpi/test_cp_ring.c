@@ -97,7 +97,7 @@ static whole ring(td_comm *cp, const float *qkv, const float *dout, int T, int l
     td_cp_take_local(lq, qkv, B, T, n, r, 3 * C * sizeof(float));
     td_cp_take_local(lg, dout, B, T, n, r, C * sizeof(float));
     whole w = {TU_NEW(float, no), TU_NEW(float, (size_t)B * NH * Tl), TU_NEW(float, nq)};
-    td_cp_shape s = {B, Tl, C, NH, lp ? TD_PREC_BF16 : TD_PREC_FP32, 0};
+    td_cp_shape s = {B, Tl, C, NH, lp ? TD_PREC_BF16 : TD_PREC_FP32, 0, NULL, 0};
     td_cp_ring *g = td_cp_ring_new(cp);
     uint64_t fwd, bwd;
     td_cp_ring_formula(&s, n, &fwd, &bwd);
@@ -230,7 +230,7 @@ static void check_lend(td_comm *cp, int T) {
     for (int k = 0; k < 3; k++) {
         o[k] = TU_NEW(float, no), l[k] = TU_NEW(float, nl), d[k] = TU_NEW(float, nq);
         memset(ws, 0xA5, blocks + guard);
-        td_cp_shape s = {B, Tl, C, NH, TD_PREC_FP32, 0};
+        td_cp_shape s = {B, Tl, C, NH, TD_PREC_FP32, 0, NULL, 0};
         td_cp_ring *g = td_cp_ring_new(cp);
         /* k 0: its own buffers; 1: lent exactly enough; 2: lent one byte short */
         if (k) td_cp_ring_lend(g, ws, k == 1 ? blocks : blocks - 1);

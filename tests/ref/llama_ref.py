@@ -90,20 +90,28 @@ def read_tensors(fin):
     return names, p
 
 
-def rope(theta, hs, rs, T):
-    """cos, sin [T, hs] of positions 0..T-1 (rs: factor, low, high, orig; factor 0: none)"""
+def rope(theta, hs, rs, T, pos=None):
+    """cos, sin [T, hs] of positions 0..T-1 (rs: factor, low, high, orig; factor 0: none);
+    pos: [B, T] positions instead (cos, sin [B, 1, T, hs], one per sequence)"""
     inv = inv_freq_of(theta, hs, *rs)
+    if pos is not None:
+        freqs = pos[..., None].float() * inv  # a product, as the one-term matmul below
+        emb = torch.cat((freqs, freqs), dim=-1)[:, None]
+        return emb.cos(), emb.sin()
     pos = torch.arange(T, dtype=torch.int64)
     freqs = pos[:, None].float() @ inv[None, :]
     emb = torch.cat((freqs, freqs), dim=-1)
     return emb.cos(), emb.sin()
 
 
-def attention(x, p, pre, H, KV, eps, cos, sin):
-    """x [B, T, C] plus block pre's attention (its input_layernorm first)"""
+def attention(x, p, pre, H, KV, eps, cos, sin, mask=None):
+    """x [B, T, C] plus block pre's attention (its input_layernorm first);
+    mask: True where a key is hidden ([T, T] or [B, 1, T, T]; None:
+    causal)"""
     B, T, C = x.shape
     hs = C // H
-    mask = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
+    if mask is None:
+        mask = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
     h = rms(x, p[pre + "input_layernorm.weight"], eps)
     q = (h @ p[pre + "self_attn.q_proj.weight"].T).view(B, T, H, hs).transpose(1, 2)
     k = (h @ p[pre + "self_attn.k_proj.weight"].T).view(B, T, KV, hs).transpose(1, 2)
@@ -119,15 +127,16 @@ def attention(x, p, pre, H, KV, eps, cos, sin):
     return x + y @ p[pre + "self_attn.o_proj.weight"].T
 
 
-def forward(p, cfg, inputs, mlp=dense_mlp):
+def forward(p, cfg, inputs, mlp=dense_mlp, mask=None, pos=None):
     """The logits; mlp(p, l, h) is block l's MLP (moe_ref.py passes its
-    mixture of experts)."""
+    mixture of experts); mask: attention's (None: causal); pos: the rotary
+    positions [B, T] (None: 0..T-1 in every sequence)."""
     L, H, KV, C, F, T, V, B, tied, eps, theta, rs = cfg
     x = p["model.embed_tokens.weight"][inputs]  # [B, T, C]
-    cos, sin = rope(theta, C // H, rs, T)
+    cos, sin = rope(theta, C // H, rs, T, pos)
     for l in range(L):
         pre = "model.layers.%d." % l
-        x = attention(x, p, pre, H, KV, eps, cos, sin)
+        x = attention(x, p, pre, H, KV, eps, cos, sin, mask)
         h = rms(x, p[pre + "post_attention_layernorm.weight"], eps)
         x = x + mlp(p, l, h)
     x = rms(x, p["model.norm.weight"], eps)
@@ -151,7 +160,9 @@ def run_cases(magic, what, run_case):
     fout.close()
 
 
-def run_case(fin, fout):
+def read_case(fin):
+    """One case of IN: cfg, the tensor names, {name: tensor requiring grad},
+    inputs, targets."""
     L, H, KV, C, F, T, V, B, tied = rd(fin, "9i")
     (eps,) = rd(fin, "f")
     theta, factor, low, high = rd(fin, "4d")
@@ -161,13 +172,24 @@ def run_case(fin, fout):
         t.requires_grad_(True)
     inputs, targets = read_tokens(fin, B, T)
     cfg = (L, H, KV, C, F, T, V, B, tied, eps, theta, (factor, low, high, orig))
-    logits = forward(p, cfg, inputs)
-    loss = torch.nn.functional.cross_entropy(logits.view(-1, V), targets.view(-1))
-    loss.backward()
+    return cfg, names, p, inputs, targets
+
+
+def write_results(fout, loss, logits, names, p):
+    """OUT's record of a case, after loss.backward()."""
     fout.write(struct.pack("<f", loss.item()))
     fout.write(logits.detach().numpy().astype("<f4").tobytes())
     for name in names:
         fout.write(p[name].grad.numpy().astype("<f4").tobytes())
+
+
+def run_case(fin, fout):
+    cfg, names, p, inputs, targets = read_case(fin)
+    V = cfg[6]
+    logits = forward(p, cfg, inputs)
+    loss = torch.nn.functional.cross_entropy(logits.view(-1, V), targets.view(-1))
+    loss.backward()
+    write_results(fout, loss, logits, names, p)
 
 
 if __name__ == "__main__":

@@ -45,6 +45,25 @@ typedef struct {
  * the biases and norm gains moved by N(0, 0.1) away from 0 and 1, so that
  * their gradients are exercised (a router's expert_bias, for selection
  * only, stays 0). */
+/* A Llama case as tests/ref/llama_ref.py's run_case reads it (B sequences
+ * of the config's T; tied: the head is the embedding). */
+static inline void ref_write_llama_case(FILE *f, const ref_model *mc, int B, int tied, const int *inputs,
+                                        const int *targets) {
+    const td_gpt_config *c = &mc->cfg;
+    int32_t hdr[9] = {c->L, c->H, c->KV, c->C, c->F, c->T, c->V, B, tied};
+    float eps = c->norm_eps;
+    double rd4[4] = {c->rope_theta, c->rope_scaling.factor, c->rope_scaling.low_freq_factor,
+                     c->rope_scaling.high_freq_factor};
+    int32_t orig = c->rope_scaling.orig_max_pos;
+    ref_write(f, hdr, sizeof hdr);
+    ref_write(f, &eps, 4);
+    ref_write(f, rd4, sizeof rd4);
+    ref_write(f, &orig, 4);
+    ref_write_tensors(f, &mc->t, mc->params, c->V, c->C);
+    ref_write(f, inputs, 4 * (size_t)B * c->T);
+    ref_write(f, targets, 4 * (size_t)B * c->T);
+}
+
 static inline void ref_model_build(ref_model *mc) {
     td_gpt_config_finish(&mc->cfg);
     td_param_table_build(&mc->t, &mc->cfg, 1);
@@ -107,6 +126,22 @@ static inline double ref_cmp(const float *a, size_t lda, const float *b, size_t 
     for (size_t i = 0; i < rows; i++)
         for (size_t j = 0; j < n; j++) maxd = fmax(maxd, fabs((double)a[i * lda + j] - b[i * n + j]));
     return maxb > 0 ? maxd / maxb : maxd;
+}
+
+/* Every parameter gradient of m (m->grads) against the reference's, read
+ * from o in table order (V rows of a vocabulary split): the worst ref_cmp,
+ * and the tensor that gave it in *worst_name. ref holds the largest. */
+static inline double ref_cmp_grads(FILE *o, const ref_model *m, float *ref, const char **worst_name) {
+    double worst = 0.0;
+    *worst_name = "";
+    for (int i = 0; i < m->t.n_rows; i++) {
+        const td_param *p = &m->t.rows[i];
+        size_t rows = p->split == TD_SPLIT_VOCAB ? (size_t)m->cfg.V : (size_t)p->shape[0];
+        ref_read(o, ref, sizeof(float) * rows * (size_t)p->shape[1]);
+        double e = ref_cmp(m->grads + p->offset, (size_t)p->shape[1], ref, rows, (size_t)p->shape[1]);
+        if (e > worst) worst = e, *worst_name = p->name;
+    }
+    return worst;
 }
 
 #endif

@@ -36,22 +36,6 @@ static void build(ref_model *mc, const test_case *tc) {
     ref_model_build(mc); /* the norm gains away from 1 */
 }
 
-static void write_case(FILE *f, const ref_model *mc, const test_case *tc, const int *inputs, const int *targets) {
-    const td_gpt_config *c = &mc->cfg;
-    int32_t hdr[9] = {c->L, c->H, c->KV, c->C, c->F, c->T, c->V, B, tc->tied};
-    float eps = c->norm_eps;
-    double rd4[4] = {c->rope_theta, c->rope_scaling.factor, c->rope_scaling.low_freq_factor,
-                     c->rope_scaling.high_freq_factor};
-    int32_t orig = c->rope_scaling.orig_max_pos;
-    ref_write(f, hdr, sizeof hdr);
-    ref_write(f, &eps, 4);
-    ref_write(f, rd4, sizeof rd4);
-    ref_write(f, &orig, 4);
-    ref_write_tensors(f, &mc->t, mc->params, V, C);
-    ref_write(f, inputs, 4 * B * T);
-    ref_write(f, targets, 4 * B * T);
-}
-
 int main(void) {
     int *inputs = malloc(sizeof(int) * B * T), *targets = malloc(sizeof(int) * B * T);
     ref_tokens(inputs, targets, B * T, V);
@@ -62,7 +46,7 @@ int main(void) {
     ref_write(f, top, sizeof top);
     for (int c = 0; c < NCASE; c++) {
         build(&mc[c], &CASES[c]);
-        write_case(f, &mc[c], &CASES[c], inputs, targets);
+        ref_write_llama_case(f, &mc[c], B, CASES[c].tied, inputs, targets);
     }
     fclose(f);
     if (ref_run(TD_SOURCE_DIR "/tests/ref/llama_ref.py", in_path, out_path)) return 1;
@@ -91,15 +75,8 @@ int main(void) {
         double loss = td_gpt_forward(&model, inputs, targets) / (B * T);
         td_gpt_backward(&model, 1.0f / (B * T));
         double rel = fabs(loss - ref_loss) / fabs(ref_loss);
-        double worst = 0.0;
-        const char *worst_name = "";
-        for (int i = 0; i < m->t.n_rows; i++) {
-            const td_param *p = &m->t.rows[i];
-            size_t rows = p->split == TD_SPLIT_VOCAB ? (size_t)V : (size_t)p->shape[0];
-            ref_read(o, ref, sizeof(float) * rows * (size_t)p->shape[1]);
-            double e = ref_cmp(m->grads + p->offset, (size_t)p->shape[1], ref, rows, (size_t)p->shape[1]);
-            if (e > worst) worst = e, worst_name = p->name;
-        }
+        const char *worst_name;
+        double worst = ref_cmp_grads(o, m, ref, &worst_name);
         int bad = rel > tol_loss || elog > tol || worst > tol;
         fails += bad;
         printf("%s kv %d/%d %-6s theta %-6g%s: loss %.7f torch %.7f (rel %.1e) | logits %.1e | %d gradients, worst "

@@ -30,8 +30,43 @@ static inline void attn_check_lse(const char *name, const float *got, const doub
 
 /* ---- double reference ---- */
 
-static inline int dvis(const td_attn_shape *s, int i, int j) {
+/* Document masking's explicit mask: the document id of each global
+ * position of each sequence ([B, doc_len]), or NULL (one document). The
+ * kernels take the derived starts (s->doc_start); the reference compares
+ * ids, so it shares nothing with the kernels' range logic. */
+static const int *g_doc_id;
+
+static inline int dvis(const td_attn_shape *s, int b, int i, int j) {
+    if (g_doc_id) {
+        const int *id = g_doc_id + (size_t)b * s->doc_len;
+        if (id[s->q_pos + i] != id[s->k_pos + j]) return 0;
+    }
     return s->mask == TD_ATTN_NONE || s->k_pos + j <= s->q_pos + i;
+}
+
+/* Documents for a problem whose global sequences have `len` positions:
+ * sequence b gets a new document at each position listed in cuts[b]
+ * (ascending, ended by -1). Sets g_doc_id and the shape's doc_start
+ * (derived: the first position with the same id). NULL cuts: none. */
+static inline void attn_set_docs(td_attn_shape *s, int len, const int *const *cuts) {
+    if (!cuts) {
+        g_doc_id = NULL, s->doc_start = NULL, s->doc_len = 0;
+        return;
+    }
+    int *id = TU_NEW(int, (size_t)s->B * len), *st = TU_NEW(int, (size_t)s->B * len);
+    for (int b = 0; b < s->B; b++) {
+        int d = 0, c = 0;
+        for (int t = 0; t < len; t++) {
+            if (cuts[b][c] == t) d++, c++;
+            id[(size_t)b * len + t] = d;
+        }
+        for (int t = 0; t < len; t++) {
+            int f = t;
+            while (f > 0 && id[(size_t)b * len + f - 1] == id[(size_t)b * len + t]) f--;
+            st[(size_t)b * len + t] = f;
+        }
+    }
+    g_doc_id = id, s->doc_start = st, s->doc_len = len;
 }
 
 /* out, lse as the header defines them; when dout != NULL also ADDS the
@@ -50,13 +85,13 @@ static inline void dref(double *out, double *lse, double *dq, double *dk, double
                 double mx = -INFINITY, sum = 0;
                 for (int j = 0; j < s->Tk; j++) {
                     p[j] = -INFINITY;
-                    if (!dvis(s, i, j)) continue;
+                    if (!dvis(s, b, i, j)) continue;
                     double a = 0;
                     for (int d = 0; d < hs; d++) a += qi[d] * k[kb + (size_t)j * s->kv_stride + d];
                     p[j] = a * scale;
                     mx = fmax(mx, p[j]);
                 }
-                for (int j = 0; j < s->Tk; j++) sum += (p[j] = dvis(s, i, j) ? exp(p[j] - mx) : 0);
+                for (int j = 0; j < s->Tk; j++) sum += (p[j] = dvis(s, b, i, j) ? exp(p[j] - mx) : 0);
                 double *o = out + ((size_t)b * s->Tq + i) * s->o_stride + h * hs;
                 lse[((size_t)b * s->NH + h) * s->Tq + i] = sum > 0 ? mx + log(sum) : -INFINITY;
                 for (int j = 0; j < s->Tk; j++) p[j] = sum > 0 ? p[j] / sum : 0;
@@ -134,10 +169,10 @@ static inline void attn_lp_bounds(double *bo, double *bq, double *bk, double *bv
                     double a = 0;
                     for (int d = 0; d < hs; d++)
                         a += q[qi + d] * k[kb + (size_t)j * s->kv_stride + d];
-                    P[j] = dvis(s, i, j) ? a * sc : -INFINITY;
+                    P[j] = dvis(s, b, i, j) ? a * sc : -INFINITY;
                     mx = fmax(mx, P[j]);
                 }
-                for (int j = 0; j < s->Tk; j++) sum += (P[j] = dvis(s, i, j) ? exp(P[j] - mx) : 0);
+                for (int j = 0; j < s->Tk; j++) sum += (P[j] = dvis(s, b, i, j) ? exp(P[j] - mx) : 0);
                 for (int j = 0; j < s->Tk; j++) P[j] = sum > 0 ? P[j] / sum : 0;
                 for (int d = 0; d < hs; d++) {
                     double o = 0;
@@ -146,7 +181,7 @@ static inline void attn_lp_bounds(double *bo, double *bq, double *bk, double *bv
                     D += dout[oi + d] * o, dD += fabs(dout[oi + d]) * oerr[oi + d];
                 }
                 for (int j = 0; j < s->Tk; j++) {
-                    if (!dvis(s, i, j)) continue;
+                    if (!dvis(s, b, i, j)) continue;
                     size_t kj = kb + (size_t)j * s->kv_stride;
                     double dp = 0;
                     for (int d = 0; d < hs; d++) dp += dout[oi + d] * v[kj + d];

@@ -3,6 +3,9 @@
  *  1. a double-precision reference written here (offsets, causal / none,
  *     GQA, Tq != Tk) for out, lse and the analytic dq, dk, dv; and central
  *     finite differences of its forward for the backward at a small size;
+ *     Document masking (doc_start) against the reference's explicit mask
+ *     of document ids, with the same tolerances (fewer visible keys: the
+ *     bounds above hold a fortiori);
  *  2. the materialized td_attention_forward/backward and their _ref loops
  *     for the model's case (NKV = NH, causal, offsets 0, fused qkv);
  *  3. self-consistency: ring-style pieces (accumulate) vs one call, per-piece
@@ -62,17 +65,19 @@ static char lbl[160];
 #define L(...) (snprintf(lbl, sizeof lbl, __VA_ARGS__), lbl)
 
 /* 1. against the double reference: forward and analytic backward. */
-static void test_vs_double(int B, int Tq, int Tk, int NH, int NKV, int hs, long qp, long kp,
-                           td_attn_mask mask) {
+static void test_vs_double_docs(int B, int Tq, int Tk, int NH, int NKV, int hs, long qp, long kp,
+                                td_attn_mask mask, const int *const *cuts, int len) {
     int mark = tu_mark();
     prob p = make(B, Tq, Tk, NH, NKV, hs, qp, kp, mask, 100 + Tq + Tk);
+    attn_set_docs(&p.s, len, cuts);
     double *ro = TU_NEW(double, p.nq), *rl = TU_NEW(double, p.nl);
     double *rq = TU_NEW(double, p.nq), *rk = TU_NEW(double, p.nk), *rv = TU_NEW(double, p.nk);
     dref(ro, rl, rq, rk, rv, p.dd, p.dq_, p.dk_, p.dv_, &p.s);
     float *out = TU_NEW(float, p.nq), *lse = TU_NEW(float, p.nl);
     for (size_t i = 0; i < p.nq; i++) out[i] = NAN; /* must all be written */
     td_attn_forward(out, lse, p.q, p.k, p.v, &p.s, 0);
-    const char *mk = mask == TD_ATTN_CAUSAL ? "causal" : "none";
+    const char *mk = cuts ? (mask == TD_ATTN_CAUSAL ? "causal docs" : "none docs")
+                          : mask == TD_ATTN_CAUSAL ? "causal" : "none";
     tu_check_close(L("fwd out Tq%d Tk%d NH%d/%d %s q%ld k%ld", Tq, Tk, NH, NKV, mk, qp, kp), out,
                    ro, p.nq, TOL_FWD, FLOOR);
     check_lse(L("fwd lse Tq%d Tk%d NH%d/%d %s q%ld k%ld", Tq, Tk, NH, NKV, mk, qp, kp), lse, rl,
@@ -101,7 +106,30 @@ static void test_vs_double(int B, int Tq, int Tk, int NH, int NKV, int hs, long 
     td_attn_backward(dq, dk, dv, p.dout, out, lse, p.q, p.k, p.v, &p.s);
     for (size_t i = 0; i < p.nq; i++) d1[i] *= 2.0f;
     tu_check_close_f(L("bwd twice = 2x dq Tq%d Tk%d", Tq, Tk), dq, d1, p.nq, TOL_FAST, FLOOR);
+    attn_set_docs(&p.s, 0, NULL);
     tu_release(mark);
+}
+
+static void test_vs_double(int B, int Tq, int Tk, int NH, int NKV, int hs, long qp, long kp,
+                           td_attn_mask mask) {
+    test_vs_double_docs(B, Tq, Tk, NH, NKV, hs, qp, kp, mask, NULL, 0);
+}
+
+/* 1c. document masking against the reference's explicit mask (document
+ * ids compared): documents that cut key blocks of 64 in the middle, that
+ * cover whole key blocks (skipped), one-token documents, a document
+ * starting at the last position; as one call and as a context-parallel
+ * piece (offsets into longer global sequences). */
+static void test_docs(void) {
+    static const int c0[] = {1, 30, 70, 128, 129, -1}, c1[] = {64, 65, 66, 100, -1};
+    static const int c2[] = {-1}, c3[] = {10, 140, 141, 190, -1};
+    const int *const two[] = {c0, c1}, *const one[] = {c3}, *const none[] = {c2, c0};
+    test_vs_double_docs(2, 130, 130, 4, 4, 16, 0, 0, TD_ATTN_CAUSAL, two, 130);
+    test_vs_double_docs(2, 130, 130, 4, 2, 16, 0, 0, TD_ATTN_CAUSAL, two, 130);
+    test_vs_double_docs(2, 7, 7, 4, 2, 8, 0, 0, TD_ATTN_CAUSAL, none, 7);
+    /* a cp piece: queries [130, 195) against keys [3, 133) of 200 positions */
+    test_vs_double_docs(1, 65, 130, 6, 2, 16, 130, 3, TD_ATTN_CAUSAL, one, 200);
+    test_vs_double_docs(1, 30, 100, 4, 1, 16, 0, 20, TD_ATTN_CAUSAL, one, 200);
 }
 
 /* 1b. central finite differences of the double forward's sum(out * dout). */
@@ -148,7 +176,7 @@ static void test_vs_materialized(int B, int T, int C, int NH) {
     size_t natt = (size_t)B * NH * T * T;
     float *qkv = TU_NEW(float, N * 3 * C), *dout = TU_NEW(float, N *C);
     tu_randn(qkv, N * 3 * C, 400 + T, 1.0f), tu_randn(dout, N * C, 401 + T, 1.0f);
-    td_attn_shape s = {B, T, T, NH, NH, hs, 3 * C, 3 * C, C, 0, 0, TD_ATTN_CAUSAL, 0, 0};
+    td_attn_shape s = {B, T, T, NH, NH, hs, 3 * C, 3 * C, C, 0, 0, TD_ATTN_CAUSAL, 0, 0, NULL, 0};
     float *out = TU_NEW(float, N *C), *lse = TU_NEW(float, B *NH *T);
     float *dqkv = TU_NEW(float, N * 3 * C);
     td_attn_forward(out, lse, qkv, qkv + C, qkv + 2 * C, &s, 0);
@@ -285,6 +313,7 @@ int main(void) {
     test_vs_double(2, 65, 130, 6, 2, 16, 70, 3, TD_ATTN_CAUSAL); /* keys start before */
     test_vs_double(1, 30, 100, 4, 1, 16, 0, 20, TD_ATTN_CAUSAL); /* early rows see nothing */
     test_vs_double(1, 33, 17, 4, 4, 8, 5, 40, TD_ATTN_NONE);
+    test_docs();
     test_fd();
     test_vs_materialized(2, 7, 12, 3);
     test_vs_materialized(1, 130, 64, 4);

@@ -184,15 +184,16 @@ static float *gather(const lp *t, const uint16_t *s, int B, int rows, int width,
     return f;
 }
 
-static void test_lowp(const lp *t, int B, int Tq, int Tk, int NH, int NKV, int hs, long qp, long kp,
-                      td_attn_mask mask) {
+static void test_lowp_docs(const lp *t, int B, int Tq, int Tk, int NH, int NKV, int hs, long qp,
+                           long kp, td_attn_mask mask, const int *const *cuts, int len) {
     int mark = tu_mark();
     prob p = make(B, Tq, Tk, NH, NKV, hs, qp, kp, mask, 800 + Tq + Tk);
+    attn_set_docs(&p.s, len, cuts);
     inputs in = round_inputs(&p, t);
     const char *ty = t->f16 ? "fp16" : "bf16";
     char tag[80];
-    snprintf(tag, sizeof tag, "%s Tq%d Tk%d NH%d/%d %s q%ld", ty, Tq, Tk, NH, NKV,
-             mask == TD_ATTN_CAUSAL ? "causal" : "none", qp);
+    snprintf(tag, sizeof tag, "%s Tq%d Tk%d NH%d/%d %s%s q%ld", ty, Tq, Tk, NH, NKV,
+             mask == TD_ATTN_CAUSAL ? "causal" : "none", cuts ? " docs" : "", qp);
     /* the 16-bit kernel */
     uint16_t *oh = TU_NEW(uint16_t, p.nq), *g[3];
     float *lh = TU_NEW(float, p.nl);
@@ -274,7 +275,13 @@ static void test_lowp(const lp *t, int B, int Tq, int Tk, int NH, int NKV, int h
                   !memcmp(g2[2], g[2], p.nk * 2),
               "%s: 2 threads differ from 1", tag);
     printf("      %s: 2 threads vs 1 checked bitwise (out, lse, dq, dk, dv)\n", tag);
+    attn_set_docs(&p.s, 0, NULL);
     tu_release(mark);
+}
+
+static void test_lowp(const lp *t, int B, int Tq, int Tk, int NH, int NKV, int hs, long qp, long kp,
+                      td_attn_mask mask) {
+    test_lowp_docs(t, B, Tq, Tk, NH, NKV, hs, qp, kp, mask, NULL, 0);
 }
 
 /* Ring pieces: K/V in `pieces` dense pieces merged with accumulate = 1. */
@@ -333,6 +340,14 @@ int main(void) {
         test_lowp(t, 2, 130, 130, 3, 3, 16, 0, 0, TD_ATTN_CAUSAL);
         test_lowp(t, 1, 5, 1, 2, 2, 8, 0, 0, TD_ATTN_CAUSAL);
         test_ring(t, 3);
+        /* document masking (the reference's explicit mask of document ids):
+         * documents inside and across key blocks, whole blocks skipped, a
+         * context-parallel piece at offsets */
+        static const int c0[] = {1, 30, 70, 128, 129, -1}, c1[] = {64, 65, 66, 100, -1};
+        static const int c3[] = {10, 140, 141, 190, 250, -1};
+        const int *const two[] = {c0, c1}, *const one[] = {c3};
+        test_lowp_docs(t, 2, 130, 130, 3, 3, 16, 0, 0, TD_ATTN_CAUSAL, two, 130);
+        test_lowp_docs(t, 1, 150, 300, 4, 2, 16, 100, 0, TD_ATTN_CAUSAL, one, 300);
     }
     td_attn_release_scratch();
     return tu_finish("test_attention_lowp");

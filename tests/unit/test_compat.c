@@ -275,6 +275,25 @@ static const char *breaking(td_rule_id id, td_compat_cfg *c) {
         c->optimizer = 1, c->tp = 2, c->device = 1, c->device_name = "guard";
         return "--optimizer muon does not combine with --device guard and --tp > 1 yet: the matrices' gather "
                "to their owners is not staged for device memory; use --device cpu, or --tp 1 with --zero 0";
+    case TD_RULE_DOC_MASK_PP:
+        c->doc_mask = 1, c->pp = 2, c->micro_batches = 2;
+        return "--doc-mask and --eod-mask-loss do not combine with --pp > 1 yet: the document starts are set where "
+               "the data is read, which a pipeline's middle stages do not do, for one micro-batch at a time (and its "
+               "last stage divides the loss by every target); use --pp 1 (dp, tp, cp and ep layouts run document "
+               "masking)";
+    case TD_RULE_EOD_LOSS_MOE:
+        c->eod_mask_loss = 1, c->experts = 4;
+        return "--eod-mask-loss does not combine with --moe-experts yet: the experts' auxiliary losses are "
+               "normalized by every token of the step, the loss by the targets kept; drop --eod-mask-loss "
+               "(--doc-mask alone runs with experts)";
+    case TD_RULE_DOC_POSITIONS_MASK:
+        c->doc_pos_reset = 1;
+        return "--doc-positions reset restarts positions at the document starts of --doc-mask; add --doc-mask "
+               "(or drop --doc-positions reset)";
+    case TD_RULE_DOC_POSITIONS_LEARNED:
+        c->doc_pos_reset = 1, c->doc_mask = 1, c->learned_positions = 1;
+        return "--doc-positions reset is built for rotary positions (--arch llama), not yet for gpt2's learned "
+               "positions; use --arch llama or --doc-positions continue";
     case TD_RULE_N:
         break;
     }

@@ -304,7 +304,7 @@ static void call_ln(const td_ops *o, void **p) {
     o->ln_bwd(p[6], p[7], p[8], p[9], p[3], p[4], p[1], p[2], NN, C);
 }
 static void call_att(const td_ops *o, void **p) {
-    td_attn_shape s = {B, T, T, NH, NH, HS, 3 * NH * HS, 3 * NH * HS, NH * HS, 0, 0, TD_ATTN_CAUSAL, 0, 0};
+    td_attn_shape s = {B, T, T, NH, NH, HS, 3 * NH * HS, 3 * NH * HS, NH * HS, 0, 0, TD_ATTN_CAUSAL, 0, 0, NULL, 0};
     size_t c = (size_t)NH * HS * o->es;
     char *qkv = p[2], *dqkv = p[3];
     o->att_fwd(p[0], p[1], qkv, qkv + c, qkv + 2 * c, &s, 0);
