@@ -21,6 +21,11 @@ export OMPI_MCA_ess_singleton_isolated=1
 # per rank, ~500 runs): the suite states one instead (no test checks MFU
 # against the machine; cli_threads unsets it and checks the measurement).
 export TRIDENT_PEAK_GFLOPS=100
+# Open MPI's cm messaging layer opens libpsm2 (Omni-Path), whose loader
+# polls ~0.2 s in every process (every rank, every start) before cm gives way
+# to ob1 on a machine without that fabric; the suite asks for ob1's path
+# directly (docs/ci-time.md). Users' runs keep Open MPI's own choice.
+export OMPI_MCA_pml=^cm
 
 echo "==== test.sh: phase 1/2: Release build, whole suite (build/) ===="
 scripts/build.sh
