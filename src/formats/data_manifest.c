@@ -46,7 +46,7 @@ static void put(sbuf *b, const char *fmt, ...) {
 }
 
 static void put_str(sbuf *b, const char *s) {
-    int k;
+    int k = 0; /* set by the loop, which runs unless b is out of memory already */
     while (!b->oom && (k = td_json_put_str(b->p, b->cap, b->n, s)) < 0) grow(b, 6 * strlen(s) + 8);
     if (!b->oom) b->n = (size_t)k;
 }
