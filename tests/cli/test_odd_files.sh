@@ -69,7 +69,8 @@ sweep() {
       if [ $rc -eq 0 ] || [ $rc -ge 124 ] || [ "$errs" -ne 1 ] || ! grep -qF -e "$named" <<<"$line" ||
          ! grep -qE -e "${WHAT[$k]}" <<<"$line"; then
         { echo "FAIL $name [$k]: exit $rc (want non-zero, not 124), $errs error lines, want the path $named and /${WHAT[$k]}/ named:"
-          tail -3 <<<"$out"; } > "$tmp/res/$n.fail"
+          # the whole output (up to 40 lines): an MPI start-up abort says why only at its top
+          head -40 <<<"$out"; } > "$tmp/res/$n.fail"
       else
         echo "ok   $name [$k]: $line" > "$tmp/res/$n.ok"
       fi
