@@ -37,7 +37,14 @@ fail() { echo "FAIL $*"; fails=$((fails+1)); }
 # Most of a short trident run is MPI's start-up, spent waiting, so the
 # trident runs go together: bg NAME CMD... runs CMD in the background, its
 # output in $tmp/NAME.out and exit status in $tmp/NAME.rc.
-bg() { local name=$1; shift; ("$@" > "$tmp/$name.out" 2>&1; echo $? > "$tmp/$name.rc") & }
+# Each in its own Open MPI session tree: isolated singletons (scripts/test.sh)
+# all take job family 0, and one exiting removes the shared tree while
+# another creates its directory there ("orte_session_dir failed").
+bg() {
+  local name=$1; shift
+  (export OMPI_MCA_orte_tmpdir_base="$tmp/ompi-$name"; mkdir -p "$OMPI_MCA_orte_tmpdir_base"
+   "$@" > "$tmp/$name.out" 2>&1; echo $? > "$tmp/$name.rc") &
+}
 ran() { [ "$(cat "$tmp/$1.rc")" = 0 ] || { fail "$1 (exit $(cat "$tmp/$1.rc")):"; tail -3 "$tmp/$1.out"; return 1; }; }
 
 cat > "$tmp/mega.py" <<'PY'

@@ -63,6 +63,10 @@ sweep() {
     case "$*" in *ckm-@K*) named="$tmp/ckm-$k/$STEP/manifest.json" ;; *cks-@K*) named="$tmp/cks-$k/$STEP/$SHARD" ;; esac
     n=$((n+1))
     (
+      # isolated singletons (scripts/test.sh) all take job family 0, so their
+      # session directories are one tree: one exiting removes it while another
+      # creates its own there ("orte_session_dir failed"); 8 at once need 8 trees
+      export OMPI_MCA_orte_tmpdir_base="$tmp/ompi/$n"; mkdir -p "$OMPI_MCA_orte_tmpdir_base"
       out=$(cd "$tmp" && timeout 10 "${args[@]}" 2>&1 </dev/null); rc=$?
       errs=$(grep -c '^trident: error:' <<<"$out")
       line=$(grep -m1 '^trident: error:' <<<"$out")

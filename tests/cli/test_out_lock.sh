@@ -35,7 +35,10 @@ wait_lock() {
 # the lock; after the model, lock held) until the test hands it a token
 # (release): held until the second job has been refused (a fixed sleep raced
 # the second job's start on a loaded machine)
-TRIDENT_FAULT=slow-load:50000 TRIDENT_FAULT_RELEASE="$tmp/release" timeout 60 "$T" train "${A[@]}" --steps 4 --out "$tmp/o" >"$tmp/first.log" 2>&1 &
+# its own Open MPI session tree: isolated singletons all take job family 0,
+# and the runs beside it would remove the shared tree under it
+mkdir -p "$tmp/ompi-first"
+OMPI_MCA_orte_tmpdir_base="$tmp/ompi-first" TRIDENT_FAULT=slow-load:50000 TRIDENT_FAULT_RELEASE="$tmp/release" timeout 60 "$T" train "${A[@]}" --steps 4 --out "$tmp/o" >"$tmp/first.log" 2>&1 &
 first=$!
 touch "$tmp/release"
 wait_lock "$tmp/o" $first || fail "holder: no lock record appeared in $tmp/o/.trident-lock"
