@@ -212,9 +212,6 @@ int td_verify_main(int argc, char **argv) {
     td_train_opts_parse(&o, argc, argv);
     if (o.print_config) return td_train_print_config(&o);
     TD_CHECK(!o.out, "verify: --out is not used (verify saves nothing)");
-    /* the oracle (verify_oracle.c) trains the full batch at every step */
-    TD_CHECK(!o.batch_rampup, "verify: --batch-rampup %s is not verified: the oracle trains the full --batch at "
-             "every step; verify without it (tests/layouts layout_rampup_* check the ramp)", o.batch_rampup);
     o.quiet = 1;
     int me = td_comm_rank(td_comm_world()), N = td_comm_size(td_comm_world());
     if (refuse(&o, N)) return 2;
@@ -301,10 +298,12 @@ int td_verify_main(int argc, char **argv) {
         printf("verify: dp %d x tp %d x pp %d%s", dp, tp, pp, "");
         if (cp > 1) printf(" x cp %d", cp);
         if (ep > 1) printf(" (ep %d)", ep);
-        printf(" (%s, zero %d%s%s, %s%s%s) against one fp32 process: %d steps of batch %d%s\n",
+        char ramp[64] = "";
+        if (o.batch_rampup) snprintf(ramp, sizeof ramp, " (ramped up by --batch-rampup %s)", o.batch_rampup);
+        printf(" (%s, zero %d%s%s, %s%s%s) against one fp32 process: %d steps of batch %d%s%s\n",
                o.dp_mode, o.zero, pp > 1 ? ", schedule " : "", pp > 1 ? o.schedule : "", td_precision_name(prec),
                o.ch.grad_dtype == TD_BF16 ? ", bf16 gradient reduction" : "", moe ? ", mixture of experts" : "",
-               v.K, o.batch, ps ? "" : ", each from the layout's state");
+               v.K, o.batch, ramp, ps ? "" : ", each from the layout's state");
         char red[96] = "";
         if (tol.u_red > 0) snprintf(red, sizeof red, " + %d u of the bf16 reduction over %d ranks", tol.red_terms, tol.red_terms - 1);
         if (tol.u > 0 || tol.u_red > 0)
@@ -316,9 +315,11 @@ int td_verify_main(int argc, char **argv) {
             double rel = fabs((double)res.losses[s] - ref_loss[s]) / fabs(ref_loss[s]);
             if (!(rel / loss_tol[s] <= loss_ratio)) loss_ratio = rel / loss_tol[s], worst_l = rel, worst_tol = loss_tol[s];
             if (!(worst[s] / tol.grad <= grad_ratio)) grad_ratio = worst[s] / tol.grad;
-            printf("  step %d: loss %.7f, one process %.7f, relative difference %.2e (tolerance %.2g); largest "
+            char bat[32] = "";
+            if (o.batch_rampup) snprintf(bat, sizeof bat, " (batch %d)", td_batch_at(&o.ch.rampup, o.batch, s));
+            printf("  step %d%s: loss %.7f, one process %.7f, relative difference %.2e (tolerance %.2g); largest "
                    "gradient error %.2e of its tensor's max (%s)\n",
-                   s, res.losses[s], ref_loss[s], rel, loss_tol[s], worst[s], c->rows[wrow[s] >= 0 ? (int)wrow[s] : 0].name);
+                   s, bat, res.losses[s], ref_loss[s], rel, loss_tol[s], worst[s], c->rows[wrow[s] >= 0 ? (int)wrow[s] : 0].name);
         }
         if (!(loss_ratio <= 1)) fails = 1;
         if (unseen) {

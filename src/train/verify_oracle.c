@@ -1,5 +1,6 @@
 /* trident verify's oracle (verify.h): one fp32 process that takes a step
- * as training takes it (the global batch in the same micro-batches, each
+ * as training takes it (the global batch, or the step's under --batch-rampup,
+ * in the same micro-batches, each
  * holding every replica's rows of it, so the aux loss, the routing
  * statistics and capacity see the tokens training's micro-batch sees; AdamW;
  * then auxiliary-loss-free balancing's bias update), from a state given to
@@ -68,7 +69,11 @@ double verify_oracle_step(verify_oracle *or, int s, float *P, float *M, float *V
     const td_train_opts *o = or->o;
     const td_param_table *t = &or->t;
     size_t n = t->numel;
-    int B = or->B, T = or->T, Mk = or->M, D = or->D, Bm = B / (D * Mk), Bl = B / D;
+    /* --batch-rampup: the step's batch in micro-batches of the full batch's
+     * rows, fewer of them per replica, as td_run_step takes it */
+    int B = td_batch_at(&o->ch.rampup, or->B, s), T = or->T, D = or->D, Bm = or->B / (D * or->M), Bl = B / D;
+    int Mk = Bl / Bm;
+    TD_ASSERT(Mk >= 1 && Mk * Bm == Bl && Bl * D == B); /* the rules table's rampup-divides row */
     td_gpt_bind_flat(&or->model, P, or->g);
     td_gpt_params_changed(&or->model);
     memset(or->g, 0, n * 4);
