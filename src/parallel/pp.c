@@ -173,7 +173,8 @@ static void event(td_pp *pp, td_unit_event ev, int unit) {
  * and every stage, middle ones too, reads the micro-batch's tokens itself
  * (the batch is a pure function of its sample index, a host read of B x T
  * tokens), so no starts travel with the activations and no stage waits for
- * them. The slot's buffers are the model's for the slot's actions only. */
+ * them. The slot's buffers are the model's for the slot's actions only (zb-h1's
+ * weight half runs no attention and needs none). */
 static td_gpt_docs slot_docs(td_pp *pp, slot *sl) { return td_gpt_docs_use(pp->m, sl->docs); }
 
 static void forward(td_pp *pp, slot *sl, int training) {
