@@ -41,6 +41,26 @@ void td_gpt_doc_positions(td_gpt *m, int reset) {
     m->rope_doc = td_dev_alloc(n * sizeof(float), TD_MEM_OTHER, "document rotary table");
 }
 
+void td_gpt_docs_create(td_gpt_docs *d, const td_gpt *m) {
+    d->start = NULL, d->rope = NULL;
+    if (m->doc_start)
+        d->start = td_dev_alloc((size_t)m->d.B * (size_t)m->cfg.T * sizeof(int), TD_MEM_OTHER, "document starts");
+    if (m->rope_doc)
+        d->rope = td_dev_alloc((size_t)m->d.B * (size_t)m->d.T * (size_t)m->d.hs * sizeof(float), TD_MEM_OTHER,
+                               "document rotary table");
+}
+
+void td_gpt_docs_destroy(td_gpt_docs *d) {
+    td_dev_free(d->start), td_dev_free(d->rope);
+    d->start = NULL, d->rope = NULL;
+}
+
+td_gpt_docs td_gpt_docs_use(td_gpt *m, td_gpt_docs d) {
+    td_gpt_docs was = {m->doc_start, m->rope_doc};
+    m->doc_start = d.start, m->rope_doc = d.rope;
+    return was;
+}
+
 /* Each local row's position t - start(t) of its global position t, so a
  * cp chunk's rows turn exactly as the one-process run's same rows. */
 static void doc_rope_table(td_gpt *m) {

@@ -141,22 +141,6 @@ BRIEF(rampup_interleaved) {
 
 /* ---- --doc-mask (issue 42) ------------------------------------------- */
 
-/* the model holds one micro-batch's document starts, set from the whole
- * sequences where the data is read: a pipeline's middle stages read no
- * data, and its slots keep several micro-batches in flight */
-OK(doc_mask_pp) { return (!c->doc_mask && !c->eod_mask_loss) || c->pp <= 1; }
-SAY(doc_mask_pp) {
-    (void)c;
-    snprintf(buf, n,
-             "--doc-mask and --eod-mask-loss do not combine with --pp > 1 yet: the document starts are set where the data is "
-             "read, which a pipeline's middle stages do not do, for one micro-batch at a time (and its last stage divides the "
-             "loss by every target); use --pp 1 "
-             "(dp, tp, cp and ep layouts run document masking)");
-}
-
-/* the experts' balancing and z losses are normalized by every token of the
- * step (moe.c), and the oracle and the run add them to the token loss's sum
- * before its division: with fewer targets that weight would move */
 /* the positions restart at the document starts --doc-mask computes */
 OK(doc_positions_mask) { return !c->doc_pos_reset || c->doc_mask; }
 SAY(doc_positions_mask) {
@@ -174,6 +158,9 @@ SAY(doc_positions_learned) {
                      "positions; use --arch llama or --doc-positions continue");
 }
 
+/* the experts' balancing and z losses are normalized by every token of the
+ * step (moe.c), and the oracle and the run add them to the token loss's sum
+ * before its division: with fewer targets that weight would move */
 OK(eod_loss_moe) { return !c->eod_mask_loss || c->experts == 0; }
 SAY(eod_loss_moe) {
     (void)c;

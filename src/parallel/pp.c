@@ -28,6 +28,7 @@ enum { ACT = 0, GRAD = 1 };
 
 typedef struct {
     td_gpt_slot s;
+    td_gpt_docs docs;     /* --doc-mask: its micro-batch's document starts (td_gpt_docs_use) */
     int mb, chunk;        /* -1: free */
     int done;             /* its backward (weight half) ran and its input's gradient was sent
                              (or needs none): free once `send` completes */
@@ -166,13 +167,24 @@ static void event(td_pp *pp, td_unit_event ev, int unit) {
 
 /* ---- the actions ----------------------------------------------------------- */
 
+/* Document masking. Every stage's attention needs the micro-batch's
+ * document starts, in its forward, backward and recomputation, while other
+ * micro-batches run between them: each slot keeps its own (td_gpt_docs),
+ * and every stage, middle ones too, reads the micro-batch's tokens itself
+ * (the batch is a pure function of its sample index, a host read of B x T
+ * tokens), so no starts travel with the activations and no stage waits for
+ * them. The slot's buffers are the model's for the slot's actions only (zb-h1's
+ * weight half runs no attention and needs none). */
+static td_gpt_docs slot_docs(td_pp *pp, slot *sl) { return td_gpt_docs_use(pp->m, sl->docs); }
+
 static void forward(td_pp *pp, slot *sl, int training) {
     td_gpt *m = pp->m;
     int c = sl->chunk, l0 = block_lo(pp, c), l1 = block_hi(pp, c);
-    if (is_first(pp, c) || is_last(pp, c)) {
+    td_gpt_docs own = slot_docs(pp, sl);
+    if (is_first(pp, c) || is_last(pp, c) || m->doc_eod >= 0) { /* the batch sets the slot's starts */
         int *in = pp->tok_host, *tg = in + m->d.N;
         pp->batch(pp->batch_ctx, sl->mb, in, tg);
-        td_gpt_upload_tokens(m, sl->s.inputs, in, sl->s.targets, tg);
+        if (is_first(pp, c) || is_last(pp, c)) td_gpt_upload_tokens(m, sl->s.inputs, in, sl->s.targets, tg);
     }
     if (is_first(pp, c)) {
         event(pp, TD_FWD_BEGIN, 0);
@@ -198,6 +210,7 @@ static void forward(td_pp *pp, slot *sl, int training) {
         td_recv_start(sl->recv_grad, pp->g->axis[TD_PP].comm, sl->s.dx, act_count(pp),
                       act_dtype(pp), pp_peer_next(pp), tag_of(pp, GRAD, sl->mb, vstage(pp, c)));
     }
+    td_gpt_docs_use(m, own);
 }
 
 static const float *chunk_output(const td_pp *pp, const slot *sl) {
@@ -212,6 +225,7 @@ static const float *chunk_output(const td_pp *pp, const slot *sl) {
 static void backward(td_pp *pp, slot *sl, int final, int head_final, int split) {
     td_gpt *m = pp->m;
     int c = sl->chunk, l0 = block_lo(pp, c), l1 = block_hi(pp, c), L = pp->L;
+    td_gpt_docs own = slot_docs(pp, sl);
     td_dp_set_final_backward(pp->dp, head_final);
     if (is_last(pp, c)) {
         event(pp, TD_BWD_BEGIN, L + 1);
@@ -238,6 +252,7 @@ static void backward(td_pp *pp, slot *sl, int final, int head_final, int split) 
      * group's sum: its BWD_END comes at the end of the step */
     if (is_first(pp, c)) td_embed_backward(m, sl->s.inputs, sl->s.dx);
     td_dp_set_final_backward(pp->dp, 0);
+    td_gpt_docs_use(m, own);
 }
 
 /* zb-h1's weight half of a chunk's backward. */
@@ -382,6 +397,7 @@ td_pp *td_pp_create(const td_grid *g, td_gpt *model, td_dp *dp, const td_schedul
     for (int i = 0; i < pp->n_slots; i++) {
         slot *sl = &pp->slots[i];
         td_gpt_slot_create(&sl->s, model, &sh);
+        td_gpt_docs_create(&sl->docs, model); /* after td_gpt_doc_mask (run.c) */
         sl->mb = sl->chunk = -1;
         sl->recv_act = td_request_new();
         sl->recv_grad = td_request_new();
@@ -399,6 +415,7 @@ void td_pp_destroy(td_pp *pp) {
     for (int i = 0; i < pp->n_slots; i++) {
         slot *sl = &pp->slots[i];
         td_gpt_slot_destroy(&sl->s);
+        td_gpt_docs_destroy(&sl->docs);
         td_request_free(sl->recv_act);
         td_request_free(sl->recv_grad);
         td_request_free(sl->send);

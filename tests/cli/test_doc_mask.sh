@@ -5,8 +5,11 @@
 #   step) passes for cp 2 (ring attention: global document starts) x tp 2
 #   with sequence parallelism and --eod-mask-loss over 2 micro-batches (the
 #   divisor the global count of targets kept), and a mixture of experts over
-#   dp 2 = ep 2 with block recomputation, and a Llama (rotary) on cp 2 with
-#   --doc-positions reset (each chunk's positions from global starts);
+#   dp 2 = ep 2 with block recomputation, and a Llama (rotary) on cp 2 x
+#   pp 2 interleaved (2 chunks a stage: the second is a middle stage, which
+#   reads its own starts; 2 micro-batches in flight, each with its slot's
+#   starts) with --doc-positions reset (each chunk's positions from global
+#   starts) and --eod-mask-loss;
 # - the mask changes the run (a masked and an unmasked run's losses differ);
 # - 4 steps = --resume of step 2 and 2 more, bitwise (losses and state),
 #   the resume continuing --doc-mask and --eod from the checkpoint; the
@@ -14,7 +17,7 @@
 # - trident eval applies the checkpoint's masking (its line), one process
 #   and cp 2 agreeing;
 # - refusals, one line each: a char tokenizer without --eod, --eod outside
-#   the vocabulary, --pp 2 and --eod-mask-loss with experts (not yet),
+#   the vocabulary, --eod-mask-loss with experts (not yet),
 #   --doc-positions reset without --doc-mask, and with gpt2's learned
 #   positions (not yet).
 # Usage: test_doc_mask.sh TRIDENT DATA_DIR
@@ -30,16 +33,19 @@ head -c 30000 "$DATA/tinyshakespeare.txt" >"$tmp/s.txt"
 M=(--data "$tmp/s.txt" --layers 2 --heads 4 --embd 32 --seq 32 --batch 8 --threads 1 --doc-mask --eod 0)
 
 # --- layouts against one process ----------------------------------------------
+VM=("${M[@]}") # the model verify runs
 verify() { # NAME NP FLAGS...: trident verify on NP ranks passes
   local name=$1 np=$2; shift 2
-  out=$(timeout 120 $MPIRUN -np "$np" "$T" verify "${M[@]}" --steps 3 "$@" 2>&1 </dev/null); rc=$?
+  out=$(timeout 120 $MPIRUN -np "$np" "$T" verify "${VM[@]}" --steps 3 "$@" 2>&1 </dev/null); rc=$?
   if [ $rc -eq 0 ] && grep -q '^verify: passed' <<<"$out"; then ok "$name: $(grep '^verify: passed' <<<"$out")"
   else fail "$name: rc $rc" "$(grep '^verify\|error' <<<"$out")"; fi
 }
 # (two runs of two layouts each: CI time)
 verify cp2_tp2_sp_eod_loss 4 --cp 2 --tp 2 --sequence-parallel --eod-mask-loss --grad-accum 2
 verify moe_ep2_dp2_recompute 2 --dp 2 --ep 2 --moe-experts 4 --moe-top-k 2 --recompute block
-verify llama_cp2_positions_reset 2 --cp 2 --arch llama --kv-heads 2 --doc-positions reset
+VM=("${M[@]:0:2}" --layers 4 "${M[@]:4}") # 4 layers: 2 stages x 2 chunks
+verify llama_cp2_pp2_interleaved_positions_reset 4 --cp 2 --pp 2 --schedule interleaved --virtual-stages 2 \
+  --micro-batches 2 --arch llama --kv-heads 2 --doc-positions reset --eod-mask-loss
 
 # --- the mask matters; resume bitwise ------------------------------------------
 "$T" train "${M[@]}" --steps 4 --out "$tmp/ck" --save-every 2 --log "$tmp/full.log" >"$tmp/full.out" 2>&1 \
@@ -80,7 +86,6 @@ R=(--data "$tmp/s.txt" --layers 2 --heads 2 --embd 32 --seq 16 --batch 2 --steps
 expect no-eod "--doc-mask: the char tokenizer has no end-of-text token; give its id with --eod ID" \
   "$T" train "${R[@]}" --doc-mask
 expect eod-vocab "--eod 5000: not a token of the vocabulary" "$T" train "${R[@]}" --doc-mask --eod 5000
-expect pp "--doc-mask and --eod-mask-loss do not combine with --pp > 1 yet" "$T" train "${R[@]}" --doc-mask --eod 0 --pp 2
 expect eod-loss-moe "--eod-mask-loss does not combine with --moe-experts yet" \
   "$T" train "${R[@]}" --eod-mask-loss --eod 0 --moe-experts 4 --moe-top-k 2
 expect doc-positions-mask "--doc-positions reset restarts positions at the document starts of --doc-mask" \

@@ -275,12 +275,6 @@ static const char *breaking(td_rule_id id, td_compat_cfg *c) {
         c->optimizer = 1, c->tp = 2, c->device = 1, c->device_name = "guard";
         return "--optimizer muon does not combine with --device guard and --tp > 1 yet: the matrices' gather "
                "to their owners is not staged for device memory; use --device cpu, or --tp 1 with --zero 0";
-    case TD_RULE_DOC_MASK_PP:
-        c->doc_mask = 1, c->pp = 2, c->micro_batches = 2;
-        return "--doc-mask and --eod-mask-loss do not combine with --pp > 1 yet: the document starts are set where "
-               "the data is read, which a pipeline's middle stages do not do, for one micro-batch at a time (and its "
-               "last stage divides the loss by every target); use --pp 1 (dp, tp, cp and ep layouts run document "
-               "masking)";
     case TD_RULE_EOD_LOSS_MOE:
         c->eod_mask_loss = 1, c->experts = 4;
         return "--eod-mask-loss does not combine with --moe-experts yet: the experts' auxiliary losses are "
