@@ -30,21 +30,17 @@ SAY(topk_device) {
 
 /* ---- --optimizer muon (issue 42) ----------------------------------
  * Muon orthogonalizes whole logical matrices: src/parallel/muon_shard.c
- * gathers each one to an owner over ZeRO's shard group or over tp. Not
- * yet: both at once (a matrix cut twice), the modes whose state lives on a
- * root or on servers, top-k (its reduction carries AdamW updates, not
- * gradients), and each expert's matrix on its own. */
+ * gathers each one to an owner over ZeRO's shard group, over tp, or both
+ * chained (tp blocks each in ZeRO shards). Not yet: the modes whose state
+ * lives on a root or on servers, top-k (its reduction carries AdamW
+ * updates, not gradients), and each expert's matrix on its own. */
 static const char *muon_breaks(const td_compat_cfg *c) {
-    if (c->tp > 1 && (c->zero > 0 || c->dp_shard > 0)) return "--tp > 1 with ZeRO (--zero, --dp-shard)";
     if (c->dp_mode != TD_DP_ALLREDUCE) return "a --dp-mode other than allreduce";
     if (c->experts > 0 || c->ep > 1) return "--moe-experts";
     if (c->topk_ratio > 0) return "--grad-compress topk";
     return NULL;
 }
 static const char *muon_why(const td_compat_cfg *c) {
-    if (c->tp > 1 && (c->zero > 0 || c->dp_shard > 0))
-        return "a matrix would be cut twice (tp blocks, each in ZeRO shards) and the two gathers are not chained; "
-               "use --tp with --zero 0, or ZeRO with --tp 1";
     if (c->dp_mode != TD_DP_ALLREDUCE)
         return "its gradients and state live on a root or on servers, for which the owners' exchange is not "
                "written; use --dp-mode allreduce (with --zero for sharded state)";

@@ -1,5 +1,6 @@
-/* Muon on a layout that cuts its matrices (ZeRO's shards): a matrix's
- * orthogonalization needs all of it, so after the gradient reduction
+/* Muon on a layout that cuts its matrices (ZeRO's shards, and under tp
+ * ZeRO's shards of tp blocks): a matrix's orthogonalization needs all of
+ * it, so after the gradient reduction
  *   1. each rank runs the elementwise momentum on its slice (u, and the
  *      buffer in m), and AdamW on the rows that are not Muon's;
  *   2. each logical matrix is gathered to its owner, the matrices of one
@@ -8,6 +9,12 @@
  *   3. the owner orthogonalizes it (ops->muon_ns) and sends each holder its
  *      slice back;
  *   4. each rank applies its slice of the update.
+ * Under tp with ZeRO a matrix is cut twice: the gather is chained. Matrix j
+ * takes owner j mod (parts x tp) of the shard x tp ranks: shard rank
+ * j mod parts gathers its tp block's slices (2.), and the tp ranks of that
+ * shard rank, which are the ones holding the other blocks' gathered
+ * copies, send their blocks to tp rank (j / parts) mod tp (2b., as
+ * td_muon_step_tp below); the way back reverses both.
  * The same float expressions as the whole-matrix step in the same order
  * (kernels/muon.c), so a matrix's update is one process's bits for the
  * same gradient. Messages are point to point on the piece's group, posted
@@ -30,22 +37,27 @@ void td_muon_traffic(uint64_t *sent, uint64_t *formula) {
 
 typedef struct {
     int piece;         /* the step range / piece it lies in */
-    size_t lo, n;      /* flat elements */
-    int rows, cols, owner;
+    size_t lo, n;      /* flat elements (this tp rank's block under tp) */
+    int rows, cols;    /* the whole logical matrix's (all tp blocks) */
+    int owner;         /* its owner on the piece's group */
+    int dim, tp_owner; /* tp: the split dimension (0, 1) and the owner on tp; -1: not split */
     size_t at;         /* its place in the owner's gather buffer (owner only) */
+    size_t bt;         /* the tp owner's: its place in the blocks' buffers */
 } matrix;
 
-/* Every logical matrix of the pieces, owners round-robin per group. */
-static matrix *matrices(const td_step_group *grp, int n_pieces, int *count, size_t *owned) {
+/* Every logical matrix of the pieces, owners round-robin per group (and
+ * over tp: the chained gather above). owned: the elements this rank
+ * gathers over its group; tp_owned: those it gathers over tp, x tp. */
+static matrix *matrices(const td_step_group *grp, int n_pieces, int *count, size_t *owned, size_t *tp_owned) {
     const td_param_table *t = grp->t;
-    int cap = 0;
+    int tp = grp->tp > 1 ? grp->tp : 1, cap = 0;
     for (int j = 0; j < t->n_rows; j++)
         if (td_muon_row(&t->rows[j])) cap += t->rows[j].groups > 1 ? t->rows[j].groups : 1;
     matrix *m = td_alloc(sizeof *m * (size_t)(cap > 0 ? cap : 1), TD_MEM_OTHER);
     /* the groups the pieces name: dp, and edp for expert stacks */
     td_comm *seen[8] = {0};
     int next[8] = {0}, n = 0;
-    *owned = 0;
+    *owned = *tp_owned = 0;
     for (int i = 0; i < n_pieces; i++) {
         const td_step_piece *pc = &grp->pieces[i];
         int g = 0;
@@ -56,16 +68,24 @@ static matrix *matrices(const td_step_group *grp, int n_pieces, int *count, size
             const td_param *r = &t->rows[j];
             if (!td_muon_row(r) || r->numel == 0 || r->offset < pc->lo || r->offset >= pc->lo + pc->n) continue;
             TD_ASSERT(r->offset + r->numel <= pc->lo + pc->n); /* a row lies in one piece */
-            int parts = r->groups > 1 ? r->groups : 1;
+            int parts = r->groups > 1 ? r->groups : 1, split = tp > 1 && !td_param_tp_replicated(r);
+            TD_ASSERT(!split || parts == 1 || r->split_dim == 0);
             int R = r->local_shape[0] / parts, C = r->local_shape[1];
             for (int q = 0; q < parts; q++) {
                 matrix *x = &m[n++];
-                x->piece = i, x->rows = R, x->cols = C;
+                int c = next[g]++;
+                x->piece = i;
                 x->n = (size_t)R * (size_t)C;
                 x->lo = r->offset + (size_t)q * x->n;
-                x->owner = next[g]++ % pc->parts;
+                x->dim = split ? r->split_dim : -1;
+                x->rows = x->dim == 0 ? R * tp : R, x->cols = x->dim == 1 ? C * tp : C;
+                x->owner = c % pc->parts;
+                x->tp_owner = split ? c / pc->parts % tp : -1;
                 x->at = x->owner == pc->rank ? *owned : 0;
-                if (x->owner == pc->rank) *owned += x->n;
+                x->bt = 0;
+                if (x->owner != pc->rank) continue;
+                *owned += x->n;
+                if (split && x->tp_owner == t->tp_rank) x->bt = *tp_owned, *tp_owned += x->n * (size_t)tp;
             }
         }
     }
@@ -136,17 +156,64 @@ static void exchange(const td_step_group *grp, const matrix *m, int n, float *co
     msgs_wait(&q);
 }
 
+/* block k of a matrix split over tp on dimension dim (each block n
+ * elements; rows, cols: the whole's) between the owner's block-ordered
+ * staging (blocks[k n, (k+1) n)) and the row-major matrix, either way */
+static void tp_layout(int dim, int rows, int cols, size_t n, int tp, float *whole, float *blocks, int to_whole) {
+    if (dim == 0) { /* row blocks in rank order are the matrix */
+        if (to_whole) td_dev_copy(whole, blocks, n * tp * sizeof(float));
+        else td_dev_copy(blocks, whole, n * tp * sizeof(float));
+        return;
+    }
+    size_t w = (size_t)(cols / tp), pitch = (size_t)cols * sizeof(float);
+    for (int k = 0; k < tp; k++) {
+        float *col = whole + (size_t)k * w, *blk = blocks + (size_t)k * n;
+        if (to_whole) td_dev_copy_2d(col, pitch, blk, w * sizeof(float), w * sizeof(float), (size_t)rows);
+        else td_dev_copy_2d(blk, w * sizeof(float), col, pitch, w * sizeof(float), (size_t)rows);
+    }
+}
+
+/* 2b. (chained, tp with ZeRO) between the shard owners of one matrix on
+ * the tp ranks: their gathered blocks to the tp owner (to = 1), or its
+ * orthogonalized blocks back into their gather buffers */
+static void chain_exchange(const td_step_group *grp, const matrix *m, int n, float *mat, float *blocks,
+                           int to_owner) {
+    msgs q = {0};
+    int me = grp->t->tp_rank;
+    for (int i = 0; i < n; i++) {
+        const matrix *x = &m[i];
+        if (x->tp_owner < 0 || x->owner != grp->pieces[x->piece].rank) continue;
+        if (x->tp_owner != me) {
+            msg_start(&q, grp->tp_group, mat + x->at, x->n, x->tp_owner, to_owner);
+            continue;
+        }
+        for (int k = 0; k < grp->tp; k++) {
+            float *blk = blocks + x->bt + (size_t)k * x->n;
+            if (k == me && to_owner) td_dev_copy(blk, mat + x->at, x->n * sizeof(float));
+            else if (k == me) td_dev_copy(mat + x->at, blk, x->n * sizeof(float));
+            else msg_start(&q, grp->tp_group, blk, x->n, k, !to_owner);
+        }
+    }
+    msgs_wait(&q);
+}
+
 void td_muon_step_pieces(const td_step_group *grp, const float *const *g, const td_step_range *r,
                          int n_ranges, float lr, int step, float grad_scale) {
     const td_param_table *t = grp->t;
     const td_optim_config *o = grp->optim;
     const td_ops *ops = td_ops_for(TD_K_F32);
-    int n = 0;
-    size_t owned = 0, total = 0;
-    matrix *m = matrices(grp, n_ranges, &n, &owned);
+    int n = 0, tp = grp->tp > 1 ? grp->tp : 1;
+    size_t owned = 0, tp_owned = 0, total = 0;
+    matrix *m = matrices(grp, n_ranges, &n, &owned, &tp_owned);
     for (int i = 0; i < n_ranges; i++) total += r[i].n;
     float *u = td_dev_alloc(sizeof(float) * (total > 0 ? total : 1), TD_MEM_OPTIM, "muon update shard");
     float *mat = td_dev_alloc(sizeof(float) * (owned > 0 ? owned : 1), TD_MEM_OPTIM, "muon gathered matrices");
+    /* the chained gather's: the tp blocks of the matrices this rank owns
+     * on both, and those matrices laid out whole (tp > 1 only) */
+    float *blocks = tp > 1 ? td_dev_alloc(sizeof(float) * (tp_owned > 0 ? tp_owned : 1), TD_MEM_OPTIM,
+                                          "muon gathered blocks") : NULL;
+    float *whole = tp > 1 ? td_dev_alloc(sizeof(float) * (tp_owned > 0 ? tp_owned : 1), TD_MEM_OPTIM,
+                                         "muon gathered whole") : NULL;
     float **u_of = td_alloc(sizeof *u_of * (size_t)(n_ranges > 0 ? n_ranges : 1), TD_MEM_OTHER);
     float mlr = td_muon_lr(o, lr);
     td_muon_hyper h = {mlr, o->muon_momentum, grad_scale, o->muon_nesterov};
@@ -166,7 +233,8 @@ void td_muon_step_pieces(const td_step_group *grp, const float *const *g, const 
     }
     td_dev_sync(); /* the slices are sent from here */
     /* the formula: a holder sends its slice of each matrix it does not own
-     * there, an owner the other slices of its own back */
+     * there, an owner the other slices of its own back; chained, a shard
+     * owner its block to the tp owner, which sends tp - 1 blocks back */
     g_formula = 0;
     for (int i = 0; i < n; i++) {
         const td_step_piece *pc = &grp->pieces[m[i].piece];
@@ -174,12 +242,25 @@ void td_muon_step_pieces(const td_step_group *grp, const float *const *g, const 
         slice_of(pc, &m[i], pc->rank, &a, &b);
         size_t mine = a < b ? b - a : 0;
         g_formula += sizeof(float) * (m[i].owner == pc->rank ? m[i].n - mine : mine);
+        if (m[i].owner == pc->rank && m[i].tp_owner >= 0)
+            g_formula += sizeof(float) * m[i].n * (m[i].tp_owner == t->tp_rank ? (size_t)(tp - 1) : 1);
     }
     uint64_t sent0 = td_comm_sent_bytes();
     exchange(grp, m, n, u_of, r, mat, 1);
-    for (int i = 0; i < n; i++)
-        if (m[i].owner == grp->pieces[m[i].piece].rank) ops->muon_ns(mat + m[i].at, m[i].rows, m[i].cols);
+    if (tp > 1) td_dev_sync(), chain_exchange(grp, m, n, mat, blocks, 1); /* mat's own slices copied */
+    for (int i = 0; i < n; i++) {
+        const matrix *x = &m[i];
+        if (x->owner != grp->pieces[x->piece].rank) continue;
+        if (x->tp_owner < 0) {
+            ops->muon_ns(mat + x->at, x->rows, x->cols);
+        } else if (x->tp_owner == t->tp_rank) {
+            tp_layout(x->dim, x->rows, x->cols, x->n, tp, whole + x->bt, blocks + x->bt, 1);
+            ops->muon_ns(whole + x->bt, x->rows, x->cols);
+            tp_layout(x->dim, x->rows, x->cols, x->n, tp, whole + x->bt, blocks + x->bt, 0);
+        }
+    }
     td_dev_sync();
+    if (tp > 1) chain_exchange(grp, m, n, mat, blocks, 0), td_dev_sync();
     exchange(grp, m, n, u_of, r, mat, 0);
     g_sent = td_comm_sent_bytes() - sent0;
     /* 4. this rank's slice of each update */
@@ -190,6 +271,7 @@ void td_muon_step_pieces(const td_step_group *grp, const float *const *g, const 
             ops->muon_apply(ri->p + (a - ri->lo), u_of[m[i].piece] + (a - ri->lo), b - a,
                             m[i].rows, m[i].cols, mlr, o->muon_wd);
     }
+    if (tp > 1) td_dev_free(whole), td_dev_free(blocks);
     td_dev_free(mat);
     td_dev_free(u);
     td_free(u_of);
@@ -212,22 +294,6 @@ typedef struct {
     int dim, owner;    /* the split dimension (0, 1), its owner on tp */
     size_t at;         /* the owner's: its place in the gather buffers */
 } tmatrix;
-
-/* block k of x's whole matrix between the owner's block-ordered staging
- * (blocks[k n, (k+1) n)) and the row-major matrix, either way */
-static void tp_layout(const tmatrix *x, int tp, float *whole, float *blocks, int to_whole) {
-    if (x->dim == 0) { /* row blocks in rank order are the matrix */
-        if (to_whole) td_dev_copy(whole, blocks, x->n * tp * sizeof(float));
-        else td_dev_copy(blocks, whole, x->n * tp * sizeof(float));
-        return;
-    }
-    size_t w = (size_t)(x->cols / tp), pitch = (size_t)x->cols * sizeof(float);
-    for (int k = 0; k < tp; k++) {
-        float *col = whole + (size_t)k * w, *blk = blocks + (size_t)k * x->n;
-        if (to_whole) td_dev_copy_2d(col, pitch, blk, w * sizeof(float), w * sizeof(float), (size_t)x->rows);
-        else td_dev_copy_2d(blk, w * sizeof(float), col, pitch, w * sizeof(float), (size_t)x->rows);
-    }
-}
 
 static void tp_exchange(const td_step_group *grp, const tmatrix *m, int n, float *blocks, int to_owner) {
     msgs q = {0};
@@ -307,9 +373,9 @@ void td_muon_step_tp(const td_step_group *grp, const float *const *g, const td_s
     tp_exchange(grp, m, n, blocks, 1);
     for (int i = 0; i < n; i++)
         if (m[i].owner == t->tp_rank) {
-            tp_layout(&m[i], tp, whole + m[i].at, blocks + m[i].at, 1);
+            tp_layout(m[i].dim, m[i].rows, m[i].cols, m[i].n, tp, whole + m[i].at, blocks + m[i].at, 1);
             ops->muon_ns(whole + m[i].at, m[i].rows, m[i].cols);
-            tp_layout(&m[i], tp, whole + m[i].at, blocks + m[i].at, 0);
+            tp_layout(m[i].dim, m[i].rows, m[i].cols, m[i].n, tp, whole + m[i].at, blocks + m[i].at, 0);
         }
     td_dev_sync();
     tp_exchange(grp, m, n, blocks, 0);
@@ -324,15 +390,16 @@ void td_muon_step_tp(const td_step_group *grp, const float *const *g, const td_s
 /* ---- the memory plan ----------------------------------------------------
  * The step's buffers as td_muon_step_pieces and td_muon_step_tp allocate
  * them (TD_MEM_OPTIM, for the step): ZeRO: the update of this rank's shard
- * and the matrices it owns; tp: the update of its blocks, the owned
- * matrices' blocks and the matrices laid out whole. */
+ * and the matrices it owns (under tp their blocks, and the blocks and
+ * whole matrices it owns on tp as well); tp: the update of its blocks, the
+ * owned matrices' blocks and the matrices laid out whole. */
 void td_muon_plan(const td_dp_config *cfg, const td_layout *lay, const td_param_table *t, td_mem_plan *p) {
     if (cfg->optim.optimizer != TD_OPT_MUON || cfg->forward_only) return;
-    size_t bufs[3] = {0, 0, 0};
+    size_t bufs[4] = {0, 0, 0, 0};
     int nb = 0;
     if (cfg->zero > 0) { /* ZeRO's pieces: every unit over the shard group (experts: refused) */
         int S = td_layout_shard_ranks(lay), n_pc = 0, n = 0, ex[TD_UNIT_PIECES];
-        size_t lo[TD_UNIT_PIECES], len[TD_UNIT_PIECES], owned = 0;
+        size_t lo[TD_UNIT_PIECES], len[TD_UNIT_PIECES], owned = 0, tp_owned = 0;
         td_step_piece *pc = td_alloc(sizeof *pc * TD_UNIT_PIECES * (size_t)t->n_units, TD_MEM_OTHER);
         for (int u = 0; u < t->n_units; u++)
             for (int k = 0, np = td_param_unit_pieces(t, u, lo, len, ex); k < np; k++, n_pc++) {
@@ -340,10 +407,11 @@ void td_muon_plan(const td_dp_config *cfg, const td_layout *lay, const td_param_
                 bufs[0] += len[k] / (size_t)S;
             }
         td_step_group grp = {0};
-        grp.t = t, grp.pieces = pc;
-        td_free(matrices(&grp, n_pc, &n, &owned));
+        grp.t = t, grp.pieces = pc, grp.tp = lay->tp;
+        td_free(matrices(&grp, n_pc, &n, &owned, &tp_owned));
         td_free(pc);
         bufs[1] = owned, nb = 2;
+        if (lay->tp > 1) bufs[2] = bufs[3] = tp_owned, nb = 4;
     } else if (lay->tp > 1) {
         int next = 0;
         for (int j = 0; j < t->n_rows; j++) {

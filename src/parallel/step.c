@@ -213,8 +213,7 @@ static td_step_result apply(const td_step_group *grp, const float *grads, const 
     if (grp->optim->optimizer == TD_OPT_MUON && (grp->pieces || tp)) { /* matrices cut over ranks */
         const float **g = td_alloc(sizeof *g * (size_t)(n_ranges > 0 ? n_ranges : 1), TD_MEM_OTHER);
         for (int i = 0; i < n_ranges; i++) g[i] = range_grads(r, i, grads, k), k += r[i].n;
-        TD_ASSERT(!(grp->pieces && tp)); /* compat_recipes.c: muon-layout */
-        if (grp->pieces) td_muon_step_pieces(grp, g, r, n_ranges, lr, step + 1, scale);
+        if (grp->pieces) td_muon_step_pieces( /* with tp too: the chained gather */grp, g, r, n_ranges, lr, step + 1, scale);
         else td_muon_step_tp(grp, g, r, n_ranges, lr, step + 1, scale);
         td_free(g);
         return res;

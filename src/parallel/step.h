@@ -105,8 +105,9 @@ td_step_result td_step_apply(const td_step_group *grp, const float *grads, const
                              int n_ranges, int step, float lr);
 
 /* muon_shard.c: --optimizer muon's step on ranges that cut its matrices
- * (grp->pieces set; g[i]: range i's gradient). Collective over the pieces'
- * groups. */
+ * (grp->pieces set; g[i]: range i's gradient; with grp->tp > 1 the pieces
+ * cut tp blocks, and the gather is chained over tp). Collective over the
+ * pieces' groups (and tp). */
 void td_muon_step_pieces(const td_step_group *grp, const float *const *g, const td_step_range *r,
                          int n_ranges, float lr, int step, float grad_scale);
 /* The same under tensor parallelism (grp->tp > 1, ranges holding whole

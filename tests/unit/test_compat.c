@@ -263,10 +263,10 @@ static const char *breaking(td_rule_id id, td_compat_cfg *c) {
                "x 2 sequences per micro-batch x --pp 2 = 4, so that every size's micro-batches per replica are a "
                "multiple of pp, as the interleaved schedule needs; or use --schedule 1f1b";
     case TD_RULE_MUON_LAYOUT:
-        c->optimizer = 1, c->tp = 2, c->dp = 2, c->zero = 1;
-        return "--optimizer muon does not combine with --tp > 1 with ZeRO (--zero, --dp-shard) yet: a matrix would "
-               "be cut twice (tp blocks, each in ZeRO shards) and the two gathers are not chained; use --tp with "
-               "--zero 0, or ZeRO with --tp 1, or --optimizer adamw";
+        c->optimizer = 1, c->dp = 2, c->dp_mode = TD_DP_REDUCE_BROADCAST;
+        return "--optimizer muon does not combine with a --dp-mode other than allreduce yet: its gradients and "
+               "state live on a root or on servers, for which the owners' exchange is not written; use --dp-mode "
+               "allreduce (with --zero for sharded state), or --optimizer adamw";
     case TD_RULE_MUON_PRECISION:
         c->optimizer = 1, c->precision = 1, c->precision_name = "bf16";
         return "--optimizer muon does not combine with --precision bf16 yet: its Newton-Schulz iterations run in "
