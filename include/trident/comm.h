@@ -178,7 +178,9 @@ size_t td_comm_staging_plan_bytes(int shares_memory, td_dtype dt);
  * bytes (TD_MEM_COMM) that td_comm_staging_reserve then takes: the blocks,
  * page-rounded, plus td_comm_staging_plan_bytes for every open group with a
  * shared ring; 0 and nothing on the cpu device or in a run of one
- * process. After the reservation the
+ * process. p2p, n_p2p: point-to-point exchanges that keep n_p2p pieces of
+ * at most p2p bytes in flight (Muon's gather, muon_shard.c), blocks of
+ * their own beside the others. After the reservation the
  * pool never grows: a staged payload that no free block holds, or a ring or
  * bf16 piece not reserved, fails as an internal error naming the request.
  * Not collective. */
@@ -186,6 +188,8 @@ typedef struct {
     size_t big, small;
     int n_small;
     int bf16;
+    size_t p2p;
+    int n_p2p;
 } td_staging_shape;
 size_t td_comm_staging_plan(const td_staging_shape *sh);
 void td_comm_staging_reserve(const td_staging_shape *sh);

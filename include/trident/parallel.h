@@ -326,6 +326,10 @@ void td_dp_grad_traffic(const td_dp *dp, uint64_t *sent, uint64_t *dense);
  * them, and as the formula of src/parallel/muon_shard.c says (both 0
  * where every rank holds its matrices whole). */
 void td_muon_traffic(uint64_t *sent, uint64_t *formula);
+/* Its exchange's staging of device payloads (td_staging_shape's p2p,
+ * n_p2p): n pieces of at most *bytes in flight; 0 where nothing is cut. */
+void td_muon_staging(const td_dp_config *cfg, const td_layout *lay, const td_param_table *t, size_t *bytes,
+                     int *n);
 
 /* Staleness statistics (ps): max and mean observed. */
 void td_dp_staleness(const td_dp *dp, int *max_seen, double *mean_seen);

@@ -101,6 +101,7 @@ int td_ops_missing(const td_ops *o, char *buf, size_t n) {
     TD_OP_NEEDED(adamw) TD_OP_NEEDED(sum) TD_OP_NEEDED(fill) TD_OP_NEEDED(moe_scores)
     TD_OP_NEEDED(moe_gather) TD_OP_NEEDED(moe_combine) TD_OP_NEEDED(moe_combine_bwd)
     TD_OP_NEEDED(moe_scatter_add) TD_OP_NEEDED(moe_router_bwd) TD_OP_NEEDED(muon)
+    TD_OP_NEEDED(muon_momentum) TD_OP_NEEDED(muon_ns) TD_OP_NEEDED(muon_apply)
 #undef TD_OP_NEEDED
     return count;
 }

@@ -28,8 +28,9 @@
  * Its size is the most the requests in flight together have staged
  * (td_comm_staging_bytes). On the cpu device nothing is staged and the pool
  * stays empty. A run reserves it instead at its memory plan's size
- * (td_comm_staging_reserve): one block for the largest payload staged alone
- * and n_small for the others, every group's shared ring as well; then
+ * (td_comm_staging_reserve): one block for the largest payload staged alone,
+ * n_small for the others and n_p2p for a point-to-point exchange's pieces,
+ * every group's shared ring as well; then
  * nothing grows, and a payload no free block holds is an internal error
  * naming the request (a planning mistake fails loudly).
  *
@@ -96,6 +97,7 @@ static size_t staging(const td_staging_shape *sh, int reserve) {
     }
     if (sh->big) total += page_round(sh->big);
     if (sh->small) total += (size_t)sh->n_small * page_round(sh->small);
+    if (sh->p2p) total += (size_t)sh->n_p2p * page_round(sh->p2p);
     if (reserve) {
         /* a second run in this process: the last one's blocks go back first */
         for (int i = 0; i < g_n_blocks; i++)
@@ -103,6 +105,7 @@ static size_t staging(const td_staging_shape *sh, int reserve) {
         td_stage_shutdown();
         if (sh->big) new_block(sh->big);
         for (int i = 0; sh->small && i < sh->n_small; i++) new_block(sh->small);
+        for (int i = 0; sh->p2p && i < sh->n_p2p; i++) new_block(sh->p2p);
         g_reserved = 1;
     }
     return total;

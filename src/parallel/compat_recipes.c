@@ -61,18 +61,15 @@ SAY(muon_precision) {
              S(c->precision_name));
 }
 
-/* the matrices' gather and scatter are point-to-point messages of whole
- * slices, which on a device the comm layer stages in blocks the memory
- * plan (td_run_staging_shape) does not size for them yet */
-OK(muon_device) {
-    int cut = c->zero > 0 || c->dp_shard > 0 || c->tp > 1;
-    return c->optimizer != TD_OPT_MUON || c->device <= 0 || !cut;
-}
+/* the CUDA backend has none of Muon's ops (muon, and the sharded step's
+ * muon_momentum, muon_ns, muon_apply); the guard device runs every layout,
+ * its exchange staged through the comm layer's pool (td_muon_staging) */
+OK(muon_device) { return c->optimizer != TD_OPT_MUON || c->device != 2; }
 SAY(muon_device) {
     snprintf(buf, n,
-             "--optimizer muon does not combine with --device %s and %s yet: the matrices' gather to their "
-             "owners is not staged for device memory; use --device cpu, or --tp 1 with --zero 0",
-             S(c->device_name), c->tp > 1 ? "--tp > 1" : "ZeRO (--zero, --dp-shard)");
+             "--optimizer muon does not combine with --device %s yet: the CUDA backend has no Muon kernels "
+             "(Newton-Schulz, the momentum, the update); use --device cpu or guard, or --optimizer adamw",
+             S(c->device_name));
 }
 
 /* ---- --batch-rampup (issue 42) --------------------------------------- */

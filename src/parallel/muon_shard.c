@@ -99,32 +99,49 @@ static void slice_of(const td_step_piece *pc, const matrix *x, int k, size_t *a,
     *a = td_max_sz(lo, x->lo), *b = td_min_sz(lo + slice, x->lo + x->n);
 }
 
-/* The point-to-point messages of one exchange, waited on together. */
+/* The point-to-point messages of one exchange, in pieces of at most
+ * td_comm_piece_bytes(). On a device each piece is staged through a block
+ * of the comm layer's pool, which the run reserves for MUON_INFLIGHT of
+ * them (td_muon_staging): a rank keeps that many in flight and waits for
+ * its oldest before the next. No deadlock: every rank posts its pieces in
+ * the exchange's one order (matrix, then rank), so the first piece not yet
+ * done is the oldest of both its ranks, which both have posted. On the cpu
+ * device nothing is staged and all are posted at once. */
+#define MUON_INFLIGHT 4
+
 typedef struct {
     td_request **req;
-    int n, cap;
+    int n, cap, done;
 } msgs;
 
+static void msg_wait_one(msgs *q) {
+    td_wait(q->req[q->done]);
+    td_request_free(q->req[q->done]);
+    q->req[q->done++] = NULL;
+}
+
 static void msg_start(msgs *q, td_comm *c, float *buf, size_t count, int peer, int send) {
-    if (q->n == q->cap) {
-        q->cap = q->cap ? 2 * q->cap : 16;
-        td_request **more = td_alloc(sizeof *more * (size_t)q->cap, TD_MEM_OTHER);
-        for (int i = 0; i < q->n; i++) more[i] = q->req[i];
-        td_free(q->req);
-        q->req = more;
+    size_t piece = td_comm_piece_bytes() / sizeof(float);
+    for (size_t at = 0; at < count; at += piece) {
+        if (td_backend_is_device() && q->n - q->done == MUON_INFLIGHT) msg_wait_one(q);
+        if (q->n == q->cap) {
+            q->cap = q->cap ? 2 * q->cap : 16;
+            td_request **more = td_alloc(sizeof *more * (size_t)q->cap, TD_MEM_OTHER);
+            for (int i = 0; i < q->n; i++) more[i] = q->req[i];
+            td_free(q->req);
+            q->req = more;
+        }
+        td_request *r = q->req[q->n++] = td_request_new();
+        size_t len = td_min_sz(piece, count - at);
+        if (send) td_send_start(r, c, buf + at, len, TD_F32, peer, MUON_TAG);
+        else td_recv_start(r, c, buf + at, len, TD_F32, peer, MUON_TAG);
     }
-    td_request *r = q->req[q->n++] = td_request_new();
-    if (send) td_send_start(r, c, buf, count, TD_F32, peer, MUON_TAG);
-    else td_recv_start(r, c, buf, count, TD_F32, peer, MUON_TAG);
 }
 
 static void msgs_wait(msgs *q) {
-    for (int i = 0; i < q->n; i++) {
-        td_wait(q->req[i]);
-        td_request_free(q->req[i]);
-    }
+    while (q->done < q->n) msg_wait_one(q);
     td_free(q->req);
-    q->req = NULL, q->n = q->cap = 0;
+    q->req = NULL, q->n = q->cap = q->done = 0;
 }
 
 /* gather (to = 1): the holders' slices of u into the owners' buffer; else
@@ -426,4 +443,20 @@ void td_muon_plan(const td_dp_config *cfg, const td_layout *lay, const td_param_
         bufs[2] = bufs[1], nb = 3;
     }
     for (int i = 0; i < nb; i++) td_plan_dev(p, TD_MEM_OPTIM, sizeof(float) * (bufs[i] > 0 ? bufs[i] : 1));
+}
+
+/* The comm layer's staging the exchanges need on a device (msg_start):
+ * MUON_INFLIGHT pieces of at most the largest message, a Muon matrix's
+ * block (or whole matrix), capped at td_comm_piece_bytes(). None when no
+ * layout cuts the matrices. */
+void td_muon_staging(const td_dp_config *cfg, const td_layout *lay, const td_param_table *t, size_t *bytes,
+                     int *n) {
+    *bytes = 0, *n = 0;
+    if (cfg->optim.optimizer != TD_OPT_MUON || cfg->forward_only || (cfg->zero == 0 && lay->tp <= 1)) return;
+    size_t most = 0;
+    for (int j = 0; j < t->n_rows; j++)
+        if (td_muon_row(&t->rows[j]))
+            most = td_max_sz(most, t->rows[j].numel / (size_t)(t->rows[j].groups > 1 ? t->rows[j].groups : 1));
+    *bytes = td_min_sz(most * sizeof(float), td_comm_piece_bytes() / sizeof(float) * sizeof(float));
+    *n = *bytes ? MUON_INFLIGHT : 0;
 }

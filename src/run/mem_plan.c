@@ -97,5 +97,6 @@ td_staging_shape td_run_staging_shape(const td_run_spec *spec, const td_gpt_conf
                            .small = small,
                            .n_small = 8,
                            .bf16 = spec->precision.precision != TD_PREC_FP32 || spec->layout.grad_dtype == TD_BF16};
+    td_muon_staging(rs->dcfg, lay, table, &sh.p2p, &sh.n_p2p); /* its matrices' gather */
     return sh;
 }

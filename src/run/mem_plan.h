@@ -43,7 +43,8 @@ td_mem_plan td_run_mem_plan(const td_run_spec *spec, const td_gpt_config *cfg, c
  * micro-batch's fp32 activations (B x T x C: pipeline sends, sequence
  * parallelism's bf16 collectives, scalars), doubled for cp's K/V blocks and
  * times ep x top-k for the experts' all-to-all (their capacity bound);
- * eight of those in flight. table: the one td_run_mem_plan built. */
+ * eight of those in flight; p2p, Muon's gather (td_muon_staging). table:
+ * the one td_run_mem_plan built. */
 td_staging_shape td_run_staging_shape(const td_run_spec *spec, const td_gpt_config *cfg,
                                       const td_rank_shape *rs, const td_param_table *table);
 

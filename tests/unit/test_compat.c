@@ -272,9 +272,9 @@ static const char *breaking(td_rule_id id, td_compat_cfg *c) {
         return "--optimizer muon does not combine with --precision bf16 yet: its Newton-Schulz iterations run in "
                "fp32 only; use --precision fp32, or --optimizer adamw";
     case TD_RULE_MUON_DEVICE:
-        c->optimizer = 1, c->tp = 2, c->device = 1, c->device_name = "guard";
-        return "--optimizer muon does not combine with --device guard and --tp > 1 yet: the matrices' gather "
-               "to their owners is not staged for device memory; use --device cpu, or --tp 1 with --zero 0";
+        c->optimizer = 1, c->device = 2, c->device_name = "cuda";
+        return "--optimizer muon does not combine with --device cuda yet: the CUDA backend has no Muon kernels "
+               "(Newton-Schulz, the momentum, the update); use --device cpu or guard, or --optimizer adamw";
     case TD_RULE_EOD_LOSS_MOE:
         c->eod_mask_loss = 1, c->experts = 4;
         return "--eod-mask-loss does not combine with --moe-experts yet: the experts' auxiliary losses are "
