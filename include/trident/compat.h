@@ -110,7 +110,6 @@ typedef enum {
     TD_RULE_MUON_PRECISION, /* issue 42: Muon's fp32 Newton-Schulz only */
     TD_RULE_MUON_DEVICE,    /* its matrices' exchange on the cpu device only */
     TD_RULE_DOC_MASK_PP,    /* issue 42: document masking not through a pipeline yet */
-    TD_RULE_EOD_LOSS_MOE,   /* --eod-mask-loss: the experts' losses count every token */
     TD_RULE_DOC_POSITIONS_MASK,    /* --doc-positions reset needs --doc-mask */
     TD_RULE_DOC_POSITIONS_LEARNED, /* --doc-positions reset: learned positions not yet */
     TD_RULE_N

@@ -154,9 +154,6 @@ SAY(doc_mask_pp) {
              "(dp, tp, cp and ep layouts run document masking)");
 }
 
-/* the experts' balancing and z losses are normalized by every token of the
- * step (moe.c), and the oracle and the run add them to the token loss's sum
- * before its division: with fewer targets that weight would move */
 /* the positions restart at the document starts --doc-mask computes */
 OK(doc_positions_mask) { return !c->doc_pos_reset || c->doc_mask; }
 SAY(doc_positions_mask) {
@@ -174,11 +171,3 @@ SAY(doc_positions_learned) {
                      "positions; use --arch llama or --doc-positions continue");
 }
 
-OK(eod_loss_moe) { return !c->eod_mask_loss || c->experts == 0; }
-SAY(eod_loss_moe) {
-    (void)c;
-    snprintf(buf, n,
-             "--eod-mask-loss does not combine with --moe-experts yet: the experts' auxiliary losses are normalized "
-             "by every token of the step, the loss by the targets kept; drop --eod-mask-loss (--doc-mask alone "
-             "runs with experts)");
-}

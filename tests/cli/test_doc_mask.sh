@@ -5,8 +5,10 @@
 #   step) passes for cp 2 (ring attention: global document starts) x tp 2
 #   with sequence parallelism and --eod-mask-loss over 2 micro-batches (the
 #   divisor the global count of targets kept), and a mixture of experts over
-#   dp 2 = ep 2 with block recomputation, and a Llama (rotary) on cp 2 with
-#   --doc-positions reset (each chunk's positions from global starts);
+#   dp 2 = ep 2 with block recomputation and --eod-mask-loss (the aux and z
+#   losses over every token, the token loss over those kept), and a Llama
+#   (rotary) on cp 2 with --doc-positions reset (each chunk's positions
+#   from global starts);
 # - the mask changes the run (a masked and an unmasked run's losses differ);
 # - 4 steps = --resume of step 2 and 2 more, bitwise (losses and state),
 #   the resume continuing --doc-mask and --eod from the checkpoint; the
@@ -14,9 +16,8 @@
 # - trident eval applies the checkpoint's masking (its line), one process
 #   and cp 2 agreeing;
 # - refusals, one line each: a char tokenizer without --eod, --eod outside
-#   the vocabulary, --pp 2 and --eod-mask-loss with experts (not yet),
-#   --doc-positions reset without --doc-mask, and with gpt2's learned
-#   positions (not yet).
+#   the vocabulary, --pp 2 (not yet), --doc-positions reset without
+#   --doc-mask, and with gpt2's learned positions (not yet).
 # Usage: test_doc_mask.sh TRIDENT DATA_DIR
 set -u
 T=$1 DATA=$2
@@ -38,7 +39,7 @@ verify() { # NAME NP FLAGS...: trident verify on NP ranks passes
 }
 # (two runs of two layouts each: CI time)
 verify cp2_tp2_sp_eod_loss 4 --cp 2 --tp 2 --sequence-parallel --eod-mask-loss --grad-accum 2
-verify moe_ep2_dp2_recompute 2 --dp 2 --ep 2 --moe-experts 4 --moe-top-k 2 --recompute block
+verify moe_ep2_dp2_recompute_eod_loss 2 --dp 2 --ep 2 --moe-experts 4 --moe-top-k 2 --recompute block --eod-mask-loss
 verify llama_cp2_positions_reset 2 --cp 2 --arch llama --kv-heads 2 --doc-positions reset
 
 # --- the mask matters; resume bitwise ------------------------------------------
@@ -81,8 +82,6 @@ expect no-eod "--doc-mask: the char tokenizer has no end-of-text token; give its
   "$T" train "${R[@]}" --doc-mask
 expect eod-vocab "--eod 5000: not a token of the vocabulary" "$T" train "${R[@]}" --doc-mask --eod 5000
 expect pp "--doc-mask and --eod-mask-loss do not combine with --pp > 1 yet" "$T" train "${R[@]}" --doc-mask --eod 0 --pp 2
-expect eod-loss-moe "--eod-mask-loss does not combine with --moe-experts yet" \
-  "$T" train "${R[@]}" --eod-mask-loss --eod 0 --moe-experts 4 --moe-top-k 2
 expect doc-positions-mask "--doc-positions reset restarts positions at the document starts of --doc-mask" \
   "$T" train "${R[@]}" --arch llama --doc-positions reset
 expect doc-positions-learned "--doc-positions reset is built for rotary positions (--arch llama), not yet for gpt2's" \

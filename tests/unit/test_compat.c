@@ -281,11 +281,6 @@ static const char *breaking(td_rule_id id, td_compat_cfg *c) {
                "the data is read, which a pipeline's middle stages do not do, for one micro-batch at a time (and its "
                "last stage divides the loss by every target); use --pp 1 (dp, tp, cp and ep layouts run document "
                "masking)";
-    case TD_RULE_EOD_LOSS_MOE:
-        c->eod_mask_loss = 1, c->experts = 4;
-        return "--eod-mask-loss does not combine with --moe-experts yet: the experts' auxiliary losses are "
-               "normalized by every token of the step, the loss by the targets kept; drop --eod-mask-loss "
-               "(--doc-mask alone runs with experts)";
     case TD_RULE_DOC_POSITIONS_MASK:
         c->doc_pos_reset = 1;
         return "--doc-positions reset restarts positions at the document starts of --doc-mask; add --doc-mask "
