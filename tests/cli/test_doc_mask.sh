@@ -14,7 +14,8 @@
 #   the resume continuing --doc-mask and --eod from the checkpoint; the
 #   --device guard run (document starts a device buffer) bitwise too;
 # - trident eval applies the checkpoint's masking (its line), one process
-#   and cp 2 agreeing;
+#   and cp 2 agreeing; under --eod-mask-loss it scores no end-of-text
+#   target (its line) and equals the run's validation loss;
 # - refusals, one line each: a char tokenizer without --eod, --eod outside
 #   the vocabulary, --pp 2 (not yet), --doc-positions reset without
 #   --doc-mask, and with gpt2's learned positions (not yet).
@@ -74,6 +75,27 @@ import re, sys
 a, b = (float(re.search(r"loss ([0-9.]+) nats", open(f).read()).group(1)) for f in sys.argv[1:])
 print("eval loss %.6f, cp 2 %.6f" % (a, b))
 assert abs(a - b) <= 1e-5 * a
+PYEOF
+# --eod-mask-loss: eval leaves out the end-of-text targets as the run's
+# validation does, with its divisor. A text of 330 characters has a
+# validation split of 33 (90/10) = seq + 1: every validation row of the run
+# is that one window, which eval --max-tokens 32 scores once; it holds 4
+# newlines (--eod 0) among its 32 targets, so scoring them moves the loss
+# by far more than the tolerance (the log's 6 decimals, fp32 sums: 1e-5).
+{ head -c 297 "$tmp/s.txt"; head -c 93 "$tmp/s.txt" | tail -c 33; } >"$tmp/v.txt"
+"$T" train --data "$tmp/v.txt" --layers 2 --heads 4 --embd 32 --seq 32 --batch 2 --threads 1 --doc-mask --eod 0 \
+  --eod-mask-loss --steps 2 --eval-every 2 --eval-iters 1 --out "$tmp/ckv" --log "$tmp/v.log" >"$tmp/v.out" 2>&1 || fail "train --eod-mask-loss" "$(tail -3 "$tmp/v.out")"
+"$T" eval --ckpt "$tmp/ckv" --data "$tmp/v.txt" --max-tokens 32 --batch 1 --threads 1 >"$tmp/ev.out" 2>&1 \
+  || fail "eval --eod-mask-loss" "$(tail -3 "$tmp/ev.out")"
+grep -q "eval: end-of-text targets not scored, as trained (--eod-mask-loss, --eod 0" "$tmp/ev.out" \
+  && grep -q "eval: tokens 32 (28 scored" "$tmp/ev.out" && ok "eval says it drops end-of-text targets" \
+  || fail "eval: no --eod-mask-loss line" "$(grep '^eval' "$tmp/ev.out")"
+$PY - "$tmp/v.log" "$tmp/ev.out" <<'PYEOF' && ok "eval = the run's validation loss under --eod-mask-loss" || fail "eval vs the run's val_loss"
+import json, re, sys
+run = [j["val_loss"] for j in map(json.loads, open(sys.argv[1])) if "val_loss" in j][-1]
+ev = float(re.search(r"loss ([0-9.]+) nats", open(sys.argv[2]).read()).group(1))
+print("eval loss %.6f, the run's validation loss at its step %.6f" % (ev, run))
+assert abs(ev - run) <= 1e-5 * run
 PYEOF
 
 # --- refusals ------------------------------------------------------------------
