@@ -15,7 +15,8 @@
 #   --device guard run (document starts a device buffer) bitwise too;
 # - trident eval applies the checkpoint's masking (its line), one process
 #   and cp 2 agreeing; under --eod-mask-loss it scores no end-of-text
-#   target (its line) and equals the run's validation loss;
+#   target (its line) and equals the run's validation loss; trident sample
+#   applies it (its line; the text after a document = after it alone);
 # - refusals, one line each: a char tokenizer without --eod, --eod outside
 #   the vocabulary, --pp 2 (not yet), --doc-positions reset without
 #   --doc-mask, and with gpt2's learned positions (not yet).
@@ -97,6 +98,21 @@ ev = float(re.search(r"loss ([0-9.]+) nats", open(sys.argv[2]).read()).group(1))
 print("eval loss %.6f, the run's validation loss at its step %.6f" % (ev, run))
 assert abs(ev - run) <= 1e-5 * run
 PYEOF
+
+# --- sample: the context is the current document (test_sample_cache: the
+# semantics on four model families); here the checkpoint's masking is read:
+# seeded text after "docA<newline>docB" is the text after "docB" alone (the
+# same logits), where a prefix in the same document changes it
+S=(--ckpt "$tmp/ck" --tokens 8 --threads 1)
+"$T" sample "${S[@]}" --prompt $'First Citizen:\nBefore we' >"$tmp/sa.out" 2>"$tmp/sa.err" \
+  || fail "sample" "$(tail -2 "$tmp/sa.err")"
+"$T" sample "${S[@]}" --prompt 'Before we' >"$tmp/sb.out" 2>/dev/null || fail "sample docB"
+"$T" sample "${S[@]}" --prompt 'Citizen:Before we' >"$tmp/sc.out" 2>/dev/null || fail "sample one document"
+grep -q "sample: document masking as trained (--eod 0)" "$tmp/sa.err" && ok "sample says it masks" \
+  || fail "sample: no masking line" "$(cat "$tmp/sa.err")"
+tail9() { tail -c 9 "$tmp/$1.out"; }
+[ "$(tail9 sa)" = "$(tail9 sb)" ] && [ "$(tail9 sc)" != "$(tail9 sb)" ] && ok "sample after docA|docB = after docB (not after docA docB)" \
+  || fail "sample after docA|docB" "$(cat "$tmp/sa.out" "$tmp/sb.out")"
 
 # --- refusals ------------------------------------------------------------------
 R=(--data "$tmp/s.txt" --layers 2 --heads 2 --embd 32 --seq 16 --batch 2 --steps 1)
