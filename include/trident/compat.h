@@ -109,7 +109,6 @@ typedef enum {
     TD_RULE_MUON_LAYOUT,    /* issue 42: --optimizer muon's layouts */
     TD_RULE_MUON_PRECISION, /* issue 42: Muon's fp32 Newton-Schulz only */
     TD_RULE_MUON_DEVICE,    /* the CUDA backend has no Muon ops */
-    TD_RULE_EOD_LOSS_MOE,   /* --eod-mask-loss: the experts' losses count every token */
     TD_RULE_DOC_POSITIONS_MASK,    /* --doc-positions reset needs --doc-mask */
     TD_RULE_DOC_POSITIONS_LEARNED, /* --doc-positions reset: learned positions not yet */
     TD_RULE_N

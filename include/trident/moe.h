@@ -44,6 +44,11 @@ void td_gpt_set_route_override(td_moe_route_override fn, void *ctx);
 /* The loss gradient per token of the coming backward (the aux and z
  * losses' gradients scale with it); td_gpt_backward sets it itself. */
 void td_gpt_set_dloss(td_gpt *m, float dloss);
+/* --eod-mask-loss: the token loss is divided by the targets kept, the aux
+ * and z losses by every token (Megatron-LM's normalization: routing sees
+ * them all), so their gradient is dloss x w with w = kept / tokens (1, the
+ * default: the same divisor). Set before the step's backwards. */
+void td_gpt_set_aux_weight(td_gpt *m, float w);
 /* The experts a mixture-of-experts block's last forward (into a) chose for
  * each of its N rows, best first: [N, K]; NULL before one (tests, tools). */
 const int *td_moe_chosen(const td_block_acts *a);

@@ -1,6 +1,7 @@
 /* `trident sample`: text from a checkpoint (the generation is
  * src/run/sample.c's, which a training run's end also calls). */
 #include <stdio.h>
+#include <string.h>
 
 #include "../run/report.h"
 #include "trident/backend.h"
@@ -8,7 +9,32 @@
 #include "trident/ckpt.h"
 #include "trident/cli.h"
 #include "trident/flags.h"
+#include "trident/formats_json.h"
+#include "trident/formats_manifest.h"
 #include "trident/kernels.h"
+#include "trident/run_spec.h"
+
+/* Document masking as the checkpoint was trained (its run_config's
+ * --doc-mask and --eod; none in imports): *eod its end-of-text id. */
+static int doc_mask_of(const char *ckpt, const td_tokenizer *tok, int *eod) {
+    td_manifest m;
+    char dir[4096];
+    td_ckpt_read_manifest(ckpt, "--ckpt", &m, dir, sizeof dir);
+    td_run_data d = {.eod = -1};
+    if (m.run_config) {
+        td_jv *rc = NULL;
+        td_err err;
+        TD_CHECK(td_json_parse(m.run_config, strlen(m.run_config), &rc, &err) == 0,
+                 "%s/manifest.json: run_config: %s", dir, err.msg);
+        const td_jv *dm = td_json_get(rc, "doc-mask"), *e = td_json_get(rc, "eod");
+        d.doc_mask = dm && dm->type == TD_JV_BOOL && dm->boolean;
+        if (d.doc_mask && e && e->type == TD_JV_NUM) d.eod = (int)e->num;
+        td_json_free(rc);
+    }
+    td_manifest_free(&m);
+    *eod = td_run_doc_eod(&d, tok);
+    return d.doc_mask;
+}
 
 int td_sample_main(int argc, char **argv) {
     const char *ckpt = NULL, *prompt = "", *device = "cpu";
@@ -38,7 +64,11 @@ int td_sample_main(int argc, char **argv) {
     td_param_table canon;
     td_param_table_build(&canon, &ck.cfg, 1);
     td_sample_stats st;
-    td_sampling sp = {prompt, tokens, temperature, top_k, seed, top_p, no_cache, stderr, &st};
+    td_sampling sp = {prompt, tokens, temperature, top_k, seed, top_p, no_cache, stderr, &st, 0, -1};
+    sp.doc_mask = doc_mask_of(ckpt, &ck.tok, &sp.eod);
+    if (sp.doc_mask) /* stderr: stdout is the text */
+        fprintf(stderr, "sample: document masking as trained (--eod %d): the context is the current document, "
+                        "a fresh one after each end-of-text token\n", sp.eod);
     td_generate(&canon, ck.params, &ck.tok, &sp, stdout);
     printf("\n");
     fflush(stdout);

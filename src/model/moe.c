@@ -46,6 +46,7 @@ void td_moe_state_create(td_gpt *m) {
     s->st.load = zalloc(sizeof(double) * (size_t)L * E);
     s->st.E = E, s->st.L = L;
     s->dloss = 1.0f / (float)m->d.N;
+    s->aux_w = 1.0f;
     int ep = m->table->ep;
     s->cap = scratch_rows(&m->d, &m->cfg, ep);
     size_t w = A(&m->d, s->cap * scratch_width(&m->cfg, m->d.C));
@@ -577,7 +578,11 @@ void td_gpt_moe_stats_reset(td_gpt *m) {
 }
 
 void td_gpt_set_dloss(td_gpt *m, float dloss) {
-    if (m->moe) m->moe->dloss = dloss;
+    if (m->moe) m->moe->dloss = dloss * m->moe->aux_w;
+}
+
+void td_gpt_set_aux_weight(td_gpt *m, float w) {
+    if (m->moe) m->moe->aux_w = w;
 }
 
 void td_moe_set_quiet(td_gpt *m, int quiet) {

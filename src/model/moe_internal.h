@@ -49,6 +49,7 @@ struct td_moe_state {
     float *f0;            /* [cap + 1, C] fp32 rows (the combine's sum), at least 2E floats */
     float *hf;            /* host: max(N, 2E) floats (margins, place()'s counts) */
     float dloss;          /* the loss's gradient per token (td_gpt_backward's) */
+    float aux_w;          /* the aux and z losses' weight in it (td_gpt_set_aux_weight) */
     int quiet;            /* a recomputing forward: statistics already counted */
     int resets;           /* td_gpt_moe_stats_reset calls: the step, for TRIDENT_FAULT=route-flip */
     int flip;             /* this step's routing is broken on purpose (route-flip) */

@@ -151,14 +151,3 @@ SAY(doc_positions_learned) {
                      "positions; use --arch llama or --doc-positions continue");
 }
 
-/* the experts' balancing and z losses are normalized by every token of the
- * step (moe.c), and the oracle and the run add them to the token loss's sum
- * before its division: with fewer targets that weight would move */
-OK(eod_loss_moe) { return !c->eod_mask_loss || c->experts == 0; }
-SAY(eod_loss_moe) {
-    (void)c;
-    snprintf(buf, n,
-             "--eod-mask-loss does not combine with --moe-experts yet: the experts' auxiliary losses are normalized "
-             "by every token of the step, the loss by the targets kept; drop --eod-mask-loss (--doc-mask alone "
-             "runs with experts)");
-}

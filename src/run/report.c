@@ -630,7 +630,8 @@ void td_report_sample(td_report *r, const td_param_table *canon, const float *pa
     td_sampling sp = {.prompt = spec->output.sample_prompt,
                       .tokens = spec->output.sample_tokens,
                       .temperature = 1.0f,
-                      .seed = spec->schedule.seed};
+                      .seed = spec->schedule.seed, .doc_mask = spec->data.doc_mask, /* as it trained */
+                      .eod = td_run_doc_eod(&spec->data, tok)};
     td_generate(canon, params, tok, &sp, stdout);
     printf("\n");
     fflush(stdout);

@@ -130,6 +130,10 @@ typedef struct {
     int no_cache;
     FILE *progress;
     td_sample_stats *stats;
+    /* a checkpoint trained with --doc-mask: eod its end-of-text id. The
+     * context is the current document alone (after an end-of-text token a
+     * fresh one starts, at position 0) */
+    int doc_mask, eod;
 } td_sampling;
 /* Text generation from canonical-layout params (sample.c). Writes the decoded
  * text to out, token by token. */

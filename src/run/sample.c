@@ -94,6 +94,9 @@ typedef struct {
     float *row;         /* [Vp] no_cache: the last row's logits, downloaded */
     td_decode dec;      /* the cache */
     int cached;
+    int eod;            /* --doc-mask's end-of-text id; -1: no document masking */
+    int doc, scanned;   /* the current document's first position; seq[0..scanned) looked at */
+    int start;          /* the last call's window start (-1: none yet) */
     FILE *progress;
     td_sample_stats st;
 } next_logits;
@@ -117,9 +120,23 @@ static const float *prefill(next_logits *g, const int *seq, int start, int len, 
     return lg;
 }
 
+/* The window's start: the last T tokens, and under document masking not
+ * before the current document. The query (the last token) is in the
+ * document after the last end-of-text token before it (an end-of-text token
+ * ends its own document), which sees nothing of earlier ones: with the
+ * document at position 0 that is the document run alone (--doc-positions
+ * reset's positions; rotary attention is relative, so continue's up to
+ * rounding). */
+static int window_start(next_logits *g, const int *seq, int len) {
+    for (; g->eod >= 0 && g->scanned < len - 1; g->scanned++)
+        if (seq[g->scanned] == g->eod) g->doc = g->scanned + 1;
+    int start = len > g->c->T ? len - g->c->T : 0;
+    return start > g->doc ? start : g->doc;
+}
+
 static const float *logits_of(next_logits *g, const int *seq, int len, int first) {
     const td_gpt_config *c = g->c;
-    int start = len > c->T ? len - c->T : 0, n = len - start;
+    int start = window_start(g, seq, len), n = len - start;
     long long rows;
     const float *lg;
     if (!g->cached) {
@@ -133,12 +150,13 @@ static const float *logits_of(next_logits *g, const int *seq, int len, int first
         rows = c->T; /* every forward computes the T rows of the window */
     } else {
         long long rows0 = g->dec.rows;
-        if (first || start > 0) /* the prompt, or a window that slid */
+        if (first || start != g->start) /* the prompt, a window that slid or a new document */
             lg = prefill(g, seq, start, len, first);
         else
             lg = td_decode_step(&g->dec, seq + len - 1, 1);
         rows = g->dec.rows - rows0;
     }
+    g->start = start;
     if (first) {
         g->st.prompt_tokens = n;
         g->st.prompt_rows = rows;
@@ -178,6 +196,7 @@ void td_generate(const td_param_table *canon, const float *params, const td_toke
     next_logits g;
     memset(&g, 0, sizeof g);
     g.c = c, g.cached = !sp->no_cache, g.progress = sp->progress;
+    g.eod = sp->doc_mask ? sp->eod : -1, g.start = -1;
     if (g.cached) { /* positions for the prompt and the tokens, at most the model's T */
         long long want = (long long)len + n_tokens;
         int rows = want < c->T ? (int)want : c->T;

@@ -9,6 +9,7 @@
 #include "trident/base.h"
 #include "trident/comm.h"
 #include "trident/fault.h"
+#include "trident/moe.h"
 #include "trident/timeline.h"
 
 /* The stop of a run whose update at bad_step had a non-finite gradient
@@ -58,7 +59,7 @@ static float reduce_step(td_run *r, double tokens, double loss_sum, int *bad_ste
  * at the step's first attempt, since a skipped step is retried,
  * grad-inf-stuck at every one); returns this rank's loss sum and sets
  * *norm. */
-static double train_step(td_run *r, int step, double tokens, float lr, double *norm) {
+static double train_step(td_run *r, int step, double tokens, double all, float lr, double *norm) {
     const td_grid *g = &r->g;
     td_dp *dp = r->dp;
     td_dp_begin_step(dp, step);
@@ -80,10 +81,15 @@ static double train_step(td_run *r, int step, double tokens, float lr, double *n
     td_grad_watch_begin(&r->watch, frow != NULL);
     r->watch.fault_value = nan_f ? NAN : INFINITY;
     td_run_moe_begin(r);
+    /* --eod-mask-loss: the aux and z losses keep every token as divisor
+     * (Megatron-LM's), the token loss the kept targets: weigh them by
+     * tokens / all in the gradient and in the sum divided by tokens */
+    float aux_w = (float)(tokens / all);
+    if (r->cfg.moe.E > 0 && !g->is_server) td_gpt_set_aux_weight(&r->model, aux_w);
     double loss_sum = r->engine->train_step(&r->ec, step, dloss, &r->watch, frow);
     td_grad_watch_end(&r->watch);
     *norm = td_dp_finish_step(dp, step, lr);
-    loss_sum += td_run_moe_end(r, step); /* the aux and z losses (after the step: the bias moves) */
+    loss_sum += td_run_moe_end(r, step) * aux_w; /* the aux and z losses (after the step: the bias moves) */
     td_gpt_params_changed(&r->model); /* eval and the next step see the update */
     uint64_t gsent, gdense;
     td_dp_grad_traffic(dp, &gsent, &gdense);
@@ -149,7 +155,7 @@ td_run_status td_run_step(td_run *r, int step) {
     TD_ASSERT(r->ec.K >= 1 && r->ec.K * r->ec.Bm * r->g.axis[TD_DP].size == batch);
     td_dev_traffic_reset(); /* the step's named host copies, counted from here */
     double tokens = td_engine_targets(&r->ec, 0, step, batch);
-    double loss_sum = train_step(r, step, tokens, lr, &norm);
+    double loss_sum = train_step(r, step, tokens, (double)batch * spec->model.cfg.T, lr, &norm);
     r->ec.Bl = full_Bl, r->ec.K = full_K;
     int bad_step, bad_row, any_bad;
     float loss = reduce_step(r, tokens, loss_sum, &bad_step, &bad_row, &any_bad);

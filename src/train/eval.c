@@ -7,7 +7,9 @@
  * and every token after the first is predicted exactly once. The last
  * window is partial: its positions past the end have target -1, which the
  * cross-entropy ignores (kernels.h), as are whole rows past the last window
- * in the last global batch. --max-tokens N predicts t[1..N] only. The
+ * in the last global batch; so are end-of-text targets under a checkpoint
+ * trained with --eod-mask-loss (the mean then over the others, the run's
+ * validation divisor). --max-tokens N predicts t[1..N] only. The
  * forward passes run in the layout of train's flags (td_train_run with the
  * checkpoint loaded through --resume, td_layout_pass_forward), so a layout
  * changes only the model's fp32 arithmetic, not which tokens count. It
@@ -50,6 +52,9 @@ typedef struct {
     const int *tok;
     int *joined; /* train + val for --split all */
     size_t predicted, windows, forwards;
+    int eod_loss, eod;   /* trained with --eod-mask-loss, and its --eod (-1: the tokenizer's) */
+    int loss_eod;        /* the end-of-text id not scored; -1: every target is */
+    size_t scored;       /* the predicted targets scored: the divisor */
     int T, B;
     size_t batch; /* the global batch fill is asked for */
     double loss_sum;
@@ -68,19 +73,21 @@ static void fill_windows(void *ctx, int first, int count, int T, int *in, int *t
             size_t pos = w * (size_t)T + (size_t)j; /* the input's index in the split */
             int live = w < e->windows && pos < e->predicted;
             in[(size_t)r * T + j] = live ? e->tok[pos] : 0;
-            tg[(size_t)r * T + j] = live ? e->tok[pos + 1] : -1; /* ignored past the end */
+            int t = live ? e->tok[pos + 1] : -1; /* ignored past the end */
+            tg[(size_t)r * T + j] = t == e->loss_eod ? -1 : t; /* --eod-mask-loss as trained */
         }
     }
 }
 
 static int utf8_len(uint32_t c) { return c < 0x80 ? 1 : c < 0x800 ? 2 : c < 0x10000 ? 3 : 4; }
 
-/* The bytes of text the predicted tokens t[1..P] stand for. */
-static uint64_t text_bytes(const td_tokenizer *tk, const int *t, size_t P) {
+/* The bytes of text the scored tokens of t[1..P] stand for (all but
+ * skip's; -1: all). */
+static uint64_t text_bytes(const td_tokenizer *tk, const int *t, size_t P, int skip) {
     uint64_t n = 0;
     char buf[256];
     for (size_t i = 1; i <= P; i++)
-        n += tk->kind == TD_TOK_BYTE   ? 1u
+        n += t[i] == skip ? 0u : tk->kind == TD_TOK_BYTE   ? 1u
              : tk->kind == TD_TOK_CHAR ? (uint64_t)utf8_len(tk->chars[t[i]])
                                        : (uint64_t)td_tokenizer_decode(tk, t[i], buf, sizeof buf);
     return n;
@@ -103,7 +110,14 @@ static void pass(void *ctx, td_layout_pass *p) {
     if (e->max_tokens > 0 && e->max_tokens < e->predicted) e->predicted = (size_t)e->max_tokens;
     e->windows = (e->predicted + (size_t)e->T - 1) / (size_t)e->T;
     e->forwards = (e->windows + (size_t)e->B - 1) / (size_t)e->B;
-    if (e->text) e->bytes = text_bytes(&d->tok, e->tok, e->predicted);
+    /* --eod-mask-loss as trained: end-of-text targets are not scored, the
+     * loss the mean over the others (the run's validation divisor) */
+    e->loss_eod = e->eod_loss ? td_run_doc_eod(&(td_run_data){.eod = e->eod, .eod_mask_loss = 1}, &d->tok) : -1;
+    e->scored = 0;
+    for (size_t i = 1; i <= e->predicted; i++) e->scored += e->tok[i] != e->loss_eod;
+    TD_CHECK(e->scored > 0, "eval: every target of the %zu predicted is the end-of-text token %d, which "
+             "--eod-mask-loss (as trained) does not score", e->predicted, e->loss_eod);
+    if (e->text) e->bytes = text_bytes(&d->tok, e->tok, e->predicted, e->loss_eod);
     td_log("eval: %s (step %d), %s split of %s: %zu tokens predicted in %zu windows of %d + 1 tokens, "
            "%zu forwards of --batch %d; dp %d x tp %d x pp %d x cp %d, ep %d; %s\n",
            e->ck.dir, e->ck.step, e->split, d->description, e->predicted, e->windows, e->T, e->forwards, e->B,
@@ -116,7 +130,8 @@ static void pass(void *ctx, td_layout_pass *p) {
         if (now - shown >= 10000.0 && e->batch + 1 < e->forwards) { /* long runs: a line every 10 s */
             size_t done = td_min_sz((e->batch + 1) * (size_t)e->B * (size_t)e->T, e->predicted);
             td_log("eval: %zu/%zu tokens (%.0f%%), mean loss so far %.6f, %.1f s\n", done, e->predicted,
-                   100.0 * (double)done / (double)e->predicted, e->loss_sum / (double)done, (now - t0) / 1000.0);
+                   100.0 * (double)done / (double)e->predicted,
+                   e->loss_sum / (double)done * (double)e->predicted / (double)e->scored, (now - t0) / 1000.0);
             fflush(stdout);
             shown = now;
         }
@@ -149,8 +164,9 @@ static void write_log(const eval_run *e, const char *data, double mean, double p
              "eval --log %s: the checkpoint or data path is too long to record", e->log);
     fprintf(e->logf,
             "{\"ckpt\": %s, \"step\": %d, \"data\": %s, \"split\": \"%s\", \"tokens\": %zu, \"windows\": %zu, "
-            "\"batch\": %d, \"seq\": %d, \"loss_sum\": %.17g, \"loss\": %.17g, \"perplexity\": %.17g, ",
-            ck, e->ck.step, dp, e->split, e->predicted, e->windows, e->B, e->T, e->loss_sum, mean, ppl);
+            "\"scored\": %zu, \"batch\": %d, \"seq\": %d, \"loss_sum\": %.17g, \"loss\": %.17g, "
+            "\"perplexity\": %.17g, ",
+            ck, e->ck.step, dp, e->split, e->predicted, e->windows, e->scored, e->B, e->T, e->loss_sum, mean, ppl);
     if (e->text) fprintf(e->logf, "\"bytes\": %llu, \"bits_per_byte\": %.17g, ", (unsigned long long)e->bytes, bpb);
     else fprintf(e->logf, "\"bytes\": null, \"bits_per_byte\": null, ");
     log_run(e, res);
@@ -174,22 +190,28 @@ static void report_task(eval_run *e, const td_train_result *res) {
 }
 
 /* Document masking as the checkpoint was trained (its run_config's
- * --doc-mask, --eod and --doc-positions): the loss measured is the one it
- * learned. */
-static void docs_for_checkpoint(td_train_opts *o, const td_manifest *m, const char *dir) {
+ * --doc-mask, --eod, --doc-positions and --eod-mask-loss): the loss
+ * measured is the one it learned. */
+static void docs_for_checkpoint(eval_run *e, td_train_opts *o, const td_manifest *m, const char *dir) {
     if (!m->run_config) return;
     td_jv *rc = NULL;
     td_err err;
     TD_CHECK(td_json_parse(m->run_config, strlen(m->run_config), &rc, &err) == 0, "%s/manifest.json: run_config: %s",
              dir, err.msg);
     const td_jv *dm = td_json_get(rc, "doc-mask"), *eod = td_json_get(rc, "eod");
+    const td_jv *el = td_json_get(rc, "eod-mask-loss");
     o->doc_mask = dm && dm->type == TD_JV_BOOL && dm->boolean;
-    if (o->doc_mask && eod && eod->type == TD_JV_NUM) o->eod = (int)eod->num;
+    e->eod_loss = el && el->type == TD_JV_BOOL && el->boolean;
+    if ((o->doc_mask || e->eod_loss) && eod && eod->type == TD_JV_NUM) o->eod = (int)eod->num;
+    e->eod = o->eod;
     const td_jv *dp = td_json_get(rc, "doc-positions"); /* a literal: rc is freed below */
     if (o->doc_mask && dp && dp->type == TD_JV_STR && strcmp(dp->str, "reset") == 0) o->doc_positions = "reset";
     if (o->doc_mask)
         td_log("eval: document masking as trained (--eod %d; -1: the tokenizer's%s)\n", o->eod,
                o->doc_positions ? "; --doc-positions reset" : "");
+    if (e->eod_loss)
+        td_log("eval: end-of-text targets not scored, as trained (--eod-mask-loss, --eod %d; -1: the "
+               "tokenizer's): the loss is the mean over the others\n", o->eod);
     td_json_free(rc);
 }
 
@@ -201,7 +223,7 @@ static void precision_for_checkpoint(eval_run *e, td_train_opts *o) {
     char dir[4096];
     td_ckpt_read_manifest(e->ckpt, "--ckpt", &m, dir, sizeof dir);
     snprintf(e->precision, sizeof e->precision, "%s", m.precision[0] ? m.precision : "fp32");
-    docs_for_checkpoint(o, &m, dir);
+    docs_for_checkpoint(e, o, &m, dir);
     td_manifest_free(&m);
     if (!o->precision)
         o->precision = e->precision;
@@ -266,6 +288,7 @@ int td_eval_main(int argc, char **argv) {
     td_train_opts_default(&o);
     eval_run e;
     memset(&e, 0, sizeof e);
+    e.loss_eod = -1;
     o.batch = 8;
     td_flag train[TD_TRAIN_MAX_FLAGS], flags[TD_TRAIN_MAX_FLAGS];
     int n_train = td_train_flag_table(&o, train, TD_TRAIN_MAX_FLAGS), n = 0;
@@ -331,9 +354,11 @@ int td_eval_main(int argc, char **argv) {
         td_task_grid(e.task, &e.world_rank, &e.dp, &e.tp, &e.pp);
         if (e.world_rank == 0) report_task(&e, &res);
     } else if (rc == 0 && e.world_rank == 0) {
-        double mean = e.loss_sum / (double)e.predicted, ppl = exp(mean);
+        double mean = e.loss_sum / (double)e.scored, ppl = exp(mean);
         double bpb = e.text ? e.loss_sum / log(2.0) / (double)e.bytes : NAN;
-        printf("eval: tokens %zu | loss %.6f nats/token | perplexity %.4f | ", e.predicted, mean, ppl);
+        printf("eval: tokens %zu", e.predicted);
+        if (e.scored < e.predicted) printf(" (%zu scored: end-of-text targets not)", e.scored);
+        printf(" | loss %.6f nats/token | perplexity %.4f | ", mean, ppl);
         if (e.text) printf("%.6f bits per byte (%llu bytes of text)\n", bpb, (unsigned long long)e.bytes);
         else printf("bits per byte unknown (a token file: the bytes of its text are not known)\n");
         fflush(stdout);

@@ -80,6 +80,8 @@ double verify_oracle_step(verify_oracle *or, int s, float *P, float *M, float *V
     td_data_batch(&or->d, 0, o->seed, s, 0, B, T, or->in, or->tg);
     double kept = or->loss_eod >= 0 ? (double)td_doc_mask_targets(or->tg, (size_t)B * T, or->loss_eod) : (double)B * T;
     td_gpt_moe_stats_reset(&or->model);
+    float aux_w = (float)(kept / ((double)B * T)); /* the run's: aux and z over every token */
+    td_gpt_set_aux_weight(&or->model, aux_w);
     double sum = 0.0;
     for (int k = 0; k < Mk; k++) {
         /* micro-batch k: replica r's rows [r Bl + k Bm, + Bm) at rows [r Bm, + Bm) */
@@ -94,7 +96,7 @@ double verify_oracle_step(verify_oracle *or, int s, float *P, float *M, float *V
         td_gpt_backward(&or->model, 1.0f / (float)kept);
     }
     td_moe_stats *st = td_gpt_moe_stats(&or->model);
-    if (st) sum += st->loss_sum; /* the aux and z losses */
+    if (st) sum += st->loss_sum * aux_w; /* the aux and z losses */
     memcpy(grads, or->g, n * 4);
     const float *gu = update_grad ? update_grad : or->g;
     const td_ops *cpu = td_ops_cpu(TD_K_F32);

@@ -5,21 +5,23 @@
 #   step) passes for cp 2 (ring attention: global document starts) x tp 2
 #   with sequence parallelism and --eod-mask-loss over 2 micro-batches (the
 #   divisor the global count of targets kept), and a mixture of experts over
-#   dp 2 = ep 2 with block recomputation, and a Llama (rotary) on cp 2 x
-#   pp 2 interleaved (2 chunks a stage: the second is a middle stage, which
-#   reads its own starts; 2 micro-batches in flight, each with its slot's
-#   starts) with --doc-positions reset (each chunk's positions from global
-#   starts) and --eod-mask-loss;
+#   dp 2 = ep 2 with block recomputation and --eod-mask-loss (the aux and z
+#   losses over every token, the token loss over those kept), and a Llama
+#   (rotary) on cp 2 x pp 2 interleaved (2 chunks a stage: the second is a
+#   middle stage, which reads its own starts; 2 micro-batches in flight,
+#   each with its slot's starts) with --doc-positions reset (each chunk's
+#   positions from global starts) and --eod-mask-loss;
 # - the mask changes the run (a masked and an unmasked run's losses differ);
 # - 4 steps = --resume of step 2 and 2 more, bitwise (losses and state),
 #   the resume continuing --doc-mask and --eod from the checkpoint; the
 #   --device guard run (document starts a device buffer) bitwise too;
 # - trident eval applies the checkpoint's masking (its line), one process
-#   and cp 2 agreeing;
+#   and cp 2 agreeing; under --eod-mask-loss it scores no end-of-text
+#   target (its line) and equals the run's validation loss; trident sample
+#   applies it (its line; the text after a document = after it alone);
 # - refusals, one line each: a char tokenizer without --eod, --eod outside
-#   the vocabulary, --eod-mask-loss with experts (not yet),
-#   --doc-positions reset without --doc-mask, and with gpt2's learned
-#   positions (not yet).
+#   the vocabulary, --doc-positions reset without --doc-mask, and with
+#   gpt2's learned positions (not yet).
 # Usage: test_doc_mask.sh TRIDENT DATA_DIR
 set -u
 T=$1 DATA=$2
@@ -42,7 +44,7 @@ verify() { # NAME NP FLAGS...: trident verify on NP ranks passes
 }
 # (two runs of two layouts each: CI time)
 verify cp2_tp2_sp_eod_loss 4 --cp 2 --tp 2 --sequence-parallel --eod-mask-loss --grad-accum 2
-verify moe_ep2_dp2_recompute 2 --dp 2 --ep 2 --moe-experts 4 --moe-top-k 2 --recompute block
+verify moe_ep2_dp2_recompute_eod_loss 2 --dp 2 --ep 2 --moe-experts 4 --moe-top-k 2 --recompute block --eod-mask-loss
 VM=("${M[@]:0:2}" --layers 4 "${M[@]:4}") # 4 layers: 2 stages x 2 chunks
 verify llama_cp2_pp2_interleaved_positions_reset 4 --cp 2 --pp 2 --schedule interleaved --virtual-stages 2 \
   --micro-batches 2 --arch llama --kv-heads 2 --doc-positions reset --eod-mask-loss
@@ -80,14 +82,48 @@ a, b = (float(re.search(r"loss ([0-9.]+) nats", open(f).read()).group(1)) for f 
 print("eval loss %.6f, cp 2 %.6f" % (a, b))
 assert abs(a - b) <= 1e-5 * a
 PYEOF
+# --eod-mask-loss: eval leaves out the end-of-text targets as the run's
+# validation does, with its divisor. A text of 330 characters has a
+# validation split of 33 (90/10) = seq + 1: every validation row of the run
+# is that one window, which eval --max-tokens 32 scores once; it holds 4
+# newlines (--eod 0) among its 32 targets, so scoring them moves the loss
+# by far more than the tolerance (the log's 6 decimals, fp32 sums: 1e-5).
+{ head -c 297 "$tmp/s.txt"; head -c 93 "$tmp/s.txt" | tail -c 33; } >"$tmp/v.txt"
+"$T" train --data "$tmp/v.txt" --layers 2 --heads 4 --embd 32 --seq 32 --batch 2 --threads 1 --doc-mask --eod 0 \
+  --eod-mask-loss --steps 2 --eval-every 2 --eval-iters 1 --out "$tmp/ckv" --log "$tmp/v.log" >"$tmp/v.out" 2>&1 || fail "train --eod-mask-loss" "$(tail -3 "$tmp/v.out")"
+"$T" eval --ckpt "$tmp/ckv" --data "$tmp/v.txt" --max-tokens 32 --batch 1 --threads 1 >"$tmp/ev.out" 2>&1 \
+  || fail "eval --eod-mask-loss" "$(tail -3 "$tmp/ev.out")"
+grep -q "eval: end-of-text targets not scored, as trained (--eod-mask-loss, --eod 0" "$tmp/ev.out" \
+  && grep -q "eval: tokens 32 (28 scored" "$tmp/ev.out" && ok "eval says it drops end-of-text targets" \
+  || fail "eval: no --eod-mask-loss line" "$(grep '^eval' "$tmp/ev.out")"
+$PY - "$tmp/v.log" "$tmp/ev.out" <<'PYEOF' && ok "eval = the run's validation loss under --eod-mask-loss" || fail "eval vs the run's val_loss"
+import json, re, sys
+run = [j["val_loss"] for j in map(json.loads, open(sys.argv[1])) if "val_loss" in j][-1]
+ev = float(re.search(r"loss ([0-9.]+) nats", open(sys.argv[2]).read()).group(1))
+print("eval loss %.6f, the run's validation loss at its step %.6f" % (ev, run))
+assert abs(ev - run) <= 1e-5 * run
+PYEOF
+
+# --- sample: the context is the current document (test_sample_cache: the
+# semantics on four model families); here the checkpoint's masking is read:
+# seeded text after "docA<newline>docB" is the text after "docB" alone (the
+# same logits), where a prefix in the same document changes it
+S=(--ckpt "$tmp/ck" --tokens 8 --threads 1)
+"$T" sample "${S[@]}" --prompt $'First Citizen:\nBefore we' >"$tmp/sa.out" 2>"$tmp/sa.err" \
+  || fail "sample" "$(tail -2 "$tmp/sa.err")"
+"$T" sample "${S[@]}" --prompt 'Before we' >"$tmp/sb.out" 2>/dev/null || fail "sample docB"
+"$T" sample "${S[@]}" --prompt 'Citizen:Before we' >"$tmp/sc.out" 2>/dev/null || fail "sample one document"
+grep -q "sample: document masking as trained (--eod 0)" "$tmp/sa.err" && ok "sample says it masks" \
+  || fail "sample: no masking line" "$(cat "$tmp/sa.err")"
+tail9() { tail -c 9 "$tmp/$1.out"; }
+[ "$(tail9 sa)" = "$(tail9 sb)" ] && [ "$(tail9 sc)" != "$(tail9 sb)" ] && ok "sample after docA|docB = after docB (not after docA docB)" \
+  || fail "sample after docA|docB" "$(cat "$tmp/sa.out" "$tmp/sb.out")"
 
 # --- refusals ------------------------------------------------------------------
 R=(--data "$tmp/s.txt" --layers 2 --heads 2 --embd 32 --seq 16 --batch 2 --steps 1)
 expect no-eod "--doc-mask: the char tokenizer has no end-of-text token; give its id with --eod ID" \
   "$T" train "${R[@]}" --doc-mask
 expect eod-vocab "--eod 5000: not a token of the vocabulary" "$T" train "${R[@]}" --doc-mask --eod 5000
-expect eod-loss-moe "--eod-mask-loss does not combine with --moe-experts yet" \
-  "$T" train "${R[@]}" --eod-mask-loss --eod 0 --moe-experts 4 --moe-top-k 2
 expect doc-positions-mask "--doc-positions reset restarts positions at the document starts of --doc-mask" \
   "$T" train "${R[@]}" --arch llama --doc-positions reset
 expect doc-positions-learned "--doc-positions reset is built for rotary positions (--arch llama), not yet for gpt2's" \

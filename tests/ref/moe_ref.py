@@ -13,7 +13,8 @@ the top K of (score + expert_bias) by a stable sort of the negated key (so
 ties go to the lower expert id), gates = the chosen scores, combine weights
 = the gates divided by their sum with norm_topk, each expert its own module,
 the shared experts one MLP of S*F features. The loss is the mean LM
-cross-entropy plus, per MoE block, aux_coef E sum_i f_i P_i (f_i: the share
+cross-entropy over the targets that are not -1 (--eod-mask-loss's masked
+end-of-text targets; the aux and z losses below keep every token) plus, per MoE block, aux_coef E sum_i f_i P_i (f_i: the share
 of the N K assignments routed to i, a constant; P_i: the mean score of i)
 and z_coef mean(logsumexp(logits)^2). Autograd gives every gradient. The
 whole model runs in float64, so the reference's own error (~1e-16, ~6e-8
@@ -162,7 +163,7 @@ def run_case(fin, fout):
         cfg = (L, H, KV, C, F_, T, V, B, tied, eps, theta, (0.0, 1.0, 4.0, 8))
         logits = llama_ref.forward(
             p, cfg, inputs, mlp=lambda p, l, h: moes[l](h) if l in moes else llama_ref.dense_mlp(p, l, h))
-    lm = F.cross_entropy(logits.view(-1, V), targets.view(-1))
+    lm = F.cross_entropy(logits.view(-1, V), targets.view(-1), ignore_index=-1)
     aux = sum(m.aux for m in moes.values())
     z = sum(m.z for m in moes.values())
     routers = [m.router.weight for m in moes.values()]

@@ -9,7 +9,11 @@
  * experts, --moe-every 2, the z-loss, an aux coefficient large enough that
  * its gradient stands far above the tolerance, a nonzero expert_bias that
  * changes the choice, and exact ties (two identical router rows) that must
- * go to the lower expert id. The step's host traffic for routing
+ * go to the lower expert id; and --eod-mask-loss's normalization (a
+ * quarter of the targets the end-of-text id, masked: the LM loss the mean
+ * over the targets kept, the aux and z losses over every token, as
+ * Megatron-LM's; its aux gradient made to stand out, so that a weight
+ * divided by the kept count fails). The step's host traffic for routing
  * (TD_HOST_MOE): one download and one upload per MoE block and pass, of
  * the sizes the routing half has (moe_internal.h), nothing in the
  * backward. */
@@ -39,19 +43,23 @@ typedef struct {
     int tie;      /* router row 2 = row 1 in every MoE block: exact ties */
     int show_aux; /* the case is there for the aux gradient: it must stand out (asserted) */
     int show_z;   /* likewise the z-loss's */
+    int eod;      /* --eod-mask-loss: every 4th target made EOD, then masked (-1) */
 } test_case;
+
+enum { EOD = 5 }; /* a token id of the vocabulary */
 
 #define SM TD_ROUTER_SOFTMAX
 #define SG TD_ROUTER_SIGMOID
 static const test_case CASES[] = {
-    {"gpt2 top-1 softmax", TD_ARCH_GPT2, 1, 1, 0, SM, 0, 0.01f, 0, 0, 0, 0, 0},
-    {"gpt2 top-2 softmax, 1 shared", TD_ARCH_GPT2, 2, 1, 1, SM, 0, 0.01f, 0, 0, 0, 0, 0},
-    {"llama top-2 sigmoid, 2 shared, z 0.01", TD_ARCH_LLAMA, 2, 1, 2, SG, 0, 0.01f, 0.01f, 0, 0, 0, 1},
-    {"llama top-1 sigmoid, norm-topk on", TD_ARCH_LLAMA, 1, 1, 0, SG, TD_TIE_ON, 0.01f, 0, 0, 0, 1, 0},
-    {"llama top-2 softmax, every 2, z 0.01", TD_ARCH_LLAMA, 2, 2, 0, SM, 0, 0.01f, 0.01f, 0, 0, 0, 1},
-    {"gpt2 top-2 softmax, aux 0.1", TD_ARCH_GPT2, 2, 1, 0, SM, 0, 0.1f, 0, 0, 0, 1, 0},
-    {"llama top-2 softmax, expert_bias", TD_ARCH_LLAMA, 2, 1, 1, SM, 0, 0.01f, 0, 1, 0, 0, 0},
-    {"gpt2 top-2 sigmoid, norm off, ties", TD_ARCH_GPT2, 2, 1, 0, SG, TD_TIE_OFF, 0.01f, 0, 0, 1, 0, 0},
+    {"gpt2 top-1 softmax", TD_ARCH_GPT2, 1, 1, 0, SM, 0, 0.01f, 0, 0, 0, 0, 0, 0},
+    {"gpt2 top-2 softmax, 1 shared", TD_ARCH_GPT2, 2, 1, 1, SM, 0, 0.01f, 0, 0, 0, 0, 0, 0},
+    {"llama top-2 sigmoid, 2 shared, z 0.01", TD_ARCH_LLAMA, 2, 1, 2, SG, 0, 0.01f, 0.01f, 0, 0, 0, 1, 0},
+    {"llama top-1 sigmoid, norm-topk on", TD_ARCH_LLAMA, 1, 1, 0, SG, TD_TIE_ON, 0.01f, 0, 0, 0, 1, 0, 0},
+    {"llama top-2 softmax, every 2, z 0.01", TD_ARCH_LLAMA, 2, 2, 0, SM, 0, 0.01f, 0.01f, 0, 0, 0, 1, 0},
+    {"gpt2 top-2 softmax, aux 0.1", TD_ARCH_GPT2, 2, 1, 0, SM, 0, 0.1f, 0, 0, 0, 1, 0, 0},
+    {"llama top-2 softmax, expert_bias", TD_ARCH_LLAMA, 2, 1, 1, SM, 0, 0.01f, 0, 1, 0, 0, 0, 0},
+    {"gpt2 top-2 sigmoid, norm off, ties", TD_ARCH_GPT2, 2, 1, 0, SG, TD_TIE_OFF, 0.01f, 0, 0, 1, 0, 0, 0},
+    {"gpt2 top-2 softmax, aux 0.1, z, eod loss", TD_ARCH_GPT2, 2, 1, 0, SM, 0, 0.1f, 0.01f, 0, 0, 1, 0, 1},
 };
 #define NCASE ((int)(sizeof CASES / sizeof CASES[0]))
 
@@ -97,9 +105,18 @@ static void note(worst *w, double e, const char *name) {
     if (e > w->err || !w->name) w->err = e, w->name = name;
 }
 
+/* The case's targets: the common ones, or with --eod-mask-loss's mask
+ * (td_doc_mask_targets: -1 where EOD); returns the count kept. */
+static long case_targets(const test_case *tc, const int *common, int *tg) {
+    memcpy(tg, common, sizeof(int) * N);
+    if (!tc->eod) return N;
+    for (int i = 3; i < N; i += 4) tg[i] = EOD;
+    return td_doc_mask_targets(tg, N, EOD);
+}
+
 int main(void) {
-    int *inputs = malloc(sizeof(int) * N), *targets = malloc(sizeof(int) * N);
-    ref_tokens(inputs, targets, N, V);
+    int *inputs = malloc(sizeof(int) * N), *common = malloc(sizeof(int) * N), *targets = malloc(sizeof(int) * N);
+    ref_tokens(inputs, common, N, V);
     ref_model mc[NCASE];
     char in_path[] = "/tmp/td_moe_ref_XXXXXX", out_path[256];
     FILE *f = ref_create(in_path, out_path, sizeof out_path);
@@ -107,6 +124,7 @@ int main(void) {
     ref_write(f, top, sizeof top);
     for (int c = 0; c < NCASE; c++) {
         build(&mc[c], &CASES[c]);
+        case_targets(&CASES[c], common, targets);
         write_case(f, &mc[c], inputs, targets);
     }
     fclose(f);
@@ -138,6 +156,7 @@ int main(void) {
         const test_case *tc = &CASES[c];
         ref_model *m = &mc[c];
         const int K = m->cfg.moe.K;
+        const long kept = case_targets(tc, common, targets);
         td_gpt model;
         td_gpt_create(&model, &m->t, B, 0);
         td_gpt_bind_flat(&model, m->params, m->grads);
@@ -174,7 +193,7 @@ int main(void) {
         double elog = ref_cmp(model.logits, (size_t)m->cfg.Vp, ref, N, V);
         td_gpt_moe_stats_reset(&model);
         td_dev_traffic_reset();
-        double lm = td_gpt_forward(&model, inputs, targets) / N;
+        double lm = td_gpt_forward(&model, inputs, targets) / (double)kept;
         td_host_traffic fwd;
         td_dev_traffic(&fwd);
         const td_moe_stats *st = td_gpt_moe_stats(&model);
@@ -195,7 +214,8 @@ int main(void) {
                 }
         }
         td_dev_traffic_reset();
-        td_gpt_backward(&model, 1.0f / N);
+        td_gpt_set_aux_weight(&model, (float)kept / N); /* the run's: aux and z over every token */
+        td_gpt_backward(&model, 1.0f / (float)kept);
         td_host_traffic bwd;
         td_dev_traffic(&bwd);
         /* routing's named copies: logits, scores (and the bias) down; idx,
@@ -245,6 +265,7 @@ int main(void) {
                tc->what, bad ? "FAIL" : "ok", lm, ref_lm, e_lm, st->aux, e_aux, st->z, e_z, e_sum, elog, wr.err,
                wx.err, wx.name ? wx.name : "", ws.err, wo.err, wo.name ? wo.name : "", mism, nmoe * N * K,
                bad_load ? "DIFFER" : "equal", gap, ties, tc->tie ? " (wanted)" : "", vis_lm, vis_aux, vis_z);
+        if (tc->eod) printf("  --eod-mask-loss: %ld of %d targets kept\n", kept, N);
         if (tc->bias) printf("  expert_bias changed the choice of %d of %d tokens in block 0 (need > 0)\n", changed, N);
         printf("  host traffic (moe): forward %llu down (%llu B), %llu up (%llu B); backward %llu + %llu calls%s\n",
                (unsigned long long)fwd.down_calls[TD_HOST_MOE], (unsigned long long)fwd.down_bytes[TD_HOST_MOE],
@@ -262,7 +283,7 @@ int main(void) {
     fclose(o);
     remove(in_path);
     remove(out_path);
-    free(ref), free(ref_idx), free(nobias), free(inputs), free(targets);
+    free(ref), free(ref_idx), free(nobias), free(inputs), free(common), free(targets);
     printf(fails ? "test_moe_vs_torch: FAILED (%d)\n" : "test_moe_vs_torch: all passed%.0d\n", fails);
     return fails ? 1 : 0;
 }

@@ -275,11 +275,6 @@ static const char *breaking(td_rule_id id, td_compat_cfg *c) {
         c->optimizer = 1, c->device = 2, c->device_name = "cuda";
         return "--optimizer muon does not combine with --device cuda yet: the CUDA backend has no Muon kernels "
                "(Newton-Schulz, the momentum, the update); use --device cpu or guard, or --optimizer adamw";
-    case TD_RULE_EOD_LOSS_MOE:
-        c->eod_mask_loss = 1, c->experts = 4;
-        return "--eod-mask-loss does not combine with --moe-experts yet: the experts' auxiliary losses are "
-               "normalized by every token of the step, the loss by the targets kept; drop --eod-mask-loss "
-               "(--doc-mask alone runs with experts)";
     case TD_RULE_DOC_POSITIONS_MASK:
         c->doc_pos_reset = 1;
         return "--doc-positions reset restarts positions at the document starts of --doc-mask; add --doc-mask "

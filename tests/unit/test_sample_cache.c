@@ -13,7 +13,9 @@
  *   - memory: the cache holds prompt + tokens positions, not T (a Llama of
  *     T 131072, as an imported Llama 3.1 has);
  *   - top-p's kept set against a reference written from the definition;
- *   - the progress lines of a long prompt (one per TD_SAMPLE_CHUNK tokens). */
+ *   - the progress lines of a long prompt (one per TD_SAMPLE_CHUNK tokens);
+ *   - document masking (--doc-mask checkpoints): the context is the current
+ *     document alone, against the plain sampler on that document. */
 #include <stdio.h>
 
 #include "report.h"
@@ -57,16 +59,54 @@ static float *make_params(const td_param_table *t) {
     return p;
 }
 
-static char *generate(const td_param_table *t, const float *p, const char *prompt, int tokens,
-                      int top_k, int no_cache, td_sample_stats *st, FILE *progress) {
+/* eod >= 0: a checkpoint trained with --doc-mask --eod eod */
+static char *generate_docs(const td_param_table *t, const float *p, const char *prompt, int tokens,
+                           int top_k, int no_cache, td_sample_stats *st, FILE *progress, int eod) {
     td_tokenizer tok = {.kind = TD_TOK_BYTE, .V = 256};
     char *buf = NULL;
     size_t n = 0;
     FILE *out = open_memstream(&buf, &n);
-    td_sampling sp = {prompt, tokens, 1.0f, top_k, 7, 0.0f, no_cache, progress, st};
+    td_sampling sp = {prompt, tokens, 1.0f, top_k, 7, 0.0f, no_cache, progress, st, eod >= 0, eod};
     td_generate(t, p, &tok, &sp, out);
     fclose(out);
     return buf;
+}
+
+static char *generate(const td_param_table *t, const float *p, const char *prompt, int tokens,
+                      int top_k, int no_cache, td_sample_stats *st, FILE *progress) {
+    return generate_docs(t, p, prompt, tokens, top_k, no_cache, st, progress, -1);
+}
+
+/* (f) --doc-mask: greedy text after "docA|docB" ('|' the end-of-text
+ * byte) is the plain sampler's after "docB" alone, with and without the
+ * cache, where unmasked the prefix changes it; after "docA|" the first
+ * token t1 comes from docA| and the rest is the plain sampler's after "t1"
+ * alone (a fresh document mid-generation restarts the cache). */
+static void check_docs(const model_case *mc, const td_param_table *t, const float *p) {
+    const int eod = '|', n = 12;
+    const char *a = "First Citizen:|Before we", *b = a + 15, *a_only = "First Citizen:|";
+    char name[128];
+    td_sample_stats st;
+    char *plain_b = generate(t, p, b, n, 1, 0, &st, NULL), *plain_a = generate(t, p, a, n, 1, 0, &st, NULL);
+    const char *gen = plain_b + strlen(b);
+    snprintf(name, sizeof name, "%s: unmasked, the prefix before '|' changes the text", mc->name);
+    check_true(name, strcmp(plain_a + strlen(a), gen) != 0, "the same: the check below could not fail");
+    snprintf(name, sizeof name, "%s: no '|' generated (the oracle's premise)", mc->name);
+    check_true(name, strchr(gen, eod) == NULL, gen);
+    for (int nc = 0; nc < 2; nc++) {
+        char *x = generate_docs(t, p, a, n, 1, nc, &st, NULL, eod);
+        snprintf(name, sizeof name, "%s: doc-masked after docA|docB = plain after docB (%s)", mc->name,
+                 nc ? "no cache" : "cache");
+        check_true(name, strcmp(x + strlen(a), gen) == 0, x);
+        char *y = generate_docs(t, p, a_only, n, 1, nc, &st, NULL, eod);
+        char first[2] = {y[strlen(a_only)], 0};
+        char *z = generate(t, p, first, n - 1, 1, 0, &st, NULL);
+        snprintf(name, sizeof name, "%s: after docA|, t1 then plain after t1 (%s)", mc->name,
+                 nc ? "no cache" : "cache");
+        check_true(name, first[0] != 0 && strchr(y + strlen(a_only), eod) == NULL && strcmp(y + strlen(a_only), z) == 0, y);
+        free(x), free(y), free(z);
+    }
+    free(plain_a), free(plain_b);
 }
 
 /* The cache's logits at positions 0..n-1 (prefill of the first `pre` in
@@ -110,6 +150,7 @@ static void check_model(const model_case *mc) {
     td_param_table_build(&t, &cfg, 1);
     float *p = make_params(&t);
     check_logits(mc, &t, p);
+    check_docs(mc, &t, p);
     char name[128];
     /* greedy and seeded, within T and past it (the window slides) */
     struct { const char *prompt; int tokens, top_k; } runs[] = {
