@@ -622,7 +622,6 @@ static const td_compat_rule rules[TD_RULE_N] = {
     ROW(TD_RULE_MUON_DEVICE, "muon-device", OPT, muon_device),
     ROW(TD_RULE_EOD_LOSS_MOE, "eod-loss-moe", OPT, eod_loss_moe),
     ROW(TD_RULE_DOC_POSITIONS_MASK, "doc-positions-mask", OPT, doc_positions_mask),
-    ROW(TD_RULE_DOC_POSITIONS_LEARNED, "doc-positions-learned", OPT, doc_positions_learned),
 };
 
 const td_compat_rule *td_compat_rules(void) { return rules; }

@@ -142,15 +142,6 @@ SAY(doc_positions_mask) {
                      "(or drop --doc-positions reset)");
 }
 
-/* gpt2's learned table (wpe) is read by the embedding's kernels at the
- * packed positions: their per-sequence positions are not built */
-OK(doc_positions_learned) { return !c->doc_pos_reset || !c->learned_positions; }
-SAY(doc_positions_learned) {
-    (void)c;
-    snprintf(buf, n, "--doc-positions reset is built for rotary positions (--arch llama), not yet for gpt2's learned "
-                     "positions; use --arch llama or --doc-positions continue");
-}
-
 /* the experts' balancing and z losses are normalized by every token of the
  * step (moe.c), and the oracle and the run add them to the token loss's sum
  * before its division: with fewer targets that weight would move */
