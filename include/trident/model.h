@@ -584,12 +584,14 @@ void td_gpt_set_documents(td_gpt *m, const int *whole_inputs);
 void td_gpt_doc_positions(td_gpt *m, int reset);
 /* A pipeline keeps several micro-batches in flight, each in a slot, and
  * runs their forwards and backwards interleaved: each slot holds its own
- * micro-batch's starts (and --doc-positions reset table) in buffers like the
- * model's (both NULL when masking is off), and td_gpt_docs_use points the
- * model at them for that slot's actions, returning what it pointed at. */
+ * micro-batch's starts (and --doc-positions reset table or rows' positions)
+ * in buffers like the model's (NULL when masking is off), and
+ * td_gpt_docs_use points the model at them for that slot's actions,
+ * returning what it pointed at. */
 typedef struct {
     int *start;  /* [B, cfg.T] device */
     float *rope; /* [B, T, hs] device, or NULL */
+    int *pos;    /* [B, T] device (learned positions reset), or NULL */
 } td_gpt_docs;
 void td_gpt_docs_create(td_gpt_docs *d, const td_gpt *m);
 void td_gpt_docs_destroy(td_gpt_docs *d);

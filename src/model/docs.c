@@ -52,22 +52,24 @@ void td_gpt_doc_positions(td_gpt *m, int reset) {
 }
 
 void td_gpt_docs_create(td_gpt_docs *d, const td_gpt *m) {
-    d->start = NULL, d->rope = NULL;
+    d->start = NULL, d->rope = NULL, d->pos = NULL;
     if (m->doc_start)
         d->start = td_dev_alloc((size_t)m->d.B * (size_t)m->cfg.T * sizeof(int), TD_MEM_OTHER, "document starts");
     if (m->rope_doc)
         d->rope = td_dev_alloc((size_t)m->d.B * (size_t)m->d.T * (size_t)m->d.hs * sizeof(float), TD_MEM_OTHER,
                                "document rotary table");
+    if (m->doc_pos)
+        d->pos = td_dev_alloc((size_t)m->d.B * (size_t)m->d.T * sizeof(int), TD_MEM_OTHER, "document positions");
 }
 
 void td_gpt_docs_destroy(td_gpt_docs *d) {
-    td_dev_free(d->start), td_dev_free(d->rope);
-    d->start = NULL, d->rope = NULL;
+    td_dev_free(d->start), td_dev_free(d->rope), td_dev_free(d->pos);
+    d->start = NULL, d->rope = NULL, d->pos = NULL;
 }
 
 td_gpt_docs td_gpt_docs_use(td_gpt *m, td_gpt_docs d) {
-    td_gpt_docs was = {m->doc_start, m->rope_doc};
-    m->doc_start = d.start, m->rope_doc = d.rope;
+    td_gpt_docs was = {m->doc_start, m->rope_doc, m->doc_pos};
+    m->doc_start = d.start, m->rope_doc = d.rope, m->doc_pos = d.pos;
     return was;
 }
 
