@@ -110,7 +110,6 @@ typedef enum {
     TD_RULE_MUON_PRECISION, /* issue 42: Muon's fp32 Newton-Schulz only */
     TD_RULE_MUON_DEVICE,    /* the CUDA backend has no Muon ops */
     TD_RULE_DOC_POSITIONS_MASK,    /* --doc-positions reset needs --doc-mask */
-    TD_RULE_DOC_POSITIONS_LEARNED, /* --doc-positions reset: learned positions not yet */
     TD_RULE_N
 } td_rule_id;
 
@@ -169,7 +168,6 @@ typedef struct {
     int doc_mask;      /* --doc-mask */
     int eod_mask_loss; /* --eod-mask-loss */
     int doc_pos_reset; /* --doc-positions reset */
-    int learned_positions; /* the family's positions are learned (gpt2's wpe), not rotary */
 } td_compat_cfg;
 
 typedef struct {

@@ -441,10 +441,14 @@ typedef struct td_gpt {
     int doc_eod;             /* the end-of-text id; -1: off */
     int *doc_start;          /* [B, cfg.T] device: each global position's document start */
     int *doc_host;           /* [B, cfg.T] host staging of doc_start */
-    /* --doc-positions reset (td_gpt_doc_positions): the rotary table of each
-     * micro-batch's rows, positions counted from their document's start */
+    /* --doc-positions reset (td_gpt_doc_positions): each micro-batch's rows'
+     * positions counted from their document's start, and from them the
+     * rotary table of the rows (rotary families) or the rows' positions on
+     * the device (learned: the wpe rows the embedding adds) */
+    int *doc_pos_host;       /* [B, T] each local row's position; NULL: reset off */
     float *rope_doc;         /* [B, T, hs] device; NULL: rope_cs, the packed positions */
     float *rope_doc_host;    /* [B, T, hs] host staging of rope_doc */
+    int *doc_pos;            /* [B, T] device copy of doc_pos_host (learned); NULL: m->pos */
     size_t acts_bytes;
     struct td_moe_state *moe; /* a mixture of experts' state (moe.c); NULL: dense */
     /* model-ops: the run's backend row of the model's precision (every op
@@ -574,18 +578,20 @@ void td_gpt_upload_tokens(const td_gpt *m, int *inputs_dev, const int *inputs, i
 void td_gpt_doc_mask(td_gpt *m, int eod);
 void td_gpt_set_documents(td_gpt *m, const int *whole_inputs);
 /* --doc-positions reset (after td_gpt_doc_mask with eod >= 0; reset 0:
- * off again): the rotary positions restart at 0 at each document start, the
- * position of global row t being t - start(t); a rotary model only (learned
- * positions refuse it: rules row doc-positions-learned). */
+ * off again): the positions restart at 0 at each document start, the
+ * position of global row t being t - start(t): rotary (the rows' table)
+ * and learned (the wpe row added to each row, its gradient there). */
 void td_gpt_doc_positions(td_gpt *m, int reset);
 /* A pipeline keeps several micro-batches in flight, each in a slot, and
  * runs their forwards and backwards interleaved: each slot holds its own
- * micro-batch's starts (and --doc-positions reset table) in buffers like the
- * model's (both NULL when masking is off), and td_gpt_docs_use points the
- * model at them for that slot's actions, returning what it pointed at. */
+ * micro-batch's starts (and --doc-positions reset table or rows' positions)
+ * in buffers like the model's (NULL when masking is off), and
+ * td_gpt_docs_use points the model at them for that slot's actions,
+ * returning what it pointed at. */
 typedef struct {
     int *start;  /* [B, cfg.T] device */
     float *rope; /* [B, T, hs] device, or NULL */
+    int *pos;    /* [B, T] device (learned positions reset), or NULL */
 } td_gpt_docs;
 void td_gpt_docs_create(td_gpt_docs *d, const td_gpt *m);
 void td_gpt_docs_destroy(td_gpt_docs *d);

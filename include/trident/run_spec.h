@@ -86,7 +86,7 @@ typedef struct {
     int doc_mask;          /* --doc-mask: attention stays within documents */
     int eod;               /* --eod: the end-of-text id; -1: the tokenizer's */
     int eod_mask_loss;     /* --eod-mask-loss: no loss on end-of-text targets */
-    int doc_pos_reset;     /* --doc-positions reset: rotary positions restart at each document */
+    int doc_pos_reset;     /* --doc-positions reset: positions restart at each document */
 } td_run_data;
 
 /* The end-of-text id a document-masked run splits documents at (and

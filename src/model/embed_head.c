@@ -28,7 +28,10 @@ void td_embed_forward(td_gpt *m, const int *inputs, td_embed_acts *a) {
                                d->N, d->C);
     td_m_reduce_rows(m, part, rows);
     const float *wpe = td_m_w(m, EMBED_UNIT, TD_T_WPE); /* NULL: rotary positions instead */
-    if (wpe) m->ops->pos_fwd(rows, wpe, m->pos, d->row0, d->Ns, d->T, d->C);
+    /* --doc-positions reset: each of the micro-batch's N rows its own
+     * position (pos_fwd's period T taken as N: row n reads doc_pos[n]) */
+    if (wpe && m->doc_pos) m->ops->pos_fwd(rows, wpe, m->doc_pos, d->row0, d->Ns, d->N, d->C);
+    else if (wpe) m->ops->pos_fwd(rows, wpe, m->pos, d->row0, d->Ns, d->T, d->C);
     if (d->lp) td_m_round_n(m, a->encoded, rows, (size_t)d->Ns * d->C);
 }
 
@@ -44,7 +47,11 @@ void td_embed_backward(td_gpt *m, const int *inputs, const td_act *dres) {
                                 d->C);
     /* from all N rows: the position gradient is the same on every tp rank */
     float *gwpe = td_m_g(m, EMBED_UNIT, TD_T_WPE);
-    if (gwpe) m->ops->pos_bwd(gwpe, g, m->pos, 0, d->N, d->T, d->C);
+    /* --doc-positions reset: rows share positions, so the gradient is the
+     * lookup's scatter-add with positions for ids: emb_bwd's, thread-count
+     * independent (each wpe row's terms added in row order) */
+    if (gwpe && m->doc_pos) m->ops->emb_bwd(gwpe, g, m->doc_pos, 0, m->cfg.T, d->N, d->C);
+    else if (gwpe) m->ops->pos_bwd(gwpe, g, m->pos, 0, d->N, d->T, d->C);
 }
 
 /* The logits are fp32 in every precision (the GEMM writes them so), and so

@@ -621,7 +621,6 @@ static const td_compat_rule rules[TD_RULE_N] = {
     ROW(TD_RULE_MUON_PRECISION, "muon-precision", OPT, muon_precision),
     ROW(TD_RULE_MUON_DEVICE, "muon-device", OPT, muon_device),
     ROW(TD_RULE_DOC_POSITIONS_MASK, "doc-positions-mask", OPT, doc_positions_mask),
-    ROW(TD_RULE_DOC_POSITIONS_LEARNED, "doc-positions-learned", OPT, doc_positions_learned),
 };
 
 const td_compat_rule *td_compat_rules(void) { return rules; }

@@ -18,7 +18,6 @@ TD_ROW_FUNCS(muon_precision)
 TD_ROW_FUNCS(muon_device)
 TD_ROW_FUNCS(rampup_layout)
 TD_ROW_FUNCS(doc_positions_mask)
-TD_ROW_FUNCS(doc_positions_learned)
 TD_ROW_FUNCS(rampup_divides)
 void brief_rampup_divides(const td_compat_cfg *c, char *buf, size_t n);
 TD_ROW_FUNCS(rampup_interleaved)

@@ -142,12 +142,3 @@ SAY(doc_positions_mask) {
                      "(or drop --doc-positions reset)");
 }
 
-/* gpt2's learned table (wpe) is read by the embedding's kernels at the
- * packed positions: their per-sequence positions are not built */
-OK(doc_positions_learned) { return !c->doc_pos_reset || !c->learned_positions; }
-SAY(doc_positions_learned) {
-    (void)c;
-    snprintf(buf, n, "--doc-positions reset is built for rotary positions (--arch llama), not yet for gpt2's learned "
-                     "positions; use --arch llama or --doc-positions continue");
-}
-

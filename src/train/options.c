@@ -68,7 +68,7 @@ int td_train_flag_table(td_train_opts *o, td_flag *out, int cap) {
         {"--doc-mask", TD_FLAG_BOOL, &o->doc_mask, "document masking: attention stays within documents, a document beginning after each end-of-text token (--eod; docs/recipe-doc-mask.md)", NULL},
         {"--eod-mask-loss", TD_FLAG_BOOL, &o->eod_mask_loss, "no loss on targets equal to the end-of-text token (--eod), the loss the mean over the global batch's other targets (docs/recipe-doc-mask.md)", NULL},
         {"--eod", TD_FLAG_INT, &o->eod, "with --doc-mask: the end-of-text token id (default: the tokenizer's <|endoftext|>; char and byte tokenizers have none and need it)", "[-1, " STR(TD_MAX_VOCAB) "]"},
-        {"--doc-positions", TD_FLAG_STR, &o->doc_positions, "with --doc-mask: continue (default: the packed sequence's positions) or reset (rotary positions restart at 0 at each document start; docs/recipe-doc-mask.md)", NULL},
+        {"--doc-positions", TD_FLAG_STR, &o->doc_positions, "with --doc-mask: continue (default: the packed sequence's positions) or reset (positions, rotary or learned, restart at 0 at each document start; docs/recipe-doc-mask.md)", NULL},
         {"--model", TD_FLAG_STR, &o->model, "a model preset of `trident plan --list-models` (gpt2-124m, llama3-8b, smollm-135m, ...): sets --layers --heads --embd --seq --arch --kv-heads --ffn-hidden --rope-theta --tie-embeddings (and Llama 3.1's rope scaling); flags given on the command line or in --config win; the vocabulary stays the data's", NULL},
         {"--layers", TD_FLAG_INT, &o->layers, "transformer blocks L (4)", "[1, " STR(TD_MAX_LAYERS) "]"},
         {"--heads", TD_FLAG_INT, &o->heads, "attention heads H (4)", "[1, " STR(TD_MAX_EMBD) "]"},
@@ -375,7 +375,7 @@ void td_train_compat_cfg(const td_train_opts *o, td_compat_cfg *c) {
     c->rampup_text = o->batch_rampup;
     c->optimizer = o->optim.optimizer;
     c->doc_mask = o->doc_mask, c->eod_mask_loss = o->eod_mask_loss;
-    c->doc_pos_reset = ch->doc_pos_reset, c->learned_positions = ch->arch == TD_ARCH_GPT2;
+    c->doc_pos_reset = ch->doc_pos_reset;
     c->seq = o->seq, c->embd = o->embd;
     c->grad_bf16 = ch->grad_dtype == TD_BF16;
     c->topk_ratio = ch->topk_ratio, c->topk_no_ef = ch->topk_no_ef;

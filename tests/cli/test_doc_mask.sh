@@ -4,7 +4,9 @@
 # - trident verify (the layout against one doc-masked process, step by
 #   step) passes for cp 2 (ring attention: global document starts) x tp 2
 #   with sequence parallelism and --eod-mask-loss over 2 micro-batches (the
-#   divisor the global count of targets kept), and a mixture of experts over
+#   divisor the global count of targets kept) and gpt2's learned positions
+#   reset per document (each cp chunk's and sp half's rows at global
+#   t - start(t), per micro-batch), and a mixture of experts over
 #   dp 2 = ep 2 with block recomputation and --eod-mask-loss (the aux and z
 #   losses over every token, the token loss over those kept), and a Llama
 #   (rotary) on cp 2 x pp 2 interleaved (2 chunks a stage: the second is a
@@ -13,15 +15,16 @@
 #   positions from global starts) and --eod-mask-loss;
 # - the mask changes the run (a masked and an unmasked run's losses differ);
 # - 4 steps = --resume of step 2 and 2 more, bitwise (losses and state),
-#   the resume continuing --doc-mask and --eod from the checkpoint; the
-#   --device guard run (document starts a device buffer) bitwise too;
-# - trident eval applies the checkpoint's masking (its line), one process
-#   and cp 2 agreeing; under --eod-mask-loss it scores no end-of-text
-#   target (its line) and equals the run's validation loss; trident sample
-#   applies it (its line; the text after a document = after it alone);
+#   the resume continuing --doc-mask, --eod and --doc-positions reset (gpt2's
+#   learned positions) from the checkpoint; the --device guard run (document
+#   starts and positions device buffers, their ops' extents) bitwise too;
+# - trident eval applies the checkpoint's masking and positions (its line),
+#   one process and cp 2 agreeing; under --eod-mask-loss it scores no
+#   end-of-text target (its line) and equals the run's validation loss;
+#   trident sample applies it (its line; the text after a document = after
+#   it alone);
 # - refusals, one line each: a char tokenizer without --eod, --eod outside
-#   the vocabulary, --doc-positions reset without --doc-mask, and with
-#   gpt2's learned positions (not yet).
+#   the vocabulary, --doc-positions reset without --doc-mask.
 # Usage: test_doc_mask.sh TRIDENT DATA_DIR
 set -u
 T=$1 DATA=$2
@@ -43,21 +46,23 @@ verify() { # NAME NP FLAGS...: trident verify on NP ranks passes
   else fail "$name: rc $rc" "$(grep '^verify\|error' <<<"$out")"; fi
 }
 # (two runs of two layouts each: CI time)
-verify cp2_tp2_sp_eod_loss 4 --cp 2 --tp 2 --sequence-parallel --eod-mask-loss --grad-accum 2
+verify cp2_tp2_sp_eod_loss_positions_reset 4 --cp 2 --tp 2 --sequence-parallel --eod-mask-loss --grad-accum 2 \
+  --doc-positions reset
 verify moe_ep2_dp2_recompute_eod_loss 2 --dp 2 --ep 2 --moe-experts 4 --moe-top-k 2 --recompute block --eod-mask-loss
 VM=("${M[@]:0:2}" --layers 4 "${M[@]:4}") # 4 layers: 2 stages x 2 chunks
 verify llama_cp2_pp2_interleaved_positions_reset 4 --cp 2 --pp 2 --schedule interleaved --virtual-stages 2 \
   --micro-batches 2 --arch llama --kv-heads 2 --doc-positions reset --eod-mask-loss
 
 # --- the mask matters; resume bitwise ------------------------------------------
-"$T" train "${M[@]}" --steps 4 --out "$tmp/ck" --save-every 2 --log "$tmp/full.log" >"$tmp/full.out" 2>&1 \
+"$T" train "${M[@]}" --doc-positions reset --steps 4 --out "$tmp/ck" --save-every 2 --log "$tmp/full.log" >"$tmp/full.out" 2>&1 \
   || fail "train" "$(tail -3 "$tmp/full.out")"
 "$T" train "${M[@]:0:14}" --steps 4 --log "$tmp/plain.log" >/dev/null 2>&1 || fail "train unmasked"
 "$T" train "${M[@]:0:14}" --steps 4 --out "$tmp/r" --resume "$tmp/ck/step-00000002" --log "$tmp/rest.log" \
   >"$tmp/rest.out" 2>&1 || fail "resume" "$(tail -3 "$tmp/rest.out")"
-grep -q '"doc-mask": true, "eod-mask-loss": false, "eod": 0' "$tmp/rest.out" && ok "resume continues --doc-mask --eod 0" \
+grep -q '"doc-mask": true, "eod-mask-loss": false, "eod": 0, "doc-positions": "reset"' "$tmp/rest.out" \
+  && ok "resume continues --doc-mask --eod 0 --doc-positions reset" \
   || fail "resume did not continue the masking"
-"$T" train "${M[@]}" --steps 2 --device guard --log "$tmp/guard.log" >"$tmp/guard.out" 2>&1 \
+"$T" train "${M[@]}" --doc-positions reset --steps 2 --device guard --log "$tmp/guard.log" >"$tmp/guard.out" 2>&1 \
   || fail "--device guard" "$(tail -3 "$tmp/guard.out")"
 $PY - "$tmp/full.log" "$tmp/rest.log" "$tmp/plain.log" "$tmp/guard.log" <<'PYEOF' && ok "losses: resume and guard bitwise, mask matters" || fail "losses"
 import json, sys
@@ -75,7 +80,8 @@ $PY "$XXH3" same "$tmp/ck/step-00000004" "$tmp/r/latest" && ok "resume state bit
 E=(--ckpt "$tmp/ck" --data "$tmp/s.txt" --max-tokens 3000 --batch 4 --threads 1)
 "$T" eval "${E[@]}" >"$tmp/e1.out" 2>&1 || fail "eval" "$(tail -3 "$tmp/e1.out")"
 timeout 120 $MPIRUN -np 2 "$T" eval "${E[@]}" --cp 2 >"$tmp/e2.out" 2>&1 </dev/null || fail "eval cp2" "$(tail -3 "$tmp/e2.out")"
-grep -q "eval: document masking as trained (--eod 0" "$tmp/e1.out" && ok "eval says it masks" || fail "eval: no masking line"
+grep -q "eval: document masking as trained (--eod 0.*--doc-positions reset" "$tmp/e1.out" && ok "eval says it masks" \
+  || fail "eval: no masking line"
 $PY - "$tmp/e1.out" "$tmp/e2.out" <<'PYEOF' && ok "eval cp2 = one process" || fail "eval cp2"
 import re, sys
 a, b = (float(re.search(r"loss ([0-9.]+) nats", open(f).read()).group(1)) for f in sys.argv[1:])
@@ -126,8 +132,6 @@ expect no-eod "--doc-mask: the char tokenizer has no end-of-text token; give its
 expect eod-vocab "--eod 5000: not a token of the vocabulary" "$T" train "${R[@]}" --doc-mask --eod 5000
 expect doc-positions-mask "--doc-positions reset restarts positions at the document starts of --doc-mask" \
   "$T" train "${R[@]}" --arch llama --doc-positions reset
-expect doc-positions-learned "--doc-positions reset is built for rotary positions (--arch llama), not yet for gpt2's" \
-  "$T" train "${R[@]}" --doc-mask --eod 0 --doc-positions reset
 
 [ $fails -eq 0 ] && echo "doc mask: all passed"
 exit $fails

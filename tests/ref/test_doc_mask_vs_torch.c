@@ -15,7 +15,10 @@
  * statement as well); what the reset changes is the rows' table, checked
  * against cos/sin of t - start(t) computed here in double from the ends
  * placed (a wrong sequence's or position's table also moves i - j and
- * fails the reference). */
+ * fails the reference). Learned positions are absolute, so there the reset
+ * is the reference's check itself: GPT-2 (the reference's own GPT-2, its
+ * wpe rows looked up at t - start(t) computed there) with the reset
+ * matches, and the same model without it, the packed positions, fails. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,11 +40,17 @@ static void build(ref_model *mc) {
     ref_model_build(mc);
 }
 
+/* GPT-2 of the same sizes: learned positions, tied head */
+static void build_gpt2(ref_model *mc) {
+    mc->cfg = (td_gpt_config){.L = L, .H = H, .C = C, .T = T, .V = V, .arch = TD_ARCH_GPT2};
+    ref_model_build(mc);
+}
+
 static void write_case(FILE *f, const ref_model *mc, int mask_loss, int reset, const int *inputs,
                        const int *targets) {
     int32_t pre[3] = {EOD, mask_loss, reset};
     ref_write(f, pre, sizeof pre);
-    ref_write_llama_case(f, mc, B, 0, inputs, targets);
+    ref_write_llama_case(f, mc, B, mc->cfg.arch == TD_ARCH_GPT2, inputs, targets);
 }
 
 /* One step of the model (masked: documents set) against the reference's
@@ -117,10 +126,10 @@ int main(void) {
     for (size_t e = 0; e < sizeof ends / sizeof ends[0]; e++) inputs[ends[e][0] * T + ends[e][1]] = EOD;
     for (int b = 0; b < B; b++) /* targets: the next input, so end-of-text targets occur */
         for (int t = 0; t + 1 < T; t++) targets[b * T + t] = inputs[b * T + t + 1];
-    ref_model mc[NCASE];
+    ref_model mc[NCASE], mg;
     char in_path[] = "/tmp/td_docmask_ref_XXXXXX", out_path[256];
     FILE *f = ref_create(in_path, out_path, sizeof out_path);
-    int32_t top[2] = {0x4B53444D, NCASE + 2};
+    int32_t top[2] = {0x4B53444D, NCASE + 4};
     ref_write(f, top, sizeof top);
     for (int c = 0; c < NCASE; c++) { /* masked; eod loss masked; positions reset */
         build(&mc[c]);
@@ -128,6 +137,9 @@ int main(void) {
     }
     write_case(f, &mc[0], 0, 0, inputs, targets); /* again, for the unmasked model */
     write_case(f, &mc[2], 0, 1, inputs, targets); /* again, for the model without the reset */
+    build_gpt2(&mg); /* GPT-2, positions reset: for the model with and without the reset */
+    write_case(f, &mg, 0, 1, inputs, targets);
+    write_case(f, &mg, 0, 1, inputs, targets);
     fclose(f);
     if (ref_run(TD_SOURCE_DIR "/tests/ref/doc_mask_ref.py", in_path, out_path)) return 1;
     FILE *o = fopen(out_path, "rb");
@@ -139,15 +151,21 @@ int main(void) {
     double r2 = step_vs(&mc[2], o, 1, 0, 1, inputs, targets, ref, "doc mask, positions reset");
     double ru = step_vs(&mc[0], o, 0, 0, 0, inputs, targets, ref, "unmasked model vs the masked reference");
     double rp = step_vs(&mc[2], o, 1, 0, 0, inputs, targets, ref, "packed positions vs the reset reference");
-    fails += r0 > 1, fails += r1 > 1, fails += r2 > 1;
+    double rg = step_vs(&mg, o, 1, 0, 1, inputs, targets, ref, "gpt2 doc mask, learned positions reset");
+    double rl = step_vs(&mg, o, 1, 0, 0, inputs, targets, ref, "gpt2 packed positions vs the reset reference");
+    fails += r0 > 1, fails += r1 > 1, fails += r2 > 1, fails += rg > 1;
     printf("doc mask %s, eod loss masked %s, positions reset %s (worst %.2f, %.2f, %.2f of the tolerances)\n",
            r0 > 1 ? "FAIL" : "ok", r1 > 1 ? "FAIL" : "ok", r2 > 1 ? "FAIL" : "ok", r0, r1, r2);
     if (ru < 100) fails++, printf("FAIL: without the mask the model is only %.1f tolerances off\n", ru);
     else printf("ok   the mask matters: unmasked, %.0f tolerances off\n", ru);
     if (rp > 1) fails++, printf("FAIL: rotary is relative, yet the packed positions are %.1f tolerances off\n", rp);
     else printf("ok   rotary is relative within a document: packed positions %.2f of the tolerances\n", rp);
+    printf("gpt2 learned positions reset %s (worst %.2f of the tolerances)\n", rg > 1 ? "FAIL" : "ok", rg);
+    if (rl < 100) fails++, printf("FAIL: without the reset gpt2 is only %.1f tolerances off\n", rl);
+    else printf("ok   learned positions are absolute: without the reset, %.0f tolerances off\n", rl);
     fails += table_vs(&mc[2], inputs);
     for (int c = 0; c < NCASE; c++) ref_model_free(&mc[c]);
+    ref_model_free(&mg);
     fclose(o);
     remove(in_path);
     remove(out_path);

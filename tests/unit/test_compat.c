@@ -279,10 +279,6 @@ static const char *breaking(td_rule_id id, td_compat_cfg *c) {
         c->doc_pos_reset = 1;
         return "--doc-positions reset restarts positions at the document starts of --doc-mask; add --doc-mask "
                "(or drop --doc-positions reset)";
-    case TD_RULE_DOC_POSITIONS_LEARNED:
-        c->doc_pos_reset = 1, c->doc_mask = 1, c->learned_positions = 1;
-        return "--doc-positions reset is built for rotary positions (--arch llama), not yet for gpt2's learned "
-               "positions; use --arch llama or --doc-positions continue";
     case TD_RULE_N:
         break;
     }

@@ -189,6 +189,48 @@ static void test_embedding(void) {
     tu_release(mark);
 }
 
+/* Positions per row, as --doc-positions reset makes them for learned
+ * positions (embed_head.c): rows repeat positions (each document restarts
+ * at 0), the forward is position_forward with the N rows for its period,
+ * the gradient the lookup's scatter-add with positions for ids
+ * (embedding_shard_backward over all T rows of wpe). Oracle: the
+ * definition, each wpe row's terms added in row order, which the kernels
+ * must give bitwise at 1, 2 and 3 threads (N * C >= TD_K_PAR_MIN_ELEMS, so
+ * they do split); the sp half (rows from n0) too. */
+static void doc_positions_case(void) {
+    int B = 4, T = 64, C = 64, N = B * T, mark = tu_mark();
+    int *pos = TU_NEW(int, N);
+    for (int n = 0, p = 0; n < N; n++, p++) { /* documents of 1..13 rows, cut at sequence ends */
+        if (n % T == 0 || td_rng_u64(6, 1, (uint64_t)n) % 13 == 0) p = 0;
+        pos[n] = p;
+    }
+    float *wpe = TU_NEW(float, T * C), *dout = TU_NEW(float, N * C);
+    tu_randn(wpe, T * C, 7, 1.0f);
+    tu_randn(dout, N * C, 8, 1.0f);
+    float *want = TU_NEW(float, N * C), *gwant = TU_NEW(float, T * C);
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++) {
+            want[n * C + c] = 0.5f + wpe[pos[n] * C + c];
+            gwant[pos[n] * C + c] += dout[n * C + c];
+        }
+    float *o = TU_NEW(float, N * C), *g = TU_NEW(float, T * C);
+    for (int nt = 1; nt <= 3; nt++) {
+        td_kernels_set_threads(nt);
+        for (int i = 0; i < N * C; i++) o[i] = 0.5f;
+        memset(g, 0, sizeof(float) * T * C);
+        td_position_forward(o, wpe, pos, 0, N / 2, N, C); /* as two sp ranks: rows 0.. and N/2.. */
+        td_position_forward(o + (size_t)(N / 2) * C, wpe, pos, N / 2, N - N / 2, N, C);
+        td_embedding_shard_backward(g, dout, pos, 0, T, N, C);
+        char name[96];
+        snprintf(name, sizeof name, "positions per row fwd = definition (%d threads)", nt);
+        tu_check_bitwise(name, o, want, N * C);
+        snprintf(name, sizeof name, "positions per row bwd = definition (%d threads)", nt);
+        tu_check_bitwise(name, g, gwant, T * C);
+    }
+    td_kernels_set_threads(1);
+    tu_release(mark);
+}
+
 /* The vocab-parallel parts (a shard of wte rows, positions from a row
  * offset): summed over shards they must give the fused kernel's bits, the
  * last shard holding rows beyond V (padding), and the backward over shards
@@ -241,6 +283,7 @@ static void test_embedding_shards(void) {
         tu_check_bitwise("positions at explicit ids bwd = definition", g, gwant, T * C);
     }
     tu_release(mark);
+    doc_positions_case();
 }
 
 /* ---- layernorm ---------------------------------------------------------------- */
