@@ -75,18 +75,15 @@ SAY(muon_device) {
 /* ---- --batch-rampup (issue 42) --------------------------------------- */
 
 /* the step's micro-batch count varies with the batch: a parameter
- * server's workers step on their own, and a mixture of experts' balancing
- * loss counts the run's micro-batches (a pipeline runs the schedule of each
- * count: td_pp_set_micro, and the rampup-interleaved row) */
-OK(rampup_layout) { return c->rampup_start <= 0 || (c->dp_mode != TD_DP_PS && c->experts == 0); }
+ * server's workers step on their own (a pipeline runs the schedule of each
+ * count: td_pp_set_micro, and the rampup-interleaved row; a mixture of
+ * experts' aux losses are per micro-batch, averaged by the step's targets) */
+OK(rampup_layout) { return c->rampup_start <= 0 || c->dp_mode != TD_DP_PS; }
 SAY(rampup_layout) {
     snprintf(buf, n,
-             "--batch-rampup %s does not combine with %s yet: the micro-batches per step change with the batch, "
-             "and %s; drop --batch-rampup, or use %s",
-             S(c->rampup_text), c->dp_mode == TD_DP_PS ? "--dp-mode ps" : "--moe-experts",
-             c->dp_mode == TD_DP_PS ? "parameter-server workers step on their own"
-                                    : "the experts' balancing loss counts the run's micro-batches",
-             c->dp_mode == TD_DP_PS ? "--dp-mode allreduce" : "a dense model");
+             "--batch-rampup %s does not combine with --dp-mode ps yet: the micro-batches per step change with the "
+             "batch, and parameter-server workers step on their own; drop --batch-rampup, or use --dp-mode allreduce",
+             S(c->rampup_text));
 }
 
 /* every size START + k INCREMENT splits over dp replicas into micro-batches

@@ -65,7 +65,7 @@ double td_run_moe_end(td_run *r, int step) {
     for (size_t i = 0; i < (size_t)L * E; i++) f[i] = (float)st->load[i];
     float *x = f + (size_t)L * E;
     x[0] = (float)st->aux, x[1] = (float)st->z, x[2] = (float)st->dropped, x[3] = (float)st->assigned;
-    int micro = r->spec->schedule.grad_accum > 0 ? r->spec->schedule.grad_accum : 1;
+    int micro = r->ec.K; /* the step's micro-batches: fewer than the run's on a --batch-rampup step */
     if (td_grid_grad_ranks(g) > 1) { /* only dropped is this rank's own: the rest are global already */
         float d = x[2];
         td_allreduce(g->grad_comm, &d, 1, TD_F32, TD_SUM);
