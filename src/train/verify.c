@@ -248,6 +248,8 @@ int td_verify_main(int argc, char **argv) {
             memset(v.S + n, 0, sizeof(float) * 2 * n);
         }
     }
+    /* a token's key is its micro-batch, row and position: --batch-rampup's
+     * smaller steps run fewer micro-batches of these rows, keyed alike */
     v.routes.step = -1, v.routes.M = orc.M, v.routes.Bm = o.batch / (dp * orc.M), v.routes.T = o.seq;
     v.routes.o_rows = o.batch / orc.M, v.routes.thr = tol.tie;
     if (!ps) o.step_state = step_state, o.step_state_ctx = &v;

@@ -208,6 +208,33 @@ try:
         fails.append("verify --batch-rampup: exit %d, stdout %r stderr %r" % (p.returncode, p.stdout[-600:], p.stderr[-300:]))
     else:
         print("ok   verify-ramp: " + [l for l in p.stdout.split("\n") if l.startswith("verify: passed")][0])
+    # a mixture of experts under the ramp: each micro-batch's aux and z
+    # losses and the bias update's loads are the step's own, so dp 2 = ep 2
+    # (micro-batches 1, 2, 3 per replica) equals one process at each batch
+    p = subprocess.run(["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", "2", T,
+                        "verify", "--data", text, "--layers", "2", "--heads", "2", "--embd", "16", "--seq", "16",
+                        "--batch", "12", "--micro-batches", "3", "--batch-rampup", "4:4:8", "--steps", "3",
+                        "--threads", "1", "--dp", "2", "--ep", "2", "--moe-experts", "4", "--moe-top-k", "2",
+                        "--moe-z-coef", "1e-3", "--moe-bias-balance", "1e-2"], capture_output=True, text=True)
+    got = [l.split(":")[0] for l in p.stdout.split("\n") if l.startswith("  step ")]
+    if p.returncode != 0 or "verify: passed" not in p.stdout or "(ep 2)" not in p.stdout or \
+            got != ["  step 0 (batch 4)", "  step 1 (batch 8)", "  step 2 (batch 12)"]:
+        fails.append("verify --batch-rampup --moe-experts: exit %d, stdout %r stderr %r" % (p.returncode, p.stdout[-600:],
+                                                                                          p.stderr[-300:]))
+    else:
+        print("ok   verify-ramp-moe: dp 2 = ep 2, " + [l for l in p.stdout.split("\n") if l.startswith("verify: passed")][0])
+    # the logged aux and z losses are the step's micro-batches' mean: the
+    # ramp's first step (batch 4, one micro-batch of 4) logs what a run of
+    # --batch 4 does, not a third of it
+    M = ["--steps", "1", "--moe-experts", "4", "--moe-top-k", "2", "--moe-z-coef", "1e-3"]
+    ramp, _ = train("moe-ramp", M + ["--batch", "12", "--micro-batches", "3", "--batch-rampup", "4:4:8"])
+    flat, _ = train("moe-flat", M + ["--batch", "4"])
+    keys, ramp, flat = ("loss", "moe_aux", "moe_z"), ramp.get(0, {}), flat.get(0, {})
+    if ramp.get("batch") != 4 or any(ramp.get(k) is None or ramp.get(k) != flat.get(k) for k in keys):
+        fails.append("moe ramp's step 0 %s vs --batch 4 %s" % ([ramp.get(k) for k in keys], [flat.get(k) for k in keys]))
+    else:
+        print("ok   ramp-moe-log: step 0 of the ramp (batch 4) logs loss, moe_aux, moe_z %s as --batch 4 does"
+              % [ramp[k] for k in keys])
 finally:
     shutil.rmtree(tmp)
 
