@@ -353,6 +353,12 @@ int main(void) {
         CHECK(code == TD_EXIT_USAGE && strstr(err, line),
               "%s: td_compat_check exit %d, stderr '%s'", r->name, code, err);
     }
+    /* a mixture of experts ramps up (dp 2 = ep 2): the rampup-layout row
+     * refuses only the parameter server (cli_lr_schedules verifies it) */
+    td_compat_cfg moe = base;
+    moe.dp = 2, moe.ep = 2, moe.experts = 4, moe.batch = 12, moe.micro_batches = 3;
+    moe.rampup_start = 4, moe.rampup_increment = 4, moe.rampup_text = "4:4:8";
+    CHECK(td_compat_first(&moe, TD_COMPAT_AT_ANY, why, sizeof why) < 0, "a MoE ramp at dp 2 = ep 2: %s", why);
     /* the base passes td_compat_check at every site */
     CHECK(check_in_child(&base, TD_COMPAT_AT_ANY, err, sizeof err) == 0,
           "td_compat_check fails the base: %s", err);
