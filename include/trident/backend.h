@@ -185,7 +185,7 @@ typedef struct td_adamw_hyper {
     int step; /* 1-based */
 } td_adamw_hyper;
 /* muon: one logical 2-D matrix [rows, cols] (row-major, p, g and its
- * momentum buffer m), the speedrun's Muon step (kernels.h td_muon_update). */
+ * momentum buffer m), the speedrun's Muon step (kernels.h td_muon_*). */
 typedef struct td_muon_span {
     float *p, *m;
     const float *g;
@@ -276,7 +276,9 @@ typedef struct {
     void (*moe_router_bwd)(float *dl, const float *dw, const float *logits, const float *sc,
                            const int *idx, const float *gate, const float *wts,
                            const float *stats, const td_moe_router_shape *s);
-    /* muon (issue 42): Muon's step on each span (fp32 in every row) */
+    /* muon (issue 42): Muon's step on each span (fp32 state in every row;
+     * the Newton-Schulz iterations bf16 in the bf16 row, the speedrun's,
+     * fp32 in the others: td_optim_config.muon_ns_k picks the row) */
     void (*muon)(const struct td_muon_span *spans, int n, const struct td_muon_hyper *h);
     /* the same step in its three parts, for a matrix cut over ranks
      * (kernels.h td_muon_momentum, td_muon_ns with 5 steps, td_muon_apply):

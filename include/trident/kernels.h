@@ -175,13 +175,17 @@ void td_range_adamw(float *p, const float *g, float *m, float *v, size_t n, floa
 double td_range_sumsq(const float *x, size_t n);
 /* Muon (kernels/muon.c): td_muon_ns orthogonalizes x [rows, cols] in place
  * by `steps` Newton-Schulz iterations of the speedrun's quintic (x / (||x||_F
- * + 1e-7), transposed when rows > cols); _ref: the same in double.
- * td_muon_update: one matrix's Muon step, momentum buffer buf (optim.h). */
+ * + 1e-7), transposed when rows > cols); _ref: the same in double. A
+ * matrix's Muon step is td_muon_momentum, then td_muon_ns (or _bf16), then
+ * td_muon_apply (the backend rows' muon entry). */
 void td_muon_ns(float *x, int rows, int cols, int steps);
+/* The speedrun's bf16 iterations (bf16 runs): x rounded to bf16, every
+ * product of bf16 values accumulated in fp32 and rounded to bf16, every
+ * elementwise op in fp32 and rounded, as its eager X.bfloat16() code on a
+ * GPU; x [rows, cols] fp32 in and out (bf16 values out). */
+void td_muon_ns_bf16(float *x, int rows, int cols, int steps);
 void td_muon_ns_ref(double *x, int rows, int cols, int steps);
-void td_muon_update(float *p, const float *g, float *buf, int rows, int cols, float lr,
-                    float momentum, int nesterov, float wd, float grad_scale);
-/* td_muon_update's halves around td_muon_ns, elementwise (a shard at a
+/* The step's halves around td_muon_ns, elementwise (a shard at a
  * time): the momentum (buf, and u the matrix to orthogonalize) and the
  * update p = p (1 - lr wd) - lr sqrt(max(1, rows/cols)) u, rows and cols
  * the whole logical matrix's. */

@@ -48,6 +48,10 @@ typedef struct {
     td_optimizer optimizer;        /* 0 (adamw): what a config filled in by hand gets */
     float muon_lr, muon_momentum, muon_wd; /* Muon's rows; its lr follows lr's schedule */
     int muon_nesterov;
+    int muon_ns_k; /* the backend row (td_ktype) whose muon and muon_ns run
+                      Muon's step: TD_K_BF16 (1) in bf16 runs, whose
+                      Newton-Schulz iterates in bf16 as the speedrun's; 0
+                      (fp32) otherwise and in a config filled in by hand */
 } td_optim_config;
 
 /* The learning rate at `step` (from 0): a pure function of the config.
@@ -108,6 +112,12 @@ td_adamw_hyper td_adamw_hyper_of(const td_optim_config *o, float lr, int step, f
  * fused row's `groups` parts along dim 0 are logical matrices of their own:
  * GPT's q|k|v). */
 int td_muon_row(const td_param *r);
+/* The logical matrices of Muon's row r in this rank's slice, consecutive
+ * along dim 0, each [*rows, *cols]: their count. Each is orthogonalized on
+ * its own: GPT-2's fused q, k, v (groups), each local expert's matrices of
+ * an expert stack (E/ep experts under ep; fc: its gate and its up apart
+ * under SwiGLU, Mixtral's w1 and w3), the shared experts' gate and up. */
+int td_muon_matrices(const td_param_table *t, const td_param *r, int *rows, int *cols);
 /* --optimizer muon on [lo, hi): Muon (ops->muon, momentum buffer m, lr
  * muon_lr x lr / o->lr) on each logical matrix of the Muon rows, which
  * must lie whole inside the range, AdamW (td_adamw_update_on's

@@ -156,18 +156,30 @@ static void cpu_adamw(const td_adamw_span *s, int n, const td_adamw_hyper *h) {
                        s[i].wd, bc1, bc2_sqrt, h->grad_scale);
 }
 
-/* muon: each span on its own */
-static void cpu_muon(const td_muon_span *s, int n, const td_muon_hyper *h) {
-    for (int i = 0; i < n; i++)
-        td_muon_update(s[i].p, s[i].g, s[i].m, s[i].rows, s[i].cols, h->lr, h->momentum,
-                       h->nesterov, s[i].wd, h->grad_scale);
-}
-
+/* muon: each span on its own, the step's halves around the row's
+ * Newton-Schulz: bf16 iterations in the bf16 row (the speedrun's), fp32 in
+ * the fp32 and fp16 rows (fp16 runs: see docs/recipe-muon.md) */
 static void cpu_muon_momentum(float *u, const float *g, float *m, size_t n, const td_muon_hyper *h) {
     td_muon_momentum(u, g, m, n, h->momentum, h->nesterov, h->grad_scale);
 }
 
-static void cpu_muon_ns(float *x, int rows, int cols) { td_muon_ns(x, rows, cols, 5); }
+static void f32_muon_ns(float *x, int rows, int cols) { td_muon_ns(x, rows, cols, 5); }
+static void bf16_muon_ns(float *x, int rows, int cols) { td_muon_ns_bf16(x, rows, cols, 5); }
+#define f16_muon_ns f32_muon_ns
+
+static void muon_spans(const td_muon_span *s, int n, const td_muon_hyper *h, void (*ns)(float *, int, int)) {
+    for (int i = 0; i < n; i++) {
+        size_t k = (size_t)s[i].rows * (size_t)s[i].cols;
+        float *u = td_alloc(sizeof(float) * k, TD_MEM_OTHER);
+        cpu_muon_momentum(u, s[i].g, s[i].m, k, h);
+        ns(u, s[i].rows, s[i].cols);
+        td_muon_apply(s[i].p, u, k, s[i].rows, s[i].cols, h->lr, s[i].wd);
+        td_free(u);
+    }
+}
+static void f32_muon(const td_muon_span *s, int n, const td_muon_hyper *h) { muon_spans(s, n, h, f32_muon_ns); }
+static void bf16_muon(const td_muon_span *s, int n, const td_muon_hyper *h) { muon_spans(s, n, h, bf16_muon_ns); }
+#define f16_muon f32_muon
 
 /* ---- model-ops: the model's former host loops ------------------------- */
 
@@ -210,8 +222,8 @@ MOE_ROW(TD_K_F16, f16)
     .xent_exp_sum = td_xent_exp_sum, .xent_finish = td_xent_finish, .xent_bwd = td_xent_backward, \
     .sumsq = cpu_sumsq, .first_nonfinite = cpu_first_nonfinite, .scale = td_range_scale,          \
     .add = td_range_add, .adamw = cpu_adamw, MODEL_OPS_ENTRIES, .moe_scores = td_moe_router_scores, \
-    .moe_router_bwd = td_moe_router_backward, .muon = cpu_muon,               \
-    .muon_momentum = cpu_muon_momentum, .muon_ns = cpu_muon_ns, .muon_apply = td_muon_apply
+    .moe_router_bwd = td_moe_router_backward,                                 \
+    .muon_momentum = cpu_muon_momentum, .muon_apply = td_muon_apply
 /* model-ops */
 #define MODEL_OPS_ENTRIES .sum = cpu_sum, .fill = cpu_fill
 
@@ -224,7 +236,7 @@ MOE_ROW(TD_K_F16, f16)
         .rope_fwd = P##_rope_fwd, .rope_bwd = P##_rope_bwd, .att_fwd = P##_att_fwd,                \
         .att_bwd = P##_att_bwd, .moe_gather = P##_moe_gather, .moe_combine = P##_moe_combine,      \
         .moe_combine_bwd = P##_moe_combine_bwd, .moe_scatter_add = P##_moe_scatter_add,            \
-        COMMON_ENTRIES                                                                             \
+        .muon = P##_muon, .muon_ns = P##_muon_ns, COMMON_ENTRIES                                  \
     }
 
 static const td_ops g_rows[3] = {ROW(TD_K_F32, 4, f32), ROW(TD_K_BF16, 2, bf16), ROW(TD_K_F16, 2, f16)};

@@ -19,6 +19,25 @@ int td_muon_row(const td_param *r) {
            r->kind != TD_T_WTE && r->kind != TD_T_WPE;
 }
 
+/* A mixture of experts' stacks: E experts of shape[0] / E rows each
+ * (fc: gate|up under SwiGLU, shape[0] / (E F) = 2 parts; proj: one), the
+ * shared experts one MLP (its fc [gate; up] likewise); anything else its
+ * fused groups (GPT-2's q, k, v). */
+int td_muon_matrices(const td_param_table *t, const td_param *r, int *rows, int *cols) {
+    const td_moe_config *e = &t->cfg.moe;
+    int n = r->groups > 1 ? r->groups : 1;
+    if (r->kind == TD_T_EXPFCW || r->kind == TD_T_EXPPROJW) {
+        int per = r->shape[0] / e->E; /* one expert's rows */
+        n = r->local_shape[0] / per;
+        if (r->kind == TD_T_EXPFCW) n *= per / e->F;
+    } else if (r->kind == TD_T_SHFCW) {
+        n = r->shape[0] / (e->shared * e->F);
+    }
+    *rows = r->local_shape[0] / n, *cols = r->local_shape[1];
+    TD_ASSERT(n >= 1 && *rows * n == r->local_shape[0]);
+    return n;
+}
+
 float td_muon_lr(const td_optim_config *o, float lr) {
     return o->lr > 0.0f ? o->muon_lr * (lr / o->lr) : o->muon_lr;
 }
@@ -45,9 +64,8 @@ static void muon_spans(const td_ops *ops, float *p, const float *g, float *m, fl
         if (!mu || (replicated_only && !td_param_tp_replicated(r))) continue;
         /* whole rows only: the layouts that cut one step through muon_shard.c */
         TD_ASSERT(a == r->offset && b == r->offset + r->numel);
-        int parts = r->groups > 1 ? r->groups : 1;
-        int R = r->local_shape[0] / parts, C = r->local_shape[1];
-        TD_ASSERT(R * parts == r->local_shape[0] && (size_t)R * (size_t)C * (size_t)parts == r->numel);
+        int R, C, parts = td_muon_matrices(t, r, &R, &C);
+        TD_ASSERT((size_t)R * (size_t)C * (size_t)parts == r->numel);
         for (int q = 0; q < parts; q++) {
             size_t off = k + (size_t)q * (size_t)R * (size_t)C;
             td_muon_span s = {p + off, m + off, g + off, R, C, o->muon_wd};
@@ -70,8 +88,9 @@ void td_muon_update_on(const td_ops *ops, float *p, const float *g, float *m, fl
                        int step, float grad_scale, int replicated_only) {
     TD_ASSERT(ops->muon);
     size_t groups = 0;
+    int R, C;
     for (int i = 0; i < t->n_rows; i++)
-        if (td_muon_row(&t->rows[i])) groups += (size_t)(t->rows[i].groups > 1 ? t->rows[i].groups : 1);
+        if (td_muon_row(&t->rows[i])) groups += (size_t)td_muon_matrices(t, &t->rows[i], &R, &C);
     td_muon_span *mu = td_alloc(sizeof *mu * (groups > 0 ? groups : 1), TD_MEM_OTHER);
     int nm = 0;
     muon_spans(ops, p, g, m, v, lo, hi, t, o, lr, step, grad_scale, mu, &nm, replicated_only);

@@ -50,9 +50,9 @@ typedef struct {
  * gathers over its group; tp_owned: those it gathers over tp, x tp. */
 static matrix *matrices(const td_step_group *grp, int n_pieces, int *count, size_t *owned, size_t *tp_owned) {
     const td_param_table *t = grp->t;
-    int tp = grp->tp > 1 ? grp->tp : 1, cap = 0;
+    int tp = grp->tp > 1 ? grp->tp : 1, cap = 0, R, C;
     for (int j = 0; j < t->n_rows; j++)
-        if (td_muon_row(&t->rows[j])) cap += t->rows[j].groups > 1 ? t->rows[j].groups : 1;
+        if (td_muon_row(&t->rows[j])) cap += td_muon_matrices(t, &t->rows[j], &R, &C);
     matrix *m = td_alloc(sizeof *m * (size_t)(cap > 0 ? cap : 1), TD_MEM_OTHER);
     /* the groups the pieces name: dp, and edp for expert stacks */
     td_comm *seen[8] = {0};
@@ -68,9 +68,10 @@ static matrix *matrices(const td_step_group *grp, int n_pieces, int *count, size
             const td_param *r = &t->rows[j];
             if (!td_muon_row(r) || r->numel == 0 || r->offset < pc->lo || r->offset >= pc->lo + pc->n) continue;
             TD_ASSERT(r->offset + r->numel <= pc->lo + pc->n); /* a row lies in one piece */
-            int parts = r->groups > 1 ? r->groups : 1, split = tp > 1 && !td_param_tp_replicated(r);
+            /* an expert's matrices are whole on every tp rank (TD_SPLIT_EXPERT
+             * and the shared experts' rows are tp-replicated): no chain */
+            int parts = td_muon_matrices(t, r, &R, &C), split = tp > 1 && !td_param_tp_replicated(r);
             TD_ASSERT(!split || parts == 1 || r->split_dim == 0);
-            int R = r->local_shape[0] / parts, C = r->local_shape[1];
             for (int q = 0; q < parts; q++) {
                 matrix *x = &m[n++];
                 int c = next[g]++;
@@ -218,7 +219,7 @@ void td_muon_step_pieces(const td_step_group *grp, const float *const *g, const 
                          int n_ranges, float lr, int step, float grad_scale) {
     const td_param_table *t = grp->t;
     const td_optim_config *o = grp->optim;
-    const td_ops *ops = td_ops_for(TD_K_F32);
+    const td_ops *ops = td_ops_for((td_ktype)o->muon_ns_k); /* its Newton-Schulz: bf16 in bf16 runs */
     int n = 0, tp = grp->tp > 1 ? grp->tp : 1;
     size_t owned = 0, tp_owned = 0, total = 0;
     matrix *m = matrices(grp, n_ranges, &n, &owned, &tp_owned);
@@ -340,10 +341,10 @@ void td_muon_step_tp(const td_step_group *grp, const float *const *g, const td_s
                      float lr, int step, float grad_scale) {
     const td_param_table *t = grp->t;
     const td_optim_config *o = grp->optim;
-    const td_ops *ops = td_ops_for(TD_K_F32);
-    int tp = grp->tp, cap = 0, n = 0, next = 0;
+    const td_ops *ops = td_ops_for((td_ktype)o->muon_ns_k); /* its Newton-Schulz: bf16 in bf16 runs */
+    int tp = grp->tp, cap = 0, n = 0, next = 0, R, C;
     for (int j = 0; j < t->n_rows; j++)
-        if (td_muon_row(&t->rows[j])) cap += t->rows[j].groups > 1 ? t->rows[j].groups : 1;
+        if (td_muon_row(&t->rows[j])) cap += td_muon_matrices(t, &t->rows[j], &R, &C);
     tmatrix *m = td_alloc(sizeof *m * (size_t)(cap > 0 ? cap : 1), TD_MEM_OTHER);
     float mlr = td_muon_lr(o, lr);
     td_muon_hyper h = {mlr, o->muon_momentum, grad_scale, o->muon_nesterov};
@@ -357,9 +358,8 @@ void td_muon_step_tp(const td_step_group *grp, const float *const *g, const td_s
             if (!tp_gathered(row)) continue;
             if (row->offset < r[i].lo || row->offset >= r[i].lo + r[i].n) continue;
             TD_ASSERT(row->offset + row->numel <= r[i].lo + r[i].n); /* whole rows on a tp rank */
-            int parts = row->groups > 1 ? row->groups : 1;
+            int parts = td_muon_matrices(t, row, &R, &C);
             TD_ASSERT(parts == 1 || row->split_dim == 0);
-            int R = row->local_shape[0] / parts, C = row->local_shape[1];
             for (int q = 0; q < parts; q++) {
                 tmatrix *x = &m[n++];
                 size_t k = row->offset - r[i].lo + (size_t)q * (size_t)R * (size_t)C;
@@ -414,14 +414,18 @@ void td_muon_plan(const td_dp_config *cfg, const td_layout *lay, const td_param_
     if (cfg->optim.optimizer != TD_OPT_MUON || cfg->forward_only) return;
     size_t bufs[4] = {0, 0, 0, 0};
     int nb = 0;
-    if (cfg->zero > 0) { /* ZeRO's pieces: every unit over the shard group (experts: refused) */
+    if (cfg->zero > 0) { /* ZeRO's pieces: dense rows over the shard group, expert stacks over edp */
         int S = td_layout_shard_ranks(lay), n_pc = 0, n = 0, ex[TD_UNIT_PIECES];
+        int ep = lay->ep > 1 ? lay->ep : 1, ED = td_layout_grad_ranks(lay) / ep;
+        /* stand-ins for the two groups, only compared (matrices() counts owners per group) */
+        static char dense_group, expert_group;
         size_t lo[TD_UNIT_PIECES], len[TD_UNIT_PIECES], owned = 0, tp_owned = 0;
         td_step_piece *pc = td_alloc(sizeof *pc * TD_UNIT_PIECES * (size_t)t->n_units, TD_MEM_OTHER);
         for (int u = 0; u < t->n_units; u++)
             for (int k = 0, np = td_param_unit_pieces(t, u, lo, len, ex); k < np; k++, n_pc++) {
-                pc[n_pc] = (td_step_piece){lo[k], len[k], NULL, S, lay->dp_rank % S};
-                bufs[0] += len[k] / (size_t)S;
+                pc[n_pc] = ex[k] ? (td_step_piece){lo[k], len[k], (td_comm *)&expert_group, ED, lay->dp_rank / ep}
+                                 : (td_step_piece){lo[k], len[k], (td_comm *)&dense_group, S, lay->dp_rank % S};
+                bufs[0] += len[k] / (size_t)pc[n_pc].parts;
             }
         td_step_group grp = {0};
         grp.t = t, grp.pieces = pc, grp.tp = lay->tp;
@@ -434,7 +438,7 @@ void td_muon_plan(const td_dp_config *cfg, const td_layout *lay, const td_param_
         for (int j = 0; j < t->n_rows; j++) {
             const td_param *row = &t->rows[j];
             if (!tp_gathered(row)) continue;
-            int parts = row->groups > 1 ? row->groups : 1;
+            int R, C, parts = td_muon_matrices(t, row, &R, &C);
             size_t each = row->numel / (size_t)parts;
             bufs[0] += row->numel;
             for (int q = 0; q < parts; q++)
@@ -454,9 +458,10 @@ void td_muon_staging(const td_dp_config *cfg, const td_layout *lay, const td_par
     *bytes = 0, *n = 0;
     if (cfg->optim.optimizer != TD_OPT_MUON || cfg->forward_only || (cfg->zero == 0 && lay->tp <= 1)) return;
     size_t most = 0;
+    int R, C;
     for (int j = 0; j < t->n_rows; j++)
-        if (td_muon_row(&t->rows[j]))
-            most = td_max_sz(most, t->rows[j].numel / (size_t)(t->rows[j].groups > 1 ? t->rows[j].groups : 1));
+        if (td_muon_row(&t->rows[j]) && t->rows[j].numel > 0 && td_muon_matrices(t, &t->rows[j], &R, &C))
+            most = td_max_sz(most, (size_t)R * (size_t)C); /* one expert's matrix, not its stack */
     *bytes = td_min_sz(most * sizeof(float), td_comm_piece_bytes() / sizeof(float) * sizeof(float));
     *n = *bytes ? MUON_INFLIGHT : 0;
 }

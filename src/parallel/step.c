@@ -220,8 +220,8 @@ static td_step_result apply(const td_step_group *grp, const float *grads, const 
     }
     for (int i = 0; i < n_ranges; i++) {
         if (grp->optim->optimizer == TD_OPT_MUON) /* whole matrices; the other layouts: compat_recipes.c */
-            td_muon_update_on(ops, r[i].p, range_grads(r, i, grads, k), r[i].m, r[i].v, r[i].lo,
-                              r[i].lo + r[i].n, t, grp->optim, lr, step + 1, scale, 0);
+            td_muon_update_on(td_ops_for((td_ktype)grp->optim->muon_ns_k), r[i].p, range_grads(r, i, grads, k),
+                              r[i].m, r[i].v, r[i].lo, r[i].lo + r[i].n, t, grp->optim, lr, step + 1, scale, 0);
         else
             td_adamw_update_on(ops, r[i].p, range_grads(r, i, grads, k), r[i].m, r[i].v,
                                r[i].lo, r[i].lo + r[i].n, t, grp->optim, lr, step + 1, scale,

@@ -305,6 +305,7 @@ static void lr_choices(td_train_opts *o) {
     int opt = td_optimizer_parse(o->optimizer ? o->optimizer : "adamw");
     TD_CHECK(opt >= 0, "--optimizer '%s' is not an optimizer; valid: " TD_OPTIMIZER_NAMES, o->optimizer);
     o->optim.optimizer = (td_optimizer)opt;
+    o->optim.muon_ns_k = o->ch.precision == TD_PREC_BF16 ? TD_K_BF16 : TD_K_F32;
     char why[128];
     o->ch.rampup = (td_batch_rampup){0, 0, 0};
     TD_CHECK(!o->batch_rampup || td_batch_rampup_parse(o->batch_rampup, o->batch, &o->ch.rampup, why, sizeof why) == 0,

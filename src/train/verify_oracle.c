@@ -103,8 +103,8 @@ double verify_oracle_step(verify_oracle *or, int s, float *P, float *M, float *V
     double norm = sqrt(td_sumsq_host(cpu, gu, n));
     memcpy(or->gu, gu, n * 4); /* AdamW reads g only, but not through const */
     if (o->optim.optimizer == TD_OPT_MUON) /* the whole table: every matrix whole */
-        td_muon_update_on(cpu, P, or->gu, M, V, 0, n, t, &o->optim, td_lr_at(&o->optim, s), s + 1,
-                          td_clip_scale(norm, o->optim.clip), 0);
+        td_muon_update_on(td_ops_cpu((td_ktype)o->optim.muon_ns_k), P, or->gu, M, V, 0, n, t, &o->optim,
+                          td_lr_at(&o->optim, s), s + 1, td_clip_scale(norm, o->optim.clip), 0);
     else
         td_adamw_update_on(cpu, P, or->gu, M, V, 0, n, t, &o->optim, td_lr_at(&o->optim, s), s + 1,
                            td_clip_scale(norm, o->optim.clip), 0);

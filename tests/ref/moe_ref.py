@@ -40,7 +40,9 @@ OUT per case:
   per MoE block in order: int32 chosen experts [B*T][K], best first;
   float32 logits [B*T][V];
   float32 the gradient of the loss per tensor in IN order (expert_bias:
-          zeros, it has none).
+          zeros, it has none);
+  float32 per expert or shared-expert weight in IN order: its first Muon
+          update from zero state (below), each module's weight on its own.
 """
 import struct
 
@@ -50,6 +52,7 @@ import torch.nn.functional as F
 
 import gpt_ref
 import llama_ref
+import muon_ref
 from llama_ref import rd
 
 torch.set_num_threads(1)
@@ -183,6 +186,20 @@ def run_case(fin, fout):
         g = torch.cat([t.grad.reshape(t.shape[0], -1) if t.grad is not None
                        else torch.zeros(t.shape[0], t[0].numel(), dtype=torch.float64) for t in pieces[n]])
         fout.write(g.numpy().astype("<f4").tobytes())
+    # --optimizer muon's first step from zero state (lr 0.02, momentum 0.95,
+    # Nesterov, no decay) on the experts' and shared experts' weights, each
+    # module's weight a matrix of its own: an expert's c_fc and c_proj, or
+    # its gate, up and down; the shared MLP's likewise
+    lr, mom = 0.02, 0.95
+    for n in names:
+        if not (n.endswith("weight") and raw[n].ndim == 2 and ("experts" in n or ".shared." in n)):
+            continue
+        ups = []
+        for t in pieces[n]:
+            g = t.grad if t.grad is not None else torch.zeros_like(t)
+            u = g.lerp((1 - mom) * g, mom)
+            ups.append(-lr * max(1.0, t.shape[0] / t.shape[1]) ** 0.5 * muon_ref.newton_schulz5(u))
+        fout.write(torch.cat(ups).detach().numpy().astype("<f4").tobytes())
 
 
 if __name__ == "__main__":

@@ -7,7 +7,9 @@ g.lerp_(buf, m), zeropower_via_newtonschulz5 with (3.4445, -4.7750,
 2-D weights, each logical matrix on its own (c_attn's q, k and v), and
 torch.optim.AdamW (nanoGPT's grouping) on the rest, after gpt_ref's clip.
 
-Usage: /usr/bin/python3 tests/ref/muon_ref.py IN OUT MUON_LR MOMENTUM WD NESTEROV
+Usage: /usr/bin/python3 tests/ref/muon_ref.py IN OUT MUON_LR MOMENTUM WD NESTEROV [bf16]
+bf16: also OUT.bf16, the same steps with Newton-Schulz in the speedrun's
+bf16 (trident's bf16 runs); OUT's in float64.
 OUT: losses[nsteps] float32, then every tensor after the steps (file order).
 """
 import os
@@ -20,8 +22,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpt_ref  # noqa: E402
 
 
-def newton_schulz5(G, steps=5, eps=1e-7):
+def newton_schulz5(G, steps=5, eps=1e-7, bf16=False):
     a, b, c = (3.4445, -4.7750, 2.0315)
+    if bf16:  # the speedrun's X = G.bfloat16() and everything after it bf16
+        return newton_schulz5_bf16(G, steps, eps).to(G.dtype)
     X = G / (G.norm() + eps)
     if G.size(0) > G.size(1):
         X = X.T
@@ -34,13 +38,45 @@ def newton_schulz5(G, steps=5, eps=1e-7):
     return X
 
 
+def newton_schulz5_bf16(G, steps, eps):
+    """The speedrun's bf16 iterations as its eager ops run on a GPU: each op's
+    result rounded to bf16, products of bf16 tensors accumulated in fp32,
+    and a Python scalar times a bf16 tensor computed in fp32 (CUDA's
+    opmath), which this CPU torch would round to bf16 first: s(k, T) does it
+    by hand. B = b A + c A @ A parses as b A + (c A) @ A."""
+    a, b, c = (3.4445, -4.7750, 2.0315)
+    bf = torch.bfloat16
+
+    def s(k, T):
+        return (T.float() * k).to(bf)
+    X = G.to(bf)
+    if G.size(0) > G.size(1):
+        X = X.T
+    n = X.float().norm().to(bf)
+    X = X / (n.float() + eps).to(bf)
+    for _ in range(steps):
+        A = X @ X.T
+        B = s(b, A) + s(c, A) @ A
+        X = s(a, X) + B @ X
+    if G.size(0) > G.size(1):
+        X = X.T
+    return X
+
+
 def main(argv):
-    if len(argv) != 7:
+    if len(argv) not in (7, 8):
         sys.stderr.write(__doc__)
         return 2
     torch.set_num_threads(1)
     cfg, hyper, tensors, inputs, targets = gpt_ref.read_input(argv[1])
     mlr, mom, mwd, nesterov = float(argv[3]), float(argv[4]), float(argv[5]), int(argv[6])
+    runs = [(argv[2], False)] + ([(argv[2] + ".bf16", True)] if len(argv) == 8 and argv[7] == "bf16" else [])
+    for out, bf16 in runs:  # one interpreter for both: torch's import is most of the time
+        train(cfg, hyper, tensors, inputs, targets, mlr, mom, mwd, nesterov, bf16, out)
+    return 0
+
+
+def train(cfg, hyper, tensors, inputs, targets, mlr, mom, mwd, nesterov, bf16, out):
     dt = torch.float64
     model = gpt_ref.GPT(cfg["L"], cfg["H"], cfg["C"], cfg["T"], cfg["V"]).to(dt)
     params = dict(model.named_parameters())
@@ -75,18 +111,18 @@ def main(argv):
                 rows = p.size(0) // parts
                 p.mul_(1 - mlr * mwd)
                 for q in range(parts):
-                    uq = newton_schulz5(u[q * rows:(q + 1) * rows])
+                    uq = newton_schulz5(u[q * rows:(q + 1) * rows], bf16=bf16)
                     scale = max(1.0, uq.size(0) / uq.size(1)) ** 0.5
                     p[q * rows:(q + 1) * rows].add_(uq, alpha=-mlr * scale)
                 p.grad = None  # AdamW skips them
         opt.step()
         losses.append(float(loss))
-    with open(argv[2], "wb") as f:
+    with open(out, "wb") as f:
         f.write(np.array(losses, dtype="<f4").tobytes())
         for name, _, arr in tensors:
             f.write(params[name].detach().to(torch.float32).numpy().astype("<f4").tobytes())
-    print("muon_ref: steps=%d losses %s" % (cfg["nsteps"], " ".join("%.6f" % x for x in losses)))
-    return 0
+    print("muon_ref%s: steps=%d losses %s" % (" (bf16 Newton-Schulz)" if bf16 else "", cfg["nsteps"],
+                                                 " ".join("%.6f" % x for x in losses)))
 
 
 if __name__ == "__main__":

@@ -1,10 +1,12 @@
-/* Muon's kernels (kernels/muon.c: td_muon_ns, td_muon_update) and the CPU
- * rows' muon entry. Oracles, written here in double from the speedrun's
+/* Muon's kernels (kernels/muon.c: td_muon_ns, td_muon_ns_bf16) and the CPU
+ * rows' muon entries. Oracles, written here in double from the speedrun's
  * zeropower_via_newtonschulz5 and Muon.step (not the kernel's macro):
  *  - the Newton-Schulz orthogonalization on random matrices, wide, tall
- *    and square; and the kernel's own double _ref;
+ *    and square; and the kernel's own double _ref; the bf16 kernel against
+ *    the speedrun's bf16 iterations (test_ns_bf16: bitwise);
  *  - two Muon steps (momentum lerp, Nesterov, decay, the shape scale) of
- *    the row's muon entry, with and without Nesterov.
+ *    the row's muon entry, with and without Nesterov; each row's entry
+ *    is its parts, its Newton-Schulz its precision's (bf16 in bf16).
  * Tolerance TOL 2e-4 of the largest element: fp32 storage rounds each of
  * the 5 iterations' A, B and X (~6e-8 relative each) and the quintic's
  * slope is at most a = 3.4445 per iteration, 3.4^5 x 6e-8 ~ 3e-5; a wrong
@@ -26,40 +28,57 @@ static double urand(void) {
     return ((double)(rng >> 11) / 9007199254740992.0) * 2.0 - 1.0;
 }
 
-/* X [r, c] (r <= c) in double: 5 x (A = X X^T; B = bA + cAA; X = aX + BX) */
-static void ns_oracle(double *g, int rows, int cols) {
+/* v rounded to bf16 (8 significant bits, to nearest even), in double */
+static double rb(double v) {
+    if (v == 0.0 || !isfinite(v)) return v;
+    int e;
+    double m = frexp(v, &e);
+    return ldexp(nearbyint(ldexp(m, 8)), e - 8);
+}
+static double id(double v) { return v; }
+
+/* X [r, c] (r <= c) in double: 5 x (A = X X^T; B = bA + cAA; X = aX + BX).
+ * bf: the speedrun's bf16 iterations (X = G.bfloat16(), each op's result
+ * rounded to bf16, B = b A + (c A) @ A as Python parses it, the scalars
+ * fp32 as CUDA's opmath). */
+static void ns_oracle_t(double *g, int rows, int cols, int bf) {
+    double (*q)(double) = bf ? rb : id;
     int tr = rows > cols, r = tr ? cols : rows, c = tr ? rows : cols;
     size_t n = (size_t)rows * cols;
     double *X = malloc(n * sizeof *X), *A = malloc((size_t)r * r * sizeof *A),
            *B = malloc((size_t)r * r * sizeof *B), *Y = malloc(n * sizeof *Y);
     double ss = 0.0;
     for (size_t i = 0; i < n; i++) ss += g[i] * g[i];
-    double nrm = sqrt(ss) + 1e-7;
+    if (bf) {
+        ss = 0.0;
+        for (size_t i = 0; i < n; i++) ss += rb(g[i]) * rb(g[i]);
+    }
+    double nrm = bf ? rb(rb(sqrt(ss)) + 1e-7) : sqrt(ss) + 1e-7;
     for (int i = 0; i < rows; i++)
         for (int j = 0; j < cols; j++) {
-            double v = g[(size_t)i * cols + j] / nrm;
+            double v = q(q(g[(size_t)i * cols + j]) / nrm);
             if (tr) X[(size_t)j * rows + i] = v; /* X = G^T */
             else X[(size_t)i * cols + j] = v;
         }
-    const double a = 3.4445, b = -4.7750, cc = 2.0315;
+    const double a = bf ? (float)3.4445 : 3.4445, b = bf ? (float)-4.7750 : -4.7750, cc = bf ? (float)2.0315 : 2.0315;
     for (int it = 0; it < 5; it++) {
         for (int i = 0; i < r; i++)
             for (int j = 0; j < r; j++) {
                 double s = 0;
                 for (int k = 0; k < c; k++) s += X[(size_t)i * c + k] * X[(size_t)j * c + k];
-                A[(size_t)i * r + j] = s;
+                A[(size_t)i * r + j] = q(s);
             }
         for (int i = 0; i < r; i++)
             for (int j = 0; j < r; j++) {
                 double s = 0;
-                for (int k = 0; k < r; k++) s += A[(size_t)i * r + k] * A[(size_t)k * r + j];
-                B[(size_t)i * r + j] = b * A[(size_t)i * r + j] + cc * s;
+                for (int k = 0; k < r; k++) s += q(cc * A[(size_t)i * r + k]) * A[(size_t)k * r + j];
+                B[(size_t)i * r + j] = bf ? rb(rb(b * A[(size_t)i * r + j]) + rb(s)) : b * A[(size_t)i * r + j] + s;
             }
         for (int i = 0; i < r; i++)
             for (int j = 0; j < c; j++) {
                 double s = 0;
                 for (int k = 0; k < r; k++) s += B[(size_t)i * r + k] * X[(size_t)k * c + j];
-                Y[(size_t)i * c + j] = a * X[(size_t)i * c + j] + s;
+                Y[(size_t)i * c + j] = q(q(a * X[(size_t)i * c + j]) + q(s));
             }
         memcpy(X, Y, n * sizeof *X);
     }
@@ -67,6 +86,8 @@ static void ns_oracle(double *g, int rows, int cols) {
         for (int j = 0; j < cols; j++) g[(size_t)i * cols + j] = tr ? X[(size_t)j * rows + i] : X[(size_t)i * cols + j];
     free(X), free(A), free(B), free(Y);
 }
+
+static void ns_oracle(double *g, int rows, int cols) { ns_oracle_t(g, rows, cols, 0); }
 
 static void check(const char *what, const float *got, const double *exp, size_t n) {
     double mx = 0, err = 0;
@@ -97,6 +118,38 @@ static void test_ns(void) {
         for (size_t i = 0; i < n; i++) rff[i] = (float)rf[i];
         snprintf(what, sizeof what, "ns_ref %dx%d vs oracle", R, C);
         check(what, rff, o, n);
+    }
+}
+
+/* The bf16 kernel (td_muon_ns_bf16, bf16 runs) against the speedrun's
+ * bf16 iterations in double (ns_oracle_t, bf): bitwise. Both round the same
+ * values at the same points; they could part only where the sgemm's fp32
+ * sum of <= 96 products of bf16 values (each exact in fp32) and the double
+ * sum round to different bf16 values, and these shapes have no such element
+ * (the sums of short bf16 products are mostly exact in fp32). No tolerance
+ * short of that means anything: one rounding moved, e.g. c (A A) for
+ * (c A) A, changes most elements by up to ~6% of the largest, as much as
+ * the bf16 iterations differ from fp64 ones (printed) or from fp32 ones. */
+static void test_ns_bf16(void) {
+    for (size_t s = 0; s < sizeof SHAPES / sizeof SHAPES[0]; s++) {
+        int R = SHAPES[s][0], C = SHAPES[s][1];
+        size_t n = (size_t)R * C;
+        float *x = TU_NEW(float, n);
+        double *o = TU_NEW(double, n), *o64 = TU_NEW(double, n);
+        for (size_t i = 0; i < n; i++) x[i] = (float)urand(), o[i] = o64[i] = x[i];
+        td_muon_ns_bf16(x, R, C, 5);
+        ns_oracle_t(o, R, C, 1);
+        ns_oracle_t(o64, R, C, 0);
+        double mx = 0, err = 0, e64 = 0;
+        int diff = 0;
+        for (size_t i = 0; i < n; i++) mx = fmax(mx, fabs(o[i]));
+        for (size_t i = 0; i < n; i++)
+            err = fmax(err, fabs(x[i] - o[i])), diff += x[i] != o[i], e64 = fmax(e64, fabs(o64[i] - o[i]));
+        tu_checks++;
+        if (diff) tu_failures++;
+        printf("%s ns bf16 %dx%d vs bf16 oracle: %d of %zu elements differ, max err %.3g of max %.3g "
+               "(the bf16 oracle vs the fp64 one: %.3g of max)\n",
+               diff ? "FAIL" : "ok  ", R, C, diff, n, err, mx, e64 / mx);
     }
 }
 
@@ -173,13 +226,22 @@ static void test_rows(void) {
 int main(void) {
     test_rows();
     test_ns();
+    test_ns_bf16();
     const td_ops *f32 = td_ops_cpu(TD_K_F32);
     test_update(f32, 1);
     test_update(f32, 0);
-    test_parts(f32);
-    for (int k = TD_K_BF16; k <= TD_K_F16; k++) { /* fp32 state in every row */
+    /* every row: its muon entry is its three parts; its Newton-Schulz bf16
+     * in the bf16 row (bf16 runs), fp32 in the fp32 and fp16 rows */
+    for (int k = TD_K_F32; k <= TD_K_F16; k++) {
+        const td_ops *ops = td_ops_cpu((td_ktype)k);
+        test_parts(ops);
+        float x[35], y[35];
+        for (int i = 0; i < 35; i++) x[i] = y[i] = (float)urand();
+        ops->muon_ns(x, 5, 7);
+        if (k == TD_K_BF16) td_muon_ns_bf16(y, 5, 7, 5);
+        else td_muon_ns(y, 5, 7, 5);
         tu_checks++;
-        if (td_ops_cpu((td_ktype)k)->muon != f32->muon) tu_failures++, printf("FAIL row %d muon\n", k);
+        if (memcmp(x, y, sizeof x)) tu_failures++, printf("FAIL row %d: muon_ns is not its precision's kernel\n", k);
     }
     tu_free_all();
     printf("%d checks, %d failures\n", tu_checks, tu_failures);
