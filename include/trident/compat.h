@@ -107,7 +107,6 @@ typedef enum {
     TD_RULE_RAMPUP_DIVIDES, /* every ramp size splits into whole micro-batches */
     TD_RULE_RAMPUP_INTERLEAVED, /* and, interleaved, into a multiple of pp of them */
     TD_RULE_MUON_LAYOUT,    /* issue 42: --optimizer muon's layouts */
-    TD_RULE_MUON_PRECISION, /* issue 42: Muon's fp32 Newton-Schulz only */
     TD_RULE_MUON_DEVICE,    /* the CUDA backend has no Muon ops */
     TD_RULE_DOC_POSITIONS_MASK,    /* --doc-positions reset needs --doc-mask */
     TD_RULE_N

@@ -618,7 +618,6 @@ static const td_compat_rule rules[TD_RULE_N] = {
     ROWB(TD_RULE_RAMPUP_DIVIDES, "rampup-divides", GRD, rampup_divides),
     ROWB(TD_RULE_RAMPUP_INTERLEAVED, "rampup-interleaved", GRD, rampup_interleaved),
     ROW(TD_RULE_MUON_LAYOUT, "muon-layout", OPT, muon_layout),
-    ROW(TD_RULE_MUON_PRECISION, "muon-precision", OPT, muon_precision),
     ROW(TD_RULE_MUON_DEVICE, "muon-device", OPT, muon_device),
     ROW(TD_RULE_DOC_POSITIONS_MASK, "doc-positions-mask", OPT, doc_positions_mask),
 };

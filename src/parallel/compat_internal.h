@@ -14,7 +14,6 @@
     void say_##name(const td_compat_cfg *c, char *buf, size_t n);
 TD_ROW_FUNCS(topk_device)
 TD_ROW_FUNCS(muon_layout)
-TD_ROW_FUNCS(muon_precision)
 TD_ROW_FUNCS(muon_device)
 TD_ROW_FUNCS(rampup_layout)
 TD_ROW_FUNCS(doc_positions_mask)

@@ -34,7 +34,9 @@ SAY(topk_device) {
  * experts' matrices), over tp, or both chained (tp blocks each in ZeRO
  * shards; an expert is whole on every tp rank, so never chained). Not
  * yet: the modes whose state lives on a root or on servers, and top-k
- * (its reduction carries AdamW updates, not gradients). */
+ * (its reduction carries AdamW updates, not gradients). Every precision
+ * runs: Newton-Schulz iterates in bf16 in bf16 runs (the speedrun's), in
+ * fp32 in fp32 and fp16 runs (cpu.c's rows). */
 static const char *muon_breaks(const td_compat_cfg *c) {
     if (c->dp_mode != TD_DP_ALLREDUCE) return "a --dp-mode other than allreduce";
     if (c->topk_ratio > 0) return "--grad-compress topk";
@@ -51,17 +53,6 @@ SAY(muon_layout) {
     snprintf(buf, n, "--optimizer muon does not combine with %s yet: %s, or --optimizer adamw", S(muon_breaks(c)),
              muon_why(c));
 }
-/* bf16 runs iterate Newton-Schulz in bf16 (the speedrun's), fp32 runs in
- * fp32; fp16 runs are not tested yet */
-OK(muon_precision) { return c->optimizer != TD_OPT_MUON || c->precision != 2; } /* td_precision: 2 fp16 */
-SAY(muon_precision) {
-    snprintf(buf, n,
-             "--optimizer muon does not combine with --precision %s yet: its Newton-Schulz iterations run in bf16 "
-             "(the speedrun's) in bf16 runs and in fp32 in fp32 runs, and fp16 runs are not verified yet; use "
-             "--precision bf16 or fp32, or --optimizer adamw",
-             S(c->precision_name));
-}
-
 /* the CUDA backend has none of Muon's ops (muon, and the sharded step's
  * muon_momentum, muon_ns, muon_apply); the guard device runs every layout,
  * its exchange staged through the comm layer's pool (td_muon_staging) */

@@ -37,7 +37,8 @@ typedef struct {
 
 typedef struct {
     int K, me, ps, moe;
-    int muon;            /* --optimizer muon: its matrices' parameters get verify_tol_state_muon */
+    int muon;            /* --optimizer muon: its matrices' parameters get verify_tol_state_muon;
+                            2: its Newton-Schulz in bf16 (bf16 runs) */
     size_t n;            /* canonical elements */
     const td_param_table *canon;
     verify_oracle *orc;
@@ -78,7 +79,8 @@ static void check_state(state_check *sc, int s, const td_param_table *c, const f
             for (size_t k = 0; k < c->rows[i].numel; k++) {
                 size_t at = c->rows[i].offset + k;
                 sc->n++;
-                double q = ortho ? verify_tol_state_muon(next[sec][at], S[sec * n + at], prev[sec * n + at], move)
+                double q = ortho ? verify_tol_state_muon(next[sec][at], S[sec * n + at], prev[sec * n + at], move,
+                                                         muon == 2)
                                  : verify_tol_state(next[sec][at], S[sec * n + at], prev[sec * n + at]);
                 if (!(q <= sc->ratio)) sc->ratio = isnan(q) ? INFINITY : q;
                 if (q <= 1) continue;
@@ -224,7 +226,7 @@ int td_verify_main(int argc, char **argv) {
     verify_ctx v;
     memset(&v, 0, sizeof v);
     v.K = o.steps, v.me = me, v.ps = ps, v.moe = o.moe.E > 0, v.tol = &tol;
-    v.muon = o.optim.optimizer == TD_OPT_MUON;
+    v.muon = o.optim.optimizer != TD_OPT_MUON ? 0 : o.optim.muon_ns_k == TD_K_BF16 ? 2 : 1;
     v.bad_step = v.bad_row = -1, v.sc.first_step = -1;
     verify_oracle orc;
     verify_oracle_open(&orc, &o, dp);

@@ -90,7 +90,8 @@ double verify_tol_loss(const verify_tol *t, const td_param_table *c, const float
  * the difference as a fraction of its tolerance (above 1 fails; NaN too). */
 double verify_tol_state(double x, double ref, double prev);
 /* The same for a parameter of a Muon matrix, whose largest change in the
- * oracle's step is move (see verify_tol.c). */
-double verify_tol_state_muon(double x, double ref, double prev, double move);
+ * oracle's step is move (see verify_tol.c); bf16: its Newton-Schulz
+ * iterates in bf16. */
+double verify_tol_state_muon(double x, double ref, double prev, double move, int bf16);
 
 #endif

@@ -1,6 +1,7 @@
 #!/bin/bash
-# --optimizer muon through the trainer (issue 42): ZeRO-1 over dp 2, ZeRO-3
-# over tp 2 x dp 2, ZeRO-1 over tp 2 x cp 2 and pp 2 x tp 2 pass trident verify
+# --optimizer muon through the trainer (issue 42): ZeRO-1 over dp 2 (fp16),
+# ZeRO-3 over tp 2 x dp 2 (bf16, a Llama mixture of experts over ep 2), ZeRO-1
+# over tp 2 x cp 2 and pp 2 x tp 2 (bf16) pass trident verify
 # against its one-process oracle (the update within its tolerance), a resume from
 # step 2 (its --optimizer from the checkpoint) and --device guard give
 # one process's bits, tp 2 x dp 2 ZeRO-1 on --device guard the cpu device's
@@ -36,14 +37,18 @@ run res "$T" train "${A[@]}" --resume latest
 cmp -s "$tmp/eone/m.st" "$tmp/eguard/m.st" && echo "ok guard: bitwise" || fail "guard: not one process's bits"
 cmp -s "$tmp/eone/m.st" "$tmp/eres/m.st" && echo "ok resume: bitwise" || fail "resume: not one process's bits"
 # layouts against the one-process oracle of trident verify (its Muon step
-# too). ZeRO-1 with clipping (each matrix gathered to its owner,
-# orthogonalized there, scattered back), within the Muon tolerance of
-# verify_tol.c; tp 2 x dp 2 ZeRO-3 without clipping, whose update is then
-# one process's bits (largest difference 0): each tp block's ZeRO shards
-# gathered, then the blocks over tp (the chained gather of muon_shard.c);
+# too). ZeRO-1 with clipping in fp16 (Newton-Schulz in fp32; each matrix
+# gathered to its owner, orthogonalized there, scattered back), within the
+# Muon tolerance of verify_tol.c; tp 2 x dp 2 ZeRO-3 without clipping, whose
+# update is then one process's bits (largest difference 0), in bf16 (the
+# speedrun's bf16 iterations) on a Llama mixture of experts over ep 2: each
+# tp block's ZeRO shards gathered, then the blocks over tp (the chained
+# gather of muon_shard.c), and each expert's gate, up and down a matrix of
+# its own, whole on every tp rank (gathered over edp, never chained);
 # tp 2 x cp 2 ZeRO-1 (GPT-2: c_attn's q, k, v gathered as matrices of their
 # own, c_proj's column blocks; chained over the dp x cp shard group) and
-# pp 2 x tp 2 (Llama: q, k, v, o, gate, up, down; tp alone), with clipping.
+# pp 2 x tp 2 (Llama: q, k, v, o, gate, up, down; tp alone; bf16, within the
+# bf16 iterations' tolerance), with clipping.
 # verify_layout NAME WANT NP FLAGS...: passes, and its update line says WANT
 verify_layout() {
   local name=$1 want=$2 np=$3; shift 3
@@ -51,19 +56,20 @@ verify_layout() {
     grep -q "verify: the update matches.*$want" "$tmp/v$name.log" &&
     echo "ok $name: $(grep 'update matches' "$tmp/v$name.log")" || { fail "verify $name"; cat "$tmp/v$name.log"; }
 }
-verify_layout dp2-zero1 "" 2 --dp 2 --zero 1
-verify_layout tp2-dp2-zero3-noclip "largest difference 0 of" 4 --tp 2 --dp 2 --zero 3 --clip 0
+verify_layout dp2-zero1 "" 2 --dp 2 --zero 1 --precision fp16
+verify_layout tp2-dp2-ep2-zero3-noclip "largest difference 0 of" 4 --tp 2 --dp 2 --zero 3 --clip 0 \
+  --precision bf16 --arch llama --moe-experts 4 --ep 2
 verify_layout tp2-cp2-zero1 "" 4 --tp 2 --cp 2 --zero 1
-verify_layout pp2-tp2-llama "" 4 --pp 2 --tp 2 --arch llama
+verify_layout pp2-tp2-llama "" 4 --pp 2 --tp 2 --arch llama --precision bf16
 # the report's Muon exchange: the bytes the comm layer counted are the formula's
-for name in dp2-zero1 tp2-cp2-zero1 pp2-tp2-llama; do
+for name in dp2-zero1 tp2-dp2-ep2-zero3-noclip tp2-cp2-zero1 pp2-tp2-llama; do
   line=$(grep "muon exchange per step" "$tmp/v$name.log")
   [[ "$line" =~ ([0-9]+)\ bytes\ sent\ \(formula\ ([0-9]+)\) ]] && [ "${BASH_REMATCH[1]}" = "${BASH_REMATCH[2]}" ] &&
     [ "${BASH_REMATCH[1]}" -gt 0 ] && echo "ok $name: $line" || fail "$name: muon traffic line: '$line'"
 done
 # the memory plan holds Muon's gather buffers: each rank's optimizer bytes
 # planned equal those measured (the moments and the step's buffers)
-for name in dp2-zero1 tp2-cp2-zero1 pp2-tp2-llama; do
+for name in dp2-zero1 tp2-dp2-ep2-zero3-noclip tp2-cp2-zero1 pp2-tp2-llama; do
   $PY - "$tmp/v$name.log" <<'PYEOF' && echo "ok $name: optimizer memory as planned" || fail "$name: optimizer memory not as planned"
 import re, sys
 table = open(sys.argv[1]).read().split("planned vs measured peak after step 1")[1].split("\ndone:")[0]
@@ -98,15 +104,13 @@ PYEOF
 d=$($PY "$HERE/st_maxdiff.py" "$tmp/eone/m.st" "$tmp/eadamw/m.st" | awk '{print $2}')
 $PY -c "import sys; sys.exit(0 if float('$d') > 1e-3 else 1)" && echo "ok muon moves off adamw: $d" ||
   fail "muon: maxdiff $d from adamw, not muon's step"
-# refusals (rules rows muon-layout, muon-precision) and the choice's parse
+# refusals (rules row muon-layout) and the choice's parse
 refuse() {
   local want=$1; shift
   local out; out=$("$@" 2>&1) && fail "accepted: $*"
   grep -q -- "$want" <<< "$out" && echo "ok refused: $want" || { fail "wanted '$want', got: $out"; }
 }
 refuse "does not combine with a --dp-mode other than allreduce" "$T" train "${M[@]}" --dp 2 --dp-mode reduce-broadcast
-refuse "does not combine with --precision bf16 yet" "$T" train "${M[@]}" --precision bf16
-refuse "does not combine with --moe-experts yet" "$T" train "${M[@]}" --moe-experts 2
 refuse "the checkpoint was trained with --optimizer muon" "$T" train "${A[@]}" --optimizer adamw --resume "$tmp/res/step-00000002" --out "$tmp/res2"
 refuse "--optimizer 'sgd' is not an optimizer; valid: adamw, muon" "$T" train "${A[@]}" --optimizer sgd
 echo "test_muon: $fails failures"

@@ -267,10 +267,6 @@ static const char *breaking(td_rule_id id, td_compat_cfg *c) {
         return "--optimizer muon does not combine with a --dp-mode other than allreduce yet: its gradients and "
                "state live on a root or on servers, for which the owners' exchange is not written; use --dp-mode "
                "allreduce (with --zero for sharded state), or --optimizer adamw";
-    case TD_RULE_MUON_PRECISION:
-        c->optimizer = 1, c->precision = 1, c->precision_name = "bf16";
-        return "--optimizer muon does not combine with --precision bf16 yet: its Newton-Schulz iterations run in "
-               "fp32 only; use --precision fp32, or --optimizer adamw";
     case TD_RULE_MUON_DEVICE:
         c->optimizer = 1, c->device = 2, c->device_name = "cuda";
         return "--optimizer muon does not combine with --device cuda yet: the CUDA backend has no Muon kernels "
