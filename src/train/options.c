@@ -101,7 +101,7 @@ int td_train_flag_table(td_train_opts *o, td_flag *out, int cap) {
         {"--lr-decay-fraction", TD_FLAG_FLOAT, &o->optim.decay_fraction, "wsd: the share of the horizon (--schedule-steps) that decays (0.2)", "[0, 1]"},
         {"--lr-decay-shape", TD_FLAG_STR, &o->lr_decay_shape, "wsd: the decay's shape over its fraction p: linear (default: 1 - p), cosine ((1 + cos(pi p)) / 2) or 1-sqrt (1 - sqrt(p))", NULL},
         {"--lr", TD_FLAG_FLOAT, &o->optim.lr, "peak learning rate (1e-3)", "(0, inf)"},
-        {"--optimizer", TD_FLAG_STR, &o->optimizer, "adamw (default: AdamW for every parameter) or muon (Muon, the speedrun's momentum orthogonalized by 5 Newton-Schulz steps, for the blocks' 2-D matrices, each logical one on its own, and AdamW with --lr for the rest; one process or dp all-reduce, fp32; docs/recipe-muon.md)", NULL},
+        {"--optimizer", TD_FLAG_STR, &o->optimizer, "adamw (default: AdamW for every parameter) or muon (Muon, the speedrun's momentum orthogonalized by 5 Newton-Schulz steps, for the blocks' 2-D matrices, each logical one on its own (each expert's too), and AdamW with --lr for the rest; Newton-Schulz in bf16 in bf16 runs, fp32 otherwise; docs/recipe-muon.md)", NULL},
         {"--muon-lr", TD_FLAG_FLOAT, &o->optim.muon_lr, "muon: the peak learning rate of Muon's matrices (0.02), on --lr-schedule's curve", "(0, inf)"},
         {"--muon-momentum", TD_FLAG_FLOAT, &o->optim.muon_momentum, "muon: the momentum (0.95)", "[0, 1)"},
         {"--muon-weight-decay", TD_FLAG_FLOAT, &o->optim.muon_wd, "muon: decoupled weight decay of Muon's matrices, p *= 1 - lr wd (0)", "[0, inf)"},
