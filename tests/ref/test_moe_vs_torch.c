@@ -137,11 +137,11 @@ static double muon_step(ref_model *m, FILE *o, float *ref) {
         const td_param *r = &t->rows[i];
         if (r->kind != TD_T_EXPFCW && r->kind != TD_T_EXPPROJW && r->kind != TD_T_SHFCW && r->kind != TD_T_SHPROJW)
             continue;
-        int R, C_, n = td_muon_matrices(t, r, &R, &C_);
+        int R, C_;
+        td_muon_matrices(t, r, &R, &C_);
         ref_read(o, ref, sizeof(float) * r->numel);
         double step = oc.muon_lr * sqrt(fmax(1.0, (double)R / C_));
         for (size_t k = 0; k < r->numel; k++) worst = fmax(worst, fabs(p[r->offset + k] - ref[k]) / step);
-        (void)n;
     }
     free(p), free(mo), free(v), free(g);
     return worst;
