@@ -147,8 +147,10 @@ void td_report_open(td_report *r, const td_run_spec *spec, const td_grid *g,
         td_log("forwards only: no optimizer, gradients or activation gradients; %s peak %.1f GFLOP/s per thread "
                "(%s)\n", gemm, r->peak_gflops, how);
     else
-        td_log("optimizer: AdamW lr %g -> %g (warm-up %d, %s), betas (%g, %g), wd %g, clip %g; "
+        td_log("optimizer: %sAdamW lr %g -> %g (warm-up %d, %s), betas (%g, %g), wd %g, clip %g; "
                "%s peak %.1f GFLOP/s per thread (%s)\n",
+               spec->optim.optimizer != TD_OPT_MUON ? "" : spec->optim.muon_ns_k == TD_K_BF16
+                   ? "Muon (Newton-Schulz in bf16) for the blocks' matrices, " : "Muon (Newton-Schulz in fp32) for the blocks' matrices, ",
                spec->optim.lr, spec->optim.min_lr, spec->optim.warmup, lr_text, spec->optim.beta1,
                spec->optim.beta2, spec->optim.weight_decay, spec->optim.clip, gemm, r->peak_gflops, how);
     if (r->log) {

@@ -61,6 +61,11 @@ verify_layout tp2-dp2-ep2-zero3-noclip "largest difference 0 of" 4 --tp 2 --dp 2
   --precision bf16 --arch llama --moe-experts 4 --ep 2
 verify_layout tp2-cp2-zero1 "" 4 --tp 2 --cp 2 --zero 1
 verify_layout pp2-tp2-llama "" 4 --pp 2 --tp 2 --arch llama --precision bf16
+# the precision's Newton-Schulz (the report's optimizer line): bf16 in bf16 runs, fp32 in fp16 runs
+for nw in "pp2-tp2-llama bf16" "tp2-dp2-ep2-zero3-noclip bf16" "dp2-zero1 fp32"; do
+  set -- $nw
+  grep -q "Muon (Newton-Schulz in $2)" "$tmp/v$1.log" && echo "ok $1: Newton-Schulz in $2" || fail "$1: not Newton-Schulz in $2"
+done
 # the report's Muon exchange: the bytes the comm layer counted are the formula's
 for name in dp2-zero1 tp2-dp2-ep2-zero3-noclip tp2-cp2-zero1 pp2-tp2-llama; do
   line=$(grep "muon exchange per step" "$tmp/v$name.log")
