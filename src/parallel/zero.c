@@ -552,9 +552,16 @@ static const float *zero_gather_unit(td_dp *dp, int section, int u, float *scrat
     for (int i = z->first[u]; i < z->first[u + 1]; i++) {
         const zpiece *q = &z->pc[i];
         float *dst = scratch + (q->lo - dp->t->unit_offset[u]);
-        if (q->parts > 1)
-            td_all_gather(q->comm, base + q->off, dst, q->slice, TD_F32);
-        else
+        if (q->parts > 1) {
+            /* the slice comes to the host first: a device's gather would stage
+             * the whole piece landing in host memory at once, and the plan's
+             * staging (td_run_staging_shape) holds only the step's pieces */
+            float *mine = td_alloc(q->slice * sizeof(float), TD_MEM_OTHER);
+            td_dev_download(mine, base + q->off, q->slice * sizeof(float), TD_HOST_CKPT);
+            td_dev_sync(); /* the gather reads it */
+            td_all_gather(q->comm, mine, dst, q->slice, TD_F32);
+            td_free(mine);
+        } else
             td_dev_download(dst, base + q->off, q->slice * sizeof(float), TD_HOST_CKPT);
     }
     return root ? scratch : NULL;
