@@ -153,6 +153,14 @@ void td_ckpt_describe(td_checkpoint *ck, const char *path);
  * and checked; dir gets the step directory. Errors name `what` (the flag)
  * and the file. The caller frees m (td_manifest_free). No shard is read. */
 void td_ckpt_read_manifest(const char *path, const char *what, td_manifest *m, char *dir, size_t cap);
+/* Document masking as a checkpoint was trained (its run_config's
+ * --doc-mask, --eod-mask-loss, --eod, --doc-positions): all off and eod -1
+ * (the tokenizer's) when absent, as in imports. A run_config that is not
+ * JSON is an error naming dir's manifest. */
+typedef struct {
+    int doc_mask, eod_mask_loss, eod, pos_reset;
+} td_ckpt_docs;
+void td_ckpt_manifest_docs(const td_manifest *m, const char *dir, td_ckpt_docs *d);
 /* The model a manifest describes, finished (td_gpt_config_finish); a
  * config the model refuses is an error naming dir's manifest. */
 void td_ckpt_manifest_config(const td_manifest *m, const char *dir, td_gpt_config *cfg);

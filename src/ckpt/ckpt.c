@@ -8,6 +8,7 @@
 
 #include "ckpt_internal.h"
 #include "trident/base.h"
+#include "trident/formats_json.h"
 #include "trident/out_lock.h"
 
 struct td_ckpt_writer {
@@ -171,4 +172,20 @@ void td_ckpt_read_manifest(const char *path, const char *what, td_manifest *m, c
     memset(&r.m, 0, sizeof r.m);
     snprintf(dir, cap, "%s", r.dir);
     td_ckpt_reader_close(&r);
+}
+
+void td_ckpt_manifest_docs(const td_manifest *m, const char *dir, td_ckpt_docs *d) {
+    *d = (td_ckpt_docs){0, 0, -1, 0};
+    if (!m->run_config) return;
+    td_jv *rc = NULL;
+    td_err err;
+    TD_CHECK(td_json_parse(m->run_config, strlen(m->run_config), &rc, &err) == 0, "%s/manifest.json: run_config: %s",
+             dir, err.msg);
+    const td_jv *dm = td_json_get(rc, "doc-mask"), *el = td_json_get(rc, "eod-mask-loss");
+    const td_jv *eod = td_json_get(rc, "eod"), *dp = td_json_get(rc, "doc-positions");
+    d->doc_mask = dm && dm->type == TD_JV_BOOL && dm->boolean;
+    d->eod_mask_loss = el && el->type == TD_JV_BOOL && el->boolean;
+    if ((d->doc_mask || d->eod_mask_loss) && eod && eod->type == TD_JV_NUM) d->eod = (int)eod->num;
+    d->pos_reset = d->doc_mask && dp && dp->type == TD_JV_STR && strcmp(dp->str, "reset") == 0;
+    td_json_free(rc);
 }

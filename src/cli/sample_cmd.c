@@ -1,7 +1,6 @@
 /* `trident sample`: text from a checkpoint (the generation is
  * src/run/sample.c's, which a training run's end also calls). */
 #include <stdio.h>
-#include <string.h>
 
 #include "../run/report.h"
 #include "trident/backend.h"
@@ -9,7 +8,6 @@
 #include "trident/ckpt.h"
 #include "trident/cli.h"
 #include "trident/flags.h"
-#include "trident/formats_json.h"
 #include "trident/formats_manifest.h"
 #include "trident/kernels.h"
 #include "trident/run_spec.h"
@@ -20,19 +18,11 @@ static int doc_mask_of(const char *ckpt, const td_tokenizer *tok, int *eod) {
     td_manifest m;
     char dir[4096];
     td_ckpt_read_manifest(ckpt, "--ckpt", &m, dir, sizeof dir);
-    td_run_data d = {.eod = -1};
-    if (m.run_config) {
-        td_jv *rc = NULL;
-        td_err err;
-        TD_CHECK(td_json_parse(m.run_config, strlen(m.run_config), &rc, &err) == 0,
-                 "%s/manifest.json: run_config: %s", dir, err.msg);
-        const td_jv *dm = td_json_get(rc, "doc-mask"), *e = td_json_get(rc, "eod");
-        d.doc_mask = dm && dm->type == TD_JV_BOOL && dm->boolean;
-        if (d.doc_mask && e && e->type == TD_JV_NUM) d.eod = (int)e->num;
-        td_json_free(rc);
-    }
+    td_ckpt_docs d;
+    td_ckpt_manifest_docs(&m, dir, &d);
     td_manifest_free(&m);
-    *eod = td_run_doc_eod(&d, tok);
+    td_run_data rd = {.doc_mask = d.doc_mask, .eod = d.doc_mask ? d.eod : -1};
+    *eod = td_run_doc_eod(&rd, tok);
     return d.doc_mask;
 }
 

@@ -193,26 +193,18 @@ static void report_task(eval_run *e, const td_train_result *res) {
  * --doc-mask, --eod, --doc-positions and --eod-mask-loss): the loss
  * measured is the one it learned. */
 static void docs_for_checkpoint(eval_run *e, td_train_opts *o, const td_manifest *m, const char *dir) {
-    if (!m->run_config) return;
-    td_jv *rc = NULL;
-    td_err err;
-    TD_CHECK(td_json_parse(m->run_config, strlen(m->run_config), &rc, &err) == 0, "%s/manifest.json: run_config: %s",
-             dir, err.msg);
-    const td_jv *dm = td_json_get(rc, "doc-mask"), *eod = td_json_get(rc, "eod");
-    const td_jv *el = td_json_get(rc, "eod-mask-loss");
-    o->doc_mask = dm && dm->type == TD_JV_BOOL && dm->boolean;
-    e->eod_loss = el && el->type == TD_JV_BOOL && el->boolean;
-    if ((o->doc_mask || e->eod_loss) && eod && eod->type == TD_JV_NUM) o->eod = (int)eod->num;
+    td_ckpt_docs d;
+    td_ckpt_manifest_docs(m, dir, &d);
+    o->doc_mask = d.doc_mask, e->eod_loss = d.eod_mask_loss;
+    if (d.doc_mask || d.eod_mask_loss) o->eod = d.eod;
     e->eod = o->eod;
-    const td_jv *dp = td_json_get(rc, "doc-positions"); /* a literal: rc is freed below */
-    if (o->doc_mask && dp && dp->type == TD_JV_STR && strcmp(dp->str, "reset") == 0) o->doc_positions = "reset";
+    if (d.pos_reset) o->doc_positions = "reset";
     if (o->doc_mask)
         td_log("eval: document masking as trained (--eod %d; -1: the tokenizer's%s)\n", o->eod,
                o->doc_positions ? "; --doc-positions reset" : "");
     if (e->eod_loss)
         td_log("eval: end-of-text targets not scored, as trained (--eod-mask-loss, --eod %d; -1: the "
                "tokenizer's): the loss is the mean over the others\n", o->eod);
-    td_json_free(rc);
 }
 
 /* The arithmetic: the checkpoint's precision unless --precision names
